@@ -1,0 +1,1 @@
+"""mdl's compiler back half: IR, primitives, autodiff, reference interpreter, backends."""

@@ -1,0 +1,171 @@
+"""Symbolic dims and tensor types.
+
+A `Dim` is a polynomial with integer coefficients over symbolic dim names (T, B, ...):
+enough for `T*B` from a reshape, `2*T` from a concat, and exact division by constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+Monomial = tuple[str, ...]  # sorted symbol names; () is the constant term
+
+
+class DimError(Exception):
+    """An arithmetic on dims that has no integer answer (inexact division, ...)."""
+
+
+@dataclass(frozen=True)
+class Dim:
+    terms: tuple[tuple[Monomial, int], ...]  # sorted, no zero coefficients
+
+    @staticmethod
+    def of(value: int | str | Dim) -> Dim:
+        if isinstance(value, Dim):
+            return value
+        if isinstance(value, str):
+            return Dim((((value,), 1),))
+        return Dim((((), int(value)),) if value else ())
+
+    @staticmethod
+    def _make(coeffs: Mapping[Monomial, int]) -> Dim:
+        return Dim(tuple(sorted((m, c) for m, c in coeffs.items() if c)))
+
+    @property
+    def is_const(self) -> bool:
+        return all(m == () for m, _ in self.terms)
+
+    @property
+    def value(self) -> int:
+        if not self.is_const:
+            raise DimError(f"{self} is not a constant")
+        return self.terms[0][1] if self.terms else 0
+
+    @property
+    def symbols(self) -> set[str]:
+        return {s for m, _ in self.terms for s in m}
+
+    def __add__(self, other) -> Dim:
+        coeffs = dict(self.terms)
+        for m, c in Dim.of(other).terms:
+            coeffs[m] = coeffs.get(m, 0) + c
+        return Dim._make(coeffs)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Dim:
+        return Dim(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other) -> Dim:
+        return self + (-Dim.of(other))
+
+    def __rsub__(self, other) -> Dim:
+        return Dim.of(other) - self
+
+    def __mul__(self, other) -> Dim:
+        coeffs: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in Dim.of(other).terms:
+                m = tuple(sorted(m1 + m2))
+                coeffs[m] = coeffs.get(m, 0) + c1 * c2
+        return Dim._make(coeffs)
+
+    __rmul__ = __mul__
+
+    def exact_div(self, other) -> Dim:
+        """self / other when every term divides exactly, else DimError."""
+        other = Dim.of(other)
+        if len(other.terms) != 1:
+            raise DimError(f"cannot divide {self} by {other}")
+        (dm, dc), = other.terms
+        out: dict[Monomial, int] = {}
+        for m, c in self.terms:
+            rest = list(m)
+            for s in dm:
+                if s not in rest:
+                    raise DimError(f"{self} is not divisible by {other}")
+                rest.remove(s)
+            if c % dc:
+                raise DimError(f"{self} is not divisible by {other}")
+            out[tuple(rest)] = c // dc
+        return Dim._make(out)
+
+    def substitute(self, env: Mapping[str, int | Dim]) -> Dim:
+        total = Dim.of(0)
+        for m, c in self.terms:
+            term = Dim.of(c)
+            for s in m:
+                term = term * Dim.of(env.get(s, s))
+            total = total + term
+        return total
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        return self.substitute(env).value
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        out = ""
+        for m, c in reversed(self.terms):  # highest-degree terms first
+            term = "*".join(([str(abs(c))] if abs(c) != 1 or not m else []) + list(m))
+            sign = ("-" if c < 0 else "") if not out else (" - " if c < 0 else " + ")
+            out += sign + term
+        return out
+
+    def __repr__(self) -> str:
+        return f"Dim({self})"
+
+    def json(self) -> int | str:
+        return self.value if self.is_const else str(self)
+
+
+FLOAT_DTYPES = ("f32", "f64")
+DTYPES = ("f32", "f64", "i32", "bool")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: str
+    shape: tuple[Dim, ...]
+
+    @staticmethod
+    def of(dtype: str, shape: Iterable[int | str | Dim] = ()) -> TensorType:
+        return TensorType(dtype, tuple(Dim.of(d) for d in shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    def with_shape(self, shape: Iterable[Dim]) -> TensorType:
+        return TensorType(self.dtype, tuple(shape))
+
+    def with_dtype(self, dtype: str) -> TensorType:
+        return TensorType(dtype, self.shape)
+
+    def __str__(self) -> str:
+        if not self.shape:
+            return self.dtype
+        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+    def json(self) -> dict:
+        return {"dtype": self.dtype, "shape": [d.json() for d in self.shape]}
+
+
+def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """NumPy broadcasting of two shapes; None when they do not broadcast."""
+    one = Dim.of(1)
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else one
+        db = b[-i] if i <= len(b) else one
+        if da == db or db == one:
+            out.append(da)
+        elif da == one:
+            out.append(db)
+        else:
+            return None
+    return tuple(reversed(out))

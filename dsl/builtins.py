@@ -1,0 +1,266 @@
+"""Built-in functions of the language: each binds its arguments, checks their kinds and
+emits primitives (sugar such as clip, norm and mse is lowered to primitives here)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from codegen.ir import Value
+
+from . import nodes as n
+from .diagnostics import Loc, MdlTypeError
+from .env import Const
+from .signature import Signature
+
+
+@dataclass
+class Builtin:
+    sig: Signature
+    run: Callable  # (elaborator, args: {name: (value, loc)}, call) -> Value | tuple
+
+
+BUILTINS: dict[str, Builtin] = {}
+
+
+def builtin(name: str, *names: str, raw: tuple[str, ...] = (), **defaults):
+    def register(fn):
+        BUILTINS[name] = Builtin(Signature(list(names), defaults, frozenset(raw)), fn)
+        return fn
+    return register
+
+
+# ---- argument helpers ----
+def tensor(el, arg, like=None) -> Value:
+    value, loc = arg
+    if isinstance(value, list):
+        raise MdlTypeError("expected a tensor here, got a list", loc)
+    if isinstance(value, tuple):
+        raise MdlTypeError("expected one tensor here, got several values", loc)
+    return el.to_tensor(value, loc, like)
+
+
+def const(arg, kind: str, what: str):
+    value, loc = arg
+    if not (isinstance(value, Const) and (value.kind == kind or
+                                          kind == "float" and value.kind == "int")):
+        raise MdlTypeError(f"{what} must be a compile-time {kind}", loc)
+    return value.value
+
+
+def axis(arg, rank: int) -> int:
+    a = const(arg, "int", "axis")
+    if not -rank <= a < max(rank, 1):
+        raise MdlTypeError(f"axis {a} is out of range for rank {rank}", arg[1])
+    return a % max(rank, 1)
+
+
+def axes(arg, rank: int) -> tuple[int, ...]:
+    value, loc = arg
+    if value is None:
+        return tuple(range(rank))
+    items = value if isinstance(value, list) else [value]
+    out = tuple(sorted({axis((v, loc), rank) for v in items}))
+    if len(out) != len(items):
+        raise MdlTypeError("an axis is listed twice", loc)
+    return out
+
+
+def tensor_list(el, arg) -> list[Value]:
+    value, loc = arg
+    if not isinstance(value, list) or not value:
+        raise MdlTypeError("expected a non-empty list of tensors: [a, b, ...]", loc)
+    first = next((v for v in value if isinstance(v, Value)), None)
+    return [el.to_tensor(v, loc, first.type if first else None) for v in value]
+
+
+# ---- elementwise ----
+CONST_FUNCTIONS = {"exp": math.exp, "log": math.log, "tanh": math.tanh, "sqrt": math.sqrt,
+                   "abs": abs, "sin": math.sin, "cos": math.cos,
+                   "sigmoid": lambda v: 1 / (1 + math.exp(-v)), "relu": lambda v: max(v, 0)}
+
+
+def _unary(name: str) -> None:
+    def run(el, a, call):
+        value, loc = a["x"]
+        if isinstance(value, Const) and value.kind in ("int", "float"):
+            try:  # compile-time scalars fold: 1.0 / sqrt(H) is a constant
+                return Const.of(CONST_FUNCTIONS[name](value.value) if name in ("abs", "relu")
+                                else float(CONST_FUNCTIONS[name](value.value)))
+            except (ValueError, OverflowError) as exc:
+                raise MdlTypeError(f"{name}({value}) has no value: {exc}", loc) from None
+        return el.emit(name, [tensor(el, a["x"])], {}, call.loc)[0]
+    builtin(name, "x")(run)
+
+
+for _name in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos"):
+    _unary(_name)
+
+
+def _pair(el, a, b):
+    like = a[0].type if isinstance(a[0], Value) else b[0].type if isinstance(b[0], Value) else None
+    return tensor(el, a, like), tensor(el, b, like)
+
+
+def _binary(name: str) -> None:
+    builtin(name, "a", "b")(lambda el, a, call: el.emit(name, list(_pair(el, a["a"], a["b"])),
+                                                       {}, call.loc)[0])
+
+
+_binary("maximum")
+_binary("minimum")
+
+
+@builtin("where", "cond", "a", "b")
+def _where(el, a, call):
+    x, y = _pair(el, a["a"], a["b"])
+    return el.emit("where", [tensor(el, a["cond"]), x, y], {}, call.loc)[0]
+
+
+@builtin("clip", "x", "lo", "hi")
+def _clip(el, a, call):
+    x = tensor(el, a["x"])
+    lo = el.emit("maximum", [x, tensor(el, a["lo"], x.type)], {}, call.loc)[0]
+    return el.emit("minimum", [lo, tensor(el, a["hi"], x.type)], {}, call.loc)[0]
+
+
+def _cast(dtype: str) -> None:
+    def run(el, a, call):
+        target = el.dtype_of(dtype, call.loc)
+        x = tensor(el, a["x"], None)
+        return x if x.type.dtype == target else el.emit("cast", [x], {"dtype": target},
+                                                        call.loc)[0]
+    builtin(dtype, "x")(run)
+
+
+for _name in ("f32", "f64", "i32", "bool"):
+    _cast(_name)
+
+
+# ---- reductions ----
+def _reduction(name: str) -> None:
+    def run(el, a, call):
+        x = tensor(el, a["x"])
+        attrs = {"axes": axes(a["axis"], x.type.rank),
+                 "keepdims": const(a["keepdims"], "bool", "keepdims")}
+        return el.emit(name, [x], attrs, call.loc)[0]
+    builtin(name, "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))(run)
+
+
+for _name in ("sum", "mean", "max", "logsumexp"):
+    _reduction(_name)
+
+
+@builtin("norm", "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))
+def _norm(el, a, call):
+    x = tensor(el, a["x"])
+    attrs = {"axes": axes(a["axis"], x.type.rank),
+             "keepdims": const(a["keepdims"], "bool", "keepdims")}
+    squares = el.emit("mul", [x, x], {}, call.loc)[0]
+    return el.emit("sqrt", [el.emit("sum", [squares], attrs, call.loc)[0]], {}, call.loc)[0]
+
+
+def _softmax(name: str) -> None:
+    def run(el, a, call):
+        x = tensor(el, a["x"])
+        return el.emit(name, [x], {"axis": axis(a["axis"], x.type.rank)}, call.loc)[0]
+    builtin(name, "x", "axis", axis=Const(-1, "int"))(run)
+
+
+_softmax("softmax")
+_softmax("log_softmax")
+
+
+@builtin("cross_entropy", "logits", "targets", "lengths", lengths=None)
+def _cross_entropy(el, a, call):
+    inputs = [tensor(el, a["logits"]), tensor(el, a["targets"])]
+    if a["lengths"][0] is not None:
+        inputs.append(tensor(el, a["lengths"]))
+    return el.emit("cross_entropy", inputs, {}, call.loc)[0]
+
+
+@builtin("mse", "a", "b")
+def _mse(el, a, call):
+    x, y = _pair(el, a["a"], a["b"])
+    diff = el.emit("sub", [x, y], {}, call.loc)[0]
+    sq = el.emit("mul", [diff, diff], {}, call.loc)[0]
+    return el.emit("mean", [sq], {"axes": tuple(range(sq.type.rank)), "keepdims": False},
+                   call.loc)[0]
+
+
+@builtin("dropout", "x", "p")
+def _dropout(el, a, call):
+    p = const(a["p"], "float", "the dropout probability")
+    if not 0 <= p < 1:
+        raise MdlTypeError(f"the dropout probability must be in [0, 1), got {p}", a["p"][1])
+    return el.emit("dropout", [tensor(el, a["x"])], {"p": float(p)}, call.loc)[0]
+
+
+# ---- structure ----
+@builtin("concat", "xs", "axis", axis=Const(0, "int"))
+def _concat(el, a, call):
+    xs = tensor_list(el, a["xs"])
+    return el.emit("concat", xs, {"axis": axis(a["axis"], xs[0].type.rank)}, call.loc)[0]
+
+
+@builtin("stack", "xs", "axis", axis=Const(0, "int"))
+def _stack(el, a, call):
+    xs = tensor_list(el, a["xs"])
+    return el.emit("stack", xs, {"axis": axis(a["axis"], xs[0].type.rank + 1)}, call.loc)[0]
+
+
+@builtin("split", "x", "parts", "axis", axis=Const(0, "int"))
+def _split(el, a, call):
+    x = tensor(el, a["x"])
+    parts = const(a["parts"], "int", "the number of parts")
+    if parts < 1 or parts > 4096:
+        raise MdlTypeError(f"cannot split into {parts} parts", a["parts"][1])
+    return tuple(el.emit("split", [x], {"axis": axis(a["axis"], x.type.rank), "parts": parts},
+                         call.loc))
+
+
+@builtin("reshape", "x", "shape", raw=("shape",))
+def _reshape(el, a, call):
+    x = tensor(el, a["x"])
+    node, loc = a["shape"]
+    if not isinstance(node, n.ListLit):
+        raise MdlTypeError("reshape needs a list of dims: reshape(x, [T*B, H])", loc)
+    return el.emit("reshape", [x], {"shape": tuple(el.eval_dim(d) for d in node.items)},
+                   call.loc)[0]
+
+
+@builtin("transpose", "x", "perm", perm=None)
+def _transpose(el, a, call):
+    x = tensor(el, a["x"])
+    value, loc = a["perm"]
+    if value is None:
+        perm = tuple(reversed(range(x.type.rank)))
+    elif isinstance(value, list):
+        perm = tuple(const((v, loc), "int", "a permutation entry") for v in value)
+    else:
+        raise MdlTypeError("transpose needs a list for its permutation: [1, 0, 2]", loc)
+    return el.emit("transpose", [x], {"perm": perm}, call.loc)[0]
+
+
+@builtin("one_hot", "ids", "n")
+def _one_hot(el, a, call):
+    count = const(a["n"], "int", "the number of classes")
+    if count < 1:
+        raise MdlTypeError(f"one_hot needs at least one class, got {count}", a["n"][1])
+    return el.emit("one_hot", [tensor(el, a["ids"])], {"n": count, "dtype": el.float_dtype},
+                   call.loc)[0]
+
+
+def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:
+    """`full[dims](v)`: a tensor of the given shape filled with a compile-time v."""
+    value, vloc = arg
+    if not isinstance(value, Const):
+        raise MdlTypeError("full[...](v) needs a compile-time value", vloc)
+    shape = tuple(el.eval_dim(d) for d in dims)
+    dtype = el.const_dtype(value, None, vloc)
+    return el.emit("full", [], {"shape": shape, "value": value.value, "dtype": dtype}, loc)[0]
+
+
+INITIALIZERS = {"zeros": 0, "ones": 0, "xavier": 0, "orthogonal": 0, "constant": 1,
+                "uniform": 2, "normal": 2}
+REGULARIZERS = ("l1", "l2")

@@ -1,0 +1,153 @@
+"""Calls: built-ins, and user functions inlined at each call site in a child scope."""
+from __future__ import annotations
+
+import difflib
+
+from codegen.ir import Value
+from codegen.shapes import Dim, TensorType
+
+from . import nodes as n
+from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, full_of
+from .diagnostics import Loc, MdlNameError, MdlTypeError
+from .env import Cascade, Const, Ctx, Poisoned
+from .printer import expr_text
+from .signature import Signature
+
+MAX_CALL_DEPTH = 64
+SCALAR_KINDS = {"int": ("int",), "bool": ("bool",), "f32": ("int", "float"),
+                "f64": ("int", "float"), "i32": ("int",)}
+
+
+class Calls:
+    """Mixin of the Elaborator: evaluating calls."""
+
+    def eval_Call(self, e: n.Call):
+        func = e.func
+        if (isinstance(func, n.Index) and isinstance(func.base, n.Name)
+                and func.base.id == "full" and "full" not in self.ctx.env):
+            if len(e.args) != 1 or e.kwargs or e.as_name:
+                raise MdlTypeError("`full[dims](v)` takes one value", e.loc)
+            return full_of(self, func.subscripts, (self.eval_single(e.args[0]), e.args[0].loc),
+                           e.loc)
+        if not isinstance(func, n.Name):
+            raise MdlTypeError("only functions can be called", e.loc)
+        name = func.id
+        if name in BUILTINS:
+            if e.as_name is not None:
+                raise MdlTypeError(f"`as` names the scope of a function call; the built-in "
+                                   f"`{name}` opens none", e.as_name.loc)
+            b = BUILTINS[name]
+            return b.run(self, b.sig.bind(f"`{name}`", e, self.eval), e)
+        if name in self.program.functions:
+            return self.call_function(self.program.functions[name], e)
+        if name in INITIALIZERS or name in REGULARIZERS:
+            raise MdlTypeError(f"`{name}` is an initializer or regularizer; it belongs after "
+                               "`param W : T =` or in a scope's attributes", e.loc)
+        if name in self.ctx.env:
+            raise MdlTypeError(f"`{name}` is a variable, not a function", e.loc)
+        known = list(BUILTINS) + list(self.program.functions)
+        close = difflib.get_close_matches(name, known, n=1)
+        raise MdlNameError(f"unknown function `{name}`"
+                           + (f"; did you mean `{close[0]}`?" if close else ""), e.loc)
+
+    def call_function(self, fn: n.FuncDef, call: n.Call):
+        name = fn.name.name
+        chain = [f for f, _ in self.call_stack]
+        if fn in chain:
+            path = " -> ".join([f.name.name for f in chain[chain.index(fn):]] + [name])
+            raise MdlTypeError(f"recursive call of `{name}` ({path}): functions are inlined, so "
+                               "recursion is not supported", call.loc)
+        if len(self.call_stack) >= MAX_CALL_DEPTH:
+            raise MdlTypeError(f"calls are nested more than {MAX_CALL_DEPTH} deep", call.loc)
+        sig = Signature([a.name.name for a in fn.args],
+                        {a.name.name: a.default for a in fn.args if a.default is not None})
+        bound = sig.bind(f"`{name}`", call, self.eval)
+        scope_name = self.scopes.call_scope_name(name, call.as_name.name if call.as_name else None)
+        outer_ctx, outer_top = self.ctx, self.top_level
+        inner = Ctx("function", {}, {}, name)
+        self.call_stack.append((fn, call.loc))
+        try:
+            for arg in fn.args:
+                value, loc = bound[arg.name.name]
+                if isinstance(value, n.Expr):  # a default: evaluated with nothing in scope
+                    self.ctx = Ctx("function", {}, {}, name)
+                    value = self.eval_single(value)
+                self.ctx = inner
+                inner.env[arg.name.name] = self._bind_arg(fn, arg, value, loc)
+            with self.scopes.enter(scope_name):
+                self.run_block(fn.body.stmts[:-1])
+                return self._returned(fn, fn.body.stmts[-1])
+        finally:
+            self.call_stack.pop()
+            self.ctx, self.top_level = outer_ctx, outer_top
+
+    def _bind_arg(self, fn: n.FuncDef, arg: n.Arg, value, loc: Loc):
+        t = arg.type
+        what = f"argument `{arg.name.name}` of `{fn.name.name}`"
+        if isinstance(value, (list, tuple)):
+            raise MdlTypeError(f"{what} takes one value", loc)
+        if t.dims is None:
+            if t.name not in SCALAR_KINDS:
+                self.dtype_of(t.name, t.loc)
+            if isinstance(value, Const):
+                if value.kind not in SCALAR_KINDS[t.name]:
+                    raise MdlTypeError(f"{what} is {t.name}, got {value.kind} {value}", loc)
+                return Const.of(float(value.value)) if t.name in ("f32", "f64") else value
+            if t.name == "int":
+                raise MdlTypeError(f"{what} is an `int` known at compile time, got a tensor "
+                                   f"{value.type}", loc)
+            expected = TensorType(self.dtype_of(t.name, t.loc), ())
+            if value.type != expected:
+                raise MdlTypeError(f"{what} is {expected}, got {value.type}", loc)
+            return value
+        if isinstance(value, Const):
+            raise MdlTypeError(f"{what} is a tensor {t.name}[...], got the scalar {value}", loc)
+        self._match_type(what, t, value.type, loc)
+        return value
+
+    def _match_type(self, what: str, t: n.TypeExpr, actual: TensorType, loc: Loc) -> None:
+        """Check `actual` against a declared type, binding the dims it introduces."""
+        dtype = self.dtype_of(t.name, t.loc)
+        if actual.dtype != dtype or actual.rank != len(t.dims):
+            raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}], got {actual}", loc)
+
+        def bind(dim_name: str, axis: int, dloc: Loc) -> Dim:
+            self.ctx.dims[dim_name] = actual.shape[axis]
+            return actual.shape[axis]
+        declared = self.eval_type(t, bind)
+        for axis, (want, got) in enumerate(zip(declared.shape, actual.shape)):
+            if want != got:
+                bound = ", ".join(f"{k} = {v}" for k, v in self.ctx.dims.items())
+                raise MdlTypeError(f"{what} is {declared} (with {bound or 'no dims bound'}), "
+                                   f"got {actual}: dim {axis} differs", loc)
+
+    def _returned(self, fn: n.FuncDef, ret: n.Return):
+        values = []
+        for e in ret.values:
+            v = self.eval_single(e)
+            if isinstance(v, Poisoned):
+                raise Cascade
+            values.append((v, e.loc))
+        if fn.returns and len(fn.returns) != len(values):
+            raise MdlTypeError(f"`{fn.name.name}` declares {len(fn.returns)} results but "
+                               f"returns {len(values)}", ret.loc)
+        out = []
+        for i, (v, loc) in enumerate(values):
+            if fn.returns:
+                declared = self._return_type(fn, fn.returns[i])
+                v = self.to_tensor(v, loc, declared) if isinstance(v, Const) else v
+                if isinstance(v, Value) and v.type != declared:
+                    raise MdlTypeError(f"`{fn.name.name}` declares result {i + 1} as "
+                                       f"{declared}, but returns {v.type}", loc)
+            out.append(v)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _return_type(self, fn: n.FuncDef, t: n.TypeExpr) -> TensorType:
+        def unbound(dim_name: str, axis: int, loc: Loc) -> Dim:
+            raise MdlTypeError(f"dim `{dim_name}` in the result type of `{fn.name.name}` is "
+                               "not bound by its arguments", loc)
+        return self.eval_type(t, unbound)
+
+
+def _dims_text(t: n.TypeExpr) -> str:
+    return ", ".join(expr_text(d) for d in t.dims or [])

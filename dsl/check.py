@@ -1,0 +1,87 @@
+"""The front end's public entry: check a .mdl file (parse, imports, elaborate) and
+describe the result as a summary, a parameter table or JSON."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from codegen.ir import Graph
+
+from .diagnostics import Diagnostic
+from .elaborate import UsageError, elaborate
+from .program import load_program, read_source
+
+
+@dataclass
+class CheckedModel:
+    path: str
+    graph: Graph
+    warnings: list[Diagnostic]
+
+
+def check_source(text: str, path: str = "<string>", defines: dict[str, Any] | None = None,
+                 model: str | None = None, dtype: str = "f32") -> CheckedModel:
+    """Check one model of a source text; raise MdlError on errors in it, UsageError on a
+    bad request (unknown model or hyper-parameter)."""
+    program = load_program(text, path)
+    if not program.models:
+        raise UsageError(f"{path} defines no model")
+    if model is None:
+        if len(program.models) > 1:
+            raise UsageError(f"{path} defines several models ({', '.join(program.models)}); "
+                             "choose one with --model NAME")
+        model = next(iter(program.models))
+    if model not in program.models:
+        raise UsageError(f"{path} has no model `{model}` (it has "
+                         f"{', '.join(program.models)})")
+    graph, warnings = elaborate(program, program.models[model], defines or {}, dtype)
+    return CheckedModel(path, graph, warnings)
+
+
+def check_file(path: str, **options) -> CheckedModel:
+    return check_source(read_source(path), path, **options)
+
+
+def to_json(cm: CheckedModel) -> dict:
+    g = cm.graph
+    return {
+        "model": g.name,
+        "inputs": {k: v.type.json() for k, v in g.inputs.items()},
+        "outputs": {k: v.type.json() for k, v in g.outputs.items()},
+        "params": {
+            p.name: {**p.value.type.json(), "init": str(p.init), "trainable": p.trainable,
+                     "regularizer": str(p.regularizer) if p.regularizer else None,
+                     "uses": [str(u) for u in p.uses]}
+            for p in g.params.values()},
+    }
+
+
+def summary(cm: CheckedModel) -> str:
+    g = cm.graph
+    hp = ", ".join(f"{k}={v}" for k, v in g.hparams.items())
+    lines = [f"model {g.name}({hp}): ok"]
+    for k, v in g.inputs.items():
+        lines.append(f"  input  {k} : {v.type}")
+    for k, v in g.outputs.items():
+        lines.append(f"  output {k} : {v.type}" + ("   (minimized)" if k == g.loss else ""))
+    count = sum(_size(p.value.type) for p in g.params.values())
+    lines.append(f"  {len(g.params)} parameters, {count} weights")
+    return "\n".join(lines)
+
+
+def params_table(cm: CheckedModel) -> str:
+    rows = [("parameter", "type", "init", "trainable", "regularizer", "used at")]
+    for p in cm.graph.params.values():
+        rows.append((p.name, str(p.value.type), str(p.init), str(p.trainable).lower(),
+                     str(p.regularizer) if p.regularizer else "-",
+                     ", ".join(str(u) for u in p.uses) or "(unused)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+                     for r in rows)
+
+
+def _size(t) -> int:
+    total = 1
+    for d in t.shape:
+        total *= d.value
+    return total

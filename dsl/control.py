@@ -1,0 +1,291 @@
+"""`for`, `if` and `while`: their state, branch agreement and yields, built as
+structured IR ops that own blocks."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from codegen.ir import Block, Op, Value
+from codegen.shapes import TensorType
+
+from . import nodes as n
+from .diagnostics import Loc, MdlTypeError
+from .env import Cascade, Const, Poisoned, Unavailable
+
+LOOP_OPTIONS = ("lengths", "recompute", "checkpoint")
+
+
+def assigned_names(stmts: list[n.Stmt]) -> list[str]:
+    """Names a statement list assigns, nested blocks included, in first-assignment order."""
+    out: list[str] = []
+    stack = list(reversed(stmts))
+    while stack:
+        s = stack.pop()
+        names: list[str] = []
+        children: list[n.Stmt] = []
+        if isinstance(s, n.Assign):
+            names = [t.name for t in s.targets]
+            if isinstance(s.value, n.For):
+                children = s.value.body.stmts
+        elif isinstance(s, n.OutputDecl):
+            names = [s.name.name]
+        elif isinstance(s, (n.For, n.While, n.ScopeStmt, n.Share)):
+            children = s.body.stmts
+        elif isinstance(s, n.If):
+            children = s.then.stmts + (s.orelse.stmts if s.orelse else [])
+        stack.extend(reversed(children))
+        out.extend(x for x in names if x not in out)
+    return out
+
+
+class ControlFlow:
+    """Mixin of the Elaborator: structured control flow."""
+
+    @contextmanager
+    def _in_block(self, block: Block, env: dict):
+        """Emit into `block` with `env` as the variables, then restore both."""
+        saved = self.block, self.ctx.env
+        self.block, self.ctx.env = block, env
+        try:
+            yield
+        finally:
+            self.block, self.ctx.env = saved
+
+    def _state(self, names: list[str], loc: Loc) -> dict[str, Value]:
+        """The variables that exist before a loop and that its body assigns."""
+        state: dict[str, Value] = {}
+        for name in names:
+            v = self.ctx.env.get(name)
+            if isinstance(v, Poisoned):
+                raise Cascade
+            if isinstance(v, (Value, Const)):
+                state[name] = self.to_tensor(v, loc)
+        return state
+
+    def _new_state(self, env: dict, state: dict[str, Value], what: str, loc: Loc) -> list[Value]:
+        out = []
+        for name, before in state.items():
+            v = env[name]
+            if isinstance(v, Poisoned):
+                raise Cascade
+            if isinstance(v, Const):
+                v = self.to_tensor(v, loc, before.type)
+            if not isinstance(v, Value) or v.type != before.type:
+                got = v.type if isinstance(v, Value) else "something else"
+                raise MdlTypeError(f"{what} state `{name}` changes type: {before.type} before, "
+                                   f"{got} after one step (state keeps its type)", loc)
+            out.append(v)
+        return out
+
+    def _leave(self, names: list[str], keep: set[str], before: dict, where: str,
+               loc: Loc) -> None:
+        """Names a body assigned that do not live on after it become unavailable."""
+        for name in names:
+            if name not in keep:
+                if name in before:
+                    self.ctx.env[name] = before[name]
+                else:
+                    self.ctx.env[name] = Unavailable(f"`{name}` is defined only inside the "
+                                                     f"{where}", loc)
+
+    # ---- for ----
+    def stmt_For(self, s: n.For) -> None:
+        self.loop(s, None)
+
+    def loop(self, s: n.For, targets: list[n.Ident] | None) -> None:
+        opts = self._loop_options(s)
+        seqs = [self._sequence(b) for b in s.bindings]
+        if len({b.reversed for b in s.bindings}) > 1:
+            raise MdlTypeError("the sequences of one loop run in one direction: reverse all "
+                               "of them or none", s.bindings[0].loc)
+        steps = seqs[0].type.shape[0]
+        for b, x in zip(s.bindings, seqs):
+            if x.type.shape[0] != steps:
+                raise MdlTypeError(f"zipped sequences need one length: `{b.seq.name}` is "
+                                   f"{x.type}, `{s.bindings[0].seq.name}` is {seqs[0].type}",
+                                   b.seq.loc)
+        loop_vars = [b.var.name for b in s.bindings]
+        if len(set(loop_vars)) != len(loop_vars):
+            raise MdlTypeError("loop variables must differ", s.bindings[0].loc)
+        lengths, batch = self._lengths(opts, seqs, s)
+        body_names = assigned_names(s.body.stmts)
+        state = self._state([x for x in body_names if x not in loop_vars], s.loc)
+        body = Block([Value(x.type.with_shape(x.type.shape[1:]), v) for x, v in
+                      zip(seqs, loop_vars)] + [Value(v.type, k) for k, v in state.items()])
+        env = dict(self.ctx.env)
+        env.update(zip(loop_vars + list(state), body.args))
+        yields: list[Value] = []
+        with self._in_block(body, env):
+            for stmt in s.body.stmts:
+                if isinstance(stmt, n.Yield):
+                    yields = self._yield(stmt, targets, yields)
+                else:
+                    self.run_block([stmt])
+            new_state = self._new_state(env, state, "loop", s.loc)
+        if targets is not None and not yields:
+            raise MdlTypeError("this loop's values are assigned, so its body needs a `yield`",
+                               s.loc)
+        if batch is not None:
+            for what, v in list(zip(state, new_state)) + [("yield", y) for y in yields]:
+                if v.type.rank == 0 or v.type.shape[0] != batch:
+                    raise MdlTypeError(f"with lengths, loop state and yields are rows per "
+                                       f"sequence: `{what}` is {v.type}, its first dim should "
+                                       f"be {batch}", s.loc)
+        body.results = new_state + yields
+        stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
+        outputs = [Value(v.type, k) for k, v in state.items()] + stacked
+        attrs = {"n_seq": len(seqs), "n_state": len(state),
+                 "reversed": s.bindings[0].reversed, "has_lengths": lengths is not None,
+                 "recompute": "recompute" in opts, "checkpoint": opts.get("checkpoint", 0)}
+        inputs = seqs + list(state.values()) + ([lengths] if lengths is not None else [])
+        self.block.ops.append(Op("for", inputs, outputs, attrs, [body], s.loc))
+        before = dict(self.ctx.env)
+        self._leave(body_names + loop_vars, set(state), before, "loop body", s.loc)
+        self.ctx.env.update(zip(state, outputs))
+        for t, v in zip(targets or [], stacked):
+            v.hint = t.name
+            self.ctx.env[t.name] = v
+
+    def _loop_options(self, s: n.For) -> dict:
+        opts: dict = {}
+        for o in s.options:
+            if o.name not in LOOP_OPTIONS:
+                hint = ""
+                if o.value is None and len(s.bindings) == 1:
+                    b = s.bindings[-1]
+                    hint = (f"; to loop over `{b.seq.name}({o.name})`, bind it to a name "
+                            f"first: `ys = {b.seq.name}({o.name})`, then `for {b.var.name} in "
+                            "ys`")
+                raise MdlTypeError(f"unknown loop option `{o.name}` (options are lengths = L, "
+                                   f"recompute, checkpoint = k){hint}", o.loc)
+            if o.name in opts:
+                raise MdlTypeError(f"loop option `{o.name}` is given twice", o.loc)
+            if (o.name == "recompute") != (o.value is None):
+                form = "recompute" if o.name == "recompute" else f"{o.name} = ..."
+                raise MdlTypeError(f"write the loop option as `{form}`", o.loc)
+            opts[o.name] = o
+        if "recompute" in opts and "checkpoint" in opts:
+            raise MdlTypeError("`recompute` and `checkpoint` exclude each other",
+                               opts["checkpoint"].loc)
+        if "checkpoint" in opts:
+            k = self.eval_single(opts["checkpoint"].value)
+            if not (isinstance(k, Const) and k.kind == "int" and k.value >= 1):
+                raise MdlTypeError("`checkpoint = k` needs a compile-time integer k >= 1",
+                                   opts["checkpoint"].value.loc)
+            opts["checkpoint"] = k.value
+        return opts
+
+    def _sequence(self, b: n.Binding) -> Value:
+        x = self.lookup(b.seq.name, b.seq.loc)
+        if not isinstance(x, Value) or x.type.rank == 0:
+            what = x.type if isinstance(x, Value) else f"the scalar {x}"
+            raise MdlTypeError(f"`for` iterates over the first dim of a tensor; `{b.seq.name}` "
+                               f"is {what}", b.seq.loc)
+        return x
+
+    def _lengths(self, opts: dict, seqs: list[Value], s: n.For):
+        if "lengths" not in opts:
+            return None, None
+        e = opts["lengths"].value
+        lengths = self.eval_tensor(e)
+        first = seqs[0].type
+        if first.rank < 2:
+            raise MdlTypeError(f"with lengths, sequences are [T, B, ...]; got {first}",
+                               s.bindings[0].seq.loc)
+        batch = first.shape[1]
+        if lengths.type != TensorType("i32", (batch,)):
+            raise MdlTypeError(f"lengths must be i32[{batch}] (one per sequence), got "
+                               f"{lengths.type}", e.loc)
+        return lengths, batch
+
+    def _yield(self, y: n.Yield, targets, yields) -> list[Value]:
+        if targets is None:
+            raise MdlTypeError("a `for` statement has no values to yield; assign the loop: "
+                               "`hs = for ...`", y.loc)
+        if yields:
+            raise MdlTypeError("a loop body has exactly one `yield`", y.loc)
+        if len(y.values) != len(targets):
+            raise MdlTypeError(f"the loop yields {len(y.values)} values for {len(targets)} "
+                               "targets", y.loc)
+        return [self.eval_tensor(v) for v in y.values]
+
+    # ---- if ----
+    def stmt_If(self, s: n.If) -> None:
+        cond = self.eval_single(s.cond)
+        if isinstance(cond, Const):
+            if cond.kind != "bool":
+                raise MdlTypeError(f"an `if` condition must be bool, got {cond}", s.cond.loc)
+            chosen = s.then if cond.value else s.orelse
+            self.run_block(chosen.stmts if chosen else [])
+            return
+        if cond.type != TensorType("bool", ()):
+            raise MdlTypeError(f"an `if` condition must be a bool scalar, got {cond.type} "
+                               "(for elementwise choice use where(c, a, b))", s.cond.loc)
+        branches = [s.then.stmts, s.orelse.stmts if s.orelse else []]
+        names = assigned_names(branches[0] + branches[1])
+        before = dict(self.ctx.env)
+        results: list[dict] = []
+        blocks = []
+        for stmts in branches:
+            block, env = Block(), dict(before)
+            with self._in_block(block, env):
+                self.run_block(stmts)
+            results.append(env)
+            blocks.append(block)
+        assigned = [set(assigned_names(b)) for b in branches]
+        outputs, carried = [], []
+        for name in names:
+            vals = [r.get(name) for r in results]
+            if any(isinstance(v, Poisoned) for v in vals):
+                raise Cascade
+            if not all(isinstance(v, (Value, Const)) for v in vals):
+                side = "then" if name in assigned[0] else "else"
+                self.ctx.env[name] = Unavailable(
+                    f"`{name}` is assigned only in the {side} branch of the `if` at {s.loc}; "
+                    "assign it in both branches to use it after", s.loc)
+                continue
+            carried.append((name, vals))
+        for name, vals in carried:
+            like = next((v.type for v in vals if isinstance(v, Value)), None)
+            tensors = []
+            for block, v in zip(blocks, vals):
+                with self._in_block(block, dict(before)):
+                    tensors.append(self.to_tensor(v, s.loc, like))
+            if tensors[0].type != tensors[1].type:
+                raise MdlTypeError(f"`{name}` is {tensors[0].type} after the then branch but "
+                                   f"{tensors[1].type} after the else branch", s.loc)
+            outputs.append((name, tensors))
+        for i, block in enumerate(blocks):
+            block.results = [t[i] for _, t in outputs]
+        values = [Value(t[0].type, name) for name, t in outputs]
+        self.block.ops.append(Op("if", [cond], values, {}, blocks, s.loc))
+        self.ctx.env.update({name: v for (name, _), v in zip(outputs, values)})
+
+    # ---- while ----
+    def stmt_While(self, s: n.While) -> None:
+        names = assigned_names(s.body.stmts)
+        state = self._state(names, s.loc)
+        if not state:
+            raise MdlTypeError("this `while` assigns no variable that exists before it, so "
+                               "its condition can never change", s.loc)
+        cond_block = Block([Value(v.type, k) for k, v in state.items()])
+        env = dict(self.ctx.env)
+        env.update(zip(state, cond_block.args))
+        with self._in_block(cond_block, env):
+            cond = self.eval_single(s.cond)
+            if not (isinstance(cond, Value) and cond.type == TensorType("bool", ())):
+                got = cond.type if isinstance(cond, Value) else cond
+                raise MdlTypeError(f"a `while` condition must be a bool scalar that depends on "
+                                   f"the loop state, got {got}", s.cond.loc)
+        cond_block.results = [cond]
+        body = Block([Value(v.type, k) for k, v in state.items()])
+        env = dict(self.ctx.env)
+        env.update(zip(state, body.args))
+        with self._in_block(body, env):
+            self.run_block(s.body.stmts)
+            body.results = self._new_state(env, state, "while", s.loc)
+        outputs = [Value(v.type, k) for k, v in state.items()]
+        self.block.ops.append(Op("while", list(state.values()), outputs, {},
+                                 [cond_block, body], s.loc))
+        before = dict(self.ctx.env)
+        self._leave(names, set(state), before, "while body", s.loc)
+        self.ctx.env.update(zip(state, outputs))

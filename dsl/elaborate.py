@@ -1,0 +1,351 @@
+"""Elaboration: walks a checked-as-it-goes model and builds its IR graph. Functions are
+inlined at each call, scopes and `share` resolve parameter names, every operation is
+checked by the primitive table's shape rules. Errors are collected per statement so
+that one run reports several independent ones."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from codegen.ir import Block, Graph, Init, Op, Param, Regularizer, Value
+from codegen.primitives import TABLE, ShapeError
+from codegen.shapes import Dim
+
+from . import nodes as n
+from .builtins import BUILTINS, INITIALIZERS
+from .calls import Calls
+from .control import ControlFlow, assigned_names
+from .diagnostics import Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError, raise_all
+from .env import POISONED, Cascade, Const, Ctx
+from .expressions import Expressions
+from .program import Program
+from .scopes import Scopes
+
+MAX_ERRORS = 20
+MODEL_ONLY = (n.InputDecl, n.OutputDecl, n.Minimize)
+
+
+class Elaborator(Expressions, Calls, ControlFlow):
+    def __init__(self, program: Program, float_dtype: str = "f32"):
+        self.program = program
+        self.builtins = BUILTINS
+        self.float_dtype = float_dtype
+        self.scopes = Scopes()
+        self.params: dict[str, Param] = {}
+        self.param_of: dict[int, Param] = {}
+        self.block = Block()
+        self.ctx = Ctx("model", {})
+        self.call_stack: list[tuple[n.FuncDef, Loc]] = []
+        self.errors: list[MdlError] = []
+        self.warnings: list[Diagnostic] = []
+        self.inputs: dict[str, Value] = {}
+        self.input_locs: dict[str, Loc] = {}
+        self.used: set[int] = set()
+        self.outputs: dict[str, Value] = {}
+        self.loss: str | None = None
+        self.top_level = False
+
+    # ---- emission ----
+    def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,
+             hint: str = "") -> list[Value]:
+        try:
+            types = TABLE[prim].infer([v.type for v in inputs], attrs)
+        except ShapeError as exc:
+            raise MdlTypeError(str(exc), loc) from None
+        outputs = [Value(t, hint) for t in types]
+        self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], loc))
+        return outputs
+
+    def note_use(self, value: Any, loc: Loc) -> None:
+        if isinstance(value, Value):
+            self.used.add(value.id)
+            param = self.param_of.get(value.id)
+            if param is not None:
+                where = self.call_stack[0][1] if self.call_stack else loc
+                if where not in param.uses:
+                    param.uses.append(where)
+
+    # ---- the model ----
+    def model(self, m: n.ModelDef, defines: dict[str, Any]) -> Graph:
+        hparams = self._hparams(m, defines)
+        self.ctx = Ctx("model", {k: Const.of(v) for k, v in hparams.items()}, name=m.name.name)
+        self.top_level = True
+        self.run_block(m.body.stmts)
+        if not self.errors:
+            self._final_checks(m)
+        raise_all(_unique(self.errors)[:MAX_ERRORS])
+        self._warn_unused()
+        return Graph(m.name.name, hparams, self.inputs, self.params, self.block, self.outputs,
+                     self.loss, self.input_locs)
+
+    def _hparams(self, m: n.ModelDef, defines: dict[str, Any]) -> dict[str, Any]:
+        names = [h.name.name for h in m.hparams]
+        unknown = sorted(set(defines) - set(names))
+        if unknown:
+            raise UsageError(f"model `{m.name.name}` has no hyper-parameter "
+                             f"{', '.join(unknown)} (it has {', '.join(names) or 'none'})")
+        values: dict[str, Any] = {}
+        for h in m.hparams:
+            name = h.name.name
+            if name in values:
+                raise MdlNameError(f"hyper-parameter `{name}` is declared twice", h.loc)
+            self.ctx = Ctx("model", {k: Const.of(v) for k, v in values.items()})
+            default = self.eval_single(h.value)
+            if not isinstance(default, Const):
+                raise MdlTypeError("a hyper-parameter's default must be known at compile time",
+                                   h.value.loc)
+            value = defines.get(name, default.value)
+            if Const.of(value).kind != default.kind and not (
+                    default.kind == "float" and Const.of(value).kind == "int"):
+                raise UsageError(f"-D {name}={value}: `{name}` is {default.kind} "
+                                 f"(default {default})")
+            values[name] = float(value) if default.kind == "float" else value
+        return values
+
+    def _final_checks(self, m: n.ModelDef) -> None:
+        if not self.outputs:
+            self.warnings.append(Diagnostic(f"model `{m.name.name}` has no outputs", m.loc,
+                                            "warning"))
+
+    def _warn_unused(self) -> None:
+        for name, value in self.inputs.items():
+            if value.id not in self.used:
+                self.warnings.append(Diagnostic(f"input `{name}` is never used",
+                                                self.input_locs[name], "warning"))
+        for p in self.params.values():
+            if not p.uses:
+                self.warnings.append(Diagnostic(f"parameter `{p.name}` is never used", p.decl,
+                                                "warning"))
+
+    # ---- statements ----
+    def run_block(self, stmts: list[n.Stmt]) -> None:
+        """Run statements; an error poisons what the statement assigns and moves on."""
+        top, self.top_level = self.top_level, False
+        try:
+            for stmt in stmts:
+                try:
+                    if isinstance(stmt, MODEL_ONLY) and not (top and self.ctx.kind == "model"):
+                        raise MdlTypeError(f"`{_keyword(stmt)}` must stand directly in the "
+                                           "model body", stmt.loc)
+                    getattr(self, "stmt_" + type(stmt).__name__)(stmt)
+                except (MdlError, Cascade) as exc:
+                    if isinstance(exc, MdlError):
+                        self.errors.append(exc)
+                    for name in _assigned_by(stmt):
+                        self.ctx.env[name] = POISONED
+                if len(self.errors) >= MAX_ERRORS:
+                    return
+        finally:
+            self.top_level = top
+
+    def stmt_Assign(self, s: n.Assign) -> None:
+        for t in s.targets:
+            self._check_assignable(t)
+        if isinstance(s.value, n.For):
+            self.loop(s.value, s.targets)
+            return
+        value = self.eval(s.value)
+        if isinstance(value, list):
+            raise MdlTypeError("a list cannot be assigned; lists are arguments of concat, "
+                               "stack, reshape and transpose only", s.value.loc)
+        values = value if isinstance(value, tuple) else (value,)
+        if len(values) != len(s.targets):
+            raise MdlTypeError(f"{len(values)} value{'s' if len(values) != 1 else ''} for "
+                               f"{len(s.targets)} targets", s.loc)
+        for t, v in zip(s.targets, values):
+            if isinstance(v, Value) and not v.hint:
+                v.hint = t.name
+            self.ctx.env[t.name] = v
+
+    def _check_assignable(self, t: n.Ident) -> None:
+        if t.name in BUILTINS or t.name in self.program.functions:
+            raise MdlNameError(f"`{t.name}` is a function and cannot be assigned", t.loc)
+        if t.name in self.ctx.dims:
+            raise MdlNameError(f"`{t.name}` is a symbolic dim and cannot be assigned", t.loc)
+
+    def stmt_InputDecl(self, s: n.InputDecl) -> None:
+        name = s.name.name
+        if name in self.ctx.env:
+            raise MdlNameError(f"`{name}` is already defined", s.name.loc)
+
+        def new_dim(dim_name: str, axis: int, loc: Loc) -> Dim:
+            self.ctx.dims[dim_name] = Dim.of(dim_name)
+            return self.ctx.dims[dim_name]
+        value = Value(self.eval_type(s.type, new_dim), name)
+        self.inputs[name] = value
+        self.input_locs[name] = s.name.loc
+        self.ctx.env[name] = value
+
+    def stmt_OutputDecl(self, s: n.OutputDecl) -> None:
+        name = s.name.name
+        if name in self.outputs:
+            raise MdlNameError(f"output `{name}` is declared twice", s.name.loc)
+        if name in self.inputs:
+            raise MdlNameError(f"output `{name}` has the name of an input", s.name.loc)
+        if s.value is not None:
+            self._check_assignable(s.name)
+            value = self.eval_single(s.value)
+        else:
+            value = self.lookup(name, s.name.loc)
+        value = self.to_tensor(value, s.loc)
+        self.outputs[name] = value
+        self.ctx.env[name] = value
+
+    def stmt_Minimize(self, s: n.Minimize) -> None:
+        name = s.name.name
+        if self.loss is not None:
+            raise MdlTypeError(f"a model minimizes one output; `{self.loss}` already is",
+                               s.name.loc)
+        if name not in self.outputs:
+            raise MdlNameError(f"`minimize {name}` needs an output: declare `output {name} "
+                               "= ...` first", s.name.loc)
+        t = self.outputs[name].type
+        if not (t.is_float and t.rank == 0):
+            raise MdlTypeError(f"the minimized output must be a float scalar, `{name}` is {t}",
+                               s.name.loc)
+        self.loss = name
+
+    def stmt_ParamDecl(self, s: n.ParamDecl) -> None:
+        ptype = self.eval_type(s.type)
+        full = self.scopes.param_name(s.name.name)
+        attrs = self.scopes.frame.attrs
+        init = self.eval_init(s.init) if s.init is not None else attrs.init
+        if init is None:
+            init = Init("xavier") if ptype.rank >= 2 else Init("zeros")
+        if init.kind in ("xavier", "orthogonal") and ptype.rank < 2:
+            raise MdlTypeError(f"`{init.kind}` needs a parameter of rank 2 or more, got "
+                               f"{ptype}", (s.init or s.type).loc)
+        if not ptype.is_float:
+            raise MdlTypeError(f"parameters are float tensors, got {ptype}", s.type.loc)
+        if not all(d.is_const for d in ptype.shape):
+            raise MdlTypeError(f"a parameter's shape must be known at compile time, got "
+                               f"{ptype}", s.type.loc)
+        existing = self.params.get(full)
+        if existing is None:
+            existing = Param(full, Value(ptype, s.name.name), init, attrs.trainable,
+                             attrs.regularizer, s.name.loc)
+            self.params[full] = existing
+            self.param_of[existing.value.id] = existing
+        elif existing.value.type != ptype:
+            raise MdlTypeError(f"parameter `{full}` is declared as {ptype} here but as "
+                               f"{existing.value.type} before", s.name.loc,
+                               notes=[("first declared here", existing.decl)])
+        self._check_assignable(s.name)
+        self.ctx.env[s.name.name] = existing.value
+
+    def eval_init(self, e: n.Expr) -> Init:
+        name, args, loc = _call_parts(e)
+        if name not in INITIALIZERS:
+            raise MdlTypeError("an initializer is one of " + ", ".join(INITIALIZERS), e.loc)
+        if len(args) != INITIALIZERS[name]:
+            raise MdlTypeError(f"`{name}` takes {INITIALIZERS[name]} arguments, got "
+                               f"{len(args)}", loc)
+        values = tuple(float(self._number(a)) for a in args)
+        if name == "uniform" and not values[0] < values[1]:
+            raise MdlTypeError(f"uniform(a, b) needs a < b, got {values[0]} and {values[1]}",
+                               loc)
+        if name == "normal" and not values[1] > 0:
+            raise MdlTypeError(f"normal(mean, std) needs std > 0, got {values[1]}", loc)
+        return Init(name, values)
+
+    def _number(self, e: n.Expr) -> float:
+        v = self.eval_single(e)
+        if not (isinstance(v, Const) and v.kind in ("int", "float")):
+            raise MdlTypeError("expected a number known at compile time", e.loc)
+        return v.value
+
+    def stmt_ScopeStmt(self, s: n.ScopeStmt) -> None:
+        attrs: dict[str, Any] = {}
+        for kw in s.attrs:
+            if kw.name in attrs:
+                raise MdlTypeError(f"scope attribute `{kw.name}` is given twice", kw.loc)
+            attrs[kw.name] = self._scope_attr(kw)
+        with self.scopes.enter(s.name.name, **attrs):
+            self.run_block(s.body.stmts)
+
+    def _scope_attr(self, kw: n.Kwarg) -> Any:
+        if kw.name == "init":
+            return self.eval_init(kw.value)
+        if kw.name == "trainable":
+            v = self.eval_single(kw.value)
+            if not (isinstance(v, Const) and v.kind == "bool"):
+                raise MdlTypeError("`trainable` must be true or false", kw.value.loc)
+            return v.value
+        if kw.name == "regularizer":
+            name, args, loc = _call_parts(kw.value)
+            if name not in ("l1", "l2") or len(args) != 1:
+                raise MdlTypeError("a regularizer is l1(strength) or l2(strength)", loc)
+            strength = float(self._number(args[0]))
+            if strength < 0:
+                raise MdlTypeError("a regularizer's strength must be >= 0", args[0].loc)
+            return Regularizer(name, strength)
+        raise MdlTypeError(f"unknown scope attribute `{kw.name}` (scopes take init, "
+                           "regularizer and trainable)", kw.loc)
+
+    def stmt_Share(self, s: n.Share) -> None:
+        pairs = [(tuple(i.name for i in p.source),
+                  tuple(i.name for i in p.target) if p.target is not None else (), p.loc)
+                 for p in s.pairs]
+        sources = [p[0] for p in pairs]
+        for i, p in enumerate(pairs):
+            if p[0] in sources[:i]:
+                raise MdlNameError(f"`{'.'.join(p[0])}` is shared twice in one block", p[2])
+        with self.scopes.share(pairs):
+            self.run_block(s.body.stmts)
+
+    def stmt_Yield(self, s: n.Yield) -> None:
+        raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "
+                           "values are assigned (`hs = for ...`)", s.loc)
+
+    def stmt_Return(self, s: n.Return) -> None:
+        raise MdlTypeError("`return` must be the last statement of a function", s.loc)
+
+
+class UsageError(Exception):
+    """A bad command-line request (unknown -D name, ...): exit status 2."""
+
+
+def _keyword(stmt: n.Stmt) -> str:
+    return {n.InputDecl: "input", n.OutputDecl: "output", n.Minimize: "minimize"}[type(stmt)]
+
+
+def _call_parts(e: n.Expr) -> tuple[str, list[n.Expr], Loc]:
+    """(name, positional args, loc) of `name` or `name(args)`; anything else is `?`."""
+    if isinstance(e, n.Name):
+        return e.id, [], e.loc
+    if isinstance(e, n.Call) and isinstance(e.func, n.Name) and not e.kwargs:
+        return e.func.id, e.args, e.loc
+    return "?", [], e.loc
+
+
+def _assigned_by(stmt: n.Stmt) -> list[str]:
+    if isinstance(stmt, n.Assign):
+        return [t.name for t in stmt.targets] + (
+            assigned_names(stmt.value.body.stmts) if isinstance(stmt.value, n.For) else [])
+    if isinstance(stmt, (n.ParamDecl, n.InputDecl, n.OutputDecl)):
+        return [stmt.name.name]
+    return assigned_names([stmt])
+
+
+def _unique(errors: list[MdlError]) -> list[MdlError]:
+    seen, out = set(), []
+    for e in errors:
+        key = (str(e.loc), e.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+def elaborate(program: Program, model: n.ModelDef, defines: dict[str, Any],
+              float_dtype: str = "f32") -> tuple[Graph, list[Diagnostic]]:
+    """The model's IR graph and the warnings found, or raise MdlError."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    try:
+        el = Elaborator(program, float_dtype)
+        graph = el.model(model, defines)
+        return graph, el.warnings
+    finally:
+        sys.setrecursionlimit(limit)
+

@@ -1,0 +1,63 @@
+"""What names stand for while a model is elaborated.
+
+A name is bound to a runtime tensor (an IR `Value`), a compile-time scalar (`Const`:
+literals, hyper-parameters, `int` arguments), or a marker explaining why it cannot be
+used here (`Unavailable`), or `Poisoned` after an error was already reported for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from codegen.ir import Value
+from codegen.shapes import Dim
+
+from .diagnostics import Loc
+
+
+@dataclass(frozen=True)
+class Const:
+    """A compile-time scalar; `kind` is int, float or bool. Weakly typed: it takes the
+    dtype of the tensor it meets."""
+    value: int | float | bool
+    kind: str
+
+    @staticmethod
+    def of(value) -> Const:
+        if isinstance(value, bool):
+            return Const(value, "bool")
+        if isinstance(value, int):
+            return Const(value, "int")
+        return Const(float(value), "float")
+
+    def __str__(self) -> str:
+        return str(self.value).lower() if self.kind == "bool" else str(self.value)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A name that exists but cannot be read here; `why` is the error to give."""
+    why: str
+    loc: Loc | None = None
+
+
+class Poisoned:
+    """A name whose definition failed; reading it stops the statement silently."""
+
+
+POISONED = Poisoned()
+
+Binding = Union[Value, Const, Unavailable, Poisoned, list]
+
+
+class Cascade(Exception):
+    """A statement read a poisoned name: its error was reported already."""
+
+
+@dataclass
+class Ctx:
+    """One elaboration context: a model body or one inlined function call."""
+    kind: str                                   # "model" or "function"
+    env: dict[str, Binding]
+    dims: dict[str, Dim] = field(default_factory=dict)
+    name: str = ""                              # the model's or function's name

@@ -1,0 +1,283 @@
+"""Expressions: names, literals, operators, indexing, paths. Compile-time scalars fold
+here; everything else becomes IR ops through `emit`, checked by the primitive table."""
+from __future__ import annotations
+
+import difflib
+import operator
+
+from codegen.ir import Value
+from codegen.shapes import Dim, DimError, TensorType
+
+from . import nodes as n
+from .diagnostics import Loc, MdlNameError, MdlTypeError
+from .env import Cascade, Const, Poisoned, Unavailable
+
+BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
+                "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
+                "and": "and", "or": "or"}
+CONST_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow,
+             "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+             "==": operator.eq, "!=": operator.ne}
+CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
+DTYPE_NAMES = ("f32", "f64", "i32", "bool")
+
+
+class Expressions:
+    """Mixin of the Elaborator: evaluating expressions."""
+
+    # ---- entry points ----
+    def eval(self, e: n.Expr):
+        """A Value, a Const, a tuple (several results) or a list (a list literal)."""
+        method = getattr(self, "eval_" + type(e).__name__)
+        return method(e)
+
+    def eval_single(self, e: n.Expr) -> Value | Const:
+        v = self.eval(e)
+        if isinstance(v, tuple):
+            raise MdlTypeError(f"this call returns {len(v)} values; unpack them with "
+                               f"`a, b = ...`", e.loc)
+        if isinstance(v, list):
+            raise MdlTypeError("a list can only be an argument of concat, stack, reshape, "
+                               "transpose or axis=", e.loc)
+        return v
+
+    def eval_tensor(self, e: n.Expr, like: TensorType | None = None) -> Value:
+        return self.to_tensor(self.eval_single(e), e.loc, like)
+
+    def to_tensor(self, v: Value | Const, loc: Loc, like: TensorType | None = None) -> Value:
+        """A Const becomes a rank-0 tensor of `like`'s dtype (weak typing) or its own."""
+        if isinstance(v, Value):
+            return v
+        dtype = self.const_dtype(v, like, loc)
+        return self.emit("full", [], {"shape": (), "value": v.value, "dtype": dtype}, loc)[0]
+
+    def const_dtype(self, c: Const, like: TensorType | None, loc: Loc) -> str:
+        if like is None:
+            return {"int": "i32", "float": self.float_dtype, "bool": "bool"}[c.kind]
+        ok = {"int": ("f32", "f64", "i32"), "float": ("f32", "f64"), "bool": ("bool",)}[c.kind]
+        if like.dtype not in ok:
+            raise MdlTypeError(f"{c.kind} literal {c} cannot combine with {like}", loc)
+        return like.dtype
+
+    # ---- leaves ----
+    def eval_IntLit(self, e: n.IntLit):
+        return Const(e.value, "int")
+
+    def eval_FloatLit(self, e: n.FloatLit):
+        return Const(e.value, "float")
+
+    def eval_BoolLit(self, e: n.BoolLit):
+        return Const(e.value, "bool")
+
+    def eval_ListLit(self, e: n.ListLit):
+        return [self.eval_single(item) for item in e.items]
+
+    def eval_Name(self, e: n.Name):
+        return self.lookup(e.id, e.loc)
+
+    def lookup(self, name: str, loc: Loc):
+        env = self.ctx.env
+        if name in env:
+            v = env[name]
+            if isinstance(v, Poisoned):
+                raise Cascade
+            if isinstance(v, Unavailable):
+                raise MdlNameError(v.why, loc, notes=[("defined here", v.loc)] if v.loc else [])
+            self.note_use(v, loc)
+            return v
+        if name in self.ctx.dims:
+            if self.ctx.dims[name].is_const:
+                return Const(self.ctx.dims[name].value, "int")
+            raise MdlTypeError(f"`{name}` is a symbolic dim; it can be used in shapes only",
+                               loc)
+        if name in self.builtins or name in self.program.functions:
+            raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
+        raise MdlNameError(f"unknown name `{name}`" + self._suggest(name), loc)
+
+    def _suggest(self, name: str) -> str:
+        close = difflib.get_close_matches(name, [k for k in self.ctx.env], n=1)
+        return f"; did you mean `{close[0]}`?" if close else ""
+
+    def eval_Path(self, e: n.Path):
+        parts = []
+        node: n.Expr = e
+        while isinstance(node, n.Path):
+            parts.append(node.attr.name)
+            node = node.base
+        if not isinstance(node, n.Name):
+            raise MdlTypeError("only parameters can be named with `a.b` paths", e.loc)
+        parts.append(node.id)
+        parts.reverse()
+        here = self.scopes.frame.path
+        for k in range(len(here), -1, -1):
+            full = self.scopes.param_name(parts[-1], here[:k] + tuple(parts[:-1]))
+            if full in self.params:
+                value = self.params[full].value
+                self.note_use(value, e.loc)
+                return value
+        raise MdlNameError(f"no parameter `{'.'.join(parts)}` is visible from scope "
+                           f"`{'/'.join(here) or '(root)'}`", e.loc)
+
+    # ---- operators ----
+    def eval_Unary(self, e: n.Unary):
+        x = self.eval_single(e.operand)
+        if e.op == "not":
+            if isinstance(x, Const):
+                self._const_kind(x, ("bool",), "`not`", e.loc)
+                return Const(not x.value, "bool")
+            return self.emit("not", [x], {}, e.loc)[0]
+        if isinstance(x, Const):
+            self._const_kind(x, ("int", "float"), "unary `-`", e.loc)
+            return Const(-x.value, x.kind)
+        return self.emit("neg", [x], {}, e.loc)[0]
+
+    def eval_Binary(self, e: n.Binary):
+        a = self.eval_single(e.left)
+        b = self.eval_single(e.right)
+        if isinstance(a, Const) and isinstance(b, Const):
+            return self.fold(e.op, a, b, e.loc)
+        like = a.type if isinstance(a, Value) else b.type
+        return self.emit(BINARY_PRIMS[e.op], [self.to_tensor(a, e.left.loc, like),
+                                              self.to_tensor(b, e.right.loc, like)], {}, e.loc)[0]
+
+    def fold(self, op: str, a: Const, b: Const, loc: Loc) -> Const:
+        if op in ("and", "or"):
+            for c in (a, b):
+                self._const_kind(c, ("bool",), f"`{op}`", loc)
+            return Const(a.value and b.value if op == "and" else a.value or b.value, "bool")
+        for c in (a, b):
+            self._const_kind(c, ("int", "float") if op not in ("==", "!=") else
+                             ("int", "float", "bool"), f"`{op}`", loc)
+        if op == "@":
+            raise MdlTypeError("`@` needs tensors, got two scalars", loc)
+        if op == "/":
+            if b.value == 0:
+                raise MdlTypeError("division by zero", loc)
+            exact = a.kind == b.kind == "int" and a.value % b.value == 0
+            return Const(a.value // b.value, "int") if exact else Const(a.value / b.value,
+                                                                          "float")
+        try:
+            value = CONST_OPS[op](a.value, b.value)
+        except (OverflowError, ZeroDivisionError, ValueError) as exc:
+            raise MdlTypeError(f"cannot compute {a} {op} {b} at compile time: {exc}", loc)
+        if isinstance(value, complex) or (isinstance(value, int) and abs(value) > 2**62):
+            raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
+        return Const.of(value)
+
+    def _const_kind(self, c: Const, kinds: tuple[str, ...], what: str, loc: Loc) -> None:
+        if c.kind not in kinds:
+            raise MdlTypeError(f"{what} is not defined for {c.kind} {c}", loc)
+
+    # ---- indexing ----
+    def eval_Index(self, e: n.Index):
+        if isinstance(e.base, n.Name) and e.base.id in CREATORS and e.base.id not in self.ctx.env:
+            if e.base.id == "full":
+                raise MdlTypeError("`full[...]` needs its value: `full[B, H](0.5)`", e.loc)
+            shape = tuple(self.eval_dim(d) for d in e.subscripts)
+            value = CREATORS[e.base.id]
+            return self.emit("full", [], {"shape": shape, "value": value,
+                                          "dtype": self.float_dtype}, e.loc)[0]
+        x = self.eval_tensor(e.base)
+        subs = e.subscripts
+        if len(subs) == 1 and not isinstance(subs[0], n.Slice):
+            i = self.eval_single(subs[0])
+            if isinstance(i, Value) and i.type.rank > 0:
+                return self.emit("gather", [x, i], {}, e.loc)[0]
+            return self.emit("index", [x, self._index_value(i, x, subs[0].loc)], {}, e.loc)[0]
+        if not isinstance(subs[0], n.Slice):
+            first = self.eval_single(subs[0])
+            if isinstance(first, Value):
+                x = self.emit("index", [x, first], {}, e.loc)[0]
+                return self._slices(x, subs[1:], e.loc)
+        return self._slices(x, subs, e.loc)
+
+    def _index_value(self, i, x: Value, loc: Loc) -> Value:
+        if isinstance(i, Const):
+            self._const_kind(i, ("int",), "an index", loc)
+            value = i.value
+            if x.type.rank and x.type.shape[0].is_const:
+                size = x.type.shape[0].value
+                if not -size <= value < size:
+                    raise MdlTypeError(f"index {value} is out of range for {x.type}", loc)
+                value %= size
+            elif value < 0:
+                raise MdlTypeError(f"a negative index needs a known length; {x.type} has "
+                                   f"length {x.type.shape[0]}", loc)
+            return self.emit("full", [], {"shape": (), "value": value, "dtype": "i32"}, loc)[0]
+        return i
+
+    def _slices(self, x: Value, subs: list[n.Expr], loc: Loc) -> Value:
+        if len(subs) > x.type.rank:
+            raise MdlTypeError(f"{len(subs)} subscripts for {x.type}", loc)
+        starts, stops, drop = [], [], []
+        for axis, s in enumerate(subs):
+            size = x.type.shape[axis]
+            if isinstance(s, n.Slice):
+                start = self._bound(s.start, size, Dim.of(0))
+                stop = self._bound(s.stop, size, size)
+            else:
+                start = self._bound(s, size, None)
+                stop = start + 1
+                drop.append(axis)
+            if (start.is_const and stop.is_const and size.is_const
+                    and not 0 <= start.value <= stop.value <= size.value):
+                raise MdlTypeError(f"slice {start}:{stop} is out of range for axis {axis} of "
+                                   f"{x.type}", s.loc)
+            starts.append(start)
+            stops.append(stop)
+        out = self.emit("slice", [x], {"starts": tuple(starts), "stops": tuple(stops)}, loc)[0]
+        if drop:
+            shape = tuple(d for i, d in enumerate(out.type.shape) if i not in drop)
+            out = self.emit("reshape", [out], {"shape": shape}, loc)[0]
+        return out
+
+    def _bound(self, e: n.Expr | None, size: Dim, default: Dim | None) -> Dim:
+        if e is None:
+            return default
+        d = self.eval_dim(e)
+        if d.is_const and d.value < 0:
+            if not size.is_const:
+                raise MdlTypeError(f"a negative bound needs a known length, not {size}", e.loc)
+            d = d + size
+        return d
+
+    # ---- dims and types ----
+    def eval_dim(self, e: n.Expr) -> Dim:
+        """A dim: an integer expression of literals, hyper-parameters and symbolic dims."""
+        if isinstance(e, n.Name) and e.id in self.ctx.dims:
+            return self.ctx.dims[e.id]
+        if isinstance(e, n.Binary) and e.op in "+-*/":
+            a, b = self.eval_dim(e.left), self.eval_dim(e.right)
+            try:
+                if e.op == "/":
+                    return a.exact_div(b)
+                return {"+": a + b, "-": a - b, "*": a * b}[e.op]
+            except DimError as exc:
+                raise MdlTypeError(f"{exc}: `/` in dims must divide exactly", e.loc)
+        if isinstance(e, n.Unary) and e.op == "-":
+            return -self.eval_dim(e.operand)
+        v = self.eval_single(e)
+        if isinstance(v, Const) and v.kind == "int":
+            return Dim.of(v.value)
+        raise MdlTypeError("a dim must be an integer known at compile time (a literal, a "
+                           "hyper-parameter or a symbolic dim)", e.loc)
+
+    def dtype_of(self, name: str, loc: Loc) -> str:
+        if name not in DTYPE_NAMES:
+            raise MdlTypeError(f"unknown type `{name}` (types are f32, f64, i32, bool)", loc)
+        return self.float_dtype if name in ("f32", "f64") and self.float_dtype == "f64" \
+            else name
+
+    def eval_type(self, t: n.TypeExpr, bind_unknown=None) -> TensorType:
+        """A tensor type; a bare unknown dim name is passed to `bind_unknown(name, axis)`."""
+        dtype = self.dtype_of(t.name, t.loc)
+        shape = []
+        for axis, d in enumerate(t.dims or []):
+            if (bind_unknown and isinstance(d, n.Name) and d.id not in self.ctx.dims
+                    and d.id not in self.ctx.env):
+                shape.append(bind_unknown(d.id, axis, d.loc))
+            else:
+                shape.append(self.eval_dim(d))
+            if shape[-1].is_const and shape[-1].value <= 0:
+                raise MdlTypeError(f"dims must be positive, got {shape[-1]}", d.loc)
+        return TensorType(dtype, tuple(shape))

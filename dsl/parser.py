@@ -1,0 +1,298 @@
+"""Text to AST: the LALR parser built from grammar.lark, an AST builder with one method
+per rule alias, and syntax errors that say what is wrong rather than what was expected.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path as FsPath
+
+from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import nodes as n
+from .diagnostics import Loc, MdlSyntaxError, Source
+
+GRAMMAR = FsPath(__file__).with_name("grammar.lark")
+I32_MAX = 2**31 - 1
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {v: k for k, v in OPENERS.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def lark_parser(strict: bool = False) -> Lark:
+    """The Lark LALR parser (strict=True refuses any grammar conflict; needs interegular)."""
+    return Lark(GRAMMAR.read_text(), parser="lalr", lexer="basic", strict=strict,
+                propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(text: str, path: str = "<string>") -> n.Module:
+    """Parse one .mdl source into a Module, or raise MdlSyntaxError."""
+    source = Source(path, text)
+    try:
+        tree = lark_parser().parse(text)
+    except UnexpectedInput as exc:
+        raise _syntax_error(source, exc) from None
+    try:
+        return AstBuilder(source).transform(tree)
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, MdlSyntaxError):
+            raise exc.orig_exc from None
+        raise
+
+
+def _tok_loc(source: Source, tok: Token) -> Loc:
+    return Loc(source, tok.line, tok.column, max(1, len(tok)))
+
+
+@v_args(inline=True)
+class AstBuilder(Transformer_NonRecursive):
+    """Builds the AST bottom-up without recursion; one method per grammar alias."""
+
+    def __init__(self, source: Source):
+        super().__init__()
+        self.src = source
+
+    def _loc(self, tok: Token) -> Loc:
+        return _tok_loc(self.src, tok)
+
+    def _node(self, cls, loc: Loc, *args):
+        node = cls(loc, *args)
+        if node.depth > n.MAX_DEPTH:
+            raise MdlSyntaxError(f"this is nested too deeply (more than {n.MAX_DEPTH} levels); "
+                                 "split it into several statements", loc)
+        return node
+
+    # ---- top level ----
+    def start(self, *items):
+        pick = lambda cls: [i for i in items if isinstance(i, cls)]  # noqa: E731
+        loc = Loc(self.src, 1, 1)
+        return n.Module(loc, pick(n.Import), pick(n.FuncDef), pick(n.ModelDef))
+
+    def import_decl(self, kw, path):
+        return n.Import(self._loc(path), str(path)[1:-1])
+
+    def def_decl(self, kw, name, *rest):
+        *args, returns, body = rest
+        args = [a for a in args if a is not None]
+        if returns is None:
+            returns = []
+        elif not isinstance(returns, list):
+            returns = [returns]
+        return n.FuncDef(self._loc(name), self._ident(name), args, returns, body)
+
+    def arg(self, name, type_, default):
+        return n.Arg(self._loc(name), self._ident(name), type_, default)
+
+    def type_tuple(self, *types):
+        return list(types)
+
+    def model_decl(self, kw, name, *rest):
+        *hparams, body = rest
+        return n.ModelDef(self._loc(name), self._ident(name), [h for h in hparams if h], body)
+
+    def hparam(self, name, value):
+        return n.HParam(self._loc(name), self._ident(name), value)
+
+    def scalar_type(self, name):
+        return n.TypeExpr(self._loc(name), str(name), None)
+
+    def tensor_type(self, name, *dims):
+        return self._node(n.TypeExpr, self._loc(name), str(name), [d for d in dims if d])
+
+    @v_args(inline=True, meta=True)
+    def block(self, meta, *stmts):
+        loc = Loc(self.src, meta.line, meta.column) if not meta.empty else Loc(self.src, 1, 1)
+        return self._node(n.Block, loc, list(stmts))
+
+    # ---- statements ----
+    def assign(self, *parts):
+        *targets, value = parts
+        idents = [self._ident(t) for t in targets]
+        return self._node(n.Assign, idents[0].loc, idents, value)
+
+    def param_decl(self, kw, name, type_, init):
+        return self._node(n.ParamDecl, self._loc(name), self._ident(name), type_, init)
+
+    def input_decl(self, kw, name, type_):
+        return n.InputDecl(self._loc(name), self._ident(name), type_)
+
+    def output_decl(self, kw, name, value):
+        return self._node(n.OutputDecl, self._loc(name), self._ident(name), value)
+
+    def minimize_stmt(self, kw, name):
+        return n.Minimize(self._loc(name), self._ident(name))
+
+    def yield_stmt(self, kw, *values):
+        return self._node(n.Yield, self._loc(kw), list(values))
+
+    def return_stmt(self, kw, *values):
+        return self._node(n.Return, self._loc(kw), list(values))
+
+    def scope_stmt(self, kw, name, *rest):
+        *attrs, body = rest
+        return self._node(n.ScopeStmt, name.loc, name, [a for a in attrs if a], body)
+
+    def share_stmt(self, kw, *rest):
+        *pairs, body = rest
+        return self._node(n.Share, self._loc(kw), pairs, body)
+
+    def share_pair(self, source, target):
+        target = None if isinstance(target, Token) else target
+        return n.SharePair(source[0].loc, source, target)
+
+    def scope_path(self, *names):
+        return list(names)
+
+    def scope_name(self, tok):
+        return self._ident(tok)
+
+    def if_stmt(self, kw, cond, then, *rest):
+        orelse = rest[1] if len(rest) == 2 else None
+        if isinstance(orelse, n.If):
+            orelse = n.Block(orelse.loc, [orelse])
+        return self._node(n.If, self._loc(kw), cond, then, orelse)
+
+    def while_stmt(self, kw, cond, body):
+        return self._node(n.While, self._loc(kw), cond, body)
+
+    def for_stmt(self, kw, *rest):
+        *parts, body = rest
+        bindings = [p for p in parts if isinstance(p, n.Binding)]
+        options = [p for p in parts if isinstance(p, n.LoopOption)]
+        return self._node(n.For, self._loc(kw), bindings, options, body)
+
+    def seq_binding(self, var, kw, seq):
+        return n.Binding(self._loc(var), self._ident(var), self._ident(seq), False)
+
+    def reversed_binding(self, var, kw, rev, seq):
+        return n.Binding(self._loc(var), self._ident(var), self._ident(seq), True)
+
+    def loop_option(self, name, value):
+        return self._node(n.LoopOption, self._loc(name), str(name), value)
+
+    # ---- expressions ----
+    def binary(self, left, op, right):
+        return self._node(n.Binary, self._loc(op), str(op), left, right)
+
+    def unary(self, op, operand):
+        return self._node(n.Unary, self._loc(op), str(op), operand)
+
+    def call(self, func, *rest):
+        *args, as_kw, as_name = rest
+        args = [a for a in args if a is not None]
+        pos = [a for a in args if not isinstance(a, n.Kwarg)]
+        kw = [a for a in args if isinstance(a, n.Kwarg)]
+        return self._node(n.Call, func.loc, func, pos, kw, as_name)
+
+    def index(self, base, lsqb, *subscripts):
+        return self._node(n.Index, self._loc(lsqb), base, list(subscripts))
+
+    def slice(self, start, colon, stop):
+        return self._node(n.Slice, self._loc(colon), start, stop)
+
+    def path(self, base, dot, attr):
+        return self._node(n.Path, attr.loc, base, attr)
+
+    def kwarg(self, name, value):
+        return self._node(n.Kwarg, self._loc(name), str(name), value)
+
+    def name(self, tok):
+        return n.Name(self._loc(tok), str(tok))
+
+    def int_lit(self, tok):
+        value = int(tok)
+        if value > I32_MAX + 1:  # 2**31 is allowed only so that `-2147483648` can be written
+            raise MdlSyntaxError(f"integer literal {tok} does not fit in i32", self._loc(tok))
+        return n.IntLit(self._loc(tok), value)
+
+    def float_lit(self, tok):
+        value = float(tok)
+        if math.isinf(value):
+            raise MdlSyntaxError(f"float literal {tok} is out of range", self._loc(tok))
+        return n.FloatLit(self._loc(tok), value, str(tok))
+
+    def bool_lit(self, tok):
+        return n.BoolLit(self._loc(tok), str(tok) == "true")
+
+    def list_lit(self, lsqb, *items):
+        return self._node(n.ListLit, self._loc(lsqb), [i for i in items if i is not None])
+
+    def _ident(self, tok) -> n.Ident:
+        return tok if isinstance(tok, n.Ident) else n.Ident(self._loc(tok), str(tok))
+
+
+# ---- syntax errors ----------------------------------------------------------
+TOKEN_WORDS = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
+    "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`", "LBRACE": "`{`",
+    "RBRACE": "`}`", "COMMA": "`,`", "EQUAL": "`=`", "COLON": "`:`", "SEMICOLON": "`;`",
+    "DOT": "`.`", "COMPARE": "a comparison", "ADD_OP": "`+`", "MINUS": "`-`",
+    "MUL_OP": "an operator", "POW": "`**`", "__ANON_0": "`->`", "$END": "the end of the file",
+}
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of file"
+    return f"`{tok}`"
+
+
+def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
+    if isinstance(exc, UnexpectedCharacters):
+        loc = Loc(source, exc.line, exc.column)
+        char = source.text[exc.pos_in_stream]
+        if char == '"':
+            return MdlSyntaxError("unterminated string", loc)
+        return MdlSyntaxError(f"unexpected character `{char}`", loc)
+    assert isinstance(exc, UnexpectedToken)
+    tok = exc.token
+    unclosed = _open_brackets(source, tok)
+    if tok.type == "$END":
+        if unclosed:
+            char, loc = unclosed[-1]
+            return MdlSyntaxError(f"unexpected end of file: `{char}` is never closed", loc,
+                                  label=f"this `{char}` needs a matching `{OPENERS[char]}`")
+        return MdlSyntaxError("unexpected end of file", _end_loc(source))
+    loc = _tok_loc(source, tok)
+    text = str(tok)
+    if text in CLOSERS and (not unclosed or unclosed[-1][0] != CLOSERS[text]):
+        if unclosed:
+            char, where = unclosed[-1]
+            return MdlSyntaxError(f"`{text}` does not match the `{char}` opened at {where}", loc)
+        return MdlSyntaxError(f"unmatched `{text}`", loc)
+    if tok.type == "COMPARE" and exc.state is not None and "COMPARE" not in exc.expected:
+        return MdlSyntaxError("comparisons do not chain: write `a < b and b < c`", loc)
+    if tok.type.isupper() and text.isidentifier() and tok.type != "NAME" and "NAME" in exc.expected:
+        return MdlSyntaxError(f"`{text}` is a keyword and cannot be used as a name here", loc)
+    if {"NAME", "INT", "FLOAT"} <= set(exc.expected):
+        return MdlSyntaxError(f"expected an expression, found {_describe(tok)}", loc)
+    expected = sorted({TOKEN_WORDS.get(e, f"`{e.lower()}`") for e in exc.expected})
+    if len(expected) <= 4:
+        return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
+    return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _open_brackets(source: Source, stop: Token) -> list[tuple[str, Loc]]:
+    """The brackets still open before `stop`, outermost first."""
+    stack: list[tuple[str, Loc]] = []
+    end = len(source.text) if stop.type == "$END" else stop.start_pos
+    try:
+        for tok in lark_parser().lex(source.text[:end]):
+            text = str(tok)
+            if text in OPENERS:
+                stack.append((text, _tok_loc(source, tok)))
+            elif text in CLOSERS and stack and stack[-1][0] == CLOSERS[text]:
+                stack.pop()
+    except UnexpectedInput:
+        pass
+    return stack
+
+
+def _end_loc(source: Source) -> Loc:
+    lines = source.text.splitlines() or [""]
+    return Loc(source, len(lines), len(lines[-1]) + 1)

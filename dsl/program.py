@@ -1,0 +1,102 @@
+"""A program: the main file with everything it imports, transitively (cycles allowed),
+and the functions and models they define."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import nodes as n
+from .builtins import BUILTINS
+from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, Source, raise_all
+from .parser import parse
+
+STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl
+
+
+@dataclass
+class Program:
+    main: n.Module
+    functions: dict[str, n.FuncDef] = field(default_factory=dict)
+    models: dict[str, n.ModelDef] = field(default_factory=dict)  # the main file's
+
+
+def read_source(path: str | Path, loc: Loc | None = None) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise MdlNameError(f"`{path}` is not UTF-8 text", loc) from None
+    except OSError as exc:
+        raise MdlNameError(f"cannot read `{path}`: {exc.strerror or exc}", loc) from None
+
+
+def load_program(text: str, path: str) -> Program:
+    """Parse `text` (the file at `path`) and its imports; check the definitions' headers."""
+    main = parse(text, path)
+    program = Program(main)
+    errors: list[MdlError] = []
+    seen: set[Path] = set()
+    pending: list[tuple[n.Module, Path | None]] = [(main, _file_dir(path))]
+    while pending:
+        module, directory = pending.pop(0)
+        for fn in module.functions:
+            _add_function(program, fn, errors)
+        for imp in module.imports:
+            try:
+                target = _resolve_import(imp, directory)
+                if target in seen or target == _resolved(path):
+                    continue
+                seen.add(target)
+                pending.append((parse(read_source(target, imp.loc), str(target)), target.parent))
+            except MdlError as exc:
+                errors.append(exc)
+    for model in main.models:
+        if model.name.name in program.models:
+            errors.append(MdlNameError(f"model `{model.name.name}` is defined twice", model.loc,
+                                       notes=[("first defined here",
+                                               program.models[model.name.name].loc)]))
+        program.models[model.name.name] = model
+    raise_all(errors)
+    return program
+
+
+def _file_dir(path: str) -> Path | None:
+    p = Path(path)
+    return p.parent if p.exists() else Path.cwd()
+
+
+def _resolved(path: str) -> Path | None:
+    p = Path(path)
+    return p.resolve() if p.exists() else None
+
+
+def _resolve_import(imp: n.Import, directory: Path | None) -> Path:
+    for root in ([directory] if directory else []) + [STD_ROOT]:
+        candidate = (root / imp.path)
+        if candidate.is_file():
+            return candidate.resolve()
+    where = f"{directory} or the standard library" if directory else "the standard library"
+    raise MdlNameError(f"cannot find `{imp.path}` (looked in {where})", imp.loc)
+
+
+def _add_function(program: Program, fn: n.FuncDef, errors: list[MdlError]) -> None:
+    name = fn.name.name
+    if name in BUILTINS:
+        errors.append(MdlNameError(f"`{name}` is a built-in function; choose another name",
+                                   fn.name.loc))
+        return
+    if name in program.functions:
+        errors.append(MdlNameError(f"function `{name}` is defined twice", fn.name.loc,
+                                   notes=[("first defined here", program.functions[name].loc)]))
+        return
+    names = [a.name.name for a in fn.args]
+    for i, arg in enumerate(fn.args):
+        if arg.name.name in names[:i]:
+            errors.append(MdlTypeError(f"argument `{arg.name.name}` of `{name}` is declared "
+                                       "twice", arg.loc))
+    if not fn.body.stmts or not isinstance(fn.body.stmts[-1], n.Return):
+        errors.append(MdlTypeError(f"function `{name}` must end with a `return`", fn.name.loc))
+    program.functions[name] = fn
+
+
+def source_of(text: str, path: str) -> Source:
+    return Source(path, text)

@@ -1,0 +1,116 @@
+"""Parameter naming: scope frames, call-site counters, inherited attributes, and `share`
+remapping with exactly the semantics of Caffe2's ParameterSharing.
+
+Paths are tuples of names. A `share` block adds overrides {source: target}, both relative
+to the (unresolved) scope where it stands; nested blocks add to the outer ones and the
+outer ones return when a block ends. A scope resolves through the longest prefix that has
+an override, recursively, and keeps the rest of its path (Caffe2's
+`_resolve_scope_overrides`).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from codegen.ir import Init, Regularizer
+
+from .diagnostics import Loc, MdlNameError
+
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScopeAttrs:
+    """What a scope hands down to nested scopes and parameters."""
+    init: Init | None = None
+    regularizer: Regularizer | None = None
+    trainable: bool = True
+
+
+@dataclass
+class Frame:
+    """A block that opens a scope (model, `scope`, function call), with its counters."""
+    path: Path
+    attrs: ScopeAttrs
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Scopes:
+    def __init__(self) -> None:
+        self.frames = [Frame((), ScopeAttrs())]
+        self.share_blocks: list[dict[Path, Path]] = []
+
+    @property
+    def frame(self) -> Frame:
+        return self.frames[-1]
+
+    @contextmanager
+    def enter(self, name: str, **attrs):
+        """Open a child scope `name` of the current one (a new block: counters restart)."""
+        inherited = replace(self.frame.attrs, **attrs)
+        self.frames.append(Frame(self.frame.path + (name,), inherited))
+        try:
+            yield
+        finally:
+            self.frames.pop()
+
+    def call_scope_name(self, function: str, as_name: str | None) -> str:
+        """The child scope a call opens: `as NAME`, else linear, linear_1, ... per block."""
+        if as_name is not None:
+            return as_name
+        count = self.frame.counters.get(function, 0)
+        self.frame.counters[function] = count + 1
+        return function if count == 0 else f"{function}_{count}"
+
+    @contextmanager
+    def share(self, pairs: list[tuple[Path, Path, Loc]]):
+        """Add the overrides of one `share` block, relative to the current scope."""
+        here = self.frame.path
+        overrides: dict[Path, Path] = {}
+        for source, target, loc in pairs:
+            if target[:len(source)] == source:
+                what = "is the same as" if target == source else "lies inside"
+                raise MdlNameError(f"share target `{_dotted(target) or '.'}` {what} its source "
+                                   f"`{_dotted(source)}`", loc)
+            overrides[here + source] = here + target
+        self.share_blocks.append(overrides)
+        try:
+            for source, _, loc in pairs:
+                self._check_acyclic(here + source, loc)
+            yield
+        finally:
+            self.share_blocks.pop()
+
+    def _overrides(self) -> dict[Path, Path]:
+        merged: dict[Path, Path] = {}
+        for block in self.share_blocks:
+            merged.update(block)
+        return merged
+
+    def _check_acyclic(self, path: Path, loc: Loc) -> None:
+        try:
+            self.resolve(path)
+        except RecursionError:
+            raise MdlNameError("these share blocks map scopes in a cycle: "
+                               f"`{_dotted(path)}` never resolves", loc) from None
+
+    def resolve(self, candidate: Path, _seen: frozenset = frozenset()) -> Path:
+        """The scope that `candidate` stands for once every override applies."""
+        overrides = self._overrides()
+        best, best_len = None, 0
+        for i in range(1, len(candidate) + 1):
+            if candidate[:i] in overrides:
+                best, best_len = overrides[candidate[:i]], i
+        if best is None:
+            return candidate
+        if candidate in _seen:
+            raise RecursionError
+        return self.resolve(best, _seen | {candidate}) + candidate[best_len:]
+
+    def param_name(self, name: str, path: Path | None = None) -> str:
+        """The full name of parameter `name` declared in the current scope (or `path`)."""
+        return "/".join(self.resolve(self.frame.path if path is None else path) + (name,))
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(path)
