@@ -16,7 +16,7 @@ from .builtins import BUILTINS, INITIALIZERS
 from .calls import Calls
 from .control import ControlFlow, assigned_names
 from .diagnostics import Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError, raise_all
-from .env import POISONED, Cascade, Const, Ctx
+from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .program import Program
 from .scopes import Scopes
@@ -196,6 +196,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
         if self.loss is not None:
             raise MdlTypeError(f"a model minimizes one output; `{self.loss}` already is",
                                s.name.loc)
+        if isinstance(self.ctx.env.get(name), Poisoned):
+            raise Cascade
         if name not in self.outputs:
             raise MdlNameError(f"`minimize {name}` needs an output: declare `output {name} "
                                "= ...` first", s.name.loc)
