@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     from dsl import MdlError, UsageError
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `mdlc check F | head`: the reader left; leave quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except MdlError as exc:
         print(exc.render(), file=sys.stderr)
         return 1

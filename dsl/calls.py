@@ -8,7 +8,7 @@ from codegen.shapes import Dim, TensorType
 
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, full_of
-from .diagnostics import Loc, MdlNameError, MdlTypeError
+from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError
 from .env import Cascade, Const, Ctx, Poisoned
 from .printer import expr_text
 from .signature import Signature
@@ -77,6 +77,9 @@ class Calls:
             with self.scopes.enter(scope_name):
                 self.run_block(fn.body.stmts[:-1])
                 return self._returned(fn, fn.body.stmts[-1])
+        except MdlError as exc:
+            exc.note_call(name, call.loc)
+            raise
         finally:
             self.call_stack.pop()
             self.ctx, self.top_level = outer_ctx, outer_top

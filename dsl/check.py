@@ -7,7 +7,7 @@ from typing import Any
 
 from codegen.ir import Graph
 
-from .diagnostics import Diagnostic
+from .diagnostics import Diagnostic, Loc, MdlNameError, Source
 from .elaborate import UsageError, elaborate
 from .program import load_program, read_source
 
@@ -25,7 +25,8 @@ def check_source(text: str, path: str = "<string>", defines: dict[str, Any] | No
     bad request (unknown model or hyper-parameter)."""
     program = load_program(text, path)
     if not program.models:
-        raise UsageError(f"{path} defines no model")
+        raise MdlNameError("this file defines no model (write `model Name() { ... }`)",
+                           Loc(Source(path, text), 1, 1))
     if model is None:
         if len(program.models) > 1:
             raise UsageError(f"{path} defines several models ({', '.join(program.models)}); "

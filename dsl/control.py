@@ -8,14 +8,15 @@ from codegen.ir import Block, Op, Value
 from codegen.shapes import TensorType
 
 from . import nodes as n
-from .diagnostics import Loc, MdlTypeError
+from .diagnostics import Loc, MdlTypeError, count
 from .env import Cascade, Const, Poisoned, Unavailable
 
 LOOP_OPTIONS = ("lengths", "recompute", "checkpoint")
 
 
-def assigned_names(stmts: list[n.Stmt]) -> list[str]:
-    """Names a statement list assigns, nested blocks included, in first-assignment order."""
+def assigned_names(stmts: list[n.Stmt], declarations: bool = False) -> list[str]:
+    """Names a statement list assigns, nested blocks included, in first-assignment order;
+    with `declarations`, also the names that param and input declarations bind."""
     out: list[str] = []
     stack = list(reversed(stmts))
     while stack:
@@ -26,7 +27,8 @@ def assigned_names(stmts: list[n.Stmt]) -> list[str]:
             names = [t.name for t in s.targets]
             if isinstance(s.value, n.For):
                 children = s.value.body.stmts
-        elif isinstance(s, n.OutputDecl):
+        elif isinstance(s, n.OutputDecl) or (declarations and isinstance(
+                s, (n.ParamDecl, n.InputDecl))):
             names = [s.name.name]
         elif isinstance(s, (n.For, n.While, n.ScopeStmt, n.Share)):
             children = s.body.stmts
@@ -204,8 +206,8 @@ class ControlFlow:
         if yields:
             raise MdlTypeError("a loop body has exactly one `yield`", y.loc)
         if len(y.values) != len(targets):
-            raise MdlTypeError(f"the loop yields {len(y.values)} values for {len(targets)} "
-                               "targets", y.loc)
+            raise MdlTypeError(f"the loop yields {count(len(y.values), 'value')} for "
+                               f"{count(len(targets), 'target')}", y.loc)
         return [self.eval_tensor(v) for v in y.values]
 
     # ---- if ----

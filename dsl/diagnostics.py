@@ -74,6 +74,11 @@ def _excerpt(loc: Loc, label: str) -> list[str]:
     return [f" {loc.line} | {line}", f" {gutter} | {caret}"]
 
 
+def count(number: int, noun: str) -> str:
+    """`1 value`, `2 values`: message text that reads right for any number."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 class MdlError(Exception):
     """Base of every error in user input; holds one or more diagnostics."""
 
@@ -92,6 +97,12 @@ class MdlError(Exception):
 
     def render(self) -> str:
         return "\n".join(d.render() for d in self.diagnostics)
+
+    def note_call(self, function: str, loc: Loc) -> None:
+        """Record that the error was reached through a call of `function` at `loc`."""
+        first = self.diagnostics[0]
+        if loc != first.loc:
+            first.notes.append((f"in this call of `{function}`", loc))
 
     def __str__(self) -> str:
         return self.render()

@@ -15,7 +15,8 @@ from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS
 from .calls import Calls
 from .control import ControlFlow, assigned_names
-from .diagnostics import Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError, raise_all
+from .diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError, count,
+                          raise_all)
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .program import Program
@@ -33,6 +34,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.scopes = Scopes()
         self.params: dict[str, Param] = {}
         self.param_of: dict[int, Param] = {}
+        self.decl_call: dict[str, Loc | None] = {}  # the model-level call that declared it
         self.block = Block()
         self.ctx = Ctx("model", {})
         self.call_stack: list[tuple[n.FuncDef, Loc]] = []
@@ -64,6 +66,12 @@ class Elaborator(Expressions, Calls, ControlFlow):
                 where = self.call_stack[0][1] if self.call_stack else loc
                 if where not in param.uses:
                     param.uses.append(where)
+
+    def with_call_notes(self, exc: MdlError) -> MdlError:
+        """Say through which calls (innermost first) an error inside a function was reached."""
+        for fn, loc in reversed(self.call_stack):
+            exc.note_call(fn.name.name, loc)
+        return exc
 
     # ---- the model ----
     def model(self, m: n.ModelDef, defines: dict[str, Any]) -> Graph:
@@ -130,8 +138,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
                     getattr(self, "stmt_" + type(stmt).__name__)(stmt)
                 except (MdlError, Cascade) as exc:
                     if isinstance(exc, MdlError):
-                        self.errors.append(exc)
-                    for name in _assigned_by(stmt):
+                        self.errors.append(self.with_call_notes(exc))
+                    for name in assigned_names([stmt], declarations=True):
                         self.ctx.env[name] = POISONED
                 if len(self.errors) >= MAX_ERRORS:
                     return
@@ -150,8 +158,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                "stack, reshape and transpose only", s.value.loc)
         values = value if isinstance(value, tuple) else (value,)
         if len(values) != len(s.targets):
-            raise MdlTypeError(f"{len(values)} value{'s' if len(values) != 1 else ''} for "
-                               f"{len(s.targets)} targets", s.loc)
+            raise MdlTypeError(f"{count(len(values), 'value')} for "
+                               f"{count(len(s.targets), 'target')}", s.loc)
         for t, v in zip(s.targets, values):
             if isinstance(v, Value) and not v.hint:
                 v.hint = t.name
@@ -226,14 +234,24 @@ class Elaborator(Expressions, Calls, ControlFlow):
         if existing is None:
             existing = Param(full, Value(ptype, s.name.name), init, attrs.trainable,
                              attrs.regularizer, s.name.loc)
+            self.decl_call[full] = self.call_stack[0][1] if self.call_stack else None
             self.params[full] = existing
             self.param_of[existing.value.id] = existing
         elif existing.value.type != ptype:
-            raise MdlTypeError(f"parameter `{full}` is declared as {ptype} here but as "
-                               f"{existing.value.type} before", s.name.loc,
-                               notes=[("first declared here", existing.decl)])
+            raise self._param_conflict(full, ptype, existing, s.name.loc)
         self._check_assignable(s.name)
         self.ctx.env[s.name.name] = existing.value
+
+    def _param_conflict(self, full: str, ptype, existing: Param, loc: Loc) -> MdlError:
+        """Two declarations of one parameter disagree; point at the user's call sites."""
+        first_call, this_call = self.decl_call.get(full), (
+            self.call_stack[0][1] if self.call_stack else None)
+        before = f"the call at {first_call}" if first_call else f"{existing.decl}"
+        where = this_call or loc
+        notes = [(f"declared here as {ptype}", loc)] if this_call else []
+        notes.append((f"first declared here as {existing.value.type}", existing.decl))
+        return MdlTypeError(f"parameter `{full}` is declared as {ptype} here but as "
+                            f"{existing.value.type} by {before}", where, notes=notes)
 
     def eval_init(self, e: n.Expr) -> Init:
         name, args, loc = _call_parts(e)
@@ -318,15 +336,6 @@ def _call_parts(e: n.Expr) -> tuple[str, list[n.Expr], Loc]:
     if isinstance(e, n.Call) and isinstance(e.func, n.Name) and not e.kwargs:
         return e.func.id, e.args, e.loc
     return "?", [], e.loc
-
-
-def _assigned_by(stmt: n.Stmt) -> list[str]:
-    if isinstance(stmt, n.Assign):
-        return [t.name for t in stmt.targets] + (
-            assigned_names(stmt.value.body.stmts) if isinstance(stmt.value, n.For) else [])
-    if isinstance(stmt, (n.ParamDecl, n.InputDecl, n.OutputDecl)):
-        return [stmt.name.name]
-    return assigned_names([stmt])
 
 
 def _unique(errors: list[MdlError]) -> list[MdlError]:

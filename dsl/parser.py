@@ -17,6 +17,9 @@ GRAMMAR = FsPath(__file__).with_name("grammar.lark")
 I32_MAX = 2**31 - 1
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {v: k for k, v in OPENERS.items()}
+KEYWORDS = {"IMPORT", "DEF", "MODEL", "INPUT", "OUTPUT", "PARAM", "SCOPE", "SHARE", "FOR", "IN",
+            "REVERSED", "WHILE", "IF", "ELSE", "YIELD", "RETURN", "MINIMIZE", "AS", "AND", "OR",
+            "NOT", "TRUE", "FALSE"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -263,6 +266,20 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
         return MdlSyntaxError(f"unmatched `{text}`", loc)
     if tok.type == "COMPARE" and exc.state is not None and "COMPARE" not in exc.expected:
         return MdlSyntaxError("comparisons do not chain: write `a < b and b < c`", loc)
+    before = _tokens_before(source, tok)
+    if tok.type == "EQUAL" and before and before[-1].type in KEYWORDS:
+        return MdlSyntaxError(f"`{before[-1]}` is a keyword and cannot be used as a name here",
+                              _tok_loc(source, before[-1]))
+    if tok.type == "ELSE":
+        return MdlSyntaxError("`else` without a matching `if` block before it", loc)
+    if set(exc.expected) <= {"COMMA", "EQUAL"} and before and before[-1].type == "NAME":
+        name_loc = _tok_loc(source, before[-1])
+        if _in_model_header(before):
+            return MdlSyntaxError(f"hyper-parameter `{before[-1]}` needs a default: "
+                                  f"`{before[-1]} = ...`", name_loc)
+        if unclosed and unclosed[-1][0] == "{":
+            return MdlSyntaxError("a statement cannot be a bare expression; assign its "
+                                  "value: `y = ...`", name_loc)
     if tok.type.isupper() and text.isidentifier() and tok.type != "NAME" and "NAME" in exc.expected:
         return MdlSyntaxError(f"`{text}` is a keyword and cannot be used as a name here", loc)
     if {"NAME", "INT", "FLOAT"} <= set(exc.expected):
@@ -277,19 +294,38 @@ def _join(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
+def _tokens_before(source: Source, stop: Token) -> list[Token]:
+    """The tokens of the text before `stop` (as far as they lex)."""
+    end = len(source.text) if stop.type == "$END" else stop.start_pos
+    tokens: list[Token] = []
+    try:
+        tokens.extend(lark_parser().lex(source.text[:end]))
+    except UnexpectedInput:
+        pass
+    return tokens
+
+
+def _in_model_header(tokens: list[Token]) -> bool:
+    depth = 0
+    for i in range(len(tokens) - 1, 1, -1):
+        text = str(tokens[i])
+        depth += text in CLOSERS
+        if text in OPENERS:
+            if depth == 0:
+                return text == "(" and tokens[i - 2].type == "MODEL"
+            depth -= 1
+    return False
+
+
 def _open_brackets(source: Source, stop: Token) -> list[tuple[str, Loc]]:
     """The brackets still open before `stop`, outermost first."""
     stack: list[tuple[str, Loc]] = []
-    end = len(source.text) if stop.type == "$END" else stop.start_pos
-    try:
-        for tok in lark_parser().lex(source.text[:end]):
-            text = str(tok)
-            if text in OPENERS:
-                stack.append((text, _tok_loc(source, tok)))
-            elif text in CLOSERS and stack and stack[-1][0] == CLOSERS[text]:
-                stack.pop()
-    except UnexpectedInput:
-        pass
+    for tok in _tokens_before(source, stop):
+        text = str(tok)
+        if text in OPENERS:
+            stack.append((text, _tok_loc(source, tok)))
+        elif text in CLOSERS and stack and stack[-1][0] == CLOSERS[text]:
+            stack.pop()
     return stack
 
 

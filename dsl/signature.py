@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import nodes as n
-from .diagnostics import Loc, MdlTypeError
+from .diagnostics import Loc, MdlTypeError, count
 
 REQUIRED = object()
 
@@ -20,7 +20,7 @@ class Signature:
         """{name: (value, loc)} for every parameter; `evaluate` turns an arg into a value.
         Missing arguments take their default (with the call's loc)."""
         if len(call.args) > len(self.names):
-            raise MdlTypeError(f"{what} takes at most {len(self.names)} arguments "
+            raise MdlTypeError(f"{what} takes at most {count(len(self.names), 'argument')} "
                                f"({', '.join(self.names)}), got {len(call.args)}",
                                call.args[len(self.names)].loc)
         bound: dict[str, tuple[object, Loc]] = {}

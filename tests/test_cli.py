@@ -1,0 +1,97 @@
+"""`mdlc check` as a user runs it: output, exit statuses, JSON, no tracebacks."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen import cli
+
+GOOD = """model M(H = 4) {
+  input x : f32[B, H]
+  param w : f32[H] = ones
+  output y = sum(x * w)
+  minimize y
+}
+"""
+
+
+def mdlc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, env={"PYTHONPATH": str(Path(__file__).parents[1]),
+                                                   "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good.mdl"
+    path.write_text(GOOD)
+    return path
+
+
+def test_check_ok_prints_a_summary(good):
+    r = mdlc("check", str(good))
+    assert r.returncode == 0, r.stderr
+    assert "model M(H=4): ok" in r.stdout and "output y : f32   (minimized)" in r.stdout
+
+
+def test_check_params_table(good):
+    r = mdlc("check", str(good), "--params", "-D", "H=8")
+    assert r.returncode == 0
+    row = [line for line in r.stdout.splitlines() if line.startswith("w ")][0]
+    assert "f32[8]" in row and "ones" in row and f"{good}:4:22" in row
+
+
+def test_check_json_matches_the_interface(good):
+    r = mdlc("check", str(good), "--json")
+    assert r.returncode == 0
+    data = json.loads(r.stdout)
+    assert data == {
+        "model": "M",
+        "inputs": {"x": {"dtype": "f32", "shape": ["B", 4]}},
+        "outputs": {"y": {"dtype": "f32", "shape": []}},
+        "params": {"w": {"dtype": "f32", "shape": [4], "init": "ones", "trainable": True,
+                         "regularizer": None, "uses": [f"{good}:4:22"]}},
+    }
+
+
+def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
+    bad = tmp_path / "bad.mdl"
+    bad.write_text("model M() {\n  input x : f32[B]\n  output y = x @ x\n}\n")
+    r = mdlc("check", str(bad))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{bad}:3:16: error: `@` multiplies a matrix")
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-D", "Q=1"], "has no hyper-parameter Q"),
+    (["-D", "H=1.5"], "`H` is int"),
+    (["--model", "Nope"], "has no model `Nope`"),
+    (["-D", "H"], "expected K=V"),
+])
+def test_usage_errors_exit_2(good, args, message):
+    r = mdlc("check", str(good), *args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_file_is_an_error_not_a_crash(tmp_path):
+    r = mdlc("check", str(tmp_path / "missing.mdl"))
+    assert r.returncode == 1 and "cannot read" in r.stderr
+
+
+def test_internal_errors_exit_3_and_say_so(good, monkeypatch, capsys):
+    def broken(args):
+        raise KeyError("boom")
+    monkeypatch.setitem(cli.COMMANDS, "check", broken)
+    assert cli.main(["check", str(good)]) == 3
+    err = capsys.readouterr().err
+    assert "internal error" in err and "bug in mdlc" in err and "Traceback" not in err
+
+
+def test_warnings_go_to_stderr(tmp_path):
+    path = tmp_path / "w.mdl"
+    path.write_text("model M() { input x : f32[B]; input u : f32[B]; output y = x }")
+    r = mdlc("check", str(path))
+    assert r.returncode == 0 and "warning: input `u` is never used" in r.stderr

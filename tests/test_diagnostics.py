@@ -1,0 +1,191 @@
+"""Bad programs: each must give its message at its line:col, never a traceback."""
+import pytest
+
+from dsl import MdlError, check_source
+
+# (source, a substring of the first message, "LINE:COL" it must point at)
+BAD_PROGRAMS = [
+    ('model M() { input x : f32[B]; output y = x + z }',
+     'unknown name `z`', "1:46"),
+    ('model M() { input x : f32[B, 4]; param W : f32[5, 3]; output y = x @ W }',
+     '`@` needs matching inner dims, got f32[B, 4] @ f32[5, 3]', "1:68"),
+    ('model M() { input x : f32[B]; input y : f32[C]; output z = x + y }',
+     '`+` needs shapes that broadcast, got f32[B] and f32[C]', "1:62"),
+    ('model M() { input x : i32[B]; output y = x * 0.5 }',
+     'float literal 0.5 cannot combine with i32[B]', "1:46"),
+    ('model M() { input x : f32[B]; output y = tanh(x, x) }',
+     '`tanh` takes at most 1 argument (x), got 2', "1:50"),
+    ('model M() { input x : f32[B]; output y = foo(x) }',
+     'unknown function `foo`', "1:42"),
+    ('def f(x : f32[N]) -> f32[N] { return f(x) }\nmodel M() { input x : f32[B]; output y = f(x) }',
+     'recursive call of `f` (f -> f): functions are inlined, so recursion is not supported', "1:38"),
+    ('model M() { input x : f32[B]; if x { y = x } else { y = x }; output z = y }',
+     'an `if` condition must be a bool scalar, got f32[B] (for elementwise choice use where(c, a, b))', "1:34"),
+    ('model M() { input x : f32[B]; if sum(x) > 0.0 { y = x } ; output z = y }',
+     '`y` is assigned only in the then branch', "1:70"),
+    ('model M() { input x : f32[B]; if sum(x) > 0.0 { y = x } else { y = sum(x) }; output z = y }',
+     '`y` is f32[B] after the then branch but f32 after the else branch', "1:31"),
+    ('model M() { input xs : f32[T, B]; h = zeros[B]; for x in xs { h = concat([h, x]) }; output z = h }',
+     'loop state `h` changes type: f32[B] before, f32[2*B] after one step (state keeps its type)', "1:49"),
+    ('model M() { input xs : f32[T, B]; hs = for x in xs { h = x }; output z = hs }',
+     "this loop's values are assigned, so its body needs a `yield`", "1:40"),
+    ('model M() { input xs : f32[T, B]; for x in xs { yield x }; output z = xs }',
+     'a `for` statement has no values to yield; assign the loop: `hs = for ...`', "1:49"),
+    ('model M() { input xs : f32[T, B]; for x in f(xs) { y = x }; output z = xs }',
+     'unknown loop option `xs` (options are lengths = L, recompute, checkpoint = k); to loop over `f(xs)`, bind it to a name first: `ys = f(xs)`, then `for x in ys`', "1:46"),
+    ('model M() { input xs : f32[T, B]; hs = for x in xs (recompute, checkpoint = 4) { yield x }; output z = hs }',
+     '`recompute` and `checkpoint` exclude each other', "1:64"),
+    ('model M() { input x : f32[B]; share (a = a.b) { param w : f32[4] }; output z = x }',
+     'share target `a.b` lies inside its source `a`', "1:38"),
+    ('model M() { input x : f32[B]; scope a { param w : f32[4] }; scope a { param w : f32[5] }; output z = x }',
+     'parameter `a/w` is declared as f32[5] here but as f32[4] by t.mdl:1:47', "1:77"),
+    ('import "nope.mdl"\nmodel M() { input x : f32[B]; output z = x }',
+     'cannot find `nope.mdl`', "1:8"),
+    ('model M() { input x : f32[B]; scope s { output z = x } }',
+     '`output` must stand directly in the model body', "1:48"),
+    ('def f(x : f32[N], n : int) -> f32[N] { return x }\nmodel M() { input x : f32[B]; output z = f(x, x) }',
+     'argument `n` of `f` is an `int` known at compile time, got a tensor f32[B]', "2:47"),
+    ('model M() { input x : f32[B]; output y = x; minimize y }',
+     'the minimized output must be a float scalar, `y` is f32[B]', "1:54"),
+    ('model M() { input x : f32[B]; while sum(x) > 1.0 { y = x }; output z = x }',
+     'this `while` assigns no variable that exists before it, so its condition can never change', "1:31"),
+    ('model M(H = 4) { input x : f32[B, H]; output y = split(x, 3, axis = 1) }',
+     '`split` into 3 parts needs axis 1 of f32[B, 4] to divide by 3', "1:50"),
+    ('model M() { input x : f32[B, 6]; a, b = split(x, 3, axis = 1); output y = a }',
+     '3 values for 2 targets', "1:34"),
+    ('model M() { input x : f32[B]; output y = sum(x, axis = 2) }',
+     'axis 2 is out of range for rank 1', "1:56"),
+    ('model M() { input x : f32[B]; output y = x[0:3, 1] }',
+     '2 subscripts for f32[B]', "1:43"),
+    ('model M() { input x : f32[4]; output y = x[7] }',
+     'index 7 is out of range for f32[4]', "1:44"),
+    ('model M() { input x : f32[B]; output y = reshape(x, [3, 5]) }',
+     '`reshape` cannot turn f32[B] (B elements) into shape [3, 5] (15 elements)', "1:42"),
+    ('model M() { input x : f32[B]; y = x; y = 3; output z = y @ y }',
+     '`@` needs tensors, got two scalars', "1:58"),
+    ('model M() { input x : f32[B]; output y = softmax(x, axis = 1) }',
+     'axis 1 is out of range for rank 1', "1:60"),
+    ('model M() { input x : f32[B, 3]; output y = cross_entropy(x, x) }',
+     '`cross_entropy` needs i32 targets, got f32[B, 3]', "1:45"),
+    ('model M() { input x : f32[B]; param w : f32[3] = foo(1); output y = x }',
+     'an initializer is one of zeros, ones, xavier, orthogonal, constant, uniform, normal', "1:50"),
+    ('model M() { input x : f32[B]; scope s (colour = 1) { param w : f32[3] }; output y = x }',
+     'unknown scope attribute `colour` (scopes take init, regularizer and trainable)', "1:40"),
+    ('model M() { input x : f32[B]; param w : f32[3] = uniform(1, 0); output y = x }',
+     'uniform(a, b) needs a < b, got 1.0 and 0.0', "1:50"),
+    ('model M() { input x : f32[B]; output y = dropout(x, 1.5) }',
+     'the dropout probability must be in [0, 1), got 1.5', "1:53"),
+    ('model M() { input x : f32[B]; output y = tanh(x) as t }',
+     '`as` names the scope of a function call; the built-in `tanh` opens none', "1:53"),
+    ('def f(x : f32[N]) -> f32[N, N] { return x }\nmodel M() { input x : f32[B]; output y = f(x) }',
+     '`f` declares result 1 as f32[B, B], but returns f32[B]', "1:41"),
+    ('def f(x : f32[N]) { y = x }\nmodel M() { input x : f32[B]; output y = f(x) }',
+     'function `f` must end with a `return`', "1:5"),
+    ('model M() { input x : f32[B]; output y = x; output y = x }',
+     'output `y` is declared twice', "1:52"),
+    ('model M() { input x : f32[B]; input x : f32[B]; output y = x }',
+     '`x` is already defined', "1:37"),
+    ('model M(H = 4) { input x : f32[B]; output y = zeros[H / 3] }',
+     '4 is not divisible by 3: `/` in dims must divide exactly', "1:55"),
+    ('model M() { input x : f32[B]; param w : f32[B] ; output y = x }',
+     "a parameter's shape must be known at compile time, got f32[B]", "1:41"),
+    ('model M() { input xs : f32[T, B]; input ys : f32[S, B]; hs = for x in xs, y in ys { yield x + y }; output z = hs }',
+     'zipped sequences need one length: `ys` is f32[S, B], `xs` is f32[T, B]', "1:80"),
+    ('model M() { input xs : f32[T, B, 3]; input n : i32[T]; hs = for x in xs (lengths = n) { yield x }; output z = hs }',
+     'lengths must be i32[B] (one per sequence), got i32[T]', "1:84"),
+    ('model M() { input x : f32[B]; sum = x; output z = x }',
+     '`sum` is a function and cannot be assigned', "1:31"),
+    ('model M() { input x : f32[B]; output z = x + true }',
+     'bool literal true cannot combine with f32[B]', "1:46"),
+    ('model M() { input x : f32[B]; output z = where(x, x, x) }',
+     '`where` needs a bool condition, got f32[B]', "1:42"),
+    ('model A() { input x : f32[B]; output z = x }\nmodel A() { input x : f32[B]; output z = x }',
+     'model `A` is defined twice', "2:7"),
+    ('model M() { input x : f32[B]',
+     'unexpected end of file: `{` is never closed', "1:11"),
+    ('model M() { input x : f32[B]; output y = (x + 1 }',
+     '`}` does not match the `(` opened at t.mdl:1:42', "1:49"),
+    ('model M() { input x : f32[B]; output for = x }',
+     '`for` is a keyword and cannot be used as a name here', "1:38"),
+    ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
+     'comparisons do not chain: write `a < b and b < c`', "1:50"),
+    ('model M() { input x : f32[B]; output y = x ? x }',
+     'unexpected character `?`', "1:44"),
+    ('model M() { input x : f32[B]; output y = x * 3000000000 }',
+     'integer literal 3000000000 does not fit in i32', "1:46"),
+    ('model M() { input x : f32[B]; output y = x + }',
+     'expected an expression, found `}`', "1:46"),
+    ('import "abc',
+     'unterminated string', "1:8"),
+    ('model M() { input x : f32[B]; else { y = x } }',
+     '`else` without a matching `if` block before it', "1:31"),
+    ('model M() { input xs : f32[T]; for x xs { y = x } }',
+     'unexpected `xs`, expected `in`', "1:38"),
+    ('model M { input x : f32[B] }',
+     'unexpected `{`, expected `(`', "1:9"),
+    ('model M() { input x : f32[B]; x + 1 }',
+     'a statement cannot be a bare expression; assign its value: `y = ...`', "1:31"),
+    ('model M() { input x : f32[B]; output y = x } }',
+     'unmatched `}`', "1:46"),
+    ('model M() { input x : f32[B]; output y = x.w }',
+     'no parameter `x.w` is visible from scope `(root)`', "1:44"),
+    ('model M() { input x : f32[B]; scope a { param w : f32[3] = ones }; output y = x + sum(b.w) }',
+     'no parameter `b.w` is visible from scope `(root)`', "1:89"),
+    ('model M() { input x : f32[B]; share (a = b) { share (b = a) { scope a { param w : f32[2] } } }; output y = x }',
+     'these share blocks map scopes in a cycle: `b` never resolves', "1:54"),
+    ('model M() { input x : f32[B]; share (a = b, a = c) { param w : f32[2] }; output y = x }',
+     '`a` is shared twice in one block', "1:45"),
+    ('model M() { input x : f32[B]; output y = x; minimize y; minimize y }',
+     'the minimized output must be a float scalar, `y` is f32[B]', "1:54"),
+]
+
+
+@pytest.mark.parametrize("source, message, where", BAD_PROGRAMS,
+                         ids=[f"bad{i}" for i in range(len(BAD_PROGRAMS))])
+def test_bad_program_is_located(source, message, where):
+    with pytest.raises(MdlError) as info:
+        check_source(source, "t.mdl")
+    first = info.value.diagnostics[0]
+    assert message in first.message
+    assert f"{first.loc.line}:{first.loc.col}" == where
+
+
+def test_table_is_large_enough():
+    assert len(BAD_PROGRAMS) >= 40
+
+
+def test_rendering_has_location_line_and_caret():
+    with pytest.raises(MdlError) as info:
+        check_source("model M() {\n  input x : f32[B]\n  output y = x + z\n}", "m.mdl")
+    text = info.value.render()
+    assert text.splitlines() == [
+        "m.mdl:3:18: error: unknown name `z`",
+        " 3 |   output y = x + z",
+        "   |                  ^",
+    ]
+
+
+def test_several_independent_errors_in_one_run():
+    source = ("model M() {\n  input x : f32[B]\n  a = x + p\n  b = tanh(q)\n"
+              "  c = a + b\n  output y = x\n}")
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    found = [(d.loc.line, d.message) for d in info.value.diagnostics]
+    # c = a + b reads two poisoned names: no cascade error for it
+    assert found == [(3, "unknown name `p`"), (4, "unknown name `q`")]
+
+
+def test_unused_inputs_and_parameters_are_warnings():
+    cm = check_source("model M() { input x : f32[B]; input u : f32[B]\n"
+                      "  param w : f32[3]\n  output y = x }", "m.mdl")
+    messages = sorted(w.message for w in cm.warnings)
+    assert messages == ["input `u` is never used", "parameter `w` is never used"]
+    assert all(w.severity == "warning" for w in cm.warnings)
+
+
+def test_long_lines_are_cut_around_the_caret():
+    source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    excerpt = info.value.render().splitlines()[1]
+    assert len(excerpt) < 120 and "zz" in excerpt
