@@ -121,8 +121,9 @@ class Calls:
         for axis, (want, got) in enumerate(zip(declared.shape, actual.shape)):
             if want != got:
                 bound = ", ".join(f"{k} = {v}" for k, v in self.ctx.dims.items())
-                raise MdlTypeError(f"{what} is {declared} (with {bound or 'no dims bound'}), "
-                                   f"got {actual}: dim {axis} differs", loc)
+                raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}] (with "
+                                   f"{bound or 'no dims bound'}), got {actual}: dim {axis} "
+                                   "differs", loc)
 
     def _returned(self, fn: n.FuncDef, ret: n.Return):
         values = []

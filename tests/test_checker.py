@@ -1,0 +1,171 @@
+"""The checker's positive rules: every built-in's shape rule, dims unified across inputs
+and calls, hyper-parameters, scope attributes, imports, --dtype."""
+import pytest
+
+from dsl import MdlError, check_source
+
+HEAD = ("model M(H = 4, E = 3) {\n input x : f32[T, B, H]\n input m : f32[B, H]\n"
+        " input ids : i32[T, B]\n input n : i32[B]\n")
+
+# (expression, the type it must have)
+RULES = [
+    ('m @ transpose(m)', 'f32[B, B]'),
+    ('x @ ones[H, E]', 'f32[T, B, 3]'),
+    ('x + m', 'f32[T, B, 4]'),
+    ('x * 2', 'f32[T, B, 4]'),
+    ('2.0 ** m', 'f32[B, 4]'),
+    ('sum(x)', 'f32'),
+    ('sum(x, axis = 0)', 'f32[B, 4]'),
+    ('sum(x, axis = [0, 2], keepdims = true)', 'f32[1, B, 1]'),
+    ('mean(x, axis = -1)', 'f32[T, B]'),
+    ('max(m, axis = 1)', 'f32[B]'),
+    ('logsumexp(x, axis = 2)', 'f32[T, B]'),
+    ('softmax(x)', 'f32[T, B, 4]'),
+    ('log_softmax(m, axis = 0)', 'f32[B, 4]'),
+    ('concat([m, m], axis = 1)', 'f32[B, 8]'),
+    ('concat([x, x])', 'f32[2*T, B, 4]'),
+    ('stack([m, m, m], axis = 1)', 'f32[B, 3, 4]'),
+    ('reshape(x, [T * B, H])', 'f32[B*T, 4]'),
+    ('transpose(x, [1, 0, 2])', 'f32[B, T, 4]'),
+    ('x[0]', 'f32[B, 4]'),
+    ('x[1:, :, 0:2]', 'f32[T - 1, B, 2]'),
+    ('m[:, 1]', 'f32[B]'),
+    ('ones[H, E][ids]', 'f32[T, B, 3]'),
+    ('one_hot(ids, 5)', 'f32[T, B, 5]'),
+    ('f64(m)', 'f64[B, 4]'),
+    ('i32(m)', 'i32[B, 4]'),
+    ('where(m > 0.0, m, -m)', 'f32[B, 4]'),
+    ('clip(m, -1.0, 1.0)', 'f32[B, 4]'),
+    ('norm(m)', 'f32'),
+    ('norm(m, axis = 1)', 'f32[B]'),
+    ('mse(m, zeros[B, H])', 'f32'),
+    ('dropout(m, 0.1)', 'f32[B, 4]'),
+    ('maximum(m, 0.0)', 'f32[B, 4]'),
+    ('m[:, 0:H/2]', 'f32[B, 2]'),
+    ('full[B, 2*H](1.5)', 'f32[B, 8]'),
+    ('zeros[B, H] + H', 'f32[B, 4]'),
+    ('cross_entropy(x, ids)', 'f32'),
+    ('cross_entropy(x, ids, lengths = n)', 'f32'),
+    ('m < 0.5', 'bool[B, 4]'),
+    ('not (m < 0.5)', 'bool[B, 4]'),
+    ('(m < 0.5) and (m > 0.1)', 'bool[B, 4]'),
+    ('exp(log(sqrt(abs(sin(cos(m))))))', 'f32[B, 4]'),
+    ('sigmoid(tanh(relu(m)))', 'f32[B, 4]'),
+]
+
+
+@pytest.mark.parametrize("expr, expected", RULES)
+def test_builtin_shape_rules(expr, expected):
+    cm = check_source(HEAD + f" output y = {expr}\n}}", "p.mdl")
+    assert str(cm.graph.outputs["y"].type) == expected
+
+
+def test_function_dims_bind_per_call_and_unify():
+    src = """
+def pair(a : f32[N, K], b : f32[N, K], k : int) -> f32[N, 2*K] {
+  return concat([a, b], axis = 1) * k
+}
+model M() {
+  input x : f32[B, 3]; input y : f32[B, 5]
+  output p = pair(x, x, 2)
+  output q = pair(y, y, 3)
+}"""
+    out = check_source(src).graph.outputs
+    assert str(out["p"].type) == "f32[B, 6]" and str(out["q"].type) == "f32[B, 10]"
+    with pytest.raises(MdlError, match=r"argument `b` of `pair` is f32\[N, K\] \(with N = B, "
+                                       r"K = 3\), got f32\[B, 5\]"):
+        check_source(src.replace("pair(y, y, 3)", "pair(x, y, 3)"))
+
+
+def test_hyper_parameters_arithmetic_and_overrides():
+    src = "model M(H = 8, K = H / 2, D = 2 * K + 1) { input x : f32[B]; output y = zeros[D] }"
+    assert str(check_source(src).graph.outputs["y"].type) == "f32[9]"
+    assert str(check_source(src, defines={"H": 4}).graph.outputs["y"].type) == "f32[5]"
+
+
+def test_dtype_f64_turns_every_float_into_f64():
+    src = "model M() { input x : f32[B]; param w : f32[3]; output y = sum(x) * sum(w) }"
+    cm = check_source(src, dtype="f64")
+    assert str(cm.graph.outputs["y"].type) == "f64"
+    assert str(cm.graph.params["w"].value.type) == "f64[3]"
+
+
+def test_scope_attributes_are_inherited_and_overridden():
+    src = """
+model M() {
+  input x : f32[B, 4]
+  scope enc (init = uniform(-0.1, 0.1), regularizer = l2(1e-4), trainable = false) {
+    param a : f32[4]
+    scope inner (trainable = true) { param b : f32[4] = ones }
+  }
+  param c : f32[4, 4]
+  param d : f32[4]
+  output y = sum(x * a + x * b) + sum(x @ c + d)
+}"""
+    params = check_source(src).graph.params
+    a, b, c, d = (params[k] for k in ("enc/a", "enc/inner/b", "c", "d"))
+    assert (str(a.init), a.trainable, str(a.regularizer)) == ("uniform(-0.1, 0.1)", False,
+                                                             "l2(0.0001)")
+    assert (str(b.init), b.trainable, str(b.regularizer)) == ("ones", True, "l2(0.0001)")
+    assert (str(c.init), str(d.init), c.regularizer) == ("xavier", "zeros", None)
+
+
+def test_paths_name_parameters_searching_outward():
+    src = """
+model M() {
+  input ids : i32[B]
+  scope embed { param table : f32[10, 4] }
+  scope dec { scope deeper { e = embed.table[ids] } }
+  output y = sum(e)
+}"""
+    assert "embed/table" in check_source(src).graph.params
+
+
+def test_imports_resolve_relative_then_std_and_allow_cycles(tmp_path):
+    (tmp_path / "a.mdl").write_text('import "b.mdl"\ndef fa(x : f32[N]) -> f32[N] '
+                                    '{ return fb(x) * 2.0 }')
+    (tmp_path / "b.mdl").write_text('import "a.mdl"\nimport "std/rnn.mdl"\n'
+                                    'def fb(x : f32[N]) -> f32[N] { return x + 1.0 }')
+    main = tmp_path / "main.mdl"
+    main.write_text('import "a.mdl"\nmodel M() { input x : f32[B, 3]\n'
+                    '  output y = fa(sum(x, axis = 1)) + sum(linear(x, 2), axis = 1) }')
+    from dsl import check_file
+    cm = check_file(str(main))
+    assert set(cm.graph.params) == {"linear/W", "linear/b"}
+
+
+def test_a_function_defined_in_two_files_is_an_error(tmp_path):
+    (tmp_path / "a.mdl").write_text("def f(x : f32[N]) -> f32[N] { return x }")
+    main = tmp_path / "main.mdl"
+    main.write_text('import "a.mdl"\ndef f(x : f32[N]) -> f32[N] { return x }\n'
+                    'model M() { input x : f32[B]; output y = f(x) }')
+    from dsl import check_file
+    with pytest.raises(MdlError, match="function `f` is defined twice"):
+        check_file(str(main))
+
+
+def test_constant_if_conditions_select_a_branch_at_compile_time():
+    src = ("model M(DEEP = false) { input x : f32[B]\n"
+           "  if DEEP { y = tanh(x) } else { y = x * 2.0 }\n  output z = y }")
+    prims = [op.prim for op in check_source(src).graph.body.ops]
+    assert "tanh" not in prims and "if" not in prims
+    prims = [op.prim for op in check_source(src, defines={"DEEP": True}).graph.body.ops]
+    assert "tanh" in prims
+
+
+def test_loop_state_and_yields_become_for_outputs():
+    src = """
+model M(H = 3) {
+  input xs : f32[T, B, H]; input n : i32[B]
+  h = zeros[B, H]; s = 0.0
+  hs, gs = for x in reversed(xs) (lengths = n, checkpoint = 2) {
+    h = tanh(x + h)
+    yield h, 2.0 * h
+  }
+  output a = hs; output b = h
+}"""
+    g = check_source(src).graph
+    loop = next(op for op in g.body.ops if op.prim == "for")
+    assert loop.attrs == {"n_seq": 1, "n_state": 1, "reversed": True, "has_lengths": True,
+                          "recompute": False, "checkpoint": 2}
+    assert [str(v.type) for v in loop.outputs] == ["f32[B, 3]", "f32[T, B, 3]", "f32[T, B, 3]"]
