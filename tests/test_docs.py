@@ -1,0 +1,120 @@
+"""docs/language.md is checked: every ```mdl block that holds a model checks cleanly,
+every ```mdl-error block fails with the message given after it, and the page mentions
+every keyword, built-in, initializer and loop option of the language."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dsl import MdlError, UsageError, check_source
+from dsl.builtins import BUILTINS, INITIALIZERS
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
+FENCE = re.compile(r"^```([\w-]*)\s*$")
+ERROR_NOTE = re.compile(r"^<!-- error: (.+?) -->\s*$")
+MODEL = re.compile(r"^\s*model\s+(\w+)", re.MULTILINE)
+LANGUAGES = ("mdl", "mdl-error", "text")
+
+
+@dataclass
+class Block:
+    lang: str
+    line: int          # 1-based line of the opening fence
+    text: str
+    expected: str = ""  # for mdl-error: the message substring
+
+    @property
+    def id(self) -> str:
+        return f"{self.lang}@L{self.line}"
+
+
+def blocks() -> list[Block]:
+    lines = DOC.read_text().splitlines()
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        assert FENCE.match(lines[end]) and FENCE.match(lines[end]).group(1) == "", \
+            f"line {end + 1}: a fence opened at line {i + 1} is not closed cleanly"
+        block = Block(m.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n")
+        if block.lang == "mdl-error":
+            after = next((line for line in lines[end + 1:] if line.strip()), "")
+            note = ERROR_NOTE.match(after)
+            assert note, f"line {end + 1}: an mdl-error block needs `<!-- error: ... -->` after it"
+            block.expected = note.group(1)
+        out.append(block)
+        i = end + 1
+    return out
+
+
+BLOCKS = blocks()
+MDL = [b for b in BLOCKS if b.lang == "mdl"]
+ERRORS = [b for b in BLOCKS if b.lang == "mdl-error"]
+
+
+def test_fences_are_known_languages():
+    assert [b.id for b in BLOCKS if b.lang not in LANGUAGES] == []
+    assert len(MDL) >= 15 and len(ERRORS) >= 15
+
+
+def where(block: Block) -> str:
+    return f"docs/language.md#L{block.line}"
+
+
+@pytest.mark.parametrize("block", MDL, ids=lambda b: b.id)
+def test_mdl_block_checks(block):
+    models = MODEL.findall(block.text)
+    if not models:  # a file of functions only: it must still parse and load
+        with pytest.raises(UsageError, match="defines no model"):
+            check_source(block.text, where(block))
+        return
+    for model in models:
+        try:
+            cm = check_source(block.text, where(block), model=model)
+        except MdlError as exc:
+            pytest.fail(f"{block.id}, model {model}:\n{exc.render()}")
+        assert not cm.warnings, "\n".join(w.render() for w in cm.warnings)
+
+
+@pytest.mark.parametrize("block", ERRORS, ids=lambda b: b.id)
+def test_mdl_error_block_fails_as_documented(block):
+    with pytest.raises(MdlError) as info:
+        check_source(block.text, where(block))
+    assert block.expected in info.value.render()
+
+
+def _mentioned(name: str, text: str) -> bool:
+    """`name` appears inside some `code span` of the page."""
+    return any(re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", span)
+               for span in re.findall(r"`([^`\n]+)`", text))
+
+
+KEYWORDS = ("model def input output param scope share for in reversed while if else yield "
+            "return minimize import as and or not true false").split()
+
+
+@pytest.mark.parametrize("name", sorted(set(BUILTINS) | set(INITIALIZERS) | set(KEYWORDS)
+                                        | {"full", "lengths", "recompute", "checkpoint",
+                                           "l1", "l2", "trainable", "regularizer", "init",
+                                           "linear", "lstm", "gru", "milstm", "int"}))
+def test_every_construct_is_documented(name):
+    assert _mentioned(name, DOC.read_text()), f"docs/language.md never mentions `{name}`"
+
+
+SECTIONS = ("Files and lexical rules", "Imports", "Models and hyper-parameters",
+            "Types and dims", "Variables and assignment", "Parameters and initializers",
+            "Scopes and attributes", "share", "Functions and call scoping",
+            "for: recurrence over a sequence", "if", "while", "Expressions",
+            "Built-in functions", "The standard library", "Diagnostics")
+
+
+def test_sections():
+    headings = re.findall(r"^## (.+)$", DOC.read_text(), re.MULTILINE)
+    assert headings == list(SECTIONS)
