@@ -1,0 +1,75 @@
+// Parameter initializers, deterministic from (seed, parameter index).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mdl/error.h"
+#include "mdl/rng.h"
+
+namespace mdl {
+
+struct InitSpec {
+  std::string kind;          // zeros ones constant uniform normal xavier orthogonal
+  double a = 0, b = 0;       // the initializer's numbers
+};
+
+// fan_in, fan_out of a weight used as x @ W: [..., in, out] with leading receptive dims.
+inline void fans(const std::vector<int64_t>& shape, double& fan_in, double& fan_out) {
+  double receptive = 1;
+  for (std::size_t i = 0; i + 2 < shape.size(); ++i) receptive *= shape[i];
+  fan_in = shape[shape.size() - 2] * receptive;
+  fan_out = shape[shape.size() - 1] * receptive;
+}
+
+// Rows (or columns, whichever are fewer) made orthonormal by modified Gram-Schmidt.
+template <class T>
+void orthogonalize(T* w, int64_t rows, int64_t cols) {
+  bool by_rows = rows <= cols;
+  int64_t count = by_rows ? rows : cols, len = by_rows ? cols : rows;
+  auto at = [&](int64_t v, int64_t i) -> T& { return by_rows ? w[v * cols + i] : w[i * cols + v]; };
+  for (int64_t v = 0; v < count; ++v) {
+    for (int64_t u = 0; u < v; ++u) {
+      double dot = 0;
+      for (int64_t i = 0; i < len; ++i) dot += double(at(v, i)) * at(u, i);
+      for (int64_t i = 0; i < len; ++i) at(v, i) -= T(dot * at(u, i));
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < len; ++i) norm += double(at(v, i)) * at(v, i);
+    norm = std::sqrt(norm);
+    if (norm == 0) throw Error("orthogonal initialization met a degenerate matrix");
+    for (int64_t i = 0; i < len; ++i) at(v, i) = T(at(v, i) / norm);
+  }
+}
+
+template <class T>
+void initialize(T* w, const std::vector<int64_t>& shape, const InitSpec& spec, uint64_t seed,
+                uint64_t index) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  uint64_t key = derive(seed, index);
+  const std::string& k = spec.kind;
+  if (k == "zeros" || k == "ones" || k == "constant") {
+    T value = k == "zeros" ? T(0) : k == "ones" ? T(1) : T(spec.a);
+    for (int64_t i = 0; i < n; ++i) w[i] = value;
+  } else if (k == "uniform" || k == "xavier") {
+    double lo = spec.a, hi = spec.b;
+    if (k == "xavier") {
+      double fan_in, fan_out;
+      fans(shape, fan_in, fan_out);
+      hi = std::sqrt(6.0 / (fan_in + fan_out));
+      lo = -hi;
+    }
+    for (int64_t i = 0; i < n; ++i) w[i] = T(lo + (hi - lo) * uniform01(key, i));
+  } else if (k == "normal" || k == "orthogonal") {
+    double mean = k == "normal" ? spec.a : 0, std = k == "normal" ? spec.b : 1;
+    for (int64_t i = 0; i < n; ++i) w[i] = T(mean + std * normal01(key, i));
+    if (k == "orthogonal") orthogonalize(w, shape[0], n / shape[0]);
+  } else {
+    throw Error("unknown initializer " + k);
+  }
+}
+
+}  // namespace mdl

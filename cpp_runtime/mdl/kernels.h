@@ -1,0 +1,210 @@
+// Kernels for the operations that are not fused elementwise loops: reductions, softmax,
+// cross-entropy, data movement. Shapes arrive as small arrays of dims (row-major).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mdl/error.h"
+#include "mdl/rng.h"
+
+namespace mdl {
+
+constexpr int kMaxRank = 8;
+
+inline int64_t numel(const int64_t* shape, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+// Advance a row-major multi-index; returns false after the last element.
+inline bool next_index(int64_t* idx, const int64_t* shape, int rank) {
+  for (int i = rank - 1; i >= 0; --i) {
+    if (++idx[i] < shape[i]) return true;
+    idx[i] = 0;
+  }
+  return false;
+}
+
+template <class T>
+void fill(T* out, int64_t n, T value) {
+  std::fill(out, out + n, value);
+}
+
+template <class T>
+void copy(T* out, const T* in, int64_t n) {
+  if (out != in && n) std::memmove(out, in, sizeof(T) * n);
+}
+
+// Reduce the axes set in `mask`: kind 0 sum, 1 max, 2 mean, 3 logsumexp. `out` has the
+// input's shape with the reduced axes removed (or kept as 1: the layout is the same).
+template <class T>
+void reduce(int kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
+  int64_t ostride[kMaxRank], stride = 1, count = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    bool reduced = (mask >> i) & 1;
+    ostride[i] = reduced ? 0 : stride;
+    if (reduced) count *= shape[i]; else stride *= shape[i];
+  }
+  int64_t nout = stride, n = numel(shape, rank);
+  const T lowest = -std::numeric_limits<T>::infinity();
+  std::fill(out, out + nout, kind == 1 || kind == 3 ? lowest : T(0));
+  auto visit = [&](auto&& f) {
+    int64_t idx[kMaxRank] = {0}, o = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      f(out[o], x[i]);
+      for (int d = rank - 1; d >= 0; --d) {  // advance idx and the output offset together
+        o += ostride[d];
+        if (++idx[d] < shape[d]) break;
+        o -= ostride[d] * shape[d];
+        idx[d] = 0;
+      }
+    }
+  };
+  if (kind == 0 || kind == 2) {
+    visit([](T& acc, T v) { acc += v; });
+    if (kind == 2) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
+  } else if (kind == 1) {
+    visit([](T& acc, T v) { acc = std::max(acc, v); });
+  } else {  // logsumexp: the maxima first, kept in a reused scratch buffer
+    visit([](T& acc, T v) { acc = std::max(acc, v); });
+    thread_local std::vector<T> maxima;
+    maxima.assign(out, out + nout);
+    std::fill(out, out + nout, T(0));
+    const T* mx = maxima.data();
+    int64_t idx[kMaxRank] = {0}, o = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isfinite(mx[o])) out[o] += std::exp(x[i] - mx[o]);
+      for (int d = rank - 1; d >= 0; --d) {
+        o += ostride[d];
+        if (++idx[d] < shape[d]) break;
+        o -= ostride[d] * shape[d];
+        idx[d] = 0;
+      }
+    }
+    for (int64_t i = 0; i < nout; ++i)
+      out[i] = std::isfinite(mx[i]) ? std::log(out[i]) + mx[i] : mx[i];
+  }
+}
+
+// softmax (or log_softmax) over the middle dim of an [outer, n, inner] layout.
+template <class T>
+void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < inner; ++j) {
+      const T* xs = x + o * n * inner + j;
+      T* ys = out + o * n * inner + j;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, xs[i * inner]);
+      T sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(xs[i * inner] - mx);
+      T lse = std::log(sum) + mx;
+      for (int64_t i = 0; i < n; ++i)
+        ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
+    }
+  }
+}
+
+// Mean over real tokens of -log softmax(logits)[target], in one stable pass per row.
+// logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r counts
+// when t < lengths[b].
+template <class T>
+T cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths, int64_t rows,
+                int64_t classes, int64_t batch) {
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lengths && r / batch >= lengths[r % batch]) continue;
+    int32_t target = targets[r];
+    if (target < 0 || target >= classes)
+      throw Error("cross_entropy: target " + std::to_string(target) + " is outside [0, " +
+                  std::to_string(classes) + ")");
+    const T* row = logits + r * classes;
+    T mx = *std::max_element(row, row + classes);
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(row[c] - mx));
+    total += std::log(sum) + mx - row[target];
+    ++count;
+  }
+  return count ? T(total / count) : T(0);
+}
+
+template <class T>
+void gather(const T* table, int64_t rows, int64_t row_size, const int32_t* ids, int64_t count,
+            T* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= rows)
+      throw Error("index " + std::to_string(id) + " is outside [0, " + std::to_string(rows) +
+                  ") of a gathered table");
+    std::memcpy(out + i * row_size, table + int64_t(id) * row_size, sizeof(T) * row_size);
+  }
+}
+
+template <class T>
+void one_hot(const int32_t* ids, int64_t count, int64_t classes, T* out) {
+  std::fill(out, out + count * classes, T(0));
+  for (int64_t i = 0; i < count; ++i)
+    if (ids[i] >= 0 && ids[i] < classes) out[i * classes + ids[i]] = T(1);
+}
+
+inline void check_index(int64_t i, int64_t n) {
+  if (i < 0 || i >= n)
+    throw Error("index " + std::to_string(i) + " is outside [0, " + std::to_string(n) + ")");
+}
+
+// Copy `chunk` elements from each of `outer` rows at stride `src_stride` to stride
+// `dst_stride`: the common core of concat, split, stack and slices of one axis.
+template <class T>
+void copy_rows(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t outer,
+               int64_t chunk) {
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * dst_stride, src + o * src_stride, sizeof(T) * chunk);
+}
+
+// out = x[starts[0]:starts[0]+out_shape[0], ...] over all `rank` axes.
+template <class T>
+void slice(const T* x, const int64_t* in_shape, int rank, const int64_t* starts,
+           const int64_t* out_shape, T* out) {
+  if (numel(out_shape, rank) == 0) return;
+  int64_t in_stride[kMaxRank], s = 1;
+  for (int i = rank - 1; i >= 0; --i) { in_stride[i] = s; s *= in_shape[i]; }
+  int64_t idx[kMaxRank] = {0};
+  int64_t row = out_shape[rank - 1];
+  int64_t rows = numel(out_shape, rank - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off = 0;
+    for (int i = 0; i < rank; ++i) off += (starts[i] + idx[i]) * in_stride[i];
+    std::memcpy(out + r * row, x + off, sizeof(T) * row);
+    next_index(idx, out_shape, rank - 1);
+  }
+}
+
+template <class T>
+void transpose(const T* x, const int64_t* shape, int rank, const int64_t* perm, T* out) {
+  int64_t in_stride[kMaxRank], out_shape[kMaxRank], s = 1;
+  for (int i = rank - 1; i >= 0; --i) { in_stride[i] = s; s *= shape[i]; }
+  for (int i = 0; i < rank; ++i) out_shape[i] = shape[perm[i]];
+  int64_t n = numel(shape, rank), idx[kMaxRank] = {0};
+  for (int64_t o = 0; o < n; ++o) {
+    int64_t off = 0;
+    for (int i = 0; i < rank; ++i) off += idx[i] * in_stride[perm[i]];
+    out[o] = x[off];
+    next_index(idx, out_shape, rank);
+  }
+}
+
+// Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p).
+template <class T>
+void dropout(const T* x, int64_t n, double p, uint64_t key, T* out) {
+  T scale = T(1.0 / (1.0 - p));
+  for (int64_t i = 0; i < n; ++i) out[i] = uniform01(key, i) >= p ? x[i] * scale : T(0);
+}
+
+}  // namespace mdl
