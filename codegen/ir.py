@@ -4,12 +4,35 @@ directly (implicit capture); `free_values` lists what a block reads from outside
 
 Structured op conventions
 - for:   inputs = sequences + initial states [+ lengths]; attrs n_seq, n_state,
-         reversed, has_lengths, recompute, checkpoint; one block whose args are
+         reversed, has_lengths, recompute, checkpoint, n_tape; one block whose args are
          (per-step slices..., states...) and whose results are (new states..., yields...);
-         outputs = (final states..., stacked yields...).
-- if:    inputs = [cond]; blocks = [then, else], no args, equal result types; outputs.
+         outputs = (final states..., stacked yields...). Yields are stacked in time order
+         (a reversed loop fills them from the end). With lengths (i32[B]) row b runs only
+         its steps t < L[b] (reversed: from L[b]-1 down to 0, like a packed bidirectional
+         RNN); in the other steps the body sees zeros in that row, its state is kept and
+         its yields are zeros.
+- if:    inputs = [cond]; blocks = [then, else], no args, equal result types; outputs;
+         attr n_tape.
 - while: inputs = initial states; blocks = [cond (args: state; results: [bool]),
-         body (args: state; results: new state)]; outputs = final states.
+         body (args: state; results: new state, then n_tape tape values)];
+         outputs = final states, then the n_tape tapes.
+
+Tapes (what a forward pass keeps for its backward pass). The last `n_tape` yields of a
+`for`, results of an `if` and body results of a `while` exist only for the backward
+pass; n_tape (default 0) says how many, so that memory can be accounted for. A `for`
+stacks them like any yield. A `while` pushes them every iteration onto a growable tape:
+each tape output is [n, ...] where n, the trip count, is the dim named by attr `trips`,
+known only at run time; the backward pass runs a reversed `for` over the tapes, so its
+trip count is the tapes' length (a while whose backward needs no value tapes one i32 per
+trip, so that the length is always there).
+
+Dims. Symbolic dims written in the source (T, B) are identifiers, bound by the inputs of
+a call. Dims the compiler creates for sizes known only at run time (a while's trip
+count `trips#12`, a segment count `ceil(T/4)`) are not identifiers (`is_dynamic`);
+no op needs their value before the op that produces them has run.
+
+Random ops (dropout masks) carry attr `salt`: each draws from its own stream, seeded
+by (seed, salt), so removing or reordering other ops never changes a mask.
 """
 from __future__ import annotations
 
@@ -17,7 +40,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .shapes import TensorType
+from .shapes import Dim, TensorType
 
 _ids = itertools.count()
 
@@ -99,6 +122,8 @@ class Graph:
     outputs: dict[str, Value]
     loss: str | None = None
     input_locs: dict[str, Any] = field(default_factory=dict)
+    param_grads: dict[str, Value] = field(default_factory=dict)  # set by autodiff
+    input_grads: dict[str, Value] = field(default_factory=dict)
 
 
 def walk_ops(block: Block) -> Iterator[Op]:
@@ -133,3 +158,89 @@ def free_values(block: Block) -> list[Value]:
             seen.add(id(v))
             free.append(v)
     return free
+
+
+class IRError(Exception):
+    """An internal invariant of the IR does not hold (a bug of ours, never the user's);
+    the message shows the offending node."""
+
+
+def is_dynamic(dim: Dim) -> bool:
+    """Whether a dim is a size known only at run time (see the module docstring)."""
+    return any(not s.isidentifier() for s in dim.symbols)
+
+
+def has_dynamic(t: TensorType) -> bool:
+    return any(is_dynamic(d) for d in t.shape)
+
+
+def defined_here(block: Block) -> set[int]:
+    """Ids of the values a block defines at its own level: its args and its ops' outputs."""
+    ids = {id(v) for v in block.args}
+    for op in block.ops:
+        ids.update(id(v) for v in op.outputs)
+    return ids
+
+
+def for_layout(op: Op) -> tuple[list[Value], list[Value], Value | None]:
+    """The (sequences, initial states, lengths or None) of a `for` op."""
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    lengths = op.inputs[n_seq + n_state] if op.attrs.get("has_lengths") else None
+    return op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state], lengths
+
+
+def clone_ops(ops: list[Op], mapping: dict[int, Value]) -> list[Op]:
+    """Deep copies of `ops` (blocks included) with fresh values; reads of values in
+    `mapping` (by id) are redirected, and `mapping` learns every value defined."""
+    return [_clone_op(op, mapping) for op in ops]
+
+
+def _clone_op(op: Op, mapping: dict[int, Value]) -> Op:
+    inputs = [mapping.get(id(v), v) for v in op.inputs]
+    blocks = [clone_block(b, mapping) for b in op.blocks]
+    outputs = []
+    for v in op.outputs:
+        mapping[id(v)] = Value(v.type, v.hint)
+        outputs.append(mapping[id(v)])
+    return Op(op.prim, inputs, outputs, dict(op.attrs), blocks, op.loc)
+
+
+def clone_block(block: Block, mapping: dict[int, Value]) -> Block:
+    args = []
+    for v in block.args:
+        mapping[id(v)] = Value(v.type, v.hint)
+        args.append(mapping[id(v)])
+    ops = clone_ops(block.ops, mapping)
+    return Block(args, ops, [mapping.get(id(v), v) for v in block.results])
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """An independent copy of a graph (new values, same parameter records)."""
+    mapping: dict[int, Value] = {}
+    inputs = {}
+    for name, v in graph.inputs.items():
+        inputs[name] = mapping[id(v)] = Value(v.type, v.hint)
+    params = {}
+    for name, p in graph.params.items():
+        mapping[id(p.value)] = Value(p.value.type, p.value.hint)
+        params[name] = Param(p.name, mapping[id(p.value)], p.init, p.trainable,
+                             p.regularizer, p.decl, list(p.uses))
+    body = clone_block(graph.body, mapping)
+
+    def remap(values: dict[str, Value]) -> dict[str, Value]:
+        return {k: mapping.get(id(v), v) for k, v in values.items()}
+    return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
+                 graph.loss, dict(graph.input_locs), remap(graph.param_grads),
+                 remap(graph.input_grads))
+
+
+def substitute(block: Block, mapping: dict[int, Value]) -> None:
+    """Redirect, in place, every read of a value in `mapping` inside `block` (nested
+    blocks included)."""
+    def sub(values: list[Value]) -> list[Value]:
+        return [mapping.get(id(v), v) for v in values]
+    block.results = sub(block.results)
+    for op in walk_ops(block):
+        op.inputs = sub(op.inputs)
+        for b in op.blocks:
+            b.results = sub(b.results)

@@ -1,0 +1,218 @@
+"""Passes over forward and backward graphs: constant folding, algebraic simplification,
+common-subexpression elimination and dead-code elimination. Each one rewrites a graph in
+place and knows no op by name: folding evaluates the table's NumPy references,
+simplification applies the table's identities, CSE merges ops that are equal by
+primitive, operands and attrs (random ops never), DCE drops unused ops and unused
+outputs of structured ops (the tapes nobody reads).
+
+    optimize(graph, check=None)     all of them until nothing changes; `check(graph)`
+                                    (the verifier, in tests) runs after every pass
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .builder import Builder
+from .ir import Block, Graph, Op, Value, free_values, has_dynamic
+from .primitives import TABLE
+from .shapes import Dim
+
+MAX_ROUNDS = 8
+
+
+def optimize(graph: Graph, check: Callable[[Graph], None] | None = None) -> None:
+    """Run every pass until the graph stops shrinking."""
+    for _ in range(MAX_ROUNDS):
+        before = _count(graph.body)
+        for run in (fold_constants, simplify, cse, dce):
+            run(graph)
+            if check is not None:
+                check(graph)
+        if _count(graph.body) == before:
+            return
+
+
+def _count(block: Block) -> int:
+    return sum(1 + sum(_count(b) for b in op.blocks) for op in block.ops)
+
+
+# ---- the rewriting walk shared by folding, simplification and CSE ------------------------
+class Facts:
+    """What a rewrite may know about a value: the op producing it, its constant."""
+
+    def __init__(self):
+        self.producers: dict[int, Op] = {}
+
+    def producer(self, v: Value) -> Op | None:
+        return self.producers.get(id(v))
+
+    def const(self, v: Value):
+        """The number every element of v holds when that is known, else None."""
+        op = self.producers.get(id(v))
+        if op is None:
+            return None
+        if op.prim == "zeros_like":
+            return 0
+        prim = TABLE.get(op.prim)
+        if prim is not None and prim.keeps_uniform:
+            return self.const(op.inputs[0])
+        if op.prim == "full":
+            value = op.attrs["value"]
+            if isinstance(value, Dim):
+                return value.value if value.is_const else None
+            return value
+        return None
+
+
+Rewrite = Callable[[Builder, Op, Facts], list[Value] | None]
+
+
+def _rewrite_graph(graph: Graph, rewrite: Rewrite) -> None:
+    """Offer every op to `rewrite`; where it returns values, they replace the op's
+    outputs (new ops it emitted are kept in place of the op)."""
+    replace: dict[int, Value] = {}
+    _rewrite_block(graph.body, rewrite, Facts(), replace)
+    for named in (graph.outputs, graph.param_grads, graph.input_grads):
+        for k, v in named.items():
+            named[k] = replace.get(id(v), v)
+
+
+def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
+                   replace: dict[int, Value]) -> None:
+    ops, block.ops = block.ops, []
+    b = Builder(block)
+    for op in ops:
+        op.inputs = [replace.get(id(v), v) for v in op.inputs]
+        for sub in op.blocks:
+            _rewrite_block(sub, rewrite, facts, replace)
+        b.loc = op.loc
+        start = len(block.ops)
+        new = None if op.blocks else rewrite(b, op, facts)
+        if new is None:
+            del block.ops[start:]
+            block.ops.append(op)
+            for v in op.outputs:
+                facts.producers[id(v)] = op
+            continue
+        for emitted in block.ops[start:]:
+            for v in emitted.outputs:
+                facts.producers[id(v)] = emitted
+        for old, value in zip(op.outputs, new):
+            replace[id(old)] = replace.get(id(value), value)
+    block.results = [replace.get(id(v), v) for v in block.results]
+
+
+# ---- folding, simplification -------------------------------------------------------------
+def fold_constants(graph: Graph) -> None:
+    """An elementwise op on uniform constants becomes one `full`."""
+    _rewrite_graph(graph, _fold)
+
+
+def _fold(b: Builder, op: Op, facts: Facts):
+    prim = TABLE[op.prim]
+    out = op.outputs[0]
+    if not prim.elementwise or prim.random or not op.inputs or has_dynamic(out.type):
+        return None
+    consts = [facts.const(v) for v in op.inputs]
+    if any(c is None for c in consts):
+        return None
+    from .reference import Context
+    ctx = Context({}, np.float64, False, 0)
+    arrays = [np.asarray(c, ctx.np_dtype(v.type.dtype)) for c, v in zip(consts, op.inputs)]
+    with np.errstate(all="ignore"):
+        value = np.asarray(prim.ref(ctx, op.attrs, *arrays)).item()
+    return [b.emit("full", [], {"shape": out.type.shape, "value": value,
+                                "dtype": out.type.dtype}, out.hint)[0]]
+
+
+def simplify(graph: Graph) -> None:
+    """Apply the algebraic identities of the table (x + 0, x * 1, neg(neg(x)), ...)."""
+    _rewrite_graph(graph, lambda b, op, facts: (TABLE[op.prim].simplify(b, op, facts)
+                                                 if TABLE[op.prim].simplify else None))
+
+
+# ---- common subexpressions ---------------------------------------------------------------
+def cse(graph: Graph) -> None:
+    """Reuse the first of several ops with equal primitive, operands and attrs; an op in a
+    block may reuse one of an enclosing block."""
+    replace: dict[int, Value] = {}
+    _cse_block(graph.body, {}, replace)
+    for named in (graph.outputs, graph.param_grads, graph.input_grads):
+        for k, v in named.items():
+            named[k] = replace.get(id(v), v)
+
+
+def _cse_block(block: Block, seen: dict, replace: dict[int, Value]) -> None:
+    seen = dict(seen)
+    kept = []
+    for op in block.ops:
+        op.inputs = [replace.get(id(v), v) for v in op.inputs]
+        for sub in op.blocks:
+            _cse_block(sub, seen, replace)
+        if op.blocks or TABLE[op.prim].random:
+            kept.append(op)
+            continue
+        key = (op.prim, tuple(id(v) for v in op.inputs), _attrs_key(op.attrs))
+        if key in seen:
+            for old, new in zip(op.outputs, seen[key].outputs):
+                replace[id(old)] = new
+            continue
+        seen[key] = op
+        kept.append(op)
+    block.ops = kept
+    block.results = [replace.get(id(v), v) for v in block.results]
+
+
+def _attrs_key(attrs: dict) -> str:
+    # dtype of the value matters: full(0) of f32 and of i32 differ only there
+    return repr(sorted((k, v, type(v).__name__) for k, v in attrs.items()))
+
+
+# ---- dead code ---------------------------------------------------------------------------
+def dce(graph: Graph) -> None:
+    """Drop ops whose outputs nobody reads, and the unread outputs of structured ops."""
+    live = {id(v) for named in (graph.outputs, graph.param_grads, graph.input_grads)
+            for v in named.values()}
+    _dce_block(graph.body, live)
+
+
+def _dce_block(block: Block, live: set[int]) -> None:
+    live = live | {id(v) for v in block.results}
+    kept = []
+    for op in reversed(block.ops):
+        if not any(id(v) in live for v in op.outputs):
+            continue
+        if op.blocks:
+            TRIM[op.prim](op, live)
+            for sub in op.blocks:
+                _dce_block(sub, set())
+            live.update(id(v) for sub in op.blocks for v in free_values(sub))
+        live.update(id(v) for v in op.inputs)
+        kept.append(op)
+    block.ops = kept[::-1]
+
+
+def _trim_outputs(op: Op, first: int, live: set[int], blocks: list[Block]) -> None:
+    """Remove outputs from index `first` on that nobody reads, with the block results
+    that feed them; keep n_tape counting the trailing tapes."""
+    n_out = len(op.outputs)
+    tape_from = n_out - op.attrs.get("n_tape", 0)
+    dead = [i for i in range(first, n_out) if id(op.outputs[i]) not in live]
+    if not dead:
+        return
+    for block in blocks:  # block results line up with the outputs
+        block.results = [r for j, r in enumerate(block.results) if j not in dead]
+    op.outputs = [v for i, v in enumerate(op.outputs) if i not in dead]
+    if "n_tape" in op.attrs:
+        op.attrs["n_tape"] -= sum(1 for i in dead if i >= tape_from)
+    if op.prim == "while" and op.attrs.get("n_tape") == 0:
+        op.attrs.pop("trips", None)
+
+
+TRIM = {
+    "for": lambda op, live: _trim_outputs(op, op.attrs["n_state"], live, op.blocks),
+    "if": lambda op, live: _trim_outputs(op, 0, live, op.blocks),
+    "while": lambda op, live: _trim_outputs(op, len(op.inputs), live, op.blocks[1:]),
+}

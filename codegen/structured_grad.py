@@ -1,0 +1,162 @@
+"""Gradient rules of the structured ops, after the seeds (Caffe2's recurrent_net and its
+If/While gradients). Each rule gets the forward op and the cotangents of its outputs,
+and returns the cotangents of its inputs and of the outer values its blocks capture.
+
+- for:   the backward is a `for` running the other way whose body is the gradient of
+         the forward body. It reads the forward sequences again, the cotangents of the
+         yields, and tapes: per-step values that the forward body now also yields (with
+         `recompute`, only the state; the rest is re-run in the backward body). Captured
+         float values (parameters above all) get an accumulator in the loop state,
+         summed over the steps. (Lengths and checkpoints were lowered to plain loops.)
+- while: the forward body pushes what the backward needs onto tapes, one entry per
+         trip; the backward is a reversed `for` over the tapes, as many steps as trips.
+- if:    each branch also outputs what its own backward needs (zeros for the other
+         branch's); the backward is an `if` on the same condition whose branches are
+         the gradients of the forward ones, giving zeros for values that a branch does
+         not read.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .builder import Builder
+from .ir import Op, Value, for_layout, free_values, substitute
+from .regions import RECOMPUTE, STORE, BlockGrad, differentiate_block
+from .shapes import Dim, TensorType
+
+_trips = itertools.count()
+
+
+def _captured(op: Op, blocks, active: set[int]) -> list[Value]:
+    """The float outer values the blocks read that need a cotangent, each once."""
+    out, seen = [], set()
+    for block in blocks:
+        for v in free_values(block):
+            if v.type.is_float and id(v) in active and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+def _add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
+    """Make `block` yield `values` too; the op's new outputs, stacked over `steps`."""
+    block.results = block.results + values
+    tapes = [Value(TensorType(v.type.dtype, (steps,) + v.type.shape), f"tape_{v.hint}")
+             for v in values]
+    op.outputs = op.outputs + tapes
+    op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(values)
+    return tapes
+
+
+# ---- for and while -------------------------------------------------------------------
+def for_grad(b: Builder, op: Op, cts: list, active: set[int]):
+    seqs, states, _ = for_layout(op)
+    body = op.blocks[0]
+    captured = _captured(op, op.blocks, active)
+    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
+    policy = RECOMPUTE if op.attrs.get("recompute") else STORE
+    g = differentiate_block(body, with_ct, captured, policy)
+    steps = seqs[0].type.shape[0]
+    in_cts, cap_cts = _loop_backward(b, op, g, seqs, states, cts, captured,
+                                     lambda values: _add_tapes(op, body, values, steps),
+                                     not op.attrs["reversed"])
+    return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
+
+
+def while_grad(b: Builder, op: Op, cts: list, active: set[int]):
+    states = op.inputs
+    body = op.blocks[1]
+    captured = _captured(op, op.blocks[1:], active)
+    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
+    g = differentiate_block(body, with_ct, captured, STORE)
+    trips = Dim.of(op.attrs.setdefault("trips", f"trips#{next(_trips)}"))
+
+    def tape(values: list[Value]) -> list[Value]:
+        if not values and not any(c is not None for c in cts[len(states):]):
+            # the backward loop learns its trip count from a tape's length
+            values = [Builder(body).const(0, "i32")]
+        return _add_tapes(op, body, values, trips)
+    return _loop_backward(b, op, g, [], states, cts, captured, tape, True)
+
+
+def _loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
+                   states: list[Value], cts: list, captured: list[Value], tape,
+                   reversed_: bool):
+    """Emit the backward `for` of a loop whose body (args: one slice per sequence in
+    `seqs`, then the states) has the gradient `g`; `tape(values)` makes the forward
+    keep per-step values and returns them stacked. Returns (cotangents of seqs and
+    states, [(captured value, cotangent)])."""
+    n_seq, n_state = len(seqs), len(states)
+    slice_of = {id(a): i for i, a in enumerate(op_body_args(op)[:n_seq])}
+    from_seq = [(slice_of[id(v)], p) for v, p in zip(g.saved, g.saved_in) if id(v) in slice_of]
+    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if id(v) not in slice_of]
+    tapes = tape([v for v, _ in kept])
+    yield_cts = [(c, p) for c, p in zip(cts[n_state:], g.result_cts[n_state:]) if p is not None]
+    seq_in = [c for c, _ in yield_cts] + [seqs[i] for i, _ in from_seq] + tapes
+    seq_args = [p for _, p in yield_cts] + [p for _, p in from_seq] + [p for _, p in kept]
+    seq_args += [Value(t.type.with_shape(t.type.shape[1:])) for t in tapes[len(kept):]]
+    if not seq_in:  # nothing to read per step: the first sequence still sets the length
+        seq_in, seq_args = [seqs[0]], [Value(seqs[0].type.with_shape(seqs[0].type.shape[1:]))]
+
+    float_states = [i for i, s in enumerate(states) if s.type.is_float]
+    init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
+            for i in float_states] + [b.zeros_like(c) for c in captured]
+    accs = [Value(c.type, f"acc_{c.hint}") for c in captured]
+    body = g.block
+    body.args = seq_args + [g.result_cts[i] for i in float_states] + accs
+    inner = Builder(body)
+    state_cts = [g.arg_cts[n_seq + i] if g.arg_cts[n_seq + i] is not None
+                 else inner.zeros(states[i].type) for i in float_states]
+    new_accs = [inner.add(a, c) if c is not None else a for a, c in zip(accs, g.captured_cts)]
+    grads = [i for i in range(n_seq) if g.arg_cts[i] is not None]
+    body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads]
+    steps = seq_in[0].type.shape[0]
+    types = [v.type for v in init] + [g.arg_cts[i].type.with_shape(
+        (steps,) + g.arg_cts[i].type.shape) for i in grads]
+    attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
+             "has_lengths": False, "recompute": False, "checkpoint": 0}
+    hints = [f"d_{states[i].hint}" for i in float_states] + [f"d_{c.hint}" for c in captured] \
+        + [f"d_{seqs[i].hint}" for i in grads]
+    outs = b.structured("for", seq_in + init, types, attrs, [body], hints)
+    in_cts: list = [None] * (n_seq + n_state)
+    for i, v in zip(float_states, outs):
+        in_cts[n_seq + i] = v
+    for i, v in zip(grads, outs[len(init):]):
+        in_cts[i] = v
+    return in_cts, list(zip(captured, outs[len(float_states):len(init)]))
+
+
+def op_body_args(op: Op) -> list[Value]:
+    return op.blocks[-1].args
+
+
+# ---- if ---------------------------------------------------------------------------------
+def if_grad(b: Builder, op: Op, cts: list, active: set[int]):
+    captured = _captured(op, op.blocks, active)
+    with_ct = [c is not None for c in cts]
+    grads = [differentiate_block(branch, with_ct, captured, STORE) for branch in op.blocks]
+    residuals = [v for g in grads for v in g.saved]
+    for k, branch in enumerate(op.blocks):
+        fill = Builder(branch)
+        own = {id(v) for v in grads[k].saved}
+        branch.results = branch.results + [v if id(v) in own else fill.zeros(v.type)
+                                           for v in residuals]
+    tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
+    op.outputs = op.outputs + tapes
+    op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
+    if not captured:
+        return [None], []
+    tape_of = iter(tapes)
+    for g in grads:
+        mapping = {id(p): next(tape_of) for p in g.saved_in}
+        mapping.update({id(p): c for p, c in zip(g.result_cts, cts) if p is not None})
+        substitute(g.block, mapping)
+        fill = Builder(g.block)
+        g.block.results = [ct if ct is not None else fill.zeros_like(c)
+                           for c, ct in zip(captured, g.captured_cts)]
+    outs = b.structured("if", op.inputs, [c.type for c in captured], {},
+                        [g.block for g in grads], [f"d_{c.hint}" for c in captured])
+    return [None], list(zip(captured, outs))
+
+
+RULES = {"for": for_grad, "while": while_grad, "if": if_grad}
