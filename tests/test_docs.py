@@ -118,3 +118,27 @@ SECTIONS = ("Files and lexical rules", "Imports", "Models and hyper-parameters",
 def test_sections():
     headings = re.findall(r"^## (.+)$", DOC.read_text(), re.MULTILINE)
     assert headings == list(SECTIONS)
+
+
+LITERALS = {  # the lexical rules the page states, at their edges
+    "2147483647": None, "-2147483648": None, "2147483648": "does not fit in i32",
+    "1e308": None, "1e309": "out of range", "1.": None, ".5": None, "2E5": None,
+}
+
+
+UNFIXED = {"2147483648": "front-end issue A9 (/tmp/helper_a_bugs.md): 2**31 is accepted "
+                         "without a minus"}
+
+
+@pytest.mark.parametrize("literal", [
+    pytest.param(k, marks=pytest.mark.xfail(reason=UNFIXED[k], strict=True)) if k in UNFIXED
+    else k for k in LITERALS])
+def test_literal_limits(literal):
+    source = f"model L() {{\n  input x : f32[3]\n  n = {literal}\n  output y = sum(x)\n}}\n"
+    expected = LITERALS[literal]
+    if expected is None:
+        check_source(source, "t.mdl")
+        return
+    with pytest.raises(MdlError) as info:
+        check_source(source, "t.mdl")
+    assert expected in info.value.message and str(info.value.loc).startswith("t.mdl:3:")
