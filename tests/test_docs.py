@@ -96,6 +96,9 @@ def _mentioned(name: str, text: str) -> bool:
                for span in re.findall(r"`([^`\n]+)`", text))
 
 
+STD = DOC.parent.parent / "dsl" / "std"
+STD_FUNCTIONS = {name for f in STD.glob("*.mdl")
+                 for name in re.findall(r"^def\s+(\w+)", f.read_text(), re.MULTILINE)}
 KEYWORDS = ("model def input output param scope share for in reversed while if else yield "
             "return minimize import as and or not true false").split()
 
@@ -103,7 +106,7 @@ KEYWORDS = ("model def input output param scope share for in reversed while if e
 @pytest.mark.parametrize("name", sorted(set(BUILTINS) | set(INITIALIZERS) | set(KEYWORDS)
                                         | {"full", "lengths", "recompute", "checkpoint",
                                            "l1", "l2", "trainable", "regularizer", "init",
-                                           "linear", "lstm", "gru", "milstm", "int"}))
+                                           "int"} | STD_FUNCTIONS))
 def test_every_construct_is_documented(name):
     assert _mentioned(name, DOC.read_text()), f"docs/language.md never mentions `{name}`"
 
