@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace mdl {
 
@@ -42,40 +43,21 @@ class Arena {
 };
 
 // A growable stack of fixed-size records (a While loop's tape): amortized growth, so the
-// number of iterations needs no bound.
+// number of iterations needs no bound. Records stay in push order; `data()` reads them
+// as one array once the loop has ended.
 class Tape {
  public:
-  void clear() { used_ = 0; }
+  void clear() { bytes_.clear(); }
   char* push(std::size_t bytes) {
-    if (used_ + bytes > buffer_.size()) buffer_.reserve(2 * (used_ + bytes));
-    char* top = buffer_.data() + used_;
-    used_ += bytes;
-    return top;
+    std::size_t used = bytes_.size();
+    bytes_.resize(used + bytes);
+    return bytes_.data() + used;
   }
-  char* pop(std::size_t bytes) {
-    used_ -= bytes;
-    return buffer_.data() + used_;
-  }
-  std::size_t used() const { return used_; }
+  char* data() { return bytes_.data(); }
+  std::size_t used() const { return bytes_.size(); }
 
  private:
-  // Growth keeps the records: copy into a larger buffer.
-  struct Buffer {
-    char* ptr = nullptr;
-    std::size_t cap = 0;
-    ~Buffer() { std::free(ptr); }
-    std::size_t size() const { return cap; }
-    char* data() { return ptr; }
-    void reserve(std::size_t bytes) {
-      char* grown = static_cast<char*>(std::aligned_alloc(kAlign, align_up(bytes)));
-      if (!grown) throw std::bad_alloc();
-      if (ptr) std::memcpy(grown, ptr, cap);
-      std::free(ptr);
-      ptr = grown;
-      cap = align_up(bytes);
-    }
-  } buffer_;
-  std::size_t used_ = 0;
+  std::vector<char> bytes_;
 };
 
 }  // namespace mdl

@@ -154,9 +154,45 @@ void one_hot(const int32_t* ids, int64_t count, int64_t classes, T* out) {
     if (ids[i] >= 0 && ids[i] < classes) out[i * classes + ids[i]] = T(1);
 }
 
-inline void check_index(int64_t i, int64_t n) {
+inline int64_t checked_index(int64_t i, int64_t n) {
   if (i < 0 || i >= n)
     throw Error("index " + std::to_string(i) + " is outside [0, " + std::to_string(n) + ")");
+  return i;
+}
+
+// out [rows, row_size] = zeros, then out[ids[j]] += g[j] (the adjoint of gather).
+template <class T>
+void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count, int64_t rows,
+                 T* out) {
+  std::fill(out, out + rows * row_size, T(0));
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t id = checked_index(ids[j], rows);
+    T* dst = out + id * row_size;
+    const T* src = g + j * row_size;
+    for (int64_t i = 0; i < row_size; ++i) dst[i] += src[i];
+  }
+}
+
+// x [T, B, row] in the step order of a loop with lengths: out[i, b] = x[t, b] with
+// t = L[b]-1-i (reversed) or t = i, for i < L[b]; zeros after.
+template <class T>
+void seq_order(bool reversed, const T* x, const int32_t* lengths, int64_t steps, int64_t batch,
+               int64_t row, T* out) {
+  for (int64_t i = 0; i < steps; ++i)
+    for (int64_t b = 0; b < batch; ++b) {
+      T* dst = out + (i * batch + b) * row;
+      if (i < lengths[b]) {
+        int64_t t = reversed ? lengths[b] - 1 - i : i;
+        std::memcpy(dst, x + (t * batch + b) * row, sizeof(T) * row);
+      } else {
+        std::fill(dst, dst + row, T(0));
+      }
+    }
+}
+
+inline void seq_mask(const int32_t* lengths, int64_t steps, int64_t batch, uint8_t* out) {
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t b = 0; b < batch; ++b) out[t * batch + b] = t < lengths[b];
 }
 
 // Copy `chunk` elements from each of `outer` rows at stride `src_stride` to stride
@@ -200,11 +236,15 @@ void transpose(const T* x, const int64_t* shape, int rank, const int64_t* perm, 
   }
 }
 
-// Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p).
+// Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p); `mask_only`
+// writes the mask itself (what the backward pass multiplies by).
 template <class T>
-void dropout(const T* x, int64_t n, double p, uint64_t key, T* out) {
+void dropout(bool mask_only, const T* x, int64_t n, double p, uint64_t key, T* out) {
   T scale = T(1.0 / (1.0 - p));
-  for (int64_t i = 0; i < n; ++i) out[i] = uniform01(key, i) >= p ? x[i] * scale : T(0);
+  for (int64_t i = 0; i < n; ++i) {
+    T keep = uniform01(key, i) >= p ? scale : T(0);
+    out[i] = mask_only ? keep : x[i] * keep;
+  }
 }
 
 }  // namespace mdl

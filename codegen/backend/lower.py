@@ -1,0 +1,176 @@
+"""Lowering a block of IR to instructions: views instead of copies where an op only
+re-addresses memory (reshape, index, slice, split, transpose, broadcast), runs of
+elementwise ops fused into one loop nest, kernel calls for the rest, materializing
+copies only where a kernel needs contiguous memory.
+
+Every value gets a `Layout`: where its elements live (its own buffer, another value's
+buffer at an offset, or nowhere for a uniform constant) and its element strides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import Block, Op, Value
+from ..primitives import TABLE
+from ..shapes import Dim
+from .cexpr import contiguous_strides
+
+
+@dataclass(eq=False)
+class Layout:
+    base: Value | None = None          # the value whose buffer holds this one (None: own)
+    offset: str = "0"                  # C++ element offset from the base pointer
+    strides: tuple[Dim, ...] = ()      # element strides, 0 on broadcast dims
+    const: object = None               # a uniform constant: no memory at all
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+@dataclass(eq=False)
+class Fused:
+    """One loop nest computing `ops` (elementwise, one output shape); stores `stores`."""
+    ops: list[Op]
+    stores: list[Value]
+    shape: tuple[Dim, ...]
+
+
+@dataclass(eq=False)
+class Copy:
+    """Materialize `src` into `dst` (own, contiguous)."""
+    dst: Value
+    src: Value
+
+
+@dataclass(eq=False)
+class Kernel:
+    op: Op
+    inputs: list[Value]                # possibly contiguous copies of op.inputs
+
+
+@dataclass(eq=False)
+class View:
+    value: Value                       # a pointer into another value's buffer
+
+
+@dataclass(eq=False)
+class Structured:
+    op: Op
+    blocks: list[list]                 # instruction lists, one per block of the op
+    extra: dict = field(default_factory=dict)
+
+
+def hook(op: Op) -> tuple:
+    """The op's C++ emission hook: (kind, ...) from the primitive table."""
+    return TABLE[op.prim].extra["cpp"]
+
+
+class Lowering:
+    """Lowers blocks; `layouts` is shared by every block of one function."""
+
+    def __init__(self, cx, external: dict[int, Layout]):
+        self.cx = cx                     # the renderer: dims and scalars as C++ text
+        self.layouts: dict[int, Layout] = dict(external)
+        self.uses: dict[int, int] = {}
+        self.unplanned: set[int] = set()  # own memory outside the arena (tapes)
+
+    # ---- layouts ----
+    def own(self, v: Value) -> Layout:
+        layout = Layout(None, "0", contiguous_strides(v.type.shape))
+        self.layouts[v.id] = layout
+        return layout
+
+    def layout(self, v: Value) -> Layout:
+        return self.layouts[v.id]
+
+    def is_contiguous(self, v: Value) -> bool:
+        lay = self.layouts[v.id]
+        if lay.is_const:
+            return False
+        return all(s == c for s, d, c in zip(lay.strides, v.type.shape,
+                                             contiguous_strides(v.type.shape)) if d != Dim.of(1))
+
+    def contiguous(self, v: Value, out: list) -> Value:
+        """`v` itself when it is contiguous in memory, else a materialized copy."""
+        if self.is_contiguous(v):
+            return v
+        copy = Value(v.type, v.hint)
+        self.own(copy)
+        out.append(Copy(copy, v))
+        return copy
+
+    # ---- blocks ----
+    def block(self, block: Block) -> list:
+        self._count_uses(block)
+        out: list = []
+        run: list[Op] = []
+        for op in block.ops:
+            kind = hook(op)[0] if op.prim in TABLE else "structured"
+            if kind == "const":  # needs no memory and no flush of the run
+                self.layouts[op.outputs[0].id] = Layout(const=hook(op)[1](op))
+                continue
+            if kind == "elementwise" and (not run or run[0].outputs[0].type.shape ==
+                                          op.outputs[0].type.shape):
+                run.append(op)
+                continue
+            self._flush(run, out, block)
+            run = []
+            if kind == "elementwise":
+                run.append(op)
+            else:
+                self._lower_op(op, kind, out)
+        self._flush(run, out, block)
+        return out
+
+    def _count_uses(self, block: Block) -> None:
+        from ..ir import walk_ops
+        for op in walk_ops(block):
+            for v in op.inputs:
+                self.uses[v.id] = self.uses.get(v.id, 0) + 1
+            for b in op.blocks:
+                for v in b.results:
+                    self.uses[v.id] = self.uses.get(v.id, 0) + 1
+        for v in block.results:
+            self.uses[v.id] = self.uses.get(v.id, 0) + 1
+
+    def _flush(self, run: list[Op], out: list, block: Block) -> None:
+        if not run:
+            return
+        produced = {v.id for op in run for v in op.outputs}
+        inside: dict[int, int] = {}
+        for op in run:
+            for v in op.inputs:
+                if v.id in produced:
+                    inside[v.id] = inside.get(v.id, 0) + 1
+        stores = []
+        for op in run:
+            for v in op.outputs:
+                if self.uses.get(v.id, 0) > inside.get(v.id, 0) or v in block.results:
+                    stores.append(v)
+                    self.own(v)
+                else:
+                    self.layouts[v.id] = Layout(None, "0", contiguous_strides(v.type.shape))
+        out.append(Fused(list(run), stores, run[0].outputs[0].type.shape))
+
+    def _lower_op(self, op: Op, kind: str, out: list) -> None:
+        if kind == "structured":
+            from .structured import lower_structured
+            lower_structured(self, op, out)
+        elif kind == "view":
+            src = op.inputs[0]
+            if hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
+                src = self.contiguous(src, out)
+            base_lay = self.layout(src)
+            for i, v in enumerate(op.outputs):
+                offset, strides = hook(op)[1](self.cx, op, i, base_lay.strides)
+                self.layouts[v.id] = Layout(src, offset, strides, None)
+                out.append(View(v))
+        else:  # kernel
+            accepts = hook(op)[2]
+            inputs = [x if (accepts(self.cx, op, i, self.layouts[x.id]) if callable(accepts)
+                            else accepts) else self.contiguous(x, out)
+                      for i, x in enumerate(op.inputs)]
+            for v in op.outputs:
+                self.own(v)
+            out.append(Kernel(op, inputs))

@@ -1,0 +1,220 @@
+"""A whole generated module: the model's functions (inference forward, training forward,
+backward, for the generic dims and every specialization), its tables, and the pybind11
+glue, rendered through templates/module.cpp.j2."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from ..ir import Block, Graph, Value, walk_ops
+from ..shapes import Dim, TensorType
+from .cexpr import DimNames
+from .dialect import CPP, Dialect
+from .lower import Layout
+from .render import Access, FunctionSpec, render_function
+from .. import primitives  # noqa: F401  (the table, with its cpp hooks below)
+from ..primitives import cpp  # noqa: F401
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+DTYPE_CODES = {"f32": 0, "f64": 1, "i32": 2, "bool": 3}
+
+
+@dataclass
+class Variant:
+    fixed: dict[str, int]
+    functions: dict[str, str]   # role (infer, train, backward) -> C++ function name
+
+
+def user_dims(graph: Graph) -> list[str]:
+    names: list[str] = []
+    for v in graph.inputs.values():
+        for d in v.type.shape:
+            for s in sorted(d.symbols):
+                if s not in names:
+                    names.append(s)
+    return names
+
+
+def split_joint(joint: Graph) -> tuple[list, list]:
+    """Top-level ops of a joint graph: those its outputs need (the training forward), and
+    the rest (the backward)."""
+    needed: set[int] = {v.id for v in joint.outputs.values()}
+    forward = []
+    for op in reversed(joint.body.ops):
+        produced = {v.id for v in op.outputs}
+        if produced & needed:
+            forward.append(op)
+            needed.update(v.id for v in op.inputs)
+            for inner in walk_ops(Block(ops=[op])):
+                needed.update(v.id for v in inner.inputs)
+                for b in inner.blocks:
+                    needed.update(v.id for v in b.results)
+    forward.reverse()
+    chosen = {id(op) for op in forward}
+    return forward, [op for op in joint.body.ops if id(op) not in chosen]
+
+
+def _reads(ops: list) -> set[int]:
+    out: set[int] = set()
+    for op in walk_ops(Block(ops=ops)):
+        out.update(v.id for v in op.inputs)
+        for b in op.blocks:
+            out.update(v.id for v in b.results)
+    return out
+
+
+def _defined(ops: list) -> dict[int, Value]:
+    out: dict[int, Value] = {}
+    for op in walk_ops(Block(ops=ops)):
+        for v in op.outputs:
+            out[v.id] = v
+    return out
+
+
+class ModuleGenerator:
+    def __init__(self, graph: Graph, joint: Graph | None, dtype: str,
+                 specializations: list[dict[str, int]], dialect: Dialect = CPP):
+        self.graph, self.joint, self.dtype, self.d = graph, joint, dtype, dialect
+        self.dims = user_dims(graph)
+        self.names = DimNames(self.dims)  # one for every function: m.dyn indices agree
+        self.specializations = specializations
+        self.saved_count = 0
+        self.tapes: list[int] = []
+        self.param_offsets: dict[str, int] = {}
+        total = 0
+        for name, p in graph.params.items():
+            self.param_offsets[name] = total
+            total += _size(p.value.type)
+        self.param_count = total
+
+    def _param_access(self, graph: Graph) -> dict[int, Access]:
+        return {p.value.id: Access(f"m.params.data() + {self.param_offsets[name]}",
+                                   _own(p.value.type), persistent=True)
+                for name, p in graph.params.items()}
+
+    def _input_access(self, graph: Graph) -> dict[int, Access]:
+        return {v.id: Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>(c.inputs[{k}])",
+                             _own(v.type), persistent=False)
+                for k, v in enumerate(graph.inputs.values())}
+
+    def _prologue(self, fixed: dict[str, int]) -> list[str]:
+        lines = []
+        for i, name in enumerate(self.dims):
+            if name in fixed:
+                lines.append(f"constexpr int64_t d{i} = {int(fixed[name])};")
+            else:
+                lines.append(f"const int64_t d{i} = c.dims[{i}];")
+            lines.append(f"(void)d{i};")
+        return lines
+
+    def functions(self, fixed: dict[str, int], suffix: str) -> tuple[list[str], dict]:
+        dims = self.names
+        g = self.graph
+        texts, names = [], {}
+        infer = FunctionSpec(f"infer{suffix}", g.body,
+                             {**self._param_access(g), **self._input_access(g)},
+                             [(v, f"c.outputs[{k}]") for k, v in enumerate(g.outputs.values())],
+                             "arena_infer", training=False, prologue=self._prologue(fixed))
+        texts.append(render_function(self.d, dims, infer, self.tapes))
+        names["infer"] = infer.name
+        if self.joint is None:
+            return texts, names
+        j = self.joint
+        fwd_ops, bwd_ops = split_joint(j)
+        defined = _defined(fwd_ops)
+        external_j = {**self._param_access(j), **self._input_access(j)}
+        saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(_reads(bwd_ops))
+                 if vid in defined or vid in {v.id for v in j.inputs.values()}]
+        self.saved_count = max(self.saved_count, len(saved))
+        results = [(v, f"c.outputs[{k}]") for k, v in enumerate(j.outputs.values())]
+        results += [(v, f"m.saved[{k}]") for k, v in enumerate(saved)]
+        train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
+                             "arena_fwd", training=True, prologue=self._prologue(fixed))
+        texts.append(render_function(self.d, dims, train, self.tapes))
+        grads = list(j.param_grads.values()) + list(j.input_grads.values())
+        external_b = dict(self._param_access(j))
+        for k, v in enumerate(saved):
+            lay = train.saved_layouts[train.result_of[v.id].id]
+            external_b[v.id] = Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>(m.saved[{k}])",
+                                      lay)
+        backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
+                                [(v, f"c.outputs[{k}]") for k, v in enumerate(grads)],
+                                "arena_bwd", training=True, prologue=self._prologue(fixed))
+        texts.append(render_function(self.d, dims, backward, self.tapes))
+        names.update(train=train.name, backward=backward.name)
+        return texts, names
+
+    def render(self, module_name: str) -> str:
+        texts, variants = [], []
+        for i, fixed in enumerate([{}] + self.specializations):
+            t, names = self.functions(fixed, f"_{i}")
+            texts += t
+            variants.append(Variant(fixed, names))
+        g, j = self.graph, self.joint
+        grads = []
+        if j is not None:
+            grads = [(k, v) for k, v in j.param_grads.items()] + [
+                (f"input:{k}", v) for k, v in j.input_grads.items()]
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                                 undefined=jinja2.StrictUndefined, trim_blocks=True,
+                                 lstrip_blocks=True, keep_trailing_newline=True)
+        env.filters["cstr"] = lambda s: json.dumps(str(s))
+        dims_all = self.names
+        return env.get_template("module.cpp.j2").render(
+            module_name=module_name, model_name=g.name, ctype=self.d.ctype(self.dtype),
+            functions=texts, variants=variants, dim_names=self.dims,
+            inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
+            outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
+            grads=[self._tensor_spec(k, v.type) for k, v in grads],
+            output_shapes=[self._shape_expr(dims_all, v.type) for v in g.outputs.values()],
+            grad_shapes=[self._shape_expr(dims_all, v.type) for _, v in grads],
+            params=[self._param_spec(name, p) for name, p in g.params.items()],
+            param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
+            dynamic=len(dims_all.dynamic))
+
+    def _tensor_spec(self, name: str, t: TensorType) -> dict:
+        dims = []
+        for d in t.shape:
+            if d.is_const:
+                dims.append(d.value)
+            elif len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
+                    and d.terms[0][0][0] in self.dims:
+                dims.append(-(self.dims.index(d.terms[0][0][0]) + 1))
+            else:
+                dims.append(-(10**6))  # derived: only outputs have these, never checked
+        return {"name": name, "dtype": DTYPE_CODES[t.dtype], "dims": dims}
+
+    def _shape_expr(self, names: DimNames, t: TensorType) -> str:
+        return "{" + ", ".join(names.expr(d) for d in t.shape) + "}"
+
+    def _param_spec(self, name: str, p) -> dict:
+        args = list(p.init.args) + [0.0, 0.0]
+        return {"name": name, "shape": [d.value for d in p.value.type.shape],
+                "kind": p.init.kind, "a": args[0], "b": args[1],
+                "offset": self.param_offsets[name]}
+
+
+def _input_value(graph: Graph, vid: int) -> Value:
+    return next(v for v in graph.inputs.values() if v.id == vid)
+
+
+def _own(t: TensorType) -> Layout:
+    from .cexpr import contiguous_strides
+    return Layout(None, "0", contiguous_strides(t.shape))
+
+
+def _size(t: TensorType) -> int:
+    total = 1
+    for d in t.shape:
+        total *= Dim.of(d).value
+    return total
+
+
+def generate(graph: Graph, joint: Graph | None, module_name: str, dtype: str,
+             specializations: list[dict[str, int]] | None = None) -> dict[str, str]:
+    """The generated sources of a module: {file name: text}."""
+    gen = ModuleGenerator(graph, joint, dtype, specializations or [])
+    return {"module.cpp": gen.render(module_name)}

@@ -1,0 +1,135 @@
+"""The memory plan of one function: every value that owns memory gets a slot of the
+function's arena, sized once per call shape; a slot is reused by later values of the same
+size once its last reader has run (liveness over the lowered instructions, with values
+read inside a loop kept alive until the loop ends). Nothing is allocated inside loops."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import Value
+from .cexpr import DimNames, numel
+from .lower import Copy, Fused, Kernel, Layout, Structured, View
+
+DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}
+
+
+@dataclass
+class Plan:
+    slots: list[str] = field(default_factory=list)        # byte size of each slot (C++)
+    slot_of: dict[int, int] = field(default_factory=dict)  # value id -> slot index
+
+
+def size_bytes(v: Value, dims: DimNames) -> str:
+    return f"{DTYPE_BYTES[v.type.dtype]} * {dims.expr(numel(v.type.shape))}"
+
+
+@dataclass
+class _Loop:
+    inside: set[int] = field(default_factory=set)       # values defined in the loop
+    outer_reads: set[int] = field(default_factory=set)  # values from outside read in it
+
+
+class _Liveness:
+    def __init__(self, layouts: dict[int, Layout]):
+        self.layouts = layouts
+        self.pos = 0
+        self.defs: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.values: dict[int, Value] = {}
+        self.loops: list[_Loop] = []
+
+    def root(self, v: Value) -> Value:
+        while self.layouts[v.id].base is not None:
+            v = self.layouts[v.id].base
+        return v
+
+    def define(self, v: Value) -> None:
+        self.values[v.id] = v
+        self.defs.setdefault(v.id, self.pos)
+        for loop in self.loops:
+            loop.inside.add(v.id)
+
+    def use(self, v: Value) -> None:
+        r = self.root(v)
+        self.values[r.id] = r
+        self.last[r.id] = max(self.last.get(r.id, -1), self.pos)
+        for loop in self.loops:  # read again by every later iteration of the loop
+            if r.id not in loop.inside:
+                loop.outer_reads.add(r.id)
+
+    def walk(self, instrs: list) -> None:
+        for ins in instrs:
+            self.pos += 1
+            if isinstance(ins, Fused):
+                produced = {v.id for op in ins.ops for v in op.outputs}
+                for op in ins.ops:
+                    for x in op.inputs:
+                        if x.id not in produced:
+                            self.use(x)
+                for v in ins.stores:
+                    self.define(v)
+            elif isinstance(ins, Copy):
+                self.use(ins.src)
+                self.define(ins.dst)
+            elif isinstance(ins, Kernel):
+                for x in ins.inputs:
+                    self.use(x)
+                for v in ins.op.outputs:
+                    self.define(v)
+            elif isinstance(ins, View):
+                self.use(self.layouts[ins.value.id].base)
+            elif isinstance(ins, Structured):
+                self._structured(ins)
+
+    def _structured(self, ins: Structured) -> None:
+        for x in ins.op.inputs:
+            self.use(x)
+        for v in ins.op.outputs:
+            self.define(v)
+        loop = _Loop()
+        self.loops.append(loop)
+        for block, lowered, results in zip(ins.op.blocks, ins.blocks, ins.extra["results"]):
+            for arg in block.args:
+                if self.layouts[arg.id].base is None:
+                    self.define(arg)
+            self.walk(lowered)
+            self.pos += 1
+            for r in results:
+                self.use(r)
+        self.loops.pop()
+        end = self.pos
+        for vid in loop.outer_reads:
+            self.last[vid] = max(self.last[vid], end)
+
+
+def plan(instrs: list, layouts: dict[int, Layout], keep: list[Value], dims: DimNames,
+         owned: set[int]) -> Plan:
+    """Assign slots to the values in `owned` (values with their own arena memory);
+    values in `keep` (results, saved for another function) live to the end."""
+    live = _Liveness(layouts)
+    live.walk(instrs)
+    end = live.pos + 1
+    for v in keep:
+        r = live.root(v)
+        live.values[r.id] = r
+        live.last[r.id] = end
+    events: dict[int, list[tuple[str, int]]] = {}
+    for vid, at in live.defs.items():
+        if vid in owned:
+            events.setdefault(at, []).append(("def", vid))
+            events.setdefault(max(live.last.get(vid, at), at), []).append(("free", vid))
+    result = Plan()
+    free: dict[str, list[int]] = {}
+    for at in sorted(events):
+        for kind, vid in sorted(events[at], key=lambda e: e[0] == "free"):
+            size = size_bytes(live.values[vid], dims)
+            if kind == "def":
+                pool = free.get(size)
+                if pool:
+                    result.slot_of[vid] = pool.pop()
+                else:
+                    result.slots.append(size)
+                    result.slot_of[vid] = len(result.slots) - 1
+            else:
+                free.setdefault(size, []).append(result.slot_of[vid])
+    return result

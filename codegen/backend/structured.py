@@ -1,0 +1,207 @@
+"""`for`, `if` and `while` as native control flow.
+
+Loop state lives in the op's own outputs (the state buffers): the body reads them
+through its state args and the final state needs no copy. Per-step slices of a sequence
+are views at offset t; yields are copied into the stacked output at their step. With
+`lengths`, rows past their length keep their state and yield zeros (reversed: row b runs
+from L[b]-1 down to 0, reading and writing its own steps). A `while` pushes its tape
+values every trip onto growable tapes and records its trip count in the model."""
+from __future__ import annotations
+
+from ..ir import Op, Value
+from ..shapes import Dim
+from .cexpr import numel
+from .lower import Copy, Layout, Lowering, Structured
+
+
+def lower_structured(low: Lowering, op: Op, out: list) -> None:
+    ins = Structured(op, [], {"results": [], "step": low.cx.fresh("t")})
+    if op.prim == "for":
+        _lower_for(low, op, ins, out)
+    elif op.prim == "while":
+        _lower_while(low, op, ins)
+    else:
+        for v in op.outputs:
+            low.own(v)
+    for block in op.blocks:
+        lowered = low.block(block)
+        ins.extra["results"].append([_settled(low, r, lowered, ins) for r in block.results])
+        ins.blocks.append(lowered)
+    out.append(ins)
+
+
+def _settled(low: Lowering, v: Value, lowered: list, ins: Structured) -> Value:
+    """A block result in memory the op can copy from row by row: owned and contiguous,
+    and not a view of a state buffer (the state is overwritten while results are read)."""
+    state_ids = {s.id for s in ins.op.outputs}
+    lay = low.layouts[v.id]
+    root = v
+    while low.layouts[root.id].base is not None:
+        root = low.layouts[root.id].base
+    if not lay.is_const and low.is_contiguous(v) and root.id not in state_ids:
+        return v
+    copy = Value(v.type, v.hint)
+    low.own(copy)
+    lowered.append(Copy(copy, v))
+    return copy
+
+
+def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    body = op.blocks[0]
+    for v in op.outputs:
+        low.own(v)
+    if op.attrs["has_lengths"]:
+        lengths = low.contiguous(op.inputs[-1], out)
+        ins.extra["lengths"] = lengths
+    gather = op.attrs["has_lengths"] and op.attrs["reversed"]
+    for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
+        if gather:  # each row reads its own step: copied in every step
+            low.own(arg)
+        else:
+            strides = low.layouts[seq.id].strides
+            low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
+                                         strides[1:])
+    for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
+        low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+
+
+def _lower_while(low: Lowering, op: Op, ins: Structured) -> None:
+    n_state = len(op.inputs)
+    for v in op.outputs[:n_state]:
+        low.own(v)
+    for v in op.outputs[n_state:]:  # tapes: growable memory of the model, not the arena
+        low.own(v)
+        low.unplanned.add(v.id)
+    for block in op.blocks:
+        for arg, state in zip(block.args, op.outputs[:n_state]):
+            low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+
+
+# ---- rendering ---------------------------------------------------------------------------
+def render_structured(r, ins: Structured) -> None:
+    {"for": _render_for, "if": _render_if, "while": _render_while}[ins.op.prim](r, ins)
+
+
+def _define_outputs(r, ins: Structured, values: list[Value]) -> None:
+    for v in values:
+        r.define_owned(v)
+
+
+def _render_for(r, ins: Structured) -> None:
+    op = ins.op
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    states, stacked = op.outputs[:n_state], op.outputs[n_state:]
+    _define_outputs(r, ins, op.outputs)
+    for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
+        r.assign(state, init)
+    seqs, body = op.inputs[:n_seq], op.blocks[0]
+    steps = r.dim(seqs[0].type.shape[0])
+    lengths = ins.extra.get("lengths")
+    rev = op.attrs["reversed"]
+    s, t = r.fresh("s"), ins.extra["step"]
+    if lengths is not None and rev:
+        for v in stacked:  # rows shorter than T never write their tail
+            r.emit(f"mdl::fill({r.ptr(v)}, {r.dim(numel(v.type.shape))}, "
+                   f"{r.ctype(v)}(0));")
+    r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
+    r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if rev else s};")
+    r.emit(f"(void){t};")
+    for arg in body.args:
+        if r.layout(arg).base is not None:
+            r.view(arg)
+    if lengths is not None and rev:
+        for arg, seq in zip(body.args[:n_seq], seqs):
+            r.define_owned(arg)
+            _rows(r, lengths, s, arg, seq, "gather")
+    r.instructions(ins.blocks[0])
+    results = ins.extra["results"][0]
+    for state, new in zip(states, results[:n_state]):
+        if lengths is None:
+            r.emit(f"mdl::copy({r.ptr(state)}, {r.ptr(new)}, {r.dim(numel(state.type.shape))});")
+        else:
+            _rows(r, lengths, s if rev else t, state, new, "state")
+    for out, y in zip(stacked, results[n_state:]):
+        if lengths is None:
+            size = r.dim(numel(y.type.shape))
+            r.emit(f"mdl::copy({r.ptr(out)} + {t} * {size}, {r.ptr(y)}, {size});")
+        else:
+            _rows(r, lengths, s if rev else t, out, y, "yield_rev" if rev else "yield")
+    r.close()
+
+
+def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> None:
+    """Row-wise work under `lengths`: row b is active at this step when step < L[b]."""
+    if mode == "gather":       # dst[b] = src[L[b]-1-step, b] (zeros when inactive)
+        batch, row_shape = dst.type.shape[0], dst.type.shape[1:]
+    else:
+        batch, row_shape = src.type.shape[0], src.type.shape[1:]
+    row = r.dim(numel(row_shape))
+    b = r.fresh("b")
+    r.open(f"for (int64_t {b} = 0; {b} < {r.dim(batch)}; ++{b})")
+    r.emit(f"const bool active = {step} < {r.ptr(lengths)}[{b}];")
+    if mode == "gather":
+        lay = r.layout(src)
+        src_row = (f"{r.ptr(src)} + ({r.ptr(lengths)}[{b}] - 1 - {step}) * "
+                   f"{r.dim(lay.strides[0])} + {b} * {r.dim(lay.strides[1])}")
+        r.emit(f"if (active) mdl::copy({r.ptr(dst)} + {b} * {row}, {src_row}, {row}); "
+               f"else mdl::fill({r.ptr(dst)} + {b} * {row}, {row}, {r.ctype(dst)}(0));")
+    elif mode == "state":
+        r.emit(f"if (active) mdl::copy({r.ptr(dst)} + {b} * {row}, {r.ptr(src)} + {b} * {row}, "
+               f"{row});")
+    else:
+        plane = r.dim(numel(dst.type.shape[1:]))
+        when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "yield_rev" else step
+        target = f"{r.ptr(dst)} + {when} * {plane} + {b} * {row}"
+        if mode == "yield_rev":
+            r.emit(f"if (active) mdl::copy({target}, {r.ptr(src)} + {b} * {row}, {row});")
+        else:
+            r.emit(f"if (active) mdl::copy({target}, {r.ptr(src)} + {b} * {row}, {row}); "
+                   f"else mdl::fill({target}, {row}, {r.ctype(dst)}(0));")
+    r.close()
+
+
+def _render_if(r, ins: Structured) -> None:
+    op = ins.op
+    _define_outputs(r, ins, op.outputs)
+    r.open(f"if ({r.scalar(op.inputs[0])})")
+    for k, (lowered, results) in enumerate(zip(ins.blocks, ins.extra["results"])):
+        if k == 1:
+            r.close(" else {")
+            r.depth += 1
+        r.instructions(lowered)
+        for out, res in zip(op.outputs, results):
+            r.emit(f"mdl::copy({r.ptr(out)}, {r.ptr(res)}, {r.dim(numel(out.type.shape))});")
+    r.close()
+
+
+def _render_while(r, ins: Structured) -> None:
+    op = ins.op
+    n_state = len(op.inputs)
+    states, tapes = op.outputs[:n_state], op.outputs[n_state:]
+    _define_outputs(r, ins, states)
+    for state, init in zip(states, op.inputs):
+        r.assign(state, init)
+    tape_ids = [r.tape_index(v) for v in tapes]
+    trips = r.fresh("trips")
+    r.emit(f"int64_t {trips} = 0;")
+    for k in tape_ids:
+        r.emit(f"m.tapes[{k}].clear();")
+    r.open("while (true)")
+    for arg in op.blocks[0].args + op.blocks[1].args:
+        r.view(arg)
+    r.instructions(ins.blocks[0])
+    r.emit(f"if (!{r.scalar(ins.extra['results'][0][0])}) break;")
+    r.instructions(ins.blocks[1])
+    results = ins.extra["results"][1]
+    for k, v in zip(tape_ids, results[n_state:]):
+        size = f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"
+        r.emit(f"std::memcpy(m.tapes[{k}].push({size}), {r.ptr(v)}, {size});")
+    for state, new in zip(states, results[:n_state]):
+        r.emit(f"mdl::copy({r.ptr(state)}, {r.ptr(new)}, {r.dim(numel(state.type.shape))});")
+    r.emit(f"++{trips};")
+    r.close()
+    for k, v in zip(tape_ids, tapes):
+        trip_dim = v.type.shape[0]
+        r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
+        r.emit(f"auto* {r.ptr(v)} = reinterpret_cast<{r.ctype(v)}*>(m.tapes[{k}].data());")
