@@ -1,0 +1,90 @@
+# mdl for CMake projects: the runtime as the target `mdl::runtime`, and mdl_add_model(),
+# which compiles a .mdl file into a Python extension module at build time:
+#
+#   include(path/to/mdl/cmake/mdl.cmake)
+#   mdl_add_model(TARGET charlm SOURCE charlm.mdl DTYPE f32 DEFINES H=512 E=64)
+#
+# It needs a Python with mdl's dependencies (pip install -e path/to/mdl), found the usual
+# way (set Python_EXECUTABLE to choose one): pybind11 and OpenBLAS come from it.
+include_guard(GLOBAL)
+if(CMAKE_VERSION VERSION_LESS 3.25)
+  message(FATAL_ERROR "mdl.cmake needs CMake 3.25 or newer (pip install cmake)")
+endif()
+
+# A cache entry, not a variable: mdl_add_model() may be called from any directory.
+cmake_path(GET CMAKE_CURRENT_LIST_DIR PARENT_PATH _mdl_root)
+set(MDL_ROOT "${_mdl_root}" CACHE INTERNAL "mdl's source tree")
+option(MDL_NATIVE "Compile models for this machine's CPU (-march=native)" ON)
+
+find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
+execute_process(
+  COMMAND "${Python_EXECUTABLE}" -c
+    "import pybind11, scipy_openblas32 as s; print(pybind11.get_cmake_dir(), s.get_include_dir(), s.get_lib_dir(), s.get_library(), sep=';')"
+  OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+list(GET _mdl_python 0 _mdl_pybind11_dir)
+list(GET _mdl_python 1 _mdl_blas_include)
+list(GET _mdl_python 2 _mdl_blas_lib_dir)
+list(GET _mdl_python 3 _mdl_blas_name)
+set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
+find_package(pybind11 CONFIG REQUIRED)
+
+add_library(mdl::openblas SHARED IMPORTED GLOBAL)
+set_target_properties(mdl::openblas PROPERTIES
+  IMPORTED_LOCATION "${_mdl_blas_lib_dir}/lib${_mdl_blas_name}.so"
+  INTERFACE_INCLUDE_DIRECTORIES "${_mdl_blas_include}"
+  # OpenBLAS lives in a Python package, not a system directory: users find it by RPATH.
+  INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
+
+add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
+set_target_properties(mdl::runtime PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${MDL_ROOT}/cpp_runtime"
+  INTERFACE_LINK_LIBRARIES mdl::openblas
+  INTERFACE_COMPILE_FEATURES cxx_std_17)
+
+# mdl_add_model(TARGET <name> SOURCE <file.mdl> [MODEL <name>] [DTYPE f32|f64]
+#               [DEFINES K=V...] [DEPENDS <file>...])
+# Emits C++ for SOURCE at build time (`python -m codegen.cli emit`) and compiles it into
+# the Python extension module <name>. MODEL picks one model of a file that defines
+# several; DEFINES override hyper-parameters (mdlc's -D K=V); DEPENDS names the files
+# SOURCE imports, so that editing them emits again (mdl's own files are tracked already).
+function(mdl_add_model)
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "TARGET;SOURCE;MODEL;DTYPE" "DEFINES;DEPENDS")
+  if(ARG_UNPARSED_ARGUMENTS OR NOT ARG_TARGET OR NOT ARG_SOURCE)
+    message(FATAL_ERROR "usage: mdl_add_model(TARGET <name> SOURCE <file.mdl> [MODEL <name>]"
+                        " [DTYPE f32|f64] [DEFINES K=V...] [DEPENDS <file>...])")
+  endif()
+  if(NOT ARG_DTYPE)
+    set(ARG_DTYPE f32)
+  elseif(NOT ARG_DTYPE MATCHES "^f(32|64)$")
+    message(FATAL_ERROR "mdl_add_model(${ARG_TARGET}): DTYPE is f32 or f64, not ${ARG_DTYPE}")
+  endif()
+  cmake_path(ABSOLUTE_PATH ARG_SOURCE NORMALIZE)
+  set(options --name ${ARG_TARGET} --dtype ${ARG_DTYPE})
+  if(ARG_MODEL)
+    list(APPEND options --model ${ARG_MODEL})
+  endif()
+  foreach(define IN LISTS ARG_DEFINES)
+    list(APPEND options -D ${define})
+  endforeach()
+  # What `mdlc emit` writes for the cpu target (its CMakeLists.txt is not used here).
+  set(dir "${CMAKE_CURRENT_BINARY_DIR}/${ARG_TARGET}.emitted")
+  set(sources "${dir}/module.cpp")
+  # The compiler itself: a changed mdl emits again.
+  file(GLOB_RECURSE compiler CONFIGURE_DEPENDS "${MDL_ROOT}/dsl/*" "${MDL_ROOT}/codegen/*.py"
+       "${MDL_ROOT}/templates/*")
+  list(FILTER compiler EXCLUDE REGEX "/__pycache__/")
+  add_custom_command(
+    OUTPUT ${sources}
+    COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
+            "${Python_EXECUTABLE}" -m codegen.cli emit "${ARG_SOURCE}" -o "${dir}" ${options}
+    DEPENDS "${ARG_SOURCE}" ${ARG_DEPENDS} ${compiler}
+    COMMENT "mdlc emit ${ARG_SOURCE} (${ARG_TARGET})"
+    VERBATIM)
+  pybind11_add_module(${ARG_TARGET} MODULE ${sources})
+  target_link_libraries(${ARG_TARGET} PRIVATE mdl::runtime)
+  # Without a build type CMake passes no -O at all, and a model at -O0 runs many times slower.
+  target_compile_options(${ARG_TARGET} PRIVATE "$<$<STREQUAL:$<CONFIG>,>:-O3>")
+  if(MDL_NATIVE)
+    target_compile_options(${ARG_TARGET} PRIVATE -march=native)
+  endif()
+endfunction()

@@ -1,0 +1,14 @@
+"""Fixtures shared by the whole suite."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mdl_cache_dir(tmp_path_factory):
+    """One temporary build cache for the session: the suite never writes to ~/.cache/mdl,
+    and a module built by one test is reused by the others (subprocesses inherit it)."""
+    path = tmp_path_factory.mktemp("mdl-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MDL_CACHE_DIR", str(path))
+        yield path

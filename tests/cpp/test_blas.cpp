@@ -1,0 +1,62 @@
+// mdl::gemm against a naive triple loop: every transpose combination, leading dims wider
+// than the matrices (views into larger buffers), alpha and beta, and the empty cases.
+#include <cstdint>
+#include <vector>
+
+#include "check.h"
+#include "mdl/blas.h"
+
+namespace {
+
+// op(a)[i][p] of a row-major matrix with leading dim ld, stored as given (maybe transposed).
+template <class T>
+T at(const std::vector<T>& a, bool trans, int64_t ld, int64_t i, int64_t p) {
+  return trans ? a[p * ld + i] : a[i * ld + p];
+}
+
+template <class T>
+void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double tol) {
+  const int64_t pad = 3;  // every leading dim exceeds its row length
+  int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+  std::vector<T> a((ta ? k : m) * lda), b((tb ? n : k) * ldb), c(m * ldc);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(int(i % 7) - 3) / T(4);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = T(int(i % 5) - 2) / T(3);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = T(int(i % 3));
+  std::vector<T> expected = c;
+  T alpha = T(1.5), beta = T(-0.5);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += double(at(a, ta, lda, i, p)) * at(b, tb, ldb, p, j);
+      expected[i * ldc + j] = T(alpha * sum + beta * expected[i * ldc + j]);
+    }
+  mdl::gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK_NEAR(c[i], expected[i], tol);  // padding too
+}
+
+template <class T>
+void check_all(double tol) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_gemm<T>(ta, tb, 5, 4, 3, tol);
+      check_gemm<T>(ta, tb, 1, 7, 9, tol);
+      check_gemm<T>(ta, tb, 33, 17, 65, tol);  // past OpenBLAS's small-matrix paths
+    }
+}
+
+void empty_products() {
+  float c[4] = {1, 2, 3, 4}, none[1] = {0};
+  mdl::gemm(false, false, 0, 2, 2, 1.0f, none, 2, none, 2, 0.0f, c, 2);  // m = 0: nothing
+  CHECK(c[0] == 1 && c[3] == 4);
+  mdl::gemm(false, false, 2, 2, 0, 1.0f, none, 0, none, 2, 0.5f, c, 2);  // k = 0: c *= beta
+  CHECK(c[0] == 0.5f && c[1] == 1.0f && c[2] == 1.5f && c[3] == 2.0f);
+}
+
+}  // namespace
+
+int main() {
+  check_all<float>(1e-4);
+  check_all<double>(1e-12);
+  empty_products();
+  return check::failures;
+}

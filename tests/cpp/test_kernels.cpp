@@ -1,0 +1,88 @@
+// The runtime's non-fused kernels, random numbers and initializers on small cases whose
+// answers are known in closed form or by a direct loop.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "check.h"
+#include "mdl/runtime.h"
+
+namespace {
+
+void reductions_over_each_axis_set() {
+  const int64_t shape[3] = {2, 3, 4};
+  std::vector<double> x(24);
+  for (int i = 0; i < 24; ++i) x[i] = i;
+  std::vector<double> out(24);
+  mdl::reduce(0, x.data(), shape, 3, 0b010, out.data());  // sum over the middle axis
+  CHECK(out[0] == 0 + 4 + 8 && out[7] == 15 + 19 + 23);
+  mdl::reduce(1, x.data(), shape, 3, 0b101, out.data());  // max over the outer axes
+  CHECK(out[0] == 15 && out[2] == 23);
+  mdl::reduce(2, x.data(), shape, 3, 0b111, out.data());  // mean of everything
+  CHECK(out[0] == 11.5);
+  std::vector<double> big = {1000, 1000};  // logsumexp stays finite where exp overflows
+  const int64_t pair[1] = {2};
+  mdl::reduce(3, big.data(), pair, 1, 0b1, out.data());
+  CHECK_NEAR(out[0], 1000 + std::log(2.0), 1e-12);
+}
+
+void softmax_and_cross_entropy() {
+  std::vector<float> logits = {1, 2, 3, 1, 1, 1}, probs(6);
+  mdl::softmax(false, logits.data(), 2, 3, 1, probs.data());
+  CHECK_NEAR(probs[0] + probs[1] + probs[2], 1, 1e-6);
+  CHECK_NEAR(probs[3], 1.0 / 3, 1e-6);
+  std::vector<int32_t> targets = {2, 0};
+  double expected = (std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3 + std::log(3.0)) / 2;
+  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1), expected, 1e-6);
+  // rows = T * B with B = 2: a length of 0 for the second sequence masks its row.
+  std::vector<int32_t> lengths = {1, 0};
+  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2),
+             std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3, 1e-6);
+  targets[0] = 3;
+  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1), mdl::Error);
+}
+
+void gather_checks_its_indices() {
+  std::vector<float> table = {0, 1, 10, 11, 20, 21}, out(4);
+  std::vector<int32_t> ids = {2, 0};
+  mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data());
+  CHECK(out[0] == 20 && out[1] == 21 && out[2] == 0 && out[3] == 1);
+  ids[1] = 3;
+  CHECK_THROWS(mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data()), mdl::Error);
+}
+
+void random_numbers_depend_only_on_key_and_counter() {
+  CHECK(mdl::uniform01(7, 3) == mdl::uniform01(7, 3));
+  CHECK(mdl::uniform01(7, 3) != mdl::uniform01(8, 3));
+  double mean = 0;
+  for (int i = 0; i < 100000; ++i) {
+    double u = mdl::uniform01(1, i);
+    CHECK(u >= 0 && u < 1);
+    mean += u / 100000;
+  }
+  CHECK_NEAR(mean, 0.5, 0.01);
+}
+
+void orthogonal_init_gives_orthonormal_rows() {
+  std::vector<int64_t> shape = {3, 5};
+  std::vector<double> w(15);
+  mdl::initialize(w.data(), shape, mdl::InitSpec{"orthogonal"}, 42, 0);
+  for (int r = 0; r < 3; ++r)
+    for (int s = 0; s < 3; ++s) {
+      double dot = 0;
+      for (int i = 0; i < 5; ++i) dot += w[r * 5 + i] * w[s * 5 + i];
+      CHECK_NEAR(dot, r == s ? 1 : 0, 1e-12);
+    }
+  CHECK_THROWS(mdl::initialize(w.data(), shape, mdl::InitSpec{"nonsense"}, 42, 0), mdl::Error);
+}
+
+}  // namespace
+
+int main() {
+  reductions_over_each_axis_set();
+  softmax_and_cross_entropy();
+  gather_checks_its_indices();
+  random_numbers_depend_only_on_key_and_counter();
+  orthogonal_init_gives_orthonormal_rows();
+  return check::failures;
+}

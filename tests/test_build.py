@@ -1,0 +1,212 @@
+"""codegen/build.py: generated C++ to an importable extension through the cache, and the
+top-level CMake project (the runtime's C++ tests). Each distinct C++ build costs seconds,
+so the suite compiles five things in all and shares them through session fixtures."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from codegen import build
+from codegen.build import EXT_SUFFIX, build_extension, cache_key, render_cmakelists
+from dsl.diagnostics import MdlBuildError
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = """#include <pybind11/pybind11.h>
+PYBIND11_MODULE(tiny, m) { m.def("add", [](int a, int b) { return a + b; }); }
+"""
+
+# OpenBLAS straight through its prefixed CBLAS, and through the runtime's wrapper.
+BLAS = """#include <cblas.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <vector>
+#include "mdl/blas.h"
+
+PYBIND11_MODULE(blas_demo, m) {
+  m.def("sgemm", [] {  // [[1, 2], [3, 4]] @ [[5, 6], [7, 8]]
+    std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c(4);
+    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a.data(), 2,
+                      b.data(), 2, 0.0f, c.data(), 2);
+    return c;
+  });
+  m.def("dgemm_at", [] {  // [[1, 2], [3, 4]]^T @ [[5, 6], [7, 8]]
+    std::vector<double> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c(4);
+    mdl::gemm(true, false, 2, 2, 2, 1.0, a.data(), 2, b.data(), 2, 0.0, c.data(), 2);
+    return c;
+  });
+}
+"""
+
+
+def load(path: Path):
+    """Import an extension file as a module, as a caller of build_extension would."""
+    name = path.name.removesuffix(EXT_SUFFIX)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Path:
+    return build_extension({"module.cpp": TINY}, "tiny")
+
+
+@pytest.fixture(scope="session")
+def blas_demo() -> Path:
+    return build_extension({"module.cpp": BLAS}, "blas_demo")
+
+
+def test_a_built_module_imports_and_runs(tiny, mdl_cache_dir):
+    assert tiny.name == "tiny" + EXT_SUFFIX and tiny.is_file()
+    assert tiny.parent.parent == mdl_cache_dir
+    assert load(tiny).add(2, 3) == 5
+
+
+def test_an_identical_build_comes_from_the_cache(tiny):
+    start = time.perf_counter()
+    again = build_extension({"module.cpp": TINY}, "tiny")
+    assert time.perf_counter() - start < 0.5
+    assert again == tiny
+
+
+def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cache_dir):
+    entry = tiny.parent
+    assert (entry / "src" / "module.cpp").read_text() == TINY
+    assert "pybind11_add_module(tiny MODULE module.cpp)" in (entry / "src" / "CMakeLists.txt").read_text()
+    assert '"module": "tiny"' in (entry / "key.json").read_text()
+    assert not (entry / "build").exists()  # objects are not kept, only the module
+    assert not list(mdl_cache_dir.glob("tmp-*"))
+
+
+def test_openblas_links_and_loads_by_rpath(blas_demo):
+    assert load(blas_demo).sgemm() == [19, 22, 43, 50]
+    assert load(blas_demo).dgemm_at() == [26, 30, 38, 44]
+    # A fresh interpreter with no library path: the module alone must find OpenBLAS.
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"from test_build import load; from pathlib import Path; "
+            f"print(load(Path({str(blas_demo)!r})).sgemm())")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[19.0, 22.0, 43.0, 50.0]"
+
+
+KEY_CHANGES = {
+    "source": lambda: cache_key({"module.cpp": TINY + "\n"}, "tiny"),
+    "file name": lambda: cache_key({"tiny.cpp": TINY}, "tiny"),
+    "module name": lambda: cache_key({"module.cpp": TINY}, "tiny2"),
+    "debug": lambda: cache_key({"module.cpp": TINY}, "tiny", debug=True),
+    "sanitize": lambda: cache_key({"module.cpp": TINY}, "tiny", sanitize=True),
+}
+
+
+@pytest.mark.parametrize("change", KEY_CHANGES)
+def test_the_key_changes_with_sources_names_and_flags(change):
+    base = cache_key({"module.cpp": TINY}, "tiny")
+    assert cache_key({"module.cpp": TINY}, "tiny") == base
+    assert KEY_CHANGES[change]() != base
+
+
+def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
+    base = cache_key({"module.cpp": TINY}, "tiny")
+    monkeypatch.setattr(build, "RELEASE_FLAGS", ("-O2", "-march=native"))
+    assert cache_key({"module.cpp": TINY}, "tiny") != base
+    monkeypatch.undo()
+    runtime = tmp_path / "cpp_runtime"
+    shutil.copytree(build.RUNTIME_DIR, runtime)
+    monkeypatch.setattr(build, "RUNTIME_DIR", runtime)
+    same_headers = cache_key({"module.cpp": TINY}, "tiny")
+    (runtime / "mdl" / "extra.h").write_text("#pragma once\n")
+    assert cache_key({"module.cpp": TINY}, "tiny") != same_headers
+    monkeypatch.undo()
+    monkeypatch.setattr(build, "CODEGEN_VERSION", build.CODEGEN_VERSION + 1)
+    assert cache_key({"module.cpp": TINY}, "tiny") != base
+
+
+def test_the_cmakelists_renders_each_variant():
+    release = render_cmakelists(["module.cpp"], "m")
+    assert "project(m LANGUAGES CXX)" in release
+    assert "find_package(pybind11 CONFIG REQUIRED)" in release
+    assert '"$<$<COMPILE_LANGUAGE:CXX>:-O3;-march=native>"' in release
+    assert f'"{build.RUNTIME_DIR}"' in release and str(build._blas_library()) in release
+    assert "BUILD_RPATH" in release and "CUDA" not in release
+    debug = render_cmakelists(["module.cpp"], "m", debug=True)
+    assert "-O0;-g>" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
+    assert "-O0;-g;-fsanitize=address,undefined;-fno-omit-frame-pointer>" in sanitize
+    assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
+    cuda = render_cmakelists(["module.cpp", "kernels.cu"], "m", cuda=True)
+    assert "project(m LANGUAGES CXX CUDA)" in cuda
+    assert "pybind11_add_module(m MODULE kernels.cu module.cpp)" in cuda
+    assert "find_package(CUDAToolkit REQUIRED)" in cuda and '"CUDA::cublas"' in cuda
+    assert '"$<$<COMPILE_LANGUAGE:CUDA>:-O3>"' in cuda
+
+
+@pytest.mark.parametrize("sources, name, cuda", [
+    ({"../module.cpp": TINY}, "tiny", False),
+    ({"CMakeLists.txt": ""}, "tiny", False),
+    ({"kernels.cu": ""}, "tiny", False),
+    ({"module.cpp": TINY}, "not-a-name", False),
+])
+def test_bad_names_are_refused_before_building(sources, name, cuda):
+    with pytest.raises(ValueError):
+        build_extension(sources, name, cuda=cuda)
+
+
+def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys):
+    broken = TINY.replace("tiny", "broken").replace("a + b", "a + c")
+    with pytest.raises(MdlBuildError) as info:
+        build_extension({"module.cpp": broken}, "broken", progress=True)
+    message = str(info.value)
+    kept = mdl_cache_dir / f"failed-{cache_key({'module.cpp': broken}, 'broken')}"
+    assert "building `broken` failed" in message
+    assert f"{kept}/src/module.cpp:2:" in message and "error:" in message
+    assert "a + c" in message  # the compiler's source excerpt
+    assert f"kept at {kept}" in message and "tmp-" not in message
+    assert (kept / "src" / "module.cpp").read_text() == broken
+    assert "error:" in (kept / "build.log").read_text()
+    assert not (mdl_cache_dir / kept.name.removeprefix("failed-")).exists()
+    assert "building broken..." in capsys.readouterr().err  # progress was asked for
+
+
+def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
+    """Two processes build the same new module at once: one compiles, the other waits on
+    the lock and then finds the result; both get the same file."""
+    source = TINY.replace("tiny", "twin")
+    code = ("import sys; from codegen.build import build_extension; "
+            f"print(build_extension({{'module.cpp': {source!r}}}, 'twin'))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in results]
+    assert [err for _, err in results] == ["", ""]  # no progress: stderr is no terminal
+    paths = {out.strip() for out, _ in results}
+    assert len(paths) == 1
+    assert load(Path(paths.pop())).add(1, 1) == 2
+    assert not list(mdl_cache_dir.glob("tmp-*"))
+
+
+def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
+    """The top-level CMakeLists.txt builds tests/cpp against cpp_runtime/; ctest runs them."""
+    import cmake
+    import ninja
+    bin_dir = Path(cmake.CMAKE_BIN_DIR)
+    configure = [bin_dir / "cmake", "-S", REPO, "-B", tmp_path, "-G", "Ninja",
+                 f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
+                 f"-DPython_EXECUTABLE={sys.executable}", "-DMDL_SANITIZE=ON",
+                 "-DCMAKE_BUILD_TYPE=Debug"]
+    for step in (configure, [bin_dir / "cmake", "--build", tmp_path],
+                 [bin_dir / "ctest", "--test-dir", tmp_path, "--output-on-failure"]):
+        run = subprocess.run(step, capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+    assert "runtime.test_blas" in run.stdout and "runtime.test_arena" in run.stdout
