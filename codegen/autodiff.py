@@ -11,6 +11,8 @@ depend on a value we differentiate with respect to are visited.
 """
 from __future__ import annotations
 
+from dsl.diagnostics import MdlGradientError
+
 from . import structured_grad
 from .builder import Builder
 from .ir import Block, Graph, IRError, Op, Value, clone_graph, free_values
@@ -18,8 +20,9 @@ from .lowering import prepare
 from .primitives import TABLE
 
 
-class GradientError(Exception):
-    """A gradient that cannot be built (a primitive without one, an impossible tape)."""
+class GradientError(MdlGradientError):
+    """A gradient that cannot be built (no minimized output, an impossible tape); it
+    renders like every error of the front end, at the construct's source location."""
 
 
 def vjp(block: Block, outputs: list[Value], cotangents: list[Value], wrt: list[Value]
@@ -52,8 +55,8 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
         else:
             prim = TABLE[op.prim]
             if prim.grad is None:
-                raise GradientError(f"`{op.prim}` has no gradient rule; run "
-                                    "codegen.lowering.prepare first")
+                raise IRError(f"`{op.prim}` has no gradient rule; it is differentiated "
+                              "through its expansion (codegen.lowering.prepare)")
             filled = [ct if ct is not None else b.zeros(v.type, v)
                       for v, ct in zip(op.outputs, out_cts)]
             in_cts, captured = prim.grad(b, op, filled), []

@@ -36,7 +36,48 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--params", action="store_true", help="print the parameter table")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    emit = sub.add_parser("emit", help="print what the compiler makes of a .mdl file")
+    emit.add_argument("file")
+    emit.add_argument("--ir", action="store_true", required=True, help="print the IR")
+    emit.add_argument("-D", dest="defines", action="append", type=_define, default=[],
+                      metavar="K=V", help="override a hyper-parameter")
+    emit.add_argument("--model", help="the model to emit when the file has several")
+    emit.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    emit.add_argument("--grad", action="store_true",
+                      help="with the backward pass of the minimized output")
+    build = sub.add_parser("build", help="compile a .mdl file to an importable module")
+    _model_options(build)
+    build.add_argument("-o", dest="out", default=".", help="directory of the module")
+    build.add_argument("--name", help="the module's name (default: the file's stem)")
+    build.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    build.add_argument("--specialize", action="append", type=_dims, default=[],
+                       metavar="B=32,T=35", help="also compile code with these dims fixed")
+    build.add_argument("--debug", action="store_true", help="-O0 -g")
+    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
+    gradcheck = sub.add_parser("gradcheck", help="compare gradients with finite differences")
+    _model_options(gradcheck, dtype=False)
+    gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
+    gradcheck.add_argument("--seed", type=int, default=0)
     return top
+
+
+def _model_options(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+    p.add_argument("file")
+    p.add_argument("-D", dest="defines", action="append", type=_define, default=[],
+                   metavar="K=V", help="override a hyper-parameter")
+    p.add_argument("--model", help="the model to use when the file has several")
+    if dtype:
+        p.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+
+
+def _dims(text: str) -> dict[str, int]:
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.isidentifier() or not value.isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
+        out[key] = int(value)
+    return out
 
 
 def cmd_check(args) -> int:
@@ -54,7 +95,59 @@ def cmd_check(args) -> int:
     return 0
 
 
-COMMANDS = {"check": cmd_check}
+def cmd_emit(args) -> int:
+    from codegen.autodiff import grad_graph
+    from codegen.printer import format_graph
+    from dsl import check_file
+    cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
+    for w in cm.warnings:
+        print(w.render(), file=sys.stderr)
+    graph = cm.graph
+    if args.grad:
+        graph = grad_graph(graph)
+    print(format_graph(graph))
+    return 0
+
+
+def cmd_build(args) -> int:
+    from codegen.loader import BuildOptions, build, install, module_name_for
+    options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
+                           args.specialize, args.debug, args.sanitize)
+    name = module_name_for(args.file, args.name)
+    print(install(build(args.file, name, options), args.out, name))
+    return 0
+
+
+def cmd_gradcheck(args) -> int:
+    import importlib.util
+
+    from codegen import gradcheck
+    from codegen.loader import BuildOptions, build, module_name_for, sources
+    options = BuildOptions(dtype="f64", defines=dict(args.defines), model=args.model)
+    name = module_name_for(args.file)
+    graph, _ = sources(args.file, name, options)
+    if graph.loss is None:
+        print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
+              file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location(name, build(args.file, name, options))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3))
+            for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
+    results = gradcheck.check(module, graph, dims, args.seed)
+    worst = max((r.error for r in results), default=0.0)
+    width = max((len(r.name) for r in results), default=10)
+    for r in results:
+        flag = "ok" if r.error <= gradcheck.TOLERANCE else "FAILED"
+        print(f"{r.name.ljust(width)}  {r.error:.2e}  ({r.checked} elements)  {flag}")
+    print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e}) at "
+          + ", ".join(f"{k}={v}" for k, v in dims.items()))
+    return 0 if worst <= gradcheck.TOLERANCE else 1
+
+
+COMMANDS = {"check": cmd_check, "emit": cmd_emit, "build": cmd_build,
+            "gradcheck": cmd_gradcheck}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,6 @@ def _must_save(v: Value, op: Op, policy: str) -> bool:
         if random:
             raise autodiff.GradientError(
                 "a dropout inside a while loop nested in another loop, branch or while "
-                "cannot be differentiated: its masks would have to be drawn again")
+                "cannot be differentiated: its masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE

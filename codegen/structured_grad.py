@@ -150,10 +150,10 @@ def if_grad(b: Builder, op: Op, cts: list, active: set[int]):
     for g in grads:
         mapping = {id(p): next(tape_of) for p in g.saved_in}
         mapping.update({id(p): c for p, c in zip(g.result_cts, cts) if p is not None})
-        substitute(g.block, mapping)
         fill = Builder(g.block)
         g.block.results = [ct if ct is not None else fill.zeros_like(c)
                            for c, ct in zip(captured, g.captured_cts)]
+        substitute(g.block, mapping)
     outs = b.structured("if", op.inputs, [c.type for c in captured], {},
                         [g.block for g in grads], [f"d_{c.hint}" for c in captured])
     return [None], list(zip(captured, outs))

@@ -23,7 +23,7 @@ def _full(types, attrs):
 
 
 def _one_hot_ref(ctx, attrs, ids):
-    return (ids[..., None] == np.arange(attrs["n"])).astype(ctx.np_dtype(attrs["dtype"]))
+    return (ids[..., None] == np.arange(ctx.dim(attrs["n"]))).astype(ctx.np_dtype(attrs["dtype"]))
 
 
 @primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref)

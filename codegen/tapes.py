@@ -1,0 +1,62 @@
+"""What a graph keeps for its backward pass: the tapes of its structured ops (the
+trailing `n_tape` outputs of for/if/while, see codegen.ir), in bytes for given dims.
+
+    saved_bytes(graph, dims) -> int
+
+Tapes made in a block live until the block ends; a nested block (a loop body, a branch)
+runs one iteration at a time, so only its largest peak adds to its parent's. For a
+`for` that stores everything this is T times what one step needs; with `recompute`, T
+states; with `checkpoint = k`, ceil(T/k) states plus the k states one segment re-saves
+during the backward pass (memory O(T/k + k)).
+"""
+from __future__ import annotations
+
+from .ir import Block, Graph
+from .shapes import Dim, TensorType
+
+ITEMSIZE = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}
+
+
+def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
+    """Peak bytes of tapes alive at once when the graph runs with these dims (sizes
+    known only at run time, as a while's `trips#N` or `ceil(T/k)`, may be given too)."""
+    block = graph.body if isinstance(graph, Graph) else graph
+    return _peak(block, dims)
+
+
+def _peak(block: Block, dims: dict[str, int]) -> int:
+    held, nested = 0, 0
+    for op in block.ops:
+        n_tape = op.attrs.get("n_tape", 0) if op.blocks else 0
+        held += sum(nbytes(v.type, dims) for v in op.outputs[len(op.outputs) - n_tape:])
+        for sub in op.blocks:
+            nested = max(nested, _peak(sub, dims))
+    return held + nested
+
+
+def nbytes(t: TensorType, dims: dict[str, int]) -> int:
+    """The size of one tensor of type t."""
+    size = ITEMSIZE[t.dtype]
+    for d in t.shape:
+        size *= _size(d, dims)
+    return size
+
+
+def _size(d: Dim, dims: dict[str, int]) -> int:
+    for symbol in d.symbols:
+        if symbol.startswith("ceil(") and symbol not in dims:
+            inner, k = symbol[5:-1].rsplit("/", 1)
+            dims = {**dims, symbol: -(-_size(_parse(inner), dims) // int(k))}
+    return d.evaluate(dims)
+
+
+def _parse(text: str) -> Dim:
+    """A dim printed by Dim.__str__ (sums of products of symbols and integers)."""
+    total = Dim.of(0)
+    for term in text.replace(" - ", " + -").split(" + "):
+        sign = -1 if term.startswith("-") else 1
+        value = Dim.of(sign)
+        for factor in term.lstrip("-").split("*"):
+            value = value * (Dim.of(int(factor)) if factor.isdigit() else Dim.of(factor))
+        total = total + value
+    return total

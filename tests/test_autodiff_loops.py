@@ -1,0 +1,224 @@
+"""Gradient checks (reference interpreter, float64, central differences) of recurrent
+cells in loops with every loop option, of control flow inside loops, nested loops and
+shared parameters; and the gradients of recompute and checkpoint against storing all."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ir_helpers import (EPS, TOLERANCE, check_coordinates, check_model_grads, joint, model,
+                        random_params, rel_error, rnn_model)
+
+from codegen import reference
+from codegen.ir import walk_ops
+
+CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
+         "milstm": ("milstm(x, h, c)", "h, c")}
+OPTIONS = ["", "(lengths = lengths)", "(recompute)", "(checkpoint = 2)",
+           "(lengths = lengths, recompute)", "(lengths = lengths, checkpoint = 2)"]
+T, B, E = 5, 3, 2
+
+
+def seq_inputs(seed: int = 0, steps: int = T, lengths=(5, 2, 0)) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"xs": rng.normal(size=(steps, B, E)), "lengths": np.array(lengths, np.int32)}
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("reversed_", [False, True], ids=["forward", "reversed"])
+def test_cell_in_loop(cell, options, reversed_):
+    call, state = CELLS[cell]
+    graph = model(rnn_model(call, options, reversed_, state=state))
+    joint(graph)
+    assert check_model_grads(graph, seq_inputs(), random_params(graph)) < TOLERANCE
+
+
+def test_every_coordinate_of_a_reversed_lstm_with_lengths():
+    graph = model(rnn_model("lstm(x, h, c)", "(lengths = lengths)", True, H=2, state="h, c"))
+    assert check_coordinates(graph, seq_inputs(steps=3, lengths=(3, 1, 2)),
+                             random_params(graph)) < TOLERANCE
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("lengths", ["", "lengths = lengths, "])
+@pytest.mark.parametrize("reversed_", [False, True], ids=["forward", "reversed"])
+def test_recompute_and_checkpoint_give_the_gradients_of_storing(cell, lengths, reversed_):
+    call, state = CELLS[cell]
+    stored = model(rnn_model(call, f"({lengths.rstrip(', ')})" if lengths else "", reversed_,
+                             state=state))
+    params, inputs = random_params(stored), seq_inputs(1)
+    want = reference.gradients(stored, inputs, params)
+    for option in ("recompute", "checkpoint = 2", "checkpoint = 3", "checkpoint = 7"):
+        graph = model(rnn_model(call, f"({lengths}{option})", reversed_, state=state))
+        got = reference.gradients(graph, inputs, params)
+        for k in params:
+            assert np.allclose(got.params[k], want.params[k], rtol=1e-12, atol=1e-14), (option, k)
+        assert np.allclose(got.inputs["xs"], want.inputs["xs"], rtol=1e-12, atol=1e-14)
+        assert np.allclose(got.outputs["loss"], want.outputs["loss"], rtol=1e-13)
+
+
+CONTROL = {
+    "if inside for": """
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs, taken = for x in xs {
+    a = tanh(x @ W + h)
+    if mean(a) > 0.0 { h = relu(a) * 0.5 } else { h = a * a + x }
+    yield h, f32(mean(a) > 0.0)
+  }
+  output taken
+  output loss = sum(hs * hs)
+  minimize loss
+}""",
+    "while with a data-dependent trip count inside for": """
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  param v : f32[H] = normal(0, 1)
+  h = zeros[B, H]
+  hs, trips = for x in xs {
+    y = tanh(x @ W + h) * 3.0
+    n = 0
+    while norm(y) > 0.3 and n < 20 { y = 0.6 * y * sigmoid(v) + 0.05 * tanh(y); n = n + 1 }
+    h = y + h * 0.5
+    yield y, f32(n)
+  }
+  output trips
+  output loss = sum(hs * hs) + sum(h)
+  minimize loss
+}""",
+    "while and if at the top": """
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  y = x @ W
+  k = 0
+  while sum(y * y) > 0.1 { y = tanh(y @ W) * 0.7; k = k + 1 }
+  if k > 1 { z = y * 2.0 } else { z = exp(y) }
+  output loss = sum(z) + mean(x * y)
+  minimize loss
+}""",
+    "nested loops": """
+model M(H = 3, E = 2) {
+  input xss : f32[T, K, B, E]
+  param W : f32[E, H] = normal(0, 0.5)
+  param U : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs = for xs in xss {
+    g = h
+    gs = for x in reversed(xs) (recompute) {
+      g = tanh(x @ W + g @ U)
+      yield g
+    }
+    h = g + 0.5 * h
+    yield mean(gs, axis = 0)
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}""",
+    "a parameter shared by three call sites": """
+import "std/rnn.mdl"
+model M() {
+  input a : f32[B, 3]; input b : f32[B, 3]; input c : f32[B, 3]
+  scope enc { p = linear(a, 4) as proj }
+  scope enc { q = linear(b, 4) as proj }
+  scope enc { r = linear(tanh(c), 4) as proj }
+  output loss = sum(p * q) + sum(r * r * p)
+  minimize loss
+}""",
+}
+
+
+def control_inputs(name: str) -> dict:
+    rng = np.random.default_rng(3)
+    if name == "nested loops":
+        return {"xss": rng.normal(size=(3, 2, 2, 2))}
+    if name == "while and if at the top":
+        return {"x": rng.normal(size=(2, 3))}
+    if name.startswith("a parameter"):
+        return {k: rng.normal(size=(2, 3)) for k in "abc"}
+    # steps of very different sizes: the while runs 0, 3, 3 and 2 times
+    return {"xs": rng.normal(size=(4, 2, 3)) * np.array([0.05, 1, 3, 0.3])[:, None, None]}
+
+
+@pytest.mark.parametrize("name", sorted(CONTROL))
+def test_control_flow(name):
+    graph = model(CONTROL[name])
+    joint(graph)
+    assert check_coordinates(graph, control_inputs(name), random_params(graph, scale=0.3)) \
+        < TOLERANCE
+
+
+def test_the_shared_parameter_is_one_parameter_whose_gradient_sums_its_uses():
+    graph = model(CONTROL["a parameter shared by three call sites"])
+    assert sorted(graph.params) == ["enc/proj/W", "enc/proj/b"]
+    g = joint(graph)
+    # one sum of the three contributions, not a chain of adds
+    sums = [op for op in g.body.ops if op.prim == "add_n"
+            and any(v is g.param_grads["enc/proj/W"] for v in op.outputs)]
+    assert len(sums) == 1 and len(sums[0].inputs) == 3
+
+
+def test_the_control_flow_cases_take_every_path():
+    name = "while with a data-dependent trip count inside for"
+    graph = model(CONTROL[name])
+    trips = reference.run(graph, control_inputs(name), random_params(graph, scale=0.3))["trips"]
+    assert list(trips) == [0, 3, 3, 2]
+    name = "if inside for"
+    graph = model(CONTROL[name])
+    taken = reference.run(graph, control_inputs(name), random_params(graph, scale=0.3))["taken"]
+    assert set(taken) == {0.0, 1.0}
+
+
+def test_a_while_keeps_a_tape_whose_length_is_its_trip_count():
+    g = joint(model(CONTROL["while with a data-dependent trip count inside for"]))
+    taped = [op for op in walk_ops(g.body) if op.prim == "while" and op.attrs.get("n_tape")]
+    assert taped
+    for op in taped:
+        tapes = op.outputs[len(op.inputs):]
+        assert all(str(t.type.shape[0]) == op.attrs["trips"] for t in tapes)
+
+
+def test_while_that_never_runs_passes_the_gradient_through():
+    graph = model("""
+model M() {
+  input x : f32[3]
+  y = x
+  while sum(y) > 100.0 { y = y * y }
+  output loss = sum(y * y)
+  minimize loss
+}""")
+    x = np.array([1.0, -2.0, 0.5])
+    assert np.allclose(reference.gradients(graph, {"x": x}, {}).inputs["x"], 2 * x)
+
+
+def test_dropout_in_a_recomputed_loop_keeps_its_masks():
+    graph = model("""
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs (recompute) {
+    h = tanh(dropout(x, 0.5) @ W + h)
+    yield h
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}""")
+    xs, params = np.random.default_rng(4).normal(size=(4, 2, 3)), random_params(graph)
+    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=11)
+
+    def loss(w):
+        return float(reference.run(graph, {"xs": xs}, {"W": w}, training=True,
+                                   seed=11)["loss"])
+    numeric = np.zeros((3, 3))
+    for idx in np.ndindex(3, 3):
+        step = np.zeros((3, 3))
+        step[idx] = EPS
+        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
+    assert rel_error(grads.params["W"], numeric) < TOLERANCE
+    evaluation = reference.gradients(graph, {"xs": xs}, params)
+    assert not np.allclose(evaluation.params["W"], grads.params["W"])
+
