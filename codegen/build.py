@@ -117,7 +117,8 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
         work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
         try:
             _write_tree(work, sources, cmakelists, fields)
-            _compile(work, module_name, cuda, sys.stderr.isatty() if progress is None else progress)
+            _compile(work, root / key, module_name, cuda,
+                     sys.stderr.isatty() if progress is None else progress)
             (work / "build" / built.name).rename(work / built.name)
             shutil.rmtree(work / "build")  # objects and CMake state: only the module is reused
             work.rename(root / key)
@@ -253,14 +254,16 @@ def _write_tree(work: Path, sources: Mapping[str, str], cmakelists: str, fields:
     (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
 
 
-def _compile(work: Path, module_name: str, cuda: bool, show: bool) -> None:
+def _compile(work: Path, final: Path, module_name: str, cuda: bool, show: bool) -> None:
     """Configure and build with CMake and Ninja; the output goes to work/build.log."""
     cxx = _compiler()["path"]
     configure = [str(Path(cmake.CMAKE_BIN_DIR) / "cmake"), "-S", str(work / "src"),
                  "-B", str(work / "build"), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
                  f"-DCMAKE_CXX_COMPILER={cxx}", f"-DPython_EXECUTABLE={sys.executable}",
-                 f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"]
+                 f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+                 # Debug info and sanitizer reports name the sources where they will stay.
+                 f"-DCMAKE_CXX_FLAGS=-ffile-prefix-map={work}={final}"]
     env = dict(os.environ)
     if cuda:
         configure.append(f"-DCMAKE_CUDA_COMPILER={_nvcc()['path']}")
