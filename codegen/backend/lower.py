@@ -69,8 +69,9 @@ def hook(op: Op) -> tuple:
 class Lowering:
     """Lowers blocks; `layouts` is shared by every block of one function."""
 
-    def __init__(self, cx, external: dict[int, Layout]):
+    def __init__(self, cx, external: dict[int, Layout], escaping: set[int]):
         self.cx = cx                     # the renderer: dims and scalars as C++ text
+        self.escaping = escaping         # values read after the function: always stored
         self.layouts: dict[int, Layout] = dict(external)
         self.uses: dict[int, int] = {}
         self.unplanned: set[int] = set()  # own memory outside the arena (tapes)
@@ -146,7 +147,8 @@ class Lowering:
         stores = []
         for op in run:
             for v in op.outputs:
-                if self.uses.get(v.id, 0) > inside.get(v.id, 0) or v in block.results:
+                if (self.uses.get(v.id, 0) > inside.get(v.id, 0) or v in block.results
+                        or v.id in self.escaping):
                     stores.append(v)
                     self.own(v)
                 else:

@@ -45,7 +45,8 @@ class Renderer:
         self.spec = spec
         self.lines: list[str] = []
         self.depth = 1
-        self.low = Lowering(self, {vid: a.layout for vid, a in spec.external.items()})
+        self.low = Lowering(self, {vid: a.layout for vid, a in spec.external.items()},
+                            {v.id for v, _ in spec.results})
         self.plan: Plan | None = None
         self.counter = 0
         self.tapes: list[int] = tapes
@@ -66,7 +67,13 @@ class Renderer:
     def scalar(self, v: Value) -> str:
         """A C++ expression reading a rank-0 value."""
         lay = self.low.layouts[v.id]
-        return self.d.literal(lay.const, v.type.dtype) if lay.is_const else f"{self.ptr(v)}[0]"
+        return self.literal(lay.const, v.type.dtype) if lay.is_const else f"{self.ptr(v)}[0]"
+
+    def literal(self, value, dtype: str) -> str:
+        """A constant as C++: a number, or a dim known at run time (a count of tokens)."""
+        if isinstance(value, Dim):
+            return f"{self.d.ctype(dtype)}({self.dim(value)})"
+        return self.d.literal(value, dtype)
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -243,7 +250,7 @@ class Renderer:
                     return names[x.id]
                 lay = self.layout(x)
                 if lay.is_const:
-                    return self.d.literal(lay.const, x.type.dtype)
+                    return self.literal(lay.const, x.type.dtype)
                 return f"{self.ptr(x)}[{index[x.id]}]"
             for op in ins.ops:
                 expr = hook(op)[1]([read(x) for x in op.inputs], op, self)
@@ -265,7 +272,7 @@ class Renderer:
 
         def body(index):
             lay = self.layout(src)
-            value = (self.d.literal(lay.const, src.type.dtype) if lay.is_const
+            value = (self.literal(lay.const, src.type.dtype) if lay.is_const
                      else f"{self.ptr(src)}[{index[src.id]}]")
             self.emit(f"{self.ptr(dst)}[{index[dst.id]}] = {value};")
         self.loop_nest(dst.type.shape, operands, body)

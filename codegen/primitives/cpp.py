@@ -166,12 +166,26 @@ def _cross_entropy(r, op, inputs, ins, outs):
 attach_cpp("cross_entropy", "kernel", _cross_entropy, False)
 
 
+def _matrix(v, layout):
+    """How GEMM reads a rank-2 view: ("rows" or "cols" contiguous) or None. A dim of
+    size 1 has no meaningful stride, so it never decides."""
+    (rows, cols), (s0, s1) = v.type.shape, layout.strides
+    one = Dim.of(1)
+    if cols == one or s1 == one:
+        return "rows"
+    if rows == one or s0 == one:
+        return "cols"
+    return None
+
+
 def _matmul_ok(r, op, i, layout) -> bool:
     """GEMM reads a row-major or transposed matrix in place; `a` may also be a
     contiguous batch of rows."""
     v = op.inputs[i]
-    if v.type.rank == 2 and (layout.strides[1] == Dim.of(1) or layout.strides[0] == Dim.of(1)):
-        return not layout.is_const
+    if layout.is_const:
+        return False
+    if v.type.rank == 2 and _matrix(v, layout) is not None:
+        return True
     return r.low.is_contiguous(v)
 
 
@@ -180,15 +194,16 @@ def _matmul(r, op, inputs, ins, outs):
     k, n = b.type.shape
     m = _numel(r, a.type.shape[:-1])
 
-    def operand(v, ptr):
-        lay = r.layout(v)
-        if v.type.rank == 2 and lay.strides[1] != Dim.of(1):
-            return "true", r.dim(lay.strides[1])
-        if v.type.rank == 2:
-            return "false", r.dim(lay.strides[0])
-        return "false", r.dim(v.type.shape[-1])
-    ta, lda = operand(a, ins[0])
-    tb, ldb = operand(b, ins[1])
+    def operand(v):
+        """(transposed, leading dimension); BLAS wants ld >= the stored row length."""
+        if v.type.rank != 2:
+            return "false", r.dim(v.type.shape[-1])
+        (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
+        if _matrix(v, r.layout(v)) == "rows":
+            return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
+        return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
+    ta, lda = operand(a)
+    tb, ldb = operand(b)
     one, zero = f"{_t(op, r)}(1)", f"{_t(op, r)}(0)"
     return [f"mdl::gemm({ta}, {tb}, {m}, {r.dim(n)}, {r.dim(k)}, {one}, {ins[0]}, {lda}, "
             f"{ins[1]}, {ldb}, {zero}, {outs[0]}, {r.dim(n)});"]

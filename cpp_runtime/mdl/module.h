@@ -200,6 +200,10 @@ class Model {
 
   bool has_training_forward() const { return trained_ != nullptr; }
 
+  // Training calls so far: the next one draws dropout masks from stream calls + 1.
+  uint64_t rng_calls() const { return state_.calls; }
+  void set_rng_calls(uint64_t n) { state_.calls = n; }
+
   py::list specializations() const {
     py::list out;
     for (std::size_t i = 1; i < spec_->variants.size(); ++i) out.append(spec_->variants[i].fixed);
@@ -282,6 +286,7 @@ void bind_model(py::module_& m, const ModelSpec<T>* spec) {
         return self.cast<Model<T>&>().params(self);
       })
       .def_property_readonly("specializations", &Model<T>::specializations)
+      .def_property("rng_calls", &Model<T>::rng_calls, &Model<T>::set_rng_calls)
       .def("forward", &Model<T>::forward)
       .def("backward", [](Model<T>& model) {
         if (!model.has_training_forward())

@@ -1,0 +1,92 @@
+"""From a .mdl file to an importable native module: check, differentiate, generate,
+build through the cache, import. `load` is the Python entry point; `mdlc build` and
+`mdlc emit` use the same steps."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dsl import UsageError, check_file
+
+from .autodiff import grad_graph
+from .backend.module import generate
+from .build import EXT_SUFFIX, build_extension
+from .ir import Graph
+
+
+@dataclass
+class BuildOptions:
+    target: str = "cpu"
+    dtype: str = "f32"
+    defines: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    specialize: list[dict[str, int]] = field(default_factory=list)
+    debug: bool = False
+    sanitize: bool = False
+
+
+def module_name_for(path: str | Path, name: str | None = None) -> str:
+    """The Python module name: `name`, or the file's stem made an identifier."""
+    if name is not None:
+        if not name.isidentifier():
+            raise UsageError(f"--name {name!r} is not a valid Python module name")
+        return name
+    stem = re.sub(r"\W", "_", Path(path).stem)
+    return stem if stem.isidentifier() else f"m_{stem}"
+
+
+def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[Graph,
+                                                                                   dict[str, str]]:
+    """The checked graph and the generated sources {file name: text}."""
+    if options.target != "cpu":
+        raise UsageError(f"target {options.target!r} is not available yet (use --target cpu)")
+    cm = check_file(str(path), defines=options.defines, model=options.model,
+                    dtype=options.dtype)
+    graph = cm.graph
+    unknown = {k for spec in options.specialize for k in spec} - _symbolic_dims(graph)
+    if unknown:
+        raise UsageError(f"--specialize names {', '.join(sorted(unknown))}, which "
+                         f"{'is not a symbolic dim' if len(unknown) == 1 else 'are not symbolic dims'}"
+                         f" of model `{graph.name}` (it has {', '.join(sorted(_symbolic_dims(graph))) or 'none'})")
+    joint = grad_graph(graph) if graph.loss is not None else None
+    return graph, generate(graph, joint, module_name, options.dtype, options.specialize)
+
+
+def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,
+          progress: bool | None = None) -> Path:
+    """Build (or take from the cache) the module of a .mdl file; the extension's path."""
+    options = options or BuildOptions()
+    module_name = module_name_for(path, name)
+    _, srcs = sources(path, module_name, options)
+    return build_extension(srcs, module_name, debug=options.debug, sanitize=options.sanitize,
+                           progress=progress)
+
+
+def install(built: Path, directory: str | Path, module_name: str) -> Path:
+    """Copy a built extension to DIR/MOD<EXT_SUFFIX>."""
+    target = Path(directory) / f"{module_name}{EXT_SUFFIX}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(built, target)
+    return target
+
+
+def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None = None,
+         dtype: str = "f32", model: str | None = None,
+         specialize: list[dict[str, int]] | None = None, name: str | None = None) -> ModuleType:
+    """Build (through the cache) and import the native module of a .mdl file."""
+    options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []))
+    module_name = module_name_for(path, name)
+    built = build(path, module_name, options)
+    spec = importlib.util.spec_from_file_location(module_name, built)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _symbolic_dims(graph: Graph) -> set[str]:
+    return {s for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
