@@ -40,27 +40,35 @@ def number_random_ops(block: Block) -> None:
 
 
 def _rewrite(block: Block) -> None:
-    ops, block.ops = block.ops, []
-    b = Builder(block)
+    block.ops = _lowered(block.ops)
+
+
+def _lowered(ops: list[Op]) -> list[Op]:
+    """The ops with every rewrite applied, to what the rewrites make too (a loop with
+    lengths and a checkpoint is lowered twice)."""
+    out: list[Op] = []
     for op in ops:
         for sub in op.blocks:
             _rewrite(sub)
-        b.loc = op.loc
         prim = TABLE.get(op.prim)
         if prim is not None and prim.expand is not None:
-            _expand(b, op, prim.expand)
+            rule = _expand
         elif op.prim == "for" and op.attrs.get("has_lengths"):
-            _lower_lengths(b, op)
+            rule = _lower_lengths
         elif op.prim == "for" and op.attrs.get("checkpoint"):
-            _nest_checkpoint(b, op)
+            rule = _nest_checkpoint
         else:
-            block.ops.append(op)
+            out.append(op)
+            continue
+        made = Block()
+        rule(Builder(made, op.loc), op)
+        out += _lowered(made.ops)
+    return out
 
 
-def _expand(b: Builder, op: Op, expand) -> None:
-    start = len(b.block.ops)
-    results = expand(b, op)
-    _rename(b.block.ops[start:], results, op.outputs)
+def _expand(b: Builder, op: Op) -> None:
+    results = TABLE[op.prim].expand(b, op)
+    _rename(b.block.ops, results, op.outputs)
 
 
 def _rename(ops: list[Op], new: list[Value], old: list[Value]) -> None:

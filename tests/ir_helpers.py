@@ -42,6 +42,93 @@ model M(H = {H}, E = {E}) {{
 }}'''
 
 
+# models with control flow, shared by the gradient checks and the pass tests
+CONTROL = {
+    "if inside for": """
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs, taken = for x in xs {
+    a = tanh(x @ W + h)
+    if mean(a) > 0.0 { h = relu(a) * 0.5 } else { h = a * a + x }
+    yield h, f32(mean(a) > 0.0)
+  }
+  output taken
+  output loss = sum(hs * hs)
+  minimize loss
+}""",
+    "while with a data-dependent trip count inside for": """
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  param v : f32[H] = normal(0, 1)
+  h = zeros[B, H]
+  hs, trips = for x in xs {
+    y = tanh(x @ W + h) * 3.0
+    n = 0
+    while norm(y) > 0.3 and n < 20 { y = 0.6 * y * sigmoid(v) + 0.05 * tanh(y); n = n + 1 }
+    h = y + h * 0.5
+    yield y, f32(n)
+  }
+  output trips
+  output loss = sum(hs * hs) + sum(h)
+  minimize loss
+}""",
+    "while and if at the top": """
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  y = x @ W
+  k = 0
+  while sum(y * y) > 0.1 { y = tanh(y @ W) * 0.7; k = k + 1 }
+  if k > 1 { z = y * 2.0 } else { z = exp(y) }
+  output loss = sum(z) + mean(x * y)
+  minimize loss
+}""",
+    "nested loops": """
+model M(H = 3, E = 2) {
+  input xss : f32[T, K, B, E]
+  param W : f32[E, H] = normal(0, 0.5)
+  param U : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs = for xs in xss {
+    g = h
+    gs = for x in reversed(xs) (recompute) {
+      g = tanh(x @ W + g @ U)
+      yield g
+    }
+    h = g + 0.5 * h
+    yield mean(gs, axis = 0)
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}""",
+    "a parameter shared by three call sites": """
+import "std/rnn.mdl"
+model M() {
+  input a : f32[B, 3]; input b : f32[B, 3]; input c : f32[B, 3]
+  scope enc { p = linear(a, 4) as proj }
+  scope enc { q = linear(b, 4) as proj }
+  scope enc { r = linear(tanh(c), 4) as proj }
+  output loss = sum(p * q) + sum(r * r * p)
+  minimize loss
+}""",
+}
+
+
+def control_inputs(name: str) -> dict:
+    rng = np.random.default_rng(3)
+    if name == "nested loops":
+        return {"xss": rng.normal(size=(3, 2, 2, 2))}
+    if name == "while and if at the top":
+        return {"x": rng.normal(size=(2, 3))}
+    if name.startswith("a parameter"):
+        return {k: rng.normal(size=(2, 3)) for k in "abc"}
+    # steps of very different sizes: the while runs 0, 3, 3 and 2 times
+    return {"xs": rng.normal(size=(4, 2, 3)) * np.array([0.05, 1, 3, 0.3])[:, None, None]}
+
+
 def random_params(graph, seed: int = 0, scale: float = 0.5) -> dict[str, np.ndarray]:
     """Parameters drawn around their initializers, so that no two gates coincide."""
     rng = np.random.default_rng(seed)
@@ -73,13 +160,14 @@ def check_model_grads(graph, inputs: dict, params: dict, directions: int = 4,
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(directions):
-        dp = {k: rng.normal(size=np.shape(v)) for k, v in params.items()}
+        dp = {k: rng.normal(size=np.shape(v)) for k, v in params.items()
+              if graph.params[k].trainable}
         di = {k: rng.normal(size=np.shape(inputs[k])) for k in float_names(inputs)}
         analytic = sum(np.sum(grads.params[k] * d) for k, d in dp.items()) + \
             sum(np.sum(grads.inputs[k] * d) for k, d in di.items())
 
         def moved(step: float):
-            p = {k: v + step * dp[k] for k, v in params.items()}
+            p = {k: v + step * dp[k] if k in dp else v for k, v in params.items()}
             i = {k: (v + step * di[k] if k in di else v) for k, v in inputs.items()}
             return loss_of(graph, i, p)
         numeric = (moved(EPS) - moved(-EPS)) / (2 * EPS)

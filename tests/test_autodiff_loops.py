@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ir_helpers import (EPS, TOLERANCE, check_coordinates, check_model_grads, joint, model,
-                        random_params, rel_error, rnn_model)
+from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_grads,
+                        control_inputs, joint, model, random_params, rel_error, rnn_model)
 
 from codegen import reference
 from codegen.ir import walk_ops
@@ -55,92 +55,6 @@ def test_recompute_and_checkpoint_give_the_gradients_of_storing(cell, lengths, r
             assert np.allclose(got.params[k], want.params[k], rtol=1e-12, atol=1e-14), (option, k)
         assert np.allclose(got.inputs["xs"], want.inputs["xs"], rtol=1e-12, atol=1e-14)
         assert np.allclose(got.outputs["loss"], want.outputs["loss"], rtol=1e-13)
-
-
-CONTROL = {
-    "if inside for": """
-model M(H = 3) {
-  input xs : f32[T, B, H]
-  param W : f32[H, H] = normal(0, 0.5)
-  h = zeros[B, H]
-  hs, taken = for x in xs {
-    a = tanh(x @ W + h)
-    if mean(a) > 0.0 { h = relu(a) * 0.5 } else { h = a * a + x }
-    yield h, f32(mean(a) > 0.0)
-  }
-  output taken
-  output loss = sum(hs * hs)
-  minimize loss
-}""",
-    "while with a data-dependent trip count inside for": """
-model M(H = 3) {
-  input xs : f32[T, B, H]
-  param W : f32[H, H] = normal(0, 0.5)
-  param v : f32[H] = normal(0, 1)
-  h = zeros[B, H]
-  hs, trips = for x in xs {
-    y = tanh(x @ W + h) * 3.0
-    n = 0
-    while norm(y) > 0.3 and n < 20 { y = 0.6 * y * sigmoid(v) + 0.05 * tanh(y); n = n + 1 }
-    h = y + h * 0.5
-    yield y, f32(n)
-  }
-  output trips
-  output loss = sum(hs * hs) + sum(h)
-  minimize loss
-}""",
-    "while and if at the top": """
-model M(H = 3) {
-  input x : f32[B, H]
-  param W : f32[H, H] = normal(0, 0.5)
-  y = x @ W
-  k = 0
-  while sum(y * y) > 0.1 { y = tanh(y @ W) * 0.7; k = k + 1 }
-  if k > 1 { z = y * 2.0 } else { z = exp(y) }
-  output loss = sum(z) + mean(x * y)
-  minimize loss
-}""",
-    "nested loops": """
-model M(H = 3, E = 2) {
-  input xss : f32[T, K, B, E]
-  param W : f32[E, H] = normal(0, 0.5)
-  param U : f32[H, H] = normal(0, 0.5)
-  h = zeros[B, H]
-  hs = for xs in xss {
-    g = h
-    gs = for x in reversed(xs) (recompute) {
-      g = tanh(x @ W + g @ U)
-      yield g
-    }
-    h = g + 0.5 * h
-    yield mean(gs, axis = 0)
-  }
-  output loss = sum(hs * hs)
-  minimize loss
-}""",
-    "a parameter shared by three call sites": """
-import "std/rnn.mdl"
-model M() {
-  input a : f32[B, 3]; input b : f32[B, 3]; input c : f32[B, 3]
-  scope enc { p = linear(a, 4) as proj }
-  scope enc { q = linear(b, 4) as proj }
-  scope enc { r = linear(tanh(c), 4) as proj }
-  output loss = sum(p * q) + sum(r * r * p)
-  minimize loss
-}""",
-}
-
-
-def control_inputs(name: str) -> dict:
-    rng = np.random.default_rng(3)
-    if name == "nested loops":
-        return {"xss": rng.normal(size=(3, 2, 2, 2))}
-    if name == "while and if at the top":
-        return {"x": rng.normal(size=(2, 3))}
-    if name.startswith("a parameter"):
-        return {k: rng.normal(size=(2, 3)) for k in "abc"}
-    # steps of very different sizes: the while runs 0, 3, 3 and 2 times
-    return {"xs": rng.normal(size=(4, 2, 3)) * np.array([0.05, 1, 3, 0.3])[:, None, None]}
 
 
 @pytest.mark.parametrize("name", sorted(CONTROL))

@@ -1,0 +1,43 @@
+"""What the backward pass keeps, as the language page says: storing everything keeps
+every per-step value the backward needs; `recompute` keeps only the per-step state;
+`checkpoint = k` keeps the state every k steps plus one segment's k states while it is
+re-run (memory O(T/k + k))."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from ir_helpers import joint, model, rnn_model
+
+from codegen.tapes import saved_bytes
+
+H, B, T = 4, 2, 64
+STATE = 2 * B * H * 8          # h and c of one step, f64
+
+
+def saved(options: str, steps: int = T) -> int:
+    graph = joint(model(rnn_model("lstm(x, h, c)", options, H=H, state="h, c")))
+    return saved_bytes(graph, {"T": steps, "B": B})
+
+
+def test_recompute_keeps_only_the_state_of_each_step():
+    assert saved("(recompute)") == T * STATE
+
+
+def test_storing_everything_keeps_more_per_step():
+    assert saved("") > 3 * saved("(recompute)")
+    assert saved("") == T * saved("", steps=1)
+
+
+@pytest.mark.parametrize("k", [2, 8, 10, 64])
+def test_checkpoint_keeps_one_state_per_segment_and_one_segment(k):
+    assert saved(f"(checkpoint = {k})") == (math.ceil(T / k) + k) * STATE
+
+
+def test_checkpoint_memory_grows_as_t_over_k_plus_k():
+    assert saved("(checkpoint = 8)") < saved("(checkpoint = 2)") < saved("(recompute)")
+    assert saved("(lengths = lengths, checkpoint = 8)") == saved("(checkpoint = 8)")
+
+
+def test_a_graph_without_gradients_keeps_nothing():
+    assert saved_bytes(model(rnn_model("lstm(x, h, c)", state="h, c")), {"T": T, "B": B}) == 0

@@ -1,0 +1,133 @@
+"""The cells of std/rnn.mdl, run by the reference interpreter in loops (with lengths,
+reversed), against independent NumPy implementations written here, which run each
+sequence of the batch on its own (a packed sequence); and against torch.nn.LSTM/GRU
+where torch is installed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ir_helpers import model, random_params
+
+from codegen import reference
+
+H, E, T, B = 3, 2, 5, 3
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def np_lstm(p, x, h, c):
+    i, f, g, o = np.split(x @ p["W"] + h @ p["U"] + p["b"], 4, axis=-1)
+    c2 = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return sigmoid(o) * np.tanh(c2), c2
+
+
+def np_gru(p, x, h):
+    xr, xz, xn = np.split(x @ p["W"] + p["bW"], 3, axis=-1)
+    hr, hz, hn = np.split(h @ p["U"] + p["bU"], 3, axis=-1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    return ((1 - z) * n + z * h,)
+
+
+def np_milstm(p, x, h, c):
+    xw, hu = x @ p["W"], h @ p["U"]
+    g = p["alpha"] * xw * hu + p["beta1"] * hu + p["beta2"] * xw + p["b"]
+    i, f, o, u = np.split(g, 4, axis=-1)
+    c2 = sigmoid(f) * c + sigmoid(i) * np.tanh(u)
+    return sigmoid(o) * np.tanh(c2), c2
+
+
+CELLS = {"lstm": (np_lstm, "lstm(x, h, c)", "h, c"), "gru": (np_gru, "gru(x, h)", "h"),
+         "milstm": (np_milstm, "milstm(x, h, c)", "h, c")}
+
+
+def np_packed(cell, p, xs, lengths, n_state, reversed_):
+    """Each row on its own over its real steps (backwards when reversed): the yields at
+    their time positions (zeros elsewhere) and the final states."""
+    ys = np.zeros((xs.shape[0], xs.shape[1], H))
+    finals = [np.zeros((xs.shape[1], H)) for _ in range(n_state)]
+    for b, n in enumerate(lengths):
+        state = tuple(np.zeros((1, H)) for _ in range(n_state))
+        for t in (reversed(range(n)) if reversed_ else range(n)):
+            state = cell(p, xs[t, b][None], *state)
+            ys[t, b] = state[0][0]
+        for k in range(n_state):
+            finals[k][b] = state[k][0]
+    return ys, finals
+
+
+def cell_model(call: str, state: str, options: str, reversed_: bool) -> str:
+    seq = "reversed(xs)" if reversed_ else "xs"
+    names = [s.strip() for s in state.split(",")]
+    return f'''
+import "std/rnn.mdl"
+model M(H = {H}, E = {E}) {{
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  {"; ".join(f"{n} = zeros[B, H]" for n in names)}
+  ys = for x in {seq} {options} {{
+    {state} = {call}
+    yield {names[0]}
+  }}
+  output ys
+  {"; ".join(f"output {n}" for n in names)}
+}}'''
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["all", "lengths"])
+@pytest.mark.parametrize("reversed_", [False, True], ids=["forward", "reversed"])
+def test_cell_matches_numpy(cell, with_lengths, reversed_):
+    np_cell, call, state = CELLS[cell]
+    graph = model(cell_model(call, state, "(lengths = lengths)" if with_lengths else "",
+                             reversed_))
+    params = {k.split("/")[-1]: v for k, v in random_params(graph, 2).items()}
+    rng = np.random.default_rng(5)
+    xs = rng.normal(size=(T, B, E))
+    lengths = np.array([5, 2, 0] if with_lengths else [T] * B, np.int32)
+    out = reference.run(graph, {"xs": xs, "lengths": lengths},
+                        {k: params[k.split("/")[-1]] for k in graph.params})
+    names = [s.strip() for s in state.split(",")]
+    ys, finals = np_packed(np_cell, params, xs, lengths, len(names), reversed_)
+    assert np.allclose(out["ys"], ys, rtol=1e-12, atol=1e-14)
+    for name, final in zip(names, finals):
+        assert np.allclose(out[name], final, rtol=1e-12, atol=1e-14)
+
+
+def test_the_loop_runs_in_float32_too():
+    np_cell, call, state = CELLS["lstm"]
+    graph = model(cell_model(call, state, "(lengths = lengths)", True))
+    params = random_params(graph, 1)
+    inputs = {"xs": np.random.default_rng(6).normal(size=(T, B, E)),
+              "lengths": np.array([4, 5, 1], np.int32)}
+    single = reference.run(graph, inputs, params, dtype=np.float32)
+    double = reference.run(graph, inputs, params)
+    assert single["ys"].dtype == np.float32 and double["ys"].dtype == np.float64
+    assert np.allclose(single["ys"], double["ys"], atol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cell_matches_torch(cell):
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed; test_cell_matches_numpy covers the cells")
+    np_cell, call, state = CELLS[cell]
+    graph = model(cell_model(call, state, "", False))
+    params = random_params(graph, 3)
+    p = {k.split("/")[-1]: torch.tensor(v) for k, v in params.items()}
+    net = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(E, H).double()
+    with torch.no_grad():
+        net.weight_ih_l0.copy_(p["W"].T)
+        net.weight_hh_l0.copy_(p["U"].T)
+        if cell == "lstm":
+            net.bias_ih_l0.copy_(p["b"])
+            net.bias_hh_l0.zero_()
+        else:
+            net.bias_ih_l0.copy_(p["bW"])
+            net.bias_hh_l0.copy_(p["bU"])
+    xs = np.random.default_rng(7).normal(size=(T, B, E))
+    out = reference.run(graph, {"xs": xs, "lengths": np.full(B, T, np.int32)}, params)
+    with torch.no_grad():
+        ys, _ = net(torch.tensor(xs))
+    assert np.allclose(out["ys"], ys.numpy(), rtol=1e-10, atol=1e-12)

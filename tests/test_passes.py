@@ -1,0 +1,119 @@
+"""Constant folding, simplification, CSE and DCE, each on a small graph, and all of them
+on forward-and-backward graphs with the verifier after every pass, changing nothing the
+graphs compute."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ir_helpers import CONTROL, control_inputs, model, random_params, rnn_model
+
+from codegen import passes, reference
+from codegen.autodiff import grad_graph
+from codegen.builder import Builder
+from codegen.ir import Block, Graph, Value, walk_ops
+from codegen.shapes import TensorType
+from codegen.verify import verify
+
+F = TensorType.of("f64", ("B", 3))
+
+
+def graph_of(build) -> Graph:
+    """A graph with input x: f64[B, 3] and output y = build(builder, x)."""
+    x = Value(F, "x")
+    body = Block()
+    y = build(Builder(body), x)
+    graph = Graph("G", {}, {"x": x}, {}, body, {"y": y})
+    verify(graph)
+    return graph
+
+
+def prims(graph: Graph) -> list[str]:
+    return [op.prim for op in walk_ops(graph.body)]
+
+
+def test_fold_constants_evaluates_elementwise_ops_on_constants():
+    g = graph_of(lambda b, x: b.mul(x, b.exp(b.add(b.const(2.0, "f64"), b.const(-2.0, "f64")))))
+    passes.fold_constants(g)
+    passes.dce(g)
+    verify(g)
+    assert prims(g) == ["full", "mul"] and g.body.ops[0].attrs["value"] == 1.0
+
+
+def test_simplify_applies_the_tables_identities():
+    def build(b, x):
+        y = b.mul(b.add(x, b.zeros_like(x)), b.const(1.0, "f64"))
+        z = b.neg(b.neg(b.div(y, b.const(1.0, "f64"))))
+        return b.cast(b.where(b.const(True, "bool"), b.reshape(z, shape=F.shape), x),
+                      dtype="f64")
+    g = graph_of(build)
+    passes.simplify(g)
+    passes.dce(g)
+    verify(g)
+    assert g.outputs["y"] is g.inputs["x"] and prims(g) == []
+
+
+def test_simplify_sees_constants_through_broadcasts():
+    g = graph_of(lambda b, x: b.mul(b.broadcast_to(b.const(1.0, "f64"), shape=F.shape), x))
+    passes.optimize(g, verify)
+    assert g.outputs["y"] is g.inputs["x"]
+
+
+def test_cse_merges_equal_ops_but_not_random_ones():
+    g = graph_of(lambda b, x: b.add(b.tanh(x), b.tanh(x)))
+    passes.cse(g)
+    verify(g)
+    assert prims(g) == ["tanh", "add"]
+    g = graph_of(lambda b, x: b.add(b.dropout(x, p=0.5), b.dropout(x, p=0.5)))
+    passes.cse(g)
+    assert prims(g) == ["dropout", "dropout", "add"]
+
+
+def test_cse_reuses_a_value_of_an_enclosing_block():
+    g = model("""
+model M() {
+  input xs : f32[T, 3]
+  param w : f32[3] = ones
+  a = tanh(w)
+  ys = for x in xs { yield x * tanh(w) }
+  output s = sum(ys) + sum(a)
+}""")
+    passes.cse(g)
+    verify(g)
+    assert prims(g).count("tanh") == 1
+
+
+def test_dce_drops_unread_ops_and_unread_tapes():
+    g = grad_graph(model(CONTROL["while with a data-dependent trip count inside for"]),
+                   optimized=False)
+    taped = [op for op in walk_ops(g.body) if op.attrs.get("n_tape")]
+    assert taped
+    g.param_grads, g.input_grads = {}, {}
+    passes.dce(g)
+    verify(g)
+    assert not any(op.attrs.get("n_tape") for op in walk_ops(g.body))
+    assert sum(1 for p in prims(g) if p == "for") == 1
+
+
+GRAPHS = {"lstm with lengths": (rnn_model("lstm(x, h, c)", "(lengths = lengths)", True,
+                                          state="h, c"), None),
+          "gru with checkpoint": (rnn_model("gru(x, h)", "(checkpoint = 2)", state="h"), None),
+          **{name: (src, name) for name, src in CONTROL.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_optimize_changes_nothing_that_is_computed(name):
+    src, control = GRAPHS[name]
+    graph = model(src)
+    raw = grad_graph(graph, optimized=False)
+    verify(raw)
+    rng = np.random.default_rng(0)
+    inputs = control_inputs(control) if control else {
+        "xs": rng.normal(size=(4, 3, 2)), "lengths": np.array([4, 1, 3], np.int32)}
+    params = random_params(graph, scale=0.3)
+    want = reference.run(raw, inputs, params)
+    before = len(prims(raw))
+    passes.optimize(raw, verify)
+    got = reference.run(raw, inputs, params)
+    assert len(prims(raw)) < before
+    for k in want:
+        assert np.allclose(got[k], want[k], rtol=1e-12, atol=1e-14), k
