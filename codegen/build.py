@@ -89,9 +89,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
 def cache_key(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
               sanitize: bool = False, cuda: bool = False) -> str:
     """The cache key of a build: equal keys mean interchangeable extension files."""
-    cmakelists = render_cmakelists(sources, module_name, debug=debug, sanitize=sanitize,
-                                   cuda=cuda)
-    return _digest(_key_fields(sources, module_name, cmakelists, debug, sanitize, cuda))
+    return _digest(_describe(sources, module_name, debug, sanitize, cuda)[1])
 
 
 def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
@@ -102,9 +100,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
     is returned at once. Shows progress on stderr when it is a terminal (or `progress`).
     Raises MdlBuildError with the compiler's first errors when the build fails."""
     _check_names(sources, module_name, cuda)
-    cmakelists = render_cmakelists(sources, module_name, debug=debug, sanitize=sanitize,
-                                   cuda=cuda)
-    fields = _key_fields(sources, module_name, cmakelists, debug, sanitize, cuda)
+    cmakelists, fields = _describe(sources, module_name, debug, sanitize, cuda)
     key = _digest(fields)
     root = cache_dir()
     built = root / key / (module_name + EXT_SUFFIX)
@@ -143,8 +139,16 @@ def _check_names(sources: Mapping[str, str], module_name: str, cuda: bool) -> No
     suffixes = SOURCE_SUFFIXES + (CUDA_SUFFIXES if cuda else ())
     for name in sources:
         if Path(name).name != name or not name.endswith(suffixes):
-            raise ValueError(f"source {name!r}: expected a plain file name ending in "
-                             f"{', '.join(suffixes)}" + ("" if cuda else " (.cu needs cuda=True)"))
+            raise ValueError(f"source {name!r}: a source is a plain file name ending in "
+                             f"{' '.join(suffixes)}{'' if cuda else ' (.cu with cuda=True)'}")
+
+
+def _describe(sources: Mapping[str, str], module_name: str, debug: bool, sanitize: bool,
+              cuda: bool) -> tuple[str, dict]:
+    """A build's CMakeLists.txt and the fields its key hashes."""
+    cmakelists = render_cmakelists(sources, module_name, debug=debug, sanitize=sanitize,
+                                   cuda=cuda)
+    return cmakelists, _key_fields(sources, module_name, cmakelists, debug, sanitize, cuda)
 
 
 @functools.cache
