@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys
 def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     """Two processes build the same new module at once: one compiles, the other waits on
     the lock and then finds the result; both get the same file."""
-    source = TINY.replace("tiny", "twin")
+    source = TINY.replace("tiny", "twin") + f"// {uuid.uuid4()}: a new key even in a kept cache\n"
     code = ("import sys; from codegen.build import build_extension; "
             f"print(build_extension({{'module.cpp': {source!r}}}, 'twin'))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
