@@ -27,7 +27,7 @@ from .shapes import Dim, TensorType
 _trips = itertools.count()
 
 
-def _captured(op: Op, blocks, active: set[int]) -> list[Value]:
+def _captured(blocks, active: set[int]) -> list[Value]:
     """The float outer values the blocks read that need a cotangent, each once."""
     out, seen = [], set()
     for block in blocks:
@@ -52,7 +52,7 @@ def _add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
 def for_grad(b: Builder, op: Op, cts: list, active: set[int]):
     seqs, states, _ = for_layout(op)
     body = op.blocks[0]
-    captured = _captured(op, op.blocks, active)
+    captured = _captured(op.blocks, active)
     with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
     policy = RECOMPUTE if op.attrs.get("recompute") else STORE
     g = differentiate_block(body, with_ct, captured, policy)
@@ -66,7 +66,7 @@ def for_grad(b: Builder, op: Op, cts: list, active: set[int]):
 def while_grad(b: Builder, op: Op, cts: list, active: set[int]):
     states = op.inputs
     body = op.blocks[1]
-    captured = _captured(op, op.blocks[1:], active)
+    captured = _captured(op.blocks[1:], active)
     with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
     g = differentiate_block(body, with_ct, captured, STORE)
     trips = Dim.of(op.attrs.setdefault("trips", f"trips#{next(_trips)}"))
@@ -86,53 +86,57 @@ def _loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     `seqs`, then the states) has the gradient `g`; `tape(values)` makes the forward
     keep per-step values and returns them stacked. Returns (cotangents of seqs and
     states, [(captured value, cotangent)])."""
-    n_seq, n_state = len(seqs), len(states)
-    slice_of = {id(a): i for i, a in enumerate(op_body_args(op)[:n_seq])}
-    from_seq = [(slice_of[id(v)], p) for v, p in zip(g.saved, g.saved_in) if id(v) in slice_of]
-    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if id(v) not in slice_of]
-    tapes = tape([v for v, _ in kept])
-    yield_cts = [(c, p) for c, p in zip(cts[n_state:], g.result_cts[n_state:]) if p is not None]
-    seq_in = [c for c, _ in yield_cts] + [seqs[i] for i, _ in from_seq] + tapes
-    seq_args = [p for _, p in yield_cts] + [p for _, p in from_seq] + [p for _, p in kept]
-    seq_args += [Value(t.type.with_shape(t.type.shape[1:])) for t in tapes[len(kept):]]
-    if not seq_in:  # nothing to read per step: the first sequence still sets the length
-        seq_in, seq_args = [seqs[0]], [Value(seqs[0].type.with_shape(seqs[0].type.shape[1:]))]
-
-    float_states = [i for i, s in enumerate(states) if s.type.is_float]
+    n_seq = len(seqs)
+    seq_in, seq_args = _backward_sequences(op, g, seqs, cts[len(states):], tape)
+    floats = [i for i, s in enumerate(states) if s.type.is_float]
     init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
-            for i in float_states] + [b.zeros_like(c) for c in captured]
+            for i in floats] + [b.zeros_like(c) for c in captured]
     accs = [Value(c.type, f"acc_{c.hint}") for c in captured]
     body = g.block
-    body.args = seq_args + [g.result_cts[i] for i in float_states] + accs
+    body.args = seq_args + [g.result_cts[i] for i in floats] + accs
     inner = Builder(body)
     state_cts = [g.arg_cts[n_seq + i] if g.arg_cts[n_seq + i] is not None
-                 else inner.zeros(states[i].type) for i in float_states]
+                 else inner.zeros(states[i].type) for i in floats]
     new_accs = [inner.add(a, c) if c is not None else a for a, c in zip(accs, g.captured_cts)]
     grads = [i for i in range(n_seq) if g.arg_cts[i] is not None]
     body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads]
+
     steps = seq_in[0].type.shape[0]
     types = [v.type for v in init] + [g.arg_cts[i].type.with_shape(
         (steps,) + g.arg_cts[i].type.shape) for i in grads]
     attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
              "has_lengths": False, "recompute": False, "checkpoint": 0}
-    hints = [f"d_{states[i].hint}" for i in float_states] + [f"d_{c.hint}" for c in captured] \
+    hints = [f"d_{states[i].hint}" for i in floats] + [f"d_{c.hint}" for c in captured] \
         + [f"d_{seqs[i].hint}" for i in grads]
     outs = b.structured("for", seq_in + init, types, attrs, [body], hints)
-    in_cts: list = [None] * (n_seq + n_state)
-    for i, v in zip(float_states, outs):
+    in_cts: list = [None] * (n_seq + len(states))
+    for i, v in zip(floats, outs):
         in_cts[n_seq + i] = v
     for i, v in zip(grads, outs[len(init):]):
         in_cts[i] = v
-    return in_cts, list(zip(captured, outs[len(float_states):len(init)]))
+    return in_cts, list(zip(captured, outs[len(floats):len(init)]))
 
 
-def op_body_args(op: Op) -> list[Value]:
-    return op.blocks[-1].args
+def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list, tape):
+    """What the backward loop reads per step, and its body args for them: the yields'
+    cotangents, the forward sequences whose slices it needs, and the new tapes."""
+    n_state = len(g.result_cts) - len(yield_cts)
+    slice_of = {id(a): i for i, a in enumerate(op.blocks[-1].args[:len(seqs)])}
+    again = [(seqs[slice_of[id(v)]], p) for v, p in zip(g.saved, g.saved_in)
+             if id(v) in slice_of]
+    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if id(v) not in slice_of]
+    tapes = tape([v for v, _ in kept])
+    pairs = [(c, p) for c, p in zip(yield_cts, g.result_cts[n_state:]) if p is not None]
+    pairs += again + list(zip(tapes, [p for _, p in kept]))
+    pairs += [(t, Value(t.type.with_shape(t.type.shape[1:]))) for t in tapes[len(kept):]]
+    if not pairs:  # nothing to read per step: the first sequence still sets the length
+        pairs = [(seqs[0], Value(seqs[0].type.with_shape(seqs[0].type.shape[1:])))]
+    return [s for s, _ in pairs], [p for _, p in pairs]
 
 
 # ---- if ---------------------------------------------------------------------------------
 def if_grad(b: Builder, op: Op, cts: list, active: set[int]):
-    captured = _captured(op, op.blocks, active)
+    captured = _captured(op.blocks, active)
     with_ct = [c is not None for c in cts]
     grads = [differentiate_block(branch, with_ct, captured, STORE) for branch in op.blocks]
     residuals = [v for g in grads for v in g.saved]

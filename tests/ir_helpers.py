@@ -104,6 +104,38 @@ model M(H = 3, E = 2) {
   output loss = sum(hs * hs)
   minimize loss
 }""",
+    "while in while": """
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  y = x
+  i = 0
+  while i < 3 {
+    z = y @ W
+    while norm(z) > 0.5 { z = z * 0.6 }
+    y = tanh(z + y)
+    i = i + 1
+  }
+  output loss = sum(y * y)
+  minimize loss
+}""",
+    "loops in the branches of an if in a while": """
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  k = 0
+  while k < 2 {
+    if k == 0 {
+      for x in xs (checkpoint = 2) { h = tanh(x @ W + h) }
+    } else {
+      for x in reversed(xs) (recompute) { h = sigmoid(x @ W) * h }
+    }
+    k = k + 1
+  }
+  output loss = sum(h * h)
+  minimize loss
+}""",
     "a parameter shared by three call sites": """
 import "std/rnn.mdl"
 model M() {
@@ -121,7 +153,7 @@ def control_inputs(name: str) -> dict:
     rng = np.random.default_rng(3)
     if name == "nested loops":
         return {"xss": rng.normal(size=(3, 2, 2, 2))}
-    if name == "while and if at the top":
+    if name in ("while and if at the top", "while in while"):
         return {"x": rng.normal(size=(2, 3))}
     if name.startswith("a parameter"):
         return {k: rng.normal(size=(2, 3)) for k in "abc"}

@@ -9,6 +9,7 @@ from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_
                         control_inputs, joint, model, random_params, rel_error, rnn_model)
 
 from codegen import reference
+from codegen.autodiff import GradientError
 from codegen.ir import walk_ops
 
 CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
@@ -106,6 +107,24 @@ model M() {
 }""")
     x = np.array([1.0, -2.0, 0.5])
     assert np.allclose(reference.gradients(graph, {"x": x}, {}).inputs["x"], 2 * x)
+
+
+def test_a_dropout_that_would_be_drawn_again_is_refused_at_its_loop():
+    graph = model("""
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  h = zeros[B, H]
+  for x in xs {
+    y = x
+    while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
+    h = h + y
+  }
+  output loss = sum(h * h)
+  minimize loss
+}""")
+    with pytest.raises(GradientError, match="masks would have to be drawn again") as info:
+        joint(graph)
+    assert info.value.loc.line == 7
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

@@ -65,12 +65,6 @@ def primitive(name: str, arity: int | None, elementwise: bool = False, **hooks):
     return register
 
 
-def attach(name: str, **hooks) -> None:
-    """Attach hooks (grad, ref, simplify, expand) to an entry declared earlier."""
-    for key, value in hooks.items():
-        setattr(TABLE[name], key, value)
-
-
 def need(cond: bool, message: str) -> None:
     if not cond:
         raise ShapeError(message)
@@ -110,6 +104,3 @@ def reduce_to(b, ct, t: TensorType):
     """The cotangent `ct` of a broadcast result, summed back to the operand type `t`."""
     return ct if ct.type.shape == t.shape else b.sum_to(ct, shape=t.shape)
 
-
-def float_input(op, i: int) -> bool:
-    return op.inputs[i].type.is_float
