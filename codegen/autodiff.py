@@ -44,8 +44,7 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
     for v, ct in seeds:
         acc.add(v, ct)
     for op in reversed(ops):
-        if not any(acc.has(v) for v in op.outputs) or not any(id(v) in active
-                                                                for v in op.outputs):
+        if not any(acc.has(v) and id(v) in active for v in op.outputs):
             continue
         b.loc = op.loc
         out_cts = [acc.total(v) for v in op.outputs]

@@ -17,6 +17,7 @@ import numpy as np
 from .builder import Builder
 from .ir import Block, Graph, Op, Value, free_values, has_dynamic
 from .primitives import TABLE
+from .reference import Context
 from .shapes import Dim
 
 MAX_ROUNDS = 8
@@ -118,7 +119,6 @@ def _fold(b: Builder, op: Op, facts: Facts):
     consts = [facts.const(v) for v in op.inputs]
     if any(c is None for c in consts):
         return None
-    from .reference import Context
     ctx = Context({}, np.float64, False, 0)
     arrays = [np.asarray(c, ctx.np_dtype(v.type.dtype)) for c, v in zip(consts, op.inputs)]
     with np.errstate(all="ignore"):

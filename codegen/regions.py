@@ -53,8 +53,9 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     for v in saved:
         mapping[id(v)] = Value(v.type, v.hint)
         saved_in.append(mapping[id(v)])
-    bwd.ops = clone_ops(recomputed, mapping) + bwd.ops[:]
-    substitute(Block(ops=bwd.ops[len(recomputed):]), mapping)
+    clones = clone_ops(recomputed, mapping)  # they read the placeholders and each other
+    substitute(bwd, mapping)
+    bwd.ops = clones + bwd.ops
     n = len(block.args)
     return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:])
 

@@ -9,8 +9,10 @@ from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_
                         control_inputs, joint, model, random_params, rel_error, rnn_model)
 
 from codegen import reference
-from codegen.autodiff import GradientError
-from codegen.ir import walk_ops
+from codegen.autodiff import GradientError, vjp
+from codegen.builder import Builder
+from codegen.ir import Value, clone_graph, walk_ops
+from codegen.verify import verify
 
 CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
          "milstm": ("milstm(x, h, c)", "h, c")}
@@ -155,3 +157,40 @@ model M(H = 3) {
     evaluation = reference.gradients(graph, {"xs": xs}, params)
     assert not np.allclose(evaluation.params["W"], grads.params["W"])
 
+
+
+SECOND_ORDER = {
+    "gru, reversed, lengths, checkpoint": rnn_model("gru(x, h)", "(lengths = lengths, "
+                                                    "checkpoint = 2)", True, H=2, state="h"),
+    "while in while": CONTROL["while in while"],
+    "if inside for": CONTROL["if inside for"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
+def test_gradient_of_gradient_through_loops(name):
+    """d/dW sum(V * dloss/dW): the backward loops differentiated again."""
+    graph = clone_graph(model(SECOND_ORDER[name]))
+    b = Builder(graph.body)
+    param = sorted(graph.params)[0]
+    w = graph.params[param].value
+    loss = graph.outputs["loss"]
+    grad, = vjp(graph.body, [loss], [b.const(1.0, "f64")], [w])
+    graph.inputs["V"] = Value(w.type, "V")
+    inner = b.sum(b.mul(grad, graph.inputs["V"]), axes=tuple(range(w.type.rank)),
+                  keepdims=False)
+    second, = vjp(graph.body, [inner], [b.const(1.0, "f64")], [w])
+    graph.outputs.update(inner=inner, second=second)
+    verify(graph)
+    inputs = control_inputs(name) if name in CONTROL else seq_inputs(2)
+    inputs["V"] = np.random.default_rng(8).normal(size=tuple(d.value for d in w.type.shape))
+    params = random_params(graph, scale=0.3)
+    numeric = np.zeros(np.shape(params[param]))
+    for idx in np.ndindex(numeric.shape):
+        def at(step):
+            moved = dict(params)
+            moved[param] = params[param].copy()
+            moved[param][idx] += step
+            return float(reference.run(graph, inputs, moved)["inner"])
+        numeric[idx] = (at(EPS) - at(-EPS)) / (2 * EPS)
+    assert rel_error(reference.run(graph, inputs, params)["second"], numeric) < TOLERANCE
