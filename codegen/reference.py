@@ -23,6 +23,7 @@ import numpy as np
 
 from .ir import Block, Graph, Op, Value, for_layout, walk_ops
 from .primitives import TABLE
+from .rng import Stream, derive
 from .shapes import Dim, TensorType
 
 MAX_TRIPS = 10_000_000  # a while that runs longer is taken for an endless loop
@@ -71,7 +72,7 @@ class Context:
         self.float = np.dtype(dtype)
         self.training = training
         self.seed = seed
-        self.streams: dict[int, np.random.Generator] = {}
+        self.streams: dict[int, Stream] = {}
 
     def dim(self, d, default=None) -> int:
         """The size a dim stands for; `default` for a dim known only at run time."""
@@ -86,9 +87,11 @@ class Context:
     def np_dtype(self, name: str):
         return {"f32": self.float, "f64": self.float, "i32": np.int32, "bool": np.bool_}[name]
 
-    def rng(self, salt: int) -> np.random.Generator:
+    def rng(self, salt: int) -> Stream:
+        """The random stream of one op (its salt) in this run: counter-based, the same
+        numbers as native code (codegen.rng)."""
         if salt not in self.streams:
-            self.streams[salt] = np.random.default_rng([self.seed, salt])
+            self.streams[salt] = Stream(derive(self.seed, salt))
         return self.streams[salt]
 
 

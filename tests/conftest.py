@@ -1,6 +1,8 @@
 """Fixtures shared by the whole suite."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -8,7 +10,8 @@ import pytest
 def mdl_cache_dir(tmp_path_factory):
     """One temporary build cache for the session: the suite never writes to ~/.cache/mdl,
     and a module built by one test is reused by the others (subprocesses inherit it)."""
-    path = tmp_path_factory.mktemp("mdl-cache")
+    # MDL_TEST_CACHE keeps builds between runs while developing; CI starts empty
+    path = os.environ.get("MDL_TEST_CACHE") or tmp_path_factory.mktemp("mdl-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MDL_CACHE_DIR", str(path))
         yield path

@@ -319,9 +319,10 @@ def _dropout_like(mask_only: bool):
         if not r.spec.training:
             return [f"mdl::fill({outs[0]}, {n}, {_t(op, r)}(1));" if mask_only else
                     f"mdl::copy({outs[0]}, {ins[0]}, {n});"]
-        key = f"mdl::derive(m.dropout_key, {op.attrs['salt']})"
+        salt = f"uint64_t({op.attrs['salt']})"
         return [f"mdl::dropout({'true' if mask_only else 'false'}, {ins[0]}, {n}, "
-                f"{op.attrs['p']!r}, {key}, {outs[0]});"]
+                f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
+                f"m.draw({salt}, {n}), {outs[0]});"]
     return lines
 
 

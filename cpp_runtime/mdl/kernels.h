@@ -237,12 +237,14 @@ void transpose(const T* x, const int64_t* shape, int rank, const int64_t* perm, 
 }
 
 // Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p); `mask_only`
-// writes the mask itself (what the backward pass multiplies by).
+// writes the mask itself (what the backward pass multiplies by). Element i draws
+// uniform01(key, first + i): `first` continues the op's stream across loop steps.
 template <class T>
-void dropout(bool mask_only, const T* x, int64_t n, double p, uint64_t key, T* out) {
+void dropout(bool mask_only, const T* x, int64_t n, double p, uint64_t key, uint64_t first,
+             T* out) {
   T scale = T(1.0 / (1.0 - p));
   for (int64_t i = 0; i < n; ++i) {
-    T keep = uniform01(key, i) >= p ? scale : T(0);
+    T keep = uniform01(key, first + i) >= p ? scale : T(0);
     out[i] = mask_only ? keep : x[i] * keep;
   }
 }

@@ -56,6 +56,15 @@ struct State {
   std::vector<Tape> tapes;
   std::vector<int64_t> dyn;
   uint64_t seed = 0, dropout_key = 0, calls = 0;
+  std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
+
+  // The first counter of the next `n` numbers of stream `salt` in this call.
+  uint64_t draw(uint64_t salt, uint64_t n) {
+    uint64_t& used = drawn[salt];
+    uint64_t first = used;
+    used += n;
+    return first;
+  }
 };
 
 template <class T>
@@ -167,6 +176,7 @@ class Model {
       std::lock_guard<std::mutex> guard(lock_);
       if (training) {
         state_.dropout_key = derive(state_.seed, ++state_.calls);
+        state_.drawn.clear();
         v.train(state_, call);
         trained_ = &v;
         dims_ = call.dims;
