@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ir_helpers import EPS, TOLERANCE, rel_error
+from ir_helpers import EPS, TOLERANCE, check_coordinates, model, random_params, rel_error
 
 from codegen import reference
 from codegen.autodiff import vjp
@@ -207,3 +207,33 @@ def test_gradient_of_gradient(name, case):
         expected = numeric(graph, arrays, k, "inner", False)
         assert np.linalg.norm(expected) > 0
         assert rel_error(out["second_" + k], expected) < TOLERANCE, k
+
+
+BUILT_INS = """
+model M(V = 5, E = 3, H = 4) {
+  input ids : i32[T, B]
+  input xs : f32[T, B, E]
+  param table : f32[V, E] = normal(0, 1)
+  param W : f32[2*E, H] = normal(0, 0.5)
+  emb = table[ids]
+  both = concat([emb, xs], axis = 2)
+  hs = for x in both { yield tanh(x @ W) }
+  s = stack([hs[0], hs[1]], axis = 1)
+  r = reshape(transpose(s, [1, 0, 2]), [2*B, H])
+  q = r[:, 1:3]
+  m = max(q, axis = 1) + logsumexp(q, axis = 0, keepdims = true)[0, 0]
+  p = softmax(r, axis = 1) * log_softmax(r)
+  c = clip(r, -0.5, 0.5) + minimum(r, 0.2 * r) + where(r > 0.0, r, abs(r) ** 1.5)
+  output loss = sum(m) + sum(p) + sum(c * c) + mse(r, 0.3 * r) + norm(q) + mean(sqrt(exp(r)))
+  minimize loss
+}"""
+
+
+def test_built_ins_written_in_mdl():
+    """The sugar the front end lowers (indexing, slicing, gathering, clip, norm, mse)
+    differentiates through the language too."""
+    graph = model(BUILT_INS)
+    rng = np.random.default_rng(0)
+    inputs = {"ids": rng.integers(0, 5, size=(3, 2)).astype(np.int32),
+              "xs": rng.normal(size=(3, 2, 3))}
+    assert check_coordinates(graph, inputs, random_params(graph)) < TOLERANCE
