@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ir import Block, Graph, Op, Value, for_layout, walk_ops
+from .ir import Block, Graph, Op, Value, walk_ops
 from .primitives import TABLE
 from .rng import Stream, derive
-from .shapes import Dim, TensorType
+from .shapes import Dim, DimError, TensorType
 
 MAX_TRIPS = 10_000_000  # a while that runs longer is taken for an endless loop
 
@@ -79,7 +79,7 @@ class Context:
         d = Dim.of(d)
         try:
             return d.evaluate(self.dims)
-        except Exception:
+        except DimError:
             if default is None:
                 raise ValueError(f"the size {d} is not known here") from None
             return default
