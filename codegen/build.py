@@ -111,6 +111,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
             return built
         _discard_leftovers(root, key)
         work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
+        work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
         try:
             _write_tree(work, sources, cmakelists, fields)
             _compile(work, root / key, module_name, cuda,
