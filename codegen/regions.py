@@ -5,9 +5,10 @@ ones at the top of the backward block (the seeds' recompute_blobs_on_backward).
 
 What is recomputed follows a policy: STORE saves every residual it can, RECOMPUTE saves
 only the block's args (the per-step state) and re-runs everything else. Whatever the
-policy, block args cannot be recomputed, constants are always re-created, random values (dropout masks) are always saved
-(a re-run would draw another mask), and values whose size is known only at run time (a
-nested while's tape) are always recomputed, since they cannot be stacked.
+policy, block args cannot be recomputed, constants are always re-created, random values
+(dropout masks) are always saved (a re-run would draw another mask), and values whose
+size is known only at run time (a nested while's tape) are always recomputed, since
+they cannot be stacked.
 """
 from __future__ import annotations
 
