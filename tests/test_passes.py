@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ir_helpers import CONTROL, control_inputs, model, random_params, rnn_model
 
 from codegen import passes, reference
@@ -117,3 +119,41 @@ def test_optimize_changes_nothing_that_is_computed(name):
     assert len(prims(raw)) < before
     for k in want:
         assert np.allclose(got[k], want[k], rtol=1e-12, atol=1e-14), k
+
+
+CONSTANTS = (0.0, 1.0, 2.0, -0.5)
+UNARY = ("neg", "tanh", "sigmoid", "relu")
+BINARY = ("add", "sub", "mul", "maximum")
+
+
+@st.composite
+def programs(draw):
+    """Random expression DAGs over x, rich in constants, 0 and 1, repeats and dead code."""
+    steps = draw(st.lists(st.tuples(st.sampled_from(("const", "unary", "binary", "where")),
+                                    st.integers(0, 99), st.integers(0, 99),
+                                    st.sampled_from(CONSTANTS)), min_size=1, max_size=12))
+
+    def build(b, x):
+        values = [x]
+        for kind, i, j, c in steps:
+            a, other = values[i % len(values)], values[j % len(values)]
+            if kind == "const":
+                values.append(b.mul(a, b.const(c, "f64")) if i % 2 else b.const(c, "f64"))
+            elif kind == "unary":
+                values.append(b.emit(UNARY[j % len(UNARY)], [a])[0])
+            elif kind == "binary":
+                values.append(b.emit(BINARY[i % len(BINARY)], [a, other])[0])
+            else:
+                values.append(b.where(b.gt(a, b.const(c, "f64")), a, other))
+        return b.add(values[-1], b.zeros_like(x))
+    return build
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_optimize_preserves_random_programs(build):
+    g = graph_of(build)
+    x = np.random.default_rng(0).normal(size=(2, 3))
+    want = reference.run(g, {"x": x}, {})["y"]
+    passes.optimize(g, verify)
+    assert np.allclose(reference.run(g, {"x": x}, {})["y"], want, rtol=1e-14, atol=0)
