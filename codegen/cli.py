@@ -123,9 +123,14 @@ def cmd_gradcheck(args) -> int:
 
     from codegen import gradcheck
     from codegen.loader import BuildOptions, build, module_name_for, sources
+    from dsl import UsageError
     options = BuildOptions(dtype="f64", defines=dict(args.defines), model=args.model)
     name = module_name_for(args.file)
-    graph, _ = sources(args.file, name, options)
+    models, _ = sources(args.file, name, options)
+    if len(models) > 1:
+        raise UsageError(f"{args.file} defines several models "
+                         f"({', '.join(g.name for g in models)}); choose one with --model NAME")
+    graph = models[0]
     if graph.loss is None:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dsl import UsageError, check_file
+from dsl import UsageError, check_file, model_names
 
 from .autodiff import grad_graph
 from .backend.module import generate
@@ -40,21 +40,31 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
     return stem if stem.isidentifier() else f"m_{stem}"
 
 
-def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[Graph,
-                                                                                   dict[str, str]]:
-    """The checked graph and the generated sources {file name: text}."""
+def graphs(path: str | Path, options: BuildOptions) -> list[Graph]:
+    """The checked graphs of the models to build: `options.model`, else every model of
+    the file (one class each in the module)."""
+    names = [options.model] if options.model else model_names(str(path))
+    out = []
+    for name in names:
+        graph = check_file(str(path), defines=options.defines, model=name,
+                           dtype=options.dtype).graph
+        dims = _symbolic_dims(graph)
+        unknown = sorted({k for spec in options.specialize for k in spec} - dims)
+        if unknown:
+            raise UsageError(f"--specialize names {', '.join(unknown)}, not a symbolic dim "
+                             f"of model `{graph.name}` (it has {', '.join(sorted(dims)) or 'none'})")
+        out.append(graph)
+    return out
+
+
+def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
+        list[Graph], dict[str, str]]:
+    """The checked graphs and the generated sources {file name: text}."""
     if options.target != "cpu":
         raise UsageError(f"target {options.target!r} is not available yet (use --target cpu)")
-    cm = check_file(str(path), defines=options.defines, model=options.model,
-                    dtype=options.dtype)
-    graph = cm.graph
-    unknown = {k for spec in options.specialize for k in spec} - _symbolic_dims(graph)
-    if unknown:
-        raise UsageError(f"--specialize names {', '.join(sorted(unknown))}, which "
-                         f"{'is not a symbolic dim' if len(unknown) == 1 else 'are not symbolic dims'}"
-                         f" of model `{graph.name}` (it has {', '.join(sorted(_symbolic_dims(graph))) or 'none'})")
-    joint = grad_graph(graph) if graph.loss is not None else None
-    return graph, generate(graph, joint, module_name, options.dtype, options.specialize)
+    models = graphs(path, options)
+    pairs = [(g, grad_graph(g) if g.loss is not None else None) for g in models]
+    return models, generate(pairs, module_name, options.dtype, options.specialize)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,

@@ -43,6 +43,15 @@ def check_file(path: str, **options) -> CheckedModel:
     return check_source(read_source(path), path, **options)
 
 
+def model_names(path: str) -> list[str]:
+    """The models a file defines, in order (MdlError when it does not parse)."""
+    text = read_source(path)
+    names = list(load_program(text, path).models)
+    if not names:
+        check_source(text, path)  # raises the located "defines no model" error
+    return names
+
+
 def to_json(cm: CheckedModel) -> dict:
     g = cm.graph
     return {

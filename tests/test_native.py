@@ -21,11 +21,12 @@ TOLERANCE = {"f64": 1e-10, "f32": 1e-4}
 _BUILT: dict = {}
 
 
-def native(file: str, model: str, dtype: str, **options):
-    key = (file, model, dtype, repr(options))
+def native(file: str, dtype: str, **options):
+    """The module of every model in an example file (one build per file and dtype)."""
+    key = (file, dtype, repr(options))
     if key not in _BUILT:
-        name = f"{Path(file).stem}_{model}_{dtype}{'_special' if options else ''}".lower()
-        _BUILT[key] = load(EXAMPLES / file, dtype=dtype, model=model, name=name, **options)
+        name = f"{Path(file).stem}_{dtype}{'_special' if options else ''}"
+        _BUILT[key] = load(EXAMPLES / file, dtype=dtype, name=name, **options)
     return _BUILT[key]
 
 
@@ -51,7 +52,7 @@ def random_case(graph, dtype: str, seed: int = 1):
 @pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
 def test_example_matches_the_reference(file, model, dtype):
     graph = graph_of(file, model, dtype)
-    module = native(file, model, dtype)
+    module = native(file, dtype)
     m = getattr(module, model)(seed=3)
     inputs = random_case(graph, dtype)
     params = {k: np.array(v) for k, v in m.params.items()}
@@ -73,7 +74,7 @@ def test_example_matches_the_reference(file, model, dtype):
 
 
 def test_specialized_and_generic_code_agree():
-    module = native("charlm.mdl", "CharLM", "f64", specialize=[{"T": 5, "B": 3}])
+    module = native("charlm.mdl", "f64", specialize=[{"T": 5, "B": 3}])
     m = module.CharLM(seed=0)
     assert m.specializations == [{"T": 5, "B": 3}]
     graph = graph_of("charlm.mdl", "CharLM", "f64")
@@ -91,7 +92,7 @@ def test_specialized_and_generic_code_agree():
 
 @pytest.fixture(scope="module")
 def towers():
-    return native("towers.mdl", "Towers", "f32").Towers(seed=0)
+    return native("towers.mdl", "f32").Towers(seed=0)
 
 
 def test_params_are_live_views(towers):
@@ -140,7 +141,7 @@ def test_bad_calls_raise(towers, change, error, message):
 
 
 def test_dims_must_agree_between_inputs():
-    m = native("charlm.mdl", "CharLM", "f32").CharLM()
+    m = native("charlm.mdl", "f32").CharLM()
     t = np.zeros((5, 3), np.int32)
     with pytest.raises(ValueError, match=re.escape("input 'targets': expected i32[T, B], got "
                                                    "int32[4, 3] (T = 5 from an earlier input)")):
@@ -148,13 +149,13 @@ def test_dims_must_agree_between_inputs():
 
 
 def test_backward_before_a_training_forward_is_a_runtime_error():
-    m = native("charlm.mdl", "CharLM", "f32").CharLM()
+    m = native("charlm.mdl", "f32").CharLM()
     with pytest.raises(RuntimeError, match="training=True"):
         m.backward()
 
 
 def test_bad_indices_raise_instead_of_crashing():
-    m = native("charlm.mdl", "CharLM", "f32").CharLM()
+    m = native("charlm.mdl", "f32").CharLM()
     t = np.full((2, 2), 500, np.int32)
     with pytest.raises(RuntimeError, match="outside"):
         m.forward(tokens=t, targets=t, lengths=np.ones(2, np.int32))

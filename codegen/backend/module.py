@@ -147,7 +147,8 @@ class ModuleGenerator:
         names.update(train=train.name, backward=backward.name)
         return texts, names
 
-    def render(self, module_name: str) -> str:
+    def context(self) -> dict:
+        """What templates/model.cpp.j2 renders this model from."""
         texts, variants = [], []
         for i, fixed in enumerate([{}] + self.specializations):
             t, names = self.functions(fixed, f"_{i}")
@@ -158,22 +159,17 @@ class ModuleGenerator:
         if j is not None:
             grads = [(k, v) for k, v in j.param_grads.items()] + [
                 (f"input:{k}", v) for k, v in j.input_grads.items()]
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
-                                 undefined=jinja2.StrictUndefined, trim_blocks=True,
-                                 lstrip_blocks=True, keep_trailing_newline=True)
-        env.filters["cstr"] = lambda s: json.dumps(str(s))
-        dims_all = self.names
-        return env.get_template("module.cpp.j2").render(
-            module_name=module_name, model_name=g.name, ctype=self.d.ctype(self.dtype),
+        return dict(
+            model_name=g.name, ctype=self.d.ctype(self.dtype),
             functions=texts, variants=variants, dim_names=self.dims,
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
-            output_shapes=[self._shape_expr(dims_all, v.type) for v in g.outputs.values()],
-            grad_shapes=[self._shape_expr(dims_all, v.type) for _, v in grads],
+            output_shapes=[self._shape_expr(self.names, v.type) for v in g.outputs.values()],
+            grad_shapes=[self._shape_expr(self.names, v.type) for _, v in grads],
             params=[self._param_spec(name, p) for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
-            dynamic=len(dims_all.dynamic))
+            dynamic=len(self.names.dynamic))
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []
@@ -213,8 +209,15 @@ def _size(t: TensorType) -> int:
     return total
 
 
-def generate(graph: Graph, joint: Graph | None, module_name: str, dtype: str,
+def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: str,
              specializations: list[dict[str, int]] | None = None) -> dict[str, str]:
-    """The generated sources of a module: {file name: text}."""
-    gen = ModuleGenerator(graph, joint, dtype, specializations or [])
-    return {"module.cpp": gen.render(module_name)}
+    """The generated sources of one module holding `models` ((graph, joint graph or None)
+    pairs, one class each): {file name: text}."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["cstr"] = lambda s: json.dumps(str(s))
+    contexts = [ModuleGenerator(graph, joint, dtype, specializations or []).context()
+                for graph, joint in models]
+    text = env.get_template("module.cpp.j2").render(module_name=module_name, models=contexts)
+    return {"module.cpp": text}

@@ -123,7 +123,9 @@ inline std::string shape_text(const py::array& a) {
   return out + "]";
 }
 
-template <class T>
+// `Tag` makes each model of a module its own C++ type (pybind11 registers one class
+// per type).
+template <class T, class Tag>
 class Model {
  public:
   Model(const ModelSpec<T>* spec, uint64_t seed) : spec_(spec) {
@@ -287,18 +289,18 @@ class Model {
   std::vector<int64_t> dims_;
 };
 
-template <class T>
+template <class Tag, class T>
 void bind_model(py::module_& m, const ModelSpec<T>* spec) {
-  py::class_<Model<T>>(m, spec->name.c_str(), py::module_local())
-      .def(py::init([spec](uint64_t seed) { return new Model<T>(spec, seed); }),
-           py::arg("seed") = 0)
+  using M = Model<T, Tag>;
+  py::class_<M>(m, spec->name.c_str(), py::module_local())
+      .def(py::init([spec](uint64_t seed) { return new M(spec, seed); }), py::arg("seed") = 0)
       .def_property_readonly("params", [](py::object self) {
-        return self.cast<Model<T>&>().params(self);
+        return self.cast<M&>().params(self);
       })
-      .def_property_readonly("specializations", &Model<T>::specializations)
-      .def_property("rng_calls", &Model<T>::rng_calls, &Model<T>::set_rng_calls)
-      .def("forward", &Model<T>::forward)
-      .def("backward", [](Model<T>& model) {
+      .def_property_readonly("specializations", &M::specializations)
+      .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
+      .def("forward", &M::forward)
+      .def("backward", [](M& model) {
         if (!model.has_training_forward())
           throw std::runtime_error("backward() needs a forward(..., training=True) first");
         return model.backward();
