@@ -35,6 +35,7 @@ import scipy_openblas32
 from dsl.diagnostics import MdlBuildError, count
 
 from . import CODEGEN_VERSION
+from .templating import environment
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME_DIR = REPO / "cpp_runtime"
@@ -152,12 +153,8 @@ def _describe(sources: Mapping[str, str], module_name: str, debug: bool, sanitiz
     return cmakelists, _key_fields(sources, module_name, cmakelists, debug, sanitize, cuda)
 
 
-@functools.cache
 def _template(name: str) -> jinja2.Template:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
-    return env.get_template(name)
+    return environment().get_template(name)
 
 
 def _blas_library() -> Path:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 REPORT_URL = "the mdl issue tracker"
 
@@ -36,15 +37,16 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--params", action="store_true", help="print the parameter table")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.add_argument("--dtype", choices=("f32", "f64"), default="f32")
-    emit = sub.add_parser("emit", help="print what the compiler makes of a .mdl file")
-    emit.add_argument("file")
-    emit.add_argument("--ir", action="store_true", required=True, help="print the IR")
-    emit.add_argument("-D", dest="defines", action="append", type=_define, default=[],
-                      metavar="K=V", help="override a hyper-parameter")
-    emit.add_argument("--model", help="the model to emit when the file has several")
-    emit.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    emit = sub.add_parser("emit", help="write the generated sources (or print the IR)")
+    _model_options(emit)
+    emit.add_argument("-o", dest="out", default=".", help="directory for the sources")
+    emit.add_argument("--name", help="the module's name (default: the file's stem)")
+    emit.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    emit.add_argument("--specialize", action="append", type=_dims, default=[],
+                      metavar="B=32,T=35", help="also emit code with these dims fixed")
+    emit.add_argument("--ir", action="store_true", help="print the IR instead")
     emit.add_argument("--grad", action="store_true",
-                      help="with the backward pass of the minimized output")
+                      help="with --ir: with the backward pass of the minimized output")
     build = sub.add_parser("build", help="compile a .mdl file to an importable module")
     _model_options(build)
     build.add_argument("-o", dest="out", default=".", help="directory of the module")
@@ -96,6 +98,24 @@ def cmd_check(args) -> int:
 
 
 def cmd_emit(args) -> int:
+    if args.ir:
+        return _print_ir(args)
+    from codegen.build import render_cmakelists
+    from codegen.loader import BuildOptions, module_name_for, sources
+    options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
+                           args.specialize)
+    name = module_name_for(args.file, args.name)
+    _, files = sources(args.file, name, options)
+    files["CMakeLists.txt"] = render_cmakelists(list(files), name)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for file_name, text in files.items():
+        (out / file_name).write_text(text)
+        print(out / file_name)
+    return 0
+
+
+def _print_ir(args) -> int:
     from codegen.autodiff import grad_graph
     from codegen.printer import format_graph
     from dsl import check_file

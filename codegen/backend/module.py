@@ -3,22 +3,18 @@ backward, for the generic dims and every specialization), its tables, and the py
 glue, rendered through templates/module.cpp.j2."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-
-import jinja2
 
 from ..ir import Block, Graph, Value, walk_ops
 from ..shapes import Dim, TensorType
 from .cexpr import DimNames
+from ..templating import environment
 from .dialect import CPP, Dialect
 from .lower import Layout
 from .render import Access, FunctionSpec, render_function
 from .. import primitives  # noqa: F401  (the table, with its cpp hooks below)
 from ..primitives import cpp  # noqa: F401
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 DTYPE_CODES = {"f32": 0, "f64": 1, "i32": 2, "bool": 3}
 
 
@@ -213,11 +209,8 @@ def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: 
              specializations: list[dict[str, int]] | None = None) -> dict[str, str]:
     """The generated sources of one module holding `models` ((graph, joint graph or None)
     pairs, one class each): {file name: text}."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["cstr"] = lambda s: json.dumps(str(s))
     contexts = [ModuleGenerator(graph, joint, dtype, specializations or []).context()
                 for graph, joint in models]
-    text = env.get_template("module.cpp.j2").render(module_name=module_name, models=contexts)
+    text = environment().get_template("module.cpp.j2").render(module_name=module_name,
+                                                              models=contexts)
     return {"module.cpp": text}
