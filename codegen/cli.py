@@ -144,13 +144,17 @@ def cmd_gradcheck(args) -> int:
     from codegen import gradcheck
     from codegen.loader import BuildOptions, build, module_name_for, sources
     from dsl import UsageError
-    options = BuildOptions(dtype="f64", defines=dict(args.defines), model=args.model)
-    name = module_name_for(args.file)
+    # every model of the file in one f64 module, named like any other f64 build of it
+    options = BuildOptions(dtype="f64", defines=dict(args.defines))
+    name = module_name_for(args.file) + "_f64"
     models, _ = sources(args.file, name, options)
-    if len(models) > 1:
-        raise UsageError(f"{args.file} defines several models "
-                         f"({', '.join(g.name for g in models)}); choose one with --model NAME")
-    graph = models[0]
+    chosen = [g for g in models if args.model in (None, g.name)]
+    if len(chosen) != 1:
+        names = ", ".join(g.name for g in models)
+        raise UsageError(f"{args.file} has no model `{args.model}` (it has {names})" if not chosen
+                         else f"{args.file} defines several models ({names}); choose one "
+                         "with --model NAME")
+    graph = chosen[0]
     if graph.loss is None:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)

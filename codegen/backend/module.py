@@ -122,7 +122,9 @@ class ModuleGenerator:
         fwd_ops, bwd_ops = split_joint(j)
         defined = _defined(fwd_ops)
         external_j = {**self._param_access(j), **self._input_access(j)}
-        saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(_reads(bwd_ops))
+        grads = list(j.param_grads.values()) + list(j.input_grads.values())
+        wanted = _reads(bwd_ops) | {v.id for v in grads}  # a gradient may be a forward value
+        saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(wanted)
                  if vid in defined or vid in {v.id for v in j.inputs.values()}]
         self.saved_count = max(self.saved_count, len(saved))
         results = [(v, f"c.outputs[{k}]") for k, v in enumerate(j.outputs.values())]
@@ -130,7 +132,6 @@ class ModuleGenerator:
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              "arena_fwd", training=True, prologue=self._prologue(fixed))
         texts.append(render_function(self.d, dims, train, self.tapes))
-        grads = list(j.param_grads.values()) + list(j.input_grads.values())
         external_b = dict(self._param_access(j))
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
