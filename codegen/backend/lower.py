@@ -103,7 +103,8 @@ class Lowering:
 
     # ---- blocks ----
     def block(self, block: Block) -> list:
-        self._count_uses(block)
+        if not self.uses:  # once per function: counts cover every nested block
+            self._count_uses(block)
         out: list = []
         run: list[Op] = []
         for op in block.ops:
