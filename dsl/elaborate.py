@@ -239,6 +239,15 @@ class Elaborator(Expressions, Calls, ControlFlow):
             self.param_of[existing.value.id] = existing
         elif existing.value.type != ptype:
             raise self._param_conflict(full, ptype, existing, s.name.loc)
+        elif ((s.init is not None and init != existing.init)
+              or (existing.trainable, existing.regularizer) != (attrs.trainable,
+                                                                attrs.regularizer)):
+            self.warnings.append(Diagnostic(
+                f"parameter `{full}` is declared again with init {init}, trainable "
+                f"{str(attrs.trainable).lower()}, regularizer {attrs.regularizer or 'none'}; "
+                f"the first declaration's ({existing.init}, "
+                f"{str(existing.trainable).lower()}, {existing.regularizer or 'none'}) applies",
+                s.name.loc, "warning", notes=[("first declared here", existing.decl)]))
         self._check_assignable(s.name)
         self.ctx.env[s.name.name] = existing.value
 

@@ -61,6 +61,8 @@ class Expressions:
 
     # ---- leaves ----
     def eval_IntLit(self, e: n.IntLit):
+        if e.value > 2**31 - 1:  # 2**31 reaches here only without a minus in front
+            raise MdlTypeError(f"integer literal {e.value} does not fit in i32", e.loc)
         return Const(e.value, "int")
 
     def eval_FloatLit(self, e: n.FloatLit):

@@ -179,6 +179,8 @@ class AstBuilder(Transformer_NonRecursive):
         return self._node(n.Binary, self._loc(op), str(op), left, right)
 
     def unary(self, op, operand):
+        if str(op) == "-" and isinstance(operand, n.IntLit) and operand.value == I32_MAX + 1:
+            return n.IntLit(self._loc(op), -operand.value)  # -2147483648, the one such case
         return self._node(n.Unary, self._loc(op), str(op), operand)
 
     def call(self, func, *rest):
@@ -205,7 +207,7 @@ class AstBuilder(Transformer_NonRecursive):
 
     def int_lit(self, tok):
         value = int(tok)
-        if value > I32_MAX + 1:  # 2**31 is allowed only so that `-2147483648` can be written
+        if value > I32_MAX + 1:  # 2**31 only as `-2147483648` (unary minus checks the rest)
             raise MdlSyntaxError(f"integer literal {tok} does not fit in i32", self._loc(tok))
         return n.IntLit(self._loc(tok), value)
 

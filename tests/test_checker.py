@@ -169,3 +169,11 @@ model M(H = 3) {
     assert loop.attrs == {"n_seq": 1, "n_state": 1, "reversed": True, "has_lengths": True,
                           "recompute": False, "checkpoint": 2}
     assert [str(v.type) for v in loop.outputs] == ["f32[B, 3]", "f32[T, B, 3]", "f32[T, B, 3]"]
+
+
+def test_a_redeclaration_asking_for_other_attributes_is_warned():
+    src = ("model M() { input x : f32[B, 3]\n  param w : f32[3] = ones\n"
+           "  scope s { w2 = 1.0 }\n  param w : f32[3] = zeros\n  output y = sum(x * w) }")
+    warnings = [w.message for w in check_source(src).warnings]
+    assert warnings == ["parameter `w` is declared again with init zeros, trainable true, "
+                        "regularizer none; the first declaration's (ones, true, none) applies"]

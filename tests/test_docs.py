@@ -129,13 +129,7 @@ LITERALS = {  # the lexical rules the page states, at their edges
 }
 
 
-UNFIXED = {"2147483648": "front-end issue A9 (/tmp/helper_a_bugs.md): 2**31 is accepted "
-                         "without a minus"}
-
-
-@pytest.mark.parametrize("literal", [
-    pytest.param(k, marks=pytest.mark.xfail(reason=UNFIXED[k], strict=True)) if k in UNFIXED
-    else k for k in LITERALS])
+@pytest.mark.parametrize("literal", list(LITERALS))
 def test_literal_limits(literal):
     source = f"model L() {{\n  input x : f32[3]\n  n = {literal}\n  output y = sum(x)\n}}\n"
     expected = LITERALS[literal]
