@@ -176,3 +176,36 @@ def test_one_instance_from_many_threads(towers):
     for t in threads:
         t.join()
     assert len(results) == 80 and all(r == want for r in results)
+
+
+LENGTHS_AND_WHILE = """
+model Ragged(H = 3) {
+  input xs : f32[T, B, H]; input n : i32[B]
+  param w : f32[H, H] = normal(0, 1)
+  h = zeros[B, H]
+  hs = for x in reversed(xs) (lengths = n) {
+    h = tanh(x @ w + h)
+    steps = 0                 # the trip count depends on every row, padded ones too
+    while norm(h) > 0.5 and steps < 50 { h = 0.9 * h; steps = steps + 1 }
+    yield h
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}
+"""
+
+
+def test_rows_past_their_length_see_zeros_as_in_the_reference(tmp_path):
+    path = tmp_path / "ragged.mdl"
+    path.write_text(LENGTHS_AND_WHILE)
+    graph = check_file(str(path), dtype="f64").graph
+    m = load(path, dtype="f64").Ragged(seed=0)
+    rng = np.random.default_rng(0)
+    inputs = {"xs": rng.standard_normal((5, 3, 3)), "n": np.array([5, 2, 1], np.int32)}
+    params = {k: np.array(v) for k, v in m.params.items()}
+    out = m.forward(**inputs, training=True)
+    grads = m.backward()
+    want = reference.gradients(graph, inputs, params)
+    assert rel_error(out["loss"], want.outputs["loss"]) < 1e-10
+    assert rel_error(grads["w"], want.params["w"]) < 1e-10
+    assert rel_error(grads["input:xs"], want.inputs["xs"]) < 1e-10

@@ -54,9 +54,11 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     if op.attrs["has_lengths"]:
         lengths = low.contiguous(op.inputs[-1], out)
         ins.extra["lengths"] = lengths
-    gather = op.attrs["has_lengths"] and op.attrs["reversed"]
-    for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
-        if gather:  # each row reads its own step: copied in every step
+    gather = op.attrs["has_lengths"]
+    seqs = [low.contiguous(x, out) if gather else x for x in op.inputs[:n_seq]]
+    ins.extra["seqs"] = seqs
+    for arg, seq in zip(body.args[:n_seq], seqs):
+        if gather:  # rows read their own step (zeros once past their length): copied
             low.own(arg)
         else:
             strides = low.layouts[seq.id].strides
@@ -95,7 +97,7 @@ def _render_for(r, ins: Structured) -> None:
     _define_outputs(r, ins, op.outputs)
     for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
         r.assign(state, init)
-    seqs, body = op.inputs[:n_seq], op.blocks[0]
+    seqs, body = ins.extra["seqs"], op.blocks[0]
     steps = r.dim(seqs[0].type.shape[0])
     lengths = ins.extra.get("lengths")
     rev = op.attrs["reversed"]
@@ -110,10 +112,10 @@ def _render_for(r, ins: Structured) -> None:
     for arg in body.args:
         if r.layout(arg).base is not None:
             r.view(arg)
-    if lengths is not None and rev:
+    if lengths is not None:
         for arg, seq in zip(body.args[:n_seq], seqs):
             r.define_owned(arg)
-            _rows(r, lengths, s, arg, seq, "gather")
+            _rows(r, lengths, s, arg, seq, "gather_rev" if rev else "gather")
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
     for state, new in zip(states, results[:n_state]):
@@ -132,7 +134,7 @@ def _render_for(r, ins: Structured) -> None:
 
 def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> None:
     """Row-wise work under `lengths`: row b is active at this step when step < L[b]."""
-    if mode == "gather":       # dst[b] = src[L[b]-1-step, b] (zeros when inactive)
+    if mode.startswith("gather"):  # dst[b] = src[t, b], t = step or L[b]-1-step; else 0
         batch, row_shape = dst.type.shape[0], dst.type.shape[1:]
     else:
         batch, row_shape = src.type.shape[0], src.type.shape[1:]
@@ -140,10 +142,11 @@ def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> No
     b = r.fresh("b")
     r.open(f"for (int64_t {b} = 0; {b} < {r.dim(batch)}; ++{b})")
     r.emit(f"const bool active = {step} < {r.ptr(lengths)}[{b}];")
-    if mode == "gather":
+    if mode.startswith("gather"):
         lay = r.layout(src)
-        src_row = (f"{r.ptr(src)} + ({r.ptr(lengths)}[{b}] - 1 - {step}) * "
-                   f"{r.dim(lay.strides[0])} + {b} * {r.dim(lay.strides[1])}")
+        when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "gather_rev" else step
+        src_row = (f"{r.ptr(src)} + {when} * {r.dim(lay.strides[0])} + {b} * "
+                   f"{r.dim(lay.strides[1])}")
         r.emit(f"if (active) mdl::copy({r.ptr(dst)} + {b} * {row}, {src_row}, {row}); "
                f"else mdl::fill({r.ptr(dst)} + {b} * {row}, {row}, {r.ctype(dst)}(0));")
     elif mode == "state":
