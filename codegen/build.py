@@ -189,6 +189,14 @@ def _key_fields(sources: Mapping[str, str], module_name: str, cmakelists: str, d
     return fields
 
 
+def environment_key() -> dict:
+    """What besides the sources decides a build: runtime headers, compiler, Python ABI,
+    pybind11, CODEGEN_VERSION (the loader's index keys on it too)."""
+    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
+            "compiler": _compiler(), "python": [EXT_SUFFIX, sys.version_info[:2]],
+            "pybind11": pybind11.__version__}
+
+
 def _runtime_digest() -> str:
     """Every file under cpp_runtime/, read on each call: headers change during a session."""
     h = hashlib.sha256()

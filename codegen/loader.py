@@ -3,7 +3,11 @@ build through the cache, import. `load` is the Python entry point; `mdlc build` 
 `mdlc emit` use the same steps."""
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
+import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -15,7 +19,7 @@ from dsl import UsageError, check_file, model_names
 
 from .autodiff import grad_graph
 from .backend.module import generate
-from .build import EXT_SUFFIX, build_extension
+from .build import EXT_SUFFIX, build_extension, cache_dir, environment_key
 from .ir import Graph
 
 
@@ -69,12 +73,69 @@ def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,
           progress: bool | None = None) -> Path:
-    """Build (or take from the cache) the module of a .mdl file; the extension's path."""
+    """Build (or take from the cache) the module of a .mdl file; the extension's path.
+    A build seen before is found from the .mdl sources alone, without generating code."""
     options = options or BuildOptions()
     module_name = module_name_for(path, name)
+    index = _index_entry(path, module_name, options)
+    if index is not None and index.is_file():
+        built = Path(index.read_text())
+        if built.is_file():
+            return built
     _, srcs = sources(path, module_name, options)
-    return build_extension(srcs, module_name, debug=options.debug, sanitize=options.sanitize,
-                           progress=progress)
+    built = build_extension(srcs, module_name, debug=options.debug, sanitize=options.sanitize,
+                            progress=progress)
+    if index is not None:
+        index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(str(built))
+        tmp.replace(index)
+    return built
+
+
+IMPORT = re.compile(r'^\s*import\s+"([^"\n]*)"', re.M)
+COMPILER_SOURCES = [Path(__file__).resolve().parents[1] / d for d in ("dsl", "codegen",
+                                                                      "templates")]
+
+
+def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
+    """Where the cache's index remembers the build of these .mdl files with these options
+    (None when the import closure cannot be read: the full path reports why)."""
+    try:
+        texts = _closure(Path(path))
+    except OSError:
+        return None
+    fields = {"mdl": texts, "module": module_name, "options": repr(options),
+              "compiler_sources": _compiler_digest(), "environment": environment_key()}
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+    return cache_dir() / "index" / key
+
+
+def _closure(path: Path) -> dict[str, str]:
+    """The text of a .mdl file and of everything it imports, by resolved path."""
+    from dsl.program import STD_ROOT
+    texts: dict[str, str] = {}
+    pending = [path.resolve()]
+    while pending:
+        p = pending.pop()
+        if str(p) in texts:
+            continue
+        texts[str(p)] = p.read_text(encoding="utf-8")
+        for target in IMPORT.findall(texts[str(p)]):
+            local = p.parent / target
+            pending.append((local if local.is_file() else STD_ROOT / target).resolve())
+    return texts
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_digest() -> str:
+    """Our own code generates the C++: a changed compiler source is a changed build."""
+    h = hashlib.sha256()
+    for root in COMPILER_SOURCES:
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".py", ".lark", ".mdl", ".j2"):
+                h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def install(built: Path, directory: str | Path, module_name: str) -> Path:

@@ -209,3 +209,55 @@ def test_rows_past_their_length_see_zeros_as_in_the_reference(tmp_path):
     assert rel_error(out["loss"], want.outputs["loss"]) < 1e-10
     assert rel_error(grads["w"], want.params["w"]) < 1e-10
     assert rel_error(grads["input:xs"], want.inputs["xs"]) < 1e-10
+
+
+KEYWORDS = """
+model struct(namespace = 3) {
+  input class : f32[B, namespace]
+  input int : i32[B]
+  scope template { param delete : f32[namespace, namespace] = normal(0, 1) }
+  param operator : f32[namespace] = ones
+  this = class @ template.delete + operator
+  output void = sum(this * this) + sum(f32(int))
+  minimize void
+}
+"""
+
+
+def test_cpp_keywords_as_mdl_names_build_and_run(tmp_path):
+    path = tmp_path / "keywords.mdl"
+    path.write_text(KEYWORDS)
+    module = load(path, dtype="f64")
+    m = getattr(module, "struct")(seed=0)
+    x = {"class": np.ones((2, 3)), "int": np.array([1, 2], np.int32)}
+    out = m.forward(**x, training=True)
+    graph = check_file(str(path), dtype="f64").graph
+    want = reference.gradients(graph, x, {k: np.array(v) for k, v in m.params.items()})
+    assert rel_error(out["void"], want.outputs["void"]) < 1e-12
+    assert set(m.backward()) == {"template/delete", "operator", "input:class"}
+
+
+def test_a_build_seen_before_needs_no_code_generation(tmp_path, monkeypatch):
+    from codegen import loader
+    path = tmp_path / "again.mdl"
+    path.write_text("model Again() { input x : f32[B]; output y = sum(x * 2.0) }")
+    first = loader.build(path)
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated code for a build the cache has")
+    monkeypatch.setattr(loader, "sources", no_generation)
+    assert loader.build(path) == first
+    path.write_text("model Again() { input x : f32[B]; output y = sum(x * 3.0) }")
+    with pytest.raises(AssertionError, match="generated code"):
+        loader.build(path)
+
+
+def test_training_a_model_without_a_loss_is_a_runtime_error(tmp_path):
+    path = tmp_path / "noloss.mdl"
+    path.write_text("model NoLoss() { input x : f32[B]; output y = x * 2.0 }")
+    m = load(path).NoLoss()
+    assert m.forward(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
+    with pytest.raises(RuntimeError, match="minimizes no output"):
+        m.forward(x=np.ones(2, np.float32), training=True)
+    with pytest.raises(RuntimeError, match="training=True"):
+        m.backward()

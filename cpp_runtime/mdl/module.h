@@ -173,10 +173,16 @@ class Model {
     const Variant<T>& v = choose(call.dims);
     call.outputs.assign(spec_->outputs.size() + spec_->saved, nullptr);
     py::dict out;
+    // The lock is taken without the GIL and kept until the results are copied out of the
+    // arena, so another thread's call cannot overwrite them first.
+    std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
     {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> guard(lock_);
-      if (training) {
+      guard.lock();
+      if (training && !v.train) {
+        throw std::runtime_error("model " + spec_->name + " minimizes no output: forward("
+                                 "training=True) and backward() need `minimize NAME`");
+      } else if (training) {
         state_.dropout_key = derive(state_.seed, ++state_.calls);
         state_.drawn.clear();
         v.train(state_, call);
@@ -195,22 +201,23 @@ class Model {
 
   py::dict backward() {
     Call call;
-    call.dims = dims_;
-    call.outputs.assign(spec_->grads.size(), nullptr);
+    std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
     {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> guard(lock_);
+      guard.lock();
+      if (!trained_)
+        throw std::runtime_error("backward() needs a forward(..., training=True) first");
+      call.dims = dims_;
+      call.outputs.assign(spec_->grads.size(), nullptr);
       trained_->backward(state_, call);
     }
     py::dict out;
     for (std::size_t k = 0; k < spec_->grads.size(); ++k)
-      out[py::str(spec_->grads[k].name)] = result(spec_->grad_shape(int(k), dims_.data(),
+      out[py::str(spec_->grads[k].name)] = result(spec_->grad_shape(int(k), call.dims.data(),
                                                                     state_.dyn.data()),
                                                   spec_->grads[k].dtype, call.outputs[k]);
     return out;
   }
-
-  bool has_training_forward() const { return trained_ != nullptr; }
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
@@ -300,11 +307,7 @@ void bind_model(py::module_& m, const ModelSpec<T>* spec) {
       .def_property_readonly("specializations", &M::specializations)
       .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
       .def("forward", &M::forward)
-      .def("backward", [](M& model) {
-        if (!model.has_training_forward())
-          throw std::runtime_error("backward() needs a forward(..., training=True) first");
-        return model.backward();
-      });
+      .def("backward", &M::backward);
 }
 
 }  // namespace mdl
