@@ -30,30 +30,16 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mdlc", description="The mdl compiler.")
     sub = top.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="parse and check a .mdl file")
-    check.add_argument("file")
-    check.add_argument("-D", dest="defines", action="append", type=_define, default=[],
-                       metavar="K=V", help="override a hyper-parameter")
-    check.add_argument("--model", help="the model to check when the file has several")
+    _model_options(check)
     check.add_argument("--params", action="store_true", help="print the parameter table")
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    check.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     emit = sub.add_parser("emit", help="write the generated sources (or print the IR)")
-    _model_options(emit)
-    emit.add_argument("-o", dest="out", default=".", help="directory for the sources")
-    emit.add_argument("--name", help="the module's name (default: the file's stem)")
-    emit.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
-    emit.add_argument("--specialize", action="append", type=_dims, default=[],
-                      metavar="B=32,T=35", help="also emit code with these dims fixed")
+    _generation_options(emit, "directory for the sources")
     emit.add_argument("--ir", action="store_true", help="print the IR instead")
     emit.add_argument("--grad", action="store_true",
                       help="with --ir: with the backward pass of the minimized output")
     build = sub.add_parser("build", help="compile a .mdl file to an importable module")
-    _model_options(build)
-    build.add_argument("-o", dest="out", default=".", help="directory of the module")
-    build.add_argument("--name", help="the module's name (default: the file's stem)")
-    build.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
-    build.add_argument("--specialize", action="append", type=_dims, default=[],
-                       metavar="B=32,T=35", help="also compile code with these dims fixed")
+    _generation_options(build, "directory of the module")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
     gradcheck = sub.add_parser("gradcheck", help="compare gradients with finite differences")
@@ -70,6 +56,15 @@ def _model_options(p: argparse.ArgumentParser, dtype: bool = True) -> None:
     p.add_argument("--model", help="the model to use when the file has several")
     if dtype:
         p.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+
+
+def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
+    _model_options(p)
+    p.add_argument("-o", dest="out", default=".", help=out_help)
+    p.add_argument("--name", help="the module's name (default: the file's stem)")
+    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--specialize", action="append", type=_dims, default=[],
+                   metavar="B=32,T=35", help="also compile code with these dims fixed")
 
 
 def _dims(text: str) -> dict[str, int]:

@@ -55,8 +55,9 @@ def graphs(path: str | Path, options: BuildOptions) -> list[Graph]:
         dims = _symbolic_dims(graph)
         unknown = sorted({k for spec in options.specialize for k in spec} - dims)
         if unknown:
+            known = ", ".join(sorted(dims)) or "none"
             raise UsageError(f"--specialize names {', '.join(unknown)}, not a symbolic dim "
-                             f"of model `{graph.name}` (it has {', '.join(sorted(dims)) or 'none'})")
+                             f"of model `{graph.name}` (it has {known})")
         out.append(graph)
     return out
 

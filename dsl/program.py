@@ -7,7 +7,7 @@ from pathlib import Path
 
 from . import nodes as n
 from .builtins import BUILTINS
-from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, Source, raise_all
+from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, raise_all
 from .parser import parse
 
 STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl
@@ -97,6 +97,3 @@ def _add_function(program: Program, fn: n.FuncDef, errors: list[MdlError]) -> No
         errors.append(MdlTypeError(f"function `{name}` must end with a `return`", fn.name.loc))
     program.functions[name] = fn
 
-
-def source_of(text: str, path: str) -> Source:
-    return Source(path, text)

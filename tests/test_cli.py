@@ -1,5 +1,6 @@
 """`mdlc check` as a user runs it: output, exit statuses, JSON, no tracebacks."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,10 @@ GOOD = """model M(H = 4) {
 
 
 def mdlc(*args, cwd=None):
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
+           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"]}  # the session's cache (conftest)
     return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env={"PYTHONPATH": str(Path(__file__).parents[1]),
-                                                   "PATH": "/usr/bin:/bin"})
+                          text=True, cwd=cwd, env=env)
 
 
 @pytest.fixture
@@ -95,3 +97,14 @@ def test_warnings_go_to_stderr(tmp_path):
     path.write_text("model M() { input x : f32[B]; input u : f32[B]; output y = x }")
     r = mdlc("check", str(path))
     assert r.returncode == 0 and "warning: input `u` is never used" in r.stderr
+
+
+def test_specializing_an_unknown_dim_is_a_usage_error(good, capsys):
+    assert cli.main(["build", str(good), "--specialize", "Q=3"]) == 2
+    assert "--specialize names Q, not a symbolic dim of model `M` (it has B)" in \
+        capsys.readouterr().err
+
+
+def test_the_cuda_target_is_refused_until_it_exists(good, capsys):
+    assert cli.main(["build", str(good), "--target", "cuda"]) == 2
+    assert "target 'cuda' is not available yet" in capsys.readouterr().err

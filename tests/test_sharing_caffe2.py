@@ -78,9 +78,9 @@ CAFFE2_CASES = {
           scope a {{ {W} }}
         }}""", {"c/d/w", "c/d/e/w", "a/w"}),
     # test_create_param: one name in two scopes is two parameters
-    "create_param": (f"""
+    "create_param": ("""
         param w : f32[2] = constant(0.5)
-        scope some_global_scope {{ param w : f32[2] = constant(0.5) }}""",
+        scope some_global_scope { param w : f32[2] = constant(0.5) }""",
                      {"w", "some_global_scope/w"}),
     # test_deep_hierarchy: a/c/e -> a/c/f -> a/d/f -> b/d/f, recursively
     "deep_hierarchy": (f"""

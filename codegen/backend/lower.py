@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Block, Op, Value
+from ..ir import Block, Op, Value, walk_ops
 from ..primitives import TABLE
 from ..shapes import Dim
 from .cexpr import contiguous_strides
@@ -126,7 +126,6 @@ class Lowering:
         return out
 
     def _count_uses(self, block: Block) -> None:
-        from ..ir import walk_ops
         for op in walk_ops(block):
             for v in op.inputs:
                 self.uses[v.id] = self.uses.get(v.id, 0) + 1
