@@ -185,6 +185,8 @@ def _for(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray
     steps = seqs[0].shape[0]
     stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
     batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
+    if lengths is not None:
+        check_lengths(lengths, steps, op.inputs[-1].hint)
     for i in range(steps):
         if lengths is None:
             t = steps - 1 - i if a["reversed"] else i
@@ -203,6 +205,16 @@ def _for(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray
         for stack, y in zip(stacks, out[n_state:]):
             stack[t[valid], batch[valid]] = y[valid]
     return states + stacks
+
+
+def check_lengths(lengths: np.ndarray, steps: int, name: str) -> None:
+    """Sequence lengths must lie in [0, T]: a ValueError naming the first one that does
+    not (native code raises the same)."""
+    bad = np.flatnonzero((lengths < 0) | (lengths > steps))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"{name or 'lengths'}[{b}] = {int(lengths[b])} is outside [0, {steps}]"
+                         f" (the sequence length)")
 
 
 def _if(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:

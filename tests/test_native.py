@@ -261,3 +261,16 @@ def test_training_a_model_without_a_loss_is_a_runtime_error(tmp_path):
         m.forward(x=np.ones(2, np.float32), training=True)
     with pytest.raises(RuntimeError, match="training=True"):
         m.backward()
+
+
+@pytest.mark.parametrize("bad", [[9, 1, 2], [3, -1, 2]])
+def test_lengths_outside_the_sequence_are_a_value_error(bad):
+    graph = graph_of("bidirectional.mdl", "BiTagger", "f32")
+    m = native("bidirectional.mdl", "f32").BiTagger()
+    inputs = {**random_case(graph, "f32"), "lengths": np.array(bad, np.int32)}
+    b = int(np.flatnonzero((np.array(bad) < 0) | (np.array(bad) > 5))[0])
+    message = f"lengths[{b}] = {bad[b]} is outside [0, 5] (the sequence length)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        m.forward(**inputs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})

@@ -56,6 +56,9 @@ class View:
 
 @dataclass(eq=False)
 class Structured:
+    """A for/if/while. `extra` holds what lowering decided for rendering: "results"
+    (per block, the results in memory the op copies from), "step" (the C++ name of a
+    loop's time index), "lengths" and "seqs" (contiguous copies a `for` reads)."""
     op: Op
     blocks: list[list]                 # instruction lists, one per block of the op
     extra: dict = field(default_factory=dict)

@@ -8,6 +8,8 @@ from L[b]-1 down to 0, reading and writing its own steps). A `while` pushes its 
 values every trip onto growable tapes and records its trip count in the model."""
 from __future__ import annotations
 
+import json
+
 from ..ir import Op, Value
 from ..shapes import Dim
 from .cexpr import numel
@@ -102,6 +104,10 @@ def _render_for(r, ins: Structured) -> None:
     lengths = ins.extra.get("lengths")
     rev = op.attrs["reversed"]
     s, t = r.fresh("s"), ins.extra["step"]
+    if lengths is not None:
+        name = json.dumps(op.inputs[-1].hint or "lengths")  # a C string literal, escaped
+        r.emit(f"mdl::check_lengths({r.ptr(lengths)}, {r.dim(lengths.type.shape[0])}, "
+               f"{steps}, {name});")
     if lengths is not None and rev:
         for v in stacked:  # rows shorter than T never write their tail
             r.emit(f"mdl::fill({r.ptr(v)}, {r.dim(numel(v.type.shape))}, "

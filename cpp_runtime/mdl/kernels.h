@@ -160,6 +160,16 @@ inline int64_t checked_index(int64_t i, int64_t n) {
   return i;
 }
 
+// Sequence lengths must lie in [0, steps]; `name` is the input they came from.
+inline void check_lengths(const int32_t* lengths, int64_t batch, int64_t steps,
+                          const char* name) {
+  for (int64_t b = 0; b < batch; ++b)
+    if (lengths[b] < 0 || lengths[b] > steps)
+      throw ValueError(std::string(name) + "[" + std::to_string(b) + "] = " +
+                       std::to_string(lengths[b]) + " is outside [0, " +
+                       std::to_string(steps) + "] (the sequence length)");
+}
+
 // out [rows, row_size] = zeros, then out[ids[j]] += g[j] (the adjoint of gather).
 template <class T>
 void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count, int64_t rows,
@@ -178,6 +188,7 @@ void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count
 template <class T>
 void seq_order(bool reversed, const T* x, const int32_t* lengths, int64_t steps, int64_t batch,
                int64_t row, T* out) {
+  check_lengths(lengths, batch, steps, "lengths");
   for (int64_t i = 0; i < steps; ++i)
     for (int64_t b = 0; b < batch; ++b) {
       T* dst = out + (i * batch + b) * row;

@@ -239,36 +239,37 @@ class Model {
 
   // A NumPy array of the declared dtype, rank and dims, C-contiguous; binds user dims.
   py::array convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
-    py::module_ np = py::module_::import("numpy");
     py::object arr = py::reinterpret_borrow<py::object>(obj);
     if (!py::isinstance<py::array>(arr)) {
-      if (py::hasattr(arr, "__dlpack__")) arr = np.attr("from_dlpack")(arr);
-      else arr = np.attr("asarray")(arr);
+      py::module_ np = py::module_::import("numpy");
+      arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
+                                           : np.attr("asarray")(arr);
     }
     py::array a = py::reinterpret_borrow<py::array>(arr);
-    std::string want = type_text(s, spec_->dim_names);
-    if (dtype_of(a) != s.dtype)
-      throw py::value_error("input '" + s.name + "': expected " + want + ", got " +
-                            shape_text(a) + " (wrong dtype)");
-    if (a.ndim() != py::ssize_t(s.dims.size()))
-      throw py::value_error("input '" + s.name + "': expected " + want + ", got " +
-                            shape_text(a) + " (wrong rank)");
+    // the message is built only when there is something to say
+    auto bad = [&](const std::string& why) {
+      return py::value_error("input '" + s.name + "': expected " +
+                             type_text(s, spec_->dim_names) + ", got " + shape_text(a) + " (" +
+                             why + ")");
+    };
+    if (dtype_of(a) != s.dtype) throw bad("wrong dtype");
+    if (a.ndim() != py::ssize_t(s.dims.size())) throw bad("wrong rank");
     for (std::size_t i = 0; i < s.dims.size(); ++i) {
       int64_t got = a.shape(i), d = s.dims[i];
       if (d >= 0 && got != d)
-        throw py::value_error("input '" + s.name + "': expected " + want + ", got " +
-                              shape_text(a) + " (dim " + std::to_string(i) + " must be " +
-                              std::to_string(d) + ")");
+        throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
       if (d < 0) {
         int64_t& bound = dims[-d - 1];
         if (bound >= 0 && bound != got)
-          throw py::value_error("input '" + s.name + "': expected " + want + ", got " +
-                                shape_text(a) + " (" + spec_->dim_names[-d - 1] + " = " +
-                                std::to_string(bound) + " from an earlier input)");
+          throw bad(spec_->dim_names[-d - 1] + " = " + std::to_string(bound) +
+                    " from an earlier input");
         bound = got;
       }
     }
-    return np.attr("ascontiguousarray")(a);
+    if (a.flags() & py::array::c_style) return a;
+    py::array contiguous = py::array::ensure(a, py::array::c_style);
+    if (!contiguous) throw std::bad_alloc();
+    return contiguous;
   }
 
   const Variant<T>& choose(const std::vector<int64_t>& dims) const {
@@ -299,6 +300,14 @@ class Model {
 template <class Tag, class T>
 void bind_model(py::module_& m, const ModelSpec<T>* spec) {
   using M = Model<T, Tag>;
+  // mdl::ValueError (bad values in the inputs, found by native code) is Python's ValueError
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
   py::class_<M>(m, spec->name.c_str(), py::module_local())
       .def(py::init([spec](uint64_t seed) { return new M(spec, seed); }), py::arg("seed") = 0)
       .def_property_readonly("params", [](py::object self) {
