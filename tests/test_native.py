@@ -48,6 +48,23 @@ def random_case(graph, dtype: str, seed: int = 1):
     return {k: v.astype(npdt) if v.dtype == np.float64 else v for k, v in inputs.items()}
 
 
+def assert_training_matches(m, graph, inputs, tol: float, seed: int = 0) -> dict:
+    """A training forward and backward of native model `m` against the reference: the
+    loss and every gradient (parameters and float inputs); the gradients."""
+    params = {k: np.array(v) for k, v in m.params.items()}
+    calls = m.rng_calls
+    out = m.forward(**inputs, training=True)
+    grads = m.backward()
+    want = reference.gradients(graph, inputs, params, training=True,
+                               seed=derive(seed, calls + 1))
+    assert rel_error(out[graph.loss], want.outputs[graph.loss]) < tol
+    expected = {**want.params, **{f"input:{k}": v for k, v in want.inputs.items()}}
+    assert set(grads) == set(expected)
+    for name, g in grads.items():
+        assert rel_error(g, expected[name]) < tol, name
+    return grads
+
+
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 @pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
 def test_example_matches_the_reference(file, model, dtype):
@@ -61,16 +78,8 @@ def test_example_matches_the_reference(file, model, dtype):
     want = reference.run(graph, inputs, params)
     for name in graph.outputs:
         assert rel_error(out[name], want[name]) < tol, name
-    if graph.loss is None:
-        return
-    out = m.forward(**inputs, training=True)
-    grads = m.backward()
-    want = reference.gradients(graph, inputs, params, training=True, seed=derive(3, 1))
-    assert rel_error(out[graph.loss], want.outputs[graph.loss]) < tol
-    expected = {**want.params, **{f"input:{k}": v for k, v in want.inputs.items()}}
-    assert set(grads) == set(expected)
-    for name, g in grads.items():
-        assert rel_error(g, expected[name]) < tol, name
+    if graph.loss is not None:
+        assert_training_matches(m, graph, inputs, tol, seed=3)
 
 
 def test_specialized_and_generic_code_agree():
@@ -82,12 +91,7 @@ def test_specialized_and_generic_code_agree():
     other = {**fixed, "tokens": fixed["tokens"][:4], "targets": fixed["targets"][:4],
              "lengths": np.minimum(fixed["lengths"], 4)}
     for inputs in (fixed, other):  # the first runs the specialization, the second not
-        params = {k: np.array(v) for k, v in m.params.items()}
-        out = m.forward(**inputs, training=True)
-        grads = m.backward()
-        want = reference.gradients(graph, inputs, params)
-        assert rel_error(out["loss"], want.outputs["loss"]) < 1e-10
-        assert rel_error(grads["lstm/W"], want.params["lstm/W"]) < 1e-10
+        assert_training_matches(m, graph, inputs, 1e-10)
 
 
 @pytest.fixture(scope="module")
@@ -202,13 +206,7 @@ def test_rows_past_their_length_see_zeros_as_in_the_reference(tmp_path):
     m = load(path, dtype="f64").Ragged(seed=0)
     rng = np.random.default_rng(0)
     inputs = {"xs": rng.standard_normal((5, 3, 3)), "n": np.array([5, 2, 1], np.int32)}
-    params = {k: np.array(v) for k, v in m.params.items()}
-    out = m.forward(**inputs, training=True)
-    grads = m.backward()
-    want = reference.gradients(graph, inputs, params)
-    assert rel_error(out["loss"], want.outputs["loss"]) < 1e-10
-    assert rel_error(grads["w"], want.params["w"]) < 1e-10
-    assert rel_error(grads["input:xs"], want.inputs["xs"]) < 1e-10
+    assert_training_matches(m, graph, inputs, 1e-10)
 
 
 KEYWORDS = """
@@ -230,11 +228,9 @@ def test_cpp_keywords_as_mdl_names_build_and_run(tmp_path):
     module = load(path, dtype="f64")
     m = getattr(module, "struct")(seed=0)
     x = {"class": np.ones((2, 3)), "int": np.array([1, 2], np.int32)}
-    out = m.forward(**x, training=True)
     graph = check_file(str(path), dtype="f64").graph
-    want = reference.gradients(graph, x, {k: np.array(v) for k, v in m.params.items()})
-    assert rel_error(out["void"], want.outputs["void"]) < 1e-12
-    assert set(m.backward()) == {"template/delete", "operator", "input:class"}
+    grads = assert_training_matches(m, graph, x, 1e-12)
+    assert set(grads) == {"template/delete", "operator", "input:class"}
 
 
 def test_a_build_seen_before_needs_no_code_generation(tmp_path, monkeypatch):

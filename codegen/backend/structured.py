@@ -87,16 +87,12 @@ def render_structured(r, ins: Structured) -> None:
     {"for": _render_for, "if": _render_if, "while": _render_while}[ins.op.prim](r, ins)
 
 
-def _define_outputs(r, ins: Structured, values: list[Value]) -> None:
-    for v in values:
-        r.define_owned(v)
-
-
 def _render_for(r, ins: Structured) -> None:
     op = ins.op
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     states, stacked = op.outputs[:n_state], op.outputs[n_state:]
-    _define_outputs(r, ins, op.outputs)
+    for v in op.outputs:
+        r.define_owned(v)
     for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
         r.assign(state, init)
     seqs, body = ins.extra["seqs"], op.blocks[0]
@@ -172,7 +168,8 @@ def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> No
 
 def _render_if(r, ins: Structured) -> None:
     op = ins.op
-    _define_outputs(r, ins, op.outputs)
+    for v in op.outputs:
+        r.define_owned(v)
     r.open(f"if ({r.scalar(op.inputs[0])})")
     for k, (lowered, results) in enumerate(zip(ins.blocks, ins.extra["results"])):
         if k == 1:
@@ -188,7 +185,8 @@ def _render_while(r, ins: Structured) -> None:
     op = ins.op
     n_state = len(op.inputs)
     states, tapes = op.outputs[:n_state], op.outputs[n_state:]
-    _define_outputs(r, ins, states)
+    for v in states:
+        r.define_owned(v)
     for state, init in zip(states, op.inputs):
         r.assign(state, init)
     tape_ids = [r.tape_index(v) for v in tapes]
