@@ -1,5 +1,7 @@
-# mdl for CMake projects: the runtime as the target `mdl::runtime`, and mdl_add_model(),
-# which compiles a .mdl file into a Python extension module at build time:
+# mdl for CMake projects: the runtime as the targets `mdl::runtime` (the headers generated
+# code includes) and `mdl::python` (the Python face every model module links, compiled once
+# per project), and mdl_add_model(), which compiles a .mdl file into a Python extension
+# module at build time:
 #
 #   include(path/to/mdl/cmake/mdl.cmake)
 #   mdl_add_model(TARGET charlm SOURCE charlm.mdl DTYPE f32 DEFINES H=512 E=64)
@@ -41,6 +43,13 @@ set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_LINK_LIBRARIES mdl::openblas
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
+# Built only when a model needs it.
+add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/python_module.cpp")
+target_link_libraries(mdl_python PUBLIC mdl::runtime pybind11::module)
+set_target_properties(mdl_python PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                            CXX_VISIBILITY_PRESET hidden)
+add_library(mdl::python ALIAS mdl_python)
+
 # mdl_add_model(TARGET <name> SOURCE <file.mdl> [MODEL <name>] [DTYPE f32|f64]
 #               [DEFINES K=V...] [DEPENDS <file>...])
 # Emits C++ for SOURCE at build time (`python -m codegen.cli emit`) and compiles it into
@@ -81,7 +90,7 @@ function(mdl_add_model)
     COMMENT "mdlc emit ${ARG_SOURCE} (${ARG_TARGET})"
     VERBATIM)
   pybind11_add_module(${ARG_TARGET} MODULE ${sources})
-  target_link_libraries(${ARG_TARGET} PRIVATE mdl::runtime)
+  target_link_libraries(${ARG_TARGET} PRIVATE mdl::python)
   # Without a build type CMake passes no -O at all, and a model at -O0 runs many times slower.
   target_compile_options(${ARG_TARGET} PRIVATE "$<$<STREQUAL:$<CONFIG>,>:-O3>")
   if(MDL_NATIVE)

@@ -1,15 +1,21 @@
-"""Turn generated C++ sources into an importable pybind11 extension, through a cache.
+"""Turn generated C++ sources into an importable Python extension, through a cache.
 
-The cache (after PyTensor's cmodule) keeps one directory per key under `cache_dir()`. The
+What every model shares (the Python-facing class, argument checks, arenas, the parameter
+store: cpp_runtime/src/) is compiled once per cache into an object file, the runtime; a
+model's build then compiles only the model's own code and links it with the runtime, in
+one compiler call, without CMake (docs/build.md has the measurements behind this).
+
+The cache (after PyTensor's cmodule) keeps one directory per key under `cache_dir()`. A
 key hashes everything that can change the built file: the sources, CODEGEN_VERSION, the
-runtime headers, the rendered CMakeLists.txt (flags, paths), the compiler, Python's ABI
-and pybind11's version. A build runs in a temporary directory inside the cache and is
-renamed into place under a per-key file lock, so no process ever sees half a build; a
-failed build is kept as `failed-<key>` for inspection. See docs/build.md.
+runtime's sources, the flags, the compiler, Python's ABI and pybind11's version. A build
+runs in a temporary directory inside the cache and is renamed into place under a per-key
+file lock, so no process ever sees half a build; a failed build is kept as
+`failed-<key>` for inspection. See docs/build.md.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -23,39 +29,36 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-import cmake
 import jinja2
-import ninja
 import pybind11
 import scipy_openblas32
 
 from dsl.diagnostics import MdlBuildError, count
 
 from . import CODEGEN_VERSION
+from .paths import RUNTIME_DIR
 from .templating import environment
 
-REPO = Path(__file__).resolve().parents[1]
-RUNTIME_DIR = REPO / "cpp_runtime"
-TEMPLATES_DIR = REPO / "templates"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+RUNTIME_SOURCE = "src/python_module.cpp"   # relative to RUNTIME_DIR
+RUNTIME_OBJECT = "mdl_runtime.o"
+MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
+PRECOMPILED = "precompiled"
 
-RELEASE_FLAGS = ("-O3", "-march=native")
+LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")
+RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
-CUDA_RELEASE_FLAGS = ("-O3",)
-CUDA_DEBUG_FLAGS = ("-O0", "-g", "-lineinfo")
-CUDA_LIBRARIES = ("CUDA::cudart", "CUDA::cublas")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
-CUDA_SUFFIXES = (".cu", ".cuh")
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
-FIRST_ERROR = re.compile(r"error:|CMake Error|undefined reference")
+FIRST_ERROR = re.compile(r"error:|undefined reference")
 # Lines a compiler prints before an error to say where it was reached from.
 CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
-NINJA_STEP = re.compile(r"^\[\d+/\d+\]")
 
 
 def cache_dir() -> Path:
@@ -65,68 +68,97 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mdl"
 
 
+def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
+    """The C++ compiler's flags for the runtime and for models (sanitizer reports want
+    line numbers and honest frames, so sanitize implies debug)."""
+    debug = debug or sanitize
+    return [*LANGUAGE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
+            *(SANITIZE_FLAGS if sanitize else ())]
+
+
+def include_dirs() -> list[str]:
+    return [str(RUNTIME_DIR), scipy_openblas32.get_include_dir(),
+            sysconfig.get_paths()["include"], pybind11.get_include()]
+
+
 def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: bool = False,
-                      sanitize: bool = False, cuda: bool = False) -> str:
-    """The CMakeLists.txt that builds `source_names` into the extension `module_name`
-    (what `build_extension` compiles with and `mdlc emit` writes)."""
-    debug = debug or sanitize  # sanitizer reports want line numbers and honest frames
+                      sanitize: bool = False) -> str:
+    """A CMakeLists.txt that builds `source_names` and the runtime into the extension
+    `module_name` with the same flags as `build_extension` (what `mdlc emit` writes)."""
     context = {
         "name": module_name,
         "sources": sorted(source_names),
-        "cuda": cuda,
-        "languages": ["CXX", "CUDA"] if cuda else ["CXX"],
-        "build_type": "Debug" if debug else "Release",
-        "cxx_flags": [*(DEBUG_FLAGS if debug else RELEASE_FLAGS),
-                      *(SANITIZE_FLAGS if sanitize else ())],
-        "cuda_flags": list(CUDA_DEBUG_FLAGS if debug else CUDA_RELEASE_FLAGS),
+        "runtime_source": str(RUNTIME_DIR / RUNTIME_SOURCE),
+        "build_type": "Debug" if debug or sanitize else "Release",
+        "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
         "include_dirs": [str(RUNTIME_DIR), scipy_openblas32.get_include_dir()],
-        "libraries": [str(_blas_library()), *(CUDA_LIBRARIES if cuda else ())],
+        "libraries": [str(_blas_library())],
         "rpath": scipy_openblas32.get_lib_dir(),
     }
     return _template("CMakeLists.txt.j2").render(context)
 
 
 def cache_key(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
-              sanitize: bool = False, cuda: bool = False) -> str:
+              sanitize: bool = False) -> str:
     """The cache key of a build: equal keys mean interchangeable extension files."""
-    return _digest(_describe(sources, module_name, debug, sanitize, cuda)[1])
+    return _digest(_key_fields(sources, module_name, debug, sanitize))
 
 
 def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
-                    sanitize: bool = False, cuda: bool = False,
-                    progress: bool | None = None) -> Path:
-    """Compile `sources` ({file name: text}) into the extension `module_name` and return
-    the path of `<module_name><EXT_SUFFIX>` inside the cache; an identical earlier build
-    is returned at once. Shows progress on stderr when it is a terminal (or `progress`).
-    Raises MdlBuildError with the compiler's first errors when the build fails."""
-    _check_names(sources, module_name, cuda)
-    cmakelists, fields = _describe(sources, module_name, debug, sanitize, cuda)
-    key = _digest(fields)
-    root = cache_dir()
-    built = root / key / (module_name + EXT_SUFFIX)
-    if built.is_file():  # complete: a key directory only ever appears by rename
-        return built
-    with _locked(root / "locks" / f"{key}.lock"):
-        if built.is_file():  # another process finished it while we waited
-            return built
-        _discard_leftovers(root, key)
-        work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
-        work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
-        try:
-            _write_tree(work, sources, cmakelists, fields)
-            _compile(work, root / key, module_name, cuda,
-                     sys.stderr.isatty() if progress is None else progress)
-            (work / "build" / built.name).rename(work / built.name)
-            shutil.rmtree(work / "build")  # objects and CMake state: only the module is reused
-            work.rename(root / key)
-        except _CompileFailed as failed:
-            raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", module_name,
-                                             failed.log)) from None
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-    return built
+                    sanitize: bool = False, progress: bool | None = None) -> Path:
+    """Compile `sources` ({file name: text}) with the runtime into the extension
+    `module_name` and return the path of `<module_name><EXT_SUFFIX>` inside the cache; an
+    identical earlier build is returned at once. Shows progress on stderr when it is a
+    terminal (or `progress`). Raises MdlBuildError with the compiler's first errors when
+    the build fails."""
+    _check_names(sources, module_name)
+    show = sys.stderr.isatty() if progress is None else progress
+    runtime = build_runtime(debug=debug, sanitize=sanitize, progress=show)
+    fields = _key_fields(sources, module_name, debug, sanitize)
+
+    def make(work: Path, final: Path) -> None:
+        (work / "src").mkdir()
+        for name, text in sources.items():
+            (work / "src" / name).write_text(text)
+        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+        compiled = [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
+        command = [_compiler()["path"], *compile_flags(debug, sanitize),
+                   # Debug info and sanitizer reports name the sources where they will stay.
+                   f"-ffile-prefix-map={work}={final}", f"-I{runtime.precompiled}",
+                   *(f"-I{d}" for d in include_dirs()), "-shared", *compiled,
+                   str(runtime.object), "-o", str(work / (module_name + EXT_SUFFIX)),
+                   *_link_flags(sanitize)]
+        _compile(work, [command], f"building {module_name}", show)
+    return _cached(_digest(fields), module_name + EXT_SUFFIX, make)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime as built for one set of flags: its object file, and a directory
+    holding `mdl/python.h` precompiled (found before the header itself, it spares each
+    model a few hundred milliseconds of parsing)."""
+    object: Path
+    precompiled: Path
+
+
+def build_runtime(*, debug: bool = False, sanitize: bool = False,
+                  progress: bool = False) -> Runtime:
+    """The runtime for these flags, compiled once per cache."""
+    fields = _runtime_fields(debug, sanitize)
+    compiler = [_compiler()["path"], *compile_flags(debug, sanitize),
+                *(f"-I{d}" for d in include_dirs())]
+
+    def make(work: Path, final: Path) -> None:
+        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+        (work / PRECOMPILED / "mdl").mkdir(parents=True)
+        _compile(work, [
+            [*compiler, "-c", str(RUNTIME_DIR / RUNTIME_SOURCE), "-o", str(work / RUNTIME_OBJECT)],
+            [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
+             "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
+            "building the mdl runtime (once per cache)", progress)
+    built = _cached(_digest(fields), RUNTIME_OBJECT, make)
+    return Runtime(built, built.parent / PRECOMPILED)
 
 
 class _CompileFailed(Exception):
@@ -135,22 +167,13 @@ class _CompileFailed(Exception):
         self.log = log
 
 
-def _check_names(sources: Mapping[str, str], module_name: str, cuda: bool) -> None:
+def _check_names(sources: Mapping[str, str], module_name: str) -> None:
     if not module_name.isidentifier():
         raise ValueError(f"module name {module_name!r} is not a Python identifier")
-    suffixes = SOURCE_SUFFIXES + (CUDA_SUFFIXES if cuda else ())
     for name in sources:
-        if Path(name).name != name or not name.endswith(suffixes):
+        if Path(name).name != name or not name.endswith(SOURCE_SUFFIXES):
             raise ValueError(f"source {name!r}: a source is a plain file name ending in "
-                             f"{' '.join(suffixes)}{'' if cuda else ' (.cu with cuda=True)'}")
-
-
-def _describe(sources: Mapping[str, str], module_name: str, debug: bool, sanitize: bool,
-              cuda: bool) -> tuple[str, dict]:
-    """A build's CMakeLists.txt and the fields its key hashes."""
-    cmakelists = render_cmakelists(sources, module_name, debug=debug, sanitize=sanitize,
-                                   cuda=cuda)
-    return cmakelists, _key_fields(sources, module_name, cmakelists, debug, sanitize, cuda)
+                             f"{' '.join(SOURCE_SUFFIXES)}")
 
 
 def _template(name: str) -> jinja2.Template:
@@ -169,32 +192,32 @@ def _digest(fields: dict) -> str:
     return _sha256(json.dumps(fields, sort_keys=True))[:32]
 
 
-def _key_fields(sources: Mapping[str, str], module_name: str, cmakelists: str, debug: bool,
-                sanitize: bool, cuda: bool) -> dict:
+def _environment() -> dict:
+    """What decides every build besides its own sources and flags."""
+    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
+            "compiler": _compiler(),
+            "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
+                       "version": list(sys.version_info[:2])},
+            "pybind11": pybind11.__version__, "blas": str(_blas_library())}
+
+
+def _runtime_fields(debug: bool, sanitize: bool) -> dict:
+    return {"product": "runtime", "flags": compile_flags(debug, sanitize), **_environment()}
+
+
+def _key_fields(sources: Mapping[str, str], module_name: str, debug: bool,
+                sanitize: bool) -> dict:
     """What the key hashes, kept readable: it is also written to the build's key.json."""
-    fields = {
-        "module": module_name,
-        "sources": {name: _sha256(text) for name, text in sources.items()},
-        "cmakelists": _sha256(cmakelists),
-        "codegen_version": CODEGEN_VERSION,
-        "runtime": _runtime_digest(),
-        "compiler": _compiler(),
-        "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
-                   "version": list(sys.version_info[:2])},
-        "pybind11": pybind11.__version__,
-        "variant": {"debug": debug, "sanitize": sanitize, "cuda": cuda},
-    }
-    if cuda:
-        fields["cuda"] = {**_nvcc(), "architectures": _cuda_architectures()}
-    return fields
+    return {"product": "module", "module": module_name,
+            "sources": {name: _sha256(text) for name, text in sources.items()},
+            "runtime_key": _digest(_runtime_fields(debug, sanitize)),
+            "flags": compile_flags(debug, sanitize), "link": _link_flags(sanitize),
+            **_environment()}
 
 
 def environment_key() -> dict:
-    """What besides the sources decides a build: runtime headers, compiler, Python ABI,
-    pybind11, CODEGEN_VERSION (the loader's index keys on it too)."""
-    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
-            "compiler": _compiler(), "python": [EXT_SUFFIX, sys.version_info[:2]],
-            "pybind11": pybind11.__version__}
+    """What besides the sources decides a build (the loader's index keys on it too)."""
+    return _environment()
 
 
 def _runtime_digest() -> str:
@@ -206,9 +229,17 @@ def _runtime_digest() -> str:
     return h.hexdigest()
 
 
+def _link_flags(sanitize: bool) -> list[str]:
+    """OpenBLAS lives in a Python package, not a system directory: modules find it by
+    RPATH."""
+    lib_dir = scipy_openblas32.get_lib_dir()
+    return [*(SANITIZE_FLAGS[:1] if sanitize else ()), f"-L{lib_dir}",
+            f"-l{scipy_openblas32.get_library()}", f"-Wl,-rpath,{lib_dir}"]
+
+
 @functools.cache
 def _compiler() -> dict:
-    """The C++ compiler CMake is told to use, and its identity: `--version` and what
+    """The C++ compiler, and its identity: `--version` and what
     `-march=native` means on this machine (a shared cache may serve several CPUs)."""
     path = shutil.which(os.environ.get("CXX") or "c++")
     if path is None:
@@ -217,19 +248,6 @@ def _compiler() -> dict:
     native = _output([path, *RELEASE_FLAGS, "-E", "-v", "-x", "c++", os.devnull, "-o",
                       os.devnull])
     return {"path": path, "version": version.splitlines()[0], "identity": _sha256(version + native)}
-
-
-@functools.cache
-def _nvcc() -> dict:
-    path = shutil.which(os.environ.get("CUDACXX") or "nvcc")
-    if path is None:
-        raise MdlBuildError("the cuda target needs nvcc: install the CUDA toolkit or set CUDACXX")
-    return {"path": path, "identity": _sha256(_output([path, "--version"]))}
-
-
-def _cuda_architectures() -> str:
-    """CMake's own CUDAARCHS variable, else the GPUs of this machine."""
-    return os.environ.get("CUDAARCHS") or "native"
 
 
 def _output(cmd: list[str]) -> str:
@@ -247,6 +265,44 @@ def _locked(path: Path):
         yield
 
 
+def _cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
+    """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
+    that is renamed to `final` once complete; under the key's lock, re-checked after
+    taking it, so concurrent processes build a key once. A cache directory that cannot be
+    written (read-only, full) is an MdlBuildError naming it."""
+    root = cache_dir()
+    built = root / key / product
+    if built.is_file():  # complete: a key directory only ever appears by rename
+        return built
+    try:
+        with _locked(root / "locks" / f"{key}.lock"):
+            if built.is_file():  # another process finished it while we waited
+                return built
+            _discard_leftovers(root, key)
+            work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
+            work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
+            try:
+                make(work, root / key)
+                work.rename(root / key)
+            except _CompileFailed as failed:
+                raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", failed)) from None
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+    except OSError as error:
+        raise MdlBuildError(_unusable_cache(root, error)) from None
+    return built
+
+
+def _unusable_cache(root: Path, error: OSError) -> str:
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EROFS: "it is on a read-only file system",
+           errno.EACCES: "it is not writable for this user",
+           errno.EPERM: "it is not writable for this user"}.get(error.errno, error.strerror)
+    return (f"cannot use the build cache {root}: {why} ({error.filename or root}); set "
+            f"MDL_CACHE_DIR to a writable directory with free space")
+
+
 def _discard_leftovers(root: Path, key: str) -> None:
     """Under the key's lock: temporary directories of builds that died (only the lock holder
     builds this key), and a key directory someone emptied by hand."""
@@ -256,73 +312,60 @@ def _discard_leftovers(root: Path, key: str) -> None:
         shutil.rmtree(root / key)
 
 
-def _write_tree(work: Path, sources: Mapping[str, str], cmakelists: str, fields: dict) -> None:
-    (work / "src").mkdir()
-    for name, text in sources.items():
-        (work / "src" / name).write_text(text)
-    (work / "src" / "CMakeLists.txt").write_text(cmakelists)
-    (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
-
-
-def _compile(work: Path, final: Path, module_name: str, cuda: bool, show: bool) -> None:
-    """Configure and build with CMake and Ninja; the output goes to work/build.log."""
-    cxx = _compiler()["path"]
-    configure = [str(Path(cmake.CMAKE_BIN_DIR) / "cmake"), "-S", str(work / "src"),
-                 "-B", str(work / "build"), "-G", "Ninja",
-                 f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
-                 f"-DCMAKE_CXX_COMPILER={cxx}", f"-DPython_EXECUTABLE={sys.executable}",
-                 f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                 # Debug info and sanitizer reports name the sources where they will stay.
-                 f"-DCMAKE_CXX_FLAGS=-ffile-prefix-map={work}={final}"]
-    env = dict(os.environ)
-    if cuda:
-        configure.append(f"-DCMAKE_CUDA_COMPILER={_nvcc()['path']}")
-        env["CUDAARCHS"] = _cuda_architectures()
-    build = [str(Path(ninja.BIN_DIR) / "ninja"), "-C", str(work / "build")]
-    log = []
-    with _Progress(f"building {module_name}", show) as progress:
-        for step in (configure, build):
-            status, output = _run(step, env, progress)
-            log.append(output)
-            if status:
-                break
-    (work / "build.log").write_text("".join(log))
-    if status:
-        raise _CompileFailed("".join(log))
-
-
-def _run(cmd: list[str], env: dict, progress: _Progress) -> tuple[int, str]:
-    """Run one build step; a background thread reads its output lines (and tells
-    `progress` about Ninja's `[3/4]` steps) while this thread redraws the status line."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace")
-    lines: list[str] = []
-
-    def read() -> None:
-        for line in proc.stdout:
-            lines.append(line)
-            progress.saw(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+def _compile(work: Path, commands: list[list[str]], label: str, show: bool) -> None:
+    """Run compiler commands side by side; their output goes to work/build.log."""
+    procs: list[_Process] = []
     try:
-        while reader.is_alive():
-            progress.draw()
-            reader.join(0.25)
-        return proc.wait(), "".join(lines)
+        with _Progress(label, show) as progress:
+            procs = [_Process(command) for command in commands]
+            while any(p.running() for p in procs):
+                progress.draw()
+                time.sleep(0.05)
     finally:
-        if proc.poll() is None:  # interrupted: do not leave a compiler running
-            proc.kill()
-            proc.wait()
+        for p in procs:
+            p.stop()
+    log = "".join(f"{' '.join(p.command)}\n{p.output()}" for p in procs)
+    (work / "build.log").write_text(log)
+    if any(p.status for p in procs):
+        raise _CompileFailed(log)
+
+
+class _Process:
+    """A compiler run whose output a background thread collects (a full pipe would
+    stall it)."""
+
+    def __init__(self, command: list[str]):
+        self.command = command
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace")
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+                                       daemon=True)
+        self.reader.start()
+
+    def running(self) -> bool:
+        return self.reader.is_alive() or self.proc.poll() is None
+
+    @property
+    def status(self) -> int:
+        return self.proc.wait()
+
+    def output(self) -> str:
+        self.reader.join()
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:  # interrupted: do not leave a compiler running
+            self.proc.kill()
+            self.proc.wait()
 
 
 class _Progress:
-    """`building charlm... 12s [1/2]` on stderr, redrawn in place; nothing when disabled."""
+    """`building charlm... 2s` on stderr, redrawn in place; nothing when disabled."""
 
     def __init__(self, label: str, enabled: bool):
         self.label, self.enabled = label, enabled
         self.start = time.monotonic()
-        self.step = ""
         self.shown = ""
 
     def __enter__(self) -> _Progress:
@@ -332,14 +375,8 @@ class _Progress:
     def __exit__(self, *exc) -> None:
         self._write("")
 
-    def saw(self, line: str) -> None:
-        step = NINJA_STEP.match(line)
-        if step:
-            self.step = step.group(0)
-
     def draw(self) -> None:
-        seconds = time.monotonic() - self.start
-        self._write(f"{self.label}... {seconds:.0f}s {self.step}".rstrip())
+        self._write(f"{self.label}... {time.monotonic() - self.start:.0f}s")
 
     def _write(self, text: str) -> None:
         if not self.enabled or text == self.shown:
@@ -350,20 +387,22 @@ class _Progress:
         self.shown = text
 
 
-def _keep_failed(work: Path, kept: Path, module_name: str, log: str) -> str:
+def _keep_failed(work: Path, kept: Path, failed: _CompileFailed) -> str:
     """Move a failed build to `kept` (replacing an older failure) and describe it."""
     shutil.rmtree(kept, ignore_errors=True)
     work.rename(kept)
-    log = log.replace(str(work), str(kept))  # the compiler named the temporary directory
+    log = failed.log.replace(str(work), str(kept))  # the compiler named the temporary directory
     (kept / "build.log").write_text(log)
-    return (f"building `{module_name}` failed; the compiler said:\n{_first_errors(log)}\n"
+    what = json.loads((kept / "key.json").read_text())
+    name = f"`{what['module']}`" if "module" in what else "the mdl runtime"
+    return (f"building {name} failed; the compiler said:\n{_first_errors(log)}\n"
             f"the build directory is kept at {kept} (full log: {kept / 'build.log'})")
 
 
 def _first_errors(log: str) -> str:
     """The first error: the lines that say where it was reached from, the error, its source
     line and notes; then a count of what the full log holds beyond it."""
-    lines = [line for line in log.splitlines() if not line.startswith(("ninja: ", "FAILED: "))]
+    lines = log.splitlines()
     first = next((i for i, line in enumerate(lines) if FIRST_ERROR.search(line)), None)
     if first is None:  # no recognizable error (a crash, a killed compiler): the log's end
         return "\n".join(lines[-ERROR_LINES:])

@@ -15,12 +15,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import dsl
 from dsl import UsageError, check_file, model_names
 
 from .autodiff import grad_graph
 from .backend.module import generate
 from .build import EXT_SUFFIX, build_extension, cache_dir, environment_key
 from .ir import Graph
+from .paths import PACKAGE, TEMPLATES_DIR
 
 
 @dataclass
@@ -95,8 +97,7 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
 
 
 IMPORT = re.compile(r'^\s*import\s+"([^"\n]*)"', re.M)
-COMPILER_SOURCES = [Path(__file__).resolve().parents[1] / d for d in ("dsl", "codegen",
-                                                                      "templates")]
+COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
 
 
 def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import jinja2
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"
+from .paths import TEMPLATES_DIR
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,7 @@
-"""codegen/build.py: generated C++ to an importable extension through the cache, and the
-top-level CMake project (the runtime's C++ tests). Each distinct C++ build costs seconds,
-so the suite compiles five things in all and shares them through session fixtures."""
+"""codegen/build.py: generated C++ to an importable extension through the cache (the
+runtime compiled once, each module linked with it), and the top-level CMake project (the
+runtime's C++ tests). Each distinct C++ build costs seconds, so the suite compiles a few
+things in all and shares them through session fixtures."""
 from __future__ import annotations
 
 import importlib.util
@@ -83,10 +84,25 @@ def test_an_identical_build_comes_from_the_cache(tiny, monkeypatch):
 def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cache_dir):
     entry = tiny.parent
     assert (entry / "src" / "module.cpp").read_text() == TINY
-    assert "pybind11_add_module(tiny MODULE module.cpp)" in (entry / "src" / "CMakeLists.txt").read_text()
     assert '"module": "tiny"' in (entry / "key.json").read_text()
-    assert not (entry / "build").exists()  # objects are not kept, only the module
+    assert "module.cpp" in (entry / "build.log").read_text()  # the compiler's command line
+    assert not list(entry.glob("*.o"))  # objects are not kept, only the module
     assert not list(mdl_cache_dir.glob("tmp-*"))
+
+
+def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo, monkeypatch):
+    runtime = build.build_runtime()
+    assert runtime.object.is_file()
+    assert (runtime.precompiled / "mdl" / "python.h.gch").is_file()
+    for module in (tiny, blas_demo):
+        assert str(runtime.object) in (module.parent / "build.log").read_text()
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the runtime compiled again")
+    monkeypatch.setattr(build, "_compile", no_compile)
+    assert build.build_runtime() == runtime
+    # other flags are another runtime
+    assert build._runtime_fields(True, False) != build._runtime_fields(False, False)
 
 
 def test_openblas_links_and_loads_by_rpath(blas_demo):
@@ -120,7 +136,7 @@ def test_the_key_changes_with_sources_names_and_flags(change):
 
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
     base = cache_key({"module.cpp": TINY}, "tiny")
-    monkeypatch.setattr(build, "RELEASE_FLAGS", ("-O2", "-march=native"))
+    monkeypatch.setattr(build, "RELEASE_FLAGS", ("-O2", "-march=native", "-DNDEBUG"))
     assert cache_key({"module.cpp": TINY}, "tiny") != base
     monkeypatch.undo()
     runtime = tmp_path / "cpp_runtime"
@@ -138,30 +154,27 @@ def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m")
     assert "project(m LANGUAGES CXX)" in release
     assert "find_package(pybind11 CONFIG REQUIRED)" in release
-    assert '"$<$<COMPILE_LANGUAGE:CXX>:-O3;-march=native>"' in release
+    runtime = build.RUNTIME_DIR / build.RUNTIME_SOURCE
+    assert f'pybind11_add_module(m MODULE module.cpp "{runtime}")' in release
+    assert "target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG)" in release
     assert f'"{build.RUNTIME_DIR}"' in release and str(build._blas_library()) in release
-    assert "BUILD_RPATH" in release and "CUDA" not in release
+    assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", debug=True)
-    assert "-O0;-g>" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    assert "PRIVATE -O0 -g)" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
     sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
-    assert "-O0;-g;-fsanitize=address,undefined;-fno-omit-frame-pointer>" in sanitize
+    assert "-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer)" in sanitize
     assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
-    cuda = render_cmakelists(["module.cpp", "kernels.cu"], "m", cuda=True)
-    assert "project(m LANGUAGES CXX CUDA)" in cuda
-    assert "pybind11_add_module(m MODULE kernels.cu module.cpp)" in cuda
-    assert "find_package(CUDAToolkit REQUIRED)" in cuda and '"CUDA::cublas"' in cuda
-    assert '"$<$<COMPILE_LANGUAGE:CUDA>:-O3>"' in cuda
 
 
-@pytest.mark.parametrize("sources, name, cuda", [
-    ({"../module.cpp": TINY}, "tiny", False),
-    ({"CMakeLists.txt": ""}, "tiny", False),
-    ({"kernels.cu": ""}, "tiny", False),
-    ({"module.cpp": TINY}, "not-a-name", False),
+@pytest.mark.parametrize("sources, name", [
+    ({"../module.cpp": TINY}, "tiny"),
+    ({"CMakeLists.txt": ""}, "tiny"),
+    ({"kernels.cu": ""}, "tiny"),
+    ({"module.cpp": TINY}, "not-a-name"),
 ])
-def test_bad_names_are_refused_before_building(sources, name, cuda):
+def test_bad_names_are_refused_before_building(sources, name):
     with pytest.raises(ValueError):
-        build_extension(sources, name, cuda=cuda)
+        build_extension(sources, name)
 
 
 def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys):
@@ -176,6 +189,7 @@ def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys
     assert f"kept at {kept}" in message and "tmp-" not in message
     assert (kept / "src" / "module.cpp").read_text() == broken
     assert "error:" in (kept / "build.log").read_text()
+    assert "module.cpp" in (kept / "build.log").read_text().splitlines()[0]  # the command
     assert not (mdl_cache_dir / kept.name.removeprefix("failed-")).exists()
     assert "building broken..." in capsys.readouterr().err  # progress was asked for
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir import Block, Graph, Value, walk_ops
 from ..shapes import Dim, TensorType
 from .cexpr import DimNames
@@ -15,7 +17,7 @@ from .render import Access, FunctionSpec, render_function
 from .. import primitives  # noqa: F401  (the table, with its cpp hooks below)
 from ..primitives import cpp  # noqa: F401
 
-DTYPE_CODES = {"f32": 0, "f64": 1, "i32": 2, "bool": 3}
+NUMPY_NAMES = {"f32": "float32", "f64": "float64", "i32": "int32", "bool": "bool"}
 
 
 @dataclass
@@ -178,7 +180,7 @@ class ModuleGenerator:
                 dims.append(-(self.dims.index(d.terms[0][0][0]) + 1))
             else:
                 dims.append(-(10**6))  # derived: only outputs have these, never checked
-        return {"name": name, "dtype": DTYPE_CODES[t.dtype], "dims": dims}
+        return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims}
 
     def _shape_expr(self, names: DimNames, t: TensorType) -> str:
         return "{" + ", ".join(names.expr(d) for d in t.shape) + "}"
@@ -188,6 +190,12 @@ class ModuleGenerator:
         return {"name": name, "shape": [d.value for d in p.value.type.shape],
                 "kind": p.init.kind, "a": args[0], "b": args[1],
                 "offset": self.param_offsets[name]}
+
+
+def _dtype_spec(dtype: str) -> str:
+    """The runtime's `mdl::DTypeSpec` of a dtype, as a C++ initializer."""
+    np_dtype = np.dtype(NUMPY_NAMES[dtype])
+    return f'{{"{dtype}", "{np_dtype.name}", \'{np_dtype.kind}\', {np_dtype.itemsize}}}'
 
 
 def _input_value(graph: Graph, vid: int) -> Value:
@@ -212,6 +220,6 @@ def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: 
     pairs, one class each): {file name: text}."""
     contexts = [ModuleGenerator(graph, joint, dtype, specializations or []).context()
                 for graph, joint in models]
-    text = environment().get_template("module.cpp.j2").render(module_name=module_name,
-                                                              models=contexts)
+    text = environment().get_template("module.cpp.j2").render(
+        module_name=module_name, ctype=CPP.ctype(dtype), models=contexts)
     return {"module.cpp": text}

@@ -1,113 +1,32 @@
-// The Python face of a generated model: one class per model with `params` (live NumPy
-// views), `forward`, `backward`, `specializations`. The generated code supplies a
-// `ModelSpec` (tables and function pointers); everything generic lives here.
-#pragma once
-
+// The Python face of generated models, compiled once per cache (codegen/build.py) and
+// linked into every generated module: argument checks, the parameter store, arenas and
+// the class a model's Python class derives from. A generated module contributes only its
+// `ModelSpec`s; `create_module` makes the module and its classes from them.
+// A model class's __init__ forwards to its base's on purpose (see bind_model): no warning.
+#define PYBIND11_DISABLE_NEW_STYLE_INIT_WARNING
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "mdl/runtime.h"
+#include "mdl/python.h"
 
 namespace mdl {
+namespace {
 
 namespace py = pybind11;
 
-enum DType { F32 = 0, F64 = 1, I32 = 2, BOOL = 3 };
-
-inline const char* dtype_name(int d) {
-  static const char* names[] = {"f32", "f64", "i32", "bool"};
-  return names[d];
+bool has_dtype(const py::array& a, const DTypeSpec& d) {
+  return a.dtype().kind() == d.kind && a.dtype().itemsize() == d.itemsize;
 }
 
-// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1).
-struct TensorSpec {
-  std::string name;
-  int dtype;
-  std::vector<int64_t> dims;
-};
-
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  InitSpec init;
-  int64_t offset;
-};
-
-// One call: input pointers, user dims, and the pointers the function leaves its results at.
-struct Call {
-  std::vector<void*> inputs;
-  std::vector<int64_t> dims;
-  std::vector<void*> outputs;
-};
-
-template <class T>
-struct State {
-  std::vector<T> params;
-  Arena arena_infer, arena_fwd, arena_bwd;
-  std::vector<void*> saved;
-  std::vector<Tape> tapes;
-  std::vector<int64_t> dyn;
-  uint64_t seed = 0, dropout_key = 0, calls = 0;
-  std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
-
-  // The first counter of the next `n` numbers of stream `salt` in this call.
-  uint64_t draw(uint64_t salt, uint64_t n) {
-    uint64_t& used = drawn[salt];
-    uint64_t first = used;
-    used += n;
-    return first;
-  }
-};
-
-template <class T>
-using Function = void (*)(State<T>&, Call&);
-
-// The code for one set of dims: generic (no fixed dims) or a specialization.
-template <class T>
-struct Variant {
-  std::map<std::string, int64_t> fixed;  // user dim name -> value
-  Function<T> infer = nullptr, train = nullptr, backward = nullptr;
-};
-
-template <class T>
-struct ModelSpec {
-  std::string name;
-  std::vector<std::string> dim_names;
-  std::vector<TensorSpec> inputs, outputs, grads;   // grads: what backward returns
-  std::vector<ParamSpec> params;
-  int64_t param_count = 0;
-  int saved = 0, tapes = 0, dynamic = 0;
-  std::vector<Variant<T>> variants;                  // variants[0] is the generic code
-  // Shapes of outputs and grads from the dims (user dims, then run-time sizes).
-  std::vector<int64_t> (*output_shape)(int which, const int64_t* dims, const int64_t* dyn);
-  std::vector<int64_t> (*grad_shape)(int which, const int64_t* dims, const int64_t* dyn);
-};
-
-inline int dtype_of(const py::array& a) {
-  char kind = a.dtype().kind();
-  auto size = a.dtype().itemsize();
-  if (kind == 'f' && size == 4) return F32;
-  if (kind == 'f' && size == 8) return F64;
-  if (kind == 'i' && size == 4) return I32;
-  if (kind == 'b') return BOOL;
-  return -1;
-}
-
-inline py::dtype numpy_dtype(int d) {
-  static const char* names[] = {"float32", "float64", "int32", "bool"};
-  return py::dtype(names[d]);
-}
-
-inline std::string type_text(const TensorSpec& s, const std::vector<std::string>& dim_names) {
-  std::string out = dtype_name(s.dtype);
+std::string type_text(const TensorSpec& s, const std::vector<std::string>& dim_names) {
+  std::string out = s.dtype.name;
   if (s.dims.empty()) return out;
   out += "[";
   for (std::size_t i = 0; i < s.dims.size(); ++i) {
@@ -117,15 +36,13 @@ inline std::string type_text(const TensorSpec& s, const std::vector<std::string>
   return out + "]";
 }
 
-inline std::string shape_text(const py::array& a) {
+std::string shape_text(const py::array& a) {
   std::string out = std::string(py::str(a.dtype())) + "[";
   for (py::ssize_t i = 0; i < a.ndim(); ++i) out += (i ? ", " : "") + std::to_string(a.shape(i));
   return out + "]";
 }
 
-// `Tag` makes each model of a module its own C++ type (pybind11 registers one class
-// per type).
-template <class T, class Tag>
+template <class T>
 class Model {
  public:
   Model(const ModelSpec<T>* spec, uint64_t seed) : spec_(spec) {
@@ -172,7 +89,6 @@ class Model {
     }
     const Variant<T>& v = choose(call.dims);
     call.outputs.assign(spec_->outputs.size() + spec_->saved, nullptr);
-    py::dict out;
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
     std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
@@ -192,11 +108,7 @@ class Model {
         v.infer(state_, call);
       }
     }
-    for (std::size_t k = 0; k < spec_->outputs.size(); ++k)
-      out[py::str(spec_->outputs[k].name)] = result(spec_->output_shape(int(k), call.dims.data(),
-                                                                       state_.dyn.data()),
-                                                    spec_->outputs[k].dtype, call.outputs[k]);
-    return out;
+    return results(spec_->outputs, spec_->output_shape, call);
   }
 
   py::dict backward() {
@@ -211,12 +123,7 @@ class Model {
       call.outputs.assign(spec_->grads.size(), nullptr);
       trained_->backward(state_, call);
     }
-    py::dict out;
-    for (std::size_t k = 0; k < spec_->grads.size(); ++k)
-      out[py::str(spec_->grads[k].name)] = result(spec_->grad_shape(int(k), call.dims.data(),
-                                                                    state_.dyn.data()),
-                                                  spec_->grads[k].dtype, call.outputs[k]);
-    return out;
+    return results(spec_->grads, spec_->grad_shape, call);
   }
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
@@ -252,7 +159,7 @@ class Model {
                              type_text(s, spec_->dim_names) + ", got " + shape_text(a) + " (" +
                              why + ")");
     };
-    if (dtype_of(a) != s.dtype) throw bad("wrong dtype");
+    if (!has_dtype(a, s.dtype)) throw bad("wrong dtype");
     if (a.ndim() != py::ssize_t(s.dims.size())) throw bad("wrong rank");
     for (std::size_t i = 0; i < s.dims.size(); ++i) {
       int64_t got = a.shape(i), d = s.dims[i];
@@ -283,10 +190,17 @@ class Model {
     return spec_->variants[0];
   }
 
-  static py::array result(const std::vector<int64_t>& shape, int dtype, const void* data) {
-    std::vector<py::ssize_t> s(shape.begin(), shape.end());
-    py::array out(numpy_dtype(dtype), s);
-    if (out.nbytes()) std::memcpy(out.mutable_data(), data, out.nbytes());
+  // Copies of the arrays a function left in `call.outputs`, by name.
+  py::dict results(const std::vector<TensorSpec>& specs, ShapeFunction shape_of,
+                   const Call& call) const {
+    py::dict out;
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      std::vector<int64_t> shape = shape_of(int(k), call.dims.data(), state_.dyn.data());
+      py::array a(py::dtype(specs[k].dtype.numpy),
+                  std::vector<py::ssize_t>(shape.begin(), shape.end()));
+      if (a.nbytes()) std::memcpy(a.mutable_data(), call.outputs[k], a.nbytes());
+      out[py::str(specs[k].name)] = a;
+    }
     return out;
   }
 
@@ -297,19 +211,21 @@ class Model {
   std::vector<int64_t> dims_;
 };
 
-template <class Tag, class T>
-void bind_model(py::module_& m, const ModelSpec<T>* spec) {
-  using M = Model<T, Tag>;
-  // mdl::ValueError (bad values in the inputs, found by native code) is Python's ValueError
-  py::register_local_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    }
-  });
-  py::class_<M>(m, spec->name.c_str(), py::module_local())
-      .def(py::init([spec](uint64_t seed) { return new M(spec, seed); }), py::arg("seed") = 0)
+template <class T>
+constexpr const char* capsule_name() {
+  return sizeof(T) == 4 ? "mdl.ModelSpec<float>" : "mdl.ModelSpec<double>";
+}
+
+// The class every model class of this module derives from. Its constructor takes the
+// model's spec (a capsule), which each model class's own __init__ supplies.
+template <class T>
+py::object bind_base(py::module_& m) {
+  using M = Model<T>;
+  return py::class_<M>(m, "_Model", py::module_local())
+      .def(py::init([](py::capsule spec, uint64_t seed) {
+             return new M(spec.get_pointer<const ModelSpec<T>>(), seed);
+           }),
+           py::arg("spec"), py::arg("seed") = 0)
       .def_property_readonly("params", [](py::object self) {
         return self.cast<M&>().params(self);
       })
@@ -317,6 +233,60 @@ void bind_model(py::module_& m, const ModelSpec<T>* spec) {
       .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
       .def("forward", &M::forward)
       .def("backward", &M::backward);
+}
+
+// `class NAME(_Model)` whose __init__(seed=0) passes the spec to the base.
+template <class T>
+void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
+  py::dict namespace_;
+  namespace_["__module__"] = m.attr("__name__");
+  namespace_["__doc__"] = py::str("The mdl model " + spec->name + ".");
+  py::object cls = py::reinterpret_borrow<py::object>((PyObject*)&PyType_Type)(
+      spec->name, py::make_tuple(base), namespace_);
+  py::capsule handle(static_cast<const void*>(spec), capsule_name<T>());
+  py::object base_init = base.attr("__init__");
+  cls.attr("__init__") = py::cpp_function(
+      [base_init, handle](py::object self, uint64_t seed) { base_init(self, handle, seed); },
+      py::name("__init__"), py::is_method(cls), py::arg("seed") = 0);
+  m.attr(spec->name.c_str()) = cls;
+}
+
+template <class T>
+_object* make_module(const char* name, const ModelSpec<T>* const* specs) {
+  try {
+    py::detail::get_internals();
+    std::string doc = "mdl models:";
+    for (auto s = specs; *s; ++s) doc += (s == specs ? " " : ", ") + (*s)->name;
+    // CPython keeps a pointer to the definition for as long as the module may live
+    auto m = py::module_::create_extension_module(name, nullptr, new PyModuleDef());
+    m.doc() = doc;
+    // mdl::ValueError (bad values in the inputs, found by native code) is Python's ValueError
+    py::register_local_exception_translator([](std::exception_ptr p) {
+      try {
+        if (p) std::rethrow_exception(p);
+      } catch (const ValueError& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+      }
+    });
+    py::object base = bind_base<T>(m);
+    for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
+    return m.release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_ImportError, e.what());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+_object* create_module(const char* name, const ModelSpec<float>* const* specs) {
+  return make_module(name, specs);
+}
+
+_object* create_module(const char* name, const ModelSpec<double>* const* specs) {
+  return make_module(name, specs);
 }
 
 }  // namespace mdl
