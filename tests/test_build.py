@@ -4,11 +4,14 @@ runtime's C++ tests). Each distinct C++ build costs seconds, so the suite compil
 things in all and shares them through session fixtures."""
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -226,3 +229,48 @@ def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
         run = subprocess.run(step, capture_output=True, text=True)
         assert run.returncode == 0, run.stdout + run.stderr
     assert "runtime.test_blas" in run.stdout and "runtime.test_arena" in run.stdout
+
+
+def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
+    """A process killed while compiling leaves a tmp- directory and a released lock; the
+    next build of that key clears them and succeeds."""
+    source = TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
+    key = cache_key({"module.cpp": source}, "killed")
+    code = ("from codegen.build import build_extension; "
+            f"build_extension({{'module.cpp': {source!r}}}, 'killed')")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 120
+    while not list(mdl_cache_dir.glob(f"tmp-{key}-*/src/module.cpp")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the build never started"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the compiler too
+    proc.wait()
+    built = build_extension({"module.cpp": source}, "killed")
+    assert load(built).add(2, 2) == 4
+    assert not list(mdl_cache_dir.glob(f"tmp-{key}-*"))
+
+
+@pytest.mark.parametrize("error, why", [
+    (errno.ENOSPC, "the disk is full"),
+    (errno.EROFS, "it is on a read-only file system"),
+    (errno.EACCES, "it is not writable for this user"),
+])
+def test_an_unusable_cache_is_a_clear_error_naming_it(tmp_path, monkeypatch, error, why):
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path / "cache"))
+
+    def refuse(*args, **kwargs):
+        raise OSError(error, os.strerror(error), str(tmp_path / "cache" / "tmp-x"))
+    monkeypatch.setattr(build.tempfile, "mkdtemp", refuse)
+    with pytest.raises(MdlBuildError) as info:
+        build_extension({"module.cpp": TINY + "// unusable\n"}, "tiny")
+    message = str(info.value)
+    assert f"cannot use the build cache {tmp_path / 'cache'}: {why}" in message
+    assert "MDL_CACHE_DIR" in message
+
+
+def test_a_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    with pytest.raises(MdlBuildError, match=f"cannot use the build cache {tmp_path / 'file'}"):
+        build_extension({"module.cpp": TINY}, "tiny")
