@@ -24,9 +24,11 @@ KEYWORDS = {"IMPORT", "DEF", "MODEL", "INPUT", "OUTPUT", "PARAM", "SCOPE", "SHAR
 
 @functools.lru_cache(maxsize=None)
 def lark_parser(strict: bool = False) -> Lark:
-    """The Lark LALR parser (strict=True refuses any grammar conflict; needs interegular)."""
+    """The Lark LALR parser (strict=True refuses any grammar conflict; needs interegular).
+    Building it takes half a second, most of a small model's front end: Lark keeps the
+    built parser in a file of the temporary directory, keyed by the grammar and options."""
     return Lark(GRAMMAR.read_text(), parser="lalr", lexer="basic", strict=strict,
-                propagate_positions=True, maybe_placeholders=True)
+                propagate_positions=True, maybe_placeholders=True, cache=not strict)
 
 
 def parse(text: str, path: str = "<string>") -> n.Module:

@@ -22,8 +22,10 @@ NUMPY_NAMES = {"f32": "float32", "f64": "float64", "i32": "int32", "bool": "bool
 
 @dataclass
 class Variant:
-    fixed: dict[str, int]
-    functions: dict[str, str]   # role (infer, train, backward) -> C++ function name
+    fixed: list[tuple[int, int]]   # (index of a user dim, its value)
+    infer: str                     # C++ function names; "nullptr" where there is none
+    train: str = "nullptr"
+    backward: str = "nullptr"
 
 
 def user_dims(graph: Graph) -> list[str]:
@@ -152,7 +154,8 @@ class ModuleGenerator:
         for i, fixed in enumerate([{}] + self.specializations):
             t, names = self.functions(fixed, f"_{i}")
             texts += t
-            variants.append(Variant(fixed, names))
+            variants.append(Variant([(self.dims.index(k), int(v)) for k, v in fixed.items()],
+                                    **names))
         g, j = self.graph, self.joint
         grads = []
         if j is not None:
@@ -164,8 +167,8 @@ class ModuleGenerator:
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
-            output_shapes=[self._shape_expr(self.names, v.type) for v in g.outputs.values()],
-            grad_shapes=[self._shape_expr(self.names, v.type) for _, v in grads],
+            output_shapes=[self._shape_exprs(v.type) for v in g.outputs.values()],
+            grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
             params=[self._param_spec(name, p) for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
             dynamic=len(self.names.dynamic))
@@ -182,8 +185,8 @@ class ModuleGenerator:
                 dims.append(-(10**6))  # derived: only outputs have these, never checked
         return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims}
 
-    def _shape_expr(self, names: DimNames, t: TensorType) -> str:
-        return "{" + ", ".join(names.expr(d) for d in t.shape) + "}"
+    def _shape_exprs(self, t: TensorType) -> list[str]:
+        return [self.names.expr(d) for d in t.shape]
 
     def _param_spec(self, name: str, p) -> dict:
         args = list(p.init.args) + [0.0, 0.0]

@@ -12,7 +12,7 @@
 namespace mdl {
 
 struct InitSpec {
-  std::string kind;          // zeros ones constant uniform normal xavier orthogonal
+  const char* kind;          // zeros ones constant uniform normal xavier orthogonal
   double a = 0, b = 0;       // the initializer's numbers
 };
 
@@ -50,7 +50,7 @@ void initialize(T* w, const std::vector<int64_t>& shape, const InitSpec& spec, u
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   uint64_t key = derive(seed, index);
-  const std::string& k = spec.kind;
+  const std::string k = spec.kind;
   if (k == "zeros" || k == "ones" || k == "constant") {
     T value = k == "zeros" ? T(0) : k == "ones" ? T(1) : T(spec.a);
     for (int64_t i = 0; i < n; ++i) w[i] = value;

@@ -24,14 +24,16 @@ struct DTypeSpec {
 
 // A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1).
 struct TensorSpec {
-  std::string name;
+  const char* name;
   DTypeSpec dtype;
-  std::vector<int64_t> dims;
+  int rank;
+  const int64_t* dims;
 };
 
 struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
+  const char* name;
+  int rank;
+  const int64_t* shape;
   InitSpec init;
   int64_t offset;
 };
@@ -65,26 +67,42 @@ struct State {
 template <class T>
 using Function = void (*)(State<T>&, Call&);
 
+// A dim a specialization fixes: user dim `dim` (an index into dim_names) is `value`.
+struct FixedDim {
+  int dim;
+  int64_t value;
+};
+
 // The code for one set of dims: generic (no fixed dims) or a specialization.
 template <class T>
 struct Variant {
-  std::map<std::string, int64_t> fixed;  // user dim name -> value
-  Function<T> infer = nullptr, train = nullptr, backward = nullptr;
+  int n_fixed;
+  const FixedDim* fixed;
+  Function<T> infer, train, backward;  // train and backward are null without `minimize`
 };
 
-using ShapeFunction = std::vector<int64_t> (*)(int which, const int64_t* dims, const int64_t* dyn);
+// Writes the shape of output (or gradient) `which` from the user dims and the sizes known
+// only at run time.
+using ShapeFunction = void (*)(int which, const int64_t* dims, const int64_t* dyn,
+                               int64_t* shape);
 
+// Everything the runtime knows of a model: constant tables, so that a model's build
+// compiles no constructors (a spec of vectors and strings cost half a second).
 template <class T>
 struct ModelSpec {
-  std::string name;
-  std::vector<std::string> dim_names;
-  std::vector<TensorSpec> inputs, outputs, grads;   // grads: what backward returns
-  std::vector<ParamSpec> params;
-  int64_t param_count = 0;
-  int saved = 0, tapes = 0, dynamic = 0;
-  std::vector<Variant<T>> variants;                  // variants[0] is the generic code
-  // Shapes of outputs and grads from the dims (user dims, then run-time sizes).
-  ShapeFunction output_shape = nullptr, grad_shape = nullptr;
+  const char* name;
+  int n_dims;
+  const char* const* dim_names;
+  int n_inputs, n_outputs, n_grads, n_params;
+  const TensorSpec* inputs;
+  const TensorSpec* outputs;
+  const TensorSpec* grads;   // what backward returns
+  const ParamSpec* params;
+  int64_t param_count;
+  int saved, tapes, dynamic;
+  int n_variants;
+  const Variant<T>* variants;  // variants[0] is the generic code
+  ShapeFunction output_shape, grad_shape;
 };
 
 }  // namespace mdl

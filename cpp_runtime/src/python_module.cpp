@@ -25,11 +25,11 @@ bool has_dtype(const py::array& a, const DTypeSpec& d) {
   return a.dtype().kind() == d.kind && a.dtype().itemsize() == d.itemsize;
 }
 
-std::string type_text(const TensorSpec& s, const std::vector<std::string>& dim_names) {
+std::string type_text(const TensorSpec& s, const char* const* dim_names) {
   std::string out = s.dtype.name;
-  if (s.dims.empty()) return out;
+  if (!s.rank) return out;
   out += "[";
-  for (std::size_t i = 0; i < s.dims.size(); ++i) {
+  for (int i = 0; i < s.rank; ++i) {
     if (i) out += ", ";
     out += s.dims[i] >= 0 ? std::to_string(s.dims[i]) : dim_names[-s.dims[i] - 1];
   }
@@ -51,16 +51,18 @@ class Model {
     state_.saved.assign(spec->saved, nullptr);
     state_.tapes.resize(spec->tapes);
     state_.dyn.assign(spec->dynamic, 0);
-    for (std::size_t i = 0; i < spec->params.size(); ++i) {
+    for (int i = 0; i < spec->n_params; ++i) {
       const ParamSpec& p = spec->params[i];
-      initialize(state_.params.data() + p.offset, p.shape, p.init, seed, i);
+      initialize(state_.params.data() + p.offset,
+                 std::vector<int64_t>(p.shape, p.shape + p.rank), p.init, seed, i);
     }
   }
 
   py::dict params(py::object self) {
     py::dict out;
-    for (const ParamSpec& p : spec_->params) {
-      std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      std::vector<py::ssize_t> shape(p.shape, p.shape + p.rank);
       out[py::str(p.name)] = py::array_t<T>(shape, state_.params.data() + p.offset, self);
     }
     return out;
@@ -77,18 +79,20 @@ class Model {
         continue;
       }
       bool known = false;
-      for (const TensorSpec& s : spec_->inputs) known |= s.name == key;
+      for (int i = 0; i < spec_->n_inputs; ++i) known |= spec_->inputs[i].name == key;
       if (!known) throw py::type_error("unknown input '" + key + "' (" + input_list() + ")");
     }
-    call.dims.assign(spec_->dim_names.size(), -1);
-    for (const TensorSpec& s : spec_->inputs) {
-      if (!kwargs.contains(s.name.c_str()))
-        throw py::type_error("missing input '" + s.name + "' (" + input_list() + ")");
-      keep.push_back(convert(s, kwargs[s.name.c_str()], call.dims));
+    call.dims.assign(spec_->n_dims, -1);
+    for (int i = 0; i < spec_->n_inputs; ++i) {
+      const TensorSpec& s = spec_->inputs[i];
+      if (!kwargs.contains(s.name))
+        throw py::type_error("missing input '" + std::string(s.name) + "' (" + input_list() +
+                             ")");
+      keep.push_back(convert(s, kwargs[s.name], call.dims));
       call.inputs.push_back(const_cast<void*>(keep.back().data()));
     }
     const Variant<T>& v = choose(call.dims);
-    call.outputs.assign(spec_->outputs.size() + spec_->saved, nullptr);
+    call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
     std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
@@ -96,8 +100,8 @@ class Model {
       py::gil_scoped_release release;
       guard.lock();
       if (training && !v.train) {
-        throw std::runtime_error("model " + spec_->name + " minimizes no output: forward("
-                                 "training=True) and backward() need `minimize NAME`");
+        throw std::runtime_error("model " + std::string(spec_->name) + " minimizes no output: "
+                                 "forward(training=True) and backward() need `minimize NAME`");
       } else if (training) {
         state_.dropout_key = derive(state_.seed, ++state_.calls);
         state_.drawn.clear();
@@ -108,7 +112,7 @@ class Model {
         v.infer(state_, call);
       }
     }
-    return results(spec_->outputs, spec_->output_shape, call);
+    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, call);
   }
 
   py::dict backward() {
@@ -120,10 +124,10 @@ class Model {
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
       call.dims = dims_;
-      call.outputs.assign(spec_->grads.size(), nullptr);
+      call.outputs.assign(spec_->n_grads, nullptr);
       trained_->backward(state_, call);
     }
-    return results(spec_->grads, spec_->grad_shape, call);
+    return results(spec_->grads, spec_->n_grads, spec_->grad_shape, call);
   }
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
@@ -132,15 +136,21 @@ class Model {
 
   py::list specializations() const {
     py::list out;
-    for (std::size_t i = 1; i < spec_->variants.size(); ++i) out.append(spec_->variants[i].fixed);
+    for (int i = 1; i < spec_->n_variants; ++i) {
+      const Variant<T>& v = spec_->variants[i];
+      py::dict fixed;
+      for (int k = 0; k < v.n_fixed; ++k)
+        fixed[spec_->dim_names[v.fixed[k].dim]] = v.fixed[k].value;
+      out.append(fixed);
+    }
     return out;
   }
 
  private:
   std::string input_list() const {
     std::string out = "inputs are ";
-    for (std::size_t i = 0; i < spec_->inputs.size(); ++i)
-      out += (i ? ", " : "") + spec_->inputs[i].name;
+    for (int i = 0; i < spec_->n_inputs; ++i)
+      out += (i ? ", " : "") + std::string(spec_->inputs[i].name);
     return out;
   }
 
@@ -155,20 +165,20 @@ class Model {
     py::array a = py::reinterpret_borrow<py::array>(arr);
     // the message is built only when there is something to say
     auto bad = [&](const std::string& why) {
-      return py::value_error("input '" + s.name + "': expected " +
+      return py::value_error("input '" + std::string(s.name) + "': expected " +
                              type_text(s, spec_->dim_names) + ", got " + shape_text(a) + " (" +
                              why + ")");
     };
     if (!has_dtype(a, s.dtype)) throw bad("wrong dtype");
-    if (a.ndim() != py::ssize_t(s.dims.size())) throw bad("wrong rank");
-    for (std::size_t i = 0; i < s.dims.size(); ++i) {
+    if (a.ndim() != s.rank) throw bad("wrong rank");
+    for (int i = 0; i < s.rank; ++i) {
       int64_t got = a.shape(i), d = s.dims[i];
       if (d >= 0 && got != d)
         throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
       if (d < 0) {
         int64_t& bound = dims[-d - 1];
         if (bound >= 0 && bound != got)
-          throw bad(spec_->dim_names[-d - 1] + " = " + std::to_string(bound) +
+          throw bad(std::string(spec_->dim_names[-d - 1]) + " = " + std::to_string(bound) +
                     " from an earlier input");
         bound = got;
       }
@@ -180,22 +190,22 @@ class Model {
   }
 
   const Variant<T>& choose(const std::vector<int64_t>& dims) const {
-    for (std::size_t i = 1; i < spec_->variants.size(); ++i) {
+    for (int i = 1; i < spec_->n_variants; ++i) {
+      const Variant<T>& v = spec_->variants[i];
       bool match = true;
-      for (auto& [name, value] : spec_->variants[i].fixed)
-        for (std::size_t k = 0; k < spec_->dim_names.size(); ++k)
-          if (spec_->dim_names[k] == name && dims[k] != value) match = false;
-      if (match) return spec_->variants[i];
+      for (int k = 0; k < v.n_fixed; ++k) match &= dims[v.fixed[k].dim] == v.fixed[k].value;
+      if (match) return v;
     }
     return spec_->variants[0];
   }
 
   // Copies of the arrays a function left in `call.outputs`, by name.
-  py::dict results(const std::vector<TensorSpec>& specs, ShapeFunction shape_of,
+  py::dict results(const TensorSpec* specs, int count, ShapeFunction shape_of,
                    const Call& call) const {
     py::dict out;
-    for (std::size_t k = 0; k < specs.size(); ++k) {
-      std::vector<int64_t> shape = shape_of(int(k), call.dims.data(), state_.dyn.data());
+    for (int k = 0; k < count; ++k) {
+      std::vector<int64_t> shape(specs[k].rank);
+      shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
       py::array a(py::dtype(specs[k].dtype.numpy),
                   std::vector<py::ssize_t>(shape.begin(), shape.end()));
       if (a.nbytes()) std::memcpy(a.mutable_data(), call.outputs[k], a.nbytes());
@@ -240,7 +250,7 @@ template <class T>
 void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
   py::dict namespace_;
   namespace_["__module__"] = m.attr("__name__");
-  namespace_["__doc__"] = py::str("The mdl model " + spec->name + ".");
+  namespace_["__doc__"] = py::str("The mdl model " + std::string(spec->name) + ".");
   py::object cls = py::reinterpret_borrow<py::object>((PyObject*)&PyType_Type)(
       spec->name, py::make_tuple(base), namespace_);
   py::capsule handle(static_cast<const void*>(spec), capsule_name<T>());
@@ -248,7 +258,7 @@ void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
   cls.attr("__init__") = py::cpp_function(
       [base_init, handle](py::object self, uint64_t seed) { base_init(self, handle, seed); },
       py::name("__init__"), py::is_method(cls), py::arg("seed") = 0);
-  m.attr(spec->name.c_str()) = cls;
+  m.attr(spec->name) = cls;
 }
 
 template <class T>
@@ -256,7 +266,7 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
   try {
     py::detail::get_internals();
     std::string doc = "mdl models:";
-    for (auto s = specs; *s; ++s) doc += (s == specs ? " " : ", ") + (*s)->name;
+    for (auto s = specs; *s; ++s) doc += (s == specs ? " " : ", ") + std::string((*s)->name);
     // CPython keeps a pointer to the definition for as long as the module may live
     auto m = py::module_::create_extension_module(name, nullptr, new PyModuleDef());
     m.doc() = doc;
