@@ -9,6 +9,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from codegen.backend.targets import TARGETS
+
 REPORT_URL = "the mdl issue tracker"
 
 
@@ -62,7 +64,8 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
     _model_options(p)
     p.add_argument("-o", dest="out", default=".", help=out_help)
     p.add_argument("--name", help="the module's name (default: the file's stem)")
-    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+                   help="the kind of machine to compile for")
     p.add_argument("--specialize", action="append", type=_dims, default=[],
                    metavar="B=32,T=35", help="also compile code with these dims fixed")
 

@@ -20,6 +20,7 @@ from dsl import UsageError, check_file, model_names
 
 from .autodiff import grad_graph
 from .backend.module import generate
+from .backend.targets import TARGETS
 from .build import EXT_SUFFIX, build_extension, cache_dir, environment_key
 from .ir import Graph
 from .paths import PACKAGE, TEMPLATES_DIR
@@ -67,11 +68,12 @@ def graphs(path: str | Path, options: BuildOptions) -> list[Graph]:
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
-    if options.target != "cpu":
-        raise UsageError(f"target {options.target!r} is not available yet (use --target cpu)")
+    if options.target not in TARGETS:
+        raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
     models = graphs(path, options)
     pairs = [(g, grad_graph(g) if g.loss is not None else None) for g in models]
-    return models, generate(pairs, module_name, options.dtype, options.specialize)
+    return models, generate(pairs, module_name, options.dtype, TARGETS[options.target],
+                            options.specialize)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..ir import Block, Op, Value, walk_ops
 from ..primitives import TABLE
+from ..primitives import lowering as _hooks  # noqa: F401  (attaches extra["lower"])
 from ..shapes import Dim
 from .cexpr import contiguous_strides
 
@@ -64,9 +65,10 @@ class Structured:
     extra: dict = field(default_factory=dict)
 
 
-def hook(op: Op) -> tuple:
-    """The op's C++ emission hook: (kind, ...) from the primitive table."""
-    return TABLE[op.prim].extra["cpp"]
+def lowering_hook(op: Op) -> tuple:
+    """How the op lowers, the same on every target: (kind, ...) from the primitive
+    table (primitives/lowering.py)."""
+    return TABLE[op.prim].extra["lower"]
 
 
 class Lowering:
@@ -111,9 +113,9 @@ class Lowering:
         out: list = []
         run: list[Op] = []
         for op in block.ops:
-            kind = hook(op)[0] if op.prim in TABLE else "structured"
+            kind = lowering_hook(op)[0] if op.prim in TABLE else "structured"
             if kind == "const":  # needs no memory and no flush of the run
-                self.layouts[op.outputs[0].id] = Layout(const=hook(op)[1](op))
+                self.layouts[op.outputs[0].id] = Layout(const=lowering_hook(op)[1](op))
                 continue
             if kind == "elementwise" and (not run or run[0].outputs[0].type.shape ==
                                           op.outputs[0].type.shape):
@@ -164,15 +166,15 @@ class Lowering:
             lower_structured(self, op, out)
         elif kind == "view":
             src = op.inputs[0]
-            if hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
+            if lowering_hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
                 src = self.contiguous(src, out)
             base_lay = self.layout(src)
             for i, v in enumerate(op.outputs):
-                offset, strides = hook(op)[1](self.cx, op, i, base_lay.strides)
+                offset, strides = lowering_hook(op)[1](self.cx, op, i, base_lay.strides)
                 self.layouts[v.id] = Layout(src, offset, strides, None)
                 out.append(View(v))
         else:  # kernel
-            accepts = hook(op)[2]
+            accepts = lowering_hook(op)[1]
             inputs = [x if (accepts(self.cx, op, i, self.layouts[x.id]) if callable(accepts)
                             else accepts) else self.contiguous(x, out)
                       for i, x in enumerate(op.inputs)]

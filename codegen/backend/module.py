@@ -11,11 +11,9 @@ from ..ir import Block, Graph, Value, walk_ops
 from ..shapes import Dim, TensorType
 from .cexpr import DimNames
 from ..templating import environment
-from .dialect import CPP, Dialect
 from .lower import Layout
 from .render import Access, FunctionSpec, render_function
-from .. import primitives  # noqa: F401  (the table, with its cpp hooks below)
-from ..primitives import cpp  # noqa: F401
+from .target import Target
 
 NUMPY_NAMES = {"f32": "float32", "f64": "float64", "i32": "int32", "bool": "bool"}
 
@@ -76,8 +74,9 @@ def _defined(ops: list) -> dict[int, Value]:
 
 class ModuleGenerator:
     def __init__(self, graph: Graph, joint: Graph | None, dtype: str,
-                 specializations: list[dict[str, int]], dialect: Dialect = CPP):
-        self.graph, self.joint, self.dtype, self.d = graph, joint, dtype, dialect
+                 specializations: list[dict[str, int]], target: Target):
+        self.graph, self.joint, self.dtype, self.target = graph, joint, dtype, target
+        self.d = target.dialect
         self.dims = user_dims(graph)
         self.names = DimNames(self.dims)  # one for every function: m.dyn indices agree
         self.specializations = specializations
@@ -118,7 +117,7 @@ class ModuleGenerator:
                              {**self._param_access(g), **self._input_access(g)},
                              [(v, f"c.outputs[{k}]") for k, v in enumerate(g.outputs.values())],
                              "arena_infer", training=False, prologue=self._prologue(fixed))
-        texts.append(render_function(self.d, dims, infer, self.tapes))
+        texts.append(render_function(self.target, dims, infer, self.tapes))
         names["infer"] = infer.name
         if self.joint is None:
             return texts, names
@@ -135,7 +134,7 @@ class ModuleGenerator:
         results += [(v, f"m.saved[{k}]") for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              "arena_fwd", training=True, prologue=self._prologue(fixed))
-        texts.append(render_function(self.d, dims, train, self.tapes))
+        texts.append(render_function(self.target, dims, train, self.tapes))
         external_b = dict(self._param_access(j))
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
@@ -144,7 +143,7 @@ class ModuleGenerator:
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, f"c.outputs[{k}]") for k, v in enumerate(grads)],
                                 "arena_bwd", training=True, prologue=self._prologue(fixed))
-        texts.append(render_function(self.d, dims, backward, self.tapes))
+        texts.append(render_function(self.target, dims, backward, self.tapes))
         names.update(train=train.name, backward=backward.name)
         return texts, names
 
@@ -218,11 +217,12 @@ def _size(t: TensorType) -> int:
 
 
 def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: str,
-             specializations: list[dict[str, int]] | None = None) -> dict[str, str]:
+             target: Target, specializations: list[dict[str, int]] | None = None
+             ) -> dict[str, str]:
     """The generated sources of one module holding `models` ((graph, joint graph or None)
-    pairs, one class each): {file name: text}."""
-    contexts = [ModuleGenerator(graph, joint, dtype, specializations or []).context()
+    pairs, one class each) for `target`: {file name: text}."""
+    contexts = [ModuleGenerator(graph, joint, dtype, specializations or [], target).context()
                 for graph, joint in models]
     text = environment().get_template("module.cpp.j2").render(
-        module_name=module_name, ctype=CPP.ctype(dtype), models=contexts)
+        module_name=module_name, ctype=target.dialect.ctype(dtype), models=contexts)
     return {"module.cpp": text}

@@ -1,7 +1,8 @@
-"""Rendering one function of a model as C++ text: pointer definitions for views, loop
-nests for fused elementwise runs, kernel calls, native for/if/while. The emitter asks the
-primitive table's `cpp` hooks how each op is written and the dialect how the target
-spells things; it never knows a specific op itself."""
+"""Rendering one function of a model as text: pointer definitions for views, fused
+elementwise groups, kernel calls, native for/if/while. The renderer walks the lowered
+instructions; the primitive table's hooks say how each op is written, and the `Target`
+(target.py) writes every piece that differs between machines; it never knows a specific
+op or machine itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,9 +10,10 @@ from dataclasses import dataclass, field
 from ..ir import Block, Value
 from ..shapes import Dim
 from .cexpr import DimNames, contiguous_strides
-from .dialect import Dialect
-from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View, hook
+from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .plan import Plan, plan
+from .structured import render_structured
+from .target import Target
 
 
 @dataclass
@@ -38,9 +40,10 @@ class FunctionSpec:
 
 
 class Renderer:
-    def __init__(self, dialect: Dialect, dims: DimNames, spec: FunctionSpec,
+    def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
                  tapes: list[int]):
-        self.d = dialect
+        self.target = target
+        self.d = target.dialect
         self.dims = dims
         self.spec = spec
         self.lines: list[str] = []
@@ -65,9 +68,10 @@ class Renderer:
         return self.low.layouts[v.id]
 
     def scalar(self, v: Value) -> str:
-        """A C++ expression reading a rank-0 value."""
+        """An expression reading a rank-0 value on the host."""
         lay = self.low.layouts[v.id]
-        return self.literal(lay.const, v.type.dtype) if lay.is_const else f"{self.ptr(v)}[0]"
+        return (self.literal(lay.const, v.type.dtype) if lay.is_const
+                else self.target.scalar(self.ptr(v)))
 
     def literal(self, value, dtype: str) -> str:
         """A constant as C++: a number, or a dim known at run time (a count of tokens)."""
@@ -100,7 +104,6 @@ class Renderer:
                  and vid not in self.low.unplanned}
         self._materialize_results(instrs, results, owned)
         self.plan = plan(instrs, self.low.layouts, results, self.dims, owned)
-        body_start = len(self.lines)
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
         self.instructions(instrs)
@@ -108,15 +111,7 @@ class Renderer:
             v = spec.result_of[v.id]
             self.emit(f"{target} = {self.ptr(v)};")
             spec.saved_layouts[v.id] = self.low.layouts[v.id]
-        body = self.lines[body_start:]
-        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;"]
-        head += ["  " + line for line in spec.prologue]
-        head += [f"  std::size_t off[{max(1, len(self.plan.slots))}];", "  std::size_t total = 0;"]
-        for i, size in enumerate(self.plan.slots):
-            head.append(f"  off[{i}] = total; total += mdl::align_up({size});")
-        head.append(f"  m.{spec.arena}.reserve(total);")
-        head.append(f"  char* arena = m.{spec.arena}.data(); (void)arena; (void)off;")
-        return "\n".join(head + body + ["}"])
+        return self.target.function(self, self.lines)
 
     def _materialize_results(self, instrs: list, results: list[Value], owned: set[int]) -> None:
         """Results handed to Python or to another function own contiguous memory that
@@ -142,15 +137,15 @@ class Renderer:
     def instructions(self, instrs: list) -> None:
         for ins in instrs:
             if isinstance(ins, Fused):
-                self.fused(ins)
+                self.target.fused(self, ins)
             elif isinstance(ins, Copy):
-                self.copy(ins.dst, ins.src)
+                self.define_owned(ins.dst)
+                self.target.assign(self, ins.dst, ins.src)
             elif isinstance(ins, View):
                 self.view(ins.value)
             elif isinstance(ins, Kernel):
                 self.kernel(ins)
             elif isinstance(ins, Structured):
-                from .structured import render_structured
                 render_structured(self, ins)
 
     def define_owned(self, v: Value) -> None:
@@ -179,106 +174,15 @@ class Renderer:
             self.define_owned(v)
         ins_names = [self.ptr(x) for x in ins.inputs]
         outs = [self.ptr(v) for v in ins.op.outputs]
-        for line in hook(ins.op)[1](self, ins.op, ins.inputs, ins_names, outs):
+        for line in self.target.kernel(ins.op)(self, ins.op, ins.inputs, ins_names, outs):
             self.emit(line)
 
-    # ---- loop nests ----
-    def operand_index(self, v: Value, strides: tuple[Dim, ...], idx: list[str],
-                      out_rank: int) -> str:
-        terms = []
-        for i, s in enumerate(strides):
-            if s == Dim.of(0):
-                continue
-            var = idx[out_rank - len(strides) + i]
-            terms.append(var if s == Dim.of(1) else f"{var} * {self.dim(s)}")
-        return " + ".join(terms) or "0"
-
-    def aligned_strides(self, v: Value, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
-        """`v`'s strides against an output `shape` (broadcast dims get stride 0)."""
-        lay = self.layout(v)
-        strides = list(lay.strides)
-        for i, d in enumerate(v.type.shape):
-            if d == Dim.of(1):
-                strides[i] = Dim.of(0)
-        pad = len(shape) - len(strides)
-        return (Dim.of(0),) * pad + tuple(strides)
-
-    def loop_nest(self, shape: tuple[Dim, ...], operands: list[Value], body) -> None:
-        """Nested loops over `shape`, dims merged where every operand allows; `body(idx)`
-        gets the index expression of each operand."""
-        strides = {v.id: self.aligned_strides(v, shape) for v in operands
-                   if not self.layout(v).is_const}
-        dims = list(shape)
-        groups = [[i] for i in range(len(dims))]
-        merged_dims, merged_strides = [], {k: [] for k in strides}
-        for g in groups:
-            i = g[0]
-            if merged_dims and all(
-                    merged_strides[k][-1] == s[i] * dims[i] for k, s in strides.items()):
-                merged_dims[-1] = merged_dims[-1] * dims[i]
-                for k, s in strides.items():
-                    merged_strides[k][-1] = s[i]
-                continue
-            merged_dims.append(dims[i])
-            for k, s in strides.items():
-                merged_strides[k].append(s[i])
-        idx = [self.fresh("i") for _ in merged_dims]
-        for n, (var, d) in enumerate(zip(idx, merged_dims)):
-            if n == len(merged_dims) - 1:
-                self.emit(self.d.vectorize_hint)
-            self.open(f"for (int64_t {var} = 0; {var} < {self.dim(d)}; ++{var})")
-        if not merged_dims:
-            self.open("")
-        index = {k: self.operand_index(None, tuple(s), idx, len(idx))
-                 for k, s in merged_strides.items()}
-        body(index)
-        for _ in range(max(1, len(merged_dims))):
-            self.close()
-
-    def fused(self, ins: Fused) -> None:
-        for v in ins.stores:
-            self.define_owned(v)
-        produced = {v.id for op in ins.ops for v in op.outputs}
-        operands = [x for op in ins.ops for x in op.inputs if x.id not in produced]
-        operands = list({x.id: x for x in operands}.values()) + ins.stores
-
-        def body(index):
-            names: dict[int, str] = {}
-
-            def read(x: Value) -> str:
-                if x.id in names:
-                    return names[x.id]
-                lay = self.layout(x)
-                if lay.is_const:
-                    return self.literal(lay.const, x.type.dtype)
-                return f"{self.ptr(x)}[{index[x.id]}]"
-            for op in ins.ops:
-                expr = hook(op)[1]([read(x) for x in op.inputs], op, self)
-                for v in op.outputs:
-                    names[v.id] = self.fresh("s")
-                    self.emit(f"const {self.ctype(v)} {names[v.id]} = {expr};")
-            for v in ins.stores:
-                self.emit(f"{self.ptr(v)}[{index[v.id]}] = {names[v.id]};")
-        self.loop_nest(ins.shape, operands, body)
-
-    def copy(self, dst: Value, src: Value, declare: bool = True) -> None:
-        """dst (owned, contiguous) = src (any layout, or a constant)."""
-        if declare:
-            self.define_owned(dst)
-        self.assign(dst, src)
-
     def assign(self, dst: Value, src: Value) -> None:
-        operands = [dst, src]
-
-        def body(index):
-            lay = self.layout(src)
-            value = (self.literal(lay.const, src.type.dtype) if lay.is_const
-                     else f"{self.ptr(src)}[{index[src.id]}]")
-            self.emit(f"{self.ptr(dst)}[{index[dst.id]}] = {value};")
-        self.loop_nest(dst.type.shape, operands, body)
+        """dst (a view, possibly strided) = src (any layout, or a constant)."""
+        self.target.assign(self, dst, src)
 
 
-def render_function(dialect: Dialect, dims: DimNames, spec: FunctionSpec,
+def render_function(target: Target, dims: DimNames, spec: FunctionSpec,
                     tapes: list[int]) -> str:
-    """The C++ text of one function; `tapes` collects the model's while tapes."""
-    return Renderer(dialect, dims, spec, tapes).render()
+    """The text of one function; `tapes` collects the model's while tapes."""
+    return Renderer(target, dims, spec, tapes).render()

@@ -100,14 +100,13 @@ def _render_for(r, ins: Structured) -> None:
     lengths = ins.extra.get("lengths")
     rev = op.attrs["reversed"]
     s, t = r.fresh("s"), ins.extra["step"]
+    tg = r.target
     if lengths is not None:
         name = json.dumps(op.inputs[-1].hint or "lengths")  # a C string literal, escaped
-        r.emit(f"mdl::check_lengths({r.ptr(lengths)}, {r.dim(lengths.type.shape[0])}, "
-               f"{steps}, {name});")
+        r.emit(tg.check_lengths(r.ptr(lengths), r.dim(lengths.type.shape[0]), steps, name))
     if lengths is not None and rev:
         for v in stacked:  # rows shorter than T never write their tail
-            r.emit(f"mdl::fill({r.ptr(v)}, {r.dim(numel(v.type.shape))}, "
-                   f"{r.ctype(v)}(0));")
+            r.emit(tg.fill(r.ptr(v), r.dim(numel(v.type.shape)), f"{r.ctype(v)}(0)"))
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
     r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if rev else s};")
     r.emit(f"(void){t};")
@@ -122,13 +121,13 @@ def _render_for(r, ins: Structured) -> None:
     results = ins.extra["results"][0]
     for state, new in zip(states, results[:n_state]):
         if lengths is None:
-            r.emit(f"mdl::copy({r.ptr(state)}, {r.ptr(new)}, {r.dim(numel(state.type.shape))});")
+            r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
         else:
             _rows(r, lengths, s if rev else t, state, new, "state")
     for out, y in zip(stacked, results[n_state:]):
         if lengths is None:
             size = r.dim(numel(y.type.shape))
-            r.emit(f"mdl::copy({r.ptr(out)} + {t} * {size}, {r.ptr(y)}, {size});")
+            r.emit(tg.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
         else:
             _rows(r, lengths, s if rev else t, out, y, "yield_rev" if rev else "yield")
     r.close()
@@ -142,6 +141,8 @@ def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> No
         batch, row_shape = src.type.shape[0], src.type.shape[1:]
     row = r.dim(numel(row_shape))
     b = r.fresh("b")
+    copy, fill = r.target.copy, r.target.fill
+    zero = f"{r.ctype(dst)}(0)"
     r.open(f"for (int64_t {b} = 0; {b} < {r.dim(batch)}; ++{b})")
     r.emit(f"const bool active = {step} < {r.ptr(lengths)}[{b}];")
     if mode.startswith("gather"):
@@ -149,20 +150,16 @@ def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> No
         when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "gather_rev" else step
         src_row = (f"{r.ptr(src)} + {when} * {r.dim(lay.strides[0])} + {b} * "
                    f"{r.dim(lay.strides[1])}")
-        r.emit(f"if (active) mdl::copy({r.ptr(dst)} + {b} * {row}, {src_row}, {row}); "
-               f"else mdl::fill({r.ptr(dst)} + {b} * {row}, {row}, {r.ctype(dst)}(0));")
+        r.emit(f"if (active) {copy(f'{r.ptr(dst)} + {b} * {row}', src_row, row)} "
+               f"else {fill(f'{r.ptr(dst)} + {b} * {row}', row, zero)}")
     elif mode == "state":
-        r.emit(f"if (active) mdl::copy({r.ptr(dst)} + {b} * {row}, {r.ptr(src)} + {b} * {row}, "
-               f"{row});")
+        r.emit(f"if (active) {copy(f'{r.ptr(dst)} + {b} * {row}', f'{r.ptr(src)} + {b} * {row}', row)}")
     else:
         plane = r.dim(numel(dst.type.shape[1:]))
         when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "yield_rev" else step
         target = f"{r.ptr(dst)} + {when} * {plane} + {b} * {row}"
-        if mode == "yield_rev":
-            r.emit(f"if (active) mdl::copy({target}, {r.ptr(src)} + {b} * {row}, {row});")
-        else:
-            r.emit(f"if (active) mdl::copy({target}, {r.ptr(src)} + {b} * {row}, {row}); "
-                   f"else mdl::fill({target}, {row}, {r.ctype(dst)}(0));")
+        write = f"if (active) {copy(target, f'{r.ptr(src)} + {b} * {row}', row)}"
+        r.emit(write if mode == "yield_rev" else f"{write} else {fill(target, row, zero)}")
     r.close()
 
 
@@ -177,7 +174,7 @@ def _render_if(r, ins: Structured) -> None:
             r.depth += 1
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
-            r.emit(f"mdl::copy({r.ptr(out)}, {r.ptr(res)}, {r.dim(numel(out.type.shape))});")
+            r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))
     r.close()
 
 
@@ -192,8 +189,9 @@ def _render_while(r, ins: Structured) -> None:
     tape_ids = [r.tape_index(v) for v in tapes]
     trips = r.fresh("trips")
     r.emit(f"int64_t {trips} = 0;")
+    tg = r.target
     for k in tape_ids:
-        r.emit(f"m.tapes[{k}].clear();")
+        r.emit(tg.tape_clear(k))
     r.open("while (true)")
     for arg in op.blocks[0].args + op.blocks[1].args:
         r.view(arg)
@@ -202,13 +200,12 @@ def _render_while(r, ins: Structured) -> None:
     r.instructions(ins.blocks[1])
     results = ins.extra["results"][1]
     for k, v in zip(tape_ids, results[n_state:]):
-        size = f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"
-        r.emit(f"std::memcpy(m.tapes[{k}].push({size}), {r.ptr(v)}, {size});")
+        r.emit(tg.tape_push(k, r.ptr(v), f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"))
     for state, new in zip(states, results[:n_state]):
-        r.emit(f"mdl::copy({r.ptr(state)}, {r.ptr(new)}, {r.dim(numel(state.type.shape))});")
+        r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.emit(f"++{trips};")
     r.close()
     for k, v in zip(tape_ids, tapes):
         trip_dim = v.type.shape[0]
         r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
-        r.emit(f"auto* {r.ptr(v)} = reinterpret_cast<{r.ctype(v)}*>(m.tapes[{k}].data());")
+        r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(k, r.ctype(v))};")

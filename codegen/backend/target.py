@@ -1,0 +1,73 @@
+"""A target: what one kind of machine decides about the emitted code. Lowering, fusion,
+views and the memory plan are shared (lower.py, plan.py); the renderer (render.py,
+structured.py) walks the lowered instructions and asks its target for every piece that
+differs between machines: the function skeleton, how a fused elementwise group becomes
+code (a loop nest on a CPU, a kernel and its launch on a GPU), how memory is copied and
+filled, how a scalar is read on the host (a branch condition), where tapes live, and
+each kernel primitive's statements. Its `Dialect` spells scalars.
+
+To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
+to the primitive table as `extra[<name>]` (primitives/<name>.py, as primitives/cpu.py
+does), and register it in backend/targets.py.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Callable
+
+from ..ir import Op, Value
+from ..primitives import TABLE
+from .dialect import Dialect
+
+
+class Target(abc.ABC):
+    name: str
+    dialect: Dialect
+
+    def kernel(self, op: Op) -> Callable:
+        """The statements of a kernel primitive on this target:
+        lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]."""
+        return TABLE[op.prim].extra[self.name]
+
+    @abc.abstractmethod
+    def function(self, r, body: list[str]) -> str:
+        """The whole text of the function `r.spec` whose statements are `body`: its
+        signature, the dims, the arena its memory plan `r.plan` lays out."""
+
+    @abc.abstractmethod
+    def fused(self, r, ins) -> None:
+        """Emit a lower.Fused group: compute its ops elementwise, store `ins.stores`."""
+
+    @abc.abstractmethod
+    def assign(self, r, dst: Value, src: Value) -> None:
+        """Emit dst = src elementwise: `dst` a view (possibly strided), `src` any layout
+        of a broadcastable shape, or a constant."""
+
+    @abc.abstractmethod
+    def scalar(self, pointer: str) -> str:
+        """An expression reading element 0 of `pointer` on the host (a branch or loop
+        condition)."""
+
+    @abc.abstractmethod
+    def copy(self, dst: str, src: str, count: str) -> str:
+        """A statement copying `count` contiguous elements."""
+
+    @abc.abstractmethod
+    def fill(self, dst: str, count: str, value: str) -> str:
+        """A statement setting `count` contiguous elements to `value`."""
+
+    @abc.abstractmethod
+    def check_lengths(self, lengths: str, batch: str, steps: str, name: str) -> str:
+        """A statement raising ValueError unless every lengths[b] is in [0, steps]."""
+
+    @abc.abstractmethod
+    def tape_clear(self, k: int) -> str:
+        """A statement emptying tape k (a while loop's pushes) before the loop runs."""
+
+    @abc.abstractmethod
+    def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
+        """A statement appending `nbytes` bytes at `pointer` to tape k."""
+
+    @abc.abstractmethod
+    def tape_data(self, k: int, ctype: str) -> str:
+        """An expression: tape k's records as one array of `ctype`."""

@@ -1,0 +1,217 @@
+"""The CPU target's statements for each kernel primitive (the rest of a primitive's
+lowering is shared: primitives/lowering.py), attached as `extra["cpu"]`:
+lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling the runtime
+(cpp_runtime/mdl/kernels.h, blas.h). `inputs` are the values the kernel reads, possibly
+contiguous copies of `op.inputs`.
+"""
+from __future__ import annotations
+
+from ..shapes import Dim
+from .core import TABLE
+from .lowering import ctype_of, matrix_order, offset_expr, row_major
+
+
+def attach_cpu(name: str, lines) -> None:
+    TABLE[name].extra["cpu"] = lines
+
+
+def _shape(r, shape) -> str:
+    return "{" + ", ".join(r.dim(d) for d in shape) + "}" if shape else "{int64_t(1)}"
+
+
+def _numel(r, shape) -> str:
+    total = Dim.of(1)
+    for d in shape:
+        total = total * d
+    return r.dim(total)
+
+
+def _reduce(kind: int):
+    def lines(r, op, inputs, ins, outs):
+        x = inputs[0]
+        mask = sum(1 << a for a in op.attrs["axes"])
+        rank = max(1, x.type.rank)
+        return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
+                f"mdl::reduce({kind}, {ins[0]}, sh, {rank}, {mask}u, {outs[0]}); }}"]
+    return lines
+
+
+for _k, _name in enumerate(("sum", "max", "mean", "logsumexp")):
+    attach_cpu(_name, _reduce(_k))
+
+
+def _sum_to(r, op, inputs, ins, outs):
+    x, shape = inputs[0], tuple(op.attrs["shape"])
+    lead = x.type.rank - len(shape)
+    mask = sum(1 << a for a in range(lead)) + sum(
+        1 << (lead + i) for i, d in enumerate(shape)
+        if d == Dim.of(1) and x.type.shape[lead + i] != Dim.of(1))
+    return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
+            f"mdl::reduce(0, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, {outs[0]}); }}"]
+
+
+attach_cpu("sum_to", _sum_to)
+
+
+def _softmax(log: bool):
+    def lines(r, op, inputs, ins, outs):
+        shape, axis = inputs[0].type.shape, op.attrs["axis"]
+        return [f"mdl::softmax({'true' if log else 'false'}, {ins[0]}, "
+                f"{_numel(r, shape[:axis])}, {r.dim(shape[axis])}, "
+                f"{_numel(r, shape[axis + 1:])}, {outs[0]});"]
+    return lines
+
+
+attach_cpu("softmax", _softmax(False))
+attach_cpu("log_softmax", _softmax(True))
+
+
+def _cross_entropy(r, op, inputs, ins, outs):
+    logits, targets = inputs[0], inputs[1]
+    lengths = ins[2] if len(ins) > 2 else "nullptr"
+    batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
+    return [f"{outs[0]}[0] = mdl::cross_entropy({ins[0]}, {ins[1]}, {lengths}, "
+            f"{_numel(r, targets.type.shape)}, {r.dim(logits.type.shape[-1])}, {batch});"]
+
+
+attach_cpu("cross_entropy", _cross_entropy)
+
+
+def _matmul(r, op, inputs, ins, outs):
+    a, b = inputs
+    k, n = b.type.shape
+    m = _numel(r, a.type.shape[:-1])
+
+    def operand(v):
+        """(transposed, leading dimension); BLAS wants ld >= the stored row length."""
+        if v.type.rank != 2:
+            return "false", r.dim(v.type.shape[-1])
+        (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
+        if matrix_order(v, r.layout(v)) == "rows":
+            return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
+        return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
+    ta, lda = operand(a)
+    tb, ldb = operand(b)
+    one, zero = f"{ctype_of(op, r)}(1)", f"{ctype_of(op, r)}(0)"
+    return [f"mdl::gemm({ta}, {tb}, {m}, {r.dim(n)}, {r.dim(k)}, {one}, {ins[0]}, {lda}, "
+            f"{ins[1]}, {ldb}, {zero}, {outs[0]}, {r.dim(n)});"]
+
+
+attach_cpu("matmul", _matmul)
+
+
+def _gather(r, op, inputs, ins, outs):
+    table, ids = inputs
+    return [f"mdl::gather({ins[0]}, {r.dim(table.type.shape[0])}, "
+            f"{_numel(r, table.type.shape[1:])}, {ins[1]}, {_numel(r, ids.type.shape)}, "
+            f"{outs[0]});"]
+
+
+attach_cpu("gather", _gather)
+
+
+def _scatter_add(r, op, inputs, ins, outs):
+    g, ids = inputs
+    out = op.outputs[0]
+    return [f"mdl::scatter_add({ins[0]}, {_numel(r, out.type.shape[1:])}, {ins[1]}, "
+            f"{_numel(r, ids.type.shape)}, {r.dim(out.type.shape[0])}, {outs[0]});"]
+
+
+attach_cpu("scatter_add", _scatter_add)
+attach_cpu("one_hot", lambda r, op, inputs, ins, outs: [
+    f"mdl::one_hot({ins[0]}, {_numel(r, inputs[0].type.shape)}, {op.attrs['n']}, {outs[0]});"])
+
+
+def _unindex(r, op, inputs, ins, outs):
+    g, i = inputs
+    out = op.outputs[0]
+    size = _numel(r, g.type.shape)
+    return [f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));",
+            f"mdl::copy({outs[0]} + mdl::checked_index({r.scalar(i)}, "
+            f"{r.dim(out.type.shape[0])}) * {size}, {ins[0]}, {size});"]
+
+
+attach_cpu("unindex", _unindex)
+
+
+def _unslice(r, op, inputs, ins, outs):
+    """Zeros of the output's shape with the input written at `starts`."""
+    out, g = op.outputs[0], inputs[0]
+    r.emit(f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));")
+    strides = row_major(out.type.shape)
+    r.assign(r.region(out, offset_expr(r, op.attrs["starts"], strides), g.type, strides), g)
+    return []
+
+
+attach_cpu("unslice", _unslice)
+
+
+def _concat_like(stack: bool):
+    def lines(r, op, inputs, ins, outs):
+        out, axis = op.outputs[0], op.attrs["axis"]
+        strides = row_major(out.type.shape)
+        at = Dim.of(0)
+        for x in inputs:
+            if stack:
+                view_type = x.type
+                region = r.region(out, f"{r.dim(at)} * {r.dim(strides[axis])}", view_type,
+                                  strides[:axis] + strides[axis + 1:])
+                at = at + 1
+            else:
+                region = r.region(out, f"{r.dim(at)} * {r.dim(strides[axis])}", x.type, strides)
+                at = at + x.type.shape[axis]
+            r.assign(region, x)
+        return []
+    return lines
+
+
+attach_cpu("concat", _concat_like(False))
+attach_cpu("stack", _concat_like(True))
+
+
+def _seq_order(r, op, inputs, ins, outs):
+    x = inputs[0]
+    return [f"mdl::seq_order({'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
+            f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
+            f"{_numel(r, x.type.shape[2:])}, {outs[0]});"]
+
+
+attach_cpu("seq_order", _seq_order)
+
+
+def _seq_mask(r, op, inputs, ins, outs):
+    x = inputs[0]
+    if len(ins) == 1:
+        return [f"mdl::fill({outs[0]}, {r.dim(x.type.shape[0])}, uint8_t(1));"]
+    return [f"mdl::seq_mask({ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
+            f"{outs[0]});"]
+
+
+attach_cpu("seq_mask", _seq_mask)
+
+
+def _segment(r, op, inputs, ins, outs):
+    x, out = inputs[0], op.outputs[0]
+    size = _numel(r, x.type.shape)
+    return [f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));",
+            f"mdl::copy({outs[0]}, {ins[0]}, {size});"]
+
+
+attach_cpu("segment", _segment)
+
+
+def _dropout_like(mask_only: bool):
+    def lines(r, op, inputs, ins, outs):
+        n = _numel(r, inputs[0].type.shape)
+        if not r.spec.training:
+            return [f"mdl::fill({outs[0]}, {n}, {ctype_of(op, r)}(1));" if mask_only else
+                    f"mdl::copy({outs[0]}, {ins[0]}, {n});"]
+        salt = f"uint64_t({op.attrs['salt']})"
+        return [f"mdl::dropout({'true' if mask_only else 'false'}, {ins[0]}, {n}, "
+                f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
+                f"m.draw({salt}, {n}), {outs[0]});"]
+    return lines
+
+
+attach_cpu("dropout", _dropout_like(False))
+attach_cpu("dropout_mask", _dropout_like(True))
