@@ -17,6 +17,7 @@ from typing import Any
 
 import dsl
 from dsl import UsageError, check_file, model_names
+from dsl.program import find_import
 
 from .autodiff import grad_graph
 from .backend.module import generate
@@ -107,7 +108,9 @@ def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> P
     (None when the import closure cannot be read: the full path reports why)."""
     try:
         texts = _closure(Path(path))
-    except OSError:
+    except (OSError, UnicodeDecodeError):
+        return None
+    if texts is None:
         return None
     fields = {"mdl": texts, "module": module_name, "options": repr(options),
               "compiler_sources": _compiler_digest(), "environment": environment_key()}
@@ -115,9 +118,10 @@ def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> P
     return cache_dir() / "index" / key
 
 
-def _closure(path: Path) -> dict[str, str]:
-    """The text of a .mdl file and of everything it imports, by resolved path."""
-    from dsl.program import STD_ROOT
+def _closure(path: Path) -> dict[str, str] | None:
+    """The text of a .mdl file and of everything it imports, by resolved path, found as
+    the front end finds imports (an import it cannot find is left to the full build to
+    report)."""
     texts: dict[str, str] = {}
     pending = [path.resolve()]
     while pending:
@@ -126,8 +130,10 @@ def _closure(path: Path) -> dict[str, str]:
             continue
         texts[str(p)] = p.read_text(encoding="utf-8")
         for target in IMPORT.findall(texts[str(p)]):
-            local = p.parent / target
-            pending.append((local if local.is_file() else STD_ROOT / target).resolve())
+            found = find_import(target, p.parent)
+            if found is None:
+                return None
+            pending.append(found)
     return texts
 
 

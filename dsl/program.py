@@ -69,11 +69,20 @@ def _resolved(path: str) -> Path | None:
     return p.resolve() if p.exists() else None
 
 
-def _resolve_import(imp: n.Import, directory: Path | None) -> Path:
+def find_import(target: str, directory: Path | None) -> Path | None:
+    """The file `import "target"` names from a file in `directory`: next to it, else in
+    the standard library; None when neither has it."""
     for root in ([directory] if directory else []) + [STD_ROOT]:
-        candidate = (root / imp.path)
+        candidate = (root / target)
         if candidate.is_file():
             return candidate.resolve()
+    return None
+
+
+def _resolve_import(imp: n.Import, directory: Path | None) -> Path:
+    found = find_import(imp.path, directory)
+    if found is not None:
+        return found
     where = f"{directory} or the standard library" if directory else "the standard library"
     raise MdlNameError(f"cannot find `{imp.path}` (looked in {where})", imp.loc)
 
