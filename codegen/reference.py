@@ -254,6 +254,8 @@ def init_params(graph: Graph, seed: int = 0, dtype=np.float64) -> dict[str, np.n
 
 
 def _initial(kind: str, args: tuple, shape: tuple[int, ...], rng) -> np.ndarray:
+    # rank 2 or more: the matrix x @ W multiplies by, [..., in, out] as [n / out, out]
+    # (the same rule as cpp_runtime/mdl/init.h)
     fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     fan_out = shape[-1] if shape else 1
     if kind in ("zeros", "ones", "constant"):

@@ -301,3 +301,17 @@ def test_memory_stays_flat_over_ten_thousand_calls():
     before = resident_bytes()
     calls(10_000)
     assert resident_bytes() - before < 1 << 20
+
+
+def test_initializers_of_rank_three_follow_the_reference_rule(tmp_path):
+    """xavier and orthogonal treat [..., in, out] as the matrix [n / out, out], in native
+    code as in the reference interpreter."""
+    path = tmp_path / "init3.mdl"
+    path.write_text("model Init3() {\n  input x : f32[B, 4]\n"
+                    "  param W : f32[2, 3, 4] = xavier\n  param Q : f32[2, 6, 3] = orthogonal\n"
+                    "  output y = sum(x) + sum(W) + sum(Q)\n}\n")
+    params = load(path, name="init3").Init3(seed=5).params
+    w, q = params["W"].astype(np.float64), params["Q"].reshape(12, 3).astype(np.float64)
+    limit = np.sqrt(6.0 / (2 * 3 + 4))
+    assert np.abs(w).max() <= limit and np.abs(w).max() > 0.5 * limit
+    assert np.allclose(q.T @ q, np.eye(3), atol=1e-5)

@@ -16,12 +16,13 @@ struct InitSpec {
   double a = 0, b = 0;       // the initializer's numbers
 };
 
-// fan_in, fan_out of a weight used as x @ W: [..., in, out] with leading receptive dims.
-inline void fans(const std::vector<int64_t>& shape, double& fan_in, double& fan_out) {
-  double receptive = 1;
-  for (std::size_t i = 0; i + 2 < shape.size(); ++i) receptive *= shape[i];
-  fan_in = shape[shape.size() - 2] * receptive;
-  fan_out = shape[shape.size() - 1] * receptive;
+// A weight of rank 2 or more is initialized as the matrix x @ W multiplies by: its last
+// dim is the outputs, all others together the inputs ([..., in, out] as [n / out, out]),
+// the same rule as the reference interpreter (codegen/reference.py).
+inline void fans(const std::vector<int64_t>& shape, int64_t n, double& fan_in,
+                 double& fan_out) {
+  fan_out = double(shape.back());
+  fan_in = double(n) / fan_out;
 }
 
 // Rows (or columns, whichever are fewer) made orthonormal by modified Gram-Schmidt.
@@ -58,7 +59,7 @@ void initialize(T* w, const std::vector<int64_t>& shape, const InitSpec& spec, u
     double lo = spec.a, hi = spec.b;
     if (k == "xavier") {
       double fan_in, fan_out;
-      fans(shape, fan_in, fan_out);
+      fans(shape, n, fan_in, fan_out);
       hi = std::sqrt(6.0 / (fan_in + fan_out));
       lo = -hi;
     }
@@ -66,7 +67,7 @@ void initialize(T* w, const std::vector<int64_t>& shape, const InitSpec& spec, u
   } else if (k == "normal" || k == "orthogonal") {
     double mean = k == "normal" ? spec.a : 0, std = k == "normal" ? spec.b : 1;
     for (int64_t i = 0; i < n; ++i) w[i] = T(mean + std * normal01(key, i));
-    if (k == "orthogonal") orthogonalize(w, shape[0], n / shape[0]);
+    if (k == "orthogonal") orthogonalize(w, n / shape.back(), shape.back());
   } else {
     throw Error("unknown initializer " + k);
   }
