@@ -19,13 +19,18 @@ class Builder:
 
     def emit(self, prim: str, inputs: list[Value], attrs: dict | None = None,
              hint: str = "") -> list[Value]:
-        """Append one primitive op; its outputs."""
+        """Append one primitive op; its outputs. An ill-typed op is a bug of ours here
+        (IRError); the front end, where it is the user's, calls `typed` itself."""
         attrs = dict(attrs or {})
         try:
-            types = TABLE[prim].infer([v.type for v in inputs], attrs)
+            return self.typed(prim, inputs, attrs, hint)
         except ShapeError as exc:
             args = ", ".join(repr(v) for v in inputs)
             raise IRError(f"ill-typed {prim}({args}) {attrs}: {exc}") from None
+
+    def typed(self, prim: str, inputs: list[Value], attrs: dict, hint: str = "") -> list[Value]:
+        """Append one primitive op with the types its rule gives (ShapeError if none)."""
+        types = TABLE[prim].infer([v.type for v in inputs], attrs)
         outputs = [Value(t, hint) for t in types]
         self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], self.loc))
         return outputs

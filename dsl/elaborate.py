@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from codegen.ir import Block, Graph, Init, Op, Param, Regularizer, Value
-from codegen.primitives import TABLE, ShapeError
+from codegen.builder import Builder
+from codegen.ir import Block, Graph, Init, Param, Regularizer, Value
+from codegen.primitives import ShapeError
 from codegen.shapes import Dim
 
 from . import nodes as n
@@ -51,12 +52,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
     def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,
              hint: str = "") -> list[Value]:
         try:
-            types = TABLE[prim].infer([v.type for v in inputs], attrs)
+            return Builder(self.block, loc).typed(prim, inputs, attrs, hint)
         except ShapeError as exc:
             raise MdlTypeError(str(exc), loc) from None
-        outputs = [Value(t, hint) for t in types]
-        self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], loc))
-        return outputs
 
     def note_use(self, value: Any, loc: Loc) -> None:
         if isinstance(value, Value):
