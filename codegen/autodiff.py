@@ -101,11 +101,10 @@ class _Cotangents:
         return parts[0]
 
 
-def grad_graph(graph: Graph, optimized: bool = True) -> Graph:
+def grad_graph(graph: Graph) -> Graph:
     """A copy of `graph` that also computes the gradient of its minimized output w.r.t.
-    every trainable parameter (`param_grads`) and float input (`input_grads`),
-    simplified and cleaned by codegen.passes.optimize unless `optimized` is false."""
-    from .passes import optimize
+    every trainable parameter (`param_grads`) and float input (`input_grads`). Not
+    simplified: codegen.pipeline.differentiate runs the passes after it."""
     if graph.loss is None:
         raise GradientError(f"model `{graph.name}` minimizes no output, so it has no "
                             "gradients (add `minimize NAME`)")
@@ -120,7 +119,5 @@ def grad_graph(graph: Graph, optimized: bool = True) -> Graph:
     cts = [ct if ct is not None else b.zeros(v.type) for v, ct in zip(wrt, cts)]
     g.param_grads = dict(zip(params, cts[:len(params)]))
     g.input_grads = dict(zip(inputs, cts[len(params):]))
-    if optimized:
-        optimize(g)
     return g
 

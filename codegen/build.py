@@ -102,7 +102,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
 def cache_key(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
               sanitize: bool = False) -> str:
     """The cache key of a build: equal keys mean interchangeable extension files."""
-    return _digest(_key_fields(sources, module_name, debug, sanitize))
+    return digest(_key_fields(sources, module_name, debug, sanitize))
 
 
 def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
@@ -130,7 +130,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
                    str(runtime.object), "-o", str(work / (module_name + EXT_SUFFIX)),
                    *_link_flags(sanitize)]
         _compile(work, [command], f"building {module_name}", show)
-    return _cached(_digest(fields), module_name + EXT_SUFFIX, make)
+    return _cached(digest(fields), module_name + EXT_SUFFIX, make)
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
             [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
              "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
             "building the mdl runtime (once per cache)", progress)
-    built = _cached(_digest(fields), RUNTIME_OBJECT, make)
+    built = _cached(digest(fields), RUNTIME_OBJECT, make)
     return Runtime(built, built.parent / PRECOMPILED)
 
 
@@ -188,13 +188,14 @@ def _sha256(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def _digest(fields: dict) -> str:
+def digest(fields: dict) -> str:
+    """The cache's one key recipe: a sha256 of the fields as sorted JSON, 32 hex digits."""
     return _sha256(json.dumps(fields, sort_keys=True))[:32]
 
 
 def _environment() -> dict:
     """What decides every build besides its own sources and flags."""
-    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
+    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtimedigest(),
             "compiler": _compiler(),
             "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
                        "version": list(sys.version_info[:2])},
@@ -210,17 +211,17 @@ def _key_fields(sources: Mapping[str, str], module_name: str, debug: bool,
     """What the key hashes, kept readable: it is also written to the build's key.json."""
     return {"product": "module", "module": module_name,
             "sources": {name: _sha256(text) for name, text in sources.items()},
-            "runtime_key": _digest(_runtime_fields(debug, sanitize)),
+            "runtime_key": digest(_runtime_fields(debug, sanitize)),
             "flags": compile_flags(debug, sanitize), "link": _link_flags(sanitize),
             **_environment()}
 
 
 def environment_key() -> dict:
-    """What besides the sources decides a build (the loader's index keys on it too)."""
+    """What besides the sources decides a build (the pipeline's index keys on it too)."""
     return _environment()
 
 
-def _runtime_digest() -> str:
+def _runtimedigest() -> str:
     """Every file under cpp_runtime/, read on each call: headers change during a session."""
     h = hashlib.sha256()
     for path in sorted(p for p in RUNTIME_DIR.rglob("*") if p.is_file()):

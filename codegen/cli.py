@@ -99,7 +99,7 @@ def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
     from codegen.build import render_cmakelists
-    from codegen.loader import BuildOptions, module_name_for, sources
+    from codegen.pipeline import BuildOptions, module_name_for, sources
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize)
     name = module_name_for(args.file, args.name)
@@ -114,7 +114,7 @@ def cmd_emit(args) -> int:
 
 
 def _print_ir(args) -> int:
-    from codegen.autodiff import grad_graph
+    from codegen.pipeline import differentiate
     from codegen.printer import format_graph
     from dsl import check_file
     cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
@@ -122,13 +122,13 @@ def _print_ir(args) -> int:
         print(w.render(), file=sys.stderr)
     graph = cm.graph
     if args.grad:
-        graph = grad_graph(graph)
+        graph = differentiate(graph)
     print(format_graph(graph))
     return 0
 
 
 def cmd_build(args) -> int:
-    from codegen.loader import BuildOptions, build, install, module_name_for
+    from codegen.pipeline import BuildOptions, build, install, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, args.debug, args.sanitize)
     name = module_name_for(args.file, args.name)
@@ -137,15 +137,13 @@ def cmd_build(args) -> int:
 
 
 def cmd_gradcheck(args) -> int:
-    import importlib.util
-
     from codegen import gradcheck
-    from codegen.loader import BuildOptions, build, module_name_for, sources
+    from codegen.pipeline import BuildOptions, check, import_built, module_name_for
     from dsl import UsageError
     # every model of the file in one f64 module, named like any other f64 build of it
     options = BuildOptions(dtype="f64", defines=dict(args.defines))
     name = module_name_for(args.file) + "_f64"
-    models, _ = sources(args.file, name, options)
+    models = check(args.file, options)
     chosen = [g for g in models if args.model in (None, g.name)]
     if len(chosen) != 1:
         names = ", ".join(g.name for g in models)
@@ -157,9 +155,7 @@ def cmd_gradcheck(args) -> int:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)
         return 2
-    spec = importlib.util.spec_from_file_location(name, build(args.file, name, options))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_built(args.file, name, options)
     dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3))
             for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
     results = gradcheck.check(module, graph, dims, args.seed)

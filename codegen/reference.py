@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .autodiff import grad_graph
 from .ir import Block, Graph, Op, Value, walk_ops
 from .primitives import TABLE
 from .rng import Stream, derive
@@ -54,8 +55,7 @@ _JOINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def gradients(graph: Graph, inputs: dict, params: dict, *, training: bool = False,
               seed: int = 0, dtype=np.float64) -> Gradients:
     """Forward and backward in one run of the graph autodiff makes (built once per
-    graph and cached)."""
-    from .autodiff import grad_graph
+    graph and cached; not simplified by the passes, so that it checks them too)."""
     if graph not in _JOINT:
         _JOINT[graph] = grad_graph(graph)
     out = run(_JOINT[graph], inputs, params, training=training, seed=seed, dtype=dtype)

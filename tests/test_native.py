@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from codegen import gradcheck, reference
-from codegen.loader import load
+from codegen.pipeline import load
 from codegen.rng import derive
 from dsl import check_file
 
@@ -235,18 +235,18 @@ def test_cpp_keywords_as_mdl_names_build_and_run(tmp_path):
 
 
 def test_a_build_seen_before_needs_no_code_generation(tmp_path, monkeypatch):
-    from codegen import loader
+    from codegen import pipeline
     path = tmp_path / "again.mdl"
     path.write_text("model Again() { input x : f32[B]; output y = sum(x * 2.0) }")
-    first = loader.build(path)
+    first = pipeline.build(path)
 
     def no_generation(*args, **kwargs):
         raise AssertionError("generated code for a build the cache has")
-    monkeypatch.setattr(loader, "sources", no_generation)
-    assert loader.build(path) == first
+    monkeypatch.setattr(pipeline, "sources", no_generation)
+    assert pipeline.build(path) == first
     path.write_text("model Again() { input x : f32[B]; output y = sum(x * 3.0) }")
     with pytest.raises(AssertionError, match="generated code"):
-        loader.build(path)
+        pipeline.build(path)
 
 
 def test_training_a_model_without_a_loss_is_a_runtime_error(tmp_path):

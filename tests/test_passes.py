@@ -85,8 +85,7 @@ model M() {
 
 
 def test_dce_drops_unread_ops_and_unread_tapes():
-    g = grad_graph(model(CONTROL["while with a data-dependent trip count inside for"]),
-                   optimized=False)
+    g = grad_graph(model(CONTROL["while with a data-dependent trip count inside for"]))
     taped = [op for op in walk_ops(g.body) if op.attrs.get("n_tape")]
     assert taped
     g.param_grads, g.input_grads = {}, {}
@@ -106,7 +105,7 @@ GRAPHS = {"lstm with lengths": (rnn_model("lstm(x, h, c)", "(lengths = lengths)"
 def test_optimize_changes_nothing_that_is_computed(name):
     src, control = GRAPHS[name]
     graph = model(src)
-    raw = grad_graph(graph, optimized=False)
+    raw = grad_graph(graph)
     verify(raw)
     rng = np.random.default_rng(0)
     inputs = control_inputs(control) if control else {

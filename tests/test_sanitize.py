@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.loader import BuildOptions, build
+from codegen.pipeline import BuildOptions, build
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """

@@ -1,12 +1,20 @@
-"""From a .mdl file to an importable native module: check, differentiate, generate,
-build through the cache, import. `load` is the Python entry point; `mdlc build` and
-`mdlc emit` use the same steps."""
+"""The compiler's stages, run in order, for every entry point (`mdlc build/emit/
+gradcheck`, `codegen.load`):
+
+    check          .mdl file -> checked forward graphs      dsl.check_file
+    differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
+                                                            passes.optimize
+    generate       split, lower, plan, render for a target backend.module.generate
+    build          the runtime once, then one compiler call build.build_extension
+    import         the extension as a Python module
+
+A build seen before is found from the .mdl sources and options alone (the index), so
+nothing is checked or generated again."""
 from __future__ import annotations
 
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -22,8 +30,9 @@ from dsl.program import find_import
 from .autodiff import grad_graph
 from .backend.module import generate
 from .backend.targets import TARGETS
-from .build import EXT_SUFFIX, build_extension, cache_dir, environment_key
+from .build import EXT_SUFFIX, build_extension, cache_dir, digest, environment_key
 from .ir import Graph
+from .passes import optimize
 from .paths import PACKAGE, TEMPLATES_DIR
 
 
@@ -48,7 +57,7 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
     return stem if stem.isidentifier() else f"m_{stem}"
 
 
-def graphs(path: str | Path, options: BuildOptions) -> list[Graph]:
+def check(path: str | Path, options: BuildOptions) -> list[Graph]:
     """The checked graphs of the models to build: `options.model`, else every model of
     the file (one class each in the module)."""
     names = [options.model] if options.model else model_names(str(path))
@@ -66,13 +75,22 @@ def graphs(path: str | Path, options: BuildOptions) -> list[Graph]:
     return out
 
 
+def differentiate(graph: Graph) -> Graph:
+    """The joint graph: forward and backward of the minimized output (autodiff prepares
+    the copy it differentiates), simplified by the passes. `graph` is left as it is: the
+    inference functions are generated from it."""
+    joint = grad_graph(graph)
+    optimize(joint)
+    return joint
+
+
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
     if options.target not in TARGETS:
         raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
-    models = graphs(path, options)
-    pairs = [(g, grad_graph(g) if g.loss is not None else None) for g in models]
+    models = check(path, options)
+    pairs = [(g, differentiate(g) if g.loss is not None else None) for g in models]
     return models, generate(pairs, module_name, options.dtype, TARGETS[options.target],
                             options.specialize)
 
@@ -114,8 +132,7 @@ def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> P
         return None
     fields = {"mdl": texts, "module": module_name, "options": repr(options),
               "compiler_sources": _compiler_digest(), "environment": environment_key()}
-    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
-    return cache_dir() / "index" / key
+    return cache_dir() / "index" / digest(fields)
 
 
 def _closure(path: Path) -> dict[str, str] | None:
@@ -161,9 +178,13 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
          specialize: list[dict[str, int]] | None = None, name: str | None = None) -> ModuleType:
     """Build (through the cache) and import the native module of a .mdl file."""
     options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []))
-    module_name = module_name_for(path, name)
-    built = build(path, module_name, options)
-    spec = importlib.util.spec_from_file_location(module_name, built)
+    return import_built(path, module_name_for(path, name), options)
+
+
+def import_built(path: str | Path, module_name: str, options: BuildOptions) -> ModuleType:
+    """Build (through the cache) and import the module `module_name` of a .mdl file."""
+    spec = importlib.util.spec_from_file_location(module_name,
+                                                  build(path, module_name, options))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
