@@ -26,10 +26,11 @@ known only at run time; the backward pass runs a reversed `for` over the tapes, 
 trip count is the tapes' length (a while whose backward needs no value tapes one i32 per
 trip, so that the length is always there).
 
-Dims. Symbolic dims written in the source (T, B) are identifiers, bound by the inputs of
-a call. Dims the compiler creates for sizes known only at run time (a while's trip
-count `trips#12`, a segment count `ceil(T/4)`) are not identifiers (`is_dynamic`);
-no op needs their value before the op that produces them has run.
+Dims. Symbolic dims written in the source (T, B) are names, bound by the inputs of a
+call. Sizes known only at run time are typed symbols of codegen.shapes (`is_dynamic`):
+a while's trip count (`TripCount`, printed `trips#12`, the `trips` attr of the while)
+and a segment count (`CeilDiv`, printed `ceil(T/4)`, computed from T); no op needs
+their value before the op that produces them has run.
 
 Random ops (dropout masks) carry attr `salt`: each draws from its own stream, seeded
 by (seed, salt), so removing or reordering other ops never changes a mask.
@@ -40,7 +41,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .shapes import Dim, TensorType
+from .shapes import Dim, TensorType, is_runtime
 
 _ids = itertools.count()
 
@@ -167,7 +168,7 @@ class IRError(Exception):
 
 def is_dynamic(dim: Dim) -> bool:
     """Whether a dim is a size known only at run time (see the module docstring)."""
-    return any(not s.isidentifier() for s in dim.symbols)
+    return any(is_runtime(s) for s in dim.symbols)
 
 
 def has_dynamic(t: TensorType) -> bool:

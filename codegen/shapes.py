@@ -1,14 +1,67 @@
 """Symbolic dims and tensor types.
 
-A `Dim` is a polynomial with integer coefficients over symbolic dim names (T, B, ...):
-enough for `T*B` from a reshape, `2*T` from a concat, and exact division by constants.
+A `Dim` is a polynomial with integer coefficients over symbols: enough for `T*B` from a
+reshape, `2*T` from a concat, and exact division by constants. A symbol is a dim name
+from the source (a `str`: T, B, ...), bound by the inputs of a call, or a size the
+compiler makes that is known only at run time: a ceil-division `CeilDiv` (checkpoint
+segments; computed from its operand) or a while loop's `TripCount` (known once the loop
+has run). Both are typed values, never names parsed back.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Union
 
-Monomial = tuple[str, ...]  # sorted symbol names; () is the constant term
+_trip_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CeilDiv:
+    """ceil(dim / k): not a polynomial, so it stands in a Dim as a symbol of its own."""
+    dim: Dim
+    k: int
+
+    def __str__(self) -> str:
+        return f"ceil({self.dim}/{self.k})"
+
+    def substitute(self, env: Mapping) -> Dim:
+        return ceil_div(self.dim.substitute(env), self.k)
+
+
+@dataclass(frozen=True)
+class TripCount:
+    """How many times one while loop ran. A fresh one per loop differentiated: distinct
+    loops must not share a size, and no structure of the IR names a loop more simply."""
+    id: int
+
+    @staticmethod
+    def fresh() -> TripCount:
+        return TripCount(next(_trip_ids))
+
+    def __str__(self) -> str:
+        return f"trips#{self.id}"
+
+    def substitute(self, env: Mapping) -> Dim:
+        return Dim.of(env.get(self, self))
+
+
+Symbol = Union[str, CeilDiv, TripCount]
+Monomial = tuple[Symbol, ...]  # sorted by _order; () is the constant term
+
+
+def _order(symbol: Symbol) -> tuple:
+    """A total order on symbols of every kind (source names first)."""
+    return (0, symbol) if isinstance(symbol, str) else (1, type(symbol).__name__, str(symbol))
+
+
+def _monomial_order(term: tuple[Monomial, int]) -> tuple:
+    return tuple(_order(s) for s in term[0]), term[1]
+
+
+def is_runtime(symbol: Symbol) -> bool:
+    """Whether a symbol is a size known only at run time (not a dim of the source)."""
+    return not isinstance(symbol, str)
 
 
 class DimError(Exception):
@@ -20,16 +73,16 @@ class Dim:
     terms: tuple[tuple[Monomial, int], ...]  # sorted, no zero coefficients
 
     @staticmethod
-    def of(value: int | str | Dim) -> Dim:
+    def of(value: int | Symbol | Dim) -> Dim:
         if isinstance(value, Dim):
             return value
-        if isinstance(value, str):
+        if isinstance(value, (str, CeilDiv, TripCount)):
             return Dim((((value,), 1),))
         return Dim((((), int(value)),) if value else ())
 
     @staticmethod
     def _make(coeffs: Mapping[Monomial, int]) -> Dim:
-        return Dim(tuple(sorted((m, c) for m, c in coeffs.items() if c)))
+        return Dim(tuple(sorted(((m, c) for m, c in coeffs.items() if c), key=_monomial_order)))
 
     @property
     def is_const(self) -> bool:
@@ -42,7 +95,7 @@ class Dim:
         return self.terms[0][1] if self.terms else 0
 
     @property
-    def symbols(self) -> set[str]:
+    def symbols(self) -> set[Symbol]:
         return {s for m, _ in self.terms for s in m}
 
     def __add__(self, other) -> Dim:
@@ -66,7 +119,7 @@ class Dim:
         coeffs: dict[Monomial, int] = {}
         for m1, c1 in self.terms:
             for m2, c2 in Dim.of(other).terms:
-                m = tuple(sorted(m1 + m2))
+                m = tuple(sorted(m1 + m2, key=_order))
                 coeffs[m] = coeffs.get(m, 0) + c1 * c2
         return Dim._make(coeffs)
 
@@ -90,16 +143,19 @@ class Dim:
             out[tuple(rest)] = c // dc
         return Dim._make(out)
 
-    def substitute(self, env: Mapping[str, int | Dim]) -> Dim:
+    def substitute(self, env: Mapping[Symbol, int | Dim]) -> Dim:
+        """The dim with symbols replaced from `env` (a ceil-division of a replaced dim is
+        computed)."""
         total = Dim.of(0)
         for m, c in self.terms:
             term = Dim.of(c)
             for s in m:
-                term = term * Dim.of(env.get(s, s))
+                term = term * (Dim.of(env.get(s, s)) if isinstance(s, str)
+                               else s.substitute(env))
             total = total + term
         return total
 
-    def evaluate(self, env: Mapping[str, int]) -> int:
+    def evaluate(self, env: Mapping[Symbol, int]) -> int:
         return self.substitute(env).value
 
     def __str__(self) -> str:
@@ -107,7 +163,7 @@ class Dim:
             return "0"
         out = ""
         for m, c in reversed(self.terms):  # highest-degree terms first
-            term = "*".join(([str(abs(c))] if abs(c) != 1 or not m else []) + list(m))
+            term = "*".join(([str(abs(c))] if abs(c) != 1 or not m else []) + [str(s) for s in m])
             sign = ("-" if c < 0 else "") if not out else (" - " if c < 0 else " + ")
             out += sign + term
         return out
@@ -117,6 +173,34 @@ class Dim:
 
     def json(self) -> int | str:
         return self.value if self.is_const else str(self)
+
+
+def ceil_div(d: Dim, k: int) -> Dim:
+    """ceil(d / k) as a dim: a constant, the quotient when every term divides (`8*B / 4`
+    is `2*B`), else a CeilDiv symbol."""
+    if d.is_const:
+        return Dim.of(-(-d.value // k))
+    try:
+        return d.exact_div(k)
+    except DimError:
+        return Dim.of(CeilDiv(d, k))
+
+
+def numel(shape: Iterable[Dim]) -> Dim:
+    """The product of a shape's dims (1 for a scalar)."""
+    total = Dim.of(1)
+    for d in shape:
+        total = total * d
+    return total
+
+
+def contiguous_strides(shape: Iterable[Dim]) -> tuple[Dim, ...]:
+    """Row-major element strides of a shape."""
+    strides, acc = [], Dim.of(1)
+    for d in reversed(tuple(shape)):
+        strides.append(acc)
+        acc = acc * d
+    return tuple(reversed(strides))
 
 
 FLOAT_DTYPES = ("f32", "f64")

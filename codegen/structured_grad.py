@@ -17,14 +17,10 @@ and returns the cotangents of its inputs and of the outer values its blocks capt
 """
 from __future__ import annotations
 
-import itertools
-
 from .builder import Builder
 from .ir import Op, Value, for_layout, free_values, substitute
 from .regions import RECOMPUTE, STORE, BlockGrad, differentiate_block
-from .shapes import Dim, TensorType
-
-_trips = itertools.count()
+from .shapes import Dim, TensorType, TripCount
 
 
 def _captured(blocks, active: set[int]) -> list[Value]:
@@ -69,7 +65,7 @@ def while_grad(b: Builder, op: Op, cts: list, active: set[int]):
     captured = _captured(op.blocks[1:], active)
     with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
     g = differentiate_block(body, with_ct, captured, STORE)
-    trips = Dim.of(op.attrs.setdefault("trips", f"trips#{next(_trips)}"))
+    trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
 
     def tape(values: list[Value]) -> list[Value]:
         if not values and not any(c is not None for c in cts[len(states):]):

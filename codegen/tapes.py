@@ -12,14 +12,15 @@ during the backward pass (memory O(T/k + k)).
 from __future__ import annotations
 
 from .ir import Block, Graph
-from .shapes import Dim, TensorType
+from .shapes import TensorType
 
 ITEMSIZE = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}
 
 
 def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
-    """Peak bytes of tapes alive at once when the graph runs with these dims (sizes
-    known only at run time, as a while's `trips#N` or `ceil(T/k)`, may be given too)."""
+    """Peak bytes of tapes alive at once when the graph runs with these dims (a while's
+    trip counts, known only at run time, may be given too, keyed by their TripCount;
+    ceil-divisions are computed)."""
     block = graph.body if isinstance(graph, Graph) else graph
     return _peak(block, dims)
 
@@ -38,25 +39,5 @@ def nbytes(t: TensorType, dims: dict[str, int]) -> int:
     """The size of one tensor of type t."""
     size = ITEMSIZE[t.dtype]
     for d in t.shape:
-        size *= _size(d, dims)
+        size *= d.evaluate(dims)
     return size
-
-
-def _size(d: Dim, dims: dict[str, int]) -> int:
-    for symbol in d.symbols:
-        if symbol.startswith("ceil(") and symbol not in dims:
-            inner, k = symbol[5:-1].rsplit("/", 1)
-            dims = {**dims, symbol: -(-_size(_parse(inner), dims) // int(k))}
-    return d.evaluate(dims)
-
-
-def _parse(text: str) -> Dim:
-    """A dim printed by Dim.__str__ (sums of products of symbols and integers)."""
-    total = Dim.of(0)
-    for term in text.replace(" - ", " + -").split(" + "):
-        sign = -1 if term.startswith("-") else 1
-        value = Dim.of(sign)
-        for factor in term.lstrip("-").split("*"):
-            value = value * (Dim.of(int(factor)) if factor.isdigit() else Dim.of(factor))
-        total = total + value
-    return total

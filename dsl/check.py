@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.ir import Graph
+from codegen.shapes import numel
 
 from .diagnostics import Diagnostic, Loc, MdlNameError, Source
 from .elaborate import UsageError, elaborate
@@ -74,7 +75,7 @@ def summary(cm: CheckedModel) -> str:
         lines.append(f"  input  {k} : {v.type}")
     for k, v in g.outputs.items():
         lines.append(f"  output {k} : {v.type}" + ("   (minimized)" if k == g.loss else ""))
-    count = sum(_size(p.value.type) for p in g.params.values())
+    count = sum(numel(p.value.type.shape).value for p in g.params.values())
     lines.append(f"  {len(g.params)} parameters, {count} weights")
     return "\n".join(lines)
 
@@ -88,10 +89,3 @@ def params_table(cm: CheckedModel) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
                      for r in rows)
-
-
-def _size(t) -> int:
-    total = 1
-    for d in t.shape:
-        total *= d.value
-    return total

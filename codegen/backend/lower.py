@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from ..ir import Block, Op, Value, walk_ops
 from ..primitives import TABLE
 from ..primitives import lowering as _hooks  # noqa: F401  (attaches extra["lower"])
-from ..shapes import Dim
-from .cexpr import contiguous_strides
+from ..shapes import Dim, contiguous_strides
 
 
 @dataclass(eq=False)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Block, Graph, Value, walk_ops
-from ..shapes import Dim, TensorType
-from .cexpr import DimNames
+from ..shapes import TensorType, contiguous_strides, numel
 from ..templating import environment
+from .cexpr import DimNames
 from .lower import Layout
 from .render import Access, FunctionSpec, render_function
 from .target import Target
@@ -86,7 +86,7 @@ class ModuleGenerator:
         total = 0
         for name, p in graph.params.items():
             self.param_offsets[name] = total
-            total += _size(p.value.type)
+            total += numel(p.value.type.shape).value
         self.param_count = total
 
     def _param_access(self, graph: Graph) -> dict[int, Access]:
@@ -205,15 +205,7 @@ def _input_value(graph: Graph, vid: int) -> Value:
 
 
 def _own(t: TensorType) -> Layout:
-    from .cexpr import contiguous_strides
     return Layout(None, "0", contiguous_strides(t.shape))
-
-
-def _size(t: TensorType) -> int:
-    total = 1
-    for d in t.shape:
-        total *= Dim.of(d).value
-    return total
 
 
 def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: str,

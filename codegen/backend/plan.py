@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import Value
-from .cexpr import DimNames, numel
+from ..shapes import numel
+from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
 
 DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}

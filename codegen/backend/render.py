@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import Block, Value
-from ..shapes import Dim
-from .cexpr import DimNames, contiguous_strides
+from ..shapes import Dim, contiguous_strides
+from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .plan import Plan, plan
 from .structured import render_structured

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 
 from ..ir import Op, Value
-from ..shapes import Dim
-from .cexpr import numel
+from ..shapes import Dim, numel
 from .lower import Copy, Layout, Lowering, Structured
 
 

@@ -89,16 +89,6 @@ def same_dtype(types: list[TensorType], what: str, allowed: tuple[str, ...]) -> 
     return dtype
 
 
-def ceil_div(d: Dim, k: int) -> Dim:
-    """ceil(d / k) as a dim. Not a polynomial in general, so a symbolic d gives a dim
-    named `ceil(d/k)`; that name is no identifier, which marks it as a size known only
-    at run time (see codegen.ir.is_dynamic)."""
-    if d.is_const:
-        return Dim.of(-(-d.value // k))
-    if k == 1:
-        return d
-    return Dim.of(f"ceil({d}/{k})")
-
 
 def reduce_to(b, ct, t: TensorType):
     """The cotangent `ct` of a broadcast result, summed back to the operand type `t`."""

@@ -6,9 +6,9 @@ contiguous copies of `op.inputs`.
 """
 from __future__ import annotations
 
-from ..shapes import Dim
+from ..shapes import Dim, contiguous_strides, numel
 from .core import TABLE
-from .lowering import ctype_of, matrix_order, offset_expr, row_major
+from .lowering import ctype_of, matrix_order, offset_expr
 
 
 def attach_cpu(name: str, lines) -> None:
@@ -17,13 +17,6 @@ def attach_cpu(name: str, lines) -> None:
 
 def _shape(r, shape) -> str:
     return "{" + ", ".join(r.dim(d) for d in shape) + "}" if shape else "{int64_t(1)}"
-
-
-def _numel(r, shape) -> str:
-    total = Dim.of(1)
-    for d in shape:
-        total = total * d
-    return r.dim(total)
 
 
 def _reduce(kind: int):
@@ -57,8 +50,8 @@ def _softmax(log: bool):
     def lines(r, op, inputs, ins, outs):
         shape, axis = inputs[0].type.shape, op.attrs["axis"]
         return [f"mdl::softmax({'true' if log else 'false'}, {ins[0]}, "
-                f"{_numel(r, shape[:axis])}, {r.dim(shape[axis])}, "
-                f"{_numel(r, shape[axis + 1:])}, {outs[0]});"]
+                f"{r.dim(numel(shape[:axis]))}, {r.dim(shape[axis])}, "
+                f"{r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
     return lines
 
 
@@ -71,7 +64,7 @@ def _cross_entropy(r, op, inputs, ins, outs):
     lengths = ins[2] if len(ins) > 2 else "nullptr"
     batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
     return [f"{outs[0]}[0] = mdl::cross_entropy({ins[0]}, {ins[1]}, {lengths}, "
-            f"{_numel(r, targets.type.shape)}, {r.dim(logits.type.shape[-1])}, {batch});"]
+            f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch});"]
 
 
 attach_cpu("cross_entropy", _cross_entropy)
@@ -80,7 +73,7 @@ attach_cpu("cross_entropy", _cross_entropy)
 def _matmul(r, op, inputs, ins, outs):
     a, b = inputs
     k, n = b.type.shape
-    m = _numel(r, a.type.shape[:-1])
+    m = r.dim(numel(a.type.shape[:-1]))
 
     def operand(v):
         """(transposed, leading dimension); BLAS wants ld >= the stored row length."""
@@ -103,7 +96,7 @@ attach_cpu("matmul", _matmul)
 def _gather(r, op, inputs, ins, outs):
     table, ids = inputs
     return [f"mdl::gather({ins[0]}, {r.dim(table.type.shape[0])}, "
-            f"{_numel(r, table.type.shape[1:])}, {ins[1]}, {_numel(r, ids.type.shape)}, "
+            f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
             f"{outs[0]});"]
 
 
@@ -113,20 +106,20 @@ attach_cpu("gather", _gather)
 def _scatter_add(r, op, inputs, ins, outs):
     g, ids = inputs
     out = op.outputs[0]
-    return [f"mdl::scatter_add({ins[0]}, {_numel(r, out.type.shape[1:])}, {ins[1]}, "
-            f"{_numel(r, ids.type.shape)}, {r.dim(out.type.shape[0])}, {outs[0]});"]
+    return [f"mdl::scatter_add({ins[0]}, {r.dim(numel(out.type.shape[1:]))}, {ins[1]}, "
+            f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]});"]
 
 
 attach_cpu("scatter_add", _scatter_add)
 attach_cpu("one_hot", lambda r, op, inputs, ins, outs: [
-    f"mdl::one_hot({ins[0]}, {_numel(r, inputs[0].type.shape)}, {op.attrs['n']}, {outs[0]});"])
+    f"mdl::one_hot({ins[0]}, {r.dim(numel(inputs[0].type.shape))}, {op.attrs['n']}, {outs[0]});"])
 
 
 def _unindex(r, op, inputs, ins, outs):
     g, i = inputs
     out = op.outputs[0]
-    size = _numel(r, g.type.shape)
-    return [f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));",
+    size = r.dim(numel(g.type.shape))
+    return [f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));",
             f"mdl::copy({outs[0]} + mdl::checked_index({r.scalar(i)}, "
             f"{r.dim(out.type.shape[0])}) * {size}, {ins[0]}, {size});"]
 
@@ -137,8 +130,8 @@ attach_cpu("unindex", _unindex)
 def _unslice(r, op, inputs, ins, outs):
     """Zeros of the output's shape with the input written at `starts`."""
     out, g = op.outputs[0], inputs[0]
-    r.emit(f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));")
-    strides = row_major(out.type.shape)
+    r.emit(f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));")
+    strides = contiguous_strides(out.type.shape)
     r.assign(r.region(out, offset_expr(r, op.attrs["starts"], strides), g.type, strides), g)
     return []
 
@@ -149,7 +142,7 @@ attach_cpu("unslice", _unslice)
 def _concat_like(stack: bool):
     def lines(r, op, inputs, ins, outs):
         out, axis = op.outputs[0], op.attrs["axis"]
-        strides = row_major(out.type.shape)
+        strides = contiguous_strides(out.type.shape)
         at = Dim.of(0)
         for x in inputs:
             if stack:
@@ -173,7 +166,7 @@ def _seq_order(r, op, inputs, ins, outs):
     x = inputs[0]
     return [f"mdl::seq_order({'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
             f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
-            f"{_numel(r, x.type.shape[2:])}, {outs[0]});"]
+            f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]});"]
 
 
 attach_cpu("seq_order", _seq_order)
@@ -192,8 +185,8 @@ attach_cpu("seq_mask", _seq_mask)
 
 def _segment(r, op, inputs, ins, outs):
     x, out = inputs[0], op.outputs[0]
-    size = _numel(r, x.type.shape)
-    return [f"mdl::fill({outs[0]}, {_numel(r, out.type.shape)}, {ctype_of(op, r)}(0));",
+    size = r.dim(numel(x.type.shape))
+    return [f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));",
             f"mdl::copy({outs[0]}, {ins[0]}, {size});"]
 
 
@@ -202,7 +195,7 @@ attach_cpu("segment", _segment)
 
 def _dropout_like(mask_only: bool):
     def lines(r, op, inputs, ins, outs):
-        n = _numel(r, inputs[0].type.shape)
+        n = r.dim(numel(inputs[0].type.shape))
         if not r.spec.training:
             return [f"mdl::fill({outs[0]}, {n}, {ctype_of(op, r)}(1));" if mask_only else
                     f"mdl::copy({outs[0]}, {ins[0]}, {n});"]

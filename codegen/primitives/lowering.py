@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from ..shapes import Dim
+from ..shapes import Dim, contiguous_strides
 from .core import TABLE
 
 
@@ -66,18 +66,10 @@ def offset_expr(r, starts, strides) -> str:
     return " + ".join(terms) or "0"
 
 
-def row_major(shape) -> tuple:
-    out, acc = [], Dim.of(1)
-    for d in reversed(shape):
-        out.append(acc)
-        acc = acc * d
-    return tuple(reversed(out))
-
-
 attach_lowering("reshape", "view",
-           lambda r, op, i, st: ("0", row_major(op.outputs[0].type.shape)), True)
+           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
 attach_lowering("unsegment", "view",
-           lambda r, op, i, st: ("0", row_major(op.outputs[0].type.shape)), True)
+           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
 attach_lowering("index", "view", lambda r, op, i, st: (
     f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}) * "
     f"{r.dim(st[0])}", st[1:]), False)

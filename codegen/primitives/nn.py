@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..shapes import Dim, TensorType
-from .core import FLOATS, ceil_div, need, primitive, same_dtype
+from ..shapes import Dim, TensorType, ceil_div
+from .core import FLOATS, need, primitive, same_dtype
 from .elementwise import _no_grad
 
 

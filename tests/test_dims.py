@@ -1,0 +1,55 @@
+"""Symbolic dims (codegen/shapes.py): polynomials over source dims and typed run-time
+sizes, ceil-divisions and trip counts, as tables of (dim, environment, value, text), and
+their C++ rendering."""
+from __future__ import annotations
+
+import pytest
+
+from codegen.backend.cexpr import DimNames
+from codegen.ir import is_dynamic
+from codegen.shapes import (CeilDiv, Dim, DimError, TripCount, ceil_div, contiguous_strides,
+                            numel)
+
+T, B = Dim.of("T"), Dim.of("B")
+TRIPS = TripCount.fresh()
+
+CASES = [  # (dim, env, value, printed)
+    (T * B + 2, {"T": 5, "B": 3}, 17, "B*T + 2"),
+    (ceil_div(T, 4), {"T": 9}, 3, "ceil(T/4)"),
+    (ceil_div(T, 4), {"T": 8}, 2, "ceil(T/4)"),
+    (ceil_div(2 * T, 3) * B, {"T": 4, "B": 2}, 6, "B*ceil(2*T/3)"),
+    (ceil_div(Dim.of(10), 4), {}, 3, "3"),
+    (ceil_div(T, 1), {"T": 7}, 7, "T"),
+    (Dim.of(TRIPS) * B, {TRIPS: 4, "B": 3}, 12, f"B*trips#{TRIPS.id}"),
+]
+
+
+@pytest.mark.parametrize("dim, env, value, text", CASES, ids=[c[3] for c in CASES])
+def test_dims_evaluate_and_print(dim, env, value, text):
+    assert dim.evaluate(env) == value
+    assert str(dim) == text
+
+
+def test_run_time_sizes_are_typed_symbols():
+    segments = ceil_div(T, 4)
+    assert segments == Dim.of(CeilDiv(T, 4)) and segments != ceil_div(T, 2)
+    assert hash(segments) == hash(ceil_div(T, 4))
+    assert is_dynamic(segments) and is_dynamic(Dim.of(TRIPS)) and not is_dynamic(T * B)
+    assert TripCount.fresh() != TRIPS
+    with pytest.raises(DimError):
+        Dim.of(TRIPS).evaluate({"T": 3})  # known only once the loop has run
+    # substituting a ceil-division's operand computes it
+    assert ceil_div(T, 4).substitute({"T": B * 8}) == 2 * B
+    assert ceil_div(T, 4).substitute({"B": 3}) == ceil_div(T, 4)
+
+
+def test_products_and_strides():
+    assert numel([T, B, Dim.of(4)]) == 4 * T * B and numel([]) == Dim.of(1)
+    assert contiguous_strides([T, B, Dim.of(4)]) == (4 * B, Dim.of(4), Dim.of(1))
+
+
+def test_cpp_renders_a_ceil_division_from_its_operand_and_trips_from_the_model():
+    names = DimNames(["T", "B"])
+    assert names.expr(ceil_div(T, 4) * B) == "(d1*(((d0) + 3) / 4))"
+    assert names.expr(Dim.of(TRIPS)) == "(m.dyn[0])"
+    assert names.dynamic == [TRIPS]
