@@ -1,5 +1,5 @@
 """Reverse-mode autodiff: one generic walk over the ops of a block, driven by the
-primitive table's gradient rules (`structured_grad` holds the rules of for/if/while).
+primitive table's gradient rules and, for for/if/while, the structured ops' table's.
 
 Cotangents are IR values. A value read by several ops collects one contribution per
 read and sums them once, with one `add_n`, when its cotangent is first needed (all its
@@ -11,18 +11,14 @@ depend on a value we differentiate with respect to are visited.
 """
 from __future__ import annotations
 
-from dsl.diagnostics import MdlGradientError
-
-from . import structured_grad
 from .builder import Builder
 from .ir import Block, Graph, IRError, Op, Value, clone_graph, free_values
 from .lowering import prepare
 from .primitives import TABLE
+from .regions import GradientError
+from .structured import STRUCTURED
 
-
-class GradientError(MdlGradientError):
-    """A gradient that cannot be built (no minimized output, an impossible tape); it
-    renders like every error of the front end, at the construct's source location."""
+__all__ = ["GradientError", "backprop", "grad_graph", "vjp"]
 
 
 def vjp(block: Block, outputs: list[Value], cotangents: list[Value], wrt: list[Value]
@@ -48,9 +44,9 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
             continue
         b.loc = op.loc
         out_cts = [acc.total(v) for v in op.outputs]
-        rule = structured_grad.RULES.get(op.prim)
-        if rule is not None:
-            in_cts, captured = rule(b, op, out_cts, active)
+        entry = STRUCTURED.get(op.prim)
+        if entry is not None:
+            in_cts, captured = entry.grad(b, op, out_cts, active, backprop)
         else:
             prim = TABLE[op.prim]
             if prim.grad is None:

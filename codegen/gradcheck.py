@@ -9,9 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ir import Graph, Value, walk_ops
+from .primitives import TABLE
+from .primitives.lowering import is_view
 from .shapes import Dim
+from .structured import STRUCTURED
 
-VIEWS = ("reshape", "transpose", "slice", "index", "split", "broadcast_to")
 DEFAULT_DIMS = {"T": 4, "B": 3}
 SAMPLES = 12       # elements checked per parameter
 EPS = 1e-4        # central differences: truncation ~EPS**2, rounding ~1e-16/EPS
@@ -35,23 +37,15 @@ def integer_bounds(graph: Graph, dims: dict[str, int]) -> dict[str, tuple[int, i
         if name is not None:
             old = bounds.get(name, (lo, hi))
             bounds[name] = (max(old[0], lo), min(old[1], hi))
+    size = lambda d: Dim.of(d).evaluate(dims)  # noqa: E731
     for op in walk_ops(graph.body):
-        if op.prim in VIEWS and op.inputs[0].id in origin:
-            for out in op.outputs:
+        entry = TABLE.get(op.prim) or STRUCTURED[op.prim]
+        if op.prim in TABLE and is_view(op.prim) and op.inputs[0].id in origin:
+            for out in op.outputs:  # a view of an integer input is that input
                 origin[out.id] = origin[op.inputs[0].id]
-        size = lambda d: Dim.of(d).evaluate(dims)  # noqa: E731
-        if op.prim == "gather":
-            limit(op.inputs[1], 0, size(op.inputs[0].type.shape[0]))
-        elif op.prim == "cross_entropy":
-            limit(op.inputs[1], 0, size(op.inputs[0].type.shape[-1]))
-            if len(op.inputs) > 2:
-                limit(op.inputs[2], 1, size(op.inputs[1].type.shape[0]) + 1)
-        elif op.prim == "one_hot":
-            limit(op.inputs[0], 0, op.attrs["n"])
-        elif op.prim == "index":
-            limit(op.inputs[1], 0, size(op.inputs[0].type.shape[0]))
-        elif op.prim == "for" and op.attrs["has_lengths"]:
-            limit(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)
+        if entry.integer_bounds is not None:
+            for v, lo, hi in entry.integer_bounds(op, size):
+                limit(v, lo, hi)
     return bounds
 
 

@@ -245,3 +245,13 @@ def substitute(block: Block, mapping: dict[int, Value]) -> None:
         op.inputs = sub(op.inputs)
         for b in op.blocks:
             b.results = sub(b.results)
+
+
+def rename(ops: list[Op], new: list[Value], old: list[Value]) -> None:
+    """Make `ops`, which produce the values `new`, produce `old` instead (and read it
+    where they read `new`), so that every reader of a replaced op keeps reading the same
+    values."""
+    swap = {id(n): o for n, o in zip(new, old)}
+    for op in ops:
+        op.outputs = [swap.get(id(v), v) for v in op.outputs]
+        op.inputs = [swap.get(id(v), v) for v in op.inputs]

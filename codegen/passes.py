@@ -18,6 +18,7 @@ from .builder import Builder
 from .ir import Block, Graph, Op, Value, free_values, has_dynamic
 from .primitives import TABLE
 from .reference import Context
+from .structured import STRUCTURED
 from .shapes import Dim
 
 MAX_ROUNDS = 8
@@ -75,6 +76,11 @@ def _rewrite_graph(graph: Graph, rewrite: Rewrite) -> None:
     outputs (new ops it emitted are kept in place of the op)."""
     replace: dict[int, Value] = {}
     _rewrite_block(graph.body, rewrite, Facts(), replace)
+    _remap_results(graph, replace)
+
+
+def _remap_results(graph: Graph, replace: dict[int, Value]) -> None:
+    """Point the graph's named results at the values that replaced them."""
     for named in (graph.outputs, graph.param_grads, graph.input_grads):
         for k, v in named.items():
             named[k] = replace.get(id(v), v)
@@ -139,9 +145,7 @@ def cse(graph: Graph) -> None:
     block may reuse one of an enclosing block."""
     replace: dict[int, Value] = {}
     _cse_block(graph.body, {}, replace)
-    for named in (graph.outputs, graph.param_grads, graph.input_grads):
-        for k, v in named.items():
-            named[k] = replace.get(id(v), v)
+    _remap_results(graph, replace)
 
 
 def _cse_block(block: Block, seen: dict, replace: dict[int, Value]) -> None:
@@ -185,34 +189,10 @@ def _dce_block(block: Block, live: set[int]) -> None:
         if not any(id(v) in live for v in op.outputs):
             continue
         if op.blocks:
-            TRIM[op.prim](op, live)
+            STRUCTURED[op.prim].trim(op, live)
             for sub in op.blocks:
                 _dce_block(sub, set())
             live.update(id(v) for sub in op.blocks for v in free_values(sub))
         live.update(id(v) for v in op.inputs)
         kept.append(op)
     block.ops = kept[::-1]
-
-
-def _trim_outputs(op: Op, first: int, live: set[int], blocks: list[Block]) -> None:
-    """Remove outputs from index `first` on that nobody reads, with the block results
-    that feed them; keep n_tape counting the trailing tapes."""
-    n_out = len(op.outputs)
-    tape_from = n_out - op.attrs.get("n_tape", 0)
-    dead = [i for i in range(first, n_out) if id(op.outputs[i]) not in live]
-    if not dead:
-        return
-    for block in blocks:  # block results line up with the outputs
-        block.results = [r for j, r in enumerate(block.results) if j not in dead]
-    op.outputs = [v for i, v in enumerate(op.outputs) if i not in dead]
-    if "n_tape" in op.attrs:
-        op.attrs["n_tape"] -= sum(1 for i in dead if i >= tape_from)
-    if op.prim == "while" and op.attrs.get("n_tape") == 0:
-        op.attrs.pop("trips", None)
-
-
-TRIM = {
-    "for": lambda op, live: _trim_outputs(op, op.attrs["n_state"], live, op.blocks),
-    "if": lambda op, live: _trim_outputs(op, 0, live, op.blocks),
-    "while": lambda op, live: _trim_outputs(op, len(op.inputs), live, op.blocks[1:]),
-}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .ir import Block, Graph, Op, Value
 from .shapes import Dim
+from .structured import STRUCTURED
 
-BLOCK_NAMES = {"for": ("body",), "if": ("then", "else"), "while": ("cond", "body")}
 INDENT = "  "
 
 
@@ -41,7 +41,8 @@ def format_op(op: Op, depth: int = 0) -> list[str]:
     text = f"{op.prim}({', '.join(name(v) for v in op.inputs)})" + (f" {{{attrs}}}" if attrs
                                                                     else "")
     lines = [pad + (f"{head} = {text}" if head else text)]
-    labels = BLOCK_NAMES.get(op.prim, ())
+    entry = STRUCTURED.get(op.prim)
+    labels = entry.blocks if entry is not None else ()
     for i, block in enumerate(op.blocks):
         label = labels[i] if i < len(labels) else f"block{i}"
         lines += format_block(block, label, depth + 1)

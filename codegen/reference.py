@@ -25,9 +25,9 @@ from .autodiff import grad_graph
 from .ir import Block, Graph, Op, Value, walk_ops
 from .primitives import TABLE
 from .rng import Stream, derive
+from .structured import STRUCTURED
 from .shapes import Dim, DimError, TensorType
 
-MAX_TRIPS = 10_000_000  # a while that runs longer is taken for an endless loop
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Interpreter:
         args = [self.env[id(v)] for v in op.inputs]
         with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
             if op.prim in STRUCTURED:
-                outs = STRUCTURED[op.prim](self, op, args)
+                outs = STRUCTURED[op.prim].reference(self, op, args)
             else:
                 prim = TABLE[op.prim]
                 attrs = op.attrs
@@ -168,78 +168,6 @@ def bind_dims(graph: Graph, inputs: dict) -> dict[str, int]:
                     raise ValueError(f"input `{name}`: dim {symbol} is {size} here but "
                                      f"{dims[symbol]} in an earlier input")
     return dims
-
-
-# ---- structured ops -----------------------------------------------------------------
-def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
-    """A per-row mask [B] shaped to broadcast against a [B, ...] array."""
-    return mask.reshape(mask.shape + (1,) * (ndim - 1))
-
-
-def _for(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
-    a = op.attrs
-    n_seq, n_state = a["n_seq"], a["n_state"]
-    seqs, states = args[:n_seq], args[n_seq:n_seq + n_state]
-    lengths = args[-1] if a["has_lengths"] else None
-    body = op.blocks[0]
-    steps = seqs[0].shape[0]
-    stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
-    batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
-    if lengths is not None:
-        check_lengths(lengths, steps, op.inputs[-1].hint)
-    for i in range(steps):
-        if lengths is None:
-            t = steps - 1 - i if a["reversed"] else i
-            out = interp.block(body, [s[t] for s in seqs] + states)
-            states = out[:n_state]
-            for stack, y in zip(stacks, out[n_state:]):
-                stack[t] = y
-            continue
-        # rows run their own steps: row b is at t = L[b]-1-i (reversed) or i while i < L[b]
-        valid = i < lengths
-        t = np.where(valid, lengths - 1 - i if a["reversed"] else i, 0)
-        slices = [np.where(_rows(valid, s.ndim - 1), s[t, batch], 0) for s in seqs]
-        out = interp.block(body, slices + states)
-        states = [np.where(_rows(valid, new.ndim), new, old)
-                  for new, old in zip(out[:n_state], states)]
-        for stack, y in zip(stacks, out[n_state:]):
-            stack[t[valid], batch[valid]] = y[valid]
-    return states + stacks
-
-
-def check_lengths(lengths: np.ndarray, steps: int, name: str) -> None:
-    """Sequence lengths must lie in [0, T]: a ValueError naming the first one that does
-    not (native code raises the same)."""
-    bad = np.flatnonzero((lengths < 0) | (lengths > steps))
-    if bad.size:
-        b = int(bad[0])
-        raise ValueError(f"{name or 'lengths'}[{b}] = {int(lengths[b])} is outside [0, {steps}]"
-                         f" (the sequence length)")
-
-
-def _if(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
-    return interp.block(op.blocks[0 if bool(args[0]) else 1], [])
-
-
-def _while(interp: Interpreter, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
-    cond, body = op.blocks
-    states = args
-    n_state = len(states)
-    tapes: list[list[np.ndarray]] = [[] for _ in body.results[n_state:]]
-    trips = 0
-    while bool(interp.block(cond, states)[0]):
-        trips += 1
-        if trips > MAX_TRIPS:
-            raise RuntimeError(f"a while loop ran more than {MAX_TRIPS} times")
-        out = interp.block(body, states)
-        states = out[:n_state]
-        for tape, value in zip(tapes, out[n_state:]):
-            tape.append(value)
-    return states + [np.stack(tape) if tape else interp.empty_stack(0, v.type)
-                     for tape, v in zip(tapes, body.results[n_state:])]
-
-
-STRUCTURED = {"for": _for, "if": _if, "while": _while}
 
 
 # ---- parameter initializers -----------------------------------------------------------

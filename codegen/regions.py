@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import autodiff
+from dsl.diagnostics import MdlGradientError
+
 from .builder import Builder
 from .ir import (Block, Op, Value, clone_ops, defined_here, free_values, has_dynamic,
                  substitute, walk_ops)
@@ -22,6 +23,11 @@ from .primitives import TABLE
 
 STORE = "store"
 RECOMPUTE = "recompute"
+
+
+class GradientError(MdlGradientError):
+    """A gradient that cannot be built (no minimized output, an impossible tape); it
+    renders like every error of the front end, at the construct's source location."""
 
 
 @dataclass
@@ -40,14 +46,15 @@ class BlockGrad:
 
 
 def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value],
-                        policy: str) -> BlockGrad:
+                        policy: str, backprop) -> BlockGrad:
     """The backward of `block` given cotangents for the results flagged in `with_ct`,
-    w.r.t. its args and the outer values `captured`."""
+    w.r.t. its args and the outer values `captured`; `backprop` is autodiff's generic
+    walk (passed in: the walk calls the structured ops' rules, which call this)."""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
     seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
-    cts = autodiff.backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
+    cts = backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
     saved, recomputed = _plan(block, bwd, policy)
     mapping: dict[int, Value] = {}
     saved_in = []
@@ -95,7 +102,7 @@ def _must_save(v: Value, op: Op, policy: str) -> bool:
                  for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
     if has_dynamic(v.type):
         if random:
-            raise autodiff.GradientError(
+            raise GradientError(
                 "a dropout inside a while loop nested in another loop, branch or while "
                 "cannot be differentiated: its masks would have to be drawn again", op.loc)
         return False

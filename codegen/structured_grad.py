@@ -1,6 +1,7 @@
-"""Gradient rules of the structured ops, after the seeds (Caffe2's recurrent_net and its
-If/While gradients). Each rule gets the forward op and the cotangents of its outputs,
-and returns the cotangents of its inputs and of the outer values its blocks capture.
+"""What the gradient rules of the structured ops share (the rules themselves are in their
+entries, codegen/structured/), after the seeds (Caffe2's recurrent_net and its If/While
+gradients). Each rule gets the forward op and the cotangents of its outputs, and returns
+the cotangents of its inputs and of the outer values its blocks capture.
 
 - for:   the backward is a `for` running the other way whose body is the gradient of
          the forward body. It reads the forward sequences again, the cotangents of the
@@ -18,12 +19,12 @@ and returns the cotangents of its inputs and of the outer values its blocks capt
 from __future__ import annotations
 
 from .builder import Builder
-from .ir import Op, Value, for_layout, free_values, substitute
-from .regions import RECOMPUTE, STORE, BlockGrad, differentiate_block
-from .shapes import Dim, TensorType, TripCount
+from .ir import Op, Value, free_values
+from .regions import BlockGrad
+from .shapes import Dim, TensorType
 
 
-def _captured(blocks, active: set[int]) -> list[Value]:
+def captured_floats(blocks, active: set[int]) -> list[Value]:
     """The float outer values the blocks read that need a cotangent, each once."""
     out, seen = [], set()
     for block in blocks:
@@ -34,7 +35,7 @@ def _captured(blocks, active: set[int]) -> list[Value]:
     return out
 
 
-def _add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
+def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
     """Make `block` yield `values` too; the op's new outputs, stacked over `steps`."""
     block.results = block.results + values
     tapes = [Value(TensorType(v.type.dtype, (steps,) + v.type.shape), f"tape_{v.hint}")
@@ -44,38 +45,7 @@ def _add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
     return tapes
 
 
-# ---- for and while -------------------------------------------------------------------
-def for_grad(b: Builder, op: Op, cts: list, active: set[int]):
-    seqs, states, _ = for_layout(op)
-    body = op.blocks[0]
-    captured = _captured(op.blocks, active)
-    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
-    policy = RECOMPUTE if op.attrs.get("recompute") else STORE
-    g = differentiate_block(body, with_ct, captured, policy)
-    steps = seqs[0].type.shape[0]
-    in_cts, cap_cts = _loop_backward(b, op, g, seqs, states, cts, captured,
-                                     lambda values: _add_tapes(op, body, values, steps),
-                                     not op.attrs["reversed"])
-    return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
-
-
-def while_grad(b: Builder, op: Op, cts: list, active: set[int]):
-    states = op.inputs
-    body = op.blocks[1]
-    captured = _captured(op.blocks[1:], active)
-    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
-    g = differentiate_block(body, with_ct, captured, STORE)
-    trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
-
-    def tape(values: list[Value]) -> list[Value]:
-        if not values and not any(c is not None for c in cts[len(states):]):
-            # the backward loop learns its trip count from a tape's length
-            values = [Builder(body).const(0, "i32")]
-        return _add_tapes(op, body, values, trips)
-    return _loop_backward(b, op, g, [], states, cts, captured, tape, True)
-
-
-def _loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
+def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
                    states: list[Value], cts: list, captured: list[Value], tape,
                    reversed_: bool):
     """Emit the backward `for` of a loop whose body (args: one slice per sequence in
@@ -128,35 +98,3 @@ def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list
     if not pairs:  # nothing to read per step: the first sequence still sets the length
         pairs = [(seqs[0], Value(seqs[0].type.with_shape(seqs[0].type.shape[1:])))]
     return [s for s, _ in pairs], [p for _, p in pairs]
-
-
-# ---- if ---------------------------------------------------------------------------------
-def if_grad(b: Builder, op: Op, cts: list, active: set[int]):
-    captured = _captured(op.blocks, active)
-    with_ct = [c is not None for c in cts]
-    grads = [differentiate_block(branch, with_ct, captured, STORE) for branch in op.blocks]
-    residuals = [v for g in grads for v in g.saved]
-    for k, branch in enumerate(op.blocks):
-        fill = Builder(branch)
-        own = {id(v) for v in grads[k].saved}
-        branch.results = branch.results + [v if id(v) in own else fill.zeros(v.type)
-                                           for v in residuals]
-    tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
-    op.outputs = op.outputs + tapes
-    op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
-    if not captured:
-        return [None], []
-    tape_of = iter(tapes)
-    for g in grads:
-        mapping = {id(p): next(tape_of) for p in g.saved_in}
-        mapping.update({id(p): c for p, c in zip(g.result_cts, cts) if p is not None})
-        fill = Builder(g.block)
-        g.block.results = [ct if ct is not None else fill.zeros_like(c)
-                           for c, ct in zip(captured, g.captured_cts)]
-        substitute(g.block, mapping)
-    outs = b.structured("if", op.inputs, [c.type for c in captured], {},
-                        [g.block for g in grads], [f"d_{c.hint}" for c in captured])
-    return [None], list(zip(captured, outs))
-
-
-RULES = {"for": for_grad, "while": while_grad, "if": if_grad}

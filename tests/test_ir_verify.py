@@ -58,6 +58,18 @@ def wrong_tape_count(g):
     first(g, "for").attrs["n_tape"] = 99
 
 
+def unknown_attribute(g):
+    first(g, "for").attrs["reverse"] = True
+
+
+def ill_typed_attribute(g):
+    first(g, "for").attrs["checkpoint"] = True
+
+
+def missing_attribute(g):
+    del first(g, "for").attrs["n_state"]
+
+
 BROKEN = [
     (LOOP, last_op_first, "read before it is defined"),
     (LOOP, define_twice, "defined twice"),
@@ -68,6 +80,9 @@ BROKEN = [
     (CONTROL["while and if at the top"], float_condition, "a while cond takes the state"),
     (LOOP, unknown_primitive, "unknown primitive `tanhh`"),
     (LOOP, wrong_tape_count, "n_tape counts trailing yields"),
+    (LOOP, unknown_attribute, "`for` has no attribute `reverse`"),
+    (LOOP, ill_typed_attribute, "`for` attribute `checkpoint` should be int, got True"),
+    (LOOP, missing_attribute, "`for` needs attribute `n_state`"),
 ]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..ir import Block, Op, Value, walk_ops
 from ..primitives import TABLE
 from ..primitives import lowering as _hooks  # noqa: F401  (attaches extra["lower"])
+from ..structured import STRUCTURED
 from ..shapes import Dim, contiguous_strides
 
 
@@ -98,8 +99,10 @@ class Lowering:
 
     def contiguous(self, v: Value, out: list) -> Value:
         """`v` itself when it is contiguous in memory, else a materialized copy."""
-        if self.is_contiguous(v):
-            return v
+        return v if self.is_contiguous(v) else self.copy_of(v, out)
+
+    def copy_of(self, v: Value, out: list) -> Value:
+        """A new value in memory of its own, contiguous, that `out` fills from `v`."""
         copy = Value(v.type, v.hint)
         self.own(copy)
         out.append(Copy(copy, v))
@@ -161,8 +164,7 @@ class Lowering:
 
     def _lower_op(self, op: Op, kind: str, out: list) -> None:
         if kind == "structured":
-            from .structured import lower_structured
-            lower_structured(self, op, out)
+            self._structured(op, out)
         elif kind == "view":
             src = op.inputs[0]
             if lowering_hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
@@ -180,3 +182,26 @@ class Lowering:
             for v in op.outputs:
                 self.own(v)
             out.append(Kernel(op, inputs))
+
+    def _structured(self, op: Op, out: list) -> None:
+        """A for/if/while: its entry's native hook lays out its memory, then each block
+        is lowered and its results settled."""
+        ins = Structured(op, [], {"results": [], "step": self.cx.fresh("t")})
+        STRUCTURED[op.prim].extra["native"][0](self, op, ins, out)
+        for block in op.blocks:
+            lowered = self.block(block)
+            ins.extra["results"].append([self._settled(r, lowered, ins) for r in block.results])
+            ins.blocks.append(lowered)
+        out.append(ins)
+
+    def _settled(self, v: Value, lowered: list, ins: Structured) -> Value:
+        """A block result in memory the op can copy from row by row: owned and contiguous,
+        and not a view of a state buffer (the state is overwritten while results are
+        read)."""
+        root = v
+        while self.layouts[root.id].base is not None:
+            root = self.layouts[root.id].base
+        if not self.layouts[v.id].is_const and self.is_contiguous(v) and \
+                root.id not in {s.id for s in ins.op.outputs}:
+            return v
+        return self.copy_of(v, lowered)

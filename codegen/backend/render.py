@@ -124,10 +124,8 @@ class Renderer:
                 continue
             if lay.is_const or lay.base is not None or access is not None \
                     or not self.low.is_contiguous(v):
-                copy = Value(v.type, v.hint)
-                self.low.own(copy)
+                copy = self.low.copy_of(v, instrs)
                 owned.add(copy.id)
-                instrs.append(Copy(copy, v))
                 self.spec.result_of[v.id] = copy
             else:
                 self.spec.result_of[v.id] = v

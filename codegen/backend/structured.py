@@ -5,46 +5,19 @@ through its state args and the final state needs no copy. Per-step slices of a s
 are views at offset t; yields are copied into the stacked output at their step. With
 `lengths`, rows past their length keep their state and yield zeros (reversed: row b runs
 from L[b]-1 down to 0, reading and writing its own steps). A `while` pushes its tape
-values every trip onto growable tapes and records its trip count in the model."""
+values every trip onto growable tapes and records its trip count in the model.
+
+Each op's lowering and rendering are attached to its entry in the table of structured
+ops as `extra["native"] = (lower, render)`; the renderer's target writes every
+machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
 import json
 
 from ..ir import Op, Value
 from ..shapes import Dim, numel
-from .lower import Copy, Layout, Lowering, Structured
-
-
-def lower_structured(low: Lowering, op: Op, out: list) -> None:
-    ins = Structured(op, [], {"results": [], "step": low.cx.fresh("t")})
-    if op.prim == "for":
-        _lower_for(low, op, ins, out)
-    elif op.prim == "while":
-        _lower_while(low, op, ins)
-    else:
-        for v in op.outputs:
-            low.own(v)
-    for block in op.blocks:
-        lowered = low.block(block)
-        ins.extra["results"].append([_settled(low, r, lowered, ins) for r in block.results])
-        ins.blocks.append(lowered)
-    out.append(ins)
-
-
-def _settled(low: Lowering, v: Value, lowered: list, ins: Structured) -> Value:
-    """A block result in memory the op can copy from row by row: owned and contiguous,
-    and not a view of a state buffer (the state is overwritten while results are read)."""
-    state_ids = {s.id for s in ins.op.outputs}
-    lay = low.layouts[v.id]
-    root = v
-    while low.layouts[root.id].base is not None:
-        root = low.layouts[root.id].base
-    if not lay.is_const and low.is_contiguous(v) and root.id not in state_ids:
-        return v
-    copy = Value(v.type, v.hint)
-    low.own(copy)
-    lowered.append(Copy(copy, v))
-    return copy
+from ..structured import STRUCTURED
+from .lower import Layout, Lowering, Structured
 
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -69,7 +42,12 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
         low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
 
 
-def _lower_while(low: Lowering, op: Op, ins: Structured) -> None:
+def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    for v in op.outputs:
+        low.own(v)
+
+
+def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     n_state = len(op.inputs)
     for v in op.outputs[:n_state]:
         low.own(v)
@@ -83,7 +61,7 @@ def _lower_while(low: Lowering, op: Op, ins: Structured) -> None:
 
 # ---- rendering ---------------------------------------------------------------------------
 def render_structured(r, ins: Structured) -> None:
-    {"for": _render_for, "if": _render_if, "while": _render_while}[ins.op.prim](r, ins)
+    STRUCTURED[ins.op.prim].extra["native"][1](r, ins)
 
 
 def _render_for(r, ins: Structured) -> None:
@@ -208,3 +186,8 @@ def _render_while(r, ins: Structured) -> None:
         trip_dim = v.type.shape[0]
         r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
         r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(k, r.ctype(v))};")
+
+
+STRUCTURED["for"].extra["native"] = (_lower_for, _render_for)
+STRUCTURED["if"].extra["native"] = (_lower_if, _render_if)
+STRUCTURED["while"].extra["native"] = (_lower_while, _render_while)

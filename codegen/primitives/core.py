@@ -14,6 +14,9 @@ An entry declares a primitive once:
 - `random`: draws from the RNG (never recomputed, merged or folded),
 - `keeps_uniform`: a first operand holding one number everywhere gives a result holding
   that same number (reshape, broadcast_to, ...), which simplification can see through,
+- `integer_bounds(op, size) -> [(input, lo, hi)]`: the half-open ranges integer inputs
+  must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
+  draw valid inputs from them,
 - `extra`: hooks of later stages (emission).
 """
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Primitive:
     expand: Callable | None = None
     random: bool = False
     keeps_uniform: bool = False
+    integer_bounds: Callable | None = None
 
     def infer(self, types: list[TensorType], attrs: dict) -> list[TensorType]:
         if self.arity is not None and len(types) != self.arity:

@@ -20,6 +20,11 @@ def attach_lowering(name: str, *hook) -> None:
     TABLE[name].extra["lower"] = hook
 
 
+def is_view(name: str) -> bool:
+    """Whether a primitive only re-addresses its first input's elements."""
+    return TABLE[name].extra["lower"][0] == "view"
+
+
 def ctype_of(op, r, i=None):
     """The C++ type of output 0 (or of input i)."""
     v = op.outputs[0] if i is None else op.inputs[i]

@@ -44,7 +44,15 @@ def _cross_entropy_grad(b, op, cts):
     return [b.mul(diff, b.mul(weight, g)), None] + [None] * len(rest)
 
 
-@primitive("cross_entropy", None, grad=_cross_entropy_grad, ref=_cross_entropy_ref)
+def _cross_entropy_bounds(op, size) -> list:
+    """Targets index the classes; lengths lie in [1, T]."""
+    logits, targets, *lengths = op.inputs
+    return [(targets, 0, size(logits.type.shape[-1]))] + [
+        (n, 1, size(targets.type.shape[0]) + 1) for n in lengths]
+
+
+@primitive("cross_entropy", None, grad=_cross_entropy_grad, ref=_cross_entropy_ref,
+           integer_bounds=_cross_entropy_bounds)
 def _cross_entropy(types, attrs):
     logits, targets, *rest = types
     need(logits.is_float, f"`cross_entropy` needs float logits, got {logits}")

@@ -118,7 +118,12 @@ def _index_grad(b, op, cts):
     return [b.unindex(cts[0], i, n=x.type.shape[0]), None]
 
 
-@primitive("index", 2, grad=_index_grad, keeps_uniform=True,
+def _indexes_rows(op, size) -> list:
+    """The index input picks rows of the first input."""
+    return [(op.inputs[1], 0, size(op.inputs[0].type.shape[0]))]
+
+
+@primitive("index", 2, grad=_index_grad, keeps_uniform=True, integer_bounds=_indexes_rows,
            ref=lambda ctx, attrs, x, i: x[int(i)])
 def _index(types, attrs):
     x, t = types
@@ -149,7 +154,7 @@ def _gather_grad(b, op, cts):
     return [b.scatter_add(cts[0], ids, n=table.type.shape[0]), None]
 
 
-@primitive("gather", 2, grad=_gather_grad, keeps_uniform=True,
+@primitive("gather", 2, grad=_gather_grad, keeps_uniform=True, integer_bounds=_indexes_rows,
            ref=lambda ctx, attrs, table, ids: np.take(table, ids, axis=0))
 def _gather(types, attrs):
     table, ids = types

@@ -26,7 +26,8 @@ def _one_hot_ref(ctx, attrs, ids):
     return (ids[..., None] == np.arange(ctx.dim(attrs["n"]))).astype(ctx.np_dtype(attrs["dtype"]))
 
 
-@primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref)
+@primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref,
+           integer_bounds=lambda op, size: [(op.inputs[0], 0, op.attrs["n"])])
 def _one_hot(types, attrs):
     ids, = types
     need(ids.dtype == "i32", f"`one_hot` needs i32 indices, got {ids}")

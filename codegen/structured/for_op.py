@@ -1,0 +1,216 @@
+"""`for`: a loop over the leading dim of its sequences, carrying states; yields are
+stacked in time order. With lengths (i32[B]) row b runs only its steps t < L[b]
+(reversed: from L[b]-1 down to 0, like a packed bidirectional RNN); in other steps the
+body sees zeros in that row, its state is kept and its yields are zeros. Before
+autodiff, lengths and checkpoints are rewritten away (see `_rewrite`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..builder import Builder
+from ..ir import Block, Op, Value, for_layout, rename
+from ..shapes import Dim, TensorType
+from ..regions import RECOMPUTE, STORE, differentiate_block
+from ..structured_grad import add_tapes, captured_floats, loop_backward
+from .table import REQUIRED, StructuredOp, need, register, trim_outputs
+
+BOOL = TensorType("bool", ())
+
+
+def _types(values: list[Value]) -> list[TensorType]:
+    return [v.type for v in values]
+
+
+def _verify(op: Op) -> None:
+    a = op.attrs
+    n_seq, n_state = a["n_seq"], a["n_state"]
+    need(len(op.blocks) == 1 and n_seq >= 1, "a for has one block and a sequence")
+    need(len(op.inputs) == n_seq + n_state + a["has_lengths"],
+         "for inputs are sequences, states [and lengths]")
+    seqs, states = op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state]
+    steps = seqs[0].type.shape[0] if seqs[0].type.rank else None
+    need(all(s.type.rank >= 1 and s.type.shape[0] == steps for s in seqs),
+         "for sequences share their leading dim")
+    if a["has_lengths"]:
+        need(seqs[0].type.rank >= 2 and op.inputs[-1].type == TensorType(
+            "i32", seqs[0].type.shape[1:2]), "for lengths are i32[B]")
+    body = op.blocks[0]
+    slices = [s.type.with_shape(s.type.shape[1:]) for s in seqs]
+    need(_types(body.args) == slices + _types(states),
+         "for body args are the step slices, then the states")
+    need(_types(body.results[:n_state]) == _types(states),
+         "for body results start with the new states")
+    yields = body.results[n_state:]
+    stacked = [y.type.with_shape((steps,) + y.type.shape) for y in yields]
+    need(_types(op.outputs) == _types(states) + stacked,
+         "for outputs are the final states, then the stacked yields")
+    need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
+
+
+# ---- reference semantics -----------------------------------------------------------------
+def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
+    a = op.attrs
+    n_seq, n_state = a["n_seq"], a["n_state"]
+    seqs, states = args[:n_seq], args[n_seq:n_seq + n_state]
+    lengths = args[-1] if a["has_lengths"] else None
+    body = op.blocks[0]
+    steps = seqs[0].shape[0]
+    stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
+    batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
+    if lengths is not None:
+        check_lengths(lengths, steps, op.inputs[-1].hint)
+    for i in range(steps):
+        if lengths is None:
+            t = steps - 1 - i if a["reversed"] else i
+            out = interp.block(body, [s[t] for s in seqs] + states)
+            states = out[:n_state]
+            for stack, y in zip(stacks, out[n_state:]):
+                stack[t] = y
+            continue
+        # rows run their own steps: row b is at t = L[b]-1-i (reversed) or i while i < L[b]
+        valid = i < lengths
+        t = np.where(valid, lengths - 1 - i if a["reversed"] else i, 0)
+        slices = [np.where(_rows(valid, s.ndim - 1), s[t, batch], 0) for s in seqs]
+        out = interp.block(body, slices + states)
+        states = [np.where(_rows(valid, new.ndim), new, old)
+                  for new, old in zip(out[:n_state], states)]
+        for stack, y in zip(stacks, out[n_state:]):
+            stack[t[valid], batch[valid]] = y[valid]
+    return states + stacks
+
+
+def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-row mask [B] shaped to broadcast against a [B, ...] array."""
+    return mask.reshape(mask.shape + (1,) * (ndim - 1))
+
+
+def check_lengths(lengths: np.ndarray, steps: int, name: str) -> None:
+    """Sequence lengths must lie in [0, T]: a ValueError naming the first one that does
+    not (native code raises the same)."""
+    bad = np.flatnonzero((lengths < 0) | (lengths > steps))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"{name or 'lengths'}[{b}] = {int(lengths[b])} is outside [0, {steps}]"
+                         f" (the sequence length)")
+
+
+# ---- gradient ----------------------------------------------------------------------------
+def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
+    seqs, states, _ = for_layout(op)
+    body = op.blocks[0]
+    captured = captured_floats(op.blocks, active)
+    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
+    policy = RECOMPUTE if op.attrs.get("recompute") else STORE
+    g = differentiate_block(body, with_ct, captured, policy, backprop)
+    steps = seqs[0].type.shape[0]
+    in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,
+                                    lambda values: add_tapes(op, body, values, steps),
+                                    not op.attrs["reversed"])
+    return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
+
+
+# ---- rewrites before autodiff ------------------------------------------------------------
+def _rewrite(op: Op):
+    """- with lengths: a plain `for` over the sequences in step order (seq_order), with
+      a mask sequence: in masked steps `where` keeps the state and yields zeros. Masked
+      steps then need no rule of their own: the gradient of `where` passes the state's
+      cotangent through them unchanged, and their yields get none;
+    - with `checkpoint = k`: a `for` over ceil(T/k) segments whose body runs a `for`
+      over the k steps of one segment (padding steps masked), both marked `recompute`:
+      the backward keeps the state at each segment start only, and re-runs one segment
+      at a time (memory O(T/k + k))."""
+    if op.attrs["has_lengths"]:
+        return _lower_lengths
+    if op.attrs.get("checkpoint"):
+        return _nest_checkpoint
+    return None
+
+
+def _masked_results(block: Block, n_state: int, keep: Value, states: list[Value]) -> None:
+    """End `block` with: new state where `keep`, else the old; yields where `keep`, else
+    zeros. `keep` is bool[B] (one flag per row) or a bool scalar."""
+    b = Builder(block)
+    flags: dict[int, Value] = {}
+
+    def row_flags(rank: int) -> Value:
+        if keep.type.rank == 0 or rank <= 1:
+            return keep
+        if rank not in flags:
+            shape = keep.type.shape + (Dim.of(1),) * (rank - 1)
+            flags[rank] = b.reshape(keep, shape=shape)
+        return flags[rank]
+    results = []
+    for i, r in enumerate(block.results):
+        other = states[i] if i < n_state else b.const(0, r.type.dtype)
+        results.append(b.where(row_flags(r.type.rank), r, other))
+    block.results = results
+
+
+def _lower_lengths(b: Builder, op: Op) -> None:
+    seqs, states, lengths = for_layout(op)
+    n_seq, n_state = len(seqs), len(states)
+    body = op.blocks[0]
+    rev = op.attrs["reversed"]
+    ordered = [b.seq_order(x, lengths, reversed=rev) for x in seqs]
+    mask = b.seq_mask(seqs[0], lengths)
+    keep = Value(mask.type.with_shape(mask.type.shape[1:]), "keep")
+    state_args = body.args[n_seq:]
+    body.args = body.args[:n_seq] + [keep] + state_args
+    _masked_results(body, n_state, keep, state_args)
+    yields = op.outputs[n_state:]
+    # reversed: yields come out in step order and go back to time order
+    stepped = [Value(y.type, y.hint) for y in yields] if rev else yields
+    attrs = {**op.attrs, "n_seq": n_seq + 1, "has_lengths": False, "reversed": False}
+    b.block.ops.append(Op("for", ordered + [mask] + states, op.outputs[:n_state] + stepped,
+                          attrs, [body], op.loc))
+    if rev:
+        start = len(b.block.ops)
+        timed = [b.seq_order(y, lengths, reversed=True) for y in stepped]
+        rename(b.block.ops[start:], timed, yields)
+
+
+def _nest_checkpoint(b: Builder, op: Op) -> None:
+    seqs, states, _ = for_layout(op)
+    n_seq, n_state = len(seqs), len(states)
+    k = op.attrs["checkpoint"]
+    body = op.blocks[0]
+    segments = [b.segment(x, k=k) for x in seqs + [b.seq_mask(seqs[0])]]
+    real = Value(BOOL, "real")  # false in the padding steps of the last segment
+    state_args = body.args[n_seq:]
+    body.args = body.args[:n_seq] + [real] + state_args
+    _masked_results(body, n_state, real, state_args)
+    attrs = {**op.attrs, "n_seq": n_seq + 1, "checkpoint": 0, "recompute": True}
+
+    outer = Block([Value(s.type.with_shape(s.type.shape[1:]), "segment") for s in segments]
+                  + [Value(s.type, s.hint) for s in states])
+    yields = body.results[n_state:]
+    inner_out = [Value(s.type, s.hint) for s in states] + [
+        Value(y.type.with_shape((Dim.of(k),) + y.type.shape), y.hint) for y in yields]
+    outer.ops.append(Op("for", outer.args, inner_out, dict(attrs), [body], op.loc))
+    outer.results = inner_out
+
+    stacked = [Value(y.type.with_shape((segments[0].type.shape[0],) + y.type.shape), y.hint)
+               for y in inner_out[n_state:]]
+    b.block.ops.append(Op("for", segments + states, op.outputs[:n_state] + stacked, attrs,
+                          [outer], op.loc))
+    start = len(b.block.ops)
+    whole = [b.unsegment(s, seqs[0]) for s in stacked]
+    rename(b.block.ops[start:], whole, op.outputs[n_state:])
+
+
+def _integer_bounds(op: Op, size) -> list:
+    """Lengths lie in [1, T] (a zero length is valid, but tells a gradient check
+    nothing)."""
+    if not op.attrs["has_lengths"]:
+        return []
+    return [(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)]
+
+
+FOR = register(StructuredOp(
+    "for",
+    attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
+           "has_lengths": (bool, REQUIRED), "recompute": (bool, False),
+           "checkpoint": (int, 0), "n_tape": (int, 0)},
+    blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
+    trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
+    rewrite=_rewrite, integer_bounds=_integer_bounds))
