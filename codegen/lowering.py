@@ -1,10 +1,10 @@
-"""Forward rewrites that put a graph in the form autodiff handles, each preserving what
-the graph computes:
+"""Forward rewrites that put a graph in the form autodiff (or a backend) handles, each
+preserving what the graph computes:
 
-- a primitive with a decomposition (dropout -> x * dropout_mask) is expanded, so that
-  the random mask becomes a value the backward pass can keep;
-- a structured op rewrites itself where its entry says so (a `for` with lengths or a
-  checkpoint becomes plain loops: codegen/structured/for_op.py).
+- for autodiff, a primitive with a decomposition (dropout -> x * dropout_mask) is
+  expanded, so that the random mask becomes a value the backward pass can keep;
+- a structured op rewrites itself where its entry says so (a `for` with lengths, and for
+  autodiff one with a checkpoint, becomes plain loops: codegen/structured/for_op.py).
 """
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from .primitives import TABLE
 from .structured import STRUCTURED
 
 
-def prepare(block: Block) -> None:
-    """Rewrite `block` (and the blocks inside it) in place; idempotent."""
+def prepare(block: Block, autodiff: bool = True) -> None:
+    """Rewrite `block` (and the blocks inside it) in place for autodiff, or (`autodiff`
+    false) only as far as every backend needs; idempotent."""
     number_random_ops(block)
-    _rewrite(block)
+    _rewrite(block, autodiff)
 
 
 def number_random_ops(block: Block) -> None:
@@ -31,26 +32,28 @@ def number_random_ops(block: Block) -> None:
             rank += 1
 
 
-def _rewrite(block: Block) -> None:
-    block.ops = _lowered(block.ops)
+def _rewrite(block: Block, autodiff: bool) -> None:
+    block.ops = _lowered(block.ops, autodiff)
 
 
-def _lowered(ops: list[Op]) -> list[Op]:
+def _lowered(ops: list[Op], autodiff: bool) -> list[Op]:
     """The ops with every rewrite applied, to what the rewrites make too (a loop with
     lengths and a checkpoint is lowered twice)."""
     out: list[Op] = []
     for op in ops:
         for sub in op.blocks:
-            _rewrite(sub)
+            _rewrite(sub, autodiff)
         prim, entry = TABLE.get(op.prim), STRUCTURED.get(op.prim)
-        rule = _expand if prim is not None and prim.expand is not None else \
-            entry.rewrite(op) if entry is not None else None
+        if prim is not None:
+            rule = _expand if autodiff and prim.expand is not None else None
+        else:
+            rule = entry.rewrite(op, autodiff)
         if rule is None:
             out.append(op)
             continue
         made = Block()
         rule(Builder(made, op.loc), op)
-        out += _lowered(made.ops)
+        out += _lowered(made.ops, autodiff)
     return out
 
 

@@ -2,6 +2,7 @@
 gradcheck`, `codegen.load`):
 
     check          .mdl file -> checked forward graphs      dsl.check_file
+    prepare        loops with lengths -> plain loops        lowering.prepare
     differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
                                                             passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
@@ -31,7 +32,8 @@ from .autodiff import grad_graph
 from .backend.module import generate
 from .backend.targets import TARGETS
 from .build import EXT_SUFFIX, build_extension, cache_dir, digest, environment_key
-from .ir import Graph
+from .ir import Graph, clone_graph
+from .lowering import prepare
 from .passes import optimize
 from .paths import PACKAGE, TEMPLATES_DIR
 
@@ -84,13 +86,22 @@ def differentiate(graph: Graph) -> Graph:
     return joint
 
 
+def for_backends(graph: Graph) -> Graph:
+    """A copy of the forward graph prepared for a backend (loops with lengths lowered to
+    plain ones); `graph` stays as checked."""
+    ready = clone_graph(graph)
+    prepare(ready.body, autodiff=False)
+    return ready
+
+
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
     if options.target not in TARGETS:
         raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
     models = check(path, options)
-    pairs = [(g, differentiate(g) if g.loss is not None else None) for g in models]
+    pairs = [(for_backends(g), differentiate(g) if g.loss is not None else None)
+             for g in models]
     return models, generate(pairs, module_name, options.dtype, TARGETS[options.target],
                             options.specialize)
 

@@ -69,9 +69,6 @@ class CpuTarget(Target):
     def fill(self, dst: str, count: str, value: str) -> str:
         return f"mdl::fill({dst}, {count}, {value});"
 
-    def check_lengths(self, lengths: str, batch: str, steps: str, name: str) -> str:
-        return f"mdl::check_lengths({lengths}, {batch}, {steps}, {name});"
-
     def tape_clear(self, k: int) -> str:
         return f"m.tapes[{k}].clear();"
 

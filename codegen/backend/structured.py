@@ -2,42 +2,34 @@
 
 Loop state lives in the op's own outputs (the state buffers): the body reads them
 through its state args and the final state needs no copy. Per-step slices of a sequence
-are views at offset t; yields are copied into the stacked output at their step. With
-`lengths`, rows past their length keep their state and yield zeros (reversed: row b runs
-from L[b]-1 down to 0, reading and writing its own steps). A `while` pushes its tape
-values every trip onto growable tapes and records its trip count in the model.
+are views at offset t; yields are copied into the stacked output at their step. Loops
+with lengths never get here: the pipeline rewrites them into plain loops over
+sequences in step order with a mask (codegen/structured/for_op.py), the one
+implementation of lengths besides the reference's. A `while` pushes its tape values
+every trip onto growable tapes and records its trip count in the model.
 
 Each op's lowering and rendering are attached to its entry in the table of structured
 ops as `extra["native"] = (lower, render)`; the renderer's target writes every
 machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
-import json
-
-from ..ir import Op, Value
+from ..ir import IRError, Op
 from ..shapes import Dim, numel
 from ..structured import STRUCTURED
 from .lower import Layout, Lowering, Structured
 
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    if op.attrs["has_lengths"]:  # the pipeline lowers lengths (codegen/structured/for_op.py)
+        raise IRError("a for with lengths reached the backend; lowering.prepare rewrites it")
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     body = op.blocks[0]
     for v in op.outputs:
         low.own(v)
-    if op.attrs["has_lengths"]:
-        lengths = low.contiguous(op.inputs[-1], out)
-        ins.extra["lengths"] = lengths
-    gather = op.attrs["has_lengths"]
-    seqs = [low.contiguous(x, out) if gather else x for x in op.inputs[:n_seq]]
-    ins.extra["seqs"] = seqs
-    for arg, seq in zip(body.args[:n_seq], seqs):
-        if gather:  # rows read their own step (zeros once past their length): copied
-            low.own(arg)
-        else:
-            strides = low.layouts[seq.id].strides
-            low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
-                                         strides[1:])
+    for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
+        strides = low.layouts[seq.id].strides
+        low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
+                                     strides[1:])
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
         low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
 
@@ -72,71 +64,21 @@ def _render_for(r, ins: Structured) -> None:
         r.define_owned(v)
     for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
         r.assign(state, init)
-    seqs, body = ins.extra["seqs"], op.blocks[0]
-    steps = r.dim(seqs[0].type.shape[0])
-    lengths = ins.extra.get("lengths")
-    rev = op.attrs["reversed"]
+    body = op.blocks[0]
+    steps = r.dim(op.inputs[0].type.shape[0])
     s, t = r.fresh("s"), ins.extra["step"]
-    tg = r.target
-    if lengths is not None:
-        name = json.dumps(op.inputs[-1].hint or "lengths")  # a C string literal, escaped
-        r.emit(tg.check_lengths(r.ptr(lengths), r.dim(lengths.type.shape[0]), steps, name))
-    if lengths is not None and rev:
-        for v in stacked:  # rows shorter than T never write their tail
-            r.emit(tg.fill(r.ptr(v), r.dim(numel(v.type.shape)), f"{r.ctype(v)}(0)"))
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
-    r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if rev else s};")
+    r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
     r.emit(f"(void){t};")
     for arg in body.args:
-        if r.layout(arg).base is not None:
-            r.view(arg)
-    if lengths is not None:
-        for arg, seq in zip(body.args[:n_seq], seqs):
-            r.define_owned(arg)
-            _rows(r, lengths, s, arg, seq, "gather_rev" if rev else "gather")
+        r.view(arg)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
     for state, new in zip(states, results[:n_state]):
-        if lengths is None:
-            r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
-        else:
-            _rows(r, lengths, s if rev else t, state, new, "state")
+        r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     for out, y in zip(stacked, results[n_state:]):
-        if lengths is None:
-            size = r.dim(numel(y.type.shape))
-            r.emit(tg.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
-        else:
-            _rows(r, lengths, s if rev else t, out, y, "yield_rev" if rev else "yield")
-    r.close()
-
-
-def _rows(r, lengths: Value, step: str, dst: Value, src: Value, mode: str) -> None:
-    """Row-wise work under `lengths`: row b is active at this step when step < L[b]."""
-    if mode.startswith("gather"):  # dst[b] = src[t, b], t = step or L[b]-1-step; else 0
-        batch, row_shape = dst.type.shape[0], dst.type.shape[1:]
-    else:
-        batch, row_shape = src.type.shape[0], src.type.shape[1:]
-    row = r.dim(numel(row_shape))
-    b = r.fresh("b")
-    copy, fill = r.target.copy, r.target.fill
-    zero = f"{r.ctype(dst)}(0)"
-    r.open(f"for (int64_t {b} = 0; {b} < {r.dim(batch)}; ++{b})")
-    r.emit(f"const bool active = {step} < {r.ptr(lengths)}[{b}];")
-    if mode.startswith("gather"):
-        lay = r.layout(src)
-        when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "gather_rev" else step
-        src_row = (f"{r.ptr(src)} + {when} * {r.dim(lay.strides[0])} + {b} * "
-                   f"{r.dim(lay.strides[1])}")
-        r.emit(f"if (active) {copy(f'{r.ptr(dst)} + {b} * {row}', src_row, row)} "
-               f"else {fill(f'{r.ptr(dst)} + {b} * {row}', row, zero)}")
-    elif mode == "state":
-        r.emit(f"if (active) {copy(f'{r.ptr(dst)} + {b} * {row}', f'{r.ptr(src)} + {b} * {row}', row)}")
-    else:
-        plane = r.dim(numel(dst.type.shape[1:]))
-        when = f"({r.ptr(lengths)}[{b}] - 1 - {step})" if mode == "yield_rev" else step
-        target = f"{r.ptr(dst)} + {when} * {plane} + {b} * {row}"
-        write = f"if (active) {copy(target, f'{r.ptr(src)} + {b} * {row}', row)}"
-        r.emit(write if mode == "yield_rev" else f"{write} else {fill(target, row, zero)}")
+        size = r.dim(numel(y.type.shape))
+        r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
     r.close()
 
 

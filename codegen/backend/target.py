@@ -57,10 +57,6 @@ class Target(abc.ABC):
         """A statement setting `count` contiguous elements to `value`."""
 
     @abc.abstractmethod
-    def check_lengths(self, lengths: str, batch: str, steps: str, name: str) -> str:
-        """A statement raising ValueError unless every lengths[b] is in [0, steps]."""
-
-    @abc.abstractmethod
     def tape_clear(self, k: int) -> str:
         """A statement emptying tape k (a while loop's pushes) before the loop runs."""
 

@@ -6,6 +6,8 @@ contiguous copies of `op.inputs`.
 """
 from __future__ import annotations
 
+import json
+
 from ..shapes import Dim, contiguous_strides, numel
 from .core import TABLE
 from .lowering import ctype_of, matrix_order, offset_expr
@@ -19,18 +21,19 @@ def _shape(r, shape) -> str:
     return "{" + ", ".join(r.dim(d) for d in shape) + "}" if shape else "{int64_t(1)}"
 
 
-def _reduce(kind: int):
+def _reduce(kind: str):
     def lines(r, op, inputs, ins, outs):
         x = inputs[0]
         mask = sum(1 << a for a in op.attrs["axes"])
         rank = max(1, x.type.rank)
         return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
-                f"mdl::reduce({kind}, {ins[0]}, sh, {rank}, {mask}u, {outs[0]}); }}"]
+                f"mdl::reduce(mdl::Reduction::{kind}, {ins[0]}, sh, {rank}, {mask}u, "
+                f"{outs[0]}); }}"]
     return lines
 
 
-for _k, _name in enumerate(("sum", "max", "mean", "logsumexp")):
-    attach_cpu(_name, _reduce(_k))
+for _name, _kind in (("sum", "Sum"), ("max", "Max"), ("mean", "Mean"), ("logsumexp", "LogSumExp")):
+    attach_cpu(_name, _reduce(_kind))
 
 
 def _sum_to(r, op, inputs, ins, outs):
@@ -40,7 +43,8 @@ def _sum_to(r, op, inputs, ins, outs):
         1 << (lead + i) for i, d in enumerate(shape)
         if d == Dim.of(1) and x.type.shape[lead + i] != Dim.of(1))
     return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
-            f"mdl::reduce(0, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, {outs[0]}); }}"]
+            f"mdl::reduce(mdl::Reduction::Sum, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, "
+            f"{outs[0]}); }}"]
 
 
 attach_cpu("sum_to", _sum_to)
@@ -164,9 +168,10 @@ attach_cpu("stack", _concat_like(True))
 
 def _seq_order(r, op, inputs, ins, outs):
     x = inputs[0]
+    name = json.dumps(op.inputs[1].hint or "lengths")  # a C string literal, escaped
     return [f"mdl::seq_order({'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
             f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
-            f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]});"]
+            f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]}, {name});"]
 
 
 attach_cpu("seq_order", _seq_order)

@@ -1,8 +1,9 @@
 """`for`: a loop over the leading dim of its sequences, carrying states; yields are
 stacked in time order. With lengths (i32[B]) row b runs only its steps t < L[b]
 (reversed: from L[b]-1 down to 0, like a packed bidirectional RNN); in other steps the
-body sees zeros in that row, its state is kept and its yields are zeros. Before
-autodiff, lengths and checkpoints are rewritten away (see `_rewrite`)."""
+body sees zeros in that row, its state is kept and its yields are zeros. Lengths are
+rewritten away for every consumer but the reference (autodiff and every backend see
+plain loops), checkpoints before autodiff (see `_rewrite`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -109,19 +110,20 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
 
 
-# ---- rewrites before autodiff ------------------------------------------------------------
-def _rewrite(op: Op):
+# ---- rewrites ------------------------------------------------------------------------------
+def _rewrite(op: Op, autodiff: bool):
     """- with lengths: a plain `for` over the sequences in step order (seq_order), with
       a mask sequence: in masked steps `where` keeps the state and yields zeros. Masked
       steps then need no rule of their own: the gradient of `where` passes the state's
-      cotangent through them unchanged, and their yields get none;
-    - with `checkpoint = k`: a `for` over ceil(T/k) segments whose body runs a `for`
-      over the k steps of one segment (padding steps masked), both marked `recompute`:
-      the backward keeps the state at each segment start only, and re-runs one segment
-      at a time (memory O(T/k + k))."""
+      cotangent through them unchanged, and their yields get none; a backend needs no
+      row-by-row code of its own (one implementation of lengths besides the reference);
+    - with `checkpoint = k`, for autodiff: a `for` over ceil(T/k) segments whose body
+      runs a `for` over the k steps of one segment (padding steps masked), both marked
+      `recompute`: the backward keeps the state at each segment start only, and re-runs
+      one segment at a time (memory O(T/k + k)). Inference needs no checkpoint."""
     if op.attrs["has_lengths"]:
         return _lower_lengths
-    if op.attrs.get("checkpoint"):
+    if op.attrs.get("checkpoint") and autodiff:
         return _nest_checkpoint
     return None
 

@@ -10,8 +10,10 @@ blocks (codegen/ir.py has the conventions); its entry declares, once:
 - `grad(b, op, cts, active, backprop) -> (input cotangents, [(captured, cotangent)])`:
   its gradient rule, as IR, given the generic walk `backprop` for its blocks;
 - `trim(op, live)`: drop outputs nobody reads (and what only they needed);
-- `rewrite(op) -> rule or None`: a rewrite before autodiff (codegen/lowering.py), as
-  `rule(b, op)` emitting the replacement with the builder `b`;
+- `rewrite(op, autodiff) -> rule or None`: a rewrite into simpler ops
+  (codegen/lowering.py), as `rule(b, op)` emitting the replacement with the builder `b`;
+  `autodiff` says whether the graph is prepared for differentiation or only for a
+  backend;
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the ranges its integer inputs must lie
   in (gradcheck draws valid inputs from them);
 - `extra`: hooks of later stages (the native backend's lowering and rendering).
@@ -47,7 +49,7 @@ class StructuredOp:
     reference: Callable
     grad: Callable
     trim: Callable[[Op, set[int]], None]
-    rewrite: Callable[[Op], Callable | None] = lambda op: None
+    rewrite: Callable[[Op, bool], Callable | None] = lambda op, autodiff: None
     integer_bounds: Callable | None = None
     extra: dict = field(default_factory=dict)
 

@@ -44,8 +44,11 @@ void copy(T* out, const T* in, int64_t n) {
 
 // Reduce the axes set in `mask`: kind 0 sum, 1 max, 2 mean, 3 logsumexp. `out` has the
 // input's shape with the reduced axes removed (or kept as 1: the layout is the same).
+// What `reduce` computes; generated code names the member (primitives/cpu.py).
+enum class Reduction { Sum, Max, Mean, LogSumExp };
+
 template <class T>
-void reduce(int kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
+void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t ostride[kMaxRank], stride = 1, count = 1;
   for (int i = rank - 1; i >= 0; --i) {
     bool reduced = (mask >> i) & 1;
@@ -54,7 +57,8 @@ void reduce(int kind, const T* x, const int64_t* shape, int rank, uint32_t mask,
   }
   int64_t nout = stride, n = numel(shape, rank);
   const T lowest = -std::numeric_limits<T>::infinity();
-  std::fill(out, out + nout, kind == 1 || kind == 3 ? lowest : T(0));
+  bool maximum = kind == Reduction::Max || kind == Reduction::LogSumExp;
+  std::fill(out, out + nout, maximum ? lowest : T(0));
   auto visit = [&](auto&& f) {
     int64_t idx[kMaxRank] = {0}, o = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -67,10 +71,10 @@ void reduce(int kind, const T* x, const int64_t* shape, int rank, uint32_t mask,
       }
     }
   };
-  if (kind == 0 || kind == 2) {
+  if (kind == Reduction::Sum || kind == Reduction::Mean) {
     visit([](T& acc, T v) { acc += v; });
-    if (kind == 2) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
-  } else if (kind == 1) {
+    if (kind == Reduction::Mean) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
+  } else if (kind == Reduction::Max) {
     visit([](T& acc, T v) { acc = std::max(acc, v); });
   } else {  // logsumexp: the maxima first, kept in a reused scratch buffer
     visit([](T& acc, T v) { acc = std::max(acc, v); });
@@ -187,8 +191,8 @@ void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count
 // t = L[b]-1-i (reversed) or t = i, for i < L[b]; zeros after.
 template <class T>
 void seq_order(bool reversed, const T* x, const int32_t* lengths, int64_t steps, int64_t batch,
-               int64_t row, T* out) {
-  check_lengths(lengths, batch, steps, "lengths");
+               int64_t row, T* out, const char* name) {
+  check_lengths(lengths, batch, steps, name);
   for (int64_t i = 0; i < steps; ++i)
     for (int64_t b = 0; b < batch; ++b) {
       T* dst = out + (i * batch + b) * row;

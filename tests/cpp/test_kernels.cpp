@@ -14,15 +14,15 @@ void reductions_over_each_axis_set() {
   std::vector<double> x(24);
   for (int i = 0; i < 24; ++i) x[i] = i;
   std::vector<double> out(24);
-  mdl::reduce(0, x.data(), shape, 3, 0b010, out.data());  // sum over the middle axis
+  mdl::reduce(mdl::Reduction::Sum, x.data(), shape, 3, 0b010, out.data());  // sum over the middle axis
   CHECK(out[0] == 0 + 4 + 8 && out[7] == 15 + 19 + 23);
-  mdl::reduce(1, x.data(), shape, 3, 0b101, out.data());  // max over the outer axes
+  mdl::reduce(mdl::Reduction::Max, x.data(), shape, 3, 0b101, out.data());  // max over the outer axes
   CHECK(out[0] == 15 && out[2] == 23);
-  mdl::reduce(2, x.data(), shape, 3, 0b111, out.data());  // mean of everything
+  mdl::reduce(mdl::Reduction::Mean, x.data(), shape, 3, 0b111, out.data());  // mean of everything
   CHECK(out[0] == 11.5);
   std::vector<double> big = {1000, 1000};  // logsumexp stays finite where exp overflows
   const int64_t pair[1] = {2};
-  mdl::reduce(3, big.data(), pair, 1, 0b1, out.data());
+  mdl::reduce(mdl::Reduction::LogSumExp, big.data(), pair, 1, 0b1, out.data());
   CHECK_NEAR(out[0], 1000 + std::log(2.0), 1e-12);
 }
 
