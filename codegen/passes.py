@@ -55,17 +55,15 @@ class Facts:
         op = self.producers.get(id(v))
         if op is None:
             return None
-        if op.prim == "zeros_like":
-            return 0
         prim = TABLE.get(op.prim)
-        if prim is not None and prim.keeps_uniform:
-            return self.const(op.inputs[0])
-        if op.prim == "full":
-            value = op.attrs["value"]
+        if prim is None:
+            return None
+        if prim.uniform is not None:
+            value = prim.uniform(op)
             if isinstance(value, Dim):
                 return value.value if value.is_const else None
             return value
-        return None
+        return self.const(op.inputs[0]) if prim.keeps_uniform else None
 
 
 Rewrite = Callable[[Builder, Op, Facts], list[Value] | None]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .autodiff import grad_graph
+from .dtypes import DTYPES
 from .ir import Block, Graph, Op, Value, walk_ops
 from .primitives import TABLE
 from .rng import Stream, derive
@@ -85,7 +86,8 @@ class Context:
             return default
 
     def np_dtype(self, name: str):
-        return {"f32": self.float, "f64": self.float, "i32": np.int32, "bool": np.bool_}[name]
+        dtype = DTYPES[name]  # floats: the precision this run computes in
+        return self.float if dtype.is_float else np.dtype(dtype.numpy)
 
     def rng(self, salt: int) -> Stream:
         """The random stream of one op (its salt) in this run: counter-based, the same

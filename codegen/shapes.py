@@ -13,6 +13,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
+from .dtypes import FLOATS
+
 _trip_ids = itertools.count()
 
 
@@ -203,8 +205,6 @@ def contiguous_strides(shape: Iterable[Dim]) -> tuple[Dim, ...]:
     return tuple(reversed(strides))
 
 
-FLOAT_DTYPES = ("f32", "f64")
-DTYPES = ("f32", "f64", "i32", "bool")
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ class TensorType:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype in FLOAT_DTYPES
+        return self.dtype in FLOATS
 
     def with_shape(self, shape: Iterable[Dim]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))

@@ -12,9 +12,9 @@ during the backward pass (memory O(T/k + k)).
 from __future__ import annotations
 
 from .ir import Block, Graph
+from .dtypes import DTYPES
 from .shapes import TensorType
 
-ITEMSIZE = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}
 
 
 def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
@@ -37,7 +37,7 @@ def _peak(block: Block, dims: dict[str, int]) -> int:
 
 def nbytes(t: TensorType, dims: dict[str, int]) -> int:
     """The size of one tensor of type t."""
-    size = ITEMSIZE[t.dtype]
+    size = DTYPES[t.dtype].itemsize
     for d in t.shape:
         size *= d.evaluate(dims)
     return size

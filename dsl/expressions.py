@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import operator
 
+from codegen.dtypes import DTYPES
 from codegen.ir import Value
 from codegen.shapes import Dim, DimError, TensorType
 
@@ -19,7 +20,7 @@ CONST_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": oper
              "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
              "==": operator.eq, "!=": operator.ne}
 CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
-DTYPE_NAMES = ("f32", "f64", "i32", "bool")
+DTYPE_NAMES = tuple(DTYPES)
 
 
 class Expressions:

@@ -2,20 +2,19 @@
 emitter asks the dialect; it never spells a target's syntax itself."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from ..dtypes import DTYPES
 
 
 @dataclass(frozen=True)
 class Dialect:
     name: str
-    ctypes: dict = field(default_factory=lambda: {
-        "f32": "float", "f64": "double", "i32": "int32_t", "bool": "uint8_t"})
-    restrict: str = "__restrict__"
     vectorize_hint: str = "#pragma GCC ivdep"
     math_prefix: str = "std::"
 
     def ctype(self, dtype: str) -> str:
-        return self.ctypes[dtype]
+        return DTYPES[dtype].ctype
 
     def math(self, fn: str) -> str:
         return self.math_prefix + fn

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dtypes import DTYPES
 from ..ir import Block, Graph, Value, walk_ops
 from ..shapes import TensorType, contiguous_strides, numel
 from ..templating import environment
@@ -15,7 +16,6 @@ from .lower import Layout
 from .render import Access, FunctionSpec, render_function
 from .target import Target
 
-NUMPY_NAMES = {"f32": "float32", "f64": "float64", "i32": "int32", "bool": "bool"}
 
 
 @dataclass
@@ -196,7 +196,7 @@ class ModuleGenerator:
 
 def _dtype_spec(dtype: str) -> str:
     """The runtime's `mdl::DTypeSpec` of a dtype, as a C++ initializer."""
-    np_dtype = np.dtype(NUMPY_NAMES[dtype])
+    np_dtype = np.dtype(DTYPES[dtype].numpy)
     return f'{{"{dtype}", "{np_dtype.name}", \'{np_dtype.kind}\', {np_dtype.itemsize}}}'
 
 

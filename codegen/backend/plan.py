@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..dtypes import DTYPES
 from ..ir import Value
 from ..shapes import numel
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
 
-DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "bool": 1}
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Plan:
 
 
 def size_bytes(v: Value, dims: DimNames) -> str:
-    return f"{DTYPE_BYTES[v.type.dtype]} * {dims.expr(numel(v.type.shape))}"
+    return f"{DTYPES[v.type.dtype].itemsize} * {dims.expr(numel(v.type.shape))}"
 
 
 @dataclass

@@ -14,6 +14,9 @@ An entry declares a primitive once:
 - `random`: draws from the RNG (never recomputed, merged or folded),
 - `keeps_uniform`: a first operand holding one number everywhere gives a result holding
   that same number (reshape, broadcast_to, ...), which simplification can see through,
+- `uniform(op)`: the one number every element of the result holds, known from the op
+  alone (a constant; a Dim for a size bound at run time): no memory needed, and
+  simplification sees it,
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the half-open ranges integer inputs
   must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
   draw valid inputs from them,
@@ -24,10 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..dtypes import FLOATS, NUMERIC
 from ..shapes import Dim, TensorType, broadcast_shapes
 
-NUMERIC = ("f32", "f64", "i32")
-FLOATS = ("f32", "f64")
 
 
 class ShapeError(Exception):
@@ -50,6 +52,7 @@ class Primitive:
     expand: Callable | None = None
     random: bool = False
     keeps_uniform: bool = False
+    uniform: Callable | None = None
     integer_bounds: Callable | None = None
 
     def infer(self, types: list[TensorType], attrs: dict) -> list[TensorType]:

@@ -51,7 +51,8 @@ def _broadcast_to(types, attrs):
 
 
 # ---- zeros, sums ----------------------------------------------------------------------
-@primitive("zeros_like", 1, grad=_no_grad, ref=lambda ctx, attrs, x: np.zeros_like(x))
+@primitive("zeros_like", 1, grad=_no_grad, ref=lambda ctx, attrs, x: np.zeros_like(x),
+           uniform=lambda op: 0)
 def _zeros_like(types, attrs):
     return [types[0]]
 

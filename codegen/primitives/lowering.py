@@ -61,8 +61,9 @@ attach_lowering("cast", "elementwise", lambda a, op, r: f"static_cast<{ctype_of(
 attach_lowering("add_n", "elementwise", lambda a, op, r: "(" + " + ".join(a) + ")")
 
 # ---- constants --------------------------------------------------------------------------
-attach_lowering("full", "const", lambda op: op.attrs["value"])
-attach_lowering("zeros_like", "const", lambda op: 0)
+for _name, _prim in TABLE.items():
+    if _prim.uniform is not None:
+        attach_lowering(_name, "const", _prim.uniform)
 
 
 # ---- views ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ def _full_ref(ctx, attrs):
 
 
 # `value` may be a Dim: a size (as T*B) that the run binds
-@primitive("full", 0, grad=_no_grad, ref=_full_ref)
+@primitive("full", 0, grad=_no_grad, ref=_full_ref, uniform=lambda op: op.attrs["value"])
 def _full(types, attrs):
     return [TensorType(attrs["dtype"], tuple(attrs["shape"]))]
 

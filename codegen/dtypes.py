@@ -1,0 +1,25 @@
+"""The one table of dtypes: every fact about a dtype that any stage needs (its NumPy
+dtype, its size, its C type, whether it is a float). The native runtime numbers no
+dtype: generated code hands it these facts (codegen/backend/module.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str       # mdl's: f32, f64, i32, bool
+    numpy: str      # NumPy's name
+    itemsize: int   # bytes
+    ctype: str      # the C/C++ type of an element
+    is_float: bool
+
+
+DTYPES: dict[str, DType] = {d.name: d for d in (
+    DType("f32", "float32", 4, "float", True),
+    DType("f64", "float64", 8, "double", True),
+    DType("i32", "int32", 4, "int32_t", False),
+    DType("bool", "bool", 1, "uint8_t", False),
+)}
+FLOATS = tuple(n for n, d in DTYPES.items() if d.is_float)
+NUMERIC = tuple(n for n in DTYPES if n != "bool")
