@@ -6,7 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from codegen.ir import Value
+from codegen.primitives import TABLE, ShapeError
+from codegen.shapes import TensorType
 
 from . import nodes as n
 from .diagnostics import Loc, MdlTypeError
@@ -75,20 +79,32 @@ def tensor_list(el, arg) -> list[Value]:
 
 
 # ---- elementwise ----
-CONST_FUNCTIONS = {"exp": math.exp, "log": math.log, "tanh": math.tanh, "sqrt": math.sqrt,
-                   "abs": abs, "sin": math.sin, "cos": math.cos,
-                   "sigmoid": lambda v: 1 / (1 + math.exp(-v)), "relu": lambda v: max(v, 0)}
+def fold_unary(name: str, value: Const, loc: Loc) -> Const:
+    """A compile-time scalar through a unary primitive (1.0 / sqrt(H) is a constant): the
+    primitive table's NumPy reference computes it; an integer stays one where the
+    primitive is defined on i32 and the result is whole (abs(-3) is 3)."""
+    prim = TABLE[name]
+    with np.errstate(all="ignore"):
+        result = float(prim.ref(None, {}, np.float64(value.value)))
+    if not math.isfinite(result):
+        raise MdlTypeError(f"{name}({value}) has no finite value", loc)
+    keeps_int = value.kind == "int" and result.is_integer() and _defined_on_i32(prim)
+    return Const.of(int(result) if keeps_int else result)
+
+
+def _defined_on_i32(prim) -> bool:
+    try:
+        prim.infer([TensorType("i32", ())], {})
+        return True
+    except ShapeError:
+        return False
 
 
 def _unary(name: str) -> None:
     def run(el, a, call):
         value, loc = a["x"]
         if isinstance(value, Const) and value.kind in ("int", "float"):
-            try:  # compile-time scalars fold: 1.0 / sqrt(H) is a constant
-                return Const.of(CONST_FUNCTIONS[name](value.value) if name in ("abs", "relu")
-                                else float(CONST_FUNCTIONS[name](value.value)))
-            except (ValueError, OverflowError) as exc:
-                raise MdlTypeError(f"{name}({value}) has no value: {exc}", loc) from None
+            return fold_unary(name, value, loc)
         return el.emit(name, [tensor(el, a["x"])], {}, call.loc)[0]
     builtin(name, "x")(run)
 
