@@ -3,10 +3,12 @@ here; everything else becomes IR ops through `emit`, checked by the primitive ta
 from __future__ import annotations
 
 import difflib
-import operator
+
+import numpy as np
 
 from codegen.dtypes import DTYPES
 from codegen.ir import Value
+from codegen.primitives import TABLE
 from codegen.shapes import Dim, DimError, TensorType
 
 from . import nodes as n
@@ -16,9 +18,6 @@ from .env import Cascade, Const, Poisoned, Unavailable
 BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
                 "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
                 "and": "and", "or": "or"}
-CONST_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow,
-             "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-             "==": operator.eq, "!=": operator.ne}
 CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
 DTYPE_NAMES = tuple(DTYPES)
 
@@ -159,8 +158,11 @@ class Expressions:
             exact = a.kind == b.kind == "int" and a.value % b.value == 0
             return Const(a.value // b.value, "int") if exact else Const(a.value / b.value,
                                                                           "float")
-        try:
-            value = CONST_OPS[op](a.value, b.value)
+        try:  # the primitive's NumPy reference on Python numbers: exact integers
+            with np.errstate(all="ignore"):
+                value = TABLE[BINARY_PRIMS[op]].ref(None, {}, np.asarray(a.value, dtype=object),
+                                                    np.asarray(b.value, dtype=object))
+            value = value.item() if isinstance(value, np.generic) else value
         except (OverflowError, ZeroDivisionError, ValueError) as exc:
             raise MdlTypeError(f"cannot compute {a} {op} {b} at compile time: {exc}", loc)
         if isinstance(value, complex) or (isinstance(value, int) and abs(value) > 2**62):

@@ -15,6 +15,18 @@ class CpuTarget(Target):
     name = "cpu"
     dialect = CPP
 
+    def parameter(self, offset: int) -> str:
+        return f"m.params.data() + {offset}"
+
+    def input(self, k: int, ctype: str) -> str:
+        return f"static_cast<{ctype}*>(c.inputs[{k}])"
+
+    def output(self, k: int) -> str:
+        return f"c.outputs[{k}]"
+
+    def saved(self, k: int) -> str:
+        return f"m.saved[{k}]"
+
     def function(self, r, body: list[str]) -> str:
         spec, slots = r.spec, r.plan.slots
         head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;"]

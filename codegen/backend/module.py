@@ -90,12 +90,12 @@ class ModuleGenerator:
         self.param_count = total
 
     def _param_access(self, graph: Graph) -> dict[int, Access]:
-        return {p.value.id: Access(f"m.params.data() + {self.param_offsets[name]}",
+        return {p.value.id: Access(self.target.parameter(self.param_offsets[name]),
                                    _own(p.value.type), persistent=True)
                 for name, p in graph.params.items()}
 
     def _input_access(self, graph: Graph) -> dict[int, Access]:
-        return {v.id: Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>(c.inputs[{k}])",
+        return {v.id: Access(self.target.input(k, self.d.ctype(v.type.dtype)),
                              _own(v.type), persistent=False)
                 for k, v in enumerate(graph.inputs.values())}
 
@@ -115,7 +115,7 @@ class ModuleGenerator:
         texts, names = [], {}
         infer = FunctionSpec(f"infer{suffix}", g.body,
                              {**self._param_access(g), **self._input_access(g)},
-                             [(v, f"c.outputs[{k}]") for k, v in enumerate(g.outputs.values())],
+                             [(v, self.target.output(k)) for k, v in enumerate(g.outputs.values())],
                              "arena_infer", training=False, prologue=self._prologue(fixed))
         texts.append(render_function(self.target, dims, infer, self.tapes))
         names["infer"] = infer.name
@@ -130,18 +130,19 @@ class ModuleGenerator:
         saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(wanted)
                  if vid in defined or vid in {v.id for v in j.inputs.values()}]
         self.saved_count = max(self.saved_count, len(saved))
-        results = [(v, f"c.outputs[{k}]") for k, v in enumerate(j.outputs.values())]
-        results += [(v, f"m.saved[{k}]") for k, v in enumerate(saved)]
+        results = [(v, self.target.output(k)) for k, v in enumerate(j.outputs.values())]
+        results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              "arena_fwd", training=True, prologue=self._prologue(fixed))
         texts.append(render_function(self.target, dims, train, self.tapes))
         external_b = dict(self._param_access(j))
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
-            external_b[v.id] = Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>(m.saved[{k}])",
+            external_b[v.id] = Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>"
+                                      f"({self.target.saved(k)})",
                                       lay)
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
-                                [(v, f"c.outputs[{k}]") for k, v in enumerate(grads)],
+                                [(v, self.target.output(k)) for k, v in enumerate(grads)],
                                 "arena_bwd", training=True, prologue=self._prologue(fixed))
         texts.append(render_function(self.target, dims, backward, self.tapes))
         names.update(train=train.name, backward=backward.name)

@@ -3,8 +3,9 @@ views and the memory plan are shared (lower.py, plan.py); the renderer (render.p
 structured.py) walks the lowered instructions and asks its target for every piece that
 differs between machines: the function skeleton, how a fused elementwise group becomes
 code (a loop nest on a CPU, a kernel and its launch on a GPU), how memory is copied and
-filled, how a scalar is read on the host (a branch condition), where tapes live, and
-each kernel primitive's statements. Its `Dialect` spells scalars.
+filled, where parameters, inputs, results and saved values live, how a scalar is read
+on the host (a branch condition), where tapes live, and each kernel primitive's
+statements. Its `Dialect` spells scalars.
 
 To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
 to the primitive table as `extra[<name>]` (primitives/<name>.py, as primitives/cpu.py
@@ -28,6 +29,22 @@ class Target(abc.ABC):
         """The statements of a kernel primitive on this target:
         lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]."""
         return TABLE[op.prim].extra[self.name]
+
+    @abc.abstractmethod
+    def parameter(self, offset: int) -> str:
+        """A pointer to the parameter at element `offset` of the model's parameters."""
+
+    @abc.abstractmethod
+    def input(self, k: int, ctype: str) -> str:
+        """A pointer to the call's input k."""
+
+    @abc.abstractmethod
+    def output(self, k: int) -> str:
+        """The lvalue receiving a pointer to the call's result k (an output or gradient)."""
+
+    @abc.abstractmethod
+    def saved(self, k: int) -> str:
+        """The lvalue holding value k that a training forward keeps for its backward."""
 
     @abc.abstractmethod
     def function(self, r, body: list[str]) -> str:
