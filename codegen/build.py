@@ -1,22 +1,15 @@
-"""Turn generated C++ sources into an importable Python extension, through a cache.
+"""Turn generated C++ sources into an importable Python extension, through the cache
+(codegen/cache.py).
 
 What every model shares (the Python-facing class, argument checks, arenas, the parameter
 store: cpp_runtime/src/) is compiled once per cache into an object file, the runtime; a
 model's build then compiles only the model's own code and links it with the runtime, in
-one compiler call, without CMake (docs/build.md has the measurements behind this).
-
-The cache (after PyTensor's cmodule) keeps one directory per key under `cache_dir()`. A
-key hashes everything that can change the built file: the sources, CODEGEN_VERSION, the
-runtime's sources, the flags, the compiler, Python's ABI and pybind11's version. A build
-runs in a temporary directory inside the cache and is renamed into place under a per-key
-file lock, so no process ever sees half a build; a failed build is kept as
-`failed-<key>` for inspection. See docs/build.md.
+one compiler call, without CMake (docs/build.md has the measurements behind this). A key
+hashes everything that can change the built file: the sources, CODEGEN_VERSION, the
+runtime's sources, the flags, the compiler, Python's ABI and pybind11's version.
 """
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import functools
 import hashlib
 import json
@@ -26,10 +19,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +32,7 @@ import scipy_openblas32
 from dsl.diagnostics import MdlBuildError, count
 
 from . import CODEGEN_VERSION
+from .cache import Failed, cached, digest, sha256
 from .paths import RUNTIME_DIR
 from .templating import environment
 
@@ -59,13 +52,6 @@ ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
 FIRST_ERROR = re.compile(r"error:|undefined reference")
 # Lines a compiler prints before an error to say where it was reached from.
 CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
-
-
-def cache_dir() -> Path:
-    """The cache root: `$MDL_CACHE_DIR`, else `$XDG_CACHE_HOME/mdl`, else `~/.cache/mdl`."""
-    if os.environ.get("MDL_CACHE_DIR"):
-        return Path(os.environ["MDL_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mdl"
 
 
 def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
@@ -130,7 +116,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
                    str(runtime.object), "-o", str(work / (module_name + EXT_SUFFIX)),
                    *_link_flags(sanitize)]
         _compile(work, [command], f"building {module_name}", show)
-    return _cached(digest(fields), module_name + EXT_SUFFIX, make)
+    return cached(digest(fields), module_name + EXT_SUFFIX, make)
 
 
 @dataclass(frozen=True)
@@ -157,14 +143,8 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
             [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
              "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
             "building the mdl runtime (once per cache)", progress)
-    built = _cached(digest(fields), RUNTIME_OBJECT, make)
+    built = cached(digest(fields), RUNTIME_OBJECT, make)
     return Runtime(built, built.parent / PRECOMPILED)
-
-
-class _CompileFailed(Exception):
-    def __init__(self, log: str):
-        super().__init__(log)
-        self.log = log
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:
@@ -184,18 +164,9 @@ def _blas_library() -> Path:
     return Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
 
 
-def _sha256(data: str | bytes) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
-
-
-def digest(fields: dict) -> str:
-    """The cache's one key recipe: a sha256 of the fields as sorted JSON, 32 hex digits."""
-    return _sha256(json.dumps(fields, sort_keys=True))[:32]
-
-
 def _environment() -> dict:
     """What decides every build besides its own sources and flags."""
-    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtimedigest(),
+    return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
             "compiler": _compiler(),
             "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
                        "version": list(sys.version_info[:2])},
@@ -210,7 +181,7 @@ def _key_fields(sources: Mapping[str, str], module_name: str, debug: bool,
                 sanitize: bool) -> dict:
     """What the key hashes, kept readable: it is also written to the build's key.json."""
     return {"product": "module", "module": module_name,
-            "sources": {name: _sha256(text) for name, text in sources.items()},
+            "sources": {name: sha256(text) for name, text in sources.items()},
             "runtime_key": digest(_runtime_fields(debug, sanitize)),
             "flags": compile_flags(debug, sanitize), "link": _link_flags(sanitize),
             **_environment()}
@@ -221,12 +192,12 @@ def environment_key() -> dict:
     return _environment()
 
 
-def _runtimedigest() -> str:
+def _runtime_digest() -> str:
     """Every file under cpp_runtime/, read on each call: headers change during a session."""
     h = hashlib.sha256()
     for path in sorted(p for p in RUNTIME_DIR.rglob("*") if p.is_file()):
         h.update(str(path.relative_to(RUNTIME_DIR)).encode() + b"\0")
-        h.update(_sha256(path.read_bytes()).encode())
+        h.update(sha256(path.read_bytes()).encode())
     return h.hexdigest()
 
 
@@ -248,69 +219,12 @@ def _compiler() -> dict:
     version = _output([path, "--version"])
     native = _output([path, *RELEASE_FLAGS, "-E", "-v", "-x", "c++", os.devnull, "-o",
                       os.devnull])
-    return {"path": path, "version": version.splitlines()[0], "identity": _sha256(version + native)}
+    return {"path": path, "version": version.splitlines()[0], "identity": sha256(version + native)}
 
 
 def _output(cmd: list[str]) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     return done.stdout + done.stderr
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Hold an exclusive flock on `path` (created if needed); released when the file closes,
-    also when the process dies, so a crashed build never blocks the next one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def _cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
-    """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
-    that is renamed to `final` once complete; under the key's lock, re-checked after
-    taking it, so concurrent processes build a key once. A cache directory that cannot be
-    written (read-only, full) is an MdlBuildError naming it."""
-    root = cache_dir()
-    built = root / key / product
-    if built.is_file():  # complete: a key directory only ever appears by rename
-        return built
-    try:
-        with _locked(root / "locks" / f"{key}.lock"):
-            if built.is_file():  # another process finished it while we waited
-                return built
-            _discard_leftovers(root, key)
-            work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
-            work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
-            try:
-                make(work, root / key)
-                work.rename(root / key)
-            except _CompileFailed as failed:
-                raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", failed)) from None
-            except BaseException:
-                shutil.rmtree(work, ignore_errors=True)
-                raise
-    except OSError as error:
-        raise MdlBuildError(_unusable_cache(root, error)) from None
-    return built
-
-
-def _unusable_cache(root: Path, error: OSError) -> str:
-    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-           errno.EROFS: "it is on a read-only file system",
-           errno.EACCES: "it is not writable for this user",
-           errno.EPERM: "it is not writable for this user"}.get(error.errno, error.strerror)
-    return (f"cannot use the build cache {root}: {why} ({error.filename or root}); set "
-            f"MDL_CACHE_DIR to a writable directory with free space")
-
-
-def _discard_leftovers(root: Path, key: str) -> None:
-    """Under the key's lock: temporary directories of builds that died (only the lock holder
-    builds this key), and a key directory someone emptied by hand."""
-    for stale in root.glob(f"tmp-{key}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    if (root / key).exists():
-        shutil.rmtree(root / key)
 
 
 def _compile(work: Path, commands: list[list[str]], label: str, show: bool) -> None:
@@ -328,7 +242,7 @@ def _compile(work: Path, commands: list[list[str]], label: str, show: bool) -> N
     log = "".join(f"{' '.join(p.command)}\n{p.output()}" for p in procs)
     (work / "build.log").write_text(log)
     if any(p.status for p in procs):
-        raise _CompileFailed(log)
+        raise Failed(log, _describe_failure)
 
 
 class _Process:
@@ -388,12 +302,7 @@ class _Progress:
         self.shown = text
 
 
-def _keep_failed(work: Path, kept: Path, failed: _CompileFailed) -> str:
-    """Move a failed build to `kept` (replacing an older failure) and describe it."""
-    shutil.rmtree(kept, ignore_errors=True)
-    work.rename(kept)
-    log = failed.log.replace(str(work), str(kept))  # the compiler named the temporary directory
-    (kept / "build.log").write_text(log)
+def _describe_failure(kept: Path, log: str) -> str:
     what = json.loads((kept / "key.json").read_text())
     name = f"`{what['module']}`" if "module" in what else "the mdl runtime"
     return (f"building {name} failed; the compiler said:\n{_first_errors(log)}\n"

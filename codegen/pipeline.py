@@ -31,7 +31,8 @@ from dsl.program import find_import
 from .autodiff import grad_graph
 from .backend.module import generate
 from .backend.targets import TARGETS
-from .build import EXT_SUFFIX, build_extension, cache_dir, digest, environment_key
+from .build import EXT_SUFFIX, build_extension, environment_key
+from .cache import cache_dir, digest
 from .ir import Graph, clone_graph
 from .lowering import prepare
 from .passes import optimize

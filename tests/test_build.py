@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import build
+from codegen import build, cache
 from codegen.build import EXT_SUFFIX, build_extension, cache_key, render_cmakelists
 from dsl.diagnostics import MdlBuildError
 
@@ -261,7 +261,7 @@ def test_an_unusable_cache_is_a_clear_error_naming_it(tmp_path, monkeypatch, err
 
     def refuse(*args, **kwargs):
         raise OSError(error, os.strerror(error), str(tmp_path / "cache" / "tmp-x"))
-    monkeypatch.setattr(build.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(cache.tempfile, "mkdtemp", refuse)
     with pytest.raises(MdlBuildError) as info:
         build_extension({"module.cpp": TINY + "// unusable\n"}, "tiny")
     message = str(info.value)
