@@ -108,10 +108,11 @@ def grad_graph(graph: Graph) -> Graph:
     params = {k: p.value for k, p in g.params.items() if p.trainable}
     inputs = {k: v for k, v in g.inputs.items() if v.type.is_float}
     loss = g.outputs[g.loss]
-    b = Builder(g.body)
+    prepare(g.body)
+    b = Builder(g.backward)  # the forward ends here: the backward is a block of its own
     seed = b.const(1, loss.type.dtype)
     wrt = list(params.values()) + list(inputs.values())
-    cts = vjp(g.body, [loss], [seed], wrt)
+    cts = backprop(b, list(g.body.ops), [(loss, seed)], wrt)
     cts = [ct if ct is not None else b.zeros(v.type) for v, ct in zip(wrt, cts)]
     g.param_grads = dict(zip(params, cts[:len(params)]))
     g.input_grads = dict(zip(inputs, cts[len(params):]))

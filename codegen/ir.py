@@ -114,7 +114,10 @@ class Param:
 
 @dataclass(eq=False)
 class Graph:
-    """A whole model: named inputs, parameters, a body, named outputs, the loss."""
+    """A whole model: named inputs, parameters, a body, named outputs, the loss. Autodiff
+    records where the forward pass ends: the backward pass is a block of its own, run
+    after the body and reading its values (`param_grads`, `input_grads` are defined in
+    either)."""
     name: str
     hparams: dict[str, Any]
     inputs: dict[str, Value]
@@ -125,6 +128,11 @@ class Graph:
     input_locs: dict[str, Any] = field(default_factory=dict)
     param_grads: dict[str, Value] = field(default_factory=dict)  # set by autodiff
     input_grads: dict[str, Value] = field(default_factory=dict)
+    backward: Block = field(default_factory=Block)
+
+    def blocks(self) -> tuple[Block, Block]:
+        """The forward body and the backward block, in the order they run."""
+        return self.body, self.backward
 
 
 def walk_ops(block: Block) -> Iterator[Op]:
@@ -227,12 +235,13 @@ def clone_graph(graph: Graph) -> Graph:
         params[name] = Param(p.name, mapping[id(p.value)], p.init, p.trainable,
                              p.regularizer, p.decl, list(p.uses))
     body = clone_block(graph.body, mapping)
+    backward = clone_block(graph.backward, mapping)
 
     def remap(values: dict[str, Value]) -> dict[str, Value]:
         return {k: mapping.get(id(v), v) for k, v in values.items()}
     return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
                  graph.loss, dict(graph.input_locs), remap(graph.param_grads),
-                 remap(graph.input_grads))
+                 remap(graph.input_grads), backward)
 
 
 def substitute(block: Block, mapping: dict[int, Value]) -> None:

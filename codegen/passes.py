@@ -27,12 +27,12 @@ MAX_ROUNDS = 8
 def optimize(graph: Graph, check: Callable[[Graph], None] | None = None) -> None:
     """Run every pass until the graph stops shrinking."""
     for _ in range(MAX_ROUNDS):
-        before = _count(graph.body)
+        before = sum(_count(block) for block in graph.blocks())
         for run in (fold_constants, simplify, cse, dce):
             run(graph)
             if check is not None:
                 check(graph)
-        if _count(graph.body) == before:
+        if sum(_count(block) for block in graph.blocks()) == before:
             return
 
 
@@ -73,7 +73,9 @@ def _rewrite_graph(graph: Graph, rewrite: Rewrite) -> None:
     """Offer every op to `rewrite`; where it returns values, they replace the op's
     outputs (new ops it emitted are kept in place of the op)."""
     replace: dict[int, Value] = {}
-    _rewrite_block(graph.body, rewrite, Facts(), replace)
+    facts = Facts()  # the backward sees what the forward made
+    for block in graph.blocks():
+        _rewrite_block(block, rewrite, facts, replace)
     _remap_results(graph, replace)
 
 
@@ -142,17 +144,20 @@ def cse(graph: Graph) -> None:
     """Reuse the first of several ops with equal primitive, operands and attrs; an op in a
     block may reuse one of an enclosing block."""
     replace: dict[int, Value] = {}
-    _cse_block(graph.body, {}, replace)
+    seen: dict = {}  # the backward may reuse what the forward computed
+    for block in graph.blocks():
+        _cse_block(block, seen, replace)
     _remap_results(graph, replace)
 
 
 def _cse_block(block: Block, seen: dict, replace: dict[int, Value]) -> None:
-    seen = dict(seen)
+    """CSE in `block`, which learns into `seen` (a nested block gets a copy: its values
+    are not visible after it)."""
     kept = []
     for op in block.ops:
         op.inputs = [replace.get(id(v), v) for v in op.inputs]
         for sub in op.blocks:
-            _cse_block(sub, seen, replace)
+            _cse_block(sub, dict(seen), replace)
         if op.blocks or TABLE[op.prim].random:
             kept.append(op)
             continue
@@ -177,7 +182,8 @@ def dce(graph: Graph) -> None:
     """Drop ops whose outputs nobody reads, and the unread outputs of structured ops."""
     live = {id(v) for named in (graph.outputs, graph.param_grads, graph.input_grads)
             for v in named.values()}
-    _dce_block(graph.body, live)
+    _dce_block(graph.backward, live)
+    _dce_block(graph.body, live | {id(v) for v in free_values(graph.backward)})
 
 
 def _dce_block(block: Block, live: set[int]) -> None:

@@ -66,6 +66,10 @@ def format_graph(graph: Graph) -> str:
     lines += [f"{INDENT}param {k} = {typed(p.value)}" for k, p in graph.params.items()]
     for op in graph.body.ops:
         lines += format_op(op, 1)
+    if graph.backward.ops:
+        lines.append(f"{INDENT}backward:")
+        for op in graph.backward.ops:
+            lines += format_op(op, 2)
     lines += [f"{INDENT}output {k} = {name(v)}" for k, v in graph.outputs.items()]
     if graph.loss:
         lines.append(f"{INDENT}minimize {graph.loss}")

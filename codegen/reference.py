@@ -43,7 +43,8 @@ def run(graph: Graph, inputs: dict, params: dict, *, training: bool = False, see
     """The graph's outputs (and, for a graph made by autodiff, its gradients under the
     names `grad:param:NAME` and `grad:input:NAME`)."""
     interp = Interpreter(graph, inputs, params, training, seed, dtype)
-    interp.block(graph.body, [])
+    for block in graph.blocks():
+        interp.block(block, [])
     named = dict(graph.outputs)
     named.update({f"grad:param:{k}": v for k, v in graph.param_grads.items()})
     named.update({f"grad:input:{k}": v for k, v in graph.input_grads.items()})

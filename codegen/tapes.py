@@ -21,8 +21,9 @@ def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
     """Peak bytes of tapes alive at once when the graph runs with these dims (a while's
     trip counts, known only at run time, may be given too, keyed by their TripCount;
     ceil-divisions are computed)."""
-    block = graph.body if isinstance(graph, Graph) else graph
-    return _peak(block, dims)
+    if isinstance(graph, Graph):  # the forward's tapes live on through the backward
+        graph = Block(ops=graph.body.ops + graph.backward.ops)
+    return _peak(graph, dims)
 
 
 def _peak(block: Block, dims: dict[str, int]) -> int:

@@ -4,7 +4,7 @@ primitive's output types are what the table infers; structured ops have the attr
 and follow the conventions their entries declare (codegen/structured/). A failure raises IRError showing the op."""
 from __future__ import annotations
 
-from .ir import Block, Graph, IRError, Op, Value
+from .ir import Block, Graph, IRError, Op, Value, defined_here
 from .primitives import TABLE, ShapeError
 from .printer import format_op, name
 from .structured import STRUCTURED, Broken
@@ -16,13 +16,17 @@ def verify(graph: Graph) -> None:
     checker = _Checker()
     for v in roots:
         checker.define(v, None)
-    checker.block(graph.body, [set(id(v) for v in roots)])
-    visible = {id(v) for v in roots} | {id(v) for op in graph.body.ops for v in op.outputs}
-    named = list(graph.outputs.items()) + list(graph.param_grads.items()) \
-        + list(graph.input_grads.items())
-    for key, v in named:
-        if id(v) not in visible:
+    scopes = [set(id(v) for v in roots)]
+    for block in graph.blocks():  # the backward sees the body's values
+        checker.block(block, scopes)
+        scopes.append(defined_here(block))
+    outputs = scopes[0] | scopes[1]
+    for key, v in graph.outputs.items():
+        if id(v) not in outputs:
             raise IRError(f"graph result `{key}` is {name(v)}, which the body does not define")
+    for key, v in list(graph.param_grads.items()) + list(graph.input_grads.items()):
+        if not any(id(v) in s for s in scopes):
+            raise IRError(f"gradient `{key}` is {name(v)}, which the graph does not define")
 
 
 class _Checker:

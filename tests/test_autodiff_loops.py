@@ -74,7 +74,7 @@ def test_the_shared_parameter_is_one_parameter_whose_gradient_sums_its_uses():
     assert sorted(graph.params) == ["enc/proj/W", "enc/proj/b"]
     g = joint(graph)
     # one sum of the three contributions, not a chain of adds
-    sums = [op for op in g.body.ops if op.prim == "add_n"
+    sums = [op for op in g.backward.ops if op.prim == "add_n"
             and any(v is g.param_grads["enc/proj/W"] for v in op.outputs)]
     assert len(sums) == 1 and len(sums[0].inputs) == 3
 
@@ -92,7 +92,8 @@ def test_the_control_flow_cases_take_every_path():
 
 def test_a_while_keeps_a_tape_whose_length_is_its_trip_count():
     g = joint(model(CONTROL["while with a data-dependent trip count inside for"]))
-    taped = [op for op in walk_ops(g.body) if op.prim == "while" and op.attrs.get("n_tape")]
+    taped = [op for block in g.blocks() for op in walk_ops(block)
+             if op.prim == "while" and op.attrs.get("n_tape")]
     assert taped
     for op in taped:
         tapes = op.outputs[len(op.inputs):]

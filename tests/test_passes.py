@@ -30,7 +30,8 @@ def graph_of(build) -> Graph:
 
 
 def prims(graph: Graph) -> list[str]:
-    return [op.prim for op in walk_ops(graph.body)]
+    """Every op's primitive, forward and backward."""
+    return [op.prim for block in graph.blocks() for op in walk_ops(block)]
 
 
 def test_fold_constants_evaluates_elementwise_ops_on_constants():

@@ -1,6 +1,8 @@
 """A whole generated module: the model's functions (inference forward, training forward,
-backward, for the generic dims and every specialization), its tables, and the pybind11
-glue, rendered through templates/module.cpp.j2."""
+backward, for the generic dims and every specialization) and its tables, rendered
+through templates/module.cpp.j2. The training forward is the joint graph's body, the
+backward its backward block (the boundary autodiff records); what the backward reads of
+the forward is saved between the two calls."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,25 +36,6 @@ def user_dims(graph: Graph) -> list[str]:
                 if s not in names:
                     names.append(s)
     return names
-
-
-def split_joint(joint: Graph) -> tuple[list, list]:
-    """Top-level ops of a joint graph: those its outputs need (the training forward), and
-    the rest (the backward)."""
-    needed: set[int] = {v.id for v in joint.outputs.values()}
-    forward = []
-    for op in reversed(joint.body.ops):
-        produced = {v.id for v in op.outputs}
-        if produced & needed:
-            forward.append(op)
-            needed.update(v.id for v in op.inputs)
-            for inner in walk_ops(Block(ops=[op])):
-                needed.update(v.id for v in inner.inputs)
-                for b in inner.blocks:
-                    needed.update(v.id for v in b.results)
-    forward.reverse()
-    chosen = {id(op) for op in forward}
-    return forward, [op for op in joint.body.ops if id(op) not in chosen]
 
 
 def _reads(ops: list) -> set[int]:
@@ -122,7 +105,7 @@ class ModuleGenerator:
         if self.joint is None:
             return texts, names
         j = self.joint
-        fwd_ops, bwd_ops = split_joint(j)
+        fwd_ops, bwd_ops = j.body.ops, j.backward.ops  # the boundary autodiff recorded
         defined = _defined(fwd_ops)
         external_j = {**self._param_access(j), **self._input_access(j)}
         grads = list(j.param_grads.values()) + list(j.input_grads.values())
