@@ -3,7 +3,8 @@ rule, its gradient rule (as IR), its NumPy reference, optional algebraic identit
 decomposition, and (for later stages) emission hooks. No other module knows about
 specific ops; the entries live, grouped by kind, in this package's modules."""
 from . import elementwise, helpers, nn, structure, tensor  # noqa: F401  (they fill TABLE)
-from .core import FLOATS, NUMERIC, TABLE, Primitive, ShapeError, primitive
+from ..dtypes import FLOATS, NUMERIC
+from .core import TABLE, Primitive, ShapeError, primitive
 from .elementwise import BINARY_SYMBOLS
 
 __all__ = ["BINARY_SYMBOLS", "FLOATS", "NUMERIC", "TABLE", "Primitive", "ShapeError",

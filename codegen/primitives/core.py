@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..dtypes import FLOATS, NUMERIC
 from ..shapes import Dim, TensorType, broadcast_shapes
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import FLOATS, NUMERIC
 from ..ir import has_dynamic
 from ..shapes import TensorType
-from .core import (FLOATS, NUMERIC, broadcast, need, primitive, reduce_to,
-                   same_dtype)
+from .core import broadcast, need, primitive, reduce_to, same_dtype
 
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**",
                   "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import NUMERIC
 from ..shapes import Dim, broadcast_shapes
-from .core import NUMERIC, need, primitive, same_dtype
+from .core import need, primitive, same_dtype
 from .elementwise import _no_grad
 from .structure import slices
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import FLOATS
 from ..shapes import Dim, TensorType, ceil_div
-from .core import FLOATS, need, primitive, same_dtype
+from .core import need, primitive, same_dtype
 from .elementwise import _no_grad
 
 

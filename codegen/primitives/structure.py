@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import NUMERIC
 from ..shapes import Dim
-from .core import NUMERIC, ShapeError, need, primitive, same_dtype
+from .core import ShapeError, need, primitive, same_dtype
 
 
 def _same_shape(b, op, facts):

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import FLOATS, NUMERIC
 from ..shapes import Dim, TensorType
-from .core import FLOATS, NUMERIC, need, primitive, same_dtype
+from .core import need, primitive, same_dtype
 from .elementwise import _no_grad
 
 
