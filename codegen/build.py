@@ -46,6 +46,8 @@ LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")
 RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+# The runtime never reads errno, so sqrt and friends may vectorize (the optimizers' loops).
+RUNTIME_FLAGS = ("-fno-math-errno",)
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
@@ -139,7 +141,8 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
         (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
         _compile(work, [
-            [*compiler, "-c", str(RUNTIME_DIR / RUNTIME_SOURCE), "-o", str(work / RUNTIME_OBJECT)],
+            [*compiler, *RUNTIME_FLAGS, "-c", str(RUNTIME_DIR / RUNTIME_SOURCE),
+             "-o", str(work / RUNTIME_OBJECT)],
             [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
              "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
             "building the mdl runtime (once per cache)", progress)
@@ -174,7 +177,8 @@ def _environment() -> dict:
 
 
 def _runtime_fields(debug: bool, sanitize: bool) -> dict:
-    return {"product": "runtime", "flags": compile_flags(debug, sanitize), **_environment()}
+    return {"product": "runtime", "flags": compile_flags(debug, sanitize) + list(RUNTIME_FLAGS),
+            **_environment()}
 
 
 def _key_fields(sources: Mapping[str, str], module_name: str, debug: bool,

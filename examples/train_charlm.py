@@ -31,26 +31,6 @@ def batches(data: np.ndarray, steps: int, batch: int, rng: np.random.Generator):
     return window[:-1], window[1:], np.full(batch, steps, np.int32)
 
 
-class Adam:
-    """Plain Adam on the module's live parameter views (the module's own optimizers come
-    with the training issue)."""
-
-    def __init__(self, params: dict, lr: float):
-        self.params, self.lr, self.t = params, lr, 0
-        self.m = {k: np.zeros_like(v) for k, v in params.items()}
-        self.v = {k: np.zeros_like(v) for k, v in params.items()}
-
-    def step(self, grads: dict) -> None:
-        self.t += 1
-        for k, p in self.params.items():
-            g = np.clip(grads[k], -5, 5)
-            self.m[k] = 0.9 * self.m[k] + 0.1 * g
-            self.v[k] = 0.999 * self.v[k] + 0.001 * g * g
-            m_hat = self.m[k] / (1 - 0.9 ** self.t)
-            v_hat = self.v[k] / (1 - 0.999 ** self.t)
-            p -= self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -66,12 +46,11 @@ def main() -> None:
     model = charlm.CharLM(seed=0)
     data = corpus()
     rng = np.random.default_rng(0)
-    opt = Adam(model.params, lr=3e-3)
+    model.set_optimizer("adam", lr=3e-3, clip_norm=5.0)  # native: forward, backward, update
     start, recent = time.time(), []
     for step in range(1, args.steps + 1):
         tokens, targets, lengths = batches(data, args.seq, args.batch, rng)
-        out = model.forward(tokens=tokens, targets=targets, lengths=lengths, training=True)
-        opt.step(model.backward())
+        out = model.train_step(tokens=tokens, targets=targets, lengths=lengths)
         recent.append(float(out["loss"]))
         if step % 25 == 0 or step == 1:
             rate = step / (time.time() - start)

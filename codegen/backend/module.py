@@ -152,7 +152,8 @@ class ModuleGenerator:
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
             output_shapes=[self._shape_exprs(v.type) for v in g.outputs.values()],
             grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
-            params=[self._param_spec(name, p) for name, p in g.params.items()],
+            params=[self._param_spec(name, p, [k for k, _ in grads])
+                    for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
             dynamic=len(self.names.dynamic))
 
@@ -171,11 +172,17 @@ class ModuleGenerator:
     def _shape_exprs(self, t: TensorType) -> list[str]:
         return [self.names.expr(d) for d in t.shape]
 
-    def _param_spec(self, name: str, p) -> dict:
+    def _param_spec(self, name: str, p, grad_names: list[str]) -> dict:
+        """Its initializer, place, regularizer (0 none, 1 l1, 2 l2; the runtime's
+        `Penalty`) and the index of its gradient (-1: not trained)."""
         args = list(p.init.args) + [0.0, 0.0]
+        reg = p.regularizer
         return {"name": name, "shape": [d.value for d in p.value.type.shape],
                 "kind": p.init.kind, "a": args[0], "b": args[1],
-                "offset": self.param_offsets[name]}
+                "offset": self.param_offsets[name],
+                "grad": grad_names.index(name) if name in grad_names else -1,
+                "penalty": f"mdl::Penalty::{reg.kind.upper()}" if reg else "mdl::Penalty::NONE",
+                "strength": repr(float(reg.strength)) if reg else "0.0"}
 
 
 def _dtype_spec(dtype: str) -> str:

@@ -30,12 +30,18 @@ struct TensorSpec {
   const int64_t* dims;
 };
 
+// A scope's regularizer, added to a parameter's gradient in every optimizer update.
+enum class Penalty { NONE, L1, L2 };
+
 struct ParamSpec {
   const char* name;
   int rank;
   const int64_t* shape;
   InitSpec init;
   int64_t offset;
+  int grad;            // index among the model's gradients; -1: not trainable
+  Penalty penalty;
+  double strength;
 };
 
 // One call: input pointers, user dims, and the pointers the function leaves its results at.

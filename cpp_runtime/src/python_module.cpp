@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mdl/optimizer.h"
 #include "mdl/python.h"
 
 namespace mdl {
@@ -69,50 +70,23 @@ class Model {
   }
 
   py::dict forward(py::kwargs kwargs) {
-    bool training = false;
-    std::vector<py::array> keep;  // owns converted inputs during the call
-    Call call;
-    for (auto item : kwargs) {
-      std::string key = py::str(item.first);
-      if (key == "training") {
-        training = py::cast<bool>(item.second);
-        continue;
-      }
-      bool known = false;
-      for (int i = 0; i < spec_->n_inputs; ++i) known |= spec_->inputs[i].name == key;
-      if (!known) throw py::type_error("unknown input '" + key + "' (" + input_list() + ")");
-    }
-    call.dims.assign(spec_->n_dims, -1);
-    for (int i = 0; i < spec_->n_inputs; ++i) {
-      const TensorSpec& s = spec_->inputs[i];
-      if (!kwargs.contains(s.name))
-        throw py::type_error("missing input '" + std::string(s.name) + "' (" + input_list() +
-                             ")");
-      keep.push_back(convert(s, kwargs[s.name], call.dims));
-      call.inputs.push_back(const_cast<void*>(keep.back().data()));
-    }
-    const Variant<T>& v = choose(call.dims);
-    call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
+    bool training = kwargs.contains("training") && py::cast<bool>(kwargs["training"]);
+    Inputs in = inputs(kwargs, true);
+    const Variant<T>& v = choose(in.call.dims);
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
     std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
     {
       py::gil_scoped_release release;
       guard.lock();
-      if (training && !v.train) {
-        throw std::runtime_error("model " + std::string(spec_->name) + " minimizes no output: "
-                                 "forward(training=True) and backward() need `minimize NAME`");
-      } else if (training) {
-        state_.dropout_key = derive(state_.seed, ++state_.calls);
-        state_.drawn.clear();
-        v.train(state_, call);
-        trained_ = &v;
-        dims_ = call.dims;
+      if (training) {
+        train(v, in.call);
       } else {
-        v.infer(state_, call);
+        in.call.outputs.assign(spec_->n_outputs, nullptr);
+        v.infer(state_, in.call);
       }
     }
-    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, call);
+    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
   py::dict backward() {
@@ -123,11 +97,70 @@ class Model {
       guard.lock();
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
-      call.dims = dims_;
-      call.outputs.assign(spec_->n_grads, nullptr);
-      trained_->backward(state_, call);
+      gradients(call);
     }
     return results(spec_->grads, spec_->n_grads, spec_->grad_shape, call);
+  }
+
+  // Forward, backward and the optimizer's update in one call; the outputs of the forward.
+  py::dict train_step(py::kwargs kwargs) {
+    Inputs in = inputs(kwargs, false);
+    const Variant<T>& v = choose(in.call.dims);
+    std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
+    {
+      py::gil_scoped_release release;
+      guard.lock();
+      if (opt_.config.kind == OptimizerConfig::NONE)
+        throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
+                                 "or \"adam\", lr=...) first");
+      train(v, in.call);
+      Call grads;
+      gradients(grads);
+      opt_.step(*spec_, state_.params.data(), grads.outputs.data());
+      trained_ = nullptr;  // the saved forward values belong to the old parameters
+    }
+    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+  }
+
+  void set_optimizer(const std::string& name, py::kwargs kwargs) {
+    OptimizerConfig c = configure(name, kwargs);
+    std::lock_guard<std::mutex> guard(lock_);
+    opt_.reset(c, spec_->param_count);
+  }
+
+  py::object optimizer() const {
+    const OptimizerConfig& c = opt_.config;
+    if (c.kind == OptimizerConfig::NONE) return py::none();
+    py::dict out;
+    out["name"] = c.kind == OptimizerConfig::SGD ? "sgd" : "adam";
+    out["lr"] = c.lr;
+    out["weight_decay"] = c.weight_decay;
+    out["clip_norm"] = c.clip_norm > 0 ? py::object(py::float_(c.clip_norm)) : py::none();
+    if (c.kind == OptimizerConfig::SGD) {
+      out["momentum"] = c.momentum;
+      out["nesterov"] = c.nesterov;
+    } else {
+      out["beta1"] = c.beta1;
+      out["beta2"] = c.beta2;
+      out["eps"] = c.eps;
+      out["decoupled"] = c.decoupled;
+    }
+    out["steps"] = opt_.steps;
+    return out;
+  }
+
+  double lr() const {
+    if (opt_.config.kind == OptimizerConfig::NONE)
+      throw std::runtime_error("no optimizer is set: call set_optimizer(...) first");
+    return opt_.config.lr;
+  }
+
+  void set_lr(double lr) {
+    if (opt_.config.kind == OptimizerConfig::NONE)
+      throw std::runtime_error("no optimizer is set: call set_optimizer(...) first");
+    if (!(lr > 0)) throw py::value_error("lr must be > 0, got " + std::to_string(lr));
+    std::lock_guard<std::mutex> guard(lock_);
+    opt_.config.lr = lr;
   }
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
@@ -147,6 +180,93 @@ class Model {
   }
 
  private:
+  struct Inputs {
+    std::vector<py::array> keep;  // owns converted inputs during the call
+    Call call;
+  };
+
+  // The call's inputs, checked and converted; `training` is a flag, not an input, where
+  // `training_flag` allows it.
+  Inputs inputs(const py::kwargs& kwargs, bool training_flag) {
+    Inputs in;
+    for (auto item : kwargs) {
+      std::string key = py::str(item.first);
+      if (training_flag && key == "training") continue;
+      bool known = false;
+      for (int i = 0; i < spec_->n_inputs; ++i) known |= spec_->inputs[i].name == key;
+      if (!known) throw py::type_error("unknown input '" + key + "' (" + input_list() + ")");
+    }
+    in.call.dims.assign(spec_->n_dims, -1);
+    for (int i = 0; i < spec_->n_inputs; ++i) {
+      const TensorSpec& s = spec_->inputs[i];
+      if (!kwargs.contains(s.name))
+        throw py::type_error("missing input '" + std::string(s.name) + "' (" + input_list() +
+                             ")");
+      in.keep.push_back(convert(s, kwargs[s.name], in.call.dims));
+      in.call.inputs.push_back(const_cast<void*>(in.keep.back().data()));
+    }
+    return in;
+  }
+
+  // Under the lock: a training forward, keeping what the backward needs.
+  void train(const Variant<T>& v, Call& call) {
+    if (!v.train)
+      throw std::runtime_error("model " + std::string(spec_->name) + " minimizes no output: "
+                               "training needs `minimize NAME`");
+    call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
+    state_.dropout_key = derive(state_.seed, ++state_.calls);
+    state_.drawn.clear();
+    v.train(state_, call);
+    trained_ = &v;
+    dims_ = call.dims;
+  }
+
+  // Under the lock, after `train`: the gradients, left in `call.outputs`.
+  void gradients(Call& call) {
+    call.dims = dims_;
+    call.outputs.assign(spec_->n_grads, nullptr);
+    trained_->backward(state_, call);
+  }
+
+  static OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
+    OptimizerConfig c;
+    if (name == "sgd") c.kind = OptimizerConfig::SGD;
+    else if (name == "adam") c.kind = OptimizerConfig::ADAM;
+    else throw py::value_error("unknown optimizer '" + name + "' (optimizers are sgd, adam)");
+    bool sgd = c.kind == OptimizerConfig::SGD;
+    const char* known = sgd ? "lr, momentum, nesterov, weight_decay, clip_norm"
+                            : "lr, beta1, beta2, eps, weight_decay, decoupled, clip_norm";
+    for (auto item : kwargs) {
+      std::string key = py::str(item.first);
+      py::handle value = item.second;
+      if (key == "lr") c.lr = py::cast<double>(value);
+      else if (key == "weight_decay") c.weight_decay = py::cast<double>(value);
+      else if (key == "clip_norm") c.clip_norm = value.is_none() ? 0 : py::cast<double>(value);
+      else if (sgd && key == "momentum") c.momentum = py::cast<double>(value);
+      else if (sgd && key == "nesterov") c.nesterov = py::cast<bool>(value);
+      else if (!sgd && key == "beta1") c.beta1 = py::cast<double>(value);
+      else if (!sgd && key == "beta2") c.beta2 = py::cast<double>(value);
+      else if (!sgd && key == "eps") c.eps = py::cast<double>(value);
+      else if (!sgd && key == "decoupled") c.decoupled = py::cast<bool>(value);
+      else throw py::type_error("set_optimizer(\"" + name + "\") got an unknown option '" +
+                                key + "' (options are " + known + ")");
+    }
+    auto bad = [&](bool cond, const std::string& what) {
+      if (cond) throw py::value_error("set_optimizer(\"" + name + "\"): " + what);
+    };
+    bad(!kwargs.contains("lr"), "lr is required");
+    bad(!(c.lr > 0), "lr must be > 0");
+    bad(!(c.weight_decay >= 0), "weight_decay must be >= 0");
+    bad(!(c.clip_norm >= 0) || (kwargs.contains("clip_norm") && !kwargs["clip_norm"].is_none() &&
+                                c.clip_norm == 0), "clip_norm must be > 0 (or None)");
+    bad(!(c.momentum >= 0), "momentum must be >= 0");
+    bad(c.nesterov && c.momentum == 0, "nesterov needs momentum > 0");
+    bad(!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1),
+        "beta1 and beta2 must lie in [0, 1)");
+    bad(!(c.eps > 0), "eps must be > 0");
+    return c;
+  }
+
   std::string input_list() const {
     std::string out = "inputs are ";
     for (int i = 0; i < spec_->n_inputs; ++i)
@@ -216,6 +336,7 @@ class Model {
 
   const ModelSpec<T>* spec_;
   State<T> state_;
+  Optimizer<T> opt_;
   std::mutex lock_;
   const Variant<T>* trained_ = nullptr;
   std::vector<int64_t> dims_;
@@ -242,7 +363,11 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("specializations", &M::specializations)
       .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
       .def("forward", &M::forward)
-      .def("backward", &M::backward);
+      .def("backward", &M::backward)
+      .def("train_step", &M::train_step)
+      .def("set_optimizer", &M::set_optimizer, py::arg("name"))
+      .def_property_readonly("optimizer", &M::optimizer)
+      .def_property("lr", &M::lr, &M::set_lr);
 }
 
 // `class NAME(_Model)` whose __init__(seed=0) passes the spec to the base.
