@@ -13,13 +13,7 @@ from ..ir import Block, Op, Value, for_layout, rename
 from ..shapes import Dim, TensorType
 from ..regions import RECOMPUTE, STORE, differentiate_block
 from ..structured_grad import add_tapes, captured_floats, loop_backward
-from .table import REQUIRED, StructuredOp, need, register, trim_outputs
-
-BOOL = TensorType("bool", ())
-
-
-def _types(values: list[Value]) -> list[TensorType]:
-    return [v.type for v in values]
+from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 
 
 def _verify(op: Op) -> None:
@@ -37,13 +31,13 @@ def _verify(op: Op) -> None:
             "i32", seqs[0].type.shape[1:2]), "for lengths are i32[B]")
     body = op.blocks[0]
     slices = [s.type.with_shape(s.type.shape[1:]) for s in seqs]
-    need(_types(body.args) == slices + _types(states),
+    need(types_of(body.args) == slices + types_of(states),
          "for body args are the step slices, then the states")
-    need(_types(body.results[:n_state]) == _types(states),
+    need(types_of(body.results[:n_state]) == types_of(states),
          "for body results start with the new states")
     yields = body.results[n_state:]
     stacked = [y.type.with_shape((steps,) + y.type.shape) for y in yields]
-    need(_types(op.outputs) == _types(states) + stacked,
+    need(types_of(op.outputs) == types_of(states) + stacked,
          "for outputs are the final states, then the stacked yields")
     need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
 

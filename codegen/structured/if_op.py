@@ -5,12 +5,9 @@ import numpy as np
 
 from ..builder import Builder
 from ..ir import Op, Value, substitute
-from ..shapes import TensorType
 from ..regions import STORE, differentiate_block
 from ..structured_grad import captured_floats
-from .table import StructuredOp, need, register, trim_outputs
-
-BOOL = TensorType("bool", ())
+from .table import BOOL, StructuredOp, need, register, trim_outputs
 
 
 def _verify(op: Op) -> None:

@@ -26,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..ir import Op
+from ..ir import Op, Value
+from ..shapes import TensorType
 
 REQUIRED = object()
+BOOL = TensorType("bool", ())  # an if's condition, a while's cond result
 
 
 class Broken(Exception):
@@ -38,6 +40,10 @@ class Broken(Exception):
 def need(cond: bool, message: str) -> None:
     if not cond:
         raise Broken(message)
+
+
+def types_of(values: list[Value]) -> list[TensorType]:
+    return [v.type for v in values]
 
 
 @dataclass

@@ -7,34 +7,29 @@ import numpy as np
 
 from ..builder import Builder
 from ..ir import Op, Value
-from ..shapes import Dim, TensorType, TripCount
+from ..shapes import Dim, TripCount
 from ..regions import STORE, differentiate_block
 from ..structured_grad import add_tapes, captured_floats, loop_backward
-from .table import StructuredOp, need, register, trim_outputs
+from .table import BOOL, StructuredOp, need, register, trim_outputs, types_of
 
-BOOL = TensorType("bool", ())
 MAX_TRIPS = 10_000_000  # a while that runs longer is taken for an endless loop
-
-
-def _types(values: list[Value]) -> list[TensorType]:
-    return [v.type for v in values]
 
 
 def _verify(op: Op) -> None:
     need(len(op.blocks) == 2, "a while has a cond and a body block")
     cond, body = op.blocks
-    states = _types(op.inputs)
+    states = types_of(op.inputs)
     n_tape = op.attrs.get("n_tape", 0)
-    need(_types(cond.args) == states and _types(cond.results) == [BOOL],
+    need(types_of(cond.args) == states and types_of(cond.results) == [BOOL],
          "a while cond takes the state and yields one bool")
-    need(_types(body.args) == states and _types(body.results[:len(states)]) == states
+    need(types_of(body.args) == states and types_of(body.results[:len(states)]) == states
          and len(body.results) == len(states) + n_tape,
          "a while body takes the state and yields the new state, then its tapes")
     need(not n_tape or "trips" in op.attrs, "a while with tapes names its trip count")
     tapes = body.results[len(states):]
     trips = Dim.of(op.attrs["trips"]) if n_tape else None
     expected = states + [t.type.with_shape((trips,) + t.type.shape) for t in tapes]
-    need(_types(op.outputs) == expected,
+    need(types_of(op.outputs) == expected,
          "while outputs are the final states, then the tapes [trips, ...]")
 
 
