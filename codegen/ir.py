@@ -2,7 +2,9 @@
 (`for`, `if`, `while`) that own blocks. Blocks may read values of enclosing blocks
 directly (implicit capture); `free_values` lists what a block reads from outside.
 
-Structured op conventions
+Structured op conventions (each op's entry in the table of structured ops,
+codegen/structured/, declares its attributes with their types and defaults, checks
+these conventions for the verifier and holds the op's other rules):
 - for:   inputs = sequences + initial states [+ lengths]; attrs n_seq, n_state,
          reversed, has_lengths, recompute, checkpoint, n_tape; one block whose args are
          (per-step slices..., states...) and whose results are (new states..., yields...);
@@ -189,13 +191,6 @@ def defined_here(block: Block) -> set[int]:
     for op in block.ops:
         ids.update(id(v) for v in op.outputs)
     return ids
-
-
-def for_layout(op: Op) -> tuple[list[Value], list[Value], Value | None]:
-    """The (sequences, initial states, lengths or None) of a `for` op."""
-    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
-    lengths = op.inputs[n_seq + n_state] if op.attrs.get("has_lengths") else None
-    return op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state], lengths
 
 
 def clone_ops(ops: list[Op], mapping: dict[int, Value]) -> list[Op]:

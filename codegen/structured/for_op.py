@@ -9,11 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..builder import Builder
-from ..ir import Block, Op, Value, for_layout, rename
+from ..ir import Block, Op, Value, rename
 from ..shapes import Dim, TensorType
 from ..regions import RECOMPUTE, STORE, differentiate_block
 from ..structured_grad import add_tapes, captured_floats, loop_backward
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
+
+
+def for_layout(op: Op) -> tuple[list[Value], list[Value], Value | None]:
+    """The (sequences, initial states, lengths or None) of a `for` op."""
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    lengths = op.inputs[n_seq + n_state] if op.attrs.get("has_lengths") else None
+    return op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state], lengths
 
 
 def _verify(op: Op) -> None:
@@ -22,12 +29,12 @@ def _verify(op: Op) -> None:
     need(len(op.blocks) == 1 and n_seq >= 1, "a for has one block and a sequence")
     need(len(op.inputs) == n_seq + n_state + a["has_lengths"],
          "for inputs are sequences, states [and lengths]")
-    seqs, states = op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state]
+    seqs, states, lengths = for_layout(op)
     steps = seqs[0].type.shape[0] if seqs[0].type.rank else None
     need(all(s.type.rank >= 1 and s.type.shape[0] == steps for s in seqs),
          "for sequences share their leading dim")
-    if a["has_lengths"]:
-        need(seqs[0].type.rank >= 2 and op.inputs[-1].type == TensorType(
+    if lengths is not None:
+        need(seqs[0].type.rank >= 2 and lengths.type == TensorType(
             "i32", seqs[0].type.shape[1:2]), "for lengths are i32[B]")
     body = op.blocks[0]
     slices = [s.type.with_shape(s.type.shape[1:]) for s in seqs]
