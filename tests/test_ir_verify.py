@@ -70,6 +70,14 @@ def missing_attribute(g):
     del first(g, "for").attrs["n_state"]
 
 
+def ill_typed_if_attribute(g):
+    first(g, "if").attrs["n_tape"] = 1.0
+
+
+def trips_as_a_string(g):
+    first(g, "while").attrs["trips"] = "trips#3"
+
+
 BROKEN = [
     (LOOP, last_op_first, "read before it is defined"),
     (LOOP, define_twice, "defined twice"),
@@ -83,6 +91,10 @@ BROKEN = [
     (LOOP, unknown_attribute, "`for` has no attribute `reverse`"),
     (LOOP, ill_typed_attribute, "`for` attribute `checkpoint` should be int, got True"),
     (LOOP, missing_attribute, "`for` needs attribute `n_state`"),
+    (CONTROL["if inside for"], ill_typed_if_attribute,
+     "`if` attribute `n_tape` should be int, got 1.0"),
+    (CONTROL["while and if at the top"], trips_as_a_string,
+     "`while` attribute `trips` should be TripCount, got 'trips#3'"),
 ]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from codegen.backend import render  # noqa: F401  (attaches the native hooks)
-from codegen.structured import STRUCTURED
+from codegen.structured import REQUIRED, STRUCTURED
 
 CODEGEN = Path(__file__).resolve().parents[1] / "codegen"
 
@@ -20,6 +20,8 @@ def test_every_structured_op_declares_every_rule(name):
         assert callable(rule)
     lower, render_ = entry.extra["native"]
     assert callable(lower) and callable(render_)
+    for key, (kind, default) in entry.attrs.items():  # None: optional, absent by default
+        assert default is REQUIRED or default is None or isinstance(default, kind), key
 
 
 def test_only_the_table_names_structured_ops():
