@@ -38,9 +38,21 @@ def test_run_time_sizes_are_typed_symbols():
     assert TripCount.fresh() != TRIPS
     with pytest.raises(DimError):
         Dim.of(TRIPS).evaluate({"T": 3})  # known only once the loop has run
-    # substituting a ceil-division's operand computes it
-    assert ceil_div(T, 4).substitute({"T": B * 8}) == 2 * B
-    assert ceil_div(T, 4).substitute({"B": 3}) == ceil_div(T, 4)
+    assert B * ceil_div(T, 4) == ceil_div(T, 4) * B  # monomials in one order
+
+
+SUBSTITUTIONS = [  # (dim, env, result): a ceil-division of a replaced operand is computed
+    (ceil_div(T, 4), {"T": B * 8}, 2 * B),
+    (ceil_div(T, 4), {"B": 3}, ceil_div(T, 4)),
+    (ceil_div(T, 4) * B, {"T": 10}, 3 * B),
+    (ceil_div(T + 1, 2), {"T": 2 * B - 1}, B),
+    (Dim.of(TRIPS) + T, {TRIPS: T}, 2 * T),
+]
+
+
+@pytest.mark.parametrize("dim, env, result", SUBSTITUTIONS, ids=[str(c[0]) for c in SUBSTITUTIONS])
+def test_substitute(dim, env, result):
+    assert dim.substitute(env) == result
 
 
 def test_products_and_strides():
