@@ -7,8 +7,9 @@ import pytest
 
 from codegen.backend.cexpr import DimNames
 from codegen.ir import is_dynamic
-from codegen.shapes import (CeilDiv, Dim, DimError, TripCount, ceil_div, contiguous_strides,
-                            numel)
+from codegen.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
+                            contiguous_strides, numel)
+from codegen.tapes import nbytes
 
 T, B = Dim.of("T"), Dim.of("B")
 TRIPS = TripCount.fresh()
@@ -65,3 +66,15 @@ def test_cpp_renders_a_ceil_division_from_its_operand_and_trips_from_the_model()
     assert names.expr(ceil_div(T, 4) * B) == "(d1*(((d0) + 3) / 4))"
     assert names.expr(Dim.of(TRIPS)) == "(m.dyn[0])"
     assert names.dynamic == [TRIPS]
+
+
+SIZES = [  # (type, dims, bytes): run-time sizes evaluated like any dim
+    (TensorType.of("f32", (ceil_div(T, 4), B)), {"T": 9, "B": 2}, 4 * 3 * 2),
+    (TensorType.of("bool", (TRIPS, 3)), {TRIPS: 5}, 15),
+    (TensorType.of("f64", ()), {}, 8),
+]
+
+
+@pytest.mark.parametrize("type_, dims, size", SIZES, ids=[str(c[0]) for c in SIZES])
+def test_tensor_bytes(type_, dims, size):
+    assert nbytes(type_, dims) == size
