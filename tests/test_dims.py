@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+import numpy as np
+
 from codegen.backend.cexpr import DimNames
+from codegen.dtypes import DTYPES
 from codegen.ir import is_dynamic
 from codegen.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
                             contiguous_strides, numel)
@@ -78,3 +81,10 @@ SIZES = [  # (type, dims, bytes): run-time sizes evaluated like any dim
 @pytest.mark.parametrize("type_, dims, size", SIZES, ids=[str(c[0]) for c in SIZES])
 def test_tensor_bytes(type_, dims, size):
     assert nbytes(type_, dims) == size
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_dtype_table_agrees_with_numpy(name):
+    d = DTYPES[name]
+    assert np.dtype(d.numpy).itemsize == d.itemsize
+    assert (np.dtype(d.numpy).kind == "f") == d.is_float
