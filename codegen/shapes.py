@@ -33,8 +33,12 @@ class CeilDiv:
 
 @dataclass(frozen=True)
 class TripCount:
-    """How many times one while loop ran. A fresh one per loop differentiated: distinct
-    loops must not share a size, and no structure of the IR names a loop more simply."""
+    """How many times one while loop ran. A fresh one per loop differentiated, from a
+    counter: distinct loops must not share a size, and nothing structural names a loop
+    (two inlined copies of one function share their source location and their position
+    moves with every pass; a value's identity, ir.Value.id, is a counter too). The
+    copies of a loop that a backward re-runs (regions.py) keep it, rightly: they run
+    the same trips."""
     id: int
 
     @staticmethod
@@ -78,7 +82,7 @@ class Dim:
     def of(value: int | Symbol | Dim) -> Dim:
         if isinstance(value, Dim):
             return value
-        if isinstance(value, (str, CeilDiv, TripCount)):
+        if isinstance(value, Symbol):
             return Dim((((value,), 1),))
         return Dim((((), int(value)),) if value else ())
 
@@ -205,15 +209,13 @@ def contiguous_strides(shape: Iterable[Dim]) -> tuple[Dim, ...]:
     return tuple(reversed(strides))
 
 
-
-
 @dataclass(frozen=True)
 class TensorType:
     dtype: str
     shape: tuple[Dim, ...]
 
     @staticmethod
-    def of(dtype: str, shape: Iterable[int | str | Dim] = ()) -> TensorType:
+    def of(dtype: str, shape: Iterable[int | Symbol | Dim] = ()) -> TensorType:
         return TensorType(dtype, tuple(Dim.of(d) for d in shape))
 
     @property

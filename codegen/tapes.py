@@ -11,13 +11,14 @@ during the backward pass (memory O(T/k + k)).
 """
 from __future__ import annotations
 
-from .ir import Block, Graph
+from typing import Mapping
+
 from .dtypes import DTYPES
-from .shapes import TensorType
+from .ir import Block, Graph
+from .shapes import Symbol, TensorType, numel
 
 
-
-def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
+def saved_bytes(graph: Graph | Block, dims: Mapping[Symbol, int]) -> int:
     """Peak bytes of tapes alive at once when the graph runs with these dims (a while's
     trip counts, known only at run time, may be given too, keyed by their TripCount;
     ceil-divisions are computed)."""
@@ -26,7 +27,7 @@ def saved_bytes(graph: Graph | Block, dims: dict[str, int]) -> int:
     return _peak(graph, dims)
 
 
-def _peak(block: Block, dims: dict[str, int]) -> int:
+def _peak(block: Block, dims: Mapping[Symbol, int]) -> int:
     held, nested = 0, 0
     for op in block.ops:
         n_tape = op.attrs.get("n_tape", 0) if op.blocks else 0
@@ -36,9 +37,6 @@ def _peak(block: Block, dims: dict[str, int]) -> int:
     return held + nested
 
 
-def nbytes(t: TensorType, dims: dict[str, int]) -> int:
+def nbytes(t: TensorType, dims: Mapping[Symbol, int]) -> int:
     """The size of one tensor of type t."""
-    size = DTYPES[t.dtype].itemsize
-    for d in t.shape:
-        size *= d.evaluate(dims)
-    return size
+    return DTYPES[t.dtype].itemsize * numel(t.shape).evaluate(dims)

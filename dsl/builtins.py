@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 
+from codegen.dtypes import DTYPES
 from codegen.ir import Value
 from codegen.primitives import TABLE, ShapeError
 from codegen.shapes import TensorType
@@ -149,7 +150,7 @@ def _cast(dtype: str) -> None:
     builtin(dtype, "x")(run)
 
 
-for _name in ("f32", "f64", "i32", "bool"):
+for _name in DTYPES:
     _cast(_name)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 
+from codegen.dtypes import FLOATS
 from codegen.ir import Value
 from codegen.shapes import Dim, TensorType
 
@@ -14,8 +15,8 @@ from .printer import expr_text
 from .signature import Signature
 
 MAX_CALL_DEPTH = 64
-SCALAR_KINDS = {"int": ("int",), "bool": ("bool",), "f32": ("int", "float"),
-                "f64": ("int", "float"), "i32": ("int",)}
+SCALAR_KINDS = {"int": ("int",), "bool": ("bool",), "i32": ("int",),
+                **{name: ("int", "float") for name in FLOATS}}
 
 
 class Calls:
@@ -95,7 +96,7 @@ class Calls:
             if isinstance(value, Const):
                 if value.kind not in SCALAR_KINDS[t.name]:
                     raise MdlTypeError(f"{what} is {t.name}, got {value.kind} {value}", loc)
-                return Const.of(float(value.value)) if t.name in ("f32", "f64") else value
+                return Const.of(float(value.value)) if t.name in FLOATS else value
             if t.name == "int":
                 raise MdlTypeError(f"{what} is an `int` known at compile time, got a tensor "
                                    f"{value.type}", loc)

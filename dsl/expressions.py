@@ -6,7 +6,7 @@ import difflib
 
 import numpy as np
 
-from codegen.dtypes import DTYPES
+from codegen.dtypes import DTYPES, FLOATS, NUMERIC
 from codegen.ir import Value
 from codegen.primitives import TABLE
 from codegen.shapes import Dim, DimError, TensorType
@@ -19,7 +19,6 @@ BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@"
                 "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
                 "and": "and", "or": "or"}
 CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
-DTYPE_NAMES = tuple(DTYPES)
 
 
 class Expressions:
@@ -54,7 +53,7 @@ class Expressions:
     def const_dtype(self, c: Const, like: TensorType | None, loc: Loc) -> str:
         if like is None:
             return {"int": "i32", "float": self.float_dtype, "bool": "bool"}[c.kind]
-        ok = {"int": ("f32", "f64", "i32"), "float": ("f32", "f64"), "bool": ("bool",)}[c.kind]
+        ok = {"int": NUMERIC, "float": FLOATS, "bool": ("bool",)}[c.kind]
         if like.dtype not in ok:
             raise MdlTypeError(f"{c.kind} literal {c} cannot combine with {like}", loc)
         return like.dtype
@@ -268,9 +267,9 @@ class Expressions:
                            "hyper-parameter or a symbolic dim)", e.loc)
 
     def dtype_of(self, name: str, loc: Loc) -> str:
-        if name not in DTYPE_NAMES:
-            raise MdlTypeError(f"unknown type `{name}` (types are f32, f64, i32, bool)", loc)
-        return self.float_dtype if name in ("f32", "f64") and self.float_dtype == "f64" \
+        if name not in DTYPES:
+            raise MdlTypeError(f"unknown type `{name}` (types are {', '.join(DTYPES)})", loc)
+        return self.float_dtype if name in FLOATS and self.float_dtype == "f64" \
             else name
 
     def eval_type(self, t: n.TypeExpr, bind_unknown=None) -> TensorType:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+import numpy as np
+
 from codegen.backend.cexpr import DimNames
+from codegen.dtypes import DTYPES
 from codegen.ir import is_dynamic
-from codegen.shapes import (CeilDiv, Dim, DimError, TripCount, ceil_div, contiguous_strides,
-                            numel)
+from codegen.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
+                            contiguous_strides, numel)
+from codegen.tapes import nbytes
 
 T, B = Dim.of("T"), Dim.of("B")
 TRIPS = TripCount.fresh()
@@ -38,9 +42,21 @@ def test_run_time_sizes_are_typed_symbols():
     assert TripCount.fresh() != TRIPS
     with pytest.raises(DimError):
         Dim.of(TRIPS).evaluate({"T": 3})  # known only once the loop has run
-    # substituting a ceil-division's operand computes it
-    assert ceil_div(T, 4).substitute({"T": B * 8}) == 2 * B
-    assert ceil_div(T, 4).substitute({"B": 3}) == ceil_div(T, 4)
+    assert B * ceil_div(T, 4) == ceil_div(T, 4) * B  # monomials in one order
+
+
+SUBSTITUTIONS = [  # (dim, env, result): a ceil-division of a replaced operand is computed
+    (ceil_div(T, 4), {"T": B * 8}, 2 * B),
+    (ceil_div(T, 4), {"B": 3}, ceil_div(T, 4)),
+    (ceil_div(T, 4) * B, {"T": 10}, 3 * B),
+    (ceil_div(T + 1, 2), {"T": 2 * B - 1}, B),
+    (Dim.of(TRIPS) + T, {TRIPS: T}, 2 * T),
+]
+
+
+@pytest.mark.parametrize("dim, env, result", SUBSTITUTIONS, ids=[str(c[0]) for c in SUBSTITUTIONS])
+def test_substitute(dim, env, result):
+    assert dim.substitute(env) == result
 
 
 def test_products_and_strides():
@@ -53,3 +69,22 @@ def test_cpp_renders_a_ceil_division_from_its_operand_and_trips_from_the_model()
     assert names.expr(ceil_div(T, 4) * B) == "(d1*(((d0) + 3) / 4))"
     assert names.expr(Dim.of(TRIPS)) == "(m.dyn[0])"
     assert names.dynamic == [TRIPS]
+
+
+SIZES = [  # (type, dims, bytes): run-time sizes evaluated like any dim
+    (TensorType.of("f32", (ceil_div(T, 4), B)), {"T": 9, "B": 2}, 4 * 3 * 2),
+    (TensorType.of("bool", (TRIPS, 3)), {TRIPS: 5}, 15),
+    (TensorType.of("f64", ()), {}, 8),
+]
+
+
+@pytest.mark.parametrize("type_, dims, size", SIZES, ids=[str(c[0]) for c in SIZES])
+def test_tensor_bytes(type_, dims, size):
+    assert nbytes(type_, dims) == size
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_dtype_table_agrees_with_numpy(name):
+    d = DTYPES[name]
+    assert np.dtype(d.numpy).itemsize == d.itemsize
+    assert (np.dtype(d.numpy).kind == "f") == d.is_float

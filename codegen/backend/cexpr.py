@@ -2,7 +2,7 @@
 `v<id>`, dims `d<index>`, parameters and inputs are addressed by position."""
 from __future__ import annotations
 
-from ..shapes import CeilDiv, Dim, Symbol
+from ..shapes import CeilDiv, Dim, Symbol, TripCount
 
 
 class DimNames:
@@ -12,7 +12,7 @@ class DimNames:
 
     def __init__(self, user_dims: list[str]):
         self.user = list(user_dims)
-        self.dynamic: list[str] = []
+        self.dynamic: list[TripCount] = []
 
     def name(self, symbol: Symbol) -> str:
         if symbol in self.user:

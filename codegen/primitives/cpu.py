@@ -180,7 +180,7 @@ attach_cpu("seq_order", _seq_order)
 def _seq_mask(r, op, inputs, ins, outs):
     x = inputs[0]
     if len(ins) == 1:
-        return [f"mdl::fill({outs[0]}, {r.dim(x.type.shape[0])}, uint8_t(1));"]
+        return [f"mdl::fill({outs[0]}, {r.dim(x.type.shape[0])}, {ctype_of(op, r)}(1));"]
     return [f"mdl::seq_mask({ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
             f"{outs[0]});"]
 

@@ -45,12 +45,13 @@ attach_lowering("sign", "elementwise",
 attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
 attach_lowering("relu", "elementwise",
            lambda a, op, r: f"({a[0]} > {ctype_of(op, r)}(0) ? {a[0]} : {ctype_of(op, r)}(0))")
-attach_lowering("not", "elementwise", lambda a, op, r: f"uint8_t(!{a[0]})")
+attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"({a[0]} {s} {a[1]})")
 for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
-    attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"uint8_t({a[0]} {s} {a[1]})")
+    attach_lowering(_name, "elementwise",
+                    lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
 attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.d.math('pow')}({a[0]}, {a[1]})")
 attach_lowering("maximum", "elementwise",
            lambda a, op, r: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import FLOATS
-from ..shapes import Dim, TensorType, ceil_div
+from ..shapes import Dim, TensorType, ceil_div, numel
 from .core import need, primitive, same_dtype
 from .elementwise import _no_grad
 
@@ -37,9 +37,7 @@ def _cross_entropy_grad(b, op, cts):
         count = b.maximum(b.sum(real, axes=(0, 1), keepdims=False), b.const(1, dtype))
         weight = b.reshape(b.div(real, count), shape=targets.type.shape + (Dim.of(1),))
     else:
-        count = Dim.of(1)
-        for d in targets.type.shape:
-            count = count * d
+        count = numel(targets.type.shape)
         weight = b.div(b.const(1, dtype),
                        b.emit("full", [], {"shape": (), "value": count, "dtype": dtype})[0])
     return [b.mul(diff, b.mul(weight, g)), None] + [None] * len(rest)

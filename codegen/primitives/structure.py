@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import NUMERIC
-from ..shapes import Dim
+from ..shapes import Dim, numel
 from .core import ShapeError, need, primitive, same_dtype
 
 
@@ -83,11 +83,7 @@ def _reshape_ref(ctx, attrs, x):
 def _reshape(types, attrs):
     x, = types
     shape = tuple(attrs["shape"])
-    size_in, size_out = Dim.of(1), Dim.of(1)
-    for d in x.shape:
-        size_in = size_in * d
-    for d in shape:
-        size_out = size_out * d
+    size_in, size_out = numel(x.shape), numel(shape)
     need(size_in == size_out, f"`reshape` cannot turn {x} ({size_in} elements) into shape "
          f"[{', '.join(map(str, shape))}] ({size_out} elements)")
     return [x.with_shape(shape)]

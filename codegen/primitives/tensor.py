@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import FLOATS, NUMERIC
-from ..shapes import Dim, TensorType
+from ..shapes import Dim, TensorType, numel
 from .core import need, primitive, same_dtype
 from .elementwise import _no_grad
 
@@ -41,9 +41,7 @@ def _matmul_grad(b, op, cts):
     g = cts[0]
     cx = b.matmul(g, b.transpose(w, perm=(1, 0)))
     if x.type.rank > 2:  # every leading dim is a row of one big product
-        rows = Dim.of(1)
-        for d in x.type.shape[:-1]:
-            rows = rows * d
+        rows = numel(x.type.shape[:-1])
         x = b.reshape(x, shape=(rows, x.type.shape[-1]))
         g = b.reshape(g, shape=(rows, g.type.shape[-1]))
     return [cx, b.matmul(b.transpose(x, perm=(1, 0)), g)]
@@ -79,9 +77,7 @@ def _sum_grad(b, op, cts):
 
 def _mean_grad(b, op, cts):
     x = op.inputs[0]
-    count = Dim.of(1)
-    for i in op.attrs["axes"]:
-        count = count * x.type.shape[i]
+    count = numel(x.type.shape[i] for i in op.attrs["axes"])
     n = b.emit("full", [], {"shape": (), "value": count, "dtype": x.type.dtype})[0]
     return [b.div(_spread(b, op, cts[0]), n)]
 
