@@ -37,7 +37,7 @@ from .paths import RUNTIME_DIR
 from .templating import environment
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
-RUNTIME_SOURCE = "src/python_module.cpp"   # relative to RUNTIME_DIR
+RUNTIME_SOURCES = ("src/python_module.cpp", "src/checkpoint.cpp")  # relative to RUNTIME_DIR
 RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
 PRECOMPILED = "precompiled"
@@ -76,7 +76,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
     context = {
         "name": module_name,
         "sources": sorted(source_names),
-        "runtime_source": str(RUNTIME_DIR / RUNTIME_SOURCE),
+        "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES],
         "build_type": "Debug" if debug or sanitize else "Release",
         "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
@@ -140,12 +140,16 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
     def make(work: Path, final: Path) -> None:
         (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
+        objects = [work / (Path(source).stem + ".o") for source in RUNTIME_SOURCES]
         _compile(work, [
-            [*compiler, *RUNTIME_FLAGS, "-c", str(RUNTIME_DIR / RUNTIME_SOURCE),
-             "-o", str(work / RUNTIME_OBJECT)],
+            *([*compiler, *RUNTIME_FLAGS, "-c", str(RUNTIME_DIR / source), "-o", str(obj)]
+              for source, obj in zip(RUNTIME_SOURCES, objects)),
             [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
              "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
             "building the mdl runtime (once per cache)", progress)
+        # One relocatable object, so a model's link names a single runtime file.
+        _compile(work, [[_compiler()["path"], "-r", "-nostdlib", *map(str, objects),
+                         "-o", str(work / RUNTIME_OBJECT)]], "linking the mdl runtime", progress)
     built = cached(digest(fields), RUNTIME_OBJECT, make)
     return Runtime(built, built.parent / PRECOMPILED)
 

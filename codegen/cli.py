@@ -81,17 +81,23 @@ def _dims(text: str) -> dict[str, int]:
 
 
 def cmd_check(args) -> int:
-    from dsl import check_file, params_table, summary, to_json
-    cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
-    for w in cm.warnings:
-        print(w.render(), file=sys.stderr)
-    if args.json:
-        print(json.dumps(to_json(cm), indent=2))
-        return 0
-    print(summary(cm))
-    if args.params:
-        print()
-        print(params_table(cm))
+    """Checks `--model`, else every model of the file (`--json` describes one model)."""
+    from dsl import UsageError, check_file, model_names, params_table, summary, to_json
+    names = [args.model] if args.model else model_names(args.file)
+    if args.json and len(names) > 1:
+        raise UsageError(f"{args.file} defines several models ({', '.join(names)}); --json "
+                         "describes one: choose it with --model NAME")
+    for i, name in enumerate(names):
+        cm = check_file(args.file, defines=dict(args.defines), model=name, dtype=args.dtype)
+        for w in cm.warnings:
+            print(w.render(), file=sys.stderr)
+        if args.json:
+            print(json.dumps(to_json(cm), indent=2))
+            continue
+        print(("\n" if i else "") + summary(cm))
+        if args.params:
+            print()
+            print(params_table(cm))
     return 0
 
 

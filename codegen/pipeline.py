@@ -62,20 +62,40 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
 
 def check(path: str | Path, options: BuildOptions) -> list[Graph]:
     """The checked graphs of the models to build: `options.model`, else every model of
-    the file (one class each in the module)."""
+    the file (one class each in the module). Each `--specialize` set must fit (name only
+    symbolic dims of) at least one of them."""
     names = [options.model] if options.model else model_names(str(path))
-    out = []
-    for name in names:
-        graph = check_file(str(path), defines=options.defines, model=name,
-                           dtype=options.dtype).graph
+    out = [check_file(str(path), defines=options.defines, model=name,
+                      dtype=options.dtype).graph for name in names]
+    for spec in options.specialize:
+        if any(_fits(spec, graph) for graph in out):
+            continue
+        graph = out[0]
         dims = _symbolic_dims(graph)
-        unknown = sorted({k for spec in options.specialize for k in spec} - dims)
-        if unknown:
+        if len(out) == 1:
+            unknown = ", ".join(sorted(set(spec) - dims))
             known = ", ".join(sorted(dims)) or "none"
-            raise UsageError(f"--specialize names {', '.join(unknown)}, not a symbolic dim "
+            raise UsageError(f"--specialize names {unknown}, not a symbolic dim "
                              f"of model `{graph.name}` (it has {known})")
-        out.append(graph)
+        has = "; ".join(f"`{g.name}` has {', '.join(sorted(_symbolic_dims(g))) or 'none'}"
+                        for g in out)
+        raise UsageError(f"--specialize {_spec_text(spec)} fits no model: none has all of "
+                         f"{', '.join(spec)} as symbolic dims ({has})")
     return out
+
+
+def specializations_of(graph: Graph, options: BuildOptions) -> list[dict[str, int]]:
+    """The `--specialize` sets that fit `graph`: in a file of several models, a set applies
+    to the models that have all its dims."""
+    return [spec for spec in options.specialize if _fits(spec, graph)]
+
+
+def _fits(spec: dict[str, int], graph: Graph) -> bool:
+    return set(spec) <= _symbolic_dims(graph)
+
+
+def _spec_text(spec: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
 def differentiate(graph: Graph) -> Graph:
@@ -101,10 +121,9 @@ def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
     if options.target not in TARGETS:
         raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
     models = check(path, options)
-    pairs = [(for_backends(g), differentiate(g) if g.loss is not None else None)
-             for g in models]
-    return models, generate(pairs, module_name, options.dtype, TARGETS[options.target],
-                            options.specialize)
+    built = [(for_backends(g), differentiate(g) if g.loss is not None else None,
+              specializations_of(g, options)) for g in models]
+    return models, generate(built, module_name, options.dtype, TARGETS[options.target])
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -17,3 +18,31 @@ def mdl_cache_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MDL_CACHE_DIR", str(path))
         yield path
+
+
+CHARLM = Path(__file__).resolve().parents[1] / "examples" / "charlm.mdl"
+CHARLM_DIMS = {"T": 6, "B": 3}
+
+
+@pytest.fixture(scope="session")
+def charlm64():
+    """examples/charlm.mdl (CharLM and CharLMStep) in f64 with H = 16, specialized for
+    T=6, B=3: the module the training, checkpoint and sharing tests use."""
+    from codegen.pipeline import load
+    return load(CHARLM, dtype="f64", defines={"H": 16}, specialize=[CHARLM_DIMS],
+                name="charlm_h16_f64")
+
+
+@pytest.fixture(scope="session")
+def charlm64_generic():
+    """The same module without specializations: only the generic code."""
+    from codegen.pipeline import load
+    return load(CHARLM, dtype="f64", defines={"H": 16}, name="charlm_h16_f64_generic")
+
+
+def charlm_batch(seed: int, T: int = 6, B: int = 3, full: bool = False) -> dict:
+    """Random tokens, next-character targets and lengths (some short unless `full`)."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 96, (T + 1, B)).astype(np.int32)
+    lengths = np.full(B, T, np.int32) if full else rng.integers(1, T + 1, B).astype(np.int32)
+    return {"tokens": tokens[:-1], "targets": tokens[1:], "lengths": lengths}

@@ -157,8 +157,8 @@ def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m")
     assert "project(m LANGUAGES CXX)" in release
     assert "find_package(pybind11 CONFIG REQUIRED)" in release
-    runtime = build.RUNTIME_DIR / build.RUNTIME_SOURCE
-    assert f'pybind11_add_module(m MODULE module.cpp "{runtime}")' in release
+    runtime = " ".join(f'"{build.RUNTIME_DIR / s}"' for s in build.RUNTIME_SOURCES)
+    assert f'pybind11_add_module(m MODULE module.cpp {runtime})' in release
     assert "target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG)" in release
     assert f'"{build.RUNTIME_DIR}"' in release and str(build._blas_library()) in release
     assert "BUILD_RPATH" in release

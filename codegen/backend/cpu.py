@@ -15,8 +15,8 @@ class CpuTarget(Target):
     name = "cpu"
     dialect = CPP
 
-    def parameter(self, offset: int) -> str:
-        return f"m.params.data() + {offset}"
+    def parameter(self, index: int) -> str:
+        return f"m.param[{index}]"
 
     def input(self, k: int, ctype: str) -> str:
         return f"static_cast<{ctype}*>(c.inputs[{k}])"

@@ -65,6 +65,9 @@ class ModuleGenerator:
         self.specializations = specializations
         self.saved_count = 0
         self.tapes: list[int] = []
+        # A parameter is reached through its index (it may live in another model's store,
+        # shared); its offset places its optimizer state and, unshared, its values.
+        self.param_index = {name: i for i, name in enumerate(graph.params)}
         self.param_offsets: dict[str, int] = {}
         total = 0
         for name, p in graph.params.items():
@@ -73,7 +76,7 @@ class ModuleGenerator:
         self.param_count = total
 
     def _param_access(self, graph: Graph) -> dict[int, Access]:
-        return {p.value.id: Access(self.target.parameter(self.param_offsets[name]),
+        return {p.value.id: Access(self.target.parameter(self.param_index[name]),
                                    _own(p.value.type), persistent=True)
                 for name, p in graph.params.items()}
 
@@ -199,13 +202,12 @@ def _own(t: TensorType) -> Layout:
     return Layout(None, "0", contiguous_strides(t.shape))
 
 
-def generate(models: list[tuple[Graph, Graph | None]], module_name: str, dtype: str,
-             target: Target, specializations: list[dict[str, int]] | None = None
-             ) -> dict[str, str]:
-    """The generated sources of one module holding `models` ((graph, joint graph or None)
-    pairs, one class each) for `target`: {file name: text}."""
-    contexts = [ModuleGenerator(graph, joint, dtype, specializations or [], target).context()
-                for graph, joint in models]
+def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
+             module_name: str, dtype: str, target: Target) -> dict[str, str]:
+    """The generated sources of one module holding `models` (graph, joint graph or None,
+    specializations; one class each) for `target`: {file name: text}."""
+    contexts = [ModuleGenerator(graph, joint, dtype, specializations, target).context()
+                for graph, joint, specializations in models]
     text = environment().get_template("module.cpp.j2").render(
         module_name=module_name, ctype=target.dialect.ctype(dtype), models=contexts)
     return {"module.cpp": text}

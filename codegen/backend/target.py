@@ -31,8 +31,8 @@ class Target(abc.ABC):
         return TABLE[op.prim].extra[self.name]
 
     @abc.abstractmethod
-    def parameter(self, offset: int) -> str:
-        """A pointer to the parameter at element `offset` of the model's parameters."""
+    def parameter(self, index: int) -> str:
+        """A pointer to the model's parameter `index` (its own, or one it shares)."""
 
     @abc.abstractmethod
     def input(self, k: int, ctype: str) -> str:

@@ -53,7 +53,7 @@ struct Call {
 
 template <class T>
 struct State {
-  std::vector<T> params;
+  std::vector<T*> param;  // where each parameter lives: this model's store or a sharer's
   Arena arena_infer, arena_fwd, arena_bwd;
   std::vector<void*> saved;
   std::vector<Tape> tapes;

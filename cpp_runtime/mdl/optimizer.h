@@ -25,12 +25,25 @@ struct OptimizerConfig {
   bool nesterov = false, decoupled = false;
 };
 
+// What is wrong with a configuration, or null: checked by set_optimizer and on load.
+inline const char* invalid(const OptimizerConfig& c) {
+  if (!(c.lr > 0)) return "lr must be > 0";
+  if (!(c.weight_decay >= 0)) return "weight_decay must be >= 0";
+  if (!(c.clip_norm >= 0)) return "clip_norm must be > 0 (or None)";
+  if (!(c.momentum >= 0)) return "momentum must be >= 0";
+  if (c.nesterov && c.momentum == 0) return "nesterov needs momentum > 0";
+  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
+    return "beta1 and beta2 must lie in [0, 1)";
+  if (!(c.eps > 0)) return "eps must be > 0";
+  return nullptr;
+}
+
 template <class T>
 class Optimizer {
  public:
   OptimizerConfig config;
   int64_t steps = 0;
-  std::vector<T> first, second;  // momentum buffer or Adam's m; Adam's v (by param offset)
+  std::vector<T> first, second;  // momentum buffer or Adam's m; Adam's v (at ParamSpec::offset)
 
   void reset(const OptimizerConfig& c, int64_t param_count) {
     config = c;
@@ -39,9 +52,10 @@ class Optimizer {
     second.assign(c.kind == OptimizerConfig::ADAM ? param_count : 0, T(0));
   }
 
-  // Update `params` from the gradients `grads` (grads[p.grad] for each trainable p).
+  // Update the parameters (`param[i]` holds parameter i) from the gradients `grads`
+  // (grads[p.grad] for each trainable p).
   template <class ModelSpecT>
-  void step(const ModelSpecT& spec, T* params, void* const* grads) {
+  void step(const ModelSpecT& spec, T* const* param, void* const* grads) {
     ++steps;
     double scale = clip_scale(spec, grads);
     for (int i = 0; i < spec.n_params; ++i) {
@@ -49,7 +63,7 @@ class Optimizer {
       if (p.grad < 0) continue;
       int64_t n = 1;
       for (int d = 0; d < p.rank; ++d) n *= p.shape[d];
-      update(p, params + p.offset, static_cast<const T*>(grads[p.grad]), n, scale);
+      update(p, param[i], static_cast<const T*>(grads[p.grad]), n, scale);
     }
   }
 

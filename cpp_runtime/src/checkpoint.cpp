@@ -1,0 +1,85 @@
+// Checkpoint files: written atomically, read in full, through NumPy's .npz format.
+#include "checkpoint.h"
+
+#include <string>
+
+namespace mdl {
+
+using namespace pybind11::literals;
+
+void write_npz(py::handle path, const py::dict& arrays) {
+  py::module_ os = py::module_::import("os"), np = py::module_::import("numpy");
+  py::object os_path = os.attr("path");
+  py::object full = os_path.attr("abspath")(os.attr("fspath")(path));
+  py::object dir = os_path.attr("dirname")(full);
+  py::object base = os_path.attr("basename")(full);
+  // mkstemp's file is private (0600): the checkpoint keeps the old file's mode, or 0644
+  int mode = 0644;
+  if (py::cast<bool>(os_path.attr("exists")(full)))
+    mode = py::cast<int>(os.attr("stat")(full).attr("st_mode")) & 07777;
+  py::tuple made = py::module_::import("tempfile").attr("mkstemp")(
+      "dir"_a = dir, "prefix"_a = py::str(".{}.").format(base), "suffix"_a = ".tmp");
+  py::object fd = made[0], temporary = made[1];
+  try {
+    py::object file = os.attr("fdopen")(fd, "wb");
+    try {
+      np.attr("savez")(file, **arrays);
+      file.attr("flush")();
+      os.attr("fsync")(file.attr("fileno")());
+    } catch (...) {
+      file.attr("close")();
+      throw;
+    }
+    file.attr("close")();
+    os.attr("chmod")(temporary, mode);
+    os.attr("replace")(temporary, full);
+  } catch (...) {
+    try {
+      os.attr("unlink")(temporary);
+    } catch (py::error_already_set&) {
+    }
+    throw;
+  }
+  // the rename itself reaches the disk with the directory's entry
+  py::object dir_fd = os.attr("open")(dir, os.attr("O_RDONLY"));
+  try {
+    os.attr("fsync")(dir_fd);
+  } catch (py::error_already_set&) {  // some file systems cannot sync a directory
+  }
+  os.attr("close")(dir_fd);
+}
+
+py::dict read_npz(py::handle path) {
+  py::module_ np = py::module_::import("numpy");
+  py::object name = py::module_::import("os").attr("fspath")(path);
+  py::dict out;
+  // NumPy takes any other file for a pickle and says so: name the real problem instead
+  py::object file = py::module_::import("io").attr("open")(name, "rb");
+  py::bytes head = file.attr("read")(4);
+  file.attr("close")();
+  if (std::string(head) != "PK\x03\x04")
+    throw py::value_error(py::cast<std::string>(name) + ": not a checkpoint (" +
+                          (py::len(head) ? "not an .npz archive" : "the file is empty") + ")");
+  try {
+    py::object archive = np.attr("load")(name, "allow_pickle"_a = false);
+    try {
+      for (py::handle key : archive.attr("files")) out[key] = archive[key];
+    } catch (...) {
+      archive.attr("close")();
+      throw;
+    }
+    archive.attr("close")();
+  } catch (py::error_already_set& e) {
+    // a file that is not there (or not readable) is the caller's to see as it is
+    if (e.matches(PyExc_FileNotFoundError) || e.matches(PyExc_PermissionError) ||
+        e.matches(PyExc_IsADirectoryError))
+      throw;
+    std::string why = py::str(e.value());
+    std::string type = py::str(e.type().attr("__name__"));
+    throw py::value_error(py::cast<std::string>(name) + ": not a readable checkpoint (" + type +
+                          ": " + why + ")");
+  }
+  return out;
+}
+
+}  // namespace mdl

@@ -1,0 +1,197 @@
+"""Checkpoints: `save` then `load` continues training bit for bit; the file is a plain
+.npz; a write killed midway leaves the previous checkpoint; every damaged or mismatched
+file is a ValueError naming the file and the first problem, and changes nothing."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import charlm_batch
+
+from codegen.pipeline import load
+
+
+def trained(module, optimizer: str, steps: int, **options):
+    m = module.CharLM(seed=1)
+    m.set_optimizer(optimizer, lr=0.05, **options)
+    for step in range(steps):
+        m.train_step(**charlm_batch(step))
+    return m
+
+
+def params_of(m) -> dict:
+    return {k: v.copy() for k, v in m.params.items()}
+
+
+@pytest.mark.parametrize("optimizer, options", [
+    ("adam", {"clip_norm": 1.0, "weight_decay": 0.01, "decoupled": True}),
+    ("sgd", {"momentum": 0.9, "nesterov": True}),
+])
+def test_save_then_load_continues_training_bit_for_bit(charlm64, tmp_path, optimizer, options):
+    path = tmp_path / "ckpt.npz"
+    a = trained(charlm64, optimizer, 3, **options)
+    a.save(path)
+    b = charlm64.CharLM(seed=7)  # other initial weights, no optimizer: load sets both
+    b.load(path)
+    assert b.optimizer == a.optimizer
+    for step in range(3, 6):
+        out_a, out_b = a.train_step(**charlm_batch(step)), b.train_step(**charlm_batch(step))
+        assert out_a["loss"] == out_b["loss"]
+    for name, value in a.params.items():
+        assert np.array_equal(value, b.params[name]), name
+
+
+def test_the_file_is_a_plain_npz(charlm64, tmp_path):
+    path = tmp_path / "ckpt.npz"
+    m = trained(charlm64, "adam", 2)
+    m.save(str(path))  # a str path works as a Path does
+    with np.load(path, allow_pickle=False) as z:
+        assert str(z["format"]) == "mdl checkpoint 1" and str(z["model"]) == "CharLM"
+        assert str(z["optimizer/name"]) == "adam" and int(z["optimizer/steps"]) == 2
+        assert float(z["optimizer/lr"]) == 0.05
+        for name, value in m.params.items():
+            assert np.array_equal(z[f"param/{name}"], value)
+            assert z[f"optimizer/second/{name}"].shape == value.shape
+        assert int(z["rng/calls"]) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.npz"]  # no temporary left
+
+
+def test_a_model_without_optimizer_saves_and_loads(charlm64, tmp_path):
+    a, b = charlm64.CharLM(seed=3), charlm64.CharLM(seed=4)
+    a.save(tmp_path / "w.npz")
+    b.set_optimizer("sgd", lr=0.1)
+    b.load(tmp_path / "w.npz")
+    assert b.optimizer is None
+    for name, value in a.params.items():
+        assert np.array_equal(value, b.params[name])
+
+
+def entries(path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def damaged(tmp_path, good, how: str):
+    """A copy of the checkpoint `good`, damaged as `how` says."""
+    path = tmp_path / f"{how.replace(' ', '_')}.npz"
+    data = good.read_bytes()
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "text":
+        path.write_text("not a checkpoint\n")
+    elif how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "corrupt member":  # a flipped byte inside a stored array: a bad CRC
+        with zipfile.ZipFile(good) as z:
+            info = z.getinfo("param/lstm/W.npy")
+        at = info.header_offset + 30 + len(info.filename) + info.compress_size // 2
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    elif how == "one array":
+        np.save(path.with_suffix(""), np.zeros(3))
+        path.with_suffix(".npy").rename(path)
+    else:
+        arrays = entries(good)
+        if how == "missing parameter":
+            del arrays["param/decoder/b"]
+        elif how == "unknown entry":
+            arrays["param/encoder/W"] = np.zeros(2)
+        elif how == "wrong shape":
+            arrays["param/lstm/U"] = arrays["param/lstm/U"][:, :8]
+        elif how == "wrong dtype":
+            arrays["param/embedding"] = arrays["param/embedding"].astype(np.float32)
+        elif how == "bad optimizer":
+            arrays["optimizer/name"] = np.array("adagrad")
+        elif how == "bad option":
+            arrays["optimizer/lr"] = np.array(-1.0)
+        elif how == "missing moments":
+            del arrays["optimizer/second/lstm/b"]
+        elif how == "other format":
+            arrays["format"] = np.array("something else 2")
+        np.savez(path, **arrays)
+    return path
+
+
+PROBLEMS = {
+    "empty": "not a checkpoint (the file is empty)",
+    "text": "not a checkpoint (not an .npz archive)",
+    "one array": "not a checkpoint (not an .npz archive)",
+    "truncated": "not a readable checkpoint (BadZipFile",
+    "corrupt member": "not a readable checkpoint (BadZipFile: Bad CRC-32",
+    "missing parameter": "no 'param/decoder/b' in the checkpoint",
+    "unknown entry": "'param/encoder/W' is not part of a checkpoint of model CharLM "
+                     "(it has no such parameter)",
+    "wrong shape": "'param/lstm/U' should be float64[16, 64], the file has float64[16, 8]",
+    "wrong dtype": "'param/embedding' should be float64[96, 32], the file has float32[96, 32]",
+    "bad optimizer": "unknown optimizer 'adagrad'",
+    "bad option": "the optimizer's options are invalid: lr must be > 0",
+    "missing moments": "no 'optimizer/second/lstm/b' in the checkpoint",
+    "other format": "format 'something else 2' is not 'mdl checkpoint 1'",
+}
+
+
+@pytest.mark.parametrize("how", list(PROBLEMS))
+def test_a_bad_file_is_a_value_error_and_changes_nothing(charlm64, tmp_path, how):
+    good = tmp_path / "good.npz"
+    trained(charlm64, "adam", 1).save(good)
+    path = damaged(tmp_path, good, how)
+    m = trained(charlm64, "sgd", 2, momentum=0.5)
+    before, optimizer = params_of(m), m.optimizer
+    with pytest.raises(ValueError) as error:
+        m.load(path)
+    assert str(error.value).startswith(f"{path}: ")
+    assert PROBLEMS[how] in str(error.value)
+    assert m.optimizer == optimizer
+    for name, value in before.items():
+        assert np.array_equal(m.params[name], value), name
+    m.train_step(**charlm_batch(9))  # still a working model
+
+
+def test_a_missing_file_is_file_not_found(charlm64, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        charlm64.CharLM().load(tmp_path / "nothing.npz")
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from codegen.pipeline import load
+    module = load(sys.argv[1], dtype="f64", defines={"H": 16}, name="charlm_h16_f64_generic")
+    m = module.CharLM(seed=0)
+    m.set_optimizer("adam", lr=0.01)
+    version = 0
+    while True:
+        version += 1
+        for w in m.params.values():
+            w[...] = version
+        m.save(sys.argv[2])
+        if version == 1:
+            print("saved", flush=True)
+""")
+
+
+def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, tmp_path):
+    """A process saving over and over is killed (SIGKILL) at odd moments: the file it
+    leaves always loads, whole, as one of the versions it wrote."""
+    from conftest import CHARLM
+    path = tmp_path / "ckpt.npz"
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(CHARLM), str(path)],
+                                stdout=subprocess.PIPE, text=True, env={**os.environ})
+        try:
+            assert proc.stdout.readline() == "saved\n"
+            time.sleep(0.05 + 0.07 * attempt)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        m = charlm64_generic.CharLM(seed=5)
+        m.load(path)
+        values = {float(w.flat[0]) for w in m.params.values()}
+        assert len(values) == 1 and min(values) >= 1  # one whole version
+        assert m.optimizer["name"] == "adam"

@@ -1,0 +1,116 @@
+"""Models that share parameters: `CharLMStep(params=lm)` runs on CharLM's own memory, one
+character at a time gives CharLM's logits, sees every update of the trained model, and a
+mismatch of shapes (or nothing in common) is refused at construction."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import charlm_batch
+
+from codegen.pipeline import load
+
+
+def test_the_step_model_uses_the_trained_models_memory(charlm64):
+    lm = charlm64.CharLM(seed=0)
+    gen = charlm64.CharLMStep(params=lm)
+    assert sorted(gen.shared) == sorted(lm.params)
+    for name, value in gen.params.items():
+        assert np.shares_memory(value, lm.params[name]), name
+    assert charlm64.CharLMStep().shared == []
+
+
+def stepped_logits(gen, tokens: np.ndarray, H: int = 16) -> np.ndarray:
+    B = tokens.shape[1]
+    h, c, logits = np.zeros((B, H)), np.zeros((B, H)), []
+    for token in tokens:
+        out = gen.forward(token=token, h=h, c=c)
+        h, c = out["h_out"], out["c_out"]
+        logits.append(out["logits"])
+    return np.stack(logits)
+
+
+def test_one_character_at_a_time_gives_the_sequence_models_logits(charlm64):
+    lm = charlm64.CharLM(seed=2)
+    gen = charlm64.CharLMStep(params=lm)
+    lm.set_optimizer("adam", lr=0.05)
+    for step in range(3):  # trained weights, not the initial ones
+        lm.train_step(**charlm_batch(step))
+    batch = charlm_batch(10, full=True)
+    want = lm.forward(**batch)["logits"]
+    assert np.abs(stepped_logits(gen, batch["tokens"]) - want).max() < 1e-12
+
+
+def test_updates_of_either_model_are_seen_by_the_other(charlm64):
+    lm = charlm64.CharLM(seed=0)
+    gen = charlm64.CharLMStep(params=lm)
+    tokens = charlm_batch(4, full=True)["tokens"]
+    before = stepped_logits(gen, tokens)
+    lm.set_optimizer("sgd", lr=0.5)
+    lm.train_step(**charlm_batch(0))
+    assert np.abs(stepped_logits(gen, tokens) - before).max() > 1e-3
+    gen.params["decoder/b"][:] = 3.0
+    assert np.all(lm.params["decoder/b"] == 3.0)
+
+
+def test_the_shared_store_outlives_the_model_it_came_from(charlm64):
+    lm = charlm64.CharLM(seed=0)
+    want = lm.params["lstm/W"].copy()
+    gen = charlm64.CharLMStep(params=lm)
+    del lm
+    gc.collect()
+    assert np.array_equal(gen.params["lstm/W"], want)
+    stepped_logits(gen, charlm_batch(1, full=True)["tokens"])
+
+
+def test_own_parameters_are_initialized_as_unshared(tmp_path):
+    path = tmp_path / "partly.mdl"
+    path.write_text(
+        "model A() { input x : f64[B, 3]; param w : f64[3, 4] = normal(0, 1)\n"
+        "  output y = sum(x @ w) }\n"
+        "model B() { input x : f64[B, 3]; param w : f64[3, 4] = normal(0, 1)\n"
+        "  param v : f64[4, 2] = normal(0, 1); output y = sum((x @ w) @ v) }\n"
+        "model C() { input x : f64[B, 4]; param w : f64[4, 4] = normal(0, 1)\n"
+        "  output y = sum(x @ w) }\n"
+        "model D() { input x : f64[B, 2]; param u : f64[2] = normal(0, 1)\n"
+        "  output y = sum(x * u) }\n")
+    module = load(path, dtype="f64", name="partly")
+    a = module.A(seed=1)
+    b = module.B(seed=2, params=a)
+    assert b.shared == ["w"]
+    assert np.shares_memory(b.params["w"], a.params["w"])
+    assert np.array_equal(b.params["v"], module.B(seed=2).params["v"])
+    with pytest.raises(ValueError, match=r"C cannot share parameters with A: 'w' is "
+                                         r"f64\[3, 4\] in A but f64\[4, 4\] in C"):
+        module.C(params=a)
+    with pytest.raises(ValueError, match="D has no parameter name in common with A"):
+        module.D(params=a)
+    with pytest.raises(TypeError, match="params= takes a model of the same module"):
+        module.B(params=a.params)
+    other = load(path, dtype="f64", name="partly_again")
+    with pytest.raises(TypeError, match="params= takes a model of the same module"):
+        module.B(params=other.A())
+
+
+def test_models_sharing_parameters_take_turns(charlm64):
+    """Sharing models hold one lock: one thread training while another generates neither
+    deadlocks nor crashes, and every training step happens."""
+    import threading
+    lm = charlm64.CharLM(seed=0)
+    gen = charlm64.CharLMStep(params=lm)
+    lm.set_optimizer("sgd", lr=0.1)
+    done = threading.Event()
+
+    def train():
+        for step in range(30):
+            lm.train_step(**charlm_batch(step))
+        done.set()
+    thread = threading.Thread(target=train)
+    thread.start()
+    token = np.zeros(3, np.int32)
+    while not done.is_set():
+        gen.forward(token=token, h=np.zeros((3, 16)), c=np.zeros((3, 16)))
+    thread.join()
+    assert lm.optimizer["steps"] == 30
