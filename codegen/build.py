@@ -61,7 +61,16 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
     return [*LANGUAGE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
-            *(SANITIZE_FLAGS if sanitize else ())]
+            *(SANITIZE_FLAGS if sanitize else ()),
+            *(("-DMDL_LIBMVEC",) if _libmvec() else ())]
+
+
+@functools.cache
+def _libmvec() -> bool:
+    """Whether the compiler links glibc's vector math library (cpp_runtime/mdl/vector_math.h
+    then lets loops call its SIMD exp, tanh, ...)."""
+    found = _output([_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
+    return os.path.isabs(found) and os.path.exists(found)
 
 
 def include_dirs() -> list[str]:
@@ -81,7 +90,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
         "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
         "include_dirs": [str(RUNTIME_DIR), scipy_openblas32.get_include_dir()],
-        "libraries": [str(_blas_library())],
+        "libraries": [str(_blas_library()), *(["mvec"] if _libmvec() else [])],
         "rpath": scipy_openblas32.get_lib_dir(),
     }
     return _template("CMakeLists.txt.j2").render(context)
@@ -214,7 +223,8 @@ def _link_flags(sanitize: bool) -> list[str]:
     RPATH."""
     lib_dir = scipy_openblas32.get_lib_dir()
     return [*(SANITIZE_FLAGS[:1] if sanitize else ()), f"-L{lib_dir}",
-            f"-l{scipy_openblas32.get_library()}", f"-Wl,-rpath,{lib_dir}"]
+            f"-l{scipy_openblas32.get_library()}", f"-Wl,-rpath,{lib_dir}",
+            *(("-lmvec",) if _libmvec() else ())]
 
 
 @functools.cache

@@ -159,13 +159,14 @@ def test_the_cmakelists_renders_each_variant():
     assert "find_package(pybind11 CONFIG REQUIRED)" in release
     runtime = " ".join(f'"{build.RUNTIME_DIR / s}"' for s in build.RUNTIME_SOURCES)
     assert f'pybind11_add_module(m MODULE module.cpp {runtime})' in release
-    assert "target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG)" in release
+    vector_math = " -DMDL_LIBMVEC" if build._libmvec() else ""
+    assert f"target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG{vector_math})" in release
     assert f'"{build.RUNTIME_DIR}"' in release and str(build._blas_library()) in release
     assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", debug=True)
-    assert "PRIVATE -O0 -g)" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    assert f"PRIVATE -O0 -g{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
     sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
-    assert "-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer)" in sanitize
+    assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{vector_math})" in sanitize
     assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
 
 

@@ -8,3 +8,4 @@
 #include "mdl/init.h"
 #include "mdl/kernels.h"
 #include "mdl/rng.h"
+#include "mdl/vector_math.h"

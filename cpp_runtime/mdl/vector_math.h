@@ -1,0 +1,26 @@
+// SIMD versions of libm's functions for the loops of generated code. glibc's libmvec has
+// them (expf on 16 floats at once with AVX-512, ...), but math.h declares them only under
+// -ffast-math, which would also license reassociation and ignore NaN and infinity. Declared
+// here, GCC vectorizes a loop that calls std::exp, std::tanh, ... and calls the libmvec
+// variant; results stay within libmvec's documented error (4 ulp at most). codegen/build.py
+// defines MDL_LIBMVEC and links -lmvec where the compiler finds libmvec.
+#pragma once
+
+#include <cmath>
+
+#if defined(MDL_LIBMVEC) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MDL_SIMD_DECLARE(type, fn) type fn(type) noexcept __attribute__((simd("notinbranch")));
+extern "C" {
+MDL_SIMD_DECLARE(float, expf)
+MDL_SIMD_DECLARE(double, exp)
+MDL_SIMD_DECLARE(float, logf)
+MDL_SIMD_DECLARE(double, log)
+MDL_SIMD_DECLARE(float, tanhf)
+MDL_SIMD_DECLARE(double, tanh)
+MDL_SIMD_DECLARE(float, sinf)
+MDL_SIMD_DECLARE(double, sin)
+MDL_SIMD_DECLARE(float, cosf)
+MDL_SIMD_DECLARE(double, cos)
+}
+#undef MDL_SIMD_DECLARE
+#endif
