@@ -178,20 +178,29 @@ WRITER = textwrap.dedent("""
 
 def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, tmp_path):
     """A process saving over and over is killed (SIGKILL) at odd moments: the file it
-    leaves always loads, whole, as one of the versions it wrote."""
+    leaves always loads, whole, as one of the versions it wrote. At least one kill must
+    land inside a save (its temporary file is left behind), or the test proves nothing."""
     from conftest import CHARLM
     path = tmp_path / "ckpt.npz"
-    for attempt in range(4):
+    midway = 0
+    for attempt in range(12):
+        if attempt >= 4 and midway:
+            break
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(CHARLM), str(path)],
                                 stdout=subprocess.PIPE, text=True, env={**os.environ})
         try:
             assert proc.stdout.readline() == "saved\n"
-            time.sleep(0.05 + 0.07 * attempt)
+            time.sleep(0.05 + 0.037 * attempt)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+        left = [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+        midway += bool(left)
+        for p in left:
+            p.unlink()
         m = charlm64_generic.CharLM(seed=5)
         m.load(path)
         values = {float(w.flat[0]) for w in m.params.values()}
         assert len(values) == 1 and min(values) >= 1  # one whole version
         assert m.optimizer["name"] == "adam"
+    assert midway, "no kill landed inside a save"
