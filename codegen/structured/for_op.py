@@ -13,6 +13,7 @@ from ..ir import Block, Op, Value, rename
 from ..shapes import Dim, TensorType
 from ..regions import RECOMPUTE, STORE, differentiate_block
 from ..structured_grad import add_tapes, captured_floats, loop_backward
+from .for_hoist import hoist, movable
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 
 
@@ -121,11 +122,15 @@ def _rewrite(op: Op, autodiff: bool):
     - with `checkpoint = k`, for autodiff: a `for` over ceil(T/k) segments whose body
       runs a `for` over the k steps of one segment (padding steps masked), both marked
       `recompute`: the backward keeps the state at each segment start only, and re-runs
-      one segment at a time (memory O(T/k + k)). Inference needs no checkpoint."""
+      one segment at a time (memory O(T/k + k)). Inference needs no checkpoint;
+    - a plain loop whose body multiplies its sequence slices by loop-invariant matrices:
+      those products move out as one product over all steps (for_hoist.py)."""
     if op.attrs["has_lengths"]:
         return _lower_lengths
     if op.attrs.get("checkpoint") and autodiff:
         return _nest_checkpoint
+    if movable(op, autodiff):
+        return hoist
     return None
 
 
