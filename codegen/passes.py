@@ -96,7 +96,7 @@ def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
             _rewrite_block(sub, rewrite, facts, replace)
         b.loc = op.loc
         start = len(block.ops)
-        new = None if op.blocks else rewrite(b, op, facts)
+        new = rewrite(b, op, facts)
         if new is None:
             del block.ops[start:]
             block.ops.append(op)
@@ -118,6 +118,8 @@ def fold_constants(graph: Graph) -> None:
 
 
 def _fold(b: Builder, op: Op, facts: Facts):
+    if op.blocks:
+        return None
     prim = TABLE[op.prim]
     out = op.outputs[0]
     if not prim.elementwise or prim.random or not op.inputs or has_dynamic(out.type):
@@ -134,9 +136,14 @@ def _fold(b: Builder, op: Op, facts: Facts):
 
 
 def simplify(graph: Graph) -> None:
-    """Apply the algebraic identities of the table (x + 0, x * 1, neg(neg(x)), ...)."""
-    _rewrite_graph(graph, lambda b, op, facts: (TABLE[op.prim].simplify(b, op, facts)
-                                                 if TABLE[op.prim].simplify else None))
+    """Apply the algebraic identities of the table (x + 0, x * 1, neg(neg(x)), ...) and
+    the structured ops' own rewrites (a loop's sums over time moved after it)."""
+    _rewrite_graph(graph, _simplify)
+
+
+def _simplify(b: Builder, op: Op, facts: Facts):
+    entry = STRUCTURED[op.prim] if op.blocks else TABLE[op.prim]
+    return entry.simplify(b, op, facts) if entry.simplify else None
 
 
 # ---- common subexpressions ---------------------------------------------------------------

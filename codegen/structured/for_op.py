@@ -14,6 +14,7 @@ from ..shapes import Dim, TensorType
 from ..regions import RECOMPUTE, STORE, differentiate_block
 from ..structured_grad import add_tapes, captured_floats, loop_backward
 from .for_hoist import hoist, movable
+from .for_sink import sink_sums
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 
 
@@ -221,4 +222,4 @@ FOR = register(StructuredOp(
            "checkpoint": (int, 0), "n_tape": (int, 0)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
-    rewrite=_rewrite, integer_bounds=_integer_bounds))
+    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds))

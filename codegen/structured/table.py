@@ -14,6 +14,10 @@ blocks (codegen/ir.py has the conventions); its entry declares, once:
   (codegen/lowering.py), as `rule(b, op)` emitting the replacement with the builder `b`;
   `autodiff` says whether the graph is prepared for differentiation or only for a
   backend;
+- `simplify(b, op, facts) -> values or None`: a rewrite the simplification pass offers
+  it (codegen/passes.py), as the table's primitives offer their identities: it emits the
+  replacement (the op itself included, if it stays) and returns the values replacing
+  its outputs;
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the ranges its integer inputs must lie
   in (gradcheck draws valid inputs from them);
 - `extra`: hooks of later stages (the native backend's lowering and rendering).
@@ -56,6 +60,7 @@ class StructuredOp:
     grad: Callable
     trim: Callable[[Op, set[int]], None]
     rewrite: Callable[[Op, bool], Callable | None] = lambda op, autodiff: None
+    simplify: Callable | None = None
     integer_bounds: Callable | None = None
     extra: dict = field(default_factory=dict)
 
