@@ -1,0 +1,69 @@
+"""Products over time leave the loop (structured/for_hoist.py) and sums over time follow
+them after it (structured/for_sink.py): the shapes of the graphs they make, what they
+leave alone, and that the graphs still compute what the reference does (the native and
+gradient tests check every example; here a reversed loop with lengths, in f64)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ir_helpers import check_model_grads, model, random_params, rnn_model
+
+from codegen.ir import walk_ops
+from codegen.pipeline import differentiate, for_backends
+from codegen.verify import verify
+
+
+def loops(block):
+    return [op for op in walk_ops(block) if op.prim == "for"]
+
+
+def body_prims(loop) -> list[str]:
+    return [op.prim for op in loop.blocks[0].ops]
+
+
+def test_the_input_product_leaves_the_forward_loop():
+    graph = for_backends(model(rnn_model("lstm(x, h, c)")))
+    verify(graph)
+    (loop,) = loops(graph.body)
+    assert body_prims(loop).count("matmul") == 1  # h @ U stays, x @ W left
+    before = graph.body.ops[:graph.body.ops.index(loop)]
+    product = [op for op in before if op.prim == "matmul"]
+    assert len(product) == 1 and product[0].outputs[0].type.rank == 3  # [T, B, 4H]
+    assert product[0].outputs[0] in loop.inputs[:loop.attrs["n_seq"]]
+
+
+def test_the_weight_gradients_are_one_product_after_the_backward_loop():
+    joint = differentiate(model(rnn_model("lstm(x, h, c)")))
+    verify(joint)
+    (back,) = loops(joint.backward)
+    # the backward loop carries only the state cotangents (dh, dc): no accumulators
+    assert back.attrs["n_state"] == 2
+    assert body_prims(back).count("matmul") == 1  # dg @ U^T, for dh
+    after = joint.backward.ops[joint.backward.ops.index(back) + 1:]
+    assert sum(op.prim == "matmul" for op in after) >= 3  # dW, dU, and dxs
+    for name in ("lstm/W", "lstm/U", "lstm/b"):
+        assert joint.param_grads[name] not in back.outputs
+
+
+@pytest.mark.parametrize("options", ["(recompute)", "(checkpoint = 2)"])
+def test_loops_that_recompute_keep_their_products(options):
+    """Moved out, x @ W over all steps would be stored in full: the memory recompute and
+    checkpoint exist to save."""
+    joint = differentiate(model(rnn_model("lstm(x, h, c)", options)))
+    verify(joint)
+    steps = [op for op in loops(joint.body)
+             if op.attrs.get("recompute") and "for" not in body_prims(op)]
+    assert steps and all(body_prims(op).count("matmul") == 2 for op in steps)
+    assert not any(op.prim == "matmul" for op in joint.body.ops)
+
+
+@pytest.mark.parametrize("cell, state", [("lstm(x, h, c)", "h, c"), ("gru(x, h)", "h"),
+                                         ("milstm(x, h, c)", "h, c")])
+def test_moved_products_keep_the_gradients(cell, state):
+    """Reversed, with lengths: autodiff's graph (products moved) against central
+    differences. tests/test_passes.py checks the sums moved by optimize the same way."""
+    graph = model(rnn_model(cell, "(lengths = lengths)", reversed_=True, state=state))
+    assert loops(for_backends(graph).body)[0].attrs["n_seq"] > 2  # something moved
+    rng = np.random.default_rng(1)
+    inputs = {"xs": rng.normal(size=(4, 3, 2)), "lengths": np.array([4, 1, 0], np.int32)}
+    assert check_model_grads(graph, inputs, random_params(graph, scale=0.3)) < 1e-6
