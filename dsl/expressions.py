@@ -30,6 +30,10 @@ class Expressions:
         method = getattr(self, "eval_" + type(e).__name__)
         return method(e)
 
+    def eval_Slice(self, e: n.Slice):
+        raise MdlTypeError("a slice `a:b` only selects inside an index, as in `x[:, 0:2]`; "
+                           "here it stands for a value", e.loc)
+
     def eval_single(self, e: n.Expr) -> Value | Const:
         v = self.eval(e)
         if isinstance(v, tuple):

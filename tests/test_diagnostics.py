@@ -137,6 +137,8 @@ BAD_PROGRAMS = [
      '`a` is shared twice in one block', "1:45"),
     ('model M() { input x : f32[B]; output y = x; minimize y; minimize y }',
      'the minimized output must be a float scalar, `y` is f32[B]', "1:54"),
+    ('model M() { input x : f32[B]; h = zeros[ : B]; output y = x + h }',
+     'a slice `a:b` only selects inside an index', "1:42"),
 ]
 
 

@@ -45,16 +45,26 @@ def test_the_weight_gradients_are_one_product_after_the_backward_loop():
         assert joint.param_grads[name] not in back.outputs
 
 
-@pytest.mark.parametrize("options", ["(recompute)", "(checkpoint = 2)"])
-def test_loops_that_recompute_keep_their_products(options):
-    """Moved out, x @ W over all steps would be stored in full: the memory recompute and
-    checkpoint exist to save."""
-    joint = differentiate(model(rnn_model("lstm(x, h, c)", options)))
+def test_a_recomputing_loop_keeps_its_products():
+    """Moved out, x @ W over all steps would be stored in full: the memory `recompute`
+    exists to save."""
+    joint = differentiate(model(rnn_model("lstm(x, h, c)", "(recompute)")))
     verify(joint)
-    steps = [op for op in loops(joint.body)
-             if op.attrs.get("recompute") and "for" not in body_prims(op)]
-    assert steps and all(body_prims(op).count("matmul") == 2 for op in steps)
-    assert not any(op.prim == "matmul" for op in joint.body.ops)
+    (loop,) = [op for op in loops(joint.body) if op.attrs.get("recompute")]
+    assert body_prims(loop).count("matmul") == 2
+    assert "matmul" not in [op.prim for op in joint.body.ops]
+
+
+def test_a_checkpoint_moves_products_out_of_one_segment_only():
+    """The segment loop (stored, re-run one segment at a time) gets its product over the
+    segment's k steps, inside the recomputed loop over segments: nothing over all T."""
+    joint = differentiate(model(rnn_model("lstm(x, h, c)", "(checkpoint = 2)")))
+    verify(joint)
+    (outer,) = [op for op in joint.body.ops if op.prim == "for"]
+    assert outer.attrs["recompute"]
+    (product,) = [op for op in outer.blocks[0].ops if op.prim == "matmul"]
+    assert str(product.outputs[0].type.shape[0]) == "2"
+    assert "matmul" not in [op.prim for op in joint.body.ops]
 
 
 @pytest.mark.parametrize("cell, state", [("lstm(x, h, c)", "h, c"), ("gru(x, h)", "h"),

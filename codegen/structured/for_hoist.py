@@ -39,8 +39,8 @@ def hoist(b: Builder, loop: Op) -> None:
     for value, steps in moved:
         if id(value) in read:  # else only other moved ops read it
             mapping[id(value)] = arg = Value(value.type, value.hint)
-            body.args.insert(n_seq, arg)
-            loop.inputs.insert(n_seq, steps)
+            body.args = body.args[:n_seq] + [arg] + body.args[n_seq:]
+            loop.inputs = loop.inputs[:n_seq] + [steps] + loop.inputs[n_seq:]
             n_seq += 1
     loop.attrs["n_seq"] = n_seq
     substitute(body, mapping)

@@ -123,7 +123,8 @@ def _rewrite(op: Op, autodiff: bool):
     - with `checkpoint = k`, for autodiff: a `for` over ceil(T/k) segments whose body
       runs a `for` over the k steps of one segment (padding steps masked), both marked
       `recompute`: the backward keeps the state at each segment start only, and re-runs
-      one segment at a time (memory O(T/k + k)). Inference needs no checkpoint;
+      one segment at a time, keeping its activations for the segment's backward
+      (memory O(T/k + k)). Inference needs no checkpoint;
     - a plain loop whose body multiplies its sequence slices by loop-invariant matrices:
       those products move out as one product over all steps (for_hoist.py)."""
     if op.attrs["has_lengths"]:
@@ -188,14 +189,18 @@ def _nest_checkpoint(b: Builder, op: Op) -> None:
     state_args = body.args[n_seq:]
     body.args = body.args[:n_seq] + [real] + state_args
     _masked_results(body, n_state, real, state_args)
+    # Only the loop over segments recomputes: its backward re-runs one segment's steps,
+    # keeping their activations, and the segment's own backward then reads them (a
+    # recomputing inner loop would run every step a third time).
     attrs = {**op.attrs, "n_seq": n_seq + 1, "checkpoint": 0, "recompute": True}
+    inner = {**attrs, "recompute": op.attrs.get("recompute", False)}
 
     outer = Block([Value(s.type.with_shape(s.type.shape[1:]), "segment") for s in segments]
                   + [Value(s.type, s.hint) for s in states])
     yields = body.results[n_state:]
     inner_out = [Value(s.type, s.hint) for s in states] + [
         Value(y.type.with_shape((Dim.of(k),) + y.type.shape), y.hint) for y in yields]
-    outer.ops.append(Op("for", outer.args, inner_out, dict(attrs), [body], op.loc))
+    outer.ops.append(Op("for", list(outer.args), inner_out, inner, [body], op.loc))
     outer.results = inner_out
 
     stacked = [Value(y.type.with_shape((segments[0].type.shape[0],) + y.type.shape), y.hint)
