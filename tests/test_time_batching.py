@@ -77,3 +77,15 @@ def test_moved_products_keep_the_gradients(cell, state):
     rng = np.random.default_rng(1)
     inputs = {"xs": rng.normal(size=(4, 3, 2)), "lengths": np.array([4, 1, 0], np.int32)}
     assert check_model_grads(graph, inputs, random_params(graph, scale=0.3)) < 1e-6
+
+
+def test_a_sum_gets_a_new_yield_only_of_a_shape_the_loop_already_keeps():
+    """MILSTM's dU needs d(h @ U) for every step: a new yield, as the backward loop already
+    keeps h @ U's tape of that shape. Under `recompute` it keeps only states: dU stays."""
+    stored = differentiate(model(rnn_model("milstm(x, h, c)")))
+    (back,) = loops(stored.backward)
+    assert back.attrs["n_state"] == 2 and "matmul" in body_prims(back)
+    assert stored.param_grads["milstm/U"] not in back.outputs
+    lean = differentiate(model(rnn_model("milstm(x, h, c)", "(recompute)")))
+    back = [op for op in loops(lean.backward) if op.attrs["n_state"] > 2]
+    assert back, "dU accumulates in the loop of a recompute backward"

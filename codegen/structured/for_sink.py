@@ -4,8 +4,10 @@ used at every step: the weight's gradient) becomes, when a_t and g_t are already
 every step (a sequence of the loop, or one of its yields), one product over all steps
 after the loop: `acc + transpose(A) @ G` with A, G of [T*B, ...] rows, one GEMM instead of
 T rank-B updates. The state leaves the loop, and DCE drops the per-step work that fed
-it. Nothing new is kept per step: where a_t or g_t is not already stacked,
-the sum stays in the loop.
+it. An operand not yet kept for every step becomes a new yield only if the loop already
+keeps a value of its shape per step (so its memory grows by a constant factor at most:
+the backward of a `recompute` loop, which keeps only states, keeps no gate-sized
+value); otherwise the sum stays in the loop.
 
 The `for` entry's `simplify` hook (codegen/passes.py runs it with the table's identities).
 """
@@ -23,8 +25,21 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     n_seq, n_state = loop.attrs["n_seq"], loop.attrs["n_state"]
     producers = {id(v): op for op in body.ops for v in op.outputs}
     stacked = {id(body.args[k]): loop.inputs[k] for k in range(n_seq)}
-    stacked.update((id(y), loop.outputs[n_state + k])
-                   for k, y in enumerate(body.results[n_state:]))
+    for k, y in enumerate(body.results[n_state:]):
+        stacked.setdefault(id(y), loop.outputs[n_state + k])
+    kept_shapes = {v.type.shape for v in body.args[:n_seq] + body.results[n_state:]}
+    steps = loop.inputs[0].type.shape[0]
+    new_yields: list[tuple[Value, Value]] = []  # (body value, its stacked output)
+
+    def stack(v: Value) -> Value | None:
+        """v for every step: a sequence, a yield, or a new yield where allowed."""
+        if id(v) in stacked:
+            return stacked[id(v)]
+        if id(v) not in producers or v.type.shape not in kept_shapes:
+            return None
+        stacked[id(v)] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
+        new_yields.append((v, out))
+        return out
     reads: dict[int, int] = {}
     for op in walk_ops(body):
         for v in list(op.inputs) + [r for sub in op.blocks for r in sub.results]:
@@ -42,13 +57,23 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         term = add.inputs[1] if add.inputs[0] is state else add.inputs[0]
         if term.type != state.type:
             continue
-        found = _summand(term, producers, stacked)
+        found = _summand(term, producers, stack)
         if found is not None:
             sums.append((i, *found))
-    if not sums:
+    tapes = loop.attrs.get("n_tape", 0)
+    yields = body.results[n_state:len(body.results) - tapes]
+    twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]
+    if not sums and not twice:
         return None
-    # a new op without those states (the caller maps the old op's outputs)
+    # a new op (the caller maps the old op's outputs to `outputs`)
     outputs, inputs, kept = list(loop.outputs), list(loop.inputs), list(loop.outputs)
+    for k in reversed(twice):  # a value yielded twice is stacked once
+        earlier = next(j for j in range(k) if yields[j] is yields[k])
+        del body.results[n_state + k], kept[n_state + k]
+        outputs[n_state + k] = loop.outputs[n_state + earlier]
+    for value, out in new_yields:  # before the trailing tapes
+        body.results.insert(len(body.results) - tapes, value)
+        kept.insert(len(kept) - tapes, out)
     starts = {}
     for i, _, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
         body.ops.remove(producers[id(body.results[i])])
@@ -67,17 +92,18 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     return outputs
 
 
-def _summand(term: Value, producers: dict[int, Op], stacked: dict[int, Value]):
-    """("matmul", (A, G)) for transpose(a) @ g, ("sum_to", (G,)) for sum_to(g), with a and g
-    stacked over the steps; else None."""
+def _summand(term: Value, producers: dict[int, Op], stack):
+    """("matmul", (A, G)) for transpose(a) @ g, ("sum_to", (G,)) for sum_to(g), with A and
+    G the values of a and g for every step (`stack`); else None."""
     op = producers.get(id(term))
     if op is None:
         return None
     if op.prim == "sum_to":
         g = op.inputs[0]
-        if id(g) in stacked and tuple(op.attrs["shape"]) == tuple(term.type.shape):
-            return "sum_to", (stacked[id(g)],)
-        return None
+        if tuple(op.attrs["shape"]) != tuple(term.type.shape):
+            return None
+        stacked = stack(g)
+        return None if stacked is None else ("sum_to", (stacked,))
     if op.prim != "matmul":
         return None
     left, g = op.inputs
@@ -86,6 +112,7 @@ def _summand(term: Value, producers: dict[int, Op], stacked: dict[int, Value]):
             or tuple(transpose.attrs["perm"]) != (1, 0):
         return None
     a = transpose.inputs[0]
-    if a.type.rank != 2 or g.type.rank != 2 or id(a) not in stacked or id(g) not in stacked:
+    if a.type.rank != 2 or g.type.rank != 2:
         return None
-    return "matmul", (stacked[id(a)], stacked[id(g)])
+    stacked = [stack(a), stack(g)]
+    return None if None in stacked else ("matmul", tuple(stacked))
