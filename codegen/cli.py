@@ -28,8 +28,21 @@ def _define(text: str) -> tuple[str, object]:
     raise argparse.ArgumentTypeError(f"-D {key}: {value!r} is not a number, true or false")
 
 
+def _version() -> str:
+    """The installed distribution's version, and the code generator's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from codegen import CODEGEN_VERSION
+    try:
+        release = version("mdl")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        release = "(not installed)"
+    return f"{release} (code generator {CODEGEN_VERSION})"
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mdlc", description="The mdl compiler.")
+    top.add_argument("--version", action="version", version=f"mdlc {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="parse and check a .mdl file")
     _model_options(check)

@@ -87,7 +87,13 @@ class Init:
     args: tuple[float, ...] = ()
 
     def __str__(self) -> str:
-        return self.kind + (f"({', '.join(_num(a) for a in self.args)})" if self.args else "")
+        return self.text()
+
+    def text(self, digits: int | None = None) -> str:
+        """As written, with every digit (`digits`: that many significant ones, for
+        people: uniform(-0.176777, 0.176777))."""
+        args = ", ".join(_num(a, digits) for a in self.args)
+        return self.kind + (f"({args})" if self.args else "")
 
 
 @dataclass(frozen=True)
@@ -96,11 +102,16 @@ class Regularizer:
     strength: float
 
     def __str__(self) -> str:
-        return f"{self.kind}({_num(self.strength)})"
+        return self.text()
+
+    def text(self, digits: int | None = None) -> str:
+        return f"{self.kind}({_num(self.strength, digits)})"
 
 
-def _num(x: float) -> str:
-    return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+def _num(x: float, digits: int | None = None) -> str:
+    if float(x).is_integer() and abs(x) < 1e15:
+        return repr(int(x))
+    return repr(float(x)) if digits is None else f"{x:.{digits}g}"
 
 
 @dataclass(eq=False)

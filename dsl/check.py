@@ -80,11 +80,14 @@ def summary(cm: CheckedModel) -> str:
     return "\n".join(lines)
 
 
+SHORT = 6  # significant digits of the numbers in the parameter table (--json has all)
+
+
 def params_table(cm: CheckedModel) -> str:
     rows = [("parameter", "type", "init", "trainable", "regularizer", "used at")]
     for p in cm.graph.params.values():
-        rows.append((p.name, str(p.value.type), str(p.init), str(p.trainable).lower(),
-                     str(p.regularizer) if p.regularizer else "-",
+        rows.append((p.name, str(p.value.type), p.init.text(SHORT), str(p.trainable).lower(),
+                     p.regularizer.text(SHORT) if p.regularizer else "-",
                      ", ".join(str(u) for u in p.uses) or "(unused)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]

@@ -9,6 +9,7 @@ from codegen.shapes import TensorType
 
 from . import nodes as n
 from .diagnostics import Loc, MdlTypeError, count
+from .printer import expr_text
 from .env import Cascade, Const, Poisoned, Unavailable
 
 LOOP_OPTIONS = ("lengths", "recompute", "checkpoint")
@@ -102,9 +103,9 @@ class ControlFlow:
         steps = seqs[0].type.shape[0]
         for b, x in zip(s.bindings, seqs):
             if x.type.shape[0] != steps:
-                raise MdlTypeError(f"zipped sequences need one length: `{b.seq.name}` is "
-                                   f"{x.type}, `{s.bindings[0].seq.name}` is {seqs[0].type}",
-                                   b.seq.loc)
+                raise MdlTypeError(f"zipped sequences need one length: `{expr_text(b.seq)}` "
+                                   f"is {x.type}, `{expr_text(s.bindings[0].seq)}` is "
+                                   f"{seqs[0].type}", b.seq.loc)
         loop_vars = [b.var.name for b in s.bindings]
         if len(set(loop_vars)) != len(loop_vars):
             raise MdlTypeError("loop variables must differ", s.bindings[0].loc)
@@ -154,8 +155,9 @@ class ControlFlow:
                 hint = ""
                 if o.value is None and len(s.bindings) == 1:
                     b = s.bindings[-1]
-                    hint = (f"; to loop over `{b.seq.name}({o.name})`, bind it to a name "
-                            f"first: `ys = {b.seq.name}({o.name})`, then `for {b.var.name} in "
+                    seq = expr_text(b.seq)
+                    hint = (f"; to loop over `{seq}({o.name})`, bind it to a name "
+                            f"first: `ys = {seq}({o.name})`, then `for {b.var.name} in "
                             "ys`")
                 raise MdlTypeError(f"unknown loop option `{o.name}` (options are lengths = L, "
                                    f"recompute, checkpoint = k){hint}", o.loc)
@@ -177,11 +179,11 @@ class ControlFlow:
         return opts
 
     def _sequence(self, b: n.Binding) -> Value:
-        x = self.lookup(b.seq.name, b.seq.loc)
+        x = self.eval_single(b.seq)
         if not isinstance(x, Value) or x.type.rank == 0:
             what = x.type if isinstance(x, Value) else f"the scalar {x}"
-            raise MdlTypeError(f"`for` iterates over the first dim of a tensor; `{b.seq.name}` "
-                               f"is {what}", b.seq.loc)
+            raise MdlTypeError(f"`for` iterates over the first dim of a tensor; "
+                               f"`{expr_text(b.seq)}` is {what}", b.seq.loc)
         return x
 
     def _lengths(self, opts: dict, seqs: list[Value], s: n.For):

@@ -135,7 +135,7 @@ class Block(Node):
 @dataclass(eq=False)
 class Binding(Node):
     var: Ident
-    seq: Ident
+    seq: Expr  # a Name, or an Index of one
     reversed: bool
 
 

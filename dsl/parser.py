@@ -168,10 +168,10 @@ class AstBuilder(Transformer_NonRecursive):
         return self._node(n.For, self._loc(kw), bindings, options, body)
 
     def seq_binding(self, var, kw, seq):
-        return n.Binding(self._loc(var), self._ident(var), self._ident(seq), False)
+        return n.Binding(self._loc(var), self._ident(var), seq, False)
 
     def reversed_binding(self, var, kw, rev, seq):
-        return n.Binding(self._loc(var), self._ident(var), self._ident(seq), True)
+        return n.Binding(self._loc(var), self._ident(var), seq, True)
 
     def loop_option(self, name, value):
         return self._node(n.LoopOption, self._loc(name), str(name), value)

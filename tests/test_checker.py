@@ -177,3 +177,16 @@ def test_a_redeclaration_asking_for_other_attributes_is_warned():
     warnings = [w.message for w in check_source(src).warnings]
     assert warnings == ["parameter `w` is declared again with init zeros, trainable true, "
                         "regularizer none; the first declaration's (ones, true, none) applies"]
+
+
+def test_a_loop_runs_over_an_indexing_of_a_variable():
+    graph = check_source("""
+model M(V = 5, E = 3) {
+  input tokens : i32[T, B]
+  param embedding : f32[V, E] = normal(0, 1)
+  s = zeros[B, E]
+  for x in embedding[tokens] { s = s + x }
+  ys = for y in reversed(embedding[tokens][:, :, 0:2]) { yield y }
+  output total = sum(s) + sum(ys)
+}""", "t.mdl").graph
+    assert graph.outputs["total"].type.rank == 0

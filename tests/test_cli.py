@@ -32,6 +32,11 @@ def good(tmp_path):
     return path
 
 
+def test_version():
+    r = mdlc("--version")
+    assert r.returncode == 0 and r.stdout.startswith("mdlc ") and "code generator" in r.stdout
+
+
 def test_check_ok_prints_a_summary(good):
     r = mdlc("check", str(good))
     assert r.returncode == 0, r.stderr
@@ -43,6 +48,27 @@ def test_check_params_table(good):
     assert r.returncode == 0
     row = [line for line in r.stdout.splitlines() if line.startswith("w ")][0]
     assert "f32[8]" in row and "ones" in row and f"{good}:4:22" in row
+
+
+def test_the_params_table_prints_numbers_short_and_json_keeps_them_whole(tmp_path):
+    path = tmp_path / "k.mdl"
+    path.write_text("model M() { input x : f32[B, 3]\n"
+                    "  scope s (regularizer = l2(0.123456789)) {\n"
+                    "    param w : f32[3] = uniform(-0.17677669529663687, 0.17677669529663687) }\n"
+                    "  output y = sum(x * s.w) }\n")
+    table = mdlc("check", str(path), "--params").stdout
+    assert "uniform(-0.176777, 0.176777)" in table and "l2(0.123457)" in table
+    data = json.loads(mdlc("check", str(path), "--json").stdout)
+    assert data["params"]["s/w"]["init"] == "uniform(-0.17677669529663687, 0.17677669529663687)"
+
+
+def test_check_without_model_checks_every_model_of_the_file(tmp_path):
+    path = tmp_path / "two.mdl"
+    path.write_text(GOOD + GOOD.replace("model M(", "model N("))
+    out = mdlc("check", str(path)).stdout
+    assert "model M(H=4): ok" in out and "model N(H=4): ok" in out
+    r = mdlc("check", str(path), "--json")
+    assert r.returncode == 2 and "--json describes one: choose it with --model NAME" in r.stderr
 
 
 def test_check_json_matches_the_interface(good):

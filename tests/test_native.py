@@ -159,11 +159,19 @@ def test_backward_before_a_training_forward_is_a_runtime_error():
         m.backward()
 
 
-def test_bad_indices_raise_instead_of_crashing():
+def test_bad_indices_are_an_index_error_naming_their_input():
     m = native("charlm.mdl", "f32").CharLM()
-    t = np.full((2, 2), 500, np.int32)
-    with pytest.raises(RuntimeError, match="outside"):
-        m.forward(tokens=t, targets=t, lengths=np.ones(2, np.int32))
+    good = np.zeros((2, 2), np.int32)
+    bad = good.copy()
+    bad[1, 0] = 500
+    with pytest.raises(IndexError, match=r"`tokens` holds 500 at flat position 2, outside "
+                                         r"\[0, 96\): the rows of the table it indexes"):
+        m.forward(tokens=bad, targets=good, lengths=np.full(2, 2, np.int32))
+    with pytest.raises(IndexError, match=r"`targets` holds -1 at flat position 3: "
+                                         r"cross_entropy's targets lie in \[0, 96\)"):
+        m.forward(tokens=good, targets=np.array([[0, 0], [0, -1]], np.int32),
+                  lengths=np.full(2, 2, np.int32))
+    m.forward(tokens=good, targets=good, lengths=np.full(2, 2, np.int32))  # still works
 
 
 def test_one_instance_from_many_threads(towers):

@@ -63,12 +63,19 @@ attach_cpu("softmax", _softmax(False))
 attach_cpu("log_softmax", _softmax(True))
 
 
+def indices_named(v) -> str:
+    """A C++ string literal naming where integer indices came from, for an IndexError:
+    the input or variable they are (its name in the .mdl file), else "the indices"."""
+    return json.dumps(f"`{v.hint}`" if v.hint else "the indices")
+
+
 def _cross_entropy(r, op, inputs, ins, outs):
     logits, targets = inputs[0], inputs[1]
     lengths = ins[2] if len(ins) > 2 else "nullptr"
     batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
     return [f"{outs[0]}[0] = mdl::cross_entropy({ins[0]}, {ins[1]}, {lengths}, "
-            f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch});"]
+            f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
+            f"{indices_named(op.inputs[1])});"]
 
 
 attach_cpu("cross_entropy", _cross_entropy)
@@ -101,7 +108,7 @@ def _gather(r, op, inputs, ins, outs):
     table, ids = inputs
     return [f"mdl::gather({ins[0]}, {r.dim(table.type.shape[0])}, "
             f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
-            f"{outs[0]});"]
+            f"{outs[0]}, {indices_named(op.inputs[1])});"]
 
 
 attach_cpu("gather", _gather)

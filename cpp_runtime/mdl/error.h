@@ -16,4 +16,10 @@ struct ValueError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An index in the caller's data outside what it indexes (a token id past the embedding
+// table, a target past the classes): IndexError in Python, as NumPy and PyTorch raise.
+struct IndexError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace mdl

@@ -120,15 +120,16 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
 // when t < lengths[b].
 template <class T>
 T cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths, int64_t rows,
-                int64_t classes, int64_t batch) {
+                int64_t classes, int64_t batch, const char* what) {
   double total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) {
     if (lengths && r / batch >= lengths[r % batch]) continue;
     int32_t target = targets[r];
     if (target < 0 || target >= classes)
-      throw Error("cross_entropy: target " + std::to_string(target) + " is outside [0, " +
-                  std::to_string(classes) + ")");
+      throw IndexError(std::string(what) + " holds " + std::to_string(target) +
+                       " at flat position " + std::to_string(r) + ": cross_entropy's targets " +
+                       "lie in [0, " + std::to_string(classes) + "), one per class");
     const T* row = logits + r * classes;
     T mx = *std::max_element(row, row + classes);
     double sum = 0;
@@ -141,12 +142,13 @@ T cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths,
 
 template <class T>
 void gather(const T* table, int64_t rows, int64_t row_size, const int32_t* ids, int64_t count,
-            T* out) {
+            T* out, const char* what) {
   for (int64_t i = 0; i < count; ++i) {
     int32_t id = ids[i];
     if (id < 0 || id >= rows)
-      throw Error("index " + std::to_string(id) + " is outside [0, " + std::to_string(rows) +
-                  ") of a gathered table");
+      throw IndexError(std::string(what) + " holds " + std::to_string(id) +
+                       " at flat position " + std::to_string(i) + ", outside [0, " +
+                       std::to_string(rows) + "): the rows of the table it indexes");
     std::memcpy(out + i * row_size, table + int64_t(id) * row_size, sizeof(T) * row_size);
   }
 }

@@ -86,12 +86,15 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     // CPython keeps a pointer to the definition for as long as the module may live
     auto m = py::module_::create_extension_module(name, nullptr, new PyModuleDef());
     m.doc() = doc;
-    // mdl::ValueError (bad values in the inputs, found by native code) is Python's ValueError
+    // mdl::ValueError and mdl::IndexError (bad values in the inputs, found by native code)
+    // are Python's ValueError and IndexError
     py::register_local_exception_translator([](std::exception_ptr p) {
       try {
         if (p) std::rethrow_exception(p);
       } catch (const ValueError& e) {
         PyErr_SetString(PyExc_ValueError, e.what());
+      } catch (const IndexError& e) {
+        PyErr_SetString(PyExc_IndexError, e.what());
       }
     });
     py::object base = bind_base<T>(m);

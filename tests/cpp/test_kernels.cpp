@@ -33,22 +33,23 @@ void softmax_and_cross_entropy() {
   CHECK_NEAR(probs[3], 1.0 / 3, 1e-6);
   std::vector<int32_t> targets = {2, 0};
   double expected = (std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3 + std::log(3.0)) / 2;
-  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1), expected, 1e-6);
+  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t"), expected, 1e-6);
   // rows = T * B with B = 2: a length of 0 for the second sequence masks its row.
   std::vector<int32_t> lengths = {1, 0};
-  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2),
+  CHECK_NEAR(mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2, "t"),
              std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3, 1e-6);
   targets[0] = 3;
-  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1), mdl::Error);
+  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t"),
+               mdl::IndexError);
 }
 
 void gather_checks_its_indices() {
   std::vector<float> table = {0, 1, 10, 11, 20, 21}, out(4);
   std::vector<int32_t> ids = {2, 0};
-  mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data());
+  mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data(), "ids");
   CHECK(out[0] == 20 && out[1] == 21 && out[2] == 0 && out[3] == 1);
   ids[1] = 3;
-  CHECK_THROWS(mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data()), mdl::Error);
+  CHECK_THROWS(mdl::gather(table.data(), 3, 2, ids.data(), 2, out.data(), "ids"), mdl::IndexError);
 }
 
 void random_numbers_depend_only_on_key_and_counter() {
