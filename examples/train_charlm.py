@@ -5,6 +5,7 @@ sample text through the one-character model `CharLMStep` running on the trained 
     python3 examples/train_charlm.py                      # about a minute on 2 cores
     python3 examples/train_charlm.py --steps 20000 --hidden 256   # a longer run
     python3 examples/train_charlm.py --resume --steps 2000        # go on from the checkpoint
+    torchrun --nproc_per_node=2 examples/train_charlm.py --distributed  # 2 processes
 
 Writes into --out (default runs/charlm): checkpoint.npz, losses.csv, samples.txt, and
 loss.png when matplotlib is installed. The batches of step s come from a generator seeded
@@ -154,7 +155,27 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--sample", type=int, default=400, help="characters to generate")
     ap.add_argument("--prime", default="def ", help="text the sample starts from")
+    ap.add_argument("--distributed", action="store_true", help="data-parallel over the "
+                    "processes torchrun starts (torch.distributed, gloo): each takes an equal "
+                    "share of every batch")
     return ap.parse_args()
+
+
+class Local:
+    """One process: what DataParallel offers, for the model alone."""
+    rank, world = 0, 1
+
+    def __init__(self, model):
+        self.model = model
+
+    def train_step(self, **inputs):
+        return self.model.train_step(**inputs)
+
+    def save(self, path):
+        self.model.save(path)
+
+    def load(self, path):
+        self.model.load(path)
 
 
 def main() -> None:
@@ -175,9 +196,21 @@ def main() -> None:
 
     model = charlm.CharLM(seed=args.seed)
     model.set_optimizer("adam", lr=args.lr, clip_norm=5.0)
+    if args.distributed:
+        import torch.distributed as dist
+
+        from codegen.distributed import DataParallel
+        dist.init_process_group("gloo")
+        trainer = DataParallel(model)  # rank 0's initial weights everywhere
+        if args.batch % trainer.world:
+            raise SystemExit(f"--batch {args.batch} does not split over {trainer.world} ranks")
+    else:
+        trainer = Local(model)
+    share = args.batch // trainer.world
+    rows = slice(trainer.rank * share, (trainer.rank + 1) * share)
     losses: list[tuple[int, float, float]] = []
     if args.resume:
-        model.load(checkpoint)  # parameters, Adam's moments and its step count
+        trainer.load(checkpoint)  # parameters, Adam's moments and its step count
         losses = [row for row in read_losses(log) if row[0] <= model.optimizer["steps"]]
         print(f"resumed from {checkpoint} at step {model.optimizer['steps']}")
     first = model.optimizer["steps"] + 1
@@ -186,22 +219,31 @@ def main() -> None:
     horizon = args.decay_steps or args.steps
     # redrawn twice a second in a terminal; a line every ten seconds in a log
     bar = tqdm(range(first, args.steps + 1), initial=first - 1, total=args.steps,
-               unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10)
+               unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10,
+               disable=trainer.rank != 0)
     begin = time.time()
     for step in bar:
         model.lr = args.lr * (0.55 + 0.45 * np.cos(np.pi * min(step / horizon, 1.0)))
-        out = model.train_step(**batch(train, args.seed, step, args.seq, args.batch))
+        whole = batch(train, args.seed, step, args.seq, args.batch)
+        out = trainer.train_step(**{k: v[:, rows] if v.ndim == 2 else v[rows]
+                                    for k, v in whole.items()})
         recent.append(float(out["loss"]))
         if step % 25 == 0 or step == args.steps:
             rate = (step - first + 1) * args.seq * args.batch / (time.time() - begin)
+            due = step % 250 == 0 or step == args.steps
             held = evaluate(model, held_out[:20_000], args.seq, args.batch) \
-                if step % 250 == 0 or step == args.steps else float("nan")
+                if due and trainer.rank == 0 else float("nan")
             losses.append((step, float(np.mean(recent)), held))
             bar.set_postfix(loss=f"{np.mean(recent):.3f}", chars_per_s=f"{rate:,.0f}")
             recent = []
     bar.close()
 
-    model.save(checkpoint)
+    trainer.save(checkpoint)
+    if args.distributed:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    if trainer.rank != 0:
+        return  # rank 0 reports and samples
     write_losses(log, losses)
     if losses:
         final = losses[-1]

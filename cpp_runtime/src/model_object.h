@@ -5,6 +5,7 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
@@ -146,6 +147,66 @@ class Model {
       trained_ = nullptr;  // the saved forward values belong to the old parameters
     }
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+  }
+
+  // Data-parallel training in pieces: a training forward and the backward, whose gradients
+  // land in one flat buffer (`gradient_buffer`, at each parameter's offset) that a caller
+  // may combine with other processes' before `apply_gradients` updates the parameters.
+  py::dict forward_backward(py::kwargs kwargs) {
+    Inputs in = inputs(kwargs, false);
+    const Variant<T>& v = choose(in.call.dims);
+    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    {
+      py::gil_scoped_release release;
+      guard.lock();
+      train(v, in.call);
+      Call grads;
+      gradients(grads);
+      flat_.assign(spec_->param_count, T(0));
+      for (int i = 0; i < spec_->n_params; ++i) {
+        const ParamSpec& p = spec_->params[i];
+        if (p.grad >= 0 && numel(p))
+          std::memcpy(flat_.data() + p.offset, grads.outputs[p.grad], numel(p) * sizeof(T));
+      }
+      pending_ = true;
+    }
+    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+  }
+
+  // The flat gradient buffer, as a writable view (every parameter at its offset; zeros for
+  // frozen ones): empty until the first forward_backward.
+  py::array_t<T> gradient_buffer(py::object self) {
+    return py::array_t<T>({py::ssize_t(flat_.size())}, {py::ssize_t(sizeof(T))}, flat_.data(),
+                          self);
+  }
+
+  // Where each parameter's gradient starts in the flat buffer: {name: (offset, shape)}.
+  py::dict gradient_layout() const {
+    py::dict out;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      if (p.grad >= 0)
+        out[py::str(p.name)] = py::make_tuple(p.offset, std::vector<int64_t>(p.shape, p.shape + p.rank));
+    }
+    return out;
+  }
+
+  // The optimizer's update from the flat buffer, as train_step would make it.
+  void apply_gradients() {
+    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    py::gil_scoped_release release;
+    guard.lock();
+    if (opt_.config.kind == OptimizerConfig::NONE)
+      throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
+    if (!pending_)
+      throw std::runtime_error("apply_gradients() needs a forward_backward(...) first");
+    std::vector<void*> grads(spec_->n_grads, nullptr);
+    for (int i = 0; i < spec_->n_params; ++i)
+      if (spec_->params[i].grad >= 0)
+        grads[spec_->params[i].grad] = flat_.data() + spec_->params[i].offset;
+    opt_.step(*spec_, state_.param.data(), grads.data());
+    pending_ = false;
+    trained_ = nullptr;  // the saved forward values belong to the old parameters
   }
 
   void set_optimizer(const std::string& name, py::kwargs kwargs) {
@@ -418,6 +479,8 @@ class Model {
   // with, kept alive as long as it is.
   std::vector<std::shared_ptr<std::vector<T>>> stores_;
   std::vector<std::string> shared_;
+  std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
+  bool pending_ = false;  // flat_ holds gradients not applied yet
   const Variant<T>* trained_ = nullptr;
   std::vector<int64_t> dims_;
 };

@@ -51,6 +51,12 @@ py::object bind_base(py::module_& m) {
       .def("forward", &M::forward)
       .def("backward", &M::backward)
       .def("train_step", &M::train_step)
+      .def("forward_backward", &M::forward_backward)
+      .def("apply_gradients", &M::apply_gradients)
+      .def_property_readonly("gradient_buffer", [](py::object self) {
+        return self.cast<M&>().gradient_buffer(self);
+      })
+      .def_property_readonly("gradient_layout", &M::gradient_layout)
       .def("set_optimizer", &M::set_optimizer, py::arg("name"))
       .def("save", &M::save, py::arg("path"))
       .def("load", &M::load, py::arg("path"))

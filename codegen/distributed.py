@@ -1,0 +1,103 @@
+"""Data-parallel training on torch.distributed (gloo on CPUs): every rank runs forward and
+backward natively on its shard of the batch, the ranks all-reduce the gradients (one
+contiguous native buffer, shared with torch without a copy, in as few calls as its size
+allows), and every rank applies the same native update.
+
+    import torch.distributed as dist
+    from codegen.distributed import DataParallel
+    dist.init_process_group("gloo")                 # torchrun sets what it reads
+    model = charlm.CharLM(seed=0)
+    model.set_optimizer("adam", lr=3e-3)
+    dp = DataParallel(model)                         # same model everywhere, rank 0's weights
+    out = dp.train_step(**my_shard_of_the_batch)
+
+Averaging: each rank's gradient is weighted by its number of real tokens (the sum of its
+`lengths` input when it has one, else by `shard_weight=`, else equally), so shards of any
+sizes give the update one process would make from the whole batch, for a loss that is a
+mean over tokens (cross_entropy with lengths is). PyTorch stays optional: without it,
+importing this module raises an ImportError saying how to install it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError("codegen.distributed trains on torch.distributed: install PyTorch "
+                      "(pip install 'mdl[distributed]', or torch==2.13.0)") from None
+
+BUCKET = 1 << 22  # elements per all_reduce call: one call for models up to 4M weights
+
+
+class DataParallel:
+    """`model` (a compiled model with its optimizer set) trained by every rank of the
+    default process group on its own shard of each batch."""
+
+    def __init__(self, model: Any):
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("DataParallel needs torch.distributed.init_process_group(...) "
+                               "first (under torchrun: init_process_group('gloo'))")
+        self.model = model
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self._check_same_model()
+        for view in model.params.values():  # rank 0's weights everywhere, in place
+            dist.broadcast(torch.from_numpy(view), src=0)
+
+    def _check_same_model(self) -> None:
+        """Every rank must have built the same model: its name, dtype and parameters."""
+        mine = describe(self.model)
+        every: list = [None] * self.world
+        dist.all_gather_object(every, mine)
+        for rank, theirs in enumerate(every):
+            if theirs != every[0]:
+                raise RuntimeError(f"rank {rank} built a different model than rank 0: "
+                                   f"{_first_difference(every[0], theirs)}")
+
+    def train_step(self, shard_weight: float | None = None, **inputs) -> dict:
+        """Forward and backward on this rank's shard, gradients averaged over the ranks
+        (weighted by real tokens), the update; this shard's outputs."""
+        out = self.model.forward_backward(**inputs)
+        weight = shard_weight
+        if weight is None:
+            weight = float(np.sum(inputs["lengths"])) if "lengths" in inputs else 1.0
+        total = torch.tensor([weight], dtype=torch.float64)
+        dist.all_reduce(total)
+        if total.item() <= 0:
+            raise ValueError("the ranks' weights (real tokens) sum to zero: nothing to learn")
+        grads = torch.from_numpy(self.model.gradient_buffer)  # the native buffer itself
+        grads.mul_(weight / total.item())
+        for bucket in grads.split(BUCKET):  # views: reduced in place
+            dist.all_reduce(bucket)
+        self.model.apply_gradients()
+        return out
+
+    def save(self, path) -> None:
+        """Rank 0 writes the checkpoint; the others wait until it is complete."""
+        if self.rank == 0:
+            self.model.save(path)
+        dist.barrier()
+
+    def load(self, path) -> None:
+        """Every rank loads the same checkpoint (so every rank holds the same state)."""
+        self.model.load(path)
+        dist.barrier()
+
+
+def describe(model: Any) -> dict:
+    """What must agree between ranks: the model's class and its parameters' dtypes and
+    shapes, in order."""
+    return {"model": type(model).__name__,
+            "params": [(name, str(v.dtype), tuple(v.shape)) for name, v in model.params.items()]}
+
+
+def _first_difference(a: dict, b: dict) -> str:
+    if a["model"] != b["model"]:
+        return f"model {b['model']} instead of {a['model']}"
+    for x, y in zip(a["params"], b["params"]):
+        if x != y:
+            return f"parameter {y[0]} is {y[1]}{list(y[2])}, rank 0 has {x[0]} {x[1]}{list(x[2])}"
+    return f"{len(b['params'])} parameters instead of {len(a['params'])}"

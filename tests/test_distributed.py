@@ -1,0 +1,183 @@
+"""Data-parallel training (codegen/distributed.py) with two gloo ranks on this machine:
+halves of each batch on two ranks end where one process training on the whole batches
+does (f64, 1e-12), with SGD and Adam, with lengths (weighted by real tokens) and without;
+ranks seeded differently start from rank 0's weights; a rank that dies stops the other
+with an error instead of a hang."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CHARLM, charlm_batch
+
+from codegen.pipeline import load
+
+pytest.importorskip("torch", reason="data-parallel training runs on torch.distributed")
+
+SEQ = """
+import "std/rnn.mdl"
+model Seq(H = 4) {
+  input xs : f32[T, B, 3]
+  input ys : f32[T, B, 4]
+  h = zeros[B, H]
+  c = zeros[B, H]
+  hs = for x in xs {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  output loss = mse(hs, ys)
+  minimize loss
+}
+"""
+CONFIGS = {"sgd": ("sgd", {"lr": 0.3, "momentum": 0.9}),
+           "adam": ("adam", {"lr": 0.05, "clip_norm": 1.0})}
+STEPS = 3
+
+
+def seq_batch(step: int, B: int = 4) -> dict:
+    rng = np.random.default_rng(100 + step)
+    return {"xs": rng.standard_normal((5, B, 3)), "ys": rng.standard_normal((5, B, 4))}
+
+
+def shard(batch: dict, rank: int, world: int) -> dict:
+    """This rank's rows (the batch dim is 1 for sequences, 0 for lengths)."""
+    def rows(k, v):
+        n = v.shape[1 if v.ndim > 1 else 0] // world
+        return v[:, rank * n:(rank + 1) * n] if v.ndim > 1 else v[rank * n:(rank + 1) * n]
+    return {k: rows(k, v) for k, v in batch.items()}
+
+
+WORKER = textwrap.dedent("""
+    import datetime, os, sys
+    import numpy as np
+    import torch.distributed as dist
+    sys.path.insert(0, sys.argv[1])
+    from test_distributed import CONFIGS, STEPS, charlm_batch, modules, seq_batch, shard
+    from codegen.distributed import DataParallel
+    rank, world, out, mode = int(os.environ["RANK"]), 2, sys.argv[2], sys.argv[3]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+    charlm, seq = modules()
+    if mode == "die":
+        m = charlm.CharLM(seed=0)
+        m.set_optimizer("sgd", lr=0.1)
+        dp = DataParallel(m)
+        for step in range(1000):
+            if rank == 1 and step == 2:
+                os._exit(7)
+            dp.train_step(**shard(charlm_batch(step, B=4), rank, world))
+        sys.exit("rank 0 trained on alone")
+    for name, (opt, options) in CONFIGS.items():
+        for data, make, batch in (("lengths", charlm.CharLM, charlm_batch),
+                                  ("plain", seq.Seq, seq_batch)):
+            m = make(seed=10 + rank)  # other seeds: the broadcast makes them rank 0's
+            m.set_optimizer(opt, **options)
+            dp = DataParallel(m)
+            first = {k: v.copy() for k, v in m.params.items()}
+            for step in range(STEPS):
+                b = batch(step, B=4) if data == "plain" else batch(step, T=6, B=4)
+                dp.train_step(**shard(b, rank, world))
+            np.savez(f"{out}/{name}_{data}_{rank}.npz",
+                     **{"first/" + k: v for k, v in first.items()},
+                     **{"last/" + k: v for k, v in m.params.items()})
+""")
+
+
+def modules():
+    """The f64 char LM (as the other tests build it) and the Seq model, from the cache."""
+    seq = Path(os.environ["MDL_CACHE_DIR"]) / "seq_model.mdl"
+    if not seq.exists():
+        seq.write_text(SEQ)
+    return (load(CHARLM, dtype="f64", defines={"H": 16}, name="charlm_h16_f64_generic"),
+            load(seq, dtype="f64", name="seq_f64"))
+
+
+def run_ranks(tmp_path, mode: str, timeout: float = 120) -> list[subprocess.CompletedProcess]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(Path(__file__).parent), str(tmp_path), mode],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
+@pytest.fixture(scope="module")
+def ranks_trained(tmp_path_factory):
+    modules()  # built once here, so the ranks only load
+    out = tmp_path_factory.mktemp("ranks")
+    for p in run_ranks(out, "train"):
+        assert p.returncode == 0, p.stderr
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("data", ["lengths", "plain"])
+def test_two_ranks_on_halves_equal_one_process_on_the_whole(ranks_trained, name, data):
+    charlm, seq = modules()
+    opt, options = CONFIGS[name]
+    one = (charlm.CharLM if data == "lengths" else seq.Seq)(seed=10)
+    one.set_optimizer(opt, **options)
+    for step in range(STEPS):
+        one.train_step(**(seq_batch(step, B=4) if data == "plain"
+                          else charlm_batch(step, T=6, B=4)))
+    for rank in range(2):
+        with np.load(ranks_trained / f"{name}_{data}_{rank}.npz") as got:
+            for k, want in one.params.items():
+                assert np.abs(got["last/" + k] - want).max() <= 1e-12 * max(
+                    1.0, np.abs(want).max()), (rank, k)
+
+
+def test_ranks_seeded_differently_start_from_rank_0s_weights(ranks_trained):
+    charlm, _ = modules()
+    want = charlm.CharLM(seed=10).params
+    for rank in range(2):
+        with np.load(ranks_trained / f"adam_lengths_{rank}.npz") as got:
+            for k, v in want.items():
+                assert np.array_equal(got["first/" + k], v)
+
+
+def test_a_dead_rank_stops_the_other_with_an_error(tmp_path):
+    modules()
+    start = time.monotonic()
+    survivor, dead = run_ranks(tmp_path, "die", timeout=90)
+    assert dead.returncode == 7
+    assert survivor.returncode != 0
+    assert "RuntimeError" in survivor.stderr and "trained on alone" not in survivor.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_without_torch_the_import_says_how_to_install_it(monkeypatch):
+    import importlib
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+    monkeypatch.delitem(sys.modules, "codegen.distributed", raising=False)
+    with pytest.raises(ImportError, match=r"install PyTorch \(pip install 'mdl\[distributed\]'"):
+        importlib.import_module("codegen.distributed")
+
+
+def test_the_main_job_trains_under_torchrun(tmp_path):
+    from conftest import CHARLM  # noqa: F401  (the job builds examples/charlm.mdl itself)
+    job = Path(__file__).resolve().parents[1] / "examples" / "train_charlm.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(job),
+         "--distributed", "--hidden", "16", "--seq", "12", "--batch", "4", "--steps", "6",
+         "--chars", "20000", "--sample", "20", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step 6: loss" in done.stdout and (tmp_path / "checkpoint.npz").exists()
