@@ -40,24 +40,41 @@ def _version() -> str:
     return f"{release} (code generator {CODEGEN_VERSION})"
 
 
+EXAMPLES = {
+    "check": ["mdlc check examples/charlm.mdl",
+              "mdlc check examples/charlm.mdl --model CharLM --params -D H=128",
+              "mdlc check examples/towers.mdl --json"],
+    "emit": ["mdlc emit examples/charlm.mdl -o gen/",
+             "mdlc emit --ir --grad examples/charlm.mdl --model CharLM"],
+    "build": ["mdlc build examples/charlm.mdl -o build/",
+              "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32"],
+    "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3"],
+}
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mdlc", description="The mdl compiler.")
     top.add_argument("--version", action="version", version=f"mdlc {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="parse and check a .mdl file")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                              epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    check = command("check", "parse and check a .mdl file")
     _model_options(check)
     check.add_argument("--params", action="store_true", help="print the parameter table")
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    emit = sub.add_parser("emit", help="write the generated sources (or print the IR)")
+    emit = command("emit", "write the generated sources (or print the IR)")
     _generation_options(emit, "directory for the sources")
     emit.add_argument("--ir", action="store_true", help="print the IR instead")
     emit.add_argument("--grad", action="store_true",
                       help="with --ir: with the backward pass of the minimized output")
-    build = sub.add_parser("build", help="compile a .mdl file to an importable module")
+    build = command("build", "compile a .mdl file to an importable module")
     _generation_options(build, "directory of the module")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
-    gradcheck = sub.add_parser("gradcheck", help="compare gradients with finite differences")
+    gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
     gradcheck.add_argument("--seed", type=int, default=0)

@@ -136,3 +136,21 @@ def test_only_the_targets_that_exist_are_offered(good, capsys):
         cli.main(["build", str(good), "--target", "cuda"])
     assert exit_.value.code == 2
     assert "invalid choice: 'cuda'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(cli.EXAMPLES))
+def test_each_command_shows_examples_that_parse(name, capsys):
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args([name, "--help"])
+    assert "examples:\n  mdlc " + name in capsys.readouterr().out
+    for example in cli.EXAMPLES[name]:
+        assert cli.parser().parse_args(example.split()[1:]).command == name
+
+
+def test_a_specialization_applies_to_the_models_with_its_dims(tmp_path, capsys):
+    path = tmp_path / "two.mdl"
+    path.write_text(GOOD + "model Tiny() { input x : f32[3]; output y = sum(x) }\n")
+    assert cli.main(["emit", str(path), "--specialize", "B=2", "-o", str(tmp_path)]) == 0
+    assert cli.main(["build", str(path), "--specialize", "Q=2"]) == 2
+    assert ("--specialize Q=2 fits no model: none has all of Q as symbolic dims "
+            "(`M` has B; `Tiny` has none)") in capsys.readouterr().err
