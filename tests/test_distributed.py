@@ -86,6 +86,7 @@ WORKER = textwrap.dedent("""
             np.savez(f"{out}/{name}_{data}_{rank}.npz",
                      **{"first/" + k: v for k, v in first.items()},
                      **{"last/" + k: v for k, v in m.params.items()})
+    dist.destroy_process_group()  # gloo's threads would abort the exit otherwise
 """)
 
 
