@@ -40,12 +40,23 @@ def _version() -> str:
     return f"{release} (code generator {CODEGEN_VERSION})"
 
 
+def _report(problem) -> None:
+    """Print a Diagnostic or an MdlError on stderr, coloured when stderr is a terminal
+    (NO_COLOR and FORCE_COLOR respected: dsl/highlight.py)."""
+    from dsl.highlight import palette_for
+    print(problem.render(palette_for(sys.stderr)), file=sys.stderr)
+
+
 EXAMPLES = {
     "check": ["mdlc check examples/charlm.mdl",
               "mdlc check examples/charlm.mdl --model CharLM --params -D H=128",
               "mdlc check examples/towers.mdl --json"],
     "emit": ["mdlc emit examples/charlm.mdl -o gen/",
              "mdlc emit --ir --grad examples/charlm.mdl --model CharLM"],
+    "graph": ["mdlc graph examples/charlm.mdl --model CharLM -o charlm.svg",
+              "mdlc graph examples/sharing.mdl -o sharing.dot",
+              "mdlc graph examples/control.mdl --backward -o adaptive-backward.png",
+              "mdlc graph examples/caffe2_sharing.mdl --model Brew -o brew.pdf"],
     "build": ["mdlc build examples/charlm.mdl -o build/",
               "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32"],
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3"],
@@ -70,6 +81,13 @@ def parser() -> argparse.ArgumentParser:
     emit.add_argument("--ir", action="store_true", help="print the IR instead")
     emit.add_argument("--grad", action="store_true",
                       help="with --ir: with the backward pass of the minimized output")
+    graph = command("graph", "draw a model: scopes, shared parameters, loops and branches")
+    _model_options(graph, dtype=False)
+    graph.add_argument("-o", dest="out", metavar="FILE",
+                       help="the picture: .svg, .png or .pdf (need Graphviz's `dot`), or "
+                       ".dot (default: DOT text on stdout)")
+    graph.add_argument("--backward", action="store_true",
+                       help="draw the generated gradient program (forward and backward)")
     build = command("build", "compile a .mdl file to an importable module")
     _generation_options(build, "directory of the module")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
@@ -120,7 +138,7 @@ def cmd_check(args) -> int:
     for i, name in enumerate(names):
         cm = check_file(args.file, defines=dict(args.defines), model=name, dtype=args.dtype)
         for w in cm.warnings:
-            print(w.render(), file=sys.stderr)
+            _report(w)
         if args.json:
             print(json.dumps(to_json(cm), indent=2))
             continue
@@ -155,11 +173,25 @@ def _print_ir(args) -> int:
     from dsl import check_file
     cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
     for w in cm.warnings:
-        print(w.render(), file=sys.stderr)
+        _report(w)
     graph = cm.graph
     if args.grad:
         graph = differentiate(graph)
     print(format_graph(graph))
+    return 0
+
+
+def cmd_graph(args) -> int:
+    """Draws one model (`--backward`: its gradient program) into -o, else DOT on stdout."""
+    from codegen.graph import picture, write
+    dot, warnings = picture(args.file, dict(args.defines), args.model, args.backward)
+    for w in warnings:
+        _report(w)
+    if args.out is None:
+        print(dot.source, end="")
+    else:
+        write(dot, args.out)
+        print(args.out)
     return 0
 
 
@@ -205,7 +237,7 @@ def cmd_gradcheck(args) -> int:
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 
-COMMANDS = {"check": cmd_check, "emit": cmd_emit, "build": cmd_build,
+COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": cmd_build,
             "gradcheck": cmd_gradcheck}
 
 
@@ -218,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except MdlError as exc:
-        print(exc.render(), file=sys.stderr)
+        _report(exc)
         return 1
     except UsageError as exc:
         print(f"mdlc: error: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Diagnostics: source locations, the error hierarchy, and their rendering.
 
 Every error a user can cause in a .mdl file is an `MdlError` carrying a `Loc`; it
-renders as `FILE:LINE:COL: error: MESSAGE`, the source line, and a caret under the spot.
+renders as `FILE:LINE:COL: error: MESSAGE`, the source line, and a caret under the spot,
+as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
 """
 from __future__ import annotations
 
@@ -36,6 +37,26 @@ class Loc:
         return f"Loc({self})"
 
 
+class Plain:
+    """How the parts of a rendered diagnostic look: as they are. A palette for
+    terminals (dsl/highlight.py) colours the same parts."""
+
+    def severity(self, text: str, severity: str) -> str:
+        return text
+
+    def location(self, text: str) -> str:
+        return text
+
+    def source(self, line: str) -> str:
+        return line
+
+    def caret(self, text: str) -> str:
+        return text
+
+
+PLAIN = Plain()
+
+
 @dataclass
 class Diagnostic:
     """One message at one place, with an optional caret label and located notes."""
@@ -46,20 +67,21 @@ class Diagnostic:
     label: str = ""
     notes: list[tuple[str, Loc | None]] = field(default_factory=list)
 
-    def render(self) -> str:
-        where = f"{self.loc}: " if self.loc else ""
-        out = [f"{where}{self.severity}: {self.message}"]
+    def render(self, palette: Plain = PLAIN) -> str:
+        where = palette.location(f"{self.loc}:") + " " if self.loc else ""
+        out = [f"{where}{palette.severity(self.severity + ':', self.severity)} {self.message}"]
         if self.loc:
-            out += _excerpt(self.loc, self.label)
+            out += _excerpt(self.loc, self.label, palette)
+        note = palette.severity("note:", "note")
         for text, loc in self.notes:
-            out.append(f"  note: {loc}: {text}" if loc else f"  note: {text}")
+            out.append(f"  {note} {loc}: {text}" if loc else f"  {note} {text}")
         return "\n".join(out)
 
 
 EXCERPT_WIDTH = 100
 
 
-def _excerpt(loc: Loc, label: str) -> list[str]:
+def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
     line = loc.source.line(loc.line).rstrip("\n").expandtabs(1)
     if not line and loc.line > len(loc.source.text.splitlines()):
         return []
@@ -71,7 +93,7 @@ def _excerpt(loc: Loc, label: str) -> list[str]:
         col = col - start + (3 if start else 0)
     width = max(1, min(loc.length, len(line) - col + 1, EXCERPT_WIDTH))
     caret = " " * (col - 1) + "^" * width + (f" {label}" if label else "")
-    return [f" {loc.line} | {line}", f" {gutter} | {caret}"]
+    return [f" {loc.line} | {palette.source(line)}", f" {gutter} | {palette.caret(caret)}"]
 
 
 def count(number: int, noun: str) -> str:
@@ -95,8 +117,8 @@ class MdlError(Exception):
     def message(self) -> str:
         return self.diagnostics[0].message
 
-    def render(self) -> str:
-        return "\n".join(d.render() for d in self.diagnostics)
+    def render(self, palette: Plain = PLAIN) -> str:
+        return "\n".join(d.render(palette) for d in self.diagnostics)
 
     def note_call(self, function: str, loc: Loc) -> None:
         """Record that the error was reached through a call of `function` at `loc`."""
