@@ -260,3 +260,13 @@ def test_bad_requests_exit_with_a_message_and_no_traceback(args, code, message, 
     assert message.format(**where) in err and "Traceback" not in err
     if code == 1 and "bad" in args[0]:
         assert " 3 |   output y = x @ x\n   |                ^" in err
+
+
+def test_the_picture_in_the_docs_is_the_char_lm_as_drawn_now():
+    """docs/charlm.svg (regenerate: mdlc graph examples/charlm.mdl --model CharLM -o
+    docs/charlm.svg) holds the boxes, nodes and edges drawn today; its layout may come
+    from another Graphviz."""
+    clusters, nodes, edges = read_svg((ROOT / "docs/charlm.svg").read_bytes())
+    pic = dot_of(ROOT / "examples/charlm.mdl", "CharLM")
+    assert (sorted(clusters), nodes, edges) == (sorted(pic.clusters), set(pic.labels),
+                                                pic.edges)
