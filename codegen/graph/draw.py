@@ -13,7 +13,7 @@ from typing import Callable
 
 import graphviz
 
-from codegen.ir import Block, Graph, Op, Value
+from codegen.ir import Block, Graph, Op, Param, Value
 from codegen.primitives import TABLE
 from codegen.structured import STRUCTURED
 from codegen.structured.table import StructuredOp
@@ -60,14 +60,7 @@ class Drawing:
             self.source[id(v)] = self.root.node(f"input {name}", label=labels.lines(
                 f"input {name}", str(v.type)), **INPUT)
         for p in g.params.values():
-            box = self.root.scope(tuple(p.name.split("/")[:-1]))
-            node = box.node(f"param {p.name}", label=labels.param(p),
-                            tooltip=f"{p.name} = {p.init}, used at "
-                            + ", ".join(str(u) for u in p.uses), **(
-                                SHARED if len(p.uses) > 1 else PARAM))
-            self.source[id(p.value)] = node
-            if len(p.uses) > 1:
-                self.shared.add(node)
+            self.param(p)
         self.block(g.body, self.root, ())
         if g.backward.ops:
             self.block(g.backward, self.root.box("backward", label="backward", **BACKWARD), ())
@@ -88,6 +81,17 @@ class Drawing:
         for (tail, head), attrs in self.edges().items():
             dot.edge(tail, head, **attrs)
         return dot
+
+    def param(self, p: Param) -> None:
+        """One node in the box of the parameter's full name; used from several places,
+        it is drawn as shared."""
+        shared = labels.is_shared(p)
+        node = self.root.scope(tuple(p.name.split("/")[:-1])).node(
+            f"param {p.name}", label=labels.param(p), **(SHARED if shared else PARAM),
+            tooltip=f"{p.name} = {p.init}, used at " + ", ".join(str(u) for u in p.uses))
+        self.source[id(p.value)] = node
+        if shared:
+            self.shared.add(node)
 
     def block(self, block: Block, box: Box, base: Scope) -> None:
         """Draw the ops of `block` into `box`, whose ops were written in scope `base`."""

@@ -34,8 +34,13 @@ def ops(members: list[Op], constants: list[object]) -> str:
     return lines(*rows, values(members[-1].outputs))
 
 
+def is_shared(p: Param) -> bool:
+    """Whether a parameter is used from several places of the source."""
+    return len(p.uses) > 1
+
+
 def param(p: Param) -> str:
-    shared = f"shared: {len(p.uses)} uses" if len(p.uses) > 1 else ""
+    shared = f"shared: {len(p.uses)} uses" if is_shared(p) else ""
     frozen = "" if p.trainable else "not trainable"
     return lines(p.name, str(p.value.type), shared, frozen)
 
