@@ -7,7 +7,7 @@
 #   mdl_add_model(TARGET charlm SOURCE charlm.mdl DTYPE f32 DEFINES H=512 E=64)
 #
 # It needs a Python with mdl's dependencies (pip install -e path/to/mdl), found the usual
-# way (set Python_EXECUTABLE to choose one): pybind11 and OpenBLAS come from it.
+# way (set Python_EXECUTABLE to choose one): pybind11 and the BLAS come from it.
 include_guard(GLOBAL)
 if(CMAKE_VERSION VERSION_LESS 3.25)
   message(FATAL_ERROR "mdl.cmake needs CMake 3.25 or newer (pip install cmake)")
@@ -20,27 +20,34 @@ option(MDL_NATIVE "Compile models for this machine's CPU (-march=native)" ON)
 
 find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c
-    "import pybind11, scipy_openblas32 as s; print(pybind11.get_cmake_dir(), s.get_include_dir(), s.get_lib_dir(), s.get_library(), sep=';')"
+  COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
+          "${Python_EXECUTABLE}" -c
+    "import pybind11; from codegen.blas import blas; b = blas(); print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
-list(GET _mdl_python 2 _mdl_blas_lib_dir)
-list(GET _mdl_python 3 _mdl_blas_name)
+list(GET _mdl_python 2 _mdl_blas_library)
+list(GET _mdl_python 3 _mdl_blas_define)
+list(GET _mdl_python 4 _mdl_blas_system)
+string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
+cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
 set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
 find_package(pybind11 CONFIG REQUIRED)
 
-add_library(mdl::openblas SHARED IMPORTED GLOBAL)
-set_target_properties(mdl::openblas PROPERTIES
-  IMPORTED_LOCATION "${_mdl_blas_lib_dir}/lib${_mdl_blas_name}.so"
+# MKL or OpenBLAS, as codegen/blas.py chooses
+add_library(mdl::blas SHARED IMPORTED GLOBAL)
+set_target_properties(mdl::blas PROPERTIES
+  IMPORTED_LOCATION "${_mdl_blas_library}"
   INTERFACE_INCLUDE_DIRECTORIES "${_mdl_blas_include}"
-  # OpenBLAS lives in a Python package, not a system directory: users find it by RPATH.
+  INTERFACE_COMPILE_OPTIONS "${_mdl_blas_define}"
+  INTERFACE_LINK_LIBRARIES "${_mdl_blas_system}"
+  # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
   INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
 
 add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
 set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${MDL_ROOT}/cpp_runtime"
-  INTERFACE_LINK_LIBRARIES mdl::openblas
+  INTERFACE_LINK_LIBRARIES mdl::blas
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
 # Built only when a model needs it.

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import jinja2
 import pybind11
-import scipy_openblas32
 
 from dsl.diagnostics import MdlBuildError, count
 
 from . import CODEGEN_VERSION
+from .blas import blas
 from .cache import Failed, cached, digest, sha256
 from .paths import RUNTIME_DIR
 from .templating import environment
@@ -42,7 +42,8 @@ RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
 PRECOMPILED = "precompiled"
 
-LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")
+# -fopenmp-simd: `#pragma omp simd` (reductions that may vectorize) without OpenMP threads
+LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden", "-fopenmp-simd")
 RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
@@ -61,7 +62,7 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
     return [*LANGUAGE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
-            *(SANITIZE_FLAGS if sanitize else ()),
+            *(SANITIZE_FLAGS if sanitize else ()), blas().define,
             *(("-DMDL_LIBMVEC",) if _libmvec() else ())]
 
 
@@ -74,7 +75,7 @@ def _libmvec() -> bool:
 
 
 def include_dirs() -> list[str]:
-    return [str(RUNTIME_DIR), scipy_openblas32.get_include_dir(),
+    return [str(RUNTIME_DIR), blas().include_dir,
             sysconfig.get_paths()["include"], pybind11.get_include()]
 
 
@@ -89,9 +90,10 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
         "build_type": "Debug" if debug or sanitize else "Release",
         "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
-        "include_dirs": [str(RUNTIME_DIR), scipy_openblas32.get_include_dir()],
-        "libraries": [str(_blas_library()), *(["mvec"] if _libmvec() else [])],
-        "rpath": scipy_openblas32.get_lib_dir(),
+        "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
+        "libraries": [str(blas().library), *blas().system_libraries,
+                      *(["mvec"] if _libmvec() else [])],
+        "rpath": blas().lib_dir,
     }
     return _template("CMakeLists.txt.j2").render(context)
 
@@ -176,17 +178,13 @@ def _template(name: str) -> jinja2.Template:
     return environment().get_template(name)
 
 
-def _blas_library() -> Path:
-    return Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
-
-
 def _environment() -> dict:
     """What decides every build besides its own sources and flags."""
     return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
             "compiler": _compiler(),
             "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
                        "version": list(sys.version_info[:2])},
-            "pybind11": pybind11.__version__, "blas": str(_blas_library())}
+            "pybind11": pybind11.__version__, "blas": str(blas().library)}
 
 
 def _runtime_fields(debug: bool, sanitize: bool) -> dict:
@@ -219,11 +217,9 @@ def _runtime_digest() -> str:
 
 
 def _link_flags(sanitize: bool) -> list[str]:
-    """OpenBLAS lives in a Python package, not a system directory: modules find it by
-    RPATH."""
-    lib_dir = scipy_openblas32.get_lib_dir()
-    return [*(SANITIZE_FLAGS[:1] if sanitize else ()), f"-L{lib_dir}",
-            f"-l{scipy_openblas32.get_library()}", f"-Wl,-rpath,{lib_dir}",
+    """The BLAS lives in a Python package, not a system directory: modules find it by
+    RPATH (codegen/blas.py)."""
+    return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
             *(("-lmvec",) if _libmvec() else ())]
 
 

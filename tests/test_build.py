@@ -27,9 +27,8 @@ TINY = """#include <pybind11/pybind11.h>
 PYBIND11_MODULE(tiny, m) { m.def("add", [](int a, int b) { return a + b; }); }
 """
 
-# OpenBLAS straight through its prefixed CBLAS, and through the runtime's wrapper.
-BLAS = """#include <cblas.h>
-#include <pybind11/pybind11.h>
+# The BLAS through the runtime's wrapper: plain, transposed, and through a packed operand.
+BLAS = """#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <vector>
 #include "mdl/blas.h"
@@ -37,8 +36,14 @@ BLAS = """#include <cblas.h>
 PYBIND11_MODULE(blas_demo, m) {
   m.def("sgemm", [] {  // [[1, 2], [3, 4]] @ [[5, 6], [7, 8]]
     std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c(4);
-    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a.data(), 2,
-                      b.data(), 2, 0.0f, c.data(), 2);
+    mdl::gemm(false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2, 0.0f, c.data(), 2);
+    return c;
+  });
+  m.def("packed_bt", [] {  // [[1, 2], [3, 4]] @ [[5, 6], [7, 8]]^T + [[1, 1], [1, 1]]
+    std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c(4, 1.0f);
+    mdl::Arena packed;
+    mdl::pack_b(packed, true, 2, 2, 2, b.data(), 2);
+    mdl::gemm_packed(packed, false, 2, 2, 2, a.data(), 2, true, b.data(), 2, 1.0f, c.data(), 2);
     return c;
   });
   m.def("dgemm_at", [] {  // [[1, 2], [3, 4]]^T @ [[5, 6], [7, 8]]
@@ -108,10 +113,11 @@ def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo,
     assert build._runtime_fields(True, False) != build._runtime_fields(False, False)
 
 
-def test_openblas_links_and_loads_by_rpath(blas_demo):
+def test_the_blas_links_and_loads_by_rpath(blas_demo):
     assert load(blas_demo).sgemm() == [19, 22, 43, 50]
     assert load(blas_demo).dgemm_at() == [26, 30, 38, 44]
-    # A fresh interpreter with no library path: the module alone must find OpenBLAS.
+    assert load(blas_demo).packed_bt() == [18, 24, 40, 54]
+    # A fresh interpreter with no library path: the module alone must find the BLAS.
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"from test_build import load; from pathlib import Path; "
@@ -119,6 +125,31 @@ def test_openblas_links_and_loads_by_rpath(blas_demo):
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[19.0, 22.0, 43.0, 50.0]"
+
+
+def test_the_openblas_variant_builds_and_its_gradients_check(tmp_path):
+    """MDL_BLAS=openblas: the runtime and a model built against OpenBLAS (the BLAS off
+    x86-64), whose gradients match finite differences; packing is then a plain product."""
+    env = {**os.environ, "MDL_BLAS": "openblas"}
+    run = subprocess.run([sys.executable, "-m", "codegen.cli", "gradcheck",
+                          str(REPO / "examples" / "gru.mdl"), "--dims", "T=5,B=2"],
+                         env=env, capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "worst relative error" in run.stdout
+    built = subprocess.run([sys.executable, "-c", "from codegen.blas import blas; "
+                            "print(blas().name, blas().library)"],
+                           env=env, capture_output=True, text=True, cwd=REPO)
+    assert built.stdout.startswith("openblas ") and "openblas" in built.stdout.split()[1]
+
+
+def test_an_unknown_blas_is_a_clear_error():
+    env = {**os.environ, "MDL_BLAS": "atlas"}
+    run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
+                          str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
+                         env=env, capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 1
+    assert "MDL_BLAS='atlas': expected one of mkl, openblas" in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 KEY_CHANGES = {
@@ -160,13 +191,16 @@ def test_the_cmakelists_renders_each_variant():
     runtime = " ".join(f'"{build.RUNTIME_DIR / s}"' for s in build.RUNTIME_SOURCES)
     assert f'pybind11_add_module(m MODULE module.cpp {runtime})' in release
     vector_math = " -DMDL_LIBMVEC" if build._libmvec() else ""
-    assert f"target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG{vector_math})" in release
-    assert f'"{build.RUNTIME_DIR}"' in release and str(build._blas_library()) in release
+    blas = " " + build.blas().define
+    assert f"target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG{blas}{vector_math})" \
+        in release
+    assert f'"{build.RUNTIME_DIR}"' in release and str(build.blas().library) in release
     assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", debug=True)
-    assert f"PRIVATE -O0 -g{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    assert f"PRIVATE -O0 -g{blas}{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
     sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
-    assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{vector_math})" in sanitize
+    assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{blas}{vector_math})" \
+        in sanitize
     assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
 
 

@@ -4,7 +4,9 @@ and tapes through the runtime's helpers (cpp_runtime/mdl/), kernels from
 primitives/cpu.py."""
 from __future__ import annotations
 
-from ..primitives import cpu as _kernels  # noqa: F401  (attaches extra["cpu"])
+import functools
+
+from ..primitives import cpu as _kernels  # attaches extra["cpu"]
 from ..shapes import Dim
 from .dialect import CPP
 from .lower import Fused, lowering_hook
@@ -14,6 +16,15 @@ from .target import Target
 class CpuTarget(Target):
     name = "cpu"
     dialect = CPP
+    packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
+
+    def kernel(self, ins):
+        if ins.pack is not None:
+            return functools.partial(super().kernel(ins), pack=ins.pack)
+        return super().kernel(ins)
+
+    def pack(self, r, pack) -> list[str]:
+        return _kernels.matmul_pack(r, pack)
 
     def parameter(self, index: int) -> str:
         return f"m.param[{index}]"

@@ -48,6 +48,7 @@ class Copy:
 class Kernel:
     op: Op
     inputs: list[Value]                # possibly contiguous copies of op.inputs
+    pack: object = None                # a pack.Pack: its right operand packed before a loop
 
 
 @dataclass(eq=False)

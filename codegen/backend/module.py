@@ -65,6 +65,7 @@ class ModuleGenerator:
         self.specializations = specializations
         self.saved_count = 0
         self.tapes: list[int] = []
+        self.pack_count = 0     # pack buffers: the most any one function packs into
         # A parameter is reached through its index (it may live in another model's store,
         # shared); its offset places its optimizer state and, unshared, its values.
         self.param_index = {name: i for i, name in enumerate(graph.params)}
@@ -103,7 +104,7 @@ class ModuleGenerator:
                              {**self._param_access(g), **self._input_access(g)},
                              [(v, self.target.output(k)) for k, v in enumerate(g.outputs.values())],
                              "arena_infer", training=False, prologue=self._prologue(fixed))
-        texts.append(render_function(self.target, dims, infer, self.tapes))
+        texts.append(self._render(dims, infer))
         names["infer"] = infer.name
         if self.joint is None:
             return texts, names
@@ -120,7 +121,7 @@ class ModuleGenerator:
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              "arena_fwd", training=True, prologue=self._prologue(fixed))
-        texts.append(render_function(self.target, dims, train, self.tapes))
+        texts.append(self._render(dims, train))
         external_b = dict(self._param_access(j))
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
@@ -130,9 +131,17 @@ class ModuleGenerator:
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, self.target.output(k)) for k, v in enumerate(grads)],
                                 "arena_bwd", training=True, prologue=self._prologue(fixed))
-        texts.append(render_function(self.target, dims, backward, self.tapes))
+        texts.append(self._render(dims, backward))
         names.update(train=train.name, backward=backward.name)
         return texts, names
+
+    def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
+        """One function's text. Pack buffers are reused by every function: one model's
+        calls run one at a time, and a function packs before it reads."""
+        packs: list = []
+        text = render_function(self.target, dims, spec, self.tapes, packs)
+        self.pack_count = max(self.pack_count, len(packs))
+        return text
 
     def context(self) -> dict:
         """What templates/model.cpp.j2 renders this model from."""
@@ -157,7 +166,7 @@ class ModuleGenerator:
             grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
             params=[self._param_spec(name, p, [k for k, _ in grads])
                     for name, p in g.params.items()],
-            param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
+            param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes), packs=self.pack_count,
             dynamic=len(self.names.dynamic))
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:

@@ -11,6 +11,7 @@ from ..ir import Block, Value
 from ..shapes import Dim, contiguous_strides
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
+from .pack import find_packs
 from .plan import Plan, plan
 from .structured import render_structured
 from .target import Target
@@ -41,7 +42,7 @@ class FunctionSpec:
 
 class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
-                 tapes: list[int]):
+                 tapes: list[int], packs: list):
         self.target = target
         self.d = target.dialect
         self.dims = dims
@@ -53,6 +54,7 @@ class Renderer:
         self.plan: Plan | None = None
         self.counter = 0
         self.tapes: list[int] = tapes
+        self.packs: list = packs  # this function's pack.Pack list
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
@@ -103,6 +105,8 @@ class Renderer:
                  if lay.base is None and not lay.is_const and vid not in spec.external
                  and vid not in self.low.unplanned}
         self._materialize_results(instrs, results, owned)
+        if self.target.packs_operands:
+            find_packs(instrs, self.low.layouts, self.packs)
         self.plan = plan(instrs, self.low.layouts, results, self.dims, owned)
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
@@ -144,6 +148,9 @@ class Renderer:
             elif isinstance(ins, Kernel):
                 self.kernel(ins)
             elif isinstance(ins, Structured):
+                for pack in ins.extra.get("packs", []):
+                    for line in self.target.pack(self, pack):
+                        self.emit(line)
                 render_structured(self, ins)
 
     def define_owned(self, v: Value) -> None:
@@ -172,7 +179,7 @@ class Renderer:
             self.define_owned(v)
         ins_names = [self.ptr(x) for x in ins.inputs]
         outs = [self.ptr(v) for v in ins.op.outputs]
-        for line in self.target.kernel(ins.op)(self, ins.op, ins.inputs, ins_names, outs):
+        for line in self.target.kernel(ins)(self, ins.op, ins.inputs, ins_names, outs):
             self.emit(line)
 
     def assign(self, dst: Value, src: Value) -> None:
@@ -181,6 +188,7 @@ class Renderer:
 
 
 def render_function(target: Target, dims: DimNames, spec: FunctionSpec,
-                    tapes: list[int]) -> str:
-    """The text of one function; `tapes` collects the model's while tapes."""
-    return Renderer(target, dims, spec, tapes).render()
+                    tapes: list[int], packs: list) -> str:
+    """The text of one function; `tapes` collects the model's while tapes, `packs` the
+    function's packed operands."""
+    return Renderer(target, dims, spec, tapes, packs).render()

@@ -24,11 +24,19 @@ from .dialect import Dialect
 class Target(abc.ABC):
     name: str
     dialect: Dialect
+    # Whether loop-invariant right operands of products are packed once before their
+    # loop (backend/pack.py); the target's `pack` and its matmul statements then agree.
+    packs_operands: bool = False
 
-    def kernel(self, op: Op) -> Callable:
-        """The statements of a kernel primitive on this target:
+    def kernel(self, ins) -> Callable:
+        """The statements of a lowered kernel (lower.Kernel) on this target:
         lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]."""
-        return TABLE[op.prim].extra[self.name]
+        return TABLE[ins.op.prim].extra[self.name]
+
+    def pack(self, r, pack) -> list[str]:
+        """Statements packing `pack.kernel`'s right operand into the model's pack buffer
+        `pack.index`; targets with `packs_operands` override it."""
+        raise TypeError(f"the {self.name} target packs no operands")
 
     @abc.abstractmethod
     def parameter(self, index: int) -> str:

@@ -81,24 +81,44 @@ def _cross_entropy(r, op, inputs, ins, outs):
 attach_cpu("cross_entropy", _cross_entropy)
 
 
-def _matmul(r, op, inputs, ins, outs):
-    a, b = inputs
-    k, n = b.type.shape
-    m = r.dim(numel(a.type.shape[:-1]))
+def _gemm_operand(r, v) -> tuple[str, str]:
+    """(transposed, leading dimension) of a product's operand; BLAS wants ld >= the
+    stored row length."""
+    if v.type.rank != 2:
+        return "false", r.dim(v.type.shape[-1])
+    (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
+    if matrix_order(v, r.layout(v)) == "rows":
+        return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
+    return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
 
-    def operand(v):
-        """(transposed, leading dimension); BLAS wants ld >= the stored row length."""
-        if v.type.rank != 2:
-            return "false", r.dim(v.type.shape[-1])
-        (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
-        if matrix_order(v, r.layout(v)) == "rows":
-            return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
-        return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
-    ta, lda = operand(a)
-    tb, ldb = operand(b)
+
+def _gemm_sizes(r, a, b) -> tuple[str, str, str]:
+    """m, n, k of a @ b (a's leading dims are rows)."""
+    k, n = b.type.shape
+    return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
+
+
+def _matmul(r, op, inputs, ins, outs, pack=None):
+    a, b = inputs
+    m, n, k = _gemm_sizes(r, a, b)
+    ta, lda = _gemm_operand(r, a)
+    tb, ldb = _gemm_operand(r, b)
     one, zero = f"{ctype_of(op, r)}(1)", f"{ctype_of(op, r)}(0)"
-    return [f"mdl::gemm({ta}, {tb}, {m}, {r.dim(n)}, {r.dim(k)}, {one}, {ins[0]}, {lda}, "
-            f"{ins[1]}, {ldb}, {zero}, {outs[0]}, {r.dim(n)});"]
+    if pack is not None:  # b packed before the loop (backend/pack.py, matmul_pack)
+        return [f"mdl::gemm_packed(m.packs[{pack.index}], {ta}, {m}, {n}, {k}, {ins[0]}, "
+                f"{lda}, {tb}, {ins[1]}, {ldb}, {zero}, {outs[0]}, {n});"]
+    return [f"mdl::gemm({ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, "
+            f"{ins[1]}, {ldb}, {zero}, {outs[0]}, {n});"]
+
+
+def matmul_pack(r, pack) -> list[str]:
+    """Pack a product's right operand (its memory before the loop: `pack.anchor`, laid
+    out as the operand) for the products of a loop."""
+    a, b = pack.kernel.inputs
+    m, n, k = _gemm_sizes(r, a, b)
+    tb, ldb = _gemm_operand(r, b)
+    return [f"mdl::pack_b(m.packs[{pack.index}], {tb}, {m}, {n}, {k}, {r.ptr(pack.anchor)}, "
+            f"{ldb});"]
 
 
 attach_cpu("matmul", _matmul)

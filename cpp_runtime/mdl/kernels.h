@@ -47,54 +47,99 @@ void copy(T* out, const T* in, int64_t n) {
 // What `reduce` computes; generated code names the member (primitives/cpu.py).
 enum class Reduction { Sum, Max, Mean, LogSumExp };
 
+// The input as runs of its innermost merged axis: neighbouring axes that are both reduced
+// or both kept merge (axes of size 1 drop out), so every run is contiguous and its inner
+// loop vectorizes. `f(x_run, out_offset, length, reduced)` sees each run once, in order.
+template <class T, class F>
+void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&& f) {
+  int64_t dims[kMaxRank], ostride[kMaxRank];
+  bool reduced[kMaxRank];
+  int r = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] == 0) return;
+    if (shape[i] == 1) continue;
+    bool red = (mask >> i) & 1;
+    if (r > 0 && reduced[r - 1] == red) {
+      dims[r - 1] *= shape[i];
+    } else {
+      dims[r] = shape[i];
+      reduced[r++] = red;
+    }
+  }
+  if (r == 0) {  // a single element
+    f(x, int64_t(0), int64_t(1), true);
+    return;
+  }
+  for (int64_t i = r - 1, s = 1; i >= 0; --i) {
+    ostride[i] = reduced[i] ? 0 : s;
+    if (!reduced[i]) s *= dims[i];
+  }
+  const int64_t inner = dims[r - 1];
+  const int64_t runs = numel(dims, r - 1);
+  int64_t idx[kMaxRank] = {0}, o = 0;
+  for (int64_t k = 0; k < runs; ++k) {
+    f(x + k * inner, o, inner, reduced[r - 1]);
+    for (int d = r - 2; d >= 0; --d) {  // advance idx and the output offset together
+      o += ostride[d];
+      if (++idx[d] < dims[d]) break;
+      o -= ostride[d] * dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
-  int64_t ostride[kMaxRank], stride = 1, count = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    bool reduced = (mask >> i) & 1;
-    ostride[i] = reduced ? 0 : stride;
-    if (reduced) count *= shape[i]; else stride *= shape[i];
-  }
-  int64_t nout = stride, n = numel(shape, rank);
+  int64_t nout = 1, count = 1;
+  for (int i = 0; i < rank; ++i) ((mask >> i) & 1 ? count : nout) *= shape[i];
   const T lowest = -std::numeric_limits<T>::infinity();
   bool maximum = kind == Reduction::Max || kind == Reduction::LogSumExp;
   std::fill(out, out + nout, maximum ? lowest : T(0));
-  auto visit = [&](auto&& f) {
-    int64_t idx[kMaxRank] = {0}, o = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      f(out[o], x[i]);
-      for (int d = rank - 1; d >= 0; --d) {  // advance idx and the output offset together
-        o += ostride[d];
-        if (++idx[d] < shape[d]) break;
-        o -= ostride[d] * shape[d];
-        idx[d] = 0;
-      }
-    }
-  };
   if (kind == Reduction::Sum || kind == Reduction::Mean) {
-    visit([](T& acc, T v) { acc += v; });
-    if (kind == Reduction::Mean) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
-  } else if (kind == Reduction::Max) {
-    visit([](T& acc, T v) { acc = std::max(acc, v); });
-  } else {  // logsumexp: the maxima first, kept in a reused scratch buffer
-    visit([](T& acc, T v) { acc = std::max(acc, v); });
-    thread_local std::vector<T> maxima;
-    maxima.assign(out, out + nout);
-    std::fill(out, out + nout, T(0));
-    const T* mx = maxima.data();
-    int64_t idx[kMaxRank] = {0}, o = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isfinite(mx[o])) out[o] += std::exp(x[i] - mx[o]);
-      for (int d = rank - 1; d >= 0; --d) {
-        o += ostride[d];
-        if (++idx[d] < shape[d]) break;
-        o -= ostride[d] * shape[d];
-        idx[d] = 0;
+    for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
+      if (red) {
+        T s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; ++i) s += run[i];
+        out[o] += s;
+      } else {
+        T* dst = out + o;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dst[i] += run[i];
       }
-    }
-    for (int64_t i = 0; i < nout; ++i)
-      out[i] = std::isfinite(mx[i]) ? std::log(out[i]) + mx[i] : mx[i];
+    });
+    if (kind == Reduction::Mean) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
+    return;
   }
+  for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
+    if (red) {
+      T m = out[o];
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, run[i]);
+      out[o] = m;
+    } else {
+      T* dst = out + o;
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], run[i]);
+    }
+  });
+  if (kind == Reduction::Max) return;
+  // logsumexp: the maxima are in `out`; sums of exp(x - max) in a reused scratch buffer
+  thread_local std::vector<T> sums;
+  sums.assign(nout, T(0));
+  for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
+    if (red) {
+      const T m = out[o];
+      if (!std::isfinite(m)) return;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < n; ++i) s += std::exp(run[i] - m);
+      sums[o] += s;
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(out[o + i])) sums[o + i] += std::exp(run[i] - out[o + i]);
+    }
+  });
+  for (int64_t i = 0; i < nout; ++i)
+    out[i] = std::isfinite(out[i]) ? std::log(sums[i]) + out[i] : out[i];
 }
 
 // softmax (or log_softmax) over the middle dim of an [outer, n, inner] layout.

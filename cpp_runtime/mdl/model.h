@@ -57,6 +57,7 @@ struct State {
   Arena arena_infer, arena_fwd, arena_bwd;
   std::vector<void*> saved;
   std::vector<Tape> tapes;
+  std::vector<Arena> packs;  // loop-invariant operands in the BLAS's packed form (blas.h)
   std::vector<int64_t> dyn;
   uint64_t seed = 0, dropout_key = 0, calls = 0;
   std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
@@ -105,7 +106,7 @@ struct ModelSpec {
   const TensorSpec* grads;   // what backward returns
   const ParamSpec* params;
   int64_t param_count;
-  int saved, tapes, dynamic;
+  int saved, tapes, packs, dynamic;
   int n_variants;
   const Variant<T>* variants;  // variants[0] is the generic code
   ShapeFunction output_shape, grad_shape;

@@ -103,6 +103,14 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
         PyErr_SetString(PyExc_IndexError, e.what());
       }
     });
+    static const bool blas_ready = (blas_init(), true);  // before any product
+    (void)blas_ready;
+    m.def("set_num_threads", [](int n) {
+      if (n < 1) throw py::value_error("set_num_threads(n) needs n >= 1, got " + std::to_string(n));
+      set_blas_threads(n);
+    }, py::arg("n"), "Threads the matrix products of every mdl model in this process may use.");
+    m.def("get_num_threads", &blas_threads,
+          "Threads the matrix products of every mdl model in this process may use.");
     py::object base = bind_base<T>(m);
     for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
     return m.release().ptr();

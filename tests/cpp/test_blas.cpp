@@ -1,5 +1,6 @@
-// mdl::gemm against a naive triple loop: every transpose combination, leading dims wider
-// than the matrices (views into larger buffers), alpha and beta, and the empty cases.
+// mdl::gemm and mdl::gemm_packed against a naive triple loop: every transpose combination,
+// leading dims wider than the matrices (views into larger buffers), alpha and beta, and the
+// empty cases.
 #include <cstdint>
 #include <vector>
 
@@ -30,8 +31,22 @@ void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double tol) {
       for (int64_t p = 0; p < k; ++p) sum += double(at(a, ta, lda, i, p)) * at(b, tb, ldb, p, j);
       expected[i * ldc + j] = T(alpha * sum + beta * expected[i * ldc + j]);
     }
+  std::vector<T> c0 = c;
   mdl::gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
   for (std::size_t i = 0; i < c.size(); ++i) CHECK_NEAR(c[i], expected[i], tol);  // padding too
+  // the same product with b packed first (alpha = 1), twice from one pack
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      T& e = expected[i * ldc + j];
+      e = (e - beta * c0[i * ldc + j]) / alpha + beta * c0[i * ldc + j];
+    }
+  mdl::Arena packed;
+  mdl::pack_b(packed, tb, m, n, k, b.data(), ldb);
+  for (int twice = 0; twice < 2; ++twice) {
+    c = c0;
+    mdl::gemm_packed(packed, ta, m, n, k, a.data(), lda, tb, b.data(), ldb, beta, c.data(), ldc);
+    for (std::size_t i = 0; i < c.size(); ++i) CHECK_NEAR(c[i], expected[i], tol);
+  }
 }
 
 template <class T>
