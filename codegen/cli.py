@@ -60,6 +60,9 @@ EXAMPLES = {
     "build": ["mdlc build examples/charlm.mdl -o build/",
               "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32"],
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3"],
+    "bench": ["mdlc bench --skip-compile --reps 5",
+              "mdlc bench --only lstm generation --threads 1 --out bench-1t",
+              "mdlc bench --quick"],
 }
 
 
@@ -96,6 +99,20 @@ def parser() -> argparse.ArgumentParser:
     _model_options(gradcheck, dtype=False)
     gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
     gradcheck.add_argument("--seed", type=int, default=0)
+    bench = command("bench", "time compiled models against PyTorch and JAX, side by side "
+                    "(the suite in benchmarks/ of a source checkout)")
+    bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
+                       "framework (default 20, 2 with --quick)")
+    bench.add_argument("--threads", type=int, default=2, help="threads of every framework")
+    bench.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                       help="cases to run: groups (lstm, generation, milstm, gru_if, memory), "
+                       "case names or patterns such as 'lstm-*-b32-*'")
+    bench.add_argument("--quick", action="store_true",
+                       help="tiny sizes and few reps: a check that the suite works")
+    bench.add_argument("--skip-compile", action="store_true",
+                       help="leave out torch.compile (about a minute of compiling per case)")
+    bench.add_argument("--out", default="bench-results",
+                       help="directory for results.md, results.json, ratios.png and logs")
     return top
 
 
@@ -237,8 +254,21 @@ def cmd_gradcheck(args) -> int:
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 
+def cmd_bench(args) -> int:
+    """Runs the benchmark suite, which lives in a source checkout, not in the wheel."""
+    from dsl import UsageError
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / "benchmarks" / "suite.py").is_file():
+        raise UsageError("`mdlc bench` runs the benchmark suite of a source checkout "
+                         "(benchmarks/ is not installed with the package): clone mdl, "
+                         "`pip install -e \".[bench]\"` there and run `mdlc bench` again")
+    sys.path.insert(0, str(checkout))
+    from benchmarks.suite import run
+    return run(args)
+
+
 COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": cmd_build,
-            "gradcheck": cmd_gradcheck}
+            "gradcheck": cmd_gradcheck, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

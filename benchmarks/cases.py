@@ -1,0 +1,130 @@
+"""The suite's cases, one table: what each measures, at which sizes, against which peers,
+and how many floating-point operations its passes count. Every process (the driver and
+each framework's worker) reads the same table, so a case travels between them by name."""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+# The workers, by framework. "torch" is eager PyTorch; TorchScript and torch.compile run in
+# processes of their own, so that no compiler state leaks into eager runs.
+MDL, TORCH, SCRIPT, COMPILE, JAX = "mdl", "torch", "torchscript", "torch.compile", "jax"
+SGEMM = "sgemm"  # numpy's matrix product: the peak every row is measured against
+
+# The loss every model minimizes: sum(hs * weights), dense gradients everywhere.
+TRAIN, FORWARD, STEP = "training step", "forward", "generation step"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a model at one size (dims T, B, H; N for sgemm), its passes, its
+    peers, and for the memory group the loop option of the mdl model it builds."""
+    name: str
+    group: str
+    dims: dict[str, int]
+    passes: tuple[str, ...]
+    peers: tuple[str, ...]
+    loop: str = ""
+
+    def frameworks(self, skip_compile: bool) -> list[str]:
+        """mdl first, then the peers this run measures."""
+        return [MDL] + [p for p in self.peers if not (skip_compile and p == COMPILE)]
+
+
+@dataclass
+class Bench:
+    """What a framework's worker builds for one case: a callable per pass (one call, the
+    result ready when it returns) and the values that prove it computes the same math."""
+    passes: dict[str, Callable[[], object]]
+    check: Callable[[], dict[str, np.ndarray]]
+    notes: dict = field(default_factory=dict)
+
+
+GROUPS = {  # group: (passes, peers, description)
+    "lstm": ((TRAIN, FORWARD), (TORCH, JAX), "std `lstm` in a `for`, against nn.LSTM and lax.scan"),
+    "generation": ((STEP,), (TORCH, JAX),
+                   "one LSTM step a call, state carried, against nn.LSTMCell and a jitted cell"),
+    "milstm": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX), "std `milstm` in a `for`"),
+    "gru_if": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
+               "a GRU whose input takes one of two branches, chosen per step"),
+    "memory": ((TRAIN,), (), "peak memory and time of an LSTM training step, by loop option"),
+}
+
+
+def _case(group: str, loop: str = "", **dims: int) -> Case:
+    passes, peers, _ = GROUPS[group]
+    size = "-".join(f"{k.lower()}{v}" for k, v in dims.items())
+    name = f"{group}-{loop}-{size}" if loop else f"{group}-{size}"
+    return Case(name, group, dims, passes, peers, loop)
+
+
+def cases(quick: bool) -> list[Case]:
+    """Every case of a run: the issue's sizes, or tiny ones (`--quick`, for the tests)."""
+    if quick:
+        lstm = [dict(T=4, B=2, H=8)]
+        cells = [dict(T=4, B=2, H=8)]
+        memory, k = dict(T=24, B=2, H=8), 4
+        step = dict(T=4, B=1, H=8)
+    else:
+        lstm = [dict(T=35, B=b, H=h) for b, h in
+                ((1, 128), (20, 200), (32, 256), (32, 512), (64, 1024))] + [dict(T=100, B=32, H=256)]
+        cells = [dict(T=35, B=b, H=h) for b in (1, 32) for h in (128, 256)]
+        memory, k = dict(T=1000, B=16, H=256), 32
+        step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state
+    return ([_case("lstm", **d) for d in lstm] + [_case("generation", **step)]
+            + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
+            + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
+               _case("memory", "checkpoint", **memory, K=k)])
+
+
+def sgemm_case(quick: bool) -> Case:
+    """The square product whose speed is the run's peak."""
+    return Case("sgemm", SGEMM, {"N": 256 if quick else 2048}, ("sgemm",), ())
+
+
+def select(all_cases: list[Case], only: list[str]) -> list[Case]:
+    """The cases named by `--only`: a group, a case's name or a pattern (`lstm-*-b32-*`).
+    A name that selects nothing is an error that lists what there is."""
+    if not only:
+        return all_cases
+    unknown = [n for n in only if not any(_matches(c, n) for c in all_cases)]
+    if unknown:
+        names = ", ".join([*GROUPS, *(c.name for c in all_cases)])
+        raise ValueError(f"--only {', '.join(unknown)}: no such case; there are {names}")
+    return [c for c in all_cases if any(_matches(c, n) for n in only)]
+
+
+def _matches(case: Case, name: str) -> bool:
+    return name == case.group or fnmatch.fnmatchcase(case.name, name)
+
+
+def branch_signs(T: int) -> np.ndarray:
+    """gru_if's per-step condition, an input of the model: > 0 (the branch with a
+    projection) on two steps of three, < 0 on the third."""
+    return np.where(np.arange(T) % 3 == 2, -1.0, 1.0).astype(np.float32)
+
+
+def flops(case: Case, pass_name: str) -> float:
+    """Floating-point operations of one pass, counting only the matrix products:
+    2*B*(I+H)*G*H per step for a cell with G gates (I = H here; gru_if adds 2*B*H*H on
+    the steps whose branch projects), twice that again in the backward (a training step
+    is 3x the forward); the elementwise work is left out."""
+    if case.group == SGEMM:
+        return 2.0 * case.dims["N"] ** 3
+    B, H = case.dims["B"], case.dims["H"]
+    steps = 1 if pass_name == STEP else case.dims["T"]
+    gates = 3 if case.group == "gru_if" else 4
+    forward = steps * 2.0 * B * (H + H) * gates * H
+    if case.group == "gru_if":
+        taken = int((branch_signs(case.dims["T"]) > 0).sum())
+        forward += taken * 2.0 * B * H * H
+    return forward * (3 if pass_name == TRAIN else 1)
+
+
+def by_name(name: str, quick: bool) -> Case:
+    """The case of that name in the run's table (workers receive cases by name)."""
+    table = {c.name: c for c in [*cases(quick), sgemm_case(quick)]}
+    return table[name]

@@ -1,0 +1,44 @@
+"""The inputs and weights of a case, the same arrays in every worker: drawn from a fixed
+seed, named as the mdl models name them (`lstm/W` is [I, 4H], used as `x @ W`). Each peer
+copies them into its own layout, so that every framework runs the same math on the same
+numbers and the suite can compare their losses and gradients."""
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.cases import Case, branch_signs
+
+
+def inputs(case: Case) -> dict[str, np.ndarray]:
+    """The model's inputs: `xs` [T, B, H] and the loss weights (the generation case
+    steps through `xs` one row at a time; gru_if also takes its per-step `signs`)."""
+    T, B, H = (case.dims[k] for k in "TBH")
+    rng = np.random.default_rng(1)
+    out = {"xs": rng.standard_normal((T, B, H), dtype=np.float32)}
+    if case.group != "generation":
+        out["weights"] = rng.standard_normal((T, B, H), dtype=np.float32)
+    if case.group == "gru_if":
+        out["signs"] = branch_signs(T)
+    return out
+
+
+def params(case: Case) -> dict[str, np.ndarray]:
+    """The model's parameters: uniform(-1/sqrt(H), 1/sqrt(H)) as std/rnn.mdl draws them;
+    MILSTM's scales near one and its bias near zero, so every term of its gate matters."""
+    H = case.dims["H"]
+    rng = np.random.default_rng(0)
+    k = 1.0 / np.sqrt(H)
+
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.uniform(-k, k, shape).astype(np.float32)
+
+    def near(value: float, n: int) -> np.ndarray:
+        return (value + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    if case.group == "milstm":
+        return {"milstm/W": uniform(H, 4 * H), "milstm/U": uniform(H, 4 * H),
+                "milstm/alpha": near(1.0, 4 * H), "milstm/beta1": near(1.0, 4 * H),
+                "milstm/beta2": near(1.0, 4 * H), "milstm/b": near(0.0, 4 * H)}
+    if case.group == "gru_if":
+        return {"P": uniform(H, H), "gru/W": uniform(H, 3 * H), "gru/U": uniform(H, 3 * H),
+                "gru/bW": uniform(3 * H), "gru/bU": uniform(3 * H)}
+    return {"lstm/W": uniform(H, 4 * H), "lstm/U": uniform(H, 4 * H), "lstm/b": uniform(4 * H)}

@@ -1,0 +1,97 @@
+"""The JAX side: the same cells written with jax.numpy, the loops as `lax.scan` (the
+branch as `lax.cond`), everything under `jax.jit`; parameters keep mdl's names and
+layout, so gradients come back keyed as mdl's do."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.nn import sigmoid
+
+from benchmarks import data
+from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+
+
+def lstm_cell(p, x, h, c):
+    """std/rnn.mdl's `lstm` (gates i, f, g, o)."""
+    i, f, g, o = jnp.split(x @ p["lstm/W"] + h @ p["lstm/U"] + p["lstm/b"], 4, axis=1)
+    c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(g)
+    return sigmoid(o) * jnp.tanh(c), c
+
+
+def milstm_cell(p, x, h, c):
+    """std/rnn.mdl's `milstm` (gates i, f, o, u; forget bias 0)."""
+    xw, hu = x @ p["milstm/W"], h @ p["milstm/U"]
+    g = p["milstm/alpha"] * xw * hu + p["milstm/beta1"] * hu + p["milstm/beta2"] * xw \
+        + p["milstm/b"]
+    i, f, o, u = jnp.split(g, 4, axis=1)
+    c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(u)
+    return sigmoid(o) * jnp.tanh(c), c
+
+
+def gru_if_cell(p, x, s, h):
+    """benchmarks/models.mdl's GRUIf step: the branch, then std/rnn.mdl's `gru`."""
+    v = lax.cond(s > 0.0, lambda x: jnp.tanh(x @ p["P"]), lambda x: 0.5 * x, x)
+    xr, xz, xn = jnp.split(v @ p["gru/W"] + p["gru/bW"], 3, axis=1)
+    hr, hz, hn = jnp.split(h @ p["gru/U"] + p["gru/bU"], 3, axis=1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = jnp.tanh(xn + r * hn)
+    return (1.0 - z) * n + z * h
+
+
+def _loss(group: str):
+    """sum(hs * weights) over the case's loop."""
+    def lstm_like(cell):
+        def loss(p, xs, weights):
+            def step(hc, x):
+                h, c = cell(p, x, *hc)
+                return (h, c), h
+            zeros = jnp.zeros(xs.shape[1:], xs.dtype)
+            return jnp.sum(lax.scan(step, (zeros, zeros), xs)[1] * weights)
+        return loss
+
+    def gru_if(p, xs, signs, weights):
+        def step(h, xs_t):
+            h = gru_if_cell(p, *xs_t, h)
+            return h, h
+        return jnp.sum(lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), (xs, signs))[1]
+                       * weights)
+    return {"lstm": lstm_like(lstm_cell),
+            "milstm": lstm_like(milstm_cell), "gru_if": gru_if}[group]
+
+
+def setup(case: Case) -> Bench:
+    """Jitted functions for the case, compiled by the first call (the check)."""
+    p = {k: jnp.asarray(v) for k, v in data.params(case).items()}
+    xs = {k: jnp.asarray(v) for k, v in data.inputs(case).items()}
+    if case.group == "generation":
+        return _generation(p, xs["xs"])
+    loss = _loss(case.group)
+    train = jax.jit(jax.value_and_grad(loss))
+    forward = jax.jit(loss)
+
+    def check():
+        value, grads = train(p, **xs)
+        return {"loss": np.asarray(value), **{k: np.asarray(g) for k, g in grads.items()}}
+    return Bench({TRAIN: lambda: jax.block_until_ready(train(p, **xs)),
+                  FORWARD: lambda: jax.block_until_ready(forward(p, **xs))}, check)
+
+
+def _generation(p, xs) -> Bench:
+    cell = jax.jit(lstm_cell)
+    steps = list(xs)
+    zeros = jnp.zeros_like(steps[0])
+    state = {"hc": (zeros, zeros), "t": 0}
+
+    def step():  # generation needs each step's output before the next: wait for it
+        state["hc"] = jax.block_until_ready(cell(p, steps[state["t"] % len(steps)],
+                                                 *state["hc"]))
+        state["t"] += 1
+
+    def check():
+        h = c = zeros
+        for x in steps:
+            h, c = cell(p, x, h, c)
+        return {"h": np.asarray(h), "c": np.asarray(c)}
+    return Bench({STEP: step}, check)

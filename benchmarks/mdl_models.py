@@ -1,0 +1,58 @@
+"""The mdl side: each case's model from benchmarks/models.mdl, compiled by whatever the
+code generator makes today, specialized for the case's T and B, with the case's weights."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import data
+from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+from codegen import load
+
+MODELS = Path(__file__).resolve().with_name("models.mdl")
+MODEL_OF = {"lstm": "LSTM", "milstm": "MILSTM", "gru_if": "GRUIf", "generation": "LSTMStep"}
+MEMORY_MODEL = {"stored": "LSTM", "recompute": "LSTMRecompute", "checkpoint": "LSTMCheckpoint"}
+
+
+def setup(case: Case) -> Bench:
+    """Builds (through the cache) the case's model and copies the case's weights into it."""
+    name = MEMORY_MODEL[case.loop] if case.group == "memory" else MODEL_OF[case.group]
+    defines = {k: v for k, v in case.dims.items() if k in ("H", "K")}
+    specialize = [{"B": case.dims["B"]} if case.group == "generation"
+                  else {"T": case.dims["T"], "B": case.dims["B"]}]
+    module = load(MODELS, model=name, defines=defines, specialize=specialize,
+                  name=f"bench_{name.lower()}")
+    model = getattr(module, name)(seed=0)
+    for key, value in data.params(case).items():
+        model.params[key][...] = value
+    xs = data.inputs(case)
+    return _generation(model, xs["xs"]) if case.group == "generation" else _training(model, xs)
+
+
+def _training(model, xs: dict[str, np.ndarray]) -> Bench:
+    def step():
+        model.forward(**xs, training=True)
+        return model.backward()
+
+    def check():
+        loss = model.forward(**xs, training=True)["loss"]
+        return {"loss": loss, **model.backward()}
+    return Bench({TRAIN: step, FORWARD: lambda: model.forward(**xs)}, check)
+
+
+def _generation(model, xs: np.ndarray) -> Bench:
+    zeros = np.zeros_like(xs[0])
+    state = {"h": zeros, "c": zeros, "t": 0}
+
+    def step():
+        out = model.forward(x=xs[state["t"] % len(xs)], h=state["h"], c=state["c"])
+        state.update(h=out["h_next"], c=out["c_next"], t=state["t"] + 1)
+
+    def check():
+        h = c = zeros
+        for x in xs:
+            out = model.forward(x=x, h=h, c=c)
+            h, c = out["h_next"], out["c_next"]
+        return {"h": h, "c": c}
+    return Bench({STEP: step}, check)

@@ -1,0 +1,198 @@
+"""How the suite measures: every framework of a case set up in its own worker, its
+outputs compared with mdl's on the same weights before anything is timed, then the
+repetitions interleaved in rounds (each round runs every worker in turn, starting with a
+different one), so that a machine that drifts moves every side alike. Medians.
+
+Between two workers' turns the driver waits SETTLE seconds: BLAS and OpenMP threads spin
+for a while after their work (OpenBLAS about 2**28 cycles by default), and would take a
+core from the next worker; each turn also starts with one untimed call."""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.cases import MDL, SGEMM, STEP, Case, flops
+from benchmarks.pool import Pool, Process, WorkerError
+
+TOLERANCE = 1e-4  # normwise relative, float32: same math agrees far closer than this
+SETTLE = 0.25
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to repeat: `reps` timed calls per pass and framework, spread over
+    `rounds`; `warmups` untimed calls first; a generation rep times `step_calls` steps."""
+    reps: int
+    rounds: int
+    warmups: int
+    step_calls: int
+    skip_compile: bool
+    work: Path  # where workers leave the arrays of their checks
+
+    def split(self, r: int) -> int:
+        """The reps of round r."""
+        return self.reps // self.rounds + (r < self.reps % self.rounds)
+
+
+def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> float:
+    """The largest normwise relative difference over the peer's arrays (its loss and
+    gradients, or final states); the peer must cover every parameter gradient of ours."""
+    params = {k for k in ours if k != "loss" and not k.startswith("input:")}
+    if params - set(theirs):
+        raise WorkerError(f"the peer's check lacks {', '.join(sorted(params - set(theirs)))}")
+    return max(float(np.linalg.norm(ours[k] - theirs[k]) / max(np.linalg.norm(theirs[k]), 1e-30))
+               for k in theirs)
+
+
+def _checked(proc: Process, case: Case, plan: Plan) -> dict[str, np.ndarray]:
+    path = plan.work / f"{case.name}-{proc.framework}.npz"
+    proc.call("check", path=str(path))
+    with np.load(path) as arrays:
+        return dict(arrays)
+
+
+def _status(exc: WorkerError) -> str:
+    return str(exc) if exc.missing else f"failed: {exc}"
+
+
+def _interleaved(live: dict[str, Process], passes: tuple[str, ...], plan: Plan,
+                 calls: int, results: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
+    """The rounds; a worker that fails leaves them, its status saying why."""
+    times = {(fw, p): [] for fw in live for p in passes}
+    for r in range(plan.rounds):
+        order = list(live)
+        for fw in order[r % len(order):] + order[:r % len(order)]:
+            time.sleep(SETTLE)
+            try:
+                for p in passes:
+                    reply = live[fw].call("time", pass_name=p, reps=plan.split(r), calls=calls)
+                    times[fw, p] += reply["ms"]
+            except WorkerError as exc:
+                results[fw] = {"status": _status(exc)}
+                del live[fw]
+    return times
+
+
+def _set_up(case: Case, pool: Pool, plan: Plan, results: dict[str, dict]) -> dict[str, Process]:
+    """The case in each framework's worker, mdl first; a peer whose outputs differ from
+    mdl's is not timed."""
+    live, reference = {}, None
+    for fw in case.frameworks(plan.skip_compile):
+        if fw != MDL and reference is None:
+            results[fw] = {"status": "skipped: the mdl model failed"}
+            continue
+        try:
+            proc = pool.get(fw)
+            notes = proc.call("setup", case=case.name)["notes"]
+            arrays = _checked(proc, case, plan)
+            if fw == MDL:
+                reference = arrays
+                results[fw] = {"status": "ok", **notes}
+            else:
+                error = relative_error(reference, arrays)
+                ok = error <= TOLERANCE
+                results[fw] = {"status": "ok" if ok else "outputs differ", "max_rel_err": error,
+                               **notes}
+                if not ok:
+                    continue
+            proc.call("warm", reps=plan.warmups)
+            live[fw] = proc
+        except WorkerError as exc:
+            results[fw] = {"status": _status(exc)}
+    return live
+
+
+def measure_case(case: Case, pool: Pool, plan: Plan, peak: float) -> list[dict]:
+    """One row per pass of a timed case, every framework's median and its ratio."""
+    results: dict[str, dict] = {}
+    live = _set_up(case, pool, plan, results)
+    calls = plan.step_calls if STEP in case.passes else 1
+    times = _interleaved(live, case.passes, plan, calls, results)
+    for proc in live.values():
+        proc.call("release")
+    rows = []
+    for p in case.passes:
+        work = flops(case, p)
+        row = {fw: dict(r) for fw, r in results.items()}
+        for fw in live:
+            ms = statistics.median(times[fw, p])
+            gflops = work / (ms * 1e-3) / 1e9
+            row[fw].update(ms=ms, gflops=gflops, peak_fraction=gflops / peak)
+        ours = row[MDL].get("ms")
+        for fw, r in row.items():
+            if fw != MDL and ours and "ms" in r:
+                r["ratio"] = ours / r["ms"]
+        rows.append({"case": case.name, "group": case.group, "dims": case.dims, "pass": p,
+                     "flops": work, "results": row})
+    return rows
+
+
+def measure_peak(case: Case, pool: Pool, plan: Plan) -> dict:
+    """sgemm GFLOP/s with one thread and with the run's threads, interleaved."""
+    counts = sorted({1, pool.threads})
+    live = {}
+    try:
+        for n in counts:
+            live[str(n)] = proc = pool.fresh(SGEMM, n)
+            proc.call("setup", case=case.name)
+            proc.call("warm", reps=plan.warmups)
+        times = _interleaved(live, ("sgemm",), plan, 1, {})
+    finally:
+        for proc in live.values():
+            proc.close()
+    gflops = {n: flops(case, "sgemm") / (statistics.median(times[n, "sgemm"]) * 1e-3) / 1e9
+              for n in live}
+    return {"n": case.dims["N"], "gflops": gflops}
+
+
+def measure_memory(cases: list[Case], pool: Pool, plan: Plan) -> list[dict]:
+    """Each loop option's training step in fresh mdl workers, one per round: growth of
+    the peak resident set and the second step's time; gradients compared with the
+    stored-activations model's."""
+    runs: dict[str, list[dict]] = {c.name: [] for c in cases}
+    checks, failed = {}, {}
+    for r in range(min(plan.rounds, 3)):
+        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+            if case.name in failed:
+                continue
+            print(f"  {case.name}, round {r + 1}", file=sys.stderr)
+            try:
+                proc = pool.fresh(MDL)
+                try:
+                    proc.call("setup", case=case.name)
+                    runs[case.name].append(proc.call("memory"))
+                    if case.name not in checks:
+                        checks[case.name] = _checked(proc, case, plan)
+                finally:
+                    proc.close()
+            except WorkerError as exc:
+                failed[case.name] = _status(exc)
+    stored = next((c for c in cases if c.loop == "stored" and c.name in checks), None)
+    return [_memory_row(c, runs[c.name], failed.get(c.name), stored and checks[stored.name],
+                        checks.get(c.name), stored and runs[stored.name]) for c in cases]
+
+
+def _memory_row(case: Case, runs: list[dict], failure: str | None, reference, arrays,
+                stored_runs) -> dict:
+    row = {"case": case.name, "group": case.group, "loop": case.loop, "dims": case.dims}
+    if failure:
+        return {**row, "status": failure}
+    growth = statistics.median(r["growth_mib"] for r in runs)
+    second = statistics.median(r["second_ms"] for r in runs)
+    row.update(status="ok", growth_mib=growth, second_ms=second,
+               runs=[[r["growth_mib"], r["second_ms"]] for r in runs])
+    if reference is not None:
+        error = relative_error(reference, arrays)
+        stored_growth = statistics.median(r["growth_mib"] for r in stored_runs)
+        stored_second = statistics.median(r["second_ms"] for r in stored_runs)
+        row["vs_stored"] = {"max_rel_err": error,
+                            "memory_less": stored_growth / growth if growth > 0 else None,
+                            "time_ratio": second / stored_second}
+        if error > TOLERANCE:
+            row["status"] = "outputs differ"
+    return row

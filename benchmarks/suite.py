@@ -1,0 +1,98 @@
+"""A run of the suite (`python -m benchmarks`, `mdlc bench`; options in codegen/cli.py):
+the sgemm peak, then every selected case, then the memory cases, and the results as
+Markdown (printed too), JSON and a PNG plot in the output directory."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import measure, report
+from benchmarks.cases import MDL, cases, select, sgemm_case
+from benchmarks.plot import plot
+from benchmarks.pool import Pool
+from dsl import UsageError
+
+
+def run(args) -> int:
+    """Runs the cases `args` selects; exit status 1 when an mdl model failed or a peer's
+    outputs differed from mdl's (a comparison of different math), else 0."""
+    reps = args.reps if args.reps is not None else (2 if args.quick else 20)
+    cpus = len(os.sched_getaffinity(0))
+    if reps < 1 or not 1 <= args.threads <= cpus:
+        raise UsageError(f"--reps must be >= 1 and --threads between 1 and {cpus} (the CPUs "
+                         f"this process may use), got --reps {reps} --threads {args.threads}")
+    try:
+        selected = select(cases(args.quick), args.only)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mdl-bench-") as work, \
+            Pool(args.threads, args.quick, out / "logs", _fresh_caches(Path(work))) as pool:
+        plan = measure.Plan(reps=reps, rounds=min(reps, 5), warmups=3,
+                            step_calls=10 if args.quick else 200,
+                            skip_compile=args.skip_compile, work=Path(work))
+        print("sgemm peak", file=sys.stderr)
+        peak = measure.measure_peak(sgemm_case(args.quick), pool, plan)
+        rows = []
+        timed = [c for c in selected if c.group != "memory"]
+        for i, case in enumerate(timed):
+            print(f"[{i + 1}/{len(timed)}] {case.name}", file=sys.stderr)
+            rows += measure.measure_case(case, pool, plan, peak["gflops"][str(args.threads)])
+        memory = [c for c in selected if c.group == "memory"]
+        memory_rows = measure.measure_memory(memory, pool, plan) if memory else []
+        versions = pool.versions
+    result = {"meta": _meta(args, reps, plan, versions), "peak": peak, "rows": rows,
+              "memory": memory_rows}
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    text = report.markdown(result)
+    (out / "results.md").write_text(text)
+    print(text)
+    print(plot(result, out / "ratios.png"), file=sys.stderr)
+    return 0 if ok(result) else 1
+
+
+def _fresh_caches(work: Path) -> dict[str, str]:
+    """torch.compile's caches in the run's own directory, so that its compile times are
+    those of a first compile, not of a cache filled by an earlier run."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")}
+
+
+def ok(result: dict) -> bool:
+    """Every mdl model ran, and no peer that ran disagreed with it."""
+    statuses = [r["results"][fw]["status"] for r in result["rows"] for fw in r["results"]
+                if fw == MDL or r["results"][fw]["status"] == "outputs differ"]
+    statuses += [r["status"] for r in result["memory"]]
+    return all(s == "ok" for s in statuses)
+
+
+def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": _cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
+            "reps": reps, "rounds": plan.rounds, "warmups": plan.warmups,
+            "step_calls": plan.step_calls, "quick": args.quick,
+            "skip_compile": args.skip_compile, "python": platform.python_version(),
+            "versions": versions, "command": _command(args, reps)}
+
+
+def _command(args, reps: int) -> str:
+    """The command that repeats this run."""
+    flags = [f"--reps {reps}", f"--threads {args.threads}", *(["--quick"] * args.quick),
+             *(["--skip-compile"] * args.skip_compile), *([f"--only {' '.join(args.only)}"]
+                                                         if args.only else [])]
+    return " ".join(["python -m benchmarks", *flags])
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,177 @@
+"""The PyTorch side: nn.LSTM and nn.LSTMCell for the LSTM cases, and the MILSTM and the
+GRU with a branch written as plain modules (the per-step math of std/rnn.mdl, with mdl's
+weight layout, `x @ W`), run eagerly, through TorchScript or through torch.compile."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks import data
+from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+
+
+class MILSTM(nn.Module):
+    """std/rnn.mdl's `milstm` in a loop over time, loss sum(hs * weights)."""
+    names = {"W": "milstm/W", "U": "milstm/U", "alpha": "milstm/alpha",
+             "beta1": "milstm/beta1", "beta2": "milstm/beta2", "b": "milstm/b"}
+
+    def __init__(self, params: dict[str, np.ndarray]):
+        super().__init__()
+        for attr, key in self.names.items():
+            setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
+
+    def forward(self, xs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.size(1), self.U.size(0))
+        c = h
+        hs = []
+        for t in range(xs.size(0)):
+            xw = xs[t] @ self.W
+            hu = h @ self.U
+            g = self.alpha * xw * hu + self.beta1 * hu + self.beta2 * xw + self.b
+            i, f, o, u = g.chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(h)
+        return (torch.stack(hs) * weights).sum()
+
+
+class GRUIf(nn.Module):
+    """benchmarks/models.mdl's GRUIf: per step, the input is projected (tanh(x @ P)) when
+    that step's sign is positive, else halved; then std/rnn.mdl's `gru`."""
+    names = {"P": "P", "W": "gru/W", "U": "gru/U", "bW": "gru/bW", "bU": "gru/bU"}
+
+    def __init__(self, params: dict[str, np.ndarray]):
+        super().__init__()
+        for attr, key in self.names.items():
+            setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
+
+    def forward(self, xs: torch.Tensor, signs: torch.Tensor,
+                weights: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.size(1), self.U.size(0))
+        hs = []
+        for t in range(xs.size(0)):
+            if bool(signs[t] > 0.0):
+                v = torch.tanh(xs[t] @ self.P)
+            else:
+                v = 0.5 * xs[t]
+            xr, xz, xn = (v @ self.W + self.bW).chunk(3, 1)
+            hr, hz, hn = (h @ self.U + self.bU).chunk(3, 1)
+            r = torch.sigmoid(xr + hr)
+            z = torch.sigmoid(xz + hz)
+            n = torch.tanh(xn + r * hn)
+            h = (1.0 - z) * n + z * h
+            hs.append(h)
+        return (torch.stack(hs) * weights).sum()
+
+
+CELLS = {"milstm": MILSTM, "gru_if": GRUIf}
+
+
+def eager(case: Case) -> Bench:
+    """nn.LSTM / nn.LSTMCell for the LSTM cases, the plain modules for the others."""
+    if case.group == "lstm":
+        return _lstm(case)
+    if case.group == "generation":
+        return _generation(case)
+    module = CELLS[case.group](data.params(case))
+    return _training(module, module, case)
+
+
+def scripted(case: Case) -> Bench:
+    """The module through torch.jit.script."""
+    module = CELLS[case.group](data.params(case))
+    return _training(module, torch.jit.script(module), case)
+
+
+def compiled(case: Case) -> Bench:
+    """The module through torch.compile; the first training step (forward and backward
+    graphs compiled) is timed as the compile time, and the graphs it made are counted:
+    none means that Dynamo gave up on the loop and runs it eagerly."""
+    from torch._dynamo.utils import counters
+    module = CELLS[case.group](data.params(case))
+    bench = _training(module, torch.compile(module), case)
+    graphs = counters["stats"]["unique_graphs"]
+    start = time.perf_counter()
+    bench.passes[TRAIN]()
+    bench.notes["compile_s"] = time.perf_counter() - start
+    bench.notes["graphs"] = counters["stats"]["unique_graphs"] - graphs
+    return bench
+
+
+def _tensors(case: Case) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v) for k, v in data.inputs(case).items()}
+
+
+def _training(module: nn.Module, run, case: Case) -> Bench:
+    xs = _tensors(case)
+
+    def step():
+        module.zero_grad(set_to_none=True)
+        run(**xs).backward()
+
+    def check():
+        module.zero_grad(set_to_none=True)
+        loss = run(**xs)
+        loss.backward()
+        return {"loss": loss.detach().numpy(),
+                **{key: getattr(module, attr).grad.numpy() for attr, key in module.names.items()}}
+    return Bench({TRAIN: step}, check)
+
+
+def _lstm(case: Case) -> Bench:
+    H, p = case.dims["H"], data.params(case)
+    lstm = nn.LSTM(H, H)
+    with torch.no_grad():  # mdl multiplies x @ W and has one bias; torch stores W transposed
+        lstm.weight_ih_l0.copy_(torch.from_numpy(p["lstm/W"].T))
+        lstm.weight_hh_l0.copy_(torch.from_numpy(p["lstm/U"].T))
+        lstm.bias_ih_l0.copy_(torch.from_numpy(p["lstm/b"]))
+        lstm.bias_hh_l0.zero_()
+    xs = _tensors(case)
+
+    def loss():
+        return (lstm(xs["xs"])[0] * xs["weights"]).sum()
+
+    def step():
+        lstm.zero_grad(set_to_none=True)
+        loss().backward()
+
+    def forward():
+        with torch.no_grad():
+            return loss()
+
+    def check():
+        lstm.zero_grad(set_to_none=True)
+        value = loss()
+        value.backward()
+        return {"loss": value.detach().numpy(), "lstm/W": lstm.weight_ih_l0.grad.numpy().T,
+                "lstm/U": lstm.weight_hh_l0.grad.numpy().T, "lstm/b": lstm.bias_ih_l0.grad.numpy()}
+    return Bench({TRAIN: step, FORWARD: forward}, check)
+
+
+def _generation(case: Case) -> Bench:
+    H, p = case.dims["H"], data.params(case)
+    cell = nn.LSTMCell(H, H)
+    with torch.no_grad():
+        cell.weight_ih.copy_(torch.from_numpy(p["lstm/W"].T))
+        cell.weight_hh.copy_(torch.from_numpy(p["lstm/U"].T))
+        cell.bias_ih.copy_(torch.from_numpy(p["lstm/b"]))
+        cell.bias_hh.zero_()
+    xs = list(_tensors(case)["xs"])
+    zeros = torch.zeros_like(xs[0])
+    state = {"hc": (zeros, zeros), "t": 0}
+
+    @torch.no_grad()
+    def step():
+        state["hc"] = cell(xs[state["t"] % len(xs)], state["hc"])
+        state["t"] += 1
+
+    @torch.no_grad()
+    def check():
+        hc = (zeros, zeros)
+        for x in xs:
+            hc = cell(x, hc)
+        return {"h": hc[0].numpy(), "c": hc[1].numpy()}
+    return Bench({STEP: step}, check)

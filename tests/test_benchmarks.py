@@ -1,0 +1,142 @@
+"""The benchmark suite (benchmarks/, `python -m benchmarks`) on tiny sizes: it runs end to
+end, its JSON has every row, and every number of mdl's comes from a model whose loss and
+gradients matched each peer's on the same weights. JAX's rows say "not installed" where
+jax is absent (CI); torch is installed everywhere the tests run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.cases import GROUPS, JAX, MDL, TORCH, TRAIN, cases, flops, select
+from benchmarks.measure import TOLERANCE, relative_error
+from benchmarks.pool import WorkerError
+from benchmarks.suite import ok
+from codegen import cli
+
+REPO = Path(__file__).resolve().parents[1]
+THREADS = min(2, len(os.sched_getaffinity(0)))
+HAS_JAX = importlib.util.find_spec("jax") is not None
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One quick run of the whole suite: its exit status, JSON and output directory."""
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--skip-compile",
+                           "--threads", str(THREADS), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return done, json.loads((out / "results.json").read_text()), out
+
+
+def test_the_quick_run_succeeds_and_writes_its_outputs(run):
+    done, result, out = run
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ok(result)
+    text = (out / "results.md").read_text()
+    assert text in done.stdout
+    assert all(f"## {group}:" in text for group in GROUPS)
+    plotted = (out / "ratios.png").exists()
+    assert plotted == (importlib.util.find_spec("matplotlib") is not None)
+    assert ("no plot: matplotlib is not installed" in done.stderr) != plotted
+
+
+def test_every_case_and_pass_has_a_row(run):
+    _, result, _ = run
+    timed = [c for c in cases(quick=True) if c.group != "memory"]
+    assert [(r["case"], r["pass"]) for r in result["rows"]] == \
+        [(c.name, p) for c in timed for p in c.passes]
+    assert [r["case"] for r in result["memory"]] == \
+        [c.name for c in cases(quick=True) if c.group == "memory"]
+    assert set(result["peak"]["gflops"]) == {"1", str(THREADS)}
+    assert result["meta"]["threads"] == THREADS and result["meta"]["quick"]
+
+
+def test_mdl_is_timed_only_against_peers_that_computed_the_same_math(run):
+    _, result, _ = run
+    for row in result["rows"]:
+        ours = row["results"][MDL]
+        assert ours["status"] == "ok" and ours["ms"] > 0
+        assert ours["gflops"] == pytest.approx(row["flops"] / ours["ms"] / 1e6)
+        assert ours["peak_fraction"] == pytest.approx(
+            ours["gflops"] / result["peak"]["gflops"][str(THREADS)])
+        for peer, theirs in row["results"].items():
+            if peer == MDL or (peer == JAX and not HAS_JAX):
+                continue
+            assert theirs["status"] == "ok", (row["case"], peer, theirs)
+            assert theirs["max_rel_err"] <= TOLERANCE
+            assert theirs["ratio"] == pytest.approx(ours["ms"] / theirs["ms"])
+        assert TORCH in row["results"]
+
+
+@pytest.mark.skipif(HAS_JAX, reason="jax is installed here")
+def test_without_jax_its_rows_say_so(run):
+    _, result, _ = run
+    for row in result["rows"]:
+        assert row["results"][JAX] == {"status": "not installed (jax)"}
+
+
+def test_memory_rows_compare_each_loop_option_with_stored_activations(run):
+    _, result, _ = run
+    for row in result["memory"]:
+        assert row["status"] == "ok" and row["growth_mib"] >= 0 and row["second_ms"] > 0
+        assert row["vs_stored"]["max_rel_err"] <= TOLERANCE
+    assert result["memory"][0]["loop"] == "stored"
+    assert result["memory"][0]["vs_stored"]["max_rel_err"] == 0.0
+
+
+GRADS = {"loss": np.float32(3.0), "lstm/W": np.arange(6, dtype=np.float32).reshape(2, 3)}
+
+
+@pytest.mark.parametrize("theirs, agrees", [
+    (GRADS, True),
+    ({**GRADS, "lstm/W": GRADS["lstm/W"] * (1 + 1e-6)}, True),       # rounding
+    ({**GRADS, "lstm/W": GRADS["lstm/W"] * (1 + 1e-3)}, False),      # other math
+    ({**GRADS, "loss": np.float32(3.01)}, False),
+    ({**GRADS, "lstm/W": GRADS["lstm/W"].T.reshape(2, 3)}, False),   # a layout mix-up
+])
+def test_the_check_tells_same_math_from_different_math(theirs, agrees):
+    assert (relative_error(GRADS, theirs) <= TOLERANCE) == agrees
+
+
+def test_a_peer_that_leaves_out_a_gradient_fails_its_check():
+    with pytest.raises(WorkerError, match="lacks lstm/W"):
+        relative_error(GRADS, {"loss": GRADS["loss"]})
+
+
+def test_a_run_with_differing_outputs_is_not_ok():
+    row = {"results": {MDL: {"status": "ok"}, TORCH: {"status": "outputs differ"}}}
+    assert not ok({"rows": [row], "memory": []})
+    row["results"][TORCH]["status"] = "not installed (torch)"
+    assert ok({"rows": [row], "memory": []})
+
+
+def test_flops_count_the_products_of_the_issue():
+    lstm = next(c for c in cases(quick=False) if c.name == "lstm-t35-b32-h256")
+    assert flops(lstm, TRAIN) == 3 * 35 * 2 * 32 * (256 + 256) * 4 * 256
+
+
+@pytest.mark.parametrize("only, names", [
+    (["memory"], ["memory-stored-t1000-b16-h256", "memory-recompute-t1000-b16-h256",
+                  "memory-checkpoint-t1000-b16-h256-k32"]),
+    (["lstm-*-b32-*"], ["lstm-t35-b32-h256", "lstm-t35-b32-h512", "lstm-t100-b32-h256"]),
+    (["generation", "milstm-t35-b1-h128"], ["generation-t35-b1-h128", "milstm-t35-b1-h128"]),
+])
+def test_only_selects_groups_names_and_patterns(only, names):
+    assert [c.name for c in select(cases(quick=False), only)] == names
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "lsmt"], "--only lsmt: no such case; there are lstm, generation"),
+    (["--reps", "0"], "--reps must be >= 1"),
+    (["--threads", "999"], "--threads between 1 and"),
+])
+def test_bad_options_are_usage_errors(args, message, capsys):
+    assert cli.main(["bench", "--quick", *args]) == 2
+    assert message in capsys.readouterr().err
