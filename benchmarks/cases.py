@@ -14,7 +14,8 @@ import numpy as np
 MDL, TORCH, SCRIPT, COMPILE, JAX = "mdl", "torch", "torchscript", "torch.compile", "jax"
 SGEMM = "sgemm"  # numpy's matrix product: the peak every row is measured against
 
-# The loss every model minimizes: sum(hs * weights), dense gradients everywhere.
+# The passes. A training step is the forward pass that keeps what the backward needs, then
+# the backward of the loss sum(hs * weights), with no optimizer update.
 TRAIN, FORWARD, STEP = "training step", "forward", "generation step"
 
 
@@ -37,7 +38,8 @@ class Case:
 @dataclass
 class Bench:
     """What a framework's worker builds for one case: a callable per pass (one call, the
-    result ready when it returns) and the values that prove it computes the same math."""
+    result ready when it returns), the values that prove it computes the same math, and
+    notes for the report (torch.compile's compile time and graph count)."""
     passes: dict[str, Callable[[], object]]
     check: Callable[[], dict[str, np.ndarray]]
     notes: dict = field(default_factory=dict)
@@ -69,8 +71,9 @@ def cases(quick: bool) -> list[Case]:
         memory, k = dict(T=24, B=2, H=8), 4
         step = dict(T=4, B=1, H=8)
     else:
-        lstm = [dict(T=35, B=b, H=h) for b, h in
-                ((1, 128), (20, 200), (32, 256), (32, 512), (64, 1024))] + [dict(T=100, B=32, H=256)]
+        sizes = ((35, 1, 128), (35, 20, 200), (35, 32, 256), (35, 32, 512), (35, 64, 1024),
+                 (100, 32, 256))
+        lstm = [dict(T=t, B=b, H=h) for t, b, h in sizes]
         cells = [dict(T=35, B=b, H=h) for b in (1, 32) for h in (128, 256)]
         memory, k = dict(T=1000, B=16, H=256), 32
         step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state

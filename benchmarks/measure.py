@@ -9,7 +9,6 @@ core from the next worker; each turn also starts with one untimed call."""
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,14 +48,16 @@ def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -
                for k in theirs)
 
 
-def _checked(proc: Process, case: Case, plan: Plan) -> dict[str, np.ndarray]:
+def checked(proc: Process, case: Case, plan: Plan) -> dict[str, np.ndarray]:
+    """The arrays of the worker's check (loss and gradients, or final states)."""
     path = plan.work / f"{case.name}-{proc.framework}.npz"
     proc.call("check", path=str(path))
     with np.load(path) as arrays:
         return dict(arrays)
 
 
-def _status(exc: WorkerError) -> str:
+def status_of(exc: WorkerError) -> str:
+    """A row's status for a failed worker."""
     return str(exc) if exc.missing else f"failed: {exc}"
 
 
@@ -73,7 +74,7 @@ def _interleaved(live: dict[str, Process], passes: tuple[str, ...], plan: Plan,
                     reply = live[fw].call("time", pass_name=p, reps=plan.split(r), calls=calls)
                     times[fw, p] += reply["ms"]
             except WorkerError as exc:
-                results[fw] = {"status": _status(exc)}
+                results[fw] = {"status": status_of(exc)}
                 del live[fw]
     return times
 
@@ -89,7 +90,7 @@ def _set_up(case: Case, pool: Pool, plan: Plan, results: dict[str, dict]) -> dic
         try:
             proc = pool.get(fw)
             notes = proc.call("setup", case=case.name)["notes"]
-            arrays = _checked(proc, case, plan)
+            arrays = checked(proc, case, plan)
             if fw == MDL:
                 reference = arrays
                 results[fw] = {"status": "ok", **notes}
@@ -103,7 +104,7 @@ def _set_up(case: Case, pool: Pool, plan: Plan, results: dict[str, dict]) -> dic
             proc.call("warm", reps=plan.warmups)
             live[fw] = proc
         except WorkerError as exc:
-            results[fw] = {"status": _status(exc)}
+            results[fw] = {"status": status_of(exc)}
     return live
 
 
@@ -148,51 +149,3 @@ def measure_peak(case: Case, pool: Pool, plan: Plan) -> dict:
     gflops = {n: flops(case, "sgemm") / (statistics.median(times[n, "sgemm"]) * 1e-3) / 1e9
               for n in live}
     return {"n": case.dims["N"], "gflops": gflops}
-
-
-def measure_memory(cases: list[Case], pool: Pool, plan: Plan) -> list[dict]:
-    """Each loop option's training step in fresh mdl workers, one per round: growth of
-    the peak resident set and the second step's time; gradients compared with the
-    stored-activations model's."""
-    runs: dict[str, list[dict]] = {c.name: [] for c in cases}
-    checks, failed = {}, {}
-    for r in range(min(plan.rounds, 3)):
-        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
-            if case.name in failed:
-                continue
-            print(f"  {case.name}, round {r + 1}", file=sys.stderr)
-            try:
-                proc = pool.fresh(MDL)
-                try:
-                    proc.call("setup", case=case.name)
-                    runs[case.name].append(proc.call("memory"))
-                    if case.name not in checks:
-                        checks[case.name] = _checked(proc, case, plan)
-                finally:
-                    proc.close()
-            except WorkerError as exc:
-                failed[case.name] = _status(exc)
-    stored = next((c for c in cases if c.loop == "stored" and c.name in checks), None)
-    return [_memory_row(c, runs[c.name], failed.get(c.name), stored and checks[stored.name],
-                        checks.get(c.name), stored and runs[stored.name]) for c in cases]
-
-
-def _memory_row(case: Case, runs: list[dict], failure: str | None, reference, arrays,
-                stored_runs) -> dict:
-    row = {"case": case.name, "group": case.group, "loop": case.loop, "dims": case.dims}
-    if failure:
-        return {**row, "status": failure}
-    growth = statistics.median(r["growth_mib"] for r in runs)
-    second = statistics.median(r["second_ms"] for r in runs)
-    row.update(status="ok", growth_mib=growth, second_ms=second,
-               runs=[[r["growth_mib"], r["second_ms"]] for r in runs])
-    if reference is not None:
-        error = relative_error(reference, arrays)
-        stored_growth = statistics.median(r["growth_mib"] for r in stored_runs)
-        stored_second = statistics.median(r["second_ms"] for r in stored_runs)
-        row["vs_stored"] = {"max_rel_err": error,
-                            "memory_less": stored_growth / growth if growth > 0 else None,
-                            "time_ratio": second / stored_second}
-        if error > TOLERANCE:
-            row["status"] = "outputs differ"
-    return row

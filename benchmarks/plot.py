@@ -21,9 +21,9 @@ def plot(result: dict, path: Path) -> str:
     height = 0.8 / len(peers)
     fig, ax = plt.subplots(figsize=(8, 1.5 + 0.35 * len(rows) * max(1, len(peers) / 2)))
     for k, peer in enumerate(peers):
-        ys = [i + k * height for i, r in enumerate(rows) if "ratio" in r["results"].get(peer, {})]
-        ratios = [r["results"][peer]["ratio"] for r in rows if "ratio" in r["results"].get(peer, {})]
-        ax.barh(ys, ratios, height=height, label=f"mdl / {peer}")
+        bars = [(i + k * height, r["results"][peer]["ratio"]) for i, r in enumerate(rows)
+                if "ratio" in r["results"].get(peer, {})]
+        ax.barh(*zip(*bars), height=height, label=f"mdl / {peer}")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))],

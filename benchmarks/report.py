@@ -3,7 +3,7 @@ one table per group with every framework's median, the ratios ours/peer and GFLO
 notes for peers that did not run, and the memory table."""
 from __future__ import annotations
 
-from benchmarks.cases import COMPILE, GROUPS, MDL, STEP
+from benchmarks.cases import COMPILE, GROUPS, STEP
 
 UNITS = {STEP: ("us", 1e3)}  # other passes: ms
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 from benchmarks.cases import MDL, cases, select, sgemm_case
+from benchmarks.memory import measure_memory
 from benchmarks.plot import plot
 from benchmarks.pool import Pool
 from dsl import UsageError
@@ -45,7 +46,7 @@ def run(args) -> int:
             print(f"[{i + 1}/{len(timed)}] {case.name}", file=sys.stderr)
             rows += measure.measure_case(case, pool, plan, peak["gflops"][str(args.threads)])
         memory = [c for c in selected if c.group == "memory"]
-        memory_rows = measure.measure_memory(memory, pool, plan) if memory else []
+        memory_rows = measure_memory(memory, pool, plan) if memory else []
         versions = pool.versions
     result = {"meta": _meta(args, reps, plan, versions), "peak": peak, "rows": rows,
               "memory": memory_rows}

@@ -1,0 +1,64 @@
+"""The memory cases: each loop option's LSTM training step in a fresh mdl worker per
+round (a process's peak resident set only grows, so a measurement needs a process of its
+own): growth of the peak resident set, the second step's time, and the gradients compared
+with those of the model that stores its activations."""
+from __future__ import annotations
+
+import statistics
+import sys
+
+from benchmarks.cases import MDL, Case
+from benchmarks.measure import TOLERANCE, Plan, checked, relative_error, status_of
+from benchmarks.pool import Pool, WorkerError
+
+ROUNDS = 3  # at most: each is a process and a build's import per loop option
+
+
+def measure_memory(cases: list[Case], pool: Pool, plan: Plan) -> list[dict]:
+    """One row per case, medians over the rounds, the options in a different order each
+    round."""
+    runs: dict[str, list[dict]] = {c.name: [] for c in cases}
+    checks, failed = {}, {}
+    for r in range(min(plan.rounds, ROUNDS)):
+        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+            if case.name in failed:
+                continue
+            print(f"  {case.name}, round {r + 1}", file=sys.stderr)
+            try:
+                proc = pool.fresh(MDL)
+                try:
+                    proc.call("setup", case=case.name)
+                    runs[case.name].append(proc.call("memory"))
+                    if case.name not in checks:
+                        checks[case.name] = checked(proc, case, plan)
+                finally:
+                    proc.close()
+            except WorkerError as exc:
+                failed[case.name] = status_of(exc)
+    rows = [_row(c, runs[c.name], failed.get(c.name)) for c in cases]
+    stored = next((row for row, c in zip(rows, cases)
+                   if c.loop == "stored" and row["status"] == "ok"), None)
+    for row in rows:
+        if stored and row["status"] == "ok":
+            _versus(row, stored, checks[stored["case"]], checks[row["case"]])
+    return rows
+
+
+def _row(case: Case, runs: list[dict], failure: str | None) -> dict:
+    row = {"case": case.name, "group": case.group, "loop": case.loop, "dims": case.dims}
+    if failure:
+        return {**row, "status": failure}
+    return {**row, "status": "ok",
+            "growth_mib": statistics.median(r["growth_mib"] for r in runs),
+            "second_ms": statistics.median(r["second_ms"] for r in runs),
+            "runs": [[r["growth_mib"], r["second_ms"]] for r in runs]}
+
+
+def _versus(row: dict, stored: dict, reference: dict, arrays: dict) -> None:
+    error = relative_error(reference, arrays)
+    growth = row["growth_mib"]
+    row["vs_stored"] = {"max_rel_err": error,
+                        "memory_less": stored["growth_mib"] / growth if growth > 0 else None,
+                        "time_ratio": row["second_ms"] / stored["second_ms"]}
+    if error > TOLERANCE:
+        row["status"] = "outputs differ"
