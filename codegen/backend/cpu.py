@@ -50,7 +50,7 @@ class CpuTarget(Target):
         return "\n".join(head + body + ["}"])
 
     def fused(self, r, ins: Fused) -> None:
-        for v in ins.stores:
+        for v in ins.allocs + ins.stores:
             r.define_owned(v)
         produced = {v.id for op in ins.ops for v in op.outputs}
         operands = [x for op in ins.ops for x in op.inputs if x.id not in produced]

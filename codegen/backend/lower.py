@@ -5,6 +5,11 @@ copies only where a kernel needs contiguous memory.
 
 Every value gets a `Layout`: where its elements live (its own buffer, another value's
 buffer at an offset, or nowhere for a uniform constant) and its element strides.
+
+A consumer may choose where a value is computed before its producer is lowered
+(`Lowering.placed`): a loop stores a yielded value straight into its step of the stacked
+output, and a run of elementwise ops whose results are all concatenated writes them
+into the concatenation, so neither is copied afterwards.
 """
 from __future__ import annotations
 
@@ -31,10 +36,12 @@ class Layout:
 
 @dataclass(eq=False)
 class Fused:
-    """One loop nest computing `ops` (elementwise, one output shape); stores `stores`."""
+    """One loop nest computing `ops` (elementwise, one output shape); stores `stores`.
+    `allocs`: memory the stores are views of (a concatenation they fill), defined first."""
     ops: list[Op]
     stores: list[Value]
     shape: tuple[Dim, ...]
+    allocs: list[Value] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -60,7 +67,10 @@ class View:
 class Structured:
     """A for/if/while. `extra` holds what lowering decided for rendering: "results"
     (per block, the results in memory the op copies from), "step" (the C++ name of a
-    loop's time index), "lengths" and "seqs" (contiguous copies a `for` reads)."""
+    loop's time index), "in_place" (result id -> the output it was placed in),
+    "overwritten" (ids of outputs the op writes while its blocks still read them: its
+    state), "early" (indexes of results copied before any output is written) and
+    "packs" (backend/pack.py)."""
     op: Op
     blocks: list[list]                 # instruction lists, one per block of the op
     extra: dict = field(default_factory=dict)
@@ -72,6 +82,11 @@ def lowering_hook(op: Op) -> tuple:
     return TABLE[op.prim].extra["lower"]
 
 
+def lowering_kind(op: Op) -> str:
+    """elementwise, const, view, kernel (primitives/lowering.py) or structured."""
+    return lowering_hook(op)[0] if op.prim in TABLE else "structured"
+
+
 class Lowering:
     """Lowers blocks; `layouts` is shared by every block of one function."""
 
@@ -79,12 +94,15 @@ class Lowering:
         self.cx = cx                     # the renderer: dims and scalars as C++ text
         self.escaping = escaping         # values read after the function: always stored
         self.layouts: dict[int, Layout] = dict(external)
+        self.placed: dict[int, Layout] = {}   # where a value not yet lowered will live
         self.uses: dict[int, int] = {}
         self.unplanned: set[int] = set()  # own memory outside the arena (tapes)
 
     # ---- layouts ----
     def own(self, v: Value) -> Layout:
-        layout = Layout(None, "0", contiguous_strides(v.type.shape))
+        """`v`'s memory: where a consumer placed it, else a buffer of its own."""
+        layout = self.placed.pop(v.id, None) or Layout(None, "0",
+                                                       contiguous_strides(v.type.shape))
         self.layouts[v.id] = layout
         return layout
 
@@ -116,13 +134,17 @@ class Lowering:
         out: list = []
         run: list[Op] = []
         for op in block.ops:
-            kind = lowering_hook(op)[0] if op.prim in TABLE else "structured"
+            kind = lowering_kind(op)
             if kind == "const":  # needs no memory and no flush of the run
                 self.layouts[op.outputs[0].id] = Layout(const=lowering_hook(op)[1](op))
                 continue
             if kind == "elementwise" and (not run or run[0].outputs[0].type.shape ==
                                           op.outputs[0].type.shape):
                 run.append(op)
+                continue
+            if self._fills(run, op, block):  # the run writes the op's output: no op left
+                self._flush(run, out, block, into=op)
+                run = []
                 continue
             self._flush(run, out, block)
             run = []
@@ -143,9 +165,32 @@ class Lowering:
         for v in block.results:
             self.uses[v.id] = self.uses.get(v.id, 0) + 1
 
-    def _flush(self, run: list[Op], out: list, block: Block) -> None:
+    def _fills(self, run: list[Op], op: Op, block: Block) -> bool:
+        """Whether `op` only gathers values the run computes and nothing else reads (a
+        concatenation of gate gradients), so the run can write them in place."""
+        gather = TABLE[op.prim].extra.get("gathers") if op.prim in TABLE else None
+        if gather is None or not run or len({x.id for x in op.inputs}) != len(op.inputs):
+            return False
+        produced = {v.id for o in run for v in o.outputs}
+        inside = {}
+        for o in run:
+            for x in o.inputs:
+                inside[x.id] = inside.get(x.id, 0) + 1
+        return all(x.id in produced and self.uses.get(x.id, 0) - inside.get(x.id, 0) == 1
+                   and x not in block.results and x.id not in self.escaping
+                   and x.id not in self.placed for x in op.inputs)
+
+    def _flush(self, run: list[Op], out: list, block: Block, into: Op | None = None) -> None:
         if not run:
             return
+        allocs = []
+        if into is not None:
+            whole = into.outputs[0]
+            self.own(whole)
+            allocs.append(whole)
+            for x, (offset, strides) in zip(into.inputs, TABLE[into.prim].extra["gathers"](
+                    self.cx, into)):
+                self.placed[x.id] = Layout(whole, offset, strides)
         produced = {v.id for op in run for v in op.outputs}
         inside: dict[int, int] = {}
         for op in run:
@@ -161,7 +206,7 @@ class Lowering:
                     self.own(v)
                 else:
                     self.layouts[v.id] = Layout(None, "0", contiguous_strides(v.type.shape))
-        out.append(Fused(list(run), stores, run[0].outputs[0].type.shape))
+        out.append(Fused(list(run), stores, run[0].outputs[0].type.shape, allocs))
 
     def _lower_op(self, op: Op, kind: str, out: list) -> None:
         if kind == "structured":
@@ -185,24 +230,33 @@ class Lowering:
             out.append(Kernel(op, inputs))
 
     def _structured(self, op: Op, out: list) -> None:
-        """A for/if/while: its entry's native hook lays out its memory, then each block
-        is lowered and its results settled."""
-        ins = Structured(op, [], {"results": [], "step": self.cx.fresh("t")})
+        """A for/if/while: its entry's native hook lays out its memory (and may place
+        results: `extra["in_place"]`), then each block is lowered and its results
+        settled."""
+        ins = Structured(op, [], {"results": [], "step": self.cx.fresh("t"), "in_place": {},
+                                  "overwritten": {v.id for v in op.outputs}, "early": set()})
         STRUCTURED[op.prim].extra["native"][0](self, op, ins, out)
         for block in op.blocks:
             lowered = self.block(block)
-            ins.extra["results"].append([self._settled(r, lowered, ins) for r in block.results])
+            ins.extra["results"].append([self._settled(r, lowered, ins, k in ins.extra["early"])
+                                         for k, r in enumerate(block.results)])
             ins.blocks.append(lowered)
         out.append(ins)
 
-    def _settled(self, v: Value, lowered: list, ins: Structured) -> Value:
-        """A block result in memory the op can copy from row by row: owned and contiguous,
-        and not a view of a state buffer (the state is overwritten while results are
-        read)."""
+    def _settled(self, v: Value, lowered: list, ins: Structured, early: bool) -> Value:
+        """A block result in memory the op can copy from row by row: contiguous, and
+        unless it is copied before the op writes its outputs (`early`), not a view of a
+        buffer the op overwrites while results are read (its state); or already where
+        the op wants it (placed)."""
+        target = ins.extra["in_place"].get(v.id)
+        if target is not None:
+            self.placed.pop(v.id, None)  # unused when v became a view of something else
+            if self.layouts[v.id].base is target:
+                return v
         root = v
         while self.layouts[root.id].base is not None:
             root = self.layouts[root.id].base
         if not self.layouts[v.id].is_const and self.is_contiguous(v) and \
-                root.id not in {s.id for s in ins.op.outputs}:
+                (early or root.id not in ins.extra["overwritten"]):
             return v
         return self.copy_of(v, lowered)

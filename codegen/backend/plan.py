@@ -67,7 +67,7 @@ class _Liveness:
                     for x in op.inputs:
                         if x.id not in produced:
                             self.use(x)
-                for v in ins.stores:
+                for v in ins.allocs + ins.stores:
                     self.define(v)
             elif isinstance(ins, Copy):
                 self.use(ins.src)

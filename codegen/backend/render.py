@@ -154,6 +154,10 @@ class Renderer:
                 render_structured(self, ins)
 
     def define_owned(self, v: Value) -> None:
+        """The pointer to memory `v` was given: its arena slot, or where it was placed."""
+        if self.low.layouts[v.id].base is not None:
+            self.view(v)
+            return
         slot = self.plan.slot_of[v.id]
         self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>(arena + "
                   f"off[{slot}]);")

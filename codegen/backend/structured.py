@@ -2,7 +2,8 @@
 
 Loop state lives in the op's own outputs (the state buffers): the body reads them
 through its state args and the final state needs no copy. Per-step slices of a sequence
-are views at offset t; yields are copied into the stacked output at their step. Loops
+are views at offset t; a yield the body computes is computed in its step's row of the
+stacked output (placed there by lowering), other yields are copied there. Loops
 with lengths never get here: the pipeline rewrites them into plain loops over
 sequences in step order with a mask (codegen/structured/for_op.py), the one
 implementation of lengths besides the reference's. A `while` pushes its tape values
@@ -14,9 +15,9 @@ machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
 from ..ir import IRError, Op
-from ..shapes import Dim, numel
+from ..shapes import Dim, contiguous_strides, numel
 from ..structured import STRUCTURED
-from .lower import Layout, Lowering, Structured
+from .lower import Layout, Lowering, Structured, lowering_kind
 
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -26,6 +27,16 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     body = op.blocks[0]
     for v in op.outputs:
         low.own(v)
+    ins.extra["overwritten"] = {v.id for v in op.outputs[:n_state]}
+    ins.extra["early"] = set(range(n_state, len(body.results)))  # yields: before the state
+    made = {v.id for o in body.ops if lowering_kind(o) in ("elementwise", "kernel", "structured")
+            for v in o.outputs}
+    for out, y in zip(op.outputs[n_state:], body.results[n_state:]):
+        if y.id in made and y.id not in low.placed:  # computed by the body: in its step's row
+            low.placed[y.id] = Layout(out, f"{ins.extra['step']} * "
+                                      f"{low.cx.dim(numel(y.type.shape))}",
+                                      contiguous_strides(y.type.shape))
+            ins.extra["in_place"][y.id] = out
     for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
         strides = low.layouts[seq.id].strides
         low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
@@ -74,11 +85,13 @@ def _render_for(r, ins: Structured) -> None:
         r.view(arg)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
-    for state, new in zip(states, results[:n_state]):
-        r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
-    for out, y in zip(stacked, results[n_state:]):
+    for out, y in zip(stacked, results[n_state:]):  # first: a yield may read the state
+        if r.layout(y).base is out:  # computed in place (lowering placed it)
+            continue
         size = r.dim(numel(y.type.shape))
         r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
+    for state, new in zip(states, results[:n_state]):
+        r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.close()
 
 

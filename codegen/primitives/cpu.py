@@ -170,27 +170,15 @@ def _unslice(r, op, inputs, ins, outs):
 attach_cpu("unslice", _unslice)
 
 
-def _concat_like(stack: bool):
-    def lines(r, op, inputs, ins, outs):
-        out, axis = op.outputs[0], op.attrs["axis"]
-        strides = contiguous_strides(out.type.shape)
-        at = Dim.of(0)
-        for x in inputs:
-            if stack:
-                view_type = x.type
-                region = r.region(out, f"{r.dim(at)} * {r.dim(strides[axis])}", view_type,
-                                  strides[:axis] + strides[axis + 1:])
-                at = at + 1
-            else:
-                region = r.region(out, f"{r.dim(at)} * {r.dim(strides[axis])}", x.type, strides)
-                at = at + x.type.shape[axis]
-            r.assign(region, x)
-        return []
-    return lines
+def _gather_into(r, op, inputs, ins, outs):
+    """Each input into its region of the output (primitives/lowering.py's `gathers`)."""
+    for x, (offset, strides) in zip(inputs, TABLE[op.prim].extra["gathers"](r, op)):
+        r.assign(r.region(op.outputs[0], offset, x.type, strides), x)
+    return []
 
 
-attach_cpu("concat", _concat_like(False))
-attach_cpu("stack", _concat_like(True))
+attach_cpu("concat", _gather_into)
+attach_cpu("stack", _gather_into)
 
 
 def _seq_order(r, op, inputs, ins, outs):

@@ -8,6 +8,9 @@
 - ("kernel", accepts): a call into the target's runtime, emitted by the target's own
   hook (`extra[target.name]`, e.g. primitives/cpu.py); `accepts` (bool, or a predicate on
   an input's layout) says which inputs may be strided views.
+A primitive that only gathers its inputs into its output (concat, stack) also declares
+`extra["gathers"](r, op) -> [(offset, strides)]`: where each input lies in the output, so
+that their producers can write there directly.
 `r` is the backend's renderer: `r.dim(d)`, `r.ctype(v)`, `r.scalar(v)`, `r.layout(v)`.
 """
 from __future__ import annotations
@@ -129,6 +132,28 @@ def _matmul_ok(r, op, i, layout) -> bool:
 
 
 attach_lowering("matmul", "kernel", _matmul_ok)
+
+
+def _gathered(stack: bool):
+    def regions(r, op):
+        """(offset, strides) of each input inside the output."""
+        out, axis = op.outputs[0], op.attrs["axis"]
+        strides = contiguous_strides(out.type.shape)
+        at, where = Dim.of(0), []
+        for x in op.inputs:
+            offset = f"{r.dim(at)} * {r.dim(strides[axis])}"
+            if stack:
+                where.append((offset, strides[:axis] + strides[axis + 1:]))
+                at = at + 1
+            else:
+                where.append((offset, strides))
+                at = at + x.type.shape[axis]
+        return where
+    return regions
+
+
+TABLE["concat"].extra["gathers"] = _gathered(False)
+TABLE["stack"].extra["gathers"] = _gathered(True)
 for _name in ("unslice", "concat", "stack"):  # they write through views themselves
     attach_lowering(_name, "kernel", True)
 for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
