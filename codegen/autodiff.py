@@ -8,6 +8,8 @@ depend on a value we differentiate with respect to are visited.
 
     vjp(block, outputs, cotangents, wrt) -> [cotangent or None per wrt]
     grad_graph(graph) -> Graph    forward and backward of the minimized output
+    vjp_graph(graph) -> Graph     forward and vector-Jacobian product: the backward
+                                  block takes a cotangent per float output (its args)
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .primitives import TABLE
 from .regions import GradientError
 from .structured import STRUCTURED
 
-__all__ = ["GradientError", "backprop", "grad_graph", "vjp"]
+__all__ = ["GradientError", "backprop", "cotangent_names", "grad_graph", "vjp", "vjp_graph"]
 
 
 def vjp(block: Block, outputs: list[Value], cotangents: list[Value], wrt: list[Value]
@@ -104,17 +106,49 @@ def grad_graph(graph: Graph) -> Graph:
     if graph.loss is None:
         raise GradientError(f"model `{graph.name}` minimizes no output, so it has no "
                             "gradients (add `minimize NAME`)")
+
+    def seeds(g: Graph, b: Builder) -> list[tuple[Value, Value]]:
+        loss = g.outputs[g.loss]
+        return [(loss, b.const(1, loss.type.dtype))]
+    return _joint(graph, seeds)
+
+
+def vjp_graph(graph: Graph) -> Graph:
+    """A copy of `graph` whose backward block takes a cotangent for each float output
+    (its args, in the order of `cotangent_names`) and computes the vector-Jacobian
+    product: the gradient of sum(cotangent * output) over those outputs w.r.t. every
+    trainable parameter and float input. What a model needs to sit inside another
+    framework's autodiff (codegen.torch); `minimize` plays no part. Not simplified."""
+    names = cotangent_names(graph)
+    if not names:
+        raise GradientError(f"model `{graph.name}` has no float output, so there is "
+                            "nothing to differentiate")
+
+    def seeds(g: Graph, b: Builder) -> list[tuple[Value, Value]]:
+        outputs = [g.outputs[k] for k in names]
+        g.backward.args = [Value(v.type, f"d_{k}") for k, v in zip(names, outputs)]
+        return list(zip(outputs, g.backward.args))
+    return _joint(graph, seeds)
+
+
+def cotangent_names(graph: Graph) -> list[str]:
+    """The outputs a vjp graph's backward takes cotangents of: every float output, in
+    declaration order."""
+    return [k for k, v in graph.outputs.items() if v.type.is_float]
+
+
+def _joint(graph: Graph, seeds) -> Graph:
+    """A prepared copy of `graph` whose backward block holds the cotangents of every
+    trainable parameter and float input, given `seeds(copy, builder)`: (output value,
+    its cotangent) pairs emitted into the backward block."""
     g = clone_graph(graph)
     params = {k: p.value for k, p in g.params.items() if p.trainable}
     inputs = {k: v for k, v in g.inputs.items() if v.type.is_float}
-    loss = g.outputs[g.loss]
     prepare(g.body)
     b = Builder(g.backward)  # the forward ends here: the backward is a block of its own
-    seed = b.const(1, loss.type.dtype)
     wrt = list(params.values()) + list(inputs.values())
-    cts = backprop(b, list(g.body.ops), [(loss, seed)], wrt)
+    cts = backprop(b, list(g.body.ops), seeds(g, b), wrt)
     cts = [ct if ct is not None else b.zeros(v.type) for v, ct in zip(wrt, cts)]
     g.param_grads = dict(zip(params, cts[:len(params)]))
     g.input_grads = dict(zip(inputs, cts[len(params):]))
     return g
-

@@ -58,7 +58,8 @@ EXAMPLES = {
               "mdlc graph examples/control.mdl --backward -o adaptive-backward.png",
               "mdlc graph examples/caffe2_sharing.mdl --model Brew -o brew.pdf"],
     "build": ["mdlc build examples/charlm.mdl -o build/",
-              "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32"],
+              "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32",
+              "mdlc build examples/charlm.mdl --model CharLM --vjp"],
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
@@ -133,6 +134,9 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
                    help="the kind of machine to compile for")
     p.add_argument("--specialize", action="append", type=_dims, default=[],
                    metavar="B=32,T=35", help="also compile code with these dims fixed")
+    p.add_argument("--vjp", action="store_true",
+                   help="the backward takes a cotangent per float output (a vector-Jacobian "
+                   "product, for codegen.torch) instead of differentiating the minimized one")
 
 
 def _dims(text: str) -> dict[str, int]:
@@ -172,7 +176,7 @@ def cmd_emit(args) -> int:
     from codegen.build import render_cmakelists
     from codegen.pipeline import BuildOptions, module_name_for, sources
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
-                           args.specialize)
+                           args.specialize, vjp=args.vjp)
     name = module_name_for(args.file, args.name)
     _, files = sources(args.file, name, options)
     files["CMakeLists.txt"] = render_cmakelists(list(files), name)
@@ -192,8 +196,8 @@ def _print_ir(args) -> int:
     for w in cm.warnings:
         _report(w)
     graph = cm.graph
-    if args.grad:
-        graph = differentiate(graph)
+    if args.grad or args.vjp:
+        graph = differentiate(graph, args.vjp)
     print(format_graph(graph))
     return 0
 
@@ -215,7 +219,7 @@ def cmd_graph(args) -> int:
 def cmd_build(args) -> int:
     from codegen.pipeline import BuildOptions, build, install, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
-                           args.specialize, args.debug, args.sanitize)
+                           args.specialize, args.debug, args.sanitize, args.vjp)
     name = module_name_for(args.file, args.name)
     print(install(build(args.file, name, options), args.out, name))
     return 0

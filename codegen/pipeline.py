@@ -4,7 +4,7 @@ gradcheck`, `codegen.load`):
     check          .mdl file -> checked forward graphs      dsl.check_file
     prepare        loops with lengths -> plain loops        lowering.prepare
     differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
-                                                            passes.optimize
+                   (or, --vjp, a vector-Jacobian product)   passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
     build          the runtime once, then one compiler call build.build_extension
     import         the extension as a Python module
@@ -28,7 +28,7 @@ import dsl
 from dsl import UsageError, check_file, model_names
 from dsl.program import find_import
 
-from .autodiff import grad_graph
+from .autodiff import cotangent_names, grad_graph, vjp_graph
 from .backend.module import generate
 from .backend.targets import TARGETS
 from .build import EXT_SUFFIX, build_extension, environment_key
@@ -48,6 +48,7 @@ class BuildOptions:
     specialize: list[dict[str, int]] = field(default_factory=list)
     debug: bool = False
     sanitize: bool = False
+    vjp: bool = False   # backward takes a cotangent per float output (codegen.torch)
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
@@ -98,13 +99,20 @@ def _spec_text(spec: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
-def differentiate(graph: Graph) -> Graph:
-    """The joint graph: forward and backward of the minimized output (autodiff prepares
-    the copy it differentiates), simplified by the passes. `graph` is left as it is: the
-    inference functions are generated from it."""
-    joint = grad_graph(graph)
+def differentiate(graph: Graph, vjp: bool = False) -> Graph:
+    """The joint graph: forward and backward of the minimized output (`vjp`: the
+    vector-Jacobian product, whose backward takes a cotangent per float output; autodiff
+    prepares the copy it differentiates), simplified by the passes. `graph` is left as
+    it is: the inference functions are generated from it."""
+    joint = vjp_graph(graph) if vjp else grad_graph(graph)
     optimize(joint)
     return joint
+
+
+def trains(graph: Graph, options: BuildOptions) -> bool:
+    """Whether a build of `graph` has a training forward and a backward: a minimized
+    output, or with `vjp` a float output to take a cotangent of."""
+    return bool(cotangent_names(graph)) if options.vjp else graph.loss is not None
 
 
 def for_backends(graph: Graph) -> Graph:
@@ -121,7 +129,7 @@ def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
     if options.target not in TARGETS:
         raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
     models = check(path, options)
-    built = [(for_backends(g), differentiate(g) if g.loss is not None else None,
+    built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
     return models, generate(built, module_name, options.dtype, TARGETS[options.target])
 
@@ -206,9 +214,12 @@ def install(built: Path, directory: str | Path, module_name: str) -> Path:
 
 def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None = None,
          dtype: str = "f32", model: str | None = None,
-         specialize: list[dict[str, int]] | None = None, name: str | None = None) -> ModuleType:
-    """Build (through the cache) and import the native module of a .mdl file."""
-    options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []))
+         specialize: list[dict[str, int]] | None = None, name: str | None = None,
+         vjp: bool = False) -> ModuleType:
+    """Build (through the cache) and import the native module of a .mdl file; `vjp`: its
+    backward takes cotangents of the float outputs (what codegen.torch needs)."""
+    options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []),
+                           vjp=vjp)
     return import_built(path, module_name_for(path, name), options)
 
 

@@ -66,8 +66,9 @@ def format_graph(graph: Graph) -> str:
     lines += [f"{INDENT}param {k} = {typed(p.value)}" for k, p in graph.params.items()]
     for op in graph.body.ops:
         lines += format_op(op, 1)
-    if graph.backward.ops:
-        lines.append(f"{INDENT}backward:")
+    if graph.backward.ops:  # a vjp graph's backward takes the outputs' cotangents
+        args = ", ".join(typed(v) for v in graph.backward.args)
+        lines.append(f"{INDENT}backward({args}):" if args else f"{INDENT}backward:")
         for op in graph.backward.ops:
             lines += format_op(op, 2)
     lines += [f"{INDENT}output {k} = {name(v)}" for k, v in graph.outputs.items()]

@@ -4,9 +4,11 @@ and a backend of its own (`codegen.reference` needs no compiler).
 
     run(graph, inputs, params, *, training=False, seed=0, dtype=np.float64)
         -> {output name: array}
-    gradients(graph, inputs, params, *, training=False, seed=0, dtype=np.float64)
+    gradients(graph, inputs, params, *, training=False, seed=0, dtype=np.float64,
+              cotangents=None)
         -> Gradients(outputs, params, inputs): the outputs, and the gradient of the
            minimized output w.r.t. every trainable parameter and every float input
+           (with `cotangents`, {float output: array}: the vector-Jacobian product)
     init_params(graph, seed=0, dtype=np.float64) -> {param name: array}
 
 `inputs` and `params` map names to arrays. Every float computes in `dtype` (float64 for
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .autodiff import grad_graph
+from .autodiff import cotangent_names, grad_graph, vjp_graph
 from .dtypes import DTYPES
 from .ir import Block, Graph, Op, Value, walk_ops
 from .primitives import TABLE
@@ -39,12 +41,19 @@ class Gradients:
 
 
 def run(graph: Graph, inputs: dict, params: dict, *, training: bool = False, seed: int = 0,
-        dtype=np.float64) -> dict[str, np.ndarray]:
+        dtype=np.float64, cotangents: dict | None = None) -> dict[str, np.ndarray]:
     """The graph's outputs (and, for a graph made by autodiff, its gradients under the
-    names `grad:param:NAME` and `grad:input:NAME`)."""
+    names `grad:param:NAME` and `grad:input:NAME`). A vjp graph's backward takes
+    `cotangents`: {float output name: array of that output's shape}."""
     interp = Interpreter(graph, inputs, params, training, seed, dtype)
-    for block in graph.blocks():
-        interp.block(block, [])
+    interp.block(graph.body, [])
+    args = graph.backward.args
+    if args:
+        names = cotangent_names(graph)
+        given = cotangents or {}
+        args = [interp.conform(_need(given, k, "cotangent"), v, f"cotangent `{k}`")
+                for k, v in zip(names, args)]
+    interp.block(graph.backward, args)
     named = dict(graph.outputs)
     named.update({f"grad:param:{k}": v for k, v in graph.param_grads.items()})
     named.update({f"grad:input:{k}": v for k, v in graph.input_grads.items()})
@@ -55,12 +64,17 @@ _JOINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def gradients(graph: Graph, inputs: dict, params: dict, *, training: bool = False,
-              seed: int = 0, dtype=np.float64) -> Gradients:
+              seed: int = 0, dtype=np.float64, cotangents: dict | None = None) -> Gradients:
     """Forward and backward in one run of the graph autodiff makes (built once per
-    graph and cached; not simplified by the passes, so that it checks them too)."""
-    if graph not in _JOINT:
-        _JOINT[graph] = grad_graph(graph)
-    out = run(_JOINT[graph], inputs, params, training=training, seed=seed, dtype=dtype)
+    graph and cached; not simplified by the passes, so that it checks them too). With
+    `cotangents` ({float output name: array}), the backward is the vector-Jacobian
+    product of codegen.autodiff.vjp_graph instead of the minimized output's gradient."""
+    kind = grad_graph if cotangents is None else vjp_graph
+    joints = _JOINT.setdefault(graph, {})
+    if kind not in joints:
+        joints[kind] = kind(graph)
+    out = run(joints[kind], inputs, params, training=training, seed=seed, dtype=dtype,
+              cotangents=cotangents)
     pick = {kind: {k.split(":", 2)[2]: v for k, v in out.items()
                    if k.startswith(f"grad:{kind}:")} for kind in ("param", "input")}
     return Gradients({k: out[k] for k in graph.outputs}, pick["param"], pick["input"])

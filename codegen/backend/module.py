@@ -2,13 +2,15 @@
 backward, for the generic dims and every specialization) and its tables, rendered
 through templates/module.cpp.j2. The training forward is the joint graph's body, the
 backward its backward block (the boundary autodiff records); what the backward reads of
-the forward is saved between the two calls."""
+the forward is saved between the two calls. A vjp graph's backward block takes the
+cotangents of the float outputs (its args): they are the backward call's inputs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..autodiff import cotangent_names
 from ..dtypes import DTYPES
 from ..ir import Block, Graph, Value, walk_ops
 from ..shapes import TensorType, contiguous_strides, numel
@@ -86,6 +88,11 @@ class ModuleGenerator:
                              _own(v.type), persistent=False)
                 for k, v in enumerate(graph.inputs.values())}
 
+    def _cotangent_access(self, joint: Graph) -> dict[int, Access]:
+        return {v.id: Access(self.target.input(k, self.d.ctype(v.type.dtype)), _own(v.type),
+                             persistent=False)
+                for k, v in enumerate(joint.backward.args)}
+
     def _prologue(self, fixed: dict[str, int]) -> list[str]:
         lines = []
         for i, name in enumerate(self.dims):
@@ -122,7 +129,7 @@ class ModuleGenerator:
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              "arena_fwd", training=True, prologue=self._prologue(fixed))
         texts.append(self._render(dims, train))
-        external_b = dict(self._param_access(j))
+        external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
             external_b[v.id] = Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>"
@@ -152,16 +159,19 @@ class ModuleGenerator:
             variants.append(Variant([(self.dims.index(k), int(v)) for k, v in fixed.items()],
                                     **names))
         g, j = self.graph, self.joint
-        grads = []
+        grads, cotangents = [], []
         if j is not None:
             grads = [(k, v) for k, v in j.param_grads.items()] + [
                 (f"input:{k}", v) for k, v in j.input_grads.items()]
+            if j.backward.args:
+                cotangents = cotangent_names(j)
         return dict(
             model_name=g.name, ctype=self.d.ctype(self.dtype),
             functions=texts, variants=variants, dim_names=self.dims,
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
+            cotangents=[self._tensor_spec(k, g.outputs[k].type) for k in cotangents],
             output_shapes=[self._shape_exprs(v.type) for v in g.outputs.values()],
             grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
             params=[self._param_spec(name, p, [k for k, _ in grads])

@@ -64,6 +64,11 @@ class Model {
     } else {
       lock_ = std::make_shared<std::mutex>();
     }
+    // A vjp build lists the cotangents its backward takes after its gradients, before the
+    // table's empty end (templates/model.cpp.j2); an ordinary build none.
+    for (const TensorSpec* c = spec->grads + spec->n_grads; c->name; ++c)
+      for (int k = 0; k < spec->n_outputs; ++k)
+        if (!std::strcmp(spec->outputs[k].name, c->name)) cotangents_.push_back(k);
     int64_t own = 0;
     for (int i = 0; i < spec->n_params; ++i)
       if (!state_.param[i]) own += numel(spec->params[i]);
@@ -97,6 +102,21 @@ class Model {
     return out;
   }
 
+  // The declared inputs, in order: {name: type as written, e.g. "f32[T, B, 16]"}.
+  py::dict input_types() const {
+    py::dict out;
+    for (int i = 0; i < spec_->n_inputs; ++i)
+      out[py::str(spec_->inputs[i].name)] = type_text(spec_->inputs[i], spec_->dim_names);
+    return out;
+  }
+
+  // The outputs whose cotangents backward takes (a vjp build: every float output), in order.
+  py::list cotangents() const {
+    py::list out;
+    for (int k : cotangents_) out.append(spec_->outputs[k].name);
+    return out;
+  }
+
   py::dict forward(py::kwargs kwargs) {
     bool training = kwargs.contains("training") && py::cast<bool>(kwargs["training"]);
     Inputs in = inputs(kwargs, true);
@@ -117,7 +137,10 @@ class Model {
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
-  py::dict backward() {
+  // The gradients of the last training forward: of its minimized output, or in a vjp build
+  // the vector-Jacobian product of `kwargs`, a cotangent per float output of that forward.
+  py::dict backward(py::kwargs kwargs) {
+    std::vector<Cotangent> given = cotangent_arrays(kwargs);
     Call call;
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
@@ -125,6 +148,8 @@ class Model {
       guard.lock();
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
+      check_cotangents(given);
+      for (const Cotangent& c : given) call.inputs.push_back(const_cast<void*>(c.array.data()));
       gradients(call);
     }
     return results(spec_->grads, spec_->n_grads, spec_->grad_shape, call);
@@ -141,6 +166,7 @@ class Model {
       if (opt_.config.kind == OptimizerConfig::NONE)
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
                                  "or \"adam\", lr=...) first");
+      need_minimized("train_step()");
       train(v, in.call);
       Call grads;
       gradients(grads);
@@ -160,6 +186,7 @@ class Model {
     {
       py::gil_scoped_release release;
       guard.lock();
+      need_minimized("forward_backward()");
       train(v, in.call);
       Call grads;
       gradients(grads);
@@ -325,6 +352,79 @@ class Model {
     return in;
   }
 
+  // A vjp backward's cotangent, read under the GIL: the array, its shape, what it was.
+  struct Cotangent {
+    py::array array;
+    std::vector<int64_t> shape;
+    bool dtype_ok;
+    std::string text;
+  };
+
+  // The cotangents backward was given, by output (a TypeError for a missing or unknown
+  // name; an ordinary build takes none), converted as inputs are.
+  std::vector<Cotangent> cotangent_arrays(const py::kwargs& kwargs) const {
+    std::vector<Cotangent> out;
+    if (cotangents_.empty()) {
+      if (kwargs.size())
+        throw py::type_error("backward() of model " + std::string(spec_->name) +
+                             " takes no cotangents: it was built without vjp and returns the "
+                             "gradients of its minimized output (load(..., vjp=True) or "
+                             "mdlc build --vjp builds a vector-Jacobian product)");
+      return out;
+    }
+    std::string names = cotangent_list();
+    for (auto item : kwargs) {
+      std::string key = py::str(item.first);
+      bool known = false;
+      for (int k : cotangents_) known |= spec_->outputs[k].name == key;
+      if (!known) throw py::type_error("unknown cotangent '" + key + "' (" + names + ")");
+    }
+    for (int k : cotangents_) {
+      const TensorSpec& s = spec_->outputs[k];
+      if (!kwargs.contains(s.name))
+        throw py::type_error("missing cotangent '" + std::string(s.name) + "' (" + names + ")");
+      py::array a = as_array(kwargs[s.name]);
+      Cotangent c{a, std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
+                  has_dtype(a, s.dtype), shape_text(a)};
+      if (!(a.flags() & py::array::c_style)) c.array = py::array::ensure(a, py::array::c_style);
+      if (!c.array) throw std::bad_alloc();
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  // Under the lock: each cotangent has the dtype and shape its output had in the last
+  // training forward.
+  void check_cotangents(const std::vector<Cotangent>& given) const {
+    for (size_t i = 0; i < given.size(); ++i) {
+      const TensorSpec& s = spec_->outputs[cotangents_[i]];
+      std::vector<int64_t> want(s.rank);
+      spec_->output_shape(cotangents_[i], dims_.data(), state_.dyn.data(), want.data());
+      if (given[i].dtype_ok && given[i].shape == want) continue;
+      std::string expected = std::string(s.dtype.name) + "[";
+      for (int d = 0; d < s.rank; ++d) expected += (d ? ", " : "") + std::to_string(want[d]);
+      throw py::value_error("cotangent '" + std::string(s.name) + "': expected " + expected +
+                            "] (output '" + s.name + "' of the last training forward), got " +
+                            given[i].text + (given[i].dtype_ok ? " (wrong shape)" : " (wrong dtype)"));
+    }
+  }
+
+  // Under the lock: `what` runs the backward without cotangents, which a vjp build has not.
+  void need_minimized(const char* what) const {
+    if (!cotangents_.empty())
+      throw std::runtime_error(std::string(what) + " differentiates the minimized output, but "
+                               "model " + spec_->name + " was built with vjp: its backward "
+                               "takes cotangents (backward(**cotangents)); build it without "
+                               "vjp to train it natively");
+  }
+
+  std::string cotangent_list() const {
+    std::string out = "backward() takes one per float output: ";
+    for (size_t i = 0; i < cotangents_.size(); ++i)
+      out += (i ? ", " : "") + std::string(spec_->outputs[cotangents_[i]].name);
+    return out;
+  }
+
   // Under the lock: a training forward, keeping what the backward needs.
   void train(const Variant<T>& v, Call& call) {
     if (!v.train)
@@ -383,15 +483,20 @@ class Model {
     return out;
   }
 
-  // A NumPy array of the declared dtype, rank and dims, C-contiguous; binds user dims.
-  py::array convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+  // A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one.
+  static py::array as_array(py::handle obj) {
     py::object arr = py::reinterpret_borrow<py::object>(obj);
     if (!py::isinstance<py::array>(arr)) {
       py::module_ np = py::module_::import("numpy");
       arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
                                            : np.attr("asarray")(arr);
     }
-    py::array a = py::reinterpret_borrow<py::array>(arr);
+    return py::reinterpret_borrow<py::array>(arr);
+  }
+
+  // A NumPy array of the declared dtype, rank and dims, C-contiguous; binds user dims.
+  py::array convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+    py::array a = as_array(obj);
     // the message is built only when there is something to say
     auto bad = [&](const std::string& why) {
       return py::value_error("input '" + std::string(s.name) + "': expected " +
@@ -480,6 +585,7 @@ class Model {
   // with, kept alive as long as it is.
   std::vector<std::shared_ptr<std::vector<T>>> stores_;
   std::vector<std::string> shared_;
+  std::vector<int> cotangents_;  // the outputs a vjp backward takes cotangents of
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
   bool pending_ = false;  // flat_ holds gradients not applied yet
   const Variant<T>* trained_ = nullptr;

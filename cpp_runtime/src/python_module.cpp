@@ -47,6 +47,8 @@ py::object bind_base(py::module_& m) {
       })
       .def_property_readonly("specializations", &M::specializations)
       .def_property_readonly("shared", &M::shared)
+      .def_property_readonly("inputs", &M::input_types)
+      .def_property_readonly("cotangents", &M::cotangents)
       .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
       .def("forward", &M::forward)
       .def("backward", &M::backward)
