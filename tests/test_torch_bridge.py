@@ -1,0 +1,290 @@
+"""codegen.torch: a compiled LSTM (std/rnn.mdl's lstm in a `for`) inside a PyTorch model
+with nn.Embedding and nn.Linear, trained with torch.optim.Adam, against the same model
+written entirely in PyTorch (nn.LSTM with the same weights): every loss and gradient, in
+f64 to 1e-10 and in f32. Then integer inputs passed through, the native vjp against the
+reference, replays, modes, the errors, and docs/pytorch.md's code."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install "
+                                            "'mdl[torch]' to run the PyTorch bridge tests)")
+
+from codegen import reference  # noqa: E402
+from codegen.pipeline import load  # noqa: E402
+from codegen.torch import as_module  # noqa: E402
+from dsl import check_file  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+T, B, V, E, H = 7, 3, 11, 6, 5
+CORE = f"""
+import "std/rnn.mdl"
+model Core(E = {E}, H = {H}) {{
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  h = h0
+  c = zeros[B, H]
+  hs = for x in xs {{
+    h, c = lstm(x, h, c)
+    yield h
+  }}
+  output hs
+  output last_c = c
+}}
+"""
+MASKED = """
+import "std/rnn.mdl"
+model Masked(E = 4, H = 3) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  h = zeros[B, H]
+  c = zeros[B, H]
+  hs = for x in reversed(xs) (lengths = lengths) {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  output hs
+  output last = h
+}
+"""
+_BUILT: dict = {}
+
+
+def compiled(tmp_path_factory, source: str, dtype: str, vjp: bool = True):
+    key = (source, dtype, vjp)
+    if key not in _BUILT:
+        name = re.search(r"model (\w+)", source).group(1)
+        path = tmp_path_factory.mktemp("bridge") / f"{name.lower()}.mdl"
+        path.write_text(source)
+        _BUILT[key] = (load(path, dtype=dtype, vjp=vjp,
+                            name=f"{name.lower()}_{dtype}{'_vjp' if vjp else ''}"), path)
+    return _BUILT[key]
+
+
+class Mixed(torch.nn.Module):
+    """Embedding, a recurrent core (compiled, or nn.LSTM), a linear decoder; a learned
+    initial state expanded over the batch (a stride-0 input to the core)."""
+
+    def __init__(self, core, dtype):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(V, E, dtype=dtype)
+        self.h0 = torch.nn.Parameter(0.1 * torch.randn(H, dtype=dtype))
+        self.core = core
+        self.decoder = torch.nn.Linear(H, V, dtype=dtype)
+
+    def forward(self, tokens, targets):
+        xs, h0 = self.embedding(tokens), self.h0.expand(B, H)
+        if isinstance(self.core, torch.nn.LSTM):
+            hs, (_, c) = self.core(xs, (h0[None], torch.zeros_like(h0)[None]))
+            last_c = c[0]
+        else:
+            hs, last_c = self.core(xs, h0)
+        logits = self.decoder(hs)
+        return torch.nn.functional.cross_entropy(logits.reshape(T * B, V),
+                                                 targets.reshape(T * B)) + (last_c ** 2).mean()
+
+
+def twins(core, dtype):
+    """The mixed model around `core` (compiled) and the same in PyTorch, equal weights:
+    nn.LSTM has mdl's gate order (i, f, g, o), its weights transposed, one bias (the
+    other held at zero)."""
+    torch.manual_seed(0)
+    ours = Mixed(as_module(core), dtype)
+    lstm = torch.nn.LSTM(E, H, dtype=dtype)
+    theirs = Mixed(lstm, dtype)
+    theirs.load_state_dict({k: v for k, v in ours.state_dict().items()
+                            if not k.startswith("core.")}, strict=False)
+    p = ours.core
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(p.get_parameter("lstm/W").T)
+        lstm.weight_hh_l0.copy_(p.get_parameter("lstm/U").T)
+        lstm.bias_ih_l0.copy_(p.get_parameter("lstm/b"))
+        lstm.bias_hh_l0.zero_()
+    lstm.bias_hh_l0.requires_grad_(False)
+    return ours, theirs
+
+
+def pairs(ours, theirs) -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
+    """(name, our parameter, theirs, whether theirs is transposed) for every trained one."""
+    a, b = dict(ours.named_parameters()), dict(theirs.named_parameters())
+    out = [(k, a[k], b[k], False) for k in b if not k.startswith("core.")]
+    lstm = theirs.core
+    for name, t in (("lstm/W", lstm.weight_ih_l0), ("lstm/U", lstm.weight_hh_l0),
+                    ("lstm/b", lstm.bias_ih_l0)):
+        out.append((name, a[f"core.{name}"], t, t.dim() == 2))
+    return out
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("dtype, steps, tol", [("f64", 4, 1e-10), ("f32", 3, 1e-5)])
+def test_a_compiled_lstm_trains_inside_pytorch_as_nn_lstm_does(tmp_path_factory, dtype,
+                                                               steps, tol):
+    module, _ = compiled(tmp_path_factory, CORE, dtype)
+    tdtype = torch.float64 if dtype == "f64" else torch.float32
+    ours, theirs = twins(module.Core(seed=0), tdtype)
+    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, theirs)]
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        tokens = torch.randint(0, V, (T, B), generator=gen)
+        targets = torch.randint(0, V, (T, B), generator=gen)
+        losses = []
+        for m, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            loss = m(tokens, targets)
+            loss.backward()
+            losses.append(loss)
+        assert rel(*losses) < tol
+        for name, a, b, transposed in pairs(ours, theirs):
+            assert rel(a.grad, b.grad.T if transposed else b.grad) < tol, name
+        for opt in opts:
+            opt.step()
+    for name, a, b, transposed in pairs(ours, theirs):  # Adam moved both alike
+        assert rel(a, b.T if transposed else b) < tol, name
+    native = ours.core.model.params["lstm/W"]  # and the native store is what it moved
+    assert np.shares_memory(native, ours.core.get_parameter("lstm/W").detach().numpy())
+
+
+def test_integer_inputs_pass_through_and_gradients_are_the_references_vjp(tmp_path_factory):
+    module, path = compiled(tmp_path_factory, MASKED, "f64")
+    core = as_module(module.Masked(seed=2))
+    graph = check_file(str(path), dtype="f64").graph
+    rng = np.random.default_rng(0)
+    xs = torch.tensor(rng.standard_normal((5, 4, 4)), requires_grad=True)
+    lengths = np.array([5, 2, 0, 3], np.int32)
+    weights = {k: torch.tensor(rng.standard_normal(s)) for k, s in (("hs", (5, 4, 3)),
+                                                                    ("last", (4, 3)))}
+    for given in (lengths, torch.from_numpy(lengths)):  # NumPy and torch integers alike
+        core.zero_grad()
+        xs.grad = None
+        out = core(xs, lengths=given)
+        sum((getattr(out, k) * w).sum() for k, w in weights.items()).backward()
+        params = {k: np.array(v) for k, v in core.model.params.items()}
+        want = reference.gradients(graph, {"xs": xs.detach().numpy(), "lengths": lengths},
+                                   params, cotangents={k: w.numpy() for k, w in weights.items()})
+        for k, p in core.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), want.params[k], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(xs.grad.numpy(), want.inputs["xs"], rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def core64(tmp_path_factory):
+    return compiled(tmp_path_factory, CORE, "f64")[0]
+
+
+def inputs(seed: int, requires_grad: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, B, E, generator=gen, dtype=torch.float64).requires_grad_(requires_grad),
+            torch.randn(B, H, generator=gen, dtype=torch.float64).requires_grad_(requires_grad))
+
+
+def grads_of(core, xs, h0) -> list[torch.Tensor]:
+    hs, c = core(xs, h0)
+    return torch.autograd.grad((hs.sum() + (c * c).sum()), [xs, h0, *core.parameters()])
+
+
+def test_a_backward_after_other_forwards_replays_its_own(core64):
+    core = as_module(core64.Core(seed=1))
+    first, second = inputs(1), inputs(2)
+    want = grads_of(core, *first)
+    hs, c = core(*first)
+    core(*second)                       # the model now keeps this forward
+    core.model.forward(xs=second[0].detach().numpy(), h0=second[1].detach().numpy(),
+                       training=True)   # and a direct call too
+    calls = core.model.rng_calls
+    got = torch.autograd.grad(hs.sum() + (c * c).sum(), [*first, *core.parameters()])
+    assert core.model.rng_calls == calls
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+
+
+def test_torch_gradcheck_through_the_compiled_core(core64):
+    core = as_module(core64.Core(seed=3))
+    assert torch.autograd.gradcheck(lambda xs, h0: tuple(core(xs, h0)), inputs(4))
+
+
+def test_only_what_requires_grad_gets_a_gradient(core64):
+    core = as_module(core64.Core(seed=0))
+    xs, h0 = inputs(5, requires_grad=False)
+    core.get_parameter("lstm/U").requires_grad_(False)
+    hs, _ = core(xs, h0=h0.requires_grad_())
+    hs.sum().backward()
+    assert xs.grad is None and h0.grad is not None
+    assert core.get_parameter("lstm/U").grad is None
+    assert core.get_parameter("lstm/W").grad is not None
+
+
+def test_eval_mode_runs_the_inference_forward(core64):
+    core = as_module(core64.Core(seed=0)).eval()
+    with torch.no_grad():
+        hs, c = core(*inputs(6, requires_grad=False))
+    hs2, _ = core(*inputs(6))
+    torch.testing.assert_close(hs, hs2.detach(), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"inference forward \(eval mode\).*\.train\(\)"):
+        hs2.sum().backward()
+
+
+def test_a_step_between_forward_and_backward_is_refused(core64):
+    core = as_module(core64.Core(seed=0))
+    hs, _ = core(*inputs(7))
+    with torch.no_grad():
+        core.get_parameter("lstm/b").add_(1.0)  # what an optimizer's step does
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        hs.sum().backward()
+
+
+BAD = [
+    (lambda m: as_module(object()), TypeError, "as_module takes a compiled mdl model"),
+    (lambda m: m.float()(*inputs(0)), RuntimeError,
+     "parameter 'lstm/W' no longer shares memory with the compiled model"),
+    (lambda m: m(*inputs(0), inputs(0)[0]), TypeError, "takes 2 inputs (xs, h0), got 3"),
+    (lambda m: m(*inputs(0), xs=inputs(0)[0]), TypeError,
+     "input 'xs' given both by position and by name"),
+    (lambda m: m(inputs(0)[0]), TypeError, "missing input 'h0'"),
+    (lambda m: m(inputs(0)[0].float(), inputs(0)[1]), ValueError,
+     "input 'xs': expected f64[T, B, 6], got float32[7, 3, 6] (wrong dtype)"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", BAD)
+def test_bad_uses_raise(core64, call, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        call(as_module(core64.Core(seed=0)))
+
+
+def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
+    module, _ = compiled(tmp_path_factory, CORE.replace("output last_c = c", "output last_c = c\n"
+                                                        "  output loss = sum(hs)\n  minimize loss"),
+                         "f64", vjp=False)
+    with pytest.raises(ValueError, match=r"built without vjp.*load\(\.\.\., vjp=True\) or "
+                                         r"mdlc build --vjp"):
+        as_module(module.Core(seed=0))
+
+
+def test_without_torch_the_import_says_how_to_install_it():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import codegen.torch\nexcept ImportError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert "install PyTorch (pip install 'mdl[torch]'" in out
+
+
+def test_the_pages_code_runs(tmp_path, monkeypatch):
+    """docs/pytorch.md: its .mdl block saved as core.mdl, then its Python blocks in order
+    in one namespace."""
+    page = (ROOT / "docs" / "pytorch.md").read_text()
+    (mdl,) = re.findall(r"^```mdl\n(.*?)^```", page, re.S | re.M)
+    (tmp_path / "core.mdl").write_text(mdl)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs_pytorch"}
+    for k, code in enumerate(re.findall(r"^```python\n(.*?)^```", page, re.S | re.M)):
+        exec(compile(code, f"docs/pytorch.md (python block {k + 1})", "exec"), namespace)
