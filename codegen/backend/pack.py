@@ -76,6 +76,7 @@ def _collect(instrs: list, out: set[int]) -> None:
     for ins in instrs:
         if isinstance(ins, Fused):
             out.update(v.id for op in ins.ops for v in op.outputs)
+            out.update(v.id for v in ins.allocs)
         elif isinstance(ins, Copy):
             out.add(ins.dst.id)
         elif isinstance(ins, Kernel):
