@@ -38,6 +38,12 @@ class Plan:
         return self.reps // self.rounds + (r < self.reps % self.rounds)
 
 
+def rotated(items: list, r: int) -> list:
+    """The order of round r: each round starts one further along."""
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
 def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> float:
     """The largest normwise relative difference over the peer's arrays (its loss and
     gradients, or final states); the peer must cover every parameter gradient of ours."""
@@ -66,8 +72,7 @@ def _interleaved(live: dict[str, Process], passes: tuple[str, ...], plan: Plan,
     """The rounds; a worker that fails leaves them, its status saying why."""
     times = {(fw, p): [] for fw in live for p in passes}
     for r in range(plan.rounds):
-        order = list(live)
-        for fw in order[r % len(order):] + order[:r % len(order)]:
+        for fw in rotated(list(live), r):
             time.sleep(SETTLE)
             try:
                 for p in passes:

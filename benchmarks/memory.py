@@ -8,7 +8,7 @@ import statistics
 import sys
 
 from benchmarks.cases import MDL, Case
-from benchmarks.measure import TOLERANCE, Plan, checked, relative_error, status_of
+from benchmarks.measure import TOLERANCE, Plan, checked, relative_error, rotated, status_of
 from benchmarks.pool import Pool, WorkerError
 
 ROUNDS = 3  # at most: each is a process and a build's import per loop option
@@ -20,7 +20,7 @@ def measure_memory(cases: list[Case], pool: Pool, plan: Plan) -> list[dict]:
     runs: dict[str, list[dict]] = {c.name: [] for c in cases}
     checks, failed = {}, {}
     for r in range(min(plan.rounds, ROUNDS)):
-        for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+        for case in rotated(cases, r):
             if case.name in failed:
                 continue
             print(f"  {case.name}, round {r + 1}", file=sys.stderr)

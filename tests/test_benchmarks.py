@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cases import GROUPS, JAX, MDL, TORCH, TRAIN, cases, flops, select
-from benchmarks.measure import TOLERANCE, relative_error
+from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, cases, flops,
+                              select)
+from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.pool import WorkerError
 from benchmarks.suite import ok
 from codegen import cli
@@ -140,3 +141,54 @@ def test_only_selects_groups_names_and_patterns(only, names):
 def test_bad_options_are_usage_errors(args, message, capsys):
     assert cli.main(["bench", "--quick", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+class FakeProcess:
+    """A worker that answers at once: its check gives `arrays`, each call takes `ms`."""
+
+    def __init__(self, framework, arrays, ms, fails=None):
+        self.framework, self.arrays, self.ms, self.fails = framework, arrays, ms, fails
+
+    def call(self, op, **fields):
+        if op == self.fails:
+            raise WorkerError(f"{op} went wrong")
+        if op == "check":
+            np.savez(fields["path"], **self.arrays)
+        return {"setup": {"notes": {}}, "time": {"ms": [self.ms] * fields.get("reps", 0)}}.get(
+            op, {})
+
+
+class FakePool:
+    def __init__(self, processes):
+        self.processes = processes
+
+    def get(self, framework):
+        process = self.processes[framework]
+        if process is None:
+            raise WorkerError(f"not installed ({framework})", missing=True)
+        return process
+
+
+@pytest.mark.parametrize("mdl_fails, statuses", [
+    (None, {MDL: "ok", TORCH: "ok", SCRIPT: "outputs differ", COMPILE: "failed: setup went "
+            "wrong", JAX: "not installed (jax)"}),
+    ("check", {MDL: "failed: check went wrong", **{fw: "skipped: the mdl model failed"
+                                                   for fw in (TORCH, SCRIPT, COMPILE, JAX)}}),
+])
+def test_a_case_times_only_the_peers_that_agree_with_a_working_mdl(tmp_path, mdl_fails,
+                                                                      statuses):
+    case = next(c for c in cases(quick=True) if c.group == "milstm")
+    other = {**GRADS, "lstm/W": GRADS["lstm/W"] + 1}
+    pool = FakePool({MDL: FakeProcess(MDL, GRADS, 2.0, mdl_fails),
+                     TORCH: FakeProcess(TORCH, GRADS, 4.0),
+                     SCRIPT: FakeProcess(SCRIPT, other, 1.0),
+                     COMPILE: FakeProcess(COMPILE, GRADS, 1.0, "setup"), JAX: None})
+    plan = Plan(reps=3, rounds=2, warmups=1, step_calls=1, skip_compile=False, work=tmp_path)
+    row, = measure_case(case, pool, plan, peak=100.0)
+    assert {fw: r["status"] for fw, r in row["results"].items()} == statuses
+    timed = {fw: r for fw, r in row["results"].items() if "ms" in r}
+    if mdl_fails:
+        assert not timed
+    else:
+        assert set(timed) == {MDL, TORCH}
+        assert timed[TORCH]["ratio"] == 0.5 and timed[MDL]["ms"] == 2.0
