@@ -3,9 +3,9 @@ outputs compared with mdl's on the same weights before anything is timed, then t
 repetitions interleaved in rounds (each round runs every worker in turn, starting with a
 different one), so that a machine that drifts moves every side alike. Medians.
 
-Between two workers' turns the driver waits SETTLE seconds: BLAS and OpenMP threads spin
-for a while after their work (OpenBLAS about 2**28 cycles by default), and would take a
-core from the next worker; each turn also starts with one untimed call."""
+Between two workers' turns the driver waits a moment (Plan.settle): BLAS and OpenMP
+threads spin for a while after their work (OpenBLAS about 2**28 cycles by default), and
+would take a core from the next worker; each turn also starts with one untimed call."""
 from __future__ import annotations
 
 import statistics
@@ -19,17 +19,19 @@ from benchmarks.cases import MDL, SGEMM, STEP, Case, flops
 from benchmarks.pool import Pool, Process, WorkerError
 
 TOLERANCE = 1e-4  # normwise relative, float32: same math agrees far closer than this
-SETTLE = 0.25
 
 
 @dataclass(frozen=True)
 class Plan:
     """How much to repeat: `reps` timed calls per pass and framework, spread over
-    `rounds`; `warmups` untimed calls first; a generation rep times `step_calls` steps."""
+    `rounds`; `warmups` untimed calls first; a generation rep times `step_calls` steps;
+    `settle` seconds between two workers' turns; the memory cases take `memory_rounds`."""
     reps: int
     rounds: int
     warmups: int
     step_calls: int
+    settle: float
+    memory_rounds: int
     skip_compile: bool
     work: Path  # where workers leave the arrays of their checks
 
@@ -73,7 +75,7 @@ def _interleaved(live: dict[str, Process], passes: tuple[str, ...], plan: Plan,
     times = {(fw, p): [] for fw in live for p in passes}
     for r in range(plan.rounds):
         for fw in rotated(list(live), r):
-            time.sleep(SETTLE)
+            time.sleep(plan.settle)
             try:
                 for p in passes:
                     reply = live[fw].call("time", pass_name=p, reps=plan.split(r), calls=calls)

@@ -11,15 +11,12 @@ from benchmarks.cases import MDL, Case
 from benchmarks.measure import TOLERANCE, Plan, checked, relative_error, rotated, status_of
 from benchmarks.pool import Pool, WorkerError
 
-ROUNDS = 3  # at most: each is a process and a build's import per loop option
-
-
 def measure_memory(cases: list[Case], pool: Pool, plan: Plan) -> list[dict]:
     """One row per case, medians over the rounds, the options in a different order each
     round."""
     runs: dict[str, list[dict]] = {c.name: [] for c in cases}
     checks, failed = {}, {}
-    for r in range(min(plan.rounds, ROUNDS)):
+    for r in range(plan.memory_rounds):
         for case in rotated(cases, r):
             if case.name in failed:
                 continue

@@ -35,8 +35,11 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mdl-bench-") as work, \
             Pool(args.threads, args.quick, out / "logs", _fresh_caches(Path(work))) as pool:
-        plan = measure.Plan(reps=reps, rounds=min(reps, 5), warmups=3,
+        rounds = min(reps, 5)  # a memory round is a process per loop option: at most 3
+        plan = measure.Plan(reps=reps, rounds=rounds, warmups=3,
                             step_calls=10 if args.quick else 200,
+                            settle=0.02 if args.quick else 0.25,
+                            memory_rounds=1 if args.quick else min(rounds, 3),
                             skip_compile=args.skip_compile, work=Path(work))
         print("sgemm peak", file=sys.stderr)
         peak = measure.measure_peak(sgemm_case(args.quick), pool, plan)
@@ -76,7 +79,8 @@ def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": _cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
             "reps": reps, "rounds": plan.rounds, "warmups": plan.warmups,
-            "step_calls": plan.step_calls, "quick": args.quick,
+            "step_calls": plan.step_calls, "settle_s": plan.settle,
+            "memory_rounds": plan.memory_rounds, "quick": args.quick,
             "skip_compile": args.skip_compile, "python": platform.python_version(),
             "versions": versions, "command": _command(args, reps)}
 

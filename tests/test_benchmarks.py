@@ -183,7 +183,8 @@ def test_a_case_times_only_the_peers_that_agree_with_a_working_mdl(tmp_path, mdl
                      TORCH: FakeProcess(TORCH, GRADS, 4.0),
                      SCRIPT: FakeProcess(SCRIPT, other, 1.0),
                      COMPILE: FakeProcess(COMPILE, GRADS, 1.0, "setup"), JAX: None})
-    plan = Plan(reps=3, rounds=2, warmups=1, step_calls=1, skip_compile=False, work=tmp_path)
+    plan = Plan(reps=3, rounds=2, warmups=1, step_calls=1, settle=0.0, memory_rounds=1,
+                skip_compile=False, work=tmp_path)
     row, = measure_case(case, pool, plan, peak=100.0)
     assert {fw: r["status"] for fw, r in row["results"].items()} == statuses
     timed = {fw: r for fw, r in row["results"].items() if "ms" in r}
