@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .builder import Builder
-from .ir import Block, Graph, Op, Value, free_values, has_dynamic
+from .ir import Block, Graph, Op, Value, free_values, has_dynamic, walk_ops
 from .primitives import TABLE
 from .reference import Context
 from .structured import STRUCTURED
@@ -42,10 +42,12 @@ def _count(block: Block) -> int:
 
 # ---- the rewriting walk shared by folding, simplification and CSE ------------------------
 class Facts:
-    """What a rewrite may know about a value: the op producing it, its constant."""
+    """What a rewrite may know about a value: the op producing it, its constant, how
+    many times the graph reads it (counted when the pass starts)."""
 
-    def __init__(self):
+    def __init__(self, graph: Graph | None = None):
         self.producers: dict[int, Op] = {}
+        self.uses: dict[int, int] = _reads(graph) if graph is not None else {}
 
     def producer(self, v: Value) -> Op | None:
         return self.producers.get(id(v))
@@ -73,10 +75,32 @@ def _rewrite_graph(graph: Graph, rewrite: Rewrite) -> None:
     """Offer every op to `rewrite`; where it returns values, they replace the op's
     outputs (new ops it emitted are kept in place of the op)."""
     replace: dict[int, Value] = {}
-    facts = Facts()  # the backward sees what the forward made
+    facts = Facts(graph)  # the backward sees what the forward made
     for block in graph.blocks():
         _rewrite_block(block, rewrite, facts, replace)
     _remap_results(graph, replace)
+
+
+def _reads(graph: Graph) -> dict[int, int]:
+    """How many times each value is read: by ops, as a block's result, as a named
+    result of the graph."""
+    count: dict[int, int] = {}
+
+    def read(v: Value) -> None:
+        count[id(v)] = count.get(id(v), 0) + 1
+    for named in (graph.outputs, graph.param_grads, graph.input_grads):
+        for v in named.values():
+            read(v)
+    for top in graph.blocks():
+        for v in top.results:
+            read(v)
+        for op in walk_ops(top):
+            for v in op.inputs:
+                read(v)
+            for sub in op.blocks:
+                for v in sub.results:
+                    read(v)
+    return count
 
 
 def _remap_results(graph: Graph, replace: dict[int, Value]) -> None:

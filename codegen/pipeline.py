@@ -117,9 +117,11 @@ def trains(graph: Graph, options: BuildOptions) -> bool:
 
 def for_backends(graph: Graph) -> Graph:
     """A copy of the forward graph prepared for a backend (loops with lengths lowered to
-    plain ones); `graph` stays as checked."""
+    plain ones) and simplified by the passes, as the joint graph is; `graph` stays as
+    checked."""
     ready = clone_graph(graph)
     prepare(ready.body, autodiff=False)
+    optimize(ready)
     return ready
 
 

@@ -13,7 +13,7 @@ from codegen import passes, reference
 from codegen.autodiff import grad_graph
 from codegen.builder import Builder
 from codegen.ir import Block, Graph, Value, walk_ops
-from codegen.shapes import TensorType
+from codegen.shapes import Dim, TensorType
 from codegen.verify import verify
 
 F = TensorType.of("f64", ("B", 3))
@@ -59,6 +59,40 @@ def test_simplify_sees_constants_through_broadcasts():
     g = graph_of(lambda b, x: b.mul(b.broadcast_to(b.const(1.0, "f64"), shape=F.shape), x))
     passes.optimize(g, verify)
     assert g.outputs["y"] is g.inputs["x"]
+
+
+def _split_of_sum(read_twice: bool) -> Graph:
+    """y = a * b with a, b = split(x * x + bias) along axis 1 (+ the sum itself again
+    when `read_twice`)."""
+    x, bias = Value(TensorType.of("f64", ("B", 4)), "x"), Value(TensorType.of("f64", (4,)), "bias")
+    body = Block()
+    b = Builder(body)
+    whole = b.add(b.mul(x, x), bias)
+    first, second = b.emit("split", [whole], {"axis": 1, "parts": 2})
+    y = b.mul(first, second)
+    if read_twice:
+        y = b.add(y, b.emit("slice", [whole], {"starts": (Dim.of(0), Dim.of(0)),
+                                             "stops": (Dim.of("B"), Dim.of(2))})[0])
+    graph = Graph("G", {}, {"x": x, "bias": bias}, {}, body, {"y": y})
+    verify(graph)
+    return graph
+
+
+@pytest.mark.parametrize("read_twice", [False, True])
+def test_a_split_moves_into_the_elementwise_op_it_splits_when_nothing_else_reads_it(
+        read_twice):
+    g = _split_of_sum(read_twice)
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((3, 4)), "bias": rng.standard_normal(4)}
+    want = reference.run(g, inputs, {})["y"]
+    passes.optimize(g, verify)
+    np.testing.assert_allclose(reference.run(g, inputs, {})["y"], want, rtol=1e-15)
+    split_inputs = [op.inputs[0] for op in g.body.ops if op.prim == "split"]
+    if read_twice:  # the whole sum is needed anyway: computing it in parts would repeat it
+        assert [v.hint for v in split_inputs] == [""] and prims(g).count("add") == 2
+    else:  # x and the bias are split; each part's sum is computed where it is multiplied
+        assert sorted(v.hint for v in split_inputs) == ["bias", "x"]
+        assert prims(g).count("add") == 2 and prims(g).count("mul") == 3
 
 
 def test_cse_merges_equal_ops_but_not_random_ones():

@@ -146,6 +146,10 @@ class Lowering:
                 self._flush(run, out, block, into=op)
                 run = []
                 continue
+            if kind == "view" and not any(x.id in {v.id for o in run for v in o.outputs}
+                                          for x in op.inputs):
+                self._lower_op(op, kind, out)  # re-addresses memory the run does not write
+                continue
             self._flush(run, out, block)
             run = []
             if kind == "elementwise":

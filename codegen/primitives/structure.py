@@ -6,7 +6,7 @@ import numpy as np
 
 from ..dtypes import NUMERIC
 from ..shapes import Dim, numel
-from .core import ShapeError, need, primitive, same_dtype
+from .core import TABLE, ShapeError, need, primitive, same_dtype
 
 
 def _same_shape(b, op, facts):
@@ -59,8 +59,33 @@ def _stack(types, attrs):
     return [types[0].with_shape(shape[:axis] + (Dim.of(len(types)),) + shape[axis:])]
 
 
+def _split_simplify(b, op, facts):
+    """split(f(x, y, ...)), f elementwise and read only here, is f(split(x), split(y),
+    ...) part by part: each part is computed once, where it is used, and the whole is
+    never stored (an LSTM's x @ W + h @ U + b is added inside its gate loop). Operands
+    broadcast along the split axis stay whole."""
+    x = op.inputs[0]
+    producer = facts.producer(x)
+    if producer is None or producer.blocks or facts.uses.get(id(x), 0) != 1:
+        return None
+    prim = TABLE[producer.prim]
+    if not prim.elementwise or prim.random:
+        return None
+    axis, parts = op.attrs["axis"], op.attrs["parts"]
+    pieces = []
+    for v in producer.inputs:
+        at = axis - (x.type.rank - v.type.rank)  # the same axis, broadcasting aligned
+        if at < 0 or v.type.shape[at] != x.type.shape[axis]:
+            pieces.append([v] * parts)
+        else:
+            pieces.append(b.emit("split", [v], {"axis": at, "parts": parts}))
+    return [b.emit(producer.prim, [p[i] for p in pieces], producer.attrs, x.hint)[0]
+            for i in range(parts)]
+
+
 @primitive("split", 1, grad=lambda b, op, cts: [b.concat(*cts, axis=op.attrs["axis"])],
-           ref=lambda ctx, attrs, x: np.split(x, attrs["parts"], attrs["axis"]))
+           ref=lambda ctx, attrs, x: np.split(x, attrs["parts"], attrs["axis"]),
+           simplify=_split_simplify)
 def _split(types, attrs):
     x, = types
     axis, parts = attrs["axis"], attrs["parts"]
