@@ -171,13 +171,13 @@ class ModuleGenerator:
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
-            cotangents=[self._tensor_spec(k, g.outputs[k].type) for k in cotangents],
+            cotangents=[list(g.outputs).index(k) for k in cotangents],
             output_shapes=[self._shape_exprs(v.type) for v in g.outputs.values()],
             grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
             params=[self._param_spec(name, p, [k for k, _ in grads])
                     for name, p in g.params.items()],
-            param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes), packs=self.pack_count,
-            dynamic=len(self.names.dynamic))
+            param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
+            packs=self.pack_count, dynamic=len(self.names.dynamic))
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []

@@ -110,6 +110,8 @@ struct ModelSpec {
   int n_variants;
   const Variant<T>* variants;  // variants[0] is the generic code
   ShapeFunction output_shape, grad_shape;
+  int n_cotangents;            // a vjp build: backward takes a cotangent of these outputs
+  const int* cotangents;       // (their indexes); an ordinary build: none
 };
 
 }  // namespace mdl

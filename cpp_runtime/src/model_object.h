@@ -64,11 +64,7 @@ class Model {
     } else {
       lock_ = std::make_shared<std::mutex>();
     }
-    // A vjp build lists the cotangents its backward takes after its gradients, before the
-    // table's empty end (templates/model.cpp.j2); an ordinary build none.
-    for (const TensorSpec* c = spec->grads + spec->n_grads; c->name; ++c)
-      for (int k = 0; k < spec->n_outputs; ++k)
-        if (!std::strcmp(spec->outputs[k].name, c->name)) cotangents_.push_back(k);
+    cotangents_.assign(spec->cotangents, spec->cotangents + spec->n_cotangents);
     int64_t own = 0;
     for (int i = 0; i < spec->n_params; ++i)
       if (!state_.param[i]) own += numel(spec->params[i]);
