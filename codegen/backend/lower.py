@@ -146,9 +146,11 @@ class Lowering:
                 self._flush(run, out, block, into=op)
                 run = []
                 continue
-            if kind == "view" and not any(x.id in {v.id for o in run for v in o.outputs}
-                                          for x in op.inputs):
-                self._lower_op(op, kind, out)  # re-addresses memory the run does not write
+            if kind in ("view", "kernel") and not any(
+                    x.id in {v.id for o in run for v in o.outputs} for x in op.inputs):
+                # reads nothing the run computes: it goes first, and the run stays open
+                # for the elementwise ops after it (a GRU's two products, then its gates)
+                self._lower_op(op, kind, out)
                 continue
             self._flush(run, out, block)
             run = []
