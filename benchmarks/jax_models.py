@@ -62,20 +62,28 @@ def _loss(group: str):
 
 
 def setup(case: Case) -> Bench:
-    """Jitted functions for the case, compiled by the first call (the check)."""
+    """Jitted functions for the case, compiled by the first call (the check). The training
+    step differentiates the parameters and the float inputs xs and weights, as mdl's
+    backward does; every input is an argument, never a constant folded into the program."""
     p = {k: jnp.asarray(v) for k, v in data.params(case).items()}
-    xs = {k: jnp.asarray(v) for k, v in data.inputs(case).items()}
+    inputs = {k: jnp.asarray(v) for k, v in data.inputs(case).items()}
     if case.group == "generation":
-        return _generation(p, xs["xs"])
+        return _generation(p, inputs["xs"])
     loss = _loss(case.group)
-    train = jax.jit(jax.value_and_grad(loss))
-    forward = jax.jit(loss)
+    floats = {k: inputs[k] for k in ("xs", "weights")}
+    others = {k: v for k, v in inputs.items() if k not in floats}
+
+    def split_loss(p, floats, others):
+        return loss(p, **floats, **others)
+    train = jax.jit(jax.value_and_grad(split_loss, argnums=(0, 1)))
+    forward = jax.jit(split_loss)
 
     def check():
-        value, grads = train(p, **xs)
-        return {"loss": np.asarray(value), **{k: np.asarray(g) for k, g in grads.items()}}
-    return Bench({TRAIN: lambda: jax.block_until_ready(train(p, **xs)),
-                  FORWARD: lambda: jax.block_until_ready(forward(p, **xs))}, check)
+        value, (grads, input_grads) = train(p, floats, others)
+        return {"loss": np.asarray(value), **{k: np.asarray(g) for k, g in grads.items()},
+                **{f"input:{k}": np.asarray(g) for k, g in input_grads.items()}}
+    return Bench({TRAIN: lambda: jax.block_until_ready(train(p, floats, others)),
+                  FORWARD: lambda: jax.block_until_ready(forward(p, floats, others))}, check)
 
 
 def _generation(p, xs) -> Bench:

@@ -48,12 +48,19 @@ def rotated(items: list, r: int) -> list:
 
 def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> float:
     """The largest normwise relative difference over the peer's arrays (its loss and
-    gradients, or final states); the peer must cover every parameter gradient of ours."""
-    params = {k for k in ours if k != "loss" and not k.startswith("input:")}
-    if params - set(theirs):
-        raise WorkerError(f"the peer's check lacks {', '.join(sorted(params - set(theirs)))}")
-    return max(float(np.linalg.norm(ours[k] - theirs[k]) / max(np.linalg.norm(theirs[k]), 1e-30))
-               for k in theirs)
+    gradients, or final states); the peer must cover every array of ours that is not all
+    zeros (the gradient of a branch's condition is). The loss's difference is relative to
+    `loss_scale` where ours gives one: a sum whose terms cancel is not known to more than
+    eps times the size of its terms."""
+    lacking = {k for k, v in ours.items() if k != "loss_scale" and np.any(v)} - set(theirs)
+    if lacking:
+        raise WorkerError(f"the peer's check lacks {', '.join(sorted(lacking))}")
+
+    def scale(k: str) -> float:
+        return ours["loss_scale"] if k == "loss" and "loss_scale" in ours \
+            else np.linalg.norm(theirs[k])
+    return max(float(np.linalg.norm(ours[k] - theirs[k]) / max(scale(k), 1e-30))
+               for k in theirs if k != "loss_scale")
 
 
 def checked(proc: Process, case: Case, plan: Plan) -> dict[str, np.ndarray]:

@@ -101,22 +101,37 @@ def compiled(case: Case) -> Bench:
     return bench
 
 
-def _tensors(case: Case) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v) for k, v in data.inputs(case).items()}
+def _tensors(case: Case, grad: bool = False) -> dict[str, torch.Tensor]:
+    """The case's inputs; with `grad`, xs and weights require gradients, as mdl's backward
+    returns them too (an LSTM fed by an embedding needs d xs anyway)."""
+    out = {k: torch.from_numpy(v) for k, v in data.inputs(case).items()}
+    for k in ("xs", "weights") if grad else ():
+        out[k].requires_grad_(True)
+    return out
+
+
+def _input_grads(xs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {f"input:{k}": x.grad.numpy() for k, x in xs.items() if x.requires_grad}
+
+
+def _zero_grad(module: nn.Module, xs: dict[str, torch.Tensor]) -> None:
+    module.zero_grad(set_to_none=True)
+    for x in xs.values():
+        x.grad = None
 
 
 def _training(module: nn.Module, run, case: Case) -> Bench:
-    xs = _tensors(case)
+    xs = _tensors(case, grad=True)
 
     def step():
-        module.zero_grad(set_to_none=True)
+        _zero_grad(module, xs)
         run(**xs).backward()
 
     def check():
-        module.zero_grad(set_to_none=True)
+        _zero_grad(module, xs)
         loss = run(**xs)
         loss.backward()
-        return {"loss": loss.detach().numpy(),
+        return {"loss": loss.detach().numpy(), **_input_grads(xs),
                 **{key: getattr(module, attr).grad.numpy() for attr, key in module.names.items()}}
     return Bench({TRAIN: step}, check)
 
@@ -129,13 +144,13 @@ def _lstm(case: Case) -> Bench:
         lstm.weight_hh_l0.copy_(torch.from_numpy(p["lstm/U"].T))
         lstm.bias_ih_l0.copy_(torch.from_numpy(p["lstm/b"]))
         lstm.bias_hh_l0.zero_()
-    xs = _tensors(case)
+    xs = _tensors(case, grad=True)
 
     def loss():
         return (lstm(xs["xs"])[0] * xs["weights"]).sum()
 
     def step():
-        lstm.zero_grad(set_to_none=True)
+        _zero_grad(lstm, xs)
         loss().backward()
 
     def forward():
@@ -143,10 +158,11 @@ def _lstm(case: Case) -> Bench:
             return loss()
 
     def check():
-        lstm.zero_grad(set_to_none=True)
+        _zero_grad(lstm, xs)
         value = loss()
         value.backward()
-        return {"loss": value.detach().numpy(), "lstm/W": lstm.weight_ih_l0.grad.numpy().T,
+        return {"loss": value.detach().numpy(), **_input_grads(xs),
+                "lstm/W": lstm.weight_ih_l0.grad.numpy().T,
                 "lstm/U": lstm.weight_hh_l0.grad.numpy().T, "lstm/b": lstm.bias_ih_l0.grad.numpy()}
     return Bench({TRAIN: step, FORWARD: forward}, check)
 

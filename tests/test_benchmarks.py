@@ -106,6 +106,12 @@ def test_the_check_tells_same_math_from_different_math(theirs, agrees):
     assert (relative_error(GRADS, theirs) <= TOLERANCE) == agrees
 
 
+@pytest.mark.parametrize("loss, agrees", [(3.01, True), (3.5, False)])
+def test_a_loss_whose_terms_cancel_is_compared_at_the_scale_of_its_terms(loss, agrees):
+    ours = {**GRADS, "loss_scale": np.float64(1e3)}  # terms of size 1e3 summing to 3
+    assert (relative_error(ours, {**GRADS, "loss": np.float32(loss)}) <= TOLERANCE) == agrees
+
+
 def test_a_peer_that_leaves_out_a_gradient_fails_its_check():
     with pytest.raises(WorkerError, match="lacks lstm/W"):
         relative_error(GRADS, {"loss": GRADS["loss"]})
