@@ -12,8 +12,9 @@ directory.
 - ```python: run in one namespace, as one session started in that directory.
 - Other ```text blocks are illustrations.
 
-The page runs in a child process (`python3 tests/test_tutorial.py DIR`), so what it does
-to the process (the BLAS's thread count, the modules it imports) stays there."""
+The page runs in a child process (`python3 tests/test_tutorial.py DIR [PAGE]`), so what
+it does to the process (the BLAS's thread count, the modules it imports) stays there;
+tests/test_readme.py runs the README's tour the same way."""
 from __future__ import annotations
 
 import os
@@ -47,15 +48,17 @@ class Block:
     expected: str = ""        # mdl-error: the message it fails with
     shown: list[str] = field(default_factory=list)  # sh: the output shown after it
     end: int = 0              # 0-based line where a block directly after this one opens
+    page: str = PAGE.name
 
     @property
     def where(self) -> str:
-        return f"{PAGE.name}:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
-def blocks(page: str) -> list[Block]:
-    """The fenced blocks of `page` in order; an sh block's output lines (the text block
-    right after it) in its `shown`, an mdl-error block's note in its `expected`."""
+def blocks(page: str, name: str = PAGE.name) -> list[Block]:
+    """The fenced blocks of `page` (called `name` in messages) in order; an sh block's
+    output lines (the text block right after it) in its `shown`, an mdl-error block's note
+    in its `expected`."""
     lines = page.splitlines()
     out: list[Block] = []
     i = 0
@@ -67,7 +70,7 @@ def blocks(page: str) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         assert end is not None and lines[end].strip() == "```", \
             f"line {i + 1}: a fence that is not closed cleanly"
-        block = Block(m.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n")
+        block = Block(m.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", page=name)
         assert block.lang in LANGUAGES, f"line {i + 1}: unknown block language {block.lang!r}"
         after = next((k for k in range(end + 1, len(lines)) if lines[k].strip()), len(lines))
         if block.lang == "mdl-error":
@@ -82,48 +85,64 @@ def blocks(page: str) -> list[Block]:
     return out
 
 
-def run_page(page: str, workdir: Path) -> None:
-    """Run every block of `page` in `workdir`; an AssertionError (or the block's own
-    exception) says which block failed and why."""
-    from dsl import MdlError, check_source
-    bin_dir = Path(tempfile.mkdtemp(prefix="mdlc-bin-"))
+def run_page(page: str, workdir: Path, name: str = PAGE.name) -> None:
+    """Run every block of `page` (called `name` in messages) in `workdir`; an
+    AssertionError (or the block's own exception) says which block failed and why."""
+    os.chdir(workdir)
+    sys.path.insert(0, str(workdir))  # as `python3` started there: the built module imports
+    session: dict = {"__name__": "__main__"}
+    with tempfile.TemporaryDirectory(prefix="mdlc-bin-") as bin_dir:
+        env = shell_env(Path(bin_dir))
+        for block in blocks(page, name):
+            if block.lang == "mdl":
+                check_mdl(block, workdir)
+            elif block.lang == "mdl-error":
+                check_mdl_error(block)
+            elif block.lang == "sh":
+                run_commands(block, workdir, env)
+            elif block.lang == "python":
+                # blank lines first, so that a traceback's line numbers are the page's
+                exec(compile("\n" * block.line + block.text, name, "exec"), session)
+
+
+def shell_env(bin_dir: Path) -> dict:
+    """The environment of the page's commands: `mdlc` is this checkout's, run by this
+    Python; no colour."""
     mdlc = bin_dir / "mdlc"
     mdlc.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m codegen.cli "$@"\n')
     mdlc.chmod(mdlc.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "NO_COLOR": "1"}
     env.pop("FORCE_COLOR", None)
-    os.chdir(workdir)
-    sys.path.insert(0, str(workdir))  # as `python3` started there: the built module imports
-    session: dict = {"__name__": "__main__"}
-    for block in blocks(page):
-        if block.lang == "mdl":
-            name = FILE.match(block.text)
-            assert name, f"{block.where}: an mdl block starts with `# file: NAME`"
-            path = workdir / name.group(1)
-            path.write_text(block.text)
-            for model in MODEL.findall(block.text):
-                try:
-                    checked = check_source(block.text, path.name, model=model)
-                except MdlError as exc:
-                    raise AssertionError(f"{block.where}: model {model} does not check:\n"
-                                         f"{exc.render()}") from None
-                assert not checked.warnings, f"{block.where}: model {model} warns:\n" + \
-                    "\n".join(w.render() for w in checked.warnings)
-        elif block.lang == "mdl-error":
-            try:
-                check_source(block.text, "error.mdl")
-            except MdlError as exc:
-                assert block.expected in exc.render(), \
-                    f"{block.where}: expected {block.expected!r}, got:\n{exc.render()}"
-            else:
-                raise AssertionError(f"{block.where}: this mdl-error block checks")
-        elif block.lang == "sh":
-            run_commands(block, workdir, env)
-        elif block.lang == "python":
-            # blank lines first, so that a traceback's line numbers are the page's
-            code = "\n" * block.line + block.text
-            exec(compile(code, str(PAGE.name), "exec"), session)
+    return env
+
+
+def check_mdl(block: Block, workdir: Path) -> None:
+    """Save the block as the file it names; every model in it checks without warnings."""
+    from dsl import MdlError, check_source
+    target = FILE.match(block.text)
+    assert target, f"{block.where}: an mdl block starts with `# file: NAME`"
+    path = workdir / target.group(1)
+    path.write_text(block.text)
+    for model in MODEL.findall(block.text):
+        try:
+            checked = check_source(block.text, path.name, model=model)
+        except MdlError as exc:
+            raise AssertionError(f"{block.where}: model {model} does not check:\n"
+                                 f"{exc.render()}") from None
+        assert not checked.warnings, f"{block.where}: model {model} warns:\n" + \
+            "\n".join(w.render() for w in checked.warnings)
+
+
+def check_mdl_error(block: Block) -> None:
+    from dsl import MdlError, check_source
+    try:
+        check_source(block.text, "error.mdl")
+    except MdlError as exc:
+        assert block.expected in exc.render(), \
+            f"{block.where}: expected {block.expected!r}, got:\n{exc.render()}"
+    else:
+        raise AssertionError(f"{block.where}: this mdl-error block checks")
 
 
 def run_commands(block: Block, workdir: Path, env: dict) -> None:
@@ -223,4 +242,5 @@ def test_a_broken_page_fails(page, message, tmp_path, monkeypatch):
 
 
 if __name__ == "__main__":
-    run_page(PAGE.read_text(), Path(sys.argv[1]))
+    page = Path(sys.argv[2]) if len(sys.argv) > 2 else PAGE
+    run_page(page.read_text(), Path(sys.argv[1]), page.name)
