@@ -95,6 +95,29 @@ def test_specialized_and_generic_code_agree():
         assert_training_matches(m, graph, inputs, 1e-10)
 
 
+@pytest.mark.parametrize("strided", [False, True])
+def test_backward_reads_the_training_forwards_inputs_which_stay_alive(strided):
+    """The backward reads a training forward's inputs where they are (uncopied): the
+    module keeps them alive, even when the caller drops them or they were converted."""
+    import gc
+    graph = graph_of("charlm.mdl", "CharLM", "f64")
+    m = native("charlm.mdl", "f64").CharLM(seed=5)
+    inputs = random_case(graph, "f64", seed=7)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    want = reference.gradients(graph, inputs, params, training=True,
+                               seed=derive(5, m.rng_calls + 1)).params
+    given = {k: np.repeat(v, 2, axis=0)[::2] if strided else v.copy()
+             for k, v in inputs.items()}
+    m.forward(**given, training=True)
+    del given
+    gc.collect()
+    junk = [np.full((5, 3), 7, np.int32) for _ in range(1000)]  # reuse freed memory
+    grads = m.backward()
+    del junk
+    for name, g in want.items():
+        assert rel_error(grads[name], g) < 1e-10, name
+
+
 @pytest.fixture(scope="module")
 def towers():
     return native("towers.mdl", "f32").Towers(seed=0)

@@ -83,9 +83,11 @@ class ModuleGenerator:
                                    _own(p.value.type), persistent=True)
                 for name, p in graph.params.items()}
 
-    def _input_access(self, graph: Graph) -> dict[int, Access]:
+    def _input_access(self, graph: Graph, kept: bool = False) -> dict[int, Access]:
+        """The call's inputs; `kept`: the runtime keeps them alive for the backward (a
+        training forward's), so the backward reads them where they are, uncopied."""
         return {v.id: Access(self.target.input(k, self.d.ctype(v.type.dtype)),
-                             _own(v.type), persistent=False)
+                             _own(v.type), persistent=kept)
                 for k, v in enumerate(graph.inputs.values())}
 
     def _cotangent_access(self, joint: Graph) -> dict[int, Access]:
@@ -118,7 +120,7 @@ class ModuleGenerator:
         j = self.joint
         fwd_ops, bwd_ops = j.body.ops, j.backward.ops  # the boundary autodiff recorded
         defined = _defined(fwd_ops)
-        external_j = {**self._param_access(j), **self._input_access(j)}
+        external_j = {**self._param_access(j), **self._input_access(j, kept=True)}
         grads = list(j.param_grads.values()) + list(j.input_grads.values())
         wanted = _reads(bwd_ops) | {v.id for v in grads}  # a gradient may be a forward value
         saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(wanted)

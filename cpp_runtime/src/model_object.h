@@ -130,6 +130,9 @@ class Model {
         v.infer(state_, in.call);
       }
     }
+    // The backward reads a training forward's inputs where they are: they stay alive
+    // until the next training forward (under the lock and the GIL).
+    if (training) trained_inputs_ = std::move(in.keep);
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
@@ -194,6 +197,7 @@ class Model {
       }
       pending_ = true;
     }
+    trained_inputs_ = std::move(in.keep);  // a backward() may still follow (see forward)
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
@@ -585,6 +589,7 @@ class Model {
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
   bool pending_ = false;  // flat_ holds gradients not applied yet
   const Variant<T>* trained_ = nullptr;
+  std::vector<py::array> trained_inputs_;  // what the last forward(training=True) read
   std::vector<int64_t> dims_;
 };
 
