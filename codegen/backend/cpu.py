@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from ..primitives import cpu as _kernels  # attaches extra["cpu"]
-from ..shapes import Dim
+from ..shapes import Dim, contiguous_strides, numel
 from .dialect import CPP
 from .lower import Fused, lowering_hook
 from .target import Target
@@ -52,11 +52,15 @@ class CpuTarget(Target):
     def fused(self, r, ins: Fused) -> None:
         for v in ins.allocs + ins.stores:
             r.define_owned(v)
+        for _, total, _ in ins.sums:
+            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
+                             r.literal(0, total.type.dtype)))
         produced = {v.id for op in ins.ops for v in op.outputs}
         operands = [x for op in ins.ops for x in op.inputs if x.id not in produced]
         operands = list({x.id: x for x in operands}.values()) + ins.stores
+        sums = {total.id: _sum_strides(x, axes) for x, total, axes in ins.sums}
 
-        def body(index):
+        def body(index, accumulators):
             names: dict[int, str] = {}
 
             def read(x) -> str:
@@ -73,10 +77,13 @@ class CpuTarget(Target):
                     r.emit(f"const {r.ctype(v)} {names[v.id]} = {expr};")
             for v in ins.stores:
                 r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
-        self._loop_nest(r, ins.shape, operands, body)
+            for x, total, _ in ins.sums:
+                target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
+                r.emit(f"{target} += {names[x.id]};")
+        self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums)
 
     def assign(self, r, dst, src) -> None:
-        def body(index):
+        def body(index, _):
             lay = r.layout(src)
             value = (r.literal(lay.const, src.type.dtype) if lay.is_const
                      else f"{r.ptr(src)}[{index[src.id]}]")
@@ -102,10 +109,15 @@ class CpuTarget(Target):
         return f"reinterpret_cast<{ctype}*>(m.tapes[{k}].data())"
 
     # ---- loop nests ----
-    def _loop_nest(self, r, shape: tuple[Dim, ...], operands: list, body) -> None:
+    def _loop_nest(self, r, shape: tuple[Dim, ...], operands: list, body,
+                   sums: dict | None = None) -> None:
         """Nested loops over `shape`, neighbouring dims merged where every operand's
-        strides allow; `body(index)` gets each operand's index expression by value id."""
-        strides = {v.id: _aligned_strides(r, v, shape) for v in operands
+        strides allow; `body(index, accumulators)` gets each operand's index expression
+        by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
+        adds into: one summed along the innermost loop gets a local accumulator there
+        (`accumulators`: value id -> its name), so that loop still vectorizes."""
+        sums = sums or {}
+        strides = {v.id: sums.get(v.id) or _aligned_strides(r, v, shape) for v in operands
                    if not r.layout(v).is_const}
         dims: list[Dim] = []
         merged: dict[int, list[Dim]] = {k: [] for k in strides}
@@ -119,15 +131,31 @@ class CpuTarget(Target):
             for k, s in strides.items():
                 merged[k].append(s[i])
         idx = [r.fresh("i") for _ in dims]
+        inner = {k: r.fresh("acc") for k in sums if dims and merged[k][-1] == Dim.of(0)}
+        values = {v.id: v for v in operands}
         for n, (var, d) in enumerate(zip(idx, dims)):
             if n == len(dims) - 1:
-                r.emit(self.dialect.vectorize_hint)
+                for k, acc in inner.items():
+                    r.emit(f"{r.ctype(values[k])} {acc} = 0;")
+                r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
+                       if inner else self.dialect.vectorize_hint)
             r.open(f"for (int64_t {var} = 0; {var} < {r.dim(d)}; ++{var})")
         if not dims:
             r.open("")
-        body({k: _index(r, s, idx) for k, s in merged.items()})
-        for _ in range(max(1, len(dims))):
+        body({k: _index(r, s, idx) for k, s in merged.items()}, inner)
+        for n in range(max(1, len(dims))):
             r.close()
+            if n == 0:  # the innermost loop closed: its accumulators are added in
+                for k, acc in inner.items():
+                    r.emit(f"{r.ptr(values[k])}[{_index(r, merged[k][:-1], idx[:-1])}] "
+                           f"+= {acc};")
+
+
+def _sum_strides(x, axes: tuple[int, ...]) -> tuple[Dim, ...]:
+    """Where each element of `x` lands in its sum over `axes` (kept axes contiguous)."""
+    kept = [d for i, d in enumerate(x.type.shape) if i not in axes]
+    strides = iter(contiguous_strides(tuple(kept)))
+    return tuple(Dim.of(0) if i in axes else next(strides) for i in range(x.type.rank))
 
 
 def _aligned_strides(r, v, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:

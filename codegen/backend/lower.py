@@ -37,11 +37,14 @@ class Layout:
 @dataclass(eq=False)
 class Fused:
     """One loop nest computing `ops` (elementwise, one output shape); stores `stores`.
-    `allocs`: memory the stores are views of (a concatenation they fill), defined first."""
+    `allocs`: memory it defines first (a concatenation its stores are views of, a sum it
+    accumulates); `sums`: (value, sum, axes) for each value it adds up over `axes` into
+    `sum` instead of storing it."""
     ops: list[Op]
     stores: list[Value]
     shape: tuple[Dim, ...]
     allocs: list[Value] = field(default_factory=list)
+    sums: list[tuple[Value, Value, tuple[int, ...]]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -80,6 +83,12 @@ def lowering_hook(op: Op) -> tuple:
     """How the op lowers, the same on every target: (kind, ...) from the primitive
     table (primitives/lowering.py)."""
     return TABLE[op.prim].extra["lower"]
+
+
+def _reads(op: Op, ops: list[Op]) -> bool:
+    """Whether `op` reads an output of one of `ops`."""
+    made = {v.id for o in ops for v in o.outputs}
+    return any(x.id in made for x in op.inputs)
 
 
 def lowering_kind(op: Op) -> str:
@@ -133,32 +142,36 @@ class Lowering:
             self._count_uses(block)
         out: list = []
         run: list[Op] = []
+        totals: list[Op] = []  # sums the run accumulates (their ops need no instruction)
         for op in block.ops:
             kind = lowering_kind(op)
             if kind == "const":  # needs no memory and no flush of the run
                 self.layouts[op.outputs[0].id] = Layout(const=lowering_hook(op)[1](op))
                 continue
             if kind == "elementwise" and (not run or run[0].outputs[0].type.shape ==
-                                          op.outputs[0].type.shape):
+                                          op.outputs[0].type.shape) \
+                    and not _reads(op, totals):
                 run.append(op)
                 continue
             if self._fills(run, op, block):  # the run writes the op's output: no op left
-                self._flush(run, out, block, into=op)
-                run = []
+                self._flush(run, out, block, totals, into=op)
+                run, totals = [], []
                 continue
-            if kind in ("view", "kernel") and not any(
-                    x.id in {v.id for o in run for v in o.outputs} for x in op.inputs):
+            if self._sums(run, op, block):  # the run adds up the op's input: no op left
+                totals.append(op)
+                continue
+            if kind in ("view", "kernel") and not _reads(op, run + totals):
                 # reads nothing the run computes: it goes first, and the run stays open
                 # for the elementwise ops after it (a GRU's two products, then its gates)
                 self._lower_op(op, kind, out)
                 continue
-            self._flush(run, out, block)
-            run = []
+            self._flush(run, out, block, totals)
+            run, totals = [], []
             if kind == "elementwise":
                 run.append(op)
             else:
                 self._lower_op(op, kind, out)
-        self._flush(run, out, block)
+        self._flush(run, out, block, totals)
         return out
 
     def _count_uses(self, block: Block) -> None:
@@ -177,19 +190,35 @@ class Lowering:
         gather = TABLE[op.prim].extra.get("gathers") if op.prim in TABLE else None
         if gather is None or not run or len({x.id for x in op.inputs}) != len(op.inputs):
             return False
-        produced = {v.id for o in run for v in o.outputs}
-        inside = {}
-        for o in run:
-            for x in o.inputs:
-                inside[x.id] = inside.get(x.id, 0) + 1
-        return all(x.id in produced and self.uses.get(x.id, 0) - inside.get(x.id, 0) == 1
-                   and x not in block.results and x.id not in self.escaping
-                   and x.id not in self.placed for x in op.inputs)
+        return all(self._only_for(run, x, block) for x in op.inputs)
 
-    def _flush(self, run: list[Op], out: list, block: Block, into: Op | None = None) -> None:
+    def _sums(self, run: list[Op], op: Op, block: Block) -> bool:
+        """Whether `op` adds up a value the run computes and nothing else reads (a loss
+        sum(hs * w), a bias gradient), so the run can accumulate it."""
+        sums = TABLE[op.prim].extra.get("sums") if op.prim in TABLE else None
+        return (sums is not None and bool(run) and op.inputs[0].type.rank > 0
+                and op.inputs[0].type.shape == run[0].outputs[0].type.shape
+                and self._only_for(run, op.inputs[0], block))
+
+    def _only_for(self, run: list[Op], x: Value, block: Block) -> bool:
+        """Whether the run computes `x` and only one op after the run reads it."""
+        if x.id not in {v.id for o in run for v in o.outputs}:
+            return False
+        inside = sum(1 for o in run for v in o.inputs if v.id == x.id)
+        return (self.uses.get(x.id, 0) - inside == 1 and x not in block.results
+                and x.id not in self.escaping and x.id not in self.placed)
+
+    def _flush(self, run: list[Op], out: list, block: Block, totals: list[Op],
+               into: Op | None = None) -> None:
+        """The run as one Fused group; `totals`: sums it accumulates, `into`: a gather
+        it writes."""
         if not run:
             return
-        allocs = []
+        allocs, sums = [], []
+        for total in totals:
+            self.own(total.outputs[0])
+            allocs.append(total.outputs[0])
+            sums.append((total.inputs[0], total.outputs[0], TABLE[total.prim].extra["sums"](total)))
         if into is not None:
             whole = into.outputs[0]
             self.own(whole)
@@ -199,7 +228,7 @@ class Lowering:
                 self.placed[x.id] = Layout(whole, offset, strides)
         produced = {v.id for op in run for v in op.outputs}
         inside: dict[int, int] = {}
-        for op in run:
+        for op in run + totals:
             for v in op.inputs:
                 if v.id in produced:
                     inside[v.id] = inside.get(v.id, 0) + 1
@@ -212,7 +241,7 @@ class Lowering:
                     self.own(v)
                 else:
                     self.layouts[v.id] = Layout(None, "0", contiguous_strides(v.type.shape))
-        out.append(Fused(list(run), stores, run[0].outputs[0].type.shape, allocs))
+        out.append(Fused(list(run), stores, run[0].outputs[0].type.shape, allocs, sums))
 
     def _lower_op(self, op: Op, kind: str, out: list) -> None:
         if kind == "structured":

@@ -114,20 +114,24 @@ class Renderer:
         for v, target in spec.results:
             v = spec.result_of[v.id]
             self.emit(f"{target} = {self.ptr(v)};")
-            spec.saved_layouts[v.id] = self.low.layouts[v.id]
+            # the pointer is the value's own: another function reads it as memory of its own
+            spec.saved_layouts[v.id] = Layout(None, "0", self.low.layouts[v.id].strides)
         return self.target.function(self, self.lines)
 
     def _materialize_results(self, instrs: list, results: list[Value], owned: set[int]) -> None:
-        """Results handed to Python or to another function own contiguous memory that
-        outlives the call."""
+        """Results handed to Python or to another function lie in contiguous memory that
+        outlives the call: their own, or a contiguous view of such memory (the arena, a
+        parameter, a kept input; the plan keeps a result's root to the end)."""
         for v in results:
             lay = self.low.layouts[v.id]
-            access = self.spec.external.get(v.id)
-            if access is not None and access.persistent:
+            root = v
+            while self.low.layouts[root.id].base is not None:
+                root = self.low.layouts[root.id].base
+            access = self.spec.external.get(root.id)
+            if access is not None and access.persistent and self.low.is_contiguous(v):
                 self.spec.result_of[v.id] = v
                 continue
-            if lay.is_const or lay.base is not None or access is not None \
-                    or not self.low.is_contiguous(v):
+            if lay.is_const or access is not None or not self.low.is_contiguous(v):
                 copy = self.low.copy_of(v, instrs)
                 owned.add(copy.id)
                 self.spec.result_of[v.id] = copy

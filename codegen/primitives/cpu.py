@@ -37,11 +37,8 @@ for _name, _kind in (("sum", "Sum"), ("max", "Max"), ("mean", "Mean"), ("logsume
 
 
 def _sum_to(r, op, inputs, ins, outs):
-    x, shape = inputs[0], tuple(op.attrs["shape"])
-    lead = x.type.rank - len(shape)
-    mask = sum(1 << a for a in range(lead)) + sum(
-        1 << (lead + i) for i, d in enumerate(shape)
-        if d == Dim.of(1) and x.type.shape[lead + i] != Dim.of(1))
+    x = inputs[0]
+    mask = sum(1 << a for a in TABLE["sum_to"].extra["sums"](op))
     return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
             f"mdl::reduce(mdl::Reduction::Sum, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, "
             f"{outs[0]}); }}"]

@@ -10,7 +10,9 @@
   an input's layout) says which inputs may be strided views.
 A primitive that only gathers its inputs into its output (concat, stack) also declares
 `extra["gathers"](r, op) -> [(offset, strides)]`: where each input lies in the output, so
-that their producers can write there directly.
+that their producers can write there directly. A plain sum (sum, sum_to) declares
+`extra["sums"](op) -> axes`: the input axes it adds up, so that the elementwise loop
+computing its input can accumulate it instead of storing it.
 `r` is the backend's renderer: `r.dim(d)`, `r.ctype(v)`, `r.scalar(v)`, `r.layout(v)`.
 """
 from __future__ import annotations
@@ -152,6 +154,16 @@ def _gathered(stack: bool):
     return regions
 
 
+def _sum_to_axes(op) -> tuple[int, ...]:
+    """The axes of sum_to's input that its target shape drops or keeps as 1."""
+    x, shape = op.inputs[0], tuple(op.attrs["shape"])
+    lead = x.type.rank - len(shape)
+    return tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == Dim.of(1) and x.type.shape[lead + i] != Dim.of(1))
+
+
+TABLE["sum"].extra["sums"] = lambda op: tuple(op.attrs["axes"])
+TABLE["sum_to"].extra["sums"] = _sum_to_axes
 TABLE["concat"].extra["gathers"] = _gathered(False)
 TABLE["stack"].extra["gathers"] = _gathered(True)
 for _name in ("unslice", "concat", "stack"):  # they write through views themselves

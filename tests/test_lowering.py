@@ -1,0 +1,85 @@
+"""The shape of the code the CPU target generates for an LSTM, a MILSTM and a GRU: what
+the speed work (docs/benchmarks.md) made of each step, kept from regressing. What the
+code computes is checked against the reference elsewhere (test_native*.py); this checks
+how: weights packed before their loop, one product and one fused loop per forward step,
+gate gradients written where the weight gradients read them, sums accumulated by the
+loop that computes their terms, inputs the backward reads not copied."""
+import re
+from pathlib import Path
+
+import pytest
+
+from codegen.pipeline import BuildOptions, sources
+
+MODELS = Path(__file__).resolve().parents[1] / "benchmarks" / "models.mdl"
+
+
+def functions(model: str) -> dict[str, str]:
+    """{infer, train, backward: C++ text} of `model`'s generic code (H = 16)."""
+    _, files = sources(MODELS, "shapes", BuildOptions(defines={"H": 16}, model=model))
+    text = files["module.cpp"]
+    out = {}
+    for kind in ("infer", "train", "backward"):
+        start = text.index(f"static void {kind}_0(")
+        out[kind] = text[start:text.index("\n}\n", start)]
+    return out
+
+
+def loop_body(function: str) -> str:
+    """The text of the function's (first) time loop."""
+    start = re.search(r"for \(int64_t s\d+ = 0;", function).start()
+    depth, i = 0, function.index("{", start)
+    for j in range(i, len(function)):
+        depth += {"{": 1, "}": -1}.get(function[j], 0)
+        if depth == 0:
+            return function[i:j]
+    raise AssertionError("unbalanced loop")
+
+
+def count_loops(text: str) -> int:
+    return len(re.findall(r"for \(int64_t i\d+ = 0;", text))
+
+
+@pytest.fixture(scope="module")
+def lstm():
+    return functions("LSTM")
+
+
+def test_a_forward_step_is_one_packed_product_and_one_loop(lstm):
+    for kind in ("infer", "train"):
+        step = loop_body(lstm[kind])
+        assert step.count("mdl::gemm_packed(") == 1 and "mdl::gemm(" not in step, kind
+        assert count_loops(step) == 2, kind  # one fused loop nest: rows, then columns
+        assert "mdl::pack_b(" in lstm[kind].split(step)[0]  # U packed before the loop
+
+
+def test_the_loss_is_summed_by_the_loop_computing_its_terms(lstm):
+    assert "mdl::reduce(" not in lstm["infer"]
+    assert "#pragma omp simd reduction(+ :" in lstm["infer"]
+
+
+def test_the_training_forward_stores_what_it_saves_once(lstm):
+    step = loop_body(lstm["train"])
+    # the gates go straight into their stacks; only h and c (state) are copied
+    assert step.count("mdl::copy(") == 4  # h_{t-1}, c_{t-1} into their stacks; h, c state
+    assert "c.inputs" not in step and "m.saved[0] = v" in lstm["train"]
+
+
+def test_gate_gradients_are_written_where_the_weight_gradients_read_them(lstm):
+    step = loop_body(lstm["backward"])
+    assert count_loops(step) == 2 and step.count("mdl::gemm_packed(") == 1
+    assert step.count("mdl::copy(") == 2  # the two state cotangents, nothing stacked
+    after = lstm["backward"].split(step)[1]
+    assert after.count("mdl::gemm(") == 3  # dU, dW and the inputs' gradient, over all steps
+
+
+def test_a_gru_step_computes_both_gate_sums_in_one_loop():
+    step = loop_body(functions("GRUIf")["train"])
+    branch_end = step.index("mdl::gemm_packed", step.index("} else {"))
+    assert count_loops(step[branch_end:]) == 2  # after the branch: two products, one loop
+
+
+def test_milstm_sums_its_gate_weights_gradients_while_computing_them():
+    backward = functions("MILSTM")["backward"]
+    rest = backward.split(loop_body(backward))[1]
+    assert rest.count("] += s") >= 2  # alpha's and beta's gradients accumulated in place
