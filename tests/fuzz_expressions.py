@@ -1,0 +1,365 @@
+"""Random well-typed expressions for the fuzzer's program generator
+(tests/fuzz_generate.py). What they call is read from the primitive table and
+`dsl.builtins` where those say enough (unary and binary elementwise functions,
+comparisons, reductions, softmaxes, and each one's domain, found by probing its NumPy
+reference); the rest are templates that make shapes fit (matmul, concat,
+stack/transpose/reshape, split, index, slice, gather, one_hot, dropout, losses, calls
+of the program's functions and of `linear`). Every expression is a primary (a name, a
+call or parenthesized), so it can be indexed or combined as it is."""
+from __future__ import annotations
+
+import numpy as np
+
+from codegen.primitives import BINARY_SYMBOLS, TABLE, ShapeError
+from codegen.shapes import TensorType
+from dsl.builtins import BUILTINS
+
+from fuzz_scope import Frame, Names, Var
+
+
+def _result_dtype(name: str, arity: int) -> str | None:
+    try:
+        return TABLE[name].infer([TensorType("f64", ())] * arity, {})[0].dtype
+    except ShapeError:
+        return None
+
+
+def _finite(name: str, *args: float) -> bool:
+    with np.errstate(all="ignore"):
+        out = TABLE[name].ref(None, {}, *(np.float64(a) for a in args))
+    return bool(np.all(np.isfinite(out)))
+
+
+UNARY = sorted(n for n in BUILTINS if n in TABLE and TABLE[n].elementwise
+               and TABLE[n].arity == 1 and _result_dtype(n, 1) == "f64")
+ARITH = sorted(n for n in BINARY_SYMBOLS if _result_dtype(n, 2) == "f64")
+COMPARE = sorted(n for n in BINARY_SYMBOLS if _result_dtype(n, 2) == "bool")
+POSITIVE_ARG = {n for n in UNARY if not _finite(n, -1.0)}          # log, sqrt
+BOUNDED_ARG = {n for n in UNARY if not _finite(n, 1e4)}            # exp
+POSITIVE_LEFT = {n for n in ARITH if not _finite(n, -1.0, 0.5)}    # pow's base
+POSITIVE_RIGHT = {n for n in ARITH if not _finite(n, 1.0, 0.0)}    # div's divisor
+BOUNDED_RIGHT = {n for n in ARITH if not _finite(n, 2.0, 1e4)}     # pow's exponent
+REDUCTIONS = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis", "keepdims"])
+# A reduction that is sugar (norm: sqrt(sum(x * x))) has no gradient where its argument
+# is all zero, as a masked row of a loop with lengths is: give it positive arguments.
+POSITIVE_REDUCTION = {n for n in REDUCTIONS if n not in TABLE}
+SOFTMAXES = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis"])
+
+
+def binary_text(name: str, left: str, right: str) -> str:
+    symbol = BINARY_SYMBOLS[name]
+    return f"{symbol}({left}, {right})" if symbol in BUILTINS else f"({left} {symbol} {right})"
+
+
+LITERALS = ("0.5", "1.5", "0.25", "2.0", "(-0.5)", "0.1", "3")
+
+
+class Expressions(Names):
+    """Draws expressions of a given shape."""
+
+    def function(self, width: int) -> str:
+        """The program's function on [N, width] (defined on first use)."""
+        fn = f"{self.program.name}_f{width}"
+        if fn not in self.program.defs:
+            saved, self.frames = self.frames, [Frame("def")]
+            self.define(Var("x", ("N", width), fixed=True))
+            result = self.expr(("N", width), 2)
+            body = "\n".join("  " + line for s in self.frames[0].block for line in s.lines(0))
+            self.frames = saved
+            self.program.defs[fn] = (f"def {fn}(x : f32[N, {width}]) -> f32[N, {width}] {{\n"
+                                     + (body + "\n" if body else "") + f"  return {result}\n}}")
+        return fn
+
+    FORMS = (("unary", 6), ("binary", 6), ("neg", 1), ("where", 2), ("clip", 1),
+             ("matmul", 3), ("softmax", 1), ("reduce", 2), ("concat", 1), ("restack", 1),
+             ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1), ("gather", 1),
+             ("one_hot", 1), ("dropout", 1), ("call", 2), ("linear", 1), ("loss", 2))
+
+    def expr(self, shape: tuple, depth: int) -> str:
+        """A float expression of exactly `shape`, always a primary (a name, a call, or
+        parenthesized), so it can be indexed or combined without more parentheses."""
+        if depth <= 0 or self.rng.random() < 0.2:
+            return self.leaf(shape)
+        names, weights = zip(*self.FORMS)
+        for _ in range(4):  # a form may not fit this shape
+            form = self.rng.choices(names, weights)[0]
+            out = getattr(self, f"form_{form}")(shape, depth - 1)
+            if out is not None:
+                return out
+        return self.leaf(shape)
+
+    def leaf(self, shape: tuple) -> str:
+        found = self.floats(shape)
+        if found and self.rng.random() < 0.85:
+            return self.pick(found).name
+        return self.make(shape)
+
+    def make(self, shape: tuple) -> str:
+        """A value of `shape` when no variable has it."""
+        if self.can_input(shape) and self.rng.random() < 0.25:
+            return self.input(shape)
+        everything = [v for v in self.visible().values()
+                      if v.dtype == "f32" and v.name not in self.avoid]
+        wider = [v for v in everything if v.shape[:-1] == shape and v.shape]
+        if wider:
+            red = self.pick(REDUCTIONS)
+            v = self.pick(wider)
+            return f"{red}({self.reduction_arg(red, v.name)}, axis = {len(shape)})"
+        if len(shape) == 2 and self.floats(shape[::-1]):
+            return f"transpose({self.pick(self.floats(shape[::-1])).name})"
+        related = [v for v in everything if len(v.shape) == len(shape) and shape
+                   and v.shape[:-1] == shape[:-1] and isinstance(v.shape[-1], int)]
+        if related and isinstance(shape[-1], int):
+            v = self.pick(related)
+            if v.shape[-1] > shape[-1] and self.rng.random() < 0.5:
+                a = self.rng.randint(0, v.shape[-1] - shape[-1])
+                return f"{v.name}[{':, ' * (len(shape) - 1)}{a}:{a + shape[-1]}]"
+            if len(shape) >= 2:
+                return f"({v.name} @ {self.param((v.shape[-1], shape[-1]))})"
+        if all(isinstance(d, int) for d in shape):
+            return self.param(shape)
+        if self.can_input(shape):
+            return self.input(shape)
+        return f"full[{', '.join(map(str, shape))}](0.5)"
+
+    def can_input(self, shape: tuple) -> bool:
+        return not self.in_def and "N" not in shape
+
+    def literal(self) -> str:
+        return self.pick(LITERALS)
+
+    def positive(self, text: str) -> str:
+        return self.pick([f"(sigmoid({text}) + 0.5)", f"exp(tanh({text}))",
+                          f"(abs({text}) + 1.0)"])
+
+    def reduction_arg(self, red: str, text: str) -> str:
+        return self.positive(text) if red in POSITIVE_REDUCTION else text
+
+    def operand(self, shape: tuple, depth: int) -> str:
+        """Something that broadcasts to `shape`: the shape, a suffix, a literal, a
+        rank-0 value, or a reduction with keepdims."""
+        r = self.rng.random()
+        if r < 0.15:
+            return self.literal()
+        if r < 0.25:
+            return self.expr((), depth)
+        if shape and r < 0.4:
+            self.cover("broadcast")
+            return self.expr(shape[1:], depth)
+        if shape and r < 0.48:
+            red = self.pick(REDUCTIONS)
+            self.cover("keepdims")
+            arg = self.reduction_arg(red, self.expr(shape, depth))
+            return f"{red}({arg}, axis = {len(shape) - 1}, keepdims = true)"
+        return self.expr(shape, depth)
+
+    def condition(self, shape: tuple, depth: int) -> str:
+        """A bool expression that broadcasts to `shape`."""
+        if not self.in_def and self.rng.random() < 0.1:
+            self.cover("bool-input")
+            return self.input(shape, "bool", "mask")
+        f = self.pick(COMPARE)
+        self.cover(f)
+        c = binary_text(f, self.expr(shape, depth), self.operand(shape, depth))
+        r = self.rng.random()
+        if r < 0.1:
+            return f"(not {c})"
+        if r < 0.2:
+            return f"({c} {self.pick(['and', 'or'])} {self.condition(shape, depth - 1)})"
+        return c
+
+    def scalar_condition(self, depth: int) -> str:
+        with self.no_calls():
+            red, f = self.pick(REDUCTIONS), self.pick(COMPARE)
+            shape = self.pick([s for s in self.shapes() if s])
+            arg = self.reduction_arg(red, self.expr(shape, depth))
+            return binary_text(f, f"{red}({arg})", self.pick(["0.1", "0.5", "(-0.2)", "1.0"]))
+
+    def form_unary(self, shape, d):
+        f = self.pick(UNARY)
+        self.cover(f)
+        arg = self.expr(shape, d)
+        if f in POSITIVE_ARG:
+            arg = self.positive(arg)
+        if f in BOUNDED_ARG:
+            arg = f"tanh({arg})"
+        return f"{f}({arg})"
+
+    def form_neg(self, shape, d):
+        self.cover("neg")
+        return f"(-{self.expr(shape, d)})"
+
+    def form_binary(self, shape, d):
+        f = self.pick(ARITH)
+        self.cover(f)
+        if f not in POSITIVE_LEFT | POSITIVE_RIGHT | BOUNDED_RIGHT and self.rng.random() < 0.3:
+            left, right = self.operand(shape, d), self.expr(shape, d)
+        else:
+            left, right = self.expr(shape, d), self.operand(shape, d)
+        if f in POSITIVE_LEFT:
+            left = self.positive(left)
+        if f in POSITIVE_RIGHT:
+            right = self.positive(right)
+        if f in BOUNDED_RIGHT:
+            right = f"tanh({right})"
+        return binary_text(f, left, right)
+
+    def form_where(self, shape, d):
+        self.cover("where")
+        cond = self.condition(shape if self.rng.random() < 0.7 else shape[1:], d)
+        return f"where({cond}, {self.expr(shape, d)}, {self.operand(shape, d)})"
+
+    def form_clip(self, shape, d):
+        self.cover("clip")
+        return f"clip({self.expr(shape, d)}, -0.5, 0.5)"
+
+    def form_matmul(self, shape, d):
+        if len(shape) < 2 or not isinstance(shape[-1], int):
+            return None
+        self.cover("matmul")
+        k = self.pick(self.widths)
+        left = self.expr(shape[:-1] + (k,), d)
+        return f"({left} @ {self.param((k, shape[-1]))})"
+
+    def form_softmax(self, shape, d):
+        if not shape:
+            return None
+        f = self.pick(SOFTMAXES)
+        self.cover(f)
+        axis = self.rng.randrange(len(shape))
+        return f"{f}({self.expr(shape, d)}, axis = {axis})"
+
+    def form_reduce(self, shape, d):
+        red = self.pick(REDUCTIONS)
+        self.cover(red)
+        if self.rng.random() < 0.4 and len(shape) < 3:
+            self.cover("stack")
+            axis = self.rng.randint(0, len(shape))
+            items = ", ".join(self.reduction_arg(red, self.expr(shape, d))
+                              for _ in range(self.rng.randint(2, 3)))
+            return f"{red}(stack([{items}], axis = {axis}), axis = {axis})"
+        wider = self.wider(shape)
+        if wider is None:
+            return None
+        big, axes = wider
+        return f"{red}({self.reduction_arg(red, self.expr(big, d))}{axes})"
+
+    def wider(self, shape):
+        """A shape that reduces to `shape`, and the reduction's axis argument."""
+        b = self.batch()
+        if not shape:
+            return self.pick([s for s in self.shapes() if s]), ""
+        if shape == (b,):
+            return (b, self.pick(self.widths)), ", axis = 1"
+        if len(shape) == 1 and not self.in_def and self.rng.random() < 0.3:
+            return ("T", "B") + shape, ", axis = [0, 1]"
+        if len(shape) == 1:
+            return (b,) + shape, ", axis = 0"
+        if shape[0] == "B" and len(shape) == 2:
+            return ("T",) + shape, ", axis = 0"
+        return None
+
+    def form_concat(self, shape, d):
+        if not shape or not isinstance(shape[-1], int) or shape[-1] < 2:
+            return None
+        self.cover("concat")
+        a = self.rng.randint(1, shape[-1] - 1)
+        lead = shape[:-1]
+        return (f"concat([{self.expr(lead + (a,), d)}, {self.expr(lead + (shape[-1] - a,), d)}]"
+                f", axis = {len(shape) - 1})")
+
+    def form_restack(self, shape, d):
+        if len(shape) != 2 or not isinstance(shape[-1], int) or shape[-1] % 2:
+            return None
+        self.cover("reshape")
+        half = (shape[0], shape[-1] // 2)
+        return (f"reshape(transpose(stack([{self.expr(half, d)}, {self.expr(half, d)}]), "
+                f"[1, 0, 2]), [{shape[0]}, {shape[1]}])")
+
+    def form_transpose(self, shape, d):
+        if len(shape) != 2:
+            return None
+        self.cover("transpose")
+        return f"transpose({self.expr(shape[::-1], d)})"
+
+    def form_split(self, shape, d):
+        if not shape or not isinstance(shape[-1], int):
+            return None
+        self.cover("split")
+        n = self.rng.randint(2, 3)
+        with self.no_calls():   # a call here would come first in the text, last in counting
+            whole = self.expr(shape[:-1] + (shape[-1] * n,), d)
+        names = [self.fresh("q") for _ in range(n)]
+        self.emit(f"{', '.join(names)} = split({whole}, {n}, axis = {len(shape) - 1})")
+        for q in names:
+            self.define(Var(q, shape))
+        return self.pick([names[0], f"({names[0]} * {names[-1]})", f"({names[1]} - {names[0]})"])
+
+    def form_index(self, shape, d):
+        if self.in_def:
+            return None
+        self.cover("index")
+        if shape[:1] == ("B",) and len(shape) == 2:
+            t = self.int_input((), "t") if self.rng.random() < 0.6 else "0"
+            return f"{self.expr(('T',) + shape, d)}[{t}]"
+        if len(shape) == 1 and isinstance(shape[0], int):
+            return f"{self.expr(('B',) + shape, d)}[0]"
+        return None
+
+    def form_slice(self, shape, d):
+        if not shape or not isinstance(shape[-1], int):
+            return None
+        self.cover("slice")
+        extra = self.rng.randint(1, 3)
+        a = self.rng.randint(0, extra)
+        src = self.expr(shape[:-1] + (shape[-1] + extra,), d)
+        return f"{src}[{':, ' * (len(shape) - 1)}{a}:{a + shape[-1]}]"
+
+    def form_gather(self, shape, d):
+        if self.in_def or shape[:-1] not in (("B",), ("T", "B")) or not isinstance(shape[-1], int):
+            return None
+        self.cover("gather")
+        table = self.expr((self.rng.randint(2, 5), shape[-1]), d)
+        return f"{table}[{self.int_input(shape[:-1], 'ids' if len(shape) == 2 else 'tok')}]"
+
+    def form_one_hot(self, shape, d):
+        if self.in_def or len(shape) != 2 or shape[0] != "B":
+            return None
+        self.cover("one_hot")
+        return f"one_hot({self.int_input(('B',))}, {shape[1]})"
+
+    def form_dropout(self, shape, d):
+        if not self.dropout_allowed():
+            return None
+        self.cover("dropout")
+        return f"dropout({self.expr(shape, d)}, {self.pick(['0.1', '0.5'])})"
+
+    def form_call(self, shape, d):
+        if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
+            return None
+        fn = self.function(shape[1])
+        return self.call_site(fn, (fn,), f"{fn}({self.expr(shape, d)})")
+
+    def form_linear(self, shape, d):
+        if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
+            return None
+        self.cover("linear")
+        k = self.pick(self.widths)
+        arg = self.expr(shape[:-1] + (k,), d)
+        return self.call_site("linear", ("linear", k, shape[1]), f"linear({arg}, {shape[1]})")
+
+    def form_loss(self, shape, d):
+        if shape or self.in_def:
+            return None
+        r, c = self.rng.random(), self.pick(self.widths)
+        if r < 0.35:
+            self.cover("cross_entropy")
+            return f"cross_entropy({self.expr(('B', c), d)}, {self.int_input(('B',))})"
+        if r < 0.6:
+            self.cover("cross_entropy:lengths")
+            logits = self.expr(("T", "B", c), d)
+            return (f"cross_entropy({logits}, {self.int_input(('T', 'B'), 'tok')}, "
+                    f"lengths = {self.lengths()})")
+        self.cover("mse")
+        shape = self.pick([s for s in self.shapes() if s])
+        return f"mse({self.expr(shape, d)}, {self.operand(shape, d)})"

@@ -1,0 +1,325 @@
+"""Random well-typed .mdl programs for the differential fuzzer (tests/fuzz_programs.py).
+
+A program is one model, plus the functions it defines, written as source text so that
+the front end is exercised too. Its expressions come from tests/fuzz_expressions.py;
+its statements add the structured constructs: `for` (zipped, reversed, over rows,
+`lengths`, `recompute`, `checkpoint = k`, nested, with yields), `if` / `else if` /
+`else`, `while`, `scope` (re-entered: shared parameters), `share`, and the standard
+cells. tests/fuzz_scope.py keeps track of what is in scope, so that every program is
+well-typed by construction: a program the front end rejects is a bug here. Values stay
+finite: a loop's state is updated through a squashing function, so it grows at most
+linearly with the steps, and a while's trips are bounded by a counter.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from fuzz_expressions import COMPARE, REDUCTIONS, Expressions, binary_text
+from fuzz_scope import CONTROL, Var
+from fuzz_source import Program, Stmt
+
+CELLS = {"lstm": 2, "gru": 1, "milstm": 2}   # std/rnn.mdl: the states each one carries
+SCOPES = ("s0", "s1", "s2")
+
+
+@dataclass(frozen=True)
+class Size:
+    statements: tuple[int, int]   # at the top level of the model
+    expr_depth: int               # operators nested in an assignment
+    body: int                     # most statements besides the state updates in a loop
+
+
+SIZES = {"small": Size((2, 3), 2, 1), "large": Size((3, 5), 3, 2)}
+
+
+class Generator(Expressions):
+    """Draws one program; `rng` decides everything, so a (seed, index, size) names it."""
+
+    def __init__(self, rng: random.Random, name: str, size: Size):
+        super().__init__(rng, name)
+        self.size = size
+
+    # ---- the program ------------------------------------------------------------------
+    def generate(self) -> Program:
+        for _ in range(self.rng.randint(*self.size.statements)):
+            self.statement(depth=2)
+        self.finish()
+        return self.program
+
+    def finish(self) -> None:
+        top = [v for v in self.frames[0].vars.values() if v.dtype == "f32" and not v.fixed]
+        for _ in range(self.rng.randint(0, 2)):
+            self.output(top)
+        terms = [self.term(v) for i, v in enumerate(top)
+                 if i >= len(top) - 2 or self.rng.random() < 0.5]
+        if self.rng.random() < 0.3 or not terms:
+            terms.append(self.expr((), 2))
+        self.program.loss = terms
+
+    def output(self, top: list[Var]) -> None:
+        taken = {line.split()[1] for line in self.program.outputs}
+        free = [v for v in top if v.name not in taken]
+        if free and self.rng.random() < 0.5:
+            self.program.outputs.append(f"output {self.pick(free).name}")
+        else:
+            shape = self.pick(self.shapes())
+            self.program.outputs.append(f"output {self.fresh('o')} = {self.expr(shape, 2)}")
+        self.cover("output")
+
+    def term(self, v: Var) -> str:
+        if not v.shape:
+            return self.pick([v.name, f"({v.name} * {v.name})"])
+        red = self.pick(REDUCTIONS)
+        return self.pick([f"{red}({self.reduction_arg(red, v.name)})",
+                          f"mean({v.name} * {v.name})"])
+
+    # ---- statements -------------------------------------------------------------------
+    def statement(self, depth: int) -> None:
+        kinds = [("assign", 4), ("update", 3)]
+        if depth > 0:
+            kinds += [("for", 4), ("if", 2), ("while", 1.5), ("scope", 1), ("share", 0.7)]
+        names, weights = zip(*kinds)
+        getattr(self, f"s_{self.rng.choices(names, weights)[0]}")(depth)
+
+    def s_assign(self, depth: int) -> None:
+        shape = self.pick(self.shapes())
+        name = self.fresh("a")
+        self.emit(f"{name} = {self.expr(shape, self.size.expr_depth)}")
+        self.define(Var(name, shape))
+
+    def s_update(self, depth: int, outer_only: bool = False) -> None:
+        mine = self.frames[-1].vars
+        targets = [v for v in self.visible().values() if self.assignable(v)
+                   and not (outer_only and v.name in mine)]
+        if not targets:
+            if not outer_only:
+                self.s_assign(depth)
+            return
+        v = self.pick(targets)
+        if any(f.kind in CONTROL for f in self.frames[self.home(v.name) + 1:]):
+            self.cover("state")
+        self.emit(f"{v.name} = {self.update(v)}")
+
+    def update(self, v: Var) -> str:
+        """A new value for `v`: inside loops always squashed, so state stays bounded."""
+        looped = any(f.kind in ("for", "while") for f in self.frames)
+        depth = self.size.expr_depth
+        steps = [x for x in self.visible().values() if x.fixed and x.name.startswith("e")
+                 and len(x.shape) == 2 and isinstance(x.shape[1], int)
+                 and x.shape[:1] == v.shape[:1]]
+        r = self.rng.random()
+        if steps and len(v.shape) == 2 and isinstance(v.shape[1], int) and r < 0.3:
+            x = self.pick(steps)
+            self.cover("rnn-update")
+            return (f"tanh(({x.name} @ {self.param((x.shape[1], v.shape[1]))}) + "
+                    f"({v.name} @ {self.param((v.shape[1], v.shape[1]))}))")
+        if r < 0.5:
+            return f"{self.pick(['tanh', 'sigmoid', 'sin'])}({self.expr(v.shape, depth)})"
+        if r < 0.7:
+            return f"(0.5 * {v.name} + 0.5 * tanh({self.expr(v.shape, depth)}))"
+        with self.avoiding(v.name):
+            step = self.expr(v.shape, depth)
+        return f"({v.name} + tanh({step}))" if looped else f"({v.name} + {step})"
+
+    def s_for(self, depth: int) -> None:
+        seqs, steps, lead, tags = self.sequences()
+        sequence = "rows" not in tags
+        lengths = sequence and self.rng.random() < 0.4
+        options = [f"lengths = {self.lengths()}"] if lengths else []
+        r = self.rng.random()
+        if r < 0.15:
+            options.append("recompute")
+        elif r < 0.35:
+            options.append(f"checkpoint = {self.rng.randint(1, 3)}")
+        tags += [o.split()[0] for o in options]
+        if any(f.kind == "for" for f in self.frames):
+            tags.append("nested")
+        cell = self.pick(list(CELLS)) if sequence and self.rng.random() < 0.3 else None
+        states = self.states(lengths, cell)
+        yields = self.rng.randint(1, 2) if self.rng.random() < 0.6 else 0
+        loop_vars = [self.fresh("e") for _ in seqs]
+        with self.frame("for", lengths=lengths) as body:
+            for e, shape in zip(loop_vars, steps):
+                self.define(Var(e, shape, fixed=True))
+            for _ in range(self.rng.randint(0, self.size.body)):
+                self.statement(depth - 1)
+            if cell:
+                self.cell(cell, loop_vars[0], steps[0], states[:CELLS[cell]])
+            for v in states[CELLS[cell] if cell else 0:]:
+                self.emit(f"{v.name} = {self.update(v)}")
+            if self.rng.random() < 0.4:
+                self.statement(depth - 1)
+            shapes = [self.pick(self.yield_shapes(lengths)) for _ in range(yields)]
+            values = [self.expr(s, 2) for s in shapes]
+        names = [self.fresh("y") for _ in shapes]
+        for name, shape in zip(names, shapes):
+            self.define(Var(name, (lead,) + shape))
+        head = "for " + ", ".join(f"{e} in {s}" for e, s in zip(loop_vars, seqs))
+        self.emit(Stmt(head + Stmt.OPTIONS + " {", [body.block], ["}"], options, names,
+                       values))
+        for tag in ["for"] + tags + (["yield"] if names else []):
+            self.cover(tag if tag == "for" else f"for:{tag}")
+
+    def sequences(self):
+        """What a for iterates: sequence texts, step shapes, the leading dim, tags ("rows"
+        for a loop over the rows of a value, which takes no lengths)."""
+        seq_vars = [v for v in self.visible().values() if v.dtype == "f32"
+                    and len(v.shape) == 3 and v.shape[:2] == ("T", "B")]
+        if self.rng.random() < 0.15:
+            rows = [v for v in self.visible().values() if v.dtype == "f32"
+                    and len(v.shape) in (1, 2) and not (v.fixed and v.param)]
+            if rows:
+                v = self.pick(rows)
+                return [v.name], [v.shape[1:]], v.shape[0], ["rows"]
+        seqs, steps, tags = [], [], []
+        for _ in range(1 if self.rng.random() < 0.7 else 2):
+            r = self.rng.random()
+            if r < 0.15:
+                w = self.pick(self.widths)
+                table = self.param((self.rng.randint(2, 5), w))
+                seqs.append(f"{table}[{self.int_input(('T', 'B'), 'tok')}]")
+                steps.append(("B", w))
+                tags.append("gather")
+            elif r < 0.3 and seq_vars:
+                v = self.pick(seq_vars)
+                seqs.append(f"{v.name}[:, :, 0:1]")
+                steps.append(("B", 1))
+                tags.append("slice")
+            else:
+                v = self.pick(seq_vars) if seq_vars and r < 0.7 else None
+                name = v.name if v else self.input(("T", "B", self.pick(self.widths)))
+                seqs.append(name)
+                steps.append(self.visible()[name].shape[1:])
+        if len(seqs) > 1:
+            tags.append("zip")
+        if self.rng.random() < 0.3:
+            seqs = [f"reversed({s})" for s in seqs]
+            tags.append("reversed")
+        return seqs, steps, "T", tags
+
+    def yield_shapes(self, lengths: bool) -> list[tuple]:
+        shapes = [s for s in self.shapes() if len(s) < 3]
+        return [s for s in shapes if s[:1] == ("B",)] if lengths else shapes
+
+    def states(self, lengths: bool, cell: str | None) -> list[Var]:
+        """The loop's state: the cell's states first, then others; existing variables
+        where they fit, else new ones before the loop."""
+        out: list[Var] = []
+        shapes = [("B", self.pick(self.widths))] * CELLS[cell] if cell else []
+        for _ in range(self.rng.randint(0 if cell else 1, 2)):
+            shapes.append(self.pick(self.yield_shapes(lengths)))
+        for shape in shapes:
+            out.append(self.state(shape, lengths, out))
+        return out
+
+    def state(self, shape: tuple, lengths: bool, taken: list[Var]) -> Var:
+        fits = [v for v in self.visible().values() if v.shape == shape and self.assignable(v)
+                and v not in taken and (not lengths or shape[:1] == ("B",))]
+        if fits and self.rng.random() < 0.5:
+            return self.pick(fits)
+        name = self.fresh("h")
+        init = f"zeros[{', '.join(map(str, shape))}]" if shape and self.rng.random() < 0.5 \
+            else self.expr(shape, 2)
+        self.emit(f"{name} = {init}")
+        self.define(Var(name, shape))
+        return self.frames[-1].vars[name]
+
+    def cell(self, cell: str, x: str, step: tuple, states: list[Var]) -> None:
+        if self.calls_blocked:
+            return
+        self.cover(cell)
+        width = states[0].shape[1]
+        if len(step) != 2 or not isinstance(step[1], int):
+            return
+        args = ", ".join([x] + [v.name for v in states])
+        if cell == "milstm" and self.rng.random() < 0.5:
+            args += ", forget_bias = 1.0"
+        text = self.call_site(cell, (cell, step[1], width), f"{cell}({args})")
+        self.emit(f"{', '.join(v.name for v in states)} = {text}")
+
+    def s_if(self, depth: int) -> None:
+        conds = [self.scalar_condition(1)]
+        if self.rng.random() < 0.25:
+            conds.append(self.scalar_condition(1))
+        has_else = self.rng.random() < 0.6
+        both = has_else and self.rng.random() < 0.3
+        shape = self.pick(self.shapes())
+        joined = self.fresh("u") if both else None
+        bodies = []
+        for _ in range(len(conds) + has_else):
+            with self.frame("if") as branch:
+                for _ in range(self.rng.randint(0, 1)):
+                    self.statement(depth - 1)
+                self.s_update(depth, outer_only=True)
+                if joined:
+                    self.emit(f"{joined} = {self.expr(shape, 2)}")
+            bodies.append(branch.block)
+        if joined:
+            self.define(Var(joined, shape))
+            self.cover("if:joined")
+        closers = [f"}} else if {c} {{" for c in conds[1:]] + (["} else {"] if has_else else [])
+        self.emit(Stmt(f"if {conds[0]} {{", bodies, closers + ["}"]))
+        self.cover("if")
+        if has_else:
+            self.cover("if:else")
+        if len(conds) > 1:
+            self.cover("if:else-if")
+
+    def s_while(self, depth: int) -> None:
+        k = self.fresh("k")
+        self.emit(f"{k} = 0")
+        self.define(Var(k, (), "i32"))
+        states = [v for v in self.visible().values() if self.assignable(v)]
+        state = self.pick(states) if states and self.rng.random() < 0.9 else None
+        cond = f"{k} < {self.rng.randint(1, 3)}"
+        if state and self.rng.random() < 0.7:
+            red, f = self.pick(REDUCTIONS), self.pick(COMPARE)
+            test = binary_text(f, f"{red}({self.reduction_arg(red, state.name)})",
+                               self.pick(["0.1", "0.5", "1.0"]))
+            if self.rng.random() < 0.3:
+                test = f"({test} or {self.scalar_condition(0)})"
+            # the counter bounds the trips whatever the state does
+            cond = f"{cond} and {test}" if self.rng.random() < 0.7 else f"{test} and {cond}"
+        with self.frame("while") as body:
+            if self.rng.random() < 0.5:
+                self.statement(depth - 1)
+            if state:
+                self.emit(f"{state.name} = {self.update(state)}")
+            self.emit(f"{k} = {k} + 1")
+        self.emit(Stmt(f"while {cond} {{", [body.block], ["}"]))
+        self.cover("while")
+        if any(f.kind in CONTROL for f in self.frames):
+            self.cover("while:nested")
+
+    def s_scope(self, depth: int, name: str | None = None) -> None:
+        name = name or self.pick(SCOPES)
+        attrs = self.pick(["", "", " (init = normal(0, 0.3))", " (trainable = false)",
+                           " (regularizer = l2(0.01), init = uniform(-0.3, 0.3))"])
+        if attrs:
+            self.cover("scope:attrs")
+        with self.frame("scope", path=self.path() + (name,), counters=Counter()) as body:
+            for _ in range(self.rng.randint(1, 2)):
+                self.pool_param()
+            for _ in range(self.rng.randint(1, 2)):
+                self.statement(depth - 1)
+        self.emit(Stmt(f"scope {name}{attrs} {{", [body.block], ["}"]))
+        self.cover("scope")
+
+    def s_share(self, depth: int) -> None:
+        if any(f.shares for f in self.frames):   # one at a time: no cycles to avoid
+            return self.s_scope(depth)
+        target, source = self.rng.sample(SCOPES, 2)
+        base = self.path()
+        with self.frame("share", shares={base + (source,): base + (target,)}) as body:
+            for name in (target, source) if self.rng.random() < 0.5 else (source, target):
+                self.s_scope(depth - 1 if depth > 1 else 1, name)
+        self.emit(Stmt(f"share ({source} = {target}) {{", [body.block], ["}"]))
+        self.cover("share")
+
+
+def generate(seed: int, index: int, size: str = "small") -> Program:
+    """Program `index` of `seed`: the same text on every machine and run."""
+    name = f"{size.capitalize()}{seed}_{index}"
+    return Generator(random.Random(name), name, SIZES[size]).generate()

@@ -1,0 +1,238 @@
+"""The bookkeeping of the fuzzer's program generator (tests/fuzz_generate.py): the
+variables in scope and their shapes, which of them a loop or branch may reassign, the
+scope path and `share` remapping of every parameter, and the names the front end gives
+call sites, so that every program it writes is well-typed by construction."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from fuzz_source import Program, Stmt
+
+POOL = ("w0", "w1")                           # parameter names that scopes reuse
+CONTROL = ("for", "if", "while")
+
+
+def type_text(shape: tuple, dtype: str = "f32") -> str:
+    return dtype + (f"[{', '.join(map(str, shape))}]" if shape else "")
+
+
+@dataclass
+class Var:
+    name: str
+    shape: tuple
+    dtype: str = "f32"
+    fixed: bool = False      # inputs, parameters, loop variables: read, never reassigned
+    param: bool = False
+
+
+@dataclass
+class Frame:
+    kind: str                          # model, def, scope, share, for, if, while
+    path: tuple = ()                   # the scope path of parameters declared here
+    counters: Counter | None = None    # call-site counters of a naming block
+    lengths: bool = False              # a for with lengths: its state leads with B
+    shares: dict = field(default_factory=dict)   # absolute source -> target path
+    vars: dict = field(default_factory=dict)
+    block: list = field(default_factory=list)    # the statements emitted here
+
+
+class Names:
+    """What is in scope while a program is drawn; `rng` decides every choice."""
+
+    def __init__(self, rng: random.Random, name: str):
+        self.rng = rng
+        self.program = Program(name)
+        self.widths = sorted(rng.sample([2, 3, 4, 5], 2))
+        self.frames = [Frame("model", counters=Counter(), block=self.program.body)]
+        self.fresh_counts: Counter = Counter()
+        self.sites: dict[tuple, tuple] = {}   # resolved full name -> signature
+        self.avoid: set[str] = set()
+        self.calls_blocked = 0
+
+    # ---- helpers -----------------------------------------------------------------------
+    def pick(self, items):
+        return items[self.rng.randrange(len(items))]
+
+    def cover(self, tag: str) -> None:
+        self.program.covered[tag] += 1
+
+    def fresh(self, prefix: str) -> str:
+        self.fresh_counts[prefix] += 1
+        return f"{prefix}{self.fresh_counts[prefix] - 1}"
+
+    def emit(self, stmt: Stmt | str) -> None:
+        self.frames[-1].block.append(stmt if isinstance(stmt, Stmt) else Stmt(stmt))
+
+    def define(self, var: Var) -> None:
+        self.frames[-1].vars[var.name] = var
+
+    def visible(self) -> dict[str, Var]:
+        out: dict[str, Var] = {}
+        for f in self.frames:
+            out.update(f.vars)
+        return out
+
+    def home(self, name: str) -> int:
+        return max(i for i, f in enumerate(self.frames) if name in f.vars)
+
+    def floats(self, shape: tuple) -> list[Var]:
+        return [v for v in self.visible().values()
+                if v.dtype == "f32" and v.shape == shape and v.name not in self.avoid]
+
+    @property
+    def in_def(self) -> bool:
+        return self.frames[0].kind == "def"
+
+    def batch(self) -> str:
+        return "N" if self.in_def else "B"
+
+    def shapes(self) -> list[tuple]:
+        """The shapes values are usually drawn at: batches, vectors, scalars, sequences."""
+        b = self.batch()
+        out = [(b, w) for w in self.widths] * 3 + [(w,) for w in self.widths] + [(), (b,)]
+        return out if self.in_def else out + [("T", "B", w) for w in self.widths]
+
+    def path(self) -> tuple:
+        return self.frames[-1].path
+
+    def resolve(self, path: tuple) -> tuple:
+        """A scope path after the active `share` pairs (longest source first)."""
+        shares = {}
+        for f in self.frames:
+            shares.update(f.shares)
+        for _ in range(len(shares) + 1):
+            hits = [s for s in shares if path[:len(s)] == s]
+            if not hits:
+                break
+            source = max(hits, key=len)
+            path = shares[source] + path[len(source):]
+        return path
+
+    def assignable(self, v: Var) -> bool:
+        """Whether `v` may be reassigned here: a loop with lengths carries only state
+        that leads with B."""
+        if v.fixed or v.dtype != "f32":
+            return False
+        return all(v.shape[:1] == ("B",) for f in self.frames[self.home(v.name) + 1:]
+                   if f.kind == "for" and f.lengths)
+
+    def can_bind(self, name: str) -> bool:
+        """Whether a parameter may take `name`: a name seen outside a loop or branch
+        would become its state."""
+        if name not in self.visible():
+            return True
+        return not any(f.kind in CONTROL for f in self.frames[self.home(name) + 1:])
+
+    @contextmanager
+    def frame(self, kind: str, **fields):
+        parent = self.frames[-1]
+        f = Frame(kind, path=fields.pop("path", parent.path), **fields)
+        self.frames.append(f)
+        try:
+            yield f
+        finally:
+            self.frames.pop()
+            if kind in ("scope", "share"):   # their variables stay visible after them
+                parent.vars.update(f.vars)
+
+    @contextmanager
+    def no_calls(self):
+        self.calls_blocked += 1
+        try:
+            yield
+        finally:
+            self.calls_blocked -= 1
+
+    @contextmanager
+    def avoiding(self, name: str):
+        self.avoid.add(name)
+        try:
+            yield
+        finally:
+            self.avoid.discard(name)
+
+    def dropout_allowed(self) -> bool:
+        # a dropout's mask inside a while cannot be drawn again for its backward
+        return not self.in_def and not any(f.kind == "while" for f in self.frames)
+
+    # ---- inputs, parameters, call sites ------------------------------------------------
+    def input(self, shape: tuple, dtype: str = "f32", prefix: str = "x") -> str:
+        name = self.fresh(prefix)
+        self.program.inputs[name] = type_text(shape, dtype)
+        self.frames[0].vars[name] = Var(name, shape, dtype, fixed=True)
+        self.cover(f"input:{dtype}" + (":scalar" if not shape else ""))
+        return name
+
+    def int_input(self, shape: tuple, prefix: str = "ids") -> str:
+        have = [v.name for v in self.visible().values()
+                if v.dtype == "i32" and v.fixed and v.shape == shape and v.name.startswith(prefix)]
+        return self.pick(have) if have and self.rng.random() < 0.7 else self.input(
+            shape, "i32", prefix)
+
+    def lengths(self) -> str:
+        name = self.int_input(("B",), "lens")
+        self.program.lengths.add(name)
+        return name
+
+    def init(self, shape: tuple) -> str:
+        inits = ["", " = normal(0, 0.5)", " = uniform(-0.5, 0.5)", " = constant(0.3)"]
+        if len(shape) >= 2:
+            inits += [" = xavier", " = orthogonal"]
+        return self.pick(inits)
+
+    def param(self, shape: tuple) -> str:
+        reuse = [v for v in self.floats(shape) if v.param]
+        if reuse and self.rng.random() < 0.4:
+            self.cover("param:reused")
+            return self.pick(reuse).name
+        name = self.fresh("p")
+        self.emit(f"param {name} : {type_text(shape)}{self.init(shape)}")
+        self.define(Var(name, shape, fixed=True, param=True))
+        if any(f.kind == "for" for f in self.frames):
+            self.cover("param:in-loop")
+        return name
+
+    def pool_param(self) -> str:
+        """A parameter under a reused name: the same full name again (a scope entered
+        again, or mapped by `share`) is the same parameter."""
+        for _ in range(4):
+            local = self.pick(POOL)
+            full = self.resolve(self.path() + (local,))
+            known = self.sites.get(full)
+            if known is not None and known[0] != "param" or not self.can_bind(local):
+                continue
+            shape, init = known[1:] if known else (self.pick(
+                [(w,) for w in self.widths] + [(a, b) for a in self.widths for b in self.widths]),
+                self.init(()))
+            self.cover("param:shared" if known else "param:scoped")
+            self.sites[full] = ("param", shape, init)
+            self.emit(f"param {local} : {type_text(shape)}{init}")
+            self.define(Var(local, shape, fixed=True, param=True))
+            return local
+        return self.param((self.pick(self.widths),))
+
+    def call_site(self, fn: str, signature: tuple, text: str) -> str:
+        """`text` (a call of `fn`) named as the front end will name it: its scope takes the
+        next counter of the enclosing block, or `as NAME`, and must not meet another
+        function's parameters under the same full name."""
+        counters = next(f.counters for f in reversed(self.frames) if f.counters is not None)
+        pool = ["cs0", "cs1"]
+        again = [n for n in pool if self.sites.get(self.resolve(self.path() + (n,))) == signature]
+        name = self.pick(again) if again and self.rng.random() < 0.5 else \
+            self.pick(pool) if self.rng.random() < 0.3 else None
+        if name is None:
+            n = counters[fn]
+            default = fn if n == 0 else f"{fn}_{n}"
+            if self.sites.get(self.resolve(self.path() + (default,)), signature) == signature:
+                counters[fn] += 1
+            else:
+                name = self.fresh("site")
+        elif self.sites.get(self.resolve(self.path() + (name,)), signature) != signature:
+            name = self.fresh("site")
+        full = self.resolve(self.path() + ((name or default),))
+        self.cover("call:shared" if full in self.sites else "call")
+        self.sites[full] = signature
+        return f"({text} as {name})" if name else text
