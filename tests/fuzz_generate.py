@@ -13,6 +13,7 @@ linearly with the steps, and a while's trips are bounded by a counter.
 from __future__ import annotations
 
 import random
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -322,4 +323,6 @@ class Generator(Expressions):
 def generate(seed: int, index: int, size: str = "small") -> Program:
     """Program `index` of `seed`: the same text on every machine and run."""
     name = f"{size.capitalize()}{seed}_{index}"
-    return Generator(random.Random(name), name, SIZES[size]).generate()
+    program = Generator(random.Random(name), name, SIZES[size]).generate()
+    program.seed = zlib.crc32(name.encode())
+    return program

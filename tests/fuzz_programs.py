@@ -89,7 +89,7 @@ def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcome
         outcomes[progs[0].name] = Outcome(kind, f"{type(e).__name__}: {e}")
         return
     for p in progs:
-        outcomes[p.name] = compare(module, p.name, graphs[p.name], p.lengths)
+        outcomes[p.name] = compare(module, p.name, graphs[p.name], p.lengths, p.seed)
 
 
 def build(progs: list[Program], graphs: dict, directory: Path, specialize: bool = True):
@@ -123,27 +123,35 @@ def run_text(text: str, directory: Path) -> Outcome:
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         return Outcome("build" if isinstance(e, MdlBuildError) else "compiler",
                        f"{type(e).__name__}: {e}")
-    return compare(module, name, graph)
+    return compare(module, name, graph, seed=zlib.crc32(name.encode()))
 
 
-def compare(module, name: str, graph, lengths: set[str] = frozenset()) -> Outcome:
+def compare(module, name: str, graph, lengths: set[str] = frozenset(),
+            seed: int = 0) -> Outcome:
     """The native model `name` against the reference: at the specialized dims, then at
     others, one instance for both (what the first call leaves behind must not matter).
-    `lengths`: the inputs that are a loop's lengths."""
-    seed = zlib.crc32(name.encode())
-    rng = np.random.default_rng(seed)
+    `lengths`: the inputs that are a loop's lengths. Parameters and inputs are drawn
+    from `seed` and their names, so a smaller program keeps the values of the rest."""
     model = getattr(module, name)(seed=seed % 1000)
-    other = {"T": int(rng.integers(1, 7)), "B": int(rng.integers(1, 4))}
-    for dims in (SPECIALIZED, other):
-        outcome = compare_case(model, graph, dims, lengths, rng, seed % 1000)
+    for param, value in model.params.items():
+        value[...] = 0.5 * stream(seed, "param", param).standard_normal(value.shape)
+    dims = stream(seed, "dims")
+    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
+    for case in (SPECIALIZED, other):
+        outcome = compare_case(model, graph, case, lengths, seed % 1000)
         if not outcome.ok:
-            return Outcome(outcome.kind, f"at {dims}: {outcome.detail}")
+            return Outcome(outcome.kind, f"at {case}: {outcome.detail}")
     return Outcome("ok")
 
 
-def compare_case(model, graph, dims: dict, lengths: set[str], rng, seed: int) -> Outcome:
+def stream(seed: int, *labels) -> np.random.Generator:
+    """A random stream of its own for `seed` and `labels`."""
+    return np.random.default_rng([seed] + [zlib.crc32(str(x).encode()) for x in labels])
+
+
+def compare_case(model, graph, dims: dict, lengths: set[str], seed: int) -> Outcome:
     params = {k: np.array(v) for k, v in model.params.items()}
-    inputs = case_inputs(graph, dims, lengths, rng)
+    inputs = case_inputs(graph, dims, lengths, seed)
     calls = model.rng_calls + 1   # the training forward's dropout stream
     try:
         got = model.forward(**inputs)
@@ -171,6 +179,10 @@ def compare_case(model, graph, dims: dict, lengths: set[str], rng, seed: int) ->
     if not diffs:
         return Outcome("ok")
     stage = blame(graph, inputs, params, derive(seed, calls), checks, floor)
+    wrong = [k for k in differences(grads, expected, floor) if k in grads and k in expected]
+    if wrong:
+        stage += "; " + side(graph, inputs, params, derive(seed, calls), wrong[0],
+                             grads[wrong[0]], expected[wrong[0]])
     return Outcome("mismatch", "; ".join(diffs) + f" ({stage})")
 
 
@@ -193,12 +205,15 @@ def blame(graph, inputs: dict, params: dict, seed: int, checks, floor: float) ->
     return "the graphs after the passes agree with the reference: the backend differs"
 
 
-def case_inputs(graph, dims: dict, lengths: set[str], rng) -> dict:
-    """Random inputs with valid integers (gradcheck's bounds); a row of a lengths input
-    is sometimes empty."""
-    inputs = gradcheck.random_inputs(graph, dims, rng)
-    for name in lengths & set(inputs):
-        if rng.random() < 0.3:
+def case_inputs(graph, dims: dict, lengths: set[str], seed: int) -> dict:
+    """Random inputs with valid integers (gradcheck's bounds), each from a stream of its
+    own (drawn with the others and kept alone); a row of a lengths input is sometimes
+    empty."""
+    inputs = {}
+    for name in graph.inputs:
+        rng = stream(seed, "input", name, dims)
+        inputs[name] = gradcheck.random_inputs(graph, dims, rng)[name]
+        if name in lengths and rng.random() < 0.3:
             inputs[name][rng.integers(0, len(inputs[name]))] = 0
     return inputs
 
@@ -219,6 +234,25 @@ def differences(got: dict, want: dict, floor: float = 0.0) -> dict[str, str]:
         if not error <= TOLERANCE:  # NaN included
             out[k] = f"relative error {error:.3g}"
     return out
+
+
+def side(graph, inputs: dict, params: dict, seed: int, name: str, got, want) -> str:
+    """Which side central differences of the reference's loss agree with, at the
+    element of gradient `name` where the two differ most."""
+    if got.shape != want.shape:
+        return "shapes differ"
+    target = inputs[name[6:]] if name.startswith("input:") else params[name]
+    i = np.unravel_index(np.argmax(np.abs(got - want)), got.shape)
+    old, eps, losses = target[i], 1e-6, []
+    for value in (old + eps, old - eps):
+        target[i] = value
+        losses.append(float(reference.run(graph, inputs, params, training=True,
+                                          seed=seed)[graph.loss]))
+    target[i] = old
+    numeric = (losses[0] - losses[1]) / (2 * eps)
+    closer = "the reference" if abs(numeric - want[i]) <= abs(numeric - got[i]) else "native"
+    return (f"{name}{list(map(int, i))}: native {got[i]:.6g}, reference {want[i]:.6g}, "
+            f"central differences {numeric:.6g}: {closer} is right")
 
 
 # ---- shrinking ------------------------------------------------------------------------

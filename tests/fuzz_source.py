@@ -48,6 +48,7 @@ class Program:
     outputs: list[str] = field(default_factory=list)
     loss: list[str] = field(default_factory=list)
     lengths: set[str] = field(default_factory=set)           # inputs used as lengths
+    seed: int = 0                                            # of its inputs and weights
     covered: Counter = field(default_factory=Counter)        # constructs drawn
 
     def model_source(self) -> str:
