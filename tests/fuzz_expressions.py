@@ -96,7 +96,7 @@ class Expressions(Names):
 
     def make(self, shape: tuple) -> str:
         """A value of `shape` when no variable has it."""
-        if self.can_input(shape) and self.rng.random() < 0.25:
+        if not self.in_def and self.rng.random() < 0.25:
             return self.input(shape)
         everything = [v for v in self.visible().values()
                       if v.dtype == "f32" and v.name not in self.avoid]
@@ -118,21 +118,20 @@ class Expressions(Names):
                 return f"({v.name} @ {self.param((v.shape[-1], shape[-1]))})"
         if all(isinstance(d, int) for d in shape):
             return self.param(shape)
-        if self.can_input(shape):
+        if not self.in_def:
             return self.input(shape)
         return f"full[{', '.join(map(str, shape))}](0.5)"
-
-    def can_input(self, shape: tuple) -> bool:
-        return not self.in_def and "N" not in shape
 
     def literal(self) -> str:
         return self.pick(LITERALS)
 
     def positive(self, text: str) -> str:
+        """`text` made positive (and at least 0.5) without losing its gradient."""
         return self.pick([f"(sigmoid({text}) + 0.5)", f"exp(tanh({text}))",
                           f"(abs({text}) + 1.0)"])
 
     def reduction_arg(self, red: str, text: str) -> str:
+        """`text` as the argument of reduction `red`, inside its domain."""
         return self.positive(text) if red in POSITIVE_REDUCTION else text
 
     def operand(self, shape: tuple, depth: int) -> str:

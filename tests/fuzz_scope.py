@@ -204,9 +204,12 @@ class Names:
             known = self.sites.get(full)
             if known is not None and known[0] != "param" or not self.can_bind(local):
                 continue
-            shape, init = known[1:] if known else (self.pick(
-                [(w,) for w in self.widths] + [(a, b) for a in self.widths for b in self.widths]),
-                self.init(()))
+            if known:
+                _, shape, init = known
+            else:
+                shape = self.pick([(w,) for w in self.widths]
+                                  + [(a, b) for a in self.widths for b in self.widths])
+                init = self.init(shape)
             self.cover("param:shared" if known else "param:scoped")
             self.sites[full] = ("param", shape, init)
             self.emit(f"param {local} : {type_text(shape)}{init}")
