@@ -83,3 +83,11 @@ def test_milstm_sums_its_gate_weights_gradients_while_computing_them():
     backward = functions("MILSTM")["backward"]
     rest = backward.split(loop_body(backward))[1]
     assert rest.count("] += s") >= 2  # alpha's and beta's gradients accumulated in place
+
+
+def test_a_recompute_loop_accumulates_weight_gradients_in_their_state():
+    step = loop_body(functions("LSTMRecompute")["backward"])
+    # dW and dU: each step's product adds into the accumulator itself (beta = 1)
+    assert len(re.findall(r"mdl::gemm\(true, false, .*float\(1\), v\d+, \w+\(\d+\)\);",
+                          step)) == 2
+    assert step.count("mdl::copy(") == 2  # only the state cotangents dh, dc

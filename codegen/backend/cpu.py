@@ -19,8 +19,9 @@ class CpuTarget(Target):
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
 
     def kernel(self, ins):
-        if ins.pack is not None:
-            return functools.partial(super().kernel(ins), pack=ins.pack)
+        if ins.pack is not None or ins.accumulate:  # only products are packed or accumulate
+            return functools.partial(super().kernel(ins), pack=ins.pack,
+                                     accumulate=ins.accumulate)
         return super().kernel(ins)
 
     def pack(self, r, pack) -> list[str]:

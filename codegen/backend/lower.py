@@ -59,6 +59,7 @@ class Kernel:
     op: Op
     inputs: list[Value]                # possibly contiguous copies of op.inputs
     pack: object = None                # a pack.Pack: its right operand packed before a loop
+    accumulate: bool = False           # a product added into what its memory holds (beta 1)
 
 
 @dataclass(eq=False)
@@ -104,6 +105,8 @@ class Lowering:
         self.escaping = escaping         # values read after the function: always stored
         self.layouts: dict[int, Layout] = dict(external)
         self.placed: dict[int, Layout] = {}   # where a value not yet lowered will live
+        self.accumulating: set[int] = set()   # ids of products that add into their memory
+        self.folded: dict[int, Value] = {}    # id of an add that such a product did -> it
         self.uses: dict[int, int] = {}
         self.unplanned: set[int] = set()  # own memory outside the arena (tapes)
 
@@ -147,6 +150,9 @@ class Lowering:
             kind = lowering_kind(op)
             if kind == "const":  # needs no memory and no flush of the run
                 self.layouts[op.outputs[0].id] = Layout(const=lowering_hook(op)[1](op))
+                continue
+            if id(op) in self.folded:  # its product added into the memory: the sum is there
+                self.layouts[op.outputs[0].id] = self.layouts[self.folded[id(op)].id]
                 continue
             if kind == "elementwise" and (not run or run[0].outputs[0].type.shape ==
                                           op.outputs[0].type.shape) \
@@ -262,7 +268,7 @@ class Lowering:
                       for i, x in enumerate(op.inputs)]
             for v in op.outputs:
                 self.own(v)
-            out.append(Kernel(op, inputs))
+            out.append(Kernel(op, inputs, accumulate=id(op) in self.accumulating))
 
     def _structured(self, op: Op, out: list) -> None:
         """A for/if/while: its entry's native hook lays out its memory (and may place

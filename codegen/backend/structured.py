@@ -37,12 +37,40 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
                                       f"{low.cx.dim(numel(y.type.shape))}",
                                       contiguous_strides(y.type.shape))
             ins.extra["in_place"][y.id] = out
+    _accumulate_in_place(low, body, op, ins)
     for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
         strides = low.layouts[seq.id].strides
         low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
                                      strides[1:])
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
         low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+
+
+def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
+    """A state updated as s + p and read nowhere else (a weight's gradient accumulated
+    over the steps of a recompute loop's backward) is updated in its own buffer: a
+    product p adds itself into it (BLAS beta = 1; the add is folded away), any other p
+    is added by the fused loop writing over s. Neither is copied back every step."""
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    producers = {v.id: o for o in body.ops for v in o.outputs}
+    for s, r, state in zip(body.args[n_seq:], body.results[:n_state], op.outputs[:n_state]):
+        add = producers.get(r.id)
+        if add is None or add.prim != "add" or s not in add.inputs or r.id in low.placed \
+                or low.uses.get(s.id) != 1 or low.uses.get(r.id) != 1:
+            continue
+        p = add.inputs[1] if add.inputs[0] is s else add.inputs[0]
+        if p is s or p.type.shape != r.type.shape or s.type.shape != r.type.shape:
+            continue
+        where = Layout(state, "0", contiguous_strides(r.type.shape))
+        product = producers.get(p.id)
+        if product is not None and product.prim == "matmul" and low.uses.get(p.id) == 1 \
+                and p.id not in low.placed:
+            low.placed[p.id] = where
+            low.accumulating.add(id(product))
+            low.folded[id(add)] = p
+        else:
+            low.placed[r.id] = where
+        ins.extra["in_place"][r.id] = state
 
 
 def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -91,6 +119,8 @@ def _render_for(r, ins: Structured) -> None:
         size = r.dim(numel(y.type.shape))
         r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
     for state, new in zip(states, results[:n_state]):
+        if r.layout(new).base is state:  # updated in place (_accumulate_in_place)
+            continue
         r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.close()
 

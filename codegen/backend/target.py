@@ -30,7 +30,8 @@ class Target(abc.ABC):
 
     def kernel(self, ins) -> Callable:
         """The statements of a lowered kernel (lower.Kernel) on this target:
-        lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]."""
+        lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]. A product with
+        `ins.accumulate` adds itself into its output's memory (its loop's state)."""
         return TABLE[ins.op.prim].extra[self.name]
 
     def pack(self, r, pack) -> list[str]:

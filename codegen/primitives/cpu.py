@@ -95,17 +95,19 @@ def _gemm_sizes(r, a, b) -> tuple[str, str, str]:
     return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
 
 
-def _matmul(r, op, inputs, ins, outs, pack=None):
+def _matmul(r, op, inputs, ins, outs, pack=None, accumulate=False):
+    """`accumulate`: add the product into what the output's memory holds (lower.Kernel)."""
     a, b = inputs
     m, n, k = _gemm_sizes(r, a, b)
     ta, lda = _gemm_operand(r, a)
     tb, ldb = _gemm_operand(r, b)
-    one, zero = f"{ctype_of(op, r)}(1)", f"{ctype_of(op, r)}(0)"
+    one = f"{ctype_of(op, r)}(1)"
+    beta = one if accumulate else f"{ctype_of(op, r)}(0)"
     if pack is not None:  # b packed before the loop (backend/pack.py, matmul_pack)
         return [f"mdl::gemm_packed(m.packs[{pack.index}], {ta}, {m}, {n}, {k}, {ins[0]}, "
-                f"{lda}, {tb}, {ins[1]}, {ldb}, {zero}, {outs[0]}, {n});"]
+                f"{lda}, {tb}, {ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
     return [f"mdl::gemm({ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, "
-            f"{ins[1]}, {ldb}, {zero}, {outs[0]}, {n});"]
+            f"{ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
 
 
 def matmul_pack(r, pack) -> list[str]:
