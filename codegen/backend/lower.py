@@ -73,8 +73,8 @@ class Structured:
     (per block, the results in memory the op copies from), "step" (the C++ name of a
     loop's time index), "in_place" (result id -> the output it was placed in),
     "overwritten" (ids of outputs the op writes while its blocks still read them: its
-    state), "early" (indexes of results copied before any output is written) and
-    "packs" (backend/pack.py)."""
+    state), "early" (indexes of results copied before any output is written),
+    "constants" (the op writes constant results itself) and "packs" (backend/pack.py)."""
     op: Op
     blocks: list[list]                 # instruction lists, one per block of the op
     extra: dict = field(default_factory=dict)
@@ -289,6 +289,8 @@ class Lowering:
         unless it is copied before the op writes its outputs (`early`), not a view of a
         buffer the op overwrites while results are read (its state); or already where
         the op wants it (placed)."""
+        if self.layouts[v.id].is_const and ins.extra.get("constants"):
+            return v  # the op writes the constant itself
         target = ins.extra["in_place"].get(v.id)
         if target is not None:
             self.placed.pop(v.id, None)  # unused when v became a view of something else

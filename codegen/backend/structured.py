@@ -74,8 +74,18 @@ def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
 
 
 def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    """A branch's result computed in the branch is computed in the if's output; a
+    constant result is written there by the branch (`extra["constants"]`)."""
     for v in op.outputs:
         low.own(v)
+    ins.extra["constants"] = True
+    for block in op.blocks:
+        made = {v.id for o in block.ops
+                if lowering_kind(o) in ("elementwise", "kernel", "structured") for v in o.outputs}
+        for v, y in zip(op.outputs, block.results):
+            if y.id in made and y.id not in low.placed and low.uses.get(y.id) == 1:
+                low.placed[y.id] = Layout(v, "0", contiguous_strides(y.type.shape))
+                ins.extra["in_place"][y.id] = v
 
 
 def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -136,7 +146,10 @@ def _render_if(r, ins: Structured) -> None:
             r.depth += 1
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
-            r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))
+            if r.layout(res).is_const:
+                r.assign(out, res)
+            elif r.layout(res).base is not out:  # else computed in place
+                r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))
     r.close()
 
 
