@@ -48,6 +48,10 @@ class Facts:
     def __init__(self, graph: Graph | None = None):
         self.producers: dict[int, Op] = {}
         self.uses: dict[int, int] = _reads(graph) if graph is not None else {}
+        # Ops a rewrite replaced, kept alive until the pass ends: the maps above and the
+        # walk's `replace` are keyed by id(), and a freed value's id would be reused by a
+        # new value, which would then be mistaken for the old one.
+        self.retired: list[Op] = []
 
     def producer(self, v: Value) -> Op | None:
         return self.producers.get(id(v))
@@ -130,6 +134,7 @@ def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
         for emitted in block.ops[start:]:
             for v in emitted.outputs:
                 facts.producers[id(v)] = emitted
+        facts.retired.append(op)
         for old, value in zip(op.outputs, new):
             replace[id(old)] = replace.get(id(value), value)
     block.results = [replace.get(id(v), v) for v in block.results]
