@@ -47,11 +47,12 @@ def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
 
 def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
                    states: list[Value], cts: list, captured: list[Value], tape,
-                   reversed_: bool):
+                   reversed_: bool, lean: bool = False):
     """Emit the backward `for` of a loop whose body (args: one slice per sequence in
     `seqs`, then the states) has the gradient `g`; `tape(values)` makes the forward
-    keep per-step values and returns them stacked. Returns (cotangents of seqs and
-    states, [(captured value, cotangent)])."""
+    keep per-step values and returns them stacked; `lean`: the backward of a loop that
+    recomputes, which keeps no more per step than it must (the `for`'s `lean`).
+    Returns (cotangents of seqs and states, [(captured value, cotangent)])."""
     n_seq = len(seqs)
     seq_in, seq_args = _backward_sequences(op, g, seqs, cts[len(states):], tape)
     floats = [i for i, s in enumerate(states) if s.type.is_float]
@@ -71,7 +72,7 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     types = [v.type for v in init] + [g.arg_cts[i].type.with_shape(
         (steps,) + g.arg_cts[i].type.shape) for i in grads]
     attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
-             "has_lengths": False, "recompute": False, "checkpoint": 0}
+             "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean}
     hints = [f"d_{states[i].hint}" for i in floats] + [f"d_{c.hint}" for c in captured] \
         + [f"d_{seqs[i].hint}" for i in grads]
     outs = b.structured("for", seq_in + init, types, attrs, [body], hints)

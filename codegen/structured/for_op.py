@@ -109,7 +109,7 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     steps = seqs[0].type.shape[0]
     in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,
                                     lambda values: add_tapes(op, body, values, steps),
-                                    not op.attrs["reversed"])
+                                    not op.attrs["reversed"], lean=policy == RECOMPUTE)
     return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
 
 
@@ -224,7 +224,7 @@ FOR = register(StructuredOp(
     "for",
     attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
            "has_lengths": (bool, REQUIRED), "recompute": (bool, False),
-           "checkpoint": (int, 0), "n_tape": (int, 0)},
+           "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
     rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds))

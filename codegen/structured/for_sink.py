@@ -4,10 +4,10 @@ used at every step: the weight's gradient) becomes, when a_t and g_t are already
 every step (a sequence of the loop, or one of its yields), one product over all steps
 after the loop: `acc + transpose(A) @ G` with A, G of [T*B, ...] rows, one GEMM instead of
 T rank-B updates. The state leaves the loop, and DCE drops the per-step work that fed
-it. An operand not yet kept for every step becomes a new yield only if the loop already
-keeps a value of its shape per step (so its memory grows by a constant factor at most:
-the backward of a `recompute` loop, which keeps only states, keeps no gate-sized
-value); otherwise the sum stays in the loop.
+it. An operand not yet kept for every step becomes a new yield, except in a `lean` loop
+(the backward of a `recompute` loop, which keeps only states) where only a value of a
+shape the loop already keeps per step may (so its memory grows by a constant factor at
+most and keeps no gate-sized value); otherwise the sum stays in the loop.
 
 The `for` entry's `simplify` hook (codegen/passes.py runs it with the table's identities).
 """
@@ -35,7 +35,8 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         """v for every step: a sequence, a yield, or a new yield where allowed."""
         if id(v) in stacked:
             return stacked[id(v)]
-        if id(v) not in producers or v.type.shape not in kept_shapes:
+        if id(v) not in producers or (loop.attrs.get("lean") and
+                                      v.type.shape not in kept_shapes):
             return None
         stacked[id(v)] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
         new_yields.append((v, out))
