@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import pickle
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +31,8 @@ import numpy as np
 
 from codegen import gradcheck, reference
 from codegen.ir import walk_ops
-from codegen.pipeline import differentiate, for_backends, load
+from codegen.pipeline import BuildOptions, differentiate, for_backends, load
+from codegen.pipeline import build as pipeline_build
 from codegen.rng import derive
 from dsl import MdlError, check_source
 from dsl.diagnostics import MdlBuildError
@@ -46,7 +50,7 @@ PER_MODULE = 25
 
 @dataclass
 class Outcome:
-    kind: str          # ok, rejected, compiler, build, native, reference, domain, mismatch
+    kind: str   # ok, rejected, compiler, build, crash, native, reference, domain, mismatch
     detail: str = ""
 
     @property
@@ -77,31 +81,35 @@ def run(progs: list[Program], directory: Path, specialize: bool = True) -> dict[
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes) -> None:
     if not progs:
         return
+    fits = specialize and any(set(SPECIALIZED) <= _dims(graphs[p.name]) for p in progs)
     try:
-        module = build(progs, graphs, directory, specialize)
+        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [])
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         if len(progs) > 1:
             half = len(progs) // 2
             for part in (progs[:half], progs[half:]):
                 _build_and_compare(part, graphs, directory, specialize, outcomes)
             return
-        kind = "build" if isinstance(e, MdlBuildError) else "compiler"
-        outcomes[progs[0].name] = Outcome(kind, f"{type(e).__name__}: {e}")
+        outcomes[progs[0].name] = _build_failure(e)
         return
-    for p in progs:
-        outcomes[p.name] = compare(module, p.name, graphs[p.name], p.lengths, p.seed)
+    compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes)
 
 
-def build(progs: list[Program], graphs: dict, directory: Path, specialize: bool = True):
-    """The module of `progs` in f64 (one class per program), specialized for
-    SPECIALIZED where a program has those dims; named after its text, so a build seen
-    before comes from the cache."""
-    text = module_source(progs)
+def _build_failure(e: Exception) -> Outcome:
+    return Outcome("build" if isinstance(e, MdlBuildError) else "compiler",
+                   f"{type(e).__name__}: {e}")
+
+
+def build(text: str, directory: Path, specialize: list[dict]) -> tuple:
+    """Builds the module of a .mdl text in f64 (one class per model), named after the
+    text so that a build seen before comes from the cache; what `load` needs to import
+    it: (path, name, specialize)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
     path = directory / f"{name}.mdl"
     path.write_text(text)
-    fits = specialize and any(set(SPECIALIZED) <= _dims(graphs[p.name]) for p in progs)
-    return load(path, dtype="f64", name=name, specialize=[SPECIALIZED] if fits else [])
+    options = BuildOptions(dtype="f64", specialize=specialize)
+    pipeline_build(path, name, options, progress=False)
+    return str(path), name, specialize
 
 
 def _dims(graph) -> set[str]:
@@ -115,15 +123,77 @@ def run_text(text: str, directory: Path) -> Outcome:
         graph = check_source(text, model=name, dtype="f64").graph
     except MdlError as e:
         return Outcome("rejected", e.render())
-    path = directory / f"{name}.mdl"
-    path.write_text(text)
     try:
-        module = load(path, dtype="f64", name=f"repro_{name}",
-                      specialize=[SPECIALIZED] if set(SPECIALIZED) <= _dims(graph) else [])
+        built = build(text, directory,
+                      [SPECIALIZED] if set(SPECIALIZED) <= _dims(graph) else [])
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
-        return Outcome("build" if isinstance(e, MdlBuildError) else "compiler",
-                       f"{type(e).__name__}: {e}")
-    return compare(module, name, graph, seed=zlib.crc32(name.encode()))
+        return _build_failure(e)
+    outcomes: dict[str, Outcome] = {}
+    compare_apart(built, [(name, text, frozenset(), zlib.crc32(name.encode()))], outcomes)
+    return outcomes[name]
+
+
+def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
+    """Each model's outcome, compared in a process of its own, so that native code that
+    crashes ends that process, not the fuzzer. `models`: (name, source, lengths, seed).
+    A process that dies takes the model it was comparing with it (tried again alone
+    when others ran before it: memory they corrupted may be what killed it); the rest
+    go on in a new process."""
+    pending = list(models)
+    while pending:
+        done, code = _compare_in_a_process(built, pending)
+        outcomes.update(done)
+        rest = [m for m in pending if m[0] not in done]
+        if not rest:
+            return
+        crashed, detail = rest[0], f"the process comparing it died ({code})"
+        if crashed is not pending[0]:
+            alone, _ = _compare_in_a_process(built, [crashed])
+            if crashed[0] in alone:
+                detail += (f" after {len(done)} other models ran in it; alone: "
+                           f"{alone[crashed[0]].kind}")
+        outcomes[crashed[0]] = Outcome("crash", detail)
+        pending = rest[1:]
+
+
+def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]:
+    """The outcomes a new process (`serve`) reports before it ends, and how it ended."""
+    read, write = os.pipe()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-c", f"import fuzz_programs; fuzz_programs.serve({write})"],
+            stdin=subprocess.PIPE, stderr=errors, env=env, pass_fds=(write,))
+        os.close(write)
+        pickle.dump((built, models), process.stdin)
+        process.stdin.close()
+        done = {}
+        with os.fdopen(read, "rb") as results:
+            while True:
+                try:
+                    name, kind, detail = pickle.load(results)
+                except EOFError:
+                    break
+                done[name] = Outcome(kind, detail)
+        code = process.wait()
+        errors.seek(0)
+        said = errors.read().decode(errors="replace").strip().splitlines()[-3:]
+    return done, f"exit status {code}" + (": " + " / ".join(said) if said else "")
+
+
+def serve(fd: int) -> None:
+    """The process `compare_apart` starts: reads (built, models) on stdin, imports the
+    module (from the cache) and writes each model's outcome to file descriptor `fd` as
+    soon as it is known."""
+    (path, module_name, specialize), models = pickle.load(sys.stdin.buffer)
+    with os.fdopen(fd, "wb") as out:
+        module = load(path, dtype="f64", name=module_name, specialize=specialize)
+        for name, source, lengths, seed in models:
+            graph = check_source(source, model=name, dtype="f64").graph
+            outcome = compare(module, name, graph, lengths, seed)
+            pickle.dump((name, outcome.kind, outcome.detail), out)
+            out.flush()
 
 
 def compare(module, name: str, graph, lengths: set[str] = frozenset(),
