@@ -103,7 +103,8 @@ def _must_save(v: Value, op: Op, policy: str) -> bool:
     if has_dynamic(v.type):
         if random:
             raise GradientError(
-                "a dropout inside a while loop nested in another loop, branch or while "
-                "cannot be differentiated: its masks would have to be drawn again", op.loc)
+                "a dropout inside a loop of run-time length (a while, or a for with "
+                "checkpoint) nested in another loop, branch or while cannot be "
+                "differentiated: its masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE

@@ -113,22 +113,34 @@ model M() {
     assert np.allclose(reference.gradients(graph, {"x": x}, {}).inputs["x"], 2 * x)
 
 
-def test_a_dropout_that_would_be_drawn_again_is_refused_at_its_loop():
-    graph = model("""
-model M(H = 3) {
-  input xs : f32[T, B, H]
-  h = zeros[B, H]
+NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop or branch
+    "while in a for": """
   for x in xs {
     y = x
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
-  }
+  }""",
+    "checkpointed for in an if": """
+  if c > 0.0 {
+    for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h) }
+  }""",
+}
+
+
+@pytest.mark.parametrize("nested", sorted(NESTED_DROPOUTS))
+def test_a_dropout_that_would_be_drawn_again_is_refused_at_its_loop(nested):
+    graph = model(f"""
+model M(H = 3) {{
+  input xs : f32[T, B, H]; input c : f32
+  h = zeros[B, H]{NESTED_DROPOUTS[nested]}
   output loss = sum(h * h)
   minimize loss
-}""")
-    with pytest.raises(GradientError, match="masks would have to be drawn again") as info:
+}}""")
+    with pytest.raises(GradientError, match="a dropout inside a loop of run-time length "
+                       r"\(a while, or a for with checkpoint\) nested in another loop, "
+                       "branch or while cannot be differentiated") as info:
         joint(graph)
-    assert info.value.loc.line == 7
+    assert info.value.loc.line == 7 if nested.startswith("while") else 6
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

@@ -100,6 +100,9 @@ class CpuTarget(Target):
     def fill(self, dst: str, count: str, value: str) -> str:
         return f"mdl::fill({dst}, {count}, {value});"
 
+    def scratch(self, k: int, nbytes: str) -> str:
+        return f"m.scratch[{k}].hold({nbytes})"
+
     def tape_clear(self, k: int) -> str:
         return f"m.tapes[{k}].clear();"
 

@@ -104,6 +104,7 @@ class Lowering:
         self.cx = cx                     # the renderer: dims and scalars as C++ text
         self.escaping = escaping         # values read after the function: always stored
         self.layouts: dict[int, Layout] = dict(external)
+        self.values: dict[int, Value] = {}    # every value given memory, by id
         self.placed: dict[int, Layout] = {}   # where a value not yet lowered will live
         self.accumulating: set[int] = set()   # ids of products that add into their memory
         self.folded: dict[int, Value] = {}    # id of an add that such a product did -> it
@@ -116,6 +117,7 @@ class Lowering:
         layout = self.placed.pop(v.id, None) or Layout(None, "0",
                                                        contiguous_strides(v.type.shape))
         self.layouts[v.id] = layout
+        self.values[v.id] = v
         return layout
 
     def layout(self, v: Value) -> Layout:
@@ -254,6 +256,8 @@ class Lowering:
             self._structured(op, out)
         elif kind == "view":
             src = op.inputs[0]
+            if self.layouts[src.id].is_const:  # a view needs memory to address (rare)
+                src = self.copy_of(src, out)
             if lowering_hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
                 src = self.contiguous(src, out)
             base_lay = self.layout(src)

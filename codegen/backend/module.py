@@ -17,7 +17,7 @@ from ..shapes import TensorType, contiguous_strides, numel
 from ..templating import environment
 from .cexpr import DimNames
 from .lower import Layout
-from .render import Access, FunctionSpec, render_function
+from .render import Access, FunctionSpec, Renderer
 from .target import Target
 
 
@@ -68,6 +68,7 @@ class ModuleGenerator:
         self.saved_count = 0
         self.tapes: list[int] = []
         self.pack_count = 0     # pack buffers: the most any one function packs into
+        self.scratch_count = 0  # scratch buffers: the most any one function needs
         # A parameter is reached through its index (it may live in another model's store,
         # shared); its offset places its optimizer state and, unshared, its values.
         self.param_index = {name: i for i, name in enumerate(graph.params)}
@@ -145,11 +146,13 @@ class ModuleGenerator:
         return texts, names
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
-        """One function's text. Pack buffers are reused by every function: one model's
-        calls run one at a time, and a function packs before it reads."""
+        """One function's text. Pack and scratch buffers are reused by every function:
+        one model's calls run one at a time, and a function fills them before it reads."""
         packs: list = []
-        text = render_function(self.target, dims, spec, self.tapes, packs)
+        renderer = Renderer(self.target, dims, spec, self.tapes, packs)
+        text = renderer.render()
         self.pack_count = max(self.pack_count, len(packs))
+        self.scratch_count = max(self.scratch_count, len(renderer.scratch))
         return text
 
     def context(self) -> dict:
@@ -179,7 +182,8 @@ class ModuleGenerator:
             params=[self._param_spec(name, p, [k for k, _ in grads])
                     for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
-            packs=self.pack_count, dynamic=len(self.names.dynamic))
+            packs=self.pack_count, scratch=self.scratch_count,
+            dynamic=len(self.names.dynamic))
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Block, Value
+from ..ir import Block, Value, walk_ops
 from ..shapes import Dim, contiguous_strides
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .pack import find_packs
-from .plan import Plan, plan
+from ..structured import STRUCTURED
+from .plan import Plan, plan, size_bytes
 from .structured import render_structured
 from .target import Target
 
@@ -55,6 +56,7 @@ class Renderer:
         self.counter = 0
         self.tapes: list[int] = tapes
         self.packs: list = packs  # this function's pack.Pack list
+        self.scratch: dict[int, int] = {}  # value id -> scratch buffer (sized when defined)
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
@@ -105,6 +107,7 @@ class Renderer:
                  if lay.base is None and not lay.is_const and vid not in spec.external
                  and vid not in self.low.unplanned}
         self._materialize_results(instrs, results, owned)
+        self._late_values(spec.block, owned)
         if self.target.packs_operands:
             find_packs(instrs, self.low.layouts, self.packs)
         self.plan = plan(instrs, self.low.layouts, results, self.dims, owned)
@@ -157,10 +160,32 @@ class Renderer:
                         self.emit(line)
                 render_structured(self, ins)
 
+    def _late_values(self, block: Block, owned: set[int]) -> None:
+        """Values sized by a dim this function learns only as it runs (the trip count of a
+        while it runs, re-run at every step of a loop's backward) cannot have an arena
+        slot sized when the function starts: each gets a scratch buffer of the model,
+        made large enough where the value is defined."""
+        late = set()
+        for op in walk_ops(block):
+            if op.blocks:
+                late |= STRUCTURED[op.prim].sets_dims(op)
+        if not late:
+            return
+        for vid in sorted(owned):
+            v = self.low.values.get(vid)  # (values of a fused loop that it never stores: none)
+            if v is not None and any(d.symbols & late for d in v.type.shape):
+                owned.discard(vid)
+                self.scratch[vid] = len(self.scratch)
+
     def define_owned(self, v: Value) -> None:
-        """The pointer to memory `v` was given: its arena slot, or where it was placed."""
+        """The pointer to memory `v` was given: its arena slot, a scratch buffer, or where
+        it was placed."""
         if self.low.layouts[v.id].base is not None:
             self.view(v)
+            return
+        if v.id in self.scratch:
+            self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>("
+                      f"{self.target.scratch(self.scratch[v.id], size_bytes(v, self.dims))});")
             return
         slot = self.plan.slot_of[v.id]
         self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>(arena + "
@@ -193,10 +218,3 @@ class Renderer:
     def assign(self, dst: Value, src: Value) -> None:
         """dst (a view, possibly strided) = src (any layout, or a constant)."""
         self.target.assign(self, dst, src)
-
-
-def render_function(target: Target, dims: DimNames, spec: FunctionSpec,
-                    tapes: list[int], packs: list) -> str:
-    """The text of one function; `tapes` collects the model's while tapes, `packs` the
-    function's packed operands."""
-    return Renderer(target, dims, spec, tapes, packs).render()

@@ -83,6 +83,11 @@ class Target(abc.ABC):
         """A statement setting `count` contiguous elements to `value`."""
 
     @abc.abstractmethod
+    def scratch(self, k: int, nbytes: str) -> str:
+        """An expression: scratch buffer k of the model, holding at least `nbytes` bytes
+        (a value sized at run time, render.Renderer._late_values), as a char pointer."""
+
+    @abc.abstractmethod
     def tape_clear(self, k: int) -> str:
         """A statement emptying tape k (a while loop's pushes) before the loop runs."""
 

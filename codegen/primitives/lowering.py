@@ -126,8 +126,9 @@ def _matmul_ok(r, op, i, layout) -> bool:
     """GEMM reads a row-major or transposed matrix in place; `a` may also be a
     contiguous batch of rows."""
     v = op.inputs[i]
-    if layout.is_const:
-        return False
+    if layout.is_const or any(s == Dim.of(0) and d != Dim.of(1)
+                              for s, d in zip(layout.strides, v.type.shape)):
+        return False  # a broadcast repeats rows or columns: GEMM needs them in memory
     if v.type.rank == 2 and matrix_order(v, layout) is not None:
         return True
     return r.low.is_contiguous(v)

@@ -14,7 +14,7 @@ The `for` entry's `simplify` hook (codegen/passes.py runs it with the table's id
 from __future__ import annotations
 
 from ..builder import Builder
-from ..ir import Op, Value, walk_ops
+from ..ir import Op, Value, has_dynamic, walk_ops
 from ..shapes import numel
 
 
@@ -35,9 +35,9 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         """v for every step: a sequence, a yield, or a new yield where allowed."""
         if id(v) in stacked:
             return stacked[id(v)]
-        if id(v) not in producers or (loop.attrs.get("lean") and
-                                      v.type.shape not in kept_shapes):
-            return None
+        if id(v) not in producers or has_dynamic(v.type) or (
+                loop.attrs.get("lean") and v.type.shape not in kept_shapes):
+            return None  # (a size a nested while sets may differ from step to step)
         stacked[id(v)] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
         new_yields.append((v, out))
         return out

@@ -62,6 +62,8 @@ class StructuredOp:
     rewrite: Callable[[Op, bool], Callable | None] = lambda op, autodiff: None
     simplify: Callable | None = None
     integer_bounds: Callable | None = None
+    # the dims (symbols) known only once the op has run: a while's trip count
+    sets_dims: Callable[[Op], set] = lambda op: set()
     extra: dict = field(default_factory=dict)
 
     def check_attrs(self, op: Op) -> None:

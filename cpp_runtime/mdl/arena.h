@@ -37,6 +37,12 @@ class Arena {
   char* data() { return data_; }
   std::size_t size() const { return size_; }
 
+  // Room for `bytes` (contents not kept), as a pointer: memory sized at run time.
+  char* hold(std::size_t bytes) {
+    reserve(bytes);
+    return data_;
+  }
+
  private:
   char* data_ = nullptr;
   std::size_t size_ = 0;

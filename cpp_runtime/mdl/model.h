@@ -58,6 +58,7 @@ struct State {
   std::vector<void*> saved;
   std::vector<Tape> tapes;
   std::vector<Arena> packs;  // loop-invariant operands in the BLAS's packed form (blas.h)
+  std::vector<Arena> scratch;  // values sized by a dim a function learns as it runs
   std::vector<int64_t> dyn;
   uint64_t seed = 0, dropout_key = 0, calls = 0;
   std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
@@ -106,7 +107,7 @@ struct ModelSpec {
   const TensorSpec* grads;   // what backward returns
   const ParamSpec* params;
   int64_t param_count;
-  int saved, tapes, packs, dynamic;
+  int saved, tapes, packs, scratch, dynamic;
   int n_variants;
   const Variant<T>* variants;  // variants[0] is the generic code
   ShapeFunction output_shape, grad_shape;

@@ -56,6 +56,7 @@ class Model {
     state_.saved.assign(spec->saved, nullptr);
     state_.tapes.resize(spec->tapes);
     state_.packs = std::vector<Arena>(spec->packs);
+    state_.scratch = std::vector<Arena>(spec->scratch);
     state_.dyn.assign(spec->dynamic, 0);
     if (share) {
       lock_ = share->lock_;  // models sharing parameters take turns
