@@ -141,7 +141,8 @@ class Generator(Expressions):
         states = self.states(lengths, cell)
         yields = self.rng.randint(1, 2) if self.rng.random() < 0.6 else 0
         loop_vars = [self.fresh("e") for _ in seqs]
-        with self.frame("for", lengths=lengths) as body:
+        checkpoint = any(o.startswith("checkpoint") for o in options)
+        with self.frame("for", lengths=lengths, checkpoint=checkpoint) as body:
             for e, shape in zip(loop_vars, steps):
                 self.define(Var(e, shape, fixed=True))
             for _ in range(self.rng.randint(0, self.size.body)):

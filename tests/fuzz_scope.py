@@ -34,6 +34,7 @@ class Frame:
     path: tuple = ()                   # the scope path of parameters declared here
     counters: Counter | None = None    # call-site counters of a naming block
     lengths: bool = False              # a for with lengths: its state leads with B
+    checkpoint: bool = False           # a for with checkpoint: its length is known at run time
     shares: dict = field(default_factory=dict)   # absolute source -> target path
     vars: dict = field(default_factory=dict)
     block: list = field(default_factory=list)    # the statements emitted here
@@ -155,8 +156,12 @@ class Names:
             self.avoid.discard(name)
 
     def dropout_allowed(self) -> bool:
-        # a dropout's mask inside a while cannot be drawn again for its backward
-        return not self.in_def and not any(f.kind == "while" for f in self.frames)
+        """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
+        checkpoint) inside another loop or branch: its masks would be drawn again."""
+        nested = any((f.kind == "while" or f.checkpoint)
+                     and any(g.kind in CONTROL for g in self.frames[:i])
+                     for i, f in enumerate(self.frames))
+        return not self.in_def and not nested
 
     # ---- inputs, parameters, call sites ------------------------------------------------
     def input(self, shape: tuple, dtype: str = "f32", prefix: str = "x") -> str:
