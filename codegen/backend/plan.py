@@ -1,7 +1,8 @@
 """The memory plan of one function: every value that owns memory gets a slot of the
 function's arena, sized once per call shape; a slot is reused by later values of the same
 size once its last reader has run (liveness over the lowered instructions, with values
-read inside a loop kept alive until the loop ends). Nothing is allocated inside loops."""
+read inside a loop, and the loop's outputs, which it writes at every step, kept alive
+until the loop ends). Nothing is allocated inside loops."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ class _Liveness:
         end = self.pos
         for vid in loop.outer_reads:
             self.last[vid] = max(self.last[vid], end)
+        for v in ins.op.outputs:  # written at every step (state) and at the end
+            self.use(v)
 
 
 def plan(instrs: list, layouts: dict[int, Layout], keep: list[Value], dims: DimNames,
