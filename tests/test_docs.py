@@ -4,57 +4,20 @@ every keyword, built-in, initializer and loop option of the language."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from doc_blocks import Block, blocks
 from dsl import MdlError, UsageError, check_source
 from dsl.builtins import BUILTINS, INITIALIZERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
-FENCE = re.compile(r"^```([\w-]*)\s*$")
-ERROR_NOTE = re.compile(r"^<!-- error: (.+?) -->\s*$")
 MODEL = re.compile(r"^\s*model\s+(\w+)", re.MULTILINE)
 LANGUAGES = ("mdl", "mdl-error", "text")
 
 
-@dataclass
-class Block:
-    lang: str
-    line: int          # 1-based line of the opening fence
-    text: str
-    expected: str = ""  # for mdl-error: the message substring
-
-    @property
-    def id(self) -> str:
-        return f"{self.lang}@L{self.line}"
-
-
-def blocks() -> list[Block]:
-    lines = DOC.read_text().splitlines()
-    out: list[Block] = []
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        assert FENCE.match(lines[end]) and FENCE.match(lines[end]).group(1) == "", \
-            f"line {end + 1}: a fence opened at line {i + 1} is not closed cleanly"
-        block = Block(m.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n")
-        if block.lang == "mdl-error":
-            after = next((line for line in lines[end + 1:] if line.strip()), "")
-            note = ERROR_NOTE.match(after)
-            assert note, f"line {end + 1}: an mdl-error block needs `<!-- error: ... -->` after it"
-            block.expected = note.group(1)
-        out.append(block)
-        i = end + 1
-    return out
-
-
-BLOCKS = blocks()
+BLOCKS = blocks(DOC.read_text(), "docs/language.md")
 MDL = [b for b in BLOCKS if b.lang == "mdl"]
 ERRORS = [b for b in BLOCKS if b.lang == "mdl-error"]
 

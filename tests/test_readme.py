@@ -1,6 +1,7 @@
 """The README holds: every code block holding a `model` checks (the first one is what a
-newcomer copies first), the tour's commands and Python run from a checkout's root, the
-set-up's test command is the one .ci/run calls, and every relative link leads to a file."""
+newcomer copies first), the tour's commands and Python (then the Python of "Using it")
+run from a checkout's root, the set-up's test command is the one .ci/run calls, and
+every relative link leads to a file."""
 from __future__ import annotations
 
 import re
@@ -38,11 +39,15 @@ def test_each_readme_model_checks(block):
 
 
 def test_the_tour_runs(tmp_path):
-    """The tour's sh and python blocks, in order, in a directory holding the examples
-    (run as tests/test_tutorial.py runs the tutorial: `mdlc` this checkout's, each
-    command exiting 0, the Python as one session, in a child process)."""
+    """The tour's sh and python blocks, in order, then the Python of "Using it", in a
+    directory holding the examples (run as tests/test_tutorial.py runs the tutorial:
+    `mdlc` this checkout's, each command exiting 0, the Python as one session, in a
+    child process)."""
     blocks = re.findall(r"^```(sh|python)\n(.*?)^```", section("A tour"), re.S | re.M)
     assert [lang for lang, _ in blocks] == ["sh", "python"]
+    # "Using it"'s Python goes on in the tour's session
+    blocks += re.findall(r"^```(python)\n(.*?)^```", section("Using it"), re.S | re.M)
+    assert len(blocks) == 3
     page = tmp_path / "tour.md"
     page.write_text("".join(f"```{lang}\n{code}```\n\n" for lang, code in blocks))
     work = tmp_path / "checkout"
@@ -51,7 +56,7 @@ def test_the_tour_runs(tmp_path):
                            str(work), str(page)], cwd=work, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=900)
     assert done.returncode == 0, done.stdout
-    assert (work / "charlm.npz").exists()
+    assert (work / "charlm.npz").exists() and (work / "charlm128.npz").exists()
 
 
 def test_the_set_up_commands():

@@ -25,64 +25,23 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+import doc_blocks
+from doc_blocks import Block
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "tutorial.md"
-FENCE = re.compile(r"^```([\w-]*)\s*$")
 FILE = re.compile(r"^# file: (\S+)")
-ERROR_NOTE = re.compile(r"^<!-- error: (.+?) -->\s*$")
 MODEL = re.compile(r"^\s*model\s+(\w+)", re.MULTILINE)
 IMAGE = re.compile(r"\.(svg|png|pdf)\b")
 LANGUAGES = ("mdl", "mdl-error", "sh", "text", "python")
 
 
-@dataclass
-class Block:
-    lang: str
-    line: int                 # 1-based line of the opening fence
-    text: str
-    expected: str = ""        # mdl-error: the message it fails with
-    shown: list[str] = field(default_factory=list)  # sh: the output shown after it
-    end: int = 0              # 0-based line where a block directly after this one opens
-    page: str = PAGE.name
-
-    @property
-    def where(self) -> str:
-        return f"{self.page}:{self.line}"
-
-
 def blocks(page: str, name: str = PAGE.name) -> list[Block]:
-    """The fenced blocks of `page` (called `name` in messages) in order; an sh block's
-    output lines (the text block right after it) in its `shown`, an mdl-error block's note
-    in its `expected`."""
-    lines = page.splitlines()
-    out: list[Block] = []
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
-        assert end is not None and lines[end].strip() == "```", \
-            f"line {i + 1}: a fence that is not closed cleanly"
-        block = Block(m.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", page=name)
-        assert block.lang in LANGUAGES, f"line {i + 1}: unknown block language {block.lang!r}"
-        after = next((k for k in range(end + 1, len(lines)) if lines[k].strip()), len(lines))
-        if block.lang == "mdl-error":
-            note = ERROR_NOTE.match(lines[after]) if after < len(lines) else None
-            assert note, f"line {end + 1}: an mdl-error block needs `<!-- error: ... -->` after it"
-            block.expected = note.group(1)
-        if block.lang == "text" and out and out[-1].lang == "sh" and out[-1].end == i:
-            out[-1].shown = [line.rstrip() for line in block.text.splitlines() if line.strip()]
-        block.end = after
-        out.append(block)
-        i = end + 1
-    return out
+    return doc_blocks.blocks(page, name, LANGUAGES)
 
 
 def run_page(page: str, workdir: Path, name: str = PAGE.name) -> None:
