@@ -42,13 +42,15 @@ RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
 PRECOMPILED = "precompiled"
 
-# -fopenmp-simd: `#pragma omp simd` (reductions that may vectorize) without OpenMP threads
-LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden", "-fopenmp-simd")
+LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
+# -fopenmp-simd: `#pragma omp simd` (reductions that may vectorize) without OpenMP threads.
+# -fno-math-errno: nothing reads errno, so calls to exp, tanh, sqrt, ... have no side
+# effect: a loop calling them vectorizes even where a `where` uses only one of its arms
+# (with errno, GCC computes each arm under its condition, and control flow stops it).
+CODE_FLAGS = ("-fopenmp-simd", "-fno-math-errno")
 RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
-# The runtime never reads errno, so sqrt and friends may vectorize (the optimizers' loops).
-RUNTIME_FLAGS = ("-fno-math-errno",)
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
@@ -61,7 +63,7 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     """The C++ compiler's flags for the runtime and for models (sanitizer reports want
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
-    return [*LANGUAGE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
+    return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
             *(SANITIZE_FLAGS if sanitize else ()), blas().define,
             *(("-DMDL_LIBMVEC",) if _libmvec() else ())]
 
@@ -153,7 +155,7 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
         objects = [work / (Path(source).stem + ".o") for source in RUNTIME_SOURCES]
         _compile(work, [
-            *([*compiler, *RUNTIME_FLAGS, "-c", str(RUNTIME_DIR / source), "-o", str(obj)]
+            *([*compiler, "-c", str(RUNTIME_DIR / source), "-o", str(obj)]
               for source, obj in zip(RUNTIME_SOURCES, objects)),
             [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
              "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
@@ -188,7 +190,7 @@ def _environment() -> dict:
 
 
 def _runtime_fields(debug: bool, sanitize: bool) -> dict:
-    return {"product": "runtime", "flags": compile_flags(debug, sanitize) + list(RUNTIME_FLAGS),
+    return {"product": "runtime", "flags": compile_flags(debug, sanitize),
             **_environment()}
 
 

@@ -192,12 +192,13 @@ def test_the_cmakelists_renders_each_variant():
     assert f'pybind11_add_module(m MODULE module.cpp {runtime})' in release
     vector_math = " -DMDL_LIBMVEC" if build._libmvec() else ""
     blas = " " + build.blas().define
-    assert f"target_compile_options(m PRIVATE -O3 -march=native -DNDEBUG{blas}{vector_math})" \
-        in release
+    code = "-fopenmp-simd -fno-math-errno"
+    assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{blas}" \
+        f"{vector_math})" in release
     assert f'"{build.RUNTIME_DIR}"' in release and str(build.blas().library) in release
     assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", debug=True)
-    assert f"PRIVATE -O0 -g{blas}{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    assert f"PRIVATE {code} -O0 -g{blas}{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
     sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
     assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{blas}{vector_math})" \
         in sanitize

@@ -60,9 +60,17 @@ class CpuTarget(Target):
         operands = [x for op in ins.ops for x in op.inputs if x.id not in produced]
         operands = list({x.id: x for x in operands}.values()) + ins.stores
         sums = {total.id: _sum_strides(x, axes) for x, total, axes in ins.sums}
+        # one-element operands (a step's mask bit, a scalar) are read once, before the
+        # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
+        # would then read it at every element and not vectorize the loop
+        hoisted: dict[int, str] = {}
+        for x in operands[:len(operands) - len(ins.stores)]:
+            if numel(x.type.shape) == Dim.of(1) and not r.layout(x).is_const:
+                hoisted[x.id] = r.fresh("s")
+                r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")
 
         def body(index, accumulators):
-            names: dict[int, str] = {}
+            names: dict[int, str] = dict(hoisted)
 
             def read(x) -> str:
                 if x.id in names:
@@ -70,7 +78,11 @@ class CpuTarget(Target):
                 lay = r.layout(x)
                 if lay.is_const:
                     return r.literal(lay.const, x.type.dtype)
-                return f"{r.ptr(x)}[{index[x.id]}]"
+                # loaded unconditionally, before any use: a load only one arm of a
+                # `where` reads would be control flow, and GCC would not vectorize
+                names[x.id] = r.fresh("s")
+                r.emit(f"const {r.ctype(x)} {names[x.id]} = {r.ptr(x)}[{index[x.id]}];")
+                return names[x.id]
             for op in ins.ops:
                 expr = lowering_hook(op)[1]([read(x) for x in op.inputs], op, r)
                 for v in op.outputs:
