@@ -41,7 +41,8 @@ class CpuTarget(Target):
 
     def function(self, r, body: list[str]) -> str:
         spec, slots = r.spec, r.plan.slots
-        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;"]
+        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
+                "  mdl::ProductThreads product_threads;  // MKL's threads: blas.h"]
         head += ["  " + line for line in spec.prologue]
         head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
         head += [f"  off[{i}] = total; total += mdl::align_up({size});"

@@ -29,25 +29,38 @@ inline CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 // thread, 3.3 on two; docs/build.md).
 constexpr int64_t kOneThreadWork = int64_t(1) << 18;
 
-// While it lives, MKL runs products of less than kOneThreadWork on this thread alone.
-class SmallProduct {
- public:
-  explicit SmallProduct(int64_t work) : small_(work < kOneThreadWork) {
-#if defined(MDL_BLAS_MKL)
-    if (small_) previous_ = mkl_set_num_threads_local(1);
-#endif
-  }
-  ~SmallProduct() {
-#if defined(MDL_BLAS_MKL)
-    if (small_) mkl_set_num_threads_local(previous_);
-#endif
-  }
-  SmallProduct(const SmallProduct&) = delete;
-  SmallProduct& operator=(const SmallProduct&) = delete;
+// What MKL was last told about the calling thread's products: 1 (one thread), or 0 (the
+// global count, set_num_threads; as MKL starts).
+inline int& product_threads_told() {
+  thread_local int told = 0;
+  return told;
+}
 
- private:
-  bool small_;
-  int previous_ = 0;
+// Tells MKL how many threads the calling thread's next product may use: one below
+// kOneThreadWork, else the global count. MKL is told only when that changes, so a loop's
+// small products make no call at all (two calls a product, setting and restoring, cost
+// more than the second thread saves at B = 1).
+inline void threads_for_product(int64_t work) {
+#if defined(MDL_BLAS_MKL)
+  const int wanted = work < kOneThreadWork ? 1 : 0;
+  if (wanted != product_threads_told()) {
+    mkl_set_num_threads_local(wanted);
+    product_threads_told() = wanted;
+  }
+#else
+  (void)work;
+#endif
+}
+
+// Declared first in every generated function: when it returns (or throws), MKL is back to
+// the global count, so the next function (of this module or of another one, which keeps
+// its own product_threads_told) and any other MKL user on this thread start from it.
+class ProductThreads {
+ public:
+  ProductThreads() = default;
+  ~ProductThreads() { threads_for_product(kOneThreadWork); }
+  ProductThreads(const ProductThreads&) = delete;
+  ProductThreads& operator=(const ProductThreads&) = delete;
 };
 
 #if defined(MDL_BLAS_MKL)
@@ -84,7 +97,7 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  SmallProduct threads(m * n * k);
+  threads_for_product(m * n * k);
   blas_gemm(trans(trans_a), trans(trans_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -122,6 +135,7 @@ inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k,
                    int64_t ldb) {
 #if defined(MDL_BLAS_MKL)
   if (m == 0 || n == 0 || k == 0) return;
+  threads_for_product(m * n * k);
   buffer.reserve(pack_size(static_cast<T*>(nullptr), m, n, k));
   blas_pack(trans_b, m, n, k, b, ldb, reinterpret_cast<T*>(buffer.data()));
 #else
@@ -137,7 +151,7 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
                         T* c, int64_t ldc) {
 #if defined(MDL_BLAS_MKL)
   if (m != 0 && n != 0 && k != 0) {
-    SmallProduct threads(m * n * k);
+    threads_for_product(m * n * k);
     blas_compute(trans_a, m, n, k, a, lda,
                  reinterpret_cast<const T*>(const_cast<Arena&>(buffer).data()), beta, c, ldc);
     return;
