@@ -58,14 +58,14 @@ class CpuTarget(Target):
             r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
                              r.literal(0, total.type.dtype)))
         produced = {v.id for op in ins.ops for v in op.outputs}
-        operands = [x for op in ins.ops for x in op.inputs if x.id not in produced]
-        operands = list({x.id: x for x in operands}.values()) + ins.stores
+        inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
+        operands = list(inputs.values()) + ins.stores
         sums = {total.id: _sum_strides(x, axes) for x, total, axes in ins.sums}
         # one-element operands (a step's mask bit, a scalar) are read once, before the
         # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
         # would then read it at every element and not vectorize the loop
         hoisted: dict[int, str] = {}
-        for x in operands[:len(operands) - len(ins.stores)]:
+        for x in inputs.values():
             if numel(x.type.shape) == Dim.of(1) and not r.layout(x).is_const:
                 hoisted[x.id] = r.fresh("s")
                 r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from ..ir import Block, Value, walk_ops
 from ..shapes import Dim, contiguous_strides
+from ..structured import STRUCTURED
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .pack import find_packs
-from ..structured import STRUCTURED
 from .plan import Plan, plan, size_bytes
 from .structured import render_structured
 from .target import Target
