@@ -24,8 +24,7 @@ def setup(case: Case) -> Bench:
     module = load(MODELS, model=name, defines=defines, specialize=specialize,
                   name=f"bench_{name.lower()}")
     model = getattr(module, name)(seed=0)
-    for key, value in data.params(case).items():
-        model.params[key][...] = value
+    model.set_params(data.params(case))
     xs = data.inputs(case)
     return _generation(model, xs["xs"]) if case.group == "generation" else _training(model, xs)
 

@@ -51,7 +51,9 @@ CODE_FLAGS = ("-fopenmp-simd", "-fno-math-errno")
 RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
-SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp")
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cu", ".h", ".hpp")
+CUDA_RUNTIME_SOURCE = "src/cuda_device.cu"  # the cuda target's mdl::Device (relative to RUNTIME_DIR)
+CUDA_RUNTIME_OBJECT = "mdl_cuda_runtime.o"
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
 FIRST_ERROR = re.compile(r"error:|undefined reference")
@@ -85,10 +87,12 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
                       sanitize: bool = False) -> str:
     """A CMakeLists.txt that builds `source_names` and the runtime into the extension
     `module_name` with the same flags as `build_extension` (what `mdlc emit` writes)."""
+    cuda = any(name.endswith(".cu") for name in source_names)
     context = {
         "name": module_name,
         "sources": sorted(source_names),
-        "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES],
+        "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
+            [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
         "build_type": "Debug" if debug or sanitize else "Release",
         "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
@@ -96,8 +100,24 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
         "libraries": [str(blas().library), *blas().system_libraries,
                       *(["mvec"] if _libmvec() else [])],
         "rpath": blas().lib_dir,
+        "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
     }
+    if cuda:  # cuBLAS as the build links it (codegen/cuda_toolkit.py), found by RPATH too
+        from .cuda_toolkit import toolkit
+        context["include_dirs"].append(toolkit().cublas_include)
+        context["libraries"].append(str(toolkit().cublas_library))
+        context["rpath"] += f";{toolkit().cublas_library.parent}"
     return _template("CMakeLists.txt.j2").render(context)
+
+
+def _cmake_cuda(cxx_flags: list[str]) -> dict:
+    """CUDA_ARCHITECTURES and the CUDA sources' own flags (the host compiler's go through
+    -Xcompiler), for an emitted CMakeLists.txt."""
+    from .cuda_toolkit import toolkit
+    host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):] if not f.startswith(("-D", "-O"))]
+    defines = [f for f in cxx_flags if f.startswith("-D")]
+    return {"architectures": toolkit().architectures,
+            "flags": [*defines, "-Xcompiler=" + ",".join(host)]}
 
 
 def cache_key(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
@@ -115,6 +135,8 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
     the build fails."""
     _check_names(sources, module_name)
     show = sys.stderr.isatty() if progress is None else progress
+    if _is_cuda(sources):
+        return _build_cuda_extension(sources, module_name, debug, sanitize, show)
     runtime = build_runtime(debug=debug, sanitize=sanitize, progress=show)
     fields = _key_fields(sources, module_name, debug, sanitize)
 
@@ -165,6 +187,85 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
                          "-o", str(work / RUNTIME_OBJECT)]], "linking the mdl runtime", progress)
     built = cached(digest(fields), RUNTIME_OBJECT, make)
     return Runtime(built, built.parent / PRECOMPILED)
+
+
+def _is_cuda(sources: Mapping[str, str]) -> bool:
+    """Whether the sources are the cuda target's (its generated file is CUDA C++)."""
+    return any(name.endswith(".cu") for name in sources)
+
+
+def cuda_flags(debug: bool = False) -> list[str]:
+    """nvcc's flags for the cuda target's runtime and models: the GPU architectures
+    (codegen/cuda_toolkit.py), and the host compiler's flags as for the cpu target."""
+    from .cuda_toolkit import toolkit
+    host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS, *(() if debug else ("-march=native",))]
+    return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
+            *(("-O0", "-g") if debug else ("-O3", "-DNDEBUG")), blas().define,
+            *(("-DMDL_LIBMVEC",) if _libmvec() else ())]
+
+
+def _cuda_link_flags() -> list[str]:
+    """cuBLAS and the BLAS the runtime calls, in nvcc's spelling of linker options."""
+    from .cuda_toolkit import toolkit
+    flags = []
+    for flag in [*toolkit().link_flags(), *_link_flags(False)]:
+        if flag.startswith("-Wl,"):
+            flags += ["-Xlinker", flag[len("-Wl,"):]]
+        elif flag.startswith("/"):  # nvcc takes no versioned .so as an input file
+            flags += [f"-L{Path(flag).parent}", f"-l:{Path(flag).name}"]
+        else:
+            flags.append(flag)
+    return flags
+
+
+def _cuda_fields(debug: bool) -> dict:
+    from .cuda_toolkit import toolkit
+    tk = toolkit()
+    return {"nvcc": tk.version, "nvcc_path": tk.nvcc, "cublas": str(tk.cublas_library),
+            "cuda_flags": cuda_flags(debug)}
+
+
+def _build_cuda_extension(sources: Mapping[str, str], module_name: str, debug: bool,
+                          sanitize: bool, show: bool) -> Path:
+    """The cuda target's build: the generated .cu compiled by nvcc and linked with the
+    runtime (the same object as the cpu target's) and the cuda runtime object."""
+    if sanitize:
+        raise MdlBuildError("--sanitize builds are for the cpu target (the sanitizers "
+                            "instrument host code); build the cuda target without it")
+    from .cuda_toolkit import toolkit
+    runtime = build_runtime(debug=debug, progress=show)
+    device = build_cuda_runtime(debug=debug, progress=show)
+    fields = {**_key_fields(sources, module_name, debug, False), "target": "cuda",
+              "cuda_runtime": str(device), **_cuda_fields(debug)}
+
+    def make(work: Path, final: Path) -> None:
+        (work / "src").mkdir()
+        for name, text in sources.items():
+            (work / "src" / name).write_text(text)
+        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+        compiled = [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
+        command = [toolkit().nvcc, *cuda_flags(debug), "-shared",
+                   *(f"-I{d}" for d in [*include_dirs(), toolkit().cublas_include]),
+                   *compiled, str(runtime.object), str(device), "-o",
+                   str(work / (module_name + EXT_SUFFIX)), *_cuda_link_flags()]
+        _compile(work, [command], f"building {module_name} (cuda)", show)
+    return cached(digest(fields), module_name + EXT_SUFFIX, make)
+
+
+def build_cuda_runtime(*, debug: bool = False, progress: bool = False) -> Path:
+    """The cuda target's runtime object (cpp_runtime/src/cuda_device.cu: memory, copies,
+    the optimizer's kernels, the fault check), compiled once per cache."""
+    from .cuda_toolkit import toolkit
+    fields = {"product": "cuda runtime", **_cuda_fields(debug), **_environment()}
+
+    def make(work: Path, final: Path) -> None:
+        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+        _compile(work, [[toolkit().nvcc, *cuda_flags(debug),
+                         *(f"-I{d}" for d in [*include_dirs(), toolkit().cublas_include]),
+                         "-c", str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE),
+                         "-o", str(work / CUDA_RUNTIME_OBJECT)]],
+                 "building the mdl cuda runtime (once per cache)", progress)
+    return cached(digest(fields), CUDA_RUNTIME_OBJECT, make)
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:

@@ -52,6 +52,7 @@ EXAMPLES = {
               "mdlc check examples/charlm.mdl --model CharLM --params -D H=128",
               "mdlc check examples/towers.mdl --json"],
     "emit": ["mdlc emit examples/charlm.mdl -o gen/",
+             "mdlc emit examples/charlm.mdl --target cuda -o gen-cuda/",
              "mdlc emit --ir --grad examples/charlm.mdl --model CharLM"],
     "graph": ["mdlc graph examples/charlm.mdl --model CharLM -o charlm.svg",
               "mdlc graph examples/sharing.mdl -o sharing.dot",
@@ -59,8 +60,10 @@ EXAMPLES = {
               "mdlc graph examples/caffe2_sharing.mdl --model Brew -o brew.pdf"],
     "build": ["mdlc build examples/charlm.mdl -o build/",
               "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32",
-              "mdlc build examples/charlm.mdl --model CharLM --vjp"],
-    "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3"],
+              "mdlc build examples/charlm.mdl --model CharLM --vjp",
+              "mdlc build examples/charlm.mdl --target cuda -o build-gpu/"],
+    "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3",
+                  "mdlc gradcheck examples/gru.mdl --target cuda"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
               "mdlc bench --quick"],
@@ -98,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
+    _target_option(gradcheck)
     gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
     gradcheck.add_argument("--seed", type=int, default=0)
     bench = command("bench", "time compiled models against PyTorch and JAX, side by side "
@@ -130,13 +134,18 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
     _model_options(p)
     p.add_argument("-o", dest="out", default=".", help=out_help)
     p.add_argument("--name", help="the module's name (default: the file's stem)")
-    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
-                   help="the kind of machine to compile for")
+    _target_option(p)
     p.add_argument("--specialize", action="append", type=_dims, default=[],
                    metavar="B=32,T=35", help="also compile code with these dims fixed")
     p.add_argument("--vjp", action="store_true",
                    help="the backward takes a cotangent per float output (a vector-Jacobian "
                    "product, for codegen.torch) instead of differentiating the minimized one")
+
+
+def _target_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+                   help="the kind of machine to compile for: cpu (C++ and a BLAS) or cuda "
+                   "(an NVIDIA GPU: CUDA kernels and cuBLAS)")
 
 
 def _dims(text: str) -> dict[str, int]:
@@ -230,7 +239,7 @@ def cmd_gradcheck(args) -> int:
     from codegen.pipeline import BuildOptions, check, import_built, module_name_for
     from dsl import UsageError
     # every model of the file in one f64 module, named like any other f64 build of it
-    options = BuildOptions(dtype="f64", defines=dict(args.defines))
+    options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines))
     name = module_name_for(args.file) + "_f64"
     models = check(args.file, options)
     chosen = [g for g in models if args.model in (None, g.name)]
@@ -247,7 +256,10 @@ def cmd_gradcheck(args) -> int:
     module = import_built(args.file, name, options)
     dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3))
             for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
-    results = gradcheck.check(module, graph, dims, args.seed)
+    try:
+        results = gradcheck.check(module, graph, dims, args.seed)
+    except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)
+        raise UsageError(str(exc)) from None
     worst = max((r.error for r in results), default=0.0)
     width = max((len(r.name) for r in results), default=10)
     for r in results:

@@ -44,8 +44,10 @@ class DataParallel:
         self.model = model
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._check_same_model()
-        for view in model.params.values():  # rank 0's weights everywhere, in place
-            dist.broadcast(torch.from_numpy(view), src=0)
+        weights = {k: np.array(v) for k, v in model.params.items()}
+        for array in weights.values():  # rank 0's weights everywhere
+            dist.broadcast(torch.from_numpy(array), src=0)
+        model.set_params(weights)
 
     def _check_same_model(self) -> None:
         """Every rank must have built the same model: its name, dtype and parameters."""

@@ -69,21 +69,28 @@ def check(module, graph: Graph, dims: dict[str, int], seed: int = 0) -> list[Res
     rng = np.random.default_rng(seed)
     model = getattr(module, graph.name)(seed=seed)
     inputs = random_inputs(graph, dims, rng)
-    params = model.params
+    params = {k: np.array(v) for k, v in model.params.items()}  # copies, set_params writes
 
-    def loss() -> float:
+    def loss(name: str | None = None) -> float:
+        """The loss, with parameter `name` first set to its (perturbed) copy."""
+        if name is not None:
+            model.set_params({name: params[name]})
         model.rng_calls = 0  # the same dropout masks in every evaluation
         return float(model.forward(**inputs, training=True)[graph.loss])
     loss()
     grads = model.backward()
     results = []
     for name, grad in grads.items():
-        target = inputs[name[6:]] if name.startswith("input:") else params[name]
-        results.append(_compare(name, target, grad, loss, rng))
+        if name.startswith("input:"):
+            results.append(_compare(name, inputs[name[6:]], grad, loss, rng))
+        else:
+            results.append(_compare(name, params[name], grad, lambda: loss(name), rng))
+            model.set_params({name: params[name]})  # unperturbed again
     return results
 
 
 def _compare(name: str, target: np.ndarray, grad: np.ndarray, loss, rng) -> Result:
+    """`target`'s elements perturbed in place, `loss()` evaluated at each."""
     flat = target.reshape(-1)
     g = grad.reshape(-1)
     half = SAMPLES // 2

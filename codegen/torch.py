@@ -59,6 +59,10 @@ class CompiledModule(torch.nn.Module):
             raise TypeError("as_module takes a compiled mdl model (an instance of a class of "
                             "a module built by codegen.load or mdlc build), got "
                             f"{type(model).__name__}")
+        if model.device != "cpu":
+            raise ValueError(f"model {type(model).__name__} runs on {model.device}: "
+                             "codegen.torch wraps models built for the cpu target (its "
+                             "parameters are the model's host memory, shared with PyTorch)")
         if not model.cotangents:
             raise ValueError(f"model {type(model).__name__} was built without vjp, so its "
                              "backward cannot take PyTorch's gradients: build it with "

@@ -208,7 +208,7 @@ def test_the_cmakelists_renders_each_variant():
 @pytest.mark.parametrize("sources, name", [
     ({"../module.cpp": TINY}, "tiny"),
     ({"CMakeLists.txt": ""}, "tiny"),
-    ({"kernels.cu": ""}, "tiny"),
+    ({"module.f90": ""}, "tiny"),
     ({"module.cpp": TINY}, "not-a-name"),
 ])
 def test_bad_names_are_refused_before_building(sources, name):

@@ -133,6 +133,21 @@ def test_params_are_live_views(towers):
     w -= 1.0
 
 
+def test_set_params_writes_checked_weights(towers):
+    name = "fc0/two_level_fc/level0/W"
+    old = np.array(towers.params[name])
+    assert towers.device == "cpu"
+    towers.set_params({name: old.astype(np.float64) + 1.0})  # converted to the model's dtype
+    assert np.array_equal(towers.params[name], old + 1.0)
+    with pytest.raises(KeyError, match="has no parameter 'nope'"):
+        towers.set_params({name: old, "nope": old})
+    with pytest.raises(ValueError, match=r"'fc0/two_level_fc/level0/W' is f32\[20, 20\], got"):
+        towers.set_params({name: old[:, :3]})
+    assert np.array_equal(towers.params[name], old + 1.0)  # nothing changed by a bad call
+    towers.set_params({name: old})
+    assert np.array_equal(towers.params[name], old)
+
+
 def test_non_contiguous_and_dlpack_inputs(towers):
     x = {f"a{i}": np.random.default_rng(i).standard_normal((8, 20)).astype(np.float32)
          for i in range(1, 5)}

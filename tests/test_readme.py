@@ -63,7 +63,7 @@ def test_the_set_up_commands():
     """Two commands: the main job, and the test suite's, which .ci/run ends with."""
     commands = re.findall(r"^```sh\n(.*?)\n```", section("Set-up"), re.S | re.M)
     assert commands == ["python3 -m pip install -e . && python3 examples/train_charlm.py",
-                        'python3 -m pip install -e ".[test]" && python3 -m pytest -q']
+                        'python3 -m pip install -e ".[test,cuda]" && python3 -m pytest -q']
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == commands[1]
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools
 
 from ..primitives import cpu as _kernels  # attaches extra["cpu"]
-from ..shapes import Dim, contiguous_strides, numel
+from ..shapes import Dim, numel
 from .dialect import CPP
-from .lower import Fused, lowering_hook
+from .elementwise import compute
+from .lower import Fused
+from .nest import index as _index, merge, sum_strides
 from .target import Target
 
 
@@ -24,20 +26,11 @@ class CpuTarget(Target):
                                      accumulate=ins.accumulate)
         return super().kernel(ins)
 
+    def call(self, name: str) -> str:
+        return f"mdl::{name}("
+
     def pack(self, r, pack) -> list[str]:
         return _kernels.matmul_pack(r, pack)
-
-    def parameter(self, index: int) -> str:
-        return f"m.param[{index}]"
-
-    def input(self, k: int, ctype: str) -> str:
-        return f"static_cast<{ctype}*>(c.inputs[{k}])"
-
-    def output(self, k: int) -> str:
-        return f"c.outputs[{k}]"
-
-    def saved(self, k: int) -> str:
-        return f"m.saved[{k}]"
 
     def function(self, r, body: list[str]) -> str:
         spec, slots = r.spec, r.plan.slots
@@ -60,7 +53,7 @@ class CpuTarget(Target):
         produced = {v.id for op in ins.ops for v in op.outputs}
         inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
         operands = list(inputs.values()) + ins.stores
-        sums = {total.id: _sum_strides(x, axes) for x, total, axes in ins.sums}
+        sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
         # one-element operands (a step's mask bit, a scalar) are read once, before the
         # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
         # would then read it at every element and not vectorize the loop
@@ -71,24 +64,7 @@ class CpuTarget(Target):
                 r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")
 
         def body(index, accumulators):
-            names: dict[int, str] = dict(hoisted)
-
-            def read(x) -> str:
-                if x.id in names:
-                    return names[x.id]
-                lay = r.layout(x)
-                if lay.is_const:
-                    return r.literal(lay.const, x.type.dtype)
-                # loaded unconditionally, before any use: a load only one arm of a
-                # `where` reads would be control flow, and GCC would not vectorize
-                names[x.id] = r.fresh("s")
-                r.emit(f"const {r.ctype(x)} {names[x.id]} = {r.ptr(x)}[{index[x.id]}];")
-                return names[x.id]
-            for op in ins.ops:
-                expr = lowering_hook(op)[1]([read(x) for x in op.inputs], op, r)
-                for v in op.outputs:
-                    names[v.id] = r.fresh("s")
-                    r.emit(f"const {r.ctype(v)} {names[v.id]} = {expr};")
+            names = compute(r, ins, index, hoisted)
             for v in ins.stores:
                 r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
             for x, total, _ in ins.sums:
@@ -133,23 +109,10 @@ class CpuTarget(Target):
         by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
         adds into: one summed along the innermost loop gets a local accumulator there
         (`accumulators`: value id -> its name), so that loop still vectorizes."""
-        sums = sums or {}
-        strides = {v.id: sums.get(v.id) or _aligned_strides(r, v, shape) for v in operands
-                   if not r.layout(v).is_const}
-        dims: list[Dim] = []
-        merged: dict[int, list[Dim]] = {k: [] for k in strides}
-        for i, d in enumerate(shape):
-            if dims and all(merged[k][-1] == s[i] * d for k, s in strides.items()):
-                dims[-1] = dims[-1] * d
-                for k, s in strides.items():
-                    merged[k][-1] = s[i]
-                continue
-            dims.append(d)
-            for k, s in strides.items():
-                merged[k].append(s[i])
+        nest = merge(r, shape, operands, sums)
+        dims, merged, values = nest.dims, nest.strides, nest.values
         idx = [r.fresh("i") for _ in dims]
-        inner = {k: r.fresh("acc") for k in sums if dims and merged[k][-1] == Dim.of(0)}
-        values = {v.id: v for v in operands}
+        inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
         for n, (var, d) in enumerate(zip(idx, dims)):
             if n == len(dims) - 1:
                 for k, acc in inner.items():
@@ -166,29 +129,6 @@ class CpuTarget(Target):
                 for k, acc in inner.items():
                     r.emit(f"{r.ptr(values[k])}[{_index(r, merged[k][:-1], idx[:-1])}] "
                            f"+= {acc};")
-
-
-def _sum_strides(x, axes: tuple[int, ...]) -> tuple[Dim, ...]:
-    """Where each element of `x` lands in its sum over `axes` (kept axes contiguous)."""
-    kept = [d for i, d in enumerate(x.type.shape) if i not in axes]
-    strides = iter(contiguous_strides(tuple(kept)))
-    return tuple(Dim.of(0) if i in axes else next(strides) for i in range(x.type.rank))
-
-
-def _aligned_strides(r, v, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    """`v`'s strides against an output `shape` (broadcast dims get stride 0)."""
-    strides = list(r.layout(v).strides)
-    for i, d in enumerate(v.type.shape):
-        if d == Dim.of(1):
-            strides[i] = Dim.of(0)
-    return (Dim.of(0),) * (len(shape) - len(strides)) + tuple(strides)
-
-
-def _index(r, strides: list[Dim], idx: list[str]) -> str:
-    """The element index of an operand with these strides at loop variables `idx`."""
-    terms = [var if s == Dim.of(1) else f"{var} * {r.dim(s)}"
-             for var, s in zip(idx, strides) if s != Dim.of(0)]
-    return " + ".join(terms) or "0"
 
 
 CPU = CpuTarget()

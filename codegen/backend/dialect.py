@@ -34,3 +34,5 @@ class Dialect:
 
 
 CPP = Dialect("cpp")
+# CUDA C++: nvcc compiles the same scalar code for the device (std:: math included).
+CUDA = Dialect("cuda", vectorize_hint="")

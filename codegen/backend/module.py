@@ -183,7 +183,7 @@ class ModuleGenerator:
                     for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
             packs=self.pack_count, scratch=self.scratch_count,
-            dynamic=len(self.names.dynamic))
+            dynamic=len(self.names.dynamic), device=self.target.device)
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []
@@ -234,5 +234,6 @@ def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
     contexts = [ModuleGenerator(graph, joint, dtype, specializations, target).context()
                 for graph, joint, specializations in models]
     text = environment().get_template("module.cpp.j2").render(
-        module_name=module_name, ctype=target.dialect.ctype(dtype), models=contexts)
-    return {"module.cpp": text}
+        module_name=module_name, ctype=target.dialect.ctype(dtype), models=contexts,
+        target_headers=target.headers)
+    return {target.source: text}

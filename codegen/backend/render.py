@@ -5,6 +5,7 @@ instructions; the primitive table's hooks say how each op is written, and the `T
 op or machine itself."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from ..ir import Block, Value, walk_ops
@@ -57,10 +58,24 @@ class Renderer:
         self.tapes: list[int] = tapes
         self.packs: list = packs  # this function's pack.Pack list
         self.scratch: dict[int, int] = {}  # value id -> scratch buffer (sized when defined)
+        self.definitions: list[str] = []  # text before the function (a GPU target's kernels)
+        self.dim_hook = None  # while set: how dims are spelled (inside a GPU kernel)
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
-        return self.dims.expr(d)
+        return self.dim_hook(d) if self.dim_hook else self.dims.expr(d)
+
+    @contextlib.contextmanager
+    def elsewhere(self, depth: int, dim_hook=None):
+        """Statements emitted inside go to a list of their own (a GPU kernel's body, which
+        the target places before the function), at `depth`; `dim_hook(d)` spells dims
+        there. Yields that list."""
+        saved = self.lines, self.depth, self.dim_hook
+        self.lines, self.depth, self.dim_hook = [], depth, dim_hook
+        try:
+            yield self.lines
+        finally:
+            self.lines, self.depth, self.dim_hook = saved
 
     def ctype(self, v: Value) -> str:
         return self.d.ctype(v.type.dtype)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from typing import Callable
 
-from ..ir import Op, Value
+from ..ir import Value
 from ..primitives import TABLE
 from .dialect import Dialect
 
@@ -24,6 +24,9 @@ from .dialect import Dialect
 class Target(abc.ABC):
     name: str
     dialect: Dialect
+    source: str = "module.cpp"   # the generated file's name (its language)
+    headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
+    device: str = "nullptr"      # the runtime's mdl::Device of its models (model.h)
     # Whether loop-invariant right operands of products are packed once before their
     # loop (backend/pack.py); the target's `pack` and its matmul statements then agree.
     packs_operands: bool = False
@@ -34,26 +37,33 @@ class Target(abc.ABC):
         `ins.accumulate` adds itself into its output's memory (its loop's state)."""
         return TABLE[ins.op.prim].extra[self.name]
 
+    @abc.abstractmethod
+    def call(self, name: str) -> str:
+        """The start of a call of runtime function `name`, up to its first argument (the
+        runtime's kernels take the same arguments on every target; primitives/kernels.py)."""
+
     def pack(self, r, pack) -> list[str]:
         """Statements packing `pack.kernel`'s right operand into the model's pack buffer
         `pack.index`; targets with `packs_operands` override it."""
         raise TypeError(f"the {self.name} target packs no operands")
 
-    @abc.abstractmethod
+    # Generated functions take the runtime's State (`m`) and Call (`c`) on every target
+    # (cpp_runtime/mdl/model.h); on a GPU their pointers are device memory.
     def parameter(self, index: int) -> str:
         """A pointer to the model's parameter `index` (its own, or one it shares)."""
+        return f"m.param[{index}]"
 
-    @abc.abstractmethod
     def input(self, k: int, ctype: str) -> str:
         """A pointer to the call's input k."""
+        return f"static_cast<{ctype}*>(c.inputs[{k}])"
 
-    @abc.abstractmethod
     def output(self, k: int) -> str:
         """The lvalue receiving a pointer to the call's result k (an output or gradient)."""
+        return f"c.outputs[{k}]"
 
-    @abc.abstractmethod
     def saved(self, k: int) -> str:
         """The lvalue holding value k that a training forward keeps for its backward."""
+        return f"m.saved[{k}]"
 
     @abc.abstractmethod
     def function(self, r, body: list[str]) -> str:

@@ -1,229 +1,39 @@
-"""The CPU target's statements for each kernel primitive (the rest of a primitive's
-lowering is shared: primitives/lowering.py), attached as `extra["cpu"]`:
-lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling the runtime
-(cpp_runtime/mdl/kernels.h, blas.h). `inputs` are the values the kernel reads, possibly
-contiguous copies of `op.inputs`.
-"""
+"""The CPU target's statements for each kernel primitive, attached as `extra["cpu"]`: the
+shared ones (primitives/kernels.py) calling cpp_runtime/mdl/kernels.h, and its own
+products, which may multiply a right operand packed once before a loop (mdl/blas.h)."""
 from __future__ import annotations
 
-import json
-
-from ..shapes import Dim, contiguous_strides, numel
 from .core import TABLE
-from .lowering import ctype_of, matrix_order, offset_expr
-
-
-def attach_cpu(name: str, lines) -> None:
-    TABLE[name].extra["cpu"] = lines
-
-
-def _shape(r, shape) -> str:
-    return "{" + ", ".join(r.dim(d) for d in shape) + "}" if shape else "{int64_t(1)}"
-
-
-def _reduce(kind: str):
-    def lines(r, op, inputs, ins, outs):
-        x = inputs[0]
-        mask = sum(1 << a for a in op.attrs["axes"])
-        rank = max(1, x.type.rank)
-        return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
-                f"mdl::reduce(mdl::Reduction::{kind}, {ins[0]}, sh, {rank}, {mask}u, "
-                f"{outs[0]}); }}"]
-    return lines
-
-
-for _name, _kind in (("sum", "Sum"), ("max", "Max"), ("mean", "Mean"), ("logsumexp", "LogSumExp")):
-    attach_cpu(_name, _reduce(_kind))
-
-
-def _sum_to(r, op, inputs, ins, outs):
-    x = inputs[0]
-    mask = sum(1 << a for a in TABLE["sum_to"].extra["sums"](op))
-    return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
-            f"mdl::reduce(mdl::Reduction::Sum, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, "
-            f"{outs[0]}); }}"]
-
-
-attach_cpu("sum_to", _sum_to)
-
-
-def _softmax(log: bool):
-    def lines(r, op, inputs, ins, outs):
-        shape, axis = inputs[0].type.shape, op.attrs["axis"]
-        return [f"mdl::softmax({'true' if log else 'false'}, {ins[0]}, "
-                f"{r.dim(numel(shape[:axis]))}, {r.dim(shape[axis])}, "
-                f"{r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
-    return lines
-
-
-attach_cpu("softmax", _softmax(False))
-attach_cpu("log_softmax", _softmax(True))
-
-
-def indices_named(v) -> str:
-    """A C++ string literal naming where integer indices came from, for an IndexError:
-    the input or variable they are (its name in the .mdl file), else "the indices"."""
-    return json.dumps(f"`{v.hint}`" if v.hint else "the indices")
-
-
-def _cross_entropy(r, op, inputs, ins, outs):
-    logits, targets = inputs[0], inputs[1]
-    lengths = ins[2] if len(ins) > 2 else "nullptr"
-    batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
-    return [f"{outs[0]}[0] = mdl::cross_entropy({ins[0]}, {ins[1]}, {lengths}, "
-            f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
-            f"{indices_named(op.inputs[1])});"]
-
-
-attach_cpu("cross_entropy", _cross_entropy)
-
-
-def _gemm_operand(r, v) -> tuple[str, str]:
-    """(transposed, leading dimension) of a product's operand; BLAS wants ld >= the
-    stored row length."""
-    if v.type.rank != 2:
-        return "false", r.dim(v.type.shape[-1])
-    (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
-    if matrix_order(v, r.layout(v)) == "rows":
-        return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
-    return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
-
-
-def _gemm_sizes(r, a, b) -> tuple[str, str, str]:
-    """m, n, k of a @ b (a's leading dims are rows)."""
-    k, n = b.type.shape
-    return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
+from .kernels import STATEMENTS, cross_entropy_args, gemm_args, gemm_operand, gemm_sizes
 
 
 def _matmul(r, op, inputs, ins, outs, pack=None, accumulate=False):
     """`accumulate`: add the product into what the output's memory holds (lower.Kernel)."""
+    if pack is None:
+        return [f"mdl::gemm({gemm_args(r, op, inputs, ins, outs, accumulate)});"]
+    # b packed before the loop (backend/pack.py, matmul_pack): its layout is in the pack
     a, b = inputs
-    m, n, k = _gemm_sizes(r, a, b)
-    ta, lda = _gemm_operand(r, a)
-    tb, ldb = _gemm_operand(r, b)
-    one = f"{ctype_of(op, r)}(1)"
-    beta = one if accumulate else f"{ctype_of(op, r)}(0)"
-    if pack is not None:  # b packed before the loop (backend/pack.py, matmul_pack)
-        return [f"mdl::gemm_packed(m.packs[{pack.index}], {ta}, {m}, {n}, {k}, {ins[0]}, "
-                f"{lda}, {tb}, {ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
-    return [f"mdl::gemm({ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, "
-            f"{ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
+    m, n, k = gemm_sizes(r, a, b)
+    ta, lda = gemm_operand(r, a)
+    tb, ldb = gemm_operand(r, b)
+    beta = f"{r.ctype(op.outputs[0])}({1 if accumulate else 0})"
+    return [f"mdl::gemm_packed(m.packs[{pack.index}], {ta}, {m}, {n}, {k}, {ins[0]}, "
+            f"{lda}, {tb}, {ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
 
 
 def matmul_pack(r, pack) -> list[str]:
     """Pack a product's right operand (its memory before the loop: `pack.anchor`, laid
     out as the operand) for the products of a loop."""
     a, b = pack.kernel.inputs
-    m, n, k = _gemm_sizes(r, a, b)
-    tb, ldb = _gemm_operand(r, b)
+    m, n, k = gemm_sizes(r, a, b)
+    tb, ldb = gemm_operand(r, b)
     return [f"mdl::pack_b(m.packs[{pack.index}], {tb}, {m}, {n}, {k}, {r.ptr(pack.anchor)}, "
             f"{ldb});"]
 
 
-attach_cpu("matmul", _matmul)
+def _cross_entropy(r, op, inputs, ins, outs):
+    return [f"{outs[0]}[0] = mdl::cross_entropy({cross_entropy_args(r, op, inputs, ins)});"]
 
 
-def _gather(r, op, inputs, ins, outs):
-    table, ids = inputs
-    return [f"mdl::gather({ins[0]}, {r.dim(table.type.shape[0])}, "
-            f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
-            f"{outs[0]}, {indices_named(op.inputs[1])});"]
-
-
-attach_cpu("gather", _gather)
-
-
-def _scatter_add(r, op, inputs, ins, outs):
-    g, ids = inputs
-    out = op.outputs[0]
-    return [f"mdl::scatter_add({ins[0]}, {r.dim(numel(out.type.shape[1:]))}, {ins[1]}, "
-            f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]});"]
-
-
-attach_cpu("scatter_add", _scatter_add)
-attach_cpu("one_hot", lambda r, op, inputs, ins, outs: [
-    f"mdl::one_hot({ins[0]}, {r.dim(numel(inputs[0].type.shape))}, {op.attrs['n']}, {outs[0]});"])
-
-
-def _unindex(r, op, inputs, ins, outs):
-    g, i = inputs
-    out = op.outputs[0]
-    size = r.dim(numel(g.type.shape))
-    return [f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));",
-            f"mdl::copy({outs[0]} + mdl::checked_index({r.scalar(i)}, "
-            f"{r.dim(out.type.shape[0])}) * {size}, {ins[0]}, {size});"]
-
-
-attach_cpu("unindex", _unindex)
-
-
-def _unslice(r, op, inputs, ins, outs):
-    """Zeros of the output's shape with the input written at `starts`."""
-    out, g = op.outputs[0], inputs[0]
-    r.emit(f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));")
-    strides = contiguous_strides(out.type.shape)
-    r.assign(r.region(out, offset_expr(r, op.attrs["starts"], strides), g.type, strides), g)
-    return []
-
-
-attach_cpu("unslice", _unslice)
-
-
-def _gather_into(r, op, inputs, ins, outs):
-    """Each input into its region of the output (primitives/lowering.py's `gathers`)."""
-    for x, (offset, strides) in zip(inputs, TABLE[op.prim].extra["gathers"](r, op)):
-        r.assign(r.region(op.outputs[0], offset, x.type, strides), x)
-    return []
-
-
-attach_cpu("concat", _gather_into)
-attach_cpu("stack", _gather_into)
-
-
-def _seq_order(r, op, inputs, ins, outs):
-    x = inputs[0]
-    name = json.dumps(op.inputs[1].hint or "lengths")  # a C string literal, escaped
-    return [f"mdl::seq_order({'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
-            f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
-            f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]}, {name});"]
-
-
-attach_cpu("seq_order", _seq_order)
-
-
-def _seq_mask(r, op, inputs, ins, outs):
-    x = inputs[0]
-    if len(ins) == 1:
-        return [f"mdl::fill({outs[0]}, {r.dim(x.type.shape[0])}, {ctype_of(op, r)}(1));"]
-    return [f"mdl::seq_mask({ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
-            f"{outs[0]});"]
-
-
-attach_cpu("seq_mask", _seq_mask)
-
-
-def _segment(r, op, inputs, ins, outs):
-    x, out = inputs[0], op.outputs[0]
-    size = r.dim(numel(x.type.shape))
-    return [f"mdl::fill({outs[0]}, {r.dim(numel(out.type.shape))}, {ctype_of(op, r)}(0));",
-            f"mdl::copy({outs[0]}, {ins[0]}, {size});"]
-
-
-attach_cpu("segment", _segment)
-
-
-def _dropout_like(mask_only: bool):
-    def lines(r, op, inputs, ins, outs):
-        n = r.dim(numel(inputs[0].type.shape))
-        if not r.spec.training:
-            return [f"mdl::fill({outs[0]}, {n}, {ctype_of(op, r)}(1));" if mask_only else
-                    f"mdl::copy({outs[0]}, {ins[0]}, {n});"]
-        salt = f"uint64_t({op.attrs['salt']})"
-        return [f"mdl::dropout({'true' if mask_only else 'false'}, {ins[0]}, {n}, "
-                f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
-                f"m.draw({salt}, {n}), {outs[0]});"]
-    return lines
-
-
-attach_cpu("dropout", _dropout_like(False))
-attach_cpu("dropout_mask", _dropout_like(True))
+for _name, _lines in {**STATEMENTS, "matmul": _matmul, "cross_entropy": _cross_entropy}.items():
+    TABLE[_name].extra["cpu"] = _lines

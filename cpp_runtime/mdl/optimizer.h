@@ -8,12 +8,16 @@
 //         (b only with momentum); w -= lr * g
 //   Adam: decoupled ? w -= lr * wd * w : g += wd * w; m = b1 m + (1 - b1) g;
 //         v = b2 v + (1 - b2) g^2; w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// The step's numbers are worked out here, on the host, once per parameter (`UpdateStep`);
+// the per-element formula is `update_element` (mdl/device.h), which host loops and a
+// device's kernels both apply.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "mdl/device.h"
 #include "mdl/model.h"
 
 namespace mdl {
@@ -38,94 +42,111 @@ inline const char* invalid(const OptimizerConfig& c) {
   return nullptr;
 }
 
+// One parameter's step on the host. The loop is chosen by the step's kind (and SGD's
+// momentum) and sees those fields as constants, so that no branch that is the same for
+// every element stays inside it and GCC vectorizes each loop.
+template <class T, int KIND, bool MOMENTUM>
+void update_loop(UpdateStep s, T* w, const T* grad, T* first, T* second, int64_t n) {
+  s.kind = KIND;
+  if (!MOMENTUM) s.momentum = 0;
+  for (int64_t k = 0; k < n; ++k) update_element(s, w[k], grad[k], first[k], second[k]);
+}
+
+template <class T>
+void update_host(const UpdateStep& s, T* w, const T* grad, T* first, T* second, int64_t n) {
+  constexpr int SGD = OptimizerConfig::SGD, ADAM = OptimizerConfig::ADAM;
+  // SGD has no second moment: `first` stands in for it, never touched
+  if (s.kind == ADAM) update_loop<T, ADAM, true>(s, w, grad, first, second, n);
+  else if (s.momentum == 0) update_loop<T, SGD, false>(s, w, grad, first, first, n);
+  else update_loop<T, SGD, true>(s, w, grad, first, first, n);
+}
+
 template <class T>
 class Optimizer {
  public:
   OptimizerConfig config;
   int64_t steps = 0;
-  std::vector<T> first, second;  // momentum buffer or Adam's m; Adam's v (at ParamSpec::offset)
+  // momentum buffer or Adam's m; Adam's v (at ParamSpec::offset), where the model's
+  // parameters are (host or device)
+  Buffer<T> first, second;
 
-  void reset(const OptimizerConfig& c, int64_t param_count) {
+  void reset(const OptimizerConfig& c, int64_t param_count, const Device* device) {
     config = c;
     steps = 0;
-    first.assign(param_count, T(0));
-    second.assign(c.kind == OptimizerConfig::ADAM ? param_count : 0, T(0));
+    first = Buffer<T>(device, param_count);
+    second = Buffer<T>(device, c.kind == OptimizerConfig::ADAM ? param_count : 0);
   }
 
   // Update the parameters (`param[i]` holds parameter i) from the gradients `grads`
-  // (grads[p.grad] for each trainable p).
+  // (grads[p.grad] for each trainable p), all in the memory of `spec.device` (`context`
+  // its model's context there).
   template <class ModelSpecT>
-  void step(const ModelSpecT& spec, T* const* param, void* const* grads) {
+  void step(const ModelSpecT& spec, void* context, T* const* param, void* const* grads) {
     ++steps;
-    double scale = clip_scale(spec, grads);
+    double scale = clip_scale(spec, context, grads);
     for (int i = 0; i < spec.n_params; ++i) {
       const ParamSpec& p = spec.params[i];
       if (p.grad < 0) continue;
-      int64_t n = 1;
-      for (int d = 0; d < p.rank; ++d) n *= p.shape[d];
-      update(p, param[i], static_cast<const T*>(grads[p.grad]), n, scale);
+      int64_t n = size(p);
+      UpdateStep s = plan(p, scale);
+      const T* g = static_cast<const T*>(grads[p.grad]);
+      T* b = first.data() + p.offset;
+      T* v = config.kind == OptimizerConfig::ADAM ? second.data() + p.offset : nullptr;
+      if (spec.device) apply_update(*spec.device, context, s, param[i], g, b, v, n);
+      else update_host(s, param[i], g, b, v, n);
     }
   }
 
  private:
+  static int64_t size(const ParamSpec& p) {
+    int64_t n = 1;
+    for (int d = 0; d < p.rank; ++d) n *= p.shape[d];
+    return n;
+  }
+
   template <class ModelSpecT>
-  double clip_scale(const ModelSpecT& spec, void* const* grads) const {
+  double clip_scale(const ModelSpecT& spec, void* context, void* const* grads) const {
     if (config.clip_norm <= 0) return 1;
     double total = 0;
     for (int i = 0; i < spec.n_params; ++i) {
       const ParamSpec& p = spec.params[i];
       if (p.grad < 0) continue;
-      int64_t n = 1;
-      for (int d = 0; d < p.rank; ++d) n *= p.shape[d];
+      int64_t n = size(p);
       const T* g = static_cast<const T*>(grads[p.grad]);
+      if (spec.device) {
+        total += squared_norm(*spec.device, context, g, n);
+        continue;
+      }
       for (int64_t k = 0; k < n; ++k) total += double(g[k]) * g[k];
     }
     double coef = config.clip_norm / (std::sqrt(total) + 1e-6);
     return coef < 1 ? coef : 1;
   }
 
-  // Branches that do not change along a parameter are taken out of its loop (selects on
-  // loop-invariant flags stay), so the compiler can vectorize it.
-  void update(const ParamSpec& p, T* w, const T* grad, int64_t n, double scale) {
+  // This step's numbers for parameter `p`.
+  UpdateStep plan(const ParamSpec& p, double scale) const {
     const OptimizerConfig& c = config;
-    const double l2 = p.penalty == Penalty::L2 ? p.strength : 0;
-    const double l1 = p.penalty == Penalty::L1 ? p.strength : 0;
-    T* b = first.data() + p.offset;
+    UpdateStep s{};
+    s.kind = c.kind;
+    s.lr = c.lr;
+    s.scale = scale;
+    s.l2 = p.penalty == Penalty::L2 ? p.strength : 0;
+    s.l1 = p.penalty == Penalty::L1 ? p.strength : 0;
     if (c.kind == OptimizerConfig::SGD) {
-      const double mom = c.momentum, wd = c.weight_decay, lr = c.lr;
-      const bool start = steps == 1, nesterov = c.nesterov;
-      if (mom == 0) {
-        for (int64_t k = 0; k < n; ++k) {
-          double x = w[k];
-          double g = scale * double(grad[k]) + l2 * x + l1 * double((x > 0) - (x < 0)) + wd * x;
-          w[k] = T(x - lr * g);
-        }
-        return;
-      }
-      for (int64_t k = 0; k < n; ++k) {
-        double x = w[k];
-        double g = scale * double(grad[k]) + l2 * x + l1 * double((x > 0) - (x < 0)) + wd * x;
-        double buf = start ? g : mom * double(b[k]) + g;
-        b[k] = T(buf);
-        w[k] = T(x - lr * (nesterov ? g + mom * buf : buf));
-      }
-      return;
+      s.wd = c.weight_decay;
+      s.momentum = c.momentum;
+      s.start = steps == 1;
+      s.nesterov = c.nesterov;
+      return s;
     }
-    T* v = second.data() + p.offset;
-    const double b1 = c.beta1, b2 = c.beta2, eps = c.eps, lr = c.lr;
-    const double c1 = 1 - std::pow(b1, double(steps)), c2 = 1 - std::pow(b2, double(steps));
-    const double decay = c.decoupled ? lr * c.weight_decay : 0;  // AdamW: on the weights
-    const double wd = c.decoupled ? 0 : c.weight_decay;          // Adam: on the gradient
-    for (int64_t k = 0; k < n; ++k) {
-      double x = w[k];
-      double g = scale * double(grad[k]) + l2 * x + l1 * double((x > 0) - (x < 0)) + wd * x;
-      x -= decay * x;
-      double m = b1 * double(b[k]) + (1 - b1) * g;
-      double s = b2 * double(v[k]) + (1 - b2) * g * g;
-      b[k] = T(m);
-      v[k] = T(s);
-      w[k] = T(x - lr * (m / c1) / (std::sqrt(s / c2) + eps));
-    }
+    s.beta1 = c.beta1;
+    s.beta2 = c.beta2;
+    s.c1 = 1 - std::pow(c.beta1, double(steps));
+    s.c2 = 1 - std::pow(c.beta2, double(steps));
+    s.eps = c.eps;
+    s.decay = c.decoupled ? c.lr * c.weight_decay : 0;  // AdamW: on the weights
+    s.wd = c.decoupled ? 0 : c.weight_decay;            // Adam: on the gradient
+    return s;
   }
 };
 

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "mdl/device.h"  // MDL_HOST_DEVICE: dropout kernels draw on the GPU
+
 namespace mdl {
 
-inline uint64_t mix(uint64_t x) {
+MDL_HOST_DEVICE inline uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -16,10 +18,10 @@ inline uint64_t mix(uint64_t x) {
 }
 
 // A key for a stream: combine a parent key with one more number (a site, a step, ...).
-inline uint64_t derive(uint64_t key, uint64_t n) { return mix(key ^ mix(n)); }
+MDL_HOST_DEVICE inline uint64_t derive(uint64_t key, uint64_t n) { return mix(key ^ mix(n)); }
 
 // Uniform in [0, 1) with 53 random bits.
-inline double uniform01(uint64_t key, uint64_t counter) {
+MDL_HOST_DEVICE inline double uniform01(uint64_t key, uint64_t counter) {
   return static_cast<double>(mix(key + counter) >> 11) * 0x1.0p-53;
 }
 

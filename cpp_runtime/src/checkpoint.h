@@ -15,10 +15,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "mdl/device.h"
 #include "mdl/model.h"
 #include "mdl/optimizer.h"
 
@@ -57,10 +57,12 @@ inline int64_t numel(const ParamSpec& p) {
   return n;
 }
 
+// A new array of parameter `p`'s shape holding `data`, in the memory of `device` (the
+// host's where null; `context` the model's context there).
 template <class T>
-py::array_t<T> copy_of(const ParamSpec& p, const T* data) {
+py::array_t<T> copy_of(const ParamSpec& p, const T* data, const Device* device, void* context) {
   py::array_t<T> a(std::vector<py::ssize_t>(p.shape, p.shape + p.rank));
-  if (numel(p)) std::memcpy(a.mutable_data(), data, numel(p) * sizeof(T));
+  download(device, context, a.mutable_data(), data, numel(p) * sizeof(T));
   return a;
 }
 
@@ -68,12 +70,15 @@ py::array_t<T> copy_of(const ParamSpec& p, const T* data) {
 template <class T>
 py::dict checkpoint_arrays(const ModelSpec<T>& spec, const State<T>& state,
                            const Optimizer<T>& opt) {
+  auto copy = [&](const ParamSpec& p, const T* data) {
+    return copy_of(p, data, spec.device, state.device);
+  };
   py::dict out;
   out["format"] = py::array(py::str(CHECKPOINT_FORMAT));
   out["model"] = py::array(py::str(spec.name));
   for (int i = 0; i < spec.n_params; ++i)
     out[py::str("param/" + std::string(spec.params[i].name))] =
-        copy_of(spec.params[i], state.param[i]);
+        copy(spec.params[i], state.param[i]);
   const OptimizerConfig& c = opt.config;
   out["optimizer/name"] = py::array(py::str(optimizer_name(c.kind)));
   if (c.kind != OptimizerConfig::NONE) {
@@ -85,10 +90,10 @@ py::dict checkpoint_arrays(const ModelSpec<T>& spec, const State<T>& state,
     for (int i = 0; i < spec.n_params; ++i) {
       const ParamSpec& p = spec.params[i];
       if (p.grad < 0) continue;
-      out[py::str("optimizer/first/" + std::string(p.name))] = copy_of(p, opt.first.data() + p.offset);
+      out[py::str("optimizer/first/" + std::string(p.name))] = copy(p, opt.first.data() + p.offset);
       if (c.kind == OptimizerConfig::ADAM)
         out[py::str("optimizer/second/" + std::string(p.name))] =
-            copy_of(p, opt.second.data() + p.offset);
+            copy(p, opt.second.data() + p.offset);
     }
   }
   out["rng/seed"] = py::array_t<uint64_t>({}, {}, &state.seed);
@@ -201,17 +206,18 @@ Checkpoint<T> check_checkpoint(const ModelSpec<T>& spec, const py::dict& arrays,
 template <class T>
 void restore(const ModelSpec<T>& spec, const Checkpoint<T>& ck, State<T>& state,
              Optimizer<T>& opt) {
-  for (int i = 0; i < spec.n_params; ++i)
-    if (numel(spec.params[i]))
-      std::memcpy(state.param[i], ck.params[i].data(), numel(spec.params[i]) * sizeof(T));
-  opt.reset(ck.config, spec.param_count);
+  auto copy = [&](T* to, const typename Checkpoint<T>::Values& from, const ParamSpec& p) {
+    upload(spec.device, state.device, to, from.data(), numel(p) * sizeof(T));
+  };
+  for (int i = 0; i < spec.n_params; ++i) copy(state.param[i], ck.params[i], spec.params[i]);
+  opt.reset(ck.config, spec.param_count, spec.device);
   opt.steps = ck.steps;
   for (int i = 0; i < int(ck.first.size()); ++i) {
     const ParamSpec& p = spec.params[i];
-    if (p.grad < 0 || !numel(p)) continue;
-    std::memcpy(opt.first.data() + p.offset, ck.first[i].data(), numel(p) * sizeof(T));
+    if (p.grad < 0) continue;
+    copy(opt.first.data() + p.offset, ck.first[i], p);
     if (ck.config.kind == OptimizerConfig::ADAM)
-      std::memcpy(opt.second.data() + p.offset, ck.second[i].data(), numel(p) * sizeof(T));
+      copy(opt.second.data() + p.offset, ck.second[i], p);
   }
   state.seed = ck.seed;
   state.calls = ck.calls;

@@ -1,6 +1,9 @@
 // The object behind every generated model class (src/python_module.cpp binds it): argument
 // checks, the parameter store (shared between models where asked), the arenas, the
 // optimizer, checkpoints, and the lock that serializes calls.
+// A model whose spec names a device (the cuda target) keeps its parameters, optimizer state
+// and inputs in the device's memory and moves data only through the spec's `Device` table,
+// so this file, compiled by the host compiler for every target, includes no CUDA header.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -15,6 +18,8 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "dlpack.h"
+#include "mdl/device.h"
 #include "mdl/optimizer.h"
 
 namespace mdl {
@@ -36,11 +41,48 @@ std::string type_text(const TensorSpec& s, const char* const* dim_names) {
   return out + "]";
 }
 
-std::string shape_text(const py::array& a) {
-  std::string out = std::string(py::str(a.dtype())) + "[";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) out += (i ? ", " : "") + std::to_string(a.shape(i));
+template <class Dim>
+std::string shape_text(const std::string& dtype, int64_t rank, const Dim* shape) {
+  std::string out = dtype + "[";
+  for (int64_t i = 0; i < rank; ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
 }
+
+std::string shape_text(const py::array& a) {
+  return shape_text(std::string(py::str(a.dtype())), a.ndim(), a.shape());
+}
+
+// Whether a DLPack tensor's elements are of dtype `d`.
+bool has_dtype(const DLTensor& t, const DTypeSpec& d) {
+  int code = d.kind == 'f' ? 2 : d.kind == 'i' ? 0 : d.kind == 'u' ? 1 : d.kind == 'b' ? 6 : -1;
+  return t.dtype.code == code && t.dtype.bits == 8 * d.itemsize && t.dtype.lanes == 1;
+}
+
+std::string shape_text(const DLPackTensor& t) {
+  return shape_text(t.dtype_name(), t.tensor->ndim, t.tensor->shape);
+}
+
+// A model's context on its device (Device::open), closed when the model goes; none on the
+// host. Making it is where a model without a usable device fails (Device::require).
+class DeviceContext {
+ public:
+  explicit DeviceContext(const Device* device) : device_(device) {
+    if (!device) return;
+    device->require();
+    handle_ = device->open();
+  }
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  ~DeviceContext() {
+    if (handle_) device_->close(handle_);
+  }
+
+  void* get() const { return handle_; }
+
+ private:
+  const Device* device_;
+  void* handle_ = nullptr;
+};
 
 // One instance of a model: its parameters (its own, and those it shares with the model it
 // was made from), arenas, optimizer and the saved forward a backward needs.
@@ -50,7 +92,9 @@ class Model {
   // `share`: a model of the same module whose parameters this one uses wherever a name is
   // in both (null: none); they must have the same shapes. Its other parameters are its own,
   // initialized from `seed` as they would be unshared.
-  Model(const ModelSpec<T>* spec, uint64_t seed, const Model* share) : spec_(spec) {
+  Model(const ModelSpec<T>* spec, uint64_t seed, const Model* share)
+      : spec_(spec), context_(spec->device) {
+    state_.device = context_.get();
     state_.seed = seed;
     state_.param.assign(spec->n_params, nullptr);
     state_.saved.assign(spec->saved, nullptr);
@@ -69,21 +113,36 @@ class Model {
     int64_t own = 0;
     for (int i = 0; i < spec->n_params; ++i)
       if (!state_.param[i]) own += numel(spec->params[i]);
-    auto store = std::make_shared<std::vector<T>>(own, T(0));
+    auto store = std::make_shared<Buffer<T>>(spec->device, own);
     stores_.push_back(store);
+    // a device's store is initialized on the host, as the host's is, then copied over
+    std::vector<T> staged(spec->device ? own : 0);
+    T* values = spec->device ? staged.data() : store->data();
     own = 0;
     for (int i = 0; i < spec->n_params; ++i) {
       if (state_.param[i]) continue;
       const ParamSpec& p = spec->params[i];
       state_.param[i] = store->data() + own;
+      initialize(values + own, std::vector<int64_t>(p.shape, p.shape + p.rank), p.init, seed,
+                 i);
       own += numel(p);
-      initialize(state_.param[i], std::vector<int64_t>(p.shape, p.shape + p.rank), p.init,
-                 seed, i);
     }
+    if (spec->device) upload(spec->device, state_.device, store->data(), values, own * sizeof(T));
   }
 
+  // {name: array}: on the host views of the live weights; a device model's are read-only
+  // copies (writing to them would change nothing).
   py::dict params(py::object self) {
     py::dict out;
+    if (spec_->device) {
+      std::unique_lock<std::mutex> guard = hold_lock();
+      for (int i = 0; i < spec_->n_params; ++i) {
+        py::array copy = copy_of(spec_->params[i], state_.param[i], spec_->device, state_.device);
+        copy.attr("flags").attr("writeable") = false;
+        out[py::str(spec_->params[i].name)] = copy;
+      }
+      return out;
+    }
     for (int i = 0; i < spec_->n_params; ++i) {
       const ParamSpec& p = spec_->params[i];
       std::vector<py::ssize_t> shape(p.shape, p.shape + p.rank);
@@ -91,6 +150,39 @@ class Model {
     }
     return out;
   }
+
+  // Copies `values` ({name: array of the parameter's shape}) into those parameters, on
+  // either target: the way to change a device model's weights (its `params` are copies).
+  // Every name and shape is checked before anything changes.
+  void set_params(const py::dict& values) {
+    std::vector<std::pair<int, py::array_t<T>>> given;
+    for (auto item : values) {
+      std::string name = py::str(item.first);
+      int index = -1;
+      for (int i = 0; i < spec_->n_params; ++i)
+        if (name == spec_->params[i].name) index = i;
+      if (index < 0)
+        throw py::key_error("set_params: model " + std::string(spec_->name) +
+                            " has no parameter '" + name + "'");
+      const ParamSpec& p = spec_->params[index];
+      auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(item.second);
+      if (!a) throw py::value_error("set_params: '" + name + "' is not a numeric array");
+      bool same = a.ndim() == p.rank;
+      for (int d = 0; same && d < p.rank; ++d) same = a.shape(d) == p.shape[d];
+      if (!same)
+        throw py::value_error("set_params: '" + name + "' is " + shape_of(p) + ", got " +
+                              shape_text(a));
+      given.emplace_back(index, std::move(a));
+    }
+    std::unique_lock<std::mutex> guard = hold_lock();
+    for (const auto& [index, a] : given)
+      upload(spec_->device, state_.device, state_.param[index], a.data(),
+             numel(spec_->params[index]) * sizeof(T));
+    trained_ = nullptr;  // the saved forward values belong to the old parameters
+  }
+
+  // Where the model's memory lives and its code runs: "cpu", or the device's name ("cuda").
+  std::string device() const { return spec_->device ? spec_->device->name : "cpu"; }
 
   // The names this model takes from `share` (where it shares none, a ValueError).
   py::list shared() const {
@@ -125,15 +217,17 @@ class Model {
       py::gil_scoped_release release;
       guard.lock();
       if (training) {
+        place(in.args, in.call.inputs, train_args_);
         train(v, in.call);
       } else {
+        place(in.args, in.call.inputs, infer_args_);
         in.call.outputs.assign(spec_->n_outputs, nullptr);
-        v.infer(state_, in.call);
+        run(v.infer, in.call);
       }
     }
     // The backward reads a training forward's inputs where they are: they stay alive
     // until the next training forward (under the lock and the GIL).
-    if (training) trained_inputs_ = std::move(in.keep);
+    if (training) trained_inputs_ = std::move(in.args.keep);
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
@@ -141,7 +235,9 @@ class Model {
   // the vector-Jacobian product of `kwargs`, a cotangent per float output of that forward.
   py::dict backward(py::kwargs kwargs) {
     std::vector<Cotangent> given = cotangent_arrays(kwargs);
+    Arguments args;
     Call call;
+    for (const Cotangent& c : given) args.add(c.arg, call.inputs);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
       py::gil_scoped_release release;
@@ -149,7 +245,7 @@ class Model {
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
       check_cotangents(given);
-      for (const Cotangent& c : given) call.inputs.push_back(const_cast<void*>(c.array.data()));
+      place(args, call.inputs, cotangent_args_);
       gradients(call);
     }
     return results(spec_->grads, spec_->n_grads, spec_->grad_shape, call);
@@ -167,11 +263,11 @@ class Model {
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
                                  "or \"adam\", lr=...) first");
       need_minimized("train_step()");
+      place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
       gradients(grads);
-      opt_.step(*spec_, state_.param.data(), grads.outputs.data());
-      trained_ = nullptr;  // the saved forward values belong to the old parameters
+      update(grads.outputs.data());
     }
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
@@ -187,18 +283,20 @@ class Model {
       py::gil_scoped_release release;
       guard.lock();
       need_minimized("forward_backward()");
+      place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
       gradients(grads);
       flat_.assign(spec_->param_count, T(0));
       for (int i = 0; i < spec_->n_params; ++i) {
         const ParamSpec& p = spec_->params[i];
-        if (p.grad >= 0 && numel(p))
-          std::memcpy(flat_.data() + p.offset, grads.outputs[p.grad], numel(p) * sizeof(T));
+        if (p.grad >= 0)
+          download(spec_->device, state_.device, flat_.data() + p.offset, grads.outputs[p.grad],
+                   numel(p) * sizeof(T));
       }
       pending_ = true;
     }
-    trained_inputs_ = std::move(in.keep);  // a backward() may still follow (see forward)
+    trained_inputs_ = std::move(in.args.keep);  // a backward() may still follow (see forward)
     return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
@@ -229,19 +327,25 @@ class Model {
       throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
     if (!pending_)
       throw std::runtime_error("apply_gradients() needs a forward_backward(...) first");
+    T* flat = flat_.data();
+    if (spec_->device) {  // the optimizer reads the gradients where the parameters are
+      if (flat_device_.size() != spec_->param_count)
+        flat_device_ = Buffer<T>(spec_->device, spec_->param_count);
+      upload(spec_->device, state_.device, flat_device_.data(), flat, flat_.size() * sizeof(T));
+      flat = flat_device_.data();
+    }
     std::vector<void*> grads(spec_->n_grads, nullptr);
     for (int i = 0; i < spec_->n_params; ++i)
       if (spec_->params[i].grad >= 0)
-        grads[spec_->params[i].grad] = flat_.data() + spec_->params[i].offset;
-    opt_.step(*spec_, state_.param.data(), grads.data());
+        grads[spec_->params[i].grad] = flat + spec_->params[i].offset;
+    update(grads.data());
     pending_ = false;
-    trained_ = nullptr;  // the saved forward values belong to the old parameters
   }
 
   void set_optimizer(const std::string& name, py::kwargs kwargs) {
     OptimizerConfig c = configure(name, kwargs);
     std::lock_guard<std::mutex> guard(*lock_);
-    opt_.reset(c, spec_->param_count);
+    opt_.reset(c, spec_->param_count, spec_->device);
   }
 
   py::object optimizer() const {
@@ -285,13 +389,8 @@ class Model {
 
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
-    py::dict arrays;
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
-    {
-      py::gil_scoped_release release;
-      guard.lock();
-    }
-    arrays = checkpoint_arrays(*spec_, state_, opt_);
+    std::unique_lock<std::mutex> guard = hold_lock();
+    py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
     guard.unlock();
     write_npz(path, arrays);
   }
@@ -303,11 +402,7 @@ class Model {
     if (ck.config.kind != OptimizerConfig::NONE)
       if (const char* problem = invalid(ck.config))
         throw py::value_error(file + ": the optimizer's options are invalid: " + problem);
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
-    {
-      py::gil_scoped_release release;
-      guard.lock();
-    }
+    std::unique_lock<std::mutex> guard = hold_lock();
     restore(*spec_, ck, state_, opt_);
     trained_ = nullptr;  // the saved forward values belong to the old parameters
   }
@@ -325,8 +420,32 @@ class Model {
   }
 
  private:
+  // An argument, checked: a C-contiguous host array, or (a device model's) a tensor in the
+  // device's memory, read in place.
+  struct Argument {
+    py::object keep;  // holds its memory: the array, or the DLPack tensor's owner
+    void* data;
+    std::size_t bytes;
+    bool on_device;
+  };
+
+  // The arguments of one call: what holds their memory (changed under the GIL only), and
+  // what a device model copies over.
+  struct Arguments {
+    std::vector<py::object> keep;
+    std::vector<std::size_t> bytes;
+    std::vector<char> on_device;
+
+    void add(const Argument& a, std::vector<void*>& pointers) {
+      keep.push_back(a.keep);
+      bytes.push_back(a.bytes);
+      on_device.push_back(a.on_device);
+      pointers.push_back(a.data);
+    }
+  };
+
   struct Inputs {
-    std::vector<py::array> keep;  // owns converted inputs during the call
+    Arguments args;  // owns converted inputs during the call
     Call call;
   };
 
@@ -347,15 +466,70 @@ class Model {
       if (!kwargs.contains(s.name))
         throw py::type_error("missing input '" + std::string(s.name) + "' (" + input_list() +
                              ")");
-      in.keep.push_back(convert(s, kwargs[s.name], in.call.dims));
-      in.call.inputs.push_back(const_cast<void*>(in.keep.back().data()));
+      in.args.add(convert(s, kwargs[s.name], in.call.dims), in.call.inputs);
     }
     return in;
   }
 
-  // A vjp backward's cotangent, read under the GIL: the array, its shape, what it was.
+  // Under the lock, for a device model: `pointers` (the call's arguments, by position) made
+  // device memory. Host arguments are copied into `buffers` (the model's, one per position,
+  // kept between calls); tensors already on the device stay where they are, once the work
+  // that made them (on any stream) has finished.
+  void place(const Arguments& args, std::vector<void*>& pointers,
+             std::vector<Buffer<char>>& buffers) {
+    if (!spec_->device) return;
+    // the last training forward's inputs are about to be overwritten: no backward of it
+    if (&buffers == &train_args_) trained_ = nullptr;
+    bool waited = false;
+    if (buffers.size() < pointers.size()) buffers.resize(pointers.size());
+    for (size_t i = 0; i < pointers.size(); ++i) {
+      if (args.on_device[i]) {
+        if (!waited) spec_->device->synchronize();
+        waited = true;
+        continue;
+      }
+      if (buffers[i].size() < int64_t(args.bytes[i]))
+        buffers[i] = Buffer<char>(spec_->device, args.bytes[i]);
+      upload(spec_->device, state_.device, buffers[i].data(), pointers[i], args.bytes[i]);
+      pointers[i] = buffers[i].data();
+    }
+  }
+
+  // Under the lock: one of the model's functions; a device's reports what its code found
+  // wrong with the inputs once the call's work is done.
+  void run(Function<T> function, Call& call) {
+    if (!spec_->device) return function(state_, call);
+    try {
+      function(state_, call);
+    } catch (...) {
+      // work already queued must end before the memory it reads may go (a tensor's owner)
+      try {
+        spec_->device->finish(state_.device);
+      } catch (...) {
+      }
+      throw;
+    }
+    spec_->device->finish(state_.device);
+  }
+
+  // Under the lock: the optimizer's step from the gradients `grads` (where the parameters are).
+  void update(void* const* grads) {
+    opt_.step(*spec_, state_.device, state_.param.data(), grads);
+    if (spec_->device) spec_->device->finish(state_.device);
+    trained_ = nullptr;  // the saved forward values belong to the old parameters
+  }
+
+  // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
+  std::unique_lock<std::mutex> hold_lock() {
+    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    py::gil_scoped_release release;
+    guard.lock();
+    return guard;
+  }
+
+  // A vjp backward's cotangent, read under the GIL: the argument, its shape, what it was.
   struct Cotangent {
-    py::array array;
+    Argument arg;
     std::vector<int64_t> shape;
     bool dtype_ok;
     std::string text;
@@ -384,12 +558,16 @@ class Model {
       const TensorSpec& s = spec_->outputs[k];
       if (!kwargs.contains(s.name))
         throw py::type_error("missing cotangent '" + std::string(s.name) + "' (" + names + ")");
-      py::array a = as_array(kwargs[s.name]);
-      Cotangent c{a, std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
-                  has_dtype(a, s.dtype), shape_text(a)};
-      if (!(a.flags() & py::array::c_style)) c.array = py::array::ensure(a, py::array::c_style);
-      if (!c.array) throw std::bad_alloc();
-      out.push_back(std::move(c));
+      py::handle obj = kwargs[s.name];
+      if (on_cuda(obj, "cotangent", s.name)) {
+        DLPackTensor t = take_dlpack(obj);
+        out.push_back({in_place(t, "cotangent", s.name), t.shape(),
+                       has_dtype(*t.tensor, s.dtype), shape_text(t)});
+        continue;
+      }
+      py::array a = as_array(obj);
+      out.push_back({on_host(a), std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
+                     has_dtype(a, s.dtype), shape_text(a)});
     }
     return out;
   }
@@ -434,7 +612,7 @@ class Model {
     call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
     state_.dropout_key = derive(state_.seed, ++state_.calls);
     state_.drawn.clear();
-    v.train(state_, call);
+    run(v.train, call);
     trained_ = &v;
     dims_ = call.dims;
   }
@@ -443,7 +621,7 @@ class Model {
   void gradients(Call& call) {
     call.dims = dims_;
     call.outputs.assign(spec_->n_grads, nullptr);
-    trained_->backward(state_, call);
+    run(trained_->backward, call);
   }
 
   static OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
@@ -495,33 +673,81 @@ class Model {
     return py::reinterpret_borrow<py::array>(arr);
   }
 
-  // A NumPy array of the declared dtype, rank and dims, C-contiguous; binds user dims.
-  py::array convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+  // Input `s` of the declared dtype, rank and dims, C-contiguous; binds user dims.
+  Argument convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+    if (on_cuda(obj, "input", s.name)) {
+      DLPackTensor t = take_dlpack(obj);
+      check_type(s, has_dtype(*t.tensor, s.dtype), t.tensor->ndim, t.tensor->shape,
+                 [&] { return shape_text(t); }, dims);
+      return in_place(t, "input", s.name);
+    }
     py::array a = as_array(obj);
-    // the message is built only when there is something to say
+    check_type(s, has_dtype(a, s.dtype), a.ndim(), a.shape(), [&] { return shape_text(a); },
+               dims);
+    return on_host(a);
+  }
+
+  // Checks an input's dtype and shape against `s`, binding user dims; `got()` says what came
+  // (called for a message only).
+  template <class Dim, class Got>
+  void check_type(const TensorSpec& s, bool dtype_ok, int64_t rank, const Dim* shape, Got got,
+                  std::vector<int64_t>& dims) const {
     auto bad = [&](const std::string& why) {
       return py::value_error("input '" + std::string(s.name) + "': expected " +
-                             type_text(s, spec_->dim_names) + ", got " + shape_text(a) + " (" +
-                             why + ")");
+                             type_text(s, spec_->dim_names) + ", got " + got() + " (" + why +
+                             ")");
     };
-    if (!has_dtype(a, s.dtype)) throw bad("wrong dtype");
-    if (a.ndim() != s.rank) throw bad("wrong rank");
+    if (!dtype_ok) throw bad("wrong dtype");
+    if (rank != s.rank) throw bad("wrong rank");
     for (int i = 0; i < s.rank; ++i) {
-      int64_t got = a.shape(i), d = s.dims[i];
-      if (d >= 0 && got != d)
+      int64_t n = shape[i], d = s.dims[i];
+      if (d >= 0 && n != d)
         throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
       if (d < 0) {
         int64_t& bound = dims[-d - 1];
-        if (bound >= 0 && bound != got)
+        if (bound >= 0 && bound != n)
           throw bad(std::string(spec_->dim_names[-d - 1]) + " = " + std::to_string(bound) +
                     " from an earlier input");
-        bound = got;
+        bound = n;
       }
     }
-    if (a.flags() & py::array::c_style) return a;
-    py::array contiguous = py::array::ensure(a, py::array::c_style);
-    if (!contiguous) throw std::bad_alloc();
-    return contiguous;
+  }
+
+  // A host array as an argument, made C-contiguous (a copy where it is not).
+  static Argument on_host(py::array a) {
+    if (!(a.flags() & py::array::c_style)) {
+      a = py::array::ensure(a, py::array::c_style);
+      if (!a) throw std::bad_alloc();
+    }
+    return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
+  }
+
+  // Whether argument `name` (an input or a cotangent, the `role`) lives in CUDA memory
+  // (`__dlpack_device__`), which only a device model reads.
+  bool on_cuda(py::handle obj, const char* role, const char* name) const {
+    if (py::isinstance<py::array>(obj)) return false;
+    DLDevice where = dlpack_device(obj);
+    if (where.device_type != kDLCUDA) return false;
+    if (!spec_->device)
+      throw py::value_error(std::string(role) + " '" + name + "' is a tensor on CUDA device " +
+                            std::to_string(where.device_id) + ", but model " + spec_->name +
+                            " runs on the CPU: pass it in host memory (e.g. tensor.cpu()), or "
+                            "build the model with --target cuda");
+    return true;
+  }
+
+  // A CUDA tensor as an argument, read where it is: it must be C-contiguous.
+  static Argument in_place(const DLPackTensor& t, const char* role, const char* name) {
+    std::string what = std::string(role) + " '" + name + "'";
+    if (t.tensor->device.device_type != kDLCUDA)
+      throw py::value_error(what + ": its __dlpack_device__ says CUDA, but its tensor is not "
+                            "in CUDA memory");
+    if (!t.contiguous())
+      throw py::value_error(what + ": a tensor on the GPU is read in place and must be "
+                            "C-contiguous; pass a contiguous tensor (e.g. tensor.contiguous())");
+    std::size_t bytes = (t.tensor->dtype.bits + 7) / 8;
+    for (int d = 0; d < t.tensor->ndim; ++d) bytes *= t.tensor->shape[d];
+    return {t.owner, t.data(), bytes, true};
   }
 
   const Variant<T>& choose(const std::vector<int64_t>& dims) const {
@@ -543,7 +769,7 @@ class Model {
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
       py::array a(py::dtype(specs[k].dtype.numpy),
                   std::vector<py::ssize_t>(shape.begin(), shape.end()));
-      if (a.nbytes()) std::memcpy(a.mutable_data(), call.outputs[k], a.nbytes());
+      download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
       out[py::str(specs[k].name)] = a;
     }
     return out;
@@ -579,18 +805,23 @@ class Model {
   }
 
   const ModelSpec<T>* spec_;
+  DeviceContext context_;  // first made, last closed: everything below may use it
   State<T> state_;
   Optimizer<T> opt_;
   std::shared_ptr<std::mutex> lock_;
   // Every store this model's parameters live in: its own and those of the models it shares
   // with, kept alive as long as it is.
-  std::vector<std::shared_ptr<std::vector<T>>> stores_;
+  std::vector<std::shared_ptr<Buffer<T>>> stores_;
   std::vector<std::string> shared_;
   std::vector<int> cotangents_;  // the outputs a vjp backward takes cotangents of
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
+  Buffer<T> flat_device_;  // a device model's copy of flat_, which apply_gradients steps from
   bool pending_ = false;  // flat_ holds gradients not applied yet
   const Variant<T>* trained_ = nullptr;
-  std::vector<py::array> trained_inputs_;  // what the last forward(training=True) read
+  std::vector<py::object> trained_inputs_;  // what the last forward(training=True) read
+  // A device model's copies of host arguments, by position: a training forward's inputs
+  // (which its backward reads later), an inference's, and a vjp backward's cotangents.
+  std::vector<Buffer<char>> train_args_, infer_args_, cotangent_args_;
   std::vector<int64_t> dims_;
 };
 

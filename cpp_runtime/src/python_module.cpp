@@ -45,6 +45,8 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("params", [](py::object self) {
         return self.cast<M&>().params(self);
       })
+      .def("set_params", &M::set_params, py::arg("values"))
+      .def_property_readonly("device", &M::device)
       .def_property_readonly("specializations", &M::specializations)
       .def_property_readonly("shared", &M::shared)
       .def_property_readonly("inputs", &M::input_types)

@@ -1,0 +1,161 @@
+// A model's context on the GPU (the cuda target): the stream every function of the model
+// runs on, its cuBLAS handle, the arenas the memory plan lays out, scratch buffers, the
+// tapes of `while` loops, and the one fault record device code writes when it meets bad
+// input (a token id past the table). Generated code reaches it as `mdl::cuda::context(m)`;
+// src/cuda_device.cu makes it (Device::open) and checks its fault after every function
+// (Device::finish). Only nvcc compiles this header.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mdl/arena.h"
+#include "mdl/error.h"
+#include "mdl/model.h"
+
+namespace mdl {
+namespace cuda {
+
+// A CUDA call that failed: a RuntimeError naming the call and CUDA's reason.
+inline void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  if (status == cudaErrorMemoryAllocation) throw std::bad_alloc();
+  throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+inline void check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(std::string(what) + ": cuBLAS status " + std::to_string(int(status)) + " (" +
+              cublasGetStatusString(status) + ")");
+}
+
+// Device memory that grows on demand; contents are not kept across growth (as Arena).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(data_); }
+
+  char* hold(std::size_t bytes) {
+    if (bytes > size_) {
+      check(cudaFree(data_), "cudaFree");  // waits for work that may still read it
+      data_ = nullptr;
+      size_ = 0;
+      check(cudaMalloc(&data_, align_up(bytes)), "cudaMalloc");
+      size_ = align_up(bytes);
+    }
+    return static_cast<char*>(data_);
+  }
+  char* data() { return static_cast<char*>(data_); }
+  std::size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// A while loop's tape in device memory: records appended in push order, grown by
+// doubling (the old records copied over), read as one array once the loop has ended.
+class DeviceTape {
+ public:
+  DeviceTape() = default;
+  DeviceTape(const DeviceTape&) = delete;
+  DeviceTape& operator=(const DeviceTape&) = delete;
+  ~DeviceTape() { cudaFree(data_); }
+
+  void clear() { used_ = 0; }
+  // Room for `bytes` more at the end, as a device pointer (stream-ordered: the copy of
+  // old records runs on `stream` before anything queued after it).
+  char* push(std::size_t bytes, cudaStream_t stream) {
+    if (used_ + bytes > size_) {
+      std::size_t grown = std::max<std::size_t>(2 * size_, align_up(used_ + bytes));
+      void* bigger = nullptr;
+      check(cudaMalloc(&bigger, grown), "cudaMalloc");
+      if (used_) check(cudaMemcpyAsync(bigger, data_, used_, cudaMemcpyDeviceToDevice, stream),
+                       "cudaMemcpyAsync");
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      cudaFree(data_);
+      data_ = bigger;
+      size_ = grown;
+    }
+    char* at = static_cast<char*>(data_) + used_;
+    used_ += bytes;
+    return at;
+  }
+  char* data() { return static_cast<char*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t used_ = 0, size_ = 0;
+};
+
+// What device code found wrong with the caller's data; the first fault of a call wins.
+// `what` is the host string naming the input (a literal of the generated code), carried
+// through device memory untouched.
+enum class FaultKind : int {
+  None = 0,
+  GatherIndex,      // gather: an id outside the table's rows (IndexError)
+  Target,           // cross_entropy: a target outside the classes (IndexError)
+  ScatterIndex,     // scatter_add: an id outside the rows (RuntimeError, as on the CPU)
+  Length,           // seq_order: a length outside [0, steps] (ValueError)
+};
+
+struct Fault {
+  int kind;          // FaultKind; 0 while nothing was found
+  int64_t value;     // the bad id, target or length
+  int64_t position;  // its flat position in its input
+  int64_t bound;     // the rows, classes or steps it had to lie within
+  const char* what;  // the input's name, as the CPU kernels word it
+};
+
+// Called by device code: records the first fault of the call.
+__device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
+                              int64_t bound, const char* what) {
+  if (atomicCAS(&f->kind, 0, -1) != 0) return;
+  f->value = value;
+  f->position = position;
+  f->bound = bound;
+  f->what = what;
+  __threadfence();
+  atomicExch(&f->kind, int(kind));
+}
+
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  Fault* fault = nullptr;  // device memory, zeroed
+  DeviceBuffer arena_infer, arena_fwd, arena_bwd;
+  std::vector<std::unique_ptr<DeviceBuffer>> scratch_buffers;
+  std::vector<std::unique_ptr<DeviceTape>> tapes;
+  DeviceBuffer staging;    // per-block partial sums of kernels that end in one number
+
+  // Scratch buffer k (a value sized at run time), at least `bytes` long.
+  char* scratch(int k, std::size_t bytes) {
+    while (int(scratch_buffers.size()) <= k)
+      scratch_buffers.push_back(std::make_unique<DeviceBuffer>());
+    return scratch_buffers[k]->hold(bytes);
+  }
+
+  DeviceTape& tape(int k) {
+    while (int(tapes.size()) <= k) tapes.push_back(std::make_unique<DeviceTape>());
+    return *tapes[k];
+  }
+};
+
+template <class T>
+Context& context(State<T>& m) {
+  return *static_cast<Context*>(m.device);
+}
+
+}  // namespace cuda
+}  // namespace mdl

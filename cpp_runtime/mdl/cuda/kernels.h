@@ -1,0 +1,182 @@
+// The GPU versions of mdl/kernels.h for the cuda target's generated code: host functions
+// that queue their kernels (or cuBLAS) on the model's stream and return at once, with the
+// CPU versions' results. Bad input data (an id past a table) never leads device code out
+// of bounds: the element is skipped or zeroed and the fault recorded (context.h); the host
+// raises the CPU's exception for it once the function's work is done.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "mdl/cuda/context.h"
+#include "mdl/cuda/launch.h"
+#include "mdl/kernels.h"
+#include "mdl/rng.h"
+
+namespace mdl {
+namespace cuda {
+
+// ---- data movement --------------------------------------------------------------------
+
+template <class T>
+__global__ void fill_kernel(T* out, int64_t n, T value) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) out[i] = value;
+}
+
+template <class T>
+void fill(Context& g, T* out, int64_t n, T value) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks(n), kThreads, 0, g.stream>>>(out, n, value);
+  check_launch("fill");
+}
+
+template <class T>
+void copy(Context& g, T* out, const T* in, int64_t n) {
+  if (out == in || n <= 0) return;
+  check(cudaMemcpyAsync(out, in, sizeof(T) * n, cudaMemcpyDeviceToDevice, g.stream),
+        "cudaMemcpyAsync");
+}
+
+// Element 0 of device memory, on the host (a branch or loop condition): waits for the
+// stream's work up to here.
+template <class T>
+T scalar(Context& g, const T* p) {
+  T value;
+  check(cudaMemcpyAsync(&value, p, sizeof(T), cudaMemcpyDeviceToHost, g.stream),
+        "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(g.stream), "cudaStreamSynchronize");
+  return value;
+}
+
+inline void tape_push(Context& g, int k, const void* src, std::size_t bytes) {
+  char* at = g.tape(k).push(bytes, g.stream);
+  if (bytes)
+    check(cudaMemcpyAsync(at, src, bytes, cudaMemcpyDeviceToDevice, g.stream),
+          "cudaMemcpyAsync");
+}
+
+// ---- indexing -------------------------------------------------------------------------
+
+template <class T>
+__global__ void gather_kernel(const T* table, int64_t rows, int64_t row_size, const int32_t* ids,
+                              int64_t count, T* out, const char* what, Fault* fault) {
+  for (int64_t i = first_item(); i < count; i += item_stride())
+    if (outside(ids[i], rows)) report(fault, FaultKind::GatherIndex, ids[i], i, rows, what);
+  for (int64_t e = first_item(); e < count * row_size; e += item_stride()) {
+    const int64_t i = e / row_size, id = ids[i];
+    out[e] = outside(id, rows) ? T(0) : table[id * row_size + e - i * row_size];
+  }
+}
+
+template <class T>
+void gather(Context& g, const T* table, int64_t rows, int64_t row_size, const int32_t* ids,
+            int64_t count, T* out, const char* what) {
+  if (count <= 0) return;
+  gather_kernel<<<blocks(count * std::max<int64_t>(row_size, 1)), kThreads, 0, g.stream>>>(
+      table, rows, row_size, ids, count, out, what, g.fault);
+  check_launch("gather");
+}
+
+template <class T>
+__global__ void scatter_add_kernel(const T* grad, int64_t row_size, const int32_t* ids,
+                                   int64_t count, int64_t rows, T* out, Fault* fault) {
+  for (int64_t j = first_item(); j < count; j += item_stride())
+    if (outside(ids[j], rows)) report(fault, FaultKind::ScatterIndex, ids[j], j, rows, nullptr);
+  for (int64_t e = first_item(); e < count * row_size; e += item_stride()) {
+    const int64_t j = e / row_size, id = ids[j];
+    if (!outside(id, rows)) atomicAdd(out + id * row_size + e - j * row_size, grad[e]);
+  }
+}
+
+template <class T>
+void scatter_add(Context& g, const T* grad, int64_t row_size, const int32_t* ids, int64_t count,
+                 int64_t rows, T* out) {
+  fill(g, out, rows * row_size, T(0));
+  if (count <= 0) return;
+  scatter_add_kernel<<<blocks(count * std::max<int64_t>(row_size, 1)), kThreads, 0, g.stream>>>(
+      grad, row_size, ids, count, rows, out, g.fault);
+  check_launch("scatter_add");
+}
+
+template <class T>
+__global__ void one_hot_kernel(const int32_t* ids, int64_t count, int64_t classes, T* out) {
+  for (int64_t e = first_item(); e < count * classes; e += item_stride()) {
+    const int64_t i = e / classes;
+    out[e] = ids[i] == e - i * classes ? T(1) : T(0);
+  }
+}
+
+template <class T>
+void one_hot(Context& g, const int32_t* ids, int64_t count, int64_t classes, T* out) {
+  if (count * classes <= 0) return;
+  one_hot_kernel<<<blocks(count * classes), kThreads, 0, g.stream>>>(ids, count, classes, out);
+  check_launch("one_hot");
+}
+
+// ---- sequences and dropout ------------------------------------------------------------
+
+template <class T>
+__global__ void seq_order_kernel(bool reversed, const T* x, const int32_t* lengths, int64_t steps,
+                                 int64_t batch, int64_t row, T* out, const char* name,
+                                 Fault* fault) {
+  for (int64_t b = first_item(); b < batch; b += item_stride())
+    if (outside(lengths[b], steps + 1))
+      report(fault, FaultKind::Length, lengths[b], b, steps, name);
+  for (int64_t e = first_item(); e < steps * batch * row; e += item_stride()) {
+    const int64_t step = e / row / batch, b = e / row % batch;
+    const int64_t length = lengths[b] < 0 ? 0 : lengths[b] > steps ? steps : lengths[b];
+    const int64_t t = reversed ? length - 1 - step : step;
+    out[e] = step < length ? x[(t * batch + b) * row + e % row] : T(0);
+  }
+}
+
+// A length outside [0, steps] is reported and read as the nearest bound.
+template <class T>
+void seq_order(Context& g, bool reversed, const T* x, const int32_t* lengths, int64_t steps,
+               int64_t batch, int64_t row, T* out, const char* name) {
+  if (batch <= 0) return;
+  seq_order_kernel<<<blocks(std::max(steps * batch * row, batch)), kThreads, 0, g.stream>>>(
+      reversed, x, lengths, steps, batch, row, out, name, g.fault);
+  check_launch("seq_order");
+}
+
+static __global__ void seq_mask_kernel(const int32_t* lengths, int64_t steps, int64_t batch,
+                                       uint8_t* out) {
+  for (int64_t e = first_item(); e < steps * batch; e += item_stride())
+    out[e] = e / batch < lengths[e % batch];
+}
+
+inline void seq_mask(Context& g, const int32_t* lengths, int64_t steps, int64_t batch,
+                     uint8_t* out) {
+  if (steps * batch <= 0) return;
+  seq_mask_kernel<<<blocks(steps * batch), kThreads, 0, g.stream>>>(lengths, steps, batch, out);
+  check_launch("seq_mask");
+}
+
+template <class T>
+__global__ void dropout_kernel(bool mask_only, const T* x, int64_t n, double p, T scale,
+                               uint64_t key, uint64_t first, T* out) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) {
+    const T keep = uniform01(key, first + i) >= p ? scale : T(0);
+    out[i] = mask_only ? keep : x[i] * keep;
+  }
+}
+
+// Draws exactly the CPU's mask (rng.h runs on both sides).
+template <class T>
+void dropout(Context& g, bool mask_only, const T* x, int64_t n, double p, uint64_t key,
+             uint64_t first, T* out) {
+  if (n <= 0) return;
+  dropout_kernel<<<blocks(n), kThreads, 0, g.stream>>>(mask_only, x, n, p, T(1.0 / (1.0 - p)),
+                                                       key, first, out);
+  check_launch("dropout");
+}
+
+}  // namespace cuda
+}  // namespace mdl

@@ -1,0 +1,303 @@
+// Reductions, softmax and cross-entropy on the GPU (the cuda target's versions of
+// mdl/kernels.h's): each row of the work goes to W threads, a block, a warp or one
+// thread as its length suits, combined with warp shuffles.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "mdl/cuda/context.h"
+#include "mdl/cuda/launch.h"
+#include "mdl/kernels.h"
+
+namespace mdl {
+namespace cuda {
+
+// ---- rows shared by W threads (reductions, softmax, cross-entropy) ---------------------
+
+// W threads work on one row: a block for long contiguous rows, a warp for shorter ones, one
+// thread for rows too short or strided to share (then neighbouring threads read
+// neighbouring elements of neighbouring rows).
+inline int row_width(bool contiguous, int64_t length, int64_t total) {
+  if (!contiguous || length < 32) return 1;
+  return total >= 4096 ? kThreads : 32;
+}
+
+// Calls launch(std::integral_constant<int, W>) for the width w row_width chose.
+template <class F>
+void with_width(int w, F&& launch) {
+  if (w == kThreads)
+    launch(std::integral_constant<int, kThreads>());
+  else if (w == 32)
+    launch(std::integral_constant<int, 32>());
+  else
+    launch(std::integral_constant<int, 1>());
+}
+
+template <int W>
+__device__ int64_t first_row() { return (blockIdx.x * int64_t(kThreads) + threadIdx.x) / W; }
+template <int W>
+__device__ int64_t row_stride() { return int64_t(gridDim.x) * (kThreads / W); }
+
+struct Plus {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// std::max(a, b), as the CPU folds it: a NaN never replaces what came before it.
+struct Larger {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+};
+
+template <class T>
+__device__ T minus_infinity() { return -T(INFINITY); }
+
+// `op` over the values of a row's W threads, returned to every one of them (so that a
+// branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
+template <int W, class T, class Op>
+__device__ T across(T v, Op op) {
+  if constexpr (W > 1)
+    for (int s = 16; s > 0; s >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, s));
+  if constexpr (W == kThreads) {
+    __shared__ T partial[kThreads / 32];
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = partial[0];
+    for (int w = 1; w < kThreads / 32; ++w) v = op(v, partial[w]);
+    __syncthreads();
+  }
+  return v;
+}
+
+// ---- reduce ---------------------------------------------------------------------------
+
+// reduce's input as kept and reduced axes, each run of neighbours of one kind merged and
+// axes of size 1 dropped (as mdl::for_each_run), with their strides in the input. There is
+// always a reduced axis (of size 1 when nothing is reduced): lanes share its last one.
+struct ReduceAxes {
+  int kept = 0, summed = 0;
+  int64_t kdim[kMaxRank] = {}, kstride[kMaxRank] = {}, rdim[kMaxRank] = {},
+          rstride[kMaxRank] = {};
+  int64_t nout = 1, count = 1;
+};
+
+// Needs every shape[i] > 0.
+inline ReduceAxes reduce_axes(const int64_t* shape, int rank, uint32_t mask) {
+  int64_t dims[kMaxRank], strides[kMaxRank];
+  bool reduced[kMaxRank];
+  int r = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] == 1) continue;
+    bool red = (mask >> i) & 1;
+    if (r > 0 && reduced[r - 1] == red) {
+      dims[r - 1] *= shape[i];
+    } else {
+      dims[r] = shape[i];
+      reduced[r++] = red;
+    }
+  }
+  for (int64_t i = r - 1, s = 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  ReduceAxes a;
+  for (int i = 0; i < r; ++i) {
+    if (reduced[i]) {
+      a.rdim[a.summed] = dims[i];
+      a.rstride[a.summed++] = strides[i];
+      a.count *= dims[i];
+    } else {
+      a.kdim[a.kept] = dims[i];
+      a.kstride[a.kept++] = strides[i];
+      a.nout *= dims[i];
+    }
+  }
+  if (a.summed == 0) {
+    a.rdim[0] = 1;
+    a.rstride[0] = 0;
+    a.summed = 1;
+  }
+  return a;
+}
+
+// Where output element o's inputs start.
+__device__ inline int64_t kept_offset(const ReduceAxes& a, int64_t o) {
+  int64_t off = 0;
+  for (int d = a.kept - 1; d >= 0; --d) {
+    off += o % a.kdim[d] * a.kstride[d];
+    o /= a.kdim[d];
+  }
+  return off;
+}
+
+// f(x) for this lane's share of the inputs of one output: runs along the last reduced
+// axis (lanes take every W-th element), the other reduced axes advanced like an odometer.
+template <int W, class T, class F>
+__device__ void visit(const ReduceAxes& a, const T* base, int lane, F&& f) {
+  const int last = a.summed - 1;
+  const int64_t inner = a.rdim[last], step = a.rstride[last], runs = a.count / inner;
+  int64_t idx[kMaxRank] = {}, off = 0;
+  for (int64_t run = 0; run < runs; ++run) {
+    for (int64_t i = lane; i < inner; i += W) f(base[off + i * step]);
+    for (int d = last - 1; d >= 0; --d) {
+      off += a.rstride[d];
+      if (++idx[d] < a.rdim[d]) break;
+      off -= a.rstride[d] * a.rdim[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <int W, class T>
+__global__ void __launch_bounds__(kThreads)
+    reduce_kernel(Reduction kind, const T* x, ReduceAxes a, T* out) {
+  const int lane = threadIdx.x % W;
+  for (int64_t o = first_row<W>(); o < a.nout; o += row_stride<W>()) {
+    const T* base = x + kept_offset(a, o);
+    if (kind == Reduction::Sum || kind == Reduction::Mean) {
+      T s = 0;
+      visit<W>(a, base, lane, [&](T v) { s += v; });
+      s = across<W>(s, Plus());
+      if (lane == 0) out[o] = kind == Reduction::Mean ? s / T(a.count) : s;
+      continue;
+    }
+    T m = minus_infinity<T>();
+    visit<W>(a, base, lane, [&](T v) { m = Larger()(m, v); });
+    m = across<W>(m, Larger());
+    if (kind == Reduction::LogSumExp && std::isfinite(m)) {
+      T s = 0;
+      visit<W>(a, base, lane, [&](T v) { s += std::exp(v - m); });
+      m = std::log(across<W>(s, Plus())) + m;
+    }
+    if (lane == 0) out[o] = m;
+  }
+}
+
+template <class T>
+void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int rank,
+            uint32_t mask, T* out) {
+  int64_t nout = 1, count = 1;
+  for (int i = 0; i < rank; ++i) ((mask >> i) & 1 ? count : nout) *= shape[i];
+  if (nout == 0) return;
+  if (count == 0) {  // the CPU's starting values; a mean of nothing is 0 / 0
+    fill(g, out, nout, kind == Reduction::Sum    ? T(0)
+                       : kind == Reduction::Mean ? std::numeric_limits<T>::quiet_NaN()
+                                                 : -std::numeric_limits<T>::infinity());
+    return;
+  }
+  const ReduceAxes a = reduce_axes(shape, rank, mask);
+  const int last = a.summed - 1;
+  with_width(row_width(a.rstride[last] == 1, a.rdim[last], a.count), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    reduce_kernel<W><<<blocks(nout * W), kThreads, 0, g.stream>>>(kind, x, a, out);
+  });
+  check_launch("reduce");
+}
+
+// ---- softmax and cross-entropy --------------------------------------------------------
+
+template <int W, class T>
+__global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x, int64_t outer,
+                                                           int64_t n, int64_t inner, T* out) {
+  const int lane = threadIdx.x % W;
+  for (int64_t r = first_row<W>(); r < outer * inner; r += row_stride<W>()) {
+    const int64_t start = r / inner * n * inner + r % inner;
+    const T* xs = x + start;
+    T* ys = out + start;
+    T mx = minus_infinity<T>();
+    for (int64_t i = lane; i < n; i += W) mx = Larger()(mx, xs[i * inner]);
+    mx = across<W>(mx, Larger());
+    T sum = 0;
+    for (int64_t i = lane; i < n; i += W) sum += std::exp(xs[i * inner] - mx);
+    const T lse = std::log(across<W>(sum, Plus())) + mx;
+    for (int64_t i = lane; i < n; i += W)
+      ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
+  }
+}
+
+template <class T>
+void softmax(Context& g, bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
+  if (outer * n * inner == 0) return;
+  with_width(row_width(inner == 1, n, n), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    softmax_kernel<W><<<blocks(outer * inner * W), kThreads, 0, g.stream>>>(log, x, outer, n,
+                                                                            inner, out);
+  });
+  check_launch("softmax");
+}
+
+// Blocks of cross_entropy's first pass: each leaves its sum and count of row losses.
+constexpr unsigned kPartials = 1024;
+
+// The losses of the counted rows (in double, as the CPU), summed per block.
+template <int W, class T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows(const T* logits, const int32_t* targets, const int32_t* lengths,
+                       int64_t rows, int64_t classes, int64_t batch, const char* what,
+                       Fault* fault, double* totals, int64_t* counts) {
+  const int lane = threadIdx.x % W;
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
+    if (lengths && r / batch >= lengths[r % batch]) continue;
+    const int32_t target = targets[r];
+    if (outside(target, classes)) {
+      if (lane == 0) report(fault, FaultKind::Target, target, r, classes, what);
+      continue;
+    }
+    const T* row = logits + r * classes;
+    T mx = minus_infinity<T>();
+    for (int64_t c = lane; c < classes; c += W) mx = Larger()(mx, row[c]);
+    mx = across<W>(mx, Larger());
+    double sum = 0;
+    for (int64_t c = lane; c < classes; c += W) sum += std::exp(double(row[c] - mx));
+    total += std::log(across<W>(sum, Plus())) + mx - row[target];
+    ++count;
+  }
+  total = across<kThreads>(lane == 0 ? total : 0.0, Plus());  // each row once: its lane 0's
+  count = across<kThreads>(lane == 0 ? count : int64_t(0), Plus());
+  if (threadIdx.x == 0) {
+    totals[blockIdx.x] = total;
+    counts[blockIdx.x] = count;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_mean(const double* totals, const int64_t* counts, unsigned parts, T* out) {
+  double total = 0;
+  int64_t count = 0;
+  for (unsigned i = threadIdx.x; i < parts; i += kThreads) {
+    total += totals[i];
+    count += counts[i];
+  }
+  total = across<kThreads>(total, Plus());
+  count = across<kThreads>(count, Plus());
+  if (threadIdx.x == 0) out[0] = count ? T(total / count) : T(0);
+}
+
+// out[0] = mdl::cross_entropy(...). The blocks' partial sums live in g.staging.
+template <class T>
+void cross_entropy(Context& g, const T* logits, const int32_t* targets, const int32_t* lengths,
+                   int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
+  with_width(row_width(true, classes, classes), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    const unsigned parts = std::min(blocks(rows * W), kPartials);
+    auto* totals = reinterpret_cast<double*>(
+        g.staging.hold(parts * (sizeof(double) + sizeof(int64_t))));
+    auto* counts = reinterpret_cast<int64_t*>(totals + parts);
+    cross_entropy_rows<W><<<parts, kThreads, 0, g.stream>>>(
+        logits, targets, lengths, rows, classes, batch, what, g.fault, totals, counts);
+    cross_entropy_mean<<<1, kThreads, 0, g.stream>>>(totals, counts, parts, out);
+  });
+  check_launch("cross_entropy");
+}
+
+}  // namespace cuda
+}  // namespace mdl

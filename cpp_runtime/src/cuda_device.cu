@@ -1,0 +1,226 @@
+// The cuda target's `mdl::Device` (mdl/device.h): a model's context on the GPU, the fault
+// check after every function, memory and copies, and the optimizer's kernels. Compiled
+// once per cache by nvcc and linked only into cuda modules: the runtime library
+// (src/model_object.h) reaches CUDA through this table alone.
+#include <algorithm>
+#include <cstdint>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mdl/cuda/context.h"
+#include "mdl/device.h"
+#include "mdl/error.h"
+
+namespace mdl {
+namespace {
+
+using cuda::check;
+using cuda::Context;
+using cuda::Fault;
+using cuda::FaultKind;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1024;  // grid-stride kernels need no more to fill a GPU
+
+int blocks_for(int64_t n) {
+  return int(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+Context& context_of(void* context) { return *static_cast<Context*>(context); }
+
+cudaStream_t stream_of(void* context) {
+  return context ? context_of(context).stream : cudaStream_t(0);
+}
+
+// Before this nothing touches CUDA: on a machine without a GPU (or driver) it is the one
+// call, and it fails with a message instead of aborting.
+void require() {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) return;
+  cudaGetLastError();  // clears the error, which is not sticky
+  std::string why = status != cudaSuccess ? cudaGetErrorString(status)
+                                          : "the CUDA runtime sees no device";
+  throw std::runtime_error("no CUDA device was found (" + why + "): this module was built "
+                           "with --target cuda; build it with --target cpu to run on this "
+                           "machine");
+}
+
+// Frees what `open` made of `c`, however far it got; errors are ignored (a model is going).
+void destroy(Context* c) {
+  if (c->stream) cudaStreamSynchronize(c->stream);
+  if (c->blas) cublasDestroy(c->blas);
+  if (c->fault) cudaFree(c->fault);
+  cudaStream_t stream = c->stream;
+  delete c;  // its arenas, scratch buffers and tapes
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void* open() {
+  Context* c = new Context();
+  try {
+    check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags");
+    check(cublasCreate(&c->blas), "cublasCreate");
+    check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+    check(cudaMalloc(&c->fault, sizeof(Fault)), "cudaMalloc");
+    check(cudaMemset(c->fault, 0, sizeof(Fault)), "cudaMemset");
+  } catch (...) {
+    destroy(c);
+    throw;
+  }
+  return c;
+}
+
+void close(void* context) {
+  if (context) destroy(static_cast<Context*>(context));
+}
+
+// The exception the CPU kernels (mdl/kernels.h) throw for the input `f` describes.
+[[noreturn]] void raise(const Fault& f) {
+  std::string what = f.what ? f.what : "an input";
+  std::string value = std::to_string(f.value), position = std::to_string(f.position),
+              bound = std::to_string(f.bound);
+  switch (FaultKind(f.kind)) {
+    case FaultKind::GatherIndex:
+      throw IndexError(what + " holds " + value + " at flat position " + position +
+                       ", outside [0, " + bound + "): the rows of the table it indexes");
+    case FaultKind::Target:
+      throw IndexError(what + " holds " + value + " at flat position " + position +
+                       ": cross_entropy's targets lie in [0, " + bound + "), one per class");
+    case FaultKind::ScatterIndex:
+      throw Error("index " + value + " is outside [0, " + bound + ")");
+    case FaultKind::Length:
+      throw ValueError(what + "[" + position + "] = " + value + " is outside [0, " + bound +
+                       "] (the sequence length)");
+    default:
+      throw Error("device code reported fault " + std::to_string(f.kind) + " (a bug in mdl)");
+  }
+}
+
+void finish(void* context) {
+  Context& c = context_of(context);
+  Fault f{};
+  // the fault's copy is queued behind the call's work: one wait covers both
+  cudaError_t status = cudaMemcpyAsync(&f, c.fault, sizeof f, cudaMemcpyDeviceToHost, c.stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(c.stream);
+  if (status == cudaSuccess) status = cudaGetLastError();  // a launch that never ran
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    check(status, "running the model on the GPU");
+  }
+  if (!f.kind) return;
+  check(cudaMemsetAsync(c.fault, 0, sizeof(Fault), c.stream), "cudaMemsetAsync");
+  check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+  raise(f);
+}
+
+void* allocate(std::size_t bytes) {
+  if (!bytes) return nullptr;
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p);
+    throw std::bad_alloc();
+  }
+  return p;
+}
+
+void release(void* p) {
+  if (p) cudaFree(p);
+}
+
+void copy(void* context, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (!bytes) return;
+  cudaStream_t stream = stream_of(context);
+  check(cudaMemcpyAsync(dst, src, bytes, kind, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void copy_in(void* context, void* dst, const void* src, std::size_t bytes) {
+  copy(context, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+void copy_out(void* context, void* dst, const void* src, std::size_t bytes) {
+  copy(context, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+template <class T>
+__global__ void update_kernel(UpdateStep s, T* w, const T* g, T* first, T* second,
+                              int64_t n) {
+  T unused = 0;  // SGD's second moment
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x)
+    update_element(s, w[k], g[k], first[k], second ? second[k] : unused);
+}
+
+template <class T>
+void update(void* context, const UpdateStep& s, T* w, const T* g, T* first, T* second,
+            int64_t n) {
+  if (n <= 0) return;
+  update_kernel<T><<<blocks_for(n), kThreads, 0, stream_of(context)>>>(s, w, g, first,
+                                                                       second, n);
+  check(cudaGetLastError(), "launching the optimizer's update");
+}
+
+// Each block's sum of squares, in double, into partial[blockIdx.x]: the host adds the
+// blocks' sums in a fixed order, so a norm does not change from run to run.
+template <class T>
+__global__ void sum_squares_kernel(const T* g, int64_t n, double* partial) {
+  __shared__ double sums[kThreads];
+  double sum = 0;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x)
+    sum += double(g[k]) * double(g[k]);
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+template <class T>
+double sum_squares(void* context, const T* g, int64_t n) {
+  if (n <= 0) return 0;
+  Context& c = context_of(context);
+  int blocks = blocks_for(n);
+  auto* partial = reinterpret_cast<double*>(c.staging.hold(blocks * sizeof(double)));
+  sum_squares_kernel<T><<<blocks, kThreads, 0, c.stream>>>(g, n, partial);
+  check(cudaGetLastError(), "launching the gradient norm");
+  std::vector<double> sums(blocks);
+  copy_out(context, sums.data(), partial, blocks * sizeof(double));
+  double total = 0;
+  for (double s : sums) total += s;
+  return total;
+}
+
+void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+}  // namespace
+
+extern const Device cuda_device = {
+    "cuda",
+    require,
+    open,
+    close,
+    finish,
+    allocate,
+    release,
+    copy_in,
+    copy_out,
+    update<float>,
+    update<double>,
+    sum_squares<float>,
+    sum_squares<double>,
+    synchronize,
+};
+
+}  // namespace mdl

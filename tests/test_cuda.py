@@ -1,0 +1,149 @@
+"""The cuda target (docs/cuda.md). Wherever nvcc is installed (CI has it, but no GPU):
+every example builds for it, the generated CUDA compiled and linked with the runtime and
+cuBLAS, and its module imports; without a GPU, making a model raises the documented
+RuntimeError, and nothing crashes. With a GPU: every example against the reference
+interpreter, as tests/test_native.py checks the cpu target."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen import reference
+from test_native import (MODELS, TOLERANCE, assert_training_matches, graph_of, random_case,
+                         rel_error)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FILES = sorted({file for file, _ in MODELS})
+NO_DEVICE = "no CUDA device was found"
+
+
+def _nvcc_missing() -> str | None:
+    from dsl.diagnostics import MdlBuildError
+    try:
+        from codegen.cuda_toolkit import toolkit
+        toolkit()
+    except MdlBuildError as exc:
+        return str(exc)
+    return None
+
+
+pytestmark = pytest.mark.skipif(_nvcc_missing() is not None,
+                                reason=f"no CUDA toolkit: {_nvcc_missing()}")
+
+
+@pytest.fixture(scope="session")
+def cuda_modules() -> dict:
+    """Every example's module for the cuda target, in f32 and f64: {(file, dtype): module},
+    built two at a time (each build is one nvcc)."""
+    from codegen.pipeline import load
+
+    def build(key):
+        file, dtype = key
+        return key, load(EXAMPLES / file, target="cuda", dtype=dtype,
+                         name=f"{Path(file).stem}_{dtype}_cuda")
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(build, [(f, d) for f in FILES for d in ("f32", "f64")]))
+
+
+@pytest.fixture(scope="session")
+def gpu(cuda_modules) -> bool:
+    """Whether a model can run here: making one raises the no-device error otherwise."""
+    module = cuda_modules[("towers.mdl", "f32")]
+    try:
+        module.Towers(seed=0)
+    except RuntimeError as exc:
+        assert str(exc).startswith(NO_DEVICE), exc
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
+def test_every_example_builds_and_imports(cuda_modules, gpu, file, model, dtype):
+    module = cuda_modules[(file, dtype)]
+    assert Path(module.__file__).name.startswith(f"{Path(file).stem}_{dtype}_cuda")
+    cls = getattr(module, model)
+    if gpu:
+        return
+    with pytest.raises(RuntimeError, match=f"^{NO_DEVICE}.*--target cpu"):
+        cls(seed=0)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
+def test_example_matches_the_reference_on_the_gpu(cuda_modules, gpu, file, model, dtype):
+    if not gpu:
+        pytest.skip("no CUDA device here: the cuda target was built and linked only")
+    graph = graph_of(file, model, dtype)
+    m = getattr(cuda_modules[(file, dtype)], model)(seed=3)
+    inputs = random_case(graph, dtype)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    tol = TOLERANCE[dtype]
+    out = m.forward(**inputs)
+    want = reference.run(graph, inputs, params)
+    for name in graph.outputs:
+        assert rel_error(out[name], want[name]) < tol, name
+    if graph.loss is not None:
+        assert_training_matches(m, graph, inputs, tol, seed=3)
+
+
+def mdlc(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+def test_the_cli_builds_and_emits_for_cuda(tmp_path, cuda_modules, gpu):
+    done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).is_file()
+    done = mdlc("emit", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o",
+                str(tmp_path / "emitted"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "emitted").iterdir()) == ["CMakeLists.txt",
+                                                                      "module.cu"]
+    cmake = (tmp_path / "emitted" / "CMakeLists.txt").read_text()
+    assert "LANGUAGES CXX CUDA" in cmake and "cuda_device.cu" in cmake
+    assert "__global__" in (tmp_path / "emitted" / "module.cu").read_text()
+
+
+def test_gradcheck_on_cuda(cuda_modules, gpu):
+    """Without a GPU a clean error (exit 2, no traceback); with one, the gradients check."""
+    done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda")
+    if gpu:
+        assert done.returncode == 0, done.stdout + done.stderr
+        return
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"mdlc: error: {NO_DEVICE}"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gpu):
+    """`mdlc emit --target cuda` writes a CMake project (LANGUAGES CXX CUDA) that builds
+    the same module."""
+    import cmake
+    import ninja
+    import pybind11
+    from codegen.cuda_toolkit import toolkit
+    done = mdlc("emit", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o",
+                str(tmp_path / "src"))
+    assert done.returncode == 0, done.stderr
+    bin_dir = Path(cmake.CMAKE_BIN_DIR)
+    for step in ([bin_dir / "cmake", "-S", tmp_path / "src", "-B", tmp_path / "build", "-G",
+                  "Ninja", f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
+                  f"-DCMAKE_CUDA_COMPILER={toolkit().nvcc}",
+                  f"-DPython_EXECUTABLE={sys.executable}",
+                  f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"],
+                 [bin_dir / "cmake", "--build", tmp_path / "build"]):
+        run = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout + run.stderr
+    check = ("import towers\ntry:\n    towers.Towers(seed=0)\n    print('made')\n"
+             "except RuntimeError as exc:\n    print(exc)\n")
+    run = subprocess.run([sys.executable, "-c", check], cwd=tmp_path / "build",
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("made" if gpu else NO_DEVICE), run.stdout
