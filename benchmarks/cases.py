@@ -29,6 +29,7 @@ class Case:
     passes: tuple[str, ...]
     peers: tuple[str, ...]
     loop: str = ""
+    device: str = "cpu"  # where every framework runs it: "cpu", or "cuda" (an NVIDIA GPU)
 
     def frameworks(self, skip_compile: bool) -> list[str]:
         """mdl first, then the peers this run measures."""
@@ -56,15 +57,22 @@ GROUPS = {  # group: (passes, peers, description)
 }
 
 
-def _case(group: str, loop: str = "", **dims: int) -> Case:
+DEVICES = ("cpu", "cuda")
+
+
+def _case(group: str, loop: str = "", device: str = "cpu", **dims: int) -> Case:
     passes, peers, _ = GROUPS[group]
     size = "-".join(f"{k.lower()}{v}" for k, v in dims.items())
     name = f"{group}-{loop}-{size}" if loop else f"{group}-{size}"
-    return Case(name, group, dims, passes, peers, loop)
+    return Case(("gpu-" if device == "cuda" else "") + name, group, dims, passes, peers, loop,
+                device)
 
 
-def cases(quick: bool) -> list[Case]:
-    """Every case of a run: the issue's sizes, or tiny ones (`--quick`, for the tests)."""
+def cases(quick: bool, device: str = "cpu") -> list[Case]:
+    """Every case of a run on `device`: the issues' sizes, or tiny ones (`--quick`, for the
+    tests)."""
+    if device == "cuda":
+        return _gpu_cases(quick)
     if quick:
         lstm = [dict(T=4, B=2, H=8)]
         cells = [dict(T=4, B=2, H=8)]
@@ -83,8 +91,27 @@ def cases(quick: bool) -> list[Case]:
                _case("memory", "checkpoint", **memory, K=k)])
 
 
-def sgemm_case(quick: bool) -> Case:
-    """The square product whose speed is the run's peak."""
+def _gpu_cases(quick: bool) -> list[Case]:
+    """The GPU rows: issue #9's sizes, against cuDNN (nn.LSTM, nn.LSTMCell) and JAX; no
+    memory cases (they measure the host's resident set)."""
+    if quick:
+        lstm = cells = [dict(T=4, B=2, H=8)]
+        step = dict(T=4, B=1, H=8)
+    else:
+        lstm = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024), (256, 512))]
+        cells = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024))]
+        step = dict(T=35, B=1, H=128)
+    return ([_case("lstm", device="cuda", **d) for d in lstm]
+            + [_case("generation", device="cuda", **step)]
+            + [_case(g, device="cuda", **d) for g in ("milstm", "gru_if") for d in cells])
+
+
+def sgemm_case(quick: bool, device: str = "cpu") -> Case:
+    """The square product whose speed is the run's peak (on a GPU, in float32 without
+    TF32, as every GPU row runs)."""
+    if device == "cuda":
+        return Case("gpu-sgemm", SGEMM, {"N": 256 if quick else 8192}, ("sgemm",), (),
+                    device="cuda")
     return Case("sgemm", SGEMM, {"N": 256 if quick else 2048}, ("sgemm",), ())
 
 
@@ -129,5 +156,5 @@ def flops(case: Case, pass_name: str) -> float:
 
 def by_name(name: str, quick: bool) -> Case:
     """The case of that name in the run's table (workers receive cases by name)."""
-    table = {c.name: c for c in [*cases(quick), sgemm_case(quick)]}
+    table = {c.name: c for d in DEVICES for c in [*cases(quick, d), sgemm_case(quick, d)]}
     return table[name]

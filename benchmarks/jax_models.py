@@ -1,6 +1,7 @@
 """The JAX side: the same cells written with jax.numpy, the loops as `lax.scan` (the
 branch as `lax.cond`), everything under `jax.jit`; parameters keep mdl's names and
-layout, so gradients come back keyed as mdl's do."""
+layout, so gradients come back keyed as mdl's do. Arrays are placed on the case's device
+(the GPU rows: float32 products at full precision, no TF32), so jitted code runs there."""
 from __future__ import annotations
 
 import jax
@@ -65,8 +66,9 @@ def setup(case: Case) -> Bench:
     """Jitted functions for the case, compiled by the first call (the check). The training
     step differentiates the parameters and the float inputs xs and weights, as mdl's
     backward does; every input is an argument, never a constant folded into the program."""
-    p = {k: jnp.asarray(v) for k, v in data.params(case).items()}
-    inputs = {k: jnp.asarray(v) for k, v in data.inputs(case).items()}
+    device = _device(case)
+    p = {k: jax.device_put(v, device) for k, v in data.params(case).items()}
+    inputs = {k: jax.device_put(v, device) for k, v in data.inputs(case).items()}
     if case.group == "generation":
         return _generation(p, inputs["xs"])
     loss = _loss(case.group)
@@ -84,6 +86,14 @@ def setup(case: Case) -> Bench:
                 **{f"input:{k}": np.asarray(g) for k, g in input_grads.items()}}
     return Bench({TRAIN: lambda: jax.block_until_ready(train(p, floats, others)),
                   FORWARD: lambda: jax.block_until_ready(forward(p, floats, others))}, check)
+
+
+def _device(case: Case):
+    """The case's device; a CPU case stays on the CPU even where JAX sees a GPU."""
+    if case.device == "cuda":
+        jax.config.update("jax_default_matmul_precision", "highest")
+        return jax.devices("gpu")[0]
+    return jax.devices("cpu")[0]
 
 
 def _generation(p, xs) -> Bench:

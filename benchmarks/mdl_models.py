@@ -1,5 +1,6 @@
 """The mdl side: each case's model from benchmarks/models.mdl, compiled by whatever the
-code generator makes today, specialized for the case's T and B, with the case's weights."""
+code generator makes today for the case's device (target cpu or cuda), specialized for
+the case's T and B, with the case's weights."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +23,7 @@ def setup(case: Case) -> Bench:
     specialize = [{"B": case.dims["B"]} if case.group == "generation"
                   else {"T": case.dims["T"], "B": case.dims["B"]}]
     module = load(MODELS, model=name, defines=defines, specialize=specialize,
-                  name=f"bench_{name.lower()}")
+                  target=case.device, name=f"bench_{name.lower()}")
     model = getattr(module, name)(seed=0)
     model.set_params(data.params(case))
     xs = data.inputs(case)

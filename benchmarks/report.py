@@ -26,10 +26,13 @@ def _header(result: dict) -> list[str]:
     gflops = ", ".join(f"{g:.0f} GFLOP/s on {n} thread{'s' * (n != '1')}"
                        for n, g in peak["gflops"].items())
     return [f"`{meta['command']}` ({meta['date']})", "",
+            *([f"On the GPU: {meta['gpu']} (float32 without TF32; every pass waits for the "
+               "GPU before it returns)."] if meta.get("device") == "cuda" else []),
             f"{meta['machine']}, {meta['cpus']} CPUs; every framework in its own process "
             f"with {meta['threads']} thread(s); float32; medians of {meta['reps']} reps in "
             f"{meta['rounds']} interleaved rounds after {meta['warmups']} warm-ups; {versions}.",
-            f"sgemm peak (numpy, {peak['n']}x{peak['n']}): {gflops}. GFLOP/s count only the "
+            f"sgemm peak ({'PyTorch on the GPU' if meta.get('device') == 'cuda' else 'numpy'}, "
+            f"{peak['n']}x{peak['n']}): {gflops}. GFLOP/s count only the "
             "matrix products (2*B*(I+H)*G*H a step for G gates; a training step is 3x the "
             "forward); % is of the peak at the run's thread count."]
 

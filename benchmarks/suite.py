@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from benchmarks.cases import MDL, cases, select, sgemm_case
 from benchmarks.memory import measure_memory
 from benchmarks.plot import plot
 from benchmarks.pool import Pool
+from codegen.cuda_toolkit import gpu_capabilities
 from dsl import UsageError
 
 
@@ -27,8 +29,11 @@ def run(args) -> int:
     if reps < 1 or not 1 <= args.threads <= cpus:
         raise UsageError(f"--reps must be >= 1 and --threads between 1 and {cpus} (the CPUs "
                          f"this process may use), got --reps {reps} --threads {args.threads}")
+    if args.device == "cuda" and not gpu_capabilities():
+        raise UsageError("--device cuda runs the GPU rows, on an NVIDIA GPU: nvidia-smi "
+                         "reports none here")
     try:
-        selected = select(cases(args.quick), args.only)
+        selected = select(cases(args.quick, args.device), args.only)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
@@ -42,7 +47,7 @@ def run(args) -> int:
                             memory_rounds=1 if args.quick else min(rounds, 3),
                             skip_compile=args.skip_compile, work=Path(work))
         print("sgemm peak", file=sys.stderr)
-        peak = measure.measure_peak(sgemm_case(args.quick), pool, plan)
+        peak = measure.measure_peak(sgemm_case(args.quick, args.device), pool, plan)
         rows = []
         timed = [c for c in selected if c.group != "memory"]
         for i, case in enumerate(timed):
@@ -78,6 +83,7 @@ def ok(result: dict) -> bool:
 def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": _cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
+            "device": args.device, **({"gpu": _gpu_name()} if args.device == "cuda" else {}),
             "reps": reps, "rounds": plan.rounds, "warmups": plan.warmups,
             "step_calls": plan.step_calls, "settle_s": plan.settle,
             "memory_rounds": plan.memory_rounds, "quick": args.quick,
@@ -87,10 +93,22 @@ def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
 
 def _command(args, reps: int) -> str:
     """The command that repeats this run."""
-    flags = [f"--reps {reps}", f"--threads {args.threads}", *(["--quick"] * args.quick),
+    flags = [f"--reps {reps}", f"--threads {args.threads}",
+             *([f"--device {args.device}"] if args.device != "cpu" else []),
+             *(["--quick"] * args.quick),
              *(["--skip-compile"] * args.skip_compile), *([f"--only {' '.join(args.only)}"]
                                                          if args.only else [])]
     return " ".join(["python -m benchmarks", *flags])
+
+
+def _gpu_name() -> str:
+    """The GPU's name as nvidia-smi reports it."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "a GPU nvidia-smi does not name"
 
 
 def _cpu_name() -> str:

@@ -1,6 +1,8 @@
 """The PyTorch side: nn.LSTM and nn.LSTMCell for the LSTM cases, and the MILSTM and the
 GRU with a branch written as plain modules (the per-step math of std/rnn.mdl, with mdl's
-weight layout, `x @ W`), run eagerly, through TorchScript or through torch.compile."""
+weight layout, `x @ W`), run eagerly, through TorchScript or through torch.compile, on the
+case's device (the GPU rows: cuDNN's LSTM, float32 without TF32; every pass waits for
+the GPU before it returns)."""
 from __future__ import annotations
 
 import time
@@ -73,17 +75,59 @@ CELLS = {"milstm": MILSTM, "gru_if": GRUIf}
 def eager(case: Case) -> Bench:
     """nn.LSTM / nn.LSTMCell for the LSTM cases, the plain modules for the others."""
     if case.group == "lstm":
-        return _lstm(case)
+        return _on_device(_lstm(case), case)
     if case.group == "generation":
-        return _generation(case)
-    module = CELLS[case.group](data.params(case))
-    return _training(module, module, case)
+        return _on_device(_generation(case), case)
+    module = CELLS[case.group](data.params(case)).to(_device(case))
+    return _on_device(_training(module, module, case), case)
 
 
 def scripted(case: Case) -> Bench:
     """The module through torch.jit.script."""
-    module = CELLS[case.group](data.params(case))
-    return _training(module, torch.jit.script(module), case)
+    module = CELLS[case.group](data.params(case)).to(_device(case))
+    return _on_device(_training(module, torch.jit.script(module), case), case)
+
+
+def cuda_product(n: int) -> Bench:
+    """The GPU's float32 peak for the GPU rows: an n x n product a call (sgemm.py)."""
+    _device_named("cuda")
+    a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
+    out = torch.empty_like(a)
+
+    def product():
+        torch.matmul(a, b, out=out)
+        torch.cuda.synchronize()
+    return Bench({"sgemm": product}, dict)
+
+
+def _device(case: Case) -> torch.device:
+    return _device_named(case.device)
+
+
+def _device_named(name: str) -> torch.device:
+    if name == "cuda":  # the same float32 math as mdl's cuBLAS products and kernels
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(name)
+
+
+def _on_device(bench: Bench, case: Case) -> Bench:
+    """On a GPU every pass returns once its work is done, as mdl's calls do."""
+    if case.device != "cuda":
+        return bench
+
+    def synced(run):
+        def call():
+            result = run()
+            torch.cuda.synchronize()
+            return result
+        return call
+    bench.passes = {name: synced(run) for name, run in bench.passes.items()}
+    return bench
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
 
 
 def compiled(case: Case) -> Bench:
@@ -91,8 +135,8 @@ def compiled(case: Case) -> Bench:
     graphs compiled) is timed as the compile time, and the graphs it made are counted:
     none means that Dynamo gave up on the loop and runs it eagerly."""
     from torch._dynamo.utils import counters
-    module = CELLS[case.group](data.params(case))
-    bench = _training(module, torch.compile(module), case)
+    module = CELLS[case.group](data.params(case)).to(_device(case))
+    bench = _on_device(_training(module, torch.compile(module), case), case)
     graphs = counters["stats"]["unique_graphs"]
     start = time.perf_counter()
     bench.passes[TRAIN]()
@@ -104,14 +148,14 @@ def compiled(case: Case) -> Bench:
 def _tensors(case: Case, grad: bool = False) -> dict[str, torch.Tensor]:
     """The case's inputs; with `grad`, xs and weights require gradients, as mdl's backward
     returns them too (an LSTM fed by an embedding needs d xs anyway)."""
-    out = {k: torch.from_numpy(v) for k, v in data.inputs(case).items()}
+    out = {k: torch.from_numpy(v).to(_device(case)) for k, v in data.inputs(case).items()}
     for k in ("xs", "weights") if grad else ():
         out[k].requires_grad_(True)
     return out
 
 
 def _input_grads(xs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {f"input:{k}": x.grad.numpy() for k, x in xs.items() if x.requires_grad}
+    return {f"input:{k}": _numpy(x.grad) for k, x in xs.items() if x.requires_grad}
 
 
 def _zero_grad(module: nn.Module, xs: dict[str, torch.Tensor]) -> None:
@@ -131,8 +175,8 @@ def _training(module: nn.Module, run, case: Case) -> Bench:
         _zero_grad(module, xs)
         loss = run(**xs)
         loss.backward()
-        return {"loss": loss.detach().numpy(), **_input_grads(xs),
-                **{key: getattr(module, attr).grad.numpy() for attr, key in module.names.items()}}
+        return {"loss": _numpy(loss), **_input_grads(xs),
+                **{key: _numpy(getattr(module, attr).grad) for attr, key in module.names.items()}}
     return Bench({TRAIN: step}, check)
 
 
@@ -144,6 +188,7 @@ def _lstm(case: Case) -> Bench:
         lstm.weight_hh_l0.copy_(torch.from_numpy(p["lstm/U"].T))
         lstm.bias_ih_l0.copy_(torch.from_numpy(p["lstm/b"]))
         lstm.bias_hh_l0.zero_()
+    lstm.to(_device(case))
     xs = _tensors(case, grad=True)
 
     def loss():
@@ -161,9 +206,9 @@ def _lstm(case: Case) -> Bench:
         _zero_grad(lstm, xs)
         value = loss()
         value.backward()
-        return {"loss": value.detach().numpy(), **_input_grads(xs),
-                "lstm/W": lstm.weight_ih_l0.grad.numpy().T,
-                "lstm/U": lstm.weight_hh_l0.grad.numpy().T, "lstm/b": lstm.bias_ih_l0.grad.numpy()}
+        return {"loss": _numpy(value), **_input_grads(xs),
+                "lstm/W": _numpy(lstm.weight_ih_l0.grad).T,
+                "lstm/U": _numpy(lstm.weight_hh_l0.grad).T, "lstm/b": _numpy(lstm.bias_ih_l0.grad)}
     return Bench({TRAIN: step, FORWARD: forward}, check)
 
 
@@ -175,6 +220,7 @@ def _generation(case: Case) -> Bench:
         cell.weight_hh.copy_(torch.from_numpy(p["lstm/U"].T))
         cell.bias_ih.copy_(torch.from_numpy(p["lstm/b"]))
         cell.bias_hh.zero_()
+    cell.to(_device(case))
     xs = list(_tensors(case)["xs"])
     zeros = torch.zeros_like(xs[0])
     state = {"hc": (zeros, zeros), "t": 0}
@@ -189,5 +235,5 @@ def _generation(case: Case) -> Bench:
         hc = (zeros, zeros)
         for x in xs:
             hc = cell(x, hc)
-        return {"h": hc[0].numpy(), "c": hc[1].numpy()}
+        return {"h": _numpy(hc[0]), "c": _numpy(hc[1])}
     return Bench({STEP: step}, check)

@@ -66,7 +66,8 @@ EXAMPLES = {
                   "mdlc gradcheck examples/gru.mdl --target cuda"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
-              "mdlc bench --quick"],
+              "mdlc bench --quick",
+              "mdlc bench --device cuda --skip-compile --out bench-gpu"],
 }
 
 
@@ -109,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
                        "framework (default 20, 2 with --quick)")
     bench.add_argument("--threads", type=int, default=2, help="threads of every framework")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="where every framework runs: the CPU rows, or the GPU rows "
+                       "(mdl's cuda target against cuDNN and JAX on an NVIDIA GPU)")
     bench.add_argument("--only", nargs="+", default=[], metavar="NAME",
                        help="cases to run: groups (lstm, generation, milstm, gru_if, memory), "
                        "case names or patterns such as 'lstm-*-b32-*'")

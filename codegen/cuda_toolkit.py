@@ -42,7 +42,7 @@ def toolkit() -> CudaToolkit:
     include, library = _cublas(_roots(nvcc))
     arches = _architectures()
     # no GPU to compile for: PTX as well, which a newer GPU compiles when it loads the module
-    ptx = not _gpu_capabilities() and not os.environ.get("MDL_CUDA_ARCH", "").strip()
+    ptx = not gpu_capabilities() and not os.environ.get("MDL_CUDA_ARCH", "").strip()
     flags = tuple(f"-gencode=arch=compute_{a},code=sm_{a}" for a in arches) + (
         (f"-gencode=arch=compute_{arches[0]},code=compute_{arches[0]}",) if ptx else ())
     cmake = ";".join(f"{a}-real" for a in arches) + (f";{arches[0]}-virtual" if ptx else "")
@@ -95,10 +95,10 @@ def _architectures() -> list[str]:
             raise MdlBuildError(f"MDL_CUDA_ARCH={chosen!r}: expected a compute capability "
                                 "without the dot, such as 90 or 86")
         return [chosen]
-    return _gpu_capabilities() or [DEFAULT_ARCH]
+    return gpu_capabilities() or [DEFAULT_ARCH]
 
 
-def _gpu_capabilities() -> list[str]:
+def gpu_capabilities() -> list[str]:
     """The compute capabilities of this machine's GPUs (90 for 9.0), none when there is
     no GPU or no driver to ask."""
     smi = shutil.which("nvidia-smi")

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, cases, flops,
-                              select)
+from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name, cases,
+                              flops, select, sgemm_case)
 from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.pool import WorkerError
 from benchmarks.suite import ok
@@ -129,6 +129,19 @@ def test_flops_count_the_products_of_the_issue():
     assert flops(lstm, TRAIN) == 3 * 35 * 2 * 32 * (256 + 256) * 4 * 256
 
 
+def test_the_gpu_rows_are_issue_9s_sizes_and_travel_by_name():
+    gpu = cases(quick=False, device="cuda")
+    assert {c.device for c in gpu} == {"cuda"} and not [c for c in gpu if c.group == "memory"]
+    assert [c.name for c in select(gpu, ["lstm"])] == [
+        "gpu-lstm-t35-b1-h128", "gpu-lstm-t35-b32-h256", "gpu-lstm-t35-b64-h1024",
+        "gpu-lstm-t35-b256-h512"]
+    assert [c.name for c in select(gpu, ["milstm"])] == [
+        "gpu-milstm-t35-b1-h128", "gpu-milstm-t35-b32-h256", "gpu-milstm-t35-b64-h1024"]
+    for quick in (False, True):  # a worker finds every case, CPU or GPU, by its name
+        for case in [*cases(quick, "cuda"), sgemm_case(quick, "cuda"), *cases(quick)]:
+            assert by_name(case.name, quick) == case
+
+
 @pytest.mark.parametrize("only, names", [
     (["memory"], ["memory-stored-t1000-b16-h256", "memory-recompute-t1000-b16-h256",
                   "memory-checkpoint-t1000-b16-h256-k32"]),
@@ -147,6 +160,14 @@ def test_only_selects_groups_names_and_patterns(only, names):
 def test_bad_options_are_usage_errors(args, message, capsys):
     assert cli.main(["bench", "--quick", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_gpu_rows_need_a_gpu(capsys):
+    from codegen.cuda_toolkit import gpu_capabilities
+    if gpu_capabilities():
+        pytest.skip("a GPU is here: the GPU rows run")
+    assert cli.main(["bench", "--quick", "--device", "cuda"]) == 2
+    assert "--device cuda runs the GPU rows, on an NVIDIA GPU" in capsys.readouterr().err
 
 
 class FakeProcess:
