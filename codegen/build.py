@@ -141,11 +141,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool
     fields = _key_fields(sources, module_name, debug, sanitize)
 
     def make(work: Path, final: Path) -> None:
-        (work / "src").mkdir()
-        for name, text in sources.items():
-            (work / "src" / name).write_text(text)
-        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
-        compiled = [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
+        compiled = _write_sources(work, sources, fields)
         command = [_compiler()["path"], *compile_flags(debug, sanitize),
                    # Debug info and sanitizer reports name the sources where they will stay.
                    f"-ffile-prefix-map={work}={final}", f"-I{runtime.precompiled}",
@@ -187,6 +183,15 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
                          "-o", str(work / RUNTIME_OBJECT)]], "linking the mdl runtime", progress)
     built = cached(digest(fields), RUNTIME_OBJECT, make)
     return Runtime(built, built.parent / PRECOMPILED)
+
+
+def _write_sources(work: Path, sources: Mapping[str, str], fields: dict) -> list[str]:
+    """A build directory's sources (work/src) and key.json; the files to compile."""
+    (work / "src").mkdir()
+    for name, text in sources.items():
+        (work / "src" / name).write_text(text)
+    (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+    return [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
 
 
 def _is_cuda(sources: Mapping[str, str]) -> bool:
@@ -239,11 +244,7 @@ def _build_cuda_extension(sources: Mapping[str, str], module_name: str, debug: b
               "cuda_runtime": str(device), **_cuda_fields(debug)}
 
     def make(work: Path, final: Path) -> None:
-        (work / "src").mkdir()
-        for name, text in sources.items():
-            (work / "src" / name).write_text(text)
-        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
-        compiled = [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
+        compiled = _write_sources(work, sources, fields)
         command = [toolkit().nvcc, *cuda_flags(debug), "-shared",
                    *(f"-I{d}" for d in [*include_dirs(), toolkit().cublas_include]),
                    *compiled, str(runtime.object), str(device), "-o",

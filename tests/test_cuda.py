@@ -10,12 +10,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from codegen import reference
-from test_native import (MODELS, TOLERANCE, assert_training_matches, graph_of, random_case,
-                         rel_error)
+from test_native import MODELS, assert_example_matches
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FILES = sorted({file for file, _ in MODELS})
@@ -79,17 +76,7 @@ def test_every_example_builds_and_imports(cuda_modules, gpu, file, model, dtype)
 def test_example_matches_the_reference_on_the_gpu(cuda_modules, gpu, file, model, dtype):
     if not gpu:
         pytest.skip("no CUDA device here: the cuda target was built and linked only")
-    graph = graph_of(file, model, dtype)
-    m = getattr(cuda_modules[(file, dtype)], model)(seed=3)
-    inputs = random_case(graph, dtype)
-    params = {k: np.array(v) for k, v in m.params.items()}
-    tol = TOLERANCE[dtype]
-    out = m.forward(**inputs)
-    want = reference.run(graph, inputs, params)
-    for name in graph.outputs:
-        assert rel_error(out[name], want[name]) < tol, name
-    if graph.loss is not None:
-        assert_training_matches(m, graph, inputs, tol, seed=3)
+    assert_example_matches(cuda_modules[(file, dtype)], file, model, dtype)
 
 
 def mdlc(*args, cwd=None) -> subprocess.CompletedProcess:

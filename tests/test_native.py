@@ -66,11 +66,10 @@ def assert_training_matches(m, graph, inputs, tol: float, seed: int = 0) -> dict
     return grads
 
 
-@pytest.mark.parametrize("dtype", ["f64", "f32"])
-@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
-def test_example_matches_the_reference(file, model, dtype):
+def assert_example_matches(module, file: str, model: str, dtype: str) -> None:
+    """Model `model` of `module` (example `file` built in `dtype`, for any target) against
+    the reference: its outputs, and its loss and gradients where it trains."""
     graph = graph_of(file, model, dtype)
-    module = native(file, dtype)
     m = getattr(module, model)(seed=3)
     inputs = random_case(graph, dtype)
     params = {k: np.array(v) for k, v in m.params.items()}
@@ -81,6 +80,12 @@ def test_example_matches_the_reference(file, model, dtype):
         assert rel_error(out[name], want[name]) < tol, name
     if graph.loss is not None:
         assert_training_matches(m, graph, inputs, tol, seed=3)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
+def test_example_matches_the_reference(file, model, dtype):
+    assert_example_matches(native(file, dtype), file, model, dtype)
 
 
 def test_specialized_and_generic_code_agree():

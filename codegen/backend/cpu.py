@@ -9,7 +9,7 @@ import functools
 from ..primitives import cpu as _kernels  # attaches extra["cpu"]
 from ..shapes import Dim, numel
 from .dialect import CPP
-from .elementwise import compute
+from .elementwise import assign as assign_element, compute
 from .lower import Fused
 from .nest import index as _index, merge, sum_strides
 from .target import Target
@@ -73,12 +73,8 @@ class CpuTarget(Target):
         self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums)
 
     def assign(self, r, dst, src) -> None:
-        def body(index, _):
-            lay = r.layout(src)
-            value = (r.literal(lay.const, src.type.dtype) if lay.is_const
-                     else f"{r.ptr(src)}[{index[src.id]}]")
-            r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {value};")
-        self._loop_nest(r, dst.type.shape, [dst, src], body)
+        self._loop_nest(r, dst.type.shape, [dst, src],
+                        lambda index, _: assign_element(r, dst, src, index))
 
     def scalar(self, pointer: str) -> str:
         return f"{pointer}[0]"

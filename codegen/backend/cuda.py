@@ -13,7 +13,7 @@ import functools
 from ..primitives import cuda as _kernels  # noqa: F401  (attaches extra["cuda"])
 from ..shapes import Dim, numel
 from .dialect import CUDA
-from .elementwise import compute
+from .elementwise import assign as assign_element, compute
 from .lower import Fused
 from .nest import index as _index, merge, sum_strides
 from .target import Target
@@ -67,12 +67,8 @@ class CudaTarget(Target):
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
 
     def assign(self, r, dst, src) -> None:
-        def body(index):
-            lay = r.layout(src)
-            value = (r.literal(lay.const, src.type.dtype) if lay.is_const
-                     else f"{r.ptr(src)}[{index[src.id]}]")
-            r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {value};")
-        self._launch(r, dst.type.shape, [dst, src], body, {dst.id})
+        self._launch(r, dst.type.shape, [dst, src],
+                     lambda index: assign_element(r, dst, src, index), {dst.id})
 
     def scalar(self, pointer: str) -> str:
         return f"mdl::cuda::scalar(g, {pointer})"

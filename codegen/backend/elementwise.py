@@ -1,7 +1,7 @@
-"""The statements computing one element of a fused group (lower.Fused), the same on every
-target: each operand loaded into a named constant at its first read, each op's scalar
-expression (primitives/lowering.py) into another. The target wraps them in a loop nest or
-a GPU kernel and writes the stores and sums."""
+"""The statements computing one element of a fused group (lower.Fused) or of a strided
+copy, the same on every target: each operand loaded into a named constant at its first
+read, each op's scalar expression (primitives/lowering.py) into another. The target
+wraps them in a loop nest or a GPU kernel and writes the stores and sums."""
 from __future__ import annotations
 
 from .lower import Fused, lowering_hook
@@ -29,3 +29,11 @@ def compute(r, ins: Fused, index: dict[int, str], names: dict[int, str]) -> dict
             names[v.id] = r.fresh("s")
             r.emit(f"const {r.ctype(v)} {names[v.id]} = {expr};")
     return names
+
+
+def assign(r, dst, src, index: dict[int, str]) -> None:
+    """Emit dst = src for the element at `index` (src may be a constant)."""
+    lay = r.layout(src)
+    value = (r.literal(lay.const, src.type.dtype) if lay.is_const
+             else f"{r.ptr(src)}[{index[src.id]}]")
+    r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {value};")

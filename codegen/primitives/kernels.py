@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..shapes import Dim, contiguous_strides, numel
+from ..shapes import contiguous_strides, numel
 from .core import TABLE
 from .lowering import ctype_of, matrix_order, offset_expr
 

@@ -47,16 +47,13 @@ void copy(T* out, const T* in, int64_t n) {
 // What `reduce` computes; generated code names the member (primitives/cpu.py).
 enum class Reduction { Sum, Max, Mean, LogSumExp };
 
-// The input as runs of its innermost merged axis: neighbouring axes that are both reduced
-// or both kept merge (axes of size 1 drop out), so every run is contiguous and its inner
-// loop vectorizes. `f(x_run, out_offset, length, reduced)` sees each run once, in order.
-template <class T, class F>
-void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&& f) {
-  int64_t dims[kMaxRank], ostride[kMaxRank];
-  bool reduced[kMaxRank];
+// A reduction's axes merged: neighbouring axes that are both reduced or both kept (by
+// `mask`) become one, axes of size 1 drop out. Their sizes go to `dims` and their kinds to
+// `reduced`; returns how many there are.
+inline int merge_axes(const int64_t* shape, int rank, uint32_t mask, int64_t* dims,
+                      bool* reduced) {
   int r = 0;
   for (int i = 0; i < rank; ++i) {
-    if (shape[i] == 0) return;
     if (shape[i] == 1) continue;
     bool red = (mask >> i) & 1;
     if (r > 0 && reduced[r - 1] == red) {
@@ -66,6 +63,19 @@ void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&&
       reduced[r++] = red;
     }
   }
+  return r;
+}
+
+// The input as runs of its innermost merged axis (merge_axes), so every run is contiguous
+// and its inner loop vectorizes. `f(x_run, out_offset, length, reduced)` sees each run
+// once, in order.
+template <class T, class F>
+void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&& f) {
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0) return;
+  int64_t dims[kMaxRank], ostride[kMaxRank];
+  bool reduced[kMaxRank];
+  const int r = merge_axes(shape, rank, mask, dims, reduced);
   if (r == 0) {  // a single element
     f(x, int64_t(0), int64_t(1), true);
     return;

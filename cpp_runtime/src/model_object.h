@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "arguments.h"
 #include "checkpoint.h"
 #include "dlpack.h"
 #include "mdl/device.h"
@@ -25,42 +26,6 @@
 namespace mdl {
 
 namespace py = pybind11;
-
-bool has_dtype(const py::array& a, const DTypeSpec& d) {
-  return a.dtype().kind() == d.kind && a.dtype().itemsize() == d.itemsize;
-}
-
-std::string type_text(const TensorSpec& s, const char* const* dim_names) {
-  std::string out = s.dtype.name;
-  if (!s.rank) return out;
-  out += "[";
-  for (int i = 0; i < s.rank; ++i) {
-    if (i) out += ", ";
-    out += s.dims[i] >= 0 ? std::to_string(s.dims[i]) : dim_names[-s.dims[i] - 1];
-  }
-  return out + "]";
-}
-
-template <class Dim>
-std::string shape_text(const std::string& dtype, int64_t rank, const Dim* shape) {
-  std::string out = dtype + "[";
-  for (int64_t i = 0; i < rank; ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-std::string shape_text(const py::array& a) {
-  return shape_text(std::string(py::str(a.dtype())), a.ndim(), a.shape());
-}
-
-// Whether a DLPack tensor's elements are of dtype `d`.
-bool has_dtype(const DLTensor& t, const DTypeSpec& d) {
-  int code = d.kind == 'f' ? 2 : d.kind == 'i' ? 0 : d.kind == 'u' ? 1 : d.kind == 'b' ? 6 : -1;
-  return t.dtype.code == code && t.dtype.bits == 8 * d.itemsize && t.dtype.lanes == 1;
-}
-
-std::string shape_text(const DLPackTensor& t) {
-  return shape_text(t.dtype_name(), t.tensor->ndim, t.tensor->shape);
-}
 
 // A model's context on its device (Device::open), closed when the model goes; none on the
 // host. Making it is where a model without a usable device fails (Device::require).
@@ -420,30 +385,6 @@ class Model {
   }
 
  private:
-  // An argument, checked: a C-contiguous host array, or (a device model's) a tensor in the
-  // device's memory, read in place.
-  struct Argument {
-    py::object keep;  // holds its memory: the array, or the DLPack tensor's owner
-    void* data;
-    std::size_t bytes;
-    bool on_device;
-  };
-
-  // The arguments of one call: what holds their memory (changed under the GIL only), and
-  // what a device model copies over.
-  struct Arguments {
-    std::vector<py::object> keep;
-    std::vector<std::size_t> bytes;
-    std::vector<char> on_device;
-
-    void add(const Argument& a, std::vector<void*>& pointers) {
-      keep.push_back(a.keep);
-      bytes.push_back(a.bytes);
-      on_device.push_back(a.on_device);
-      pointers.push_back(a.data);
-    }
-  };
-
   struct Inputs {
     Arguments args;  // owns converted inputs during the call
     Call call;
@@ -471,28 +412,14 @@ class Model {
     return in;
   }
 
-  // Under the lock, for a device model: `pointers` (the call's arguments, by position) made
-  // device memory. Host arguments are copied into `buffers` (the model's, one per position,
-  // kept between calls); tensors already on the device stay where they are, once the work
-  // that made them (on any stream) has finished.
+  // Under the lock: `pointers` in the device's memory (arguments.h); `buffers` are the
+  // model's copies for this kind of call.
   void place(const Arguments& args, std::vector<void*>& pointers,
              std::vector<Buffer<char>>& buffers) {
     if (!spec_->device) return;
     // the last training forward's inputs are about to be overwritten: no backward of it
     if (&buffers == &train_args_) trained_ = nullptr;
-    bool waited = false;
-    if (buffers.size() < pointers.size()) buffers.resize(pointers.size());
-    for (size_t i = 0; i < pointers.size(); ++i) {
-      if (args.on_device[i]) {
-        if (!waited) spec_->device->synchronize();
-        waited = true;
-        continue;
-      }
-      if (buffers[i].size() < int64_t(args.bytes[i]))
-        buffers[i] = Buffer<char>(spec_->device, args.bytes[i]);
-      upload(spec_->device, state_.device, buffers[i].data(), pointers[i], args.bytes[i]);
-      pointers[i] = buffers[i].data();
-    }
+    mdl::place(spec_->device, state_.device, args, pointers, buffers);
   }
 
   // Under the lock: one of the model's functions; a device's reports what its code found
@@ -559,7 +486,7 @@ class Model {
       if (!kwargs.contains(s.name))
         throw py::type_error("missing cotangent '" + std::string(s.name) + "' (" + names + ")");
       py::handle obj = kwargs[s.name];
-      if (on_cuda(obj, "cotangent", s.name)) {
+      if (on_cuda(obj, "cotangent", s.name, *spec_)) {
         DLPackTensor t = take_dlpack(obj);
         out.push_back({in_place(t, "cotangent", s.name), t.shape(),
                        has_dtype(*t.tensor, s.dtype), shape_text(t)});
@@ -662,92 +589,18 @@ class Model {
     return out;
   }
 
-  // A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one.
-  static py::array as_array(py::handle obj) {
-    py::object arr = py::reinterpret_borrow<py::object>(obj);
-    if (!py::isinstance<py::array>(arr)) {
-      py::module_ np = py::module_::import("numpy");
-      arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
-                                           : np.attr("asarray")(arr);
-    }
-    return py::reinterpret_borrow<py::array>(arr);
-  }
-
   // Input `s` of the declared dtype, rank and dims, C-contiguous; binds user dims.
   Argument convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
-    if (on_cuda(obj, "input", s.name)) {
+    if (on_cuda(obj, "input", s.name, *spec_)) {
       DLPackTensor t = take_dlpack(obj);
-      check_type(s, has_dtype(*t.tensor, s.dtype), t.tensor->ndim, t.tensor->shape,
-                 [&] { return shape_text(t); }, dims);
+      check_type(s, spec_->dim_names, has_dtype(*t.tensor, s.dtype), t.tensor->ndim,
+                 t.tensor->shape, [&] { return shape_text(t); }, dims);
       return in_place(t, "input", s.name);
     }
     py::array a = as_array(obj);
-    check_type(s, has_dtype(a, s.dtype), a.ndim(), a.shape(), [&] { return shape_text(a); },
-               dims);
+    check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
+               [&] { return shape_text(a); }, dims);
     return on_host(a);
-  }
-
-  // Checks an input's dtype and shape against `s`, binding user dims; `got()` says what came
-  // (called for a message only).
-  template <class Dim, class Got>
-  void check_type(const TensorSpec& s, bool dtype_ok, int64_t rank, const Dim* shape, Got got,
-                  std::vector<int64_t>& dims) const {
-    auto bad = [&](const std::string& why) {
-      return py::value_error("input '" + std::string(s.name) + "': expected " +
-                             type_text(s, spec_->dim_names) + ", got " + got() + " (" + why +
-                             ")");
-    };
-    if (!dtype_ok) throw bad("wrong dtype");
-    if (rank != s.rank) throw bad("wrong rank");
-    for (int i = 0; i < s.rank; ++i) {
-      int64_t n = shape[i], d = s.dims[i];
-      if (d >= 0 && n != d)
-        throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
-      if (d < 0) {
-        int64_t& bound = dims[-d - 1];
-        if (bound >= 0 && bound != n)
-          throw bad(std::string(spec_->dim_names[-d - 1]) + " = " + std::to_string(bound) +
-                    " from an earlier input");
-        bound = n;
-      }
-    }
-  }
-
-  // A host array as an argument, made C-contiguous (a copy where it is not).
-  static Argument on_host(py::array a) {
-    if (!(a.flags() & py::array::c_style)) {
-      a = py::array::ensure(a, py::array::c_style);
-      if (!a) throw std::bad_alloc();
-    }
-    return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
-  }
-
-  // Whether argument `name` (an input or a cotangent, the `role`) lives in CUDA memory
-  // (`__dlpack_device__`), which only a device model reads.
-  bool on_cuda(py::handle obj, const char* role, const char* name) const {
-    if (py::isinstance<py::array>(obj)) return false;
-    DLDevice where = dlpack_device(obj);
-    if (where.device_type != kDLCUDA) return false;
-    if (!spec_->device)
-      throw py::value_error(std::string(role) + " '" + name + "' is a tensor on CUDA device " +
-                            std::to_string(where.device_id) + ", but model " + spec_->name +
-                            " runs on the CPU: pass it in host memory (e.g. tensor.cpu()), or "
-                            "build the model with --target cuda");
-    return true;
-  }
-
-  // A CUDA tensor as an argument, read where it is: it must be C-contiguous.
-  static Argument in_place(const DLPackTensor& t, const char* role, const char* name) {
-    std::string what = std::string(role) + " '" + name + "'";
-    if (t.tensor->device.device_type != kDLCUDA)
-      throw py::value_error(what + ": its __dlpack_device__ says CUDA, but its tensor is not "
-                            "in CUDA memory");
-    if (!t.contiguous())
-      throw py::value_error(what + ": a tensor on the GPU is read in place and must be "
-                            "C-contiguous; pass a contiguous tensor (e.g. tensor.contiguous())");
-    std::size_t bytes = (t.tensor->dtype.bits + 7) / 8;
-    for (int d = 0; d < t.tensor->ndim; ++d) bytes *= t.tensor->shape[d];
-    return {t.owner, t.data(), bytes, true};
   }
 
   const Variant<T>& choose(const std::vector<int64_t>& dims) const {

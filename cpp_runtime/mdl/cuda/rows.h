@@ -78,7 +78,7 @@ __device__ T across(T v, Op op) {
 // ---- reduce ---------------------------------------------------------------------------
 
 // reduce's input as kept and reduced axes, each run of neighbours of one kind merged and
-// axes of size 1 dropped (as mdl::for_each_run), with their strides in the input. There is
+// axes of size 1 dropped (mdl::merge_axes), with their strides in the input. There is
 // always a reduced axis (of size 1 when nothing is reduced): lanes share its last one.
 struct ReduceAxes {
   int kept = 0, summed = 0;
@@ -91,17 +91,7 @@ struct ReduceAxes {
 inline ReduceAxes reduce_axes(const int64_t* shape, int rank, uint32_t mask) {
   int64_t dims[kMaxRank], strides[kMaxRank];
   bool reduced[kMaxRank];
-  int r = 0;
-  for (int i = 0; i < rank; ++i) {
-    if (shape[i] == 1) continue;
-    bool red = (mask >> i) & 1;
-    if (r > 0 && reduced[r - 1] == red) {
-      dims[r - 1] *= shape[i];
-    } else {
-      dims[r] = shape[i];
-      reduced[r++] = red;
-    }
-  }
+  const int r = merge_axes(shape, rank, mask, dims, reduced);
   for (int64_t i = r - 1, s = 1; i >= 0; --i) {
     strides[i] = s;
     s *= dims[i];

@@ -1,0 +1,179 @@
+// A call's arguments (inputs, cotangents) as a model reads them: checked against their
+// declared types, made C-contiguous host arrays, or (for a model on a device) tensors
+// already in the device's memory read in place through DLPack, and copied to the device
+// where they are not.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dlpack.h"
+#include "mdl/device.h"
+#include "mdl/model.h"
+
+namespace mdl {
+
+namespace py = pybind11;
+
+inline bool has_dtype(const py::array& a, const DTypeSpec& d) {
+  return a.dtype().kind() == d.kind && a.dtype().itemsize() == d.itemsize;
+}
+
+inline std::string type_text(const TensorSpec& s, const char* const* dim_names) {
+  std::string out = s.dtype.name;
+  if (!s.rank) return out;
+  out += "[";
+  for (int i = 0; i < s.rank; ++i) {
+    if (i) out += ", ";
+    out += s.dims[i] >= 0 ? std::to_string(s.dims[i]) : dim_names[-s.dims[i] - 1];
+  }
+  return out + "]";
+}
+
+template <class Dim>
+std::string shape_text(const std::string& dtype, int64_t rank, const Dim* shape) {
+  std::string out = dtype + "[";
+  for (int64_t i = 0; i < rank; ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+inline std::string shape_text(const py::array& a) {
+  return shape_text(std::string(py::str(a.dtype())), a.ndim(), a.shape());
+}
+
+// Whether a DLPack tensor's elements are of dtype `d`.
+inline bool has_dtype(const DLTensor& t, const DTypeSpec& d) {
+  int code = d.kind == 'f' ? 2 : d.kind == 'i' ? 0 : d.kind == 'u' ? 1 : d.kind == 'b' ? 6 : -1;
+  return t.dtype.code == code && t.dtype.bits == 8 * d.itemsize && t.dtype.lanes == 1;
+}
+
+inline std::string shape_text(const DLPackTensor& t) {
+  return shape_text(t.dtype_name(), t.tensor->ndim, t.tensor->shape);
+}
+
+// An argument, checked: a C-contiguous host array, or (a device model's) a tensor in the
+// device's memory, read in place.
+struct Argument {
+  py::object keep;  // holds its memory: the array, or the DLPack tensor's owner
+  void* data;
+  std::size_t bytes;
+  bool on_device;
+};
+
+// The arguments of one call: what holds their memory (changed under the GIL only), and
+// what a device model copies over.
+struct Arguments {
+  std::vector<py::object> keep;
+  std::vector<std::size_t> bytes;
+  std::vector<char> on_device;
+
+  void add(const Argument& a, std::vector<void*>& pointers) {
+    keep.push_back(a.keep);
+    bytes.push_back(a.bytes);
+    on_device.push_back(a.on_device);
+    pointers.push_back(a.data);
+  }
+};
+
+// A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one.
+inline py::array as_array(py::handle obj) {
+  py::object arr = py::reinterpret_borrow<py::object>(obj);
+  if (!py::isinstance<py::array>(arr)) {
+    py::module_ np = py::module_::import("numpy");
+    arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
+                                         : np.attr("asarray")(arr);
+  }
+  return py::reinterpret_borrow<py::array>(arr);
+}
+
+// Checks an input's dtype and shape against `s` (its model's `dim_names`), binding user dims; `got()` says what came
+// (called for a message only).
+template <class Dim, class Got>
+void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok, int64_t rank,
+                const Dim* shape, Got got, std::vector<int64_t>& dims) {
+  auto bad = [&](const std::string& why) {
+    return py::value_error("input '" + std::string(s.name) + "': expected " +
+                           type_text(s, dim_names) + ", got " + got() + " (" + why +
+                           ")");
+  };
+  if (!dtype_ok) throw bad("wrong dtype");
+  if (rank != s.rank) throw bad("wrong rank");
+  for (int i = 0; i < s.rank; ++i) {
+    int64_t n = shape[i], d = s.dims[i];
+    if (d >= 0 && n != d)
+      throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
+    if (d < 0) {
+      int64_t& bound = dims[-d - 1];
+      if (bound >= 0 && bound != n)
+        throw bad(std::string(dim_names[-d - 1]) + " = " + std::to_string(bound) +
+                  " from an earlier input");
+      bound = n;
+    }
+  }
+}
+
+// A host array as an argument, made C-contiguous (a copy where it is not).
+inline Argument on_host(py::array a) {
+  if (!(a.flags() & py::array::c_style)) {
+    a = py::array::ensure(a, py::array::c_style);
+    if (!a) throw std::bad_alloc();
+  }
+  return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
+}
+
+// Whether argument `name` (an input or a cotangent, the `role`) lives in CUDA memory
+// (`__dlpack_device__`), which only a device model reads (`model` says which runs where).
+template <class T>
+bool on_cuda(py::handle obj, const char* role, const char* name, const ModelSpec<T>& model) {
+  if (py::isinstance<py::array>(obj)) return false;
+  DLDevice where = dlpack_device(obj);
+  if (where.device_type != kDLCUDA) return false;
+  if (!model.device)
+    throw py::value_error(std::string(role) + " '" + name + "' is a tensor on CUDA device " +
+                          std::to_string(where.device_id) + ", but model " + model.name +
+                          " runs on the CPU: pass it in host memory (e.g. tensor.cpu()), or "
+                          "build the model with --target cuda");
+  return true;
+}
+
+// A CUDA tensor as an argument, read where it is: it must be C-contiguous.
+inline Argument in_place(const DLPackTensor& t, const char* role, const char* name) {
+  std::string what = std::string(role) + " '" + name + "'";
+  if (t.tensor->device.device_type != kDLCUDA)
+    throw py::value_error(what + ": its __dlpack_device__ says CUDA, but its tensor is not "
+                          "in CUDA memory");
+  if (!t.contiguous())
+    throw py::value_error(what + ": a tensor on the GPU is read in place and must be "
+                          "C-contiguous; pass a contiguous tensor (e.g. tensor.contiguous())");
+  std::size_t bytes = (t.tensor->dtype.bits + 7) / 8;
+  for (int d = 0; d < t.tensor->ndim; ++d) bytes *= t.tensor->shape[d];
+  return {t.owner, t.data(), bytes, true};
+}
+
+// For a model on `device` (its `context`): `pointers` (the call's arguments, by position)
+// made device memory. Host arguments are copied into `buffers` (the model's, one per position,
+// kept between calls); tensors already on the device stay where they are, once the work
+// that made them (on any stream) has finished.
+inline void place(const Device* device, void* context, const Arguments& args,
+                  std::vector<void*>& pointers, std::vector<Buffer<char>>& buffers) {
+  bool waited = false;
+  if (buffers.size() < pointers.size()) buffers.resize(pointers.size());
+  for (size_t i = 0; i < pointers.size(); ++i) {
+    if (args.on_device[i]) {
+      if (!waited) device->synchronize();
+      waited = true;
+      continue;
+    }
+    if (buffers[i].size() < int64_t(args.bytes[i]))
+      buffers[i] = Buffer<char>(device, args.bytes[i]);
+    upload(device, context, buffers[i].data(), pointers[i], args.bytes[i]);
+    pointers[i] = buffers[i].data();
+  }
+}
+
+}  // namespace mdl
