@@ -164,7 +164,7 @@ def test_a_reference_off_by_one_part_in_ten_million_is_caught(tmp_path, monkeypa
     (relative) fails, and the blame falls on the backend, since the graphs after the
     passes agree with the (wrong) reference. Compared in this process, where the
     reference is patched."""
-    path, name, _ = fuzz.build(TANH, tmp_path, [])
+    path, name, _, _ = fuzz.build(TANH, tmp_path, [])
     module = load(path, dtype="f64", name=name)
     graph = check_source(TANH, model="Tanh", dtype="f64").graph
     assert compare(module, "Tanh", graph).ok
