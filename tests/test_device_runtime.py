@@ -1,0 +1,153 @@
+"""The runtime's device paths (cpp_runtime/src/model_object.h with a spec that names an
+mdl::Device), run on a machine without a GPU: the CPU target's generated code, its models'
+memory given to a stand-in device (tests/checked_device/) that is host memory it
+allocated itself and that checks the side of every pointer the runtime hands it. Each
+model is compared with the same model of the plain CPU module: the same code on the same
+numbers, so the results must be equal, whatever moved through the table. What this
+covers of the cuda target: the parameter store, inputs and cotangents copied over,
+results copied back, the optimizer's state and steps on the device, checkpoints,
+set_params, read-only params, sharing, data-parallel pieces. The GPU's own code is
+tests/test_cuda.py's."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.backend.cpu import CpuTarget
+from codegen.backend.targets import TARGETS
+from codegen.build import build_extension
+from codegen.pipeline import BuildOptions, load, sources
+from conftest import CHARLM, charlm_batch
+
+HERE = Path(__file__).resolve().parent / "checked_device"
+DEFINES = {"H": 16}
+
+
+class CheckedCpu(CpuTarget):
+    """The CPU target (its kernels, by its name), its models' memory on the checked device;
+    every function first checks that its inputs and parameters are the device's memory."""
+    headers = ("checked_device.h",)  # beside module.cpp in the build's sources
+    device = "&mdl::checked_device"
+
+    def function(self, r, body: list[str]) -> str:
+        head, rest = super().function(r, body).split("\n", 1)
+        return "\n".join([head, '  mdl::expect_on_device(c.inputs, "input");',
+                          '  mdl::expect_on_device(m.param, "parameter");', rest])
+
+
+def _load(name: str, **options):
+    """charlm.mdl (f64, H=16) for the checked device: its sources as the CPU target's,
+    with the stand-in device compiled beside them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(TARGETS, "checked", CheckedCpu())
+        _, files = sources(CHARLM, name, BuildOptions("checked", "f64", DEFINES, **options))
+    for file in ("checked_device.h", "checked_device.cpp"):
+        files[file] = (HERE / file).read_text()
+    spec = importlib.util.spec_from_file_location(name, build_extension(files, name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def modules():
+    """(the checked module, the plain CPU one) of charlm.mdl."""
+    return (_load("charlm_checked"),
+            load(CHARLM, dtype="f64", defines=DEFINES, name="charlm_h16_f64_generic"))
+
+
+def pair(modules, seed: int = 0):
+    checked, plain = modules
+    return checked.CharLM(seed=seed), plain.CharLM(seed=seed)
+
+
+def assert_same(got: dict, want: dict, rtol: float = 0.0) -> None:
+    """Equal, or within `rtol` (optimizer steps: the host's vectorized loops and the
+    stand-in's scalar one may round an element differently, by an ulp)."""
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=0, err_msg=k)
+
+
+def test_forward_and_backward_move_through_the_device(modules):
+    on, off = pair(modules)
+    assert on.device == "checked" and off.device == "cpu"
+    assert_same(on.params, off.params)  # initialized on the host, then copied over
+    batch = charlm_batch(1)
+    assert_same(on.forward(**batch), off.forward(**batch))
+    assert_same(on.forward(**batch, training=True), off.forward(**batch, training=True))
+    assert_same(on.forward(**charlm_batch(2)), off.forward(**charlm_batch(2)))  # inference
+    assert_same(on.backward(), off.backward())  # reads the training forward's copies
+
+
+def test_params_are_read_only_copies_and_set_params_writes(modules):
+    on, off = pair(modules)
+    name = "embedding"
+    w = on.params[name]
+    with pytest.raises(ValueError, match="read-only"):
+        w += 1.0
+    for m in (on, off):
+        m.set_params({name: np.full_like(w, 0.5)})
+    assert_same(on.params, off.params)
+    assert_same(on.forward(**charlm_batch(3)), off.forward(**charlm_batch(3)))
+
+
+@pytest.mark.parametrize("optimizer", [
+    dict(name="adam", lr=1e-2, clip_norm=0.5, weight_decay=1e-3),
+    dict(name="sgd", lr=0.1, momentum=0.9, nesterov=True),
+    dict(name="sgd", lr=0.1),
+])
+def test_train_steps_on_the_device_match_the_host(modules, optimizer, tmp_path):
+    on, off = pair(modules)
+    for m in (on, off):
+        m.set_optimizer(**optimizer)
+    for step in range(3):
+        assert_same(on.train_step(**charlm_batch(step)), off.train_step(**charlm_batch(step)),
+                    1e-12)
+    assert_same(on.params, off.params, 1e-12)
+    on.save(tmp_path / "on.npz")
+    off.save(tmp_path / "off.npz")
+    saved_on, saved_off = np.load(tmp_path / "on.npz"), np.load(tmp_path / "off.npz")
+    floats = [k for k in saved_off if saved_off[k].dtype.kind == "f"]
+    assert_same({k: saved_on[k] for k in floats}, {k: saved_off[k] for k in floats}, 1e-12)
+    assert all(np.array_equal(saved_on[k], saved_off[k]) for k in saved_off if k not in floats)
+    again = modules[0].CharLM(seed=5)
+    again.load(tmp_path / "off.npz")  # a host checkpoint into a device model
+    assert_same(again.params, off.params)
+    assert_same(again.train_step(**charlm_batch(9)), off.train_step(**charlm_batch(9)), 1e-12)
+
+
+def test_forward_backward_and_apply_gradients(modules):
+    on, off = pair(modules)
+    for m in (on, off):
+        m.set_optimizer("adam", lr=1e-2)
+    assert_same(on.forward_backward(**charlm_batch(4)), off.forward_backward(**charlm_batch(4)))
+    np.testing.assert_array_equal(on.gradient_buffer, off.gradient_buffer)
+    on.gradient_buffer[:] *= 0.5  # a caller combines gradients in the host buffer
+    off.gradient_buffer[:] *= 0.5
+    on.apply_gradients()
+    off.apply_gradients()
+    assert_same(on.params, off.params, 1e-12)
+
+
+def test_a_shared_model_uses_the_sharers_device_memory(modules):
+    checked, _ = modules
+    a = checked.CharLM(seed=0)
+    b = checked.CharLMStep(seed=1, params=a)
+    a.set_params({"embedding": np.full_like(a.params["embedding"], 0.25)})
+    assert np.all(b.params["embedding"] == 0.25)
+
+
+def test_vjp_cotangents_move_through_the_device(modules):
+    on = _load("charlm_checked_vjp", vjp=True).CharLM(seed=0)
+    off = load(CHARLM, dtype="f64", defines=DEFINES, vjp=True,
+               name="charlm_h16_f64_vjp").CharLM(seed=0)
+    batch = charlm_batch(6)
+    outs = on.forward(**batch, training=True)
+    off.forward(**batch, training=True)
+    rng = np.random.default_rng(0)
+    cts = {k: rng.standard_normal(np.shape(outs[k])) for k in on.cotangents}
+    assert_same(on.backward(**cts), off.backward(**cts))
