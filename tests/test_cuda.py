@@ -134,3 +134,11 @@ def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gp
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("made" if gpu else NO_DEVICE), run.stdout
+
+
+def test_sanitizers_are_for_the_cpu_target(tmp_path):
+    done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--sanitize",
+                "-o", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "--sanitize builds are for the cpu target" in done.stderr
+    assert "Traceback" not in done.stderr

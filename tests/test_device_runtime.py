@@ -151,3 +151,13 @@ def test_vjp_cotangents_move_through_the_device(modules):
     rng = np.random.default_rng(0)
     cts = {k: rng.standard_normal(np.shape(outs[k])) for k in on.cotangents}
     assert_same(on.backward(**cts), off.backward(**cts))
+
+
+def test_the_torch_bridge_refuses_a_model_on_a_device(modules):
+    """codegen.torch shares a model's host memory with PyTorch: a device model is refused."""
+    pytest.importorskip("torch")
+    from codegen.torch import as_module
+    model = _load("charlm_checked_vjp", vjp=True).CharLM(seed=0)
+    with pytest.raises(ValueError, match="runs on checked: codegen.torch wraps models built "
+                                         "for the cpu target"):
+        as_module(model)
