@@ -161,3 +161,31 @@ def test_the_torch_bridge_refuses_a_model_on_a_device(modules):
     with pytest.raises(ValueError, match="runs on checked: codegen.torch wraps models built "
                                          "for the cpu target"):
         as_module(model)
+
+
+def test_outputs_on_the_device_are_read_through_dlpack(modules):
+    """`outputs_on_device`: outputs and gradients stay in the device's memory, as arrays
+    other libraries read without a copy (the stand-in's memory is the host's, so NumPy
+    reads it)."""
+    on, off = pair(modules)
+    with pytest.raises(ValueError, match="runs on the CPU, whose outputs are NumPy arrays"):
+        off.outputs_on_device = True
+    on.outputs_on_device = True
+    batch = charlm_batch(1)
+    got, want = on.forward(**batch), off.forward(**batch)
+    logits = got["logits"]
+    assert repr(logits) == "DeviceArray(f64[6, 3, 96] on checked)"
+    assert logits.shape == (6, 3, 96) and logits.dtype == np.float64
+    assert logits.__dlpack_device__() == (1, 0)
+    for name in want:
+        np.testing.assert_array_equal(np.from_dlpack(got[name]), want[name])
+        np.testing.assert_array_equal(got[name].numpy(), want[name])
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(torch.from_dlpack(logits).numpy(), want["logits"])
+    on.forward(**batch, training=True)
+    off.forward(**batch, training=True)
+    assert_same({k: v.numpy() for k, v in on.backward().items()}, off.backward())
+    on.outputs_on_device = False
+    assert isinstance(on.forward(**batch)["loss"], np.ndarray)
+    del on  # an array outlives its model and its next calls
+    np.testing.assert_array_equal(np.from_dlpack(logits), want["logits"])

@@ -33,6 +33,7 @@ struct UpdateStep {
 
 struct Device {
   const char* name;
+  int dlpack_device_type;  // how DLPack names its memory (2: kDLCUDA)
   // Throws std::runtime_error saying why when no device is usable (a model is being made).
   void (*require)();
   // A model's context for generated code (cuda/context.h): stream, cuBLAS, arenas, tapes.
@@ -46,6 +47,7 @@ struct Device {
   // Copies between host and device memory, finished when they return.
   void (*upload)(void* context, void* dst, const void* src, std::size_t bytes);
   void (*download)(void* context, void* dst, const void* src, std::size_t bytes);
+  void (*copy)(void* context, void* dst, const void* src, std::size_t bytes);  // on the device
   // The optimizer on the device: one step of `n` elements (`second` null but for Adam),
   // queued on the context's stream, and a gradient's sum of squares (global-norm clipping),
   // for f32 and f64.

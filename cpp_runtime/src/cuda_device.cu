@@ -151,6 +151,10 @@ void copy_out(void* context, void* dst, const void* src, std::size_t bytes) {
   copy(context, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
+void copy_within(void* context, void* dst, const void* src, std::size_t bytes) {
+  copy(context, dst, src, bytes, cudaMemcpyDeviceToDevice);
+}
+
 template <class T>
 __global__ void update_kernel(UpdateStep s, T* w, const T* g, T* first, T* second,
                               int64_t n) {
@@ -208,6 +212,7 @@ void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 extern const Device cuda_device = {
     "cuda",
+    2,  // DLPack's kDLCUDA
     require,
     open,
     close,
@@ -216,6 +221,7 @@ extern const Device cuda_device = {
     release,
     copy_in,
     copy_out,
+    copy_within,
     update<float>,
     update<double>,
     sum_squares<float>,

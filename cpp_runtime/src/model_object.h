@@ -19,6 +19,7 @@
 
 #include "arguments.h"
 #include "checkpoint.h"
+#include "device_array.h"
 #include "dlpack.h"
 #include "mdl/device.h"
 #include "mdl/optimizer.h"
@@ -144,6 +145,16 @@ class Model {
       upload(spec_->device, state_.device, state_.param[index], a.data(),
              numel(spec_->params[index]) * sizeof(T));
     trained_ = nullptr;  // the saved forward values belong to the old parameters
+  }
+
+  // Whether calls hand back outputs and gradients as DeviceArrays (DLPack) in the device's
+  // memory instead of NumPy arrays: a device model's choice.
+  bool outputs_on_device() const { return outputs_on_device_; }
+  void set_outputs_on_device(bool on) {
+    if (on && !spec_->device)
+      throw py::value_error("outputs_on_device: model " + std::string(spec_->name) +
+                            " runs on the CPU, whose outputs are NumPy arrays already");
+    outputs_on_device_ = on;
   }
 
   // Where the model's memory lives and its code runs: "cpu", or the device's name ("cuda").
@@ -620,6 +631,11 @@ class Model {
     for (int k = 0; k < count; ++k) {
       std::vector<int64_t> shape(specs[k].rank);
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
+      if (outputs_on_device_) {
+        out[py::str(specs[k].name)] = DeviceArray(spec_->device, state_.device,
+                                                  call.outputs[k], shape, specs[k].dtype);
+        continue;
+      }
       py::array a(py::dtype(specs[k].dtype.numpy),
                   std::vector<py::ssize_t>(shape.begin(), shape.end()));
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
@@ -667,6 +683,7 @@ class Model {
   std::vector<std::shared_ptr<Buffer<T>>> stores_;
   std::vector<std::string> shared_;
   std::vector<int> cotangents_;  // the outputs a vjp backward takes cotangents of
+  bool outputs_on_device_ = false;
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
   Buffer<T> flat_device_;  // a device model's copy of flat_, which apply_gradients steps from
   bool pending_ = false;  // flat_ holds gradients not applied yet

@@ -47,6 +47,7 @@ py::object bind_base(py::module_& m) {
       })
       .def("set_params", &M::set_params, py::arg("values"))
       .def_property_readonly("device", &M::device)
+      .def_property("outputs_on_device", &M::outputs_on_device, &M::set_outputs_on_device)
       .def_property_readonly("specializations", &M::specializations)
       .def_property_readonly("shared", &M::shared)
       .def_property_readonly("inputs", &M::input_types)
@@ -66,6 +67,21 @@ py::object bind_base(py::module_& m) {
       .def("load", &M::load, py::arg("path"))
       .def_property_readonly("optimizer", &M::optimizer)
       .def_property("lr", &M::lr, &M::set_lr);
+}
+
+// The class of outputs a device model hands back in its memory (device_array.h).
+void bind_device_array(py::module_& m) {
+  py::class_<DeviceArray>(m, "DeviceArray", py::module_local())
+      .def("__dlpack__", [](py::object self, py::kwargs) {  // any stream: the work is done
+        return self.cast<const DeviceArray&>().dlpack(self);
+      })
+      .def("__dlpack_device__", &DeviceArray::dlpack_device)
+      .def("numpy", &DeviceArray::numpy, "A copy in host memory.")
+      .def_property_readonly("shape", [](const DeviceArray& a) {
+        return py::tuple(py::cast(a.shape));
+      })
+      .def_property_readonly("dtype", [](const DeviceArray& a) { return py::dtype(a.dtype.numpy); })
+      .def("__repr__", &DeviceArray::repr);
 }
 
 // `class NAME(_Model)` whose __init__(seed=0, params=None) passes the spec to the base.
@@ -115,6 +131,7 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     }, py::arg("n"), "Threads the matrix products of every mdl model in this process may use.");
     m.def("get_num_threads", &blas_threads,
           "Threads the matrix products of every mdl model in this process may use.");
+    bind_device_array(m);
     py::object base = bind_base<T>(m);
     for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
     return m.release().ptr();

@@ -70,8 +70,16 @@ void upload(void* context, void* dst, const void* src, std::size_t bytes) {
 }
 
 void download(void* context, void* dst, const void* src, std::size_t bytes) {
-  check_context(context, "download");
+  if (context) check_context(context, "download");  // null: a DeviceArray's numpy()
   check(!on_device(dst, 1), "download into the device's memory");
+  std::memcpy(dst, src, bytes);
+}
+
+void copy(void* context, void* dst, const void* src, std::size_t bytes) {
+  check_context(context, "copy");
+  // `src` is a result in the generated code's arena, which the CPU target (the code models
+  // on this device run) keeps in host memory: only where it goes is checked
+  check(on_device(dst, bytes), "a copy on the device into other memory");
   std::memcpy(dst, src, bytes);
 }
 
@@ -106,8 +114,9 @@ void expect_on_device(const void* const* pointers, std::size_t count, const char
           std::string(what) + " " + std::to_string(i) + " reached generated code in host memory");
 }
 
-extern const Device checked_device = {"checked", require, open, close, finish, allocate,
-                                      release, upload, download, update<float>,
+// Its memory is the host's: DLPack's kDLCPU (1), so NumPy reads the arrays it hands out.
+extern const Device checked_device = {"checked", 1, require, open, close, finish, allocate,
+                                      release, upload, download, copy, update<float>,
                                       update<double>, sum_squares<float>, sum_squares<double>,
                                       synchronize};
 

@@ -1,0 +1,98 @@
+// An output or gradient a device model hands back in the device's memory, when asked to
+// (`outputs_on_device`): a buffer of its own, which PyTorch, CuPy or JAX read through
+// DLPack without a copy (`torch.from_dlpack(out["logits"])`), or `numpy()` copies to the
+// host. Its work is finished before it is handed out, so a consumer on any stream may
+// read it at once.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlpack.h"
+#include "mdl/device.h"
+#include "mdl/model.h"
+
+namespace mdl {
+
+namespace py = pybind11;
+
+struct DeviceArray {
+  std::shared_ptr<Buffer<char>> memory;
+  std::vector<int64_t> shape;
+  DTypeSpec dtype;
+  const Device* device;
+
+  // A copy of `bytes` at `data` (the device's memory) into a buffer of its own.
+  DeviceArray(const Device* device, void* context, const void* data,
+              std::vector<int64_t> shape, const DTypeSpec& dtype)
+      : shape(std::move(shape)), dtype(dtype), device(device) {
+    memory = std::make_shared<Buffer<char>>(device, bytes());
+    if (bytes()) device->copy(context, memory->data(), data, bytes());
+  }
+
+  int64_t bytes() const {
+    int64_t n = dtype.itemsize;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+
+  py::array numpy() const {
+    py::array a(py::dtype(dtype.numpy), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    // no model's context: the array may outlive the model that made it
+    if (bytes()) device->download(nullptr, a.mutable_data(), memory->data(), bytes());
+    return a;
+  }
+
+  py::tuple dlpack_device() const { return py::make_tuple(device->dlpack_device_type, 0); }
+
+  // A "dltensor" capsule over the memory, which `self` (this array's Python object) keeps
+  // alive until the consumer calls its deleter (or the capsule goes unconsumed).
+  py::capsule dlpack(py::object self) const {
+    struct Exported {
+      DLManagedTensor managed;
+      std::vector<int64_t> shape;
+      py::object owner;
+    };
+    auto* e = new Exported{{}, shape, std::move(self)};
+    DLTensor& t = e->managed.dl_tensor;
+    t.data = memory->data();
+    t.device = {device->dlpack_device_type, 0};
+    t.ndim = int32_t(shape.size());
+    t.dtype = {uint8_t(dtype.kind == 'f' ? 2 : dtype.kind == 'i' ? 0 : dtype.kind == 'b' ? 6 : 1),
+               uint8_t(8 * dtype.itemsize), 1};
+    t.shape = e->shape.data();
+    t.strides = nullptr;  // C-contiguous
+    t.byte_offset = 0;
+    e->managed.manager_ctx = e;
+    e->managed.deleter = [](DLManagedTensor* m) {
+      py::gil_scoped_acquire gil;  // a consumer may free it from any thread
+      delete static_cast<Exported*>(m->manager_ctx);
+    };
+    // never consumed (still named "dltensor"): the capsule frees it
+    PyObject* capsule = PyCapsule_New(&e->managed, "dltensor", [](PyObject* c) {
+      if (!PyCapsule_IsValid(c, "dltensor")) return;
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      m->deleter(m);
+    });
+    if (!capsule) {
+      delete e;
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::capsule>(capsule);
+  }
+
+  std::string repr() const {
+    std::string out = "DeviceArray(" + std::string(dtype.name) + "[";
+    for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "] on " + device->name + ")";
+  }
+};
+
+}  // namespace mdl
