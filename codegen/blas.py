@@ -60,8 +60,8 @@ def blas() -> Blas:
 
 
 def _mkl() -> Blas | None:
-    library = _installed_file("mkl", "libmkl_rt.so.")
-    header = _installed_file("mkl-include", "mkl_cblas.h")
+    library = installed_file("mkl", "libmkl_rt.so.")
+    header = installed_file("mkl-include", "mkl_cblas.h")
     if library is None or header is None:
         return None
     return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL")
@@ -77,7 +77,7 @@ def _openblas() -> Blas:
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS")
 
 
-def _installed_file(distribution: str, name: str) -> Path | None:
+def installed_file(distribution: str, name: str) -> Path | None:
     """A file `distribution` installed whose name starts with `name`, or None."""
     try:
         files = metadata.distribution(distribution).files or []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dsl.diagnostics import MdlBuildError
 
-from .blas import _installed_file
+from .blas import installed_file
 
 DEFAULT_ARCH = "90"  # no GPU here to ask: the H100's, plus PTX for newer ones
 
@@ -77,8 +77,8 @@ def _cublas(roots: list[Path]) -> tuple[str, Path]:
             libraries = sorted((root / lib_dir).glob("libcublas.so.*"))
             if header.is_file() and libraries:
                 return str(header.parent), libraries[0]
-    wheel_header = _installed_file("nvidia-cublas", "cublas_v2.h")
-    wheel_library = _installed_file("nvidia-cublas", "libcublas.so.")
+    wheel_header = installed_file("nvidia-cublas", "cublas_v2.h")
+    wheel_library = installed_file("nvidia-cublas", "libcublas.so.")
     if wheel_header is None or wheel_library is None:
         raise MdlBuildError(f"the cuda target needs cuBLAS: the CUDA toolkit "
                             f"({', '.join(map(str, roots))}) has none; pip install "

@@ -21,9 +21,8 @@ class CpuTarget(Target):
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
 
     def kernel(self, ins):
-        if ins.pack is not None or ins.accumulate:  # only products are packed or accumulate
-            return functools.partial(super().kernel(ins), pack=ins.pack,
-                                     accumulate=ins.accumulate)
+        if ins.pack is not None:  # only products are packed
+            return functools.partial(super().kernel(ins), pack=ins.pack)
         return super().kernel(ins)
 
     def call(self, name: str) -> str:

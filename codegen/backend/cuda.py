@@ -8,8 +8,6 @@ condition is read back to the host (`mdl::cuda::scalar`). The runtime owns the c
 function what device code found wrong with the inputs."""
 from __future__ import annotations
 
-import functools
-
 from ..primitives import cuda as _kernels  # noqa: F401  (attaches extra["cuda"])
 from ..shapes import Dim, numel
 from .dialect import CUDA
@@ -25,11 +23,6 @@ class CudaTarget(Target):
     source = "module.cu"
     headers = ("mdl/cuda/runtime.h",)
     device = "&mdl::cuda_device"
-
-    def kernel(self, ins):
-        if ins.accumulate:  # only products accumulate
-            return functools.partial(super().kernel(ins), accumulate=True)
-        return super().kernel(ins)
 
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "

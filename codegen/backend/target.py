@@ -14,6 +14,7 @@ does), and register it in backend/targets.py.
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Callable
 
 from ..ir import Value
@@ -35,7 +36,8 @@ class Target(abc.ABC):
         """The statements of a lowered kernel (lower.Kernel) on this target:
         lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]. A product with
         `ins.accumulate` adds itself into its output's memory (its loop's state)."""
-        return TABLE[ins.op.prim].extra[self.name]
+        lines = TABLE[ins.op.prim].extra[self.name]
+        return functools.partial(lines, accumulate=True) if ins.accumulate else lines
 
     @abc.abstractmethod
     def call(self, name: str) -> str:
