@@ -126,9 +126,9 @@ class CudaTarget(Target):
         r.depth += 1
         r.emit(f"const int64_t {count} = {r.dim(numel(shape))};")
         r.open(f"if ({count} > 0)")
-        r.emit(f"{name}<<<mdl::cuda::blocks({count}), mdl::cuda::kThreads, 0, g.stream>>>("
-               f"{', '.join(call_args)});")
-        r.emit(f'mdl::cuda::check(cudaGetLastError(), "launching {name}");')
+        r.emit(f"mdl::cuda::launch({name}, mdl::cuda::blocks({count}), mdl::cuda::kThreads, "
+               f"g.stream, {', '.join(call_args)});")
+        r.emit(f'mdl::cuda::check_launch("launching {name}");')
         r.close()
         r.close()
 

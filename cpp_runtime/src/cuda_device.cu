@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/launch.h"
 #include "mdl/device.h"
 #include "mdl/error.h"
 
@@ -21,7 +22,7 @@ using cuda::Context;
 using cuda::Fault;
 using cuda::FaultKind;
 
-constexpr int kThreads = 256;
+using cuda::kThreads;
 constexpr int64_t kMaxBlocks = 1024;  // grid-stride kernels need no more to fill a GPU
 
 int blocks_for(int64_t n) {
@@ -168,7 +169,7 @@ template <class T>
 void update(void* context, const UpdateStep& s, T* w, const T* g, T* first, T* second,
             int64_t n) {
   if (n <= 0) return;
-  update_kernel<T><<<blocks_for(n), kThreads, 0, stream_of(context)>>>(s, w, g, first,
+  cuda::launch(update_kernel<T>, blocks_for(n), kThreads, stream_of(context), s, w, g, first,
                                                                        second, n);
   check(cudaGetLastError(), "launching the optimizer's update");
 }
@@ -177,7 +178,7 @@ void update(void* context, const UpdateStep& s, T* w, const T* g, T* first, T* s
 // blocks' sums in a fixed order, so a norm does not change from run to run.
 template <class T>
 __global__ void sum_squares_kernel(const T* g, int64_t n, double* partial) {
-  __shared__ double sums[kThreads];
+  MDL_SHARED_ARRAY(double, sums, kThreads);
   double sum = 0;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
        k += int64_t(gridDim.x) * blockDim.x)
@@ -197,7 +198,7 @@ double sum_squares(void* context, const T* g, int64_t n) {
   Context& c = context_of(context);
   int blocks = blocks_for(n);
   auto* partial = reinterpret_cast<double*>(c.staging.hold(blocks * sizeof(double)));
-  sum_squares_kernel<T><<<blocks, kThreads, 0, c.stream>>>(g, n, partial);
+  cuda::launch(sum_squares_kernel<T>, blocks, kThreads, c.stream, g, n, partial);
   check(cudaGetLastError(), "launching the gradient norm");
   std::vector<double> sums(blocks);
   copy_out(context, sums.data(), partial, blocks * sizeof(double));
@@ -211,8 +212,13 @@ void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 }  // namespace
 
 extern const Device cuda_device = {
+#if defined(MDL_CUDA_EMULATED)  // its memory is the host's: DLPack's kDLCPU says so to readers
+    "cuda-emulated",
+    1,
+#else
     "cuda",
     2,  // DLPack's kDLCUDA
+#endif
     require,
     open,
     close,

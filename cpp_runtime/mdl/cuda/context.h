@@ -99,6 +99,12 @@ class DeviceTape {
   std::size_t used_ = 0, size_ = 0;
 };
 
+// A host string (an input's name, a literal of the generated code) that device code carries
+// into a fault record without reading it: a value to the launch, not a pointer to check.
+struct HostText {
+  const char* text;
+};
+
 // What device code found wrong with the caller's data; the first fault of a call wins.
 // `what` is the host string naming the input (a literal of the generated code), carried
 // through device memory untouched.
@@ -120,12 +126,12 @@ struct Fault {
 
 // Called by device code: records the first fault of the call.
 __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
-                              int64_t bound, const char* what) {
+                              int64_t bound, HostText what) {
   if (atomicCAS(&f->kind, 0, -1) != 0) return;
   f->value = value;
   f->position = position;
   f->bound = bound;
-  f->what = what;
+  f->what = what.text;
   __threadfence();
   atomicExch(&f->kind, int(kind));
 }

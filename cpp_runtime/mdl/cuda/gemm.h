@@ -43,7 +43,7 @@ void gemm(Context& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // as the CPU: cuBLAS may refuse the leading dims of empty operands
-    scale_kernel<<<blocks(m * n), kThreads, 0, g.stream>>>(m, n, beta, c, ldc);
+    launch(scale_kernel<T>, blocks(m * n), kThreads, g.stream, m, n, beta, c, ldc);
     check_launch("gemm");
     return;
   }

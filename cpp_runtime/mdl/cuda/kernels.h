@@ -32,7 +32,7 @@ __global__ void fill_kernel(T* out, int64_t n, T value) {
 template <class T>
 void fill(Context& g, T* out, int64_t n, T value) {
   if (n <= 0) return;
-  fill_kernel<<<blocks(n), kThreads, 0, g.stream>>>(out, n, value);
+  launch(fill_kernel<T>, blocks(n), kThreads, g.stream, out, n, value);
   check_launch("fill");
 }
 
@@ -65,7 +65,7 @@ inline void tape_push(Context& g, int k, const void* src, std::size_t bytes) {
 
 template <class T>
 __global__ void gather_kernel(const T* table, int64_t rows, int64_t row_size, const int32_t* ids,
-                              int64_t count, T* out, const char* what, Fault* fault) {
+                              int64_t count, T* out, HostText what, Fault* fault) {
   for (int64_t i = first_item(); i < count; i += item_stride())
     if (outside(ids[i], rows)) report(fault, FaultKind::GatherIndex, ids[i], i, rows, what);
   for (int64_t e = first_item(); e < count * row_size; e += item_stride()) {
@@ -78,8 +78,8 @@ template <class T>
 void gather(Context& g, const T* table, int64_t rows, int64_t row_size, const int32_t* ids,
             int64_t count, T* out, const char* what) {
   if (count <= 0) return;
-  gather_kernel<<<blocks(count * std::max<int64_t>(row_size, 1)), kThreads, 0, g.stream>>>(
-      table, rows, row_size, ids, count, out, what, g.fault);
+  launch(gather_kernel<T>, blocks(count * std::max<int64_t>(row_size, 1)), kThreads, g.stream,
+         table, rows, row_size, ids, count, out, HostText{what}, g.fault);
   check_launch("gather");
 }
 
@@ -87,7 +87,8 @@ template <class T>
 __global__ void scatter_add_kernel(const T* grad, int64_t row_size, const int32_t* ids,
                                    int64_t count, int64_t rows, T* out, Fault* fault) {
   for (int64_t j = first_item(); j < count; j += item_stride())
-    if (outside(ids[j], rows)) report(fault, FaultKind::ScatterIndex, ids[j], j, rows, nullptr);
+    if (outside(ids[j], rows))
+      report(fault, FaultKind::ScatterIndex, ids[j], j, rows, HostText{nullptr});
   for (int64_t e = first_item(); e < count * row_size; e += item_stride()) {
     const int64_t j = e / row_size, id = ids[j];
     if (!outside(id, rows)) atomicAdd(out + id * row_size + e - j * row_size, grad[e]);
@@ -99,8 +100,8 @@ void scatter_add(Context& g, const T* grad, int64_t row_size, const int32_t* ids
                  int64_t rows, T* out) {
   fill(g, out, rows * row_size, T(0));
   if (count <= 0) return;
-  scatter_add_kernel<<<blocks(count * std::max<int64_t>(row_size, 1)), kThreads, 0, g.stream>>>(
-      grad, row_size, ids, count, rows, out, g.fault);
+  launch(scatter_add_kernel<T>, blocks(count * std::max<int64_t>(row_size, 1)), kThreads, g.stream,
+         grad, row_size, ids, count, rows, out, g.fault);
   check_launch("scatter_add");
 }
 
@@ -115,7 +116,7 @@ __global__ void one_hot_kernel(const int32_t* ids, int64_t count, int64_t classe
 template <class T>
 void one_hot(Context& g, const int32_t* ids, int64_t count, int64_t classes, T* out) {
   if (count * classes <= 0) return;
-  one_hot_kernel<<<blocks(count * classes), kThreads, 0, g.stream>>>(ids, count, classes, out);
+  launch(one_hot_kernel<T>, blocks(count * classes), kThreads, g.stream, ids, count, classes, out);
   check_launch("one_hot");
 }
 
@@ -123,7 +124,7 @@ void one_hot(Context& g, const int32_t* ids, int64_t count, int64_t classes, T* 
 
 template <class T>
 __global__ void seq_order_kernel(bool reversed, const T* x, const int32_t* lengths, int64_t steps,
-                                 int64_t batch, int64_t row, T* out, const char* name,
+                                 int64_t batch, int64_t row, T* out, HostText name,
                                  Fault* fault) {
   for (int64_t b = first_item(); b < batch; b += item_stride())
     if (outside(lengths[b], steps + 1))
@@ -141,8 +142,8 @@ template <class T>
 void seq_order(Context& g, bool reversed, const T* x, const int32_t* lengths, int64_t steps,
                int64_t batch, int64_t row, T* out, const char* name) {
   if (batch <= 0) return;
-  seq_order_kernel<<<blocks(std::max(steps * batch * row, batch)), kThreads, 0, g.stream>>>(
-      reversed, x, lengths, steps, batch, row, out, name, g.fault);
+  launch(seq_order_kernel<T>, blocks(std::max(steps * batch * row, batch)), kThreads, g.stream,
+         reversed, x, lengths, steps, batch, row, out, HostText{name}, g.fault);
   check_launch("seq_order");
 }
 
@@ -155,7 +156,7 @@ static __global__ void seq_mask_kernel(const int32_t* lengths, int64_t steps, in
 inline void seq_mask(Context& g, const int32_t* lengths, int64_t steps, int64_t batch,
                      uint8_t* out) {
   if (steps * batch <= 0) return;
-  seq_mask_kernel<<<blocks(steps * batch), kThreads, 0, g.stream>>>(lengths, steps, batch, out);
+  launch(seq_mask_kernel, blocks(steps * batch), kThreads, g.stream, lengths, steps, batch, out);
   check_launch("seq_mask");
 }
 
@@ -173,7 +174,7 @@ template <class T>
 void dropout(Context& g, bool mask_only, const T* x, int64_t n, double p, uint64_t key,
              uint64_t first, T* out) {
   if (n <= 0) return;
-  dropout_kernel<<<blocks(n), kThreads, 0, g.stream>>>(mask_only, x, n, p, T(1.0 / (1.0 - p)),
+  launch(dropout_kernel<T>, blocks(n), kThreads, g.stream, mask_only, x, n, p, T(1.0 / (1.0 - p)),
                                                        key, first, out);
   check_launch("dropout");
 }

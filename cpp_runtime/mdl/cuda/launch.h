@@ -22,6 +22,34 @@ inline unsigned blocks(int64_t n) {
 
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
+// A __shared__ array of the block: declared with this macro, so that the emulated device
+// can hand each block its own, poisoned and checked for races between barriers.
+#if defined(MDL_CUDA_EMULATED)
+#define MDL_SHARED_ARRAY(T, name, n)                                          \
+  static thread_local ::mdl::emulated::SharedArray<T, (n)> name##_of_block; \
+  auto name = name##_of_block.view(#name)
+#else
+#define MDL_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+#endif
+
+template <class T>
+struct As {  // keeps a launch's arguments out of deduction: they convert to the kernel's types
+  using type = T;
+};
+
+// Every kernel of the target starts here: `kernel<<<grid, block, 0, stream>>>(args...)`
+// under nvcc; the emulated device's launch (cpp_runtime/emulated/) when the host compiler
+// builds the same source for CI, which runs its threads on the CPU and checks them.
+template <class... P>
+void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream,
+            typename As<P>::type... args) {
+#if defined(MDL_CUDA_EMULATED)
+  ::mdl::emulated::launch(kernel, grid, block, stream, args...);
+#else
+  kernel<<<grid, block, 0, stream>>>(args...);
+#endif
+}
+
 __device__ inline int64_t first_item() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t item_stride() { return int64_t(gridDim.x) * blockDim.x; }
 

@@ -28,15 +28,15 @@ inline int row_width(bool contiguous, int64_t length, int64_t total) {
   return total >= 4096 ? kThreads : 32;
 }
 
-// Calls launch(std::integral_constant<int, W>) for the width w row_width chose.
+// Calls run(std::integral_constant<int, W>) for the width w row_width chose.
 template <class F>
-void with_width(int w, F&& launch) {
+void with_width(int w, F&& run) {
   if (w == kThreads)
-    launch(std::integral_constant<int, kThreads>());
+    run(std::integral_constant<int, kThreads>());
   else if (w == 32)
-    launch(std::integral_constant<int, 32>());
+    run(std::integral_constant<int, 32>());
   else
-    launch(std::integral_constant<int, 1>());
+    run(std::integral_constant<int, 1>());
 }
 
 template <int W>
@@ -65,11 +65,11 @@ __device__ T across(T v, Op op) {
   if constexpr (W > 1)
     for (int s = 16; s > 0; s >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, s));
   if constexpr (W == kThreads) {
-    __shared__ T partial[kThreads / 32];
+    MDL_SHARED_ARRAY(T, partial, kThreads / 32);
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
     __syncthreads();
     v = partial[0];
-    for (int w = 1; w < kThreads / 32; ++w) v = op(v, partial[w]);
+    for (int w = 1; w < kThreads / 32; ++w) v = op(v, T(partial[w]));
     __syncthreads();
   }
   return v;
@@ -185,7 +185,7 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   const int last = a.summed - 1;
   with_width(row_width(a.rstride[last] == 1, a.rdim[last], a.count), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    reduce_kernel<W><<<blocks(nout * W), kThreads, 0, g.stream>>>(kind, x, a, out);
+    launch(reduce_kernel<W, T>, blocks(nout * W), kThreads, g.stream, kind, x, a, out);
   });
   check_launch("reduce");
 }
@@ -216,7 +216,7 @@ void softmax(Context& g, bool log, const T* x, int64_t outer, int64_t n, int64_t
   if (outer * n * inner == 0) return;
   with_width(row_width(inner == 1, n, n), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    softmax_kernel<W><<<blocks(outer * inner * W), kThreads, 0, g.stream>>>(log, x, outer, n,
+    launch(softmax_kernel<W, T>, blocks(outer * inner * W), kThreads, g.stream, log, x, outer, n,
                                                                             inner, out);
   });
   check_launch("softmax");
@@ -229,7 +229,7 @@ constexpr unsigned kPartials = 1024;
 template <int W, class T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(const T* logits, const int32_t* targets, const int32_t* lengths,
-                       int64_t rows, int64_t classes, int64_t batch, const char* what,
+                       int64_t rows, int64_t classes, int64_t batch, HostText what,
                        Fault* fault, double* totals, int64_t* counts) {
   const int lane = threadIdx.x % W;
   double total = 0;
@@ -282,9 +282,10 @@ void cross_entropy(Context& g, const T* logits, const int32_t* targets, const in
     auto* totals = reinterpret_cast<double*>(
         g.staging.hold(parts * (sizeof(double) + sizeof(int64_t))));
     auto* counts = reinterpret_cast<int64_t*>(totals + parts);
-    cross_entropy_rows<W><<<parts, kThreads, 0, g.stream>>>(
-        logits, targets, lengths, rows, classes, batch, what, g.fault, totals, counts);
-    cross_entropy_mean<<<1, kThreads, 0, g.stream>>>(totals, counts, parts, out);
+    launch(cross_entropy_rows<W, T>, parts, kThreads, g.stream,
+        logits, targets, lengths, rows, classes, batch, HostText{what}, g.fault, totals,
+        counts);
+    launch(cross_entropy_mean<T>, 1, kThreads, g.stream, totals, counts, parts, out);
   });
   check_launch("cross_entropy");
 }

@@ -1,0 +1,63 @@
+// The CUDA runtime API as the emulated device provides it: the part of it mdl's cuda target
+// uses (memory, copies, streams, errors, launches), declared for the host compiler, which
+// then builds the target's generated module.cu and runtime as C++ (codegen/toolchain.py).
+// The definitions are in src/emulator/; the kernel side is mdl_emulator.h. Every call
+// checks its pointers against the table of device allocations; what it finds wrong is an
+// error CUDA-style (a status, sticky once a kernel has failed) whose text says what.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "mdl_emulator.h"
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchFailure = 719,
+};
+typedef cudaError_t cudaError;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t error);
+const char* cudaGetErrorName(cudaError_t error);
+// Frees every allocation and stream and clears a sticky error (the emulator's tests use it
+// between deliberately failing kernels).
+cudaError_t cudaDeviceReset();
+
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
+template <class T>
+cudaError_t cudaMalloc(T** pointer, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(pointer), bytes);
+}
+cudaError_t cudaFree(void* pointer);
+cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes);
+cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes, cudaStream_t stream = 0);
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = 0);
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize();

@@ -1,0 +1,75 @@
+// The emulated device's settings, from the environment variable MDL_CUDA_EMULATOR, a list
+// of words separated by commas or spaces:
+//   threads=forward|reverse|shuffle  the order in which a block's threads run between
+//                                    barriers (default forward)
+//   blocks=forward|reverse|shuffle   the order of a grid's blocks (default forward)
+//   order=...                        both at once
+//   seed=N                           the shuffles' seed (default 0)
+//   deferred                         queued work runs only when its stream is synchronized
+//   fibers                           every kernel on fibers, none on the fast path
+// It is read again whenever it changes, so a test can switch orders between calls.
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "emulator.h"
+
+namespace mdl {
+namespace emulated {
+namespace {
+
+Order order(const std::string& word, const std::string& value) {
+  if (value == "forward") return Order::Forward;
+  if (value == "reverse") return Order::Reverse;
+  if (value == "shuffle") return Order::Shuffle;
+  throw Violation("MDL_CUDA_EMULATOR: " + word + "=" + value +
+                  ": an order is forward, reverse or shuffle");
+}
+
+Settings parse(const std::string& text) {
+  Settings s;
+  std::string words = text;
+  for (char& c : words)
+    if (c == ',') c = ' ';
+  std::istringstream in(words);
+  for (std::string word; in >> word;) {
+    const auto eq = word.find('=');
+    const std::string key = word.substr(0, eq),
+                      value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (key == "threads" || key == "order") s.threads = order(key, value);
+    if (key == "blocks" || key == "order") s.blocks = order(key, value);
+    if (key == "threads" || key == "blocks" || key == "order") continue;
+    if (key == "seed" && !value.empty() &&
+        value.find_first_not_of("0123456789") == std::string::npos)
+      s.seed = std::stoull(value);
+    else if (word == "deferred")
+      s.deferred = true;
+    else if (word == "fibers")
+      s.fibers = true;
+    else
+      throw Violation("MDL_CUDA_EMULATOR: unknown setting '" + word +
+                      "' (settings: threads=, blocks= or order=forward|reverse|shuffle, "
+                      "seed=N, deferred, fibers)");
+  }
+  return s;
+}
+
+}  // namespace
+
+const Settings& settings() {
+  static std::mutex lock;
+  static std::string seen;
+  static Settings current;
+  std::lock_guard<std::mutex> hold(lock);
+  const char* text = std::getenv("MDL_CUDA_EMULATOR");
+  const std::string now = text ? text : "";
+  if (now != seen) {
+    current = parse(now);  // a bad value keeps the old settings and throws
+    seen = now;
+  }
+  return current;
+}
+
+}  // namespace emulated
+}  // namespace mdl

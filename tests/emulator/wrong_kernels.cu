@@ -1,0 +1,218 @@
+// Kernels with the bugs the emulated device must catch (tests/test_emulator.py), each
+// beside its correct twin, which must run and give the right numbers. Built by the emulated
+// toolchain as the cuda target's modules are; each function runs one case and returns the
+// device's error text ("" when there was none) and the numbers it read back.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mdl/cuda/launch.h"
+
+namespace py = pybind11;
+using mdl::cuda::kThreads;
+using mdl::cuda::launch;
+
+namespace {
+
+// ---- kernels --------------------------------------------------------------------------
+
+// out[0] = the sum of 0..255 through shared memory; `wait`: the barrier between the writes
+// and thread 0's reads.
+__global__ void block_sum(bool wait, double* out) {
+  MDL_SHARED_ARRAY(double, cell, kThreads);
+  cell[threadIdx.x] = double(threadIdx.x);
+  if (wait) __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int i = 0; i < kThreads; ++i) s += cell[i];
+    out[0] = s;
+  }
+}
+
+// A barrier only the first `reach` threads of the block reach.
+__global__ void barrier_in_branch(unsigned reach, double* out) {
+  MDL_SHARED_ARRAY(double, cell, kThreads);
+  cell[threadIdx.x] = 1.0;
+  if (threadIdx.x < reach) __syncthreads();
+  if (threadIdx.x == 0) out[0] = cell[0];
+}
+
+// Two barriers, odd and even threads at different ones.
+__global__ void two_barriers(double* out) {
+  if (threadIdx.x % 2)
+    __syncthreads();
+  else
+    __syncthreads();
+  out[threadIdx.x] = 1.0;
+}
+
+// Each warp's sum of its lane numbers, by shuffles with `mask`.
+__global__ void warp_sum(unsigned mask, double* out) {
+  double v = threadIdx.x % 32;
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(mask, v, s);
+  out[threadIdx.x] = v;
+}
+
+// Lanes 0-15 shuffle among themselves with mask `mask`; the others skip the shuffle.
+__global__ void half_warp_sum(unsigned mask, double* out) {
+  double v = threadIdx.x % 32;
+  if (threadIdx.x % 32 < 16)
+    for (int s = 8; s > 0; s >>= 1) v += __shfl_xor_sync(mask, v, s);
+  out[threadIdx.x] = v;
+}
+
+__global__ void scale(const double* x, int64_t n, double* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = 2 * x[i];
+}
+
+// Reads x[0..n], one element past an array of n.
+__global__ void read_past(const double* x, int64_t n, double* out) {
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int64_t i = 0; i <= n; ++i) s += x[i];
+    out[0] = s;
+  }
+}
+
+// A barrier only when `late` (its first launches pass false: the fast path is taken then).
+__global__ void late_barrier(bool late, double* out) {
+  if (late) __syncthreads();
+  out[threadIdx.x] = 1.0;
+}
+
+// ---- the cases ------------------------------------------------------------------------
+
+struct Device {  // a fresh device for each case
+  Device() { cudaDeviceReset(); }
+  ~Device() { cudaDeviceReset(); }
+  double* array(std::vector<double> values) {
+    void* p = nullptr;
+    cudaMalloc(&p, values.size() * sizeof(double));
+    cudaMemcpy(p, values.data(), values.size() * sizeof(double), cudaMemcpyHostToDevice);
+    return static_cast<double*>(p);
+  }
+  std::vector<double> read(const double* p, std::size_t n) {
+    std::vector<double> out(n);
+    cudaMemcpy(out.data(), p, n * sizeof(double), cudaMemcpyDeviceToHost);
+    return out;
+  }
+  // The error the device reports after synchronizing, "" for none.
+  static std::string error() {
+    cudaError_t status = cudaDeviceSynchronize();
+    if (status == cudaSuccess) status = cudaGetLastError();
+    return status == cudaSuccess ? "" : cudaGetErrorString(status);
+  }
+};
+
+using Result = std::pair<std::string, std::vector<double>>;
+
+Result shared_race(bool wait) {
+  Device d;
+  double* out = d.array({0});
+  launch(block_sum, 1, kThreads, nullptr, wait, out);
+  return {Device::error(), d.read(out, 1)};
+}
+
+Result divergent_barrier(unsigned reach) {
+  Device d;
+  double* out = d.array({0});
+  launch(barrier_in_branch, 1, kThreads, nullptr, reach, out);
+  return {Device::error(), d.read(out, 1)};
+}
+
+Result different_barriers() {
+  Device d;
+  double* out = d.array(std::vector<double>(kThreads));
+  launch(two_barriers, 1, kThreads, nullptr, out);
+  return {Device::error(), d.read(out, kThreads)};
+}
+
+Result shuffle(unsigned mask, bool half) {
+  Device d;
+  double* out = d.array(std::vector<double>(64));
+  launch(half ? half_warp_sum : warp_sum, 1, 64, nullptr, mask, out);
+  return {Device::error(), d.read(out, 64)};
+}
+
+Result host_pointer(bool on_device) {
+  Device d;
+  std::vector<double> host = {1, 2, 3};
+  double* x = on_device ? d.array(host) : host.data();
+  double* out = d.array({0, 0, 0});
+  launch(scale, 1, kThreads, nullptr, x, int64_t(3), out);
+  return {Device::error(), d.read(out, 3)};
+}
+
+Result past_the_end(int64_t n_read) {
+  Device d;
+  double* x = d.array({1, 2, 3});
+  double* out = d.array({0});
+  launch(read_past, 1, kThreads, nullptr, x, n_read - 1, out);
+  return {Device::error(), d.read(out, 1)};
+}
+
+Result fast_path_barrier() {
+  Device d;
+  double* out = d.array(std::vector<double>(kThreads));
+  launch(late_barrier, 1, kThreads, nullptr, false, out);  // learnt: no barrier
+  std::string first = Device::error();
+  if (!first.empty()) return {"the first launch failed: " + first, {}};
+  launch(late_barrier, 1, kThreads, nullptr, true, out);
+  return {Device::error(), d.read(out, 1)};
+}
+
+// C (2x2) = A (2x3) B (3x2), column-major, with the leading dimensions and sizes given.
+Result gemm(int64_t lda, std::size_t a_size) {
+  Device d;
+  std::vector<double> a(a_size);
+  for (std::size_t i = 0; i < a_size; ++i) a[i] = double(i + 1);
+  double* A = d.array(a);
+  double* B = d.array({1, 0, 1, 0, 1, 1});
+  double* C = d.array({-1, -1, -1, -1});
+  cublasHandle_t h;
+  cublasCreate(&h);
+  const double one = 1, zero = 0;
+  cublasStatus_t s = cublasDgemm_64(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, lda, B, 3,
+                                    &zero, C, 2);
+  std::string error = s == CUBLAS_STATUS_SUCCESS ? Device::error() : cublasGetStatusString(s);
+  cublasDestroy(h);
+  return {error, d.read(C, 4)};
+}
+
+// Copies x * 2 back on stream s; `wait`: synchronizes the stream before reading.
+Result copy_back(bool wait) {
+  Device d;
+  double* x = d.array({1, 2, 3});
+  double* out = d.array({0, 0, 0});
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  launch(scale, 1, kThreads, s, x, int64_t(3), out);
+  std::vector<double> host(3);
+  cudaMemcpyAsync(host.data(), out, 3 * sizeof(double), cudaMemcpyDeviceToHost, s);
+  if (wait) cudaStreamSynchronize(s);
+  std::vector<double> seen = host;  // what the host reads now
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return {Device::error(), seen};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(wrong_kernels, m) {
+  m.def("shared_race", &shared_race);
+  m.def("divergent_barrier", &divergent_barrier);
+  m.def("different_barriers", &different_barriers);
+  m.def("shuffle", &shuffle);
+  m.def("host_pointer", &host_pointer);
+  m.def("past_the_end", &past_the_end);
+  m.def("fast_path_barrier", &fast_path_barrier);
+  m.def("gemm", &gemm);
+  m.def("copy_back", &copy_back);
+}
