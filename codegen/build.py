@@ -4,9 +4,11 @@
 What every model shares (the Python-facing class, argument checks, arenas, the parameter
 store: cpp_runtime/src/) is compiled once per cache into an object file, the runtime; a
 model's build then compiles only the model's own code and links it with the runtime, in
-one compiler call, without CMake (docs/build.md has the measurements behind this). A key
-hashes everything that can change the built file: the sources, CODEGEN_VERSION, the
-runtime's sources, the flags, the compiler, Python's ABI and pybind11's version.
+one compiler call, without CMake (docs/build.md has the measurements behind this). Which
+compiler, flags and further runtime objects a target's build takes is its toolchain's
+(codegen/toolchain.py); this file runs the build every toolchain shares. A key hashes
+everything that can change the built file: the sources, the toolchain and its flags,
+CODEGEN_VERSION, the runtime's sources, the compiler, Python's ABI and pybind11's version.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 import pybind11
@@ -33,8 +36,12 @@ from dsl.diagnostics import MdlBuildError, count
 from . import CODEGEN_VERSION
 from .blas import blas
 from .cache import Failed, cached, digest, sha256
+from .cuda_toolkit import toolkit
 from .paths import RUNTIME_DIR
 from .templating import environment
+
+if TYPE_CHECKING:  # a target names its toolchain, which builds through this file
+    from .backend.target import Target
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 RUNTIME_SOURCES = ("src/python_module.cpp", "src/checkpoint.cpp")  # relative to RUNTIME_DIR
@@ -53,7 +60,6 @@ DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cu", ".h", ".hpp")
 CUDA_RUNTIME_SOURCE = "src/cuda_device.cu"  # the cuda target's mdl::Device (relative to RUNTIME_DIR)
-CUDA_RUNTIME_OBJECT = "mdl_cuda_runtime.o"
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
 FIRST_ERROR = re.compile(r"error:|undefined reference")
@@ -74,7 +80,7 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
 def _libmvec() -> bool:
     """Whether the compiler links glibc's vector math library (cpp_runtime/mdl/vector_math.h
     then lets loops call its SIMD exp, tanh, ...)."""
-    found = _output([_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
+    found = _output([host_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
     return os.path.isabs(found) and os.path.exists(found)
 
 
@@ -83,11 +89,12 @@ def include_dirs() -> list[str]:
             sysconfig.get_paths()["include"], pybind11.get_include()]
 
 
-def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: bool = False,
-                      sanitize: bool = False) -> str:
-    """A CMakeLists.txt that builds `source_names` and the runtime into the extension
-    `module_name` with the same flags as `build_extension` (what `mdlc emit` writes)."""
-    cuda = any(name.endswith(".cu") for name in source_names)
+def render_cmakelists(source_names: Iterable[str], module_name: str, target: Target, *,
+                      debug: bool = False, sanitize: bool = False) -> str:
+    """A CMakeLists.txt that builds `source_names`, generated for `target`, and the runtime
+    into the extension `module_name` with the same flags as `build_extension` (what `mdlc
+    emit` writes). CMake compiles CUDA sources (a target's module.cu) with nvcc."""
+    cuda = target.source.endswith(".cu")
     context = {
         "name": module_name,
         "sources": sorted(source_names),
@@ -103,7 +110,6 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
         "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
     }
     if cuda:  # cuBLAS as the build links it (codegen/cuda_toolkit.py), found by RPATH too
-        from .cuda_toolkit import toolkit
         context["include_dirs"].append(toolkit().cublas_include)
         context["libraries"].append(str(toolkit().cublas_library))
         context["rpath"] += f";{toolkit().cublas_library.parent}"
@@ -113,42 +119,39 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, *, debug: b
 def _cmake_cuda(cxx_flags: list[str]) -> dict:
     """CUDA_ARCHITECTURES and the CUDA sources' own flags (the host compiler's go through
     -Xcompiler), for an emitted CMakeLists.txt."""
-    from .cuda_toolkit import toolkit
     host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):] if not f.startswith(("-D", "-O"))]
     defines = [f for f in cxx_flags if f.startswith("-D")]
     return {"architectures": toolkit().architectures,
             "flags": [*defines, "-Xcompiler=" + ",".join(host)]}
 
 
-def cache_key(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
-              sanitize: bool = False) -> str:
+def cache_key(sources: Mapping[str, str], module_name: str, target: Target, *,
+              debug: bool = False, sanitize: bool = False) -> str:
     """The cache key of a build: equal keys mean interchangeable extension files."""
-    return digest(_key_fields(sources, module_name, debug, sanitize))
+    return digest(_key_fields(sources, module_name, target, debug, sanitize))
 
 
-def build_extension(sources: Mapping[str, str], module_name: str, *, debug: bool = False,
-                    sanitize: bool = False, progress: bool | None = None) -> Path:
-    """Compile `sources` ({file name: text}) with the runtime into the extension
-    `module_name` and return the path of `<module_name><EXT_SUFFIX>` inside the cache; an
-    identical earlier build is returned at once. Shows progress on stderr when it is a
-    terminal (or `progress`). Raises MdlBuildError with the compiler's first errors when
-    the build fails."""
+def build_extension(sources: Mapping[str, str], module_name: str, target: Target, *,
+                    debug: bool = False, sanitize: bool = False,
+                    progress: bool | None = None) -> Path:
+    """Compile `sources` ({file name: text}), generated for `target`, with the runtime into
+    the extension `module_name`, by the target's toolchain, and return the path of
+    `<module_name><EXT_SUFFIX>` inside the cache; an identical earlier build is returned
+    at once. Shows progress on stderr when it is a terminal (or `progress`). Raises
+    MdlBuildError with the compiler's first errors when the build fails."""
     _check_names(sources, module_name)
+    toolchain = target.toolchain
+    toolchain.check(sanitize)
     show = sys.stderr.isatty() if progress is None else progress
-    if _is_cuda(sources):
-        return _build_cuda_extension(sources, module_name, debug, sanitize, show)
-    runtime = build_runtime(debug=debug, sanitize=sanitize, progress=show)
-    fields = _key_fields(sources, module_name, debug, sanitize)
+    linked = toolchain.runtime(debug, sanitize, show)
+    fields = _key_fields(sources, module_name, target, debug, sanitize)
 
     def make(work: Path, final: Path) -> None:
-        compiled = _write_sources(work, sources, fields)
-        command = [_compiler()["path"], *compile_flags(debug, sanitize),
-                   # Debug info and sanitizer reports name the sources where they will stay.
-                   f"-ffile-prefix-map={work}={final}", f"-I{runtime.precompiled}",
-                   *(f"-I{d}" for d in include_dirs()), "-shared", *compiled,
-                   str(runtime.object), "-o", str(work / (module_name + EXT_SUFFIX)),
-                   *_link_flags(sanitize)]
-        _compile(work, [command], f"building {module_name}", show)
+        _write_key(work, fields)
+        compiled = _write_sources(work, sources)
+        command = toolchain.command(compiled, linked, work / (module_name + EXT_SUFFIX),
+                                    final, debug, sanitize)
+        _compile(work, [command], f"building {module_name}{toolchain.label}", show)
     return cached(digest(fields), module_name + EXT_SUFFIX, make)
 
 
@@ -164,109 +167,48 @@ class Runtime:
 def build_runtime(*, debug: bool = False, sanitize: bool = False,
                   progress: bool = False) -> Runtime:
     """The runtime for these flags, compiled once per cache."""
-    fields = _runtime_fields(debug, sanitize)
-    compiler = [_compiler()["path"], *compile_flags(debug, sanitize),
+    compiler = [host_compiler()["path"], *compile_flags(debug, sanitize),
                 *(f"-I{d}" for d in include_dirs())]
 
-    def make(work: Path, final: Path) -> None:
-        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+    def precompile(work: Path) -> list[list[str]]:
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
-        objects = [work / (Path(source).stem + ".o") for source in RUNTIME_SOURCES]
-        _compile(work, [
-            *([*compiler, "-c", str(RUNTIME_DIR / source), "-o", str(obj)]
-              for source, obj in zip(RUNTIME_SOURCES, objects)),
-            [*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
-             "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]],
-            "building the mdl runtime (once per cache)", progress)
-        # One relocatable object, so a model's link names a single runtime file.
-        _compile(work, [[_compiler()["path"], "-r", "-nostdlib", *map(str, objects),
-                         "-o", str(work / RUNTIME_OBJECT)]], "linking the mdl runtime", progress)
-    built = cached(digest(fields), RUNTIME_OBJECT, make)
+        return [[*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
+                 "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]]
+    built = runtime_object(RUNTIME_OBJECT, _runtime_fields(debug, sanitize), compiler,
+                           [RUNTIME_DIR / source for source in RUNTIME_SOURCES],
+                           "the mdl runtime", progress, precompile)
     return Runtime(built, built.parent / PRECOMPILED)
 
 
-def _write_sources(work: Path, sources: Mapping[str, str], fields: dict) -> list[str]:
-    """A build directory's sources (work/src) and key.json; the files to compile."""
+def runtime_object(product: str, fields: dict, compiler: list[str], sources: list[Path],
+                   what: str, progress: bool,
+                   beside: Callable[[Path], list[list[str]]] = lambda work: []) -> Path:
+    """`product`, compiled once per cache for `fields` (their "product" names it): each of
+    `sources` compiled by `compiler` (a command up to its input file), side by side with
+    the commands `beside(work)` returns, then all linked into one relocatable object, so
+    that a model's link names a single file for them."""
+    def make(work: Path, final: Path) -> None:
+        _write_key(work, fields)
+        objects = [work / (source.stem + ".o") for source in sources]
+        _compile(work, [*([*compiler, "-c", str(source), "-o", str(obj)]
+                          for source, obj in zip(sources, objects)), *beside(work)],
+                 f"building {what} (once per cache)", progress)
+        _compile(work, [[host_compiler()["path"], "-r", "-nostdlib", *map(str, objects),
+                         "-o", str(work / product)]], f"linking {what}", progress)
+    return cached(digest(fields), product, make)
+
+
+def _write_key(work: Path, fields: dict) -> None:
+    """A build directory's key.json: what its key was computed from, readable."""
+    (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+
+
+def _write_sources(work: Path, sources: Mapping[str, str]) -> list[str]:
+    """A build directory's sources (work/src); the files to compile."""
     (work / "src").mkdir()
     for name, text in sources.items():
         (work / "src" / name).write_text(text)
-    (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
     return [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
-
-
-def _is_cuda(sources: Mapping[str, str]) -> bool:
-    """Whether the sources are the cuda target's (its generated file is CUDA C++)."""
-    return any(name.endswith(".cu") for name in sources)
-
-
-def cuda_flags(debug: bool = False) -> list[str]:
-    """nvcc's flags for the cuda target's runtime and models: the GPU architectures
-    (codegen/cuda_toolkit.py), and the host compiler's flags as for the cpu target."""
-    from .cuda_toolkit import toolkit
-    host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS, *(() if debug else ("-march=native",))]
-    return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
-            *(("-O0", "-g") if debug else ("-O3", "-DNDEBUG")), blas().define,
-            *(("-DMDL_LIBMVEC",) if _libmvec() else ())]
-
-
-def _cuda_link_flags() -> list[str]:
-    """cuBLAS and the BLAS the runtime calls, in nvcc's spelling of linker options."""
-    from .cuda_toolkit import toolkit
-    flags = []
-    for flag in [*toolkit().link_flags(), *_link_flags(False)]:
-        if flag.startswith("-Wl,"):
-            flags += ["-Xlinker", flag[len("-Wl,"):]]
-        elif flag.startswith("/"):  # nvcc takes no versioned .so as an input file
-            flags += [f"-L{Path(flag).parent}", f"-l:{Path(flag).name}"]
-        else:
-            flags.append(flag)
-    return flags
-
-
-def _cuda_fields(debug: bool) -> dict:
-    from .cuda_toolkit import toolkit
-    tk = toolkit()
-    return {"nvcc": tk.version, "nvcc_path": tk.nvcc, "cublas": str(tk.cublas_library),
-            "cuda_flags": cuda_flags(debug)}
-
-
-def _build_cuda_extension(sources: Mapping[str, str], module_name: str, debug: bool,
-                          sanitize: bool, show: bool) -> Path:
-    """The cuda target's build: the generated .cu compiled by nvcc and linked with the
-    runtime (the same object as the cpu target's) and the cuda runtime object."""
-    if sanitize:
-        raise MdlBuildError("--sanitize builds are for the cpu target (the sanitizers "
-                            "instrument host code); build the cuda target without it")
-    from .cuda_toolkit import toolkit
-    runtime = build_runtime(debug=debug, progress=show)
-    device = build_cuda_runtime(debug=debug, progress=show)
-    fields = {**_key_fields(sources, module_name, debug, False), "target": "cuda",
-              "cuda_runtime": str(device), **_cuda_fields(debug)}
-
-    def make(work: Path, final: Path) -> None:
-        compiled = _write_sources(work, sources, fields)
-        command = [toolkit().nvcc, *cuda_flags(debug), "-shared",
-                   *(f"-I{d}" for d in [*include_dirs(), toolkit().cublas_include]),
-                   *compiled, str(runtime.object), str(device), "-o",
-                   str(work / (module_name + EXT_SUFFIX)), *_cuda_link_flags()]
-        _compile(work, [command], f"building {module_name} (cuda)", show)
-    return cached(digest(fields), module_name + EXT_SUFFIX, make)
-
-
-def build_cuda_runtime(*, debug: bool = False, progress: bool = False) -> Path:
-    """The cuda target's runtime object (cpp_runtime/src/cuda_device.cu: memory, copies,
-    the optimizer's kernels, the fault check), compiled once per cache."""
-    from .cuda_toolkit import toolkit
-    fields = {"product": "cuda runtime", **_cuda_fields(debug), **_environment()}
-
-    def make(work: Path, final: Path) -> None:
-        (work / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
-        _compile(work, [[toolkit().nvcc, *cuda_flags(debug),
-                         *(f"-I{d}" for d in [*include_dirs(), toolkit().cublas_include]),
-                         "-c", str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE),
-                         "-o", str(work / CUDA_RUNTIME_OBJECT)]],
-                 "building the mdl cuda runtime (once per cache)", progress)
-    return cached(digest(fields), CUDA_RUNTIME_OBJECT, make)
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:
@@ -285,7 +227,7 @@ def _template(name: str) -> jinja2.Template:
 def _environment() -> dict:
     """What decides every build besides its own sources and flags."""
     return {"codegen_version": CODEGEN_VERSION, "runtime": _runtime_digest(),
-            "compiler": _compiler(),
+            "compiler": host_compiler(),
             "python": {"ext_suffix": EXT_SUFFIX, "soabi": sysconfig.get_config_var("SOABI"),
                        "version": list(sys.version_info[:2])},
             "pybind11": pybind11.__version__, "blas": str(blas().library)}
@@ -296,14 +238,14 @@ def _runtime_fields(debug: bool, sanitize: bool) -> dict:
             **_environment()}
 
 
-def _key_fields(sources: Mapping[str, str], module_name: str, debug: bool,
+def _key_fields(sources: Mapping[str, str], module_name: str, target: Target, debug: bool,
                 sanitize: bool) -> dict:
-    """What the key hashes, kept readable: it is also written to the build's key.json."""
+    """What the key hashes, kept readable: it is also written to the build's key.json. The
+    runtime objects a module links are built from what it holds (its toolchain's flags,
+    the runtime's sources), so their own keys need not be in it."""
     return {"product": "module", "module": module_name,
             "sources": {name: sha256(text) for name, text in sources.items()},
-            "runtime_key": digest(_runtime_fields(debug, sanitize)),
-            "flags": compile_flags(debug, sanitize), "link": _link_flags(sanitize),
-            **_environment()}
+            **target.toolchain.fields(debug, sanitize), **_environment()}
 
 
 def environment_key() -> dict:
@@ -320,7 +262,7 @@ def _runtime_digest() -> str:
     return h.hexdigest()
 
 
-def _link_flags(sanitize: bool) -> list[str]:
+def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
     RPATH (codegen/blas.py)."""
     return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
@@ -328,7 +270,7 @@ def _link_flags(sanitize: bool) -> list[str]:
 
 
 @functools.cache
-def _compiler() -> dict:
+def host_compiler() -> dict:
     """The C++ compiler, and its identity: `--version` and what
     `-march=native` means on this machine (a shared cache may serve several CPUs)."""
     path = shutil.which(os.environ.get("CXX") or "c++")
@@ -422,7 +364,7 @@ class _Progress:
 
 def _describe_failure(kept: Path, log: str) -> str:
     what = json.loads((kept / "key.json").read_text())
-    name = f"`{what['module']}`" if "module" in what else "the mdl runtime"
+    name = f"`{what['module']}`" if "module" in what else f"the mdl {what['product']}"
     return (f"building {name} failed; the compiler said:\n{_first_errors(log)}\n"
             f"the build directory is kept at {kept} (full log: {kept / 'build.log'})")
 

@@ -61,9 +61,11 @@ EXAMPLES = {
     "build": ["mdlc build examples/charlm.mdl -o build/",
               "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32",
               "mdlc build examples/charlm.mdl --model CharLM --vjp",
-              "mdlc build examples/charlm.mdl --target cuda -o build-gpu/"],
+              "mdlc build examples/charlm.mdl --target cuda -o build-gpu/",
+              "mdlc build examples/charlm.mdl --target cuda --emulate -o build-emulated/"],
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3",
-                  "mdlc gradcheck examples/gru.mdl --target cuda"],
+                  "mdlc gradcheck examples/gru.mdl --target cuda",
+                  "mdlc gradcheck examples/gru.mdl --target cuda --emulate"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
               "mdlc bench --quick",
@@ -150,6 +152,10 @@ def _target_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
                    help="the kind of machine to compile for: cpu (C++ and a BLAS) or cuda "
                    "(an NVIDIA GPU: CUDA kernels and cuBLAS)")
+    p.add_argument("--emulate", action="store_true",
+                   help="with --target cuda: compile the CUDA code with the host compiler "
+                   "against mdl's emulated device, which runs every kernel on the CPU with "
+                   "checks (docs/cuda.md)")
 
 
 def _dims(text: str) -> dict[str, int]:
@@ -186,13 +192,15 @@ def cmd_check(args) -> int:
 def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
+    from codegen.backend.targets import target
     from codegen.build import render_cmakelists
     from codegen.pipeline import BuildOptions, module_name_for, sources
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
-                           args.specialize, vjp=args.vjp)
+                           args.specialize, vjp=args.vjp, emulate=args.emulate)
     name = module_name_for(args.file, args.name)
     _, files = sources(args.file, name, options)
-    files["CMakeLists.txt"] = render_cmakelists(list(files), name)
+    files["CMakeLists.txt"] = render_cmakelists(list(files), name,
+                                                target(args.target, args.emulate))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for file_name, text in files.items():
@@ -232,7 +240,7 @@ def cmd_graph(args) -> int:
 def cmd_build(args) -> int:
     from codegen.pipeline import BuildOptions, build, install, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
-                           args.specialize, args.debug, args.sanitize, args.vjp)
+                           args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
     name = module_name_for(args.file, args.name)
     print(install(build(args.file, name, options), args.out, name))
     return 0
@@ -243,7 +251,8 @@ def cmd_gradcheck(args) -> int:
     from codegen.pipeline import BuildOptions, check, import_built, module_name_for
     from dsl import UsageError
     # every model of the file in one f64 module, named like any other f64 build of it
-    options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines))
+    options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines),
+                           emulate=args.emulate)
     name = module_name_for(args.file) + "_f64"
     models = check(args.file, options)
     chosen = [g for g in models if args.model in (None, g.name)]

@@ -6,7 +6,8 @@ gradcheck`, `codegen.load`):
     differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
                    (or, --vjp, a vector-Jacobian product)   passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
-    build          the runtime once, then one compiler call build.build_extension
+    build          the runtime once, then one compiler call build.build_extension,
+                   by the target's toolchain
     import         the extension as a Python module
 
 A build seen before is found from the .mdl sources and options alone (the index), so
@@ -30,7 +31,7 @@ from dsl.program import find_import
 
 from .autodiff import cotangent_names, grad_graph, vjp_graph
 from .backend.module import generate
-from .backend.targets import TARGETS
+from .backend.targets import target
 from .build import EXT_SUFFIX, build_extension, environment_key
 from .cache import cache_dir, digest
 from .ir import Graph, clone_graph
@@ -49,6 +50,7 @@ class BuildOptions:
     debug: bool = False
     sanitize: bool = False
     vjp: bool = False   # backward takes a cotangent per float output (codegen.torch)
+    emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
@@ -128,12 +130,11 @@ def for_backends(graph: Graph) -> Graph:
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
-    if options.target not in TARGETS:
-        raise UsageError(f"unknown target {options.target!r} (targets: {', '.join(TARGETS)})")
+    chosen = target(options.target, options.emulate)
     models = check(path, options)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
-    return models, generate(built, module_name, options.dtype, TARGETS[options.target])
+    return models, generate(built, module_name, options.dtype, chosen)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,
@@ -141,6 +142,7 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
     """Build (or take from the cache) the module of a .mdl file; the extension's path.
     A build seen before is found from the .mdl sources alone, without generating code."""
     options = options or BuildOptions()
+    chosen = target(options.target, options.emulate)
     module_name = module_name_for(path, name)
     index = _index_entry(path, module_name, options)
     if index is not None and index.is_file():
@@ -148,8 +150,8 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
         if built.is_file():
             return built
     _, srcs = sources(path, module_name, options)
-    built = build_extension(srcs, module_name, debug=options.debug, sanitize=options.sanitize,
-                            progress=progress)
+    built = build_extension(srcs, module_name, chosen, debug=options.debug,
+                            sanitize=options.sanitize, progress=progress)
     if index is not None:
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_suffix(f".{os.getpid()}.tmp")
@@ -217,11 +219,12 @@ def install(built: Path, directory: str | Path, module_name: str) -> Path:
 def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None = None,
          dtype: str = "f32", model: str | None = None,
          specialize: list[dict[str, int]] | None = None, name: str | None = None,
-         vjp: bool = False) -> ModuleType:
+         vjp: bool = False, *, emulate: bool = False) -> ModuleType:
     """Build (through the cache) and import the native module of a .mdl file; `vjp`: its
-    backward takes cotangents of the float outputs (what codegen.torch needs)."""
+    backward takes cotangents of the float outputs (what codegen.torch needs); `emulate`:
+    the cuda target's code built for mdl's emulated device, which runs it on the CPU."""
     options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []),
-                           vjp=vjp)
+                           vjp=vjp, emulate=emulate)
     return import_built(path, module_name_for(path, name), options)
 
 

@@ -41,8 +41,9 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(),
     `lengths`: the inputs that are a loop's lengths. Parameters and inputs are drawn
     from `seed` and their names, so a smaller program keeps the values of the rest."""
     model = getattr(module, name)(seed=seed % 1000)
-    for param, value in model.params.items():
-        value[...] = 0.5 * stream(seed, "param", param).standard_normal(value.shape)
+    # through set_params: a device model's `params` are read-only copies
+    model.set_params({param: 0.5 * stream(seed, "param", param).standard_normal(value.shape)
+                      for param, value in model.params.items()})
     dims = stream(seed, "dims")
     other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
     for case in (SPECIALIZED, other):

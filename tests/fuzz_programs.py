@@ -4,12 +4,14 @@ one module, built natively in f64 and compared with the NumPy reference interpre
 process only. Each program runs twice on one instance: at T=4, B=3 (the specialized
 code, in every other module: built with `--specialize T=4,B=3`), then at random dims.
 
-    python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR] [--target cuda]
+    python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
+                                   [--target cuda [--emulate]]
 
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
 failure remains. Exit status 1 when a program fails. `--target cuda` builds for the GPU
-(where none is present, the programs are compiled and linked only: outcome "built").
+(where none is present, the programs are compiled and linked only: outcome "built");
+with `--emulate`, for mdl's emulated device, which runs and compares them on the CPU.
 docs/testing.md tells more.
 """
 from __future__ import annotations
@@ -28,11 +30,12 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from codegen.backend.targets import target as find_target
 from codegen.cuda_toolkit import gpu_capabilities
 from codegen.ir import walk_ops
 from codegen.pipeline import BuildOptions, load
 from codegen.pipeline import build as pipeline_build
-from dsl import MdlError, check_source
+from dsl import MdlError, UsageError, check_source
 from dsl.diagnostics import MdlBuildError
 
 from fuzz_compare import SPECIALIZED, Outcome, compare
@@ -47,10 +50,11 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 
 
 def run(progs: list[Program], directory: Path, specialize: bool = True,
-        target: str = "cpu") -> dict[str, Outcome]:
+        target: str = "cpu", emulate: bool = False) -> dict[str, Outcome]:
     """Every program's outcome, built as one module (`specialize`: with code for
-    SPECIALIZED too). A program the front end rejects is the generator's bug; one that
-    breaks its module's build is found by building halves."""
+    SPECIALIZED too; `emulate`: the cuda target for the emulated device). A program the
+    front end rejects is the generator's bug; one that breaks its module's build is found
+    by building halves."""
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in progs:
@@ -59,26 +63,28 @@ def run(progs: list[Program], directory: Path, specialize: bool = True,
         except MdlError as e:
             outcomes[p.name] = Outcome("rejected", e.render())
     checked = [p for p in progs if p.name in graphs]
-    _build_and_compare(checked, graphs, directory, specialize, outcomes, target)
+    _build_and_compare(checked, graphs, directory, specialize, outcomes, target, emulate)
     return outcomes
 
 
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes,
-                       target: str) -> None:
+                       target: str, emulate: bool) -> None:
     if not progs:
         return
     fits = specialize and any(set(SPECIALIZED) <= _dims(graphs[p.name]) for p in progs)
     try:
-        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [], target)
+        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [], target,
+                      emulate)
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         if len(progs) > 1:
             half = len(progs) // 2
             for part in (progs[:half], progs[half:]):
-                _build_and_compare(part, graphs, directory, specialize, outcomes, target)
+                _build_and_compare(part, graphs, directory, specialize, outcomes, target,
+                                   emulate)
             return
         outcomes[progs[0].name] = _build_failure(e)
         return
-    if target == "cuda" and not gpu_capabilities():  # nothing here runs it
+    if target == "cuda" and not emulate and not gpu_capabilities():  # nothing here runs it
         outcomes.update((p.name, Outcome("built", "no GPU here to run it")) for p in progs)
         return
     compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes)
@@ -89,16 +95,17 @@ def _build_failure(e: Exception) -> Outcome:
                    f"{type(e).__name__}: {e}")
 
 
-def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu") -> tuple:
-    """Builds the module of a .mdl text in f64 (one class per model) for `target`, named
-    after the text so that a build seen before comes from the cache; what `load` needs to
-    import it: (path, name, specialize, target)."""
+def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu",
+          emulate: bool = False) -> tuple:
+    """Builds the module of a .mdl text in f64 (one class per model) for `target` (and
+    `emulate`), named after the text so that a build seen before comes from the cache;
+    what `load` needs to import it: (path, name, specialize, target, emulate)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
     path = directory / f"{name}.mdl"
     path.write_text(text)
-    options = BuildOptions(target=target, dtype="f64", specialize=specialize)
+    options = BuildOptions(target=target, dtype="f64", specialize=specialize, emulate=emulate)
     pipeline_build(path, name, options, progress=False)
-    return str(path), name, specialize, target
+    return str(path), name, specialize, target, emulate
 
 
 def _dims(graph) -> set[str]:
@@ -175,10 +182,10 @@ def serve(fd: int) -> None:
     """The process `compare_apart` starts: reads (built, models) on stdin, imports the
     module (from the cache) and writes each model's outcome to file descriptor `fd` as
     soon as it is known."""
-    (path, module_name, specialize, target), models = pickle.load(sys.stdin.buffer)
+    (path, module_name, specialize, target, emulate), models = pickle.load(sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
         module = load(path, target=target, dtype="f64", name=module_name,
-                      specialize=specialize)
+                      specialize=specialize, emulate=emulate)
         for name, source, lengths, seed in models:
             graph = check_source(source, model=name, dtype="f64").graph
             outcome = compare(module, name, graph, lengths, seed)
@@ -215,10 +222,11 @@ def accepted(program: Program) -> bool:
         return False
 
 
-def still_fails(kind: str, directory: Path, specialize: bool = True, target: str = "cpu"):
+def still_fails(kind: str, directory: Path, specialize: bool = True, target: str = "cpu",
+                emulate: bool = False):
     """The shrinker's judge: a candidate fails as the original did."""
     def fails(candidates: list[Program]) -> list[bool]:
-        outcomes = run(candidates, directory, specialize, target)
+        outcomes = run(candidates, directory, specialize, target, emulate)
         return [outcomes[c.name].kind == kind for c in candidates]
     return fails
 
@@ -254,7 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="failing programs to minimize (0: none)")
     parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
                         help="the backend to build for (cuda without a GPU: build only)")
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: build for mdl's emulated device, which "
+                        "runs the programs on the CPU, and compare them")
     args = parser.parse_args(argv)
+    try:
+        find_target(args.target, args.emulate)
+    except UsageError as e:
+        parser.error(str(e))
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.keep or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
@@ -271,14 +286,15 @@ def _fuzz(args, directory: Path) -> int:
         t = time.monotonic()
         specialize = i // args.per_module % 2 == 0
         specialized.update((p.name, specialize) for p in chunk)
-        found = run(chunk, directory, specialize, args.target)
+        found = run(chunk, directory, specialize, args.target, args.emulate)
         outcomes.update(found)
         bad = sum(not o.ok for o in found.values())
         print(f"programs {i}..{i + len(chunk) - 1}: {bad} failing, "
               f"{time.monotonic() - t:.1f} s", flush=True)
     failures = [p for p in progs if not outcomes[p.name].ok]
     constructs, prims, _ = coverage(progs)
-    print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}), "
+    print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}"
+          f"{', emulated' if args.emulate else ''}), "
           f"{len(failures)} failing, "
           f"{time.monotonic() - start:.0f} s")
     print("by outcome: " + ", ".join(f"{k} {v}" for k, v in
@@ -290,8 +306,9 @@ def _fuzz(args, directory: Path) -> int:
         print(f"\n==== {p.name} ({outcome.kind}): {outcome.detail}\n{p.source()}")
         if n < args.shrink:
             small = shrink(p, still_fails(outcome.kind, directory, specialized[p.name],
-                                          args.target))
-            repro = run([small], directory, specialized[p.name], args.target)[small.name]
+                                          args.target, args.emulate))
+            repro = run([small], directory, specialized[p.name], args.target,
+                        args.emulate)[small.name]
             print(f"---- minimized ({repro.kind}: {repro.detail})\n{small.source()}")
             (directory / f"{p.name}.repro.mdl").write_text(small.source())
     return 1 if failures else 0

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from codegen import build, cache
+from codegen.backend.cpu import CPU
+from codegen.backend.cuda import EMULATED_CUDA_TARGET
 from codegen.build import EXT_SUFFIX, build_extension, cache_key, render_cmakelists
+from codegen.toolchain import EMULATED_CUDA, Linked
 from dsl.diagnostics import MdlBuildError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,12 +69,12 @@ def load(path: Path):
 
 @pytest.fixture(scope="session")
 def tiny() -> Path:
-    return build_extension({"module.cpp": TINY}, "tiny")
+    return build_extension({"module.cpp": TINY}, "tiny", CPU)
 
 
 @pytest.fixture(scope="session")
 def blas_demo() -> Path:
-    return build_extension({"module.cpp": BLAS}, "blas_demo")
+    return build_extension({"module.cpp": BLAS}, "blas_demo", CPU)
 
 
 def test_a_built_module_imports_and_runs(tiny, mdl_cache_dir):
@@ -86,7 +89,7 @@ def test_an_identical_build_comes_from_the_cache(tiny, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("an identical build compiled again")
     monkeypatch.setattr(build_module, "_compile", no_compile)
-    assert build_extension({"module.cpp": TINY}, "tiny") == tiny
+    assert build_extension({"module.cpp": TINY}, "tiny", CPU) == tiny
 
 
 def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cache_dir):
@@ -153,39 +156,39 @@ def test_an_unknown_blas_is_a_clear_error():
 
 
 KEY_CHANGES = {
-    "source": lambda: cache_key({"module.cpp": TINY + "\n"}, "tiny"),
-    "file name": lambda: cache_key({"tiny.cpp": TINY}, "tiny"),
-    "module name": lambda: cache_key({"module.cpp": TINY}, "tiny2"),
-    "debug": lambda: cache_key({"module.cpp": TINY}, "tiny", debug=True),
-    "sanitize": lambda: cache_key({"module.cpp": TINY}, "tiny", sanitize=True),
+    "source": lambda: cache_key({"module.cpp": TINY + "\n"}, "tiny", CPU),
+    "file name": lambda: cache_key({"tiny.cpp": TINY}, "tiny", CPU),
+    "module name": lambda: cache_key({"module.cpp": TINY}, "tiny2", CPU),
+    "debug": lambda: cache_key({"module.cpp": TINY}, "tiny", CPU, debug=True),
+    "sanitize": lambda: cache_key({"module.cpp": TINY}, "tiny", CPU, sanitize=True),
 }
 
 
 @pytest.mark.parametrize("change", KEY_CHANGES)
 def test_the_key_changes_with_sources_names_and_flags(change):
-    base = cache_key({"module.cpp": TINY}, "tiny")
-    assert cache_key({"module.cpp": TINY}, "tiny") == base
+    base = cache_key({"module.cpp": TINY}, "tiny", CPU)
+    assert cache_key({"module.cpp": TINY}, "tiny", CPU) == base
     assert KEY_CHANGES[change]() != base
 
 
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
-    base = cache_key({"module.cpp": TINY}, "tiny")
+    base = cache_key({"module.cpp": TINY}, "tiny", CPU)
     monkeypatch.setattr(build, "RELEASE_FLAGS", ("-O2", "-march=native", "-DNDEBUG"))
-    assert cache_key({"module.cpp": TINY}, "tiny") != base
+    assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
     monkeypatch.undo()
     runtime = tmp_path / "cpp_runtime"
     shutil.copytree(build.RUNTIME_DIR, runtime)
     monkeypatch.setattr(build, "RUNTIME_DIR", runtime)
-    same_headers = cache_key({"module.cpp": TINY}, "tiny")
+    same_headers = cache_key({"module.cpp": TINY}, "tiny", CPU)
     (runtime / "mdl" / "extra.h").write_text("#pragma once\n")
-    assert cache_key({"module.cpp": TINY}, "tiny") != same_headers
+    assert cache_key({"module.cpp": TINY}, "tiny", CPU) != same_headers
     monkeypatch.undo()
     monkeypatch.setattr(build, "CODEGEN_VERSION", build.CODEGEN_VERSION + 1)
-    assert cache_key({"module.cpp": TINY}, "tiny") != base
+    assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
 
 
 def test_the_cmakelists_renders_each_variant():
-    release = render_cmakelists(["module.cpp"], "m")
+    release = render_cmakelists(["module.cpp"], "m", CPU)
     assert "project(m LANGUAGES CXX)" in release
     assert "find_package(pybind11 CONFIG REQUIRED)" in release
     runtime = " ".join(f'"{build.RUNTIME_DIR / s}"' for s in build.RUNTIME_SOURCES)
@@ -197,9 +200,9 @@ def test_the_cmakelists_renders_each_variant():
         f"{vector_math})" in release
     assert f'"{build.RUNTIME_DIR}"' in release and str(build.blas().library) in release
     assert "BUILD_RPATH" in release
-    debug = render_cmakelists(["module.cpp"], "m", debug=True)
+    debug = render_cmakelists(["module.cpp"], "m", CPU, debug=True)
     assert f"PRIVATE {code} -O0 -g{blas}{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
-    sanitize = render_cmakelists(["module.cpp"], "m", sanitize=True)
+    sanitize = render_cmakelists(["module.cpp"], "m", CPU, sanitize=True)
     assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{blas}{vector_math})" \
         in sanitize
     assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
@@ -213,15 +216,15 @@ def test_the_cmakelists_renders_each_variant():
 ])
 def test_bad_names_are_refused_before_building(sources, name):
     with pytest.raises(ValueError):
-        build_extension(sources, name)
+        build_extension(sources, name, CPU)
 
 
 def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys):
     broken = TINY.replace("tiny", "broken").replace("a + b", "a + c")
     with pytest.raises(MdlBuildError) as info:
-        build_extension({"module.cpp": broken}, "broken", progress=True)
+        build_extension({"module.cpp": broken}, "broken", CPU, progress=True)
     message = str(info.value)
-    kept = mdl_cache_dir / f"failed-{cache_key({'module.cpp': broken}, 'broken')}"
+    kept = mdl_cache_dir / f"failed-{cache_key({'module.cpp': broken}, 'broken', CPU)}"
     assert "building `broken` failed" in message
     assert f"{kept}/src/module.cpp:2:" in message and "error:" in message
     assert "a + c" in message  # the compiler's source excerpt
@@ -237,8 +240,9 @@ def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     """Two processes build the same new module at once: one compiles, the other waits on
     the lock and then finds the result; both get the same file."""
     source = TINY.replace("tiny", "twin") + f"// {uuid.uuid4()}: a new key even in a kept cache\n"
-    code = ("import sys; from codegen.build import build_extension; "
-            f"print(build_extension({{'module.cpp': {source!r}}}, 'twin'))")
+    code = ("import sys; from codegen.backend.cpu import CPU; "
+            "from codegen.build import build_extension; "
+            f"print(build_extension({{'module.cpp': {source!r}}}, 'twin', CPU))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -271,9 +275,9 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     """A process killed while compiling leaves a tmp- directory and a released lock; the
     next build of that key clears them and succeeds."""
     source = TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
-    key = cache_key({"module.cpp": source}, "killed")
-    code = ("from codegen.build import build_extension; "
-            f"build_extension({{'module.cpp': {source!r}}}, 'killed')")
+    key = cache_key({"module.cpp": source}, "killed", CPU)
+    code = ("from codegen.backend.cpu import CPU; from codegen.build import build_extension; "
+            f"build_extension({{'module.cpp': {source!r}}}, 'killed', CPU)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 120
@@ -282,7 +286,7 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the compiler too
     proc.wait()
-    built = build_extension({"module.cpp": source}, "killed")
+    built = build_extension({"module.cpp": source}, "killed", CPU)
     assert load(built).add(2, 2) == 4
     assert not list(mdl_cache_dir.glob(f"tmp-{key}-*"))
 
@@ -299,7 +303,7 @@ def test_an_unusable_cache_is_a_clear_error_naming_it(tmp_path, monkeypatch, err
         raise OSError(error, os.strerror(error), str(tmp_path / "cache" / "tmp-x"))
     monkeypatch.setattr(cache.tempfile, "mkdtemp", refuse)
     with pytest.raises(MdlBuildError) as info:
-        build_extension({"module.cpp": TINY + "// unusable\n"}, "tiny")
+        build_extension({"module.cpp": TINY + "// unusable\n"}, "tiny", CPU)
     message = str(info.value)
     assert f"cannot use the build cache {tmp_path / 'cache'}: {why}" in message
     assert "MDL_CACHE_DIR" in message
@@ -309,4 +313,71 @@ def test_a_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path / "file" / "cache"))
     with pytest.raises(MdlBuildError, match=f"cannot use the build cache {tmp_path / 'file'}"):
-        build_extension({"module.cpp": TINY}, "tiny")
+        build_extension({"module.cpp": TINY}, "tiny", CPU)
+
+
+# ---- the emulated cuda toolchain: the commands it runs (its device is tests/test_emulator.py's)
+EMULATED = str(build.RUNTIME_DIR / "emulated")
+
+
+def _includes(command: list[str]) -> list[str]:
+    return [arg[2:] for arg in command if arg.startswith("-I")]
+
+
+@pytest.mark.parametrize("debug, optimize", [(False, "-O3"), (True, "-O0")])
+def test_the_emulated_toolchain_compiles_the_generated_cuda_as_cpp(debug, optimize):
+    linked = Linked((Path("/c/mdl_runtime.o"), Path("/c/mdl_emulated_cuda.o")),
+                    (Path("/c/precompiled"),))
+    command = EMULATED_CUDA.command(["/w/src/module.cu"], linked, Path("/w/m.so"),
+                                    Path("/final"), debug, False)
+    assert command[0] == build.host_compiler()["path"]  # no nvcc
+    assert command[1:1 + len(build.compile_flags(debug))] == build.compile_flags(debug)
+    assert optimize in command and ("-g" in command) == debug
+    assert _includes(command)[:3] == [EMULATED, "/c/precompiled", str(build.RUNTIME_DIR)]
+    source = command.index("/w/src/module.cu")
+    assert command[source - 2:source + 5] == ["-x", "c++", "/w/src/module.cu", "-x", "none",
+                                              "/c/mdl_runtime.o", "/c/mdl_emulated_cuda.o"]
+    assert command[-2:] == ["-ldl", "-lpthread"]
+    assert command[-len(build.link_flags(False)) - 2:-2] == build.link_flags(False)
+    assert not any("cublas" in arg or "cudart" in arg for arg in command)
+
+
+def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, monkeypatch):
+    """cuda_device.cu and every source of the emulator, compiled as the generated code is,
+    then linked into mdl_emulated_cuda.o (recorded here, not run)."""
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    commands: list[list[str]] = []
+    monkeypatch.setattr(build, "_compile", lambda work, cmds, *_: commands.extend(cmds))
+    linked = EMULATED_CUDA.runtime(False, False, False)
+    assert [p.name for p in linked.objects] == ["mdl_runtime.o", "mdl_emulated_cuda.o"]
+    assert linked.includes == (linked.objects[0].parent / build.PRECOMPILED,)
+    device = [c for c in commands if "-c" in c and EMULATED in _includes(c)]
+    compiled = sorted(Path(c[c.index("-c") + 1]).name for c in device)
+    emulator = sorted(p.name for p in (build.RUNTIME_DIR / "src" / "emulator").glob("*.cpp"))
+    assert compiled == sorted(["cuda_device.cu", *emulator]) and emulator
+    for command in device:
+        assert command[0] == build.host_compiler()["path"]
+        assert _includes(command)[0] == EMULATED
+        assert command.index("c++") == command.index("-x") + 1 < command.index("-c")
+        assert "-O3" in command and "-march=native" in command
+    link = commands[-1]
+    assert link[1:3] == ["-r", "-nostdlib"] and link[-1].endswith("/mdl_emulated_cuda.o")
+    assert len(link) == 3 + len(device) + 2
+
+
+def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monkeypatch):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled")
+    monkeypatch.setattr(build, "_compile", no_compile)
+    with pytest.raises(MdlBuildError, match="^error: --sanitize is not available for emulated cuda "
+                       "builds: the emulator runs CUDA threads as fibers, which the sanitizers "
+                       "do not follow; build without it$"):
+        build_extension({"module.cu": ""}, "m", EMULATED_CUDA_TARGET, sanitize=True)
+
+
+def test_each_toolchain_has_keys_of_its_own():
+    sources = {"module.cu": "// the same text\n"}
+    keys = {cache_key(sources, "m", t, debug=debug)
+            for t in (CPU, EMULATED_CUDA_TARGET) for debug in (False, True)}
+    assert len(keys) == 4
+    assert EMULATED_CUDA.fields(False, False)["toolchain"] == "emulated-cuda"

@@ -138,6 +138,14 @@ def test_only_the_targets_that_exist_are_offered(good, capsys):
     assert "invalid choice: 'tpu' (choose from 'cpu', 'cuda')" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["build", "emit", "gradcheck"])
+def test_emulate_is_for_the_cuda_target(good, command, capsys):
+    assert cli.main([command, str(good), "--emulate"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("mdlc: error: --emulate is for --target cuda: it runs the cuda target's "
+                   "generated code on the CPU\n")
+
+
 @pytest.mark.parametrize("name", sorted(cli.EXAMPLES))
 def test_each_command_shows_examples_that_parse(name, capsys):
     with pytest.raises(SystemExit):

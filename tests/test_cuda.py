@@ -136,6 +136,17 @@ def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gp
     assert run.stdout.startswith("made" if gpu else NO_DEVICE), run.stdout
 
 
+def test_nvcc_builds_have_keys_of_their_own():
+    """The same sources built by nvcc, by the emulated toolchain and by the host compiler
+    are three cache entries."""
+    from codegen.backend.targets import target
+    from codegen.build import cache_key
+    sources = {"module.cu": "// the same text\n"}
+    keys = {cache_key(sources, "m", target(name, emulate))
+            for name, emulate in (("cuda", False), ("cuda", True), ("cpu", False))}
+    assert len(keys) == 3
+
+
 def test_sanitizers_are_for_the_cpu_target(tmp_path):
     done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--sanitize",
                 "-o", str(tmp_path))

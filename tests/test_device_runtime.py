@@ -41,12 +41,13 @@ class CheckedCpu(CpuTarget):
 def _load(name: str, **options):
     """charlm.mdl (f64, H=16) for the checked device: its sources as the CPU target's,
     with the stand-in device compiled beside them."""
+    checked = CheckedCpu()  # built by the cpu target's toolchain, which it inherits
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(TARGETS, "checked", CheckedCpu())
+        patch.setitem(TARGETS, "checked", checked)
         _, files = sources(CHARLM, name, BuildOptions("checked", "f64", DEFINES, **options))
     for file in ("checked_device.h", "checked_device.cpp"):
         files[file] = (HERE / file).read_text()
-    spec = importlib.util.spec_from_file_location(name, build_extension(files, name))
+    spec = importlib.util.spec_from_file_location(name, build_extension(files, name, checked))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,6 +1,7 @@
 """The differential fuzzer (tests/fuzz_programs.py) in the suite: a fixed list of seeds,
 each one module of small random programs built natively in f64 and compared with the
-reference interpreter, forward outputs and every gradient. Each open compiler bug the
+reference interpreter, forward outputs and every gradient; one more seed's built for the
+cuda target and run on the emulated device. Each open compiler bug the
 fuzzer found is kept as its minimal program, an expected failure (strict: a fix makes
 it pass, and it then moves out of BUGS), so the suite stays green and the bug visible.
 A fixed-seed program that runs into an open bug is marked the same way, naming it. The
@@ -21,6 +22,8 @@ from fuzz_source import smaller
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11
+EMULATED_SEED = 21  # its programs run as the cuda target's code on the emulated device
+EMULATED = 11
 
 # Open compiler bugs the fuzzer found, each as the smallest program that shows it.
 BUGS: dict[str, str] = {}
@@ -118,6 +121,24 @@ def test_native_code_matches_the_reference(outcomes, seed, index):
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
 
 
+@pytest.fixture(scope="module")
+def emulated_outcomes(tmp_path_factory):
+    """A module of random programs for the cuda target, run on the emulated device with a
+    block's threads in reverse order and every kernel on fibers."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MDL_CUDA_EMULATOR", "order=reverse,fibers")
+        return fuzz.run(fuzz.programs(EMULATED_SEED, EMULATED),
+                        tmp_path_factory.mktemp("fuzz-emulated"), target="cuda", emulate=True)
+
+
+@pytest.mark.parametrize("index", range(EMULATED))
+def test_the_cuda_targets_code_matches_the_reference_on_the_emulated_device(
+        emulated_outcomes, index):
+    program = generate(EMULATED_SEED, index)
+    outcome = emulated_outcomes[program.name]
+    assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
+
+
 @pytest.mark.parametrize("bug", sorted(BUGS))
 @pytest.mark.xfail(strict=True, reason="an open compiler bug the fuzzer found")
 def test_open_bug(bug, tmp_path):
@@ -164,7 +185,7 @@ def test_a_reference_off_by_one_part_in_ten_million_is_caught(tmp_path, monkeypa
     (relative) fails, and the blame falls on the backend, since the graphs after the
     passes agree with the (wrong) reference. Compared in this process, where the
     reference is patched."""
-    path, name, _, _ = fuzz.build(TANH, tmp_path, [])
+    path, name, *_ = fuzz.build(TANH, tmp_path, [])
     module = load(path, dtype="f64", name=name)
     graph = check_source(TANH, model="Tanh", dtype="f64").graph
     assert compare(module, "Tanh", graph).ok
@@ -172,6 +193,13 @@ def test_a_reference_off_by_one_part_in_ten_million_is_caught(tmp_path, monkeypa
     outcome = compare(module, "Tanh", graph)
     assert outcome.kind == "mismatch"
     assert "output loss" in outcome.detail and "the backend differs" in outcome.detail
+
+
+def test_emulate_is_for_the_cuda_target(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        fuzz.main(["--programs", "1", "--emulate"])
+    assert exit_.value.code == 2
+    assert "--emulate is for --target cuda" in capsys.readouterr().err
 
 
 def test_shrinking_keeps_the_failure_and_drops_the_rest():

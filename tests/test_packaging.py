@@ -41,6 +41,16 @@ def test_every_python_package_is_listed():
     assert set(_setuptools()["packages"]) == found | data
 
 
+def test_every_runtime_file_is_shipped():
+    """Models compile against the runtime where they are built: the wheel holds all of it
+    (the emulated cuda device too)."""
+    runtime = REPO / "cpp_runtime"
+    shipped = {p for pattern in _setuptools()["package-data"]["codegen.cpp_runtime"]
+               for p in runtime.glob(pattern)}
+    files = {p for p in runtime.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert sorted(str(p.relative_to(runtime)) for p in files - shipped) == []
+
+
 def test_a_wheel_works_from_a_fresh_virtual_environment(tmp_path):
     source = tmp_path / "source"  # a copy, so that building leaves this tree untouched
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(

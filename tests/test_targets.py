@@ -1,16 +1,27 @@
 """The backend's targets: every primitive says how it lowers (the same on every target),
 and every target can emit every kernel primitive; the CLI offers exactly the targets
-that exist."""
+that exist; each target is built by its toolchain, and `--emulate` builds the cuda
+target's very code for the CPU."""
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from codegen import toolchain
+from codegen.backend.cuda import CudaTarget
 from codegen.backend.lower import lowering_hook
 from codegen.backend.target import Target
-from codegen.backend.targets import TARGETS
+from codegen.backend.targets import TARGETS, target
 from codegen.cli import parser
 from codegen.ir import Op
 from codegen.primitives import TABLE
+from dsl import UsageError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 KINDS = ("elementwise", "const", "view", "kernel")
 
@@ -35,3 +46,44 @@ def test_the_cli_offers_the_registered_targets():
     build = parser()._subparsers._group_actions[0].choices["build"]
     target = next(a for a in build._actions if a.dest == "target")
     assert list(target.choices) == sorted(TARGETS)
+
+
+@pytest.mark.parametrize("name, emulate, built_by", [
+    ("cpu", False, toolchain.HOST),
+    ("cuda", False, toolchain.NVCC),
+    ("cuda", True, toolchain.EMULATED_CUDA),
+])
+def test_each_target_is_built_by_its_toolchain(name, emulate, built_by):
+    chosen = target(name, emulate)
+    assert chosen.name == name and chosen.toolchain is built_by
+    assert chosen is TARGETS[name] or emulate
+
+
+def test_the_emulated_target_is_the_cuda_target():
+    """Its statements are the ones attached to the table as extra["cuda"]."""
+    emulated = target("cuda", emulate=True)
+    assert isinstance(emulated, CudaTarget) and emulated is not TARGETS["cuda"]
+    assert (emulated.source, emulated.headers, emulated.device) == (
+        TARGETS["cuda"].source, TARGETS["cuda"].headers, TARGETS["cuda"].device)
+
+
+@pytest.mark.parametrize("name, emulate, message", [
+    ("tpu", False, "unknown target 'tpu' (targets: cpu, cuda)"),
+    ("tpu", True, "unknown target 'tpu'"),
+    ("cpu", True, "--emulate is for --target cuda: it runs the cuda target's generated code "
+                  "on the CPU"),
+])
+def test_a_wrong_target_is_a_usage_error(name, emulate, message):
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        target(name, emulate)
+
+
+def test_emulated_builds_compile_the_cuda_targets_sources_byte_for_byte(tmp_path):
+    """`mdlc emit` in a process of its own for each (value names count up in a process)."""
+    for out, emulate in (("cuda", []), ("emulated", ["--emulate"])):
+        done = subprocess.run([sys.executable, "-m", "codegen.cli", "emit",
+                               str(EXAMPLES / "charlm.mdl"), "--target", "cuda", *emulate,
+                               "-o", str(tmp_path / out)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    for name in ("module.cu", "CMakeLists.txt"):
+        assert (tmp_path / "emulated" / name).read_text() == (tmp_path / "cuda" / name).read_text()

@@ -8,6 +8,7 @@ import functools
 
 from ..primitives import cpu as _kernels  # attaches extra["cpu"]
 from ..shapes import Dim, numel
+from ..toolchain import HOST
 from .dialect import CPP
 from .elementwise import assign as assign_element, compute
 from .lower import Fused
@@ -18,6 +19,7 @@ from .target import Target
 class CpuTarget(Target):
     name = "cpu"
     dialect = CPP
+    toolchain = HOST
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
 
     def kernel(self, ins):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..primitives import cuda as _kernels  # noqa: F401  (attaches extra["cuda"])
 from ..shapes import Dim, numel
+from ..toolchain import EMULATED_CUDA, NVCC
 from .dialect import CUDA
 from .elementwise import assign as assign_element, compute
 from .lower import Fused
@@ -23,6 +24,10 @@ class CudaTarget(Target):
     source = "module.cu"
     headers = ("mdl/cuda/runtime.h",)
     device = "&mdl::cuda_device"
+
+    def __init__(self, emulate: bool = False):
+        # The same code either way: `emulate` builds it for the CPU (codegen/toolchain.py).
+        self.toolchain = EMULATED_CUDA if emulate else NVCC
 
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "
@@ -134,3 +139,4 @@ class CudaTarget(Target):
 
 
 CUDA_TARGET = CudaTarget()
+EMULATED_CUDA_TARGET = CudaTarget(emulate=True)

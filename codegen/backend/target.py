@@ -5,7 +5,8 @@ differs between machines: the function skeleton, how a fused elementwise group b
 code (a loop nest on a CPU, a kernel and its launch on a GPU), how memory is copied and
 filled, where parameters, inputs, results and saved values live, how a scalar is read
 on the host (a branch condition), where tapes live, and each kernel primitive's
-statements. Its `Dialect` spells scalars.
+statements. Its `Dialect` spells scalars; its `Toolchain` (codegen/toolchain.py) builds
+what it generates.
 
 To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
 to the primitive table as `extra[<name>]` (primitives/<name>.py, as primitives/cpu.py
@@ -19,12 +20,14 @@ from typing import Callable
 
 from ..ir import Value
 from ..primitives import TABLE
+from ..toolchain import Toolchain
 from .dialect import Dialect
 
 
 class Target(abc.ABC):
     name: str
     dialect: Dialect
+    toolchain: Toolchain
     source: str = "module.cpp"   # the generated file's name (its language)
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
     device: str = "nullptr"      # the runtime's mdl::Device of its models (model.h)

@@ -1,0 +1,129 @@
+"""The cuda target's generated code executed on the emulated device (docs/cuda.md, "The
+emulated device"): every example's module.cu, the same text nvcc compiles, built by the
+host compiler and run on the CPU with every CUDA thread a checked fiber. Each example
+against the reference interpreter, under two thread orders, and in deferred mode; training
+and checkpoints against the cpu target; bad input data raises the CPU's exceptions."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import CHARLM, charlm_batch
+from test_native import MODELS, assert_example_matches
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FILES = sorted({file for file, _ in MODELS})
+ORDERS = ["order=forward", "order=reverse"]
+
+
+@pytest.fixture(scope="session")
+def emulated_modules() -> dict:
+    """Every example's emulated cuda module, in f32 and f64: {(file, dtype): module}."""
+    from codegen.pipeline import load
+
+    def build(key):
+        file, dtype = key
+        return key, load(EXAMPLES / file, target="cuda", emulate=True, dtype=dtype,
+                         name=f"{Path(file).stem}_{dtype}_emulated")
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(build, [(f, d) for f in FILES for d in ("f32", "f64")]))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
+def test_example_matches_the_reference(emulated_modules, file, model, dtype, order,
+                                       monkeypatch):
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", order)
+    assert_example_matches(emulated_modules[(file, dtype)], file, model, dtype)
+
+
+@pytest.mark.parametrize("file, model", [("charlm.mdl", "CharLM"), ("control.mdl", "Adaptive"),
+                                         ("bidirectional.mdl", "BiTagger")])
+def test_deferred_streams_and_shuffled_threads(emulated_modules, file, model, monkeypatch):
+    """Work runs only when a stream is synchronized (a missing wait reads poison), threads
+    and blocks in a seeded random order, every kernel on fibers."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred,order=shuffle,seed=3,fibers")
+    assert_example_matches(emulated_modules[(file, "f64")], file, model, "f64")
+
+
+@pytest.fixture(scope="module")
+def charlms(charlm64_generic):
+    """(emulated cuda, cpu) modules of charlm.mdl in f64 with H = 16."""
+    from codegen.pipeline import load
+    return (load(CHARLM, target="cuda", emulate=True, dtype="f64", defines={"H": 16},
+                 name="charlm_h16_f64_emulated"), charlm64_generic)
+
+
+def test_the_model_says_where_it_runs(charlms):
+    emulated, cpu = charlms
+    assert emulated.CharLM(seed=0).device == "cuda-emulated"
+    assert cpu.CharLM(seed=0).device == "cpu"
+
+
+@pytest.mark.parametrize("optimizer, options", [
+    ("sgd", {"lr": 0.1, "momentum": 0.9, "clip_norm": 0.5}),
+    ("adam", {"lr": 0.01, "clip_norm": 0.5, "weight_decay": 0.01}),
+])
+def test_training_matches_the_cpu_target(charlms, optimizer, options):
+    models = [module.CharLM(seed=0) for module in charlms]
+    for m in models:
+        m.set_optimizer(optimizer, **options)
+    for step in range(3):
+        losses = [m.train_step(**charlm_batch(step))["loss"] for m in models]
+        np.testing.assert_allclose(losses[0], losses[1], rtol=1e-12)
+    emulated, cpu = (m.params for m in models)
+    for name in cpu:
+        np.testing.assert_allclose(emulated[name], cpu[name], rtol=1e-10, atol=1e-13,
+                                   err_msg=name)
+
+
+def test_checkpoints_move_between_targets(charlms, tmp_path):
+    emulated, cpu = charlms
+    trained = emulated.CharLM(seed=0)
+    trained.set_optimizer("adam", lr=0.01)
+    trained.train_step(**charlm_batch(0))
+    trained.save(tmp_path / "cuda.npz")
+    on_cpu = cpu.CharLM(seed=1)
+    on_cpu.load(tmp_path / "cuda.npz")
+    on_cpu.train_step(**charlm_batch(1))
+    on_cpu.save(tmp_path / "cpu.npz")
+    back = emulated.CharLM(seed=2)
+    back.load(tmp_path / "cpu.npz")
+    for name, value in on_cpu.params.items():
+        np.testing.assert_array_equal(back.params[name], value, err_msg=name)
+    batch = charlm_batch(2)
+    np.testing.assert_allclose(back.forward(**batch)["loss"], on_cpu.forward(**batch)["loss"],
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, value", [("tokens", 500), ("tokens", -1), ("targets", 96),
+                                         ("lengths", 99), ("lengths", -2)])
+def test_bad_input_data_raises_the_cpus_exception(charlms, name, value):
+    """Device code skips the bad element and records it; the runtime raises what the CPU
+    target raises. Nothing reads out of bounds: the emulator would report it instead."""
+    errors = []
+    for module in charlms:
+        batch = charlm_batch(1)
+        batch[name] = batch[name].copy()
+        batch[name].flat[1] = value
+        m = module.CharLM(seed=0)
+        with pytest.raises((IndexError, ValueError)) as caught:
+            m.forward(**batch)
+        errors.append((type(caught.value), str(caught.value)))
+        m.forward(**charlm_batch(2))  # the model goes on working
+    assert errors[0] == errors[1]
+
+
+def test_outputs_left_on_the_emulated_device_read_as_host_memory(charlms):
+    emulated, _ = charlms
+    m = emulated.CharLM(seed=0)
+    want = m.forward(**charlm_batch(1))["logits"]
+    m.outputs_on_device = True
+    out = m.forward(**charlm_batch(1))["logits"]
+    assert out.__dlpack_device__() == (1, 0)  # kDLCPU: the emulator's memory is the host's
+    np.testing.assert_array_equal(np.from_dlpack(out), want)
+    np.testing.assert_array_equal(out.numpy(), want)

@@ -1,0 +1,123 @@
+"""The emulated CUDA device's own checks (docs/cuda.md, "The emulated device"): kernels
+with the bugs it must catch (tests/emulator/wrong_kernels.cu), each failing with a message
+that names the kernel and what went wrong, and each beside its correct twin, which runs
+and gives the right numbers (so a check that fired on everything would fail here too)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.backend.targets import target
+from codegen.build import build_extension
+
+SOURCE = Path(__file__).resolve().parent / "emulator" / "wrong_kernels.cu"
+FULL, HALF = 0xFFFFFFFF, 0x0000FFFF
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    built = build_extension({"wrong_kernels.cu": SOURCE.read_text()}, "wrong_kernels",
+                            target("cuda", emulate=True))
+    spec = importlib.util.spec_from_file_location("wrong_kernels", built)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(params=["forward", "reverse", "shuffle"])
+def order(request, monkeypatch):
+    """The order in which a block's threads run between barriers (MDL_CUDA_EMULATOR)."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", f"order={request.param},seed=4")
+    return request.param
+
+
+def fails(result, *fragments: str) -> None:
+    error, _ = result
+    assert error.startswith("emulated CUDA device: "), error
+    for fragment in fragments:
+        assert fragment in error, error
+
+
+def passes(result, want) -> None:
+    error, got = result
+    assert error == ""
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_missing_barrier_before_reading_shared_memory(kernels, order):
+    passes(kernels.shared_race(True), [sum(range(256))])
+    # thread 0 runs first in the forward order and finds cell[1] unwritten; last in the
+    # reverse order, it finds thread 1's write there since the last barrier
+    why = {"forward": "before any thread of the block wrote it",
+           "reverse": "which thread 1 wrote since the last __syncthreads: a race"}
+    fails(kernels.shared_race(False), "kernel block_sum, block 0, thread 0 reads shared cell[1]",
+          why.get(order, ""))
+
+
+def test_a_barrier_in_a_branch_some_threads_skip(kernels, order):
+    passes(kernels.divergent_barrier(256), [1.0])
+    fails(kernels.divergent_barrier(128), "kernel barrier_in_branch, block 0",
+          "has exited while thread", "waits at __syncthreads", "barrier divergence")
+
+
+def test_threads_at_two_different_barriers(kernels, order):
+    fails(kernels.different_barriers(), "kernel two_barriers, block 0, thread",
+          "at the one at", "barrier divergence")
+
+
+def test_a_wrong_shuffle_mask(kernels, order):
+    lanes = np.arange(64) % 32
+    passes(kernels.shuffle(FULL, False), np.full(64, lanes.sum() / 2))
+    passes(kernels.shuffle(HALF, True), np.where(lanes < 16, 120.0, lanes))
+    fails(kernels.shuffle(HALF, False), "kernel warp_sum, block 0, thread",
+          "has a mask that leaves out its own lane")
+    fails(kernels.shuffle(FULL, True), "kernel half_warp_sum, block 0, thread 16 has exited",
+          "waits for it at the shuffle", "its mask names lane 16")
+
+
+def test_a_host_pointer_passed_to_a_kernel(kernels):
+    passes(kernels.host_pointer(True), [2.0, 4.0, 6.0])
+    fails(kernels.host_pointer(False), "kernel scale: argument 1 of 3 (double const*)",
+          "not device memory", "a kernel reads only device memory")
+
+
+def test_a_kernel_reading_past_its_allocation(kernels):
+    passes(kernels.past_the_end(3), [6.0])
+    fails(kernels.past_the_end(4), "kernel read_past, block 0, thread 0: read or wrote",
+          "0 bytes past the end of a 24-byte device allocation")
+
+
+def test_a_late_barrier_on_the_fast_path_is_an_error(kernels, monkeypatch):
+    monkeypatch.delenv("MDL_CUDA_EMULATOR", raising=False)  # "fibers" would leave no fast path
+    fails(kernels.fast_path_barrier(), "kernel late_barrier, block 0, thread",
+          "met __syncthreads", "on the emulator's fast path")
+
+
+def test_cublas_argument_rules_and_extents(kernels):
+    a = np.arange(1.0, 7.0).reshape(3, 2).T  # column-major A (2 x 3) is 1..6
+    b = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]).T
+    passes(kernels.gemm(2, 6), (a @ b).T.ravel())  # C column-major
+    error, _ = kernels.gemm(1, 6)
+    assert error.startswith("emulated cuBLAS: cublasDgemm_64(N, N, m=2, n=2, k=3): lda = 1 "
+                            "is below max(1, m = 2)"), error
+    fails(kernels.gemm(2, 5), "cublasDgemm_64(N, N, m=2, n=2, k=3): operand A (2 x 3, "
+          "leading dimension 2, 48 bytes)", "of a 40-byte device allocation",
+          "does not lie inside one device allocation")
+
+
+def test_a_missing_stream_synchronization_shows_in_deferred_mode(kernels, monkeypatch):
+    passes(kernels.copy_back(True), [2.0, 4.0, 6.0])
+    passes(kernels.copy_back(False), [2.0, 4.0, 6.0])  # at once: the bug hides
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    passes(kernels.copy_back(True), [2.0, 4.0, 6.0])
+    error, seen = kernels.copy_back(False)
+    assert error == "" and np.isnan(seen).all(), seen  # the copy had not run yet
+
+
+def test_an_unknown_setting_is_an_error(kernels, monkeypatch):
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "order=sideways")
+    fails(kernels.host_pointer(True), "MDL_CUDA_EMULATOR: order=sideways",
+          "forward, reverse or shuffle")
