@@ -127,3 +127,21 @@ def test_outputs_left_on_the_emulated_device_read_as_host_memory(charlms):
     assert out.__dlpack_device__() == (1, 0)  # kDLCPU: the emulator's memory is the host's
     np.testing.assert_array_equal(np.from_dlpack(out), want)
     np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_path):
+    import subprocess
+    import sys
+
+    def mdlc(*args):
+        return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
+                              text=True, timeout=600, cwd=tmp_path)
+    done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--emulate", "-o",
+                str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run([sys.executable, "-c", "import towers; m = towers.Towers(seed=0); "
+                          "print(m.device)"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "cuda-emulated", run.stderr
+    done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda", "--emulate")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -448,30 +448,39 @@ void run_grid(const Grid& g) {
 
 // ---- what kernels call ----------------------------------------------------------------
 
-void barrier(Site where_from) {
-  const void* address = __builtin_return_address(0);
-  Block& b = running_block("__syncthreads");
+namespace {
+
+// The running thread, arriving at a wait (`what`) at `site`: on the fast path there is no
+// fiber to suspend it, which is an error, never a wrong answer.
+Thread& arriving(Block& b, const char* what, Site site) {
   Thread& t = *b.current;
   if (!b.fibers)
-    throw Violation(where(b, &t) + " met __syncthreads at " + where_from.file + ":" +
-                    std::to_string(where_from.line) +
+    throw Violation(where(b, &t) + " met " + what + " at " + site.file + ":" +
+                    std::to_string(site.line) +
                     " on the emulator's fast path (its first launch met none); run with "
                     "MDL_CUDA_EMULATOR=fibers");
-  t.state = State::Barrier;
-  t.site = where_from;
+  return t;
+}
+
+// Suspends `t` at the wait `state` of `site`, called from `address`.
+void wait_at(Block& b, Thread& t, State state, Site site, const void* address) {
+  t.state = state;
+  t.site = site;
   t.address = address;
   wait(b, t);
 }
 
+}  // namespace
+
+void barrier(Site where_from) {
+  Block& b = running_block("__syncthreads");
+  Thread& t = arriving(b, "__syncthreads", where_from);
+  wait_at(b, t, State::Barrier, where_from, __builtin_return_address(0));
+}
+
 uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width, Site where_from) {
-  const void* address = __builtin_return_address(0);
   Block& b = running_block("a shuffle");
-  Thread& t = *b.current;
-  if (!b.fibers)
-    throw Violation(where(b, &t) + " met a shuffle at " + where_from.file + ":" +
-                    std::to_string(where_from.line) +
-                    " on the emulator's fast path (its first launch met none); run with "
-                    "MDL_CUDA_EMULATOR=fibers");
+  Thread& t = arriving(b, "a shuffle", where_from);
   if (width < 1 || width > kWarp || (width & (width - 1)))
     throw Violation(where(b, &t) + ": a shuffle of width " + std::to_string(width) +
                     " (a power of two up to 32)");
@@ -479,14 +488,11 @@ uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width, Sit
     throw Violation(where(b, &t) + ": the shuffle at " + where_from.file + ":" +
                     std::to_string(where_from.line) + " has a mask that leaves out its own lane " +
                     std::to_string(t.id % kWarp));
-  t.state = State::Shuffle;
-  t.site = where_from;
-  t.address = address;
   t.mask = mask;
   t.lane_mask = lane_mask;
   t.width = width;
   t.value = bits;
-  wait(b, t);
+  wait_at(b, t, State::Shuffle, where_from, __builtin_return_address(0));
   return t.result;
 }
 
