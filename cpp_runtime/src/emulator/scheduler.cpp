@@ -76,10 +76,15 @@ struct Block {
   bool fibers = false;    // else the fast path
   bool met_sync = false;  // a thread waited at a barrier or shuffle
   ucontext_t scheduler;
-  std::vector<char> shared;       // kSharedBytes
-  std::vector<SharedMark> marks;  // one per shared element
-  std::size_t shared_used = 0, marks_used = 0;
+  std::size_t shared_used = 0, marks_used = 0;  // of this host thread's SharedMemory
   std::vector<Room> rooms;
+};
+
+// The shared memory of the blocks a host thread runs, made once: each block takes what its
+// arrays need from the start and poisons it (shared_room).
+struct SharedMemory {
+  std::vector<char> bytes = std::vector<char>(kSharedBytes);
+  std::vector<SharedMark> marks = std::vector<SharedMark>(kSharedBytes);  // one an element
 };
 
 thread_local Block* block = nullptr;
@@ -383,14 +388,19 @@ void fault_signal(int signal, siginfo_t* info, void* context) {
   sigaction(signal, &fallback, nullptr);  // the access faults again, and ends the process
 }
 
-// The signal handler runs on a stack of its own (a thread's overflow leaves none).
+// The signal handler runs on a stack of its own (a thread's overflow leaves none): the one
+// the host thread has (Python's faulthandler makes one), else one made here.
 void alternate_stack() {
+  static thread_local bool done = false;
   static thread_local std::vector<char> room;
-  if (!room.empty()) return;
-  room.resize(std::max<std::size_t>(SIGSTKSZ, 64 << 10));
+  if (done) return;
+  done = true;
   stack_t st{};
+  if (sigaltstack(nullptr, &st) == 0 && !(st.ss_flags & SS_DISABLE)) return;
+  room.resize(std::max<std::size_t>(SIGSTKSZ, 64 << 10));
   st.ss_sp = room.data();
   st.ss_size = room.size();
+  st.ss_flags = 0;
   sigaltstack(&st, nullptr);
 }
 
@@ -503,16 +513,13 @@ void* shared_room(const void* key, std::size_t bytes, int64_t count, SharedMark*
       *marks = r.marks;
       return r.data;
     }
-  if (b.shared.empty()) {
-    b.shared.resize(kSharedBytes);
-    b.marks.resize(kSharedBytes);
-  }
+  static thread_local SharedMemory memory;
   const std::size_t at = (b.shared_used + 15) / 16 * 16, size = bytes * std::size_t(count);
   if (at + size > kSharedBytes)
     throw Violation(where(b, b.current) + ": its __shared__ arrays need more than " +
                     std::to_string(kSharedBytes >> 10) + " KiB");
   b.shared_used = at + size;
-  Room r{key, b.shared.data() + at, b.marks.data() + b.marks_used};
+  Room r{key, memory.bytes.data() + at, memory.marks.data() + b.marks_used};
   b.marks_used += std::size_t(count);
   std::memset(r.data, 0xff, size);  // poison: what no thread of this block wrote
   std::fill(r.marks, r.marks + count, SharedMark{-1, -1, 0, 0});
