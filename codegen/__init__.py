@@ -1,10 +1,5 @@
 """mdl's compiler back half: IR, primitives, autodiff, reference interpreter, backends."""
 
-# Part of every build-cache key: bump it when generated code changes in a way that the
-# key's other parts (the sources, runtime headers, flags, compiler) would not show.
-CODEGEN_VERSION = 1
-
-
 def load(path, target="cpu", defines=None, dtype="f32", model=None, specialize=None,
          name=None, vjp=False, *, emulate=False):
     """Build (through the cache) and import the native module of a .mdl file:

@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from codegen.backend.targets import TARGETS
+from .targets.registry import TARGETS
 
 REPORT_URL = "the mdl issue tracker"
 
@@ -32,7 +32,7 @@ def _version() -> str:
     """The installed distribution's version, and the code generator's."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from codegen import CODEGEN_VERSION
+    from codegen.build.cache import CODEGEN_VERSION
     try:
         release = version("mdl")
     except PackageNotFoundError:  # run from a checkout that was never installed
@@ -145,7 +145,7 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
                    metavar="B=32,T=35", help="also compile code with these dims fixed")
     p.add_argument("--vjp", action="store_true",
                    help="the backward takes a cotangent per float output (a vector-Jacobian "
-                   "product, for codegen.torch) instead of differentiating the minimized one")
+                   "product, for codegen.pytorch) instead of differentiating the minimized one")
 
 
 def _target_option(p: argparse.ArgumentParser) -> None:
@@ -192,9 +192,9 @@ def cmd_check(args) -> int:
 def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
-    from codegen.backend.targets import target
-    from codegen.build import render_cmakelists
-    from codegen.pipeline import BuildOptions, module_name_for, sources
+    from .build.extension import render_cmakelists
+    from .pipeline import BuildOptions, module_name_for, sources
+    from .targets.registry import target
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, vjp=args.vjp, emulate=args.emulate)
     name = module_name_for(args.file, args.name)
@@ -210,9 +210,10 @@ def cmd_emit(args) -> int:
 
 
 def _print_ir(args) -> int:
-    from codegen.pipeline import differentiate
-    from codegen.printer import format_graph
     from dsl import check_file
+
+    from .ops.printer import format_graph
+    from .pipeline import differentiate
     cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
     for w in cm.warnings:
         _report(w)
@@ -225,7 +226,7 @@ def _print_ir(args) -> int:
 
 def cmd_graph(args) -> int:
     """Draws one model (`--backward`: its gradient program) into -o, else DOT on stdout."""
-    from codegen.graph import picture, write
+    from .drawing import picture, write
     dot, warnings = picture(args.file, dict(args.defines), args.model, args.backward)
     for w in warnings:
         _report(w)
@@ -238,7 +239,7 @@ def cmd_graph(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from codegen.pipeline import BuildOptions, build, install, module_name_for
+    from .pipeline import BuildOptions, build, install, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
     name = module_name_for(args.file, args.name)
@@ -247,9 +248,11 @@ def cmd_build(args) -> int:
 
 
 def cmd_gradcheck(args) -> int:
-    from codegen import gradcheck
-    from codegen.pipeline import BuildOptions, check, import_built, module_name_for
     from dsl import UsageError
+
+    from .pipeline import BuildOptions, check, import_built, module_name_for
+    from .reference import gradcheck
+
     # every model of the file in one f64 module, named like any other f64 build of it
     options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines),
                            emulate=args.emulate)

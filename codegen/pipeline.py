@@ -29,15 +29,15 @@ import dsl
 from dsl import UsageError, check_file, model_names
 from dsl.program import find_import
 
-from .autodiff import cotangent_names, grad_graph, vjp_graph
 from .backend.module import generate
-from .backend.targets import target
-from .build import EXT_SUFFIX, build_extension, environment_key
-from .cache import cache_dir, digest
-from .ir import Graph, clone_graph
-from .lowering import prepare
-from .passes import optimize
-from .paths import PACKAGE, TEMPLATES_DIR
+from .backend.paths import PACKAGE, TEMPLATES_DIR
+from .build.cache import cache_dir, digest
+from .build.extension import EXT_SUFFIX, build_extension, environment_key
+from .ir.graph import Graph, clone_graph
+from .targets.registry import target
+from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph
+from .transforms.passes import optimize
+from .transforms.prepare import prepare
 
 
 @dataclass
@@ -49,7 +49,7 @@ class BuildOptions:
     specialize: list[dict[str, int]] = field(default_factory=list)
     debug: bool = False
     sanitize: bool = False
-    vjp: bool = False   # backward takes a cotangent per float output (codegen.torch)
+    vjp: bool = False   # backward takes a cotangent per float output (codegen.pytorch)
     emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
 
 
@@ -221,7 +221,7 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
          specialize: list[dict[str, int]] | None = None, name: str | None = None,
          vjp: bool = False, *, emulate: bool = False) -> ModuleType:
     """Build (through the cache) and import the native module of a .mdl file; `vjp`: its
-    backward takes cotangents of the float outputs (what codegen.torch needs); `emulate`:
+    backward takes cotangents of the float outputs (what codegen.pytorch needs); `emulate`:
     the cuda target's code built for mdl's emulated device, which runs it on the CPU."""
     options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []),
                            vjp=vjp, emulate=emulate)

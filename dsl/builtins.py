@@ -8,13 +8,13 @@ from typing import Callable
 
 import numpy as np
 
-from codegen.dtypes import DTYPES
-from codegen.ir import Value
-from codegen.primitives import TABLE, ShapeError
-from codegen.shapes import TensorType
+from codegen.ir.diagnostics import Loc, MdlTypeError
+from codegen.ir.dtypes import DTYPES
+from codegen.ir.graph import Value
+from codegen.ir.shapes import TensorType
+from codegen.ops.primitives import TABLE, ShapeError
 
 from . import nodes as n
-from .diagnostics import Loc, MdlTypeError
 from .env import Const
 from .signature import Signature
 

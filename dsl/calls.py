@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import difflib
 
-from codegen.dtypes import FLOATS
-from codegen.ir import Value
-from codegen.shapes import Dim, TensorType
+from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError
+from codegen.ir.dtypes import FLOATS
+from codegen.ir.graph import Value
+from codegen.ir.shapes import Dim, TensorType
 
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, full_of
-from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError
 from .env import Cascade, Const, Ctx, Poisoned
 from .printer import expr_text
 from .signature import Signature

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codegen.ir import Graph
-from codegen.shapes import numel
+from codegen.ir.diagnostics import Diagnostic, Loc, MdlNameError, Source, UsageError
+from codegen.ir.graph import Graph
+from codegen.ir.shapes import numel
 
-from .diagnostics import Diagnostic, Loc, MdlNameError, Source
-from .elaborate import UsageError, elaborate
+from .elaborate import elaborate
 from .program import load_program, read_source
 
 

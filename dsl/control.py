@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from codegen.ir import Block, Op, Value
-from codegen.shapes import TensorType
+from codegen.ir.diagnostics import Loc, MdlTypeError, count
+from codegen.ir.graph import Block, Op, Value
+from codegen.ir.shapes import TensorType
 
 from . import nodes as n
-from .diagnostics import Loc, MdlTypeError, count
-from .printer import expr_text
 from .env import Cascade, Const, Poisoned, Unavailable
+from .printer import expr_text
 
 LOOP_OPTIONS = ("lengths", "recompute", "checkpoint")
 

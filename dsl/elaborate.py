@@ -7,17 +7,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from codegen.builder import Builder
-from codegen.ir import Block, Graph, Init, Param, Regularizer, Value
-from codegen.primitives import ShapeError
-from codegen.shapes import Dim
+from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
+                                    count, raise_all)
+from codegen.ir.graph import Block, Graph, Init, Param, Regularizer, Value
+from codegen.ir.shapes import Dim
+from codegen.ops.builder import Builder
+from codegen.ops.primitives import ShapeError
 
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS
 from .calls import Calls
 from .control import ControlFlow, assigned_names
-from .diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError, count,
-                          raise_all)
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .program import Program
@@ -326,10 +326,6 @@ class Elaborator(Expressions, Calls, ControlFlow):
 
     def stmt_Return(self, s: n.Return) -> None:
         raise MdlTypeError("`return` must be the last statement of a function", s.loc)
-
-
-class UsageError(Exception):
-    """A bad command-line request (unknown -D name, ...): exit status 2."""
 
 
 def _keyword(stmt: n.Stmt) -> str:

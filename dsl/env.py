@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from codegen.ir import Value
-from codegen.shapes import Dim
-
-from .diagnostics import Loc
+from codegen.ir.diagnostics import Loc
+from codegen.ir.graph import Value
+from codegen.ir.shapes import Dim
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ import difflib
 
 import numpy as np
 
-from codegen.dtypes import DTYPES, FLOATS, NUMERIC
-from codegen.ir import Value
-from codegen.primitives import TABLE
-from codegen.shapes import Dim, DimError, TensorType
+from codegen.ir.diagnostics import Loc, MdlNameError, MdlTypeError
+from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC
+from codegen.ir.graph import Value
+from codegen.ir.shapes import Dim, DimError, TensorType
+from codegen.ops.primitives import TABLE
 
 from . import nodes as n
-from .diagnostics import Loc, MdlNameError, MdlTypeError
 from .env import Cascade, Const, Poisoned, Unavailable
 
 BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",

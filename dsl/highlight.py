@@ -18,10 +18,10 @@ from pygments.lexer import RegexLexer, bygroups, words
 from pygments.token import (Comment, Keyword, Name, Number, Operator, Punctuation, String,
                             Whitespace)
 
-from codegen.dtypes import DTYPES
+from codegen.ir.diagnostics import Plain
+from codegen.ir.dtypes import DTYPES
 
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
-from .diagnostics import Plain
 from .expressions import CREATORS
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .diagnostics import Loc
+from codegen.ir.diagnostics import Loc
 
 MAX_DEPTH = 200
 

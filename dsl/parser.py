@@ -8,10 +8,12 @@ import math
 from pathlib import Path as FsPath
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import (UnexpectedCharacters, UnexpectedInput, UnexpectedToken,
+                             VisitError)
+
+from codegen.ir.diagnostics import Loc, MdlSyntaxError, Source
 
 from . import nodes as n
-from .diagnostics import Loc, MdlSyntaxError, Source
 
 GRAMMAR = FsPath(__file__).with_name("grammar.lark")
 I32_MAX = 2**31 - 1

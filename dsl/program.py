@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, raise_all
+
 from . import nodes as n
 from .builtins import BUILTINS
-from .diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, raise_all
 from .parser import parse
 
 STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl

@@ -12,9 +12,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from codegen.ir import Init, Regularizer
-
-from .diagnostics import Loc, MdlNameError
+from codegen.ir.diagnostics import Loc, MdlNameError
+from codegen.ir.graph import Init, Regularizer
 
 Path = tuple[str, ...]
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from codegen.ir.diagnostics import Loc, MdlTypeError, count
+
 from . import nodes as n
-from .diagnostics import Loc, MdlTypeError, count
 
 REQUIRED = object()
 

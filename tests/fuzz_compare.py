@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codegen import gradcheck, reference
+from codegen.ops.rng import derive
 from codegen.pipeline import differentiate, for_backends
-from codegen.rng import derive
+from codegen.reference import gradcheck, interpreter as reference
 
 TOLERANCE = 1e-9               # relative to the largest element, both sides in f64
 # An array is compared relative to its largest element, but never to less than NOISE

@@ -9,12 +9,11 @@ call or parenthesized), so it can be indexed or combined as it is."""
 from __future__ import annotations
 
 import numpy as np
-
-from codegen.primitives import BINARY_SYMBOLS, TABLE, ShapeError
-from codegen.shapes import TensorType
-from dsl.builtins import BUILTINS
-
 from fuzz_scope import Frame, Names, Var
+
+from codegen.ir.shapes import TensorType
+from codegen.ops.primitives import BINARY_SYMBOLS, TABLE, ShapeError
+from dsl.builtins import BUILTINS
 
 
 def _result_dtype(name: str, arity: int) -> str | None:

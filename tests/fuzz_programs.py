@@ -30,17 +30,16 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from codegen.backend.targets import target as find_target
-from codegen.cuda_toolkit import gpu_capabilities
-from codegen.ir import walk_ops
-from codegen.pipeline import BuildOptions, load
-from codegen.pipeline import build as pipeline_build
-from dsl import MdlError, UsageError, check_source
-from dsl.diagnostics import MdlBuildError
-
 from fuzz_compare import SPECIALIZED, Outcome, compare
 from fuzz_generate import SIZES, generate
 from fuzz_source import Program, module_source, smaller
+
+from codegen.build.cuda_toolkit import gpu_capabilities
+from codegen.ir.diagnostics import MdlBuildError
+from codegen.ir.graph import walk_ops
+from codegen.pipeline import BuildOptions, build as pipeline_build, load
+from codegen.targets.registry import target as find_target
+from dsl import MdlError, UsageError, check_source
 
 PER_MODULE = 25
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen import reference
+from codegen.ops.verify import verify
 from codegen.pipeline import differentiate
-from codegen.verify import verify
+from codegen.reference import interpreter as reference
 from dsl import check_source
 
 EPS = 1e-6

@@ -8,12 +8,12 @@ import pytest
 from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_grads,
                         control_inputs, joint, model, random_params, rel_error, rnn_model)
 
-from codegen import reference
-from codegen.autodiff import GradientError, vjp
-from codegen.builder import Builder
-from codegen.ir import Value, clone_graph, walk_ops
-from codegen.shapes import Dim
-from codegen.verify import verify
+from codegen.ir.graph import Value, clone_graph, walk_ops
+from codegen.ir.shapes import Dim
+from codegen.ops.builder import Builder
+from codegen.ops.verify import verify
+from codegen.reference import interpreter as reference
+from codegen.transforms.autodiff import GradientError, vjp
 
 CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
          "milstm": ("milstm(x, h, c)", "h, c")}

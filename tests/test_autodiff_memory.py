@@ -9,7 +9,7 @@ import math
 import pytest
 from ir_helpers import joint, model, rnn_model
 
-from codegen.tapes import saved_bytes
+from codegen.transforms.tapes import saved_bytes
 
 H, B, T = 4, 2, 64
 STATE = 2 * B * H * 8          # h and c of one step, f64

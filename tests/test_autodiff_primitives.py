@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from ir_helpers import EPS, TOLERANCE, check_coordinates, model, random_params, rel_error
 
-from codegen import reference
-from codegen.autodiff import vjp
-from codegen.builder import Builder
-from codegen.ir import Block, Graph, Value
-from codegen.primitives import TABLE
-from codegen.shapes import Dim, TensorType
-from codegen.verify import verify
+from codegen.ir.graph import Block, Graph, Value
+from codegen.ir.shapes import Dim, TensorType
+from codegen.ops.builder import Builder
+from codegen.ops.primitives import TABLE
+from codegen.ops.verify import verify
+from codegen.reference import interpreter as reference
+from codegen.transforms.autodiff import vjp
 
 
 def f(*shape):            # a float input, any values

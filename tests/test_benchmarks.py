@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name, cases,
-                              flops, select, sgemm_case)
+from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name,
+                              cases, flops, select, sgemm_case)
 from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.pool import WorkerError
 from benchmarks.suite import ok
@@ -170,7 +170,7 @@ def test_bad_options_are_usage_errors(args, message, capsys):
 
 
 def test_the_gpu_rows_need_a_gpu(capsys):
-    from codegen.cuda_toolkit import gpu_capabilities
+    from codegen.build.cuda_toolkit import gpu_capabilities
     if gpu_capabilities():
         pytest.skip("a GPU is here: the GPU rows run")
     assert cli.main(["bench", "--quick", "--device", "cuda"]) == 2

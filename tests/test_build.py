@@ -1,4 +1,4 @@
-"""codegen/build.py: generated C++ to an importable extension through the cache (the
+"""codegen/build/extension.py: generated C++ to an importable extension through the cache (the
 runtime compiled once, each module linked with it), and the top-level CMake project (the
 runtime's C++ tests). Each distinct C++ build costs seconds, so the suite compiles a few
 things in all and shares them through session fixtures."""
@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from codegen import build, cache
-from codegen.backend.cpu import CPU
-from codegen.backend.cuda import EMULATED_CUDA_TARGET
-from codegen.build import EXT_SUFFIX, build_extension, cache_key, render_cmakelists
-from codegen.toolchain import EMULATED_CUDA, Linked
-from dsl.diagnostics import MdlBuildError
+from codegen.build import cache, extension as build
+from codegen.build.extension import (EXT_SUFFIX, build_extension, cache_key,
+                                     render_cmakelists)
+from codegen.build.toolchain import EMULATED_CUDA, Linked
+from codegen.ir.diagnostics import MdlBuildError
+from codegen.targets.cpu import CPU
+from codegen.targets.cuda import EMULATED_CUDA_TARGET
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +85,7 @@ def test_a_built_module_imports_and_runs(tiny, mdl_cache_dir):
 
 
 def test_an_identical_build_comes_from_the_cache(tiny, monkeypatch):
-    from codegen import build as build_module
+    from codegen.build import extension as build_module
 
     def no_compile(*args, **kwargs):
         raise AssertionError("an identical build compiled again")
@@ -139,7 +140,7 @@ def test_the_openblas_variant_builds_and_its_gradients_check(tmp_path):
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "worst relative error" in run.stdout
-    built = subprocess.run([sys.executable, "-c", "from codegen.blas import blas; "
+    built = subprocess.run([sys.executable, "-c", "from codegen.build.blas import blas; "
                             "print(blas().name, blas().library)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
     assert built.stdout.startswith("openblas ") and "openblas" in built.stdout.split()[1]
@@ -240,8 +241,8 @@ def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     """Two processes build the same new module at once: one compiles, the other waits on
     the lock and then finds the result; both get the same file."""
     source = TINY.replace("tiny", "twin") + f"// {uuid.uuid4()}: a new key even in a kept cache\n"
-    code = ("import sys; from codegen.backend.cpu import CPU; "
-            "from codegen.build import build_extension; "
+    code = ("import sys; from codegen.targets.cpu import CPU; "
+            "from codegen.build.extension import build_extension; "
             f"print(build_extension({{'module.cpp': {source!r}}}, 'twin', CPU))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -257,8 +258,9 @@ def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
 
 def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
     """The top-level CMakeLists.txt builds tests/cpp against cpp_runtime/; ctest runs them."""
-    import cmake
     import ninja
+
+    import cmake
     bin_dir = Path(cmake.CMAKE_BIN_DIR)
     configure = [bin_dir / "cmake", "-S", REPO, "-B", tmp_path, "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
@@ -276,7 +278,7 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     next build of that key clears them and succeeds."""
     source = TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
     key = cache_key({"module.cpp": source}, "killed", CPU)
-    code = ("from codegen.backend.cpu import CPU; from codegen.build import build_extension; "
+    code = ("from codegen.targets.cpu import CPU; from codegen.build.extension import build_extension; "
             f"build_extension({{'module.cpp': {source!r}}}, 'killed', CPU)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from ir_helpers import model, random_params
 
-from codegen import reference
+from codegen.reference import interpreter as reference
 
 H, E, T, B = 3, 2, 5, 3
 

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from test_native import MODELS, assert_example_matches
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -20,9 +19,9 @@ NO_DEVICE = "no CUDA device was found"
 
 
 def _nvcc_missing() -> str | None:
-    from dsl.diagnostics import MdlBuildError
+    from codegen.ir.diagnostics import MdlBuildError
     try:
-        from codegen.cuda_toolkit import toolkit
+        from codegen.build.cuda_toolkit import toolkit
         toolkit()
     except MdlBuildError as exc:
         return str(exc)
@@ -112,10 +111,11 @@ def test_gradcheck_on_cuda(cuda_modules, gpu):
 def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gpu):
     """`mdlc emit --target cuda` writes a CMake project (LANGUAGES CXX CUDA) that builds
     the same module."""
-    import cmake
     import ninja
     import pybind11
-    from codegen.cuda_toolkit import toolkit
+
+    import cmake
+    from codegen.build.cuda_toolkit import toolkit
     done = mdlc("emit", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o",
                 str(tmp_path / "src"))
     assert done.returncode == 0, done.stderr
@@ -139,8 +139,8 @@ def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gp
 def test_nvcc_builds_have_keys_of_their_own():
     """The same sources built by nvcc, by the emulated toolchain and by the host compiler
     are three cache entries."""
-    from codegen.backend.targets import target
-    from codegen.build import cache_key
+    from codegen.build.extension import cache_key
+    from codegen.targets.registry import target
     sources = {"module.cu": "// the same text\n"}
     keys = {cache_key(sources, "m", target(name, emulate))
             for name, emulate in (("cuda", False), ("cuda", True), ("cpu", False))}

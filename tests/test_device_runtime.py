@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from codegen.backend.cpu import CpuTarget
-from codegen.backend.targets import TARGETS
-from codegen.build import build_extension
-from codegen.pipeline import BuildOptions, load, sources
 from conftest import CHARLM, charlm_batch
+
+from codegen.build.extension import build_extension
+from codegen.pipeline import BuildOptions, load, sources
+from codegen.targets.cpu import CpuTarget
+from codegen.targets.registry import TARGETS
 
 HERE = Path(__file__).resolve().parent / "checked_device"
 DEFINES = {"H": 16}
@@ -155,11 +155,11 @@ def test_vjp_cotangents_move_through_the_device(modules):
 
 
 def test_the_torch_bridge_refuses_a_model_on_a_device(modules):
-    """codegen.torch shares a model's host memory with PyTorch: a device model is refused."""
+    """codegen.pytorch shares a model's host memory with PyTorch: a device model is refused."""
     pytest.importorskip("torch")
-    from codegen.torch import as_module
+    from codegen.pytorch import as_module
     model = _load("charlm_checked_vjp", vjp=True).CharLM(seed=0)
-    with pytest.raises(ValueError, match="runs on checked: codegen.torch wraps models built "
+    with pytest.raises(ValueError, match="runs on checked: codegen.pytorch wraps models built "
                                          "for the cpu target"):
         as_module(model)
 

@@ -1,18 +1,17 @@
-"""Symbolic dims (codegen/shapes.py): polynomials over source dims and typed run-time
+"""Symbolic dims (codegen/ir/shapes.py): polynomials over source dims and typed run-time
 sizes, ceil-divisions and trip counts, as tables of (dim, environment, value, text), and
 their C++ rendering."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-import numpy as np
-
 from codegen.backend.cexpr import DimNames
-from codegen.dtypes import DTYPES
-from codegen.ir import is_dynamic
-from codegen.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
-                            contiguous_strides, numel)
-from codegen.tapes import nbytes
+from codegen.ir.dtypes import DTYPES
+from codegen.ir.graph import is_dynamic
+from codegen.ir.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
+                               contiguous_strides, numel)
+from codegen.transforms.tapes import nbytes
 
 T, B = Dim.of("T"), Dim.of("B")
 TRIPS = TripCount.fresh()

@@ -16,8 +16,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 @pytest.mark.parametrize("page", PAGES)
 def test_the_pages_python_runs(page, monkeypatch):
     if page == "cuda.md":
-        from dsl.diagnostics import MdlBuildError
-        from codegen.cuda_toolkit import toolkit
+        from codegen.build.cuda_toolkit import toolkit
+        from codegen.ir.diagnostics import MdlBuildError
         try:
             toolkit()
         except MdlBuildError as exc:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen.backend.targets import target
-from codegen.build import build_extension
+from codegen.build.extension import build_extension
+from codegen.targets.registry import target
 
 SOURCE = Path(__file__).resolve().parent / "emulator" / "wrong_kernels.cu"
 FULL, HALF = 0xFFFFFFFF, 0x0000FFFF

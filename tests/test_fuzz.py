@@ -8,17 +8,17 @@ A fixed-seed program that runs into an open bug is marked the same way, naming i
 longer run's command and result are in docs/testing.md."""
 from __future__ import annotations
 
+import fuzz_programs as fuzz
 import numpy as np
 import pytest
-
-import fuzz_programs as fuzz
-from codegen.pipeline import load
-from codegen.primitives import TABLE
-from dsl import check_source
 from fuzz_compare import compare
 from fuzz_expressions import ARITH, COMPARE, REDUCTIONS, SOFTMAXES, UNARY
 from fuzz_generate import generate
 from fuzz_source import smaller
+
+from codegen.ops.primitives import TABLE
+from codegen.pipeline import load
+from dsl import check_source
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11

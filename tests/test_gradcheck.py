@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from codegen import cli
-from codegen.primitives import TABLE
+from codegen.ops.primitives import TABLE
 from dsl import check_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

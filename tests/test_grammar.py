@@ -1,8 +1,8 @@
 """The grammar itself: LALR without conflicts, keywords reserved, scope names free."""
 import pytest
 
+from codegen.ir.diagnostics import MdlSyntaxError
 from dsl import nodes as n
-from dsl.diagnostics import MdlSyntaxError
 from dsl.parser import lark_parser, parse
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from codegen import cli
-from codegen.graph import picture
-from codegen.ir import walk_ops
-from codegen.primitives import TABLE
-from codegen.structured import STRUCTURED
+from codegen.drawing import picture
+from codegen.ir.graph import walk_ops
+from codegen.ops.primitives import TABLE
+from codegen.ops.structured import STRUCTURED
 from dsl import check_file, model_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,10 @@ from pygments.token import (Comment, Error, Keyword, Name, Number, Operator, Pun
                             String, Whitespace)
 
 from codegen import cli
-from codegen.dtypes import DTYPES
+from codegen.ir.diagnostics import Diagnostic, Loc, Source
+from codegen.ir.dtypes import DTYPES
 from dsl import MdlError, check_source
 from dsl.builtins import BUILTINS, INITIALIZERS, REGULARIZERS
-from dsl.diagnostics import Diagnostic, Loc, Source
 from dsl.highlight import MdlLexer, Plain, TerminalPalette, palette_for
 from dsl.parser import lark_parser
 

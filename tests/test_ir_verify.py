@@ -6,10 +6,10 @@ import pytest
 from ir_helpers import CONTROL, joint, model, rnn_model
 
 from codegen import cli
-from codegen.ir import IRError, Op, Value, walk_ops
-from codegen.printer import format_graph
-from codegen.shapes import TensorType
-from codegen.verify import verify
+from codegen.ir.graph import IRError, Op, Value, walk_ops
+from codegen.ir.shapes import TensorType
+from codegen.ops.printer import format_graph
+from codegen.ops.verify import verify
 
 LOOP = rnn_model("lstm(x, h, c)", "(lengths = lengths)", True, state="h, c")
 

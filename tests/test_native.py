@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen import gradcheck, reference
+from codegen.ops.rng import derive
 from codegen.pipeline import load
-from codegen.rng import derive
+from codegen.reference import gradcheck, interpreter as reference
 from dsl import check_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

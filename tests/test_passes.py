@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from ir_helpers import CONTROL, control_inputs, model, random_params, rnn_model
 
-from codegen import passes, reference
-from codegen.autodiff import grad_graph
-from codegen.builder import Builder
-from codegen.ir import Block, Graph, Value, walk_ops
-from codegen.shapes import Dim, TensorType
-from codegen.verify import verify
+from codegen.ir.graph import Block, Graph, Value, walk_ops
+from codegen.ir.shapes import Dim, TensorType
+from codegen.ops.builder import Builder
+from codegen.ops.verify import verify
+from codegen.reference import interpreter as reference
+from codegen.transforms import passes
+from codegen.transforms.autodiff import grad_graph
 
 F = TensorType.of("f64", ("B", 3))
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from ir_helpers import model, random_params
 
-from codegen import reference
-from codegen.ir import clone_graph
-from codegen.lowering import prepare
-from codegen.verify import verify
+from codegen.ir.graph import clone_graph
+from codegen.ops.verify import verify
+from codegen.reference import interpreter as reference
+from codegen.transforms.prepare import prepare
 
 RUNNING_SUM = """
 model M() {{

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from codegen.backend import render  # noqa: F401  (attaches the native hooks)
-from codegen.structured import REQUIRED, STRUCTURED
+from codegen.ops.structured import REQUIRED, STRUCTURED
 
 CODEGEN = Path(__file__).resolve().parents[1] / "codegen"
 
@@ -25,7 +25,7 @@ def test_every_structured_op_declares_every_rule(name):
 
 
 def test_only_the_table_names_structured_ops():
-    """Outside codegen/structured/ and the backend's hooks, no module branches on a
+    """Outside codegen/ops/structured/ and the backend's hooks, no module branches on a
     structured op's name (builders of new loops may still name the op they make)."""
     offenders = []
     for path in CODEGEN.rglob("*.py"):

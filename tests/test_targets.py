@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from codegen import toolchain
-from codegen.backend.cuda import CudaTarget
 from codegen.backend.lower import lowering_hook
 from codegen.backend.target import Target
-from codegen.backend.targets import TARGETS, target
+from codegen.build import toolchain
 from codegen.cli import parser
-from codegen.ir import Op
-from codegen.primitives import TABLE
+from codegen.ir.graph import Op
+from codegen.ops.primitives import TABLE
+from codegen.targets.cuda import CudaTarget
+from codegen.targets.registry import TARGETS, target
 from dsl import UsageError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from ir_helpers import check_model_grads, model, random_params, rnn_model
 
-from codegen.ir import walk_ops
+from codegen.ir.graph import walk_ops
+from codegen.ops.verify import verify
 from codegen.pipeline import differentiate, for_backends
-from codegen.verify import verify
 
 
 def loops(block):

@@ -1,4 +1,4 @@
-"""codegen.torch: a compiled LSTM (std/rnn.mdl's lstm in a `for`) inside a PyTorch model
+"""codegen.pytorch: a compiled LSTM (std/rnn.mdl's lstm in a `for`) inside a PyTorch model
 with nn.Embedding and nn.Linear, trained with torch.optim.Adam, against the same model
 written entirely in PyTorch (nn.LSTM with the same weights): every loss and gradient, in
 f64 to 1e-10 and in f32. Then integer inputs passed through, the native vjp against the
@@ -16,9 +16,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install "
                                             "'mdl[torch]' to run the PyTorch bridge tests)")
 
-from codegen import reference  # noqa: E402
 from codegen.pipeline import load  # noqa: E402
-from codegen.torch import as_module  # noqa: E402
+from codegen.pytorch import as_module  # noqa: E402
+from codegen.reference import interpreter as reference  # noqa: E402
 from dsl import check_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,7 +272,7 @@ def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
 
 def test_without_torch_the_import_says_how_to_install_it():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "try:\n    import codegen.torch\nexcept ImportError as e:\n    print(e)")
+            "try:\n    import codegen.pytorch\nexcept ImportError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
     assert "install PyTorch (pip install 'mdl[torch]'" in out

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from ir_helpers import model, random_params, rel_error, rnn_model
 
-from codegen import cli, gradcheck, reference
-from codegen.autodiff import GradientError, cotangent_names, vjp_graph
-from codegen.ir import walk_ops
-from codegen.passes import optimize
+from codegen import cli
+from codegen.ir.graph import walk_ops
+from codegen.ops.rng import derive
+from codegen.ops.verify import verify
 from codegen.pipeline import BuildOptions, _index_entry, differentiate, load
-from codegen.rng import derive
-from codegen.verify import verify
+from codegen.reference import gradcheck, interpreter as reference
+from codegen.transforms.autodiff import GradientError, cotangent_names, vjp_graph
+from codegen.transforms.passes import optimize
 from dsl import check_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

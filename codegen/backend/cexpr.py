@@ -2,7 +2,7 @@
 `v<id>`, dims `d<index>`, parameters and inputs are addressed by position."""
 from __future__ import annotations
 
-from ..shapes import CeilDiv, Dim, Symbol, TripCount
+from ..ir.shapes import CeilDiv, Dim, Symbol, TripCount
 
 
 class DimNames:

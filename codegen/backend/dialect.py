@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dtypes import DTYPES
+from ..ir.dtypes import DTYPES
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Block, Op, Value, walk_ops
-from ..primitives import TABLE
-from ..primitives import lowering as _hooks  # noqa: F401  (attaches extra["lower"])
-from ..structured import STRUCTURED
-from ..shapes import Dim, contiguous_strides
+from ..ir.graph import Block, Op, Value, walk_ops
+from ..ir.shapes import Dim, contiguous_strides
+from ..ops.primitives import TABLE
+from ..ops.structured import STRUCTURED
+from . import op_lowering as _hooks  # noqa: F401  (attaches extra["lower"])
 
 
 @dataclass(eq=False)

@@ -10,16 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autodiff import cotangent_names
-from ..dtypes import DTYPES
-from ..ir import Block, Graph, Value, walk_ops
-from ..shapes import TensorType, contiguous_strides, numel
-from ..templating import environment
+from ..ir.dtypes import DTYPES
+from ..ir.graph import Block, Graph, Value, walk_ops
+from ..ir.shapes import TensorType, contiguous_strides, numel
+from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
 from .lower import Layout
 from .render import Access, FunctionSpec, Renderer
 from .target import Target
-
+from .templating import environment
 
 
 @dataclass

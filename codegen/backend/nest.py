@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..shapes import Dim, contiguous_strides
+from ..ir.shapes import Dim, contiguous_strides
 
 
 @dataclass

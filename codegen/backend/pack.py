@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Value
+from ..ir.graph import Value
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
 
 LOOPS = ("for", "while")   # an `if` body runs once: nothing to share

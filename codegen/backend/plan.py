@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..dtypes import DTYPES
-from ..ir import Value
-from ..shapes import numel
+from ..ir.dtypes import DTYPES
+from ..ir.graph import Value
+from ..ir.shapes import numel
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
-
 
 
 @dataclass

@@ -8,14 +8,14 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from ..ir import Block, Value, walk_ops
-from ..shapes import Dim, contiguous_strides
-from ..structured import STRUCTURED
+from ..ir.graph import Block, Value, walk_ops
+from ..ir.shapes import Dim, contiguous_strides
+from ..ops.structured import STRUCTURED
 from .cexpr import DimNames
+from .control_flow import render_structured
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
-from .structured import render_structured
 from .target import Target
 
 

@@ -5,7 +5,7 @@ differs between machines: the function skeleton, how a fused elementwise group b
 code (a loop nest on a CPU, a kernel and its launch on a GPU), how memory is copied and
 filled, where parameters, inputs, results and saved values live, how a scalar is read
 on the host (a branch condition), where tapes live, and each kernel primitive's
-statements. Its `Dialect` spells scalars; its `Toolchain` (codegen/toolchain.py) builds
+statements. Its `Dialect` spells scalars; its `Toolchain` (codegen/build/toolchain.py) builds
 what it generates.
 
 To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
@@ -18,16 +18,15 @@ import abc
 import functools
 from typing import Callable
 
-from ..ir import Value
-from ..primitives import TABLE
-from ..toolchain import Toolchain
+from ..ir.graph import Value
+from ..ops.primitives import TABLE
 from .dialect import Dialect
 
 
 class Target(abc.ABC):
     name: str
     dialect: Dialect
-    toolchain: Toolchain
+    toolchain: object  # the Toolchain building its code (codegen/build/toolchain.py)
     source: str = "module.cpp"   # the generated file's name (its language)
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
     device: str = "nullptr"      # the runtime's mdl::Device of its models (model.h)

@@ -1,0 +1,191 @@
+"""`for`, `if` and `while` as native control flow.
+
+Loop state lives in the op's own outputs (the state buffers): the body reads them
+through its state args and the final state needs no copy. Per-step slices of a sequence
+are views at offset t; a yield the body computes is computed in its step's row of the
+stacked output (placed there by lowering), other yields are copied there. Loops
+with lengths never get here: the pipeline rewrites them into plain loops over
+sequences in step order with a mask (codegen/ops/structured/for_op.py), the one
+implementation of lengths besides the reference's. A `while` pushes its tape values
+every trip onto growable tapes and records its trip count in the model.
+
+Each op's lowering and rendering are attached to its entry in the table of structured
+ops as `extra["native"] = (lower, render)`; the renderer's target writes every
+machine-specific statement, so these serve every target."""
+from __future__ import annotations
+
+from ..ir.graph import IRError, Op
+from ..ir.shapes import Dim, contiguous_strides, numel
+from ..ops.structured import STRUCTURED
+from .lower import Layout, Lowering, Structured, lowering_kind
+
+
+def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    if op.attrs["has_lengths"]:  # the pipeline lowers lengths (codegen/ops/structured/for_op.py)
+        raise IRError("a for with lengths reached the backend; lowering.prepare rewrites it")
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    body = op.blocks[0]
+    for v in op.outputs:
+        low.own(v)
+    ins.extra["overwritten"] = {v.id for v in op.outputs[:n_state]}
+    ins.extra["early"] = set(range(n_state, len(body.results)))  # yields: before the state
+    made = {v.id for o in body.ops if lowering_kind(o) in ("elementwise", "kernel", "structured")
+            for v in o.outputs}
+    for out, y in zip(op.outputs[n_state:], body.results[n_state:]):
+        if y.id in made and y.id not in low.placed:  # computed by the body: in its step's row
+            low.placed[y.id] = Layout(out, f"{ins.extra['step']} * "
+                                      f"{low.cx.dim(numel(y.type.shape))}",
+                                      contiguous_strides(y.type.shape))
+            ins.extra["in_place"][y.id] = out
+    _accumulate_in_place(low, body, op, ins)
+    for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
+        strides = low.layouts[seq.id].strides
+        low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
+                                     strides[1:])
+    for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
+        low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+
+
+def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
+    """A state updated as s + p and read nowhere else (a weight's gradient accumulated
+    over the steps of a recompute loop's backward) is updated in its own buffer: a
+    product p adds itself into it (BLAS beta = 1; the add is folded away), any other p
+    is added by the fused loop writing over s. Neither is copied back every step."""
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    producers = {v.id: o for o in body.ops for v in o.outputs}
+    for s, r, state in zip(body.args[n_seq:], body.results[:n_state], op.outputs[:n_state]):
+        add = producers.get(r.id)
+        if add is None or add.prim != "add" or s not in add.inputs or r.id in low.placed \
+                or low.uses.get(s.id) != 1 or low.uses.get(r.id) != 1:
+            continue
+        p = add.inputs[1] if add.inputs[0] is s else add.inputs[0]
+        if p is s or p.type.shape != r.type.shape or s.type.shape != r.type.shape:
+            continue
+        where = Layout(state, "0", contiguous_strides(r.type.shape))
+        product = producers.get(p.id)
+        if product is not None and product.prim == "matmul" and low.uses.get(p.id) == 1 \
+                and p.id not in low.placed:
+            low.placed[p.id] = where
+            low.accumulating.add(id(product))
+            low.folded[id(add)] = p
+        else:
+            low.placed[r.id] = where
+        ins.extra["in_place"][r.id] = state
+
+
+def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    """A branch's result computed in the branch is computed in the if's output; a
+    constant result is written there by the branch (`extra["constants"]`)."""
+    for v in op.outputs:
+        low.own(v)
+    ins.extra["constants"] = True
+    for block in op.blocks:
+        made = {v.id for o in block.ops
+                if lowering_kind(o) in ("elementwise", "kernel", "structured") for v in o.outputs}
+        for v, y in zip(op.outputs, block.results):
+            if y.id in made and y.id not in low.placed and low.uses.get(y.id) == 1:
+                low.placed[y.id] = Layout(v, "0", contiguous_strides(y.type.shape))
+                ins.extra["in_place"][y.id] = v
+
+
+def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
+    n_state = len(op.inputs)
+    for v in op.outputs[:n_state]:
+        low.own(v)
+    for v in op.outputs[n_state:]:  # tapes: growable memory of the model, not the arena
+        low.own(v)
+        low.unplanned.add(v.id)
+    for block in op.blocks:
+        for arg, state in zip(block.args, op.outputs[:n_state]):
+            low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+
+
+# ---- rendering ---------------------------------------------------------------------------
+def render_structured(r, ins: Structured) -> None:
+    STRUCTURED[ins.op.prim].extra["native"][1](r, ins)
+
+
+def _render_for(r, ins: Structured) -> None:
+    op = ins.op
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    states, stacked = op.outputs[:n_state], op.outputs[n_state:]
+    for v in op.outputs:
+        r.define_owned(v)
+    for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
+        r.assign(state, init)
+    body = op.blocks[0]
+    steps = r.dim(op.inputs[0].type.shape[0])
+    s, t = r.fresh("s"), ins.extra["step"]
+    r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
+    r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
+    r.emit(f"(void){t};")
+    for arg in body.args:
+        r.view(arg)
+    r.instructions(ins.blocks[0])
+    results = ins.extra["results"][0]
+    for out, y in zip(stacked, results[n_state:]):  # first: a yield may read the state
+        if r.layout(y).base is out:  # computed in place (lowering placed it)
+            continue
+        size = r.dim(numel(y.type.shape))
+        r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
+    for state, new in zip(states, results[:n_state]):
+        if r.layout(new).base is state:  # updated in place (_accumulate_in_place)
+            continue
+        r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    r.close()
+
+
+def _render_if(r, ins: Structured) -> None:
+    op = ins.op
+    for v in op.outputs:
+        r.define_owned(v)
+    r.open(f"if ({r.scalar(op.inputs[0])})")
+    for k, (lowered, results) in enumerate(zip(ins.blocks, ins.extra["results"])):
+        if k == 1:
+            r.close(" else {")
+            r.depth += 1
+        r.instructions(lowered)
+        for out, res in zip(op.outputs, results):
+            if r.layout(res).is_const:
+                r.assign(out, res)
+            elif r.layout(res).base is not out:  # else computed in place
+                r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))
+    r.close()
+
+
+def _render_while(r, ins: Structured) -> None:
+    op = ins.op
+    n_state = len(op.inputs)
+    states, tapes = op.outputs[:n_state], op.outputs[n_state:]
+    for v in states:
+        r.define_owned(v)
+    for state, init in zip(states, op.inputs):
+        r.assign(state, init)
+    tape_ids = [r.tape_index(v) for v in tapes]
+    trips = r.fresh("trips")
+    r.emit(f"int64_t {trips} = 0;")
+    tg = r.target
+    for k in tape_ids:
+        r.emit(tg.tape_clear(k))
+    r.open("while (true)")
+    for arg in op.blocks[0].args + op.blocks[1].args:
+        r.view(arg)
+    r.instructions(ins.blocks[0])
+    r.emit(f"if (!{r.scalar(ins.extra['results'][0][0])}) break;")
+    r.instructions(ins.blocks[1])
+    results = ins.extra["results"][1]
+    for k, v in zip(tape_ids, results[n_state:]):
+        r.emit(tg.tape_push(k, r.ptr(v), f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"))
+    for state, new in zip(states, results[:n_state]):
+        r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    r.emit(f"++{trips};")
+    r.close()
+    for k, v in zip(tape_ids, tapes):
+        trip_dim = v.type.shape[0]
+        r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
+        r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(k, r.ctype(v))};")
+
+
+STRUCTURED["for"].extra["native"] = (_lower_for, _render_for)
+STRUCTURED["if"].extra["native"] = (_lower_if, _render_if)
+STRUCTURED["while"].extra["native"] = (_lower_while, _render_while)

@@ -1,0 +1,216 @@
+"""The statements of each kernel primitive (the rest of a primitive's lowering is shared:
+primitives/lowering.py): lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling
+the target's runtime, whose functions have the same names and arguments on every target
+(cpp_runtime/mdl/kernels.h on the CPU, mdl/cuda/kernels.h on the GPU); `r.target.call`
+spells the call. `inputs` are the values the kernel reads, possibly contiguous copies of
+`op.inputs`. Each target attaches them as `extra[target.name]` (primitives/cpu.py,
+primitives/cuda.py), with its own products.
+"""
+from __future__ import annotations
+
+import json
+
+from ..ir.shapes import contiguous_strides, numel
+from ..ops.primitives.core import TABLE
+from .op_lowering import ctype_of, matrix_order, offset_expr
+
+STATEMENTS: dict = {}  # primitive name -> lines(r, op, inputs, in_ptrs, out_ptrs)
+
+
+def statements(name: str, lines) -> None:
+    STATEMENTS[name] = lines
+
+
+def _shape(r, shape) -> str:
+    return "{" + ", ".join(r.dim(d) for d in shape) + "}" if shape else "{int64_t(1)}"
+
+
+def _reduce(kind: str):
+    def lines(r, op, inputs, ins, outs):
+        x = inputs[0]
+        mask = sum(1 << a for a in op.attrs["axes"])
+        rank = max(1, x.type.rank)
+        return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
+                f"{r.target.call('reduce')}mdl::Reduction::{kind}, {ins[0]}, sh, {rank}, {mask}u, "
+                f"{outs[0]}); }}"]
+    return lines
+
+
+for _name, _kind in (("sum", "Sum"), ("max", "Max"), ("mean", "Mean"), ("logsumexp", "LogSumExp")):
+    statements(_name, _reduce(_kind))
+
+
+def _sum_to(r, op, inputs, ins, outs):
+    x = inputs[0]
+    mask = sum(1 << a for a in TABLE["sum_to"].extra["sums"](op))
+    return [f"{{ const int64_t sh[] = {_shape(r, x.type.shape)}; "
+            f"{r.target.call('reduce')}mdl::Reduction::Sum, {ins[0]}, sh, {max(1, x.type.rank)}, {mask}u, "
+            f"{outs[0]}); }}"]
+
+
+statements("sum_to", _sum_to)
+
+
+def _softmax(log: bool):
+    def lines(r, op, inputs, ins, outs):
+        shape, axis = inputs[0].type.shape, op.attrs["axis"]
+        return [f"{r.target.call('softmax')}{'true' if log else 'false'}, {ins[0]}, "
+                f"{r.dim(numel(shape[:axis]))}, {r.dim(shape[axis])}, "
+                f"{r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
+    return lines
+
+
+statements("softmax", _softmax(False))
+statements("log_softmax", _softmax(True))
+
+
+def indices_named(v) -> str:
+    """A C++ string literal naming where integer indices came from, for an IndexError:
+    the input or variable they are (its name in the .mdl file), else "the indices"."""
+    return json.dumps(f"`{v.hint}`" if v.hint else "the indices")
+
+
+def cross_entropy_args(r, op, inputs, ins) -> str:
+    """The arguments of the runtime's cross_entropy after its context: logits, targets,
+    lengths (or nullptr), rows, classes, batch, the targets' name."""
+    logits, targets = inputs[0], inputs[1]
+    lengths = ins[2] if len(ins) > 2 else "nullptr"
+    batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
+    return (f"{ins[0]}, {ins[1]}, {lengths}, {r.dim(numel(targets.type.shape))}, "
+            f"{r.dim(logits.type.shape[-1])}, {batch}, {indices_named(op.inputs[1])}")
+
+
+def gemm_operand(r, v) -> tuple[str, str]:
+    """(transposed, leading dimension) of a product's operand; BLAS wants ld >= the
+    stored row length."""
+    if v.type.rank != 2:
+        return "false", r.dim(v.type.shape[-1])
+    (rows, cols), (s0, s1) = v.type.shape, r.layout(v).strides
+    if matrix_order(v, r.layout(v)) == "rows":
+        return "false", f"std::max<int64_t>({r.dim(s0)}, {r.dim(cols)})"
+    return "true", f"std::max<int64_t>({r.dim(s1)}, {r.dim(rows)})"
+
+
+def gemm_sizes(r, a, b) -> tuple[str, str, str]:
+    """m, n, k of a @ b (a's leading dims are rows)."""
+    k, n = b.type.shape
+    return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
+
+
+def gemm_args(r, op, inputs, ins, outs, accumulate: bool) -> str:
+    """The arguments of a row-major GEMM computing the product (after any context):
+    ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc; `accumulate`: beta 1."""
+    a, b = inputs
+    m, n, k = gemm_sizes(r, a, b)
+    ta, lda = gemm_operand(r, a)
+    tb, ldb = gemm_operand(r, b)
+    one = f"{ctype_of(op, r)}(1)"
+    beta = one if accumulate else f"{ctype_of(op, r)}(0)"
+    return (f"{ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, {ins[1]}, {ldb}, {beta}, "
+            f"{outs[0]}, {n}")
+
+
+def _gather(r, op, inputs, ins, outs):
+    table, ids = inputs
+    return [f"{r.target.call('gather')}{ins[0]}, {r.dim(table.type.shape[0])}, "
+            f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
+            f"{outs[0]}, {indices_named(op.inputs[1])});"]
+
+
+statements("gather", _gather)
+
+
+def _scatter_add(r, op, inputs, ins, outs):
+    g, ids = inputs
+    out = op.outputs[0]
+    return [f"{r.target.call('scatter_add')}{ins[0]}, {r.dim(numel(out.type.shape[1:]))}, {ins[1]}, "
+            f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]});"]
+
+
+statements("scatter_add", _scatter_add)
+statements("one_hot", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('one_hot')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, {op.attrs['n']}, {outs[0]});"])
+
+
+def _unindex(r, op, inputs, ins, outs):
+    g, i = inputs
+    out = op.outputs[0]
+    size = r.dim(numel(g.type.shape))
+    return [r.target.fill(outs[0], r.dim(numel(out.type.shape)), f"{ctype_of(op, r)}(0)"),
+            r.target.copy(f"{outs[0]} + mdl::checked_index({r.scalar(i)}, "
+                          f"{r.dim(out.type.shape[0])}) * {size}", ins[0], size)]
+
+
+statements("unindex", _unindex)
+
+
+def _unslice(r, op, inputs, ins, outs):
+    """Zeros of the output's shape with the input written at `starts`."""
+    out, g = op.outputs[0], inputs[0]
+    r.emit(r.target.fill(outs[0], r.dim(numel(out.type.shape)), f"{ctype_of(op, r)}(0)"))
+    strides = contiguous_strides(out.type.shape)
+    r.assign(r.region(out, offset_expr(r, op.attrs["starts"], strides), g.type, strides), g)
+    return []
+
+
+statements("unslice", _unslice)
+
+
+def _gather_into(r, op, inputs, ins, outs):
+    """Each input into its region of the output (primitives/lowering.py's `gathers`)."""
+    for x, (offset, strides) in zip(inputs, TABLE[op.prim].extra["gathers"](r, op)):
+        r.assign(r.region(op.outputs[0], offset, x.type, strides), x)
+    return []
+
+
+statements("concat", _gather_into)
+statements("stack", _gather_into)
+
+
+def _seq_order(r, op, inputs, ins, outs):
+    x = inputs[0]
+    name = json.dumps(op.inputs[1].hint or "lengths")  # a C string literal, escaped
+    return [f"{r.target.call('seq_order')}{'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
+            f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
+            f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]}, {name});"]
+
+
+statements("seq_order", _seq_order)
+
+
+def _seq_mask(r, op, inputs, ins, outs):
+    x = inputs[0]
+    if len(ins) == 1:
+        return [r.target.fill(outs[0], r.dim(x.type.shape[0]), f"{ctype_of(op, r)}(1)")]
+    return [f"{r.target.call('seq_mask')}{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
+            f"{outs[0]});"]
+
+
+statements("seq_mask", _seq_mask)
+
+
+def _segment(r, op, inputs, ins, outs):
+    x, out = inputs[0], op.outputs[0]
+    size = r.dim(numel(x.type.shape))
+    return [r.target.fill(outs[0], r.dim(numel(out.type.shape)), f"{ctype_of(op, r)}(0)"),
+            r.target.copy(outs[0], ins[0], size)]
+
+
+statements("segment", _segment)
+
+
+def _dropout_like(mask_only: bool):
+    def lines(r, op, inputs, ins, outs):
+        n = r.dim(numel(inputs[0].type.shape))
+        if not r.spec.training:
+            return [r.target.fill(outs[0], n, f"{ctype_of(op, r)}(1)") if mask_only else
+                    r.target.copy(outs[0], ins[0], n)]
+        salt = f"uint64_t({op.attrs['salt']})"
+        return [f"{r.target.call('dropout')}{'true' if mask_only else 'false'}, {ins[0]}, {n}, "
+                f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
+                f"m.draw({salt}, {n}), {outs[0]});"]
+    return lines
+
+
+statements("dropout", _dropout_like(False))
+statements("dropout_mask", _dropout_like(True))

@@ -1,0 +1,170 @@
+"""How the native backend lowers each primitive, the same for every target; attached as
+`extra["lower"]`:
+- ("elementwise", expr(args, op, r)): a scalar expression of the operands' scalars in the
+  target's dialect (`r.d`), fused into a loop nest or a GPU kernel by the target;
+- ("const", value(op)): a uniform constant, which needs no memory;
+- ("view", layout(r, op, i, strides), needs_contiguous): output i re-addresses the
+  input's memory (offset, strides);
+- ("kernel", accepts): a call into the target's runtime, emitted by the target's own
+  hook (`extra[target.name]`, e.g. primitives/cpu.py); `accepts` (bool, or a predicate on
+  an input's layout) says which inputs may be strided views.
+A primitive that only gathers its inputs into its output (concat, stack) also declares
+`extra["gathers"](r, op) -> [(offset, strides)]`: where each input lies in the output, so
+that their producers can write there directly. A plain sum (sum, sum_to) declares
+`extra["sums"](op) -> axes`: the input axes it adds up, so that the elementwise loop
+computing its input can accumulate it instead of storing it.
+`r` is the backend's renderer: `r.dim(d)`, `r.ctype(v)`, `r.scalar(v)`, `r.layout(v)`.
+"""
+from __future__ import annotations
+
+from ..ir.shapes import Dim, contiguous_strides
+from ..ops.primitives.core import TABLE
+
+
+def attach_lowering(name: str, *hook) -> None:
+    TABLE[name].extra["lower"] = hook
+
+
+def ctype_of(op, r, i=None):
+    """The C++ type of output 0 (or of input i)."""
+    v = op.outputs[0] if i is None else op.inputs[i]
+    return r.ctype(v)
+
+
+# ---- elementwise ------------------------------------------------------------------------
+def _call(fn):
+    return lambda a, op, r: f"{r.d.math(fn)}({a[0]})"
+
+
+for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs"):
+    attach_lowering(_fn, "elementwise", _call(_fn))
+attach_lowering("sigmoid", "elementwise",
+           lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.d.math('exp')}(-{a[0]})))")
+attach_lowering("sign", "elementwise",
+           lambda a, op, r: f"{ctype_of(op, r)}(({a[0]} > {ctype_of(op, r)}(0)) - ({a[0]} < {ctype_of(op, r)}(0)))")
+attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
+attach_lowering("relu", "elementwise",
+           lambda a, op, r: f"({a[0]} > {ctype_of(op, r)}(0) ? {a[0]} : {ctype_of(op, r)}(0))")
+attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
+for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
+    attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"({a[0]} {s} {a[1]})")
+for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
+                    ("ne", "!="), ("and", "&&"), ("or", "||")):
+    attach_lowering(_name, "elementwise",
+                    lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
+attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.d.math('pow')}({a[0]}, {a[1]})")
+attach_lowering("maximum", "elementwise",
+           lambda a, op, r: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})")
+attach_lowering("minimum", "elementwise",
+           lambda a, op, r: f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})")
+attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a[2]})")
+attach_lowering("cast", "elementwise", lambda a, op, r: f"static_cast<{ctype_of(op, r)}>({a[0]})")
+attach_lowering("add_n", "elementwise", lambda a, op, r: "(" + " + ".join(a) + ")")
+
+# ---- constants --------------------------------------------------------------------------
+for _name, _prim in TABLE.items():
+    if _prim.uniform is not None:
+        attach_lowering(_name, "const", _prim.uniform)
+
+
+# ---- views ------------------------------------------------------------------------------
+def offset_expr(r, starts, strides) -> str:
+    terms = [f"{r.dim(s)} * {r.dim(st)}" for s, st in zip(starts, strides) if s != Dim.of(0)]
+    return " + ".join(terms) or "0"
+
+
+attach_lowering("reshape", "view",
+           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
+attach_lowering("unsegment", "view",
+           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
+attach_lowering("index", "view", lambda r, op, i, st: (
+    f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}) * "
+    f"{r.dim(st[0])}", st[1:]), False)
+attach_lowering("slice", "view",
+           lambda r, op, i, st: (offset_expr(r, op.attrs["starts"], st), st), False)
+attach_lowering("transpose", "view",
+           lambda r, op, i, st: ("0", tuple(st[p] for p in op.attrs["perm"])), False)
+
+
+def _split_view(r, op, i, st):
+    axis = op.attrs["axis"]
+    piece = op.outputs[0].type.shape[axis]
+    return f"{i} * {r.dim(piece)} * {r.dim(st[axis])}", st
+
+
+attach_lowering("split", "view", _split_view, False)
+
+
+def _broadcast_view(r, op, i, st):
+    x, shape = op.inputs[0], op.outputs[0].type.shape
+    strides = [Dim.of(0) if d == Dim.of(1) else s for d, s in zip(x.type.shape, st)]
+    return "0", (Dim.of(0),) * (len(shape) - x.type.rank) + tuple(strides)
+
+
+attach_lowering("broadcast_to", "view", _broadcast_view, False)
+
+
+# ---- kernels (their statements come from each target's hooks) ----------------------------
+def matrix_order(v, layout):
+    """How GEMM reads a rank-2 view: ("rows" or "cols" contiguous) or None. A dim of
+    size 1 has no meaningful stride, so it never decides."""
+    (rows, cols), (s0, s1) = v.type.shape, layout.strides
+    one = Dim.of(1)
+    if cols == one or s1 == one:
+        return "rows"
+    if rows == one or s0 == one:
+        return "cols"
+    return None
+
+
+def _matmul_ok(r, op, i, layout) -> bool:
+    """GEMM reads a row-major or transposed matrix in place; `a` may also be a
+    contiguous batch of rows."""
+    v = op.inputs[i]
+    if layout.is_const or any(s == Dim.of(0) and d != Dim.of(1)
+                              for s, d in zip(layout.strides, v.type.shape)):
+        return False  # a broadcast repeats rows or columns: GEMM needs them in memory
+    if v.type.rank == 2 and matrix_order(v, layout) is not None:
+        return True
+    return r.low.is_contiguous(v)
+
+
+attach_lowering("matmul", "kernel", _matmul_ok)
+
+
+def _gathered(stack: bool):
+    def regions(r, op):
+        """(offset, strides) of each input inside the output."""
+        out, axis = op.outputs[0], op.attrs["axis"]
+        strides = contiguous_strides(out.type.shape)
+        at, where = Dim.of(0), []
+        for x in op.inputs:
+            offset = f"{r.dim(at)} * {r.dim(strides[axis])}"
+            if stack:
+                where.append((offset, strides[:axis] + strides[axis + 1:]))
+                at = at + 1
+            else:
+                where.append((offset, strides))
+                at = at + x.type.shape[axis]
+        return where
+    return regions
+
+
+def _sum_to_axes(op) -> tuple[int, ...]:
+    """The axes of sum_to's input that its target shape drops or keeps as 1."""
+    x, shape = op.inputs[0], tuple(op.attrs["shape"])
+    lead = x.type.rank - len(shape)
+    return tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == Dim.of(1) and x.type.shape[lead + i] != Dim.of(1))
+
+
+TABLE["sum"].extra["sums"] = lambda op: tuple(op.attrs["axes"])
+TABLE["sum_to"].extra["sums"] = _sum_to_axes
+TABLE["concat"].extra["gathers"] = _gathered(False)
+TABLE["stack"].extra["gathers"] = _gathered(True)
+for _name in ("unslice", "concat", "stack"):  # they write through views themselves
+    attach_lowering(_name, "kernel", True)
+for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
+              "cross_entropy", "gather", "scatter_add", "one_hot", "unindex", "seq_order",
+              "seq_mask", "segment", "dropout", "dropout_mask"):
+    attach_lowering(_name, "kernel", False)

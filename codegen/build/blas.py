@@ -1,0 +1,92 @@
+"""Which BLAS the CPU target links: Intel MKL (the `mkl` and `mkl-include` wheels) where it
+is installed, on x86-64, else OpenBLAS (the `scipy-openblas32` wheel). MKL measured 1.3 to
+3x faster than OpenBLAS on the products of a recurrent step on the project's machine
+([32, 256] @ [256, 1024]: 65 us against 120 us on 2 threads; docs/build.md), and it can
+pack a weight once for the many products of a loop. `MDL_BLAS=openblas` (or `mkl`)
+chooses explicitly.
+
+Both come from Python packages, not system directories: modules find the library by
+RPATH. cpp_runtime/mdl/blas.h reads the define to call one or the other.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from ..ir.diagnostics import MdlBuildError
+
+CHOICES = ("mkl", "openblas")
+
+
+@dataclass(frozen=True)
+class Blas:
+    name: str            # "mkl" or "openblas"
+    include_dir: str
+    library: Path        # the shared library modules link and find by RPATH
+    define: str          # tells cpp_runtime/mdl/blas.h which API to call
+
+    @property
+    def lib_dir(self) -> str:
+        return str(self.library.parent)
+
+    @property
+    def system_libraries(self) -> tuple[str, ...]:
+        """Libraries the compiler finds itself: MKL's threads run on GNU OpenMP
+        (cpp_runtime/mdl/blas.h, blas_init), which it expects the process to have loaded."""
+        return ("gomp",) if self.name == "mkl" else ()
+
+    def link_flags(self) -> list[str]:
+        return [str(self.library), f"-Wl,-rpath,{self.lib_dir}",
+                *(f"-l{lib}" for lib in self.system_libraries)]
+
+
+@functools.cache
+def blas() -> Blas:
+    """The BLAS of this installation (see the module's docstring for the choice)."""
+    wanted = os.environ.get("MDL_BLAS", "").strip().lower()
+    if wanted and wanted not in CHOICES:
+        raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
+    if wanted != "openblas":
+        found = _mkl()
+        if found is not None:
+            return found
+        if wanted == "mkl":
+            raise MdlBuildError("MDL_BLAS=mkl but MKL is not installed: "
+                               "pip install mkl mkl-include")
+    return _openblas()
+
+
+def _mkl() -> Blas | None:
+    library = installed_file("mkl", "libmkl_rt.so.")
+    header = installed_file("mkl-include", "mkl_cblas.h")
+    if library is None or header is None:
+        return None
+    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL")
+
+
+def _openblas() -> Blas:
+    try:
+        import scipy_openblas32 as ob
+    except ImportError:
+        raise MdlBuildError("no BLAS found: install mkl and mkl-include (x86-64) or "
+                           "scipy-openblas32") from None
+    library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
+    return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS")
+
+
+def installed_file(distribution: str, name: str) -> Path | None:
+    """A file `distribution` installed whose name starts with `name`, or None."""
+    try:
+        files = metadata.distribution(distribution).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    dist = metadata.distribution(distribution)
+    for f in files:
+        if f.name.startswith(name):
+            path = Path(dist.locate_file(f)).resolve()
+            if path.exists():
+                return path
+    return None

@@ -1,0 +1,114 @@
+"""The build cache's protocol (after PyTensor's cmodule): one directory per key under
+`cache_dir()`, made in a temporary directory inside the cache and renamed into place
+under a per-key file lock, re-checked after taking the lock, so no process ever sees
+half a build and concurrent processes build a key once. A failed build is kept as
+`failed-<key>` for inspection. See docs/build.md."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..ir.diagnostics import MdlBuildError
+
+# Part of every build-cache key: bump it when generated code changes in a way that the
+# key's other parts (the sources, runtime headers, flags, compiler) would not show.
+CODEGEN_VERSION = 1
+
+
+class Failed(Exception):
+    """A build step failed: `log` is kept in the failed directory's build.log, and
+    `describe(kept)` says what happened, naming the kept directory."""
+
+    def __init__(self, log: str, describe: Callable[[Path, str], str]):
+        super().__init__(log)
+        self.log, self.describe = log, describe
+
+
+def cache_dir() -> Path:
+    """The cache root: `$MDL_CACHE_DIR`, else `$XDG_CACHE_HOME/mdl`, else `~/.cache/mdl`."""
+    if os.environ.get("MDL_CACHE_DIR"):
+        return Path(os.environ["MDL_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mdl"
+
+
+def sha256(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def digest(fields: dict) -> str:
+    """The cache's one key recipe: a sha256 of the fields as sorted JSON, 32 hex digits."""
+    return sha256(json.dumps(fields, sort_keys=True))[:32]
+
+
+def cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
+    """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
+    that is renamed to `final` once complete. A cache directory that cannot be written
+    (read-only, full) is an MdlBuildError naming it; so is a `Failed` build, whose
+    directory is kept as `failed-<key>`."""
+    root = cache_dir()
+    built = root / key / product
+    if built.is_file():  # complete: a key directory only ever appears by rename
+        return built
+    try:
+        with _locked(root / "locks" / f"{key}.lock"):
+            if built.is_file():  # another process finished it while we waited
+                return built
+            _discard_leftovers(root, key)
+            work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
+            work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
+            try:
+                make(work, root / key)
+                work.rename(root / key)
+            except Failed as failed:
+                raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", failed)) from None
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+    except OSError as error:
+        raise MdlBuildError(_unusable_cache(root, error)) from None
+    return built
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive flock on `path` (created if needed); released when the file closes,
+    also when the process dies, so a crashed build never blocks the next one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _unusable_cache(root: Path, error: OSError) -> str:
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EROFS: "it is on a read-only file system",
+           errno.EACCES: "it is not writable for this user",
+           errno.EPERM: "it is not writable for this user"}.get(error.errno, error.strerror)
+    return (f"cannot use the build cache {root}: {why} ({error.filename or root}); set "
+            f"MDL_CACHE_DIR to a writable directory with free space")
+
+
+def _discard_leftovers(root: Path, key: str) -> None:
+    """Under the key's lock: temporary directories of builds that died (only the lock holder
+    builds this key), and a key directory someone emptied by hand."""
+    for stale in root.glob(f"tmp-{key}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if (root / key).exists():
+        shutil.rmtree(root / key)
+
+
+def _keep_failed(work: Path, kept: Path, failed: Failed) -> str:
+    """Move a failed build to `kept` (replacing an older failure) and describe it."""
+    shutil.rmtree(kept, ignore_errors=True)
+    work.rename(kept)
+    log = failed.log.replace(str(work), str(kept))  # the tools named the temporary directory
+    (kept / "build.log").write_text(log)
+    return failed.describe(kept, log)

@@ -1,0 +1,191 @@
+"""How a target's generated sources become an extension: a toolchain names the compiler
+and its flags, the runtime objects a module links (each compiled once per cache), and
+what of this goes into a build's cache key. `codegen.build.extension.build_extension` runs the
+build itself, through the cache, the same for every toolchain; a target names its
+toolchain (`Target.toolchain`).
+
+- HOST: the C++ compiler (`c++`, or $CXX): the cpu target.
+- NVCC: nvcc and cuBLAS (codegen/build/cuda_toolkit.py): the cuda target.
+- EMULATED_CUDA: the cuda target built by the host compiler (`mdlc build --target cuda
+  --emulate`): the same generated CUDA compiled as C++ against the stand-in headers of
+  cpp_runtime/emulated/, whose device runs every kernel on the CPU, with checks
+  (docs/cuda.md). It needs neither nvcc nor cuBLAS.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backend.paths import RUNTIME_DIR
+from ..ir.diagnostics import MdlBuildError
+from .cuda_toolkit import toolkit
+from .extension import (CODE_FLAGS, CUDA_RUNTIME_SOURCE, DEBUG_FLAGS, build_runtime,
+                        compile_flags, environment_key, host_compiler, include_dirs,
+                        link_flags, runtime_object)
+
+EMULATED_HEADERS = RUNTIME_DIR / "emulated"   # cuda_runtime.h, cublas_v2.h for the host compiler
+EMULATOR_SOURCES = RUNTIME_DIR / "src" / "emulator"
+CUDA_RUNTIME_OBJECT = "mdl_cuda_runtime.o"
+EMULATED_RUNTIME_OBJECT = "mdl_emulated_cuda.o"
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What a module's build takes from the cache besides its sources: the runtime objects
+    it links, and directories searched for headers before the others (a precompiled
+    header's)."""
+    objects: tuple[Path, ...]
+    includes: tuple[Path, ...] = ()
+
+
+class Toolchain(abc.ABC):
+    name: str            # in every key: two toolchains' builds never share a cache entry
+    label: str = ""      # after the module's name in the progress line
+    no_sanitize: str = ""  # why --sanitize is refused, where it is
+
+    def check(self, sanitize: bool) -> None:
+        """Refuse what this toolchain cannot build, before anything is compiled."""
+        if sanitize and self.no_sanitize:
+            raise MdlBuildError(self.no_sanitize)
+
+    @abc.abstractmethod
+    def fields(self, debug: bool, sanitize: bool) -> dict:
+        """What decides its builds besides their sources and the environment
+        (build.environment_key): the toolchain, its tools and its flags."""
+
+    @abc.abstractmethod
+    def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
+        """The runtime objects a module links, built (or found) in the cache."""
+
+    @abc.abstractmethod
+    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        """The one command that compiles `compiled` and links them with `linked` into
+        `output`, in a build directory that will be renamed to `final`."""
+
+
+class HostToolchain(Toolchain):
+    """The C++ compiler: the runtime's object and its precompiled mdl/python.h."""
+    name = "host"
+
+    def fields(self, debug: bool, sanitize: bool) -> dict:
+        return {"toolchain": self.name, "flags": compile_flags(debug, sanitize),
+                "link": self.linker_flags(sanitize)}
+
+    def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
+        built = build_runtime(debug=debug, sanitize=sanitize, progress=progress)
+        return Linked((built.object,), (built.precompiled,))
+
+    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        return [host_compiler()["path"], *compile_flags(debug, sanitize),
+                # Debug info and sanitizer reports name the sources where they will stay.
+                f"-ffile-prefix-map={output.parent}={final}",
+                *(f"-I{d}" for d in self.includes(linked.includes)), "-shared",
+                *self.inputs(compiled), *map(str, linked.objects), "-o", str(output),
+                *self.linker_flags(sanitize)]
+
+    def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
+        return [*map(str, first), *include_dirs()]
+
+    def inputs(self, compiled: list[str]) -> list[str]:
+        """The sources as the command names them."""
+        return compiled
+
+    def linker_flags(self, sanitize: bool) -> list[str]:
+        return link_flags(sanitize)
+
+
+class NvccToolchain(Toolchain):
+    """nvcc: the generated CUDA and the cuda target's runtime object
+    (cpp_runtime/src/cuda_device.cu), linked with the host's runtime object, cuBLAS by
+    RPATH and the CUDA runtime statically."""
+    name = "nvcc"
+    label = " (cuda)"
+    no_sanitize = ("--sanitize builds are for the cpu target (the sanitizers instrument host "
+                   "code); build the cuda target without it")
+
+    def flags(self, debug: bool) -> list[str]:
+        """nvcc's flags for the cuda runtime and models: the GPU architectures, and the host
+        compiler's flags as for the cpu target."""
+        host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS,
+                *(() if debug else ("-march=native",))]
+        return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
+                *(DEBUG_FLAGS if debug else ("-O3",)),
+                *(f for f in compile_flags(debug) if f.startswith("-D"))]
+
+    def fields(self, debug: bool, sanitize: bool) -> dict:
+        tk = toolkit()
+        return {"toolchain": self.name, "nvcc": tk.version, "nvcc_path": tk.nvcc,
+                "cublas": str(tk.cublas_library), "cuda_flags": self.flags(debug),
+                "link": self.linker_flags()}
+
+    def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
+        host = build_runtime(debug=debug, progress=progress)
+        device = runtime_object(
+            CUDA_RUNTIME_OBJECT,
+            {"product": "cuda runtime", **self.fields(debug, False), **environment_key()},
+            [toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
+            [RUNTIME_DIR / CUDA_RUNTIME_SOURCE], "the mdl cuda runtime", progress)
+        return Linked((host.object, device))
+
+    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        return [toolkit().nvcc, *self.flags(debug), "-shared",
+                *(f"-I{d}" for d in self.includes()), *compiled,
+                *map(str, linked.objects), "-o", str(output), *self.linker_flags()]
+
+    def includes(self) -> list[str]:
+        return [*include_dirs(), toolkit().cublas_include]
+
+    def linker_flags(self) -> list[str]:
+        """cuBLAS and the BLAS the runtime calls, in nvcc's spelling of linker options."""
+        flags = []
+        for flag in [*toolkit().link_flags(), *link_flags(False)]:
+            if flag.startswith("-Wl,"):
+                flags += ["-Xlinker", flag[len("-Wl,"):]]
+            elif flag.startswith("/"):  # nvcc takes no versioned .so as an input file
+                flags += [f"-L{Path(flag).parent}", f"-l:{Path(flag).name}"]
+            else:
+                flags.append(flag)
+        return flags
+
+
+class EmulatedCudaToolchain(HostToolchain):
+    """The host toolchain with cpp_runtime/emulated/ found first: the generated CUDA is
+    compiled as C++, and so are the cuda target's runtime object and the emulated device
+    (cpp_runtime/src/emulator/), into one more runtime object."""
+    name = "emulated-cuda"
+    label = " (emulated cuda)"
+    no_sanitize = ("--sanitize is not available for emulated cuda builds: the emulator runs "
+                   "CUDA threads as fibers, which the sanitizers do not follow; build "
+                   "without it")
+
+    def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
+        host = super().runtime(debug, sanitize, progress)
+        sources = [RUNTIME_DIR / CUDA_RUNTIME_SOURCE, *sorted(EMULATOR_SOURCES.glob("*.cpp"))]
+        device = runtime_object(
+            EMULATED_RUNTIME_OBJECT,
+            {"product": "emulated cuda runtime", **self.fields(debug, False),
+             **environment_key()},
+            [host_compiler()["path"], *compile_flags(debug),
+             *(f"-I{d}" for d in self.includes()), "-x", "c++"],
+            sources, "the mdl emulated cuda runtime", progress)
+        return Linked((*host.objects, device), host.includes)
+
+    def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
+        return [str(EMULATED_HEADERS), *super().includes(first)]
+
+    def inputs(self, compiled: list[str]) -> list[str]:
+        return ["-x", "c++", *compiled, "-x", "none"]  # the objects after them are objects
+
+    def linker_flags(self, sanitize: bool) -> list[str]:
+        # -lpthread, not -pthread: that would define _REENTRANT, and the precompiled
+        # mdl/python.h, made without it, would not be used
+        return [*super().linker_flags(sanitize), "-ldl", "-lpthread"]
+
+
+HOST = HostToolchain()
+NVCC = NvccToolchain()
+EMULATED_CUDA = EmulatedCudaToolchain()

@@ -1,0 +1,172 @@
+"""Diagnostics: source locations, the error hierarchy, and their rendering.
+
+Every error a user can cause in a .mdl file is an `MdlError` carrying a `Loc`; it
+renders as `FILE:LINE:COL: error: MESSAGE`, the source line, and a caret under the spot,
+as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """One source text and the name it is reported under."""
+
+    path: str
+    text: str
+
+    def line(self, number: int) -> str:
+        lines = self.text.splitlines()
+        return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A 1-based line:column position in a source, spanning `length` characters."""
+
+    source: Source
+    line: int
+    col: int
+    length: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.source.path}:{self.line}:{self.col}"
+
+    def __repr__(self) -> str:
+        return f"Loc({self})"
+
+
+class Plain:
+    """How the parts of a rendered diagnostic look: as they are. A palette for
+    terminals (dsl/highlight.py) colours the same parts."""
+
+    def severity(self, text: str, severity: str) -> str:
+        return text
+
+    def location(self, text: str) -> str:
+        return text
+
+    def source(self, line: str) -> str:
+        return line
+
+    def caret(self, text: str) -> str:
+        return text
+
+
+PLAIN = Plain()
+
+
+@dataclass
+class Diagnostic:
+    """One message at one place, with an optional caret label and located notes."""
+
+    message: str
+    loc: Loc | None = None
+    severity: str = "error"
+    label: str = ""
+    notes: list[tuple[str, Loc | None]] = field(default_factory=list)
+
+    def render(self, palette: Plain = PLAIN) -> str:
+        where = palette.location(f"{self.loc}:") + " " if self.loc else ""
+        out = [f"{where}{palette.severity(self.severity + ':', self.severity)} {self.message}"]
+        if self.loc:
+            out += _excerpt(self.loc, self.label, palette)
+        note = palette.severity("note:", "note")
+        for text, loc in self.notes:
+            out.append(f"  {note} {loc}: {text}" if loc else f"  {note} {text}")
+        return "\n".join(out)
+
+
+EXCERPT_WIDTH = 100
+
+
+def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
+    line = loc.source.line(loc.line).rstrip("\n").expandtabs(1)
+    if not line and loc.line > len(loc.source.text.splitlines()):
+        return []
+    gutter = " " * len(str(loc.line))
+    col = loc.col
+    if len(line) > EXCERPT_WIDTH:  # show a window around the spot, not a whole huge line
+        start = max(0, min(col - 1 - EXCERPT_WIDTH // 2, len(line) - EXCERPT_WIDTH))
+        line = ("..." if start else "") + line[start:start + EXCERPT_WIDTH] + "..."
+        col = col - start + (3 if start else 0)
+    width = max(1, min(loc.length, len(line) - col + 1, EXCERPT_WIDTH))
+    caret = " " * (col - 1) + "^" * width + (f" {label}" if label else "")
+    return [f" {loc.line} | {palette.source(line)}", f" {gutter} | {palette.caret(caret)}"]
+
+
+def count(number: int, noun: str) -> str:
+    """`1 value`, `2 values`: message text that reads right for any number."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+class MdlError(Exception):
+    """Base of every error in user input; holds one or more diagnostics."""
+
+    def __init__(self, message: str, loc: Loc | None = None, *, label: str = "",
+                 notes: list[tuple[str, Loc | None]] | None = None):
+        super().__init__(message)
+        self.diagnostics = [Diagnostic(message, loc, "error", label, list(notes or []))]
+
+    @property
+    def loc(self) -> Loc | None:
+        return self.diagnostics[0].loc
+
+    @property
+    def message(self) -> str:
+        return self.diagnostics[0].message
+
+    def render(self, palette: Plain = PLAIN) -> str:
+        return "\n".join(d.render(palette) for d in self.diagnostics)
+
+    def note_call(self, function: str, loc: Loc) -> None:
+        """Record that the error was reached through a call of `function` at `loc`."""
+        first = self.diagnostics[0]
+        if loc != first.loc:
+            first.notes.append((f"in this call of `{function}`", loc))
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class MdlSyntaxError(MdlError):
+    """The text does not parse."""
+
+
+class MdlNameError(MdlError):
+    """Unknown or misused names, scopes, sharing and imports."""
+
+
+class MdlTypeError(MdlError):
+    """Types, shapes, arity, and control-flow agreement."""
+
+
+class MdlGradientError(MdlError):
+    """A requested gradient does not exist."""
+
+
+class MdlBuildError(MdlError):
+    """The generated code did not build."""
+
+
+class ErrorGroup(MdlError):
+    """Several independent errors found in one run, reported together."""
+
+    def __init__(self, errors: list[MdlError]):
+        super().__init__(errors[0].message, errors[0].loc)
+        self.errors = errors
+        self.diagnostics = [d for e in errors for d in e.diagnostics]
+
+
+def raise_all(errors: list[MdlError]) -> None:
+    """Raise the collected errors: one as itself, several as an ErrorGroup."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ErrorGroup(errors)
+
+
+class UsageError(Exception):
+    """A bad command-line request (unknown -D name, an unknown target, ...): exit
+    status 2."""

@@ -1,0 +1,272 @@
+"""The IR: typed SSA values, ops drawn from the primitive table, and structured ops
+(`for`, `if`, `while`) that own blocks. Blocks may read values of enclosing blocks
+directly (implicit capture); `free_values` lists what a block reads from outside.
+
+Structured op conventions (each op's entry in the table of structured ops,
+codegen/ops/structured/, declares its attributes with their types and defaults, checks
+these conventions for the verifier and holds the op's other rules):
+- for:   inputs = sequences + initial states [+ lengths]; attrs n_seq, n_state,
+         reversed, has_lengths, recompute, checkpoint, n_tape; one block whose args are
+         (per-step slices..., states...) and whose results are (new states..., yields...);
+         outputs = (final states..., stacked yields...). Yields are stacked in time order
+         (a reversed loop fills them from the end). With lengths (i32[B]) row b runs only
+         its steps t < L[b] (reversed: from L[b]-1 down to 0, like a packed bidirectional
+         RNN); in the other steps the body sees zeros in that row, its state is kept and
+         its yields are zeros.
+- if:    inputs = [cond]; blocks = [then, else], no args, equal result types; outputs;
+         attr n_tape.
+- while: inputs = initial states; blocks = [cond (args: state; results: [bool]),
+         body (args: state; results: new state, then n_tape tape values)];
+         outputs = final states, then the n_tape tapes.
+
+Tapes (what a forward pass keeps for its backward pass). The last `n_tape` yields of a
+`for`, results of an `if` and body results of a `while` exist only for the backward
+pass; n_tape (default 0) says how many, so that memory can be accounted for. A `for`
+stacks them like any yield. A `while` pushes them every iteration onto a growable tape:
+each tape output is [n, ...] where n, the trip count, is the dim named by attr `trips`,
+known only at run time; the backward pass runs a reversed `for` over the tapes, so its
+trip count is the tapes' length (a while whose backward needs no value tapes one i32 per
+trip, so that the length is always there).
+
+Dims. Symbolic dims written in the source (T, B) are names, bound by the inputs of a
+call. Sizes known only at run time are typed symbols of codegen.ir.shapes (`is_dynamic`):
+a while's trip count (`TripCount`, printed `trips#12`, the `trips` attr of the while)
+and a segment count (`CeilDiv`, printed `ceil(T/4)`, computed from T); no op needs
+their value before the op that produces them has run.
+
+Random ops (dropout masks) carry attr `salt`: each draws from its own stream, seeded
+by (seed, salt), so removing or reordering other ops never changes a mask.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .shapes import Dim, TensorType, is_runtime
+
+_ids = itertools.count()
+
+
+class Value:
+    """One SSA value; `hint` is a readable name (the .mdl variable it came from)."""
+
+    __slots__ = ("type", "hint", "id")
+
+    def __init__(self, type_: TensorType, hint: str = ""):
+        self.type = type_
+        self.hint = hint
+        self.id = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"%{self.hint or 'v'}{self.id}: {self.type}"
+
+
+@dataclass(eq=False)
+class Block:
+    args: list[Value] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    results: list[Value] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Op:
+    prim: str
+    inputs: list[Value]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
+    loc: Any = None  # codegen.ir.diagnostics.Loc of the source construct, when there is one
+
+
+@dataclass(frozen=True)
+class Init:
+    """A parameter initializer: `kind` is zeros, ones, constant, uniform, normal,
+    xavier or orthogonal; `args` its numbers."""
+    kind: str
+    args: tuple[float, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def text(self, digits: int | None = None) -> str:
+        """As written, with every digit (`digits`: that many significant ones, for
+        people: uniform(-0.176777, 0.176777))."""
+        args = ", ".join(_num(a, digits) for a in self.args)
+        return self.kind + (f"({args})" if self.args else "")
+
+
+@dataclass(frozen=True)
+class Regularizer:
+    kind: str  # l1 or l2
+    strength: float
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def text(self, digits: int | None = None) -> str:
+        return f"{self.kind}({_num(self.strength, digits)})"
+
+
+def _num(x: float, digits: int | None = None) -> str:
+    if float(x).is_integer() and abs(x) < 1e15:
+        return repr(int(x))
+    return repr(float(x)) if digits is None else f"{x:.{digits}g}"
+
+
+@dataclass(eq=False)
+class Param:
+    name: str                      # full name, e.g. encoder/lstm/W
+    value: Value
+    init: Init
+    trainable: bool = True
+    regularizer: Regularizer | None = None
+    decl: Any = None               # Loc of the first declaration
+    uses: list = field(default_factory=list)  # Locs, in first-use order
+
+
+@dataclass(eq=False)
+class Graph:
+    """A whole model: named inputs, parameters, a body, named outputs, the loss. Autodiff
+    records where the forward pass ends: the backward pass is a block of its own, run
+    after the body and reading its values (`param_grads`, `input_grads` are defined in
+    either)."""
+    name: str
+    hparams: dict[str, Any]
+    inputs: dict[str, Value]
+    params: dict[str, Param]
+    body: Block
+    outputs: dict[str, Value]
+    loss: str | None = None
+    input_locs: dict[str, Any] = field(default_factory=dict)
+    param_grads: dict[str, Value] = field(default_factory=dict)  # set by autodiff
+    input_grads: dict[str, Value] = field(default_factory=dict)
+    backward: Block = field(default_factory=Block)
+
+    def blocks(self) -> tuple[Block, Block]:
+        """The forward body and the backward block, in the order they run."""
+        return self.body, self.backward
+
+
+def walk_ops(block: Block) -> Iterator[Op]:
+    """Every op in a block and, depth first, in the blocks its ops own."""
+    stack = [iter(block.ops)]
+    while stack:
+        op = next(stack[-1], None)
+        if op is None:
+            stack.pop()
+            continue
+        yield op
+        stack.extend(iter(b.ops) for b in reversed(op.blocks))
+
+
+def free_values(block: Block) -> list[Value]:
+    """Values a block (with its nested blocks) reads but does not define."""
+    defined = set(id(v) for v in block.args)
+    seen: set[int] = set()
+    free: list[Value] = []
+    for op in walk_ops(block):
+        for b in op.blocks:
+            defined.update(id(v) for v in b.args)
+        defined.update(id(v) for v in op.outputs)
+    for op in walk_ops(block):
+        reads = list(op.inputs) + [r for b in op.blocks for r in b.results]
+        for v in reads:
+            if id(v) not in defined and id(v) not in seen:
+                seen.add(id(v))
+                free.append(v)
+    for v in block.results:
+        if id(v) not in defined and id(v) not in seen:
+            seen.add(id(v))
+            free.append(v)
+    return free
+
+
+class IRError(Exception):
+    """An internal invariant of the IR does not hold (a bug of ours, never the user's);
+    the message shows the offending node."""
+
+
+def is_dynamic(dim: Dim) -> bool:
+    """Whether a dim is a size known only at run time (see the module docstring)."""
+    return any(is_runtime(s) for s in dim.symbols)
+
+
+def has_dynamic(t: TensorType) -> bool:
+    return any(is_dynamic(d) for d in t.shape)
+
+
+def defined_here(block: Block) -> set[int]:
+    """Ids of the values a block defines at its own level: its args and its ops' outputs."""
+    ids = {id(v) for v in block.args}
+    for op in block.ops:
+        ids.update(id(v) for v in op.outputs)
+    return ids
+
+
+def clone_ops(ops: list[Op], mapping: dict[int, Value]) -> list[Op]:
+    """Deep copies of `ops` (blocks included) with fresh values; reads of values in
+    `mapping` (by id) are redirected, and `mapping` learns every value defined."""
+    return [_clone_op(op, mapping) for op in ops]
+
+
+def _clone_op(op: Op, mapping: dict[int, Value]) -> Op:
+    inputs = [mapping.get(id(v), v) for v in op.inputs]
+    blocks = [clone_block(b, mapping) for b in op.blocks]
+    outputs = []
+    for v in op.outputs:
+        mapping[id(v)] = Value(v.type, v.hint)
+        outputs.append(mapping[id(v)])
+    return Op(op.prim, inputs, outputs, dict(op.attrs), blocks, op.loc)
+
+
+def clone_block(block: Block, mapping: dict[int, Value]) -> Block:
+    args = []
+    for v in block.args:
+        mapping[id(v)] = Value(v.type, v.hint)
+        args.append(mapping[id(v)])
+    ops = clone_ops(block.ops, mapping)
+    return Block(args, ops, [mapping.get(id(v), v) for v in block.results])
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """An independent copy of a graph (new values, same parameter records)."""
+    mapping: dict[int, Value] = {}
+    inputs = {}
+    for name, v in graph.inputs.items():
+        inputs[name] = mapping[id(v)] = Value(v.type, v.hint)
+    params = {}
+    for name, p in graph.params.items():
+        mapping[id(p.value)] = Value(p.value.type, p.value.hint)
+        params[name] = Param(p.name, mapping[id(p.value)], p.init, p.trainable,
+                             p.regularizer, p.decl, list(p.uses))
+    body = clone_block(graph.body, mapping)
+    backward = clone_block(graph.backward, mapping)
+
+    def remap(values: dict[str, Value]) -> dict[str, Value]:
+        return {k: mapping.get(id(v), v) for k, v in values.items()}
+    return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
+                 graph.loss, dict(graph.input_locs), remap(graph.param_grads),
+                 remap(graph.input_grads), backward)
+
+
+def substitute(block: Block, mapping: dict[int, Value]) -> None:
+    """Redirect, in place, every read of a value in `mapping` inside `block` (nested
+    blocks included)."""
+    def sub(values: list[Value]) -> list[Value]:
+        return [mapping.get(id(v), v) for v in values]
+    block.results = sub(block.results)
+    for op in walk_ops(block):
+        op.inputs = sub(op.inputs)
+        for b in op.blocks:
+            b.results = sub(b.results)
+
+
+def rename(ops: list[Op], new: list[Value], old: list[Value]) -> None:
+    """Make `ops`, which produce the values `new`, produce `old` instead (and read it
+    where they read `new`), so that every reader of a replaced op keeps reading the same
+    values."""
+    swap = {id(n): o for n, o in zip(new, old)}
+    for op in ops:
+        op.outputs = [swap.get(id(v), v) for v in op.outputs]
+        op.inputs = [swap.get(id(v), v) for v in op.inputs]

@@ -1,0 +1,3 @@
+"""The op tables and what needs them to make, print and check IR: the primitives
+(primitives/), the structured ops for / if / while (structured/), the builder that types
+new ops by their rules, the printer and the verifier."""

@@ -1,0 +1,70 @@
+"""A small API for emitting IR into a block: `b.mul(x, y)`, `b.sum(x, axes=(0,),
+keepdims=False)`, `b.emit("and", [p, q])`. Every op's types come from the primitive
+table, so a gradient rule that builds an ill-typed op fails at once, showing the op."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir.graph import Block, IRError, Op, Value, has_dynamic
+from ..ir.shapes import TensorType
+from .primitives import TABLE, ShapeError
+
+
+class Builder:
+    """Appends ops to `block`; `loc` (a source location) is given to every op emitted."""
+
+    def __init__(self, block: Block, loc: Any = None):
+        self.block = block
+        self.loc = loc
+
+    def emit(self, prim: str, inputs: list[Value], attrs: dict | None = None,
+             hint: str = "") -> list[Value]:
+        """Append one primitive op; its outputs. An ill-typed op is a bug of ours here
+        (IRError); the front end, where it is the user's, calls `typed` itself."""
+        attrs = dict(attrs or {})
+        try:
+            return self.typed(prim, inputs, attrs, hint)
+        except ShapeError as exc:
+            args = ", ".join(repr(v) for v in inputs)
+            raise IRError(f"ill-typed {prim}({args}) {attrs}: {exc}") from None
+
+    def typed(self, prim: str, inputs: list[Value], attrs: dict, hint: str = "") -> list[Value]:
+        """Append one primitive op with the types its rule gives (ShapeError if none)."""
+        types = TABLE[prim].infer([v.type for v in inputs], attrs)
+        outputs = [Value(t, hint) for t in types]
+        self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], self.loc))
+        return outputs
+
+    def structured(self, prim: str, inputs: list[Value], types: list[TensorType],
+                   attrs: dict, blocks: list[Block], hints: list[str] | None = None
+                   ) -> list[Value]:
+        """Append a for/if/while op whose output types are given; its outputs."""
+        outputs = [Value(t, h) for t, h in zip(types, hints or [""] * len(types))]
+        self.block.ops.append(Op(prim, list(inputs), outputs, dict(attrs), blocks, self.loc))
+        return outputs
+
+    def __getattr__(self, prim: str):
+        if prim not in TABLE:
+            raise AttributeError(prim)
+
+        def call(*inputs: Value, hint: str = "", **attrs):
+            out = self.emit(prim, list(inputs), attrs, hint)
+            return out[0] if len(out) == 1 else out
+        return call
+
+    def const(self, value, dtype: str) -> Value:
+        """A scalar constant."""
+        return self.emit("full", [], {"shape": (), "value": value, "dtype": dtype})[0]
+
+    def zeros(self, t: TensorType, like: Value | None = None) -> Value:
+        """Zeros of type `t`: a `full` when its dims are known before run time, else
+        zeros_like(like)."""
+        if has_dynamic(t):
+            if like is None:
+                raise IRError(f"zeros of {t} need a value of that type to copy the shape of")
+            return self.zeros_like(like)
+        return self.emit("full", [], {"shape": t.shape, "value": 0, "dtype": t.dtype})[0]
+
+    def total(self, values: list[Value]) -> Value:
+        """The sum of one or more values of one type, as one op."""
+        return values[0] if len(values) == 1 else self.add_n(*values)

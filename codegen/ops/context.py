@@ -1,0 +1,43 @@
+"""What the table's NumPy references get besides their operands (`ref(ctx, attrs, *xs)`):
+the dims of this run, the float dtype it computes in, whether it trains, and each random
+op's stream. The reference interpreter and constant folding both evaluate references in
+one."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DTYPES
+from ..ir.shapes import Dim, DimError
+from .rng import Stream, derive
+
+
+class Context:
+    """What references need besides their operands: dims, dtypes, training, RNG."""
+
+    def __init__(self, dims: dict[str, int], dtype, training: bool, seed: int):
+        self.dims = dims
+        self.float = np.dtype(dtype)
+        self.training = training
+        self.seed = seed
+        self.streams: dict[int, Stream] = {}
+
+    def dim(self, d, default=None) -> int:
+        """The size a dim stands for; `default` for a dim known only at run time."""
+        d = Dim.of(d)
+        try:
+            return d.evaluate(self.dims)
+        except DimError:
+            if default is None:
+                raise ValueError(f"the size {d} is not known here") from None
+            return default
+
+    def np_dtype(self, name: str):
+        dtype = DTYPES[name]  # floats: the precision this run computes in
+        return self.float if dtype.is_float else np.dtype(dtype.numpy)
+
+    def rng(self, salt: int) -> Stream:
+        """The random stream of one op (its salt) in this run: counter-based, the same
+        numbers as native code (codegen.ops.rng)."""
+        if salt not in self.streams:
+            self.streams[salt] = Stream(derive(self.seed, salt))
+        return self.streams[salt]

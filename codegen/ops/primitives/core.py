@@ -1,0 +1,103 @@
+"""The entry type of the one table of primitives, the registry, and the helpers every
+group of entries shares (shape checks, broadcasting, reducing gradients to a shape).
+
+An entry declares a primitive once:
+- `rule(types, attrs) -> types`: the shape/dtype rule (raises ShapeError),
+- `grad(b, op, cts) -> [ct or None per input]`: the gradient rule, written as IR through
+  the builder `b` (so gradients of gradients work); `cts` has one cotangent per output,
+- `ref(ctx, attrs, *arrays)`: the NumPy reference (one array, or a list for several
+  outputs); `ctx` evaluates dims (`ctx.dim`), knows the float dtype and the RNG,
+- `simplify(op, consts) -> Value | None`: algebraic identities (`consts[i]` is the
+  uniform constant an input is known to hold, or None),
+- `expand(b, op) -> [Value]`: a decomposition into other primitives, applied before
+  autodiff; a primitive with `grad=None` and an `expand` is differentiated through it,
+- `random`: draws from the RNG (never recomputed, merged or folded),
+- `selects`: every element of the result is an element of the first operand (reshape,
+  slicing, gathering, broadcasting): a first operand holding one number everywhere gives
+  a result holding that same number, which simplification can see through, and integer
+  bounds carry over from the operand (gradient checks),
+- `uniform(op)`: the one number every element of the result holds, known from the op
+  alone (a constant; a Dim for a size bound at run time): no memory needed, and
+  simplification sees it,
+- `integer_bounds(op, size) -> [(input, lo, hi)]`: the half-open ranges integer inputs
+  must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
+  draw valid inputs from them,
+- `extra`: hooks of later stages (emission).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ...ir.shapes import Dim, TensorType, broadcast_shapes
+
+
+class ShapeError(Exception):
+    """A primitive's operands do not fit its rule; the message says how."""
+
+
+Rule = Callable[[list[TensorType], dict], list[TensorType]]
+
+
+@dataclass
+class Primitive:
+    name: str
+    rule: Rule
+    arity: int | None            # None: variadic
+    elementwise: bool = False    # fusable pointwise op with broadcasting
+    extra: dict = field(default_factory=dict)
+    grad: Callable | None = None
+    ref: Callable | None = None
+    simplify: Callable | None = None
+    expand: Callable | None = None
+    random: bool = False
+    selects: bool = False
+    uniform: Callable | None = None
+    integer_bounds: Callable | None = None
+
+    def infer(self, types: list[TensorType], attrs: dict) -> list[TensorType]:
+        if self.arity is not None and len(types) != self.arity:
+            raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(types)}")
+        return self.rule(types, attrs)
+
+
+TABLE: dict[str, Primitive] = {}
+
+
+def primitive(name: str, arity: int | None, elementwise: bool = False, **hooks):
+    """Decorator registering a shape rule under `name` with the given hooks."""
+    def register(rule: Rule) -> Rule:
+        TABLE[name] = Primitive(name, rule, arity, elementwise, **hooks)
+        return rule
+    return register
+
+
+def need(cond: bool, message: str) -> None:
+    if not cond:
+        raise ShapeError(message)
+
+
+def broadcast(types: list[TensorType], what: str) -> tuple[Dim, ...]:
+    shape = types[0].shape
+    for t in types[1:]:
+        out = broadcast_shapes(shape, t.shape)
+        need(out is not None, f"{what} needs shapes that broadcast, got "
+             + " and ".join(str(t) for t in types))
+        shape = out
+    return shape
+
+
+def same_dtype(types: list[TensorType], what: str, allowed: tuple[str, ...]) -> str:
+    dtypes = {t.dtype for t in types}
+    need(len(dtypes) == 1, f"{what} needs operands of one dtype, got "
+         + " and ".join(str(t) for t in types) + " (cast one with f32(...), i32(...))")
+    dtype = dtypes.pop()
+    need(dtype in allowed, f"{what} is not defined for {dtype} (needs {' or '.join(allowed)})")
+    return dtype
+
+
+
+def reduce_to(b, ct, t: TensorType):
+    """The cotangent `ct` of a broadcast result, summed back to the operand type `t`."""
+    return ct if ct.type.shape == t.shape else b.sum_to(ct, shape=t.shape)
+

@@ -1,0 +1,208 @@
+"""Elementwise primitives: unary math, broadcasting binary ops, comparisons, `where`
+and `cast`. Declared with helpers for the common kinds (as JAX's defjvp): a unary
+gradient is g times a local derivative; a binary one is reduced back to each operand's
+shape (broadcasting)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import FLOATS, NUMERIC
+from ...ir.graph import has_dynamic
+from ...ir.shapes import TensorType
+from .core import broadcast, need, primitive, reduce_to, same_dtype
+
+BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**",
+                  "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+                  "and": "and", "or": "or", "maximum": "maximum", "minimum": "minimum"}
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# ---- unary ------------------------------------------------------------------------
+def unary(name: str, allowed: tuple[str, ...], ref, local=None, simplify=None) -> None:
+    """A unary elementwise primitive; `local(b, x, y, g)` is the cotangent of x."""
+    def rule(types, attrs):
+        same_dtype(types, f"`{name}`", allowed)
+        return [types[0]]
+
+    def grad(b, op, cts):
+        return [local(b, op.inputs[0], op.outputs[0], cts[0])]
+    primitive(name, 1, elementwise=True, grad=grad if local else _no_grad,
+              ref=lambda ctx, attrs, x: ref(x), simplify=simplify)(rule)
+
+
+def _no_grad(b, op, cts):
+    """Piecewise constant or integer valued: no cotangent flows to any input."""
+    return [None] * len(op.inputs)
+
+
+def _one(b, v):
+    return b.const(1, v.type.dtype)
+
+
+unary("exp", FLOATS, np.exp, lambda b, x, y, g: b.mul(g, y))
+unary("log", FLOATS, np.log, lambda b, x, y, g: b.div(g, x))
+unary("tanh", FLOATS, np.tanh, lambda b, x, y, g: b.mul(g, b.sub(_one(b, y), b.mul(y, y))))
+unary("sigmoid", FLOATS, _sigmoid,
+      lambda b, x, y, g: b.mul(g, b.mul(y, b.sub(_one(b, y), y))))
+unary("sqrt", FLOATS, np.sqrt,
+      lambda b, x, y, g: b.div(g, b.mul(b.const(2, y.type.dtype), y)))
+unary("sin", FLOATS, np.sin, lambda b, x, y, g: b.mul(g, b.cos(x)))
+unary("cos", FLOATS, np.cos, lambda b, x, y, g: b.neg(b.mul(g, b.sin(x))))
+unary("sign", FLOATS, np.sign)
+
+
+def _neg_neg(b, op, facts):
+    inner = facts.producer(op.inputs[0])
+    return [inner.inputs[0]] if inner is not None and inner.prim == "neg" else None
+
+
+unary("neg", NUMERIC, np.negative, lambda b, x, y, g: b.neg(g), _neg_neg)
+unary("abs", NUMERIC, np.abs, lambda b, x, y, g: b.mul(g, b.sign(x)))
+unary("relu", NUMERIC, lambda x: np.maximum(x, 0),
+      lambda b, x, y, g: b.where(b.gt(x, b.const(0, x.type.dtype)), g,
+                                 b.const(0, g.type.dtype)))
+unary("not", ("bool",), np.logical_not)
+
+
+# ---- binary -----------------------------------------------------------------------
+def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | None = None,
+           simplify=None) -> None:
+    """A broadcasting binary primitive; `local(b, x, y, out, g)` gives the two operand
+    cotangents at the result's shape, reduced here to each operand's shape."""
+    what = f"`{BINARY_SYMBOLS[name]}`"
+
+    def rule(types, attrs):
+        dtype = same_dtype(types, what, allowed)
+        return [TensorType(result or dtype, broadcast(types, what))]
+
+    def grad(b, op, cts):
+        x, y = op.inputs
+        cx, cy = local(b, x, y, op.outputs[0], cts[0])
+        return [reduce_to(b, cx, x.type) if cx is not None else None,
+                reduce_to(b, cy, y.type) if cy is not None else None]
+    primitive(name, 2, elementwise=True, grad=grad if local else _no_grad,
+              ref=lambda ctx, attrs, x, y: ref(x, y), simplify=simplify)(rule)
+
+
+def _keep(op, i: int):
+    """The operand i itself, when it already has the result's type."""
+    v = op.inputs[i]
+    return [v] if v.type == op.outputs[0].type else None
+
+
+def _zeros_for(b, op):
+    out = op.outputs[0]
+    like = next((v for v in op.inputs if v.type == out.type), None)
+    if like is None and has_dynamic(out.type):
+        return None
+    return [b.zeros(out.type, like)]
+
+
+def _simplify_add(b, op, facts):
+    for i in (0, 1):
+        if facts.const(op.inputs[i]) == 0:
+            return _keep(op, 1 - i)
+    return None
+
+
+def _simplify_sub(b, op, facts):
+    if facts.const(op.inputs[1]) == 0:
+        return _keep(op, 0)
+    if facts.const(op.inputs[0]) == 0 and op.inputs[1].type == op.outputs[0].type:
+        return [b.neg(op.inputs[1])]
+    return None
+
+
+def _simplify_mul(b, op, facts):
+    # x * 0 -> 0 assumes finite x, as every fast-math compiler does
+    for i in (0, 1):
+        c = facts.const(op.inputs[i])
+        if c == 1:
+            return _keep(op, 1 - i)
+        if c == 0:
+            return _zeros_for(b, op)
+    return None
+
+
+def _simplify_div(b, op, facts):
+    return _keep(op, 0) if facts.const(op.inputs[1]) == 1 else None
+
+
+binary("add", NUMERIC, np.add, lambda b, x, y, out, g: (g, g), simplify=_simplify_add)
+binary("sub", NUMERIC, np.subtract, lambda b, x, y, out, g: (g, b.neg(g)),
+       simplify=_simplify_sub)
+binary("mul", NUMERIC, np.multiply, lambda b, x, y, out, g: (b.mul(g, y), b.mul(g, x)),
+       simplify=_simplify_mul)
+binary("div", FLOATS, np.divide,
+       lambda b, x, y, out, g: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
+       simplify=_simplify_div)
+binary("pow", FLOATS, np.power,
+       lambda b, x, y, out, g: (b.mul(b.mul(g, y), b.pow(x, b.sub(y, _one(b, y)))),
+                                b.mul(b.mul(g, out), b.log(x))))
+
+
+def _select(test: str):
+    """Cotangents of maximum/minimum: ties go to the first operand."""
+    def local(b, x, y, out, g):
+        first = b.emit(test, [x, y])[0]
+        zero = b.const(0, g.type.dtype)
+        return b.where(first, g, zero), b.where(first, zero, g)
+    return local
+
+
+binary("maximum", NUMERIC, np.maximum, _select("ge"))
+binary("minimum", NUMERIC, np.minimum, _select("le"))
+for _name, _ref in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                    ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)):
+    binary(_name, NUMERIC + ("bool",) if _name in ("eq", "ne") else NUMERIC, _ref,
+           result="bool")
+binary("and", ("bool",), np.logical_and)
+binary("or", ("bool",), np.logical_or)
+
+
+# ---- where, cast ------------------------------------------------------------------
+def _where_grad(b, op, cts):
+    cond, x, y = op.inputs
+    g = cts[0]
+    zero = b.const(0, g.type.dtype)
+    return [None, reduce_to(b, b.where(cond, g, zero), x.type),
+            reduce_to(b, b.where(cond, zero, g), y.type)]
+
+
+def _where_simplify(b, op, facts):
+    c = facts.const(op.inputs[0])
+    return None if c is None else _keep(op, 1 if c else 2)
+
+
+@primitive("where", 3, elementwise=True, grad=_where_grad,
+           ref=lambda ctx, attrs, c, x, y: np.where(c, x, y), simplify=_where_simplify)
+def _where(types, attrs):
+    cond, a, b = types
+    need(cond.dtype == "bool", f"`where` needs a bool condition, got {cond}")
+    dtype = same_dtype([a, b], "`where`", NUMERIC + ("bool",))
+    return [TensorType(dtype, broadcast(types, "`where`"))]
+
+
+def _cast_grad(b, op, cts):
+    x, = op.inputs
+    if not (x.type.is_float and op.outputs[0].type.is_float):
+        return [None]
+    g = cts[0]
+    return [g if g.type.dtype == x.type.dtype else b.cast(g, dtype=x.type.dtype)]
+
+
+def _cast_ref(ctx, attrs, x):
+    dtype = attrs["dtype"]
+    if dtype == "bool":
+        return np.asarray(x) != 0
+    return np.asarray(x).astype(ctx.np_dtype(dtype))
+
+
+@primitive("cast", 1, elementwise=True, grad=_cast_grad, ref=_cast_ref,
+           simplify=lambda b, op, facts: _keep(op, 0))
+def _cast(types, attrs):
+    return [types[0].with_dtype(attrs["dtype"])]

@@ -1,0 +1,137 @@
+"""Primitives that gradients are made of (users cannot write them): reducing to and
+broadcasting to a shape, zeros, a sum of many, and the adjoints of index, slice and
+gather. Each has its own gradient, so gradients of gradients work."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import NUMERIC
+from ...ir.shapes import Dim, broadcast_shapes
+from .core import need, primitive, same_dtype
+from .elementwise import _no_grad
+from .structure import slices
+
+
+def _shape_attr(types, attrs):
+    x, = types
+    return x, tuple(attrs["shape"])
+
+
+def _same_type(b, op, facts):
+    x = op.inputs[0]
+    return [x] if x.type == op.outputs[0].type else None
+
+
+# ---- sum_to, broadcast_to -------------------------------------------------------------
+def _sum_to_ref(ctx, attrs, x):
+    shape = tuple(ctx.dim(d) for d in attrs["shape"])
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and x.shape[lead + i] != 1)
+    return np.sum(x, axes, dtype=x.dtype, keepdims=True).reshape(shape)
+
+
+@primitive("sum_to", 1, simplify=_same_type, ref=_sum_to_ref,
+           grad=lambda b, op, cts: [b.broadcast_to(cts[0], shape=op.inputs[0].type.shape)])
+def _sum_to(types, attrs):
+    x, shape = _shape_attr(types, attrs)
+    need(broadcast_shapes(shape, x.shape) == x.shape,
+         f"`sum_to` cannot reduce {x} to [{', '.join(map(str, shape))}]")
+    return [x.with_shape(shape)]
+
+
+@primitive("broadcast_to", 1, simplify=_same_type, selects=True,
+           ref=lambda ctx, attrs, x: np.array(np.broadcast_to(
+               x, tuple(ctx.dim(d) for d in attrs["shape"]))),
+           grad=lambda b, op, cts: [b.sum_to(cts[0], shape=op.inputs[0].type.shape)])
+def _broadcast_to(types, attrs):
+    x, shape = _shape_attr(types, attrs)
+    need(broadcast_shapes(x.shape, shape) == shape,
+         f"`broadcast_to` cannot broadcast {x} to [{', '.join(map(str, shape))}]")
+    return [x.with_shape(shape)]
+
+
+# ---- zeros, sums ----------------------------------------------------------------------
+@primitive("zeros_like", 1, grad=_no_grad, ref=lambda ctx, attrs, x: np.zeros_like(x),
+           uniform=lambda op: 0)
+def _zeros_like(types, attrs):
+    return [types[0]]
+
+
+def _add_n_simplify(b, op, facts):
+    live = [v for v in op.inputs if facts.const(v) != 0]
+    if len(live) == len(op.inputs):
+        return None
+    if not live:
+        return [b.zeros(op.outputs[0].type, op.inputs[0])]
+    return [b.total(live)]
+
+
+@primitive("add_n", None, elementwise=True, simplify=_add_n_simplify,
+           grad=lambda b, op, cts: [cts[0]] * len(op.inputs),
+           ref=lambda ctx, attrs, *xs: np.asarray(sum(xs[1:], xs[0])))
+def _add_n(types, attrs):
+    need(len(types) >= 1 and all(t == types[0] for t in types),
+         "`add_n` sums values of one type, got " + ", ".join(str(t) for t in types))
+    same_dtype(types, "`add_n`", NUMERIC)
+    return [types[0]]
+
+
+# ---- adjoints of index, slice, gather ---------------------------------------------------
+def _unindex_ref(ctx, attrs, g, i):
+    out = np.zeros((ctx.dim(attrs["n"]),) + g.shape, g.dtype)
+    out[int(i)] = g
+    return out
+
+
+@primitive("unindex", 2, ref=_unindex_ref,
+           grad=lambda b, op, cts: [b.index(cts[0], op.inputs[1]), None])
+def _unindex(types, attrs):
+    """Zeros of [n, ...] with g at row i (the adjoint of index)."""
+    g, i = types
+    need(i.dtype == "i32" and i.rank == 0, f"an index must be an i32 scalar, got {i}")
+    return [g.with_shape((Dim.of(attrs["n"]),) + g.shape)]
+
+
+def _unslice_ref(ctx, attrs, g):
+    out = np.zeros(tuple(ctx.dim(d) for d in attrs["shape"]), g.dtype)
+    stops = [a + s for a, s in zip(attrs["starts"], _dims(g.shape))]
+    out[slices(ctx, attrs["starts"], stops)] = g
+    return out
+
+
+def _dims(shape) -> list[Dim]:
+    return [Dim.of(int(d)) for d in shape]
+
+
+def _unslice_grad(b, op, cts):
+    g = op.inputs[0]
+    starts = op.attrs["starts"]
+    stops = tuple(a + d for a, d in zip(starts, g.type.shape))
+    return [b.slice(cts[0], starts=starts, stops=stops)]
+
+
+@primitive("unslice", 1, ref=_unslice_ref, grad=_unslice_grad)
+def _unslice(types, attrs):
+    """Zeros of `shape` with g placed at `starts` (the adjoint of slice)."""
+    g, = types
+    shape, starts = tuple(attrs["shape"]), attrs["starts"]
+    need(len(shape) == g.rank and shape[len(starts):] == g.shape[len(starts):],
+         f"`unslice` cannot place {g} into [{', '.join(map(str, shape))}]")
+    return [g.with_shape(shape)]
+
+
+def _scatter_add_ref(ctx, attrs, g, ids):
+    out = np.zeros((ctx.dim(attrs["n"]),) + g.shape[ids.ndim:], g.dtype)
+    np.add.at(out, ids, g)
+    return out
+
+
+@primitive("scatter_add", 2, ref=_scatter_add_ref,
+           grad=lambda b, op, cts: [b.gather(cts[0], op.inputs[1]), None])
+def _scatter_add(types, attrs):
+    """Zeros of [n, ...] with each row g[j] added at row ids[j] (the adjoint of gather)."""
+    g, ids = types
+    need(ids.dtype == "i32" and g.shape[:ids.rank] == ids.shape,
+         f"`scatter_add` needs i32 ids shaped like the leading dims of {g}, got {ids}")
+    return [g.with_shape((Dim.of(attrs["n"]),) + g.shape[ids.rank:])]

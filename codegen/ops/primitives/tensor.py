@@ -1,0 +1,167 @@
+"""Creation, matrix product, reductions and softmax."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import FLOATS, NUMERIC
+from ...ir.shapes import Dim, TensorType, numel
+from .core import need, primitive, same_dtype
+from .elementwise import _no_grad
+
+
+# ---- creation --------------------------------------------------------------------
+def _full_ref(ctx, attrs):
+    value = attrs["value"]
+    value = ctx.dim(value) if isinstance(value, Dim) else value
+    shape = tuple(ctx.dim(d) for d in attrs["shape"])
+    return np.full(shape, value, ctx.np_dtype(attrs["dtype"]))
+
+
+# `value` may be a Dim: a size (as T*B) that the run binds
+@primitive("full", 0, grad=_no_grad, ref=_full_ref, uniform=lambda op: op.attrs["value"])
+def _full(types, attrs):
+    return [TensorType(attrs["dtype"], tuple(attrs["shape"]))]
+
+
+def _one_hot_ref(ctx, attrs, ids):
+    return (ids[..., None] == np.arange(ctx.dim(attrs["n"]))).astype(ctx.np_dtype(attrs["dtype"]))
+
+
+@primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref,
+           integer_bounds=lambda op, size: [(op.inputs[0], 0, op.attrs["n"])])
+def _one_hot(types, attrs):
+    ids, = types
+    need(ids.dtype == "i32", f"`one_hot` needs i32 indices, got {ids}")
+    return [TensorType(attrs["dtype"], ids.shape + (Dim.of(attrs["n"]),))]
+
+
+# ---- matrix product ----------------------------------------------------------------
+def _matmul_grad(b, op, cts):
+    x, w = op.inputs
+    g = cts[0]
+    cx = b.matmul(g, b.transpose(w, perm=(1, 0)))
+    if x.type.rank > 2:  # every leading dim is a row of one big product
+        rows = numel(x.type.shape[:-1])
+        x = b.reshape(x, shape=(rows, x.type.shape[-1]))
+        g = b.reshape(g, shape=(rows, g.type.shape[-1]))
+    return [cx, b.matmul(b.transpose(x, perm=(1, 0)), g)]
+
+
+@primitive("matmul", 2, grad=_matmul_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w))
+def _matmul(types, attrs):
+    a, b = types
+    same_dtype(types, "`@`", FLOATS)
+    need(a.rank >= 2 and b.rank == 2,
+         f"`@` multiplies a matrix (or a batch of them) by a matrix, got {a} @ {b}")
+    need(a.shape[-1] == b.shape[0], f"`@` needs matching inner dims, got {a} @ {b}")
+    return [a.with_shape(a.shape[:-1] + b.shape[1:])]
+
+
+# ---- reductions --------------------------------------------------------------------
+def kept(b, v, attrs: dict, x):
+    """A reduction's result (or its cotangent) with the reduced axes kept as 1s."""
+    if attrs["keepdims"]:
+        return v
+    shape = tuple(Dim.of(1) if i in attrs["axes"] else d for i, d in enumerate(x.type.shape))
+    return b.reshape(v, shape=shape)
+
+
+def _spread(b, op, g):
+    x = op.inputs[0]
+    return b.broadcast_to(kept(b, g, op.attrs, x), shape=x.type.shape)
+
+
+def _sum_grad(b, op, cts):
+    return [_spread(b, op, cts[0])]
+
+
+def _mean_grad(b, op, cts):
+    x = op.inputs[0]
+    count = numel(x.type.shape[i] for i in op.attrs["axes"])
+    n = b.emit("full", [], {"shape": (), "value": count, "dtype": x.type.dtype})[0]
+    return [b.div(_spread(b, op, cts[0]), n)]
+
+
+def _max_grad(b, op, cts):
+    x, y = op.inputs[0], op.outputs[0]
+    at_max = b.eq(x, kept(b, y, op.attrs, x))
+    hits = b.cast(at_max, dtype=x.type.dtype)
+    ties = b.sum(hits, axes=op.attrs["axes"], keepdims=True)  # ties share the cotangent
+    return [b.mul(kept(b, cts[0], op.attrs, x), b.div(hits, ties))]
+
+
+def _logsumexp_grad(b, op, cts):
+    x, y = op.inputs[0], op.outputs[0]
+    weights = b.exp(b.sub(x, kept(b, y, op.attrs, x)))
+    return [b.mul(kept(b, cts[0], op.attrs, x), weights)]
+
+
+def _logsumexp_ref(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis)
+
+
+REDUCERS = {
+    "sum": (NUMERIC, _sum_grad,
+            lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype)),
+    "max": (NUMERIC, _max_grad, lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims)),
+    "mean": (FLOATS, _mean_grad, lambda x, axis, keepdims: np.mean(x, axis, keepdims=keepdims)),
+    "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref),
+}
+
+
+def _reduction(name: str) -> None:
+    allowed, grad, ref = REDUCERS[name]
+
+    def rule(types, attrs):
+        x, = types
+        same_dtype(types, f"`{name}`", allowed)
+        axes = attrs["axes"]
+        if attrs["keepdims"]:
+            shape = tuple(Dim.of(1) if i in axes else d for i, d in enumerate(x.shape))
+        else:
+            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        return [x.with_shape(shape)]
+
+    def reference(ctx, attrs, x):
+        return np.asarray(ref(np.asarray(x), tuple(attrs["axes"]), attrs["keepdims"]))
+    primitive(name, 1, grad=grad, ref=reference)(rule)
+
+
+for _name in REDUCERS:
+    _reduction(_name)
+
+
+# ---- softmax -----------------------------------------------------------------------
+def _softmax_ref(ctx, attrs, x):
+    e = np.exp(x - np.max(x, attrs["axis"], keepdims=True))
+    return e / np.sum(e, attrs["axis"], keepdims=True)
+
+
+def _log_softmax_ref(ctx, attrs, x):
+    return x - _logsumexp_ref(x, attrs["axis"], True)
+
+
+def _softmax_grad(b, op, cts):
+    y, g = op.outputs[0], cts[0]
+    inner = b.sum(b.mul(g, y), axes=(op.attrs["axis"],), keepdims=True)
+    return [b.mul(y, b.sub(g, inner))]
+
+
+def _log_softmax_grad(b, op, cts):
+    y, g = op.outputs[0], cts[0]
+    total = b.sum(g, axes=(op.attrs["axis"],), keepdims=True)
+    return [b.sub(g, b.mul(b.exp(y), total))]
+
+
+def _softmax_rule(name: str, grad, ref) -> None:
+    def rule(types, attrs):
+        same_dtype(types, f"`{name}`", FLOATS)
+        return [types[0]]
+    primitive(name, 1, grad=grad, ref=ref)(rule)
+
+
+_softmax_rule("softmax", _softmax_grad, _softmax_ref)
+_softmax_rule("log_softmax", _log_softmax_grad, _log_softmax_ref)

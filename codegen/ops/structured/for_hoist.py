@@ -1,0 +1,102 @@
+"""Products over time: a `for` body's matrix products of a step's sequence slice by a
+loop-invariant matrix (`x_t @ W`), and the pointwise ops that follow them using only
+such products, slices and loop-invariant values, move out of the loop as one product
+over every step (`xs @ W`, [T, B, I] @ [I, N]) that the loop reads as one more sequence.
+Caffe2's MILSTM does this by hand (seed 002's "initial bulk fully-connected"): one big
+GEMM instead of T small ones; differentiated, the weight's gradient becomes one GEMM over
+all steps instead of a rank-B update per step.
+
+The `for` entry's rewrite (for_op.py) applies it to a plain loop (lengths already
+lowered: padding steps compute products nobody reads) after the loops nested in it. For
+autodiff, a loop that recomputes its body (`recompute`, the segments of a `checkpoint`)
+keeps its products inside: hoisted out, a product over all steps would be stored in full,
+the memory such loops exist to save.
+"""
+from __future__ import annotations
+
+from ...ir.graph import Block, Op, Value, substitute, walk_ops
+from ..builder import Builder
+from ..primitives import TABLE, ShapeError
+
+
+def movable(loop: Op, autodiff: bool) -> bool:
+    """Whether `loop` (plain, without lengths) has a product to move out."""
+    if autodiff and loop.attrs.get("recompute"):
+        return False
+    return bool(_plan(loop, Builder(Block([], [], [])))[0])
+
+
+def hoist(b: Builder, loop: Op) -> None:
+    """Emit the moved products into `b`, then `loop`, which reads them as sequences."""
+    moved, stay = _plan(loop, b)
+    body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
+    body.ops = stay
+    read = {id(v) for v in body.results}
+    for op in walk_ops(body):
+        read.update(id(v) for v in op.inputs)
+        read.update(id(v) for sub in op.blocks for v in sub.results)
+    mapping: dict[int, Value] = {}
+    for value, steps in moved:
+        if id(value) in read:  # else only other moved ops read it
+            mapping[id(value)] = arg = Value(value.type, value.hint)
+            body.args = body.args[:n_seq] + [arg] + body.args[n_seq:]
+            loop.inputs = loop.inputs[:n_seq] + [steps] + loop.inputs[n_seq:]
+            n_seq += 1
+    loop.attrs["n_seq"] = n_seq
+    substitute(body, mapping)
+    b.block.ops.append(loop)
+
+
+def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
+    """What moves ((body value, its value for every step) pairs; the ops computing the
+    latter are appended to `b`) and the body ops that stay."""
+    body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
+    inside = {id(v) for v in body.args}
+    for op in walk_ops(body):
+        inside.update(id(v) for v in op.outputs)
+        inside.update(id(v) for sub in op.blocks for v in sub.args)
+    steps = {id(body.args[k]): loop.inputs[k] for k in range(n_seq)}
+    products: set[int] = set()  # values that come from a moved product
+    moved, stay = [], []
+    for op in body.ops:
+        out = _over_steps(op, steps, products, inside, b)
+        if out is None:
+            stay.append(op)
+            continue
+        steps[id(op.outputs[0])] = out
+        products.add(id(op.outputs[0]))
+        moved.append((op.outputs[0], out))
+    return moved, stay
+
+
+def _over_steps(op: Op, steps: dict[int, Value], products: set[int], inside: set[int],
+                b: Builder) -> Value | None:
+    """`op` computed for every step at once (appended to `b`), or None where it stays."""
+    prim = TABLE.get(op.prim)
+    if prim is None or prim.random or op.blocks or len(op.outputs) != 1:
+        return None
+    varying = [v for v in op.inputs if id(v) in inside]
+    if not varying or any(id(v) not in steps for v in varying):
+        return None  # reads a state, or a value computed from one
+    out = op.outputs[0]
+    if op.prim == "matmul":
+        x, w = op.inputs
+        if id(w) in inside or x.type.rank != 2:
+            return None
+    elif prim.elementwise:
+        if not any(id(v) in products for v in varying):
+            return None  # pointwise work on slices alone gains nothing from batching
+        if any(v.type.rank != out.type.rank for v in varying) or any(
+                v.type.rank > out.type.rank for v in op.inputs if id(v) not in inside):
+            return None  # broadcasting against the leading step dim would misalign
+    else:
+        return None
+    inputs = [steps.get(id(v), v) for v in op.inputs]
+    count = steps[id(varying[0])].type.shape[0]
+    try:
+        types = prim.infer([v.type for v in inputs], op.attrs)
+    except ShapeError:
+        return None
+    if types != [out.type.with_shape((count,) + out.type.shape)]:
+        return None
+    return b.emit(op.prim, inputs, op.attrs, out.hint)[0]

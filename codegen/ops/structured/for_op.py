@@ -1,0 +1,230 @@
+"""`for`: a loop over the leading dim of its sequences, carrying states; yields are
+stacked in time order. With lengths (i32[B]) row b runs only its steps t < L[b]
+(reversed: from L[b]-1 down to 0, like a packed bidirectional RNN); in other steps the
+body sees zeros in that row, its state is kept and its yields are zeros. Lengths are
+rewritten away for every consumer but the reference (autodiff and every backend see
+plain loops), checkpoints before autodiff (see `_rewrite`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.graph import Block, Op, Value, rename
+from ...ir.shapes import Dim, TensorType
+from ..builder import Builder
+from .for_hoist import hoist, movable
+from .for_sink import sink_sums
+from .gradients import add_tapes, captured_floats, loop_backward
+from .regions import RECOMPUTE, STORE, differentiate_block
+from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
+
+
+def for_layout(op: Op) -> tuple[list[Value], list[Value], Value | None]:
+    """The (sequences, initial states, lengths or None) of a `for` op."""
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    lengths = op.inputs[n_seq + n_state] if op.attrs.get("has_lengths") else None
+    return op.inputs[:n_seq], op.inputs[n_seq:n_seq + n_state], lengths
+
+
+def _verify(op: Op) -> None:
+    a = op.attrs
+    n_seq, n_state = a["n_seq"], a["n_state"]
+    need(len(op.blocks) == 1 and n_seq >= 1, "a for has one block and a sequence")
+    need(len(op.inputs) == n_seq + n_state + a["has_lengths"],
+         "for inputs are sequences, states [and lengths]")
+    seqs, states, lengths = for_layout(op)
+    steps = seqs[0].type.shape[0] if seqs[0].type.rank else None
+    need(all(s.type.rank >= 1 and s.type.shape[0] == steps for s in seqs),
+         "for sequences share their leading dim")
+    if lengths is not None:
+        need(seqs[0].type.rank >= 2 and lengths.type == TensorType(
+            "i32", seqs[0].type.shape[1:2]), "for lengths are i32[B]")
+    body = op.blocks[0]
+    slices = [s.type.with_shape(s.type.shape[1:]) for s in seqs]
+    need(types_of(body.args) == slices + types_of(states),
+         "for body args are the step slices, then the states")
+    need(types_of(body.results[:n_state]) == types_of(states),
+         "for body results start with the new states")
+    yields = body.results[n_state:]
+    stacked = [y.type.with_shape((steps,) + y.type.shape) for y in yields]
+    need(types_of(op.outputs) == types_of(states) + stacked,
+         "for outputs are the final states, then the stacked yields")
+    need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
+
+
+# ---- reference semantics -----------------------------------------------------------------
+def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
+    a = op.attrs
+    n_seq, n_state = a["n_seq"], a["n_state"]
+    seqs, states = args[:n_seq], args[n_seq:n_seq + n_state]
+    lengths = args[-1] if a["has_lengths"] else None
+    body = op.blocks[0]
+    steps = seqs[0].shape[0]
+    stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
+    batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
+    if lengths is not None:
+        check_lengths(lengths, steps, op.inputs[-1].hint)
+    for i in range(steps):
+        if lengths is None:
+            t = steps - 1 - i if a["reversed"] else i
+            out = interp.block(body, [s[t] for s in seqs] + states)
+            states = out[:n_state]
+            for stack, y in zip(stacks, out[n_state:]):
+                stack[t] = y
+            continue
+        # rows run their own steps: row b is at t = L[b]-1-i (reversed) or i while i < L[b]
+        valid = i < lengths
+        t = np.where(valid, lengths - 1 - i if a["reversed"] else i, 0)
+        slices = [np.where(_rows(valid, s.ndim - 1), s[t, batch], 0) for s in seqs]
+        out = interp.block(body, slices + states)
+        states = [np.where(_rows(valid, new.ndim), new, old)
+                  for new, old in zip(out[:n_state], states)]
+        for stack, y in zip(stacks, out[n_state:]):
+            stack[t[valid], batch[valid]] = y[valid]
+    return states + stacks
+
+
+def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-row mask [B] shaped to broadcast against a [B, ...] array."""
+    return mask.reshape(mask.shape + (1,) * (ndim - 1))
+
+
+def check_lengths(lengths: np.ndarray, steps: int, name: str) -> None:
+    """Sequence lengths must lie in [0, T]: a ValueError naming the first one that does
+    not (native code raises the same)."""
+    bad = np.flatnonzero((lengths < 0) | (lengths > steps))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"{name or 'lengths'}[{b}] = {int(lengths[b])} is outside [0, {steps}]"
+                         f" (the sequence length)")
+
+
+# ---- gradient ----------------------------------------------------------------------------
+def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
+    seqs, states, _ = for_layout(op)
+    body = op.blocks[0]
+    captured = captured_floats(op.blocks, active)
+    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
+    policy = RECOMPUTE if op.attrs.get("recompute") else STORE
+    g = differentiate_block(body, with_ct, captured, policy, backprop)
+    steps = seqs[0].type.shape[0]
+    in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,
+                                    lambda values: add_tapes(op, body, values, steps),
+                                    not op.attrs["reversed"], lean=policy == RECOMPUTE)
+    return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
+
+
+# ---- rewrites ------------------------------------------------------------------------------
+def _rewrite(op: Op, autodiff: bool):
+    """- with lengths: a plain `for` over the sequences in step order (seq_order), with
+      a mask sequence: in masked steps `where` keeps the state and yields zeros. Masked
+      steps then need no rule of their own: the gradient of `where` passes the state's
+      cotangent through them unchanged, and their yields get none; a backend needs no
+      row-by-row code of its own (one implementation of lengths besides the reference);
+    - with `checkpoint = k`, for autodiff: a `for` over ceil(T/k) segments whose body
+      runs a `for` over the k steps of one segment (padding steps masked), both marked
+      `recompute`: the backward keeps the state at each segment start only, and re-runs
+      one segment at a time, keeping its activations for the segment's backward
+      (memory O(T/k + k)). Inference needs no checkpoint;
+    - a plain loop whose body multiplies its sequence slices by loop-invariant matrices:
+      those products move out as one product over all steps (for_hoist.py)."""
+    if op.attrs["has_lengths"]:
+        return _lower_lengths
+    if op.attrs.get("checkpoint") and autodiff:
+        return _nest_checkpoint
+    if movable(op, autodiff):
+        return hoist
+    return None
+
+
+def _masked_results(block: Block, n_state: int, keep: Value, states: list[Value]) -> None:
+    """End `block` with: new state where `keep`, else the old; yields where `keep`, else
+    zeros. `keep` is bool[B] (one flag per row) or a bool scalar."""
+    b = Builder(block)
+    flags: dict[int, Value] = {}
+
+    def row_flags(rank: int) -> Value:
+        if keep.type.rank == 0 or rank <= 1:
+            return keep
+        if rank not in flags:
+            shape = keep.type.shape + (Dim.of(1),) * (rank - 1)
+            flags[rank] = b.reshape(keep, shape=shape)
+        return flags[rank]
+    results = []
+    for i, r in enumerate(block.results):
+        other = states[i] if i < n_state else b.const(0, r.type.dtype)
+        results.append(b.where(row_flags(r.type.rank), r, other))
+    block.results = results
+
+
+def _lower_lengths(b: Builder, op: Op) -> None:
+    seqs, states, lengths = for_layout(op)
+    n_seq, n_state = len(seqs), len(states)
+    body = op.blocks[0]
+    rev = op.attrs["reversed"]
+    ordered = [b.seq_order(x, lengths, reversed=rev) for x in seqs]
+    mask = b.seq_mask(seqs[0], lengths)
+    keep = Value(mask.type.with_shape(mask.type.shape[1:]), "keep")
+    state_args = body.args[n_seq:]
+    body.args = body.args[:n_seq] + [keep] + state_args
+    _masked_results(body, n_state, keep, state_args)
+    yields = op.outputs[n_state:]
+    # reversed: yields come out in step order and go back to time order
+    stepped = [Value(y.type, y.hint) for y in yields] if rev else yields
+    attrs = {**op.attrs, "n_seq": n_seq + 1, "has_lengths": False, "reversed": False}
+    b.block.ops.append(Op("for", ordered + [mask] + states, op.outputs[:n_state] + stepped,
+                          attrs, [body], op.loc))
+    if rev:
+        start = len(b.block.ops)
+        timed = [b.seq_order(y, lengths, reversed=True) for y in stepped]
+        rename(b.block.ops[start:], timed, yields)
+
+
+def _nest_checkpoint(b: Builder, op: Op) -> None:
+    seqs, states, _ = for_layout(op)
+    n_seq, n_state = len(seqs), len(states)
+    k = op.attrs["checkpoint"]
+    body = op.blocks[0]
+    segments = [b.segment(x, k=k) for x in seqs + [b.seq_mask(seqs[0])]]
+    real = Value(BOOL, "real")  # false in the padding steps of the last segment
+    state_args = body.args[n_seq:]
+    body.args = body.args[:n_seq] + [real] + state_args
+    _masked_results(body, n_state, real, state_args)
+    # Only the loop over segments recomputes: its backward re-runs one segment's steps,
+    # keeping their activations, and the segment's own backward then reads them (a
+    # recomputing inner loop would run every step a third time).
+    attrs = {**op.attrs, "n_seq": n_seq + 1, "checkpoint": 0, "recompute": True}
+    inner = {**attrs, "recompute": op.attrs.get("recompute", False)}
+
+    outer = Block([Value(s.type.with_shape(s.type.shape[1:]), "segment") for s in segments]
+                  + [Value(s.type, s.hint) for s in states])
+    yields = body.results[n_state:]
+    inner_out = [Value(s.type, s.hint) for s in states] + [
+        Value(y.type.with_shape((Dim.of(k),) + y.type.shape), y.hint) for y in yields]
+    outer.ops.append(Op("for", list(outer.args), inner_out, inner, [body], op.loc))
+    outer.results = inner_out
+
+    stacked = [Value(y.type.with_shape((segments[0].type.shape[0],) + y.type.shape), y.hint)
+               for y in inner_out[n_state:]]
+    b.block.ops.append(Op("for", segments + states, op.outputs[:n_state] + stacked, attrs,
+                          [outer], op.loc))
+    start = len(b.block.ops)
+    whole = [b.unsegment(s, seqs[0]) for s in stacked]
+    rename(b.block.ops[start:], whole, op.outputs[n_state:])
+
+
+def _integer_bounds(op: Op, size) -> list:
+    """Lengths lie in [1, T] (a zero length is valid, but tells a gradient check
+    nothing)."""
+    if not op.attrs["has_lengths"]:
+        return []
+    return [(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)]
+
+
+FOR = register(StructuredOp(
+    "for",
+    attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
+           "has_lengths": (bool, REQUIRED), "recompute": (bool, False),
+           "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False)},
+    blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
+    trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
+    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds))

@@ -1,0 +1,119 @@
+"""Sums over time, after the loop: a `for` state that only accumulates, step by step,
+`acc + transpose(a_t) @ g_t` or `acc + sum_to(g_t)` (what autodiff makes of a weight
+used at every step: the weight's gradient) becomes, when a_t and g_t are already kept for
+every step (a sequence of the loop, or one of its yields), one product over all steps
+after the loop: `acc + transpose(A) @ G` with A, G of [T*B, ...] rows, one GEMM instead of
+T rank-B updates. The state leaves the loop, and DCE drops the per-step work that fed
+it. An operand not yet kept for every step becomes a new yield, except in a `lean` loop
+(the backward of a `recompute` loop, which keeps only states) where only a value of a
+shape the loop already keeps per step may (so its memory grows by a constant factor at
+most and keeps no gate-sized value); otherwise the sum stays in the loop.
+
+The `for` entry's `simplify` hook (codegen/transforms/passes.py runs it with the table's identities).
+"""
+from __future__ import annotations
+
+from ...ir.graph import Op, Value, has_dynamic, walk_ops
+from ...ir.shapes import numel
+from ..builder import Builder
+
+
+def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
+    """Emit `loop` with its sums moved after it; the values replacing its outputs, or
+    None (nothing emitted) when no state is such a sum."""
+    body = loop.blocks[0]
+    n_seq, n_state = loop.attrs["n_seq"], loop.attrs["n_state"]
+    producers = {id(v): op for op in body.ops for v in op.outputs}
+    stacked = {id(body.args[k]): loop.inputs[k] for k in range(n_seq)}
+    for k, y in enumerate(body.results[n_state:]):
+        stacked.setdefault(id(y), loop.outputs[n_state + k])
+    kept_shapes = {v.type.shape for v in body.args[:n_seq] + body.results[n_state:]}
+    steps = loop.inputs[0].type.shape[0]
+    new_yields: list[tuple[Value, Value]] = []  # (body value, its stacked output)
+
+    def stack(v: Value) -> Value | None:
+        """v for every step: a sequence, a yield, or a new yield where allowed."""
+        if id(v) in stacked:
+            return stacked[id(v)]
+        if id(v) not in producers or has_dynamic(v.type) or (
+                loop.attrs.get("lean") and v.type.shape not in kept_shapes):
+            return None  # (a size a nested while sets may differ from step to step)
+        stacked[id(v)] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
+        new_yields.append((v, out))
+        return out
+    reads: dict[int, int] = {}
+    for op in walk_ops(body):
+        for v in list(op.inputs) + [r for sub in op.blocks for r in sub.results]:
+            reads[id(v)] = reads.get(id(v), 0) + 1
+    for v in body.results:
+        reads[id(v)] = reads.get(id(v), 0) + 1
+
+    sums = []  # (state index, kind, stacked operands)
+    for i in range(n_state):
+        state, new = body.args[n_seq + i], body.results[i]
+        add = producers.get(id(new))
+        if add is None or add.prim != "add" or reads.get(id(state)) != 1 \
+                or reads.get(id(new)) != 1 or state not in add.inputs:
+            continue
+        term = add.inputs[1] if add.inputs[0] is state else add.inputs[0]
+        if term.type != state.type:
+            continue
+        found = _summand(term, producers, stack)
+        if found is not None:
+            sums.append((i, *found))
+    tapes = loop.attrs.get("n_tape", 0)
+    yields = body.results[n_state:len(body.results) - tapes]
+    twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]
+    if not sums and not twice:
+        return None
+    # a new op (the caller maps the old op's outputs to `outputs`)
+    outputs, inputs, kept = list(loop.outputs), list(loop.inputs), list(loop.outputs)
+    for k in reversed(twice):  # a value yielded twice is stacked once
+        earlier = next(j for j in range(k) if yields[j] is yields[k])
+        del body.results[n_state + k], kept[n_state + k]
+        outputs[n_state + k] = loop.outputs[n_state + earlier]
+    for value, out in new_yields:  # before the trailing tapes
+        body.results.insert(len(body.results) - tapes, value)
+        kept.insert(len(kept) - tapes, out)
+    starts = {}
+    for i, _, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
+        body.ops.remove(producers[id(body.results[i])])
+        del body.args[n_seq + i], body.results[i], kept[i]
+        starts[i] = inputs.pop(n_seq + i)
+    attrs = {**loop.attrs, "n_state": n_state - len(sums)}
+    b.block.ops.append(Op(loop.prim, inputs, kept, attrs, loop.blocks, loop.loc))
+    for i, kind, operands in sums:
+        if kind == "matmul":
+            a, g = (b.reshape(x, shape=(numel(x.type.shape[:-1]), x.type.shape[-1]))
+                    for x in operands)
+            total = b.matmul(b.transpose(a, perm=(1, 0)), g)
+        else:
+            total = b.sum_to(operands[0], shape=outputs[i].type.shape)
+        outputs[i] = b.add(starts[i], total)
+    return outputs
+
+
+def _summand(term: Value, producers: dict[int, Op], stack):
+    """("matmul", (A, G)) for transpose(a) @ g, ("sum_to", (G,)) for sum_to(g), with A and
+    G the values of a and g for every step (`stack`); else None."""
+    op = producers.get(id(term))
+    if op is None:
+        return None
+    if op.prim == "sum_to":
+        g = op.inputs[0]
+        if tuple(op.attrs["shape"]) != tuple(term.type.shape):
+            return None
+        stacked = stack(g)
+        return None if stacked is None else ("sum_to", (stacked,))
+    if op.prim != "matmul":
+        return None
+    left, g = op.inputs
+    transpose = producers.get(id(left))
+    if transpose is None or transpose.prim != "transpose" \
+            or tuple(transpose.attrs["perm"]) != (1, 0):
+        return None
+    a = transpose.inputs[0]
+    if a.type.rank != 2 or g.type.rank != 2:
+        return None
+    stacked = [stack(a), stack(g)]
+    return None if None in stacked else ("matmul", tuple(stacked))

@@ -1,0 +1,101 @@
+"""What the gradient rules of the structured ops share (the rules themselves are in their
+entries, codegen/ops/structured/), after the seeds (Caffe2's recurrent_net and its If/While
+gradients). Each rule gets the forward op and the cotangents of its outputs, and returns
+the cotangents of its inputs and of the outer values its blocks capture.
+
+- for:   the backward is a `for` running the other way whose body is the gradient of
+         the forward body. It reads the forward sequences again, the cotangents of the
+         yields, and tapes: per-step values that the forward body now also yields (with
+         `recompute`, only the state; the rest is re-run in the backward body). Captured
+         float values (parameters above all) get an accumulator in the loop state,
+         summed over the steps. (Lengths and checkpoints were lowered to plain loops.)
+- while: the forward body pushes what the backward needs onto tapes, one entry per
+         trip; the backward is a reversed `for` over the tapes, as many steps as trips.
+- if:    each branch also outputs what its own backward needs (zeros for the other
+         branch's); the backward is an `if` on the same condition whose branches are
+         the gradients of the forward ones, giving zeros for values that a branch does
+         not read.
+"""
+from __future__ import annotations
+
+from ...ir.graph import Op, Value, free_values
+from ...ir.shapes import Dim, TensorType
+from ..builder import Builder
+from .regions import BlockGrad
+
+
+def captured_floats(blocks, active: set[int]) -> list[Value]:
+    """The float outer values the blocks read that need a cotangent, each once."""
+    out, seen = [], set()
+    for block in blocks:
+        for v in free_values(block):
+            if v.type.is_float and id(v) in active and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
+    """Make `block` yield `values` too; the op's new outputs, stacked over `steps`."""
+    block.results = block.results + values
+    tapes = [Value(TensorType(v.type.dtype, (steps,) + v.type.shape), f"tape_{v.hint}")
+             for v in values]
+    op.outputs = op.outputs + tapes
+    op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(values)
+    return tapes
+
+
+def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
+                   states: list[Value], cts: list, captured: list[Value], tape,
+                   reversed_: bool, lean: bool = False):
+    """Emit the backward `for` of a loop whose body (args: one slice per sequence in
+    `seqs`, then the states) has the gradient `g`; `tape(values)` makes the forward
+    keep per-step values and returns them stacked; `lean`: the backward of a loop that
+    recomputes, which keeps no more per step than it must (the `for`'s `lean`).
+    Returns (cotangents of seqs and states, [(captured value, cotangent)])."""
+    n_seq = len(seqs)
+    seq_in, seq_args = _backward_sequences(op, g, seqs, cts[len(states):], tape)
+    floats = [i for i, s in enumerate(states) if s.type.is_float]
+    init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
+            for i in floats] + [b.zeros_like(c) for c in captured]
+    accs = [Value(c.type, f"acc_{c.hint}") for c in captured]
+    body = g.block
+    body.args = seq_args + [g.result_cts[i] for i in floats] + accs
+    inner = Builder(body)
+    state_cts = [g.arg_cts[n_seq + i] if g.arg_cts[n_seq + i] is not None
+                 else inner.zeros(states[i].type) for i in floats]
+    new_accs = [inner.add(a, c) if c is not None else a for a, c in zip(accs, g.captured_cts)]
+    grads = [i for i in range(n_seq) if g.arg_cts[i] is not None]
+    body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads]
+
+    steps = seq_in[0].type.shape[0]
+    types = [v.type for v in init] + [g.arg_cts[i].type.with_shape(
+        (steps,) + g.arg_cts[i].type.shape) for i in grads]
+    attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
+             "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean}
+    hints = [f"d_{states[i].hint}" for i in floats] + [f"d_{c.hint}" for c in captured] \
+        + [f"d_{seqs[i].hint}" for i in grads]
+    outs = b.structured("for", seq_in + init, types, attrs, [body], hints)
+    in_cts: list = [None] * (n_seq + len(states))
+    for i, v in zip(floats, outs):
+        in_cts[n_seq + i] = v
+    for i, v in zip(grads, outs[len(init):]):
+        in_cts[i] = v
+    return in_cts, list(zip(captured, outs[len(floats):len(init)]))
+
+
+def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list, tape):
+    """What the backward loop reads per step, and its body args for them: the yields'
+    cotangents, the forward sequences whose slices it needs, and the new tapes."""
+    n_state = len(g.result_cts) - len(yield_cts)
+    slice_of = {id(a): i for i, a in enumerate(op.blocks[-1].args[:len(seqs)])}
+    again = [(seqs[slice_of[id(v)]], p) for v, p in zip(g.saved, g.saved_in)
+             if id(v) in slice_of]
+    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if id(v) not in slice_of]
+    tapes = tape([v for v, _ in kept])
+    pairs = [(c, p) for c, p in zip(yield_cts, g.result_cts[n_state:]) if p is not None]
+    pairs += again + list(zip(tapes, [p for _, p in kept]))
+    pairs += [(t, Value(t.type.with_shape(t.type.shape[1:]))) for t in tapes[len(kept):]]
+    if not pairs:  # nothing to read per step: the first sequence still sets the length
+        pairs = [(seqs[0], Value(seqs[0].type.with_shape(seqs[0].type.shape[1:])))]
+    return [s for s, _ in pairs], [p for _, p in pairs]

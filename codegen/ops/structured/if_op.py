@@ -1,0 +1,62 @@
+"""`if`: runs one of two blocks on a bool scalar; both yield the if's output types."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.graph import Op, Value, substitute
+from ..builder import Builder
+from .gradients import captured_floats
+from .regions import STORE, differentiate_block
+from .table import BOOL, StructuredOp, need, register, trim_outputs
+
+
+def _verify(op: Op) -> None:
+    need(len(op.inputs) == 1 and op.inputs[0].type == BOOL, "an if tests a bool")
+    need(len(op.blocks) == 2 and not op.blocks[0].args and not op.blocks[1].args,
+         "an if has two blocks without args")
+    then, orelse = op.blocks
+    types = [[v.type for v in values] for values in (then.results, orelse.results, op.outputs)]
+    need(types[0] == types[1] == types[2], "if branches yield the if's output types")
+    need(0 <= op.attrs.get("n_tape", 0) <= len(op.outputs), "n_tape counts outputs")
+
+
+def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
+    return interp.block(op.blocks[0 if bool(args[0]) else 1], [])
+
+
+def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
+    """Save the condition (the if itself) and what each branch's backward needs (tapes:
+    the other branch yields zeros for them); the backward is an if on the same
+    condition."""
+    captured = captured_floats(op.blocks, active)
+    with_ct = [c is not None for c in cts]
+    grads = [differentiate_block(branch, with_ct, captured, STORE, backprop)
+             for branch in op.blocks]
+    residuals = [v for g in grads for v in g.saved]
+    for k, branch in enumerate(op.blocks):
+        fill = Builder(branch)
+        own = {id(v) for v in grads[k].saved}
+        branch.results = branch.results + [v if id(v) in own else fill.zeros(v.type)
+                                           for v in residuals]
+    tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
+    op.outputs = op.outputs + tapes
+    op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
+    if not captured:
+        return [None], []
+    tape_of = iter(tapes)
+    for g in grads:
+        mapping = {id(p): next(tape_of) for p in g.saved_in}
+        mapping.update({id(p): c for p, c in zip(g.result_cts, cts) if p is not None})
+        fill = Builder(g.block)
+        g.block.results = [ct if ct is not None else fill.zeros_like(c)
+                           for c, ct in zip(captured, g.captured_cts)]
+        substitute(g.block, mapping)
+    outs = b.structured("if", op.inputs, [c.type for c in captured], {},
+                        [g.block for g in grads], [f"d_{c.hint}" for c in captured])
+    return [None], list(zip(captured, outs))
+
+
+IF = register(StructuredOp(
+    "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
+    reference=_reference, grad=_grad,
+    trim=lambda op, live: trim_outputs(op, 0, live, op.blocks)))

@@ -1,0 +1,109 @@
+"""The gradient of a block that runs apart from its backward (a loop body, a branch):
+the backward block, and the forward values it needs (residuals), each either saved by
+the forward pass (the structured op's rule puts it on a tape) or recomputed from saved
+ones at the top of the backward block (the seeds' recompute_blobs_on_backward).
+
+What is recomputed follows a policy: STORE saves every residual it can, RECOMPUTE saves
+only the block's args (the per-step state) and re-runs everything else. Whatever the
+policy, block args cannot be recomputed, constants are always re-created, random values
+(dropout masks) are always saved (a re-run would draw another mask), and values whose
+size is known only at run time (a nested while's tape) are always recomputed, since
+they cannot be stacked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.diagnostics import MdlGradientError
+from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
+                         has_dynamic, substitute, walk_ops)
+from ..builder import Builder
+from ..primitives import TABLE
+
+STORE = "store"
+RECOMPUTE = "recompute"
+
+
+class GradientError(MdlGradientError):
+    """A gradient that cannot be built (no minimized output, an impossible tape); it
+    renders like every error of the front end, at the construct's source location."""
+
+
+@dataclass
+class BlockGrad:
+    """The backward of a block. `block` holds its ops (its args and results are for the
+    caller to set): it reads `result_cts` (a placeholder per forward result that has a
+    cotangent, else None) and `saved_in` (a placeholder per saved forward value in
+    `saved`), and computes `arg_cts` (per forward block arg) and `captured_cts` (per
+    value of `captured`), each None where no gradient flows."""
+    block: Block
+    result_cts: list[Value | None]
+    saved: list[Value]
+    saved_in: list[Value]
+    arg_cts: list[Value | None]
+    captured_cts: list[Value | None]
+
+
+def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value],
+                        policy: str, backprop) -> BlockGrad:
+    """The backward of `block` given cotangents for the results flagged in `with_ct`,
+    w.r.t. its args and the outer values `captured`; `backprop` is autodiff's generic
+    walk (passed in: the walk calls the structured ops' rules, which call this)."""
+    bwd = Block()
+    result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
+                  for r, flag in zip(block.results, with_ct)]
+    seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
+    cts = backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
+    saved, recomputed = _plan(block, bwd, policy)
+    mapping: dict[int, Value] = {}
+    saved_in = []
+    for v in saved:
+        mapping[id(v)] = Value(v.type, v.hint)
+        saved_in.append(mapping[id(v)])
+    clones = clone_ops(recomputed, mapping)  # they read the placeholders and each other
+    substitute(bwd, mapping)
+    bwd.ops = clones + bwd.ops
+    n = len(block.args)
+    return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:])
+
+
+def _plan(block: Block, bwd: Block, policy: str) -> tuple[list[Value], list[Op]]:
+    """(values to save, ops to re-run in program order) so that the backward can read
+    every forward value it refers to."""
+    defined = defined_here(block)  # after the walk: structured ops may have gained tapes
+    producer = {id(v): op for op in block.ops for v in op.outputs}
+    args = {id(v) for v in block.args}
+    stack = [v for v in free_values(bwd) if id(v) in defined]
+    seen: set[int] = set()
+    saved: list[Value] = []
+    rerun: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        op = producer.get(id(v))
+        if id(v) in args or _must_save(v, op, policy):
+            saved.append(v)
+            continue
+        if id(op) in rerun:
+            continue
+        rerun.add(id(op))
+        reads = list(op.inputs) + [u for b in op.blocks for u in free_values(b)]
+        stack.extend(u for u in reads if id(u) in defined)
+    return saved, [op for op in block.ops if id(op) in rerun]
+
+
+def _must_save(v: Value, op: Op, policy: str) -> bool:
+    if not op.inputs and not op.blocks and not TABLE[op.prim].random:
+        return False  # a constant: re-creating it costs nothing
+    random = any(o.prim in TABLE and TABLE[o.prim].random
+                 for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
+    if has_dynamic(v.type):
+        if random:
+            raise GradientError(
+                "a dropout inside a loop of run-time length (a while, or a for with "
+                "checkpoint) nested in another loop, branch or while cannot be "
+                "differentiated: its masks would have to be drawn again", op.loc)
+        return False
+    return random or policy == STORE

@@ -1,0 +1,79 @@
+"""`while`: runs its body while its cond block yields true, carrying states. For its
+backward it pushes tape values every trip (outputs [trips, ...], `trips` a TripCount
+known only at run time); the backward is a reversed `for` over the tapes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.graph import Op, Value
+from ...ir.shapes import Dim, TripCount
+from ..builder import Builder
+from .gradients import add_tapes, captured_floats, loop_backward
+from .regions import STORE, differentiate_block
+from .table import BOOL, StructuredOp, need, register, trim_outputs, types_of
+
+MAX_TRIPS = 10_000_000  # a while that runs longer is taken for an endless loop
+
+
+def _verify(op: Op) -> None:
+    need(len(op.blocks) == 2, "a while has a cond and a body block")
+    cond, body = op.blocks
+    states = types_of(op.inputs)
+    n_tape = op.attrs.get("n_tape", 0)
+    need(types_of(cond.args) == states and types_of(cond.results) == [BOOL],
+         "a while cond takes the state and yields one bool")
+    need(types_of(body.args) == states and types_of(body.results[:len(states)]) == states
+         and len(body.results) == len(states) + n_tape,
+         "a while body takes the state and yields the new state, then its tapes")
+    need(not n_tape or "trips" in op.attrs, "a while with tapes names its trip count")
+    tapes = body.results[len(states):]
+    trips = Dim.of(op.attrs["trips"]) if n_tape else None
+    expected = states + [t.type.with_shape((trips,) + t.type.shape) for t in tapes]
+    need(types_of(op.outputs) == expected,
+         "while outputs are the final states, then the tapes [trips, ...]")
+
+
+def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
+    cond, body = op.blocks
+    states = args
+    n_state = len(states)
+    tapes: list[list[np.ndarray]] = [[] for _ in body.results[n_state:]]
+    trips = 0
+    while bool(interp.block(cond, states)[0]):
+        trips += 1
+        if trips > MAX_TRIPS:
+            raise RuntimeError(f"a while loop ran more than {MAX_TRIPS} times")
+        out = interp.block(body, states)
+        states = out[:n_state]
+        for tape, value in zip(tapes, out[n_state:]):
+            tape.append(value)
+    return states + [np.stack(tape) if tape else interp.empty_stack(0, v.type)
+                     for tape, v in zip(tapes, body.results[n_state:])]
+
+
+def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
+    states = op.inputs
+    body = op.blocks[1]
+    captured = captured_floats(op.blocks[1:], active)
+    with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
+    g = differentiate_block(body, with_ct, captured, STORE, backprop)
+    trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
+
+    def tape(values: list[Value]) -> list[Value]:
+        if not values and not any(c is not None for c in cts[len(states):]):
+            # the backward loop learns its trip count from a tape's length
+            values = [Builder(body).const(0, "i32")]
+        return add_tapes(op, body, values, trips)
+    return loop_backward(b, op, g, [], states, cts, captured, tape, True)
+
+
+def _trim(op: Op, live: set[int]) -> None:
+    trim_outputs(op, len(op.inputs), live, op.blocks[1:])
+    if op.attrs.get("n_tape") == 0:
+        op.attrs.pop("trips", None)
+
+
+WHILE = register(StructuredOp(
+    "while", attrs={"n_tape": (int, 0), "trips": (TripCount, None)},
+    blocks=("cond", "body"), verify=_verify, reference=_reference, grad=_grad, trim=_trim,
+    sets_dims=lambda op: {op.attrs["trips"]} if op.attrs.get("n_tape") else set()))

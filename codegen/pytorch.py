@@ -1,0 +1,189 @@
+"""The PyTorch bridge: a compiled model as a `torch.nn.Module`, so that a native recurrent
+core sits inside a larger PyTorch model and trains with torch's optimizers.
+
+    from codegen import load
+    from codegen.pytorch import as_module
+    core = as_module(load("core.mdl", vjp=True).Core(seed=0))
+    hs = core(xs=embedding(tokens))          # the float outputs, as tensors
+    loss_of(hs).backward()                   # gradients land in core's parameters' .grad
+    torch.optim.Adam(model.parameters()).step()   # updates the native weights in place
+
+The module's parameters are the model's own memory (torch.from_numpy over the views of
+`model.params`), so an optimizer's update is what the next native forward sees. Its
+forward is an autograd Function calling the native training forward, and its backward
+the native vector-Jacobian product, which a build with `vjp` has: the backward takes
+torch's cotangent of every float output. Tensors cross without copies where their layout
+is the model's (contiguous, on the CPU, of its dtype). PyTorch stays optional: without it,
+importing this module raises an ImportError saying how to install it.
+"""
+from __future__ import annotations
+
+import weakref
+from collections import namedtuple
+from typing import Any
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError("codegen.pytorch puts compiled models inside PyTorch models: install "
+                      "PyTorch (pip install 'mdl[torch]', or torch==2.13.0)") from None
+
+__all__ = ["CompiledModule", "as_module"]
+
+# Per model: which training forward its saved state belongs to (a token and the model's
+# rng_calls right after it). A model keeps only its latest; any other training call moves
+# rng_calls on, so the pair tells a backward whether it must replay its own forward.
+_SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def as_module(model: Any) -> CompiledModule:
+    """`model`, a compiled model built with vjp (`load(..., vjp=True)`, `mdlc build
+    --vjp`), as a torch.nn.Module sharing its parameters' memory."""
+    return CompiledModule(model)
+
+
+class CompiledModule(torch.nn.Module):
+    """A compiled model inside PyTorch. Its trainable parameters are nn.Parameters (and
+    its frozen ones buffers) named as in `model.params`, over the model's own memory.
+    `forward(*inputs, **inputs)` takes the declared inputs (positional ones in
+    declaration order; tensors, NumPy arrays or `__dlpack__` objects; integer ones, such
+    as token ids and lengths, are passed through) and returns the float outputs: the
+    tensor when there is one, else a named tuple in declaration order. In training mode
+    it runs the native training forward (dropout on) and gradients flow back through it;
+    in eval mode the inference forward, which keeps nothing to differentiate."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        if not all(hasattr(model, a) for a in ("params", "cotangents", "inputs",
+                                               "gradient_layout")):
+            raise TypeError("as_module takes a compiled mdl model (an instance of a class of "
+                            "a module built by codegen.load or mdlc build), got "
+                            f"{type(model).__name__}")
+        if model.device != "cpu":
+            raise ValueError(f"model {type(model).__name__} runs on {model.device}: "
+                             "codegen.pytorch wraps models built for the cpu target (its "
+                             "parameters are the model's host memory, shared with PyTorch)")
+        if not model.cotangents:
+            raise ValueError(f"model {type(model).__name__} was built without vjp, so its "
+                             "backward cannot take PyTorch's gradients: build it with "
+                             "load(..., vjp=True) or mdlc build --vjp")
+        self.model = model
+        self.input_names = list(model.inputs)
+        self.output_names = list(model.cotangents)
+        self._outputs = namedtuple(f"{type(model).__name__}Outputs", self.output_names,
+                                   rename=True)
+        self._trainable: list[str] = []
+        self._native: dict[str, tuple[int, tuple[int, ...]]] = {}
+        trainable = model.gradient_layout
+        for name, array in model.params.items():
+            tensor = torch.from_numpy(array)  # the model's memory, no copy
+            self._native[name] = (array.ctypes.data, array.shape)
+            if name in trainable:
+                self.register_parameter(name, torch.nn.Parameter(tensor))
+                self._trainable.append(name)
+            else:
+                self.register_buffer(name, tensor)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        given = self._bind(args, kwargs)
+        self._check_shared()
+        tensors = dict(self.named_parameters(recurse=False))
+        params = [tensors[name] for name in self._trainable]
+        outs = _Call.apply(self, self.training, list(given), *params, *given.values())
+        return outs[0] if len(outs) == 1 else self._outputs(*outs)
+
+    def extra_repr(self) -> str:
+        return (f"{type(self.model).__name__}: inputs {', '.join(self.input_names)}; "
+                f"float outputs {', '.join(self.output_names)}")
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The call's inputs by name (the native forward checks names, types and dims)."""
+        if len(args) > len(self.input_names):
+            raise TypeError(f"{type(self.model).__name__} takes {len(self.input_names)} "
+                            f"inputs ({', '.join(self.input_names)}), got {len(args)} "
+                            "positional arguments")
+        given = dict(zip(self.input_names, args))
+        for name, value in kwargs.items():
+            if name in given:
+                raise TypeError(f"input '{name}' given both by position and by name")
+            given[name] = value
+        return given
+
+    def _check_shared(self) -> None:
+        """Each parameter still is the model's memory: .to(), .double() or assigning
+        `.data` give a tensor the native code would never see."""
+        tensors = {**dict(self.named_parameters(recurse=False)),
+                   **dict(self.named_buffers(recurse=False))}
+        for name, (address, shape) in self._native.items():
+            t = tensors.get(name)
+            if t is None or t.device.type != "cpu" or t.data_ptr() != address \
+                    or tuple(t.shape) != shape:
+                raise RuntimeError(f"parameter '{name}' no longer shares memory with the "
+                                   "compiled model (moved, converted or replaced); the "
+                                   "module's parameters must stay where as_module put them")
+
+
+class _Call(torch.autograd.Function):
+    """One native call: forward(bridge, training, input names, *parameters, *inputs)."""
+
+    @staticmethod
+    def forward(ctx, bridge: CompiledModule, training: bool, names: list[str], *values):
+        n = len(bridge._trainable)
+        arrays = {k: _array(f"input '{k}'", v) for k, v in zip(names, values[n:])}
+        model = bridge.model
+        out = model.forward(**arrays, training=training)
+        ctx.bridge, ctx.training, ctx.names = bridge, training, names
+        if training:
+            ctx.arrays = arrays  # views of the inputs, for a replay
+            ctx.token, ctx.call = object(), model.rng_calls
+            _SAVED[model] = (ctx.token, ctx.call)
+            # saved so that torch refuses a backward after they changed in place (an
+            # optimizer step): the native saved forward belongs to their old values
+            ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)))
+        return tuple(torch.from_numpy(out[k]) for k in bridge.output_names)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *cotangents):
+        bridge = ctx.bridge
+        if not ctx.training:
+            raise RuntimeError(f"{type(bridge.model).__name__} ran its inference forward "
+                               "(eval mode), which keeps nothing to differentiate: call "
+                               ".train() on the module for gradients")
+        ctx.saved_tensors  # noqa: B018 - raises if a parameter or input changed since
+        model = bridge.model
+        if _SAVED.get(model, (None, None)) != (ctx.token, model.rng_calls):
+            _replay(model, ctx)
+        grads = model.backward(**{k: _array(f"the gradient of output '{k}'", c)
+                                  for k, c in zip(bridge.output_names, cotangents)})
+        n = len(bridge._trainable)
+        wanted = ctx.needs_input_grad[3:]
+        params = [torch.from_numpy(grads[k]) if w else None
+                  for k, w in zip(bridge._trainable, wanted[:n])]
+        inputs = [torch.from_numpy(grads[f"input:{k}"]) if w and f"input:{k}" in grads
+                  else None for k, w in zip(ctx.names, wanted[n:])]
+        return (None, None, None, *params, *inputs)
+
+
+def _replay(model: Any, ctx) -> None:
+    """Run the training forward of `ctx` again: the model keeps only its latest, and
+    another training call has replaced it. Its parameters and inputs are unchanged (torch
+    checked) and it draws the same dropout masks (call k draws from stream k), so it
+    computes the same values; the model's count of calls is left where it was."""
+    latest = model.rng_calls
+    model.rng_calls = ctx.call - 1
+    try:
+        model.forward(**ctx.arrays, training=True)
+    finally:
+        model.rng_calls = latest
+    _SAVED[model] = (ctx.token, latest)
+
+
+def _array(what: str, value: Any) -> Any:
+    """What the native model takes for `value`: a tensor's memory as a NumPy array (no
+    copy), anything else as it is (NumPy arrays, `__dlpack__` objects)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.device.type != "cpu":
+        raise ValueError(f"{what} is on {value.device}: the compiled model runs on the CPU")
+    return value.detach().numpy()

@@ -1,0 +1,186 @@
+"""The NumPy reference interpreter: runs any IR graph (forward, or forward and backward)
+with the exact language semantics. It is the oracle every backend is tested against,
+and a backend of its own (`codegen.reference.interpreter` needs no compiler).
+
+    run(graph, inputs, params, *, training=False, seed=0, dtype=np.float64)
+        -> {output name: array}
+    gradients(graph, inputs, params, *, training=False, seed=0, dtype=np.float64,
+              cotangents=None)
+        -> Gradients(outputs, params, inputs): the outputs, and the gradient of the
+           minimized output w.r.t. every trainable parameter and every float input
+           (with `cotangents`, {float output: array}: the vector-Jacobian product)
+    init_params(graph, seed=0, dtype=np.float64) -> {param name: array}
+
+`inputs` and `params` map names to arrays. Every float computes in `dtype` (float64 for
+gradient checks, float32 to mimic a backend), whatever the graph's own float type.
+Symbolic dims (T, B) are bound from the inputs' shapes. Dropout is active only when
+`training` is true; each dropout draws from its own stream seeded by (seed, its salt).
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.graph import Block, Graph, Op, Value, walk_ops
+from ..ir.shapes import TensorType
+from ..ops.context import Context
+from ..ops.primitives import TABLE
+from ..ops.structured import STRUCTURED
+from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
+
+
+@dataclass
+class Gradients:
+    outputs: dict[str, np.ndarray]
+    params: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+
+
+def run(graph: Graph, inputs: dict, params: dict, *, training: bool = False, seed: int = 0,
+        dtype=np.float64, cotangents: dict | None = None) -> dict[str, np.ndarray]:
+    """The graph's outputs (and, for a graph made by autodiff, its gradients under the
+    names `grad:param:NAME` and `grad:input:NAME`). A vjp graph's backward takes
+    `cotangents`: {float output name: array of that output's shape}."""
+    interp = Interpreter(graph, inputs, params, training, seed, dtype)
+    interp.block(graph.body, [])
+    args = graph.backward.args
+    if args:
+        names = cotangent_names(graph)
+        given = cotangents or {}
+        args = [interp.conform(_need(given, k, "cotangent"), v, f"cotangent `{k}`")
+                for k, v in zip(names, args)]
+    interp.block(graph.backward, args)
+    named = dict(graph.outputs)
+    named.update({f"grad:param:{k}": v for k, v in graph.param_grads.items()})
+    named.update({f"grad:input:{k}": v for k, v in graph.input_grads.items()})
+    return {k: interp.env[id(v)] for k, v in named.items()}
+
+
+_JOINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def gradients(graph: Graph, inputs: dict, params: dict, *, training: bool = False,
+              seed: int = 0, dtype=np.float64, cotangents: dict | None = None) -> Gradients:
+    """Forward and backward in one run of the graph autodiff makes (built once per
+    graph and cached; not simplified by the passes, so that it checks them too). With
+    `cotangents` ({float output name: array}), the backward is the vector-Jacobian
+    product of codegen.transforms.autodiff.vjp_graph instead of the minimized output's gradient."""
+    kind = grad_graph if cotangents is None else vjp_graph
+    joints = _JOINT.setdefault(graph, {})
+    if kind not in joints:
+        joints[kind] = kind(graph)
+    out = run(joints[kind], inputs, params, training=training, seed=seed, dtype=dtype,
+              cotangents=cotangents)
+    pick = {kind: {k.split(":", 2)[2]: v for k, v in out.items()
+                   if k.startswith(f"grad:{kind}:")} for kind in ("param", "input")}
+    return Gradients({k: out[k] for k in graph.outputs}, pick["param"], pick["input"])
+
+
+class Interpreter:
+    """Runs blocks over an environment of arrays keyed by value id."""
+
+    def __init__(self, graph: Graph, inputs: dict, params: dict, training: bool, seed: int,
+                 dtype):
+        self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed)
+        self.env: dict[int, np.ndarray] = {}
+        self.salts = {id(op): i for i, op in enumerate(
+            op for op in walk_ops(graph.body) if op.prim in TABLE and TABLE[op.prim].random)}
+        for name, v in graph.inputs.items():
+            self.env[id(v)] = self.conform(_need(inputs, name, "input"), v, name)
+        for name, p in graph.params.items():
+            self.env[id(p.value)] = self.conform(_need(params, name, "parameter"), p.value, name)
+
+    def conform(self, array, v: Value, what: str = "") -> np.ndarray:
+        """An array in the run's dtype for v's type, its shape checked against the type."""
+        array = np.asarray(array)
+        want = self.ctx.np_dtype(v.type.dtype)
+        if array.dtype != want:
+            array = array.astype(want)
+        shape = tuple(self.ctx.dim(d, -1) for d in v.type.shape)
+        if array.ndim != len(shape) or any(s not in (-1, a) for s, a in zip(shape, array.shape)):
+            raise ValueError(f"{what or repr(v)}: expected {v.type} (here "
+                             f"{list(shape)}), got shape {list(array.shape)}")
+        return array
+
+    def block(self, block: Block, args: list[np.ndarray]) -> list[np.ndarray]:
+        for v, a in zip(block.args, args):
+            self.env[id(v)] = a
+        for op in block.ops:
+            self.op(op)
+        return [self.env[id(v)] for v in block.results]
+
+    def op(self, op: Op) -> None:
+        args = [self.env[id(v)] for v in op.inputs]
+        with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
+            if op.prim in STRUCTURED:
+                outs = STRUCTURED[op.prim].reference(self, op, args)
+            else:
+                prim = TABLE[op.prim]
+                attrs = op.attrs
+                if prim.random and "salt" not in attrs:
+                    attrs = {**attrs, "salt": self.salts[id(op)]}
+                outs = prim.ref(self.ctx, attrs, *args)
+                outs = list(outs) if len(op.outputs) > 1 else [outs]
+        for v, a in zip(op.outputs, outs):
+            self.env[id(v)] = self.conform(a, v)
+
+    def empty_stack(self, steps: int, t: TensorType) -> np.ndarray:
+        shape = (steps,) + tuple(self.ctx.dim(d) for d in t.shape)
+        return np.zeros(shape, self.ctx.np_dtype(t.dtype))
+
+
+def _need(values: dict, name: str, what: str):
+    if name not in values:
+        raise ValueError(f"missing {what} `{name}`")
+    return values[name]
+
+
+def bind_dims(graph: Graph, inputs: dict) -> dict[str, int]:
+    """Symbolic dims from the shapes of the inputs, checked consistent."""
+    dims: dict[str, int] = {}
+    for name, v in graph.inputs.items():
+        shape = np.shape(_need(inputs, name, "input"))
+        if len(shape) != v.type.rank:
+            raise ValueError(f"input `{name}` is {v.type}, got an array of shape {list(shape)}")
+        for d, size in zip(v.type.shape, shape):
+            if len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
+                symbol = d.terms[0][0][0]
+                if dims.setdefault(symbol, size) != size:
+                    raise ValueError(f"input `{name}`: dim {symbol} is {size} here but "
+                                     f"{dims[symbol]} in an earlier input")
+    return dims
+
+
+# ---- parameter initializers -----------------------------------------------------------
+def init_params(graph: Graph, seed: int = 0, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Initial values of every parameter, from its declared initializer."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, p in graph.params.items():
+        shape = tuple(d.value for d in p.value.type.shape)
+        out[name] = _initial(p.init.kind, p.init.args, shape, rng).astype(dtype)
+    return out
+
+
+def _initial(kind: str, args: tuple, shape: tuple[int, ...], rng) -> np.ndarray:
+    # rank 2 or more: the matrix x @ W multiplies by, [..., in, out] as [n / out, out]
+    # (the same rule as cpp_runtime/mdl/init.h)
+    fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    fan_out = shape[-1] if shape else 1
+    if kind in ("zeros", "ones", "constant"):
+        return np.full(shape, {"zeros": 0.0, "ones": 1.0}.get(kind, args[0] if args else 0))
+    if kind == "uniform":
+        return rng.uniform(args[0], args[1], shape)
+    if kind == "normal":
+        return rng.normal(args[0], args[1], shape)
+    if kind == "xavier":
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-limit, limit, shape)
+    if kind == "orthogonal":
+        a = rng.normal(size=(max(fan_in, fan_out), min(fan_in, fan_out)))
+        q, r = np.linalg.qr(a)
+        q = q * np.sign(np.diag(r))
+        return (q if fan_in >= fan_out else q.T).reshape(shape)
+    raise ValueError(f"unknown initializer `{kind}`")

@@ -1,0 +1,131 @@
+"""The CPU target: C++ functions over one host arena, fused groups as loop nests (dims
+merged where every operand allows, the innermost loop marked for vectorization), memory
+and tapes through the runtime's helpers (cpp_runtime/mdl/), kernels from
+primitives/cpu.py."""
+from __future__ import annotations
+
+import functools
+
+from ..backend.dialect import CPP
+from ..backend.element import assign as assign_element, compute
+from ..backend.lower import Fused
+from ..backend.nest import index as _index, merge, sum_strides
+from ..backend.target import Target
+from ..build.toolchain import HOST
+from ..ir.shapes import Dim, numel
+from . import cpu_kernels as _kernels  # attaches extra["cpu"]
+
+
+class CpuTarget(Target):
+    name = "cpu"
+    dialect = CPP
+    toolchain = HOST
+    packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
+
+    def kernel(self, ins):
+        if ins.pack is not None:  # only products are packed
+            return functools.partial(super().kernel(ins), pack=ins.pack)
+        return super().kernel(ins)
+
+    def call(self, name: str) -> str:
+        return f"mdl::{name}("
+
+    def pack(self, r, pack) -> list[str]:
+        return _kernels.matmul_pack(r, pack)
+
+    def function(self, r, body: list[str]) -> str:
+        spec, slots = r.spec, r.plan.slots
+        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
+                "  mdl::ProductThreads product_threads;  // MKL's threads: blas.h"]
+        head += ["  " + line for line in spec.prologue]
+        head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
+        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
+                 for i, size in enumerate(slots)]
+        head.append(f"  m.{spec.arena}.reserve(total);")
+        head.append(f"  char* arena = m.{spec.arena}.data(); (void)arena; (void)off;")
+        return "\n".join(head + body + ["}"])
+
+    def fused(self, r, ins: Fused) -> None:
+        for v in ins.allocs + ins.stores:
+            r.define_owned(v)
+        for _, total, _ in ins.sums:
+            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
+                             r.literal(0, total.type.dtype)))
+        produced = {v.id for op in ins.ops for v in op.outputs}
+        inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
+        operands = list(inputs.values()) + ins.stores
+        sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
+        # one-element operands (a step's mask bit, a scalar) are read once, before the
+        # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
+        # would then read it at every element and not vectorize the loop
+        hoisted: dict[int, str] = {}
+        for x in inputs.values():
+            if numel(x.type.shape) == Dim.of(1) and not r.layout(x).is_const:
+                hoisted[x.id] = r.fresh("s")
+                r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")
+
+        def body(index, accumulators):
+            names = compute(r, ins, index, hoisted)
+            for v in ins.stores:
+                r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
+            for x, total, _ in ins.sums:
+                target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
+                r.emit(f"{target} += {names[x.id]};")
+        self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums)
+
+    def assign(self, r, dst, src) -> None:
+        self._loop_nest(r, dst.type.shape, [dst, src],
+                        lambda index, _: assign_element(r, dst, src, index))
+
+    def scalar(self, pointer: str) -> str:
+        return f"{pointer}[0]"
+
+    def copy(self, dst: str, src: str, count: str) -> str:
+        return f"mdl::copy({dst}, {src}, {count});"
+
+    def fill(self, dst: str, count: str, value: str) -> str:
+        return f"mdl::fill({dst}, {count}, {value});"
+
+    def scratch(self, k: int, nbytes: str) -> str:
+        return f"m.scratch[{k}].hold({nbytes})"
+
+    def tape_clear(self, k: int) -> str:
+        return f"m.tapes[{k}].clear();"
+
+    def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
+        return f"std::memcpy(m.tapes[{k}].push({nbytes}), {pointer}, {nbytes});"
+
+    def tape_data(self, k: int, ctype: str) -> str:
+        return f"reinterpret_cast<{ctype}*>(m.tapes[{k}].data())"
+
+    # ---- loop nests ----
+    def _loop_nest(self, r, shape: tuple[Dim, ...], operands: list, body,
+                   sums: dict | None = None) -> None:
+        """Nested loops over `shape`, neighbouring dims merged where every operand's
+        strides allow; `body(index, accumulators)` gets each operand's index expression
+        by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
+        adds into: one summed along the innermost loop gets a local accumulator there
+        (`accumulators`: value id -> its name), so that loop still vectorizes."""
+        nest = merge(r, shape, operands, sums)
+        dims, merged, values = nest.dims, nest.strides, nest.values
+        idx = [r.fresh("i") for _ in dims]
+        inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
+        for n, (var, d) in enumerate(zip(idx, dims)):
+            if n == len(dims) - 1:
+                for k, acc in inner.items():
+                    r.emit(f"{r.ctype(values[k])} {acc} = 0;")
+                r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
+                       if inner else self.dialect.vectorize_hint)
+            r.open(f"for (int64_t {var} = 0; {var} < {r.dim(d)}; ++{var})")
+        if not dims:
+            r.open("")
+        body({k: _index(r, s, idx) for k, s in merged.items()}, inner)
+        for n in range(max(1, len(dims))):
+            r.close()
+            if n == 0:  # the innermost loop closed: its accumulators are added in
+                for k, acc in inner.items():
+                    r.emit(f"{r.ptr(values[k])}[{_index(r, merged[k][:-1], idx[:-1])}] "
+                           f"+= {acc};")
+
+
+CPU = CpuTarget()

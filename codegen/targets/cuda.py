@@ -1,0 +1,142 @@
+"""The CUDA target: the model's functions run on the host and queue work on the model's
+stream; its memory (arenas, parameters, inputs, tapes) is device memory. A fused
+elementwise group becomes a kernel (one thread per element of its merged index space, a
+grid-stride loop) and its launch; a strided copy too. Kernel primitives call
+cpp_runtime/mdl/cuda/kernels.h (primitives/cuda.py), products cuBLAS. A branch or loop
+condition is read back to the host (`mdl::cuda::scalar`). The runtime owns the context
+(mdl::cuda::Context: stream, cuBLAS handle, arenas, tapes) and checks after every
+function what device code found wrong with the inputs."""
+from __future__ import annotations
+
+from ..backend.dialect import CUDA
+from ..backend.element import assign as assign_element, compute
+from ..backend.lower import Fused
+from ..backend.nest import index as _index, merge, sum_strides
+from ..backend.target import Target
+from ..build.toolchain import EMULATED_CUDA, NVCC
+from ..ir.shapes import Dim, numel
+from . import cuda_kernels as _kernels  # noqa: F401  (attaches extra["cuda"])
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    dialect = CUDA
+    source = "module.cu"
+    headers = ("mdl/cuda/runtime.h",)
+    device = "&mdl::cuda_device"
+
+    def __init__(self, emulate: bool = False):
+        # The same code either way: `emulate` builds it for the CPU (codegen/build/toolchain.py).
+        self.toolchain = EMULATED_CUDA if emulate else NVCC
+
+    def call(self, name: str) -> str:
+        return f"mdl::cuda::{name}(g, "
+
+    def function(self, r, body: list[str]) -> str:
+        spec, slots = r.spec, r.plan.slots
+        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
+                "  mdl::cuda::Context& g = mdl::cuda::context(m);  // stream, cuBLAS, arenas",
+                "  (void)g;"]
+        head += ["  " + line for line in spec.prologue]
+        head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
+        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
+                 for i, size in enumerate(slots)]
+        head.append(f"  char* arena = g.{spec.arena}.hold(total); (void)arena; (void)off;")
+        return "\n\n".join(r.definitions + ["\n".join(head + body + ["}"])])
+
+    def fused(self, r, ins: Fused) -> None:
+        for v in ins.allocs + ins.stores:
+            r.define_owned(v)
+        for _, total, _ in ins.sums:
+            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
+                             r.literal(0, total.type.dtype)))
+        produced = {v.id for op in ins.ops for v in op.outputs}
+        inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
+        totals = [total for _, total, _ in ins.sums]
+
+        def body(index):
+            names = compute(r, ins, index, {})
+            for v in ins.stores:
+                r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
+            for x, total, _ in ins.sums:  # threads of many elements add into one total
+                r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
+        self._launch(r, ins.shape, list(inputs.values()) + ins.stores + totals, body,
+                     {v.id for v in ins.stores + totals},
+                     {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
+
+    def assign(self, r, dst, src) -> None:
+        self._launch(r, dst.type.shape, [dst, src],
+                     lambda index: assign_element(r, dst, src, index), {dst.id})
+
+    def scalar(self, pointer: str) -> str:
+        return f"mdl::cuda::scalar(g, {pointer})"
+
+    def copy(self, dst: str, src: str, count: str) -> str:
+        return f"mdl::cuda::copy(g, {dst}, {src}, {count});"
+
+    def fill(self, dst: str, count: str, value: str) -> str:
+        return f"mdl::cuda::fill(g, {dst}, {count}, {value});"
+
+    def scratch(self, k: int, nbytes: str) -> str:
+        return f"g.scratch({k}, {nbytes})"
+
+    def tape_clear(self, k: int) -> str:
+        return f"g.tape({k}).clear();"
+
+    def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
+        return f"mdl::cuda::tape_push(g, {k}, {pointer}, {nbytes});"
+
+    def tape_data(self, k: int, ctype: str) -> str:
+        return f"reinterpret_cast<{ctype}*>(g.tape({k}).data())"
+
+    # ---- kernels ----
+    def _launch(self, r, shape: tuple[Dim, ...], operands: list, body, written: set[int],
+                sums: dict | None = None) -> None:
+        """A kernel computing `body(index)` at every element of `shape` (index: value id
+        -> the operand's element index), and its launch on the model's stream. Dims the
+        kernel needs that are known only at run time become its arguments; `written`:
+        ids of the operands it stores into (the others are read through const pointers)."""
+        nest = merge(r, shape, operands, sums)
+        name = f"{r.spec.name}_k{len(r.definitions)}"
+        args: dict[str, str] = {}  # host expression of a dim -> the kernel's argument
+
+        def dim(d: Dim) -> str:
+            if d.is_const:
+                return f"int64_t({d.value})"
+            host = r.dims.expr(d)
+            return args.setdefault(host, f"e{len(args)}")
+        idx = [f"i{n}" for n in range(len(nest.dims))]
+        with r.elsewhere(2, dim) as lines:
+            if idx:
+                r.emit("int64_t rest = at;")
+            for n in reversed(range(1, len(idx))):  # row-major: the last dim varies fastest
+                size = r.dim(nest.dims[n])
+                r.emit(f"const int64_t {idx[n]} = rest % {size}; rest /= {size};")
+            if idx:
+                r.emit(f"const int64_t {idx[0]} = rest;")
+            body({k: _index(r, s, idx) for k, s in nest.strides.items()})
+        pointers = [v for v in nest.values.values() if not r.layout(v).is_const]
+        params = ["const int64_t count"] + [
+            f"{'' if v.id in written else 'const '}{r.ctype(v)}* {r.ptr(v)}" for v in pointers
+        ] + [f"const int64_t {arg}" for arg in args.values()]
+        r.definitions.append("\n".join([
+            f"__global__ void __launch_bounds__(mdl::cuda::kThreads) {name}(",
+            "    " + ", ".join(params) + ") {",
+            "  for (int64_t at = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; at < count;",
+            "       at += int64_t(gridDim.x) * blockDim.x) {",
+            *lines, "  }", "}"]))
+        count = r.fresh("count")
+        call_args = [count] + [r.ptr(v) for v in pointers] + list(args)
+        r.emit("{")
+        r.depth += 1
+        r.emit(f"const int64_t {count} = {r.dim(numel(shape))};")
+        r.open(f"if ({count} > 0)")
+        r.emit(f"mdl::cuda::launch({name}, mdl::cuda::blocks({count}), mdl::cuda::kThreads, "
+               f"g.stream, {', '.join(call_args)});")
+        r.emit(f'mdl::cuda::check_launch("launching {name}");')
+        r.close()
+        r.close()
+
+
+CUDA_TARGET = CudaTarget()
+EMULATED_CUDA_TARGET = CudaTarget(emulate=True)

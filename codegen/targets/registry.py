@@ -1,0 +1,23 @@
+"""The targets the backend can emit for, by name (`mdlc build --target NAME`), and the
+cuda target built for the CPU (`--target cuda --emulate`)."""
+from __future__ import annotations
+
+from ..backend.target import Target
+from ..ir.diagnostics import UsageError
+from .cpu import CPU
+from .cuda import CUDA_TARGET, EMULATED_CUDA_TARGET
+
+TARGETS: dict[str, Target] = {t.name: t for t in (CPU, CUDA_TARGET)}
+
+
+def target(name: str, emulate: bool = False) -> Target:
+    """The registered target `name`; with `emulate`, the cuda target's code built by the
+    host compiler against mdl's emulated device. A UsageError names what is wrong."""
+    if name not in TARGETS:
+        raise UsageError(f"unknown target {name!r} (targets: {', '.join(TARGETS)})")
+    if not emulate:
+        return TARGETS[name]
+    if name != "cuda":
+        raise UsageError("--emulate is for --target cuda: it runs the cuda target's generated "
+                         "code on the CPU")
+    return EMULATED_CUDA_TARGET
