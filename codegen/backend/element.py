@@ -1,6 +1,6 @@
 """The statements computing one element of a fused group (lower.Fused) or of a strided
 copy, the same on every target: each operand loaded into a named constant at its first
-read, each op's scalar expression (primitives/lowering.py) into another. The target
+read, each op's scalar expression (backend/op_lowering.py) into another. The target
 wraps them in a loop nest or a GPU kernel and writes the stores and sums."""
 from __future__ import annotations
 

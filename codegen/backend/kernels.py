@@ -1,10 +1,10 @@
 """The statements of each kernel primitive (the rest of a primitive's lowering is shared:
-primitives/lowering.py): lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling
+backend/op_lowering.py): lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling
 the target's runtime, whose functions have the same names and arguments on every target
 (cpp_runtime/mdl/kernels.h on the CPU, mdl/cuda/kernels.h on the GPU); `r.target.call`
 spells the call. `inputs` are the values the kernel reads, possibly contiguous copies of
-`op.inputs`. Each target attaches them as `extra[target.name]` (primitives/cpu.py,
-primitives/cuda.py), with its own products.
+`op.inputs`. Each target attaches them as `extra[target.name]` (targets/cpu_kernels.py,
+targets/cuda_kernels.py), with its own products.
 """
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ statements("unslice", _unslice)
 
 
 def _gather_into(r, op, inputs, ins, outs):
-    """Each input into its region of the output (primitives/lowering.py's `gathers`)."""
+    """Each input into its region of the output (backend/op_lowering.py's `gathers`)."""
     for x, (offset, strides) in zip(inputs, TABLE[op.prim].extra["gathers"](r, op)):
         r.assign(r.region(op.outputs[0], offset, x.type, strides), x)
     return []

@@ -82,7 +82,7 @@ class Structured:
 
 def lowering_hook(op: Op) -> tuple:
     """How the op lowers, the same on every target: (kind, ...) from the primitive
-    table (primitives/lowering.py)."""
+    table (backend/op_lowering.py)."""
     return TABLE[op.prim].extra["lower"]
 
 
@@ -93,7 +93,7 @@ def _reads(op: Op, ops: list[Op]) -> bool:
 
 
 def lowering_kind(op: Op) -> str:
-    """elementwise, const, view, kernel (primitives/lowering.py) or structured."""
+    """elementwise, const, view, kernel (backend/op_lowering.py) or structured."""
     return lowering_hook(op)[0] if op.prim in TABLE else "structured"
 
 

@@ -6,7 +6,7 @@
 - ("view", layout(r, op, i, strides), needs_contiguous): output i re-addresses the
   input's memory (offset, strides);
 - ("kernel", accepts): a call into the target's runtime, emitted by the target's own
-  hook (`extra[target.name]`, e.g. primitives/cpu.py); `accepts` (bool, or a predicate on
+  hook (`extra[target.name]`, e.g. targets/cpu_kernels.py); `accepts` (bool, or a predicate on
   an input's layout) says which inputs may be strided views.
 A primitive that only gathers its inputs into its output (concat, stack) also declares
 `extra["gathers"](r, op) -> [(offset, strides)]`: where each input lies in the output, so

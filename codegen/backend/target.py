@@ -9,8 +9,8 @@ statements. Its `Dialect` spells scalars; its `Toolchain` (codegen/build/toolcha
 what it generates.
 
 To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
-to the primitive table as `extra[<name>]` (primitives/<name>.py, as primitives/cpu.py
-does), and register it in backend/targets.py.
+to the primitive table as `extra[<name>]` (targets/<name>_kernels.py, as targets/cpu_kernels.py
+does), and register it in targets/registry.py.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def call(self, name: str) -> str:
         """The start of a call of runtime function `name`, up to its first argument (the
-        runtime's kernels take the same arguments on every target; primitives/kernels.py)."""
+        runtime's kernels take the same arguments on every target; backend/kernels.py)."""
 
     def pack(self, r, pack) -> list[str]:
         """Statements packing `pack.kernel`'s right operand into the model's pack buffer

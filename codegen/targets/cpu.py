@@ -1,7 +1,7 @@
 """The CPU target: C++ functions over one host arena, fused groups as loop nests (dims
 merged where every operand allows, the innermost loop marked for vectorization), memory
 and tapes through the runtime's helpers (cpp_runtime/mdl/), kernels from
-primitives/cpu.py."""
+targets/cpu_kernels.py."""
 from __future__ import annotations
 
 import functools

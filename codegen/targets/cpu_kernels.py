@@ -1,5 +1,5 @@
 """The CPU target's statements for each kernel primitive, attached as `extra["cpu"]`: the
-shared ones (primitives/kernels.py) calling cpp_runtime/mdl/kernels.h, and its own
+shared ones (backend/kernels.py) calling cpp_runtime/mdl/kernels.h, and its own
 products, which may multiply a right operand packed once before a loop (mdl/blas.h)."""
 from __future__ import annotations
 

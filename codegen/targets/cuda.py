@@ -2,7 +2,7 @@
 stream; its memory (arenas, parameters, inputs, tapes) is device memory. A fused
 elementwise group becomes a kernel (one thread per element of its merged index space, a
 grid-stride loop) and its launch; a strided copy too. Kernel primitives call
-cpp_runtime/mdl/cuda/kernels.h (primitives/cuda.py), products cuBLAS. A branch or loop
+cpp_runtime/mdl/cuda/kernels.h (targets/cuda_kernels.py), products cuBLAS. A branch or loop
 condition is read back to the host (`mdl::cuda::scalar`). The runtime owns the context
 (mdl::cuda::Context: stream, cuBLAS handle, arenas, tapes) and checks after every
 function what device code found wrong with the inputs."""

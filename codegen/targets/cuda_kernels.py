@@ -1,5 +1,5 @@
 """The CUDA target's statements for each kernel primitive, attached as `extra["cuda"]`: the
-shared ones (primitives/kernels.py) calling cpp_runtime/mdl/cuda/kernels.h on the model's
+shared ones (backend/kernels.py) calling cpp_runtime/mdl/cuda/kernels.h on the model's
 stream, and its own products (cuBLAS) and cross-entropy (its loss stays on the device)."""
 from __future__ import annotations
 

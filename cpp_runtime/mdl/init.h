@@ -18,7 +18,7 @@ struct InitSpec {
 
 // A weight of rank 2 or more is initialized as the matrix x @ W multiplies by: its last
 // dim is the outputs, all others together the inputs ([..., in, out] as [n / out, out]),
-// the same rule as the reference interpreter (codegen/reference.py).
+// the same rule as the reference interpreter (codegen/reference/interpreter.py).
 inline void fans(const std::vector<int64_t>& shape, int64_t n, double& fan_in,
                  double& fan_out) {
   fan_out = double(shape.back());

@@ -44,7 +44,7 @@ void copy(T* out, const T* in, int64_t n) {
 
 // Reduce the axes set in `mask`: kind 0 sum, 1 max, 2 mean, 3 logsumexp. `out` has the
 // input's shape with the reduced axes removed (or kept as 1: the layout is the same).
-// What `reduce` computes; generated code names the member (primitives/cpu.py).
+// What `reduce` computes; generated code names the member (targets/cpu_kernels.py).
 enum class Reduction { Sum, Max, Mean, LogSumExp };
 
 // A reduction's axes merged: neighbouring axes that are both reduced or both kept (by

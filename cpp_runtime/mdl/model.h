@@ -14,7 +14,7 @@
 
 namespace mdl {
 
-// A dtype as the caller sees it, from the Python dtype table (codegen/dtypes.py): the
+// A dtype as the caller sees it, from the Python dtype table (codegen/ir/dtypes.py): the
 // runtime never numbers dtypes itself.
 struct DTypeSpec {
   const char* name;   // mdl's name: f32, f64, i32, bool

@@ -1,5 +1,5 @@
 // The runtime of the cuda target: what its generated module.cu includes after mdl/python.h
-// (codegen/backend/cuda.py). The host-side pieces (align_up, checked_index, derive, the
+// (codegen/targets/cuda.py). The host-side pieces (align_up, checked_index, derive, the
 // errors) are the CPU runtime's own.
 #pragma once
 
