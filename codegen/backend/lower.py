@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.graph import Block, Op, Value, walk_ops
+from ..ir.graph import Block, Op, Value, use_counts
 from ..ir.shapes import Dim, contiguous_strides
 from ..ops.primitives import TABLE
 from ..ops.structured import STRUCTURED
@@ -144,7 +144,7 @@ class Lowering:
     # ---- blocks ----
     def block(self, block: Block) -> list:
         if not self.uses:  # once per function: counts cover every nested block
-            self._count_uses(block)
+            self.uses = use_counts(block)
         out: list = []
         run: list[Op] = []
         totals: list[Op] = []  # sums the run accumulates (their ops need no instruction)
@@ -181,16 +181,6 @@ class Lowering:
                 self._lower_op(op, kind, out)
         self._flush(run, out, block, totals)
         return out
-
-    def _count_uses(self, block: Block) -> None:
-        for op in walk_ops(block):
-            for v in op.inputs:
-                self.uses[v.id] = self.uses.get(v.id, 0) + 1
-            for b in op.blocks:
-                for v in b.results:
-                    self.uses[v.id] = self.uses.get(v.id, 0) + 1
-        for v in block.results:
-            self.uses[v.id] = self.uses.get(v.id, 0) + 1
 
     def _fills(self, run: list[Op], op: Op, block: Block) -> bool:
         """Whether `op` only gathers values the run computes and nothing else reads (a

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DTYPES
-from ..ir.graph import Block, Graph, Value, walk_ops
+from ..ir.graph import Block, Graph, Value, use_counts, walk_ops
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
@@ -37,15 +37,6 @@ def user_dims(graph: Graph) -> list[str]:
                 if s not in names:
                     names.append(s)
     return names
-
-
-def _reads(ops: list) -> set[int]:
-    out: set[int] = set()
-    for op in walk_ops(Block(ops=ops)):
-        out.update(v.id for v in op.inputs)
-        for b in op.blocks:
-            out.update(v.id for v in b.results)
-    return out
 
 
 def _defined(ops: list) -> dict[int, Value]:
@@ -122,7 +113,7 @@ class ModuleGenerator:
         defined = _defined(fwd_ops)
         external_j = {**self._param_access(j), **self._input_access(j, kept=True)}
         grads = list(j.param_grads.values()) + list(j.input_grads.values())
-        wanted = _reads(bwd_ops) | {v.id for v in grads}  # a gradient may be a forward value
+        wanted = set(use_counts(Block(ops=bwd_ops))) | {v.id for v in grads}  # a gradient may be a forward value
         saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(wanted)
                  if vid in defined or vid in {v.id for v in j.inputs.values()}]
         self.saved_count = max(self.saved_count, len(saved))

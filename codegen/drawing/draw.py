@@ -57,7 +57,7 @@ class Drawing:
     def picture(self, title: str) -> graphviz.Digraph:
         g = self.graph
         for name, v in g.inputs.items():
-            self.source[id(v)] = self.root.node(f"input {name}", label=labels.lines(
+            self.source[v.id] = self.root.node(f"input {name}", label=labels.lines(
                 f"input {name}", str(v.type)), **INPUT)
         for p in g.params.values():
             self.param(p)
@@ -89,7 +89,7 @@ class Drawing:
         node = self.root.scope(tuple(p.name.split("/")[:-1])).node(
             f"param {p.name}", label=labels.param(p), **(SHARED if shared else PARAM),
             tooltip=f"{p.name} = {p.init}, used at " + ", ".join(str(u) for u in p.uses))
-        self.source[id(p.value)] = node
+        self.source[p.value.id] = node
         if shared:
             self.shared.add(node)
 
@@ -106,7 +106,7 @@ class Drawing:
             if entry is not None:
                 self.structured(op, entry, into, written_in(op))
             elif _scalar_constant(op):
-                self.constant[id(op.outputs[0])] = TABLE[op.prim].uniform(op)
+                self.constant[op.outputs[0].id] = TABLE[op.prim].uniform(op)
             else:
                 sink = group[id(op)]
                 members.setdefault(id(sink), []).append(op)
@@ -116,7 +116,7 @@ class Drawing:
     def ops(self, members: list[Op], box: Box) -> None:
         """One node for `members`, a single op or a fused group."""
         reads = [v for op in members for v in op.inputs]
-        constants = [self.constant[id(v)] for v in reads if id(v) in self.constant]
+        constants = [self.constant[v.id] for v in reads if v.id in self.constant]
         last = members[-1]
         if _constant(last):  # zeros[B, H]: say which number fills it
             constants.append(TABLE[last.prim].uniform(last))
@@ -124,7 +124,7 @@ class Drawing:
                         tooltip=_where(last), **OP)
         for op in members:
             for v in op.outputs:
-                self.source[id(v)] = node
+                self.source[v.id] = node
         self.wire(node, reads)
 
     def structured(self, op: Op, entry: StructuredOp, box: Box, path: Scope) -> None:
@@ -139,11 +139,11 @@ class Drawing:
         self.wire(enter, op.inputs)
         for name, block in zip(entry.blocks, op.blocks):
             for v in block.args:
-                self.source[id(v)] = enter
+                self.source[v.id] = enter
             self.block(block, outer.box(f"{key} {name}", label=name, **BLOCK), path)
             self.wire(leave, block.results)
         for v in op.outputs:
-            self.source[id(v)] = leave
+            self.source[v.id] = leave
 
     def wire(self, node: str, values: list[Value]) -> None:
         self.wires.append((node, values))
@@ -154,9 +154,9 @@ class Drawing:
         edges: dict[tuple[str, str], dict[str, str]] = {}
         for head, values in self.wires:
             for v in values:
-                if id(v) in self.constant:
+                if v.id in self.constant:
                     continue
-                tail = self.source[id(v)]
+                tail = self.source[v.id]
                 if tail != head:
                     edges.setdefault((tail, head), SHARED_EDGE if tail in self.shared else {})
         return edges

@@ -15,12 +15,12 @@ def read_counts(graph: Graph) -> Counter:
     output or a gradient of the model."""
     reads: Counter = Counter()
     for block in graph.blocks():
-        reads.update(id(v) for v in block.results)
+        reads.update(v.id for v in block.results)
         for op in walk_ops(block):
-            reads.update(id(v) for v in op.inputs)
-            reads.update(id(v) for b in op.blocks for v in b.results)
+            reads.update(v.id for v in op.inputs)
+            reads.update(v.id for b in op.blocks for v in b.results)
     for values in (graph.outputs, graph.param_grads, graph.input_grads):
-        reads.update(id(v) for v in values.values())
+        reads.update(v.id for v in values.values())
     return reads
 
 
@@ -30,12 +30,12 @@ def fuse(block: Block, scope_of: Callable[[Op], object], reads: Counter) -> dict
     reader: dict[int, Op] = {}
     for op in block.ops:
         for v in op.inputs:
-            reader[id(v)] = op
+            reader[v.id] = op
     group: dict[int, Op] = {}
     for op in reversed(block.ops):
         sink = op
-        if _elementwise(op) and len(op.outputs) == 1 and reads[id(op.outputs[0])] == 1:
-            nxt = reader.get(id(op.outputs[0]))
+        if _elementwise(op) and len(op.outputs) == 1 and reads[op.outputs[0].id] == 1:
+            nxt = reader.get(op.outputs[0].id)
             if nxt is not None and _elementwise(nxt) and scope_of(nxt) == scope_of(op):
                 sink = group[id(nxt)]
         group[id(op)] = sink

@@ -49,7 +49,9 @@ _ids = itertools.count()
 
 
 class Value:
-    """One SSA value; `hint` is a readable name (the .mdl variable it came from)."""
+    """One SSA value; `hint` is a readable name (the .mdl variable it came from). `id`
+    is unique among all values ever made (never reused, unlike Python's id()): every
+    table of values, in every stage, is keyed by it."""
 
     __slots__ = ("type", "hint", "id")
 
@@ -160,26 +162,33 @@ def walk_ops(block: Block) -> Iterator[Op]:
         stack.extend(iter(b.ops) for b in reversed(op.blocks))
 
 
+def reads(op: Op) -> list[Value]:
+    """What an op reads at its own level: its inputs, then the results its blocks yield
+    (which may be values of enclosing blocks)."""
+    return [*op.inputs, *(v for b in op.blocks for v in b.results)]
+
+
+def use_counts(block: Block) -> dict[int, int]:
+    """How many times each value (by id) is read in `block` and the blocks inside it: by
+    ops (`reads`) and as a result of `block`."""
+    count: dict[int, int] = {}
+    for v in [*(v for op in walk_ops(block) for v in reads(op)), *block.results]:
+        count[v.id] = count.get(v.id, 0) + 1
+    return count
+
+
 def free_values(block: Block) -> list[Value]:
-    """Values a block (with its nested blocks) reads but does not define."""
-    defined = set(id(v) for v in block.args)
-    seen: set[int] = set()
-    free: list[Value] = []
+    """Values a block (with its nested blocks) reads but does not define, in order of
+    first read."""
+    defined = {v.id for v in block.args}
     for op in walk_ops(block):
-        for b in op.blocks:
-            defined.update(id(v) for v in b.args)
-        defined.update(id(v) for v in op.outputs)
-    for op in walk_ops(block):
-        reads = list(op.inputs) + [r for b in op.blocks for r in b.results]
-        for v in reads:
-            if id(v) not in defined and id(v) not in seen:
-                seen.add(id(v))
-                free.append(v)
-    for v in block.results:
-        if id(v) not in defined and id(v) not in seen:
-            seen.add(id(v))
-            free.append(v)
-    return free
+        defined.update(v.id for b in op.blocks for v in b.args)
+        defined.update(v.id for v in op.outputs)
+    free: dict[int, Value] = {}
+    for v in [*(v for op in walk_ops(block) for v in reads(op)), *block.results]:
+        if v.id not in defined:
+            free.setdefault(v.id, v)
+    return list(free.values())
 
 
 class IRError(Exception):
@@ -198,9 +207,9 @@ def has_dynamic(t: TensorType) -> bool:
 
 def defined_here(block: Block) -> set[int]:
     """Ids of the values a block defines at its own level: its args and its ops' outputs."""
-    ids = {id(v) for v in block.args}
+    ids = {v.id for v in block.args}
     for op in block.ops:
-        ids.update(id(v) for v in op.outputs)
+        ids.update(v.id for v in op.outputs)
     return ids
 
 
@@ -211,22 +220,22 @@ def clone_ops(ops: list[Op], mapping: dict[int, Value]) -> list[Op]:
 
 
 def _clone_op(op: Op, mapping: dict[int, Value]) -> Op:
-    inputs = [mapping.get(id(v), v) for v in op.inputs]
+    inputs = [mapping.get(v.id, v) for v in op.inputs]
     blocks = [clone_block(b, mapping) for b in op.blocks]
     outputs = []
     for v in op.outputs:
-        mapping[id(v)] = Value(v.type, v.hint)
-        outputs.append(mapping[id(v)])
+        mapping[v.id] = Value(v.type, v.hint)
+        outputs.append(mapping[v.id])
     return Op(op.prim, inputs, outputs, dict(op.attrs), blocks, op.loc)
 
 
 def clone_block(block: Block, mapping: dict[int, Value]) -> Block:
     args = []
     for v in block.args:
-        mapping[id(v)] = Value(v.type, v.hint)
-        args.append(mapping[id(v)])
+        mapping[v.id] = Value(v.type, v.hint)
+        args.append(mapping[v.id])
     ops = clone_ops(block.ops, mapping)
-    return Block(args, ops, [mapping.get(id(v), v) for v in block.results])
+    return Block(args, ops, [mapping.get(v.id, v) for v in block.results])
 
 
 def clone_graph(graph: Graph) -> Graph:
@@ -234,17 +243,17 @@ def clone_graph(graph: Graph) -> Graph:
     mapping: dict[int, Value] = {}
     inputs = {}
     for name, v in graph.inputs.items():
-        inputs[name] = mapping[id(v)] = Value(v.type, v.hint)
+        inputs[name] = mapping[v.id] = Value(v.type, v.hint)
     params = {}
     for name, p in graph.params.items():
-        mapping[id(p.value)] = Value(p.value.type, p.value.hint)
-        params[name] = Param(p.name, mapping[id(p.value)], p.init, p.trainable,
+        mapping[p.value.id] = Value(p.value.type, p.value.hint)
+        params[name] = Param(p.name, mapping[p.value.id], p.init, p.trainable,
                              p.regularizer, p.decl, list(p.uses))
     body = clone_block(graph.body, mapping)
     backward = clone_block(graph.backward, mapping)
 
     def remap(values: dict[str, Value]) -> dict[str, Value]:
-        return {k: mapping.get(id(v), v) for k, v in values.items()}
+        return {k: mapping.get(v.id, v) for k, v in values.items()}
     return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
                  graph.loss, dict(graph.input_locs), remap(graph.param_grads),
                  remap(graph.input_grads), backward)
@@ -254,7 +263,7 @@ def substitute(block: Block, mapping: dict[int, Value]) -> None:
     """Redirect, in place, every read of a value in `mapping` inside `block` (nested
     blocks included)."""
     def sub(values: list[Value]) -> list[Value]:
-        return [mapping.get(id(v), v) for v in values]
+        return [mapping.get(v.id, v) for v in values]
     block.results = sub(block.results)
     for op in walk_ops(block):
         op.inputs = sub(op.inputs)
@@ -266,7 +275,7 @@ def rename(ops: list[Op], new: list[Value], old: list[Value]) -> None:
     """Make `ops`, which produce the values `new`, produce `old` instead (and read it
     where they read `new`), so that every reader of a replaced op keeps reading the same
     values."""
-    swap = {id(n): o for n, o in zip(new, old)}
+    swap = {n.id: o for n, o in zip(new, old)}
     for op in ops:
-        op.outputs = [swap.get(id(v), v) for v in op.outputs]
-        op.inputs = [swap.get(id(v), v) for v in op.inputs]
+        op.outputs = [swap.get(v.id, v) for v in op.outputs]
+        op.inputs = [swap.get(v.id, v) for v in op.inputs]

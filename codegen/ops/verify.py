@@ -16,16 +16,16 @@ def verify(graph: Graph) -> None:
     checker = _Checker()
     for v in roots:
         checker.define(v, None)
-    scopes = [set(id(v) for v in roots)]
+    scopes = [set(v.id for v in roots)]
     for block in graph.blocks():  # the backward sees the body's values
         checker.block(block, scopes)
         scopes.append(defined_here(block))
     outputs = scopes[0] | scopes[1]
     for key, v in graph.outputs.items():
-        if id(v) not in outputs:
+        if v.id not in outputs:
             raise IRError(f"graph result `{key}` is {name(v)}, which the body does not define")
     for key, v in list(graph.param_grads.items()) + list(graph.input_grads.items()):
-        if not any(id(v) in s for s in scopes):
+        if not any(v.id in s for s in scopes):
             raise IRError(f"gradient `{key}` is {name(v)}, which the graph does not define")
 
 
@@ -34,16 +34,16 @@ class _Checker:
         self.defined: set[int] = set()
 
     def define(self, v: Value, op: Op | None) -> None:
-        if id(v) in self.defined:
+        if v.id in self.defined:
             where = f" by\n{_show(op)}" if op else ""
             raise IRError(f"{name(v)} is defined twice{where}")
-        self.defined.add(id(v))
+        self.defined.add(v.id)
 
     def block(self, block: Block, scopes: list[set[int]]) -> None:
         here: set[int] = set()
         for v in block.args:
             self.define(v, None)
-            here.add(id(v))
+            here.add(v.id)
         scopes = scopes + [here]
         for op in block.ops:
             for v in op.inputs:
@@ -53,9 +53,9 @@ class _Checker:
             self.op(op)
             for v in op.outputs:
                 self.define(v, op)
-                here.add(id(v))
+                here.add(v.id)
         for v in block.results:
-            if not any(id(v) in s for s in scopes):
+            if not any(v.id in s for s in scopes):
                 raise IRError(f"a block yields {name(v)}, which is not visible there")
 
     def op(self, op: Op) -> None:
@@ -80,7 +80,7 @@ class _Checker:
 
 
 def _visible(v: Value, scopes: list[set[int]], op: Op) -> None:
-    if not any(id(v) in s for s in scopes):
+    if not any(v.id in s for s in scopes):
         raise IRError(f"{name(v)} is read before it is defined, or outside its block, in\n"
                       f"{_show(op)}")
 

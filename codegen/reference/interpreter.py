@@ -55,7 +55,7 @@ def run(graph: Graph, inputs: dict, params: dict, *, training: bool = False, see
     named = dict(graph.outputs)
     named.update({f"grad:param:{k}": v for k, v in graph.param_grads.items()})
     named.update({f"grad:input:{k}": v for k, v in graph.input_grads.items()})
-    return {k: interp.env[id(v)] for k, v in named.items()}
+    return {k: interp.env[v.id] for k, v in named.items()}
 
 
 _JOINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -88,9 +88,9 @@ class Interpreter:
         self.salts = {id(op): i for i, op in enumerate(
             op for op in walk_ops(graph.body) if op.prim in TABLE and TABLE[op.prim].random)}
         for name, v in graph.inputs.items():
-            self.env[id(v)] = self.conform(_need(inputs, name, "input"), v, name)
+            self.env[v.id] = self.conform(_need(inputs, name, "input"), v, name)
         for name, p in graph.params.items():
-            self.env[id(p.value)] = self.conform(_need(params, name, "parameter"), p.value, name)
+            self.env[p.value.id] = self.conform(_need(params, name, "parameter"), p.value, name)
 
     def conform(self, array, v: Value, what: str = "") -> np.ndarray:
         """An array in the run's dtype for v's type, its shape checked against the type."""
@@ -106,13 +106,13 @@ class Interpreter:
 
     def block(self, block: Block, args: list[np.ndarray]) -> list[np.ndarray]:
         for v, a in zip(block.args, args):
-            self.env[id(v)] = a
+            self.env[v.id] = a
         for op in block.ops:
             self.op(op)
-        return [self.env[id(v)] for v in block.results]
+        return [self.env[v.id] for v in block.results]
 
     def op(self, op: Op) -> None:
-        args = [self.env[id(v)] for v in op.inputs]
+        args = [self.env[v.id] for v in op.inputs]
         with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
             if op.prim in STRUCTURED:
                 outs = STRUCTURED[op.prim].reference(self, op, args)
@@ -124,7 +124,7 @@ class Interpreter:
                 outs = prim.ref(self.ctx, attrs, *args)
                 outs = list(outs) if len(op.outputs) > 1 else [outs]
         for v, a in zip(op.outputs, outs):
-            self.env[id(v)] = self.conform(a, v)
+            self.env[v.id] = self.conform(a, v)
 
     def empty_stack(self, steps: int, t: TensorType) -> np.ndarray:
         shape = (steps,) + tuple(self.ctx.dim(d) for d in t.shape)

@@ -42,7 +42,7 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
     for v, ct in seeds:
         acc.add(v, ct)
     for op in reversed(ops):
-        if not any(acc.has(v) and id(v) in active for v in op.outputs):
+        if not any(acc.has(v) and v.id in active for v in op.outputs):
             continue
         b.loc = op.loc
         out_cts = [acc.total(v) for v in op.outputs]
@@ -58,20 +58,20 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
                       for v, ct in zip(op.outputs, out_cts)]
             in_cts, captured = prim.grad(b, op, filled), []
         for v, ct in list(zip(op.inputs, in_cts)) + list(captured):
-            if ct is not None and id(v) in active:
+            if ct is not None and v.id in active:
                 acc.add(v, ct)
     return [acc.total(v) for v in wrt]
 
 
 def _active(ops: list[Op], wrt: list[Value]) -> set[int]:
     """Ids of the float values that depend on `wrt` (through inputs or captures)."""
-    active = {id(v) for v in wrt}
+    active = {v.id for v in wrt}
     for op in ops:
         reads = list(op.inputs)
         for block in op.blocks:
             reads += free_values(block)
-        if any(id(v) in active for v in reads):
-            active.update(id(v) for v in op.outputs if v.type.is_float)
+        if any(v.id in active for v in reads):
+            active.update(v.id for v in op.outputs if v.type.is_float)
     return active
 
 
@@ -85,17 +85,17 @@ class _Cotangents:
     def add(self, v: Value, ct: Value) -> None:
         if ct.type != v.type:
             raise IRError(f"a cotangent of {v!r} has type {ct.type}")
-        self.parts.setdefault(id(v), []).append(ct)
+        self.parts.setdefault(v.id, []).append(ct)
 
     def has(self, v: Value) -> bool:
-        return id(v) in self.parts
+        return v.id in self.parts
 
     def total(self, v: Value) -> Value | None:
-        parts = self.parts.get(id(v))
+        parts = self.parts.get(v.id)
         if not parts:
             return None
         if len(parts) > 1:
-            self.parts[id(v)] = parts = [self.b.total(parts)]
+            self.parts[v.id] = parts = [self.b.total(parts)]
         return parts[0]
 
 

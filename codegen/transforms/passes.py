@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.graph import Block, Graph, Op, Value, free_values, has_dynamic, walk_ops
+from ..ir.graph import (Block, Graph, Op, Value, free_values, has_dynamic, use_counts,
+                        walk_ops)
 from ..ir.shapes import Dim
 from ..ops.builder import Builder
 from ..ops.context import Context
@@ -48,17 +49,13 @@ class Facts:
     def __init__(self, graph: Graph | None = None):
         self.producers: dict[int, Op] = {}
         self.uses: dict[int, int] = _reads(graph) if graph is not None else {}
-        # Ops a rewrite replaced, kept alive until the pass ends: the maps above and the
-        # walk's `replace` are keyed by id(), and a freed value's id would be reused by a
-        # new value, which would then be mistaken for the old one.
-        self.retired: list[Op] = []
 
     def producer(self, v: Value) -> Op | None:
-        return self.producers.get(id(v))
+        return self.producers.get(v.id)
 
     def const(self, v: Value):
         """The number every element of v holds when that is known, else None."""
-        op = self.producers.get(id(v))
+        op = self.producers.get(v.id)
         if op is None:
             return None
         prim = TABLE.get(op.prim)
@@ -86,24 +83,15 @@ def _rewrite_graph(graph: Graph, rewrite: Rewrite) -> None:
 
 
 def _reads(graph: Graph) -> dict[int, int]:
-    """How many times each value is read: by ops, as a block's result, as a named
-    result of the graph."""
+    """How many times each value is read: in the graph's blocks (`use_counts`) and as a
+    named result of the graph."""
     count: dict[int, int] = {}
-
-    def read(v: Value) -> None:
-        count[id(v)] = count.get(id(v), 0) + 1
+    for top in graph.blocks():
+        for k, n in use_counts(top).items():
+            count[k] = count.get(k, 0) + n
     for named in (graph.outputs, graph.param_grads, graph.input_grads):
         for v in named.values():
-            read(v)
-    for top in graph.blocks():
-        for v in top.results:
-            read(v)
-        for op in walk_ops(top):
-            for v in op.inputs:
-                read(v)
-            for sub in op.blocks:
-                for v in sub.results:
-                    read(v)
+            count[v.id] = count.get(v.id, 0) + 1
     return count
 
 
@@ -111,7 +99,7 @@ def _remap_results(graph: Graph, replace: dict[int, Value]) -> None:
     """Point the graph's named results at the values that replaced them."""
     for named in (graph.outputs, graph.param_grads, graph.input_grads):
         for k, v in named.items():
-            named[k] = replace.get(id(v), v)
+            named[k] = replace.get(v.id, v)
 
 
 def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
@@ -119,7 +107,7 @@ def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
     ops, block.ops = block.ops, []
     b = Builder(block)
     for op in ops:
-        op.inputs = [replace.get(id(v), v) for v in op.inputs]
+        op.inputs = [replace.get(v.id, v) for v in op.inputs]
         for sub in op.blocks:
             _rewrite_block(sub, rewrite, facts, replace)
         b.loc = op.loc
@@ -129,15 +117,14 @@ def _rewrite_block(block: Block, rewrite: Rewrite, facts: Facts,
             del block.ops[start:]
             block.ops.append(op)
             for v in op.outputs:
-                facts.producers[id(v)] = op
+                facts.producers[v.id] = op
             continue
         for emitted in block.ops[start:]:
             for v in emitted.outputs:
-                facts.producers[id(v)] = emitted
-        facts.retired.append(op)
+                facts.producers[v.id] = emitted
         for old, value in zip(op.outputs, new):
-            replace[id(old)] = replace.get(id(value), value)
-    block.results = [replace.get(id(v), v) for v in block.results]
+            replace[old.id] = replace.get(value.id, value)
+    block.results = [replace.get(v.id, v) for v in block.results]
 
 
 # ---- folding, simplification -------------------------------------------------------------
@@ -191,21 +178,21 @@ def _cse_block(block: Block, seen: dict, replace: dict[int, Value]) -> None:
     are not visible after it)."""
     kept = []
     for op in block.ops:
-        op.inputs = [replace.get(id(v), v) for v in op.inputs]
+        op.inputs = [replace.get(v.id, v) for v in op.inputs]
         for sub in op.blocks:
             _cse_block(sub, dict(seen), replace)
         if op.blocks or TABLE[op.prim].random:
             kept.append(op)
             continue
-        key = (op.prim, tuple(id(v) for v in op.inputs), _attrs_key(op.attrs))
+        key = (op.prim, tuple(v.id for v in op.inputs), _attrs_key(op.attrs))
         if key in seen:
             for old, new in zip(op.outputs, seen[key].outputs):
-                replace[id(old)] = new
+                replace[old.id] = new
             continue
         seen[key] = op
         kept.append(op)
     block.ops = kept
-    block.results = [replace.get(id(v), v) for v in block.results]
+    block.results = [replace.get(v.id, v) for v in block.results]
 
 
 def _attrs_key(attrs: dict) -> str:
@@ -216,23 +203,23 @@ def _attrs_key(attrs: dict) -> str:
 # ---- dead code ---------------------------------------------------------------------------
 def dce(graph: Graph) -> None:
     """Drop ops whose outputs nobody reads, and the unread outputs of structured ops."""
-    live = {id(v) for named in (graph.outputs, graph.param_grads, graph.input_grads)
+    live = {v.id for named in (graph.outputs, graph.param_grads, graph.input_grads)
             for v in named.values()}
     _dce_block(graph.backward, live)
-    _dce_block(graph.body, live | {id(v) for v in free_values(graph.backward)})
+    _dce_block(graph.body, live | {v.id for v in free_values(graph.backward)})
 
 
 def _dce_block(block: Block, live: set[int]) -> None:
-    live = live | {id(v) for v in block.results}
+    live = live | {v.id for v in block.results}
     kept = []
     for op in reversed(block.ops):
-        if not any(id(v) in live for v in op.outputs):
+        if not any(v.id in live for v in op.outputs):
             continue
         if op.blocks:
             STRUCTURED[op.prim].trim(op, live)
             for sub in op.blocks:
                 _dce_block(sub, set())
-            live.update(id(v) for sub in op.blocks for v in free_values(sub))
-        live.update(id(v) for v in op.inputs)
+            live.update(v.id for sub in op.blocks for v in free_values(sub))
+        live.update(v.id for v in op.inputs)
         kept.append(op)
     block.ops = kept[::-1]

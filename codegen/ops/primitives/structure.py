@@ -66,7 +66,7 @@ def _split_simplify(b, op, facts):
     broadcast along the split axis stay whole."""
     x = op.inputs[0]
     producer = facts.producer(x)
-    if producer is None or producer.blocks or facts.uses.get(id(x), 0) != 1:
+    if producer is None or producer.blocks or facts.uses.get(x.id, 0) != 1:
         return None
     prim = TABLE[producer.prim]
     if not prim.elementwise or prim.random:

@@ -14,7 +14,7 @@ the memory such loops exist to save.
 """
 from __future__ import annotations
 
-from ...ir.graph import Block, Op, Value, substitute, walk_ops
+from ...ir.graph import Block, Op, Value, substitute, use_counts, walk_ops
 from ..builder import Builder
 from ..primitives import TABLE, ShapeError
 
@@ -31,14 +31,11 @@ def hoist(b: Builder, loop: Op) -> None:
     moved, stay = _plan(loop, b)
     body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
     body.ops = stay
-    read = {id(v) for v in body.results}
-    for op in walk_ops(body):
-        read.update(id(v) for v in op.inputs)
-        read.update(id(v) for sub in op.blocks for v in sub.results)
+    read = use_counts(body)
     mapping: dict[int, Value] = {}
     for value, steps in moved:
-        if id(value) in read:  # else only other moved ops read it
-            mapping[id(value)] = arg = Value(value.type, value.hint)
+        if value.id in read:  # else only other moved ops read it
+            mapping[value.id] = arg = Value(value.type, value.hint)
             body.args = body.args[:n_seq] + [arg] + body.args[n_seq:]
             loop.inputs = loop.inputs[:n_seq] + [steps] + loop.inputs[n_seq:]
             n_seq += 1
@@ -51,11 +48,11 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
     """What moves ((body value, its value for every step) pairs; the ops computing the
     latter are appended to `b`) and the body ops that stay."""
     body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
-    inside = {id(v) for v in body.args}
+    inside = {v.id for v in body.args}
     for op in walk_ops(body):
-        inside.update(id(v) for v in op.outputs)
-        inside.update(id(v) for sub in op.blocks for v in sub.args)
-    steps = {id(body.args[k]): loop.inputs[k] for k in range(n_seq)}
+        inside.update(v.id for v in op.outputs)
+        inside.update(v.id for sub in op.blocks for v in sub.args)
+    steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
     products: set[int] = set()  # values that come from a moved product
     moved, stay = [], []
     for op in body.ops:
@@ -63,8 +60,8 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
         if out is None:
             stay.append(op)
             continue
-        steps[id(op.outputs[0])] = out
-        products.add(id(op.outputs[0]))
+        steps[op.outputs[0].id] = out
+        products.add(op.outputs[0].id)
         moved.append((op.outputs[0], out))
     return moved, stay
 
@@ -75,24 +72,24 @@ def _over_steps(op: Op, steps: dict[int, Value], products: set[int], inside: set
     prim = TABLE.get(op.prim)
     if prim is None or prim.random or op.blocks or len(op.outputs) != 1:
         return None
-    varying = [v for v in op.inputs if id(v) in inside]
-    if not varying or any(id(v) not in steps for v in varying):
+    varying = [v for v in op.inputs if v.id in inside]
+    if not varying or any(v.id not in steps for v in varying):
         return None  # reads a state, or a value computed from one
     out = op.outputs[0]
     if op.prim == "matmul":
         x, w = op.inputs
-        if id(w) in inside or x.type.rank != 2:
+        if w.id in inside or x.type.rank != 2:
             return None
     elif prim.elementwise:
-        if not any(id(v) in products for v in varying):
+        if not any(v.id in products for v in varying):
             return None  # pointwise work on slices alone gains nothing from batching
         if any(v.type.rank != out.type.rank for v in varying) or any(
-                v.type.rank > out.type.rank for v in op.inputs if id(v) not in inside):
+                v.type.rank > out.type.rank for v in op.inputs if v.id not in inside):
             return None  # broadcasting against the leading step dim would misalign
     else:
         return None
-    inputs = [steps.get(id(v), v) for v in op.inputs]
-    count = steps[id(varying[0])].type.shape[0]
+    inputs = [steps.get(v.id, v) for v in op.inputs]
+    count = steps[varying[0].id].type.shape[0]
     try:
         types = prim.infer([v.type for v in inputs], op.attrs)
     except ShapeError:

@@ -13,7 +13,7 @@ The `for` entry's `simplify` hook (codegen/transforms/passes.py runs it with the
 """
 from __future__ import annotations
 
-from ...ir.graph import Op, Value, has_dynamic, walk_ops
+from ...ir.graph import Op, Value, has_dynamic, use_counts
 from ...ir.shapes import numel
 from ..builder import Builder
 
@@ -23,37 +23,32 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     None (nothing emitted) when no state is such a sum."""
     body = loop.blocks[0]
     n_seq, n_state = loop.attrs["n_seq"], loop.attrs["n_state"]
-    producers = {id(v): op for op in body.ops for v in op.outputs}
-    stacked = {id(body.args[k]): loop.inputs[k] for k in range(n_seq)}
+    producers = {v.id: op for op in body.ops for v in op.outputs}
+    stacked = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
     for k, y in enumerate(body.results[n_state:]):
-        stacked.setdefault(id(y), loop.outputs[n_state + k])
+        stacked.setdefault(y.id, loop.outputs[n_state + k])
     kept_shapes = {v.type.shape for v in body.args[:n_seq] + body.results[n_state:]}
     steps = loop.inputs[0].type.shape[0]
     new_yields: list[tuple[Value, Value]] = []  # (body value, its stacked output)
 
     def stack(v: Value) -> Value | None:
         """v for every step: a sequence, a yield, or a new yield where allowed."""
-        if id(v) in stacked:
-            return stacked[id(v)]
-        if id(v) not in producers or has_dynamic(v.type) or (
+        if v.id in stacked:
+            return stacked[v.id]
+        if v.id not in producers or has_dynamic(v.type) or (
                 loop.attrs.get("lean") and v.type.shape not in kept_shapes):
             return None  # (a size a nested while sets may differ from step to step)
-        stacked[id(v)] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
+        stacked[v.id] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
         new_yields.append((v, out))
         return out
-    reads: dict[int, int] = {}
-    for op in walk_ops(body):
-        for v in list(op.inputs) + [r for sub in op.blocks for r in sub.results]:
-            reads[id(v)] = reads.get(id(v), 0) + 1
-    for v in body.results:
-        reads[id(v)] = reads.get(id(v), 0) + 1
+    reads = use_counts(body)
 
     sums = []  # (state index, kind, stacked operands)
     for i in range(n_state):
         state, new = body.args[n_seq + i], body.results[i]
-        add = producers.get(id(new))
-        if add is None or add.prim != "add" or reads.get(id(state)) != 1 \
-                or reads.get(id(new)) != 1 or state not in add.inputs:
+        add = producers.get(new.id)
+        if add is None or add.prim != "add" or reads.get(state.id) != 1 \
+                or reads.get(new.id) != 1 or state not in add.inputs:
             continue
         term = add.inputs[1] if add.inputs[0] is state else add.inputs[0]
         if term.type != state.type:
@@ -77,7 +72,7 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         kept.insert(len(kept) - tapes, out)
     starts = {}
     for i, _, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
-        body.ops.remove(producers[id(body.results[i])])
+        body.ops.remove(producers[body.results[i].id])
         del body.args[n_seq + i], body.results[i], kept[i]
         starts[i] = inputs.pop(n_seq + i)
     attrs = {**loop.attrs, "n_state": n_state - len(sums)}
@@ -96,7 +91,7 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
 def _summand(term: Value, producers: dict[int, Op], stack):
     """("matmul", (A, G)) for transpose(a) @ g, ("sum_to", (G,)) for sum_to(g), with A and
     G the values of a and g for every step (`stack`); else None."""
-    op = producers.get(id(term))
+    op = producers.get(term.id)
     if op is None:
         return None
     if op.prim == "sum_to":
@@ -108,7 +103,7 @@ def _summand(term: Value, producers: dict[int, Op], stack):
     if op.prim != "matmul":
         return None
     left, g = op.inputs
-    transpose = producers.get(id(left))
+    transpose = producers.get(left.id)
     if transpose is None or transpose.prim != "transpose" \
             or tuple(transpose.attrs["perm"]) != (1, 0):
         return None

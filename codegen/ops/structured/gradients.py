@@ -29,8 +29,8 @@ def captured_floats(blocks, active: set[int]) -> list[Value]:
     out, seen = [], set()
     for block in blocks:
         for v in free_values(block):
-            if v.type.is_float and id(v) in active and id(v) not in seen:
-                seen.add(id(v))
+            if v.type.is_float and v.id in active and v.id not in seen:
+                seen.add(v.id)
                 out.append(v)
     return out
 
@@ -88,10 +88,10 @@ def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list
     """What the backward loop reads per step, and its body args for them: the yields'
     cotangents, the forward sequences whose slices it needs, and the new tapes."""
     n_state = len(g.result_cts) - len(yield_cts)
-    slice_of = {id(a): i for i, a in enumerate(op.blocks[-1].args[:len(seqs)])}
-    again = [(seqs[slice_of[id(v)]], p) for v, p in zip(g.saved, g.saved_in)
-             if id(v) in slice_of]
-    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if id(v) not in slice_of]
+    slice_of = {a.id: i for i, a in enumerate(op.blocks[-1].args[:len(seqs)])}
+    again = [(seqs[slice_of[v.id]], p) for v, p in zip(g.saved, g.saved_in)
+             if v.id in slice_of]
+    kept = [(v, p) for v, p in zip(g.saved, g.saved_in) if v.id not in slice_of]
     tapes = tape([v for v, _ in kept])
     pairs = [(c, p) for c, p in zip(yield_cts, g.result_cts[n_state:]) if p is not None]
     pairs += again + list(zip(tapes, [p for _, p in kept]))

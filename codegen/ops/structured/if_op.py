@@ -35,8 +35,8 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     residuals = [v for g in grads for v in g.saved]
     for k, branch in enumerate(op.blocks):
         fill = Builder(branch)
-        own = {id(v) for v in grads[k].saved}
-        branch.results = branch.results + [v if id(v) in own else fill.zeros(v.type)
+        own = {v.id for v in grads[k].saved}
+        branch.results = branch.results + [v if v.id in own else fill.zeros(v.type)
                                            for v in residuals]
     tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
     op.outputs = op.outputs + tapes
@@ -45,8 +45,8 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
         return [None], []
     tape_of = iter(tapes)
     for g in grads:
-        mapping = {id(p): next(tape_of) for p in g.saved_in}
-        mapping.update({id(p): c for p, c in zip(g.result_cts, cts) if p is not None})
+        mapping = {p.id: next(tape_of) for p in g.saved_in}
+        mapping.update({p.id: c for p, c in zip(g.result_cts, cts) if p is not None})
         fill = Builder(g.block)
         g.block.results = [ct if ct is not None else fill.zeros_like(c)
                            for c, ct in zip(captured, g.captured_cts)]

@@ -58,8 +58,8 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     mapping: dict[int, Value] = {}
     saved_in = []
     for v in saved:
-        mapping[id(v)] = Value(v.type, v.hint)
-        saved_in.append(mapping[id(v)])
+        mapping[v.id] = Value(v.type, v.hint)
+        saved_in.append(mapping[v.id])
     clones = clone_ops(recomputed, mapping)  # they read the placeholders and each other
     substitute(bwd, mapping)
     bwd.ops = clones + bwd.ops
@@ -71,26 +71,26 @@ def _plan(block: Block, bwd: Block, policy: str) -> tuple[list[Value], list[Op]]
     """(values to save, ops to re-run in program order) so that the backward can read
     every forward value it refers to."""
     defined = defined_here(block)  # after the walk: structured ops may have gained tapes
-    producer = {id(v): op for op in block.ops for v in op.outputs}
-    args = {id(v) for v in block.args}
-    stack = [v for v in free_values(bwd) if id(v) in defined]
+    producer = {v.id: op for op in block.ops for v in op.outputs}
+    args = {v.id for v in block.args}
+    stack = [v for v in free_values(bwd) if v.id in defined]
     seen: set[int] = set()
     saved: list[Value] = []
     rerun: set[int] = set()
     while stack:
         v = stack.pop()
-        if id(v) in seen:
+        if v.id in seen:
             continue
-        seen.add(id(v))
-        op = producer.get(id(v))
-        if id(v) in args or _must_save(v, op, policy):
+        seen.add(v.id)
+        op = producer.get(v.id)
+        if v.id in args or _must_save(v, op, policy):
             saved.append(v)
             continue
         if id(op) in rerun:
             continue
         rerun.add(id(op))
         reads = list(op.inputs) + [u for b in op.blocks for u in free_values(b)]
-        stack.extend(u for u in reads if id(u) in defined)
+        stack.extend(u for u in reads if u.id in defined)
     return saved, [op for op in block.ops if id(op) in rerun]
 
 

@@ -92,7 +92,7 @@ def trim_outputs(op: Op, first: int, live: set[int], blocks) -> None:
     trailing tapes."""
     n_out = len(op.outputs)
     tape_from = n_out - op.attrs.get("n_tape", 0)
-    dead = [i for i in range(first, n_out) if id(op.outputs[i]) not in live]
+    dead = [i for i in range(first, n_out) if op.outputs[i].id not in live]
     if not dead:
         return
     for block in blocks:
