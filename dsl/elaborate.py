@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
-                                    count, raise_all)
+                                    UsageError, count, raise_all)
 from codegen.ir.graph import Block, Graph, Init, Param, Regularizer, Value
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder

@@ -86,7 +86,7 @@ BROKEN = [
     (LOOP, leak_from_body, "which the body does not define"),
     (CONTROL["if inside for"], mismatch_branches, "if branches yield the if's output types"),
     (CONTROL["while and if at the top"], float_condition, "a while cond takes the state"),
-    (LOOP, unknown_primitive, "unknown primitive `tanhh`"),
+    (LOOP, unknown_primitive, "unknown op `tanhh`"),
     (LOOP, wrong_tape_count, "n_tape counts trailing yields"),
     (LOOP, unknown_attribute, "`for` has no attribute `reverse`"),
     (LOOP, ill_typed_attribute, "`for` attribute `checkpoint` should be int, got True"),

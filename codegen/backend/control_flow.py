@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from ..ir.graph import IRError, Op
 from ..ir.shapes import Dim, contiguous_strides, numel
+from ..ops.entry import entry
 from ..ops.structured import STRUCTURED
+from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
 
 
@@ -53,17 +55,14 @@ def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
     is added by the fused loop writing over s. Neither is copied back every step."""
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     producers = {v.id: o for o in body.ops for v in o.outputs}
-    for s, r, state in zip(body.args[n_seq:], body.results[:n_state], op.outputs[:n_state]):
-        add = producers.get(r.id)
-        if add is None or add.prim != "add" or s not in add.inputs or r.id in low.placed \
-                or low.uses.get(s.id) != 1 or low.uses.get(r.id) != 1:
+    for i, s, r, add, p in accumulations(body, n_seq, n_state, low.uses):
+        if r.id in low.placed or p is s or p.type.shape != r.type.shape \
+                or s.type.shape != r.type.shape:
             continue
-        p = add.inputs[1] if add.inputs[0] is s else add.inputs[0]
-        if p is s or p.type.shape != r.type.shape or s.type.shape != r.type.shape:
-            continue
+        state = op.outputs[i]
         where = Layout(state, "0", contiguous_strides(r.type.shape))
         product = producers.get(p.id)
-        if product is not None and product.prim == "matmul" and low.uses.get(p.id) == 1 \
+        if product is not None and entry(product).product and low.uses.get(p.id) == 1 \
                 and p.id not in low.placed:
             low.placed[p.id] = where
             low.accumulating.add(id(product))
@@ -102,7 +101,7 @@ def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
 
 # ---- rendering ---------------------------------------------------------------------------
 def render_structured(r, ins: Structured) -> None:
-    STRUCTURED[ins.op.prim].extra["native"][1](r, ins)
+    entry(ins.op).extra["lower"][2](r, ins)
 
 
 def _render_for(r, ins: Structured) -> None:
@@ -186,6 +185,7 @@ def _render_while(r, ins: Structured) -> None:
         r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(k, r.ctype(v))};")
 
 
-STRUCTURED["for"].extra["native"] = (_lower_for, _render_for)
-STRUCTURED["if"].extra["native"] = (_lower_if, _render_if)
-STRUCTURED["while"].extra["native"] = (_lower_while, _render_while)
+# (kind, lower, render): how each lowers (backend/lower.py asks every op's entry alike)
+STRUCTURED["for"].extra["lower"] = ("structured", _lower_for, _render_for)
+STRUCTURED["if"].extra["lower"] = ("structured", _lower_if, _render_if)
+STRUCTURED["while"].extra["lower"] = ("structured", _lower_while, _render_while)

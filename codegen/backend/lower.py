@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Block, Op, Value, use_counts
 from ..ir.shapes import Dim, contiguous_strides
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 from . import op_lowering as _hooks  # noqa: F401  (attaches extra["lower"])
 
 
@@ -81,9 +80,9 @@ class Structured:
 
 
 def lowering_hook(op: Op) -> tuple:
-    """How the op lowers, the same on every target: (kind, ...) from the primitive
-    table (backend/op_lowering.py)."""
-    return TABLE[op.prim].extra["lower"]
+    """How the op lowers, the same on every target: (kind, ...) attached to its entry
+    (a primitive's in backend/op_lowering.py, a structured op's in control_flow.py)."""
+    return entry(op).extra["lower"]
 
 
 def _reads(op: Op, ops: list[Op]) -> bool:
@@ -94,7 +93,7 @@ def _reads(op: Op, ops: list[Op]) -> bool:
 
 def lowering_kind(op: Op) -> str:
     """elementwise, const, view, kernel (backend/op_lowering.py) or structured."""
-    return lowering_hook(op)[0] if op.prim in TABLE else "structured"
+    return lowering_hook(op)[0]
 
 
 class Lowering:
@@ -185,7 +184,7 @@ class Lowering:
     def _fills(self, run: list[Op], op: Op, block: Block) -> bool:
         """Whether `op` only gathers values the run computes and nothing else reads (a
         concatenation of gate gradients), so the run can write them in place."""
-        gather = TABLE[op.prim].extra.get("gathers") if op.prim in TABLE else None
+        gather = entry(op).extra.get("gathers")
         if gather is None or not run or len({x.id for x in op.inputs}) != len(op.inputs):
             return False
         return all(self._only_for(run, x, block) for x in op.inputs)
@@ -193,7 +192,7 @@ class Lowering:
     def _sums(self, run: list[Op], op: Op, block: Block) -> bool:
         """Whether `op` adds up a value the run computes and nothing else reads (a loss
         sum(hs * w), a bias gradient), so the run can accumulate it."""
-        sums = TABLE[op.prim].extra.get("sums") if op.prim in TABLE else None
+        sums = entry(op).extra.get("sums")
         return (sums is not None and bool(run) and op.inputs[0].type.rank > 0
                 and op.inputs[0].type.shape == run[0].outputs[0].type.shape
                 and self._only_for(run, op.inputs[0], block))
@@ -216,12 +215,12 @@ class Lowering:
         for total in totals:
             self.own(total.outputs[0])
             allocs.append(total.outputs[0])
-            sums.append((total.inputs[0], total.outputs[0], TABLE[total.prim].extra["sums"](total)))
+            sums.append((total.inputs[0], total.outputs[0], entry(total).extra["sums"](total)))
         if into is not None:
             whole = into.outputs[0]
             self.own(whole)
             allocs.append(whole)
-            for x, (offset, strides) in zip(into.inputs, TABLE[into.prim].extra["gathers"](
+            for x, (offset, strides) in zip(into.inputs, entry(into).extra["gathers"](
                     self.cx, into)):
                 self.placed[x.id] = Layout(whole, offset, strides)
         produced = {v.id for op in run for v in op.outputs}
@@ -270,7 +269,7 @@ class Lowering:
         settled."""
         ins = Structured(op, [], {"results": [], "step": self.cx.fresh("t"), "in_place": {},
                                   "overwritten": {v.id for v in op.outputs}, "early": set()})
-        STRUCTURED[op.prim].extra["native"][0](self, op, ins, out)
+        lowering_hook(op)[1](self, op, ins, out)
         for block in op.blocks:
             lowered = self.block(block)
             ins.extra["results"].append([self._settled(r, lowered, ins, k in ins.extra["early"])

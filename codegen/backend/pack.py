@@ -15,10 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import Value
+from ..ops.entry import entry
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
-
-LOOPS = ("for", "while")   # an `if` body runs once: nothing to share
-PACKED_PRIMS = ("matmul",)
 
 
 @dataclass(eq=False)
@@ -38,7 +36,7 @@ def find_packs(instrs: list, layouts: dict[int, Layout], packs: list) -> None:
 def _walk(instrs: list, loops: list[tuple[Structured, set[int]]],
           layouts: dict[int, Layout], packs: list) -> None:
     for ins in instrs:
-        if isinstance(ins, Kernel) and ins.op.prim in PACKED_PRIMS and loops:
+        if isinstance(ins, Kernel) and entry(ins.op).product and loops:
             anchor = _anchor(ins.inputs[1], loops[-1][1], layouts)
             outermost = next((loop for loop, inside in loops if anchor.id not in inside), None)
             if outermost is not None:
@@ -47,7 +45,7 @@ def _walk(instrs: list, loops: list[tuple[Structured, set[int]]],
                 outermost.extra.setdefault("packs", []).append(ins.pack)
         elif isinstance(ins, Structured):
             inner = loops
-            if ins.op.prim in LOOPS:
+            if entry(ins.op).repeats:  # an `if` body runs once: nothing to share
                 inner = loops + [(ins, _defined_in(ins))]
             for block in ins.blocks:
                 _walk(block, inner, layouts, packs)

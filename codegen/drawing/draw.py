@@ -16,8 +16,7 @@ import graphviz
 from dsl.program import STD_ROOT
 
 from ..ir.graph import Block, Graph, Op, Param, Value
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 from ..ops.structured.table import StructuredOp
 from . import labels
 from .boxes import Box
@@ -102,11 +101,10 @@ class Drawing:
         members: dict[int, list[Op]] = {}
         for op in block.ops:
             into = box.scope(relative(written_in(op), base))
-            entry = STRUCTURED.get(op.prim)
-            if entry is not None:
-                self.structured(op, entry, into, written_in(op))
+            if op.blocks:
+                self.structured(op, entry(op), into, written_in(op))
             elif _scalar_constant(op):
-                self.constant[op.outputs[0].id] = TABLE[op.prim].uniform(op)
+                self.constant[op.outputs[0].id] = entry(op).uniform(op)
             else:
                 sink = group[id(op)]
                 members.setdefault(id(sink), []).append(op)
@@ -119,7 +117,7 @@ class Drawing:
         constants = [self.constant[v.id] for v in reads if v.id in self.constant]
         last = members[-1]
         if _constant(last):  # zeros[B, H]: say which number fills it
-            constants.append(TABLE[last.prim].uniform(last))
+            constants.append(entry(last).uniform(last))
         node = box.node(f"op {next(self.ids)}", label=labels.ops(members, constants),
                         tooltip=_where(last), **OP)
         for op in members:
@@ -164,9 +162,7 @@ class Drawing:
 
 def _constant(op: Op) -> bool:
     """An op that fills its one output with a number known from the op alone."""
-    entry = TABLE.get(op.prim)
-    return (entry is not None and entry.uniform is not None and not op.inputs
-            and len(op.outputs) == 1)
+    return entry(op).uniform is not None and not op.inputs and len(op.outputs) == 1
 
 
 def _scalar_constant(op: Op) -> bool:

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Callable
 
 from ..ir.graph import Block, Graph, Op, walk_ops
-from ..ops.primitives import TABLE
+from ..ops.entry import entry
 
 
 def read_counts(graph: Graph) -> Counter:
@@ -43,5 +43,4 @@ def fuse(block: Block, scope_of: Callable[[Op], object], reads: Counter) -> dict
 
 
 def _elementwise(op: Op) -> bool:
-    entry = TABLE.get(op.prim)
-    return entry is not None and entry.elementwise and bool(op.inputs)
+    return entry(op).elementwise and bool(op.inputs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..ir.graph import Block, Graph, Op, Value
 from ..ir.shapes import Dim
-from .structured import STRUCTURED
+from .entry import entry
 
 INDENT = "  "
 
@@ -41,8 +41,7 @@ def format_op(op: Op, depth: int = 0) -> list[str]:
     text = f"{op.prim}({', '.join(name(v) for v in op.inputs)})" + (f" {{{attrs}}}" if attrs
                                                                     else "")
     lines = [pad + (f"{head} = {text}" if head else text)]
-    entry = STRUCTURED.get(op.prim)
-    labels = entry.blocks if entry is not None else ()
+    labels = entry(op).blocks
     for i, block in enumerate(op.blocks):
         label = labels[i] if i < len(labels) else f"block{i}"
         lines += format_block(block, label, depth + 1)

@@ -5,9 +5,8 @@ and follow the conventions their entries declare (codegen/ops/structured/). A fa
 from __future__ import annotations
 
 from ..ir.graph import Block, Graph, IRError, Op, Value, defined_here
-from .primitives import TABLE, ShapeError
+from .entry import Broken, entry
 from .printer import format_op, name
-from .structured import STRUCTURED, Broken
 
 
 def verify(graph: Graph) -> None:
@@ -59,24 +58,10 @@ class _Checker:
                 raise IRError(f"a block yields {name(v)}, which is not visible there")
 
     def op(self, op: Op) -> None:
-        entry = STRUCTURED.get(op.prim)
-        if entry is not None:
-            try:
-                entry.check_attrs(op)
-                entry.verify(op)
-            except Broken as exc:
-                raise IRError(f"{exc} in\n{_show(op)}") from None
-            return
-        if op.prim not in TABLE:
-            raise IRError(f"unknown primitive `{op.prim}` in\n{_show(op)}")
-        if op.blocks:
-            raise IRError(f"primitive `{op.prim}` owns blocks in\n{_show(op)}")
         try:
-            types = TABLE[op.prim].infer([v.type for v in op.inputs], op.attrs)
-        except ShapeError as exc:
+            entry(op).check(op)
+        except (Broken, IRError) as exc:
             raise IRError(f"{exc} in\n{_show(op)}") from None
-        _expect(op, [v.type for v in op.outputs] == types, f"outputs should be "
-                f"{', '.join(map(str, types))}")
 
 
 def _visible(v: Value, scopes: list[set[int]], op: Op) -> None:
@@ -88,7 +73,3 @@ def _visible(v: Value, scopes: list[set[int]], op: Op) -> None:
 def _show(op: Op) -> str:
     return "\n".join(format_op(op, 1))
 
-
-def _expect(op: Op, cond: bool, message: str) -> None:
-    if not cond:
-        raise IRError(f"{message} in\n{_show(op)}")

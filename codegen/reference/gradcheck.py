@@ -10,8 +10,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Value, walk_ops
 from ..ir.shapes import Dim
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 
 DEFAULT_DIMS = {"T": 4, "B": 3}
 SAMPLES = 12       # elements checked per parameter
@@ -38,12 +37,12 @@ def integer_bounds(graph: Graph, dims: dict[str, int]) -> dict[str, tuple[int, i
             bounds[name] = (max(old[0], lo), min(old[1], hi))
     size = lambda d: Dim.of(d).evaluate(dims)  # noqa: E731
     for op in walk_ops(graph.body):
-        entry = TABLE.get(op.prim) or STRUCTURED[op.prim]
-        if op.prim in TABLE and TABLE[op.prim].selects and op.inputs[0].id in origin:
+        rules = entry(op)
+        if rules.selects and op.inputs[0].id in origin:
             for out in op.outputs:  # selected from an integer input: within its bounds
                 origin[out.id] = origin[op.inputs[0].id]
-        if entry.integer_bounds is not None:
-            for v, lo, hi in entry.integer_bounds(op, size):
+        if rules.integer_bounds is not None:
+            for v, lo, hi in rules.integer_bounds(op, size):
                 limit(v, lo, hi)
     return bounds
 

@@ -26,8 +26,7 @@ import numpy as np
 from ..ir.graph import Block, Graph, Op, Value, walk_ops
 from ..ir.shapes import TensorType
 from ..ops.context import Context
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
 
@@ -86,7 +85,7 @@ class Interpreter:
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed)
         self.env: dict[int, np.ndarray] = {}
         self.salts = {id(op): i for i, op in enumerate(
-            op for op in walk_ops(graph.body) if op.prim in TABLE and TABLE[op.prim].random)}
+            op for op in walk_ops(graph.body) if entry(op).random)}
         for name, v in graph.inputs.items():
             self.env[v.id] = self.conform(_need(inputs, name, "input"), v, name)
         for name, p in graph.params.items():
@@ -114,15 +113,7 @@ class Interpreter:
     def op(self, op: Op) -> None:
         args = [self.env[v.id] for v in op.inputs]
         with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
-            if op.prim in STRUCTURED:
-                outs = STRUCTURED[op.prim].reference(self, op, args)
-            else:
-                prim = TABLE[op.prim]
-                attrs = op.attrs
-                if prim.random and "salt" not in attrs:
-                    attrs = {**attrs, "salt": self.salts[id(op)]}
-                outs = prim.ref(self.ctx, attrs, *args)
-                outs = list(outs) if len(op.outputs) > 1 else [outs]
+            outs = entry(op).evaluate(self, op, args)
         for v, a in zip(op.outputs, outs):
             self.env[v.id] = self.conform(a, v)
 

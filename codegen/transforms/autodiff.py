@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from ..ir.graph import Block, Graph, IRError, Op, Value, clone_graph, free_values
 from ..ops.builder import Builder
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 from ..ops.structured.regions import GradientError
 from .prepare import prepare
 
@@ -46,17 +45,7 @@ def backprop(b: Builder, ops: list[Op], seeds: list[tuple[Value, Value]], wrt: l
             continue
         b.loc = op.loc
         out_cts = [acc.total(v) for v in op.outputs]
-        entry = STRUCTURED.get(op.prim)
-        if entry is not None:
-            in_cts, captured = entry.grad(b, op, out_cts, active, backprop)
-        else:
-            prim = TABLE[op.prim]
-            if prim.grad is None:
-                raise IRError(f"`{op.prim}` has no gradient rule; it is differentiated "
-                              "through its expansion (codegen.transforms.prepare.prepare)")
-            filled = [ct if ct is not None else b.zeros(v.type, v)
-                      for v, ct in zip(op.outputs, out_cts)]
-            in_cts, captured = prim.grad(b, op, filled), []
+        in_cts, captured = entry(op).gradient(b, op, out_cts, active, backprop)
         for v, ct in list(zip(op.inputs, in_cts)) + list(captured):
             if ct is not None and v.id in active:
                 acc.add(v, ct)

@@ -14,13 +14,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.graph import (Block, Graph, Op, Value, free_values, has_dynamic, use_counts,
-                        walk_ops)
+from ..ir.graph import Block, Graph, Op, Value, free_values, has_dynamic, use_counts
 from ..ir.shapes import Dim
 from ..ops.builder import Builder
 from ..ops.context import Context
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 
 MAX_ROUNDS = 8
 
@@ -58,9 +56,7 @@ class Facts:
         op = self.producers.get(v.id)
         if op is None:
             return None
-        prim = TABLE.get(op.prim)
-        if prim is None:
-            return None
+        prim = entry(op)
         if prim.uniform is not None:
             value = prim.uniform(op)
             if isinstance(value, Dim):
@@ -136,7 +132,7 @@ def fold_constants(graph: Graph) -> None:
 def _fold(b: Builder, op: Op, facts: Facts):
     if op.blocks:
         return None
-    prim = TABLE[op.prim]
+    prim = entry(op)
     out = op.outputs[0]
     if not prim.elementwise or prim.random or not op.inputs or has_dynamic(out.type):
         return None
@@ -158,8 +154,8 @@ def simplify(graph: Graph) -> None:
 
 
 def _simplify(b: Builder, op: Op, facts: Facts):
-    entry = STRUCTURED[op.prim] if op.blocks else TABLE[op.prim]
-    return entry.simplify(b, op, facts) if entry.simplify else None
+    rules = entry(op)
+    return rules.simplify(b, op, facts) if rules.simplify else None
 
 
 # ---- common subexpressions ---------------------------------------------------------------
@@ -181,7 +177,7 @@ def _cse_block(block: Block, seen: dict, replace: dict[int, Value]) -> None:
         op.inputs = [replace.get(v.id, v) for v in op.inputs]
         for sub in op.blocks:
             _cse_block(sub, dict(seen), replace)
-        if op.blocks or TABLE[op.prim].random:
+        if op.blocks or entry(op).random:
             kept.append(op)
             continue
         key = (op.prim, tuple(v.id for v in op.inputs), _attrs_key(op.attrs))
@@ -215,8 +211,8 @@ def _dce_block(block: Block, live: set[int]) -> None:
     for op in reversed(block.ops):
         if not any(v.id in live for v in op.outputs):
             continue
+        entry(op).trim(op, live)
         if op.blocks:
-            STRUCTURED[op.prim].trim(op, live)
             for sub in op.blocks:
                 _dce_block(sub, set())
             live.update(v.id for sub in op.blocks for v in free_values(sub))

@@ -8,10 +8,9 @@ preserving what the graph computes:
 """
 from __future__ import annotations
 
-from ..ir.graph import Block, Op, rename, walk_ops
+from ..ir.graph import Block, Op, walk_ops
 from ..ops.builder import Builder
-from ..ops.primitives import TABLE
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 
 
 def prepare(block: Block, autodiff: bool = True) -> None:
@@ -27,7 +26,7 @@ def number_random_ops(block: Block) -> None:
     same masks."""
     rank = 0
     for op in walk_ops(block):
-        if op.prim in TABLE and TABLE[op.prim].random:
+        if entry(op).random:
             op.attrs.setdefault("salt", rank)
             rank += 1
 
@@ -43,11 +42,7 @@ def _lowered(ops: list[Op], autodiff: bool) -> list[Op]:
     for op in ops:
         for sub in op.blocks:
             _rewrite(sub, autodiff)
-        prim, entry = TABLE.get(op.prim), STRUCTURED.get(op.prim)
-        if prim is not None:
-            rule = _expand if autodiff and prim.expand is not None else None
-        else:
-            rule = entry.rewrite(op, autodiff)
+        rule = entry(op).rewrite(op, autodiff)
         if rule is None:
             out.append(op)
             continue
@@ -56,6 +51,3 @@ def _lowered(ops: list[Op], autodiff: bool) -> list[Op]:
         out += _lowered(made.ops, autodiff)
     return out
 
-
-def _expand(b: Builder, op: Op) -> None:
-    rename(b.block.ops, TABLE[op.prim].expand(b, op), op.outputs)

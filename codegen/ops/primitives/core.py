@@ -22,14 +22,22 @@ An entry declares a primitive once:
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the half-open ranges integer inputs
   must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
   draw valid inputs from them,
+- `product`, `accumulates`: declared facts (codegen/ops/entry.py says what they mean),
+- `step_sum(op, producers, stack) -> emit(b) -> Value | None`: the sum over a loop's
+  steps of the op's result, computed after the loop from operands kept for every step
+  (`stack(v)`: v's value for every step, or None; `producers`: the loop body's ops by
+  output id), for ops/structured/for_sink.py; None where it cannot,
 - `extra`: hooks of later stages (emission).
+Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...ir.graph import IRError, Op, rename
 from ...ir.shapes import Dim, TensorType, broadcast_shapes
+from ..entry import OPS, Broken, OpEntry
 
 
 class ShapeError(Exception):
@@ -39,8 +47,8 @@ class ShapeError(Exception):
 Rule = Callable[[list[TensorType], dict], list[TensorType]]
 
 
-@dataclass
-class Primitive:
+@dataclass(eq=False)
+class Primitive(OpEntry):
     name: str
     rule: Rule
     arity: int | None            # None: variadic
@@ -54,11 +62,49 @@ class Primitive:
     selects: bool = False
     uniform: Callable | None = None
     integer_bounds: Callable | None = None
+    product: bool = False
+    accumulates: bool = False
+    step_sum: Callable | None = None
+    blocks = ()  # a primitive owns none
+
+    def trim(self, op: Op, live: set[int]) -> None:
+        """A primitive keeps all its outputs while one is read."""
 
     def infer(self, types: list[TensorType], attrs: dict) -> list[TensorType]:
         if self.arity is not None and len(types) != self.arity:
             raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(types)}")
         return self.rule(types, attrs)
+
+    def check(self, op: Op) -> None:
+        if op.blocks:
+            raise Broken(f"primitive `{op.prim}` owns blocks")
+        try:
+            types = self.infer([v.type for v in op.inputs], op.attrs)
+        except ShapeError as exc:
+            raise Broken(str(exc)) from None
+        if [v.type for v in op.outputs] != types:
+            raise Broken(f"outputs should be {', '.join(map(str, types))}")
+
+    def evaluate(self, interp, op: Op, args: list) -> list:
+        attrs = op.attrs
+        if self.random and "salt" not in attrs:
+            attrs = {**attrs, "salt": interp.salts[id(op)]}
+        outs = self.ref(interp.ctx, attrs, *args)
+        return list(outs) if len(op.outputs) > 1 else [outs]
+
+    def gradient(self, b, op: Op, cts: list, active: set[int], backprop) -> tuple:
+        if self.grad is None:
+            raise IRError(f"`{op.prim}` has no gradient rule; it is differentiated "
+                          "through its expansion (codegen.transforms.prepare.prepare)")
+        filled = [ct if ct is not None else b.zeros(v.type, v)
+                  for v, ct in zip(op.outputs, cts)]
+        return self.grad(b, op, filled), []
+
+    def rewrite(self, op: Op, autodiff: bool):
+        """Its expansion, before autodiff (a random mask becomes a value to keep)."""
+        if not (autodiff and self.expand):
+            return None
+        return lambda b, op: rename(b.block.ops, self.expand(b, op), op.outputs)
 
 
 TABLE: dict[str, Primitive] = {}
@@ -67,7 +113,7 @@ TABLE: dict[str, Primitive] = {}
 def primitive(name: str, arity: int | None, elementwise: bool = False, **hooks):
     """Decorator registering a shape rule under `name` with the given hooks."""
     def register(rule: Rule) -> Rule:
-        TABLE[name] = Primitive(name, rule, arity, elementwise, **hooks)
+        TABLE[name] = OPS[name] = Primitive(name, rule, arity, elementwise, **hooks)
         return rule
     return register
 

@@ -70,7 +70,7 @@ unary("not", ("bool",), np.logical_not)
 
 # ---- binary -----------------------------------------------------------------------
 def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | None = None,
-           simplify=None) -> None:
+           simplify=None, **facts) -> None:
     """A broadcasting binary primitive; `local(b, x, y, out, g)` gives the two operand
     cotangents at the result's shape, reduced here to each operand's shape."""
     what = f"`{BINARY_SYMBOLS[name]}`"
@@ -85,7 +85,7 @@ def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | N
         return [reduce_to(b, cx, x.type) if cx is not None else None,
                 reduce_to(b, cy, y.type) if cy is not None else None]
     primitive(name, 2, elementwise=True, grad=grad if local else _no_grad,
-              ref=lambda ctx, attrs, x, y: ref(x, y), simplify=simplify)(rule)
+              ref=lambda ctx, attrs, x, y: ref(x, y), simplify=simplify, **facts)(rule)
 
 
 def _keep(op, i: int):
@@ -132,7 +132,8 @@ def _simplify_div(b, op, facts):
     return _keep(op, 0) if facts.const(op.inputs[1]) == 1 else None
 
 
-binary("add", NUMERIC, np.add, lambda b, x, y, out, g: (g, g), simplify=_simplify_add)
+binary("add", NUMERIC, np.add, lambda b, x, y, out, g: (g, g), simplify=_simplify_add,
+       accumulates=True)
 binary("sub", NUMERIC, np.subtract, lambda b, x, y, out, g: (g, b.neg(g)),
        simplify=_simplify_sub)
 binary("mul", NUMERIC, np.multiply, lambda b, x, y, out, g: (b.mul(g, y), b.mul(g, x)),

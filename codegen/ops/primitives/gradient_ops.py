@@ -31,7 +31,17 @@ def _sum_to_ref(ctx, attrs, x):
     return np.sum(x, axes, dtype=x.dtype, keepdims=True).reshape(shape)
 
 
-@primitive("sum_to", 1, simplify=_same_type, ref=_sum_to_ref,
+def _sum_to_step_sum(op, producers, stack):
+    """sum_to(g) summed over the steps: sum_to(G) of every step's g."""
+    if tuple(op.attrs["shape"]) != tuple(op.outputs[0].type.shape):
+        return None
+    stacked = stack(op.inputs[0])
+    if stacked is None:
+        return None
+    return lambda b: b.sum_to(stacked, shape=op.outputs[0].type.shape)
+
+
+@primitive("sum_to", 1, simplify=_same_type, ref=_sum_to_ref, step_sum=_sum_to_step_sum,
            grad=lambda b, op, cts: [b.broadcast_to(cts[0], shape=op.inputs[0].type.shape)])
 def _sum_to(types, attrs):
     x, shape = _shape_attr(types, attrs)

@@ -47,7 +47,30 @@ def _matmul_grad(b, op, cts):
     return [cx, b.matmul(b.transpose(x, perm=(1, 0)), g)]
 
 
-@primitive("matmul", 2, grad=_matmul_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w))
+def _matmul_step_sum(op, producers, stack):
+    """transpose(a) @ g summed over the steps: transpose(A) @ G, with A and G every
+    step's a and g as rows (one GEMM instead of one rank-B update a step)."""
+    left, g = op.inputs
+    transpose = producers.get(left.id)
+    if transpose is None or transpose.prim != "transpose" \
+            or tuple(transpose.attrs["perm"]) != (1, 0):
+        return None
+    a = transpose.inputs[0]
+    if a.type.rank != 2 or g.type.rank != 2:
+        return None
+    stacked = [stack(a), stack(g)]
+    if None in stacked:
+        return None
+
+    def emit(b):
+        a, g = (b.reshape(x, shape=(numel(x.type.shape[:-1]), x.type.shape[-1]))
+                for x in stacked)
+        return b.matmul(b.transpose(a, perm=(1, 0)), g)
+    return emit
+
+
+@primitive("matmul", 2, grad=_matmul_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w),
+           product=True, step_sum=_matmul_step_sum)
 def _matmul(types, attrs):
     a, b = types
     same_dtype(types, "`@`", FLOATS)

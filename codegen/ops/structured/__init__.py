@@ -2,9 +2,8 @@
 typed attributes, verification, reference semantics, gradient rule, trimming, rewrites
 before autodiff and printing (codegen/ops/structured/table.py says what an entry holds).
 No other module branches on a structured op's name."""
-from . import for_op  # noqa: F401  (they fill STRUCTURED)
-from . import if_op  # noqa: F401  (they fill STRUCTURED)
-from . import while_op  # noqa: F401  (they fill STRUCTURED)
-from .table import REQUIRED, STRUCTURED, Broken, StructuredOp
+from ..entry import Broken
+from . import for_op, if_op, while_op  # noqa: F401  (they fill STRUCTURED)
+from .table import REQUIRED, STRUCTURED, StructuredOp
 
 __all__ = ["REQUIRED", "STRUCTURED", "Broken", "StructuredOp"]

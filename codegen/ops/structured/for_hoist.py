@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from ...ir.graph import Block, Op, Value, substitute, use_counts, walk_ops
 from ..builder import Builder
-from ..primitives import TABLE, ShapeError
+from ..entry import entry
+from ..primitives import ShapeError
 
 
 def movable(loop: Op, autodiff: bool) -> bool:
@@ -69,14 +70,14 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
 def _over_steps(op: Op, steps: dict[int, Value], products: set[int], inside: set[int],
                 b: Builder) -> Value | None:
     """`op` computed for every step at once (appended to `b`), or None where it stays."""
-    prim = TABLE.get(op.prim)
-    if prim is None or prim.random or op.blocks or len(op.outputs) != 1:
+    prim = entry(op)
+    if prim.random or op.blocks or len(op.outputs) != 1:
         return None
     varying = [v for v in op.inputs if v.id in inside]
     if not varying or any(v.id not in steps for v in varying):
         return None  # reads a state, or a value computed from one
     out = op.outputs[0]
-    if op.prim == "matmul":
+    if prim.product:  # rows of every step at once, when the matrix stays the same
         x, w = op.inputs
         if w.id in inside or x.type.rank != 2:
             return None

@@ -227,4 +227,4 @@ FOR = register(StructuredOp(
            "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
-    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds))
+    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, repeats=True))

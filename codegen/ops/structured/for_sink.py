@@ -9,13 +9,14 @@ it. An operand not yet kept for every step becomes a new yield, except in a `lea
 shape the loop already keeps per step may (so its memory grows by a constant factor at
 most and keeps no gate-sized value); otherwise the sum stays in the loop.
 
-The `for` entry's `simplify` hook (codegen/transforms/passes.py runs it with the table's identities).
+What each op's sum over the steps is, the op's entry says (`step_sum`: matmul's and
+sum_to's, in ops/primitives/). The `for` entry's `simplify` hook (codegen/transforms/passes.py runs it with the table's identities).
 """
 from __future__ import annotations
 
-from ...ir.graph import Op, Value, has_dynamic, use_counts
-from ...ir.shapes import numel
+from ...ir.graph import Block, Op, Value, has_dynamic, use_counts
 from ..builder import Builder
+from ..entry import entry
 
 
 def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
@@ -41,21 +42,13 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         stacked[v.id] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
         new_yields.append((v, out))
         return out
-    reads = use_counts(body)
-
-    sums = []  # (state index, kind, stacked operands)
-    for i in range(n_state):
-        state, new = body.args[n_seq + i], body.results[i]
-        add = producers.get(new.id)
-        if add is None or add.prim != "add" or reads.get(state.id) != 1 \
-                or reads.get(new.id) != 1 or state not in add.inputs:
-            continue
-        term = add.inputs[1] if add.inputs[0] is state else add.inputs[0]
-        if term.type != state.type:
-            continue
-        found = _summand(term, producers, stack)
-        if found is not None:
-            sums.append((i, *found))
+    sums = []  # (state index, emit(b) -> the sum over the steps)
+    for i, state, _, _, term in accumulations(body, n_seq, n_state, use_counts(body)):
+        made = producers.get(term.id)
+        rule = entry(made).step_sum if made is not None and term.type == state.type else None
+        total = rule(made, producers, stack) if rule is not None else None
+        if total is not None:
+            sums.append((i, total))
     tapes = loop.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - tapes]
     twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]
@@ -71,44 +64,29 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         body.results.insert(len(body.results) - tapes, value)
         kept.insert(len(kept) - tapes, out)
     starts = {}
-    for i, _, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
+    for i, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
         body.ops.remove(producers[body.results[i].id])
         del body.args[n_seq + i], body.results[i], kept[i]
         starts[i] = inputs.pop(n_seq + i)
     attrs = {**loop.attrs, "n_state": n_state - len(sums)}
     b.block.ops.append(Op(loop.prim, inputs, kept, attrs, loop.blocks, loop.loc))
-    for i, kind, operands in sums:
-        if kind == "matmul":
-            a, g = (b.reshape(x, shape=(numel(x.type.shape[:-1]), x.type.shape[-1]))
-                    for x in operands)
-            total = b.matmul(b.transpose(a, perm=(1, 0)), g)
-        else:
-            total = b.sum_to(operands[0], shape=outputs[i].type.shape)
-        outputs[i] = b.add(starts[i], total)
+    for i, total in sums:
+        outputs[i] = b.add(starts[i], total(b))
     return outputs
 
 
-def _summand(term: Value, producers: dict[int, Op], stack):
-    """("matmul", (A, G)) for transpose(a) @ g, ("sum_to", (G,)) for sum_to(g), with A and
-    G the values of a and g for every step (`stack`); else None."""
-    op = producers.get(term.id)
-    if op is None:
-        return None
-    if op.prim == "sum_to":
-        g = op.inputs[0]
-        if tuple(op.attrs["shape"]) != tuple(term.type.shape):
-            return None
-        stacked = stack(g)
-        return None if stacked is None else ("sum_to", (stacked,))
-    if op.prim != "matmul":
-        return None
-    left, g = op.inputs
-    transpose = producers.get(left.id)
-    if transpose is None or transpose.prim != "transpose" \
-            or tuple(transpose.attrs["perm"]) != (1, 0):
-        return None
-    a = transpose.inputs[0]
-    if a.type.rank != 2 or g.type.rank != 2:
-        return None
-    stacked = [stack(a), stack(g)]
-    return None if None in stacked else ("matmul", tuple(stacked))
+def accumulations(body: Block, n_seq: int, n_state: int, uses: dict[int, int]) -> list:
+    """The states of a loop body updated as `s + p` by an op that accumulates, where the
+    state s and its update are read nowhere else (`uses`: read counts by value id):
+    (state index, s, the new state, the op, p) for each. What autodiff makes of a weight
+    used at every step (its gradient) has this form."""
+    producers = {v.id: op for op in body.ops for v in op.outputs}
+    found = []
+    for i in range(n_state):
+        s, new = body.args[n_seq + i], body.results[i]
+        op = producers.get(new.id)
+        if op is None or not entry(op).accumulates or s not in op.inputs \
+                or uses.get(s.id) != 1 or uses.get(new.id) != 1:
+            continue
+        found.append((i, s, new, op, op.inputs[1] if op.inputs[0] is s else op.inputs[0]))
+    return found

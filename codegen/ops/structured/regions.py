@@ -18,7 +18,7 @@ from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
                          has_dynamic, substitute, walk_ops)
 from ..builder import Builder
-from ..primitives import TABLE
+from ..entry import entry
 
 STORE = "store"
 RECOMPUTE = "recompute"
@@ -95,10 +95,9 @@ def _plan(block: Block, bwd: Block, policy: str) -> tuple[list[Value], list[Op]]
 
 
 def _must_save(v: Value, op: Op, policy: str) -> bool:
-    if not op.inputs and not op.blocks and not TABLE[op.prim].random:
+    if not op.inputs and not op.blocks and not entry(op).random:
         return False  # a constant: re-creating it costs nothing
-    random = any(o.prim in TABLE and TABLE[o.prim].random
-                 for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
+    random = any(entry(o).random for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
     if has_dynamic(v.type):
         if random:
             raise GradientError(

@@ -20,7 +20,9 @@ blocks (codegen/ir/graph.py has the conventions); its entry declares, once:
   its outputs;
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the ranges its integer inputs must lie
   in (gradcheck draws valid inputs from them);
+- `repeats`: whether it runs its blocks more than once (a loop: for, while);
 - `extra`: hooks of later stages (the native backend's lowering and rendering).
+Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 
 Adding a structured op: one module in this package declaring its entry, imported by
 `__init__.py`, plus its backend hooks (codegen/backend/control_flow.py).
@@ -32,26 +34,18 @@ from typing import Callable
 
 from ...ir.graph import Op, Value
 from ...ir.shapes import TensorType
+from ..entry import OPS, OpEntry, need
 
 REQUIRED = object()
 BOOL = TensorType("bool", ())  # an if's condition, a while's cond result
-
-
-class Broken(Exception):
-    """A structured op breaks its conventions; the verifier shows the op."""
-
-
-def need(cond: bool, message: str) -> None:
-    if not cond:
-        raise Broken(message)
 
 
 def types_of(values: list[Value]) -> list[TensorType]:
     return [v.type for v in values]
 
 
-@dataclass
-class StructuredOp:
+@dataclass(eq=False)
+class StructuredOp(OpEntry):
     name: str
     attrs: dict[str, tuple[type, object]]
     blocks: tuple[str, ...]
@@ -64,7 +58,18 @@ class StructuredOp:
     integer_bounds: Callable | None = None
     # the dims (symbols) known only once the op has run: a while's trip count
     sets_dims: Callable[[Op], set] = lambda op: set()
+    repeats: bool = False   # runs its blocks more than once (a loop)
     extra: dict = field(default_factory=dict)
+
+    def check(self, op: Op) -> None:
+        self.check_attrs(op)
+        self.verify(op)
+
+    def evaluate(self, interp, op: Op, args: list) -> list:
+        return self.reference(interp, op, args)
+
+    def gradient(self, b, op: Op, cts: list, active: set[int], backprop) -> tuple:
+        return self.grad(b, op, cts, active, backprop)
 
     def check_attrs(self, op: Op) -> None:
         """Every attribute declared, of its type; the required ones present."""
@@ -82,7 +87,7 @@ STRUCTURED: dict[str, StructuredOp] = {}
 
 
 def register(entry: StructuredOp) -> StructuredOp:
-    STRUCTURED[entry.name] = entry
+    STRUCTURED[entry.name] = OPS[entry.name] = entry
     return entry
 
 

@@ -76,4 +76,5 @@ def _trim(op: Op, live: set[int]) -> None:
 WHILE = register(StructuredOp(
     "while", attrs={"n_tape": (int, 0), "trips": (TripCount, None)},
     blocks=("cond", "body"), verify=_verify, reference=_reference, grad=_grad, trim=_trim,
-    sets_dims=lambda op: {op.attrs["trips"]} if op.attrs.get("n_tape") else set()))
+    sets_dims=lambda op: {op.attrs["trips"]} if op.attrs.get("n_tape") else set(),
+    repeats=True))

@@ -1,0 +1,85 @@
+"""One way to ask about any op: `entry(op)` is its entry, a primitive's (ops/primitives/)
+or a structured op's (ops/structured/), and every entry answers the same questions, so
+that no stage branches on which table holds an op or on an op's name.
+
+The questions (each kind of entry says more in its own module):
+- `check(op)`: the op keeps its entry's rules (types, attributes, blocks), else Broken;
+- `evaluate(interp, op, args) -> [arrays]`: what it computes, for the NumPy reference
+  interpreter;
+- `gradient(b, op, cts, active, backprop) -> (input cotangents, [(captured, ct)])`: its
+  gradient, as IR emitted through the builder `b`;
+- `rewrite(op, autodiff) -> rule(b, op) or None`: a rewrite into simpler ops before
+  autodiff or a backend (codegen/transforms/prepare.py);
+- `simplify(b, op, facts) -> values or None`, `trim(op, live)`: what the passes offer it;
+- `integer_bounds(op, size)`, `sets_dims(op)`, `uniform(op)`, `blocks` (block names),
+  `step_sum` (the sum of its result over a loop's steps, ops/primitives/core.py);
+- declared facts, all False unless the entry says so:
+  `elementwise`, `random` (draws from the RNG: never merged, folded or recomputed),
+  `selects` (every element of the result is an element of the first operand),
+  `product` (a matrix product: a GEMM, whose right operand a loop may keep packed and
+  which can add itself into its output), `accumulates` (the sum of its two operands: a
+  loop state updated by it accumulates), `repeats` (runs its blocks more than once: a
+  loop);
+- `extra`: the hooks later stages attach (the backend's `lower`, a target's statements).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir.graph import IRError, Op
+
+
+class Broken(Exception):
+    """An op breaks its entry's rules; the verifier shows the op."""
+
+
+def need(cond: bool, message: str) -> None:
+    if not cond:
+        raise Broken(message)
+
+
+class OpEntry:
+    """What every entry answers; the defaults are an op that declares nothing."""
+
+    # Every entry also has `name`, `blocks` (the names of its blocks) and `trim`; they are
+    # not defaulted here, since a dataclass would take a default of this class for its
+    # own fields.
+    extra: dict
+    elementwise = False
+    random = False
+    selects = False
+    product = False
+    accumulates = False
+    repeats = False
+    simplify: Callable | None = None
+    step_sum: Callable | None = None
+    integer_bounds: Callable | None = None
+    uniform: Callable | None = None
+
+    def check(self, op: Op) -> None:
+        raise NotImplementedError
+
+    def evaluate(self, interp, op: Op, args: list) -> list:
+        raise NotImplementedError
+
+    def gradient(self, b, op: Op, cts: list, active: set[int], backprop) -> tuple:
+        raise NotImplementedError
+
+    def rewrite(self, op: Op, autodiff: bool) -> Callable | None:
+        return None
+
+    def sets_dims(self, op: Op) -> set:
+        """The dims (symbols) known only once the op has run (a while's trip count)."""
+        return set()
+
+
+OPS: dict[str, OpEntry] = {}  # every op's entry; ops/primitives and ops/structured fill it
+
+
+def entry(op: Op | str) -> OpEntry:
+    """The entry of an op (or of an op name)."""
+    name = op if isinstance(op, str) else op.prim
+    try:
+        return OPS[name]
+    except KeyError:
+        raise IRError(f"unknown op `{name}`") from None
