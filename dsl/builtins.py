@@ -101,7 +101,9 @@ def _defined_on_i32(prim) -> bool:
         return False
 
 
-def _unary(name: str) -> None:
+def unary(name: str) -> None:
+    """Expose the elementwise primitive `name` of one operand as the built-in function
+    `name(x)` (constant operands fold)."""
     def run(el, a, call):
         value, loc = a["x"]
         if isinstance(value, Const) and value.kind in ("int", "float"):
@@ -111,7 +113,7 @@ def _unary(name: str) -> None:
 
 
 for _name in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos"):
-    _unary(_name)
+    unary(_name)
 
 
 def _pair(el, a, b):
@@ -119,13 +121,14 @@ def _pair(el, a, b):
     return tensor(el, a, like), tensor(el, b, like)
 
 
-def _binary(name: str) -> None:
+def binary(name: str) -> None:
+    """Expose the elementwise primitive `name` of two operands as `name(x, y)`."""
     builtin(name, "a", "b")(lambda el, a, call: el.emit(name, list(_pair(el, a["a"], a["b"])),
                                                        {}, call.loc)[0])
 
 
-_binary("maximum")
-_binary("minimum")
+binary("maximum")
+binary("minimum")
 
 
 @builtin("where", "cond", "a", "b")
