@@ -7,8 +7,9 @@ An entry declares a primitive once:
   the builder `b` (so gradients of gradients work); `cts` has one cotangent per output,
 - `ref(ctx, attrs, *arrays)`: the NumPy reference (one array, or a list for several
   outputs); `ctx` evaluates dims (`ctx.dim`), knows the float dtype and the RNG,
-- `simplify(op, consts) -> Value | None`: algebraic identities (`consts[i]` is the
-  uniform constant an input is known to hold, or None),
+- `simplify(b, op, facts) -> [values] | None`: algebraic identities, the values that
+  replace the op's outputs (`facts.const(v)` is the one number a value is known to hold
+  everywhere, or None; new ops go through the builder `b`),
 - `expand(b, op) -> [Value]`: a decomposition into other primitives, applied before
   autodiff; a primitive with `grad=None` and an `expand` is differentiated through it,
 - `random`: draws from the RNG (never recomputed, merged or folded),
@@ -27,7 +28,8 @@ An entry declares a primitive once:
   steps of the op's result, computed after the loop from operands kept for every step
   (`stack(v)`: v's value for every step, or None; `producers`: the loop body's ops by
   output id), for ops/structured/for_sink.py; None where it cannot,
-- `extra`: hooks of later stages (emission).
+- `extra`: hooks of later stages (the backend's `lower`, `statements`, `sums`,
+  `gathers`: codegen/backend/op_lowering.py).
 Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 """
 from __future__ import annotations
