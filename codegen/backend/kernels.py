@@ -1,10 +1,10 @@
-"""The statements of each kernel primitive (the rest of a primitive's lowering is shared:
-backend/op_lowering.py): lines(r, op, inputs, in_ptrs, out_ptrs) -> C++ statements calling
-the target's runtime, whose functions have the same names and arguments on every target
-(cpp_runtime/mdl/kernels.h on the CPU, mdl/cuda/kernels.h on the GPU); `r.target.call`
-spells the call. `inputs` are the values the kernel reads, possibly contiguous copies of
-`op.inputs`. Each target attaches them as `extra[target.name]` (targets/cpu_kernels.py,
-targets/cuda_kernels.py), with its own products.
+"""The statements of each kernel primitive, attached as `extra["statements"]` (the rest of a
+primitive's lowering is shared too: backend/op_lowering.py): lines(r, op, inputs, in_ptrs,
+out_ptrs) -> C++ statements calling the target's runtime, whose functions have the same
+names and arguments on every target (cpp_runtime/mdl/kernels.h and mdl/blas.h on the CPU,
+mdl/cuda/kernels.h on the GPU); `r.target.call` spells the call. `inputs` are the values
+the kernel reads, possibly contiguous copies of `op.inputs`. A target may replace a
+kernel's statements (`Target.kernel`: the CPU's products of a packed operand).
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from ..ir.shapes import contiguous_strides, numel
 from ..ops.primitives.core import TABLE
 from .op_lowering import ctype_of, matrix_order, offset_expr
 
-STATEMENTS: dict = {}  # primitive name -> lines(r, op, inputs, in_ptrs, out_ptrs)
-
 
 def statements(name: str, lines) -> None:
-    STATEMENTS[name] = lines
+    """Attach `lines(r, op, inputs, in_ptrs, out_ptrs)` as primitive `name`'s statements."""
+    TABLE[name].extra["statements"] = lines
 
 
 def _shape(r, shape) -> str:
@@ -70,14 +69,18 @@ def indices_named(v) -> str:
     return json.dumps(f"`{v.hint}`" if v.hint else "the indices")
 
 
-def cross_entropy_args(r, op, inputs, ins) -> str:
-    """The arguments of the runtime's cross_entropy after its context: logits, targets,
-    lengths (or nullptr), rows, classes, batch, the targets' name."""
+def _cross_entropy(r, op, inputs, ins, outs):
+    """The mean loss into outs[0]: logits, targets, lengths (or nullptr), rows, classes,
+    batch, the targets' name."""
     logits, targets = inputs[0], inputs[1]
     lengths = ins[2] if len(ins) > 2 else "nullptr"
     batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
-    return (f"{ins[0]}, {ins[1]}, {lengths}, {r.dim(numel(targets.type.shape))}, "
-            f"{r.dim(logits.type.shape[-1])}, {batch}, {indices_named(op.inputs[1])}")
+    return [f"{r.target.call('cross_entropy')}{ins[0]}, {ins[1]}, {lengths}, "
+            f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
+            f"{indices_named(op.inputs[1])}, {outs[0]});"]
+
+
+statements("cross_entropy", _cross_entropy)
 
 
 def gemm_operand(r, v) -> tuple[str, str]:
@@ -97,17 +100,21 @@ def gemm_sizes(r, a, b) -> tuple[str, str, str]:
     return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
 
 
-def gemm_args(r, op, inputs, ins, outs, accumulate: bool) -> str:
-    """The arguments of a row-major GEMM computing the product (after any context):
-    ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc; `accumulate`: beta 1."""
+def _matmul(r, op, inputs, ins, outs, accumulate=False):
+    """A row-major GEMM: ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc;
+    `accumulate`: beta 1, the product added into what the output's memory holds
+    (lower.Kernel)."""
     a, b = inputs
     m, n, k = gemm_sizes(r, a, b)
     ta, lda = gemm_operand(r, a)
     tb, ldb = gemm_operand(r, b)
     one = f"{ctype_of(op, r)}(1)"
     beta = one if accumulate else f"{ctype_of(op, r)}(0)"
-    return (f"{ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, {ins[1]}, {ldb}, {beta}, "
-            f"{outs[0]}, {n}")
+    return [f"{r.target.call('gemm')}{ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, "
+            f"{ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
+
+
+statements("matmul", _matmul)
 
 
 def _gather(r, op, inputs, ins, outs):

@@ -51,7 +51,6 @@ class ModuleGenerator:
     def __init__(self, graph: Graph, joint: Graph | None, dtype: str,
                  specializations: list[dict[str, int]], target: Target):
         self.graph, self.joint, self.dtype, self.target = graph, joint, dtype, target
-        self.d = target.dialect
         self.dims = user_dims(graph)
         self.names = DimNames(self.dims)  # one for every function: m.dyn indices agree
         self.specializations = specializations
@@ -77,12 +76,12 @@ class ModuleGenerator:
     def _input_access(self, graph: Graph, kept: bool = False) -> dict[int, Access]:
         """The call's inputs; `kept`: the runtime keeps them alive for the backward (a
         training forward's), so the backward reads them where they are, uncopied."""
-        return {v.id: Access(self.target.input(k, self.d.ctype(v.type.dtype)),
+        return {v.id: Access(self.target.input(k, self.target.ctype(v.type.dtype)),
                              _own(v.type), persistent=kept)
                 for k, v in enumerate(graph.inputs.values())}
 
     def _cotangent_access(self, joint: Graph) -> dict[int, Access]:
-        return {v.id: Access(self.target.input(k, self.d.ctype(v.type.dtype)), _own(v.type),
+        return {v.id: Access(self.target.input(k, self.target.ctype(v.type.dtype)), _own(v.type),
                              persistent=False)
                 for k, v in enumerate(joint.backward.args)}
 
@@ -125,7 +124,7 @@ class ModuleGenerator:
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
-            external_b[v.id] = Access(f"static_cast<{self.d.ctype(v.type.dtype)}*>"
+            external_b[v.id] = Access(f"static_cast<{self.target.ctype(v.type.dtype)}*>"
                                       f"({self.target.saved(k)})",
                                       lay)
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
@@ -161,7 +160,7 @@ class ModuleGenerator:
             if j.backward.args:
                 cotangents = cotangent_names(j)
         return dict(
-            model_name=g.name, ctype=self.d.ctype(self.dtype),
+            model_name=g.name, ctype=self.target.ctype(self.dtype),
             functions=texts, variants=variants, dim_names=self.dims,
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
@@ -224,6 +223,6 @@ def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
     contexts = [ModuleGenerator(graph, joint, dtype, specializations, target).context()
                 for graph, joint, specializations in models]
     text = environment().get_template("module.cpp.j2").render(
-        module_name=module_name, ctype=target.dialect.ctype(dtype), models=contexts,
+        module_name=module_name, ctype=target.ctype(dtype), models=contexts,
         target_headers=target.headers)
     return {target.source: text}

@@ -1,12 +1,12 @@
 """How the native backend lowers each primitive, the same for every target; attached as
 `extra["lower"]`:
-- ("elementwise", expr(args, op, r)): a scalar expression of the operands' scalars in the
-  target's dialect (`r.d`), fused into a loop nest or a GPU kernel by the target;
+- ("elementwise", expr(args, op, r)): a scalar expression of the operands' scalars as the
+  target spells them (`r.target.math`), fused into a loop nest or a GPU kernel by the target;
 - ("const", value(op)): a uniform constant, which needs no memory;
 - ("view", layout(r, op, i, strides), needs_contiguous): output i re-addresses the
   input's memory (offset, strides);
-- ("kernel", accepts): a call into the target's runtime, emitted by the target's own
-  hook (`extra[target.name]`, e.g. targets/cpu_kernels.py); `accepts` (bool, or a predicate on
+- ("kernel", accepts): a call into the target's runtime, its statements attached as
+  `extra["statements"]` (backend/kernels.py); `accepts` (bool, or a predicate on
   an input's layout) says which inputs may be strided views.
 A primitive that only gathers its inputs into its output (concat, stack) also declares
 `extra["gathers"](r, op) -> [(offset, strides)]`: where each input lies in the output, so
@@ -33,13 +33,13 @@ def ctype_of(op, r, i=None):
 
 # ---- elementwise ------------------------------------------------------------------------
 def _call(fn):
-    return lambda a, op, r: f"{r.d.math(fn)}({a[0]})"
+    return lambda a, op, r: f"{r.target.math(fn)}({a[0]})"
 
 
 for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs"):
     attach_lowering(_fn, "elementwise", _call(_fn))
 attach_lowering("sigmoid", "elementwise",
-           lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.d.math('exp')}(-{a[0]})))")
+           lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.target.math('exp')}(-{a[0]})))")
 attach_lowering("sign", "elementwise",
            lambda a, op, r: f"{ctype_of(op, r)}(({a[0]} > {ctype_of(op, r)}(0)) - ({a[0]} < {ctype_of(op, r)}(0)))")
 attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
@@ -52,7 +52,7 @@ for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq",
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
     attach_lowering(_name, "elementwise",
                     lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
-attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.d.math('pow')}({a[0]}, {a[1]})")
+attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.target.math('pow')}({a[0]}, {a[1]})")
 attach_lowering("maximum", "elementwise",
            lambda a, op, r: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})")
 attach_lowering("minimum", "elementwise",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Block, Value, walk_ops
 from ..ir.shapes import Dim, contiguous_strides
-from ..ops.entry import entry
+from ..ops.structured import STRUCTURED
 from .cexpr import DimNames
 from .control_flow import render_structured
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
@@ -46,7 +46,6 @@ class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
                  tapes: list[int], packs: list):
         self.target = target
-        self.d = target.dialect
         self.dims = dims
         self.spec = spec
         self.lines: list[str] = []
@@ -78,7 +77,7 @@ class Renderer:
             self.lines, self.depth, self.dim_hook = saved
 
     def ctype(self, v: Value) -> str:
-        return self.d.ctype(v.type.dtype)
+        return self.target.ctype(v.type.dtype)
 
     def ptr(self, v: Value) -> str:
         return f"v{v.id}"
@@ -95,8 +94,8 @@ class Renderer:
     def literal(self, value, dtype: str) -> str:
         """A constant as C++: a number, or a dim known at run time (a count of tokens)."""
         if isinstance(value, Dim):
-            return f"{self.d.ctype(dtype)}({self.dim(value)})"
-        return self.d.literal(value, dtype)
+            return f"{self.target.ctype(dtype)}({self.dim(value)})"
+        return self.target.literal(value, dtype)
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -182,7 +181,8 @@ class Renderer:
         made large enough where the value is defined."""
         late = set()
         for op in walk_ops(block):
-            late |= entry(op).sets_dims(op)
+            if op.blocks:
+                late |= STRUCTURED[op.prim].sets_dims(op)
         if not late:
             return
         for vid in sorted(owned):

@@ -1,16 +1,19 @@
 """A target: what one kind of machine decides about the emitted code. Lowering, fusion,
 views and the memory plan are shared (lower.py, plan.py); the renderer (render.py,
-structured.py) walks the lowered instructions and asks its target for every piece that
-differs between machines: the function skeleton, how a fused elementwise group becomes
-code (a loop nest on a CPU, a kernel and its launch on a GPU), how memory is copied and
-filled, where parameters, inputs, results and saved values live, how a scalar is read
-on the host (a branch condition), where tapes live, and each kernel primitive's
-statements. Its `Dialect` spells scalars; its `Toolchain` (codegen/build/toolchain.py) builds
-what it generates.
+control_flow.py) walks the lowered instructions and asks its target for every piece that
+differs between machines: the function's preamble and arena, how a fused elementwise
+group's elements are visited (a loop nest on a CPU, a kernel and its launch on a GPU),
+how memory is copied and filled, where parameters, inputs, results and saved values live,
+how a scalar is read on the host (a branch condition), where tapes live, and how a
+runtime function is called. Scalars (types, literals, math functions) are spelled alike
+on every target, C++ that nvcc compiles too; a target whose compiler differs overrides
+`ctype`, `literal` or `math`. Its `Toolchain` (codegen/build/toolchain.py) builds what
+it generates.
 
-To add a target: subclass `Target` in backend/<name>.py, attach its kernel statements
-to the primitive table as `extra[<name>]` (targets/<name>_kernels.py, as targets/cpu_kernels.py
-does), and register it in targets/registry.py.
+Each kernel primitive's statements are shared (backend/kernels.py, `extra["statements"]`):
+the runtime of every target has the same functions with the same arguments, and the
+target spells the call (`call`). To add a target: subclass `Target` in targets/<name>.py,
+give its runtime those functions, and register it in targets/registry.py.
 """
 from __future__ import annotations
 
@@ -18,27 +21,52 @@ import abc
 import functools
 from typing import Callable
 
+from ..ir.dtypes import DTYPES
 from ..ir.graph import Value
+from ..ir.shapes import numel
 from ..ops.primitives import TABLE
-from .dialect import Dialect
+from . import kernels as _kernels  # noqa: F401  (attaches extra["statements"])
 
 
 class Target(abc.ABC):
     name: str
-    dialect: Dialect
     toolchain: object  # the Toolchain building its code (codegen/build/toolchain.py)
     source: str = "module.cpp"   # the generated file's name (its language)
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
-    device: str = "nullptr"      # the runtime's mdl::Device of its models (model.h)
+    # The runtime's mdl::Device of its models (model.h): where their memory lives.
+    device: str = "nullptr"
     # Whether loop-invariant right operands of products are packed once before their
-    # loop (backend/pack.py); the target's `pack` and its matmul statements then agree.
+    # loop (backend/pack.py); the target's `pack` and its `kernel` then agree.
     packs_operands: bool = False
+    # A function's first statements after its signature (the context its code runs in).
+    preamble: tuple[str, ...] = ()
 
+    # ---- scalars ----
+    def ctype(self, dtype: str) -> str:
+        return DTYPES[dtype].ctype
+
+    def math(self, fn: str) -> str:
+        return "std::" + fn
+
+    def literal(self, value, dtype: str) -> str:
+        """A C++ literal of `value` in `dtype`, exact for floats (hex floats round-trip)."""
+        if dtype == "bool":
+            return "1" if value else "0"
+        if dtype == "i32":
+            return f"int32_t({int(value)})"
+        value = float(value)
+        if value != value:
+            return f"{self.ctype(dtype)}(NAN)"
+        if value in (float("inf"), float("-inf")):
+            return f"{'-' if value < 0 else ''}{self.ctype(dtype)}(INFINITY)"
+        return f"{self.ctype(dtype)}({value.hex()})"
+
+    # ---- kernels ----
     def kernel(self, ins) -> Callable:
         """The statements of a lowered kernel (lower.Kernel) on this target:
         lines(r, op, inputs, in_ptrs, out_ptrs) -> [C++ statements]. A product with
         `ins.accumulate` adds itself into its output's memory (its loop's state)."""
-        lines = TABLE[ins.op.prim].extra[self.name]
+        lines = TABLE[ins.op.prim].extra["statements"]
         return functools.partial(lines, accumulate=True) if ins.accumulate else lines
 
     @abc.abstractmethod
@@ -69,14 +97,42 @@ class Target(abc.ABC):
         """The lvalue holding value k that a training forward keeps for its backward."""
         return f"m.saved[{k}]"
 
-    @abc.abstractmethod
+    # ---- functions ----
     def function(self, r, body: list[str]) -> str:
         """The whole text of the function `r.spec` whose statements are `body`: its
-        signature, the dims, the arena its memory plan `r.plan` lays out."""
+        signature, the dims, the arena its memory plan `r.plan` lays out; before it, what
+        the renderer placed there (`r.definitions`: a GPU target's kernels)."""
+        spec, slots = r.spec, r.plan.slots
+        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
+                *("  " + line for line in self.preamble)]
+        head += ["  " + line for line in spec.prologue]
+        head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
+        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
+                 for i, size in enumerate(slots)]
+        head += ["  " + line for line in self.arena(spec.arena)]
+        return "\n\n".join(r.definitions + ["\n".join(head + body + ["}"])])
 
     @abc.abstractmethod
+    def arena(self, member: str) -> list[str]:
+        """Statements making `arena` point at `total` bytes of the model's arena `member`
+        (the memory plan's slots lie at `off[...]` in it)."""
+
     def fused(self, r, ins) -> None:
-        """Emit a lower.Fused group: compute its ops elementwise, store `ins.stores`."""
+        """Emit a lower.Fused group: its memory, its sums zeroed, then `elementwise`."""
+        for v in ins.allocs + ins.stores:
+            r.define_owned(v)
+        for _, total, _ in ins.sums:
+            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
+                             r.literal(0, total.type.dtype)))
+        produced = {v.id for op in ins.ops for v in op.outputs}
+        inputs = list({x.id: x for op in ins.ops for x in op.inputs
+                       if x.id not in produced}.values())
+        self.elementwise(r, ins, inputs)
+
+    @abc.abstractmethod
+    def elementwise(self, r, ins, inputs: list[Value]) -> None:
+        """Compute every element of the fused group `ins` (backend/element.py's `compute`),
+        store `ins.stores` and add into its sums; `inputs`: the values it reads."""
 
     @abc.abstractmethod
     def assign(self, r, dst: Value, src: Value) -> None:

@@ -1,65 +1,70 @@
 """The CPU target: C++ functions over one host arena, fused groups as loop nests (dims
 merged where every operand allows, the innermost loop marked for vectorization), memory
-and tapes through the runtime's helpers (cpp_runtime/mdl/), kernels from
-targets/cpu_kernels.py."""
+and tapes through the runtime's helpers (cpp_runtime/mdl/), kernels calling
+mdl/kernels.h and mdl/blas.h, whose products may multiply a right operand packed once
+before a loop."""
 from __future__ import annotations
 
 import functools
 
-from ..backend.dialect import CPP
 from ..backend.element import assign as assign_element, compute
+from ..backend.kernels import gemm_operand, gemm_sizes
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
 from ..build.toolchain import HOST
 from ..ir.shapes import Dim, numel
-from . import cpu_kernels as _kernels  # attaches extra["cpu"]
+
+VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator
+
+
+def _packed_product(r, op, inputs, ins, outs, pack, accumulate: bool):
+    """matmul's statements with its right operand packed before the loop (`pack`, whose
+    layout it has: CpuTarget.pack); `accumulate`: added into the output's memory."""
+    a, b = inputs
+    m, n, k = gemm_sizes(r, a, b)
+    ta, lda = gemm_operand(r, a)
+    tb, ldb = gemm_operand(r, b)
+    beta = f"{r.ctype(op.outputs[0])}({1 if accumulate else 0})"
+    return [f"mdl::gemm_packed(m.packs[{pack.index}], {ta}, {m}, {n}, {k}, {ins[0]}, "
+            f"{lda}, {tb}, {ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
 
 
 class CpuTarget(Target):
     name = "cpu"
-    dialect = CPP
     toolchain = HOST
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
+    preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
     def kernel(self, ins):
-        if ins.pack is not None:  # only products are packed
-            return functools.partial(super().kernel(ins), pack=ins.pack)
-        return super().kernel(ins)
+        if ins.pack is None:  # only products are packed
+            return super().kernel(ins)
+        return functools.partial(_packed_product, pack=ins.pack, accumulate=ins.accumulate)
 
     def call(self, name: str) -> str:
         return f"mdl::{name}("
 
     def pack(self, r, pack) -> list[str]:
-        return _kernels.matmul_pack(r, pack)
+        """Pack a product's right operand (its memory before the loop: `pack.anchor`, laid
+        out as the operand) for the products of a loop."""
+        a, b = pack.kernel.inputs
+        m, n, k = gemm_sizes(r, a, b)
+        tb, ldb = gemm_operand(r, b)
+        return [f"mdl::pack_b(m.packs[{pack.index}], {tb}, {m}, {n}, {k}, "
+                f"{r.ptr(pack.anchor)}, {ldb});"]
 
-    def function(self, r, body: list[str]) -> str:
-        spec, slots = r.spec, r.plan.slots
-        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
-                "  mdl::ProductThreads product_threads;  // MKL's threads: blas.h"]
-        head += ["  " + line for line in spec.prologue]
-        head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
-        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
-                 for i, size in enumerate(slots)]
-        head.append(f"  m.{spec.arena}.reserve(total);")
-        head.append(f"  char* arena = m.{spec.arena}.data(); (void)arena; (void)off;")
-        return "\n".join(head + body + ["}"])
+    def arena(self, member: str) -> list[str]:
+        return [f"m.{member}.reserve(total);",
+                f"char* arena = m.{member}.data(); (void)arena; (void)off;"]
 
-    def fused(self, r, ins: Fused) -> None:
-        for v in ins.allocs + ins.stores:
-            r.define_owned(v)
-        for _, total, _ in ins.sums:
-            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
-                             r.literal(0, total.type.dtype)))
-        produced = {v.id for op in ins.ops for v in op.outputs}
-        inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
-        operands = list(inputs.values()) + ins.stores
+    def elementwise(self, r, ins: Fused, inputs: list) -> None:
+        operands = inputs + ins.stores
         sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
         # one-element operands (a step's mask bit, a scalar) are read once, before the
         # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
         # would then read it at every element and not vectorize the loop
         hoisted: dict[int, str] = {}
-        for x in inputs.values():
+        for x in inputs:
             if numel(x.type.shape) == Dim.of(1) and not r.layout(x).is_const:
                 hoisted[x.id] = r.fresh("s")
                 r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")
@@ -115,7 +120,7 @@ class CpuTarget(Target):
                 for k, acc in inner.items():
                     r.emit(f"{r.ctype(values[k])} {acc} = 0;")
                 r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
-                       if inner else self.dialect.vectorize_hint)
+                       if inner else VECTORIZE)
             r.open(f"for (int64_t {var} = 0; {var} < {r.dim(d)}; ++{var})")
         if not dims:
             r.open("")

@@ -2,28 +2,27 @@
 stream; its memory (arenas, parameters, inputs, tapes) is device memory. A fused
 elementwise group becomes a kernel (one thread per element of its merged index space, a
 grid-stride loop) and its launch; a strided copy too. Kernel primitives call
-cpp_runtime/mdl/cuda/kernels.h (targets/cuda_kernels.py), products cuBLAS. A branch or loop
-condition is read back to the host (`mdl::cuda::scalar`). The runtime owns the context
+cpp_runtime/mdl/cuda/kernels.h, products cuBLAS. A branch or loop condition is read back
+to the host (`mdl::cuda::scalar`). The runtime owns the context
 (mdl::cuda::Context: stream, cuBLAS handle, arenas, tapes) and checks after every
 function what device code found wrong with the inputs."""
 from __future__ import annotations
 
-from ..backend.dialect import CUDA
 from ..backend.element import assign as assign_element, compute
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
 from ..build.toolchain import EMULATED_CUDA, NVCC
 from ..ir.shapes import Dim, numel
-from . import cuda_kernels as _kernels  # noqa: F401  (attaches extra["cuda"])
 
 
 class CudaTarget(Target):
     name = "cuda"
-    dialect = CUDA
     source = "module.cu"
     headers = ("mdl/cuda/runtime.h",)
     device = "&mdl::cuda_device"
+    preamble = ("mdl::cuda::Context& g = mdl::cuda::context(m);  // stream, cuBLAS, arenas",
+                "(void)g;")
 
     def __init__(self, emulate: bool = False):
         # The same code either way: `emulate` builds it for the CPU (codegen/build/toolchain.py).
@@ -32,26 +31,10 @@ class CudaTarget(Target):
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "
 
-    def function(self, r, body: list[str]) -> str:
-        spec, slots = r.spec, r.plan.slots
-        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
-                "  mdl::cuda::Context& g = mdl::cuda::context(m);  // stream, cuBLAS, arenas",
-                "  (void)g;"]
-        head += ["  " + line for line in spec.prologue]
-        head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
-        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
-                 for i, size in enumerate(slots)]
-        head.append(f"  char* arena = g.{spec.arena}.hold(total); (void)arena; (void)off;")
-        return "\n\n".join(r.definitions + ["\n".join(head + body + ["}"])])
+    def arena(self, member: str) -> list[str]:
+        return [f"char* arena = g.{member}.hold(total); (void)arena; (void)off;"]
 
-    def fused(self, r, ins: Fused) -> None:
-        for v in ins.allocs + ins.stores:
-            r.define_owned(v)
-        for _, total, _ in ins.sums:
-            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
-                             r.literal(0, total.type.dtype)))
-        produced = {v.id for op in ins.ops for v in op.outputs}
-        inputs = {x.id: x for op in ins.ops for x in op.inputs if x.id not in produced}
+    def elementwise(self, r, ins: Fused, inputs: list) -> None:
         totals = [total for _, total, _ in ins.sums]
 
         def body(index):
@@ -60,7 +43,7 @@ class CudaTarget(Target):
                 r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
             for x, total, _ in ins.sums:  # threads of many elements add into one total
                 r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
-        self._launch(r, ins.shape, list(inputs.values()) + ins.stores + totals, body,
+        self._launch(r, ins.shape, inputs + ins.stores + totals, body,
                      {v.id for v in ins.stores + totals},
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
 

@@ -44,7 +44,7 @@ void copy(T* out, const T* in, int64_t n) {
 
 // Reduce the axes set in `mask`: kind 0 sum, 1 max, 2 mean, 3 logsumexp. `out` has the
 // input's shape with the reduced axes removed (or kept as 1: the layout is the same).
-// What `reduce` computes; generated code names the member (targets/cpu_kernels.py).
+// What `reduce` computes; generated code names the member (codegen/backend/kernels.py).
 enum class Reduction { Sum, Max, Mean, LogSumExp };
 
 // A reduction's axes merged: neighbouring axes that are both reduced or both kept (by
@@ -170,12 +170,12 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
   }
 }
 
-// Mean over real tokens of -log softmax(logits)[target], in one stable pass per row.
-// logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r counts
-// when t < lengths[b].
+// out[0] = the mean over real tokens of -log softmax(logits)[target], in one stable pass
+// per row. logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r
+// counts when t < lengths[b].
 template <class T>
-T cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths, int64_t rows,
-                int64_t classes, int64_t batch, const char* what) {
+void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths,
+                   int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
   double total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -192,7 +192,7 @@ T cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths,
     total += std::log(sum) + mx - row[target];
     ++count;
   }
-  return count ? T(total / count) : T(0);
+  out[0] = count ? T(total / count) : T(0);
 }
 
 template <class T>

@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[0] = count ? T(total / count) : T(0);
 }
 
-// out[0] = mdl::cross_entropy(...). The blocks' partial sums live in g.staging.
+// What mdl::cross_entropy computes, into out[0] on the device. The blocks' partial sums
+// live in g.staging.
 template <class T>
 void cross_entropy(Context& g, const T* logits, const int32_t* targets, const int32_t* lengths,
                    int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
