@@ -105,8 +105,9 @@ class CudaTarget(Target):
         r.definitions.append("\n".join([
             f"__global__ void __launch_bounds__(mdl::cuda::kThreads) {name}(",
             "    " + ", ".join(params) + ") {",
-            "  for (int64_t at = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; at < count;",
-            "       at += int64_t(gridDim.x) * blockDim.x) {",
+            # the grid-stride loop of every kernel (cpp_runtime/mdl/cuda/launch.h)
+            "  for (int64_t at = mdl::cuda::first_item(); at < count; "
+            "at += mdl::cuda::item_stride()) {",
             *lines, "  }", "}"]))
         count = r.fresh("count")
         call_args = [count] + [r.ptr(v) for v in pointers] + list(args)

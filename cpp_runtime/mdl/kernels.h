@@ -7,10 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <string>
 #include <vector>
 
-#include "mdl/error.h"
+#include "mdl/faults.h"
 #include "mdl/rng.h"
 
 namespace mdl {
@@ -181,10 +180,7 @@ void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengt
   for (int64_t r = 0; r < rows; ++r) {
     if (lengths && r / batch >= lengths[r % batch]) continue;
     int32_t target = targets[r];
-    if (target < 0 || target >= classes)
-      throw IndexError(std::string(what) + " holds " + std::to_string(target) +
-                       " at flat position " + std::to_string(r) + ": cross_entropy's targets " +
-                       "lie in [0, " + std::to_string(classes) + "), one per class");
+    if (target < 0 || target >= classes) raise_fault(FaultKind::Target, target, r, classes, what);
     const T* row = logits + r * classes;
     T mx = *std::max_element(row, row + classes);
     double sum = 0;
@@ -200,10 +196,7 @@ void gather(const T* table, int64_t rows, int64_t row_size, const int32_t* ids, 
             T* out, const char* what) {
   for (int64_t i = 0; i < count; ++i) {
     int32_t id = ids[i];
-    if (id < 0 || id >= rows)
-      throw IndexError(std::string(what) + " holds " + std::to_string(id) +
-                       " at flat position " + std::to_string(i) + ", outside [0, " +
-                       std::to_string(rows) + "): the rows of the table it indexes");
+    if (id < 0 || id >= rows) raise_fault(FaultKind::GatherIndex, id, i, rows, what);
     std::memcpy(out + i * row_size, table + int64_t(id) * row_size, sizeof(T) * row_size);
   }
 }
@@ -216,8 +209,7 @@ void one_hot(const int32_t* ids, int64_t count, int64_t classes, T* out) {
 }
 
 inline int64_t checked_index(int64_t i, int64_t n) {
-  if (i < 0 || i >= n)
-    throw Error("index " + std::to_string(i) + " is outside [0, " + std::to_string(n) + ")");
+  if (i < 0 || i >= n) raise_fault(FaultKind::ScatterIndex, i, 0, n, nullptr);
   return i;
 }
 
@@ -226,9 +218,7 @@ inline void check_lengths(const int32_t* lengths, int64_t batch, int64_t steps,
                           const char* name) {
   for (int64_t b = 0; b < batch; ++b)
     if (lengths[b] < 0 || lengths[b] > steps)
-      throw ValueError(std::string(name) + "[" + std::to_string(b) + "] = " +
-                       std::to_string(lengths[b]) + " is outside [0, " +
-                       std::to_string(steps) + "] (the sequence length)");
+      raise_fault(FaultKind::Length, lengths[b], b, steps, name);
 }
 
 // out [rows, row_size] = zeros, then out[ids[j]] += g[j] (the adjoint of gather).

@@ -12,22 +12,18 @@
 #include "mdl/cuda/context.h"
 #include "mdl/cuda/launch.h"
 #include "mdl/device.h"
-#include "mdl/error.h"
+#include "mdl/faults.h"
 
 namespace mdl {
 namespace {
 
+using cuda::blocks;
 using cuda::check;
 using cuda::Context;
 using cuda::Fault;
-using cuda::FaultKind;
-
+using cuda::first_item;
+using cuda::item_stride;
 using cuda::kThreads;
-constexpr int64_t kMaxBlocks = 1024;  // grid-stride kernels need no more to fill a GPU
-
-int blocks_for(int64_t n) {
-  return int(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
 
 Context& context_of(void* context) { return *static_cast<Context*>(context); }
 
@@ -79,28 +75,6 @@ void close(void* context) {
   if (context) destroy(static_cast<Context*>(context));
 }
 
-// The exception the CPU kernels (mdl/kernels.h) throw for the input `f` describes.
-[[noreturn]] void raise(const Fault& f) {
-  std::string what = f.what ? f.what : "an input";
-  std::string value = std::to_string(f.value), position = std::to_string(f.position),
-              bound = std::to_string(f.bound);
-  switch (FaultKind(f.kind)) {
-    case FaultKind::GatherIndex:
-      throw IndexError(what + " holds " + value + " at flat position " + position +
-                       ", outside [0, " + bound + "): the rows of the table it indexes");
-    case FaultKind::Target:
-      throw IndexError(what + " holds " + value + " at flat position " + position +
-                       ": cross_entropy's targets lie in [0, " + bound + "), one per class");
-    case FaultKind::ScatterIndex:
-      throw Error("index " + value + " is outside [0, " + bound + ")");
-    case FaultKind::Length:
-      throw ValueError(what + "[" + position + "] = " + value + " is outside [0, " + bound +
-                       "] (the sequence length)");
-    default:
-      throw Error("device code reported fault " + std::to_string(f.kind) + " (a bug in mdl)");
-  }
-}
-
 void finish(void* context) {
   Context& c = context_of(context);
   Fault f{};
@@ -115,7 +89,8 @@ void finish(void* context) {
   if (!f.kind) return;
   check(cudaMemsetAsync(c.fault, 0, sizeof(Fault), c.stream), "cudaMemsetAsync");
   check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
-  raise(f);
+  // the exception the CPU's kernels throw for the same input
+  raise_fault(FaultKind(f.kind), f.value, f.position, f.bound, f.what);
 }
 
 void* allocate(std::size_t bytes) {
@@ -160,8 +135,7 @@ template <class T>
 __global__ void update_kernel(UpdateStep s, T* w, const T* g, T* first, T* second,
                               int64_t n) {
   T unused = 0;  // SGD's second moment
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t k = first_item(); k < n; k += item_stride())
     update_element(s, w[k], g[k], first[k], second ? second[k] : unused);
 }
 
@@ -169,8 +143,8 @@ template <class T>
 void update(void* context, const UpdateStep& s, T* w, const T* g, T* first, T* second,
             int64_t n) {
   if (n <= 0) return;
-  cuda::launch(update_kernel<T>, blocks_for(n), kThreads, stream_of(context), s, w, g, first,
-                                                                       second, n);
+  cuda::launch(update_kernel<T>, blocks(n), kThreads, stream_of(context), s, w, g, first,
+               second, n);
   check(cudaGetLastError(), "launching the optimizer's update");
 }
 
@@ -180,9 +154,7 @@ template <class T>
 __global__ void sum_squares_kernel(const T* g, int64_t n, double* partial) {
   MDL_SHARED_ARRAY(double, sums, kThreads);
   double sum = 0;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
-       k += int64_t(gridDim.x) * blockDim.x)
-    sum += double(g[k]) * double(g[k]);
+  for (int64_t k = first_item(); k < n; k += item_stride()) sum += double(g[k]) * double(g[k]);
   sums[threadIdx.x] = sum;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
@@ -196,12 +168,12 @@ template <class T>
 double sum_squares(void* context, const T* g, int64_t n) {
   if (n <= 0) return 0;
   Context& c = context_of(context);
-  int blocks = blocks_for(n);
-  auto* partial = reinterpret_cast<double*>(c.staging.hold(blocks * sizeof(double)));
-  cuda::launch(sum_squares_kernel<T>, blocks, kThreads, c.stream, g, n, partial);
+  const unsigned parts = std::min(blocks(n), cuda::kPartials);
+  auto* partial = reinterpret_cast<double*>(c.staging.hold(parts * sizeof(double)));
+  cuda::launch(sum_squares_kernel<T>, parts, kThreads, c.stream, g, n, partial);
   check(cudaGetLastError(), "launching the gradient norm");
-  std::vector<double> sums(blocks);
-  copy_out(context, sums.data(), partial, blocks * sizeof(double));
+  std::vector<double> sums(parts);
+  copy_out(context, sums.data(), partial, parts * sizeof(double));
   double total = 0;
   for (double s : sums) total += s;
   return total;

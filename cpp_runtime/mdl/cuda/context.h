@@ -20,6 +20,7 @@
 
 #include "mdl/arena.h"
 #include "mdl/error.h"
+#include "mdl/faults.h"
 #include "mdl/model.h"
 
 namespace mdl {
@@ -105,23 +106,15 @@ struct HostText {
   const char* text;
 };
 
-// What device code found wrong with the caller's data; the first fault of a call wins.
-// `what` is the host string naming the input (a literal of the generated code), carried
-// through device memory untouched.
-enum class FaultKind : int {
-  None = 0,
-  GatherIndex,      // gather: an id outside the table's rows (IndexError)
-  Target,           // cross_entropy: a target outside the classes (IndexError)
-  ScatterIndex,     // scatter_add: an id outside the rows (RuntimeError, as on the CPU)
-  Length,           // seq_order: a length outside [0, steps] (ValueError)
-};
-
+// What device code found wrong with the caller's data (mdl/faults.h); the first fault of
+// a call wins. `what` is the host string naming the input (a literal of the generated
+// code), carried through device memory untouched.
 struct Fault {
   int kind;          // FaultKind; 0 while nothing was found
   int64_t value;     // the bad id, target or length
   int64_t position;  // its flat position in its input
   int64_t bound;     // the rows, classes or steps it had to lie within
-  const char* what;  // the input's name, as the CPU kernels word it
+  const char* what;  // the input's name, as the CPU's kernels word it
 };
 
 // Called by device code: records the first fault of the call.

@@ -1,5 +1,6 @@
-// Launching the cuda target's kernels: every block has kThreads threads, every kernel
-// loops over its items with a grid stride.
+// Launching the cuda target's kernels (the runtime's and those generated code defines):
+// every block has kThreads threads, every kernel loops over its items with a grid stride,
+// `for (int64_t i = first_item(); i < n; i += item_stride())`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,10 @@ constexpr int kThreads = 256;  // every launch's block size
 inline unsigned blocks(int64_t n) {
   return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
 }
+
+// The most blocks of a kernel that ends in one number (a loss, a norm): each block leaves
+// its partial sums, which one more step adds up in a fixed order.
+constexpr unsigned kPartials = 1024;
 
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
 

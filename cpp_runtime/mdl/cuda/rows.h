@@ -222,10 +222,8 @@ void softmax(Context& g, bool log, const T* x, int64_t outer, int64_t n, int64_t
   check_launch("softmax");
 }
 
-// Blocks of cross_entropy's first pass: each leaves its sum and count of row losses.
-constexpr unsigned kPartials = 1024;
-
-// The losses of the counted rows (in double, as the CPU), summed per block.
+// The losses of the counted rows (in double, as the CPU), summed per block (at most
+// kPartials: each leaves its sum and count of row losses).
 template <int W, class T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(const T* logits, const int32_t* targets, const int32_t* lengths,

@@ -1,0 +1,47 @@
+// What a kernel finds wrong with the caller's data (a token id past the table, a target
+// past the classes), and the exception that says so, worded once for every target: the
+// CPU's kernels (mdl/kernels.h) throw it where they find it; the cuda target's device code
+// records it (mdl/cuda/context.h's Fault) and src/cuda_device.cu throws it after the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mdl/error.h"
+
+namespace mdl {
+
+enum class FaultKind : int {
+  None = 0,
+  GatherIndex,      // gather: an id outside the table's rows (IndexError)
+  Target,           // cross_entropy: a target outside the classes (IndexError)
+  ScatterIndex,     // an index outside what it indexes: scatter_add's ids, a subscript
+                    // (RuntimeError)
+  Length,           // a sequence length outside [0, steps] (ValueError)
+};
+
+// Throws the exception of fault `kind`: `value` found at `position` of the input `what`
+// names (null: unnamed), which had to lie within `bound`.
+[[noreturn]] inline void raise_fault(FaultKind kind, int64_t value, int64_t position,
+                                     int64_t bound, const char* what) {
+  const std::string input = what ? what : "an input";
+  const std::string v = std::to_string(value), at = std::to_string(position),
+                    n = std::to_string(bound);
+  switch (kind) {
+    case FaultKind::GatherIndex:
+      throw IndexError(input + " holds " + v + " at flat position " + at + ", outside [0, " +
+                       n + "): the rows of the table it indexes");
+    case FaultKind::Target:
+      throw IndexError(input + " holds " + v + " at flat position " + at +
+                       ": cross_entropy's targets lie in [0, " + n + "), one per class");
+    case FaultKind::ScatterIndex:
+      throw Error("index " + v + " is outside [0, " + n + ")");
+    case FaultKind::Length:
+      throw ValueError(input + "[" + at + "] = " + v + " is outside [0, " + n +
+                       "] (the sequence length)");
+    default:
+      throw Error("a kernel reported fault " + std::to_string(int(kind)) + " (a bug in mdl)");
+  }
+}
+
+}  // namespace mdl
