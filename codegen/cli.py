@@ -9,8 +9,6 @@ import sys
 import traceback
 from pathlib import Path
 
-from .targets.registry import TARGETS
-
 REPORT_URL = "the mdl issue tracker"
 
 
@@ -148,8 +146,25 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
                    "product, for codegen.pytorch) instead of differentiating the minimized one")
 
 
+class _TargetNames:
+    """`--target`'s choices, the registry's names, read only when a `--target` is given
+    (hence the metavar: argparse would list them while building the parser): the registry
+    imports every backend, which a cached `mdlc build` does without."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    @staticmethod
+    def _names() -> list[str]:
+        from .targets.registry import TARGETS
+        return sorted(TARGETS)
+
+
 def _target_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+    p.add_argument("--target", choices=_TargetNames(), default="cpu", metavar="TARGET",
                    help="the kind of machine to compile for: cpu (C++ and a BLAS) or cuda "
                    "(an NVIDIA GPU: CUDA kernels and cuBLAS)")
     p.add_argument("--emulate", action="store_true",
@@ -192,7 +207,7 @@ def cmd_check(args) -> int:
 def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
-    from .build.extension import render_cmakelists
+    from .build.cmake import render_cmakelists
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
@@ -239,11 +254,19 @@ def cmd_graph(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .pipeline import BuildOptions, build, install, module_name_for
+    """A module the cache's index holds is copied without importing the compiler
+    (codegen/build/index.py); anything else goes through the pipeline."""
+    from .build.extension import install
+    from .build.index import lookup
+    from .build.options import BuildOptions, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
     name = module_name_for(args.file, args.name)
-    print(install(build(args.file, name, options), args.out, name))
+    built = lookup(args.file, name, options)
+    if built is None:
+        from .pipeline import build
+        built = build(args.file, name, options)
+    print(install(built, args.out, name))
     return 0
 
 
@@ -305,7 +328,7 @@ COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": c
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from dsl import MdlError, UsageError
+    from .ir.diagnostics import MdlError, UsageError
     try:
         return COMMANDS[args.command](args)
     except BrokenPipeError:  # `mdlc check F | head`: the reader left; leave quietly

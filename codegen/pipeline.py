@@ -6,61 +6,30 @@ gradcheck`, `codegen.load`):
     differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
                    (or, --vjp, a vector-Jacobian product)   passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
-    build          the runtime once, then one compiler call build.build_extension,
+    build          the runtime once, then one compiler call build.extension.build_extension,
                    by the target's toolchain
     import         the extension as a Python module
 
-A build seen before is found from the .mdl sources and options alone (the index), so
-nothing is checked or generated again."""
+A build seen before is found from the .mdl sources and options alone (the index,
+codegen/build/index.py), so nothing is checked or generated again."""
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.util
-import os
-import re
-import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import dsl
 from dsl import UsageError, check_file, model_names
-from dsl.program import find_import
 
 from .backend.module import generate
-from .backend.paths import PACKAGE, TEMPLATES_DIR
-from .build.cache import cache_dir, digest
-from .build.extension import EXT_SUFFIX, build_extension, environment_key
+from .build.extension import build_extension
+from .build.index import lookup, remember
+from .build.options import BuildOptions, module_name_for
 from .ir.graph import Graph, clone_graph
 from .targets.registry import target
 from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 from .transforms.passes import optimize
 from .transforms.prepare import prepare
-
-
-@dataclass
-class BuildOptions:
-    target: str = "cpu"
-    dtype: str = "f32"
-    defines: dict[str, Any] = field(default_factory=dict)
-    model: str | None = None
-    specialize: list[dict[str, int]] = field(default_factory=list)
-    debug: bool = False
-    sanitize: bool = False
-    vjp: bool = False   # backward takes a cotangent per float output (codegen.pytorch)
-    emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
-
-
-def module_name_for(path: str | Path, name: str | None = None) -> str:
-    """The Python module name: `name`, or the file's stem made an identifier."""
-    if name is not None:
-        if not name.isidentifier():
-            raise UsageError(f"--name {name!r} is not a valid Python module name")
-        return name
-    stem = re.sub(r"\W", "_", Path(path).stem)
-    return stem if stem.isidentifier() else f"m_{stem}"
 
 
 def check(path: str | Path, options: BuildOptions) -> list[Graph]:
@@ -140,80 +109,18 @@ def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,
           progress: bool | None = None) -> Path:
     """Build (or take from the cache) the module of a .mdl file; the extension's path.
-    A build seen before is found from the .mdl sources alone, without generating code."""
+    A build seen before is found from the .mdl sources alone (the index), without
+    generating code."""
     options = options or BuildOptions()
     chosen = target(options.target, options.emulate)
     module_name = module_name_for(path, name)
-    index = _index_entry(path, module_name, options)
-    if index is not None and index.is_file():
-        built = Path(index.read_text())
-        if built.is_file():
-            return built
-    _, srcs = sources(path, module_name, options)
-    built = build_extension(srcs, module_name, chosen, debug=options.debug,
-                            sanitize=options.sanitize, progress=progress)
-    if index is not None:
-        index.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(str(built))
-        tmp.replace(index)
+    built = lookup(path, module_name, options)
+    if built is None:
+        _, srcs = sources(path, module_name, options)
+        built = build_extension(srcs, module_name, chosen, debug=options.debug,
+                                sanitize=options.sanitize, progress=progress)
+        remember(path, module_name, options, built, chosen.toolchain)
     return built
-
-
-IMPORT = re.compile(r'^\s*import\s+"([^"\n]*)"', re.M)
-COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
-
-
-def _index_entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
-    """Where the cache's index remembers the build of these .mdl files with these options
-    (None when the import closure cannot be read: the full path reports why)."""
-    try:
-        texts = _closure(Path(path))
-    except (OSError, UnicodeDecodeError):
-        return None
-    if texts is None:
-        return None
-    fields = {"mdl": texts, "module": module_name, "options": repr(options),
-              "compiler_sources": _compiler_digest(), "environment": environment_key()}
-    return cache_dir() / "index" / digest(fields)
-
-
-def _closure(path: Path) -> dict[str, str] | None:
-    """The text of a .mdl file and of everything it imports, by resolved path, found as
-    the front end finds imports (an import it cannot find is left to the full build to
-    report)."""
-    texts: dict[str, str] = {}
-    pending = [path.resolve()]
-    while pending:
-        p = pending.pop()
-        if str(p) in texts:
-            continue
-        texts[str(p)] = p.read_text(encoding="utf-8")
-        for target in IMPORT.findall(texts[str(p)]):
-            found = find_import(target, p.parent)
-            if found is None:
-                return None
-            pending.append(found)
-    return texts
-
-
-@functools.lru_cache(maxsize=None)
-def _compiler_digest() -> str:
-    """Our own code generates the C++: a changed compiler source is a changed build."""
-    h = hashlib.sha256()
-    for root in COMPILER_SOURCES:
-        for f in sorted(root.rglob("*")):
-            if f.suffix in (".py", ".lark", ".mdl", ".j2"):
-                h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def install(built: Path, directory: str | Path, module_name: str) -> Path:
-    """Copy a built extension to DIR/MOD<EXT_SUFFIX>."""
-    target = Path(directory) / f"{module_name}{EXT_SUFFIX}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(built, target)
-    return target
 
 
 def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None = None,

@@ -9,9 +9,8 @@ from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, ra
 
 from . import nodes as n
 from .builtins import BUILTINS
+from .imports import STD_ROOT, find_import  # noqa: F401 (STD_ROOT: mdlc graph's links)
 from .parser import parse
-
-STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl
 
 
 @dataclass
@@ -68,16 +67,6 @@ def _file_dir(path: str) -> Path | None:
 def _resolved(path: str) -> Path | None:
     p = Path(path)
     return p.resolve() if p.exists() else None
-
-
-def find_import(target: str, directory: Path | None) -> Path | None:
-    """The file `import "target"` names from a file in `directory`: next to it, else in
-    the standard library; None when neither has it."""
-    for root in ([directory] if directory else []) + [STD_ROOT]:
-        candidate = (root / target)
-        if candidate.is_file():
-            return candidate.resolve()
-    return None
 
 
 def _resolve_import(imp: n.Import, directory: Path | None) -> Path:

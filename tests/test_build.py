@@ -1,7 +1,7 @@
-"""codegen/build/extension.py: generated C++ to an importable extension through the cache (the
-runtime compiled once, each module linked with it), and the top-level CMake project (the
-runtime's C++ tests). Each distinct C++ build costs seconds, so the suite compiles a few
-things in all and shares them through session fixtures."""
+"""codegen/build/: generated C++ to an importable extension through the cache (the runtime
+compiled once, each module linked with it), the emitted CMakeLists.txt, and the top-level
+CMake project (the runtime's C++ tests). Each distinct C++ build costs seconds, so the
+suite compiles a few things in all and shares them through session fixtures."""
 from __future__ import annotations
 
 import errno
@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from codegen.build import cache, extension as build
-from codegen.build.extension import (EXT_SUFFIX, build_extension, cache_key,
-                                     render_cmakelists)
+from codegen.backend.paths import RUNTIME_DIR
+from codegen.build import cache, environment, extension, flags, runtime
+from codegen.build.blas import blas
+from codegen.build.cmake import render_cmakelists
+from codegen.build.environment import EXT_SUFFIX
+from codegen.build.extension import build_extension, cache_key
 from codegen.build.toolchain import EMULATED_CUDA, Linked
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.targets.cpu import CPU
@@ -85,11 +88,9 @@ def test_a_built_module_imports_and_runs(tiny, mdl_cache_dir):
 
 
 def test_an_identical_build_comes_from_the_cache(tiny, monkeypatch):
-    from codegen.build import extension as build_module
-
     def no_compile(*args, **kwargs):
         raise AssertionError("an identical build compiled again")
-    monkeypatch.setattr(build_module, "_compile", no_compile)
+    monkeypatch.setattr(extension, "run_commands", no_compile)
     assert build_extension({"module.cpp": TINY}, "tiny", CPU) == tiny
 
 
@@ -103,18 +104,18 @@ def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cach
 
 
 def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo, monkeypatch):
-    runtime = build.build_runtime()
-    assert runtime.object.is_file()
-    assert (runtime.precompiled / "mdl" / "python.h.gch").is_file()
+    built = runtime.build_runtime()
+    assert built.object.is_file()
+    assert (built.precompiled / "mdl" / "python.h.gch").is_file()
     for module in (tiny, blas_demo):
-        assert str(runtime.object) in (module.parent / "build.log").read_text()
+        assert str(built.object) in (module.parent / "build.log").read_text()
 
     def no_compile(*args, **kwargs):
         raise AssertionError("the runtime compiled again")
-    monkeypatch.setattr(build, "_compile", no_compile)
-    assert build.build_runtime() == runtime
+    monkeypatch.setattr(runtime, "run_commands", no_compile)
+    assert runtime.build_runtime() == built
     # other flags are another runtime
-    assert build._runtime_fields(True, False) != build._runtime_fields(False, False)
+    assert runtime.runtime_fields(True, False) != runtime.runtime_fields(False, False)
 
 
 def test_the_blas_links_and_loads_by_rpath(blas_demo):
@@ -174,17 +175,17 @@ def test_the_key_changes_with_sources_names_and_flags(change):
 
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
     base = cache_key({"module.cpp": TINY}, "tiny", CPU)
-    monkeypatch.setattr(build, "RELEASE_FLAGS", ("-O2", "-march=native", "-DNDEBUG"))
+    monkeypatch.setattr(flags, "RELEASE_FLAGS", ("-O2", "-march=native", "-DNDEBUG"))
     assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
     monkeypatch.undo()
-    runtime = tmp_path / "cpp_runtime"
-    shutil.copytree(build.RUNTIME_DIR, runtime)
-    monkeypatch.setattr(build, "RUNTIME_DIR", runtime)
+    copy = tmp_path / "cpp_runtime"
+    shutil.copytree(RUNTIME_DIR, copy)
+    monkeypatch.setattr(environment, "RUNTIME_DIR", copy)
     same_headers = cache_key({"module.cpp": TINY}, "tiny", CPU)
-    (runtime / "mdl" / "extra.h").write_text("#pragma once\n")
+    (copy / "mdl" / "extra.h").write_text("#pragma once\n")
     assert cache_key({"module.cpp": TINY}, "tiny", CPU) != same_headers
     monkeypatch.undo()
-    monkeypatch.setattr(build, "CODEGEN_VERSION", build.CODEGEN_VERSION + 1)
+    monkeypatch.setattr(environment, "CODEGEN_VERSION", environment.CODEGEN_VERSION + 1)
     assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
 
 
@@ -192,19 +193,20 @@ def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m", CPU)
     assert "project(m LANGUAGES CXX)" in release
     assert "find_package(pybind11 CONFIG REQUIRED)" in release
-    runtime = " ".join(f'"{build.RUNTIME_DIR / s}"' for s in build.RUNTIME_SOURCES)
-    assert f'pybind11_add_module(m MODULE module.cpp {runtime})' in release
-    vector_math = " -DMDL_LIBMVEC" if build._libmvec() else ""
-    blas = " " + build.blas().define
+    sources = " ".join(f'"{RUNTIME_DIR / s}"' for s in runtime.RUNTIME_SOURCES)
+    assert f'pybind11_add_module(m MODULE module.cpp {sources})' in release
+    vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
+    define = " " + blas().define
     code = "-fopenmp-simd -fno-math-errno"
-    assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{blas}" \
+    assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{define}" \
         f"{vector_math})" in release
-    assert f'"{build.RUNTIME_DIR}"' in release and str(build.blas().library) in release
+    assert f'"{RUNTIME_DIR}"' in release and str(blas().library) in release
     assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", CPU, debug=True)
-    assert f"PRIVATE {code} -O0 -g{blas}{vector_math})" in debug and "set(CMAKE_BUILD_TYPE Debug)" in debug
+    assert f"PRIVATE {code} -O0 -g{define}{vector_math})" in debug
+    assert "set(CMAKE_BUILD_TYPE Debug)" in debug
     sanitize = render_cmakelists(["module.cpp"], "m", CPU, sanitize=True)
-    assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{blas}{vector_math})" \
+    assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{define}{vector_math})" \
         in sanitize
     assert "target_link_options(m PRIVATE -fsanitize=address,undefined)" in sanitize
 
@@ -319,7 +321,7 @@ def test_a_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
 
 
 # ---- the emulated cuda toolchain: the commands it runs (its device is tests/test_emulator.py's)
-EMULATED = str(build.RUNTIME_DIR / "emulated")
+EMULATED = str(RUNTIME_DIR / "emulated")
 
 
 def _includes(command: list[str]) -> list[str]:
@@ -332,15 +334,15 @@ def test_the_emulated_toolchain_compiles_the_generated_cuda_as_cpp(debug, optimi
                     (Path("/c/precompiled"),))
     command = EMULATED_CUDA.command(["/w/src/module.cu"], linked, Path("/w/m.so"),
                                     Path("/final"), debug, False)
-    assert command[0] == build.host_compiler()["path"]  # no nvcc
-    assert command[1:1 + len(build.compile_flags(debug))] == build.compile_flags(debug)
+    assert command[0] == flags.host_compiler()["path"]  # no nvcc
+    assert command[1:1 + len(flags.compile_flags(debug))] == flags.compile_flags(debug)
     assert optimize in command and ("-g" in command) == debug
-    assert _includes(command)[:3] == [EMULATED, "/c/precompiled", str(build.RUNTIME_DIR)]
+    assert _includes(command)[:3] == [EMULATED, "/c/precompiled", str(RUNTIME_DIR)]
     source = command.index("/w/src/module.cu")
     assert command[source - 2:source + 5] == ["-x", "c++", "/w/src/module.cu", "-x", "none",
                                               "/c/mdl_runtime.o", "/c/mdl_emulated_cuda.o"]
     assert command[-2:] == ["-ldl", "-lpthread"]
-    assert command[-len(build.link_flags(False)) - 2:-2] == build.link_flags(False)
+    assert command[-len(flags.link_flags(False)) - 2:-2] == flags.link_flags(False)
     assert not any("cublas" in arg or "cudart" in arg for arg in command)
 
 
@@ -349,16 +351,16 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
     then linked into mdl_emulated_cuda.o (recorded here, not run)."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
     commands: list[list[str]] = []
-    monkeypatch.setattr(build, "_compile", lambda work, cmds, *_: commands.extend(cmds))
+    monkeypatch.setattr(runtime, "run_commands", lambda work, cmds, *_: commands.extend(cmds))
     linked = EMULATED_CUDA.runtime(False, False, False)
     assert [p.name for p in linked.objects] == ["mdl_runtime.o", "mdl_emulated_cuda.o"]
-    assert linked.includes == (linked.objects[0].parent / build.PRECOMPILED,)
+    assert linked.includes == (linked.objects[0].parent / runtime.PRECOMPILED,)
     device = [c for c in commands if "-c" in c and EMULATED in _includes(c)]
     compiled = sorted(Path(c[c.index("-c") + 1]).name for c in device)
-    emulator = sorted(p.name for p in (build.RUNTIME_DIR / "src" / "emulator").glob("*.cpp"))
+    emulator = sorted(p.name for p in (RUNTIME_DIR / "src" / "emulator").glob("*.cpp"))
     assert compiled == sorted(["cuda_device.cu", *emulator]) and emulator
     for command in device:
-        assert command[0] == build.host_compiler()["path"]
+        assert command[0] == flags.host_compiler()["path"]
         assert _includes(command)[0] == EMULATED
         assert command.index("c++") == command.index("-x") + 1 < command.index("-c")
         assert "-O3" in command and "-march=native" in command
@@ -370,7 +372,8 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
 def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled")
-    monkeypatch.setattr(build, "_compile", no_compile)
+    monkeypatch.setattr(extension, "run_commands", no_compile)
+    monkeypatch.setattr(runtime, "run_commands", no_compile)
     with pytest.raises(MdlBuildError, match="^error: --sanitize is not available for emulated cuda "
                        "builds: the emulator runs CUDA threads as fibers, which the sanitizers "
                        "do not follow; build without it$"):

@@ -1,6 +1,8 @@
-"""`mdlc check` as a user runs it: output, exit statuses, JSON, no tracebacks."""
+"""`mdlc` as a user runs it: output, exit statuses, JSON, no tracebacks; a cached `mdlc
+build` answered by the index, and everything that must make it build again."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +10,13 @@ from pathlib import Path
 import pytest
 
 from codegen import cli
+from codegen.build import environment, flags, index
+from codegen.build.cache import write_key
+from codegen.build.environment import EXT_SUFFIX, environment_key
+from codegen.build.index import lookup
+from codegen.build.options import BuildOptions
+from codegen.build.toolchain import HOST
+from dsl import imports
 
 GOOD = """model M(H = 4) {
   input x : f32[B, H]
@@ -162,3 +171,103 @@ def test_a_specialization_applies_to_the_models_with_its_dims(tmp_path, capsys):
     assert cli.main(["build", str(path), "--specialize", "Q=2"]) == 2
     assert ("--specialize Q=2 fits no model: none has all of Q as symbolic dims "
             "(`M` has B; `Tiny` has none)") in capsys.readouterr().err
+
+
+# ---- a cached `mdlc build`: the index (codegen/build/index.py) answers without the compiler
+def test_a_cached_build_imports_only_what_the_index_needs(tmp_path, good):
+    """The second `mdlc build` of a file finds its module through the index: it imports
+    neither the front end's parser nor the IR tables, NumPy or Jinja (docs/build.md)."""
+    out = tmp_path / "out"
+    assert mdlc("build", str(good), "-o", str(out)).returncode == 0
+    code = ("import sys; from codegen import cli; "
+            f"assert cli.main(['build', {str(good)!r}, '-o', {str(out)!r}]) == 0; "
+            "print(sorted(m for m in ('lark', 'numpy', 'jinja2', 'dsl.check', "
+            "'codegen.pipeline', 'codegen.ops', 'codegen.targets.registry') "
+            "if m in sys.modules))")
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
+           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"]}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(out / ("good" + EXT_SUFFIX)), "[]"]
+
+
+def test_an_edited_file_is_built_again(tmp_path, good):
+    first = lookup_after_build(good)
+    good.write_text(GOOD.replace("H = 4", "H = 5"))
+    assert lookup(good, "good", BuildOptions()) is None
+    second = lookup_after_build(good)
+    assert second != first and second.is_file()
+
+
+def lookup_after_build(path: Path) -> Path:
+    r = mdlc("build", str(path), "-o", str(path.parent / "out"))
+    assert r.returncode == 0, r.stderr
+    return lookup(path, path.stem, BuildOptions())
+
+
+IMPORTING = 'import "std/rnn.mdl"\nimport "layers.mdl"\n' + GOOD
+
+
+@pytest.fixture
+def remembered(tmp_path, monkeypatch):
+    """A .mdl file importing a sibling and a file of a (copied) standard library, and an
+    index entry for it naming a stand-in module whose key.json is current."""
+    std = tmp_path / "dsl"
+    shutil.copytree(imports.STD_ROOT / "std", std / "std")
+    monkeypatch.setattr(imports, "STD_ROOT", std)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "layers.mdl").write_text("fn double(x) { return 2 * x }\n")
+    path = project / "m.mdl"
+    path.write_text(IMPORTING)
+    built = tmp_path / "built" / ("m" + EXT_SUFFIX)
+    built.parent.mkdir()
+    built.write_text("")
+    write_key(built.parent, {"product": "module", **HOST.fields(False, False),
+                             **environment_key()})
+    index.remember(path, "m", BuildOptions(), built, HOST)
+    assert lookup(path, "m", BuildOptions()) == built
+    return path
+
+
+def _edit(path: Path) -> None:
+    path.write_text(path.read_text() + "\n// edited\n")
+
+
+CHANGES = {
+    "the file": lambda path, mp: _edit(path),
+    "an imported file": lambda path, mp: _edit(path.parent / "layers.mdl"),
+    "an imported std/*.mdl": lambda path, mp: _edit(imports.STD_ROOT / "std" / "rnn.mdl"),
+    "a file shadowing a std import": lambda path, mp: shutil.copytree(
+        imports.STD_ROOT / "std", path.parent / "std"),
+    "the compiler's sources": lambda path, mp: mp.setattr(index, "_compiler_digest",
+                                                          lambda: "changed"),
+    "the C++ compiler": lambda path, mp: mp.setattr(
+        environment, "host_compiler", lambda: {**flags.host_compiler(), "identity": "new"}),
+    "the toolchain's flags": lambda path, mp: mp.setattr(
+        HOST, "fields", lambda debug, sanitize: {"toolchain": "host", "flags": ["-O1"]}),
+    "the module, deleted": lambda path, mp: (
+        path.parents[1] / "built" / ("m" + EXT_SUFFIX)).unlink(),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_the_index_answers_only_while_what_it_read_is_unchanged(remembered, monkeypatch,
+                                                                change):
+    CHANGES[change](remembered, monkeypatch)
+    assert lookup(remembered, "m", BuildOptions()) is None
+
+
+@pytest.mark.parametrize("options", [BuildOptions(dtype="f64"), BuildOptions(defines={"H": 8}),
+                                     BuildOptions(debug=True), BuildOptions(vjp=True),
+                                     BuildOptions(target="cuda", emulate=True)])
+def test_other_options_are_another_entry(remembered, options):
+    assert lookup(remembered, "m", options) is None
+    assert lookup(remembered, "m2", BuildOptions()) is None
+    assert lookup(remembered, "m", BuildOptions()) is not None
+
+
+def test_an_entry_of_an_older_mdl_is_no_answer(remembered):
+    entry = index._entry(remembered, "m", BuildOptions())
+    entry.write_text(json.loads(entry.read_text())["built"])  # a bare path, as before
+    assert lookup(remembered, "m", BuildOptions()) is None

@@ -48,6 +48,16 @@ def digest(fields: dict) -> str:
     return sha256(json.dumps(fields, sort_keys=True))[:32]
 
 
+def write_key(directory: Path, fields: dict) -> None:
+    """A build directory's key.json: what its key was computed from, readable."""
+    (directory / "key.json").write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n")
+
+
+def read_key(directory: Path) -> dict:
+    """What a build directory's key was computed from (its key.json)."""
+    return json.loads((directory / "key.json").read_text())
+
+
 def cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
     """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
     that is renamed to `final` once complete. A cache directory that cannot be written

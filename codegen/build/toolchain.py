@@ -20,9 +20,10 @@ from pathlib import Path
 from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import MdlBuildError
 from .cuda_toolkit import toolkit
-from .extension import (CODE_FLAGS, CUDA_RUNTIME_SOURCE, DEBUG_FLAGS, build_runtime,
-                        compile_flags, environment_key, host_compiler, include_dirs,
-                        link_flags, runtime_object)
+from .environment import environment_key
+from .flags import (CODE_FLAGS, DEBUG_FLAGS, compile_flags, host_compiler, include_dirs,
+                    link_flags)
+from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
 EMULATED_HEADERS = RUNTIME_DIR / "emulated"   # cuda_runtime.h, cublas_v2.h for the host compiler
 EMULATOR_SOURCES = RUNTIME_DIR / "src" / "emulator"
@@ -52,7 +53,7 @@ class Toolchain(abc.ABC):
     @abc.abstractmethod
     def fields(self, debug: bool, sanitize: bool) -> dict:
         """What decides its builds besides their sources and the environment
-        (build.environment_key): the toolchain, its tools and its flags."""
+        (environment.environment_key): the toolchain, its tools and its flags."""
 
     @abc.abstractmethod
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:

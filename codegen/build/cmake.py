@@ -1,0 +1,53 @@
+"""The CMakeLists.txt `mdlc emit` writes beside the generated sources: it builds them and
+the runtime's sources into the extension with the flags `build_extension` uses
+(codegen/build/flags.py), for a user who builds with CMake instead of mdl's cache."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..backend.paths import RUNTIME_DIR
+from ..backend.templating import environment
+from .blas import blas
+from .cuda_toolkit import toolkit
+from .flags import LANGUAGE_FLAGS, SANITIZE_FLAGS, compile_flags, libmvec
+from .runtime import CUDA_RUNTIME_SOURCE, RUNTIME_SOURCES
+
+if TYPE_CHECKING:
+    from ..backend.target import Target
+
+
+def render_cmakelists(source_names: Iterable[str], module_name: str, target: Target, *,
+                      debug: bool = False, sanitize: bool = False) -> str:
+    """A CMakeLists.txt that builds `source_names`, generated for `target`, and the runtime
+    into the extension `module_name` with the same flags as `build_extension` (what `mdlc
+    emit` writes). CMake compiles CUDA sources (a target's module.cu) with nvcc."""
+    cuda = target.source.endswith(".cu")
+    context = {
+        "name": module_name,
+        "sources": sorted(source_names),
+        "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
+            [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
+        "build_type": "Debug" if debug or sanitize else "Release",
+        "cxx_flags": compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):],
+        "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
+        "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
+        "libraries": [str(blas().library), *blas().system_libraries,
+                      *(["mvec"] if libmvec() else [])],
+        "rpath": blas().lib_dir,
+        "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
+    }
+    if cuda:  # cuBLAS as the build links it (codegen/build/cuda_toolkit.py), found by RPATH too
+        context["include_dirs"].append(toolkit().cublas_include)
+        context["libraries"].append(str(toolkit().cublas_library))
+        context["rpath"] += f";{toolkit().cublas_library.parent}"
+    return environment().get_template("CMakeLists.txt.j2").render(context)
+
+
+def _cmake_cuda(cxx_flags: list[str]) -> dict:
+    """CUDA_ARCHITECTURES and the CUDA sources' own flags (the host compiler's go through
+    -Xcompiler), for an emitted CMakeLists.txt."""
+    host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):] if not f.startswith(("-D", "-O"))]
+    defines = [f for f in cxx_flags if f.startswith("-D")]
+    return {"architectures": toolkit().architectures,
+            "flags": [*defines, "-Xcompiler=" + ",".join(host)]}

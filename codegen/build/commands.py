@@ -1,0 +1,121 @@
+"""Running a build step's compiler commands: side by side, each one's output collected by a
+thread, a progress line on stderr while they run, everything they printed in the build
+directory's build.log, and a failure described by the compiler's first error (with the
+lines that say where it was reached from)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..ir.diagnostics import count
+from .cache import Failed, read_key
+
+ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
+FIRST_ERROR = re.compile(r"error:|undefined reference")
+# Lines a compiler prints before an error to say where it was reached from.
+CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
+
+
+def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) -> None:
+    """Run compiler commands side by side; their output goes to work/build.log. Raises
+    `Failed` (the cache keeps the directory) when one of them fails."""
+    procs: list[_Process] = []
+    try:
+        with _Progress(label, show) as progress:
+            procs = [_Process(command) for command in commands]
+            while any(p.running() for p in procs):
+                progress.draw()
+                time.sleep(0.05)
+    finally:
+        for p in procs:
+            p.stop()
+    log = "".join(f"{' '.join(p.command)}\n{p.output()}" for p in procs)
+    (work / "build.log").write_text(log)
+    if any(p.status for p in procs):
+        raise Failed(log, _describe_failure)
+
+
+class _Process:
+    """A compiler run whose output a background thread collects (a full pipe would
+    stall it)."""
+
+    def __init__(self, command: list[str]):
+        self.command = command
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace")
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+                                       daemon=True)
+        self.reader.start()
+
+    def running(self) -> bool:
+        return self.reader.is_alive() or self.proc.poll() is None
+
+    @property
+    def status(self) -> int:
+        return self.proc.wait()
+
+    def output(self) -> str:
+        self.reader.join()
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:  # interrupted: do not leave a compiler running
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Progress:
+    """`building charlm... 2s` on stderr, redrawn in place; nothing when disabled."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled = label, enabled
+        self.start = time.monotonic()
+        self.shown = ""
+
+    def __enter__(self) -> _Progress:
+        self.draw()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._write("")
+
+    def draw(self) -> None:
+        self._write(f"{self.label}... {time.monotonic() - self.start:.0f}s")
+
+    def _write(self, text: str) -> None:
+        if not self.enabled or text == self.shown:
+            return
+        # Spaces, not terminal escapes, erase the old text: the stream may be a log file.
+        sys.stderr.write("\r" + text.ljust(len(self.shown)) + ("" if text else "\r"))
+        sys.stderr.flush()
+        self.shown = text
+
+
+def _describe_failure(kept: Path, log: str) -> str:
+    what = read_key(kept)
+    name = f"`{what['module']}`" if "module" in what else f"the mdl {what['product']}"
+    return (f"building {name} failed; the compiler said:\n{_first_errors(log)}\n"
+            f"the build directory is kept at {kept} (full log: {kept / 'build.log'})")
+
+
+def _first_errors(log: str) -> str:
+    """The first error: the lines that say where it was reached from, the error, its source
+    line and notes; then a count of what the full log holds beyond it."""
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if FIRST_ERROR.search(line)), None)
+    if first is None:  # no recognizable error (a crash, a killed compiler): the log's end
+        return "\n".join(lines[-ERROR_LINES:])
+    start = first
+    while start > 0 and CONTEXT.match(lines[start - 1]):
+        start -= 1
+    end = next((i for i in range(first + 1, len(lines))
+                if CONTEXT.match(lines[i]) or FIRST_ERROR.search(lines[i])), len(lines))
+    end = min(end, start + ERROR_LINES)
+    rest = sum(1 for line in lines[end:] if FIRST_ERROR.search(line))
+    more = [f"... and {count(rest, 'more error')} in the full log"] if rest else []
+    return "\n".join(lines[start:end] + more)

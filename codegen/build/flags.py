@@ -1,0 +1,77 @@
+"""The host C++ compiler and the flags every build passes it: which compiler (`c++`, or
+$CXX) and what identifies it in a cache key, the flags of each variant (release, debug,
+sanitized), the include directories and what a module links. Toolchains
+(codegen/build/toolchain.py) assemble their commands from these; the emitted
+CMakeLists.txt (codegen/build/cmake.py) renders the same lists."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sysconfig
+
+import pybind11
+
+from ..backend.paths import RUNTIME_DIR
+from ..ir.diagnostics import MdlBuildError
+from .blas import blas
+from .cache import sha256
+
+LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
+# -fopenmp-simd: `#pragma omp simd` (reductions that may vectorize) without OpenMP threads.
+# -fno-math-errno: nothing reads errno, so calls to exp, tanh, sqrt, ... have no side
+# effect: a loop calling them vectorizes even where a `where` uses only one of its arms
+# (with errno, GCC computes each arm under its condition, and control flow stops it).
+CODE_FLAGS = ("-fopenmp-simd", "-fno-math-errno")
+RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
+DEBUG_FLAGS = ("-O0", "-g")
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+
+
+def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
+    """The C++ compiler's flags for the runtime and for models (sanitizer reports want
+    line numbers and honest frames, so sanitize implies debug)."""
+    debug = debug or sanitize
+    return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
+            *(SANITIZE_FLAGS if sanitize else ()), blas().define,
+            *(("-DMDL_LIBMVEC",) if libmvec() else ())]
+
+
+def link_flags(sanitize: bool) -> list[str]:
+    """The BLAS lives in a Python package, not a system directory: modules find it by
+    RPATH (codegen/build/blas.py)."""
+    return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
+            *(("-lmvec",) if libmvec() else ())]
+
+
+def include_dirs() -> list[str]:
+    return [str(RUNTIME_DIR), blas().include_dir,
+            sysconfig.get_paths()["include"], pybind11.get_include()]
+
+
+@functools.cache
+def libmvec() -> bool:
+    """Whether the compiler links glibc's vector math library (cpp_runtime/mdl/vector_math.h
+    then lets loops call its SIMD exp, tanh, ...)."""
+    found = _output([host_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
+    return os.path.isabs(found) and os.path.exists(found)
+
+
+@functools.cache
+def host_compiler() -> dict:
+    """The C++ compiler, and its identity: `--version` and what
+    `-march=native` means on this machine (a shared cache may serve several CPUs)."""
+    path = shutil.which(os.environ.get("CXX") or "c++")
+    if path is None:
+        raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
+    version = _output([path, "--version"])
+    native = _output([path, *RELEASE_FLAGS, "-E", "-v", "-x", "c++", os.devnull, "-o",
+                      os.devnull])
+    return {"path": path, "version": version.splitlines()[0],
+            "identity": sha256(version + native)}
+
+
+def _output(cmd: list[str]) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    return done.stdout + done.stderr

@@ -1,0 +1,107 @@
+"""The cache's index: the module built from these .mdl files with these options, found
+without checking or generating anything. A cached `mdlc build` imports only this module
+and what it needs (no parser, no primitive table, no NumPy, no Jinja).
+
+An entry, `index/<key>`, is keyed by the text of the .mdl file and of every file it
+imports (followed as the front end follows them: dsl/imports.py), the module's name, the
+options, a digest of the compiler's own sources (dsl/, codegen/, templates/) and the
+environment (codegen/build/environment.py: the C++ compiler, the runtime's sources, the
+BLAS, ...). It names the built module and the toolchain that built it, whose fields (nvcc
+and cuBLAS for the cuda target) must still be those in the module's key.json: the
+toolchain is known only once the target is, which the index does without."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import dsl
+from dsl.imports import find_import
+
+from ..backend.paths import PACKAGE, TEMPLATES_DIR
+from ..ir.diagnostics import MdlBuildError
+from .cache import cache_dir, digest, read_key
+from .environment import environment_key
+from .options import BuildOptions
+from .toolchain import EMULATED_CUDA, HOST, NVCC, Toolchain
+
+IMPORT = re.compile(r'^\s*import\s+"([^"\n]*)"', re.M)
+COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
+TOOLCHAINS = {t.name: t for t in (HOST, NVCC, EMULATED_CUDA)}
+
+
+def lookup(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
+    """The module an earlier build of these .mdl files and options made, if it is still
+    current; None sends the caller to the full build."""
+    entry = _entry(path, module_name, options)
+    if entry is None or not entry.is_file():
+        return None
+    try:
+        recorded = json.loads(entry.read_text())
+        built = Path(recorded["built"])
+        toolchain = TOOLCHAINS[recorded["toolchain"]]
+        stored = read_key(built.parent)
+        current = toolchain.fields(options.debug, options.sanitize)
+    except (OSError, ValueError, KeyError, TypeError, MdlBuildError):
+        return None  # an older mdl's entry, a module deleted by hand, nvcc gone, ...
+    fresh = all(stored.get(k) == v for k, v in json.loads(json.dumps(current)).items())
+    return built if fresh and built.is_file() else None
+
+
+def remember(path: str | Path, module_name: str, options: BuildOptions, built: Path,
+             toolchain: Toolchain) -> None:
+    """Record that `toolchain` built `built` from these .mdl files and options."""
+    entry = _entry(path, module_name, options)
+    if entry is None:
+        return
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name}))
+    tmp.replace(entry)
+
+
+def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
+    """Where the index keeps the build of these .mdl files with these options (None when
+    the import closure cannot be read: the full build reports why)."""
+    try:
+        texts = _closure(Path(path))
+    except (OSError, UnicodeDecodeError):
+        return None
+    if texts is None:
+        return None
+    fields = {"mdl": texts, "module": module_name, "options": repr(options),
+              "compiler_sources": _compiler_digest(), "environment": environment_key()}
+    return cache_dir() / "index" / digest(fields)
+
+
+def _closure(path: Path) -> dict[str, str] | None:
+    """The text of a .mdl file and of everything it imports, by resolved path, found as
+    the front end finds imports (an import it cannot find is left to the full build to
+    report)."""
+    texts: dict[str, str] = {}
+    pending = [path.resolve()]
+    while pending:
+        p = pending.pop()
+        if str(p) in texts:
+            continue
+        texts[str(p)] = p.read_text(encoding="utf-8")
+        for target in IMPORT.findall(texts[str(p)]):
+            found = find_import(target, p.parent)
+            if found is None:
+                return None
+            pending.append(found)
+    return texts
+
+
+@functools.cache
+def _compiler_digest() -> str:
+    """Our own code generates the C++: a changed compiler source is a changed build."""
+    h = hashlib.sha256()
+    for root in COMPILER_SOURCES:
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".py", ".lark", ".mdl", ".j2"):
+                h.update(f.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,34 @@
+"""What a build of a .mdl file is asked for (`mdlc build`'s options, `codegen.load`'s
+arguments) and the name of the module it makes. Kept apart from the pipeline so that the
+build index (codegen/build/index.py) can answer for a build without importing it."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..ir.diagnostics import UsageError
+
+
+@dataclass
+class BuildOptions:
+    target: str = "cpu"
+    dtype: str = "f32"
+    defines: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    specialize: list[dict[str, int]] = field(default_factory=list)
+    debug: bool = False
+    sanitize: bool = False
+    vjp: bool = False   # backward takes a cotangent per float output (codegen.pytorch)
+    emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
+
+
+def module_name_for(path: str | Path, name: str | None = None) -> str:
+    """The Python module name: `name`, or the file's stem made an identifier."""
+    if name is not None:
+        if not name.isidentifier():
+            raise UsageError(f"--name {name!r} is not a valid Python module name")
+        return name
+    stem = re.sub(r"\W", "_", Path(path).stem)
+    return stem if stem.isidentifier() else f"m_{stem}"
