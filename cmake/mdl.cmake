@@ -51,7 +51,8 @@ set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
 # Built only when a model needs it.
-add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/python_module.cpp")
+add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/python_module.cpp"
+                                             "${MDL_ROOT}/cpp_runtime/src/host_device.cpp")
 target_link_libraries(mdl_python PUBLIC mdl::runtime pybind11::module)
 set_target_properties(mdl_python PROPERTIES POSITION_INDEPENDENT_CODE ON
                                             CXX_VISIBILITY_PRESET hidden)

@@ -34,7 +34,7 @@ class Target(abc.ABC):
     source: str = "module.cpp"   # the generated file's name (its language)
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
     # The runtime's mdl::Device of its models (model.h): where their memory lives.
-    device: str = "nullptr"
+    device: str = "&mdl::host_device"
     # Whether loop-invariant right operands of products are packed once before their
     # loop (backend/pack.py); the target's `pack` and its `kernel` then agree.
     packs_operands: bool = False

@@ -1,16 +1,16 @@
-// Where a model's memory lives and its functions run. The cpu target's models have none
-// (ModelSpec::device is null: everything is host memory). The cuda target's generated
-// code points its spec at `mdl::cuda_device`, the table src/cuda_device.cu defines, and
-// the runtime (src/model_object.h) then keeps parameters, gradients, optimizer state,
-// inputs and the memory plan on the GPU, moving data only through this table.
+// Where a model's memory lives and its functions run: every model's spec names a table.
+// The cpu target's generated code names `mdl::host_device` (src/host_device.cpp: the
+// process's own memory, copies that are memcpy, the optimizer's vectorized loops); the
+// cuda target's names `mdl::cuda_device` (src/cuda_device.cu), and the runtime
+// (src/model_object.h) then keeps parameters, gradients, optimizer state, inputs and the memory
+// plan on the GPU. The runtime moves data only through the table, and never asks which
+// it is but for `in_place`.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <utility>
-#include <vector>
 
 #if defined(__CUDACC__)
 #define MDL_HOST_DEVICE __host__ __device__
@@ -60,24 +60,27 @@ struct Device {
   // Waits for all work on the device, whoever queued it: a tensor another library made
   // on its own stream (a __dlpack__ input used in place) is complete before a model reads it.
   void (*synchronize)();
+  // Whether its memory is the caller's own, the host's: the runtime reads NumPy arguments
+  // and hands out parameters where they are, copying nothing over (the host's table). A
+  // device whose memory only happens to be the host's (the emulated GPU) copies as a GPU.
+  bool in_place = false;
 };
 
+// The cpu target's table (src/host_device.cpp, in the runtime every module links).
+extern const Device host_device;
 // The cuda target's table (src/cuda_device.cu, linked only into cuda modules).
 extern const Device cuda_device;
 
-// Copies into and out of memory on `device`, or the host's where it is null.
+// Copies into and out of memory on `device`; nothing for no bytes (whose pointers may be
+// null).
 inline void upload(const Device* device, void* context, void* dst, const void* src,
                    std::size_t bytes) {
-  if (!bytes) return;
-  if (device) device->upload(context, dst, src, bytes);
-  else std::memcpy(dst, src, bytes);
+  if (bytes) device->upload(context, dst, src, bytes);
 }
 
 inline void download(const Device* device, void* context, void* dst, const void* src,
                      std::size_t bytes) {
-  if (!bytes) return;
-  if (device) device->download(context, dst, src, bytes);
-  else std::memcpy(dst, src, bytes);
+  if (bytes) device->download(context, dst, src, bytes);
 }
 
 // The optimizer's functions of the table for a value type.
@@ -96,26 +99,20 @@ inline double squared_norm(const Device& d, void* context, const double* g, int6
   return d.sum_squares_f64(context, g, n);
 }
 
-// `n` zeroed values of T where a model keeps its data: the host's memory (device null) or
-// the device's, released with the buffer.
+// `n` zeroed values of T where a model keeps its data (`device`'s memory), released with
+// the buffer.
 template <class T>
 class Buffer {
  public:
   Buffer() = default;
   Buffer(const Device* device, int64_t n) : device_(device), size_(n) {
-    if (!device) {
-      host_.assign(n, T(0));
-      data_ = host_.data();
-    } else if (n) {
-      data_ = static_cast<T*>(device->allocate(n * sizeof(T)));
-    }
+    if (n) data_ = static_cast<T*>(device->allocate(n * sizeof(T)));
   }
   Buffer(Buffer&& other) noexcept { *this = std::move(other); }
   Buffer& operator=(Buffer&& other) noexcept {
     if (this == &other) return *this;
     free();
     device_ = std::exchange(other.device_, nullptr);
-    host_ = std::move(other.host_);  // keeps its data where it was
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     return *this;
@@ -129,14 +126,12 @@ class Buffer {
 
  private:
   void free() {
-    if (device_ && data_) device_->release(data_);
-    host_.clear();
+    if (data_) device_->release(data_);
     data_ = nullptr;
     size_ = 0;
   }
 
   const Device* device_ = nullptr;
-  std::vector<T> host_;
   T* data_ = nullptr;
   int64_t size_ = 0;
 };

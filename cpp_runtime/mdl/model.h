@@ -63,7 +63,7 @@ struct State {
   std::vector<int64_t> dyn;
   uint64_t seed = 0, dropout_key = 0, calls = 0;
   std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
-  void* device = nullptr;  // the device's context for generated code (Device::open); null: host
+  void* device = nullptr;  // the device's context for generated code (Device::open)
 
   // The first counter of the next `n` numbers of stream `salt` in this call.
   uint64_t draw(uint64_t salt, uint64_t n) {
@@ -115,7 +115,7 @@ struct ModelSpec {
   ShapeFunction output_shape, grad_shape;
   int n_cotangents;            // a vjp build: backward takes a cotangent of these outputs
   const int* cotangents;       // (their indexes); an ordinary build: none
-  const Device* device;        // where its memory lives and its code runs; null: the host
+  const Device* device;        // where its memory lives and its code runs (host_device, ...)
 };
 
 }  // namespace mdl

@@ -9,8 +9,9 @@
 //   Adam: decoupled ? w -= lr * wd * w : g += wd * w; m = b1 m + (1 - b1) g;
 //         v = b2 v + (1 - b2) g^2; w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // The step's numbers are worked out here, on the host, once per parameter (`UpdateStep`);
-// the per-element formula is `update_element` (mdl/device.h), which host loops and a
-// device's kernels both apply.
+// the model's mdl::Device applies them where its parameters are, with the per-element
+// formula `update_element` (mdl/device.h): the host's loops (src/host_device.cpp), a
+// device's kernels.
 #pragma once
 
 #include <cmath>
@@ -42,32 +43,13 @@ inline const char* invalid(const OptimizerConfig& c) {
   return nullptr;
 }
 
-// One parameter's step on the host. The loop is chosen by the step's kind (and SGD's
-// momentum) and sees those fields as constants, so that no branch that is the same for
-// every element stays inside it and GCC vectorizes each loop.
-template <class T, int KIND, bool MOMENTUM>
-void update_loop(UpdateStep s, T* w, const T* grad, T* first, T* second, int64_t n) {
-  s.kind = KIND;
-  if (!MOMENTUM) s.momentum = 0;
-  for (int64_t k = 0; k < n; ++k) update_element(s, w[k], grad[k], first[k], second[k]);
-}
-
-template <class T>
-void update_host(const UpdateStep& s, T* w, const T* grad, T* first, T* second, int64_t n) {
-  constexpr int SGD = OptimizerConfig::SGD, ADAM = OptimizerConfig::ADAM;
-  // SGD has no second moment: `first` stands in for it, never touched
-  if (s.kind == ADAM) update_loop<T, ADAM, true>(s, w, grad, first, second, n);
-  else if (s.momentum == 0) update_loop<T, SGD, false>(s, w, grad, first, first, n);
-  else update_loop<T, SGD, true>(s, w, grad, first, first, n);
-}
-
 template <class T>
 class Optimizer {
  public:
   OptimizerConfig config;
   int64_t steps = 0;
   // momentum buffer or Adam's m; Adam's v (at ParamSpec::offset), where the model's
-  // parameters are (host or device)
+  // parameters are (its device's memory)
   Buffer<T> first, second;
 
   void reset(const OptimizerConfig& c, int64_t param_count, const Device* device) {
@@ -79,7 +61,7 @@ class Optimizer {
 
   // Update the parameters (`param[i]` holds parameter i) from the gradients `grads`
   // (grads[p.grad] for each trainable p), all in the memory of `spec.device` (`context`
-  // its model's context there).
+  // its model's context there), by that device.
   template <class ModelSpecT>
   void step(const ModelSpecT& spec, void* context, T* const* param, void* const* grads) {
     ++steps;
@@ -92,8 +74,7 @@ class Optimizer {
       const T* g = static_cast<const T*>(grads[p.grad]);
       T* b = first.data() + p.offset;
       T* v = config.kind == OptimizerConfig::ADAM ? second.data() + p.offset : nullptr;
-      if (spec.device) apply_update(*spec.device, context, s, param[i], g, b, v, n);
-      else update_host(s, param[i], g, b, v, n);
+      apply_update(*spec.device, context, s, param[i], g, b, v, n);
     }
   }
 
@@ -112,12 +93,7 @@ class Optimizer {
       const ParamSpec& p = spec.params[i];
       if (p.grad < 0) continue;
       int64_t n = size(p);
-      const T* g = static_cast<const T*>(grads[p.grad]);
-      if (spec.device) {
-        total += squared_norm(*spec.device, context, g, n);
-        continue;
-      }
-      for (int64_t k = 0; k < n; ++k) total += double(g[k]) * g[k];
+      total += squared_norm(*spec.device, context, static_cast<const T*>(grads[p.grad]), n);
     }
     double coef = config.clip_norm / (std::sqrt(total) + 1e-6);
     return coef < 1 ? coef : 1;

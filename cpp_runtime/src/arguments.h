@@ -133,7 +133,7 @@ bool on_cuda(py::handle obj, const char* role, const char* name, const ModelSpec
   if (py::isinstance<py::array>(obj)) return false;
   DLDevice where = dlpack_device(obj);
   if (where.device_type != kDLCUDA) return false;
-  if (!model.device)
+  if (model.device->in_place)
     throw py::value_error(std::string(role) + " '" + name + "' is a tensor on CUDA device " +
                           std::to_string(where.device_id) + ", but model " + model.name +
                           " runs on the CPU: pass it in host memory (e.g. tensor.cpu()), or "

@@ -57,8 +57,8 @@ inline int64_t numel(const ParamSpec& p) {
   return n;
 }
 
-// A new array of parameter `p`'s shape holding `data`, in the memory of `device` (the
-// host's where null; `context` the model's context there).
+// A new array of parameter `p`'s shape holding `data`, in the memory of `device`
+// (`context` the model's context there).
 template <class T>
 py::array_t<T> copy_of(const ParamSpec& p, const T* data, const Device* device, void* context) {
   py::array_t<T> a(std::vector<py::ssize_t>(p.shape, p.shape + p.rank));

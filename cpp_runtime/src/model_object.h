@@ -1,9 +1,12 @@
-// The object behind every generated model class (src/python_module.cpp binds it): argument
-// checks, the parameter store (shared between models where asked), the arenas, the
-// optimizer, checkpoints, and the lock that serializes calls.
-// A model whose spec names a device (the cuda target) keeps its parameters, optimizer state
-// and inputs in the device's memory and moves data only through the spec's `Device` table,
-// so this file, compiled by the host compiler for every target, includes no CUDA header.
+// The object behind every generated model class (src/python_module.cpp binds it): its
+// calls (forward, backward, training steps) with their argument checks, the arenas, the
+// optimizer, checkpoints, and the lock that serializes calls. Its parameters are
+// parameters.h's, a vjp backward's cotangents cotangents.h's, the optimizer's settings
+// optimizer_options.h's.
+// A model keeps its parameters, optimizer state and inputs in the memory of its spec's
+// `Device` (the host's for the cpu target, the GPU's for the cuda target) and moves data
+// only through that table, so this file, compiled by the host compiler for every target,
+// includes no CUDA header.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -11,7 +14,6 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,29 +21,29 @@
 
 #include "arguments.h"
 #include "checkpoint.h"
+#include "cotangents.h"
 #include "device_array.h"
 #include "dlpack.h"
 #include "mdl/device.h"
 #include "mdl/optimizer.h"
+#include "optimizer_options.h"
+#include "parameters.h"
 
 namespace mdl {
 
 namespace py = pybind11;
 
-// A model's context on its device (Device::open), closed when the model goes; none on the
-// host. Making it is where a model without a usable device fails (Device::require).
+// A model's context on its device (Device::open; the host's is null), closed when the
+// model goes. Making it is where a model without a usable device fails (Device::require).
 class DeviceContext {
  public:
   explicit DeviceContext(const Device* device) : device_(device) {
-    if (!device) return;
     device->require();
     handle_ = device->open();
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
-  ~DeviceContext() {
-    if (handle_) device_->close(handle_);
-  }
+  ~DeviceContext() { device_->close(handle_); }
 
   void* get() const { return handle_; }
 
@@ -59,91 +61,35 @@ class Model {
   // in both (null: none); they must have the same shapes. Its other parameters are its own,
   // initialized from `seed` as they would be unshared.
   Model(const ModelSpec<T>* spec, uint64_t seed, const Model* share)
-      : spec_(spec), context_(spec->device) {
+      : spec_(spec),
+        context_(spec->device),
+        lock_(share ? share->lock_ : std::make_shared<std::mutex>()),  // sharers take turns
+        params_(*spec, state_, context_.get(), seed, share ? &share->params_ : nullptr),
+        cotangents_(*spec) {
     state_.device = context_.get();
     state_.seed = seed;
-    state_.param.assign(spec->n_params, nullptr);
     state_.saved.assign(spec->saved, nullptr);
     state_.tapes.resize(spec->tapes);
     state_.packs = std::vector<Arena>(spec->packs);
     state_.scratch = std::vector<Arena>(spec->scratch);
     state_.dyn.assign(spec->dynamic, 0);
-    if (share) {
-      lock_ = share->lock_;  // models sharing parameters take turns
-      stores_ = share->stores_;
-      link(*share);
-    } else {
-      lock_ = std::make_shared<std::mutex>();
-    }
-    cotangents_.assign(spec->cotangents, spec->cotangents + spec->n_cotangents);
-    int64_t own = 0;
-    for (int i = 0; i < spec->n_params; ++i)
-      if (!state_.param[i]) own += numel(spec->params[i]);
-    auto store = std::make_shared<Buffer<T>>(spec->device, own);
-    stores_.push_back(store);
-    // a device's store is initialized on the host, as the host's is, then copied over
-    std::vector<T> staged(spec->device ? own : 0);
-    T* values = spec->device ? staged.data() : store->data();
-    own = 0;
-    for (int i = 0; i < spec->n_params; ++i) {
-      if (state_.param[i]) continue;
-      const ParamSpec& p = spec->params[i];
-      state_.param[i] = store->data() + own;
-      initialize(values + own, std::vector<int64_t>(p.shape, p.shape + p.rank), p.init, seed,
-                 i);
-      own += numel(p);
-    }
-    if (spec->device) upload(spec->device, state_.device, store->data(), values, own * sizeof(T));
   }
 
   // {name: array}: on the host views of the live weights; a device model's are read-only
   // copies (writing to them would change nothing).
   py::dict params(py::object self) {
-    py::dict out;
-    if (spec_->device) {
-      std::unique_lock<std::mutex> guard = hold_lock();
-      for (int i = 0; i < spec_->n_params; ++i) {
-        py::array copy = copy_of(spec_->params[i], state_.param[i], spec_->device, state_.device);
-        copy.attr("flags").attr("writeable") = false;
-        out[py::str(spec_->params[i].name)] = copy;
-      }
-      return out;
-    }
-    for (int i = 0; i < spec_->n_params; ++i) {
-      const ParamSpec& p = spec_->params[i];
-      std::vector<py::ssize_t> shape(p.shape, p.shape + p.rank);
-      out[py::str(p.name)] = py::array_t<T>(shape, state_.param[i], self);
-    }
-    return out;
+    if (spec_->device->in_place) return params_.views(self);
+    std::unique_lock<std::mutex> guard = hold_lock();
+    return params_.copies();
   }
 
   // Copies `values` ({name: array of the parameter's shape}) into those parameters, on
   // either target: the way to change a device model's weights (its `params` are copies).
   // Every name and shape is checked before anything changes.
   void set_params(const py::dict& values) {
-    std::vector<std::pair<int, py::array_t<T>>> given;
-    for (auto item : values) {
-      std::string name = py::str(item.first);
-      int index = -1;
-      for (int i = 0; i < spec_->n_params; ++i)
-        if (name == spec_->params[i].name) index = i;
-      if (index < 0)
-        throw py::key_error("set_params: model " + std::string(spec_->name) +
-                            " has no parameter '" + name + "'");
-      const ParamSpec& p = spec_->params[index];
-      auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(item.second);
-      if (!a) throw py::value_error("set_params: '" + name + "' is not a numeric array");
-      bool same = a.ndim() == p.rank;
-      for (int d = 0; same && d < p.rank; ++d) same = a.shape(d) == p.shape[d];
-      if (!same)
-        throw py::value_error("set_params: '" + name + "' is " + shape_of(p) + ", got " +
-                              shape_text(a));
-      given.emplace_back(index, std::move(a));
-    }
+    typename Parameters<T>::Values given = params_.checked(values);
     std::unique_lock<std::mutex> guard = hold_lock();
-    for (const auto& [index, a] : given)
-      upload(spec_->device, state_.device, state_.param[index], a.data(),
-             numel(spec_->params[index]) * sizeof(T));
+    params_.write(given);
     trained_ = nullptr;  // the saved forward values belong to the old parameters
   }
 
@@ -151,21 +97,17 @@ class Model {
   // memory instead of NumPy arrays: a device model's choice.
   bool outputs_on_device() const { return outputs_on_device_; }
   void set_outputs_on_device(bool on) {
-    if (on && !spec_->device)
+    if (on && spec_->device->in_place)
       throw py::value_error("outputs_on_device: model " + std::string(spec_->name) +
                             " runs on the CPU, whose outputs are NumPy arrays already");
     outputs_on_device_ = on;
   }
 
-  // Where the model's memory lives and its code runs: "cpu", or the device's name ("cuda").
-  std::string device() const { return spec_->device ? spec_->device->name : "cpu"; }
+  // Where the model's memory lives and its code runs: its device's name ("cpu", "cuda").
+  std::string device() const { return spec_->device->name; }
 
   // The names this model takes from `share` (where it shares none, a ValueError).
-  py::list shared() const {
-    py::list out;
-    for (const std::string& name : shared_) out.append(name);
-    return out;
-  }
+  py::list shared() const { return params_.shared(); }
 
   // The declared inputs, in order: {name: type as written, e.g. "f32[T, B, 16]"}.
   py::dict input_types() const {
@@ -176,11 +118,7 @@ class Model {
   }
 
   // The outputs whose cotangents backward takes (a vjp build: every float output), in order.
-  py::list cotangents() const {
-    py::list out;
-    for (int k : cotangents_) out.append(spec_->outputs[k].name);
-    return out;
-  }
+  py::list cotangents() const { return cotangents_.names(); }
 
   py::dict forward(py::kwargs kwargs) {
     bool training = kwargs.contains("training") && py::cast<bool>(kwargs["training"]);
@@ -210,7 +148,7 @@ class Model {
   // The gradients of the last training forward: of its minimized output, or in a vjp build
   // the vector-Jacobian product of `kwargs`, a cotangent per float output of that forward.
   py::dict backward(py::kwargs kwargs) {
-    std::vector<Cotangent> given = cotangent_arrays(kwargs);
+    std::vector<Cotangent> given = cotangents_.read(kwargs);
     Arguments args;
     Call call;
     for (const Cotangent& c : given) args.add(c.arg, call.inputs);
@@ -220,7 +158,7 @@ class Model {
       guard.lock();
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
-      check_cotangents(given);
+      cotangents_.check(given, dims_.data(), state_.dyn.data());
       place(args, call.inputs, cotangent_args_);
       gradients(call);
     }
@@ -238,7 +176,7 @@ class Model {
       if (opt_.config.kind == OptimizerConfig::NONE)
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
                                  "or \"adam\", lr=...) first");
-      need_minimized("train_step()");
+      cotangents_.need_minimized("train_step()");
       place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
@@ -258,7 +196,7 @@ class Model {
     {
       py::gil_scoped_release release;
       guard.lock();
-      need_minimized("forward_backward()");
+      cotangents_.need_minimized("forward_backward()");
       place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
@@ -304,7 +242,7 @@ class Model {
     if (!pending_)
       throw std::runtime_error("apply_gradients() needs a forward_backward(...) first");
     T* flat = flat_.data();
-    if (spec_->device) {  // the optimizer reads the gradients where the parameters are
+    if (!spec_->device->in_place) {  // the optimizer reads the gradients where the parameters are
       if (flat_device_.size() != spec_->param_count)
         flat_device_ = Buffer<T>(spec_->device, spec_->param_count);
       upload(spec_->device, state_.device, flat_device_.data(), flat, flat_.size() * sizeof(T));
@@ -324,26 +262,7 @@ class Model {
     opt_.reset(c, spec_->param_count, spec_->device);
   }
 
-  py::object optimizer() const {
-    const OptimizerConfig& c = opt_.config;
-    if (c.kind == OptimizerConfig::NONE) return py::none();
-    py::dict out;
-    out["name"] = c.kind == OptimizerConfig::SGD ? "sgd" : "adam";
-    out["lr"] = c.lr;
-    out["weight_decay"] = c.weight_decay;
-    out["clip_norm"] = c.clip_norm > 0 ? py::object(py::float_(c.clip_norm)) : py::none();
-    if (c.kind == OptimizerConfig::SGD) {
-      out["momentum"] = c.momentum;
-      out["nesterov"] = c.nesterov;
-    } else {
-      out["beta1"] = c.beta1;
-      out["beta2"] = c.beta2;
-      out["eps"] = c.eps;
-      out["decoupled"] = c.decoupled;
-    }
-    out["steps"] = opt_.steps;
-    return out;
-  }
+  py::object optimizer() const { return describe(opt_); }
 
   double lr() const {
     if (opt_.config.kind == OptimizerConfig::NONE)
@@ -424,19 +343,18 @@ class Model {
   }
 
   // Under the lock: `pointers` in the device's memory (arguments.h); `buffers` are the
-  // model's copies for this kind of call.
+  // model's copies for this kind of call (none where the arguments are its memory).
   void place(const Arguments& args, std::vector<void*>& pointers,
              std::vector<Buffer<char>>& buffers) {
-    if (!spec_->device) return;
+    if (spec_->device->in_place) return;
     // the last training forward's inputs are about to be overwritten: no backward of it
     if (&buffers == &train_args_) trained_ = nullptr;
     mdl::place(spec_->device, state_.device, args, pointers, buffers);
   }
 
-  // Under the lock: one of the model's functions; a device's reports what its code found
+  // Under the lock: one of the model's functions; the device reports what its code found
   // wrong with the inputs once the call's work is done.
   void run(Function<T> function, Call& call) {
-    if (!spec_->device) return function(state_, call);
     try {
       function(state_, call);
     } catch (...) {
@@ -453,7 +371,7 @@ class Model {
   // Under the lock: the optimizer's step from the gradients `grads` (where the parameters are).
   void update(void* const* grads) {
     opt_.step(*spec_, state_.device, state_.param.data(), grads);
-    if (spec_->device) spec_->device->finish(state_.device);
+    spec_->device->finish(state_.device);
     trained_ = nullptr;  // the saved forward values belong to the old parameters
   }
 
@@ -465,82 +383,7 @@ class Model {
     return guard;
   }
 
-  // A vjp backward's cotangent, read under the GIL: the argument, its shape, what it was.
-  struct Cotangent {
-    Argument arg;
-    std::vector<int64_t> shape;
-    bool dtype_ok;
-    std::string text;
-  };
 
-  // The cotangents backward was given, by output (a TypeError for a missing or unknown
-  // name; an ordinary build takes none), converted as inputs are.
-  std::vector<Cotangent> cotangent_arrays(const py::kwargs& kwargs) const {
-    std::vector<Cotangent> out;
-    if (cotangents_.empty()) {
-      if (kwargs.size())
-        throw py::type_error("backward() of model " + std::string(spec_->name) +
-                             " takes no cotangents: it was built without vjp and returns the "
-                             "gradients of its minimized output (load(..., vjp=True) or "
-                             "mdlc build --vjp builds a vector-Jacobian product)");
-      return out;
-    }
-    std::string names = cotangent_list();
-    for (auto item : kwargs) {
-      std::string key = py::str(item.first);
-      bool known = false;
-      for (int k : cotangents_) known |= spec_->outputs[k].name == key;
-      if (!known) throw py::type_error("unknown cotangent '" + key + "' (" + names + ")");
-    }
-    for (int k : cotangents_) {
-      const TensorSpec& s = spec_->outputs[k];
-      if (!kwargs.contains(s.name))
-        throw py::type_error("missing cotangent '" + std::string(s.name) + "' (" + names + ")");
-      py::handle obj = kwargs[s.name];
-      if (on_cuda(obj, "cotangent", s.name, *spec_)) {
-        DLPackTensor t = take_dlpack(obj);
-        out.push_back({in_place(t, "cotangent", s.name), t.shape(),
-                       has_dtype(*t.tensor, s.dtype), shape_text(t)});
-        continue;
-      }
-      py::array a = as_array(obj);
-      out.push_back({on_host(a), std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
-                     has_dtype(a, s.dtype), shape_text(a)});
-    }
-    return out;
-  }
-
-  // Under the lock: each cotangent has the dtype and shape its output had in the last
-  // training forward.
-  void check_cotangents(const std::vector<Cotangent>& given) const {
-    for (size_t i = 0; i < given.size(); ++i) {
-      const TensorSpec& s = spec_->outputs[cotangents_[i]];
-      std::vector<int64_t> want(s.rank);
-      spec_->output_shape(cotangents_[i], dims_.data(), state_.dyn.data(), want.data());
-      if (given[i].dtype_ok && given[i].shape == want) continue;
-      std::string expected = std::string(s.dtype.name) + "[";
-      for (int d = 0; d < s.rank; ++d) expected += (d ? ", " : "") + std::to_string(want[d]);
-      throw py::value_error("cotangent '" + std::string(s.name) + "': expected " + expected +
-                            "] (output '" + s.name + "' of the last training forward), got " +
-                            given[i].text + (given[i].dtype_ok ? " (wrong shape)" : " (wrong dtype)"));
-    }
-  }
-
-  // Under the lock: `what` runs the backward without cotangents, which a vjp build has not.
-  void need_minimized(const char* what) const {
-    if (!cotangents_.empty())
-      throw std::runtime_error(std::string(what) + " differentiates the minimized output, but "
-                               "model " + spec_->name + " was built with vjp: its backward "
-                               "takes cotangents (backward(**cotangents)); build it without "
-                               "vjp to train it natively");
-  }
-
-  std::string cotangent_list() const {
-    std::string out = "backward() takes one per float output: ";
-    for (size_t i = 0; i < cotangents_.size(); ++i)
-      out += (i ? ", " : "") + std::string(spec_->outputs[cotangents_[i]].name);
-    return out;
-  }
 
   // Under the lock: a training forward, keeping what the backward needs.
   void train(const Variant<T>& v, Call& call) {
@@ -562,36 +405,6 @@ class Model {
     run(trained_->backward, call);
   }
 
-  static OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
-    OptimizerConfig c;
-    if (name == "sgd") c.kind = OptimizerConfig::SGD;
-    else if (name == "adam") c.kind = OptimizerConfig::ADAM;
-    else throw py::value_error("unknown optimizer '" + name + "' (optimizers are sgd, adam)");
-    bool sgd = c.kind == OptimizerConfig::SGD;
-    const char* known = sgd ? "lr, momentum, nesterov, weight_decay, clip_norm"
-                            : "lr, beta1, beta2, eps, weight_decay, decoupled, clip_norm";
-    for (auto item : kwargs) {
-      std::string key = py::str(item.first);
-      py::handle value = item.second;
-      if (key == "lr") c.lr = py::cast<double>(value);
-      else if (key == "weight_decay") c.weight_decay = py::cast<double>(value);
-      else if (key == "clip_norm") c.clip_norm = value.is_none() ? 0 : py::cast<double>(value);
-      else if (sgd && key == "momentum") c.momentum = py::cast<double>(value);
-      else if (sgd && key == "nesterov") c.nesterov = py::cast<bool>(value);
-      else if (!sgd && key == "beta1") c.beta1 = py::cast<double>(value);
-      else if (!sgd && key == "beta2") c.beta2 = py::cast<double>(value);
-      else if (!sgd && key == "eps") c.eps = py::cast<double>(value);
-      else if (!sgd && key == "decoupled") c.decoupled = py::cast<bool>(value);
-      else throw py::type_error("set_optimizer(\"" + name + "\") got an unknown option '" +
-                                key + "' (options are " + known + ")");
-    }
-    const char* problem = invalid(c);
-    if (!kwargs.contains("lr")) problem = "lr is required";
-    if (kwargs.contains("clip_norm") && !kwargs["clip_norm"].is_none() && c.clip_norm == 0)
-      problem = "clip_norm must be > 0 (or None)";
-    if (problem) throw py::value_error("set_optimizer(\"" + name + "\"): " + problem);
-    return c;
-  }
 
   std::string input_list() const {
     std::string out = "inputs are ";
@@ -644,45 +457,14 @@ class Model {
     return out;
   }
 
-  // Points this model's parameters that `share` also has at its memory.
-  void link(const Model& share) {
-    for (int i = 0; i < spec_->n_params; ++i) {
-      const ParamSpec& p = spec_->params[i];
-      for (int j = 0; j < share.spec_->n_params; ++j) {
-        const ParamSpec& q = share.spec_->params[j];
-        if (std::strcmp(p.name, q.name)) continue;
-        bool same = p.rank == q.rank;
-        for (int d = 0; same && d < p.rank; ++d) same = p.shape[d] == q.shape[d];
-        if (!same)
-          throw py::value_error(std::string(spec_->name) + " cannot share parameters with " +
-                                share.spec_->name + ": '" + p.name + "' is " +
-                                shape_of(q) + " in " + share.spec_->name + " but " +
-                                shape_of(p) + " in " + spec_->name);
-        state_.param[i] = share.state_.param[j];
-        shared_.push_back(p.name);
-      }
-    }
-    if (shared_.empty())
-      throw py::value_error(std::string(spec_->name) + " has no parameter name in common with " +
-                            share.spec_->name + ": there is nothing to share");
-  }
-
-  static std::string shape_of(const ParamSpec& p) {
-    std::string out = sizeof(T) == 4 ? "f32[" : "f64[";
-    for (int d = 0; d < p.rank; ++d) out += (d ? ", " : "") + std::to_string(p.shape[d]);
-    return out + "]";
-  }
 
   const ModelSpec<T>* spec_;
   DeviceContext context_;  // first made, last closed: everything below may use it
   State<T> state_;
   Optimizer<T> opt_;
-  std::shared_ptr<std::mutex> lock_;
-  // Every store this model's parameters live in: its own and those of the models it shares
-  // with, kept alive as long as it is.
-  std::vector<std::shared_ptr<Buffer<T>>> stores_;
-  std::vector<std::string> shared_;
-  std::vector<int> cotangents_;  // the outputs a vjp backward takes cotangents of
+  std::shared_ptr<std::mutex> lock_;  // shared with the models it shares parameters with
+  Parameters<T> params_;  // fills state_.param
+  Cotangents<T> cotangents_;
   bool outputs_on_device_ = false;
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
   Buffer<T> flat_device_;  // a device model's copy of flat_, which apply_gradients steps from

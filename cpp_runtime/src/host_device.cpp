@@ -1,0 +1,85 @@
+// The cpu target's `mdl::Device` (mdl/device.h): the process's own memory, copies that are
+// memcpy, and the optimizer's loops, vectorized. Its models need no context and find no
+// faults after a call (the CPU's kernels throw where they find one). Part of the runtime
+// every module links.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "mdl/device.h"
+#include "mdl/optimizer.h"
+
+namespace mdl {
+namespace {
+
+void require() {}
+void* open() { return nullptr; }
+void close(void*) {}
+void finish(void*) {}
+
+void* allocate(std::size_t bytes) {
+  if (!bytes) return nullptr;
+  void* p = std::calloc(bytes, 1);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void release(void* p) { std::free(p); }
+
+void copy(void*, void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+// One parameter's step. The loop is chosen by the step's kind (and SGD's momentum) and
+// sees those fields as constants, so that no branch that is the same for every element
+// stays inside it and GCC vectorizes each loop.
+template <class T, int KIND, bool MOMENTUM>
+void update_loop(UpdateStep s, T* w, const T* grad, T* first, T* second, int64_t n) {
+  s.kind = KIND;
+  if (!MOMENTUM) s.momentum = 0;
+  for (int64_t k = 0; k < n; ++k) update_element(s, w[k], grad[k], first[k], second[k]);
+}
+
+template <class T>
+void update(void*, const UpdateStep& s, T* w, const T* grad, T* first, T* second,
+            int64_t n) {
+  constexpr int SGD = OptimizerConfig::SGD, ADAM = OptimizerConfig::ADAM;
+  // SGD has no second moment: `first` stands in for it, never touched
+  if (s.kind == ADAM) update_loop<T, ADAM, true>(s, w, grad, first, second, n);
+  else if (s.momentum == 0) update_loop<T, SGD, false>(s, w, grad, first, first, n);
+  else update_loop<T, SGD, true>(s, w, grad, first, first, n);
+}
+
+template <class T>
+double sum_squares(void*, const T* g, int64_t n) {
+  double total = 0;
+  for (int64_t k = 0; k < n; ++k) total += double(g[k]) * g[k];
+  return total;
+}
+
+void synchronize() {}
+
+}  // namespace
+
+extern const Device host_device = {
+    "cpu",
+    1,  // DLPack's kDLCPU
+    require,
+    open,
+    close,
+    finish,
+    allocate,
+    release,
+    copy,  // upload
+    copy,  // download
+    copy,
+    update<float>,
+    update<double>,
+    sum_squares<float>,
+    sum_squares<double>,
+    synchronize,
+    true,  // in place: NumPy's arrays are its memory
+};
+
+}  // namespace mdl

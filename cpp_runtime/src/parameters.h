@@ -1,0 +1,165 @@
+// A model's parameters: where each lives (`State::param`), in a store of its own or in the
+// store of the model it was made to share with, wherever a name is in both; their values
+// handed to Python and set from it. The stores are its device's memory.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arguments.h"
+#include "checkpoint.h"
+#include "mdl/device.h"
+#include "mdl/init.h"
+#include "mdl/model.h"
+
+namespace mdl {
+
+namespace py = pybind11;
+
+template <class T>
+class Parameters {
+ public:
+  // Points `state.param` at every parameter of `spec`: those `share` (a model of the same
+  // module; null: none) also has at its memory, which must have the same shapes; the others
+  // at a new store, initialized from `seed` as they would be unshared, then copied into
+  // the device's memory (`context`: the model's context there).
+  Parameters(const ModelSpec<T>& spec, State<T>& state, void* context, uint64_t seed,
+             const Parameters* share)
+      : spec_(&spec), state_(&state) {
+    state.param.assign(spec.n_params, nullptr);
+    if (share) {
+      stores_ = share->stores_;
+      link(*share);
+    }
+    int64_t own = 0;
+    for (int i = 0; i < spec.n_params; ++i)
+      if (!state.param[i]) own += numel(spec.params[i]);
+    auto store = std::make_shared<Buffer<T>>(spec.device, own);
+    stores_.push_back(store);
+    std::vector<T> values(own);  // initialized on the host, then copied over
+    own = 0;
+    for (int i = 0; i < spec.n_params; ++i) {
+      if (state.param[i]) continue;
+      const ParamSpec& p = spec.params[i];
+      state.param[i] = store->data() + own;
+      initialize(values.data() + own, std::vector<int64_t>(p.shape, p.shape + p.rank), p.init,
+                 seed, i);
+      own += numel(p);
+    }
+    upload(spec.device, context, store->data(), values.data(), own * sizeof(T));
+  }
+  Parameters(const Parameters&) = delete;
+  Parameters& operator=(const Parameters&) = delete;
+
+  // {name: array} viewing the live weights, kept alive by `owner` (the model's object):
+  // where the device's memory is the host's own (Device::in_place).
+  py::dict views(py::object owner) const {
+    py::dict out;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      std::vector<py::ssize_t> shape(p.shape, p.shape + p.rank);
+      out[py::str(p.name)] = py::array_t<T>(shape, state_->param[i], owner);
+    }
+    return out;
+  }
+
+  // {name: array}: read-only copies (writing to them would change nothing); under the lock.
+  py::dict copies() const {
+    py::dict out;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      py::array copy = copy_of(spec_->params[i], state_->param[i], spec_->device,
+                               state_->device);
+      copy.attr("flags").attr("writeable") = false;
+      out[py::str(spec_->params[i].name)] = copy;
+    }
+    return out;
+  }
+
+  using Values = std::vector<std::pair<int, py::array_t<T>>>;  // (parameter, its value)
+
+  // `values` ({name: array of the parameter's shape}) for `write`, every name and shape
+  // checked (under the GIL).
+  Values checked(const py::dict& values) const {
+    Values given;
+    for (auto item : values) {
+      std::string name = py::str(item.first);
+      int index = -1;
+      for (int i = 0; i < spec_->n_params; ++i)
+        if (name == spec_->params[i].name) index = i;
+      if (index < 0)
+        throw py::key_error("set_params: model " + std::string(spec_->name) +
+                            " has no parameter '" + name + "'");
+      const ParamSpec& p = spec_->params[index];
+      auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(item.second);
+      if (!a) throw py::value_error("set_params: '" + name + "' is not a numeric array");
+      bool same = a.ndim() == p.rank;
+      for (int d = 0; same && d < p.rank; ++d) same = a.shape(d) == p.shape[d];
+      if (!same)
+        throw py::value_error("set_params: '" + name + "' is " + shape_of(p) + ", got " +
+                              shape_text(a));
+      given.emplace_back(index, std::move(a));
+    }
+    return given;
+  }
+
+  // Copies checked values into their parameters (under the lock).
+  void write(const Values& given) {
+    for (const auto& [index, a] : given)
+      upload(spec_->device, state_->device, state_->param[index], a.data(),
+             numel(spec_->params[index]) * sizeof(T));
+  }
+
+  // The names this model takes from the model it shares with.
+  py::list shared() const {
+    py::list out;
+    for (const std::string& name : shared_) out.append(name);
+    return out;
+  }
+
+ private:
+  // Points this model's parameters that `share` also has at its memory (a ValueError where
+  // a shape differs, or where no name is in both).
+  void link(const Parameters& share) {
+    const ModelSpec<T>& other = *share.spec_;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      for (int j = 0; j < other.n_params; ++j) {
+        const ParamSpec& q = other.params[j];
+        if (std::strcmp(p.name, q.name)) continue;
+        bool same = p.rank == q.rank;
+        for (int d = 0; same && d < p.rank; ++d) same = p.shape[d] == q.shape[d];
+        if (!same)
+          throw py::value_error(std::string(spec_->name) + " cannot share parameters with " +
+                                other.name + ": '" + p.name + "' is " + shape_of(q) + " in " +
+                                other.name + " but " + shape_of(p) + " in " + spec_->name);
+        state_->param[i] = share.state_->param[j];
+        shared_.push_back(p.name);
+      }
+    }
+    if (shared_.empty())
+      throw py::value_error(std::string(spec_->name) + " has no parameter name in common with " +
+                            other.name + ": there is nothing to share");
+  }
+
+  static std::string shape_of(const ParamSpec& p) {
+    std::string out = sizeof(T) == 4 ? "f32[" : "f64[";
+    for (int d = 0; d < p.rank; ++d) out += (d ? ", " : "") + std::to_string(p.shape[d]);
+    return out + "]";
+  }
+
+  const ModelSpec<T>* spec_;
+  State<T>* state_;  // the model's, whose `param` this fills
+  // Every store the parameters live in: its own and those of the models it shares with,
+  // kept alive as long as it is.
+  std::vector<std::shared_ptr<Buffer<T>>> stores_;
+  std::vector<std::string> shared_;
+};
+
+}  // namespace mdl
