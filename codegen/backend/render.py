@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Block, Value, walk_ops
 from ..ir.shapes import Dim, contiguous_strides
-from ..ops.structured import STRUCTURED
+from ..ops.entry import entry
 from .cexpr import DimNames
 from .control_flow import render_structured
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
@@ -181,8 +181,7 @@ class Renderer:
         made large enough where the value is defined."""
         late = set()
         for op in walk_ops(block):
-            if op.blocks:
-                late |= STRUCTURED[op.prim].sets_dims(op)
+            late |= entry(op).sets_dims(op)
         if not late:
             return
         for vid in sorted(owned):
