@@ -4,6 +4,7 @@ two modules, folders or packages import each other."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +101,14 @@ def test_stage_folders_are_the_folders():
     folders = {f"codegen.{p.name}" for p in (ROOT / "codegen").iterdir()
                if p.is_dir() and (p / "__init__.py").exists()}
     assert folders <= set(STAGES)
+
+
+def test_the_architecture_names_files_that_exist():
+    """Every file or folder docs/architecture.md names by path is there (a module that
+    moves takes its description along)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:codegen|dsl|cpp_runtime|tests|templates)/[\w/.<>-]+)`", text))
+    missing = [p for p in sorted(named) if "<" not in p and not (ROOT / p).exists()]
+    assert not missing, missing
+    for stage in STAGES:  # every stage of the order is described
+        assert f"`{stage.replace('.', '/')}" in text, stage
