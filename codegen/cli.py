@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
                        "framework (default 20, 2 with --quick)")
     bench.add_argument("--threads", type=int, default=2, help="threads of every framework")
-    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+    bench.add_argument("--device", choices=_TargetNames(), default="cpu", metavar="TARGET",
                        help="where every framework runs: the CPU rows, or the GPU rows "
                        "(mdl's cuda target against cuDNN and JAX on an NVIDIA GPU)")
     bench.add_argument("--only", nargs="+", default=[], metavar="NAME",

@@ -10,7 +10,7 @@ import numpy as np
 
 from codegen.ir.diagnostics import Loc, MdlTypeError
 from codegen.ir.dtypes import DTYPES
-from codegen.ir.graph import Value
+from codegen.ir.graph import PENALTIES, Value
 from codegen.ir.shapes import TensorType
 from codegen.ops.primitives import TABLE, ShapeError
 
@@ -283,4 +283,4 @@ def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:
 
 INITIALIZERS = {"zeros": 0, "ones": 0, "xavier": 0, "orthogonal": 0, "constant": 1,
                 "uniform": 2, "normal": 2}
-REGULARIZERS = ("l1", "l2")
+REGULARIZERS = PENALTIES  # l1(strength), l2(strength): a scope's regularizer

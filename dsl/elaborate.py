@@ -15,7 +15,7 @@ from codegen.ops.builder import Builder
 from codegen.ops.primitives import ShapeError
 
 from . import nodes as n
-from .builtins import BUILTINS, INITIALIZERS
+from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
 from .calls import Calls
 from .control import ControlFlow, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
@@ -300,7 +300,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
             return v.value
         if kw.name == "regularizer":
             name, args, loc = _call_parts(kw.value)
-            if name not in ("l1", "l2") or len(args) != 1:
+            if name not in REGULARIZERS or len(args) != 1:
                 raise MdlTypeError("a regularizer is l1(strength) or l2(strength)", loc)
             strength = float(self._number(args[0]))
             if strength < 0:

@@ -9,7 +9,7 @@ from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, ra
 
 from . import nodes as n
 from .builtins import BUILTINS
-from .imports import STD_ROOT, find_import  # noqa: F401 (STD_ROOT: mdlc graph's links)
+from .imports import find_import
 from .parser import parse
 
 

@@ -112,3 +112,15 @@ def test_the_architecture_names_files_that_exist():
     assert not missing, missing
     for stage in STAGES:  # every stage of the order is described
         assert f"`{stage.replace('.', '/')}" in text, stage
+
+
+def test_the_runtime_gets_the_python_tables_facts_from_generated_code():
+    """Facts of Python's tables reach the C++ runtime through the spec generated code
+    hands it, never as a second spelling there: dtype names (ir/dtypes.py, as DTypeSpec),
+    the regularizers' kinds (ir/graph.py's PENALTIES, as strengths), the arenas
+    (backend/module.py's ARENAS, as a count) and the derived-dim marker."""
+    runtime = "\n".join(p.read_text() for p in (ROOT / "cpp_runtime").rglob("*")
+                        if p.suffix in (".h", ".cpp", ".cu"))
+    for spelled in ('"f32', '"f64', '"i32', "Penalty", "arena_infer", "arena_fwd",
+                    "arena_bwd", "1000000"):
+        assert spelled not in runtime, spelled

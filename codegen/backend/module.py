@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DTYPES
-from ..ir.graph import Block, Graph, Value, use_counts, walk_ops
+from ..ir.graph import PENALTIES, Block, Graph, Value, use_counts, walk_ops
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
@@ -19,6 +19,14 @@ from .lower import Layout
 from .render import Access, FunctionSpec, Renderer
 from .target import Target
 from .templating import environment
+
+# A model's arenas, one per kind of function (a training step's forward and backward
+# each plan their own memory): the runtime makes as many as the spec says
+# (ModelSpec::arenas) and generated code names them by index.
+ARENAS = ("inference", "training forward", "backward")
+# A dim of an output's declared shape made of others (T*B, T+1): the runtime never checks
+# an output's shape against it (model.h's TensorSpec).
+DERIVED_DIM = -(10**6)
 
 
 @dataclass
@@ -102,7 +110,7 @@ class ModuleGenerator:
         infer = FunctionSpec(f"infer{suffix}", g.body,
                              {**self._param_access(g), **self._input_access(g)},
                              [(v, self.target.output(k)) for k, v in enumerate(g.outputs.values())],
-                             "arena_infer", training=False, prologue=self._prologue(fixed))
+                             ARENAS.index("inference"), training=False, prologue=self._prologue(fixed))
         texts.append(self._render(dims, infer))
         names["infer"] = infer.name
         if self.joint is None:
@@ -119,7 +127,7 @@ class ModuleGenerator:
         results = [(v, self.target.output(k)) for k, v in enumerate(j.outputs.values())]
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
-                             "arena_fwd", training=True, prologue=self._prologue(fixed))
+                             ARENAS.index("training forward"), training=True, prologue=self._prologue(fixed))
         texts.append(self._render(dims, train))
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
@@ -129,7 +137,7 @@ class ModuleGenerator:
                                       lay)
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, self.target.output(k)) for k, v in enumerate(grads)],
-                                "arena_bwd", training=True, prologue=self._prologue(fixed))
+                                ARENAS.index("backward"), training=True, prologue=self._prologue(fixed))
         texts.append(self._render(dims, backward))
         names.update(train=train.name, backward=backward.name)
         return texts, names
@@ -171,7 +179,8 @@ class ModuleGenerator:
             params=[self._param_spec(name, p, [k for k, _ in grads])
                     for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
-            packs=self.pack_count, scratch=self.scratch_count,
+            packs=self.pack_count, scratch=self.scratch_count, arenas=len(ARENAS),
+            dtype=_dtype_spec(self.dtype),
             dynamic=len(self.names.dynamic), device=self.target.device)
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
@@ -183,23 +192,23 @@ class ModuleGenerator:
                     and d.terms[0][0][0] in self.dims:
                 dims.append(-(self.dims.index(d.terms[0][0][0]) + 1))
             else:
-                dims.append(-(10**6))  # derived: only outputs have these, never checked
+                dims.append(DERIVED_DIM)
         return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims}
 
     def _shape_exprs(self, t: TensorType) -> list[str]:
         return [self.names.expr(d) for d in t.shape]
 
     def _param_spec(self, name: str, p, grad_names: list[str]) -> dict:
-        """Its initializer, place, regularizer (0 none, 1 l1, 2 l2; the runtime's
-        `Penalty`) and the index of its gradient (-1: not trained)."""
+        """Its initializer, place, regularizer (the strengths of its l1 and l2 penalties,
+        0 for none) and the index of its gradient (-1: not trained)."""
         args = list(p.init.args) + [0.0, 0.0]
         reg = p.regularizer
         return {"name": name, "shape": [d.value for d in p.value.type.shape],
                 "kind": p.init.kind, "a": args[0], "b": args[1],
                 "offset": self.param_offsets[name],
                 "grad": grad_names.index(name) if name in grad_names else -1,
-                "penalty": f"mdl::Penalty::{reg.kind.upper()}" if reg else "mdl::Penalty::NONE",
-                "strength": repr(float(reg.strength)) if reg else "0.0"}
+                **{kind: repr(float(reg.strength)) if reg and reg.kind == kind else "0.0"
+                   for kind in PENALTIES}}
 
 
 def _dtype_spec(dtype: str) -> str:

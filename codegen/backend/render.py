@@ -34,7 +34,7 @@ class FunctionSpec:
     block: Block
     external: dict[int, Access]            # value id -> how to reach it
     results: list[tuple[Value, str]]       # (value, C++ lvalue receiving its pointer)
-    arena: str                             # the Model member holding this function's arena
+    arena: int                             # the model's arena it plans (module.ARENAS)
     training: bool = True
     prologue: list[str] = field(default_factory=list)   # first lines (dims)
     # filled by rendering: the value published for each result, and its layout

@@ -113,8 +113,8 @@ class Target(abc.ABC):
         return "\n\n".join(r.definitions + ["\n".join(head + body + ["}"])])
 
     @abc.abstractmethod
-    def arena(self, member: str) -> list[str]:
-        """Statements making `arena` point at `total` bytes of the model's arena `member`
+    def arena(self, k: int) -> list[str]:
+        """Statements making `arena` point at `total` bytes of the model's arena k
         (the memory plan's slots lie at `off[...]` in it)."""
 
     def fused(self, r, ins) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import graphviz
 
-from dsl.program import STD_ROOT
+from dsl.imports import STD_ROOT
 
 from ..ir.graph import Block, Graph, Op, Param, Value
 from ..ops.entry import entry

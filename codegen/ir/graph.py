@@ -98,9 +98,15 @@ class Init:
         return self.kind + (f"({args})" if self.args else "")
 
 
+# The regularizers' kinds: a parameter's gradient gains strength * sign(w) (l1) or
+# strength * w (l2) in every optimizer update (the runtime's ParamSpec has a strength of
+# each; mdl/optimizer.h).
+PENALTIES = ("l1", "l2")
+
+
 @dataclass(frozen=True)
 class Regularizer:
-    kind: str  # l1 or l2
+    kind: str  # one of PENALTIES
     strength: float
 
     def __str__(self) -> str:

@@ -53,9 +53,9 @@ class CpuTarget(Target):
         return [f"mdl::pack_b(m.packs[{pack.index}], {tb}, {m}, {n}, {k}, "
                 f"{r.ptr(pack.anchor)}, {ldb});"]
 
-    def arena(self, member: str) -> list[str]:
-        return [f"m.{member}.reserve(total);",
-                f"char* arena = m.{member}.data(); (void)arena; (void)off;"]
+    def arena(self, k: int) -> list[str]:
+        return [f"m.arenas[{k}].reserve(total);",
+                f"char* arena = m.arenas[{k}].data(); (void)arena; (void)off;"]
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         operands = inputs + ins.stores

@@ -31,8 +31,8 @@ class CudaTarget(Target):
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "
 
-    def arena(self, member: str) -> list[str]:
-        return [f"char* arena = g.{member}.hold(total); (void)arena; (void)off;"]
+    def arena(self, k: int) -> list[str]:
+        return [f"char* arena = g.arena({k}).hold(total); (void)arena; (void)off;"]
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         totals = [total for _, total, _ in ins.sums]

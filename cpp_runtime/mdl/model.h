@@ -23,16 +23,15 @@ struct DTypeSpec {
   int itemsize;
 };
 
-// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1).
+// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1); an
+// output's dim made of others (T*B) is below every user dim's (codegen/backend/module.py's
+// DERIVED_DIM) and never checked.
 struct TensorSpec {
   const char* name;
   DTypeSpec dtype;
   int rank;
   const int64_t* dims;
 };
-
-// A scope's regularizer, added to a parameter's gradient in every optimizer update.
-enum class Penalty { NONE, L1, L2 };
 
 struct ParamSpec {
   const char* name;
@@ -41,8 +40,7 @@ struct ParamSpec {
   InitSpec init;
   int64_t offset;
   int grad;            // index among the model's gradients; -1: not trainable
-  Penalty penalty;
-  double strength;
+  double l1, l2;       // its scope's regularizer: each penalty's strength, 0 for none
 };
 
 // One call: input pointers, user dims, and the pointers the function leaves its results at.
@@ -55,7 +53,7 @@ struct Call {
 template <class T>
 struct State {
   std::vector<T*> param;  // where each parameter lives: this model's store or a sharer's
-  Arena arena_infer, arena_fwd, arena_bwd;
+  std::vector<Arena> arenas;  // one per kind of function (ModelSpec::arenas)
   std::vector<void*> saved;
   std::vector<Tape> tapes;
   std::vector<Arena> packs;  // loop-invariant operands in the BLAS's packed form (blas.h)
@@ -109,7 +107,8 @@ struct ModelSpec {
   const TensorSpec* grads;   // what backward returns
   const ParamSpec* params;
   int64_t param_count;
-  int saved, tapes, packs, scratch, dynamic;
+  int saved, tapes, packs, scratch, dynamic, arenas;
+  DTypeSpec dtype;             // its float dtype (f32 or f64)
   int n_variants;
   const Variant<T>* variants;  // variants[0] is the generic code
   ShapeFunction output_shape, grad_shape;

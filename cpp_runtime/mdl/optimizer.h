@@ -106,8 +106,8 @@ class Optimizer {
     s.kind = c.kind;
     s.lr = c.lr;
     s.scale = scale;
-    s.l2 = p.penalty == Penalty::L2 ? p.strength : 0;
-    s.l1 = p.penalty == Penalty::L1 ? p.strength : 0;
+    s.l2 = p.l2;
+    s.l1 = p.l1;
     if (c.kind == OptimizerConfig::SGD) {
       s.wd = c.weight_decay;
       s.momentum = c.momentum;

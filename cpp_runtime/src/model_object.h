@@ -71,6 +71,7 @@ class Model {
     state_.saved.assign(spec->saved, nullptr);
     state_.tapes.resize(spec->tapes);
     state_.packs = std::vector<Arena>(spec->packs);
+    state_.arenas = std::vector<Arena>(spec->arenas);
     state_.scratch = std::vector<Arena>(spec->scratch);
     state_.dyn.assign(spec->dynamic, 0);
   }
@@ -109,7 +110,7 @@ class Model {
   // The names this model takes from `share` (where it shares none, a ValueError).
   py::list shared() const { return params_.shared(); }
 
-  // The declared inputs, in order: {name: type as written, e.g. "f32[T, B, 16]"}.
+  // The declared inputs, in order: {name: type as written, e.g. f32[T, B, 16]}.
   py::dict input_types() const {
     py::dict out;
     for (int i = 0; i < spec_->n_inputs; ++i)

@@ -148,8 +148,8 @@ class Parameters {
                             other.name + ": there is nothing to share");
   }
 
-  static std::string shape_of(const ParamSpec& p) {
-    std::string out = sizeof(T) == 4 ? "f32[" : "f64[";
+  std::string shape_of(const ParamSpec& p) const {
+    std::string out = std::string(spec_->dtype.name) + "[";
     for (int d = 0; d < p.rank; ++d) out += (d ? ", " : "") + std::to_string(p.shape[d]);
     return out + "]";
   }

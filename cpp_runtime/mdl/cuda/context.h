@@ -133,10 +133,16 @@ struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   Fault* fault = nullptr;  // device memory, zeroed
-  DeviceBuffer arena_infer, arena_fwd, arena_bwd;
+  std::vector<std::unique_ptr<DeviceBuffer>> arenas;  // one per kind of function
   std::vector<std::unique_ptr<DeviceBuffer>> scratch_buffers;
   std::vector<std::unique_ptr<DeviceTape>> tapes;
   DeviceBuffer staging;    // per-block partial sums of kernels that end in one number
+
+  // Arena k (the memory plan of one kind of function: codegen/backend/module.py's ARENAS).
+  DeviceBuffer& arena(int k) {
+    while (int(arenas.size()) <= k) arenas.push_back(std::make_unique<DeviceBuffer>());
+    return *arenas[k];
+  }
 
   // Scratch buffer k (a value sized at run time), at least `bytes` long.
   char* scratch(int k, std::size_t bytes) {
