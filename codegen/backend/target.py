@@ -144,13 +144,13 @@ class Target(abc.ABC):
         """An expression reading element 0 of `pointer` on the host (a branch or loop
         condition)."""
 
-    @abc.abstractmethod
     def copy(self, dst: str, src: str, count: str) -> str:
-        """A statement copying `count` contiguous elements."""
+        """A statement copying `count` contiguous elements (the runtime's `copy`)."""
+        return f"{self.call('copy')}{dst}, {src}, {count});"
 
-    @abc.abstractmethod
     def fill(self, dst: str, count: str, value: str) -> str:
-        """A statement setting `count` contiguous elements to `value`."""
+        """A statement setting `count` contiguous elements to `value` (`fill`)."""
+        return f"{self.call('fill')}{dst}, {count}, {value});"
 
     @abc.abstractmethod
     def scratch(self, k: int, nbytes: str) -> str:

@@ -85,12 +85,6 @@ class CpuTarget(Target):
     def scalar(self, pointer: str) -> str:
         return f"{pointer}[0]"
 
-    def copy(self, dst: str, src: str, count: str) -> str:
-        return f"mdl::copy({dst}, {src}, {count});"
-
-    def fill(self, dst: str, count: str, value: str) -> str:
-        return f"mdl::fill({dst}, {count}, {value});"
-
     def scratch(self, k: int, nbytes: str) -> str:
         return f"m.scratch[{k}].hold({nbytes})"
 

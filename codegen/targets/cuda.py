@@ -54,12 +54,6 @@ class CudaTarget(Target):
     def scalar(self, pointer: str) -> str:
         return f"mdl::cuda::scalar(g, {pointer})"
 
-    def copy(self, dst: str, src: str, count: str) -> str:
-        return f"mdl::cuda::copy(g, {dst}, {src}, {count});"
-
-    def fill(self, dst: str, count: str, value: str) -> str:
-        return f"mdl::cuda::fill(g, {dst}, {count}, {value});"
-
     def scratch(self, k: int, nbytes: str) -> str:
         return f"g.scratch({k}, {nbytes})"
 
