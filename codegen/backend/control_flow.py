@@ -45,7 +45,7 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
         low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
                                      strides[1:])
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
-        low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+        low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
 
 
 def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
@@ -60,7 +60,7 @@ def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
                 or s.type.shape != r.type.shape:
             continue
         state = op.outputs[i]
-        where = Layout(state, "0", contiguous_strides(r.type.shape))
+        where = Layout(state, None, contiguous_strides(r.type.shape))
         product = producers.get(p.id)
         if product is not None and entry(product).product and low.uses.get(p.id) == 1 \
                 and p.id not in low.placed:
@@ -83,7 +83,7 @@ def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
                 if lowering_kind(o) in ("elementwise", "kernel", "structured") for v in o.outputs}
         for v, y in zip(op.outputs, block.results):
             if y.id in made and y.id not in low.placed and low.uses.get(y.id) == 1:
-                low.placed[y.id] = Layout(v, "0", contiguous_strides(y.type.shape))
+                low.placed[y.id] = Layout(v, None, contiguous_strides(y.type.shape))
                 ins.extra["in_place"][y.id] = v
 
 
@@ -96,7 +96,7 @@ def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
         low.unplanned.add(v.id)
     for block in op.blocks:
         for arg, state in zip(block.args, op.outputs[:n_state]):
-            low.layouts[arg.id] = Layout(state, "0", low.layouts[state.id].strides)
+            low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
 
 
 # ---- rendering ---------------------------------------------------------------------------

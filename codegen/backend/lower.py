@@ -24,7 +24,7 @@ from . import op_lowering as _hooks  # noqa: F401  (attaches extra["lower"])
 @dataclass(eq=False)
 class Layout:
     base: Value | None = None          # the value whose buffer holds this one (None: own)
-    offset: str = "0"                  # C++ element offset from the base pointer
+    offset: str | None = None          # C++ element offset from the base; None: at its start
     strides: tuple[Dim, ...] = ()      # element strides, 0 on broadcast dims
     const: object = None               # a uniform constant: no memory at all
 
@@ -113,7 +113,7 @@ class Lowering:
     # ---- layouts ----
     def own(self, v: Value) -> Layout:
         """`v`'s memory: where a consumer placed it, else a buffer of its own."""
-        layout = self.placed.pop(v.id, None) or Layout(None, "0",
+        layout = self.placed.pop(v.id, None) or Layout(None, None,
                                                        contiguous_strides(v.type.shape))
         self.layouts[v.id] = layout
         self.values[v.id] = v
@@ -237,7 +237,7 @@ class Lowering:
                     stores.append(v)
                     self.own(v)
                 else:
-                    self.layouts[v.id] = Layout(None, "0", contiguous_strides(v.type.shape))
+                    self.layouts[v.id] = Layout(None, None, contiguous_strides(v.type.shape))
         out.append(Fused(list(run), stores, run[0].outputs[0].type.shape, allocs, sums))
 
     def _lower_op(self, op: Op, kind: str, out: list) -> None:

@@ -222,7 +222,7 @@ def _input_value(graph: Graph, vid: int) -> Value:
 
 
 def _own(t: TensorType) -> Layout:
-    return Layout(None, "0", contiguous_strides(t.shape))
+    return Layout(None, None, contiguous_strides(t.shape))
 
 
 def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],

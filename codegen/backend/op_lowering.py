@@ -4,7 +4,7 @@
   target spells them (`r.target.math`), fused into a loop nest or a GPU kernel by the target;
 - ("const", value(op)): a uniform constant, which needs no memory;
 - ("view", layout(r, op, i, strides), needs_contiguous): output i re-addresses the
-  input's memory (offset, strides);
+  input's memory (offset: C++ text, None at its start; strides: dims);
 - ("kernel", accepts): a call into the target's runtime, its statements attached as
   `extra["statements"]` (backend/kernels.py); `accepts` (bool, or a predicate on
   an input's layout) says which inputs may be strided views.
@@ -68,22 +68,23 @@ for _name, _prim in TABLE.items():
 
 
 # ---- views ------------------------------------------------------------------------------
-def offset_expr(r, starts, strides) -> str:
+def offset_expr(r, starts, strides) -> str | None:
+    """The element offset of `starts` (None: the start itself)."""
     terms = [f"{r.dim(s)} * {r.dim(st)}" for s, st in zip(starts, strides) if s != Dim.of(0)]
-    return " + ".join(terms) or "0"
+    return " + ".join(terms) or None
 
 
 attach_lowering("reshape", "view",
-           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
+           lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
 attach_lowering("unsegment", "view",
-           lambda r, op, i, st: ("0", contiguous_strides(op.outputs[0].type.shape)), True)
+           lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
 attach_lowering("index", "view", lambda r, op, i, st: (
     f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}) * "
     f"{r.dim(st[0])}", st[1:]), False)
 attach_lowering("slice", "view",
            lambda r, op, i, st: (offset_expr(r, op.attrs["starts"], st), st), False)
 attach_lowering("transpose", "view",
-           lambda r, op, i, st: ("0", tuple(st[p] for p in op.attrs["perm"])), False)
+           lambda r, op, i, st: (None, tuple(st[p] for p in op.attrs["perm"])), False)
 
 
 def _split_view(r, op, i, st):
@@ -98,7 +99,7 @@ attach_lowering("split", "view", _split_view, False)
 def _broadcast_view(r, op, i, st):
     x, shape = op.inputs[0], op.outputs[0].type.shape
     strides = [Dim.of(0) if d == Dim.of(1) else s for d, s in zip(x.type.shape, st)]
-    return "0", (Dim.of(0),) * (len(shape) - x.type.rank) + tuple(strides)
+    return None, (Dim.of(0),) * (len(shape) - x.type.rank) + tuple(strides)
 
 
 attach_lowering("broadcast_to", "view", _broadcast_view, False)

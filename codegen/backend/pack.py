@@ -54,7 +54,7 @@ def _walk(instrs: list, loops: list[tuple[Structured, set[int]]],
 def _anchor(v: Value, inside: set[int], layouts: dict[int, Layout]) -> Value:
     """`v`, or the value it re-strides without an offset (a transpose of a weight made in
     the loop body) when `v` is made inside the loop: memory the loop does not move."""
-    while v.id in inside and layouts[v.id].base is not None and layouts[v.id].offset == "0":
+    while v.id in inside and layouts[v.id].base is not None and layouts[v.id].offset is None:
         v = layouts[v.id].base
     return v
 

@@ -132,7 +132,7 @@ class Renderer:
             v = spec.result_of[v.id]
             self.emit(f"{target} = {self.ptr(v)};")
             # the pointer is the value's own: another function reads it as memory of its own
-            spec.saved_layouts[v.id] = Layout(None, "0", self.low.layouts[v.id].strides)
+            spec.saved_layouts[v.id] = Layout(None, None, self.low.layouts[v.id].strides)
         return self.target.function(self, self.lines)
 
     def _materialize_results(self, instrs: list, results: list[Value], owned: set[int]) -> None:
@@ -204,7 +204,7 @@ class Renderer:
         self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>(arena + "
                   f"off[{slot}]);")
 
-    def region(self, base: Value, offset: str, type_, strides=None) -> Value:
+    def region(self, base: Value, offset: str | None, type_, strides=None) -> Value:
         """A view of part of `base`'s memory (a destination for `assign`)."""
         v = Value(type_)
         self.low.layouts[v.id] = Layout(base, offset, tuple(strides) if strides is not None
@@ -218,7 +218,7 @@ class Renderer:
 
     def view(self, v: Value) -> None:
         lay = self.layout(v)
-        self.emit(f"auto* {self.ptr(v)} = {self.ptr(lay.base)} + ({lay.offset});")
+        self.emit(f"auto* {self.ptr(v)} = {self.ptr(lay.base)} + ({lay.offset or '0'});")
 
     def kernel(self, ins: Kernel) -> None:
         for v in ins.op.outputs:
