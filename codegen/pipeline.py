@@ -2,9 +2,9 @@
 gradcheck`, `codegen.load`):
 
     check          .mdl file -> checked forward graphs      dsl.check_file
-    prepare        loops with lengths -> plain loops        lowering.prepare
-    differentiate  + the backward of the minimized output  autodiff (lowering.prepare),
-                   (or, --vjp, a vector-Jacobian product)   passes.optimize
+    prepare        loops with lengths -> plain loops        transforms.prepare
+    differentiate  + the backward of the minimized output  autodiff (transforms.prepare),
+                   (or, --vjp, a vector-Jacobian product)   transforms.passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
     build          the runtime once, then one compiler call build.extension.build_extension,
                    by the target's toolchain

@@ -10,7 +10,8 @@ implementation of lengths besides the reference's. A `while` pushes its tape val
 every trip onto growable tapes and records its trip count in the model.
 
 Each op's lowering and rendering are attached to its entry in the table of structured
-ops as `extra["native"] = (lower, render)`; the renderer's target writes every
+ops as `extra["lower"] = ("structured", lower, render)`, as a primitive's lowering is to
+its entry (backend/lower.py asks every op's entry alike); the renderer's target writes every
 machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .lower import Layout, Lowering, Structured, lowering_kind
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     if op.attrs["has_lengths"]:  # the pipeline lowers lengths (codegen/ops/structured/for_op.py)
-        raise IRError("a for with lengths reached the backend; lowering.prepare rewrites it")
+        raise IRError("a for with lengths reached the backend; transforms/prepare.py rewrites it")
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     body = op.blocks[0]
     for v in op.outputs:
