@@ -10,6 +10,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.rng import derive
 from codegen.pipeline import differentiate, for_backends
@@ -50,6 +51,37 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(),
         outcome = compare_case(model, graph, case, lengths, seed % 1000)
         if not outcome.ok:
             return Outcome(outcome.kind, f"at {case}: {outcome.detail}")
+    if graph.loss is not None:
+        outcome = compare_step(model, graph, other, lengths, seed % 1000)
+        if not outcome.ok:
+            return Outcome(outcome.kind, f"train_step at {other}: {outcome.detail}")
+    return Outcome("ok")
+
+
+def compare_step(model, graph, dims: dict, lengths: set[str], seed: int) -> Outcome:
+    """One train_step, with an optimizer configuration the seed picks (every option of
+    SGD and Adam in turn: tests/optimizer_reference.py), against the NumPy update rules
+    applied to the gradients of a training forward and backward drawing the same dropout
+    masks (the gradients themselves are compare_case's)."""
+    config = sorted(CONFIGS)[seed % len(CONFIGS)]
+    name, options = CONFIGS[config]
+    inputs = case_inputs(graph, dims, lengths, seed)
+    params = {k: np.array(v) for k, v in model.params.items()}
+    try:
+        calls = model.rng_calls
+        model.forward(**inputs, training=True)
+        grads = model.backward()
+        model.rng_calls = calls  # the step's forward draws the same masks
+        model.set_optimizer(name, **options)
+        model.train_step(**inputs)
+    except Exception as e:  # noqa: BLE001 -- a native error is a finding
+        return Outcome("native", f"{config}: {type(e).__name__}: {e}")
+    ref = Reference(graph, params, name, options)
+    ref.step(grads)
+    diffs = differences(dict(model.params), ref.w)
+    if diffs:
+        return Outcome("mismatch", f"{config}: " + "; ".join(f"parameter {k}: {d}"
+                                                              for k, d in diffs.items()))
     return Outcome("ok")
 
 

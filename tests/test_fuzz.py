@@ -15,6 +15,7 @@ from fuzz_compare import compare
 from fuzz_expressions import ARITH, COMPARE, REDUCTIONS, SOFTMAXES, UNARY
 from fuzz_generate import generate
 from fuzz_source import smaller
+from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.primitives import TABLE
 from codegen.pipeline import load
@@ -193,6 +194,26 @@ def test_a_reference_off_by_one_part_in_ten_million_is_caught(tmp_path, monkeypa
     outcome = compare(module, "Tanh", graph)
     assert outcome.kind == "mismatch"
     assert "output loss" in outcome.detail and "the backend differs" in outcome.detail
+
+
+@pytest.mark.parametrize("seed", range(len(CONFIGS)))
+def test_train_step_is_checked_with_every_optimizer(tmp_path, monkeypatch, seed):
+    """compare() also takes one train_step with the optimizer configuration its seed
+    picks (each of tests/optimizer_reference.py's in turn); updated weights off by a part
+    in ten million are caught there, with the configuration named."""
+    path, name, *_ = fuzz.build(TANH, tmp_path, [])
+    module = load(path, dtype="f64", name=name)
+    graph = check_source(TANH, model="Tanh", dtype="f64").graph
+    assert compare(module, "Tanh", graph, seed=seed).ok
+    step = Reference.step
+
+    def off(self, grads):  # every updated weight a part in ten million away
+        step(self, grads)
+        self.w = {k: w * (1 + 1e-7) if k in grads else w for k, w in self.w.items()}
+    monkeypatch.setattr(Reference, "step", off)
+    outcome = compare(module, "Tanh", graph, seed=seed)
+    assert outcome.kind == "mismatch" and "train_step" in outcome.detail
+    assert sorted(CONFIGS)[seed] in outcome.detail
 
 
 def test_emulate_is_for_the_cuda_target(capsys):
