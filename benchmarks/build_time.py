@@ -47,7 +47,7 @@ def mdl_builds(work: Path, model: str, defines: list[str]) -> tuple[float, float
     """(runtime once, cold model build, cached model build) in a fresh cache."""
     env = {**os.environ, "MDL_CACHE_DIR": str(work / "cache")}
     runtime = seconds([sys.executable, "-c",
-                       "from codegen.build.runtime import build_runtime; build_runtime()"], env)
+                       "from codegen.compile.runtime import build_runtime; build_runtime()"], env)
     mdlc = [sys.executable, "-m", "codegen.cli", "build", model, "-o", str(work / "out"),
             *defines]
     return runtime, seconds(mdlc, env), seconds(mdlc, env)

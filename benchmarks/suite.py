@@ -17,7 +17,7 @@ from benchmarks.cases import MDL, cases, select, sgemm_case
 from benchmarks.memory import measure_memory
 from benchmarks.plot import plot
 from benchmarks.pool import Pool
-from codegen.build.cuda_toolkit import gpu_capabilities
+from codegen.compile.cuda_toolkit import gpu_capabilities
 from dsl import UsageError
 
 

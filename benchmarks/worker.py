@@ -105,7 +105,7 @@ def _limit_threads(n: int) -> None:
 
 def _version(distribution: str) -> str:
     if distribution == "mdl":
-        from codegen.build.cache import CODEGEN_VERSION
+        from codegen.compile.cache import CODEGEN_VERSION
         return f"code generator {CODEGEN_VERSION}"
     return sys.modules[distribution].__version__
 

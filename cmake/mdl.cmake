@@ -22,7 +22,7 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.build.blas import blas; b = blas(); print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
@@ -34,7 +34,7 @@ cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
 set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
 find_package(pybind11 CONFIG REQUIRED)
 
-# MKL or OpenBLAS, as codegen/build/blas.py chooses
+# MKL or OpenBLAS, as codegen/compile/blas.py chooses
 add_library(mdl::blas SHARED IMPORTED GLOBAL)
 set_target_properties(mdl::blas PROPERTIES
   IMPORTED_LOCATION "${_mdl_blas_library}"

@@ -30,7 +30,7 @@ def _version() -> str:
     """The installed distribution's version, and the code generator's."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from codegen.build.cache import CODEGEN_VERSION
+    from codegen.compile.cache import CODEGEN_VERSION
     try:
         release = version("mdl")
     except PackageNotFoundError:  # run from a checkout that was never installed
@@ -207,7 +207,7 @@ def cmd_check(args) -> int:
 def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
-    from .build.cmake import render_cmakelists
+    from .compile.cmake import render_cmakelists
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
@@ -255,10 +255,10 @@ def cmd_graph(args) -> int:
 
 def cmd_build(args) -> int:
     """A module the cache's index holds is copied without importing the compiler
-    (codegen/build/index.py); anything else goes through the pipeline."""
-    from .build.extension import install
-    from .build.index import lookup
-    from .build.options import BuildOptions, module_name_for
+    (codegen/compile/index.py); anything else goes through the pipeline."""
+    from .compile.extension import install
+    from .compile.index import lookup
+    from .compile.options import BuildOptions, module_name_for
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
     name = module_name_for(args.file, args.name)

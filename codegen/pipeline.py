@@ -6,12 +6,12 @@ gradcheck`, `codegen.load`):
     differentiate  + the backward of the minimized output  autodiff (transforms.prepare),
                    (or, --vjp, a vector-Jacobian product)   transforms.passes.optimize
     generate       split, lower, plan, render for a target backend.module.generate
-    build          the runtime once, then one compiler call build.extension.build_extension,
+    build          the runtime once, then one compiler call compile.extension.build_extension,
                    by the target's toolchain
     import         the extension as a Python module
 
 A build seen before is found from the .mdl sources and options alone (the index,
-codegen/build/index.py), so nothing is checked or generated again."""
+codegen/compile/index.py), so nothing is checked or generated again."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +22,9 @@ from typing import Any
 from dsl import UsageError, check_file, model_names
 
 from .backend.module import generate
-from .build.extension import build_extension
-from .build.index import lookup, remember
-from .build.options import BuildOptions, module_name_for
+from .compile.extension import build_extension
+from .compile.index import lookup, remember
+from .compile.options import BuildOptions, module_name_for
 from .ir.graph import Graph, clone_graph
 from .targets.registry import target
 from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph

@@ -1,6 +1,6 @@
 """Where `import "path"` finds a file: next to the importing file, else in the standard
 library (dsl/std/). Kept apart from the parser so that the build index
-(codegen/build/index.py) follows imports as the front end does without loading it."""
+(codegen/compile/index.py) follows imports as the front end does without loading it."""
 from __future__ import annotations
 
 from pathlib import Path

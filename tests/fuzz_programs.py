@@ -34,7 +34,7 @@ from fuzz_compare import SPECIALIZED, Outcome, compare
 from fuzz_generate import SIZES, generate
 from fuzz_source import Program, module_source, smaller
 
-from codegen.build.cuda_toolkit import gpu_capabilities
+from codegen.compile.cuda_toolkit import gpu_capabilities
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.ir.graph import walk_ops
 from codegen.pipeline import BuildOptions, build as pipeline_build, load

@@ -170,7 +170,7 @@ def test_bad_options_are_usage_errors(args, message, capsys):
 
 
 def test_the_gpu_rows_need_a_gpu(capsys):
-    from codegen.build.cuda_toolkit import gpu_capabilities
+    from codegen.compile.cuda_toolkit import gpu_capabilities
     if gpu_capabilities():
         pytest.skip("a GPU is here: the GPU rows run")
     assert cli.main(["bench", "--quick", "--device", "cuda"]) == 2

@@ -1,4 +1,4 @@
-"""codegen/build/: generated C++ to an importable extension through the cache (the runtime
+"""codegen/compile/: generated C++ to an importable extension through the cache (the runtime
 compiled once, each module linked with it), the emitted CMakeLists.txt, and the top-level
 CMake project (the runtime's C++ tests). Each distinct C++ build costs seconds, so the
 suite compiles a few things in all and shares them through session fixtures."""
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from codegen.backend.paths import RUNTIME_DIR
-from codegen.build import cache, environment, extension, flags, runtime
-from codegen.build.blas import blas
-from codegen.build.cmake import render_cmakelists
-from codegen.build.environment import EXT_SUFFIX
-from codegen.build.extension import build_extension, cache_key
-from codegen.build.toolchain import EMULATED_CUDA, Linked
+from codegen.compile import cache, environment, extension, flags, runtime
+from codegen.compile.blas import blas
+from codegen.compile.cmake import render_cmakelists
+from codegen.compile.environment import EXT_SUFFIX
+from codegen.compile.extension import build_extension, cache_key
+from codegen.compile.toolchain import EMULATED_CUDA, Linked
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.targets.cpu import CPU
 from codegen.targets.cuda import EMULATED_CUDA_TARGET
@@ -141,7 +141,7 @@ def test_the_openblas_variant_builds_and_its_gradients_check(tmp_path):
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "worst relative error" in run.stdout
-    built = subprocess.run([sys.executable, "-c", "from codegen.build.blas import blas; "
+    built = subprocess.run([sys.executable, "-c", "from codegen.compile.blas import blas; "
                             "print(blas().name, blas().library)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
     assert built.stdout.startswith("openblas ") and "openblas" in built.stdout.split()[1]
@@ -244,7 +244,7 @@ def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     the lock and then finds the result; both get the same file."""
     source = TINY.replace("tiny", "twin") + f"// {uuid.uuid4()}: a new key even in a kept cache\n"
     code = ("import sys; from codegen.targets.cpu import CPU; "
-            "from codegen.build.extension import build_extension; "
+            "from codegen.compile.extension import build_extension; "
             f"print(build_extension({{'module.cpp': {source!r}}}, 'twin', CPU))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -280,7 +280,7 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     next build of that key clears them and succeeds."""
     source = TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
     key = cache_key({"module.cpp": source}, "killed", CPU)
-    code = ("from codegen.targets.cpu import CPU; from codegen.build.extension import build_extension; "
+    code = ("from codegen.targets.cpu import CPU; from codegen.compile.extension import build_extension; "
             f"build_extension({{'module.cpp': {source!r}}}, 'killed', CPU)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})

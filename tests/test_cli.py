@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from codegen import cli
-from codegen.build import environment, flags, index
-from codegen.build.cache import write_key
-from codegen.build.environment import EXT_SUFFIX, environment_key
-from codegen.build.index import lookup
-from codegen.build.options import BuildOptions
-from codegen.build.toolchain import HOST
+from codegen.compile import environment, flags, index
+from codegen.compile.cache import write_key
+from codegen.compile.environment import EXT_SUFFIX, environment_key
+from codegen.compile.index import lookup
+from codegen.compile.options import BuildOptions
+from codegen.compile.toolchain import HOST
 from dsl import imports
 
 GOOD = """model M(H = 4) {
@@ -173,7 +173,7 @@ def test_a_specialization_applies_to_the_models_with_its_dims(tmp_path, capsys):
             "(`M` has B; `Tiny` has none)") in capsys.readouterr().err
 
 
-# ---- a cached `mdlc build`: the index (codegen/build/index.py) answers without the compiler
+# ---- a cached `mdlc build`: the index (codegen/compile/index.py) answers without the compiler
 def test_a_cached_build_imports_only_what_the_index_needs(tmp_path, good):
     """The second `mdlc build` of a file finds its module through the index: it imports
     neither the front end's parser nor the IR tables, NumPy or Jinja (docs/build.md)."""

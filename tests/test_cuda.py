@@ -21,7 +21,7 @@ NO_DEVICE = "no CUDA device was found"
 def _nvcc_missing() -> str | None:
     from codegen.ir.diagnostics import MdlBuildError
     try:
-        from codegen.build.cuda_toolkit import toolkit
+        from codegen.compile.cuda_toolkit import toolkit
         toolkit()
     except MdlBuildError as exc:
         return str(exc)
@@ -115,7 +115,7 @@ def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gp
     import pybind11
 
     import cmake
-    from codegen.build.cuda_toolkit import toolkit
+    from codegen.compile.cuda_toolkit import toolkit
     done = mdlc("emit", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o",
                 str(tmp_path / "src"))
     assert done.returncode == 0, done.stderr
@@ -139,7 +139,7 @@ def test_the_emitted_cmake_project_builds_with_cmakes_cuda_language(tmp_path, gp
 def test_nvcc_builds_have_keys_of_their_own():
     """The same sources built by nvcc, by the emulated toolchain and by the host compiler
     are three cache entries."""
-    from codegen.build.extension import cache_key
+    from codegen.compile.extension import cache_key
     from codegen.targets.registry import target
     sources = {"module.cu": "// the same text\n"}
     keys = {cache_key(sources, "m", target(name, emulate))

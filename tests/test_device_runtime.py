@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import CHARLM, charlm_batch
 
-from codegen.build.extension import build_extension
+from codegen.compile.extension import build_extension
 from codegen.pipeline import BuildOptions, load, sources
 from codegen.targets.cpu import CpuTarget
 from codegen.targets.registry import TARGETS

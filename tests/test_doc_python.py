@@ -16,7 +16,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 @pytest.mark.parametrize("page", PAGES)
 def test_the_pages_python_runs(page, monkeypatch):
     if page == "cuda.md":
-        from codegen.build.cuda_toolkit import toolkit
+        from codegen.compile.cuda_toolkit import toolkit
         from codegen.ir.diagnostics import MdlBuildError
         try:
             toolkit()

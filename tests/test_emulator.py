@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen.build.extension import build_extension
+from codegen.compile.extension import build_extension
 from codegen.targets.registry import target
 
 SOURCE = Path(__file__).resolve().parent / "emulator" / "wrong_kernels.cu"

@@ -17,7 +17,7 @@ STAGES = [
     "codegen.transforms",   # prepare, autodiff, passes
     "codegen.reference",    # the NumPy interpreter, gradient checks
     "codegen.backend",      # lowering, memory plan, rendering: shared by every target
-    "codegen.build",        # toolchains, the runtime, the build cache
+    "codegen.compile",      # toolchains, the runtime, the build cache
     "codegen.targets",      # cpu, cuda: a backend's hooks plus a toolchain
     "codegen.pipeline",     # the stages in order, for every entry point
     "codegen.drawing",      # mdlc graph

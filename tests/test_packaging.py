@@ -55,7 +55,7 @@ def test_a_wheel_works_from_a_fresh_virtual_environment(tmp_path):
     source = tmp_path / "source"  # a copy, so that building leaves this tree untouched
     skipped = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".pytest_cache",
                                      ".hypothesis")
-    # the top level's build/ is CMake's (docs/build.md); codegen/build/ is a package
+    # the top level's build/ is CMake's (docs/build.md); codegen/compile/ is a package
     shutil.copytree(REPO, source, ignore=lambda folder, names: skipped(folder, names) | (
         {"build"} if Path(folder) == REPO else set()))
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",

@@ -14,7 +14,7 @@ import pytest
 
 from codegen.backend.lower import lowering_hook
 from codegen.backend.target import Target
-from codegen.build import toolchain
+from codegen.compile import toolchain
 from codegen.cli import parser
 from codegen.ir.graph import Op
 from codegen.ops.primitives import TABLE

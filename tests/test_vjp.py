@@ -17,7 +17,7 @@ from codegen import cli
 from codegen.ir.graph import walk_ops
 from codegen.ops.rng import derive
 from codegen.ops.verify import verify
-from codegen.build import index
+from codegen.compile import index
 from codegen.pipeline import BuildOptions, differentiate, load
 from codegen.reference import gradcheck, interpreter as reference
 from codegen.transforms.autodiff import GradientError, cotangent_names, vjp_graph
@@ -224,8 +224,8 @@ def test_vjp_is_part_of_the_build_and_its_cache_key(monkeypatch, capsys):
     assert index._entry(path, "m", BuildOptions(vjp=True)) != index._entry(path, "m", BuildOptions())
     seen = []
     monkeypatch.setattr("codegen.pipeline.build", lambda f, n, options: seen.append(options))
-    monkeypatch.setattr("codegen.build.index.lookup", lambda *args: None)
-    monkeypatch.setattr("codegen.build.extension.install", lambda *args: "built")
+    monkeypatch.setattr("codegen.compile.index.lookup", lambda *args: None)
+    monkeypatch.setattr("codegen.compile.extension.install", lambda *args: "built")
     assert cli.main(["build", str(path), "--vjp"]) == 0
     assert seen[0].vjp
     assert cli.main(["emit", "--ir", "--vjp", str(path), "--model", "CharLMStep"]) == 0

@@ -7,7 +7,7 @@ how memory is copied and filled, where parameters, inputs, results and saved val
 how a scalar is read on the host (a branch condition), where tapes live, and how a
 runtime function is called. Scalars (types, literals, math functions) are spelled alike
 on every target, C++ that nvcc compiles too; a target whose compiler differs overrides
-`ctype`, `literal` or `math`. Its `Toolchain` (codegen/build/toolchain.py) builds what
+`ctype`, `literal` or `math`. Its `Toolchain` (codegen/compile/toolchain.py) builds what
 it generates.
 
 Each kernel primitive's statements are shared (backend/kernels.py, `extra["statements"]`):
@@ -30,7 +30,7 @@ from . import kernels as _kernels  # noqa: F401  (attaches extra["statements"])
 
 class Target(abc.ABC):
     name: str
-    toolchain: object  # the Toolchain building its code (codegen/build/toolchain.py)
+    toolchain: object  # the Toolchain building its code (codegen/compile/toolchain.py)
     source: str = "module.cpp"   # the generated file's name (its language)
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
     # The runtime's mdl::Device of its models (model.h): where their memory lives.

@@ -24,6 +24,7 @@ The questions (each kind of entry says more in its own module):
 """
 from __future__ import annotations
 
+import abc
 from typing import Callable
 
 from ..ir.graph import IRError, Op
@@ -38,8 +39,9 @@ def need(cond: bool, message: str) -> None:
         raise Broken(message)
 
 
-class OpEntry:
-    """What every entry answers; the defaults are an op that declares nothing."""
+class OpEntry(abc.ABC):
+    """What every entry answers; the defaults are an op that declares nothing, and each
+    kind of entry (Primitive, StructuredOp) implements the abstract rules."""
 
     # Every entry also has `name`, `blocks` (the names of its blocks) and `trim`; they are
     # not defaulted here, since a dataclass would take a default of this class for its
@@ -56,14 +58,17 @@ class OpEntry:
     integer_bounds: Callable | None = None
     uniform: Callable | None = None
 
+    @abc.abstractmethod
     def check(self, op: Op) -> None:
-        raise NotImplementedError
+        """Raise Broken where `op` breaks the entry's rules."""
 
+    @abc.abstractmethod
     def evaluate(self, interp, op: Op, args: list) -> list:
-        raise NotImplementedError
+        """The op's outputs as NumPy arrays, given its operands `args`."""
 
+    @abc.abstractmethod
     def gradient(self, b, op: Op, cts: list, active: set[int], backprop) -> tuple:
-        raise NotImplementedError
+        """(input cotangents, [(captured value, cotangent)]), emitted through `b`."""
 
     def rewrite(self, op: Op, autodiff: bool) -> Callable | None:
         return None

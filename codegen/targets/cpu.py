@@ -12,7 +12,7 @@ from ..backend.kernels import gemm_operand, gemm_sizes
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
-from ..build.toolchain import HOST
+from ..compile.toolchain import HOST
 from ..ir.shapes import Dim, numel
 
 VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator

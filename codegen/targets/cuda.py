@@ -12,7 +12,7 @@ from ..backend.element import assign as assign_element, compute
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
-from ..build.toolchain import EMULATED_CUDA, NVCC
+from ..compile.toolchain import EMULATED_CUDA, NVCC
 from ..ir.shapes import Dim, numel
 
 
@@ -25,7 +25,7 @@ class CudaTarget(Target):
                 "(void)g;")
 
     def __init__(self, emulate: bool = False):
-        # The same code either way: `emulate` builds it for the CPU (codegen/build/toolchain.py).
+        # The same code either way: `emulate` builds it for the CPU (codegen/compile/toolchain.py).
         self.toolchain = EMULATED_CUDA if emulate else NVCC
 
     def call(self, name: str) -> str:

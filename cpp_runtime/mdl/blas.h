@@ -1,4 +1,4 @@
-// GEMM through the BLAS codegen/build/blas.py chose: Intel MKL (MDL_BLAS_MKL) or OpenBLAS from
+// GEMM through the BLAS codegen/compile/blas.py chose: Intel MKL (MDL_BLAS_MKL) or OpenBLAS from
 // scipy-openblas32 (MDL_BLAS_OPENBLAS). Row-major, transposes as flags: no copies.
 //
 // A right operand used by many products of one shape (a weight inside a time loop) can
@@ -17,7 +17,7 @@
 #elif defined(MDL_BLAS_OPENBLAS)
 #include <cblas.h>
 #else
-#error "define MDL_BLAS_MKL or MDL_BLAS_OPENBLAS (codegen/build/blas.py chooses)"
+#error "define MDL_BLAS_MKL or MDL_BLAS_OPENBLAS (codegen/compile/blas.py chooses)"
 #endif
 
 namespace mdl {

@@ -2,7 +2,7 @@
 // them (expf on 16 floats at once with AVX-512, ...), but math.h declares them only under
 // -ffast-math, which would also license reassociation and ignore NaN and infinity. Declared
 // here, GCC vectorizes a loop that calls std::exp, std::tanh, ... and calls the libmvec
-// variant; results stay within libmvec's documented error (4 ulp at most). codegen/build/flags.py
+// variant; results stay within libmvec's documented error (4 ulp at most). codegen/compile/flags.py
 // defines MDL_LIBMVEC and links -lmvec where the compiler finds libmvec.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The Python face of generated models, compiled once per cache (codegen/build/runtime.py) and
+// The Python face of generated models, compiled once per cache (codegen/compile/runtime.py) and
 // linked into every generated module: the class a model's Python class derives from (over
 // src/model_object.h) and the module itself. A generated module contributes only its
 // `ModelSpec`s; `create_module` makes the module and its classes from them.

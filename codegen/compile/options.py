@@ -1,6 +1,6 @@
 """What a build of a .mdl file is asked for (`mdlc build`'s options, `codegen.load`'s
 arguments) and the name of the module it makes. Kept apart from the pipeline so that the
-build index (codegen/build/index.py) can answer for a build without importing it."""
+build index (codegen/compile/index.py) can answer for a build without importing it."""
 from __future__ import annotations
 
 import re

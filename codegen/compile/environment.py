@@ -1,6 +1,6 @@
 """What decides every build besides its own sources and flags: the code generator's
 version, the runtime's sources, the compiler, Python's ABI, pybind11 and the BLAS. Every
-cache key holds it (modules, runtime objects); the index (codegen/build/index.py) checks
+cache key holds it (modules, runtime objects); the index (codegen/compile/index.py) checks
 a module it finds against it."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The host C++ compiler and the flags every build passes it: which compiler (`c++`, or
 $CXX) and what identifies it in a cache key, the flags of each variant (release, debug,
 sanitized), the include directories and what a module links. Toolchains
-(codegen/build/toolchain.py) assemble their commands from these; the emitted
-CMakeLists.txt (codegen/build/cmake.py) renders the same lists."""
+(codegen/compile/toolchain.py) assemble their commands from these; the emitted
+CMakeLists.txt (codegen/compile/cmake.py) renders the same lists."""
 from __future__ import annotations
 
 import functools
@@ -40,7 +40,7 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
 
 def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
-    RPATH (codegen/build/blas.py)."""
+    RPATH (codegen/compile/blas.py)."""
     return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
             *(("-lmvec",) if libmvec() else ())]
 

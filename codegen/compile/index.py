@@ -5,7 +5,7 @@ and what it needs (no parser, no primitive table, no NumPy, no Jinja).
 An entry, `index/<key>`, is keyed by the text of the .mdl file and of every file it
 imports (followed as the front end follows them: dsl/imports.py), the module's name, the
 options, a digest of the compiler's own sources (dsl/, codegen/, templates/) and the
-environment (codegen/build/environment.py: the C++ compiler, the runtime's sources, the
+environment (codegen/compile/environment.py: the C++ compiler, the runtime's sources, the
 BLAS, ...). It names the built module and the toolchain that built it, whose fields (nvcc
 and cuBLAS for the cuda target) must still be those in the module's key.json: the
 toolchain is known only once the target is, which the index does without."""

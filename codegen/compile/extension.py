@@ -1,8 +1,8 @@
 """Building one extension: a target's generated sources compiled and linked with the
-runtime (codegen/build/runtime.py) by the target's toolchain (codegen/build/toolchain.py),
-in one compiler call, through the cache (codegen/build/cache.py). Its key hashes
+runtime (codegen/compile/runtime.py) by the target's toolchain (codegen/compile/toolchain.py),
+in one compiler call, through the cache (codegen/compile/cache.py). Its key hashes
 everything that can change the built file: the sources, the toolchain and its flags, and
-the environment (codegen/build/environment.py: CODEGEN_VERSION, the runtime's sources,
+the environment (codegen/compile/environment.py: CODEGEN_VERSION, the runtime's sources,
 the compiler, Python's ABI, pybind11's version, the BLAS)."""
 from __future__ import annotations
 

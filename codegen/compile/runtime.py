@@ -3,7 +3,7 @@ shares (the Python-facing class, argument checks, arenas, the parameter stores:
 cpp_runtime/src/) becomes one relocatable object, and `mdl/python.h`, the header every
 generated file includes first, is precompiled beside it (docs/build.md has the
 measurements behind this). `runtime_object` also builds the further runtime objects a
-toolchain links (codegen/build/toolchain.py)."""
+toolchain links (codegen/compile/toolchain.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,6 @@
 """The CMakeLists.txt `mdlc emit` writes beside the generated sources: it builds them and
 the runtime's sources into the extension with the flags `build_extension` uses
-(codegen/build/flags.py), for a user who builds with CMake instead of mdl's cache."""
+(codegen/compile/flags.py), for a user who builds with CMake instead of mdl's cache."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -37,7 +37,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "rpath": blas().lib_dir,
         "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
     }
-    if cuda:  # cuBLAS as the build links it (codegen/build/cuda_toolkit.py), found by RPATH too
+    if cuda:  # cuBLAS as the build links it (codegen/compile/cuda_toolkit.py), found by RPATH too
         context["include_dirs"].append(toolkit().cublas_include)
         context["libraries"].append(str(toolkit().cublas_library))
         context["rpath"] += f";{toolkit().cublas_library.parent}"

@@ -1,11 +1,11 @@
 """How a target's generated sources become an extension: a toolchain names the compiler
 and its flags, the runtime objects a module links (each compiled once per cache), and
-what of this goes into a build's cache key. `codegen.build.extension.build_extension` runs the
+what of this goes into a build's cache key. `codegen.compile.extension.build_extension` runs the
 build itself, through the cache, the same for every toolchain; a target names its
 toolchain (`Target.toolchain`).
 
 - HOST: the C++ compiler (`c++`, or $CXX): the cpu target.
-- NVCC: nvcc and cuBLAS (codegen/build/cuda_toolkit.py): the cuda target.
+- NVCC: nvcc and cuBLAS (codegen/compile/cuda_toolkit.py): the cuda target.
 - EMULATED_CUDA: the cuda target built by the host compiler (`mdlc build --target cuda
   --emulate`): the same generated CUDA compiled as C++ against the stand-in headers of
   cpp_runtime/emulated/, whose device runs every kernel on the CPU, with checks
