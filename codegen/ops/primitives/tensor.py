@@ -36,15 +36,20 @@ def _one_hot(types, attrs):
 
 
 # ---- matrix product ----------------------------------------------------------------
-def _matmul_grad(b, op, cts):
-    x, w = op.inputs
-    g = cts[0]
-    cx = b.matmul(g, b.transpose(w, perm=(1, 0)))
-    if x.type.rank > 2:  # every leading dim is a row of one big product
+def _weight_grad(b, x, g):
+    """transpose(x) @ g, every leading dim of x and g a row of one big product: the
+    gradient of x @ w with respect to w."""
+    if x.type.rank > 2:
         rows = numel(x.type.shape[:-1])
         x = b.reshape(x, shape=(rows, x.type.shape[-1]))
         g = b.reshape(g, shape=(rows, g.type.shape[-1]))
-    return [cx, b.matmul(b.transpose(x, perm=(1, 0)), g)]
+    return b.matmul(b.transpose(x, perm=(1, 0)), g)
+
+
+def _matmul_grad(b, op, cts):
+    x, w = op.inputs
+    g = cts[0]
+    return [b.matmul(g, b.transpose(w, perm=(1, 0))), _weight_grad(b, x, g)]
 
 
 def _matmul_step_sum(op, producers, stack):
@@ -62,11 +67,7 @@ def _matmul_step_sum(op, producers, stack):
     if None in stacked:
         return None
 
-    def emit(b):
-        a, g = (b.reshape(x, shape=(numel(x.type.shape[:-1]), x.type.shape[-1]))
-                for x in stacked)
-        return b.matmul(b.transpose(a, perm=(1, 0)), g)
-    return emit
+    return lambda b: _weight_grad(b, *stacked)  # rows of every step
 
 
 @primitive("matmul", 2, grad=_matmul_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w),
