@@ -64,6 +64,11 @@ EXAMPLES = {
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3",
                   "mdlc gradcheck examples/gru.mdl --target cuda",
                   "mdlc gradcheck examples/gru.mdl --target cuda --emulate"],
+    "export": ["mdlc export examples/charlm.mdl --model CharLM --onnx charlm.onnx",
+               "mdlc export examples/charlm.mdl --model CharLMStep -D H=128 "
+               "--params runs/charlm/checkpoint.npz --onnx step.onnx",
+               "mdlc export examples/charlm.mdl --model CharLM --outputs logits "
+               "--specialize B=1 --onnx charlm-b1.onnx"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
               "mdlc bench --quick",
@@ -105,6 +110,19 @@ def parser() -> argparse.ArgumentParser:
     _target_option(gradcheck)
     gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
     gradcheck.add_argument("--seed", type=int, default=0)
+    export = command("export", "write a model's inference program as an ONNX file "
+                     "(onnxruntime, TensorRT, OpenVINO, netron)")
+    _model_options(export)
+    export.add_argument("--onnx", required=True, metavar="OUT.onnx", help="the file to write")
+    export.add_argument("--params", metavar="CHECKPOINT.npz",
+                        help="the parameters: a checkpoint written by `save` (default: the "
+                        "initial values of --seed, as Model(seed=...) has them)")
+    export.add_argument("--seed", type=int, default=0, help="without --params: the seed")
+    export.add_argument("--specialize", type=_dims, default={}, metavar="B=1,T=35",
+                        help="dims fixed in the graph (the others stay symbolic)")
+    export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
+                        help="the outputs to compute (default: all)")
+    export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
     bench = command("bench", "time compiled models against PyTorch and JAX, side by side "
                     "(the suite in benchmarks/ of a source checkout)")
     bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
@@ -309,6 +327,16 @@ def cmd_gradcheck(args) -> int:
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 
+def cmd_export(args) -> int:
+    from .export import export_onnx
+    out = export_onnx(args.file, args.onnx, model=args.model, params=args.params,
+                      defines=dict(args.defines), specialize=args.specialize,
+                      opset=args.opset, outputs=args.outputs, dtype=args.dtype,
+                      seed=args.seed)
+    print(out)
+    return 0
+
+
 def cmd_bench(args) -> int:
     """Runs the benchmark suite, which lives in a source checkout, not in the wheel."""
     from dsl import UsageError
@@ -323,7 +351,7 @@ def cmd_bench(args) -> int:
 
 
 COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": cmd_build,
-            "gradcheck": cmd_gradcheck, "bench": cmd_bench}
+            "gradcheck": cmd_gradcheck, "export": cmd_export, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ STAGES = [
     "codegen.targets",      # cpu, cuda: a backend's hooks plus a toolchain
     "codegen.pipeline",     # the stages in order, for every entry point
     "codegen.drawing",      # mdlc graph
+    "codegen.export",       # mdlc export: ONNX
     "codegen.pytorch",
     "codegen.distributed",
     "codegen.cli",

@@ -29,7 +29,11 @@ An entry declares a primitive once:
   (`stack(v)`: v's value for every step, or None; `producers`: the loop body's ops by
   output id), for ops/structured/for_sink.py; None where it cannot,
 - `extra`: hooks of later stages (the backend's `lower`, `statements`, `sums`,
-  `gathers`: codegen/backend/op_lowering.py).
+  `gathers`: codegen/backend/op_lowering.py), and the one a primitive declares itself:
+  `onnx(g, op, inputs) -> name or names`, its ONNX form in an inference graph (`training`
+  off), written through the emitter `g` of codegen/export/onnx_graph.py (`inputs` are the
+  operands' ONNX names); `onnx_node(type)` is the rule of a primitive that is one ONNX
+  node of the same operands.
 Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 """
 from __future__ import annotations
@@ -112,10 +116,14 @@ class Primitive(OpEntry):
 TABLE: dict[str, Primitive] = {}
 
 
-def primitive(name: str, arity: int | None, elementwise: bool = False, **hooks):
-    """Decorator registering a shape rule under `name` with the given hooks."""
+def primitive(name: str, arity: int | None, elementwise: bool = False,
+              onnx: Callable | None = None, **hooks):
+    """Decorator registering a shape rule under `name` with the given hooks (`onnx`, the
+    ONNX rule, goes into `extra`)."""
     def register(rule: Rule) -> Rule:
         TABLE[name] = OPS[name] = Primitive(name, rule, arity, elementwise, **hooks)
+        if onnx is not None:
+            TABLE[name].extra["onnx"] = onnx
         return rule
     return register
 
@@ -123,6 +131,11 @@ def primitive(name: str, arity: int | None, elementwise: bool = False, **hooks):
 def need(cond: bool, message: str) -> None:
     if not cond:
         raise ShapeError(message)
+
+
+def onnx_node(op_type: str, **attrs) -> Callable:
+    """The ONNX rule of a primitive that is the ONNX node `op_type` of its operands."""
+    return lambda g, op, xs: g.op(op_type, *xs, **attrs)
 
 
 def broadcast(types: list[TensorType], what: str) -> tuple[Dim, ...]:

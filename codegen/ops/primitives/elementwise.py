@@ -9,7 +9,7 @@ import numpy as np
 from ...ir.dtypes import FLOATS, NUMERIC
 from ...ir.graph import has_dynamic
 from ...ir.shapes import TensorType
-from .core import broadcast, need, primitive, reduce_to, same_dtype
+from .core import broadcast, need, onnx_node, primitive, reduce_to, same_dtype
 
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**",
                   "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
@@ -22,8 +22,10 @@ def _sigmoid(x):
 
 
 # ---- unary ------------------------------------------------------------------------
-def unary(name: str, allowed: tuple[str, ...], ref, local=None, simplify=None) -> None:
-    """A unary elementwise primitive; `local(b, x, y, g)` is the cotangent of x."""
+def unary(name: str, allowed: tuple[str, ...], ref, local=None, simplify=None,
+          onnx=None) -> None:
+    """A unary elementwise primitive; `local(b, x, y, g)` is the cotangent of x; `onnx`
+    its ONNX rule, or the name of the one ONNX node it is."""
     def rule(types, attrs):
         same_dtype(types, f"`{name}`", allowed)
         return [types[0]]
@@ -31,7 +33,8 @@ def unary(name: str, allowed: tuple[str, ...], ref, local=None, simplify=None) -
     def grad(b, op, cts):
         return [local(b, op.inputs[0], op.outputs[0], cts[0])]
     primitive(name, 1, elementwise=True, grad=grad if local else _no_grad,
-              ref=lambda ctx, attrs, x: ref(x), simplify=simplify)(rule)
+              ref=lambda ctx, attrs, x: ref(x), simplify=simplify,
+              onnx=onnx_node(onnx) if isinstance(onnx, str) else onnx)(rule)
 
 
 def _no_grad(b, op, cts):
@@ -39,20 +42,27 @@ def _no_grad(b, op, cts):
     return [None] * len(op.inputs)
 
 
+def _relu_onnx(g, op, xs):
+    """Relu of floats; max(x, 0) of integers, which not every runtime's Relu takes."""
+    dtype = op.inputs[0].type.dtype
+    return g.op("Relu", *xs) if dtype in FLOATS else g.op("Max", xs[0], g.const(0, dtype))
+
+
 def _one(b, v):
     return b.const(1, v.type.dtype)
 
 
-unary("exp", FLOATS, np.exp, lambda b, x, y, g: b.mul(g, y))
-unary("log", FLOATS, np.log, lambda b, x, y, g: b.div(g, x))
-unary("tanh", FLOATS, np.tanh, lambda b, x, y, g: b.mul(g, b.sub(_one(b, y), b.mul(y, y))))
+unary("exp", FLOATS, np.exp, lambda b, x, y, g: b.mul(g, y), onnx="Exp")
+unary("log", FLOATS, np.log, lambda b, x, y, g: b.div(g, x), onnx="Log")
+unary("tanh", FLOATS, np.tanh, lambda b, x, y, g: b.mul(g, b.sub(_one(b, y), b.mul(y, y))),
+      onnx="Tanh")
 unary("sigmoid", FLOATS, _sigmoid,
-      lambda b, x, y, g: b.mul(g, b.mul(y, b.sub(_one(b, y), y))))
+      lambda b, x, y, g: b.mul(g, b.mul(y, b.sub(_one(b, y), y))), onnx="Sigmoid")
 unary("sqrt", FLOATS, np.sqrt,
-      lambda b, x, y, g: b.div(g, b.mul(b.const(2, y.type.dtype), y)))
-unary("sin", FLOATS, np.sin, lambda b, x, y, g: b.mul(g, b.cos(x)))
-unary("cos", FLOATS, np.cos, lambda b, x, y, g: b.neg(b.mul(g, b.sin(x))))
-unary("sign", FLOATS, np.sign)
+      lambda b, x, y, g: b.div(g, b.mul(b.const(2, y.type.dtype), y)), onnx="Sqrt")
+unary("sin", FLOATS, np.sin, lambda b, x, y, g: b.mul(g, b.cos(x)), onnx="Sin")
+unary("cos", FLOATS, np.cos, lambda b, x, y, g: b.neg(b.mul(g, b.sin(x))), onnx="Cos")
+unary("sign", FLOATS, np.sign, onnx="Sign")
 
 
 def _neg_neg(b, op, facts):
@@ -60,19 +70,20 @@ def _neg_neg(b, op, facts):
     return [inner.inputs[0]] if inner is not None and inner.prim == "neg" else None
 
 
-unary("neg", NUMERIC, np.negative, lambda b, x, y, g: b.neg(g), _neg_neg)
-unary("abs", NUMERIC, np.abs, lambda b, x, y, g: b.mul(g, b.sign(x)))
+unary("neg", NUMERIC, np.negative, lambda b, x, y, g: b.neg(g), _neg_neg, onnx="Neg")
+unary("abs", NUMERIC, np.abs, lambda b, x, y, g: b.mul(g, b.sign(x)), onnx="Abs")
 unary("relu", NUMERIC, lambda x: np.maximum(x, 0),
       lambda b, x, y, g: b.where(b.gt(x, b.const(0, x.type.dtype)), g,
-                                 b.const(0, g.type.dtype)))
-unary("not", ("bool",), np.logical_not)
+                                 b.const(0, g.type.dtype)), onnx=_relu_onnx)
+unary("not", ("bool",), np.logical_not, onnx="Not")
 
 
 # ---- binary -----------------------------------------------------------------------
 def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | None = None,
-           simplify=None, **facts) -> None:
+           simplify=None, onnx=None, **facts) -> None:
     """A broadcasting binary primitive; `local(b, x, y, out, g)` gives the two operand
-    cotangents at the result's shape, reduced here to each operand's shape."""
+    cotangents at the result's shape, reduced here to each operand's shape; `onnx` its
+    ONNX rule, or the name of the one ONNX node it is (ONNX broadcasts as mdl does)."""
     what = f"`{BINARY_SYMBOLS[name]}`"
 
     def rule(types, attrs):
@@ -85,7 +96,8 @@ def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | N
         return [reduce_to(b, cx, x.type) if cx is not None else None,
                 reduce_to(b, cy, y.type) if cy is not None else None]
     primitive(name, 2, elementwise=True, grad=grad if local else _no_grad,
-              ref=lambda ctx, attrs, x, y: ref(x, y), simplify=simplify, **facts)(rule)
+              ref=lambda ctx, attrs, x, y: ref(x, y), simplify=simplify,
+              onnx=onnx_node(onnx) if isinstance(onnx, str) else onnx, **facts)(rule)
 
 
 def _keep(op, i: int):
@@ -133,17 +145,17 @@ def _simplify_div(b, op, facts):
 
 
 binary("add", NUMERIC, np.add, lambda b, x, y, out, g: (g, g), simplify=_simplify_add,
-       accumulates=True)
+       accumulates=True, onnx="Add")
 binary("sub", NUMERIC, np.subtract, lambda b, x, y, out, g: (g, b.neg(g)),
-       simplify=_simplify_sub)
+       simplify=_simplify_sub, onnx="Sub")
 binary("mul", NUMERIC, np.multiply, lambda b, x, y, out, g: (b.mul(g, y), b.mul(g, x)),
-       simplify=_simplify_mul)
+       simplify=_simplify_mul, onnx="Mul")
 binary("div", FLOATS, np.divide,
        lambda b, x, y, out, g: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
-       simplify=_simplify_div)
+       simplify=_simplify_div, onnx="Div")
 binary("pow", FLOATS, np.power,
        lambda b, x, y, out, g: (b.mul(b.mul(g, y), b.pow(x, b.sub(y, _one(b, y)))),
-                                b.mul(b.mul(g, out), b.log(x))))
+                                b.mul(b.mul(g, out), b.log(x))), onnx="Pow")
 
 
 def _select(test: str):
@@ -155,14 +167,17 @@ def _select(test: str):
     return local
 
 
-binary("maximum", NUMERIC, np.maximum, _select("ge"))
-binary("minimum", NUMERIC, np.minimum, _select("le"))
-for _name, _ref in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                    ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)):
+binary("maximum", NUMERIC, np.maximum, _select("ge"), onnx="Max")
+binary("minimum", NUMERIC, np.minimum, _select("le"), onnx="Min")
+for _name, _ref, _onnx in (
+        ("lt", np.less, "Less"), ("le", np.less_equal, "LessOrEqual"),
+        ("gt", np.greater, "Greater"), ("ge", np.greater_equal, "GreaterOrEqual"),
+        ("eq", np.equal, "Equal"),
+        ("ne", np.not_equal, lambda g, op, xs: g.op("Not", g.op("Equal", *xs)))):
     binary(_name, NUMERIC + ("bool",) if _name in ("eq", "ne") else NUMERIC, _ref,
-           result="bool")
-binary("and", ("bool",), np.logical_and)
-binary("or", ("bool",), np.logical_or)
+           result="bool", onnx=_onnx)
+binary("and", ("bool",), np.logical_and, onnx="And")
+binary("or", ("bool",), np.logical_or, onnx="Or")
 
 
 # ---- where, cast ------------------------------------------------------------------
@@ -180,7 +195,8 @@ def _where_simplify(b, op, facts):
 
 
 @primitive("where", 3, elementwise=True, grad=_where_grad,
-           ref=lambda ctx, attrs, c, x, y: np.where(c, x, y), simplify=_where_simplify)
+           ref=lambda ctx, attrs, c, x, y: np.where(c, x, y), simplify=_where_simplify,
+           onnx=onnx_node("Where"))
 def _where(types, attrs):
     cond, a, b = types
     need(cond.dtype == "bool", f"`where` needs a bool condition, got {cond}")
@@ -204,6 +220,7 @@ def _cast_ref(ctx, attrs, x):
 
 
 @primitive("cast", 1, elementwise=True, grad=_cast_grad, ref=_cast_ref,
-           simplify=lambda b, op, facts: _keep(op, 0))
+           simplify=lambda b, op, facts: _keep(op, 0),
+           onnx=lambda g, op, xs: g.op("Cast", *xs, to=g.dtype(op.attrs["dtype"])))
 def _cast(types, attrs):
     return [types[0].with_dtype(attrs["dtype"])]

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir.dtypes import NUMERIC
 from ...ir.shapes import Dim, broadcast_shapes
-from .core import need, primitive, same_dtype
+from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 from .structure import slices
 
@@ -41,7 +41,17 @@ def _sum_to_step_sum(op, producers, stack):
     return lambda b: b.sum_to(stacked, shape=op.outputs[0].type.shape)
 
 
+def _sum_to_onnx(g, op, xs):
+    x, shape = op.inputs[0], tuple(op.attrs["shape"])
+    lead = x.type.rank - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
+                                if d == 1 and x.type.shape[lead + i] != 1]
+    summed = g.op("ReduceSum", xs[0], g.ints(axes), keepdims=1) if axes else xs[0]
+    return g.op("Reshape", summed, g.dims(shape))
+
+
 @primitive("sum_to", 1, simplify=_same_type, ref=_sum_to_ref, step_sum=_sum_to_step_sum,
+           onnx=_sum_to_onnx,
            grad=lambda b, op, cts: [b.broadcast_to(cts[0], shape=op.inputs[0].type.shape)])
 def _sum_to(types, attrs):
     x, shape = _shape_attr(types, attrs)
@@ -51,6 +61,7 @@ def _sum_to(types, attrs):
 
 
 @primitive("broadcast_to", 1, simplify=_same_type, selects=True,
+           onnx=lambda g, op, xs: g.op("Expand", xs[0], g.dims(op.attrs["shape"])),
            ref=lambda ctx, attrs, x: np.array(np.broadcast_to(
                x, tuple(ctx.dim(d) for d in attrs["shape"]))),
            grad=lambda b, op, cts: [b.sum_to(cts[0], shape=op.inputs[0].type.shape)])
@@ -62,8 +73,13 @@ def _broadcast_to(types, attrs):
 
 
 # ---- zeros, sums ----------------------------------------------------------------------
+def _zeros_onnx(g, dtype: str, shape: str) -> str:
+    return g.op("Expand", g.const(0, dtype), shape)
+
+
 @primitive("zeros_like", 1, grad=_no_grad, ref=lambda ctx, attrs, x: np.zeros_like(x),
-           uniform=lambda op: 0)
+           uniform=lambda op: 0,
+           onnx=lambda g, op, xs: _zeros_onnx(g, op.outputs[0].type.dtype, g.op("Shape", *xs)))
 def _zeros_like(types, attrs):
     return [types[0]]
 
@@ -79,7 +95,7 @@ def _add_n_simplify(b, op, facts):
 
 @primitive("add_n", None, elementwise=True, simplify=_add_n_simplify,
            grad=lambda b, op, cts: [cts[0]] * len(op.inputs),
-           ref=lambda ctx, attrs, *xs: np.asarray(sum(xs[1:], xs[0])))
+           ref=lambda ctx, attrs, *xs: np.asarray(sum(xs[1:], xs[0])), onnx=onnx_node("Sum"))
 def _add_n(types, attrs):
     need(len(types) >= 1 and all(t == types[0] for t in types),
          "`add_n` sums values of one type, got " + ", ".join(str(t) for t in types))
@@ -94,7 +110,14 @@ def _unindex_ref(ctx, attrs, g, i):
     return out
 
 
-@primitive("unindex", 2, ref=_unindex_ref,
+def _unindex_onnx(g, op, xs):
+    out = op.outputs[0]
+    zeros = _zeros_onnx(g, out.type.dtype, g.dims(out.type.shape))
+    at = g.op("Cast", g.op("Reshape", xs[1], g.ints([1, 1])), to=g.dtype("i64"))
+    return g.op("ScatterND", zeros, at, g.op("Unsqueeze", xs[0], g.ints([0])))
+
+
+@primitive("unindex", 2, ref=_unindex_ref, onnx=_unindex_onnx,
            grad=lambda b, op, cts: [b.index(cts[0], op.inputs[1]), None])
 def _unindex(types, attrs):
     """Zeros of [n, ...] with g at row i (the adjoint of index)."""
@@ -121,7 +144,17 @@ def _unslice_grad(b, op, cts):
     return [b.slice(cts[0], starts=starts, stops=stops)]
 
 
-@primitive("unslice", 1, ref=_unslice_ref, grad=_unslice_grad)
+def _unslice_onnx(g, op, xs):
+    """g padded with zeros: `starts` before it, the rest of `shape` after it."""
+    shape, starts = op.attrs["shape"], op.attrs["starts"]
+    rank = len(shape)
+    before = g.dims(tuple(starts) + (0,) * (rank - len(starts)))
+    after = g.op("Sub", g.op("Sub", g.dims(shape), before), g.op("Shape", xs[0]))
+    pads = g.op("Concat", before, after, axis=0)
+    return g.op("Pad", xs[0], pads, g.const(0, op.outputs[0].type.dtype))
+
+
+@primitive("unslice", 1, ref=_unslice_ref, grad=_unslice_grad, onnx=_unslice_onnx)
 def _unslice(types, attrs):
     """Zeros of `shape` with g placed at `starts` (the adjoint of slice)."""
     g, = types
@@ -137,7 +170,14 @@ def _scatter_add_ref(ctx, attrs, g, ids):
     return out
 
 
-@primitive("scatter_add", 2, ref=_scatter_add_ref,
+def _scatter_add_onnx(g, op, xs):
+    out = op.outputs[0]
+    zeros = _zeros_onnx(g, out.type.dtype, g.dims(out.type.shape))
+    at = g.op("Cast", g.op("Unsqueeze", xs[1], g.ints([-1])), to=g.dtype("i64"))
+    return g.op("ScatterND", zeros, at, xs[0], reduction="add")
+
+
+@primitive("scatter_add", 2, ref=_scatter_add_ref, onnx=_scatter_add_onnx,
            grad=lambda b, op, cts: [b.gather(cts[0], op.inputs[1]), None])
 def _scatter_add(types, attrs):
     """Zeros of [n, ...] with each row g[j] added at row ids[j] (the adjoint of gather)."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import FLOATS
 from ...ir.shapes import Dim, TensorType, ceil_div, numel
-from .core import need, primitive, same_dtype
+from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 
 
@@ -50,8 +50,38 @@ def _cross_entropy_bounds(op, size) -> list:
         (n, 1, size(targets.type.shape[0]) + 1) for n in lengths]
 
 
+def _steps_real_onnx(g, x: str, lengths: str) -> str:
+    """bool[T, B]: t < lengths[b], T the leading dim of x."""
+    steps = g.op("Cast", g.op("Squeeze", g.size(x, 0), g.ints([0])), to=g.dtype("i32"))
+    t = g.op("Range", g.const(0, "i32"), steps, g.const(1, "i32"))
+    return g.op("Less", g.op("Unsqueeze", t, g.ints([1])),
+                g.op("Unsqueeze", lengths, g.ints([0])))
+
+
+def _cross_entropy_onnx(g, op, xs):
+    """As the reference: minus the mean log-probability of the targets over the real
+    tokens (0 where there are none)."""
+    logits, targets, *lengths = xs
+    dtype = op.inputs[0].type.dtype
+    if lengths:
+        real = _steps_real_onnx(g, targets, lengths[0])
+        targets = g.op("Where", real, targets, g.const(0, "i32"))
+    log_probs = g.op("LogSoftmax", logits, axis=-1)
+    last = g.ints([-1])
+    picked = g.op("Squeeze", g.op("GatherElements", log_probs,
+                                  g.op("Unsqueeze", targets, last), axis=-1), last)
+    if lengths:
+        weight = g.op("Cast", real, to=g.dtype(dtype))
+        total = g.op("ReduceSum", g.op("Mul", picked, weight), keepdims=0)
+        count = g.op("ReduceSum", weight, keepdims=0)
+    else:
+        total = g.op("ReduceSum", picked, keepdims=0)
+        count = g.op("Cast", g.op("Size", targets), to=g.dtype(dtype))
+    return g.op("Neg", g.op("Div", total, g.op("Max", count, g.const(1, dtype))))
+
+
 @primitive("cross_entropy", None, grad=_cross_entropy_grad, ref=_cross_entropy_ref,
-           integer_bounds=_cross_entropy_bounds)
+           integer_bounds=_cross_entropy_bounds, onnx=_cross_entropy_onnx)
 def _cross_entropy(types, attrs):
     logits, targets, *rest = types
     need(logits.is_float, f"`cross_entropy` needs float logits, got {logits}")
@@ -90,11 +120,16 @@ def _float_unary(name: str):
     return rule
 
 
-# dropout's gradient needs its mask: autodiff differentiates its expansion x * mask
-primitive("dropout", 1, random=True, expand=_dropout_expand,
+def _ones_like_onnx(g, op, xs):
+    return g.op("Expand", g.const(1, op.outputs[0].type.dtype), g.op("Shape", xs[0]))
+
+
+# dropout's gradient needs its mask: autodiff differentiates its expansion x * mask.
+# An ONNX graph is the inference program: no dropout (its mask is ones).
+primitive("dropout", 1, random=True, expand=_dropout_expand, onnx=onnx_node("Identity"),
           ref=lambda ctx, attrs, x: x * _mask(ctx, attrs, np.shape(x), x.dtype)
           )(_float_unary("dropout"))
-primitive("dropout_mask", 1, random=True, grad=_no_grad,
+primitive("dropout_mask", 1, random=True, grad=_no_grad, onnx=_ones_like_onnx,
           ref=lambda ctx, attrs, x: _mask(ctx, attrs, np.shape(x), x.dtype)
           )(_float_unary("dropout_mask"))
 
@@ -114,7 +149,30 @@ def _check_lengths(x: TensorType, lengths: TensorType, what: str) -> None:
          f"`{what}` needs x [T, B, ...] and lengths i32[B], got {x} and {lengths}")
 
 
-@primitive("seq_order", 2, ref=_seq_order_ref,
+def _seq_order_onnx(g, op, xs):
+    """Row b of step i gathered from x[t, b] (t as the reference computes it), zeros
+    where i >= L[b]."""
+    x, lengths = xs
+    real = _steps_real_onnx(g, x, lengths)
+    steps = g.op("Cast", g.op("Squeeze", g.size(x, 0), g.ints([0])), to=g.dtype("i32"))
+    i = g.op("Unsqueeze", g.op("Range", g.const(0, "i32"), steps, g.const(1, "i32")),
+             g.ints([1]))
+    if op.attrs["reversed"]:
+        last = g.op("Sub", g.op("Unsqueeze", lengths, g.ints([0])), g.const(1, "i32"))
+        i = g.op("Sub", last, i)
+    t = g.op("Where", real, i, g.const(0, "i32"))
+    batch = g.op("Cast", g.op("Squeeze", g.size(x, 1), g.ints([0])), to=g.dtype("i32"))
+    rows = g.op("Expand", g.op("Range", g.const(0, "i32"), batch, g.const(1, "i32")),
+                g.op("Shape", t))
+    where = g.op("Concat", g.op("Unsqueeze", t, g.ints([-1])),
+                 g.op("Unsqueeze", rows, g.ints([-1])), axis=-1)
+    picked = g.op("GatherND", x, g.op("Cast", where, to=g.dtype("i64")))
+    rank = op.inputs[0].type.rank
+    keep = g.op("Unsqueeze", real, g.ints(range(2, rank))) if rank > 2 else real
+    return g.op("Where", keep, picked, g.const(0, op.inputs[0].type.dtype))
+
+
+@primitive("seq_order", 2, ref=_seq_order_ref, onnx=_seq_order_onnx,
            grad=lambda b, op, cts: [b.seq_order(cts[0], op.inputs[1], **op.attrs), None])
 def _seq_order(types, attrs):
     """x [T, B, ...] in the step order of a loop with lengths: row b of step i holds
@@ -131,7 +189,13 @@ def _seq_mask_ref(ctx, attrs, x, lengths=None):
     return _token_mask(np.zeros(np.shape(x)[:2]), lengths)
 
 
-@primitive("seq_mask", None, grad=_no_grad, ref=_seq_mask_ref)
+def _seq_mask_onnx(g, op, xs):
+    if len(xs) == 2:
+        return _steps_real_onnx(g, *xs)
+    return g.op("Expand", g.const(True, "bool"), g.size(xs[0], 0))
+
+
+@primitive("seq_mask", None, grad=_no_grad, ref=_seq_mask_ref, onnx=_seq_mask_onnx)
 def _seq_mask(types, attrs):
     """bool[T, B]: step t of row b is real (t < L[b]); without lengths bool[T], all true."""
     x, *rest = types
@@ -150,7 +214,21 @@ def _segment_ref(ctx, attrs, x):
     return padded.reshape((segments, k) + x.shape[1:])
 
 
-@primitive("segment", 1, ref=_segment_ref,
+def _segment_onnx(g, op, xs):
+    """x padded with zeros to S*k steps, S = ceil(T/k), as [S, k, ...]."""
+    x, = xs
+    k = g.ints([op.attrs["k"]])
+    steps = g.size(x, 0)
+    segments = g.op("Div", g.op("Add", steps, g.ints([op.attrs["k"] - 1])), k)
+    rank = op.inputs[0].type.rank
+    pad = g.op("Sub", g.op("Mul", segments, k), steps)
+    pads = g.op("Concat", g.ints([0] * rank), pad, g.ints([0] * (rank - 1)), axis=0)
+    padded = g.op("Pad", x, pads, g.const(0, op.inputs[0].type.dtype))
+    shape = g.op("Concat", segments, k, g.op("Shape", x, start=1), axis=0)
+    return g.op("Reshape", padded, shape)
+
+
+@primitive("segment", 1, ref=_segment_ref, onnx=_segment_onnx,
            grad=lambda b, op, cts: [b.unsegment(cts[0], op.inputs[0])])
 def _segment(types, attrs):
     """x [T, ...] as [ceil(T/k), k, ...] segments, zero-padded at the end."""
@@ -164,7 +242,14 @@ def _unsegment_ref(ctx, attrs, y, like):
     return y.reshape((-1,) + y.shape[2:])[:np.shape(like)[0]]
 
 
-@primitive("unsegment", 2, ref=_unsegment_ref, selects=True,
+def _unsegment_onnx(g, op, xs):
+    y, like = xs
+    whole = g.op("Reshape", y, g.op("Concat", g.ints([-1]), g.op("Shape", y, start=2),
+                                    axis=0))
+    return g.op("Slice", whole, g.ints([0]), g.size(like, 0), g.ints([0]))
+
+
+@primitive("unsegment", 2, ref=_unsegment_ref, selects=True, onnx=_unsegment_onnx,
            grad=lambda b, op, cts: [b.segment(cts[0], k=op.inputs[0].type.shape[1].value),
                                     None])
 def _unsegment(types, attrs):

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import NUMERIC
 from ...ir.shapes import Dim, numel
-from .core import TABLE, ShapeError, need, primitive, same_dtype
+from .core import TABLE, ShapeError, need, onnx_node, primitive, same_dtype
 
 
 def _same_shape(b, op, facts):
@@ -28,7 +28,8 @@ def _concat_grad(b, op, cts):
 
 
 @primitive("concat", None, grad=_concat_grad,
-           ref=lambda ctx, attrs, *xs: np.concatenate(xs, attrs["axis"]))
+           ref=lambda ctx, attrs, *xs: np.concatenate(xs, attrs["axis"]),
+           onnx=lambda g, op, xs: g.op("Concat", *xs, axis=op.attrs["axis"]))
 def _concat(types, attrs):
     axis = attrs["axis"]
     same_dtype(types, "`concat`", NUMERIC + ("bool",))
@@ -49,8 +50,13 @@ def _stack_grad(b, op, cts):
     return [b.reshape(p, shape=x.type.shape) for p, x in zip(parts, op.inputs)]
 
 
+def _stack_onnx(g, op, xs):
+    axis = g.ints([op.attrs["axis"]])
+    return g.op("Concat", *[g.op("Unsqueeze", x, axis) for x in xs], axis=op.attrs["axis"])
+
+
 @primitive("stack", None, grad=_stack_grad,
-           ref=lambda ctx, attrs, *xs: np.stack(xs, attrs["axis"]))
+           ref=lambda ctx, attrs, *xs: np.stack(xs, attrs["axis"]), onnx=_stack_onnx)
 def _stack(types, attrs):
     same_dtype(types, "`stack`", NUMERIC + ("bool",))
     need(all(t.shape == types[0].shape for t in types),
@@ -85,7 +91,9 @@ def _split_simplify(b, op, facts):
 
 @primitive("split", 1, grad=lambda b, op, cts: [b.concat(*cts, axis=op.attrs["axis"])],
            ref=lambda ctx, attrs, x: np.split(x, attrs["parts"], attrs["axis"]),
-           simplify=_split_simplify, selects=True)
+           simplify=_split_simplify, selects=True,
+           onnx=lambda g, op, xs: g.ops("Split", xs, op.attrs["parts"], axis=op.attrs["axis"],
+                                        num_outputs=op.attrs["parts"]))
 def _split(types, attrs):
     x, = types
     axis, parts = attrs["axis"], attrs["parts"]
@@ -104,7 +112,8 @@ def _reshape_ref(ctx, attrs, x):
 
 @primitive("reshape", 1, grad=lambda b, op, cts: [b.reshape(cts[0],
                                                              shape=op.inputs[0].type.shape)],
-           ref=_reshape_ref, simplify=_same_shape, selects=True)
+           ref=_reshape_ref, simplify=_same_shape, selects=True,
+           onnx=lambda g, op, xs: g.op("Reshape", xs[0], g.dims(op.attrs["shape"])))
 def _reshape(types, attrs):
     x, = types
     shape = tuple(attrs["shape"])
@@ -124,7 +133,7 @@ def _transpose_simplify(b, op, facts):
 
 
 @primitive("transpose", 1, grad=_transpose_grad, simplify=_transpose_simplify,
-           selects=True,
+           selects=True, onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
            ref=lambda ctx, attrs, x: np.transpose(x, attrs["perm"]))
 def _transpose(types, attrs):
     x, = types
@@ -146,7 +155,7 @@ def _indexes_rows(op, size) -> list:
 
 
 @primitive("index", 2, grad=_index_grad, selects=True, integer_bounds=_indexes_rows,
-           ref=lambda ctx, attrs, x, i: x[int(i)])
+           ref=lambda ctx, attrs, x, i: x[int(i)], onnx=onnx_node("Gather", axis=0))
 def _index(types, attrs):
     x, t = types
     need(x.rank >= 1, f"cannot index a scalar {x}")
@@ -163,8 +172,14 @@ def _slice_grad(b, op, cts):
     return [b.unslice(cts[0], starts=op.attrs["starts"], shape=op.inputs[0].type.shape)]
 
 
+def _slice_onnx(g, op, xs):
+    starts, stops = op.attrs["starts"], op.attrs["stops"]
+    return g.op("Slice", xs[0], g.dims(starts), g.dims(stops), g.ints(range(len(starts))))
+
+
 @primitive("slice", 1, grad=_slice_grad, simplify=_same_shape, selects=True,
-           ref=lambda ctx, attrs, x: x[slices(ctx, attrs["starts"], attrs["stops"])])
+           ref=lambda ctx, attrs, x: x[slices(ctx, attrs["starts"], attrs["stops"])],
+           onnx=_slice_onnx)
 def _slice(types, attrs):
     x, = types
     shape = tuple(stop - start for start, stop in zip(attrs["starts"], attrs["stops"]))
@@ -177,7 +192,8 @@ def _gather_grad(b, op, cts):
 
 
 @primitive("gather", 2, grad=_gather_grad, selects=True, integer_bounds=_indexes_rows,
-           ref=lambda ctx, attrs, table, ids: np.take(table, ids, axis=0))
+           ref=lambda ctx, attrs, table, ids: np.take(table, ids, axis=0),
+           onnx=onnx_node("Gather", axis=0))
 def _gather(types, attrs):
     table, ids = types
     need(table.rank >= 1, f"cannot gather rows of a scalar {table}")

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...ir.dtypes import FLOATS, NUMERIC
 from ...ir.shapes import Dim, TensorType, numel
-from .core import need, primitive, same_dtype
+from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 
 
@@ -17,8 +17,19 @@ def _full_ref(ctx, attrs):
     return np.full(shape, value, ctx.np_dtype(attrs["dtype"]))
 
 
+def _full_onnx(g, op, xs):
+    dtype, value, shape = op.attrs["dtype"], op.attrs["value"], op.attrs["shape"]
+    if isinstance(value, Dim):
+        one = g.op("Cast", g.scalar(value), to=g.dtype(dtype))
+        return g.op("Expand", one, g.dims(shape)) if shape else one
+    if not shape:
+        return g.const(value, dtype)
+    return g.op("Expand", g.const(value, dtype), g.dims(shape))
+
+
 # `value` may be a Dim: a size (as T*B) that the run binds
-@primitive("full", 0, grad=_no_grad, ref=_full_ref, uniform=lambda op: op.attrs["value"])
+@primitive("full", 0, grad=_no_grad, ref=_full_ref, uniform=lambda op: op.attrs["value"],
+           onnx=_full_onnx)
 def _full(types, attrs):
     return [TensorType(attrs["dtype"], tuple(attrs["shape"]))]
 
@@ -27,8 +38,18 @@ def _one_hot_ref(ctx, attrs, ids):
     return (ids[..., None] == np.arange(ctx.dim(attrs["n"]))).astype(ctx.np_dtype(attrs["dtype"]))
 
 
+def _one_hot_onnx(g, op, xs):
+    """ids == range(n), as the reference: an id outside [0, n) gives a row of zeros
+    (ONNX's OneHot would count a negative one from the end)."""
+    n = g.op("Cast", g.scalar(Dim.of(op.attrs["n"])), to=g.dtype("i32"))
+    classes = g.op("Range", g.const(0, "i32"), n, g.const(1, "i32"))
+    hits = g.op("Equal", g.op("Unsqueeze", xs[0], g.ints([-1])), classes)
+    return g.op("Cast", hits, to=g.dtype(op.attrs["dtype"]))
+
+
 @primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref,
-           integer_bounds=lambda op, size: [(op.inputs[0], 0, op.attrs["n"])])
+           integer_bounds=lambda op, size: [(op.inputs[0], 0, op.attrs["n"])],
+           onnx=_one_hot_onnx)
 def _one_hot(types, attrs):
     ids, = types
     need(ids.dtype == "i32", f"`one_hot` needs i32 indices, got {ids}")
@@ -71,7 +92,7 @@ def _matmul_step_sum(op, producers, stack):
 
 
 @primitive("matmul", 2, grad=_matmul_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w),
-           product=True, step_sum=_matmul_step_sum)
+           product=True, step_sum=_matmul_step_sum, onnx=onnx_node("MatMul"))
 def _matmul(types, attrs):
     a, b = types
     same_dtype(types, "`@`", FLOATS)
@@ -120,6 +141,26 @@ def _logsumexp_grad(b, op, cts):
     return [b.mul(kept(b, cts[0], op.attrs, x), weights)]
 
 
+def _logsumexp_onnx(g, op, xs):
+    """As the reference: log(sum(exp(x - m))) + m, m the max where it is finite, else 0."""
+    x, = xs
+    axes = g.ints(op.attrs["axes"])
+    m = g.op("ReduceMax", x, axes, keepdims=1)
+    finite = g.op("Not", g.op("Or", g.op("IsInf", m), g.op("IsNaN", m)))
+    m = g.op("Where", finite, m, g.const(0, op.inputs[0].type.dtype))
+    total = g.op("ReduceSum", g.op("Exp", g.op("Sub", x, m)), axes, keepdims=1)
+    out = g.op("Add", g.op("Log", total), m)
+    return out if op.attrs["keepdims"] else g.op("Squeeze", out, axes)
+
+
+def _reduce_onnx(op_type: str):
+    def rule(g, op, xs):
+        if not op.attrs["axes"]:  # ONNX would reduce every axis
+            return g.op("Identity", *xs)
+        return g.op(op_type, *xs, g.ints(op.attrs["axes"]), keepdims=int(op.attrs["keepdims"]))
+    return rule
+
+
 def _logsumexp_ref(x, axis, keepdims):
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
@@ -129,15 +170,18 @@ def _logsumexp_ref(x, axis, keepdims):
 
 REDUCERS = {
     "sum": (NUMERIC, _sum_grad,
-            lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype)),
-    "max": (NUMERIC, _max_grad, lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims)),
-    "mean": (FLOATS, _mean_grad, lambda x, axis, keepdims: np.mean(x, axis, keepdims=keepdims)),
-    "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref),
+            lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
+            _reduce_onnx("ReduceSum")),
+    "max": (NUMERIC, _max_grad, lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims),
+            _reduce_onnx("ReduceMax")),
+    "mean": (FLOATS, _mean_grad, lambda x, axis, keepdims: np.mean(x, axis, keepdims=keepdims),
+             _reduce_onnx("ReduceMean")),
+    "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
 }
 
 
 def _reduction(name: str) -> None:
-    allowed, grad, ref = REDUCERS[name]
+    allowed, grad, ref, onnx = REDUCERS[name]
 
     def rule(types, attrs):
         x, = types
@@ -151,7 +195,7 @@ def _reduction(name: str) -> None:
 
     def reference(ctx, attrs, x):
         return np.asarray(ref(np.asarray(x), tuple(attrs["axes"]), attrs["keepdims"]))
-    primitive(name, 1, grad=grad, ref=reference)(rule)
+    primitive(name, 1, grad=grad, ref=reference, onnx=onnx)(rule)
 
 
 for _name in REDUCERS:
@@ -180,12 +224,13 @@ def _log_softmax_grad(b, op, cts):
     return [b.sub(g, b.mul(b.exp(y), total))]
 
 
-def _softmax_rule(name: str, grad, ref) -> None:
+def _softmax_rule(name: str, grad, ref, onnx: str) -> None:
     def rule(types, attrs):
         same_dtype(types, f"`{name}`", FLOATS)
         return [types[0]]
-    primitive(name, 1, grad=grad, ref=ref)(rule)
+    primitive(name, 1, grad=grad, ref=ref,
+              onnx=lambda g, op, xs: g.op(onnx, *xs, axis=op.attrs["axis"]))(rule)
 
 
-_softmax_rule("softmax", _softmax_grad, _softmax_ref)
-_softmax_rule("log_softmax", _log_softmax_grad, _log_softmax_ref)
+_softmax_rule("softmax", _softmax_grad, _softmax_ref, "Softmax")
+_softmax_rule("log_softmax", _log_softmax_grad, _log_softmax_ref, "LogSoftmax")

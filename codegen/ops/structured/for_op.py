@@ -220,6 +220,33 @@ def _integer_bounds(op: Op, size) -> list:
     return [(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)]
 
 
+# ---- ONNX ----------------------------------------------------------------------------------
+def _onnx(g, op: Op, xs: list[str]) -> list[str]:
+    """A `Loop` of T trips (T the sequences' leading dim): trip i reads step t of every
+    sequence (t = i, or T-1-i reversed) from the graph around it, carries the states and
+    stacks the yields, which a reversed loop turns back into time order. Lengths were
+    rewritten away before (seq_order and a mask: `_lower_lengths`)."""
+    if op.attrs["has_lengths"]:
+        g.fail("a `for` with lengths reaches ONNX only rewritten (prepare)")
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    body = op.blocks[0]
+    seqs, states = xs[:n_seq], xs[n_seq:n_seq + n_state]
+    trips = g.op("Squeeze", g.size(seqs[0], 0), g.ints([0]))
+    sub, (i, cond, *state_args) = g.subgraph("for", [("i", "i64", 0), ("cond", "bool", 0)] + [
+        (v.hint or "state", v.type.dtype, v.type.rank) for v in body.args[n_seq:]])
+    t = sub.op("Sub", sub.op("Sub", trips, g.const(1, "i64")), i) \
+        if op.attrs["reversed"] else i
+    slices = [sub.op("Gather", s, t, axis=0) for s in seqs]
+    results = sub.block(body, slices + state_args)
+    outputs = [(cond, "bool")] + [(r, v.type.dtype) for r, v in zip(results, body.results)]
+    outs = g.ops("Loop", [trips, g.const(True, "bool"), *states], len(op.outputs),
+                 body=sub.graph(outputs))
+    if op.attrs["reversed"]:
+        outs[n_state:] = [g.op("Slice", y, g.ints([-1]), g.ints([-2**63]), g.ints([0]),
+                               g.ints([-1])) for y in outs[n_state:]]
+    return outs
+
+
 FOR = register(StructuredOp(
     "for",
     attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
@@ -227,4 +254,5 @@ FOR = register(StructuredOp(
            "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
-    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, repeats=True))
+    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, repeats=True,
+    extra={"onnx": _onnx}))

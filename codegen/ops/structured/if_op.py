@@ -56,7 +56,17 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     return [None], list(zip(captured, outs))
 
 
+def _onnx(g, op: Op, xs: list[str]) -> list[str]:
+    """`If` on the condition, each block a branch graph."""
+    branches = {}
+    for key, block in zip(("then_branch", "else_branch"), op.blocks):
+        sub, _ = g.subgraph(key.split("_")[0], [])
+        results = sub.block(block, [])
+        branches[key] = sub.graph([(r, v.type.dtype) for r, v in zip(results, block.results)])
+    return g.ops("If", xs, len(op.outputs), **branches)
+
+
 IF = register(StructuredOp(
     "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
     reference=_reference, grad=_grad,
-    trim=lambda op, live: trim_outputs(op, 0, live, op.blocks)))
+    trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), extra={"onnx": _onnx}))

@@ -73,8 +73,23 @@ def _trim(op: Op, live: set[int]) -> None:
         op.attrs.pop("trips", None)
 
 
+def _onnx(g, op: Op, xs: list[str]) -> list[str]:
+    """A `Loop` without a trip count: the condition on the initial state is computed
+    before it, and on the new state at the end of every trip."""
+    if op.attrs.get("n_tape"):
+        g.fail("a `while` that keeps tapes is part of a gradient program")
+    cond, body = op.blocks
+    first, = g.block(cond, xs)
+    sub, (_, _, *states) = g.subgraph("while", [("i", "i64", 0), ("cond", "bool", 0)] + [
+        (v.hint or "state", v.type.dtype, v.type.rank) for v in body.args])
+    new = sub.block(body, states)
+    again, = sub.block(cond, new)
+    outputs = [(again, "bool")] + [(r, v.type.dtype) for r, v in zip(new, op.inputs)]
+    return g.ops("Loop", ["", first, *xs], len(op.outputs), body=sub.graph(outputs))
+
+
 WHILE = register(StructuredOp(
     "while", attrs={"n_tape": (int, 0), "trips": (TripCount, None)},
     blocks=("cond", "body"), verify=_verify, reference=_reference, grad=_grad, trim=_trim,
     sets_dims=lambda op: {op.attrs["trips"]} if op.attrs.get("n_tape") else set(),
-    repeats=True))
+    repeats=True, extra={"onnx": _onnx}))

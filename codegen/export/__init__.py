@@ -1,0 +1,64 @@
+"""Export to ONNX (`mdlc export FILE --onnx OUT.onnx`, `codegen.export_onnx`): a model's
+inference program as an ONNX graph that onnxruntime, TensorRT or OpenVINO run and netron
+shows (docs/onnx.md). Needs the `onnx` extra: `pip install "mdl[onnx]"`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..ir.diagnostics import UsageError
+
+PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
+
+
+def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
+                params: Any = None, defines: dict[str, Any] | None = None,
+                specialize: dict[str, int] | None = None, opset: int | None = None,
+                outputs: list[str] | None = None, dtype: str = "f32", seed: int = 0) -> Path:
+    """Write the ONNX model of `model` (of the .mdl file `path`) to `out`; its path.
+
+    params: a checkpoint file (`model.save`), a model instance (its current parameters),
+        a {name: array} dict, or None: the values `Model(seed=seed)` starts from.
+    specialize: dims fixed in the graph ({"B": 1}); the others stay symbolic (dim_params).
+    outputs: the outputs to compute (default: all of them); inputs only they need are left
+        out of the graph.
+    opset: the ONNX opset (default 18, the lowest mdl writes).
+    Raises MdlError (an op without a faithful ONNX form, at its line) or UsageError."""
+    try:
+        import onnx
+    except ImportError:
+        raise UsageError(f"exporting to ONNX needs {PEER}") from None
+    from ..pipeline import check
+    from ..compile.options import BuildOptions
+    from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
+    from .parameters import parameter_values
+
+    opset = DEFAULT_OPSET if opset is None else opset
+    newest = onnx.defs.onnx_opset_version()
+    if not DEFAULT_OPSET <= opset <= newest:
+        raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "
+                         f"opset {DEFAULT_OPSET} or later, and the installed onnx knows up "
+                         f"to {newest}")
+    fixed = dict(specialize or {})
+    graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
+                                      specialize=[fixed] if fixed else []))
+    if len(graphs) > 1:
+        raise UsageError(f"{path} defines several models ({', '.join(g.name for g in graphs)});"
+                         " choose one with --model NAME")
+    graph = graphs[0]
+    unknown = [k for k in outputs or [] if k not in graph.outputs]
+    if unknown:
+        raise UsageError(f"model `{graph.name}` has no output {', '.join(unknown)} (its "
+                         f"outputs: {', '.join(graph.outputs)})")
+    values = parameter_values(graph, params, seed, np.float32 if dtype == "f32"
+                              else np.float64)
+    ready = inference_graph(graph, outputs)
+    made = to_onnx(ready, values, fixed, opset,
+                   doc=f"model {graph.name} of {Path(path).name}, exported by mdlc")
+    onnx.checker.check_model(made, full_check=True)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(made, str(out))
+    return out

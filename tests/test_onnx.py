@@ -1,0 +1,246 @@
+"""Export to ONNX (codegen/export/): every example model and every std-library cell, run by
+onnxruntime at two sequence lengths from one export, with uneven lengths, matches the
+reference interpreter and the native module; the initial values match Model(seed=0)'s;
+the graph passes onnx's full check; errors name what is wrong."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from codegen.cli import main as mdlc
+from codegen.export import export_onnx
+from codegen.export.parameters import initial_values
+from codegen.ir.diagnostics import MdlError, UsageError
+from codegen.pipeline import load
+from codegen.reference import gradcheck
+from codegen.reference import interpreter as reference
+from dsl import check_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MODELS = [(path.name, name) for path in sorted(EXAMPLES.glob("*.mdl"))
+          for name in re.findall(r"^model (\w+)", path.read_text(), re.M)]
+TOLERANCE = 1e-5  # f32, relative to the largest element
+_BUILT: dict = {}
+
+
+def native(path: Path, name: str):
+    """The f32 module of a .mdl file (the name test_native.py builds examples under, so a
+    session builds each once)."""
+    if name not in _BUILT:
+        _BUILT[name] = load(path, dtype="f32", name=name)
+    return _BUILT[name]
+
+
+def rel_error(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    scale = max(float(np.abs(want).max(initial=0.0)), 1e-30)
+    return float(np.abs(got - want).max(initial=0.0)) / scale
+
+
+def inputs_for(graph, dims: dict, seed: int) -> dict:
+    """Random valid inputs; lengths uneven: one row empty, one full, the rest between."""
+    rng = np.random.default_rng(seed)
+    out = gradcheck.random_inputs(graph, dims, rng)
+    for name, v in graph.inputs.items():
+        if v.type.is_float:
+            out[name] = out[name].astype(np.float32)
+        elif name == "lengths":
+            steps = dims["T"]
+            lengths = rng.integers(0, steps + 1, out[name].shape)
+            lengths[:2] = [0, steps]
+            out[name] = lengths.astype(np.int32)
+    return out
+
+
+def run_onnx(path: Path, inputs: dict) -> dict:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {k: v for k, v in inputs.items()
+                                               if k in wanted})))
+
+
+@pytest.mark.parametrize("file,model", MODELS)
+def test_example_runs_in_onnxruntime_like_the_reference_and_the_native_module(
+        tmp_path, file, model):
+    path = EXAMPLES / file
+    graph = check_file(str(path), model=model).graph
+    m = getattr(native(path, f"{path.stem}_f32"), model)(seed=0)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    out = export_onnx(path, tmp_path / "m.onnx", model=model, params=m)
+    for steps in (5, 2):  # one export, two sequence lengths
+        inputs = inputs_for(graph, {"T": steps, "B": 3}, seed=steps)
+        got = run_onnx(out, inputs)
+        assert set(got) == set(graph.outputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        native_out = m.forward(**inputs)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
+            assert rel_error(got[name], native_out[name]) < TOLERANCE, (steps, name)
+
+
+@pytest.mark.parametrize("file,model", MODELS)
+def test_initial_values_are_those_of_model_seed_0(file, model):
+    """Without parameters, an export carries what Model(seed=0) starts from (the runtime's
+    initializers, recomputed in NumPy)."""
+    path = EXAMPLES / file
+    graph = check_file(str(path), model=model).graph
+    m = getattr(native(path, f"{path.stem}_f32"), model)(seed=0)
+    mine = initial_values(graph, 0, np.float32)
+    assert set(mine) == set(m.params)
+    for name, value in m.params.items():
+        np.testing.assert_allclose(mine[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+CELLS = {"LSTM": ("lstm(x, h, c)", "h, c"), "GRU": ("gru(x, h)", "h"),
+         "MILSTM": ("milstm(x, h, c)", "h, c")}
+
+
+def _cell_models() -> str:
+    """A model per std-library cell and direction, over a sequence with lengths."""
+    text = ['import "std/rnn.mdl"']
+    for cell, (call, state) in CELLS.items():
+        for direction in ("", "reversed"):
+            first = state.split(",")[0]
+            inits = "\n  ".join(f"{s.strip()} = zeros[B, H]" for s in state.split(","))
+            seq = "reversed(xs)" if direction else "xs"
+            text.append(f"""
+model {cell}{direction.title()}(H = 5, E = 3) {{
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  {inits}
+  hs = for x in {seq} (lengths = lengths) {{
+    {state} = {call}
+    yield {first}
+  }}
+  output hs
+  output {first}
+}}""")
+    return "\n".join(text)
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cells") / "cells.mdl"
+    path.write_text(_cell_models())
+    return path, native(path, "onnx_cells_f32")
+
+
+@pytest.mark.parametrize("model", [f"{c}{d}" for c in CELLS for d in ("", "Reversed")])
+def test_std_cells_run_in_onnxruntime_like_the_reference_and_the_native_module(
+        tmp_path, cells, model):
+    path, module = cells
+    graph = check_file(str(path), model=model).graph
+    m = getattr(module, model)(seed=1)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    out = export_onnx(path, tmp_path / "cell.onnx", model=model, params=params)
+    for steps in (6, 3):
+        inputs = inputs_for(graph, {"T": steps, "B": 4}, seed=steps)
+        got = run_onnx(out, inputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        native_out = m.forward(**inputs)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
+            assert rel_error(got[name], native_out[name]) < TOLERANCE, (steps, name)
+
+
+def test_a_data_dependent_while_and_an_if_inside_a_for(tmp_path):
+    """examples/control.mdl halves the state while its norm is above 1 (a trip count each
+    step its own) after an `if` on the input's mean: inputs scaled so that both branches
+    run and the while runs 0 to 10 times."""
+    path = EXAMPLES / "control.mdl"
+    graph = check_file(str(path)).graph
+    params = initial_values(graph, 0, np.float32)
+    out = export_onnx(path, tmp_path / "control.onnx")
+    kinds = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "Loop" in kinds
+    rng = np.random.default_rng(0)
+    for scale in (0.1, 3.0, 30.0):
+        inputs = {"xs": (scale * rng.standard_normal((7, 4, 8))).astype(np.float32),
+                  "target": rng.standard_normal((4, 16)).astype(np.float32)}
+        got = run_onnx(out, inputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (scale, name)
+
+
+def test_the_graph_names_parameters_by_scope_and_dims_by_symbol(tmp_path):
+    """Parameters are initializers under their full names, once however many places use
+    them (sharing); symbolic dims are dim_params, specialized ones sizes; --outputs leaves
+    out the inputs only other outputs read."""
+    path = EXAMPLES / "charlm.mdl"
+    out = export_onnx(path, tmp_path / "lm.onnx", model="CharLM", defines={"H": 8},
+                      specialize={"B": 1}, outputs=["logits"])
+    made = onnx.load(str(out))
+    onnx.checker.check_model(made, full_check=True)
+    assert [i.name for i in made.graph.initializer] == [
+        "embedding", "lstm/W", "lstm/U", "lstm/b", "decoder/W", "decoder/b"]
+    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+              for i in made.graph.input}
+    assert shapes == {"tokens": ["T", 1], "lengths": [1]}
+    assert [o.name for o in made.graph.output] == ["logits"]
+    assert made.opset_import[0].version == 18
+
+    shared = export_onnx(EXAMPLES / "sharing.mdl", tmp_path / "sharing.onnx")
+    names = [i.name for i in onnx.load(str(shared)).graph.initializer]
+    graph = check_file(str(EXAMPLES / "sharing.mdl")).graph
+    assert sorted(names) == sorted(graph.params) and len(names) == len(set(names))
+
+
+def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
+    """CharLMStep exported from a CharLM checkpoint: the names and shapes agree."""
+    path = EXAMPLES / "charlm.mdl"
+    module = native(path, "charlm_f32")
+    lm = module.CharLM(seed=4)
+    lm.save(tmp_path / "lm.npz")
+    out = export_onnx(path, tmp_path / "step.onnx", model="CharLMStep",
+                      params=tmp_path / "lm.npz")
+    saved = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer}
+    for name, value in lm.params.items():
+        assert np.array_equal(saved[name], value), name
+
+    with pytest.raises(UsageError, match=r"parameter `lstm/W` has shape \[32, 64\], model "
+                       r"`CharLMStep` needs \[32, 1024\]"):
+        export_onnx(path, tmp_path / "x.onnx", model="CharLMStep", defines={"H": 256},
+                    params={**lm.params, "lstm/W": np.zeros((32, 64), np.float32)})
+    with pytest.raises(UsageError, match="has no parameter `decoder/b`"):
+        export_onnx(path, tmp_path / "x.onnx", model="CharLMStep",
+                    params={k: v for k, v in lm.params.items() if k != "decoder/b"})
+
+
+def test_an_op_without_an_onnx_form_is_an_error_at_its_line(tmp_path, monkeypatch):
+    from codegen.ops.entry import entry
+    monkeypatch.delitem(entry("tanh").extra, "onnx")
+    source = tmp_path / "m.mdl"
+    source.write_text("model M() {\n  input x : f32[B, 3]\n  output y = 2.0 * tanh(x)\n}\n")
+    with pytest.raises(MdlError) as caught:
+        export_onnx(source, tmp_path / "m.onnx")
+    text = caught.value.render()
+    assert re.match(r".*m\.mdl:3:\d+: error: cannot export `tanh` to ONNX", text)
+    assert "output y = 2.0 * tanh(x)" in text and "^" in text
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_mdlc_export(tmp_path, capsys):
+    out = tmp_path / "towers.onnx"
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+
+    assert mdlc(["export", str(EXAMPLES / "charlm.mdl"), "--onnx", str(out)]) == 2
+    assert "defines several models (CharLM, CharLMStep)" in capsys.readouterr().err
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--opset", "12"]) == 2
+    assert "opset 12 is outside [18, " in capsys.readouterr().err
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--outputs", "nothing"]) == 2
+    assert "has no output nothing" in capsys.readouterr().err
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--params", str(tmp_path / "missing.npz")]) == 2
+    assert "no such checkpoint file" in capsys.readouterr().err
