@@ -8,3 +8,13 @@ def load(path, target="cpu", defines=None, dtype="f32", model=None, specialize=N
     from .pipeline import load as load_module
     return load_module(path, target, defines, dtype, model, specialize, name, vjp,
                        emulate=emulate)
+
+
+def export_onnx(path, out, *, model=None, params=None, defines=None, specialize=None,
+                opset=None, outputs=None, dtype="f32", seed=0):
+    """Write a model's inference program as an ONNX file (`mdlc export --onnx`):
+    `export_onnx("charlm.mdl", "lm.onnx", model="CharLM", params="checkpoint.npz")`.
+    See codegen.export and docs/onnx.md."""
+    from .export import export_onnx as export
+    return export(path, out, model=model, params=params, defines=defines,
+                  specialize=specialize, opset=opset, outputs=outputs, dtype=dtype, seed=seed)

@@ -1,6 +1,7 @@
 """The main job (examples/train_charlm.py) end to end at a small size: it trains, saves a
-checkpoint, samples text through CharLMStep, and a run stopped and resumed ends exactly
-where an unbroken run does."""
+checkpoint, samples text through CharLMStep (and, exported to ONNX by
+examples/sample_onnx.py, the same text in onnxruntime), and a run stopped and resumed ends
+exactly where an unbroken run does."""
 from __future__ import annotations
 
 import subprocess
@@ -30,6 +31,14 @@ def test_the_main_job_trains_saves_and_samples(tmp_path):
     assert sample.startswith("def ") and len(sample) == len("def ") + 40 + 1
     losses = (tmp_path / "whole" / "losses.csv").read_text().splitlines()
     assert losses[0] == "step,loss,held_out_loss" and losses[-1].startswith("30,")
+
+    # the checkpoint exported to ONNX samples the same text in onnxruntime (docs/onnx.md)
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "sample_onnx.py"),
+                           "--out", str(tmp_path / "whole"), "--hidden", "16",
+                           "--sample", "40"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == sample
+    assert (tmp_path / "whole" / "charlm_step.onnx").is_file()
 
     run(tmp_path / "resumed", "--steps", "15")
     out = run(tmp_path / "resumed", "--steps", "30", "--resume")

@@ -158,8 +158,10 @@ def test_a_data_dependent_while_and_an_if_inside_a_for(tmp_path):
     graph = check_file(str(path)).graph
     params = initial_values(graph, 0, np.float32)
     out = export_onnx(path, tmp_path / "control.onnx")
-    kinds = {n.op_type for n in onnx.load(str(out)).graph.node}
-    assert "Loop" in kinds
+    def kinds(graph) -> set[str]:
+        inner = [kinds(a.g) for n in graph.node for a in n.attribute if a.type == a.GRAPH]
+        return {n.op_type for n in graph.node}.union(*inner)
+    assert {"Scan", "If", "Loop"} <= kinds(onnx.load(str(out)).graph)
     rng = np.random.default_rng(0)
     for scale in (0.1, 3.0, 30.0):
         inputs = {"xs": (scale * rng.standard_normal((7, 4, 8))).astype(np.float32),

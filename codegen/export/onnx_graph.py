@@ -1,5 +1,5 @@
 """The emitter every op's ONNX rule writes through: one `OnnxGraph` per ONNX graph (the
-model's, and each `Loop` body or `If` branch), all drawing fresh names from one pool so
+model's, and each `Scan` or `Loop` body and `If` branch), all drawing fresh names from one pool so
 that a name is never used twice anywhere in the model, as ONNX requires of nested
 graphs. A subgraph reads the values of the graphs around it by name (ONNX's outer-scope
 references), as an mdl block reads the values of enclosing blocks.
@@ -13,8 +13,8 @@ What a rule (`extra["onnx"]` of an op's entry, codegen/ops/entry.py) may ask of 
   `g.scalar(d)`: int64[]; `g.size(x, axis)`: int64[1], the size of a tensor's axis;
 - `g.dtype(dtype)`: the ONNX element type of an mdl dtype (Cast's `to`);
 - `g.block(block, args) -> names`: a block's ops emitted here, its args bound to `args`;
-- `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)`, `child.graph(outputs) -> GraphProto`: a
-  nested graph for Loop or If;
+- `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)`, `child.graph(outputs, types) -> GraphProto`: a
+  nested graph for Scan, Loop or If;
 - `g.fail(message)`: the op has no faithful ONNX form (raised as the op's error).
 """
 from __future__ import annotations
@@ -236,17 +236,19 @@ class OnnxGraph:
             names.append(n)
         return child, names
 
-    def graph(self, outputs: list[tuple[str, str]]) -> Any:
-        """This subgraph as a GraphProto with `outputs` (name, dtype): each one a value
-        made by this graph's own nodes, once (an outer value or an input repeated as an
-        output goes through an Identity, which every runtime accepts)."""
+    def graph(self, outputs: list[str], types: list) -> Any:
+        """This subgraph as a GraphProto with `outputs`, of the TensorTypes `types` (rank
+        given, sizes left unknown): each one a value made by this graph's own nodes, once
+        (an outer value or an input repeated as an output goes through an Identity, which
+        every runtime accepts)."""
         made = {o for node in self.nodes for o in node.output}
         seen, infos = set(), []
-        for name, dtype in outputs:
+        for name, t in zip(outputs, types, strict=True):
             if name not in made or name in seen:
                 name = self._at(name, "Identity", name)
             seen.add(name)
-            infos.append(helper.make_tensor_value_info(name, element(dtype), None))
+            infos.append(helper.make_tensor_value_info(name, element(t.dtype),
+                                                       [None] * t.rank))
         return helper.make_graph(self.nodes, self.name, self.inputs, infos)
 
 

@@ -62,7 +62,7 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     for key, block in zip(("then_branch", "else_branch"), op.blocks):
         sub, _ = g.subgraph(key.split("_")[0], [])
         results = sub.block(block, [])
-        branches[key] = sub.graph([(r, v.type.dtype) for r, v in zip(results, block.results)])
+        branches[key] = sub.graph(results, [v.type for v in block.results])
     return g.ops("If", xs, len(op.outputs), **branches)
 
 

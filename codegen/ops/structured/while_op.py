@@ -84,8 +84,8 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
         (v.hint or "state", v.type.dtype, v.type.rank) for v in body.args])
     new = sub.block(body, states)
     again, = sub.block(cond, new)
-    outputs = [(again, "bool")] + [(r, v.type.dtype) for r, v in zip(new, op.inputs)]
-    return g.ops("Loop", ["", first, *xs], len(op.outputs), body=sub.graph(outputs))
+    body_graph = sub.graph([again, *new], [BOOL] + [v.type for v in op.inputs])
+    return g.ops("Loop", ["", first, *xs], len(op.outputs), body=body_graph)
 
 
 WHILE = register(StructuredOp(
