@@ -2,8 +2,9 @@
 declared here: softsign(x) = x / (1 + |x|), elementwise. Only the places the recipe
 names are touched (the table, its lowering, a gradient-check case, a built-in
 function); if any other module had to learn about it, a step below fails: the verifier,
-the reference interpreter, autodiff and the passes, the gradient check, the language, and
-the generated code of every target against the reference."""
+the reference interpreter, autodiff and the passes, the gradient check, the language, the
+generated code of every target against the reference, and its ONNX export run by
+onnxruntime against the reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +43,9 @@ def softsign():
     """The recipe's steps 1, 2 and 4 (step 3, the gradient-check case, is the test
     below); undone afterwards, so that no other test sees the primitive."""
     @primitive(NAME, 1, elementwise=True, grad=_grad,                                # 1
-               ref=lambda ctx, attrs, x: x / (1 + np.abs(x)))
+               ref=lambda ctx, attrs, x: x / (1 + np.abs(x)),
+               onnx=lambda g, op, xs: g.op("Div", xs[0], g.op(
+                   "Add", g.const(1, op.inputs[0].type.dtype), g.op("Abs", xs[0]))))
     def _rule(types, attrs):
         same_dtype(types, "softsign", FLOATS)
         return [types[0]]
@@ -74,3 +77,21 @@ def test_every_target_computes_it_as_the_reference(softsign, tmp_path, target, e
     m = module.Recipe(seed=3)
     inputs = random_case(graph, "f64")
     assert_training_matches(m, graph, inputs, 1e-10)
+
+
+def test_its_onnx_export_runs_as_the_reference(softsign, tmp_path):
+    import onnxruntime
+
+    from codegen.export import export_onnx
+    from codegen.reference import interpreter
+    path = tmp_path / "recipe.mdl"
+    path.write_text(SOURCE)
+    graph = check_source(SOURCE, str(path), dtype="f64").graph
+    params = interpreter.init_params(graph, seed=2)
+    out = export_onnx(path, tmp_path / "recipe.onnx", dtype="f64", params=params)
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    inputs = random_case(graph, "f64")
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+    want = interpreter.run(graph, inputs, params)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, err_msg=name)

@@ -30,8 +30,8 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
         import onnx
     except ImportError:
         raise UsageError(f"exporting to ONNX needs {PEER}") from None
-    from ..pipeline import check
     from ..compile.options import BuildOptions
+    from ..pipeline import check
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
     from .parameters import parameter_values
 

@@ -13,8 +13,8 @@ What a rule (`extra["onnx"]` of an op's entry, codegen/ops/entry.py) may ask of 
   `g.scalar(d)`: int64[]; `g.size(x, axis)`: int64[1], the size of a tensor's axis;
 - `g.dtype(dtype)`: the ONNX element type of an mdl dtype (Cast's `to`);
 - `g.block(block, args) -> names`: a block's ops emitted here, its args bound to `args`;
-- `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)`, `child.graph(outputs, types) -> GraphProto`: a
-  nested graph for Scan, Loop or If;
+- `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)` and
+  `child.graph(outputs, types) -> GraphProto`: a nested graph for Scan, Loop or If;
 - `g.fail(message)`: the op has no faithful ONNX form (raised as the op's error).
 """
 from __future__ import annotations
