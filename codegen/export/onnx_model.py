@@ -61,7 +61,7 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
         top.nodes.append(helper.make_node("Identity", [made], [name], name=name))
         outs.append(helper.make_tensor_value_info(name, element(v.type.dtype),
                                                   _shape(v.type.shape, fixed)))
-    initializers = [numpy_helper.from_array(np.ascontiguousarray(params[name]), name)
+    initializers = [numpy_helper.from_array(np.array(params[name], order="C"), name)
                     for name, p in graph.params.items() if p.value.id in read]
     onnx_inputs = [helper.make_tensor_value_info(name, element(v.type.dtype),
                                                  _shape(v.type.shape, fixed))
