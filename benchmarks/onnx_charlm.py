@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from benchmarks.suite import _cpu_name
+from benchmarks.machine import describe
 from codegen import export_onnx, load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def main() -> None:
                     time.sleep(0.3)  # the other's idle threads stop spinning first
                     times += timed(run, 1, calls)
             rows.append((batch, float(np.median(mdl_ms)), float(np.median(ort_ms)), error))
-    print(f"CPU: {_cpu_name()}, {args.threads} threads; onnxruntime "
+    print(f"CPU: {describe()}, {args.threads} threads; onnxruntime "
           f"{onnxruntime.__version__}; CharLM forward, T={args.seq}, H={args.hidden}, V=96, "
           f"E=32 (median of {args.reps})\n")
     print("| B | mdl native | onnxruntime | onnxruntime / mdl | max logits difference |")

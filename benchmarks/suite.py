@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 from benchmarks.cases import MDL, cases, select, sgemm_case
+from benchmarks.machine import cpu, describe, isa_environment
 from benchmarks.memory import measure_memory
 from benchmarks.plot import plot
 from benchmarks.pool import Pool
@@ -29,6 +30,9 @@ def run(args) -> int:
     if reps < 1 or not 1 <= args.threads <= cpus:
         raise UsageError(f"--reps must be >= 1 and --threads between 1 and {cpus} (the CPUs "
                          f"this process may use), got --reps {reps} --threads {args.threads}")
+    if args.isa == "avx2" and cpu()["isa"] not in ("AVX2", "AVX-512"):
+        raise UsageError(f"--isa avx2 restricts an x86 CPU with AVX2 to it; this one has "
+                         f"{cpu()['isa']}")
     if args.device == "cuda" and not gpu_capabilities():
         raise UsageError("--device cuda runs the GPU rows, on an NVIDIA GPU: nvidia-smi "
                          "reports none here")
@@ -39,7 +43,8 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mdl-bench-") as work, \
-            Pool(args.threads, args.quick, out / "logs", _fresh_caches(Path(work))) as pool:
+            Pool(args.threads, args.quick, out / "logs",
+                 {**_fresh_caches(Path(work)), **isa_environment(args.isa)}) as pool:
         rounds = min(reps, 5)  # a memory round is a process per loop option: at most 3
         plan = measure.Plan(reps=reps, rounds=rounds, warmups=3,
                             step_calls=10 if args.quick else 200,
@@ -82,7 +87,8 @@ def ok(result: dict) -> bool:
 
 def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": _cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
+            "machine": describe(args.isa), "cpu": cpu(), "isa": args.isa,
+            "cpus": os.cpu_count(), "threads": args.threads,
             "device": args.device, **({"gpu": _gpu_name()} if args.device == "cuda" else {}),
             "reps": reps, "rounds": plan.rounds, "warmups": plan.warmups,
             "step_calls": plan.step_calls, "settle_s": plan.settle,
@@ -95,6 +101,7 @@ def _command(args, reps: int) -> str:
     """The command that repeats this run."""
     flags = [f"--reps {reps}", f"--threads {args.threads}",
              *([f"--device {args.device}"] if args.device != "cpu" else []),
+             *([f"--isa {args.isa}"] if args.isa != "native" else []),
              *(["--quick"] * args.quick),
              *(["--skip-compile"] * args.skip_compile), *([f"--only {' '.join(args.only)}"]
                                                          if args.only else [])]
@@ -109,13 +116,3 @@ def _gpu_name() -> str:
         return done.stdout.strip().splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return "a GPU nvidia-smi does not name"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

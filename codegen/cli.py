@@ -72,6 +72,7 @@ EXAMPLES = {
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
               "mdlc bench --quick",
+              "mdlc bench --isa avx2 --skip-compile --out bench-avx2",
               "mdlc bench --device cuda --skip-compile --out bench-gpu"],
 }
 
@@ -131,6 +132,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", choices=_TargetNames(), default="cpu", metavar="TARGET",
                        help="where every framework runs: the CPU rows, or the GPU rows "
                        "(mdl's cuda target against cuDNN and JAX on an NVIDIA GPU)")
+    bench.add_argument("--isa", choices=("native", "avx2"), default="native",
+                       help="avx2: build and run every framework restricted to AVX2 and FMA "
+                       "(mdl's code with -march=x86-64-v3, MKL, oneDNN, OpenBLAS and XLA "
+                       "told so), to see on an AVX-512 machine what one without runs")
     bench.add_argument("--only", nargs="+", default=[], metavar="NAME",
                        help="cases to run: groups (lstm, generation, milstm, gru_if, memory), "
                        "case names or patterns such as 'lstm-*-b32-*'")

@@ -227,3 +227,24 @@ def test_a_case_times_only_the_peers_that_agree_with_a_working_mdl(tmp_path, mdl
     else:
         assert set(timed) == {MDL, TORCH}
         assert timed[TORCH]["ratio"] == 0.5 and timed[MDL]["ms"] == 2.0
+
+
+def test_isa_avx2_restricts_every_framework_and_the_report_says_so(monkeypatch):
+    """`--isa avx2`: mdl builds with -march=x86-64-v3 (a key of its own), MKL, oneDNN,
+    OpenBLAS and XLA are told AVX2; the machine's description says the run is
+    restricted."""
+    from benchmarks.machine import cpu, describe, isa_environment
+    from codegen.compile import flags
+    assert isa_environment("native") == {}
+    env = isa_environment("avx2")
+    assert env["MDL_MARCH"] == "x86-64-v3" and env["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["OPENBLAS_CORETYPE"] == "Haswell"
+    assert env["XLA_FLAGS"].endswith("--xla_cpu_max_isa=AVX2")
+    native = flags.host_compiler()["identity"]
+    monkeypatch.setenv("MDL_MARCH", env["MDL_MARCH"])
+    assert "-march=x86-64-v3" in flags.compile_flags()
+    assert flags.host_compiler()["identity"] != native
+    c = cpu()
+    assert c["isa"] in ("AVX-512", "AVX2", "AVX", "SSE2") or c["isa"] == os.uname().machine
+    assert describe("avx2").endswith("; run restricted to AVX2)")
+    assert c["model"] in describe() and c["vendor"] in describe()

@@ -175,7 +175,10 @@ def test_the_key_changes_with_sources_names_and_flags(change):
 
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
     base = cache_key({"module.cpp": TINY}, "tiny", CPU)
-    monkeypatch.setattr(flags, "RELEASE_FLAGS", ("-O2", "-march=native", "-DNDEBUG"))
+    monkeypatch.setattr(flags, "release_flags", lambda: ("-O2", "-march=native", "-DNDEBUG"))
+    assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
+    monkeypatch.undo()
+    monkeypatch.setenv("MDL_MARCH", "x86-64-v3")  # mdlc bench --isa avx2's builds
     assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
     monkeypatch.undo()
     copy = tmp_path / "cpp_runtime"

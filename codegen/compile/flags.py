@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -24,16 +25,31 @@ LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells 
 # effect: a loop calling them vectorizes even where a `where` uses only one of its arms
 # (with errno, GCC computes each arm under its condition, and control flow stops it).
 CODE_FLAGS = ("-fopenmp-simd", "-fno-math-errno")
-RELEASE_FLAGS = ("-O3", "-march=native", "-DNDEBUG")
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+
+
+def march() -> str:
+    """The instruction set generated code is built for: `-march=native` (this machine's
+    own), or `-march=$MDL_MARCH` (`x86-64-v3`: AVX2 and FMA, the x86 machines without
+    AVX-512; what `mdlc bench --isa avx2` builds). Part of every cache key (the compiler's
+    identity)."""
+    wanted = os.environ.get("MDL_MARCH", "").strip() or "native"
+    if not re.fullmatch(r"[\w.-]+", wanted):
+        raise MdlBuildError(f"MDL_MARCH={wanted!r}: expected an -march value such as "
+                            "x86-64-v3 or native")
+    return f"-march={wanted}"
+
+
+def release_flags() -> tuple[str, ...]:
+    return ("-O3", march(), "-DNDEBUG")
 
 
 def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     """The C++ compiler's flags for the runtime and for models (sanitizer reports want
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
-    return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else RELEASE_FLAGS),
+    return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else release_flags()),
             *(SANITIZE_FLAGS if sanitize else ()), blas().define,
             *(("-DMDL_LIBMVEC",) if libmvec() else ())]
 
@@ -58,15 +74,19 @@ def libmvec() -> bool:
     return os.path.isabs(found) and os.path.exists(found)
 
 
-@functools.cache
 def host_compiler() -> dict:
-    """The C++ compiler, and its identity: `--version` and what
-    `-march=native` means on this machine (a shared cache may serve several CPUs)."""
-    path = shutil.which(os.environ.get("CXX") or "c++")
+    """The C++ compiler, and its identity: `--version` and what the release flags'
+    `-march` means on this machine (a shared cache may serve several CPUs)."""
+    return _host_compiler(os.environ.get("CXX") or "c++", release_flags())
+
+
+@functools.cache
+def _host_compiler(name: str, release: tuple[str, ...]) -> dict:
+    path = shutil.which(name)
     if path is None:
         raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
     version = _output([path, "--version"])
-    native = _output([path, *RELEASE_FLAGS, "-E", "-v", "-x", "c++", os.devnull, "-o",
+    native = _output([path, *release, "-E", "-v", "-x", "c++", os.devnull, "-o",
                       os.devnull])
     return {"path": path, "version": version.splitlines()[0],
             "identity": sha256(version + native)}
