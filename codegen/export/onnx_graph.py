@@ -1,5 +1,5 @@
 """The emitter every op's ONNX rule writes through: one `OnnxGraph` per ONNX graph (the
-model's, and each `Scan` or `Loop` body and `If` branch), all drawing fresh names from one pool so
+model's, and each `Loop` body or `If` branch), all drawing fresh names from one pool so
 that a name is never used twice anywhere in the model, as ONNX requires of nested
 graphs. A subgraph reads the values of the graphs around it by name (ONNX's outer-scope
 references), as an mdl block reads the values of enclosing blocks.
@@ -14,7 +14,7 @@ What a rule (`extra["onnx"]` of an op's entry, codegen/ops/entry.py) may ask of 
 - `g.dtype(dtype)`: the ONNX element type of an mdl dtype (Cast's `to`);
 - `g.block(block, args) -> names`: a block's ops emitted here, its args bound to `args`;
 - `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)` and
-  `child.graph(outputs, types) -> GraphProto`: a nested graph for Scan, Loop or If;
+  `child.graph(outputs, types) -> GraphProto`: a nested graph for Loop or If;
 - `g.fail(message)`: the op has no faithful ONNX form (raised as the op's error).
 """
 from __future__ import annotations

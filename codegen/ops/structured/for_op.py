@@ -222,28 +222,34 @@ def _integer_bounds(op: Op, size) -> list:
 
 # ---- ONNX ----------------------------------------------------------------------------------
 def _onnx(g, op: Op, xs: list[str]) -> list[str]:
-    """A `Scan`: the states carried, every sequence scanned along its leading dim (from the
-    end when reversed), the yields stacked in time order (a reversed scan fills them from
-    the end, as mdl does). Lengths were rewritten away before (seq_order and a mask:
-    `_lower_lengths`). Scan rather than Loop: as fast or faster in onnxruntime (the char
-    LM's forward on an AMD EPYC, 2 threads: 1.5-1.6 ms against 1.6-1.7 at B=1, 8.7-11.0
-    ms against 11.1-11.6 at B=32, docs/onnx.md), and nothing to slice by hand."""
+    """A `Loop` of T trips (T the sequences' leading dim): trip i reads step t of every
+    sequence (t = i, or T-1-i reversed) from the graph around it, carries the states and
+    stacks the yields, which a reversed loop turns back into time order. Lengths were
+    rewritten away before (seq_order and a mask: `_lower_lengths`).
+
+    A Loop, not a Scan: onnxruntime runs the two about as fast (the char LM's forward on
+    an AMD EPYC, 2 threads: 1.6-1.7 ms against 1.5-1.6 at B=1, 11.1-11.6 ms against
+    8.7-11.0 at B=32), but OpenVINO cannot convert a Scan whose body reads a value of the
+    graph around it that is not a constant (a size taken from an input's shape), which
+    every loop with lengths does; it converts the Loop (docs/onnx.md)."""
     if op.attrs["has_lengths"]:
         g.fail("a `for` with lengths reaches ONNX only rewritten (prepare)")
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     body = op.blocks[0]
     seqs, states = xs[:n_seq], xs[n_seq:n_seq + n_state]
-    # a Scan body takes the states first, then the slices
-    sub, args = g.subgraph("for", [(v.hint or "arg", v.type.dtype, v.type.rank)
-                                   for v in body.args[n_seq:] + body.args[:n_seq]])
-    results = sub.block(body, args[n_state:] + args[:n_state])
-    direction = int(op.attrs["reversed"])
-    n_yield = len(op.outputs) - n_state
-    directions = {"scan_output_directions": [direction] * n_yield} if n_yield else {}
-    return g.ops("Scan", [*states, *seqs], len(op.outputs),
-                 body=sub.graph(results, [v.type for v in body.results]),
-                 num_scan_inputs=n_seq, scan_input_directions=[direction] * n_seq,
-                 **directions)
+    trips = g.op("Squeeze", g.size(seqs[0], 0), g.ints([0]))
+    sub, (i, cond, *state_args) = g.subgraph("for", [("i", "i64", 0), ("cond", "bool", 0)] + [
+        (v.hint or "state", v.type.dtype, v.type.rank) for v in body.args[n_seq:]])
+    t = sub.op("Sub", sub.op("Sub", trips, g.const(1, "i64")), i) \
+        if op.attrs["reversed"] else i
+    slices = [sub.op("Gather", s, t, axis=0) for s in seqs]
+    results = sub.block(body, slices + state_args)
+    outs = g.ops("Loop", [trips, g.const(True, "bool"), *states], len(op.outputs),
+                 body=sub.graph([cond, *results], [BOOL] + [v.type for v in body.results]))
+    if op.attrs["reversed"]:
+        outs[n_state:] = [g.op("Slice", y, g.ints([-1]), g.ints([-2**63]), g.ints([0]),
+                               g.ints([-1])) for y in outs[n_state:]]
+    return outs
 
 
 FOR = register(StructuredOp(
