@@ -3,7 +3,13 @@ differential fuzzer's oracle (tests/fuzz_programs.py): the inference outputs, th
 training outputs and every gradient (parameters and float inputs), on inputs and
 weights drawn from a seed and their names. A mismatch says which stage is to blame
 (the graphs after the passes, run in the reference, or the backend) and which side
-central differences agree with."""
+central differences agree with.
+
+The module may be built in f64 or f32, and with `vjp` (a backward that takes a cotangent
+per float output, drawn like the inputs). The reference always runs in float64, on the
+very values the build holds (inputs and weights rounded to its type): it is then the
+exact answer to what the build was asked, so what differs is the build's own rounding
+(or a bug), not the sum of two roundings in different orders."""
 from __future__ import annotations
 
 import zlib
@@ -16,11 +22,28 @@ from codegen.ops.rng import derive
 from codegen.pipeline import differentiate, for_backends
 from codegen.reference import gradcheck, interpreter as reference
 
-TOLERANCE = 1e-9               # relative to the largest element, both sides in f64
-# An array is compared relative to its largest element, but never to less than NOISE
-# times the largest value of the case: rounding noise stays that far below it.
-NOISE = 1e-6
 SPECIALIZED = {"T": 4, "B": 3}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How close a build of one float type must come to the reference: an array is
+    compared relative to its largest element (`tolerance`), but never to less than
+    `noise` times the largest value of the case, since a gradient that is zero in exact
+    arithmetic is rounding noise on the build's side."""
+    dtype: str
+    tolerance: float
+    noise: float
+
+
+# f32 (unit roundoff 6e-8), measured on 450 programs (docs/testing.md, "f32 and vjp
+# builds"): over 11335 arrays the error relative to max(largest element, 1e-3 times the
+# case's largest value) was 3e-8 at the median, 1e-6 at the 99th percentile, 1.1e-4 at
+# worst (5.5e-4 with a floor of 1e-4, 2.7e-2 with f64's 1e-6: small gradients made of
+# cancelling terms); train_step's weights 6e-8 at worst. 1e-3 is nine times the worst,
+# and far below what a wrong index or derivative gives (the error is then of order 1).
+PRECISIONS = {"f64": Precision("f64", 1e-9, 1e-6), "f32": Precision("f32", 1e-3, 1e-3)}
+TOLERANCE = PRECISIONS["f64"].tolerance
 
 
 @dataclass
@@ -35,12 +58,15 @@ class Outcome:
         return self.kind in ("ok", "built")
 
 
-def compare(module, name: str, graph, lengths: set[str] = frozenset(),
-            seed: int = 0) -> Outcome:
+def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int = 0,
+            dtype: str = "f64", vjp: bool = False) -> Outcome:
     """The native model `name` against the reference: at the specialized dims, then at
     others, one instance for both (what the first call leaves behind must not matter).
     `lengths`: the inputs that are a loop's lengths. Parameters and inputs are drawn
-    from `seed` and their names, so a smaller program keeps the values of the rest."""
+    from `seed` and their names, so a smaller program keeps the values of the rest.
+    `dtype` and `vjp`: how the module was built (a vjp build does not train natively:
+    its train_step is not compared)."""
+    precision = PRECISIONS[dtype]
     model = getattr(module, name)(seed=seed % 1000)
     # through set_params: a device model's `params` are read-only copies
     model.set_params({param: 0.5 * stream(seed, "param", param).standard_normal(value.shape)
@@ -48,25 +74,26 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(),
     dims = stream(seed, "dims")
     other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
     for case in (SPECIALIZED, other):
-        outcome = compare_case(model, graph, case, lengths, seed % 1000)
+        outcome = compare_case(model, graph, case, lengths, seed % 1000, precision, vjp)
         if not outcome.ok:
             return Outcome(outcome.kind, f"at {case}: {outcome.detail}")
-    if graph.loss is not None:
-        outcome = compare_step(model, graph, other, lengths, seed % 1000)
+    if graph.loss is not None and not vjp:
+        outcome = compare_step(model, graph, other, lengths, seed % 1000, precision)
         if not outcome.ok:
             return Outcome(outcome.kind, f"train_step at {other}: {outcome.detail}")
     return Outcome("ok")
 
 
-def compare_step(model, graph, dims: dict, lengths: set[str], seed: int) -> Outcome:
+def compare_step(model, graph, dims: dict, lengths: set[str], seed: int,
+                 precision: Precision = PRECISIONS["f64"]) -> Outcome:
     """One train_step, with an optimizer configuration the seed picks (every option of
     SGD and Adam in turn: tests/optimizer_reference.py), against the NumPy update rules
-    applied to the gradients of a training forward and backward drawing the same dropout
-    masks (the gradients themselves are compare_case's)."""
+    (in float64) applied to the gradients of a training forward and backward drawing the
+    same dropout masks (the gradients themselves are compare_case's)."""
     config = sorted(CONFIGS)[seed % len(CONFIGS)]
     name, options = CONFIGS[config]
-    inputs = case_inputs(graph, dims, lengths, seed)
-    params = {k: np.array(v) for k, v in model.params.items()}
+    inputs = case_inputs(graph, dims, lengths, seed, precision.dtype)
+    params = {k: np.array(v, np.float64) for k, v in model.params.items()}
     try:
         calls = model.rng_calls
         model.forward(**inputs, training=True)
@@ -77,8 +104,8 @@ def compare_step(model, graph, dims: dict, lengths: set[str], seed: int) -> Outc
     except Exception as e:  # noqa: BLE001 -- a native error is a finding
         return Outcome("native", f"{config}: {type(e).__name__}: {e}")
     ref = Reference(graph, params, name, options)
-    ref.step(grads)
-    diffs = differences(dict(model.params), ref.w)
+    ref.step({k: np.asarray(g, np.float64) for k, g in grads.items()})
+    diffs = differences(dict(model.params), ref.w, tolerance=precision.tolerance)
     if diffs:
         return Outcome("mismatch", f"{config}: " + "; ".join(f"parameter {k}: {d}"
                                                               for k, d in diffs.items()))
@@ -90,20 +117,29 @@ def stream(seed: int, *labels) -> np.random.Generator:
     return np.random.default_rng([seed] + [zlib.crc32(str(x).encode()) for x in labels])
 
 
-def compare_case(model, graph, dims: dict, lengths: set[str], seed: int) -> Outcome:
+def compare_case(model, graph, dims: dict, lengths: set[str], seed: int,
+                 precision: Precision = PRECISIONS["f64"], vjp: bool = False) -> Outcome:
+    """One call of each kind at `dims`: an inference forward, a training forward and a
+    backward (a vjp build's given random cotangents), against the reference in float64
+    on the same values."""
     params = {k: np.array(v) for k, v in model.params.items()}
-    inputs = case_inputs(graph, dims, lengths, seed)
+    inputs = case_inputs(graph, dims, lengths, seed, precision.dtype)
     calls = model.rng_calls + 1   # the training forward's dropout stream
+    cotangents = None
     try:
         got = model.forward(**inputs)
         got_train = model.forward(**inputs, training=True)
-        grads = model.backward()
+        if vjp:
+            cotangents = {k: stream(seed, "cotangent", k, dims).standard_normal(
+                np.shape(got_train[k])).astype(precision.dtype.replace("f", "float"))
+                for k in model.cotangents}
+        grads = model.backward(**(cotangents or {}))
     except Exception as e:  # noqa: BLE001 -- a native error is a finding
         return Outcome("native", f"{type(e).__name__}: {e}")
     try:
         want = reference.run(graph, inputs, params)
         want_train = reference.gradients(graph, inputs, params, training=True,
-                                         seed=derive(seed, calls))
+                                         seed=derive(seed, calls), cotangents=cotangents)
     except Exception as e:  # noqa: BLE001 -- the reference is under test too
         return Outcome("reference", f"{type(e).__name__}: {e}")
     expected = {**want_train.params, **{f"input:{k}": v for k, v in want_train.inputs.items()}}
@@ -113,55 +149,83 @@ def compare_case(model, graph, dims: dict, lengths: set[str], seed: int) -> Outc
         bad = [k for k, a in arrays.items() if not np.all(np.isfinite(a))]
         if bad:
             return Outcome("domain", f"the reference's {what} {bad[0]} is not finite")
-    floor = NOISE * max(float(np.abs(a).max(initial=0.0)) for _, _, arrays in checks
-                        for a in arrays.values())
+    floor = precision.noise * max(float(np.abs(a).max(initial=0.0))
+                                  for _, _, arrays in checks for a in arrays.values())
+    tolerance = precision.tolerance
     diffs = [f"{what} {k}: {d}" for what, mine, theirs in checks
-             for k, d in differences(mine, theirs, floor).items()]
+             for k, d in differences(mine, theirs, floor, tolerance).items()]
     if not diffs:
         return Outcome("ok")
-    stage = blame(graph, inputs, params, derive(seed, calls), checks, floor)
-    wrong = [k for k in differences(grads, expected, floor) if k in grads and k in expected]
+    at = Case(graph, inputs, params, derive(seed, calls), cotangents)
+    stage = blame(at, checks, floor, tolerance)
+    wrong = [k for k in differences(grads, expected, floor, tolerance)
+             if k in grads and k in expected]
     if wrong:
-        stage += "; " + side(graph, inputs, params, derive(seed, calls), wrong[0],
-                             grads[wrong[0]], expected[wrong[0]])
+        stage += "; " + side(at, wrong[0], grads[wrong[0]], expected[wrong[0]])
     return Outcome("mismatch", "; ".join(diffs) + f" ({stage})")
 
 
-def blame(graph, inputs: dict, params: dict, seed: int, checks, floor: float) -> str:
+@dataclass
+class Case:
+    """What a training forward and backward ran on: the dropout stream's seed, and a vjp
+    build's cotangents (None: the minimized output's gradient)."""
+    graph: object
+    inputs: dict
+    params: dict
+    seed: int
+    cotangents: dict | None = None
+
+    def scalar(self) -> float:
+        """What the backward differentiates, in the reference: the loss, or the sum of
+        each cotangent times its output."""
+        out = reference.run(self.graph, self.inputs, self.params, training=True,
+                            seed=self.seed)
+        if self.cotangents is None:
+            return float(out[self.graph.loss])
+        return sum(float(np.sum(c * out[k])) for k, c in self.cotangents.items())
+
+
+def blame(at: Case, checks, floor: float, tolerance: float = TOLERANCE) -> str:
     """Which stage a mismatch comes from: the graphs the backend is handed (after the
     passes), run in the reference, already differ; or they agree and the backend does
     not."""
+    graph, inputs, params = at.graph, at.inputs, at.params
     try:
         ready = reference.run(for_backends(graph), inputs, params)
-        joint = reference.run(differentiate(graph), inputs, params, training=True, seed=seed)
+        joint = reference.run(differentiate(graph, vjp=at.cotangents is not None), inputs,
+                              params, training=True, seed=at.seed, cotangents=at.cotangents)
     except Exception as e:  # noqa: BLE001 -- a pass that breaks the graph is a finding
         return f"the graphs after the passes do not run: {type(e).__name__}: {e}"
     grads = {k.split(":", 2)[2] if k.startswith("grad:param:") else k[5:]: v
              for k, v in joint.items() if k.startswith("grad:")}
     optimized = (ready, {k: joint[k] for k in graph.outputs}, grads)
     wrong = [f"{what} {k}" for (what, _, want), got in zip(checks, optimized)
-             for k in differences(got, want, floor)]
+             for k in differences(got, want, floor, tolerance)]
     if wrong:
         return "the graphs after the passes already differ: " + ", ".join(wrong)
     return "the graphs after the passes agree with the reference: the backend differs"
 
 
-def case_inputs(graph, dims: dict, lengths: set[str], seed: int) -> dict:
+def case_inputs(graph, dims: dict, lengths: set[str], seed: int,
+                dtype: str = "f64") -> dict:
     """Random inputs with valid integers (gradcheck's bounds), each from a stream of its
-    own (drawn with the others and kept alone); a row of a lengths input is sometimes
-    empty."""
+    own (drawn with the others and kept alone), floats in the build's `dtype`; a row of
+    a lengths input is sometimes empty."""
     inputs = {}
     for name in graph.inputs:
         rng = stream(seed, "input", name, dims)
         inputs[name] = gradcheck.random_inputs(graph, dims, rng)[name]
+        if inputs[name].dtype == np.float64:
+            inputs[name] = inputs[name].astype(dtype.replace("f", "float"))
         if name in lengths and rng.random() < 0.3:
             inputs[name][rng.integers(0, len(inputs[name]))] = 0
     return inputs
 
 
-def differences(got: dict, want: dict, floor: float = 0.0) -> dict[str, str]:
+def differences(got: dict, want: dict, floor: float = 0.0,
+                tolerance: float = TOLERANCE) -> dict[str, str]:
     """What differs between two {name: array}: a missing or extra name, a shape, or an
-    error above TOLERANCE relative to the largest element (or to `floor`: a gradient
+    error above `tolerance` relative to the largest element (or to `floor`: a gradient
     that is zero in exact arithmetic is rounding noise on both sides)."""
     out = {k: "missing" for k in want if k not in got}
     out.update({k: "not expected" for k in got if k not in want})
@@ -172,23 +236,26 @@ def differences(got: dict, want: dict, floor: float = 0.0) -> dict[str, str]:
             continue
         scale = max(float(np.abs(b).max(initial=0.0)), floor, 1e-300)
         error = float(np.abs(a - b).max(initial=0.0)) / scale
-        if not error <= TOLERANCE:  # NaN included
+        if not error <= tolerance:  # NaN included
             out[k] = f"relative error {error:.3g}"
     return out
 
 
-def side(graph, inputs: dict, params: dict, seed: int, name: str, got, want) -> str:
-    """Which side central differences of the reference's loss agree with, at the
-    element of gradient `name` where the two differ most."""
+def side(at: Case, name: str, got, want) -> str:
+    """Which side central differences of the reference's loss (or cotangents times
+    outputs) agree with, at the element of gradient `name` where the two differ most.
+    The element is moved in a float64 copy: a step of 1e-6 is below f32's resolution."""
     if got.shape != want.shape:
         return "shapes differ"
-    target = inputs[name[6:]] if name.startswith("input:") else params[name]
+    key = name[6:] if name.startswith("input:") else name
+    values = at.inputs if name.startswith("input:") else at.params
+    target = values[key] = np.array(values[key], np.float64)
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     i = np.unravel_index(np.argmax(np.abs(got - want)), got.shape)
     old, eps, losses = target[i], 1e-6, []
     for value in (old + eps, old - eps):
         target[i] = value
-        losses.append(float(reference.run(graph, inputs, params, training=True,
-                                          seed=seed)[graph.loss]))
+        losses.append(at.scalar())
     target[i] = old
     numeric = (losses[0] - losses[1]) / (2 * eps)
     closer = "the reference" if abs(numeric - want[i]) <= abs(numeric - got[i]) else "native"

@@ -1,11 +1,13 @@
 """The differential fuzzer: random well-typed programs (tests/fuzz_generate.py), many to
-one module, built natively in f64 and compared with the NumPy reference interpreter
-(tests/fuzz_compare.py) in a child process, so that native code that crashes ends that
-process only. Each program runs twice on one instance: at T=4, B=3 (the specialized
-code, in every other module: built with `--specialize T=4,B=3`), then at random dims.
+one module, built natively (in f64, or f32 with `--dtype f32`) and compared with the
+NumPy reference interpreter (tests/fuzz_compare.py) in a child process, so that native
+code that crashes ends that process only. Each program runs twice on one instance: at
+T=4, B=3 (the specialized code, in every other module: built with `--specialize
+T=4,B=3`), then at random dims. `--vjp` builds the modules with a backward that takes a
+cotangent per float output, compared with the reference's vector-Jacobian product.
 
     python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
-                                   [--target cuda [--emulate]]
+                                   [--dtype f32] [--vjp] [--target cuda [--emulate]]
 
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
@@ -49,41 +51,42 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 
 
 def run(progs: list[Program], directory: Path, specialize: bool = True,
-        target: str = "cpu", emulate: bool = False) -> dict[str, Outcome]:
+        target: str = "cpu", emulate: bool = False, dtype: str = "f64",
+        vjp: bool = False) -> dict[str, Outcome]:
     """Every program's outcome, built as one module (`specialize`: with code for
-    SPECIALIZED too; `emulate`: the cuda target for the emulated device). A program the
-    front end rejects is the generator's bug; one that breaks its module's build is found
-    by building halves."""
+    SPECIALIZED too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
+    as `build`'s). A program the front end rejects is the generator's bug; one that
+    breaks its module's build is found by building halves."""
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in progs:
         try:
-            graphs[p.name] = check_source(p.source(), model=p.name, dtype="f64").graph
+            graphs[p.name] = check_source(p.source(), model=p.name, dtype=dtype).graph
         except MdlError as e:
             outcomes[p.name] = Outcome("rejected", e.render())
     checked = [p for p in progs if p.name in graphs]
-    _build_and_compare(checked, graphs, directory, specialize, outcomes, target, emulate)
+    _build_and_compare(checked, graphs, directory, specialize, outcomes,
+                       dict(target=target, emulate=emulate, dtype=dtype, vjp=vjp))
     return outcomes
 
 
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes,
-                       target: str, emulate: bool) -> None:
+                       how: dict) -> None:
+    """`how`: build's keywords (target, emulate, dtype, vjp)."""
     if not progs:
         return
     fits = specialize and any(set(SPECIALIZED) <= _dims(graphs[p.name]) for p in progs)
     try:
-        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [], target,
-                      emulate)
+        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [], **how)
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         if len(progs) > 1:
             half = len(progs) // 2
             for part in (progs[:half], progs[half:]):
-                _build_and_compare(part, graphs, directory, specialize, outcomes, target,
-                                   emulate)
+                _build_and_compare(part, graphs, directory, specialize, outcomes, how)
             return
         outcomes[progs[0].name] = _build_failure(e)
         return
-    if target == "cuda" and not emulate and not gpu_capabilities():  # nothing here runs it
+    if how["target"] == "cuda" and not how["emulate"] and not gpu_capabilities():
         outcomes.update((p.name, Outcome("built", "no GPU here to run it")) for p in progs)
         return
     compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes)
@@ -95,32 +98,37 @@ def _build_failure(e: Exception) -> Outcome:
 
 
 def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu",
-          emulate: bool = False) -> tuple:
-    """Builds the module of a .mdl text in f64 (one class per model) for `target` (and
-    `emulate`), named after the text so that a build seen before comes from the cache;
-    what `load` needs to import it: (path, name, specialize, target, emulate)."""
+          emulate: bool = False, dtype: str = "f64", vjp: bool = False) -> tuple:
+    """Builds the module of a .mdl text in `dtype` (one class per model) for `target`
+    (and `emulate`; `vjp`: a backward that takes cotangents), named after the text and
+    the build (a suffix for f32 and vjp), so that a build seen before comes from the
+    cache; what `load` needs to import it: (path, name, specialize, target, emulate,
+    dtype, vjp)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    name += ("_f32" if dtype == "f32" else "") + ("_vjp" if vjp else "")
     path = directory / f"{name}.mdl"
     path.write_text(text)
-    options = BuildOptions(target=target, dtype="f64", specialize=specialize, emulate=emulate)
+    options = BuildOptions(target=target, dtype=dtype, specialize=specialize,
+                           emulate=emulate, vjp=vjp)
     pipeline_build(path, name, options, progress=False)
-    return str(path), name, specialize, target, emulate
+    return str(path), name, specialize, target, emulate, dtype, vjp
 
 
 def _dims(graph) -> set[str]:
     return {s for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
 
 
-def run_text(text: str, directory: Path) -> Outcome:
+def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False) -> Outcome:
     """One hand-written model (a bug's minimal program) through the same comparison."""
     name = re.search(r"^model (\w+)", text, re.M).group(1)
     try:
-        graph = check_source(text, model=name, dtype="f64").graph
+        graph = check_source(text, model=name, dtype=dtype).graph
     except MdlError as e:
         return Outcome("rejected", e.render())
     try:
         built = build(text, directory,
-                      [SPECIALIZED] if set(SPECIALIZED) <= _dims(graph) else [])
+                      [SPECIALIZED] if set(SPECIALIZED) <= _dims(graph) else [],
+                      dtype=dtype, vjp=vjp)
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         return _build_failure(e)
     outcomes: dict[str, Outcome] = {}
@@ -181,13 +189,14 @@ def serve(fd: int) -> None:
     """The process `compare_apart` starts: reads (built, models) on stdin, imports the
     module (from the cache) and writes each model's outcome to file descriptor `fd` as
     soon as it is known."""
-    (path, module_name, specialize, target, emulate), models = pickle.load(sys.stdin.buffer)
+    (path, module_name, specialize, target, emulate, dtype, vjp), models = pickle.load(
+        sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
-        module = load(path, target=target, dtype="f64", name=module_name,
-                      specialize=specialize, emulate=emulate)
+        module = load(path, target=target, dtype=dtype, name=module_name,
+                      specialize=specialize, vjp=vjp, emulate=emulate)
         for name, source, lengths, seed in models:
-            graph = check_source(source, model=name, dtype="f64").graph
-            outcome = compare(module, name, graph, lengths, seed)
+            graph = check_source(source, model=name, dtype=dtype).graph
+            outcome = compare(module, name, graph, lengths, seed, dtype, vjp)
             pickle.dump((name, outcome.kind, outcome.detail), out)
             out.flush()
 
@@ -221,11 +230,11 @@ def accepted(program: Program) -> bool:
         return False
 
 
-def still_fails(kind: str, directory: Path, specialize: bool = True, target: str = "cpu",
-                emulate: bool = False):
-    """The shrinker's judge: a candidate fails as the original did."""
+def still_fails(kind: str, directory: Path, specialize: bool = True, **how):
+    """The shrinker's judge: a candidate fails as the original did (`how`: run's
+    target, emulate, dtype and vjp)."""
     def fails(candidates: list[Program]) -> list[bool]:
-        outcomes = run(candidates, directory, specialize, target, emulate)
+        outcomes = run(candidates, directory, specialize, **how)
         return [outcomes[c.name].kind == kind for c in candidates]
     return fails
 
@@ -264,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: build for mdl's emulated device, which "
                         "runs the programs on the CPU, and compare them")
+    parser.add_argument("--dtype", choices=("f64", "f32"), default="f64",
+                        help="the modules' float type (the reference runs in float64)")
+    parser.add_argument("--vjp", action="store_true",
+                        help="build with a backward that takes a cotangent per float "
+                        "output, compared with the reference's vector-Jacobian product")
     args = parser.parse_args(argv)
     try:
         find_target(args.target, args.emulate)
@@ -280,12 +294,13 @@ def _fuzz(args, directory: Path) -> int:
     progs = programs(args.seed, args.programs, args.start, args.size)
     outcomes: dict[str, Outcome] = {}
     specialized: dict[str, bool] = {}
+    how = dict(target=args.target, emulate=args.emulate, dtype=args.dtype, vjp=args.vjp)
     for i in range(0, len(progs), args.per_module):
         chunk = progs[i:i + args.per_module]
         t = time.monotonic()
         specialize = i // args.per_module % 2 == 0
         specialized.update((p.name, specialize) for p in chunk)
-        found = run(chunk, directory, specialize, args.target, args.emulate)
+        found = run(chunk, directory, specialize, **how)
         outcomes.update(found)
         bad = sum(not o.ok for o in found.values())
         print(f"programs {i}..{i + len(chunk) - 1}: {bad} failing, "
@@ -293,7 +308,8 @@ def _fuzz(args, directory: Path) -> int:
     failures = [p for p in progs if not outcomes[p.name].ok]
     constructs, prims, _ = coverage(progs)
     print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}"
-          f"{', emulated' if args.emulate else ''}), "
+          f"{', emulated' if args.emulate else ''}, {args.dtype}"
+          f"{', vjp' if args.vjp else ''}), "
           f"{len(failures)} failing, "
           f"{time.monotonic() - start:.0f} s")
     print("by outcome: " + ", ".join(f"{k} {v}" for k, v in
@@ -305,9 +321,8 @@ def _fuzz(args, directory: Path) -> int:
         print(f"\n==== {p.name} ({outcome.kind}): {outcome.detail}\n{p.source()}")
         if n < args.shrink:
             small = shrink(p, still_fails(outcome.kind, directory, specialized[p.name],
-                                          args.target, args.emulate))
-            repro = run([small], directory, specialized[p.name], args.target,
-                        args.emulate)[small.name]
+                                          **how))
+            repro = run([small], directory, specialized[p.name], **how)[small.name]
             print(f"---- minimized ({repro.kind}: {repro.detail})\n{small.source()}")
             (directory / f"{p.name}.repro.mdl").write_text(small.source())
     return 1 if failures else 0

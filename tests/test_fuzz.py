@@ -1,7 +1,8 @@
 """The differential fuzzer (tests/fuzz_programs.py) in the suite: a fixed list of seeds,
 each one module of small random programs built natively in f64 and compared with the
 reference interpreter, forward outputs and every gradient; one more seed's built for the
-cuda target and run on the emulated device. Each open compiler bug the
+cuda target and run on the emulated device, one in f32 and one with `vjp` (a backward
+given random cotangents). Each open compiler bug the
 fuzzer found is kept as its minimal program, an expected failure (strict: a fix makes
 it pass, and it then moves out of BUGS), so the suite stays green and the bug visible.
 A fixed-seed program that runs into an open bug is marked the same way, naming it. The
@@ -11,7 +12,7 @@ from __future__ import annotations
 import fuzz_programs as fuzz
 import numpy as np
 import pytest
-from fuzz_compare import compare
+from fuzz_compare import PRECISIONS, compare
 from fuzz_expressions import ARITH, COMPARE, REDUCTIONS, SOFTMAXES, UNARY
 from fuzz_generate import generate
 from fuzz_source import smaller
@@ -19,12 +20,16 @@ from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.primitives import TABLE
 from codegen.pipeline import load
+from codegen.reference import interpreter as reference
 from dsl import check_source
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11
 EMULATED_SEED = 21  # its programs run as the cuda target's code on the emulated device
 EMULATED = 11
+F32_SEED = 3        # built in f32, compared at PRECISIONS["f32"]
+VJP_SEED = 4        # built in f64 with vjp: backward(**cotangents)
+PER_MODE = 11
 
 # Open compiler bugs the fuzzer found, each as the smallest program that shows it.
 BUGS: dict[str, str] = {}
@@ -140,6 +145,24 @@ def test_the_cuda_targets_code_matches_the_reference_on_the_emulated_device(
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
 
 
+@pytest.fixture(scope="module")
+def mode_outcomes(tmp_path_factory):
+    """The f32 module's and the vjp module's outcomes, by mode."""
+    directory = tmp_path_factory.mktemp("fuzz-modes")
+    return {"f32": fuzz.run(fuzz.programs(F32_SEED, PER_MODE), directory, dtype="f32"),
+            "vjp": fuzz.run(fuzz.programs(VJP_SEED, PER_MODE), directory, specialize=False,
+                            vjp=True)}
+
+
+@pytest.mark.parametrize("mode, seed, index", [(m, s, i) for m, s in (("f32", F32_SEED),
+                                                                      ("vjp", VJP_SEED))
+                                               for i in range(PER_MODE)])
+def test_f32_and_vjp_builds_match_the_reference(mode_outcomes, mode, seed, index):
+    program = generate(seed, index)
+    outcome = mode_outcomes[mode][program.name]
+    assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
+
+
 @pytest.mark.parametrize("bug", sorted(BUGS))
 @pytest.mark.xfail(strict=True, reason="an open compiler bug the fuzzer found")
 def test_open_bug(bug, tmp_path):
@@ -214,6 +237,39 @@ def test_train_step_is_checked_with_every_optimizer(tmp_path, monkeypatch, seed)
     outcome = compare(module, "Tanh", graph, seed=seed)
     assert outcome.kind == "mismatch" and "train_step" in outcome.detail
     assert sorted(CONFIGS)[seed] in outcome.detail
+
+
+def test_an_f32_build_is_compared_at_f32s_tolerance(tmp_path, monkeypatch):
+    """An f32 build agrees with the reference (run in float64 on the f32 values) within
+    PRECISIONS["f32"], and a tanh whose reference is wrong by ten times that fails."""
+    path, name, *_ = fuzz.build(TANH, tmp_path, [], dtype="f32")
+    module = load(path, dtype="f32", name=name)
+    graph = check_source(TANH, model="Tanh", dtype="f32").graph
+    assert compare(module, "Tanh", graph, dtype="f32").ok
+    off = 10 * PRECISIONS["f32"].tolerance
+    monkeypatch.setattr(TABLE["tanh"], "ref", lambda ctx, attrs, x: np.tanh(x) * (1 + off))
+    outcome = compare(module, "Tanh", graph, dtype="f32")
+    assert outcome.kind == "mismatch" and "output loss" in outcome.detail
+
+
+def test_a_vjp_build_is_compared_on_the_same_cotangents(tmp_path, monkeypatch):
+    """A vjp build's backward is compared with the reference's vector-Jacobian product on
+    the same random cotangents: a reference given them twice as large fails on the
+    gradients, which central differences of cotangents times outputs say native has
+    right."""
+    path, name, *_ = fuzz.build(TANH, tmp_path, [], vjp=True)
+    module = load(path, dtype="f64", name=name, vjp=True)
+    graph = check_source(TANH, model="Tanh", dtype="f64").graph
+    assert compare(module, "Tanh", graph, vjp=True).ok
+    gradients = reference.gradients
+
+    def doubled(*args, cotangents=None, **kwargs):
+        return gradients(*args, cotangents={k: 2 * c for k, c in cotangents.items()},
+                         **kwargs)
+    monkeypatch.setattr(reference, "gradients", doubled)
+    outcome = compare(module, "Tanh", graph, vjp=True)
+    assert outcome.kind == "mismatch" and "gradient w" in outcome.detail
+    assert "native is right" in outcome.detail
 
 
 def test_emulate_is_for_the_cuda_target(capsys):
