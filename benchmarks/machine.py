@@ -6,8 +6,8 @@ shows."""
 from __future__ import annotations
 
 import os
-import platform
-from pathlib import Path
+
+from codegen.compile.cpu import cpu
 
 ISAS = ("native", "avx2")
 
@@ -28,29 +28,8 @@ def isa_environment(isa: str) -> dict[str, str]:
     return {**AVX2_ENV, "XLA_FLAGS": xla}
 
 
-def cpu() -> dict[str, str]:
-    """{"vendor", "model", "isa"}: /proc/cpuinfo's vendor_id and model name, and the
-    widest vector ISA its flags list (AVX-512, AVX2, AVX or SSE)."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    flags = set(info.get("flags", "").split())
-    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
-                                        ("avx", "AVX"), ("sse2", "SSE2")) if flag in flags),
-               platform.machine())
-    vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(
-        info.get("vendor_id", ""), info.get("vendor_id", "unknown vendor"))
-    return {"vendor": vendor,
-            "model": info.get("model name") or platform.processor() or platform.machine(),
-            "isa": isa}
-
-
 def describe(isa: str = "native") -> str:
     """`AMD EPYC 7B13 (AMD, AVX2)`, or `... (Intel, AVX-512; run restricted to AVX2)`."""
     c = cpu()
     restricted = f"; run restricted to {isa.upper()}" if isa != "native" else ""
-    return f"{c['model']} ({c['vendor']}, {c['isa']}{restricted})"
+    return f"{c.model} ({c.vendor}, {c.isa}{restricted})"

@@ -3,6 +3,7 @@ the sgemm peak, then every selected case, then the memory cases, and the results
 Markdown (printed too), JSON and a PNG plot in the output directory."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -30,9 +31,9 @@ def run(args) -> int:
     if reps < 1 or not 1 <= args.threads <= cpus:
         raise UsageError(f"--reps must be >= 1 and --threads between 1 and {cpus} (the CPUs "
                          f"this process may use), got --reps {reps} --threads {args.threads}")
-    if args.isa == "avx2" and cpu()["isa"] not in ("AVX2", "AVX-512"):
+    if args.isa == "avx2" and cpu().isa not in ("AVX2", "AVX-512"):
         raise UsageError(f"--isa avx2 restricts an x86 CPU with AVX2 to it; this one has "
-                         f"{cpu()['isa']}")
+                         f"{cpu().isa}")
     if args.device == "cuda" and not gpu_capabilities():
         raise UsageError("--device cuda runs the GPU rows, on an NVIDIA GPU: nvidia-smi "
                          "reports none here")
@@ -87,7 +88,7 @@ def ok(result: dict) -> bool:
 
 def _meta(args, reps: int, plan: measure.Plan, versions: dict) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": describe(args.isa), "cpu": cpu(), "isa": args.isa,
+            "machine": describe(args.isa), "cpu": dataclasses.asdict(cpu()), "isa": args.isa,
             "cpus": os.cpu_count(), "threads": args.threads,
             "device": args.device, **({"gpu": _gpu_name()} if args.device == "cuda" else {}),
             "reps": reps, "rounds": plan.rounds, "warmups": plan.warmups,

@@ -245,6 +245,6 @@ def test_isa_avx2_restricts_every_framework_and_the_report_says_so(monkeypatch):
     assert "-march=x86-64-v3" in flags.compile_flags()
     assert flags.host_compiler()["identity"] != native
     c = cpu()
-    assert c["isa"] in ("AVX-512", "AVX2", "AVX", "SSE2") or c["isa"] == os.uname().machine
+    assert c.isa in ("AVX-512", "AVX2", "AVX", "SSE2") or c.isa == os.uname().machine
     assert describe("avx2").endswith("; run restricted to AVX2)")
-    assert c["model"] in describe() and c["vendor"] in describe()
+    assert c.model in describe() and c.vendor in describe()

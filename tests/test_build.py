@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from codegen.backend.paths import RUNTIME_DIR
-from codegen.compile import cache, environment, extension, flags, runtime
+from codegen.compile import (blas as blas_module, cache, environment, extension, flags,
+                             runtime)
 from codegen.compile.blas import blas
 from codegen.compile.cmake import render_cmakelists
+from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
 from codegen.compile.toolchain import EMULATED_CUDA, Linked
@@ -132,10 +134,14 @@ def test_the_blas_links_and_loads_by_rpath(blas_demo):
     assert run.stdout.strip() == "[19.0, 22.0, 43.0, 50.0]"
 
 
-def test_the_openblas_variant_builds_and_its_gradients_check(tmp_path):
-    """MDL_BLAS=openblas: the runtime and a model built against OpenBLAS (the BLAS off
-    x86-64), whose gradients match finite differences; packing is then a plain product."""
-    env = {**os.environ, "MDL_BLAS": "openblas"}
+@pytest.mark.parametrize("choice", ["mkl", "openblas"])
+def test_each_blas_variant_builds_and_its_gradients_check(choice):
+    """MDL_BLAS=mkl and =openblas, whichever this CPU would not choose itself: the runtime
+    and a model built against it, whose gradients match finite differences (with OpenBLAS
+    packing is a plain product)."""
+    if choice == "mkl" and blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
+        pytest.skip("MKL is installed on x86-64 Linux only")
+    env = {**os.environ, "MDL_BLAS": choice}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "gradcheck",
                           str(REPO / "examples" / "gru.mdl"), "--dims", "T=5,B=2"],
                          env=env, capture_output=True, text=True, cwd=REPO)
@@ -144,7 +150,29 @@ def test_the_openblas_variant_builds_and_its_gradients_check(tmp_path):
     built = subprocess.run([sys.executable, "-c", "from codegen.compile.blas import blas; "
                             "print(blas().name, blas().library)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
-    assert built.stdout.startswith("openblas ") and "openblas" in built.stdout.split()[1]
+    name, library = built.stdout.split()
+    assert name == choice and ("mkl" if choice == "mkl" else "openblas") in library
+
+
+@pytest.mark.parametrize("vendor,chosen", [("Intel", "mkl"), ("AMD", "openblas")])
+def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, chosen):
+    """MKL for Intel CPUs, OpenBLAS for AMD ones (MKL runs its generic code there:
+    docs/build.md); MDL_BLAS overrides either way."""
+    if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
+        pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
+    machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa="AVX2")
+    monkeypatch.setattr(blas_module, "cpu", lambda: machine)
+    monkeypatch.delenv("MDL_BLAS", raising=False)
+    blas.cache_clear()
+    try:
+        assert blas().name == chosen
+        other = "openblas" if chosen == "mkl" else "mkl"
+        monkeypatch.setenv("MDL_BLAS", other)
+        blas.cache_clear()
+        assert blas().name == other
+    finally:
+        monkeypatch.undo()
+        blas.cache_clear()
 
 
 def test_an_unknown_blas_is_a_clear_error():
