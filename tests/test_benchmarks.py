@@ -248,3 +248,24 @@ def test_isa_avx2_restricts_every_framework_and_the_report_says_so(monkeypatch):
     assert c.isa in ("AVX-512", "AVX2", "AVX", "SSE2") or c.isa == os.uname().machine
     assert describe("avx2").endswith("; run restricted to AVX2)")
     assert c.model in describe() and c.vendor in describe()
+
+
+def test_products_times_each_blas_and_checks_its_result(capsys, monkeypatch):
+    """`python -m benchmarks.products`: each library's product is checked against NumPy's
+    (a wrong transpose or stride is an error, not a fast row), and the table has a row per
+    product of each size with the fastest named."""
+    from benchmarks import products
+    assert products.main(["--sizes", "2x8", "--rounds", "1", "--reps", "1", "--steps", "3",
+                          "--only", "mkl,openblas"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 2, 8 |")]
+    assert [r.split(" | ")[1] for r in rows] == [
+        "step", "step backward", "hoisted input", "input gradient", "weight gradient"]
+    assert all(r.split(" | ")[-1].rstrip(" |") in ("mkl", "mkl-packed", "openblas")
+               for r in rows)
+    # Operands other than those products.cpp multiplied (as a call with the wrong
+    # transpose would give): the sums differ, and the run stops.
+    real = products.operands
+    monkeypatch.setattr(products, "operands", lambda p: (real(p)[0], -real(p)[1]))
+    with pytest.raises(RuntimeError, match="sum of the product"):
+        products.main(["--sizes", "2x8", "--rounds", "1", "--reps", "1", "--steps", "3",
+                       "--only", "openblas"])
