@@ -154,15 +154,20 @@ def test_each_blas_variant_builds_and_its_gradients_check(choice):
     assert name == choice and ("mkl" if choice == "mkl" else "openblas") in library
 
 
-@pytest.mark.parametrize("vendor,chosen", [("Intel", "mkl"), ("AMD", "openblas")])
-def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, chosen):
-    """MKL for Intel CPUs, OpenBLAS for AMD ones (MKL runs its generic code there:
+@pytest.mark.parametrize("vendor,isa,march,chosen", [
+    ("Intel", "AVX-512", "", "mkl"), ("Intel", "AVX2", "", "mkl"),
+    ("AMD", "AVX-512", "", "openblas"), ("AMD", "AVX-512", "native", "openblas"),
+    ("AMD", "AVX2", "", "mkl"), ("AMD", "AVX-512", "x86-64-v3", "mkl")])
+def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, chosen):
+    """OpenBLAS for an AMD CPU whose AVX-512 the build uses, MKL otherwise (MKL runs its
+    generic code on AMD, OpenBLAS its AVX-512 kernels; restricted to AVX2 MKL was faster:
     docs/build.md); MDL_BLAS overrides either way."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
-    machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa="AVX2")
+    machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa=isa)
     monkeypatch.setattr(blas_module, "cpu", lambda: machine)
     monkeypatch.delenv("MDL_BLAS", raising=False)
+    monkeypatch.setenv("MDL_MARCH", march)
     blas.cache_clear()
     try:
         assert blas().name == chosen

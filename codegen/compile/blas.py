@@ -1,14 +1,16 @@
 """Which BLAS the CPU target links, chosen by the CPU that builds (a module is built for
-the machine it runs on: -march=native): Intel MKL (the `mkl` and `mkl-include` wheels) on
-an Intel CPU, OpenBLAS (the `scipy-openblas32` wheel) on an AMD one and where MKL is not
-installed. `MDL_BLAS=mkl` or `MDL_BLAS=openblas` chooses explicitly.
+the machine it runs on: -march=native): OpenBLAS (the `scipy-openblas32` wheel) on an AMD
+CPU with AVX-512 (Zen 4 and later) and where MKL is not installed, else Intel MKL (the
+`mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or `MDL_BLAS=openblas` chooses explicitly.
 
-Why, measured (docs/build.md, "The BLAS"): on Intel, MKL's products were 1.3 to 3x faster
-than OpenBLAS's on a recurrent step's shapes, and it can pack a loop's weight once. On
-AMD, MKL runs its generic library (`libmkl_def`: `mkl_blas_def_sgemm_kernel_0_zen` on a
-Zen 4, whose AVX-512 it leaves unused), and OpenBLAS made the LSTM suite faster in 11 of
-its 13 rows (AMD EPYC, Zen 4: the generation step 19.2 -> 8.1 us, the B=32 H=256 forward
-13.5 -> 9.5 ms, the B=64 H=1024 training step 766 -> 667 ms).
+Why, measured with the LSTM rows of the benchmark suite (docs/build.md, "The BLAS"): on
+Intel, MKL's products were 1.3 to 3x faster than OpenBLAS's on a recurrent step's shapes,
+and it can pack a loop's weight once. On AMD, MKL runs its generic library (`libmkl_def`:
+`mkl_blas_def_sgemm_kernel_0_zen` on a Zen 4, whose AVX-512 it leaves unused): on an AMD
+EPYC of Zen 4 OpenBLAS made 11 of the 13 rows faster (the generation step 19.2 -> 8.1 us,
+the B=32 H=256 forward 13.5 -> 9.5 ms), while restricted to AVX2 (as a Zen 3 runs) MKL
+made 9 of them faster (the B=1 training step 1.67 -> 0.67 ms; OpenBLAS keeps B=64 H=1024
+and T=100).
 
 Both come from Python packages, not system directories: modules find the library by
 RPATH. cpp_runtime/mdl/blas.h reads the define to call one or the other.
@@ -56,7 +58,7 @@ def blas() -> Blas:
     wanted = os.environ.get("MDL_BLAS", "").strip().lower()
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
-    if not wanted and cpu().vendor == "AMD" and _has_openblas():
+    if not wanted and _amd_with_avx512() and _has_openblas():
         return _openblas()
     if wanted != "openblas":
         found = _mkl()
@@ -84,6 +86,13 @@ def _openblas() -> Blas:
                            "scipy-openblas32") from None
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS")
+
+
+def _amd_with_avx512() -> bool:
+    """An AMD CPU whose AVX-512 the build uses (MDL_MARCH unset or native: an explicit
+    -march builds for another machine, as `mdlc bench --isa avx2` does for one without)."""
+    march = os.environ.get("MDL_MARCH", "").strip()
+    return cpu().vendor == "AMD" and cpu().isa == "AVX-512" and march in ("", "native")
 
 
 def _has_openblas() -> bool:
