@@ -4,10 +4,14 @@
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
 // (`gemm_packed`): MKL then skips re-packing it at every step, 15-30% of a recurrent
-// product. Without MKL, packing is a no-op and `gemm_packed` is a plain `gemm`.
+// product. With OpenBLAS, which cannot pack, a float product small enough for one thread
+// (under kOneThreadWork multiply-adds, up to small_gemm::kSmallRows rows) runs mdl's own
+// kernel on the packed operand (mdl/small_gemm.h); other packed products are a plain
+// `gemm`.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mdl/arena.h"
 
@@ -16,6 +20,8 @@
 #include <mkl_service.h>
 #elif defined(MDL_BLAS_OPENBLAS)
 #include <cblas.h>
+
+#include "mdl/small_gemm.h"
 #else
 #error "define MDL_BLAS_MKL or MDL_BLAS_OPENBLAS (codegen/compile/blas.py chooses)"
 #endif
@@ -129,6 +135,19 @@ inline void blas_compute(bool ta, int64_t m, int64_t n, int64_t k, const double*
 }
 #endif
 
+// Whether pack_b and gemm_packed use mdl's own kernel for these operands (OpenBLAS, float,
+// a product for one thread); both ask, with the same m, n, k, so they agree.
+template <class T>
+inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
+#if defined(MDL_BLAS_OPENBLAS)
+  return std::is_same_v<T, float> && m != 0 && n != 0 && k != 0 &&
+         m <= small_gemm::kSmallRows && m * n * k < kOneThreadWork;
+#else
+  (void)m, (void)n, (void)k;
+  return false;
+#endif
+}
+
 // Packs op(b) (k x n) into `buffer` for products with m-row left operands.
 template <class T>
 inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k, const T* b,
@@ -139,6 +158,12 @@ inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k,
   buffer.reserve(pack_size(static_cast<T*>(nullptr), m, n, k));
   blas_pack(trans_b, m, n, k, b, ldb, reinterpret_cast<T*>(buffer.data()));
 #else
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_kernel<T>(m, n, k)) {
+      buffer.reserve(small_gemm::packed_bytes(n, k));
+      small_gemm::pack(trans_b, n, k, b, ldb, reinterpret_cast<float*>(buffer.data()));
+    }
+  }
   (void)buffer, (void)trans_b, (void)m, (void)n, (void)k, (void)b, (void)ldb;
 #endif
 }
@@ -157,6 +182,14 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
     return;
   }
 #else
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_kernel<T>(m, n, k)) {
+      small_gemm::multiply(trans_a, m, n, k, a, lda,
+                           reinterpret_cast<const float*>(const_cast<Arena&>(buffer).data()),
+                           beta, c, ldc);
+      return;
+    }
+  }
   (void)buffer;
 #endif
   gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);

@@ -1,6 +1,6 @@
 // mdl::gemm and mdl::gemm_packed against a naive triple loop: every transpose combination,
-// leading dims wider than the matrices (views into larger buffers), alpha and beta, and the
-// empty cases.
+// leading dims wider than the matrices (views into larger buffers), alpha and beta (zero
+// too), the shapes of mdl's own packed kernel, and the empty cases.
 #include <cstdint>
 #include <vector>
 
@@ -16,7 +16,8 @@ T at(const std::vector<T>& a, bool trans, int64_t ld, int64_t i, int64_t p) {
 }
 
 template <class T>
-void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double tol) {
+void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double tol,
+                double beta_value = -0.5) {
   const int64_t pad = 3;  // every leading dim exceeds its row length
   int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
   std::vector<T> a((ta ? k : m) * lda), b((tb ? n : k) * ldb), c(m * ldc);
@@ -24,7 +25,7 @@ void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double tol) {
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = T(int(i % 5) - 2) / T(3);
   for (std::size_t i = 0; i < c.size(); ++i) c[i] = T(int(i % 3));
   std::vector<T> expected = c;
-  T alpha = T(1.5), beta = T(-0.5);
+  T alpha = T(1.5), beta = T(beta_value);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0;
@@ -56,6 +57,12 @@ void check_all(double tol) {
       check_gemm<T>(ta, tb, 5, 4, 3, tol);
       check_gemm<T>(ta, tb, 1, 7, 9, tol);
       check_gemm<T>(ta, tb, 33, 17, 65, tol);  // past OpenBLAS's small-matrix paths
+      // With OpenBLAS, gemm_packed's own kernel (mdl/small_gemm.h): every row remainder of
+      // its 8-row blocks, columns around its panels' width (16 or 32); past 64 rows or
+      // 2^18 multiply-adds (64 x 100 x 70) the BLAS again.
+      for (int64_t m : {1, 7, 8, 9, 23, 64, 65})
+        for (int64_t n : {15, 32, 33, 100})
+          check_gemm<T>(ta, tb, m, n, m == 64 ? 70 : 9, tol * 10, ta ? 0.0 : -0.5);
     }
 }
 
