@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -161,19 +162,24 @@ def table(sizes, t: int, times: dict, candidates: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.products", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.products", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="processes per cell (median)")
     parser.add_argument("--reps", type=int, default=15, help="samples in each process")
     parser.add_argument("--steps", type=int, default=35, help="T")
     parser.add_argument("--sizes", default=",".join(f"{b}x{h}" for b, h in SIZES),
-                        help="B x H pairs, comma-separated (default: the suite's LSTM rows)")
+                        help="BxH pairs, comma-separated (default: the suite's LSTM rows)")
     parser.add_argument("--onednn", help="path of libdnnl.so (default: the onednn wheel's)")
     parser.add_argument("--only", help="libraries to time, comma-separated")
     args = parser.parse_args(argv)
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         parser.error("needs a C++ compiler (g++ or $CXX)")
+    if not re.fullmatch(r"[1-9]\d*x[1-9]\d*(,[1-9]\d*x[1-9]\d*)*", args.sizes):
+        parser.error(f"--sizes takes BxH pairs such as 1x128,32x256, got {args.sizes!r}")
+    if min(args.threads, args.rounds, args.reps, args.steps) < 1:
+        parser.error("--threads, --rounds, --reps and --steps must be >= 1")
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     libs = libraries(args.onednn)
     if args.only:

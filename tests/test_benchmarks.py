@@ -269,3 +269,12 @@ def test_products_times_each_blas_and_checks_its_result(capsys, monkeypatch):
     with pytest.raises(RuntimeError, match="sum of the product"):
         products.main(["--sizes", "2x8", "--rounds", "1", "--reps", "1", "--steps", "3",
                        "--only", "openblas"])
+
+
+@pytest.mark.parametrize("argv,message", [(["--sizes", "1x"], "--sizes takes BxH pairs"),
+                                          (["--reps", "0"], "must be >= 1")])
+def test_products_refuses_bad_options_with_a_usage_error(capsys, argv, message):
+    from benchmarks import products
+    with pytest.raises(SystemExit) as stop:
+        products.main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -136,9 +136,9 @@ def test_the_blas_links_and_loads_by_rpath(blas_demo):
 
 @pytest.mark.parametrize("choice", ["mkl", "openblas"])
 def test_each_blas_variant_builds_and_its_gradients_check(choice):
-    """MDL_BLAS=mkl and =openblas, whichever this CPU would not choose itself: the runtime
-    and a model built against it, whose gradients match finite differences (with OpenBLAS
-    packing is a plain product)."""
+    """MDL_BLAS=mkl and =openblas, both whatever this CPU would choose: the runtime and a
+    model built against each, whose gradients match finite differences (with OpenBLAS a
+    packed product is mdl's own kernel or a plain one)."""
     if choice == "mkl" and blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only")
     env = {**os.environ, "MDL_BLAS": choice}

@@ -1,7 +1,8 @@
 """Which BLAS the CPU target links, chosen by the CPU that builds (a module is built for
-the machine it runs on: -march=native): OpenBLAS (the `scipy-openblas32` wheel) on an AMD
-CPU with AVX-512 (Zen 4 and later) and where MKL is not installed, else Intel MKL (the
-`mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or `MDL_BLAS=openblas` chooses explicitly.
+the machine it runs on: -march=native): OpenBLAS (the `scipy-openblas32` wheel, a
+dependency everywhere) on an AMD CPU with AVX-512 (Zen 4 and later) and where MKL is not
+installed, else Intel MKL (the `mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or
+`MDL_BLAS=openblas` chooses explicitly.
 
 Why, measured with the LSTM rows of the benchmark suite (docs/build.md, "The BLAS"): on
 Intel, MKL's products were 1.3 to 3x faster than OpenBLAS's on a recurrent step's shapes,
@@ -18,7 +19,6 @@ RPATH. cpp_runtime/mdl/blas.h reads the define to call one or the other.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from dataclasses import dataclass
 from importlib import metadata
@@ -58,7 +58,7 @@ def blas() -> Blas:
     wanted = os.environ.get("MDL_BLAS", "").strip().lower()
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
-    if not wanted and _amd_with_avx512() and _has_openblas():
+    if not wanted and _amd_with_avx512():
         return _openblas()
     if wanted != "openblas":
         found = _mkl()
@@ -93,10 +93,6 @@ def _amd_with_avx512() -> bool:
     -march builds for another machine, as `mdlc bench --isa avx2` does for one without)."""
     march = os.environ.get("MDL_MARCH", "").strip()
     return cpu().vendor == "AMD" and cpu().isa == "AVX-512" and march in ("", "native")
-
-
-def _has_openblas() -> bool:
-    return importlib.util.find_spec("scipy_openblas32") is not None
 
 
 def installed_file(distribution: str, name: str) -> Path | None:

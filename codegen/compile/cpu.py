@@ -1,5 +1,5 @@
-"""The CPU this process runs on, as the build chooses by it (the BLAS, codegen/compile/blas.py)
-and every benchmark report names it: /proc/cpuinfo's vendor and model name, and the widest
+"""The CPU this process runs on, as the build chooses by it (the BLAS: blas.py) and every
+benchmark report names it: /proc/cpuinfo's vendor and model name, and the widest
 vector ISA its flags list."""
 from __future__ import annotations
 

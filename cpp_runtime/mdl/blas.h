@@ -135,18 +135,13 @@ inline void blas_compute(bool ta, int64_t m, int64_t n, int64_t k, const double*
 }
 #endif
 
-// Whether pack_b and gemm_packed use mdl's own kernel for these operands (OpenBLAS, float,
-// a product for one thread); both ask, with the same m, n, k, so they agree.
-template <class T>
-inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
 #if defined(MDL_BLAS_OPENBLAS)
-  return std::is_same_v<T, float> && m != 0 && n != 0 && k != 0 &&
-         m <= small_gemm::kSmallRows && m * n * k < kOneThreadWork;
-#else
-  (void)m, (void)n, (void)k;
-  return false;
-#endif
+// Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape (a
+// product for one thread); both ask, with the same m, n, k, so they agree.
+inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
+  return m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows && m * n * k < kOneThreadWork;
 }
+#endif
 
 // Packs op(b) (k x n) into `buffer` for products with m-row left operands.
 template <class T>
@@ -159,7 +154,7 @@ inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k,
   blas_pack(trans_b, m, n, k, b, ldb, reinterpret_cast<T*>(buffer.data()));
 #else
   if constexpr (std::is_same_v<T, float>) {
-    if (own_kernel<T>(m, n, k)) {
+    if (own_kernel(m, n, k)) {
       buffer.reserve(small_gemm::packed_bytes(n, k));
       small_gemm::pack(trans_b, n, k, b, ldb, reinterpret_cast<float*>(buffer.data()));
     }
@@ -183,7 +178,7 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
   }
 #else
   if constexpr (std::is_same_v<T, float>) {
-    if (own_kernel<T>(m, n, k)) {
+    if (own_kernel(m, n, k)) {
       small_gemm::multiply(trans_a, m, n, k, a, lda,
                            reinterpret_cast<const float*>(const_cast<Arena&>(buffer).data()),
                            beta, c, ldc);
