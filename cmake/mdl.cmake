@@ -22,14 +22,16 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), ','.join(CODE_FLAGS), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
 list(GET _mdl_python 2 _mdl_blas_library)
 list(GET _mdl_python 3 _mdl_blas_define)
 list(GET _mdl_python 4 _mdl_blas_system)
+list(GET _mdl_python 5 _mdl_code_flags)
 string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
+string(REPLACE "," ";" _mdl_code_flags "${_mdl_code_flags}")
 cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
 set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
 find_package(pybind11 CONFIG REQUIRED)
@@ -48,6 +50,8 @@ add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
 set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${MDL_ROOT}/cpp_runtime"
   INTERFACE_LINK_LIBRARIES mdl::blas
+  # what every mdl compile gets (codegen/compile/flags.py's CODE_FLAGS: OpenMP among them)
+  INTERFACE_COMPILE_OPTIONS "${_mdl_code_flags}"
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
 # Built only when a model needs it.

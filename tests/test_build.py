@@ -233,7 +233,7 @@ def test_the_cmakelists_renders_each_variant():
     assert f'pybind11_add_module(m MODULE module.cpp {sources})' in release
     vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
     define = " " + blas().define
-    code = "-fopenmp-simd -fno-math-errno -fno-tree-sink"
+    code = "-fopenmp -fno-math-errno -fno-tree-sink"
     assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{define}" \
         f"{vector_math})" in release
     assert f'"{RUNTIME_DIR}"' in release and str(blas().library) in release

@@ -45,7 +45,7 @@ class Blas:
     def system_libraries(self) -> tuple[str, ...]:
         """Libraries the compiler finds itself: MKL's threads run on GNU OpenMP
         (cpp_runtime/mdl/blas.h, blas_init), which it expects the process to have loaded."""
-        return ("gomp",) if self.name == "mkl" else ()
+        return ("gomp",)
 
     def link_flags(self) -> list[str]:
         return [str(self.library), f"-Wl,-rpath,{self.lib_dir}",

@@ -4,11 +4,14 @@
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
 // (`gemm_packed`): MKL then skips re-packing it at every step, 15-30% of a recurrent
-// product. With OpenBLAS, which cannot pack, a float product small enough for one thread
-// (under kOneThreadWork multiply-adds, up to small_gemm::kSmallRows rows) runs mdl's own
-// kernel on the packed operand (mdl/small_gemm.h); other packed products are a plain
-// `gemm`.
+// product. With OpenBLAS, which cannot pack, a float product of up to
+// small_gemm::kSmallRows rows runs mdl's own kernel on the packed operand
+// (mdl/small_gemm.h), its panels shared out over OpenMP's threads past kOneThreadWork
+// multiply-adds; other packed products are a plain `gemm`. OpenBLAS's own parallel parts
+// run on OpenMP's threads too (blas_init), so that all products share one pool.
 #pragma once
+
+#include <pthread.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -20,6 +23,11 @@
 #include <mkl_service.h>
 #elif defined(MDL_BLAS_OPENBLAS)
 #include <cblas.h>
+#include <omp.h>
+
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "mdl/small_gemm.h"
 #else
@@ -35,6 +43,21 @@ inline CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 // thread, 3.3 on two; docs/build.md).
 constexpr int64_t kOneThreadWork = int64_t(1) << 18;
 
+// Whether a product of this module ran on more than one thread, which starts OpenMP's
+// threads (libgomp's, MKL's and OpenBLAS's too: blas_init).
+inline bool& threads_started() {
+  static bool started = false;
+  return started;
+}
+
+// Whether this process was forked from one whose threads had started: libgomp cannot start
+// threads again in it (a parallel region waits forever for the parent's), so its products
+// run on one thread (blas_init).
+inline bool& forked_after_threads() {
+  static bool forked = false;
+  return forked;
+}
+
 // What MKL was last told about the calling thread's products: 1 (one thread), or 0 (the
 // global count, set_num_threads; as MKL starts).
 inline int& product_threads_told() {
@@ -49,6 +72,7 @@ inline int& product_threads_told() {
 inline void threads_for_product(int64_t work) {
 #if defined(MDL_BLAS_MKL)
   const int wanted = work < kOneThreadWork ? 1 : 0;
+  if (wanted == 0) threads_started() = true;
   if (wanted != product_threads_told()) {
     mkl_set_num_threads_local(wanted);
     product_threads_told() = wanted;
@@ -136,10 +160,30 @@ inline void blas_compute(bool ta, int64_t m, int64_t n, int64_t k, const double*
 #endif
 
 #if defined(MDL_BLAS_OPENBLAS)
-// Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape (a
-// product for one thread); both ask, with the same m, n, k, so they agree.
+// Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape; both
+// ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
-  return m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows && m * n * k < kOneThreadWork;
+  return m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
+}
+
+// mdl's kernel on the packed op(b), its panels shared out over the BLAS's threads (OpenMP's,
+// as OpenBLAS's own run there too: blas_init) when the product is worth a second thread.
+inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
+                        int64_t lda, const float* packed, float beta, float* c, int64_t ldc) {
+  const int64_t panels = small_gemm::panels(n);
+  const int64_t threads = m * n * k < kOneThreadWork || omp_in_parallel()
+                              ? 1 : std::min<int64_t>(scipy_openblas_get_num_threads(), panels);
+  if (threads <= 1) {
+    small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, 0, panels);
+    return;
+  }
+  threads_started() = true;
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, panels * t / team,
+                         panels * (t + 1) / team);
+  }
 }
 #endif
 
@@ -179,9 +223,9 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
 #else
   if constexpr (std::is_same_v<T, float>) {
     if (own_kernel(m, n, k)) {
-      small_gemm::multiply(trans_a, m, n, k, a, lda,
-                           reinterpret_cast<const float*>(const_cast<Arena&>(buffer).data()),
-                           beta, c, ldc);
+      own_product(trans_a, m, n, k, a, lda,
+                  reinterpret_cast<const float*>(const_cast<Arena&>(buffer).data()), beta, c,
+                  ldc);
       return;
     }
   }
@@ -207,12 +251,46 @@ inline int blas_threads() {
 #endif
 }
 
-// Called once before the first product: MKL runs its threads on GNU OpenMP (libgomp, which
-// generated code links), not on a second OpenMP runtime of its own.
+#if defined(MDL_BLAS_OPENBLAS)
+// OpenBLAS's threading, given to OpenMP: it calls this with `jobs` parts of one product
+// (`size` bytes each, from `data`), which wait for each other's packed panels, so all must
+// run at once: the parts an OpenMP team cannot hold (a nested call, OMP_THREAD_LIMIT) get
+// threads of their own. Products of two caller threads take turns, as OpenBLAS's own
+// server makes them (the parts' scratch buffers are OpenBLAS's, one per part number).
+inline void run_openblas_parts(int, openblas_dojob_callback part, int jobs,
+                              size_t size, void* data, int buffer) {
+  static std::mutex one_product;
+  std::lock_guard<std::mutex> turn(one_product);
+  threads_started() = true;
+  char* const parts = static_cast<char*>(data);
+#pragma omp parallel num_threads(jobs)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    std::vector<std::thread> more;
+    if (t == 0)
+      for (int j = team; j < jobs; ++j) more.emplace_back(part, j, parts + j * size, buffer);
+    part(t, parts + t * size, buffer);
+    for (auto& thread : more) thread.join();
+  }
+}
+#endif
+
+// Called once before the first product. MKL runs its threads on GNU OpenMP (libgomp, which
+// generated code links), not on a second OpenMP runtime of its own; OpenBLAS runs its own
+// threads' work on OpenMP's too (run_openblas_parts): with a pool of its own, its threads
+// and OpenMP's (mdl's own kernel) would spin against each other on the same cores.
+// A child forked after threads had started gets one thread (forked_after_threads).
 inline void blas_init() {
 #if defined(MDL_BLAS_MKL)
   mkl_set_threading_layer(MKL_THREADING_GNU);
+#else
+  scipy_openblas_set_threads_callback_function(run_openblas_parts);
 #endif
+  pthread_atfork(nullptr, nullptr, [] {
+    if (!threads_started()) return;
+    forked_after_threads() = true;
+    set_blas_threads(1);
+  });
 }
 
 }  // namespace mdl

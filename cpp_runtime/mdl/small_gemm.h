@@ -1,6 +1,6 @@
-// A small per-step product of a loop (few rows, under blas.h's kOneThreadWork
-// multiply-adds, so on the calling thread) against a right operand packed once before the
-// loop: mdl's own kernel, used where the BLAS has no packed API (OpenBLAS; blas.h).
+// A per-step product of a loop with few rows (a batch of up to kSmallRows) against a right
+// operand packed once before the loop: mdl's own kernel, used where the BLAS has no packed
+// API (OpenBLAS; blas.h, which shares a product's panels out over OpenMP's threads).
 // OpenBLAS re-packs the right operand at every call; this kernel reads op(B) from panels
 // of kPanel columns packed once and keeps kRows x kPanel sums in registers. [1, 128] @
 // [128, 512] on an AMD EPYC of Zen 4: 2.4-3.3 us, OpenBLAS 4.2 (docs/build.md).
@@ -89,10 +89,12 @@ inline void panel_rows(int64_t m, int64_t k, const float* a, int64_t lda, const 
   }
 }
 
-// c = op(a) @ op(b) + beta * c, op(a) m x k (m <= kSmallRows), op(b) packed by `pack`.
+// Columns [q0 kPanel, q1 kPanel) (panels q0 to q1) of c = op(a) @ op(b) + beta * c, op(a)
+// m x k (m <= kSmallRows), op(b) packed by `pack`.
 inline void multiply(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
-                     int64_t lda, const float* packed, float beta, float* c, int64_t ldc) {
-  for (int64_t q = 0; q < panels(n); ++q) {
+                     int64_t lda, const float* packed, float beta, float* c, int64_t ldc,
+                     int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
     const float* panel = packed + q * k * kPanel;
     const int64_t cols = std::min<int64_t>(kPanel, n - q * kPanel);
     if (trans_a)

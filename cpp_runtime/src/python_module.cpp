@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "mdl/python.h"
@@ -127,6 +128,12 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     (void)blas_ready;
     m.def("set_num_threads", [](int n) {
       if (n < 1) throw py::value_error("set_num_threads(n) needs n >= 1, got " + std::to_string(n));
+      if (n > 1 && forked_after_threads())
+        throw std::runtime_error(
+            "set_num_threads(" + std::to_string(n) + "): this process was forked after mdl's "
+            "threads had started, and OpenMP cannot start threads again in a forked child, so "
+            "its products run on one thread; start worker processes with multiprocessing's "
+            "'spawn' or 'forkserver' method to give them threads");
       set_blas_threads(n);
     }, py::arg("n"), "Threads the matrix products of every mdl model in this process may use.");
     m.def("get_num_threads", &blas_threads,

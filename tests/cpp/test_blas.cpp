@@ -74,11 +74,27 @@ void empty_products() {
   CHECK(c[0] == 0.5f && c[1] == 1.0f && c[2] == 1.5f && c[3] == 2.0f);
 }
 
+// Products split over two threads: mdl's own kernel (OpenBLAS builds) and the BLAS's own
+// parts, which run on OpenMP's threads (blas_init); then the same from inside a parallel
+// region, where a BLAS part the nested team cannot hold gets a thread of its own.
+void threaded_products() {
+  mdl::set_blas_threads(2);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_gemm<float>(ta, tb, 64, 1000, 70, 1e-3);
+      check_gemm<float>(ta, tb, 300, 200, 100, 1e-3);
+    }
+#pragma omp parallel num_threads(2)
+  check_gemm<float>(false, true, 300, 200, 100, 1e-3);
+}
+
 }  // namespace
 
 int main() {
+  mdl::blas_init();
   check_all<float>(1e-4);
   check_all<double>(1e-12);
   empty_products();
+  threaded_products();
   return check::failures;
 }
