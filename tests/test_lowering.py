@@ -37,7 +37,12 @@ def loop_body(function: str) -> str:
 
 
 def count_loops(text: str) -> int:
-    return len(re.findall(r"for \(int64_t i\d+ = 0;", text))
+    """The loops one thread runs: a large loop's copy for the threads
+    (codegen/targets/cpu.py's split, `if (const int team = ...) {...} else`) is not
+    counted, its one-thread copy is."""
+    one_thread = re.sub(r"if \(const int team = .*?\n(\s*)\} else \{", "{", text,
+                        flags=re.S)
+    return len(re.findall(r"for \(int64_t i\d+ = 0;", one_thread))
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The threads of a generated module: set_num_threads/get_num_threads, products split over
 threads (mdl's own kernel and the BLAS's, on OpenMP's threads: cpp_runtime/mdl/blas.h)
+and large elementwise loops split over the same threads (codegen/targets/cpu.py)
 agreeing with one thread and with NumPy, from several Python threads at once, and a
 process forked after the threads had started (libgomp cannot start threads again in it)."""
 import os
@@ -13,18 +14,25 @@ import pytest
 from codegen.pipeline import load
 
 # Products past blas.h's one-thread size (2^18 multiply-adds), in a loop (a packed weight:
-# mdl's own kernel with OpenBLAS) and out of one (a plain product).
+# mdl's own kernel with OpenBLAS) and out of one (a plain product), and an elementwise loop
+# past cpu.py's PARALLEL_WORK (z: one contiguous loop, shared in multiples of 16 elements;
+# H = 250 and B = 37 leave a remainder; the backward's step loop at B = 48).
 WIDE = """
-model Wide(H = 256) {
+model Wide(H = 250) {
   input xs : f32[T, B, H]
   param w : f32[H, H] = normal(0, 0.06)
   param u : f32[H, H] = normal(0, 0.06)
+  param a : f32[H] = uniform(0.5, 1.5)
   h = zeros[B, H]
   hs = for x in xs {
-    h = tanh(x + h @ w)
+    h = tanh(x + a * (h @ w))
     yield h
   }
   output y = hs @ u
+  output z = sigmoid(hs) * tanh(hs) + 2 * hs
+  param c : f32[H] = normal(0, 0.1)
+  output loss = sum(tanh(hs @ u + c))
+  minimize loss
 }
 """
 
@@ -40,12 +48,15 @@ def numpy_wide(params, xs):
     h = np.zeros(xs.shape[1:], np.float64)
     hs = []
     for x in xs.astype(np.float64):
-        h = np.tanh(x + h @ params["w"])
+        h = np.tanh(x + params["a"] * (h @ params["w"]))
         hs.append(h)
-    return np.stack(hs) @ params["u"]
+    hs = np.stack(hs)
+    y = hs @ params["u"]
+    return {"y": y, "z": np.tanh(hs) / (1 + np.exp(-hs)) + 2 * hs,
+            "dc": (1 - np.tanh(y + params["c"]) ** 2).sum(axis=(0, 1))}
 
 
-def inputs(seed, T=4, B=48, H=256):
+def inputs(seed, T=4, B=48, H=250):
     return np.random.default_rng(seed).standard_normal((T, B, H)).astype(np.float32)
 
 
@@ -67,24 +78,29 @@ def test_the_thread_count_is_set_and_read(wide, threads):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_products_on_any_thread_count_match_numpy(wide, threads, n):
+@pytest.mark.parametrize("batch", [48, 37])
+def test_products_and_loops_on_any_thread_count_match_numpy(wide, threads, n, batch):
     wide.set_num_threads(n)
     m = wide.Wide(seed=1)
     params = {k: v.astype(np.float64) for k, v in m.params.items()}
-    xs = inputs(n)
-    np.testing.assert_allclose(m.forward(xs=xs)["y"], numpy_wide(params, xs), atol=2e-4)
+    xs = inputs(n, T=3 if batch == 37 else 4, B=batch)
+    out, expected = m.forward(xs=xs, training=True), numpy_wide(params, xs)
+    for name in ("y", "z"):
+        np.testing.assert_allclose(out[name], expected[name], atol=2e-4, err_msg=name)
+    np.testing.assert_allclose(m.backward()["c"], expected["dc"], rtol=1e-4)
 
 
 def test_products_from_several_python_threads_at_once(wide, threads):
     wide.set_num_threads(2)
     models = [wide.Wide(seed=s) for s in range(4)]
     xs = [inputs(10 + s) for s in range(4)]
-    expected = [m.forward(xs=x)["y"] for m, x in zip(models, xs)]
+    expected = [m.forward(xs=x) for m, x in zip(models, xs)]
     failures = []
 
     def work(i):
         for _ in range(20):
-            if not np.array_equal(models[i].forward(xs=xs[i])["y"], expected[i]):
+            out = models[i].forward(xs=xs[i])
+            if not all(np.array_equal(out[k], expected[i][k]) for k in ("y", "z")):
                 failures.append(i)
     workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for w in workers:

@@ -17,6 +17,15 @@ from ..ir.shapes import Dim, numel
 
 VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator
 
+# A fused loop of at least this many op-elements (elements x its ops) is split over the
+# products' threads (mdl::loop_threads, one pool: cpp_runtime/mdl/threads.h), its
+# outermost loop shared out; below it, waking the second thread costs more than it saves
+# (docs/build.md, "Threads").
+PARALLEL_WORK = 1 << 16
+# A split loop that is contiguous shares its elements in multiples of this: a vector's
+# float lanes, so each thread's part starts on a cache line of its own.
+SHARE_ALIGN = 16
+
 
 def _packed_product(r, op, inputs, ins, outs, pack, accumulate: bool):
     """matmul's statements with its right operand packed before the loop (`pack`, whose
@@ -76,7 +85,9 @@ class CpuTarget(Target):
             for x, total, _ in ins.sums:
                 target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
                 r.emit(f"{target} += {names[x.id]};")
-        self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums)
+        # a loop adding into sums is not split (two threads would add into one total)
+        self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums,
+                        ops_per_element=0 if ins.sums else len(ins.ops))
 
     def assign(self, r, dst, src) -> None:
         self._loop_nest(r, dst.type.shape, [dst, src],
@@ -99,13 +110,39 @@ class CpuTarget(Target):
 
     # ---- loop nests ----
     def _loop_nest(self, r, shape: tuple[Dim, ...], operands: list, body,
-                   sums: dict | None = None) -> None:
+                   sums: dict | None = None, ops_per_element: int = 0) -> None:
         """Nested loops over `shape`, neighbouring dims merged where every operand's
         strides allow; `body(index, accumulators)` gets each operand's index expression
         by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
         adds into: one summed along the innermost loop gets a local accumulator there
-        (`accumulators`: value id -> its name), so that loop still vectorizes."""
+        (`accumulators`: value id -> its name), so that loop still vectorizes.
+        `ops_per_element` (none: 0) weighs the loop's work: at PARALLEL_WORK and more,
+        where the process has threads, its outermost loop is shared out over them."""
         nest = merge(r, shape, operands, sums)
+        work = numel(shape) * ops_per_element
+        if not nest.dims or not ops_per_element or (
+                work.is_const and work.value < PARALLEL_WORK):
+            self._loops(r, nest, body, sums, None)
+            return
+        team = ("mdl::loop_threads()" if work.is_const else
+                f"{r.dim(work)} >= {PARALLEL_WORK} ? mdl::loop_threads() : 1")
+        r.open(f"if (const int team = {team}; team > 1)")
+        r.emit("#pragma omp parallel num_threads(team)")
+        r.emit("{")
+        r.depth += 1
+        share = r.fresh("share")
+        align = SHARE_ALIGN if len(nest.dims) == 1 else 1
+        r.emit(f"const mdl::Share {share}({r.dim(nest.dims[0])}, {align});")
+        self._loops(r, nest, body, sums, share)
+        r.close()
+        r.close(" else {")
+        r.depth += 1
+        self._loops(r, nest, body, sums, None)
+        r.close()
+
+    def _loops(self, r, nest, body, sums: dict | None, share: str | None) -> None:
+        """The loops of a merged `nest` (see _loop_nest); `share`: the name of the
+        mdl::Share the outermost loop runs over (a thread's part), else it runs whole."""
         dims, merged, values = nest.dims, nest.strides, nest.values
         idx = [r.fresh("i") for _ in dims]
         inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
@@ -115,7 +152,9 @@ class CpuTarget(Target):
                     r.emit(f"{r.ctype(values[k])} {acc} = 0;")
                 r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
                        if inner else VECTORIZE)
-            r.open(f"for (int64_t {var} = 0; {var} < {r.dim(d)}; ++{var})")
+            begin, end = ((f"{share}.begin", f"{share}.end") if share and n == 0
+                          else ("0", r.dim(d)))
+            r.open(f"for (int64_t {var} = {begin}; {var} < {end}; ++{var})")
         if not dims:
             r.open("")
         body({k: _index(r, s, idx) for k, s in merged.items()}, inner)

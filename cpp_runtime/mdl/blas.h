@@ -17,13 +17,13 @@
 #include <type_traits>
 
 #include "mdl/arena.h"
+#include "mdl/threads.h"
 
 #if defined(MDL_BLAS_MKL)
 #include <mkl_cblas.h>
 #include <mkl_service.h>
 #elif defined(MDL_BLAS_OPENBLAS)
 #include <cblas.h>
-#include <omp.h>
 
 #include <mutex>
 #include <thread>
@@ -42,21 +42,6 @@ inline CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 // second one costs more than it saves ([1, 128] @ [128, 512] packed: 2.2 us on one
 // thread, 3.3 on two; docs/build.md).
 constexpr int64_t kOneThreadWork = int64_t(1) << 18;
-
-// Whether a product of this module ran on more than one thread, which starts OpenMP's
-// threads (libgomp's, MKL's and OpenBLAS's too: blas_init).
-inline bool& threads_started() {
-  static bool started = false;
-  return started;
-}
-
-// Whether this process was forked from one whose threads had started: libgomp cannot start
-// threads again in it (a parallel region waits forever for the parent's), so its products
-// run on one thread (blas_init).
-inline bool& forked_after_threads() {
-  static bool forked = false;
-  return forked;
-}
 
 // What MKL was last told about the calling thread's products: 1 (one thread), or 0 (the
 // global count, set_num_threads; as MKL starts).
@@ -249,6 +234,15 @@ inline int blas_threads() {
 #else
   return scipy_openblas_get_num_threads();
 #endif
+}
+
+// Threads a large elementwise loop is split over (codegen/targets/cpu.py): the products'
+// count, on the same pool; one inside a parallel region (OpenMP would not nest it).
+inline int loop_threads() {
+  if (omp_in_parallel()) return 1;
+  const int n = blas_threads();
+  if (n > 1) threads_started() = true;
+  return n;
 }
 
 #if defined(MDL_BLAS_OPENBLAS)
