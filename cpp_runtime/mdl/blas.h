@@ -151,12 +151,19 @@ inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
   return m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
 }
 
+// From this many multiply-adds mdl's kernel shares a product's panels out over the threads:
+// half of MKL's kOneThreadWork, since the pool's threads are OpenMP's and still awake from
+// the step before. A GRU at B = 1, H = 256 (its [1, 256] @ [256, 768] step product) on an
+// AMD EPYC of Zen 4: forward 0.75 -> 0.59 ms, training step 2.70 -> 2.05; at 2^15 the
+// LSTM's [1, 128] @ [128, 512] split too and gained nothing (docs/build.md).
+constexpr int64_t kOwnKernelSplitWork = int64_t(1) << 17;
+
 // mdl's kernel on the packed op(b), its panels shared out over the BLAS's threads (OpenMP's,
 // as OpenBLAS's own run there too: blas_init) when the product is worth a second thread.
 inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
                         int64_t lda, const float* packed, float beta, float* c, int64_t ldc) {
   const int64_t panels = small_gemm::panels(n);
-  const int64_t threads = m * n * k < kOneThreadWork || omp_in_parallel()
+  const int64_t threads = m * n * k < kOwnKernelSplitWork || omp_in_parallel()
                               ? 1 : std::min<int64_t>(scipy_openblas_get_num_threads(), panels);
   if (threads <= 1) {
     small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, 0, panels);
