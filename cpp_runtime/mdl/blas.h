@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -95,6 +96,18 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
                       float beta, float* c, int64_t ldc) {
   scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+// c[0, :n] = alpha * x @ op(b) + beta * c, x the k elements x[0], x[incx], ...: a product
+// of one row as OpenBLAS's matrix-vector kernel (its GEMM kernel for one row took 5 of a
+// generation step's 11.5 us: docs/build.md). With beta 0, c is zeroed first, so that
+// whatever the memory held (a NaN) cannot reach the result through beta * c.
+inline void blas_row_product(bool tb, int64_t n, int64_t k, float alpha, const float* x,
+                             int64_t incx, const float* b, int64_t ldb, float beta, float* c) {
+  if (beta == 0.f) std::fill(c, c + n, 0.f);
+  if (tb)  // op(b) = b^T, b n x k: c = b @ x
+    scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, x, incx, beta, c, 1);
+  else     // b k x n: c = b^T @ x
+    scipy_cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b, ldb, x, incx, beta, c, 1);
+}
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                       double beta, double* c, int64_t ldc) {
@@ -113,6 +126,14 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
     return;
   }
   threads_for_product(m * n * k);
+#if defined(MDL_BLAS_OPENBLAS)
+  if constexpr (std::is_same_v<T, float>) {
+    if (m == 1) {  // op(a) one row: a[0, :] (lda apart when transposed)
+      blas_row_product(trans_b, n, k, alpha, a, trans_a ? lda : 1, b, ldb, beta, c);
+      return;
+    }
+  }
+#endif
   blas_gemm(trans(trans_a), trans(trans_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -2,6 +2,7 @@
 // leading dims wider than the matrices (views into larger buffers), alpha and beta (zero
 // too), the shapes of mdl's own packed kernel, and the empty cases.
 #include <cstdint>
+#include <cmath>
 #include <vector>
 
 #include "check.h"
@@ -74,6 +75,27 @@ void empty_products() {
   CHECK(c[0] == 0.5f && c[1] == 1.0f && c[2] == 1.5f && c[3] == 2.0f);
 }
 
+// One row with beta 0 over memory holding NaN (OpenBLAS builds multiply one row with the
+// matrix-vector kernel, which must not read what c held), both layouts of b, and a's row
+// read with a stride (a transposed).
+void one_row_over_nan() {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t n = 6, k = 5, lda = ta ? 3 : k, ldb = tb ? k + 2 : n + 1;
+      std::vector<float> a(k * lda), b((tb ? n : k) * ldb);
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3);
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2);
+      std::vector<float> c(n, std::nanf(""));
+      mdl::gemm(ta, tb, 1, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int64_t p = 0; p < k; ++p)
+          sum += a[ta ? p * lda : p] * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+        CHECK_NEAR(c[j], sum, 1e-5);
+      }
+    }
+}
+
 // Products split over two threads: mdl's own kernel (OpenBLAS builds) and the BLAS's own
 // parts, which run on OpenMP's threads (blas_init); then the same from inside a parallel
 // region, where a BLAS part the nested team cannot hold gets a thread of its own.
@@ -95,6 +117,7 @@ int main() {
   check_all<float>(1e-4);
   check_all<double>(1e-12);
   empty_products();
+  one_row_over_nan();
   threaded_products();
   return check::failures;
 }
