@@ -18,9 +18,9 @@ from ..ir.shapes import Dim, numel
 VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator
 
 # A fused loop of at least this many op-elements (elements x its ops) is split over the
-# products' threads (mdl::loop_threads, one pool: cpp_runtime/mdl/threads.h), its
+# products' threads (mdl::split_threads, one pool: cpp_runtime/mdl/threads.h), its
 # outermost loop shared out; below it, waking the second thread costs more than it saves
-# (docs/build.md, "Threads").
+# (docs/build.md, "The BLAS").
 PARALLEL_WORK = 1 << 16
 # A split loop that is contiguous shares its elements in multiples of this: a vector's
 # float lanes, so each thread's part starts on a cache line of its own.
@@ -124,8 +124,8 @@ class CpuTarget(Target):
                 work.is_const and work.value < PARALLEL_WORK):
             self._loops(r, nest, body, sums, None)
             return
-        team = ("mdl::loop_threads()" if work.is_const else
-                f"{r.dim(work)} >= {PARALLEL_WORK} ? mdl::loop_threads() : 1")
+        team = ("mdl::split_threads()" if work.is_const else
+                f"{r.dim(work)} >= {PARALLEL_WORK} ? mdl::split_threads() : 1")
         r.open(f"if (const int team = {team}; team > 1)")
         r.emit("#pragma omp parallel num_threads(team)")
         r.emit("{")

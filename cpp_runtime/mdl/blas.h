@@ -6,8 +6,8 @@
 // (`gemm_packed`): MKL then skips re-packing it at every step, 15-30% of a recurrent
 // product. With OpenBLAS, which cannot pack, a float product of up to
 // small_gemm::kSmallRows rows runs mdl's own kernel on the packed operand
-// (mdl/small_gemm.h), its panels shared out over OpenMP's threads past kOneThreadWork
-// multiply-adds; other packed products are a plain `gemm`. OpenBLAS's own parallel parts
+// (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
+// kOwnKernelSplitWork multiply-adds; other packed products are a plain `gemm`. OpenBLAS's own parallel parts
 // run on OpenMP's threads too (blas_init), so that all products share one pool.
 #pragma once
 
@@ -165,6 +165,33 @@ inline void blas_compute(bool ta, int64_t m, int64_t n, int64_t k, const double*
 }
 #endif
 
+// Threads the BLAS may use (every model of the process shares them).
+inline void set_blas_threads(int n) {
+#if defined(MDL_BLAS_MKL)
+  mkl_set_num_threads(n);
+#else
+  scipy_openblas_set_num_threads(n);
+#endif
+}
+
+inline int blas_threads() {
+#if defined(MDL_BLAS_MKL)
+  return mkl_get_max_threads();
+#else
+  return scipy_openblas_get_num_threads();
+#endif
+}
+
+// Threads a product of mdl's own kernel or a large elementwise loop (codegen/targets/cpu.py)
+// is split over: the products' count, on the same pool; one inside a parallel region
+// (OpenMP would not nest it).
+inline int split_threads() {
+  if (omp_in_parallel()) return 1;
+  const int n = blas_threads();
+  if (n > 1) threads_started() = true;
+  return n;
+}
+
 #if defined(MDL_BLAS_OPENBLAS)
 // Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape; both
 // ask, with the same m, n, k, so they agree.
@@ -184,18 +211,16 @@ constexpr int64_t kOwnKernelSplitWork = int64_t(1) << 17;
 inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
                         int64_t lda, const float* packed, float beta, float* c, int64_t ldc) {
   const int64_t panels = small_gemm::panels(n);
-  const int64_t threads = m * n * k < kOwnKernelSplitWork || omp_in_parallel()
-                              ? 1 : std::min<int64_t>(scipy_openblas_get_num_threads(), panels);
+  const int64_t threads =
+      m * n * k < kOwnKernelSplitWork ? 1 : std::min<int64_t>(split_threads(), panels);
   if (threads <= 1) {
     small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, 0, panels);
     return;
   }
-  threads_started() = true;
 #pragma omp parallel num_threads(threads)
   {
-    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-    small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, panels * t / team,
-                         panels * (t + 1) / team);
+    const Share part(panels, 1);
+    small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, part.begin, part.end);
   }
 }
 #endif
@@ -245,32 +270,6 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
   (void)buffer;
 #endif
   gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
-}
-
-// Threads the BLAS may use (every model of the process shares them).
-inline void set_blas_threads(int n) {
-#if defined(MDL_BLAS_MKL)
-  mkl_set_num_threads(n);
-#else
-  scipy_openblas_set_num_threads(n);
-#endif
-}
-
-inline int blas_threads() {
-#if defined(MDL_BLAS_MKL)
-  return mkl_get_max_threads();
-#else
-  return scipy_openblas_get_num_threads();
-#endif
-}
-
-// Threads a large elementwise loop is split over (codegen/targets/cpu.py): the products'
-// count, on the same pool; one inside a parallel region (OpenMP would not nest it).
-inline int loop_threads() {
-  if (omp_in_parallel()) return 1;
-  const int n = blas_threads();
-  if (n > 1) threads_started() = true;
-  return n;
 }
 
 #if defined(MDL_BLAS_OPENBLAS)
