@@ -145,3 +145,24 @@ def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_p
     assert run.returncode == 0 and run.stdout.strip() == "cuda-emulated", run.stderr
     done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda", "--emulate")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
+    """A checkpointed loop's segments, views of its sequences, on the device: the shorter
+    last one is copied, zero-padded, into a buffer of one segment (a read past the
+    sequence would leave the device allocation, which the emulator refuses)."""
+    from codegen.pipeline import load
+    from codegen.reference import gradcheck
+    from dsl import check_file
+    from test_native import assert_training_matches
+    from test_native_loops import SOURCE
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    path = tmp_path / "loops.mdl"
+    path.write_text(SOURCE)
+    module = load(path, target="cuda", emulate=True, dtype="f64", name="loops_f64_emulated")
+    for steps in (1, 2, 3, 4, 7):
+        for model in ("Checkpoint", "CheckpointReversed"):
+            graph = check_file(str(path), model=model, dtype="f64").graph
+            inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 3},
+                                             np.random.default_rng(steps))
+            assert_training_matches(getattr(module, model)(seed=2), graph, inputs, 1e-10)

@@ -96,3 +96,16 @@ def test_a_recompute_loop_accumulates_weight_gradients_in_their_state():
     assert len(re.findall(r"mdl::gemm\(true, false, .*float\(1\), v\d+, \w+\(\d+\)\);",
                           step)) == 2
     assert step.count("mdl::copy(") == 2  # only the state cotangents dh, dc
+
+
+def test_checkpoint_segments_are_views_of_the_sequences():
+    """A checkpointed loop reads its sequences (xs; in the backward also the cotangent of
+    hs) in place, segment by segment: no padded copy of a whole sequence, only the
+    shorter last segment is copied, zero-padded, into a buffer of one segment."""
+    code = functions("LSTMCheckpoint")
+    for kind in ("train", "backward"):
+        assert not re.search(r"mdl::fill\(v\d+, \(int64_t\(512\)\*d1\*\(\(\(d0\)", code[kind])
+        assert re.search(r"auto\* tail\d+ = reinterpret_cast<float\*>\(m\.scratch\[\d\]"
+                         r"\.hold\(4 \* \(int64_t\(512\)\*d1\)\)\);", code[kind]), kind
+    assert len(re.findall(r"auto\* tail\d+ = reinterpret_cast<float\*>",
+                          code["backward"])) == 2  # xs and d hs

@@ -6,9 +6,11 @@ before their loop, yields computed in place, concatenations filled by the run th
 computes their parts."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from codegen.pipeline import load
+from codegen.reference import gradcheck
 from dsl import check_file
 
 from test_native import assert_training_matches, random_case
@@ -111,3 +113,15 @@ def test_loop_options_match_the_reference(source, module, model):
     m = getattr(module, model)(seed=2)
     for seed in (1, 2):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 4, 7])
+def test_checkpoint_segments_of_every_length(source, module, steps):
+    """Its segments are views of the sequences, the last one, shorter, a padded copy:
+    T below k, a multiple of k, and one past it (k = 2 and 3)."""
+    for model in ("Checkpoint", "CheckpointReversed"):
+        graph = check_file(str(source), model=model, dtype="f64").graph
+        m = getattr(module, model)(seed=2)
+        inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 3},
+                                         np.random.default_rng(steps))
+        assert_training_matches(m, graph, inputs, 1e-10)

@@ -2,7 +2,8 @@
 
 Loop state lives in the op's own outputs (the state buffers): the body reads them
 through its state args and the final state needs no copy. Per-step slices of a sequence
-are views at offset t; a yield the body computes is computed in its step's row of the
+are views at offset t (a step of a sequence's segments past its data: a zero-padded
+copy, render.Renderer.view); a yield the body computes is computed in its step's row of the
 stacked output (placed there by lowering), other yields are copied there. Loops
 with lengths never get here: the pipeline rewrites them into plain loops over
 sequences in step order with a mask (codegen/ops/structured/for_op.py), the one
@@ -42,9 +43,10 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
             ins.extra["in_place"][y.id] = out
     _accumulate_in_place(low, body, op, ins)
     for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
-        strides = low.layouts[seq.id].strides
-        low.layouts[arg.id] = Layout(seq, f"{ins.extra['step']} * {low.cx.dim(strides[0])}",
-                                     strides[1:])
+        lay = low.layouts[seq.id]
+        offset = f"{ins.extra['step']} * {low.cx.dim(lay.strides[0])}"
+        data = None if lay.valid is None else f"({lay.valid}) - {offset}"
+        low.layouts[arg.id] = Layout(seq, offset, lay.strides[1:], data=data)
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
         low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.graph import Block, Op, Value, use_counts
+from ..ir.graph import Block, IRError, Op, Value, use_counts
 from ..ir.shapes import Dim, contiguous_strides
 from ..ops.entry import entry
 from . import op_lowering as _hooks  # noqa: F401  (attaches extra["lower"])
@@ -27,6 +27,12 @@ class Layout:
     offset: str | None = None          # C++ element offset from the base; None: at its start
     strides: tuple[Dim, ...] = ()      # element strides, 0 on broadcast dims
     const: object = None               # a uniform constant: no memory at all
+    # A ragged view (a `segment` of a sequence, its last segment past the data): `valid`
+    # is the C++ count of elements from its start that hold data. A loop step's view of
+    # one is whole: where `data` (the C++ count of its elements that hold data) is short,
+    # it is rendered as a zero-padded copy.
+    valid: str | None = None
+    data: str | None = None
 
     @property
     def is_const(self) -> bool:
@@ -99,9 +105,11 @@ def lowering_kind(op: Op) -> str:
 class Lowering:
     """Lowers blocks; `layouts` is shared by every block of one function."""
 
-    def __init__(self, cx, external: dict[int, Layout], escaping: set[int]):
+    def __init__(self, cx, external: dict[int, Layout], escaping: set[int],
+                 stepped: set[int] = frozenset()):
         self.cx = cx                     # the renderer: dims and scalars as C++ text
         self.escaping = escaping         # values read after the function: always stored
+        self.stepped = stepped           # values only ever read a step at a time (sequences)
         self.layouts: dict[int, Layout] = dict(external)
         self.values: dict[int, Value] = {}    # every value given memory, by id
         self.placed: dict[int, Layout] = {}   # where a value not yet lowered will live
@@ -135,6 +143,8 @@ class Lowering:
 
     def copy_of(self, v: Value, out: list) -> Value:
         """A new value in memory of its own, contiguous, that `out` fills from `v`."""
+        if self.layouts[v.id].valid is not None:
+            raise IRError(f"a ragged view cannot be copied whole: {v}")
         copy = Value(v.type, v.hint)
         self.own(copy)
         out.append(Copy(copy, v))
@@ -243,6 +253,11 @@ class Lowering:
     def _lower_op(self, op: Op, kind: str, out: list) -> None:
         if kind == "structured":
             self._structured(op, out)
+        elif kind == "view" and entry(op).extra.get("ragged") and not self._ragged(op):
+            inputs = [self.contiguous(x, out) for x in op.inputs]  # its kernel: a padded copy
+            for v in op.outputs:
+                self.own(v)
+            out.append(Kernel(op, inputs))
         elif kind == "view":
             src = op.inputs[0]
             if self.layouts[src.id].is_const:  # a view needs memory to address (rare)
@@ -250,9 +265,11 @@ class Lowering:
             if lowering_hook(op)[2] and not self.is_contiguous(src):  # needs contiguous input
                 src = self.contiguous(src, out)
             base_lay = self.layout(src)
+            ragged = entry(op).extra.get("ragged")
             for i, v in enumerate(op.outputs):
                 offset, strides = lowering_hook(op)[1](self.cx, op, i, base_lay.strides)
-                self.layouts[v.id] = Layout(src, offset, strides, None)
+                valid = ragged(self.cx, op) if ragged else None
+                self.layouts[v.id] = Layout(src, offset, strides, None, valid)
                 out.append(View(v))
         else:  # kernel
             accepts = lowering_hook(op)[1]
@@ -262,6 +279,14 @@ class Lowering:
             for v in op.outputs:
                 self.own(v)
             out.append(Kernel(op, inputs, accumulate=id(op) in self.accumulating))
+
+    def _ragged(self, op: Op) -> bool:
+        """Whether a view that runs past its input's data (extra["ragged"]: a sequence's
+        segments, the last one shorter) can be one: every reader reads it a step at a
+        time, a loop's step of it then being a padded copy where it is short, and its
+        input's memory is contiguous."""
+        return op.outputs[0].id in self.stepped and self.is_contiguous(op.inputs[0]) \
+            and not self.layouts[op.inputs[0].id].is_const
 
     def _structured(self, op: Op, out: list) -> None:
         """A for/if/while: its entry's native hook lays out its memory (and may place

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DTYPES
-from ..ir.graph import PENALTIES, Block, Graph, Value, use_counts, walk_ops
+from ..ir.graph import PENALTIES, Block, Graph, Value, reads, use_counts, walk_ops
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
@@ -110,7 +110,8 @@ class ModuleGenerator:
         infer = FunctionSpec(f"infer{suffix}", g.body,
                              {**self._param_access(g), **self._input_access(g)},
                              [(v, self.target.output(k)) for k, v in enumerate(g.outputs.values())],
-                             ARENAS.index("inference"), training=False, prologue=self._prologue(fixed))
+                             ARENAS.index("inference"), training=False, prologue=self._prologue(fixed),
+                             stepped=stepped_only(g.body, list(g.outputs.values())))
         texts.append(self._render(dims, infer))
         names["infer"] = infer.name
         if self.joint is None:
@@ -120,6 +121,7 @@ class ModuleGenerator:
         defined = _defined(fwd_ops)
         external_j = {**self._param_access(j), **self._input_access(j, kept=True)}
         grads = list(j.param_grads.values()) + list(j.input_grads.values())
+        stepped = stepped_only(Block(ops=fwd_ops + bwd_ops), list(j.outputs.values()) + grads)
         wanted = set(use_counts(Block(ops=bwd_ops))) | {v.id for v in grads}  # a gradient may be a forward value
         saved = [defined.get(vid) or _input_value(j, vid) for vid in sorted(wanted)
                  if vid in defined or vid in {v.id for v in j.inputs.values()}]
@@ -127,7 +129,8 @@ class ModuleGenerator:
         results = [(v, self.target.output(k)) for k, v in enumerate(j.outputs.values())]
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
-                             ARENAS.index("training forward"), training=True, prologue=self._prologue(fixed))
+                             ARENAS.index("training forward"), training=True, prologue=self._prologue(fixed),
+                             stepped=stepped)
         texts.append(self._render(dims, train))
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
@@ -137,7 +140,8 @@ class ModuleGenerator:
                                       lay)
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, self.target.output(k)) for k, v in enumerate(grads)],
-                                ARENAS.index("backward"), training=True, prologue=self._prologue(fixed))
+                                ARENAS.index("backward"), training=True, prologue=self._prologue(fixed),
+                                stepped=stepped)
         texts.append(self._render(dims, backward))
         names.update(train=train.name, backward=backward.name)
         return texts, names
@@ -215,6 +219,18 @@ def _dtype_spec(dtype: str) -> str:
     """The runtime's `mdl::DTypeSpec` of a dtype, as a C++ initializer."""
     np_dtype = np.dtype(DTYPES[dtype].numpy)
     return f'{{"{dtype}", "{np_dtype.name}", \'{np_dtype.kind}\', {np_dtype.itemsize}}}'
+
+
+def stepped_only(block: Block, results: list[Value]) -> frozenset:
+    """Ids of the values that every reader in `block` (nested blocks too) reads a step at
+    a time, as a `for`'s sequence, and that are none of `results`: a ragged view of
+    such a value is never read past its data (backend/lower.py, Layout.valid)."""
+    stepped, whole = set(), {v.id for v in results}
+    for op in walk_ops(block):
+        n_seq = op.attrs["n_seq"] if op.prim == "for" else 0
+        for i, v in enumerate(reads(op)):
+            (stepped if i < n_seq else whole).add(v.id)
+    return frozenset(stepped - whole)
 
 
 def _input_value(graph: Graph, vid: int) -> Value:

@@ -17,7 +17,7 @@ computing its input can accumulate it instead of storing it.
 """
 from __future__ import annotations
 
-from ..ir.shapes import Dim, contiguous_strides
+from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.primitives.core import TABLE
 
 
@@ -78,6 +78,12 @@ attach_lowering("reshape", "view",
            lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
 attach_lowering("unsegment", "view",
            lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
+# A sequence's segments are a view of it where every reader takes them a step at a time
+# (a checkpointed loop's): the last segment runs past the data, and a loop's step of it
+# is a zero-padded copy there (backend/lower.py, Layout.valid). Else its kernel copies.
+attach_lowering("segment", "view",
+           lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
+TABLE["segment"].extra["ragged"] = lambda r, op: r.dim(numel(op.inputs[0].type.shape))
 attach_lowering("index", "view", lambda r, op, i, st: (
     f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}) * "
     f"{r.dim(st[0])}", st[1:]), False)
@@ -167,5 +173,5 @@ for _name in ("unslice", "concat", "stack"):  # they write through views themsel
     attach_lowering(_name, "kernel", True)
 for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
               "cross_entropy", "gather", "scatter_add", "one_hot", "unindex", "seq_order",
-              "seq_mask", "segment", "dropout", "dropout_mask"):
+              "seq_mask", "dropout", "dropout_mask"):
     attach_lowering(_name, "kernel", False)

@@ -9,7 +9,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from ..ir.graph import Block, Value, walk_ops
-from ..ir.shapes import Dim, contiguous_strides
+from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
 from .control_flow import render_structured
@@ -40,6 +40,8 @@ class FunctionSpec:
     # filled by rendering: the value published for each result, and its layout
     result_of: dict[int, Value] = field(default_factory=dict)
     saved_layouts: dict[int, Layout] = field(default_factory=dict)
+    # values every reader of the whole graph reads a step at a time (module.stepped_only)
+    stepped: frozenset = frozenset()
 
 
 class Renderer:
@@ -51,7 +53,7 @@ class Renderer:
         self.lines: list[str] = []
         self.depth = 1
         self.low = Lowering(self, {vid: a.layout for vid, a in spec.external.items()},
-                            {v.id for v, _ in spec.results})
+                            {v.id for v, _ in spec.results}, spec.stepped)
         self.plan: Plan | None = None
         self.counter = 0
         self.tapes: list[int] = tapes
@@ -132,7 +134,8 @@ class Renderer:
             v = spec.result_of[v.id]
             self.emit(f"{target} = {self.ptr(v)};")
             # the pointer is the value's own: another function reads it as memory of its own
-            spec.saved_layouts[v.id] = Layout(None, None, self.low.layouts[v.id].strides)
+            lay = self.low.layouts[v.id]
+            spec.saved_layouts[v.id] = Layout(None, None, lay.strides, valid=lay.valid)
         return self.target.function(self, self.lines)
 
     def _materialize_results(self, instrs: list, results: list[Value], owned: set[int]) -> None:
@@ -219,6 +222,17 @@ class Renderer:
     def view(self, v: Value) -> None:
         lay = self.layout(v)
         self.emit(f"auto* {self.ptr(v)} = {self.ptr(lay.base)} + ({lay.offset or '0'});")
+        if lay.data is not None:  # a step of a ragged view: past the data, a padded copy
+            size, ctype = self.dim(numel(v.type.shape)), self.ctype(v)
+            k = self.scratch.setdefault(v.id, len(self.scratch))
+            self.open(f"if ({lay.data} < {size})")
+            tail = self.fresh("tail")
+            self.emit(f"auto* {tail} = reinterpret_cast<{ctype}*>("
+                      f"{self.target.scratch(k, size_bytes(v, self.dims))});")
+            self.emit(self.target.fill(tail, size, f"{ctype}(0)"))
+            self.emit(self.target.copy(tail, self.ptr(v), f"({lay.data})"))
+            self.emit(f"{self.ptr(v)} = {tail};")
+            self.close()
 
     def kernel(self, ins: Kernel) -> None:
         for v in ins.op.outputs:
