@@ -366,3 +366,38 @@ def test_initializers_of_rank_three_follow_the_reference_rule(tmp_path):
     limit = np.sqrt(6.0 / (2 * 3 + 4))
     assert np.abs(w).max() <= limit and np.abs(w).max() > 0.5 * limit
     assert np.allclose(q.T @ q, np.eye(3), atol=1e-5)
+
+
+def test_results_are_handed_over_as_arrays_of_their_own(tmp_path):
+    """Outputs and gradients computed in memory of their own become the NumPy arrays
+    (no copy out of the arena): writable, and no later call changes them; a gradient
+    that is a value the training forward saved (d loss / d w = hs) is still a copy, so
+    that changing it changes no second backward."""
+    path = tmp_path / "handed.mdl"
+    path.write_text("""model M(H = 4) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs { h = tanh(h @ U + x); yield h }
+  output loss = sum(hs * w)
+  output last = h
+  minimize loss
+}
+""")
+    m = load(path, dtype="f64", name="handed_f64").M(seed=1)
+    rng = np.random.default_rng(0)
+    xs, w = rng.standard_normal((2, 5, 3, 4))
+    out = m.forward(xs=xs, w=w, training=True)
+    g = m.backward()
+    assert not out["last"].flags.owndata and not g["input:xs"].flags.owndata  # handed over
+    assert g["input:w"].flags.owndata  # the saved hs, copied
+    kept = {k: v.copy() for k, v in {**out, **g}.items()}
+    for a in (*out.values(), *g.values()):
+        assert a.flags.writeable
+        a[...] = 7.0
+    again = m.backward()
+    for k in g:
+        assert np.array_equal(again[k], kept[k]), k
+    m.forward(xs=w, w=xs, training=True)
+    m.backward()
+    assert (g["U"] == 7.0).all() and (out["last"] == 7.0).all()

@@ -13,6 +13,7 @@ import numpy as np
 from ..ir.dtypes import DTYPES
 from ..ir.graph import PENALTIES, Block, Graph, Value, reads, use_counts, walk_ops
 from ..ir.shapes import TensorType, contiguous_strides, numel
+from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
 from .lower import Layout
@@ -130,7 +131,7 @@ class ModuleGenerator:
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              ARENAS.index("training forward"), training=True, prologue=self._prologue(fixed),
-                             stepped=stepped)
+                             stepped=stepped, handed=len(j.outputs))
         texts.append(self._render(dims, train))
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
@@ -227,7 +228,7 @@ def stepped_only(block: Block, results: list[Value]) -> frozenset:
     such a value is never read past its data (backend/lower.py, Layout.valid)."""
     stepped, whole = set(), {v.id for v in results}
     for op in walk_ops(block):
-        n_seq = op.attrs["n_seq"] if op.prim == "for" else 0
+        n_seq = op.attrs.get("n_seq", 0) if entry(op).repeats else 0  # a for's sequences
         for i, v in enumerate(reads(op)):
             (stepped if i < n_seq else whole).add(v.id)
     return frozenset(stepped - whole)

@@ -42,6 +42,9 @@ class FunctionSpec:
     saved_layouts: dict[int, Layout] = field(default_factory=dict)
     # values every reader of the whole graph reads a step at a time (module.stepped_only)
     stepped: frozenset = frozenset()
+    # how many of `results`, the first, the caller hands to Python (None: all); the rest
+    # another function reads (a training forward's saved values)
+    handed: int | None = None
 
 
 class Renderer:
@@ -61,6 +64,7 @@ class Renderer:
         self.scratch: dict[int, int] = {}  # value id -> scratch buffer (sized when defined)
         self.definitions: list[str] = []  # text before the function (a GPU target's kernels)
         self.dim_hook = None  # while set: how dims are spelled (inside a GPU kernel)
+        self.handed_over: set[int] = set()  # roots of results handed over uncopied
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
@@ -127,6 +131,7 @@ class Renderer:
         if self.target.packs_operands:
             find_packs(instrs, self.low.layouts, self.packs)
         self.plan = plan(instrs, self.low.layouts, results, self.dims, owned)
+        self.handed_over = self._handed_over(results)
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
         self.instructions(instrs)
@@ -144,9 +149,7 @@ class Renderer:
         parameter, a kept input; the plan keeps a result's root to the end)."""
         for v in results:
             lay = self.low.layouts[v.id]
-            root = v
-            while self.low.layouts[root.id].base is not None:
-                root = self.low.layouts[root.id].base
+            root = self._root(v)
             access = self.spec.external.get(root.id)
             if access is not None and access.persistent and self.low.is_contiguous(v):
                 self.spec.result_of[v.id] = v
@@ -158,6 +161,22 @@ class Renderer:
             else:
                 self.spec.result_of[v.id] = v
         results[:] = [self.spec.result_of[v.id] for v in results]
+
+    def _handed_over(self, results: list[Value]) -> set[int]:
+        """The memory (root value ids) of results the caller may hand to Python as it lies
+        (Call::result_memory): results' own arena memory that no result another function
+        reads lies in."""
+        if not self.target.hands_over_results:
+            return set()
+        handed = self.spec.handed if self.spec.handed is not None else len(results)
+        roots = [self._root(v) for v in results]
+        kept = {r.id for r in roots[handed:]}
+        return {r.id for r in roots[:handed] if r.id in self.plan.slot_of and r.id not in kept}
+
+    def _root(self, v: Value) -> Value:
+        while self.low.layouts[v.id].base is not None:
+            v = self.low.layouts[v.id].base
+        return v
 
     # ---- instructions ----
     def instructions(self, instrs: list) -> None:
@@ -203,9 +222,10 @@ class Renderer:
             self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>("
                       f"{self.target.scratch(self.scratch[v.id], size_bytes(v, self.dims))});")
             return
-        slot = self.plan.slot_of[v.id]
-        self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>(arena + "
-                  f"off[{slot}]);")
+        memory = f"arena + off[{self.plan.slot_of[v.id]}]"
+        if v.id in self.handed_over:  # memory of its own where the caller asks
+            memory = f"c.result_memory({memory}, {size_bytes(v, self.dims)})"
+        self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>({memory});")
 
     def region(self, base: Value, offset: str | None, type_, strides=None) -> Value:
         """A view of part of `base`'s memory (a destination for `assign`)."""

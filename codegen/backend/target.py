@@ -40,6 +40,9 @@ class Target(abc.ABC):
     packs_operands: bool = False
     # A function's first statements after its signature (the context its code runs in).
     preamble: tuple[str, ...] = ()
+    # Whether results handed to Python may be computed in memory of their own that the
+    # caller hands over uncopied (host memory: model.h's Call::result_memory).
+    hands_over_results: bool = False
 
     # ---- scalars ----
     def ctype(self, dtype: str) -> str:

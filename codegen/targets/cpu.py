@@ -43,6 +43,7 @@ class CpuTarget(Target):
     name = "cpu"
     toolchain = HOST
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
+    hands_over_results = True  # results handed to Python are NumPy's memory already
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
     def kernel(self, ins):

@@ -5,10 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "mdl/arena.h"
 #include "mdl/device.h"
 #include "mdl/runtime.h"
 
@@ -44,10 +48,36 @@ struct ParamSpec {
 };
 
 // One call: input pointers, user dims, and the pointers the function leaves its results at.
+// A caller that hands the results to Python sets `fresh`: memory of results that generated
+// code asks with `result_memory` is then allocated for this call alone and handed over
+// uncopied (src/model_object.h's `results`); else it is the arena slot.
 struct Call {
   std::vector<void*> inputs;
   std::vector<int64_t> dims;
   std::vector<void*> outputs;
+  bool fresh = false;
+
+  struct Memory {
+    std::shared_ptr<char> bytes;
+    std::size_t size;
+  };
+  std::vector<Memory> memory;  // what result_memory allocated
+
+  char* result_memory(char* slot, std::size_t bytes) {
+    if (!fresh) return slot;
+    char* p = static_cast<char*>(std::aligned_alloc(kAlign, align_up(bytes ? bytes : 1)));
+    if (!p) throw std::bad_alloc();
+    memory.push_back({std::shared_ptr<char>(p, std::free), bytes});
+    return p;
+  }
+
+  // The allocation of result_memory holding [p, p + bytes), if one does.
+  std::shared_ptr<char> owner_of(const void* p, std::size_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    for (const Memory& m : memory)
+      if (c >= m.bytes.get() && c + bytes <= m.bytes.get() + m.size) return m.bytes;
+    return nullptr;
+  }
 };
 
 template <class T>

@@ -124,6 +124,7 @@ class Model {
   py::dict forward(py::kwargs kwargs) {
     bool training = kwargs.contains("training") && py::cast<bool>(kwargs["training"]);
     Inputs in = inputs(kwargs, true);
+    in.call.fresh = true;  // its results go to Python
     const Variant<T>& v = choose(in.call.dims);
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
@@ -152,6 +153,7 @@ class Model {
     std::vector<Cotangent> given = cotangents_.read(kwargs);
     Arguments args;
     Call call;
+    call.fresh = true;  // its results go to Python
     for (const Cotangent& c : given) args.add(c.arg, call.inputs);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
@@ -169,6 +171,7 @@ class Model {
   // Forward, backward and the optimizer's update in one call; the outputs of the forward.
   py::dict train_step(py::kwargs kwargs) {
     Inputs in = inputs(kwargs, false);
+    in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
@@ -192,6 +195,7 @@ class Model {
   // may combine with other processes' before `apply_gradients` updates the parameters.
   py::dict forward_backward(py::kwargs kwargs) {
     Inputs in = inputs(kwargs, false);
+    in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
@@ -438,10 +442,13 @@ class Model {
     return spec_->variants[0];
   }
 
-  // Copies of the arrays a function left in `call.outputs`, by name.
+  // The arrays a function left in `call.outputs`, by name: a result in memory allocated
+  // for this call alone (Call::result_memory) as it lies, the first to reach any of its
+  // bytes (two results in the same bytes would be one array twice), others copied.
   py::dict results(const TensorSpec* specs, int count, ShapeFunction shape_of,
                    const Call& call) const {
     py::dict out;
+    std::vector<std::pair<const char*, const char*>> handed;  // byte ranges given uncopied
     for (int k = 0; k < count; ++k) {
       std::vector<int64_t> shape(specs[k].rank);
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
@@ -450,8 +457,22 @@ class Model {
                                                   call.outputs[k], shape, specs[k].dtype);
         continue;
       }
-      py::array a(py::dtype(specs[k].dtype.numpy),
-                  std::vector<py::ssize_t>(shape.begin(), shape.end()));
+      std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+      py::dtype dtype(specs[k].dtype.numpy);
+      std::size_t bytes = dtype.itemsize();
+      for (int64_t d : shape) bytes *= std::size_t(d);
+      const char* first = static_cast<const char*>(call.outputs[k]);
+      std::shared_ptr<char> owner = call.owner_of(first, bytes);
+      for (const auto& [lo, hi] : handed)
+        if (first < hi && lo < first + bytes) owner = nullptr;
+      if (owner) {
+        handed.emplace_back(first, first + bytes);
+        auto* keep = new std::shared_ptr<char>(std::move(owner));
+        py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); });
+        out[py::str(specs[k].name)] = py::array(dtype, dims, call.outputs[k], base);
+        continue;
+      }
+      py::array a(dtype, dims);
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
       out[py::str(specs[k].name)] = a;
     }
