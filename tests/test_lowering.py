@@ -109,3 +109,39 @@ def test_checkpoint_segments_are_views_of_the_sequences():
                          r"\.hold\(4 \* \(int64_t\(512\)\*d1\)\)\);", code[kind]), kind
     assert len(re.findall(r"auto\* tail\d+ = reinterpret_cast<float\*>",
                           code["backward"])) == 2  # xs and d hs
+
+
+def test_a_training_step_plans_its_forward_and_backward_as_one():
+    """The backward computes the same slots of the same arena as the training forward:
+    its [T, B, 4H] gate gradients take the slot of the forward's [T, B, 4H] input
+    product, dead once the forward's loop has run (saved values keep theirs)."""
+    code = functions("LSTM")
+    slots = {kind: re.findall(r"off\[\d+\] = total; total \+= mdl::align_up\((.*)\);",
+                              code[kind]) for kind in ("train", "backward")}
+    assert slots["train"] == slots["backward"]
+    assert slots["train"].count("4 * (int64_t(64)*d1*d0)") == 1
+    for kind in ("train", "backward"):
+        assert "m.arenas[1].reserve(total);" in code[kind], kind
+
+
+def test_a_backward_sized_by_a_while_s_trips_plans_its_own_arena(tmp_path):
+    """A backward value whose size is a count the training forward learns only as it
+    runs (a while's trips) cannot have a slot the forward
+    computes before its loop: that backward plans its memory alone, in arena 2."""
+    path = tmp_path / "trips.mdl"
+    path.write_text("""model W() {
+  input x : f32[T, B, 5]
+  param p : f32[4, 5] = normal(0, 0.5)
+  a = x
+  k = 0
+  while (sum(a) < 1.0) and k < 3 {
+    a = sigmoid(x[:, :, 1:5] @ p)
+    k = k + 1
+  }
+  output loss = mean(a * a)
+  minimize loss
+}
+""")
+    text = sources(path, "trips", BuildOptions())[1]["module.cpp"]
+    assert "m.arenas[1].reserve(total);" in text.split("static void backward_0(")[0]
+    assert "m.arenas[2].reserve(total);" in text.split("static void backward_0(")[1]

@@ -17,14 +17,18 @@ from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
 from .lower import Layout
+from .plan import plan
 from .render import Access, FunctionSpec, Renderer
 from .target import Target
 from .templating import environment
 
-# A model's arenas, one per kind of function (a training step's forward and backward
-# each plan their own memory): the runtime makes as many as the spec says
-# (ModelSpec::arenas) and generated code names them by index.
-ARENAS = ("inference", "training forward", "backward")
+# A model's arenas: one for inference, one for a training step, whose forward and backward
+# share one memory plan (the backward's values take the slots of the forward's that are
+# dead by then, the saved ones stay put), and one for a backward that cannot share it (its
+# memory sized by a count the forward learns as it runs: a while's trips); the runtime
+# makes as many as the spec says (ModelSpec::arenas) and generated code names them by
+# index.
+ARENAS = ("inference", "training", "backward")
 # A dim of an output's declared shape made of others (T*B, T+1): the runtime never checks
 # an output's shape against it (model.h's TensorSpec).
 DERIVED_DIM = -(10**6)
@@ -130,9 +134,10 @@ class ModuleGenerator:
         results = [(v, self.target.output(k)) for k, v in enumerate(j.outputs.values())]
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
-                             ARENAS.index("training forward"), training=True, prologue=self._prologue(fixed),
+                             ARENAS.index("training"), training=True, prologue=self._prologue(fixed),
                              stepped=stepped, handed=len(j.outputs))
-        texts.append(self._render(dims, train))
+        train_r = self._renderer(dims, train)
+        train_r.lower()
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
         for k, v in enumerate(saved):
             lay = train.saved_layouts[train.result_of[v.id].id]
@@ -141,19 +146,52 @@ class ModuleGenerator:
                                       lay)
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, self.target.output(k)) for k, v in enumerate(grads)],
-                                ARENAS.index("backward"), training=True, prologue=self._prologue(fixed),
+                                ARENAS.index("training"), training=True, prologue=self._prologue(fixed),
                                 stepped=stepped)
-        texts.append(self._render(dims, backward))
+        backward_r = self._renderer(dims, backward)
+        backward_r.lower()
+        # One plan for the pair, the backward's instructions after the forward's: what the
+        # forward leaves (saved values, its outputs, which train_step reads after the
+        # backward) lives to the end, and the backward reuses the rest (the stored LSTM's
+        # [T, B, 4H] input product for its [T, B, 4H] gate gradients). Both functions
+        # compute the same slots from the same dims, so the backward's arena is the
+        # forward's, its size unchanged: unless a backward value's size is a count the
+        # forward learns only as it runs, when each plans its own.
+        learned = set().union(*(entry(op).sets_dims(op) for op in walk_ops(Block(ops=fwd_ops))))
+        sized = [backward_r.low.values.get(vid) for vid in backward_r.owned]
+        if any(d.symbols & learned for v in sized if v is not None for d in v.type.shape):
+            train_r.settle(plan(train_r.instrs, train_r.low.layouts, train_r.results, dims,
+                                train_r.owned))
+            backward.arena = ARENAS.index("backward")
+            backward_r.settle(plan(backward_r.instrs, backward_r.low.layouts,
+                                   backward_r.results, dims, backward_r.owned))
+        else:
+            shared = plan(train_r.instrs + backward_r.instrs,
+                          {**backward_r.low.layouts, **train_r.low.layouts},
+                          train_r.results + backward_r.results, dims,
+                          train_r.owned | backward_r.owned)
+            train_r.settle(shared)
+            backward_r.settle(shared)
+        texts += [self._text(train_r), self._text(backward_r)]
         names.update(train=train.name, backward=backward.name)
         return texts, names
 
+    def _renderer(self, dims: DimNames, spec: FunctionSpec) -> Renderer:
+        """Pack and scratch buffers are reused by every function: one model's calls run
+        one at a time, and a function fills them before it reads."""
+        return Renderer(self.target, dims, spec, self.tapes, [])
+
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
-        """One function's text. Pack and scratch buffers are reused by every function:
-        one model's calls run one at a time, and a function fills them before it reads."""
-        packs: list = []
-        renderer = Renderer(self.target, dims, spec, self.tapes, packs)
-        text = renderer.render()
-        self.pack_count = max(self.pack_count, len(packs))
+        """One function's text, its memory planned alone."""
+        renderer = self._renderer(dims, spec)
+        renderer.lower()
+        renderer.settle(plan(renderer.instrs, renderer.low.layouts, renderer.results, dims,
+                             renderer.owned))
+        return self._text(renderer)
+
+    def _text(self, renderer: Renderer) -> str:
+        text = renderer.text()
+        self.pack_count = max(self.pack_count, len(renderer.packs))
         self.scratch_count = max(self.scratch_count, len(renderer.scratch))
         return text
 

@@ -65,6 +65,9 @@ class Renderer:
         self.definitions: list[str] = []  # text before the function (a GPU target's kernels)
         self.dim_hook = None  # while set: how dims are spelled (inside a GPU kernel)
         self.handed_over: set[int] = set()  # roots of results handed over uncopied
+        self.instrs: list = []                # lowered (lower)
+        self.results: list[Value] = []        # the values published as results
+        self.owned: set[int] = set()          # ids of the values the memory plan places
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
@@ -120,27 +123,43 @@ class Renderer:
 
     # ---- the function ----
     def render(self) -> str:
+        """The function's text, its memory planned alone."""
+        self.lower()
+        self.settle(plan(self.instrs, self.low.layouts, self.results, self.dims, self.owned))
+        return self.text()
+
+    def lower(self) -> None:
+        """Lowers the function (`instrs`), its results in memory that outlives the call
+        (`results`, and `spec.saved_layouts` for another function that reads them); `owned`:
+        the values the memory plan places."""
         spec = self.spec
-        instrs = self.low.block(spec.block)
-        results = [v for v, _ in spec.results]
-        owned = {vid for vid, lay in self.low.layouts.items()
-                 if lay.base is None and not lay.is_const and vid not in spec.external
-                 and vid not in self.low.unplanned}
-        self._materialize_results(instrs, results, owned)
-        self._late_values(spec.block, owned)
+        self.instrs = self.low.block(spec.block)
+        self.results = [v for v, _ in spec.results]
+        self.owned = {vid for vid, lay in self.low.layouts.items()
+                      if lay.base is None and not lay.is_const and vid not in spec.external
+                      and vid not in self.low.unplanned}
+        self._materialize_results(self.instrs, self.results, self.owned)
+        self._late_values(spec.block, self.owned)
         if self.target.packs_operands:
-            find_packs(instrs, self.low.layouts, self.packs)
-        self.plan = plan(instrs, self.low.layouts, results, self.dims, owned)
-        self.handed_over = self._handed_over(results)
-        for vid, access in spec.external.items():
-            self.emit(f"auto* v{vid} = {access.pointer};")
-        self.instructions(instrs)
-        for v, target in spec.results:
-            v = spec.result_of[v.id]
-            self.emit(f"{target} = {self.ptr(v)};")
+            find_packs(self.instrs, self.low.layouts, self.packs)
+        for v in self.results:
             # the pointer is the value's own: another function reads it as memory of its own
             lay = self.low.layouts[v.id]
             spec.saved_layouts[v.id] = Layout(None, None, lay.strides, valid=lay.valid)
+
+    def settle(self, memory: Plan) -> None:
+        """The memory plan the function's values take their slots from (its own, or one it
+        shares with another function: module.py's training pair)."""
+        self.plan = memory
+        self.handed_over = self._handed_over(self.results)
+
+    def text(self) -> str:
+        spec = self.spec
+        for vid, access in spec.external.items():
+            self.emit(f"auto* v{vid} = {access.pointer};")
+        self.instructions(self.instrs)
+        for v, target in spec.results:
+            self.emit(f"{target} = {self.ptr(spec.result_of[v.id])};")
         return self.target.function(self, self.lines)
 
     def _materialize_results(self, instrs: list, results: list[Value], owned: set[int]) -> None:
