@@ -13,6 +13,7 @@ linearly with the steps, and a while's trips are bounded by a counter.
 from __future__ import annotations
 
 import random
+import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -222,8 +223,12 @@ class Generator(Expressions):
         if fits and self.rng.random() < 0.5:
             return self.pick(fits)
         name = self.fresh("h")
+        # zeros[B, w] names B, which only an input binds (a loop over a parameter's rows
+        # may come before any input has it): else an expression, which makes one
+        named = {d for t in self.program.inputs.values() for d in re.split(r"[\[\], ]+", t)}
+        bound = all(isinstance(d, int) or d in named for d in shape)
         init = f"zeros[{', '.join(map(str, shape))}]" if shape and self.rng.random() < 0.5 \
-            else self.expr(shape, 2)
+            and bound else self.expr(shape, 2)
         self.emit(f"{name} = {init}")
         self.define(Var(name, shape))
         return self.frames[-1].vars[name]
