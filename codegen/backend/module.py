@@ -160,11 +160,9 @@ class ModuleGenerator:
         learned = set().union(*(entry(op).sets_dims(op) for op in walk_ops(Block(ops=fwd_ops))))
         sized = [backward_r.low.values.get(vid) for vid in backward_r.owned]
         if any(d.symbols & learned for v in sized if v is not None for d in v.type.shape):
-            train_r.settle(plan(train_r.instrs, train_r.low.layouts, train_r.results, dims,
-                                train_r.owned))
+            train_r.settle(train_r.alone())
             backward.arena = ARENAS.index("backward")
-            backward_r.settle(plan(backward_r.instrs, backward_r.low.layouts,
-                                   backward_r.results, dims, backward_r.owned))
+            backward_r.settle(backward_r.alone())
         else:
             shared = plan(train_r.instrs + backward_r.instrs,
                           {**backward_r.low.layouts, **train_r.low.layouts},
@@ -185,8 +183,7 @@ class ModuleGenerator:
         """One function's text, its memory planned alone."""
         renderer = self._renderer(dims, spec)
         renderer.lower()
-        renderer.settle(plan(renderer.instrs, renderer.low.layouts, renderer.results, dims,
-                             renderer.owned))
+        renderer.settle(renderer.alone())
         return self._text(renderer)
 
     def _text(self, renderer: Renderer) -> str:

@@ -122,12 +122,6 @@ class Renderer:
         self.emit("}" + tail)
 
     # ---- the function ----
-    def render(self) -> str:
-        """The function's text, its memory planned alone."""
-        self.lower()
-        self.settle(plan(self.instrs, self.low.layouts, self.results, self.dims, self.owned))
-        return self.text()
-
     def lower(self) -> None:
         """Lowers the function (`instrs`), its results in memory that outlives the call
         (`results`, and `spec.saved_layouts` for another function that reads them); `owned`:
@@ -147,8 +141,12 @@ class Renderer:
             lay = self.low.layouts[v.id]
             spec.saved_layouts[v.id] = Layout(None, None, lay.strides, valid=lay.valid)
 
+    def alone(self) -> Plan:
+        """A memory plan of this function's values only (after `lower`)."""
+        return plan(self.instrs, self.low.layouts, self.results, self.dims, self.owned)
+
     def settle(self, memory: Plan) -> None:
-        """The memory plan the function's values take their slots from (its own, or one it
+        """The memory plan the function's values take their slots from (`alone`, or one it
         shares with another function: module.py's training pair)."""
         self.plan = memory
         self.handed_over = self._handed_over(self.results)

@@ -5,10 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -56,26 +54,19 @@ struct Call {
   std::vector<int64_t> dims;
   std::vector<void*> outputs;
   bool fresh = false;
-
-  struct Memory {
-    std::shared_ptr<char> bytes;
-    std::size_t size;
-  };
-  std::vector<Memory> memory;  // what result_memory allocated
+  std::vector<std::shared_ptr<Arena>> memory;  // what result_memory allocated
 
   char* result_memory(char* slot, std::size_t bytes) {
     if (!fresh) return slot;
-    char* p = static_cast<char*>(std::aligned_alloc(kAlign, align_up(bytes ? bytes : 1)));
-    if (!p) throw std::bad_alloc();
-    memory.push_back({std::shared_ptr<char>(p, std::free), bytes});
-    return p;
+    memory.push_back(std::make_shared<Arena>());
+    return memory.back()->hold(bytes ? bytes : 1);
   }
 
   // The allocation of result_memory holding [p, p + bytes), if one does.
-  std::shared_ptr<char> owner_of(const void* p, std::size_t bytes) const {
+  std::shared_ptr<Arena> owner_of(const void* p, std::size_t bytes) const {
     const char* c = static_cast<const char*>(p);
-    for (const Memory& m : memory)
-      if (c >= m.bytes.get() && c + bytes <= m.bytes.get() + m.size) return m.bytes;
+    for (const auto& m : memory)
+      if (c >= m->data() && c + bytes <= m->data() + m->size()) return m;
     return nullptr;
   }
 };

@@ -462,13 +462,13 @@ class Model {
       std::size_t bytes = dtype.itemsize();
       for (int64_t d : shape) bytes *= std::size_t(d);
       const char* first = static_cast<const char*>(call.outputs[k]);
-      std::shared_ptr<char> owner = call.owner_of(first, bytes);
+      std::shared_ptr<Arena> owner = call.owner_of(first, bytes);
       for (const auto& [lo, hi] : handed)
         if (first < hi && lo < first + bytes) owner = nullptr;
       if (owner) {
         handed.emplace_back(first, first + bytes);
-        auto* keep = new std::shared_ptr<char>(std::move(owner));
-        py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); });
+        auto* keep = new std::shared_ptr<Arena>(std::move(owner));
+        py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Arena>*>(p); });
         out[py::str(specs[k].name)] = py::array(dtype, dims, call.outputs[k], base);
         continue;
       }
