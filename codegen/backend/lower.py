@@ -254,10 +254,7 @@ class Lowering:
         if kind == "structured":
             self._structured(op, out)
         elif kind == "view" and entry(op).extra.get("ragged") and not self._ragged(op):
-            inputs = [self.contiguous(x, out) for x in op.inputs]  # its kernel: a padded copy
-            for v in op.outputs:
-                self.own(v)
-            out.append(Kernel(op, inputs))
+            self._kernel(op, False, out)  # its kernel: a padded copy
         elif kind == "view":
             src = op.inputs[0]
             if self.layouts[src.id].is_const:  # a view needs memory to address (rare)
@@ -271,14 +268,18 @@ class Lowering:
                 valid = ragged(self.cx, op) if ragged else None
                 self.layouts[v.id] = Layout(src, offset, strides, None, valid)
                 out.append(View(v))
-        else:  # kernel
-            accepts = lowering_hook(op)[1]
-            inputs = [x if (accepts(self.cx, op, i, self.layouts[x.id]) if callable(accepts)
-                            else accepts) else self.contiguous(x, out)
-                      for i, x in enumerate(op.inputs)]
-            for v in op.outputs:
-                self.own(v)
-            out.append(Kernel(op, inputs, accumulate=id(op) in self.accumulating))
+        else:
+            self._kernel(op, lowering_hook(op)[1], out)
+
+    def _kernel(self, op: Op, accepts, out: list) -> None:
+        """A kernel call; `accepts`: whether it takes an input as it lies (else a contiguous
+        copy), a bool or a function of (renderer, op, index, layout)."""
+        inputs = [x if (accepts(self.cx, op, i, self.layouts[x.id]) if callable(accepts)
+                        else accepts) else self.contiguous(x, out)
+                  for i, x in enumerate(op.inputs)]
+        for v in op.outputs:
+            self.own(v)
+        out.append(Kernel(op, inputs, accumulate=id(op) in self.accumulating))
 
     def _ragged(self, op: Op) -> bool:
         """Whether a view that runs past its input's data (extra["ragged"]: a sequence's
