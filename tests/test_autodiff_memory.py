@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 from ir_helpers import joint, model, rnn_model
 
@@ -43,3 +45,56 @@ def test_checkpoint_memory_grows_as_t_over_k_plus_k():
 
 def test_a_graph_without_gradients_keeps_nothing():
     assert saved_bytes(model(rnn_model("lstm(x, h, c)", state="h, c")), {"T": T, "B": B}) == 0
+
+
+# ---- the yields of a loop that recomputes, read again from its backward -----------------
+WEIGHTED = '''
+import "std/rnn.mdl"
+model M(H = 3) {{
+  input xs : f32[T, B, 2]; input w : f32[T, B, H]
+  h = zeros[B, H]; c = zeros[B, H]
+  hs = for x in xs {options} {{
+    h, c = lstm(x, h, c)
+    yield h
+  }}
+  output loss = {loss}
+  minimize loss
+}}'''
+
+
+def forward_yields_read_by_backward(options: str, loss: str) -> list:
+    """The forward loop's stacked yields (and selections of them) that the backward
+    block or a gradient reads."""
+    from codegen.ir.graph import free_values
+    g = joint(model(WEIGHTED.format(options=options, loss=loss)))
+    loop = next(op for op in g.body.ops if op.prim == "for")
+    made = {v.id for v in loop.outputs[2:3]}
+    for op in g.body.ops:  # what selects from them (checkpoint's unsegment)
+        if op.inputs and op.inputs[0].id in made:
+            made.update(v.id for v in op.outputs)
+    read = [v for v in free_values(g.backward) if v.id in made]
+    return read + [v for v in g.input_grads.values() if v.id in made]
+
+
+@pytest.mark.parametrize("options", ["(recompute)", "(checkpoint = 4)"])
+def test_a_recomputing_loop_s_backward_yields_its_hs_again(options):
+    """d loss / d w = hs: the backward, which re-runs the steps, yields hs again, and the
+    forward keeps it for nothing."""
+    assert forward_yields_read_by_backward(options, "sum(hs * w)") == []
+    assert forward_yields_read_by_backward("", "sum(hs * w)") != []  # stored: kept
+
+
+def test_the_forward_s_yields_stay_where_the_loop_s_cotangents_need_them():
+    """sum(hs * hs): d hs = 2 hs feeds the backward loop, which cannot make it itself."""
+    assert forward_yields_read_by_backward("(checkpoint = 4)", "sum(hs * hs)") != []
+
+
+@pytest.mark.parametrize("options", ["(recompute)", "(checkpoint = 4)", "(checkpoint = 3)"])
+def test_gradients_through_yields_read_again_match_finite_differences(options):
+    from ir_helpers import check_coordinates, random_params
+    loss = "sum(hs * w) + sum(h * c)"
+    assert forward_yields_read_by_backward(options, loss) == []
+    graph = model(WEIGHTED.format(options=options, loss=loss))
+    rng = np.random.default_rng(3)
+    inputs = {"xs": rng.normal(size=(7, 2, 2)), "w": rng.normal(size=(7, 2, 3))}
+    assert check_coordinates(graph, inputs, random_params(graph)) < 1e-7

@@ -145,3 +145,23 @@ def test_a_backward_sized_by_a_while_s_trips_plans_its_own_arena(tmp_path):
     text = sources(path, "trips", BuildOptions())[1]["module.cpp"]
     assert "m.arenas[1].reserve(total);" in text.split("static void backward_0(")[0]
     assert "m.arenas[2].reserve(total);" in text.split("static void backward_0(")[1]
+
+
+def test_a_training_forward_gives_back_the_hs_it_no_longer_keeps():
+    """The backward of `recompute` and of `checkpoint` yields hs again as it re-runs the
+    steps (codegen/transforms/reread.py), so the forward's hs ([T, B, H]; the checkpoint's
+    [ceil(T/32), 32, B, H] segments) is dead once the loss is summed, and the backward
+    puts only results it hands over in its slot: a forward whose results go to Python
+    gives that slot back to the system (mdl::give_back). The stored LSTM keeps its hs."""
+    dead = {"LSTMRecompute": "4 * (int64_t(16)*d1*d0)",
+            "LSTMCheckpoint": "4 * (int64_t(512)*d1*(((d0) + 31) / 32))"}
+    for model, size in dead.items():
+        code = functions(model)
+        given = re.findall(r"if \(c\.fresh\) mdl::give_back\(arena \+ off\[(\d+)\], (.*)\);",
+                           code["train"])
+        assert [s for _, s in given] == [size], model
+        slot = given[0][0]
+        assert f"off[{slot}] = total; total += mdl::align_up({size});" in code["train"]
+        assert "give_back" not in code["backward"]
+    stored = re.findall(r"mdl::give_back\(arena \+ off\[\d+\], (.*)\);", functions("LSTM")["train"])
+    assert "4 * (int64_t(16)*d1*d0)" not in stored

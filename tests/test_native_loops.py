@@ -125,3 +125,21 @@ def test_checkpoint_segments_of_every_length(source, module, steps):
         inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 3},
                                          np.random.default_rng(steps))
         assert_training_matches(m, graph, inputs, 1e-10)
+
+
+@pytest.mark.parametrize("model", ["Recompute", "Checkpoint"])
+def test_a_training_forward_that_gives_memory_back_runs_again(source, module, model):
+    """Large enough (T*B*H f64 >= 4 MiB) that the training forward gives its dead hs back
+    to the system (mdl::give_back): the next step, which writes there again, matches the
+    reference, and so does a train_step, whose gradients stay in that memory."""
+    graph = check_file(str(source), model=model, dtype="f64").graph
+    m = getattr(module, model)(seed=2)
+    inputs = gradcheck.random_inputs(graph, {"T": 240, "B": 400}, np.random.default_rng(5))
+    assert 240 * 400 * 6 * 8 >= 4 << 20
+    first = assert_training_matches(m, graph, inputs, 1e-10)
+    again = assert_training_matches(m, graph, inputs, 1e-10)
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    loss = m.forward(**inputs)["loss"]
+    m.set_optimizer("sgd", lr=0.1)
+    assert m.train_step(**inputs)["loss"] == loss  # the loss before its update
+    assert_training_matches(m, graph, inputs, 1e-10)

@@ -17,7 +17,7 @@ from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
 from .lower import Layout
-from .plan import plan
+from .plan import left_dead, plan
 from .render import Access, FunctionSpec, Renderer
 from .target import Target
 from .templating import environment
@@ -170,6 +170,10 @@ class ModuleGenerator:
                           train_r.owned | backward_r.owned)
             train_r.settle(shared)
             backward_r.settle(shared)
+            # what the forward leaves dead, and a backward handing its results to Python
+            # does not touch, goes back to the system before those results are made
+            kept = {train_r.root(v).id for v in train_r.results}
+            train_r.given_back = left_dead(shared, train_r.owned, kept, backward_r.handed_over)
         texts += [self._text(train_r), self._text(backward_r)]
         names.update(train=train.name, backward=backward.name)
         return texts, names

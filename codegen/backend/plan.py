@@ -136,3 +136,17 @@ def plan(instrs: list, layouts: dict[int, Layout], keep: list[Value], dims: DimN
             else:
                 free.setdefault(size, []).append(result.slot_of[vid])
     return result
+
+
+def left_dead(memory: Plan, first: set[int], kept: set[int], untouched: set[int]) -> list[int]:
+    """The slots of a plan shared by two functions that the first leaves dead: slots of
+    values of the first (`first`), none of them kept for later (`kept`: its results and
+    saved values), which the second reaches only as memory it does not touch (`untouched`:
+    results it hands over in memory of their own)."""
+    ours, busy = set(), set()
+    for vid, slot in memory.slot_of.items():
+        if vid in first and vid not in kept:
+            ours.add(slot)
+        elif vid not in untouched:
+            busy.add(slot)
+    return sorted(ours - busy)

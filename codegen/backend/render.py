@@ -68,6 +68,7 @@ class Renderer:
         self.instrs: list = []                # lowered (lower)
         self.results: list[Value] = []        # the values published as results
         self.owned: set[int] = set()          # ids of the values the memory plan places
+        self.given_back: list[int] = []       # slots given back at the end (plan.left_dead)
 
     # ---- helpers the hooks use ----
     def dim(self, d: Dim) -> str:
@@ -156,6 +157,9 @@ class Renderer:
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
         self.instructions(self.instrs)
+        for slot in self.given_back:
+            for line in self.target.give_back(f"arena + off[{slot}]", self.plan.slots[slot]):
+                self.emit(line)
         for v, target in spec.results:
             self.emit(f"{target} = {self.ptr(spec.result_of[v.id])};")
         return self.target.function(self, self.lines)
@@ -166,7 +170,7 @@ class Renderer:
         parameter, a kept input; the plan keeps a result's root to the end)."""
         for v in results:
             lay = self.low.layouts[v.id]
-            root = self._root(v)
+            root = self.root(v)
             access = self.spec.external.get(root.id)
             if access is not None and access.persistent and self.low.is_contiguous(v):
                 self.spec.result_of[v.id] = v
@@ -186,11 +190,12 @@ class Renderer:
         if not self.target.hands_over_results:
             return set()
         handed = self.spec.handed if self.spec.handed is not None else len(results)
-        roots = [self._root(v) for v in results]
+        roots = [self.root(v) for v in results]
         kept = {r.id for r in roots[handed:]}
         return {r.id for r in roots[:handed] if r.id in self.plan.slot_of and r.id not in kept}
 
-    def _root(self, v: Value) -> Value:
+    def root(self, v: Value) -> Value:
+        """The value whose memory `v` lies in (itself, or what it is a view of)."""
         while self.low.layouts[v.id].base is not None:
             v = self.low.layouts[v.id].base
         return v

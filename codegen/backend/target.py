@@ -100,6 +100,12 @@ class Target(abc.ABC):
         """The lvalue holding value k that a training forward keeps for its backward."""
         return f"m.saved[{k}]"
 
+    def give_back(self, slot: str, size: str) -> list[str]:
+        """Statements giving the memory of a dead arena slot (`slot`, `size` bytes) back to
+        the system in a call that hands its results over (`hands_over_results`), before the
+        rest of the call allocates them; none where results are not handed over."""
+        return []
+
     # ---- functions ----
     def function(self, r, body: list[str]) -> str:
         """The whole text of the function `r.spec` whose statements are `body`: its

@@ -11,11 +11,15 @@ from .primitives import TABLE, ShapeError
 
 
 class Builder:
-    """Appends ops to `block`; `loc` (a source location) is given to every op emitted."""
+    """Appends ops to `block`; `loc` (a source location) is given to every op emitted.
+    `again` collects (value emitted, forward value equal to it): what a gradient rule
+    computed anew that the forward pass holds too, which autodiff may read instead of
+    keeping the forward's (codegen/transforms/reread.py)."""
 
     def __init__(self, block: Block, loc: Any = None):
         self.block = block
         self.loc = loc
+        self.again: list[tuple[Value, Value]] = []
 
     def emit(self, prim: str, inputs: list[Value], attrs: dict | None = None,
              hint: str = "") -> list[Value]:

@@ -46,6 +46,9 @@ class CpuTarget(Target):
     hands_over_results = True  # results handed to Python are NumPy's memory already
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
+    def give_back(self, slot: str, size: str) -> list[str]:
+        return [f"if (c.fresh) mdl::give_back({slot}, {size});"]
+
     def kernel(self, ins):
         if ins.pack is None:  # only products are packed
             return super().kernel(ins)

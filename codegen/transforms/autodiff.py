@@ -18,6 +18,7 @@ from ..ops.builder import Builder
 from ..ops.entry import entry
 from ..ops.structured.regions import GradientError
 from .prepare import prepare
+from .reread import reread
 
 __all__ = ["GradientError", "backprop", "cotangent_names", "grad_graph", "vjp", "vjp_graph"]
 
@@ -140,4 +141,5 @@ def _joint(graph: Graph, seeds) -> Graph:
     cts = [ct if ct is not None else b.zeros(v.type) for v, ct in zip(wrt, cts)]
     g.param_grads = dict(zip(params, cts[:len(params)]))
     g.input_grads = dict(zip(inputs, cts[len(params):]))
+    reread(g, b.again)
     return g

@@ -3,10 +3,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace mdl {
 
@@ -47,6 +53,27 @@ class Arena {
   char* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// Slots smaller than this are not worth giving back: touching them again in the next call
+// costs a page fault a page (4 KiB), about as long as writing the page.
+constexpr std::size_t kGiveBackBytes = std::size_t(4) << 20;
+
+// Gives the whole pages inside [p, p + bytes) back to the system: an arena slot that no
+// value of the rest of the call touches, given back before the call allocates the results
+// it hands to Python, so that the two do not add up in the peak resident memory. Its
+// contents are lost (the next touch maps a zero page), which a dead slot does not mind.
+inline void give_back(char* p, std::size_t bytes) {
+#if defined(__unix__) || defined(__APPLE__)
+  if (bytes < kGiveBackBytes) return;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 // A growable stack of fixed-size records (a While loop's tape): amortized growth, so the
 // number of iterations needs no bound. Records stay in push order; `data()` reads them

@@ -105,11 +105,17 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     captured = captured_floats(op.blocks, active)
     with_ct = [s.type.is_float for s in states] + [c is not None for c in cts[len(states):]]
     policy = RECOMPUTE if op.attrs.get("recompute") else STORE
-    g = differentiate_block(body, with_ct, captured, policy, backprop)
+    # A loop that recomputes yields again what its backward can recompute of its yields
+    # (codegen/transforms/reread.py reads those instead of the forward's).
+    n_state, n_tape = len(states), op.attrs.get("n_tape", 0)
+    yields = body.results[n_state:len(body.results) - n_tape] if policy == RECOMPUTE else []
+    g = differentiate_block(body, with_ct, captured, policy, backprop, also=yields)
+    again = [(v, y) for v, y in zip(g.again, op.outputs[n_state:]) if v is not None]
     steps = seqs[0].type.shape[0]
     in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,
                                     lambda values: add_tapes(op, body, values, steps),
-                                    not op.attrs["reversed"], lean=policy == RECOMPUTE)
+                                    not op.attrs["reversed"], lean=policy == RECOMPUTE,
+                                    again=again)
     return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
 
 

@@ -47,11 +47,14 @@ def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
 
 def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
                    states: list[Value], cts: list, captured: list[Value], tape,
-                   reversed_: bool, lean: bool = False):
+                   reversed_: bool, lean: bool = False,
+                   again: list[tuple[Value, Value]] = ()):
     """Emit the backward `for` of a loop whose body (args: one slice per sequence in
     `seqs`, then the states) has the gradient `g`; `tape(values)` makes the forward
     keep per-step values and returns them stacked; `lean`: the backward of a loop that
-    recomputes, which keeps no more per step than it must (the `for`'s `lean`).
+    recomputes, which keeps no more per step than it must (the `for`'s `lean`);
+    `again`: (value of g's block, the forward's stacked yield it is a step of) pairs,
+    which the backward yields too and records in `b.again`.
     Returns (cotangents of seqs and states, [(captured value, cotangent)])."""
     n_seq = len(seqs)
     seq_in, seq_args = _backward_sequences(op, g, seqs, cts[len(states):], tape)
@@ -66,16 +69,18 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
                  else inner.zeros(states[i].type) for i in floats]
     new_accs = [inner.add(a, c) if c is not None else a for a, c in zip(accs, g.captured_cts)]
     grads = [i for i in range(n_seq) if g.arg_cts[i] is not None]
-    body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads]
+    body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads] \
+        + [v for v, _ in again]
 
     steps = seq_in[0].type.shape[0]
-    types = [v.type for v in init] + [g.arg_cts[i].type.with_shape(
-        (steps,) + g.arg_cts[i].type.shape) for i in grads]
+    types = [v.type for v in init] + [v.type.with_shape((steps,) + v.type.shape) for v in
+                                      [g.arg_cts[i] for i in grads] + [v for v, _ in again]]
     attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
              "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean}
     hints = [f"d_{states[i].hint}" for i in floats] + [f"d_{c.hint}" for c in captured] \
-        + [f"d_{seqs[i].hint}" for i in grads]
+        + [f"d_{seqs[i].hint}" for i in grads] + [y.hint for _, y in again]
     outs = b.structured("for", seq_in + init, types, attrs, [body], hints)
+    b.again += zip(outs[len(outs) - len(again):], [y for _, y in again])
     in_cts: list = [None] * (n_seq + len(states))
     for i, v in zip(floats, outs):
         in_cts[n_seq + i] = v

@@ -35,26 +35,31 @@ class BlockGrad:
     caller to set): it reads `result_cts` (a placeholder per forward result that has a
     cotangent, else None) and `saved_in` (a placeholder per saved forward value in
     `saved`), and computes `arg_cts` (per forward block arg) and `captured_cts` (per
-    value of `captured`), each None where no gradient flows."""
+    value of `captured`), each None where no gradient flows; `again` holds, per value of
+    the forward block asked for (`also`), the backward block's value equal to it, or
+    None where computing it would take more saved values."""
     block: Block
     result_cts: list[Value | None]
     saved: list[Value]
     saved_in: list[Value]
     arg_cts: list[Value | None]
     captured_cts: list[Value | None]
+    again: list[Value | None]
 
 
 def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value],
-                        policy: str, backprop) -> BlockGrad:
+                        policy: str, backprop, also: list[Value] = ()) -> BlockGrad:
     """The backward of `block` given cotangents for the results flagged in `with_ct`,
     w.r.t. its args and the outer values `captured`; `backprop` is autodiff's generic
-    walk (passed in: the walk calls the structured ops' rules, which call this)."""
+    walk (passed in: the walk calls the structured ops' rules, which call this). The
+    backward also recomputes those of the forward values `also` that it can from what
+    it saves anyway, for a caller that can use them (BlockGrad.again)."""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
     seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
     cts = backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
-    saved, recomputed = _plan(block, bwd, policy)
+    saved, recomputed, computed = _plan(block, bwd, policy, also)
     mapping: dict[int, Value] = {}
     saved_in = []
     for v in saved:
@@ -64,34 +69,52 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     substitute(bwd, mapping)
     bwd.ops = clones + bwd.ops
     n = len(block.args)
-    return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:])
+    again = [mapping.get(v.id, v) if ok else None for v, ok in zip(also, computed)]
+    return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:], again)
 
 
-def _plan(block: Block, bwd: Block, policy: str) -> tuple[list[Value], list[Op]]:
-    """(values to save, ops to re-run in program order) so that the backward can read
-    every forward value it refers to."""
+def _plan(block: Block, bwd: Block, policy: str, also: list[Value]
+          ) -> tuple[list[Value], list[Op], list[bool]]:
+    """(values to save, ops to re-run in program order, per value of `also` whether the
+    backward computes it) so that the backward can read every forward value it refers
+    to. A value of `also` is computed only from what the backward saves anyway: one that
+    would need more saved is left out (a caller that ends up not reading it must not
+    leave a tape behind)."""
     defined = defined_here(block)  # after the walk: structured ops may have gained tapes
     producer = {v.id: op for op in block.ops for v in op.outputs}
     args = {v.id for v in block.args}
-    stack = [v for v in free_values(bwd) if v.id in defined]
-    seen: set[int] = set()
     saved: list[Value] = []
+    seen: set[int] = set()
     rerun: set[int] = set()
-    while stack:
-        v = stack.pop()
-        if v.id in seen:
-            continue
-        seen.add(v.id)
-        op = producer.get(v.id)
-        if v.id in args or _must_save(v, op, policy):
-            saved.append(v)
-            continue
-        if id(op) in rerun:
-            continue
-        rerun.add(id(op))
-        reads = list(op.inputs) + [u for b in op.blocks for u in free_values(b)]
-        stack.extend(u for u in reads if u.id in defined)
-    return saved, [op for op in block.ops if id(op) in rerun]
+
+    def visit(roots: list[Value], seen: set[int], saved: list[Value], rerun: set[int]):
+        stack = [v for v in roots if v.id in defined]
+        while stack:
+            v = stack.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            op = producer.get(v.id)
+            if v.id in args or _must_save(v, op, policy):
+                saved.append(v)
+                continue
+            if id(op) in rerun:
+                continue
+            rerun.add(id(op))
+            reads = list(op.inputs) + [u for b in op.blocks for u in free_values(b)]
+            stack.extend(u for u in reads if u.id in defined)
+
+    visit(free_values(bwd), seen, saved, rerun)
+    computed = []
+    for v in also:
+        more: list[Value] = []
+        trial_seen, trial_rerun = set(seen), set(rerun)
+        visit([v], trial_seen, more, trial_rerun)
+        fits = all(any(u is w for w in saved) for u in more)
+        if fits:
+            seen, rerun = trial_seen, trial_rerun
+        computed.append(fits)
+    return saved, [op for op in block.ops if id(op) in rerun], computed
 
 
 def _must_save(v: Value, op: Op, policy: str) -> bool:
