@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.graph import Block, Op, Value, rename
+from ...ir.graph import Block, Op, Value, rename, substitute, use_counts
 from ...ir.shapes import Dim, TensorType
 from ..builder import Builder
+from ..entry import entry
 from .for_hoist import hoist, movable
-from .for_sink import sink_sums
+from .for_sink import accumulations, sink_sums
 from .gradients import add_tapes, captured_floats, loop_backward
 from .regions import RECOMPUTE, STORE, differentiate_block
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
+
+# The steps of a block of the backward of a `recompute` loop (in_blocks): the weights'
+# gradients are one product of 16 * B rows a block, and the last block's padding
+# wastes at most 15 steps.
+BLOCK = 16
 
 
 def for_layout(op: Op) -> tuple[list[Value], list[Value], Value | None]:
@@ -116,6 +122,8 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
                                     lambda values: add_tapes(op, body, values, steps),
                                     not op.attrs["reversed"], lean=policy == RECOMPUTE,
                                     again=again)
+    if policy == RECOMPUTE and not any(entry(o).repeats for o in body.ops):
+        in_blocks(b, b.block.ops[-1])  # (a checkpoint's segments are its blocks already)
     return in_cts + [None] * (len(op.inputs) - len(in_cts)), cap_cts
 
 
@@ -188,9 +196,7 @@ def _lower_lengths(b: Builder, op: Op) -> None:
 def _nest_checkpoint(b: Builder, op: Op) -> None:
     seqs, states, _ = for_layout(op)
     n_seq, n_state = len(seqs), len(states)
-    k = op.attrs["checkpoint"]
     body = op.blocks[0]
-    segments = [b.segment(x, k=k) for x in seqs + [b.seq_mask(seqs[0])]]
     real = Value(BOOL, "real")  # false in the padding steps of the last segment
     state_args = body.args[n_seq:]
     body.args = body.args[:n_seq] + [real] + state_args
@@ -200,22 +206,72 @@ def _nest_checkpoint(b: Builder, op: Op) -> None:
     # recomputing inner loop would run every step a third time).
     attrs = {**op.attrs, "n_seq": n_seq + 1, "checkpoint": 0, "recompute": True}
     inner = {**attrs, "recompute": op.attrs.get("recompute", False)}
+    _nest(b, op, op.attrs["checkpoint"], attrs, inner)
 
+
+def _nest(b: Builder, op: Op, k: int, outer_attrs: dict, inner_attrs: dict) -> Op:
+    """Emit `op` as a `for` over its sequences' segments of k steps (the last padded),
+    whose body runs a `for` over one segment's steps; its body (`op`'s, already taking a
+    `real` flag after the sequence slices: false in padding steps) reads one more
+    sequence, those flags. The stacked yields, [ceil(T/k), k, ...], are made [T, ...]
+    again under the names of `op`'s. Returns the loop over segments."""
+    seqs, states, _ = for_layout(op)
+    n_state = len(states)
+    body = op.blocks[0]
+    segments = [b.segment(x, k=k) for x in seqs + [b.seq_mask(seqs[0])]]
     outer = Block([Value(s.type.with_shape(s.type.shape[1:]), "segment") for s in segments]
                   + [Value(s.type, s.hint) for s in states])
     yields = body.results[n_state:]
     inner_out = [Value(s.type, s.hint) for s in states] + [
         Value(y.type.with_shape((Dim.of(k),) + y.type.shape), y.hint) for y in yields]
-    outer.ops.append(Op("for", list(outer.args), inner_out, inner, [body], op.loc))
+    outer.ops.append(Op("for", list(outer.args), inner_out, inner_attrs, [body], op.loc))
     outer.results = inner_out
 
     stacked = [Value(y.type.with_shape((segments[0].type.shape[0],) + y.type.shape), y.hint)
                for y in inner_out[n_state:]]
-    b.block.ops.append(Op("for", segments + states, op.outputs[:n_state] + stacked, attrs,
-                          [outer], op.loc))
+    loop = Op("for", segments + states, op.outputs[:n_state] + stacked, outer_attrs, [outer],
+              op.loc)
+    b.block.ops.append(loop)
     start = len(b.block.ops)
     whole = [b.unsegment(s, seqs[0]) for s in stacked]
     rename(b.block.ops[start:], whole, op.outputs[n_state:])
+    return loop
+
+
+def in_blocks(b: Builder, loop: Op, k: int = BLOCK) -> None:
+    """Emit `loop`, the backward of a `recompute` loop (`lean`: it keeps nothing per step),
+    as a lean loop over blocks of k steps whose body runs a plain loop over one block:
+    there the sums over the steps (the weights' gradients) become one product per block
+    (for_sink.py) instead of a rank-B update at every step, and the products of the
+    re-run forward that read only a block's sequences (x_t @ W, and h_{t-1} @ U from the
+    saved states) one product per block (for_hoist.py). Steps past the end (the last
+    block's padding) read zeros: the body reads its states (the cotangents) masked to
+    zeros there, so that every gradient it adds up is zero, and passes them on unchanged;
+    their yields are dropped."""
+    seqs, states, _ = for_layout(loop)
+    n_seq, n_state = len(seqs), len(states)
+    body = loop.blocks[0]
+    sums = {i for i, *_ in accumulations(body, n_seq, n_state, use_counts(body))}
+    real = Value(BOOL, "real")
+    state_args = body.args[n_seq:]
+    top, masked = Builder(Block(), loop.loc), {}
+    for i, s in enumerate(state_args):
+        if i not in sums:
+            masked[s.id] = top.where(real, s, top.const(0, s.type.dtype))
+    substitute(body, masked)
+    end = Builder(Block(), loop.loc)
+    body.results = [end.where(real, r, state_args[i]) if i < n_state and i not in sums
+                    else r for i, r in enumerate(body.results)]
+    body.ops = top.block.ops + body.ops + end.block.ops
+    body.args = body.args[:n_seq] + [real] + state_args
+    attrs = {**loop.attrs, "n_seq": n_seq + 1}
+    b.block.ops.remove(loop)
+    outer = _nest(b, loop, k, attrs, {**attrs, "lean": False}).blocks[0]
+    block_loop = outer.ops.pop()
+    if movable(block_loop, autodiff=False):
+        hoist(Builder(outer, loop.loc), block_loop)
+    else:
+        outer.ops.append(block_loop)
 
 
 def _integer_bounds(op: Op, size) -> list:

@@ -14,7 +14,7 @@ sum_to's, in ops/primitives/). The `for` entry's `simplify` hook (codegen/transf
 """
 from __future__ import annotations
 
-from ...ir.graph import Block, Op, Value, has_dynamic, use_counts
+from ...ir.graph import Block, Op, Value, has_dynamic, use_counts, walk_ops
 from ..builder import Builder
 from ..entry import entry
 
@@ -52,14 +52,22 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     tapes = loop.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - tapes]
     twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]
-    if not sums and not twice:
+    uses = use_counts(body)
+    after = {}  # yield index -> emit(b) -> the product over all steps
+    for k, y in enumerate(yields):
+        total = _product_after(producers.get(y.id), body, uses, stack) \
+            if k not in twice and not any(y is z for z in yields[k + 1:]) else None
+        if total is not None:
+            after[k] = total
+    if not sums and not twice and not after:
         return None
     # a new op (the caller maps the old op's outputs to `outputs`)
     outputs, inputs, kept = list(loop.outputs), list(loop.inputs), list(loop.outputs)
-    for k in reversed(twice):  # a value yielded twice is stacked once
-        earlier = next(j for j in range(k) if yields[j] is yields[k])
+    for k in sorted(twice + list(after), reverse=True):
         del body.results[n_state + k], kept[n_state + k]
-        outputs[n_state + k] = loop.outputs[n_state + earlier]
+        if k in twice:  # a value yielded twice is stacked once
+            earlier = next(j for j in range(k) if yields[j] is yields[k])
+            outputs[n_state + k] = loop.outputs[n_state + earlier]
     for value, out in new_yields:  # before the trailing tapes
         body.results.insert(len(body.results) - tapes, value)
         kept.insert(len(kept) - tapes, out)
@@ -72,7 +80,50 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     b.block.ops.append(Op(loop.prim, inputs, kept, attrs, loop.blocks, loop.loc))
     for i, total in sums:
         outputs[i] = b.add(starts[i], total(b))
+    for k, total in after.items():
+        outputs[n_state + k] = total(b)
     return outputs
+
+
+def _product_after(op: Op | None, body: Block, uses: dict[int, int], stack):
+    """A yield `a_t @ M` (M the same at every step), read nowhere else, as one product
+    after the loop, `A @ M` with A = a_t stacked (`stack`): emit(b) -> it, or None."""
+    if op is None or not entry(op).product or uses.get(op.outputs[0].id) != 1:
+        return None
+    a, m = op.inputs
+    producers = {v.id: o for o in walk_ops(body) for v in o.outputs}
+    inside = {v.id for v in body.args} | {v.id for o in walk_ops(body) for v in o.outputs}
+    chain = _invariant(m, producers, inside)
+    if a.type.rank != 2 or chain is None:
+        return None
+    stacked = stack(a)
+    if stacked is None:
+        return None
+
+    def emit(b: Builder) -> Value:
+        outside: dict[int, Value] = {}
+        for o in chain:  # M's ops, again after the loop (a transpose of a weight)
+            made = b.emit(o.prim, [outside.get(v.id, v) for v in o.inputs], o.attrs, o.outputs[0].hint)
+            outside.update((v.id, w) for v, w in zip(o.outputs, made))
+        return b.emit(op.prim, [stacked, outside.get(m.id, m)], op.attrs, op.outputs[0].hint)[0]
+    return emit
+
+
+def _invariant(v: Value, producers: dict, inside: set[int]) -> list[Op] | None:
+    """The body ops computing `v` from values of outside the loop alone, in order ([] for
+    a value of outside), or None where v varies from step to step."""
+    if v.id not in inside:
+        return []
+    op = producers.get(v.id)
+    if op is None or op.blocks or entry(op).random:
+        return None
+    chain: list[Op] = []
+    for u in op.inputs:
+        before = _invariant(u, producers, inside)
+        if before is None:
+            return None
+        chain += [o for o in before if o not in chain]
+    return chain + [op]
 
 
 def accumulations(body: Block, n_seq: int, n_state: int, uses: dict[int, int]) -> list:
