@@ -79,9 +79,16 @@ def test_gate_gradients_are_written_where_the_weight_gradients_read_them(lstm):
 
 
 def test_a_gru_step_computes_both_gate_sums_in_one_loop():
-    step = loop_body(functions("GRUIf")["train"])
-    branch_end = step.index("mdl::gemm_packed", step.index("} else {"))
-    assert count_loops(step[branch_end:]) == 2  # after the branch: two products, one loop
+    """The branch on the step's input runs for every step in a loop of its own
+    (for_fission.py) and v @ W over all steps; the recurrence's step is h @ U and one
+    loop nest (rows, then columns) summing both products' gates."""
+    train = functions("GRUIf")["train"]
+    branch = loop_body(train)
+    taken = r"if \(v\d+\[0\]\) \{"  # the branch on the step's flag
+    assert re.search(taken, branch) and "mdl::gemm_packed" in branch  # tanh(x @ P)
+    step = loop_body(train.split(branch, 1)[1])
+    assert not re.search(taken, step) and step.count("mdl::gemm_packed(") == 1
+    assert count_loops(step) == 2
 
 
 def test_milstm_sums_its_gate_weights_gradients_while_computing_them():

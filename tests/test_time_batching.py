@@ -89,3 +89,46 @@ def test_a_sum_gets_a_new_yield_only_of_a_shape_the_loop_already_keeps():
     lean = differentiate(model(rnn_model("milstm(x, h, c)", "(recompute)")))
     back = [op for op in loops(lean.backward) if op.attrs["n_state"] > 2]
     assert back, "dU accumulates in the loop of a recompute backward"
+
+
+BRANCHED = '''
+import "std/rnn.mdl"
+model M(H = 3) {
+  input xs : f32[T, B, H]; input signs : f32[T]
+  param P : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs, s in signs {options} {
+    if s > 0.0 { v = tanh(x @ P) } else { v = 0.5 * x }
+    h = gru(v, h)
+    yield h
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}'''
+
+
+def test_a_branch_on_the_step_s_input_runs_as_a_loop_of_its_own():
+    """Loop fission (structured/for_fission.py): the `if` reads no state, so it runs for
+    every step in a loop before the recurrence, which reads v as a sequence; its product
+    with the GRU's W then leaves the loop as one product over all steps."""
+    graph = for_backends(model(BRANCHED.replace("{options}", "")))
+    verify(graph)
+    first, loop = loops(graph.body)[0], [op for op in graph.body.ops if op.prim == "for"][1]
+    assert first.attrs["n_state"] == 0 and body_prims(first).count("if") == 1
+    assert "if" not in body_prims(loop) and body_prims(loop).count("matmul") == 1  # h @ U
+    between = graph.body.ops[graph.body.ops.index(first) + 1:graph.body.ops.index(loop)]
+    assert [op.prim for op in between].count("matmul") == 1  # v @ W over all steps
+
+
+def test_a_recomputing_loop_keeps_its_branch():
+    joint = differentiate(model(BRANCHED.replace("{options}", "(recompute)")))
+    verify(joint)
+    assert [op.prim for op in joint.body.ops].count("for") == 1
+
+
+@pytest.mark.parametrize("options", ["", "(checkpoint = 2)"])
+def test_gradients_through_a_loop_split_in_two(options):
+    graph = model(BRANCHED.replace("{options}", options))
+    rng = np.random.default_rng(4)
+    inputs = {"xs": rng.normal(size=(5, 2, 3)), "signs": np.array([1., -1., 2., -0.5, 1.])}
+    assert check_model_grads(graph, inputs, random_params(graph)) < 1e-6

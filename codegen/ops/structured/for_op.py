@@ -12,6 +12,7 @@ from ...ir.graph import Block, Op, Value, rename, substitute, use_counts
 from ...ir.shapes import Dim, TensorType
 from ..builder import Builder
 from ..entry import entry
+from .for_fission import fission, fissionable
 from .for_hoist import hoist, movable
 from .for_sink import accumulations, sink_sums
 from .gradients import add_tapes, captured_floats, loop_backward
@@ -139,12 +140,16 @@ def _rewrite(op: Op, autodiff: bool):
       `recompute`: the backward keeps the state at each segment start only, and re-runs
       one segment at a time, keeping its activations for the segment's backward
       (memory O(T/k + k)). Inference needs no checkpoint;
+    - a plain loop with a branch that reads no state, whose result a product reads: the
+      branch runs as a loop of its own before it (for_fission.py), and then
     - a plain loop whose body multiplies its sequence slices by loop-invariant matrices:
       those products move out as one product over all steps (for_hoist.py)."""
     if op.attrs["has_lengths"]:
         return _lower_lengths
     if op.attrs.get("checkpoint") and autodiff:
         return _nest_checkpoint
+    if fissionable(op, autodiff):
+        return fission
     if movable(op, autodiff):
         return hoist
     return None
