@@ -174,6 +174,12 @@ def reads(op: Op) -> list[Value]:
     return [*op.inputs, *(v for b in op.blocks for v in b.results)]
 
 
+def outer_reads(op: Op) -> list[Value]:
+    """What an op reads of the block it lies in: its inputs, then the values from outside
+    its own blocks that they read (a parameter a loop body captures)."""
+    return [*op.inputs, *(v for b in op.blocks for v in free_values(b))]
+
+
 def use_counts(block: Block) -> dict[int, int]:
     """How many times each value (by id) is read in `block` and the blocks inside it: by
     ops (`reads`) and as a result of `block`."""

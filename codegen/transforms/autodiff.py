@@ -13,7 +13,7 @@ depend on a value we differentiate with respect to are visited.
 """
 from __future__ import annotations
 
-from ..ir.graph import Block, Graph, IRError, Op, Value, clone_graph, free_values
+from ..ir.graph import Block, Graph, IRError, Op, Value, clone_graph, outer_reads
 from ..ops.builder import Builder
 from ..ops.entry import entry
 from ..ops.structured.regions import GradientError
@@ -57,10 +57,7 @@ def _active(ops: list[Op], wrt: list[Value]) -> set[int]:
     """Ids of the float values that depend on `wrt` (through inputs or captures)."""
     active = {v.id for v in wrt}
     for op in ops:
-        reads = list(op.inputs)
-        for block in op.blocks:
-            reads += free_values(block)
-        if any(v.id in active for v in reads):
+        if any(v.id in active for v in outer_reads(op)):
             active.update(v.id for v in op.outputs if v.type.is_float)
     return active
 

@@ -18,7 +18,7 @@ leave yields that dead-code elimination drops.
 """
 from __future__ import annotations
 
-from ..ir.graph import Block, Graph, IRError, Op, Value, clone_ops, free_values, substitute
+from ..ir.graph import Block, Graph, IRError, Op, Value, clone_ops, outer_reads, substitute
 from ..ops.entry import entry
 
 
@@ -37,13 +37,13 @@ def _reread(graph: Graph, anew: Value, old: Value) -> None:
     if where is None:
         return  # made inside a nested block: its pairs are not this block's
     chains = _selections(graph, old)
-    readers = [i for i, op in enumerate(ops) if any(v.id in chains for v in _reads(op))]
+    readers = [i for i, op in enumerate(ops) if any(v.id in chains for v in outer_reads(op))]
     if not readers and not any(v.id in chains for _, v in _gradients(graph)):
         return
     moved = _dependents(ops, readers)
     if moved & _ancestors(ops, where):
         return  # the loop needs what reads the forward value: it stays
-    read = {v.id for i in moved for v in _reads(ops[i]) if v.id in chains}
+    read = {v.id for i in moved for v in outer_reads(ops[i]) if v.id in chains}
     read |= {v.id for _, v in _gradients(graph) if v.id in chains}
     mapping = {old.id: anew}
     made = clone_ops(_chain(graph, old, read), mapping)
@@ -85,9 +85,6 @@ def _chain(graph: Graph, old: Value, read: set[int]) -> list[Op]:
     return [op for op in graph.body.ops if id(op) in need]
 
 
-def _reads(op: Op) -> list[Value]:
-    return list(op.inputs) + [v for b in op.blocks for v in free_values(b)]
-
 
 def _gradients(graph: Graph) -> list[tuple[str, Value]]:
     return list(graph.param_grads.items()) + list(graph.input_grads.items())
@@ -98,7 +95,7 @@ def _dependents(ops: list[Op], start: list[int]) -> set[int]:
     out = set(start)
     made = {v.id for i in start for v in ops[i].outputs}
     for i in range(min(start, default=len(ops)), len(ops)):
-        if i not in out and any(v.id in made for v in _reads(ops[i])):
+        if i not in out and any(v.id in made for v in outer_reads(ops[i])):
             out.add(i)
             made.update(v.id for v in ops[i].outputs)
     return out
@@ -110,7 +107,7 @@ def _ancestors(ops: list[Op], end: int) -> set[int]:
     out: set[int] = set()
     stack = [end]
     while stack:
-        for v in _reads(ops[stack.pop()]):
+        for v in outer_reads(ops[stack.pop()]):
             i = producer.get(v.id)
             if i is not None and i not in out:
                 out.add(i)

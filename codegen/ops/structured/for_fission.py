@@ -13,7 +13,7 @@ where the op lies).
 """
 from __future__ import annotations
 
-from ...ir.graph import Block, Op, Value, clone_ops, free_values, substitute
+from ...ir.graph import Block, Op, Value, clone_ops, outer_reads, substitute, walk_ops
 from ..builder import Builder
 from ..entry import entry
 
@@ -30,7 +30,7 @@ def fission(b: Builder, loop: Op) -> None:
     they make as sequences."""
     first_ops, gone, crossing = _plan(loop)
     body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
-    read = {v.id for op in first_ops for v in _reads(op)}
+    read = {v.id for op in first_ops for v in outer_reads(op)}
     slices = [k for k in range(n_seq) if body.args[k].id in read]
     mapping: dict[int, Value] = {}
     args = []
@@ -65,7 +65,7 @@ def _plan(loop: Op) -> tuple[list[Op], set[int], list[Value]] | None:
     steps = {v.id for v in body.args[:n_seq]}    # what differs from step to step
     free, invariant = [], set()
     for op in body.ops:
-        reads = _reads(op)
+        reads = outer_reads(op)
         if any(v.id in varying for v in reads):
             varying.update(v.id for v in op.outputs)
             continue
@@ -82,28 +82,17 @@ def _plan(loop: Op) -> tuple[list[Op], set[int], list[Value]] | None:
         if id(op) in first:
             continue
         first.add(id(op))
-        stack.extend(producer[v.id] for v in _reads(op) if v.id in producer)
+        stack.extend(producer[v.id] for v in outer_reads(op) if v.id in producer)
     ops = [op for op in body.ops if id(op) in first]
-    if not ops or any(entry(o).random for op in ops for o in [op] + _nested(op)):
+    if not ops or any(entry(o).random for op in ops
+                      for o in [op, *(x for b in op.blocks for x in walk_ops(b))]):
         return None
     gone = {id(op) for op in ops if id(op) not in invariant}
     made = {v.id for op in ops if id(op) in gone for v in op.outputs}
     rest = [op for op in body.ops if id(op) not in gone]
-    crossing = {v.id: v for op in rest for v in _reads(op) if v.id in made}
+    crossing = {v.id: v for op in rest for v in outer_reads(op) if v.id in made}
     crossing.update((v.id, v) for v in body.results if v.id in made)
     inside = {v.id for v in body.args} | {v.id for op in body.ops for v in op.outputs}
     batched = [op for op in rest if entry(op).product and op.inputs[0].id in crossing
                and op.inputs[1].id not in inside and op.inputs[0].type.rank == 2]
     return (ops, gone, list(crossing.values())) if batched else None
-
-
-def _reads(op: Op) -> list[Value]:
-    return list(op.inputs) + [v for b in op.blocks for v in free_values(b)]
-
-
-def _nested(op: Op) -> list[Op]:
-    out = []
-    for block in op.blocks:
-        for o in block.ops:
-            out += [o] + _nested(o)
-    return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
-                         has_dynamic, substitute, walk_ops)
+                         has_dynamic, outer_reads, substitute, walk_ops)
 from ..builder import Builder
 from ..entry import entry
 
@@ -101,8 +101,7 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value]
             if id(op) in rerun:
                 continue
             rerun.add(id(op))
-            reads = list(op.inputs) + [u for b in op.blocks for u in free_values(b)]
-            stack.extend(u for u in reads if u.id in defined)
+            stack.extend(u for u in outer_reads(op) if u.id in defined)
 
     visit(free_values(bwd), seen, saved, rerun)
     computed = []
