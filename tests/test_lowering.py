@@ -183,3 +183,14 @@ def test_a_training_forward_gives_back_the_hs_it_no_longer_keeps():
         assert "give_back" not in code["backward"]
     stored = re.findall(r"mdl::give_back\(arena \+ off\[\d+\], (.*)\);", functions("LSTM")["train"])
     assert "4 * (int64_t(16)*d1*d0)" not in stored
+
+
+def test_the_padding_steps_of_segments_are_skipped():
+    """A checkpoint's segment loops (the forward's, the re-run and its backward) and the
+    steps of a recompute loop's backward blocks do not run a padding step past T: they
+    write its yields' zeros and go on (control_flow._skip_padding)."""
+    checkpoint = functions("LSTMCheckpoint")
+    assert checkpoint["train"].count("continue;") == 1
+    assert checkpoint["backward"].count("continue;") == 2
+    assert functions("LSTMRecompute")["backward"].count("continue;") == 1
+    assert "continue;" not in functions("LSTM")["backward"]

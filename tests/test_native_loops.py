@@ -115,11 +115,12 @@ def test_loop_options_match_the_reference(source, module, model):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10)
 
 
-@pytest.mark.parametrize("steps", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("steps", [1, 2, 3, 4, 7, 17])
 def test_checkpoint_segments_of_every_length(source, module, steps):
     """Its segments are views of the sequences, the last one, shorter, a padded copy:
-    T below k, a multiple of k, and one past it (k = 2 and 3)."""
-    for model in ("Checkpoint", "CheckpointReversed"):
+    T below k, a multiple of k, and one past it (k = 2 and 3; `recompute`'s backward in
+    blocks of 16). The padding steps are skipped (control_flow._skip_padding)."""
+    for model in ("Checkpoint", "CheckpointReversed", "Recompute"):
         graph = check_file(str(source), model=model, dtype="f64").graph
         m = getattr(module, model)(seed=2)
         inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 3},

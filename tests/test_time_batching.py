@@ -129,6 +129,7 @@ def test_a_recomputing_loop_keeps_its_branch():
 @pytest.mark.parametrize("options", ["", "(checkpoint = 2)"])
 def test_gradients_through_a_loop_split_in_two(options):
     graph = model(BRANCHED.replace("{options}", options))
+    verify(differentiate(graph))
     rng = np.random.default_rng(4)
     inputs = {"xs": rng.normal(size=(5, 2, 3)), "signs": np.array([1., -1., 2., -0.5, 1.])}
     assert check_model_grads(graph, inputs, random_params(graph)) < 1e-6

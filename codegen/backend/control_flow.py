@@ -4,7 +4,9 @@ Loop state lives in the op's own outputs (the state buffers): the body reads the
 through its state args and the final state needs no copy. Per-step slices of a sequence
 are views at offset t (a step of a sequence's segments past its data: a zero-padded
 copy, render.Renderer.view); a yield the body computes is computed in its step's row of the
-stacked output (placed there by lowering), other yields are copied there. Loops
+stacked output (placed there by lowering), other yields are copied there; a step the
+`for`'s `skip` flags say does nothing (a segment's padding) is not run, where the target
+reads flags on the host. Loops
 with lengths never get here: the pipeline rewrites them into plain loops over
 sequences in step order with a mask (codegen/ops/structured/for_op.py), the one
 implementation of lengths besides the reference's. A `while` pushes its tape values
@@ -123,6 +125,7 @@ def _render_for(r, ins: Structured) -> None:
     r.emit(f"(void){t};")
     for arg in body.args:
         r.view(arg)
+    _skip_padding(r, op, stacked, t)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
     for out, y in zip(stacked, results[n_state:]):  # first: a yield may read the state
@@ -134,6 +137,21 @@ def _render_for(r, ins: Structured) -> None:
         if r.layout(new).base is state:  # updated in place (_accumulate_in_place)
             continue
         r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    r.close()
+
+
+def _skip_padding(r, op: Op, stacked: list, t: str) -> None:
+    """A step whose flag in the `skip` sequence is false (a padding step of a segment)
+    leaves the states as they are and yields zeros: where the target reads flags on the
+    host cheaply, it only writes the zeros. Otherwise the step runs, to the same effect."""
+    skip = op.attrs.get("skip", -1)
+    if skip < 0 or not r.target.skips_steps:
+        return
+    r.open(f"if (!{r.scalar(op.blocks[0].args[skip])})")
+    for out in stacked:
+        size = r.dim(numel(out.type.shape[1:]))
+        r.emit(r.target.fill(f"{r.ptr(out)} + {t} * {size}", size, f"{r.ctype(out)}(0)"))
+    r.emit("continue;")
     r.close()
 
 

@@ -44,6 +44,10 @@ class Target(abc.ABC):
     # caller hands over uncopied (host memory: model.h's Call::result_memory).
     hands_over_results: bool = False
 
+    # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`):
+    # where flags live in device memory, reading one costs a wait, and the step runs.
+    skips_steps: bool = False
+
     # ---- scalars ----
     def ctype(self, dtype: str) -> str:
         return DTYPES[dtype].ctype

@@ -44,6 +44,7 @@ class CpuTarget(Target):
     toolchain = HOST
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
     hands_over_results = True  # results handed to Python are NumPy's memory already
+    skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
     def give_back(self, slot: str, size: str) -> list[str]:

@@ -43,7 +43,7 @@ def fission(b: Builder, loop: Op) -> None:
     stacked = b.structured("for", [loop.inputs[k] for k in slices],
                            [v.type.with_shape((steps,) + v.type.shape) for v in crossing],
                            {**loop.attrs, "n_seq": len(slices), "n_state": 0, "n_tape": 0,
-                            "recompute": False, "checkpoint": 0, "lean": False},
+                            "recompute": False, "checkpoint": 0, "lean": False, "skip": -1},
                            [first], [v.hint for v in crossing])
     body.ops = [op for op in body.ops if id(op) not in gone]
     into = {v.id: Value(v.type, v.hint) for v in crossing}

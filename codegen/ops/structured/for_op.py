@@ -56,6 +56,9 @@ def _verify(op: Op) -> None:
     need(types_of(op.outputs) == types_of(states) + stacked,
          "for outputs are the final states, then the stacked yields")
     need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
+    skip = a.get("skip", -1)
+    need(skip < n_seq and (skip < 0 or seqs[skip].type == TensorType("bool", (steps,))),
+         "for skip names a sequence of one bool a step")
 
 
 # ---- reference semantics -----------------------------------------------------------------
@@ -229,13 +232,16 @@ def _nest(b: Builder, op: Op, k: int, outer_attrs: dict, inner_attrs: dict) -> O
     yields = body.results[n_state:]
     inner_out = [Value(s.type, s.hint) for s in states] + [
         Value(y.type.with_shape((Dim.of(k),) + y.type.shape), y.hint) for y in yields]
+    # a padding step leaves the states as they are and yields zeros (or what nobody
+    # reads): a backend may skip it (`skip`, the flags' sequence)
+    inner_attrs = {**inner_attrs, "skip": len(segments) - 1}
     outer.ops.append(Op("for", list(outer.args), inner_out, inner_attrs, [body], op.loc))
     outer.results = inner_out
 
     stacked = [Value(y.type.with_shape((segments[0].type.shape[0],) + y.type.shape), y.hint)
                for y in inner_out[n_state:]]
-    loop = Op("for", segments + states, op.outputs[:n_state] + stacked, outer_attrs, [outer],
-              op.loc)
+    loop = Op("for", segments + states, op.outputs[:n_state] + stacked,
+              {**outer_attrs, "skip": -1}, [outer], op.loc)
     b.block.ops.append(loop)
     start = len(b.block.ops)
     whole = [b.unsegment(s, seqs[0]) for s in stacked]
@@ -323,7 +329,8 @@ FOR = register(StructuredOp(
     "for",
     attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
            "has_lengths": (bool, REQUIRED), "recompute": (bool, False),
-           "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False)},
+           "checkpoint": (int, 0), "n_tape": (int, 0), "lean": (bool, False),
+           "skip": (int, -1)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
     rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, repeats=True,

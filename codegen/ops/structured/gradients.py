@@ -76,7 +76,8 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     types = [v.type for v in init] + [v.type.with_shape((steps,) + v.type.shape) for v in
                                       [g.arg_cts[i] for i in grads] + [v for v, _ in again]]
     attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
-             "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean}
+             "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean,
+             "skip": _skip(op, seqs, seq_in)}
     hints = [f"d_{states[i].hint}" for i in floats] + [f"d_{c.hint}" for c in captured] \
         + [f"d_{seqs[i].hint}" for i in grads] + [y.hint for _, y in again]
     outs = b.structured("for", seq_in + init, types, attrs, [body], hints)
@@ -87,6 +88,16 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     for i, v in zip(grads, outs[len(init):]):
         in_cts[i] = v
     return in_cts, list(zip(captured, outs[len(floats):len(init)]))
+
+
+def _skip(op: Op, seqs: list[Value], seq_in: list[Value]) -> int:
+    """The backward's `skip` sequence: the forward's, read again. In a step the forward
+    leaves alone (its states as they were, zeros yielded) no cotangent flows into the
+    body, so its backward adds nothing and passes the state cotangents on as well."""
+    skip = op.attrs.get("skip", -1)
+    if skip < 0:
+        return -1
+    return next((i for i, s in enumerate(seq_in) if s is seqs[skip]), -1)
 
 
 def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list, tape):
