@@ -372,9 +372,10 @@ def test_results_are_handed_over_as_arrays_of_their_own(tmp_path):
     """Outputs and gradients computed in memory of their own become the NumPy arrays
     (no copy out of the arena): writable, and no later call changes them; a gradient
     that is a value the training forward saved (d loss / d w = hs) is still a copy, so
-    that changing it changes no second backward."""
+    that changing it changes no second backward. Results under 4 KiB (the loss) are
+    copied: for them a copy costs less than memory of their own."""
     path = tmp_path / "handed.mdl"
-    path.write_text("""model M(H = 4) {
+    path.write_text("""model M(H = 8) {
   input xs : f32[T, B, H]; input w : f32[T, B, H]
   param U : f32[H, H] = uniform(-0.5, 0.5)
   h = zeros[B, H]
@@ -386,11 +387,12 @@ def test_results_are_handed_over_as_arrays_of_their_own(tmp_path):
 """)
     m = load(path, dtype="f64", name="handed_f64").M(seed=1)
     rng = np.random.default_rng(0)
-    xs, w = rng.standard_normal((2, 5, 3, 4))
+    xs, w = rng.standard_normal((2, 5, 64, 8))  # h: 64 x 8 doubles, 4 KiB
     out = m.forward(xs=xs, w=w, training=True)
     g = m.backward()
     assert not out["last"].flags.owndata and not g["input:xs"].flags.owndata  # handed over
     assert g["input:w"].flags.owndata  # the saved hs, copied
+    assert out["loss"].flags.owndata and g["U"].flags.owndata  # under 4 KiB: copied
     kept = {k: v.copy() for k, v in {**out, **g}.items()}
     for a in (*out.values(), *g.values()):
         assert a.flags.writeable

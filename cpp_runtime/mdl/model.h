@@ -45,10 +45,16 @@ struct ParamSpec {
   double l1, l2;       // its scope's regularizer: each penalty's strength, 0 for none
 };
 
+// Results smaller than this are copied out of the arena rather than allocated for the call:
+// a copy of a few KiB costs less than the allocations and the capsule that hand memory
+// over (an LSTM generation step at B = 1, H = 128 has two 512-byte results).
+constexpr std::size_t kCopiedResultBytes = 4096;
+
 // One call: input pointers, user dims, and the pointers the function leaves its results at.
 // A caller that hands the results to Python sets `fresh`: memory of results that generated
 // code asks with `result_memory` is then allocated for this call alone and handed over
-// uncopied (src/model_object.h's `results`); else it is the arena slot.
+// uncopied (src/model_object.h's `results`), when of kCopiedResultBytes or more; else it
+// is the arena slot.
 struct Call {
   std::vector<void*> inputs;
   std::vector<int64_t> dims;
@@ -57,7 +63,7 @@ struct Call {
   std::vector<std::shared_ptr<Arena>> memory;  // what result_memory allocated
 
   char* result_memory(char* slot, std::size_t bytes) {
-    if (!fresh) return slot;
+    if (!fresh || bytes < kCopiedResultBytes) return slot;
     memory.push_back(std::make_shared<Arena>());
     return memory.back()->hold(bytes ? bytes : 1);
   }

@@ -65,7 +65,11 @@ class Model {
         context_(spec->device),
         lock_(share ? share->lock_ : std::make_shared<std::mutex>()),  // sharers take turns
         params_(*spec, state_, context_.get(), seed, share ? &share->params_ : nullptr),
-        cotangents_(*spec) {
+        cotangents_(*spec),
+        inputs_py_(spec->inputs, spec->n_inputs),
+        outputs_py_(spec->outputs, spec->n_outputs),
+        grads_py_(spec->grads, spec->n_grads),
+        training_py_(interned("training")) {
     state_.device = context_.get();
     state_.seed = seed;
     state_.saved.assign(spec->saved, nullptr);
@@ -122,7 +126,8 @@ class Model {
   py::list cotangents() const { return cotangents_.names(); }
 
   py::dict forward(py::kwargs kwargs) {
-    bool training = kwargs.contains("training") && py::cast<bool>(kwargs["training"]);
+    PyObject* flag = lookup(kwargs, training_py_);
+    bool training = flag && py::cast<bool>(py::handle(flag));
     Inputs in = inputs(kwargs, true);
     in.call.fresh = true;  // its results go to Python
     const Variant<T>& v = choose(in.call.dims);
@@ -144,7 +149,7 @@ class Model {
     // The backward reads a training forward's inputs where they are: they stay alive
     // until the next training forward (under the lock and the GIL).
     if (training) trained_inputs_ = std::move(in.args.keep);
-    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
   // The gradients of the last training forward: of its minimized output, or in a vjp build
@@ -165,7 +170,7 @@ class Model {
       place(args, call.inputs, cotangent_args_);
       gradients(call);
     }
-    return results(spec_->grads, spec_->n_grads, spec_->grad_shape, call);
+    return results(grads_py_, spec_->grads, spec_->n_grads, spec_->grad_shape, call);
   }
 
   // Forward, backward and the optimizer's update in one call; the outputs of the forward.
@@ -187,7 +192,7 @@ class Model {
       gradients(grads);
       update(grads.outputs.data());
     }
-    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
   // Data-parallel training in pieces: a training forward and the backward, whose gradients
@@ -216,7 +221,7 @@ class Model {
       pending_ = true;
     }
     trained_inputs_ = std::move(in.args.keep);  // a backward() may still follow (see forward)
-    return results(spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
   }
 
   // The flat gradient buffer, as a writable view (every parameter at its offset; zeros for
@@ -329,6 +334,27 @@ class Model {
   // `training_flag` allows it.
   Inputs inputs(const py::kwargs& kwargs, bool training_flag) {
     Inputs in;
+    in.call.dims.assign(spec_->n_dims, -1);
+    in.call.inputs.reserve(spec_->n_inputs);
+    in.args.reserve(spec_->n_inputs);
+    py::ssize_t known = training_flag && lookup(kwargs, training_py_) ? 1 : 0;
+    for (int i = 0; i < spec_->n_inputs; ++i) {
+      PyObject* given = lookup(kwargs, inputs_py_.names[i]);
+      if (!given) {
+        unknown_inputs(kwargs, training_flag);  // a misspelt name is the likelier mistake
+        throw py::type_error("missing input '" + std::string(spec_->inputs[i].name) + "' (" +
+                             input_list() + ")");
+      }
+      ++known;
+      in.args.add(convert(spec_->inputs[i], given, in.call.dims), in.call.inputs);
+    }
+    if (py::len(kwargs) != std::size_t(known)) unknown_inputs(kwargs, training_flag);
+    return in;
+  }
+
+  // Throws naming the first of `kwargs` that is no input (nor the `training` flag where
+  // `training_flag` allows it), if any.
+  void unknown_inputs(const py::kwargs& kwargs, bool training_flag) const {
     for (auto item : kwargs) {
       std::string key = py::str(item.first);
       if (training_flag && key == "training") continue;
@@ -336,15 +362,6 @@ class Model {
       for (int i = 0; i < spec_->n_inputs; ++i) known |= spec_->inputs[i].name == key;
       if (!known) throw py::type_error("unknown input '" + key + "' (" + input_list() + ")");
     }
-    in.call.dims.assign(spec_->n_dims, -1);
-    for (int i = 0; i < spec_->n_inputs; ++i) {
-      const TensorSpec& s = spec_->inputs[i];
-      if (!kwargs.contains(s.name))
-        throw py::type_error("missing input '" + std::string(s.name) + "' (" + input_list() +
-                             ")");
-      in.args.add(convert(s, kwargs[s.name], in.call.dims), in.call.inputs);
-    }
-    return in;
   }
 
   // Under the lock: `pointers` in the device's memory (arguments.h); `buffers` are the
@@ -445,20 +462,20 @@ class Model {
   // The arrays a function left in `call.outputs`, by name: a result in memory allocated
   // for this call alone (Call::result_memory) as it lies, the first to reach any of its
   // bytes (two results in the same bytes would be one array twice), others copied.
-  py::dict results(const TensorSpec* specs, int count, ShapeFunction shape_of,
-                   const Call& call) const {
+  py::dict results(const PyTensorTable& py_specs, const TensorSpec* specs, int count,
+                   ShapeFunction shape_of, const Call& call) const {
     py::dict out;
     std::vector<std::pair<const char*, const char*>> handed;  // byte ranges given uncopied
     for (int k = 0; k < count; ++k) {
       std::vector<int64_t> shape(specs[k].rank);
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
       if (outputs_on_device_) {
-        out[py::str(specs[k].name)] = DeviceArray(spec_->device, state_.device,
+        out[py_specs.names[k]] = DeviceArray(spec_->device, state_.device,
                                                   call.outputs[k], shape, specs[k].dtype);
         continue;
       }
       std::vector<py::ssize_t> dims(shape.begin(), shape.end());
-      py::dtype dtype(specs[k].dtype.numpy);
+      const py::dtype& dtype = py_specs.dtypes[k];
       std::size_t bytes = dtype.itemsize();
       for (int64_t d : shape) bytes *= std::size_t(d);
       const char* first = static_cast<const char*>(call.outputs[k]);
@@ -469,12 +486,12 @@ class Model {
         handed.emplace_back(first, first + bytes);
         auto* keep = new std::shared_ptr<Arena>(std::move(owner));
         py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Arena>*>(p); });
-        out[py::str(specs[k].name)] = py::array(dtype, dims, call.outputs[k], base);
+        out[py_specs.names[k]] = py::array(dtype, dims, call.outputs[k], base);
         continue;
       }
       py::array a(dtype, dims);
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
-      out[py::str(specs[k].name)] = a;
+      out[py_specs.names[k]] = a;
     }
     return out;
   }
@@ -497,6 +514,9 @@ class Model {
   // (which its backward reads later), an inference's, and a vjp backward's cotangents.
   std::vector<Buffer<char>> train_args_, infer_args_, cotangent_args_;
   std::vector<int64_t> dims_;
+  // The spec's tables and the `training` flag's name as Python objects (PyTensorTable).
+  PyTensorTable inputs_py_, outputs_py_, grads_py_;
+  py::object training_py_;
 };
 
 }  // namespace mdl
