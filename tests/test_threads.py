@@ -4,6 +4,7 @@ and large elementwise loops split over the same threads (codegen/targets/cpu.py)
 agreeing with one thread and with NumPy, from several Python threads at once, and a
 process forked after the threads had started (libgomp cannot start threads again in it)."""
 import os
+import re
 import select
 import signal
 import threading
@@ -11,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from codegen.pipeline import load
+from codegen.pipeline import BuildOptions, load, sources
 
 # Products past blas.h's one-thread size (2^18 multiply-adds), in a loop (a packed weight:
 # mdl's own kernel with OpenBLAS) and out of one (a plain product), and an elementwise loop
@@ -138,3 +139,68 @@ def test_a_process_forked_after_the_threads_started_runs_on_one_thread(wide, thr
     assert "'spawn'" in report
     assert np.array_equal(m.forward(xs=xs)["y"], expected)  # the parent keeps its threads
     assert wide.get_num_threads() == 2
+
+
+# Products that read none of each other's results run together (codegen/backend/
+# products.py, mdl::gemm_together): with OpenBLAS split over the threads when there are
+# at least 2^16 multiply-adds and at most 8 rows each. t dies at its product, and the other
+# products' results are of its size: the memory plan must not give them its slot while
+# the group still reads it. N = 300 leaves columns past the last whole vector; xt is read
+# transposed; q's second product reads h @ u (shared with y), so it runs in the next group.
+TOGETHER = """
+model Together(N = 300) {
+  input x : f32[B, N]; input h : f32[B, N]; input xt : f32[N, B]
+  param w : f32[N, N] = normal(0, 0.06)
+  param u : f32[N, N] = normal(0, 0.06)
+  t = x * 2.0
+  output y = t @ w + h @ u
+  output z = transpose(xt) @ u
+  output q = (h @ u) @ w
+}
+
+model Chain(N = 300) {
+  input h : f32[B, N]
+  param w : f32[N, N] = normal(0, 0.06)
+  param u : f32[N, N] = normal(0, 0.06)
+  output q = (h @ u) @ w
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory):
+    path = tmp_path_factory.mktemp("together") / "together.mdl"
+    path.write_text(TOGETHER)
+    return path
+
+
+def infer_text(path, model):
+    _, files = sources(path, "together", BuildOptions(model=model))
+    return files["module.cpp"].split("static void infer_0(")[1].split("\n}\n")[0]
+
+
+def test_independent_products_are_one_call_and_dependent_ones_are_not(together):
+    infer = infer_text(together, "Together")
+    groups = re.findall(r"const mdl::Product<float> \w+\[\] = \{\n((?:      \{.*\},\n)+)",
+                        infer)
+    # t @ w with h @ u; then xt^T @ u with (h @ u) @ w
+    assert [len(rows.splitlines()) for rows in groups] == [2, 2]
+    assert "mdl::gemm(" not in infer
+    chain = infer_text(together, "Chain")
+    assert chain.count("mdl::gemm(") == 2 and "gemm_together" not in chain
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("batch", [1, 3, 8, 9])
+def test_products_run_together_match_numpy(together, threads, n, batch):
+    module = load(together)
+    module.set_num_threads(n)
+    m = module.Together(seed=3)
+    w, u = (m.params[k].astype(np.float64) for k in ("w", "u"))
+    rng = np.random.default_rng(batch)
+    x, h = (rng.standard_normal((batch, 300)).astype(np.float32) for _ in range(2))
+    xt = rng.standard_normal((300, batch)).astype(np.float32)
+    out = m.forward(x=x, h=h, xt=xt)
+    expected = {"y": 2 * x @ w + h @ u, "z": xt.T.astype(np.float64) @ u, "q": (h @ u) @ w}
+    for name, value in expected.items():
+        np.testing.assert_allclose(out[name], value, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -100,18 +100,22 @@ def gemm_sizes(r, a, b) -> tuple[str, str, str]:
     return r.dim(numel(a.type.shape[:-1])), r.dim(n), r.dim(k)
 
 
-def _matmul(r, op, inputs, ins, outs, accumulate=False):
-    """A row-major GEMM: ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc;
-    `accumulate`: beta 1, the product added into what the output's memory holds
+def gemm_arguments(r, op, inputs, ins, outs, accumulate=False) -> list[str]:
+    """A row-major GEMM's arguments but alpha (1): ta, tb, m, n, k, a, lda, b, ldb, beta,
+    c, ldc; `accumulate`: beta 1, the product added into what the output's memory holds
     (lower.Kernel)."""
     a, b = inputs
     m, n, k = gemm_sizes(r, a, b)
     ta, lda = gemm_operand(r, a)
     tb, ldb = gemm_operand(r, b)
-    one = f"{ctype_of(op, r)}(1)"
-    beta = one if accumulate else f"{ctype_of(op, r)}(0)"
-    return [f"{r.target.call('gemm')}{ta}, {tb}, {m}, {n}, {k}, {one}, {ins[0]}, {lda}, "
-            f"{ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
+    beta = f"{ctype_of(op, r)}({1 if accumulate else 0})"
+    return [ta, tb, m, n, k, ins[0], lda, ins[1], ldb, beta, outs[0], n]
+
+
+def _matmul(r, op, inputs, ins, outs, accumulate=False):
+    args = gemm_arguments(r, op, inputs, ins, outs, accumulate)
+    args.insert(5, f"{ctype_of(op, r)}(1)")  # alpha
+    return [f"{r.target.call('gemm')}{', '.join(args)});"]
 
 
 statements("matmul", _matmul)

@@ -12,6 +12,7 @@ from ..ir.graph import Value
 from ..ir.shapes import numel
 from .cexpr import DimNames
 from .lower import Copy, Fused, Kernel, Layout, Structured, View
+from .products import Products
 
 
 @dataclass
@@ -77,6 +78,13 @@ class _Liveness:
                     self.use(x)
                 for v in ins.op.outputs:
                     self.define(v)
+            elif isinstance(ins, Products):  # one instruction: inputs read until it ends
+                for k in ins.kernels:
+                    for x in k.inputs:
+                        self.use(x)
+                for k in ins.kernels:
+                    for v in k.op.outputs:
+                        self.define(v)
             elif isinstance(ins, View):
                 self.use(self.layouts[ins.value.id].base)
             elif isinstance(ins, Structured):

@@ -16,6 +16,7 @@ from .control_flow import render_structured
 from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
+from .products import Products, group_products
 from .target import Target
 
 
@@ -137,6 +138,8 @@ class Renderer:
         self._late_values(spec.block, self.owned)
         if self.target.packs_operands:
             find_packs(self.instrs, self.low.layouts, self.packs)
+        if self.target.groups_products:
+            self.instrs = group_products(self.instrs, self.low.layouts)
         for v in self.results:
             # the pointer is the value's own: another function reads it as memory of its own
             lay = self.low.layouts[v.id]
@@ -212,6 +215,8 @@ class Renderer:
                 self.view(ins.value)
             elif isinstance(ins, Kernel):
                 self.kernel(ins)
+            elif isinstance(ins, Products):
+                self.products(ins)
             elif isinstance(ins, Structured):
                 for pack in ins.extra.get("packs", []):
                     for line in self.target.pack(self, pack):
@@ -282,6 +287,13 @@ class Renderer:
         ins_names = [self.ptr(x) for x in ins.inputs]
         outs = [self.ptr(v) for v in ins.op.outputs]
         for line in self.target.kernel(ins)(self, ins.op, ins.inputs, ins_names, outs):
+            self.emit(line)
+
+    def products(self, ins: Products) -> None:
+        for k in ins.kernels:
+            for v in k.op.outputs:
+                self.define_owned(v)
+        for line in self.target.products(self, ins.kernels):
             self.emit(line)
 
     def assign(self, dst: Value, src: Value) -> None:

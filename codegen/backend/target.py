@@ -44,6 +44,9 @@ class Target(abc.ABC):
     # caller hands over uncopied (host memory: model.h's Call::result_memory).
     hands_over_results: bool = False
 
+    # Whether runs of independent products become one `products` call (backend/products.py).
+    groups_products: bool = False
+
     # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`):
     # where flags live in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
@@ -80,6 +83,13 @@ class Target(abc.ABC):
     def call(self, name: str) -> str:
         """The start of a call of runtime function `name`, up to its first argument (the
         runtime's kernels take the same arguments on every target; backend/kernels.py)."""
+
+    def products(self, r, kernels: list) -> list[str]:
+        """The statements of products that read none of each other's results
+        (backend/products.py); a target with `groups_products` overrides it."""
+        return [line for k in kernels
+                for line in self.kernel(k)(r, k.op, k.inputs, [r.ptr(x) for x in k.inputs],
+                                           [r.ptr(v) for v in k.op.outputs])]
 
     def pack(self, r, pack) -> list[str]:
         """Statements packing `pack.kernel`'s right operand into the model's pack buffer

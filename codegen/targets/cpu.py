@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from ..backend.element import assign as assign_element, compute
-from ..backend.kernels import gemm_operand, gemm_sizes
+from ..backend.kernels import gemm_arguments, gemm_operand, gemm_sizes
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
@@ -45,6 +45,7 @@ class CpuTarget(Target):
     packs_operands = True   # MKL keeps a loop's weights packed (cpp_runtime/mdl/blas.h)
     hands_over_results = True  # results handed to Python are NumPy's memory already
     skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
+    groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
     def give_back(self, slot: str, size: str) -> list[str]:
@@ -54,6 +55,17 @@ class CpuTarget(Target):
         if ins.pack is None:  # only products are packed
             return super().kernel(ins)
         return functools.partial(_packed_product, pack=ins.pack, accumulate=ins.accumulate)
+
+    def products(self, r, kernels: list) -> list[str]:
+        name = r.fresh("products")
+        ctype = r.ctype(kernels[0].op.outputs[0])
+        rows = [", ".join(gemm_arguments(r, k.op, k.inputs, [r.ptr(x) for x in k.inputs],
+                                         [r.ptr(v) for v in k.op.outputs], k.accumulate))
+                for k in kernels]
+        return [f"const mdl::Product<{ctype}> {name}[] = {{",
+                *(f"    {{{row}}}," for row in rows),
+                "};",
+                f"mdl::gemm_together({name});"]
 
     def call(self, name: str) -> str:
         return f"mdl::{name}("

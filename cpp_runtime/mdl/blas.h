@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "mdl/row_gemm.h"
 #include "mdl/small_gemm.h"
 #else
 #error "define MDL_BLAS_MKL or MDL_BLAS_OPENBLAS (codegen/compile/blas.py chooses)"
@@ -270,6 +271,64 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
   (void)buffer;
 #endif
   gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+// One product's arguments, as `gemm` takes them (alpha 1).
+template <class T>
+struct Product {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  const T* a;
+  int64_t lda;
+  const T* b;
+  int64_t ldb;
+  T beta;
+  T* c;
+  int64_t ldc;
+};
+
+#if defined(MDL_BLAS_OPENBLAS)
+// Products run together are split over the threads from this many multiply-adds in all,
+// with at most kTogetherRows rows each: an LSTM's generation step at B = 1, H = 128 (x @ W
+// and h @ U, [1, 128] @ [128, 512] each) took 5.2 us on one thread, 3.8 split (AMD EPYC of
+// Zen 4, docs/build.md).
+constexpr int64_t kTogetherSplitWork = int64_t(1) << 16;
+constexpr int64_t kTogetherRows = 8;
+
+// Whether the float products `p` are worth splitting together, and over how many threads.
+inline int together_threads(const Product<float>* p, int count) {
+  int64_t work = 0;
+  for (int i = 0; i < count; ++i) {
+    if (p[i].trans_b || p[i].m == 0 || p[i].n == 0 || p[i].k == 0 || p[i].m > kTogetherRows)
+      return 1;
+    work += p[i].m * p[i].n * p[i].k;
+  }
+  return work < kTogetherSplitWork ? 1 : split_threads();
+}
+#endif
+
+// Products of one step that read none of each other's results (codegen/backend/products.py
+// groups them): with OpenBLAS, where they are worth it, all in one parallel region, each
+// thread computing its share of every product's columns (mdl/row_gemm.h), so that a step
+// forks and joins the threads once and each core streams its own part of the weights; else
+// one after another.
+template <class T, std::size_t N>
+inline void gemm_together(const Product<T> (&p)[N]) {
+#if defined(MDL_BLAS_OPENBLAS)
+  if constexpr (std::is_same_v<T, float>) {
+    if (const int threads = together_threads(p, int(N)); threads > 1) {
+#pragma omp parallel num_threads(threads)
+      for (const Product<float>& q : p) {
+        const Share part(q.n, row_gemm::kLanes);
+        row_gemm::columns(q.trans_a, q.m, q.k, q.a, q.lda, q.b, q.ldb, q.beta, q.c, q.ldc,
+                          part.begin, part.end);
+      }
+      return;
+    }
+  }
+#endif
+  for (const Product<T>& q : p)
+    gemm(q.trans_a, q.trans_b, q.m, q.n, q.k, T(1), q.a, q.lda, q.b, q.ldb, q.beta, q.c, q.ldc);
 }
 
 #if defined(MDL_BLAS_OPENBLAS)

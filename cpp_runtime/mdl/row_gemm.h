@@ -1,0 +1,87 @@
+// Columns of a product with few rows against a right operand as it lies (row-major k x n,
+// not packed): the kernel each thread runs on its share of the columns when a step's
+// independent products are split over the cores together (blas.h, `gemm_together`).
+// The BLAS cannot be called there: OpenBLAS would hand each part to the same threads
+// again. With one row the product streams op(b) once at the cache's bandwidth, so a
+// strip keeps 8 vectors of sums (128 columns with AVX-512) to have loads enough in flight;
+// with more rows, 4 rows x 4 vectors share each load of b.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "mdl/small_gemm.h"
+
+namespace mdl::row_gemm {
+
+using small_gemm::kLanes;
+using small_gemm::Vec;
+
+// c[0:R, 0:V kLanes] = op(a)[0:R, :] @ b[:, 0:V kLanes] + beta * c, op(a) R x k.
+template <int R, int V, bool TransA>
+inline void strip(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  float beta, float* c, int64_t ldc) {
+  Vec sum[R][V];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < V; ++v) sum[i][v] = Vec{};
+  for (int64_t p = 0; p < k; ++p) {
+    Vec row[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&row[v], b + p * ldb + v * kLanes, sizeof(Vec));
+    for (int i = 0; i < R; ++i) {
+      const float x = TransA ? a[p * lda + i] : a[i * lda + p];
+      for (int v = 0; v < V; ++v) sum[i][v] += x * row[v];
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < V; ++v) {
+      float* out = c + i * ldc + v * kLanes;
+      if (beta != 0.f) {
+        Vec old;
+        std::memcpy(&old, out, sizeof(Vec));
+        sum[i][v] += beta * old;
+      }
+      std::memcpy(out, &sum[i][v], sizeof(Vec));
+    }
+}
+
+// Rows [0, R) of columns [j0, j1): strips of V vectors, then of one, then one column at a
+// time.
+template <int R, int V, bool TransA>
+inline void rows(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc, int64_t j0, int64_t j1) {
+  int64_t j = j0;
+  for (; j + V * kLanes <= j1; j += V * kLanes)
+    strip<R, V, TransA>(k, a, lda, b + j, ldb, beta, c + j, ldc);
+  for (; j + kLanes <= j1; j += kLanes)
+    strip<R, 1, TransA>(k, a, lda, b + j, ldb, beta, c + j, ldc);
+  for (; j < j1; ++j)
+    for (int i = 0; i < R; ++i) {
+      float s = 0.f;
+      for (int64_t p = 0; p < k; ++p) s += (TransA ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+      float* out = c + i * ldc + j;
+      *out = beta != 0.f ? s + beta * *out : s;
+    }
+}
+
+// Columns [j0, j1) of c = op(a) @ b + beta * c, op(a) m x k, b k x n row-major (ldb).
+template <bool TransA>
+inline void columns(int64_t m, int64_t k, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0, int64_t j1) {
+  auto at = [&](int64_t i) { return TransA ? a + i : a + i * lda; };
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4)
+    rows<4, 4, TransA>(k, at(i), lda, b, ldb, beta, c + i * ldc, ldc, j0, j1);
+  for (; i < m; ++i)
+    rows<1, 8, TransA>(k, at(i), lda, b, ldb, beta, c + i * ldc, ldc, j0, j1);
+}
+
+inline void columns(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0,
+                    int64_t j1) {
+  if (trans_a)
+    columns<true>(m, k, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  else
+    columns<false>(m, k, a, lda, b, ldb, beta, c, ldc, j0, j1);
+}
+
+}  // namespace mdl::row_gemm
