@@ -80,6 +80,24 @@ model Branches(H = 5) {
   minimize loss
 }
 
+# Singular where the padding steps of a segment or block are masked: log(0) = -inf, and
+# 0 * inf = NaN in d U had those steps run.
+model Singular(H = 4) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H] + 0.5
+  hs = for x in xs (checkpoint = 2) {
+    h = tanh(h @ U) * log(x * x)
+    yield h
+  }
+  gs = for x in xs (recompute) {
+    h = tanh(h @ U) * log(x * x)
+    yield h
+  }
+  output loss = sum(hs * w) + sum(gs * w)
+  minimize loss
+}
+
 model States(H = 6) {
   input xs : f32[T, B, 4]; input w : f32[T, B, H]
   h = zeros[B, H]; c = zeros[B, H]
@@ -126,6 +144,19 @@ def test_checkpoint_segments_of_every_length(source, module, steps):
         inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 3},
                                          np.random.default_rng(steps))
         assert_training_matches(m, graph, inputs, 1e-10)
+
+
+def test_padding_steps_do_not_run_where_the_body_is_singular(source, module):
+    """A padding step does not run (a `for`'s `skip` flags) in native code and in the
+    reference alike: the body's log(x * x) at the padding's zeros would make d U NaN."""
+    graph = check_file(str(source), model="Singular", dtype="f64").graph
+    m = module.Singular(seed=2)
+    for steps in (3, 5):
+        inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 2},
+                                         np.random.default_rng(steps))
+        assert_training_matches(m, graph, inputs, 1e-10)
+        m.forward(**inputs, training=True)
+        assert np.isfinite(m.backward()["U"]).all()
 
 
 @pytest.mark.parametrize("model", ["Recompute", "Checkpoint"])

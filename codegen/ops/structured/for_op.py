@@ -71,11 +71,16 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
     steps = seqs[0].shape[0]
     stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
     batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
+    # `skip`: a step whose flag is false does not run; its states stay, its yields are the
+    # stacks' zeros (a body singular at its masked inputs, log(0), would give NaN)
+    flags = seqs[a["skip"]] if a.get("skip", -1) >= 0 else None
     if lengths is not None:
         check_lengths(lengths, steps, op.inputs[-1].hint)
     for i in range(steps):
         if lengths is None:
             t = steps - 1 - i if a["reversed"] else i
+            if flags is not None and not flags[t]:
+                continue
             out = interp.block(body, [s[t] for s in seqs] + states)
             states = out[:n_state]
             for stack, y in zip(stacks, out[n_state:]):
@@ -84,6 +89,8 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
         # rows run their own steps: row b is at t = L[b]-1-i (reversed) or i while i < L[b]
         valid = i < lengths
         t = np.where(valid, lengths - 1 - i if a["reversed"] else i, 0)
+        if flags is not None:  # a row whose step is skipped is as a row past its length
+            valid &= flags[t]
         slices = [np.where(_rows(valid, s.ndim - 1), s[t, batch], 0) for s in seqs]
         out = interp.block(body, slices + states)
         states = [np.where(_rows(valid, new.ndim), new, old)
