@@ -89,7 +89,7 @@ def _notes(rows: list[dict], frameworks: list[str]) -> list[str]:
 
 
 def _memory(rows: list[dict]) -> list[str]:
-    lines = ["| loop | T | B | H | peak growth MiB | stored / this | 2nd step ms | "
+    lines = ["| loop | T | B | H | peak growth MiB | stored / this | step ms | "
              "this / stored | rel. error vs stored |", "|" + " --- |" * 9]
     for row in rows:
         d, vs = row["dims"], row.get("vs_stored", {})
@@ -100,12 +100,13 @@ def _memory(rows: list[dict]) -> list[str]:
             continue
         less = vs.get("memory_less")
         cells = [loop, d["T"], d["B"], d["H"], f"{row['growth_mib']:.1f}",
-                 f"{less:.2f}" if less else "—", _num(row["second_ms"]),
+                 f"{less:.2f}" if less else "—", _num(row["step_ms"]),
                  f"{vs['time_ratio']:.2f}" if vs else "—",
                  f"{vs['max_rel_err']:.1e}" if vs else "—"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines + ["", "- Growth of the peak resident set of a fresh process over its "
                     "resident set just before the first training step (the model built, "
-                    "inputs made), through two steps; the time of the second step. "
+                    "inputs made), through the steps timed; a step's time is the median of "
+                    "the steps after the first. "
                     + "".join(f"{row['loop']}: {row['status']}. " for row in rows
                               if row["status"] not in ("ok",) and "growth_mib" in row)]
