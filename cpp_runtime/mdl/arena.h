@@ -28,29 +28,6 @@ inline std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / k
 // (`recompute` 75 -> 122-154 MiB; benchmarks/memory.py).
 constexpr std::size_t kMapBytes = std::size_t(1) << 20;
 
-// `bytes` (a multiple of kAlign) of kAlign-aligned memory, or null.
-inline char* allocate(std::size_t bytes) {
-#if defined(__unix__) || defined(__APPLE__)
-  if (bytes >= kMapBytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-  }
-#endif
-  return static_cast<char*>(std::aligned_alloc(kAlign, bytes));
-}
-
-// Frees what `allocate(bytes)` returned (null: nothing).
-inline void release(char* p, std::size_t bytes) {
-  if (!p) return;
-#if defined(__unix__) || defined(__APPLE__)
-  if (bytes >= kMapBytes) {
-    munmap(p, bytes);
-    return;
-  }
-#endif
-  std::free(p);
-}
-
 class Arena {
  public:
   Arena() = default;
@@ -81,6 +58,30 @@ class Arena {
   }
 
  private:
+  // `bytes` (a multiple of kAlign) of kAlign-aligned memory, or null.
+  static char* allocate(std::size_t bytes) {
+#if defined(__unix__) || defined(__APPLE__)
+    if (bytes >= kMapBytes) {
+      void* p =
+          mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    }
+#endif
+    return static_cast<char*>(std::aligned_alloc(kAlign, bytes));
+  }
+
+  // Frees what `allocate(bytes)` returned (null: nothing).
+  static void release(char* p, std::size_t bytes) {
+    if (!p) return;
+#if defined(__unix__) || defined(__APPLE__)
+    if (bytes >= kMapBytes) {
+      munmap(p, bytes);
+      return;
+    }
+#endif
+    std::free(p);
+  }
+
   char* data_ = nullptr;
   std::size_t size_ = 0;
 };

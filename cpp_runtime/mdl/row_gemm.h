@@ -57,7 +57,8 @@ inline void rows(int64_t k, const float* a, int64_t lda, const float* b, int64_t
   for (; j < j1; ++j)
     for (int i = 0; i < R; ++i) {
       float s = 0.f;
-      for (int64_t p = 0; p < k; ++p) s += (TransA ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+      for (int64_t p = 0; p < k; ++p)
+        s += (TransA ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
       float* out = c + i * ldc + j;
       *out = beta != 0.f ? s + beta * *out : s;
     }
