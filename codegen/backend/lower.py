@@ -39,6 +39,13 @@ class Layout:
         return self.const is not None
 
 
+def root(v: Value, layouts: dict[int, Layout]) -> Value:
+    """The value whose memory `v` lies in (itself, or what it is a view of)."""
+    while layouts[v.id].base is not None:
+        v = layouts[v.id].base
+    return v
+
+
 @dataclass(eq=False)
 class Fused:
     """One loop nest computing `ops` (elementwise, one output shape); stores `stores`.

@@ -11,7 +11,7 @@ from ..ir.dtypes import DTYPES
 from ..ir.graph import Value
 from ..ir.shapes import numel
 from .cexpr import DimNames
-from .lower import Copy, Fused, Kernel, Layout, Structured, View
+from .lower import Copy, Fused, Kernel, Layout, Structured, View, root
 from .products import Products
 
 
@@ -41,9 +41,7 @@ class _Liveness:
         self.loops: list[_Loop] = []
 
     def root(self, v: Value) -> Value:
-        while self.layouts[v.id].base is not None:
-            v = self.layouts[v.id].base
-        return v
+        return root(v, self.layouts)
 
     def define(self, v: Value) -> None:
         self.values[v.id] = v

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ops.entry import entry
-from .lower import Kernel, Layout, Structured
+from .lower import Kernel, Layout, Structured, root
 
 
 @dataclass(eq=False)
@@ -59,17 +59,11 @@ def _groupable(ins) -> bool:
             and all(x.type.rank == 2 for x in ins.inputs[1:]))
 
 
-def _root(v, layouts: dict[int, Layout]) -> int:
-    while layouts[v.id].base is not None:
-        v = layouts[v.id].base
-    return v.id
-
-
 def _independent(kernels: list[Kernel], layouts: dict[int, Layout]) -> bool:
     """Whether no kernel writes memory that another one reads or writes (an accumulating
     product reads its output too)."""
-    writes = [{_root(v, layouts) for v in k.op.outputs} for k in kernels]
-    reads = [{_root(x, layouts) for x in k.inputs} for k in kernels]
+    writes = [{root(v, layouts).id for v in k.op.outputs} for k in kernels]
+    reads = [{root(x, layouts).id for x in k.inputs} for k in kernels]
     for i, w in enumerate(writes):
         for j in range(len(kernels)):
             if j != i and (w & reads[j] or w & writes[j]):

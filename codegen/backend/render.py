@@ -13,7 +13,7 @@ from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
 from .control_flow import render_structured
-from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View
+from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View, root
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
 from .products import Products, group_products
@@ -199,9 +199,7 @@ class Renderer:
 
     def root(self, v: Value) -> Value:
         """The value whose memory `v` lies in (itself, or what it is a view of)."""
-        while self.low.layouts[v.id].base is not None:
-            v = self.low.layouts[v.id].base
-        return v
+        return root(v, self.low.layouts)
 
     # ---- instructions ----
     def instructions(self, instrs: list) -> None:

@@ -85,11 +85,9 @@ class Target(abc.ABC):
         runtime's kernels take the same arguments on every target; backend/kernels.py)."""
 
     def products(self, r, kernels: list) -> list[str]:
-        """The statements of products that read none of each other's results
-        (backend/products.py); a target with `groups_products` overrides it."""
-        return [line for k in kernels
-                for line in self.kernel(k)(r, k.op, k.inputs, [r.ptr(x) for x in k.inputs],
-                                           [r.ptr(v) for v in k.op.outputs])]
+        """The statements of products that read none of each other's results, run as one
+        call (backend/products.py); targets with `groups_products` override it."""
+        raise TypeError(f"the {self.name} target groups no products")
 
     def pack(self, r, pack) -> list[str]:
         """Statements packing `pack.kernel`'s right operand into the model's pack buffer

@@ -85,7 +85,6 @@ def _chain(graph: Graph, old: Value, read: set[int]) -> list[Op]:
     return [op for op in graph.body.ops if id(op) in need]
 
 
-
 def _gradients(graph: Graph) -> list[tuple[str, Value]]:
     return list(graph.param_grads.items()) + list(graph.input_grads.items())
 

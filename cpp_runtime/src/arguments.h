@@ -86,10 +86,6 @@ struct Arguments {
   }
 };
 
-// A table of TensorSpecs (a model's inputs, outputs or gradients) as Python objects, made
-// once per model: the names as interned strs, whose hashes a dict lookup finds cached, and
-// the NumPy dtypes. A call neither makes a str from a C string nor parses a dtype's name
-// (a generation step's call took 2.7 us at H = 4 before: perf showed both).
 // `text` as an interned Python str.
 inline py::object interned(const char* text) {
   PyObject* s = PyUnicode_InternFromString(text);
@@ -97,11 +93,17 @@ inline py::object interned(const char* text) {
   return py::reinterpret_steal<py::object>(s);
 }
 
+// A table of TensorSpecs (a model's inputs, outputs or gradients) with its Python objects,
+// made once per model: the names as interned strs, whose hashes a dict lookup finds
+// cached, and the NumPy dtypes. A call neither makes a str from a C string nor parses a
+// dtype's name (a generation step's call took 2.7 us at H = 4 before: perf showed both).
 struct PyTensorTable {
+  const TensorSpec* specs;
+  int count;
   std::vector<py::object> names;
   std::vector<py::dtype> dtypes;
 
-  PyTensorTable(const TensorSpec* specs, int count) {
+  PyTensorTable(const TensorSpec* specs, int count) : specs(specs), count(count) {
     for (int i = 0; i < count; ++i) {
       names.push_back(interned(specs[i].name));
       dtypes.emplace_back(specs[i].dtype.numpy);

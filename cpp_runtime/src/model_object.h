@@ -149,7 +149,7 @@ class Model {
     // The backward reads a training forward's inputs where they are: they stay alive
     // until the next training forward (under the lock and the GIL).
     if (training) trained_inputs_ = std::move(in.args.keep);
-    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->output_shape, in.call);
   }
 
   // The gradients of the last training forward: of its minimized output, or in a vjp build
@@ -170,7 +170,7 @@ class Model {
       place(args, call.inputs, cotangent_args_);
       gradients(call);
     }
-    return results(grads_py_, spec_->grads, spec_->n_grads, spec_->grad_shape, call);
+    return results(grads_py_, spec_->grad_shape, call);
   }
 
   // Forward, backward and the optimizer's update in one call; the outputs of the forward.
@@ -192,7 +192,7 @@ class Model {
       gradients(grads);
       update(grads.outputs.data());
     }
-    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->output_shape, in.call);
   }
 
   // Data-parallel training in pieces: a training forward and the backward, whose gradients
@@ -221,7 +221,7 @@ class Model {
       pending_ = true;
     }
     trained_inputs_ = std::move(in.args.keep);  // a backward() may still follow (see forward)
-    return results(outputs_py_, spec_->outputs, spec_->n_outputs, spec_->output_shape, in.call);
+    return results(outputs_py_, spec_->output_shape, in.call);
   }
 
   // The flat gradient buffer, as a writable view (every parameter at its offset; zeros for
@@ -462,20 +462,20 @@ class Model {
   // The arrays a function left in `call.outputs`, by name: a result in memory allocated
   // for this call alone (Call::result_memory) as it lies, the first to reach any of its
   // bytes (two results in the same bytes would be one array twice), others copied.
-  py::dict results(const PyTensorTable& py_specs, const TensorSpec* specs, int count,
-                   ShapeFunction shape_of, const Call& call) const {
+  py::dict results(const PyTensorTable& table, ShapeFunction shape_of, const Call& call) const {
+    const TensorSpec* specs = table.specs;
     py::dict out;
     std::vector<std::pair<const char*, const char*>> handed;  // byte ranges given uncopied
-    for (int k = 0; k < count; ++k) {
+    for (int k = 0; k < table.count; ++k) {
       std::vector<int64_t> shape(specs[k].rank);
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
       if (outputs_on_device_) {
-        out[py_specs.names[k]] = DeviceArray(spec_->device, state_.device,
-                                                  call.outputs[k], shape, specs[k].dtype);
+        out[table.names[k]] = DeviceArray(spec_->device, state_.device, call.outputs[k], shape,
+                                          specs[k].dtype);
         continue;
       }
       std::vector<py::ssize_t> dims(shape.begin(), shape.end());
-      const py::dtype& dtype = py_specs.dtypes[k];
+      const py::dtype& dtype = table.dtypes[k];
       std::size_t bytes = dtype.itemsize();
       for (int64_t d : shape) bytes *= std::size_t(d);
       const char* first = static_cast<const char*>(call.outputs[k]);
@@ -486,12 +486,12 @@ class Model {
         handed.emplace_back(first, first + bytes);
         auto* keep = new std::shared_ptr<Arena>(std::move(owner));
         py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Arena>*>(p); });
-        out[py_specs.names[k]] = py::array(dtype, dims, call.outputs[k], base);
+        out[table.names[k]] = py::array(dtype, dims, call.outputs[k], base);
         continue;
       }
       py::array a(dtype, dims);
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
-      out[py_specs.names[k]] = a;
+      out[table.names[k]] = a;
     }
     return out;
   }
