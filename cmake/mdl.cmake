@@ -22,14 +22,15 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; print(pybind11.get_cmake_dir(), b.include_dir, b.library, b.define, ','.join(b.system_libraries), ','.join(CODE_FLAGS), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
 list(GET _mdl_python 2 _mdl_blas_library)
-list(GET _mdl_python 3 _mdl_blas_define)
+list(GET _mdl_python 3 _mdl_blas_defines)
 list(GET _mdl_python 4 _mdl_blas_system)
 list(GET _mdl_python 5 _mdl_code_flags)
+string(REPLACE "," ";" _mdl_blas_defines "${_mdl_blas_defines}")
 string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
 string(REPLACE "," ";" _mdl_code_flags "${_mdl_code_flags}")
 cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
@@ -41,7 +42,7 @@ add_library(mdl::blas SHARED IMPORTED GLOBAL)
 set_target_properties(mdl::blas PROPERTIES
   IMPORTED_LOCATION "${_mdl_blas_library}"
   INTERFACE_INCLUDE_DIRECTORIES "${_mdl_blas_include}"
-  INTERFACE_COMPILE_OPTIONS "${_mdl_blas_define}"
+  INTERFACE_COMPILE_OPTIONS "${_mdl_blas_defines}"
   INTERFACE_LINK_LIBRARIES "${_mdl_blas_system}"
   # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
   INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")

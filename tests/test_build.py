@@ -135,23 +135,38 @@ def test_the_blas_links_and_loads_by_rpath(blas_demo):
 
 
 @pytest.mark.parametrize("choice", ["mkl", "openblas"])
-def test_each_blas_variant_builds_and_its_gradients_check(choice):
-    """MDL_BLAS=mkl and =openblas, both whatever this CPU would choose: the runtime and a
-    model built against each, whose gradients match finite differences (with OpenBLAS a
-    packed product is mdl's own kernel or a plain one)."""
+@pytest.mark.parametrize("packed", ["own", "blas"])
+def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_path):
+    """MDL_BLAS=mkl and =openblas, with MDL_PACKED=own and =blas, whatever this CPU would
+    choose: the runtime and a model built against each, whose gradients match finite
+    differences (a loop's packed product is mdl's own kernel, MKL's packed one or
+    OpenBLAS's plain one)."""
     if choice == "mkl" and blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only")
-    env = {**os.environ, "MDL_BLAS": choice}
+    env = {**os.environ, "MDL_BLAS": choice, "MDL_PACKED": packed}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "gradcheck",
                           str(REPO / "examples" / "gru.mdl"), "--dims", "T=5,B=2"],
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "worst relative error" in run.stdout
     built = subprocess.run([sys.executable, "-c", "from codegen.compile.blas import blas; "
-                            "print(blas().name, blas().library)"],
+                            "print(blas().name, blas().library, blas().own_kernel)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
-    name, library = built.stdout.split()
+    name, library, own = built.stdout.split()
     assert name == choice and ("mkl" if choice == "mkl" else "openblas") in library
+    assert own == str(packed == "own")
+    # The gradients above are f64's, which mdl's kernel leaves to the BLAS: the runtime's
+    # products test (f32 too) against this variant's flags.
+    program = tmp_path / "test_blas"
+    compile_it = ("import subprocess, sys; from codegen.compile.flags import *; "
+                  "sys.exit(subprocess.run([host_compiler()['path'], *compile_flags(), "
+                  "*('-I' + d for d in include_dirs()), 'tests/cpp/test_blas.cpp', '-o', "
+                  f"{str(program)!r}, *link_flags(False)]).returncode)")
+    run = subprocess.run([sys.executable, "-c", compile_it], env=env, capture_output=True,
+                         text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run([program], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("vendor,isa,march,chosen", [
@@ -161,20 +176,29 @@ def test_each_blas_variant_builds_and_its_gradients_check(choice):
 def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, chosen):
     """OpenBLAS for an AMD CPU whose AVX-512 the build uses, MKL otherwise (MKL runs its
     generic code on AMD, OpenBLAS its AVX-512 kernels; restricted to AVX2 MKL was faster:
-    docs/build.md); MDL_BLAS overrides either way."""
+    docs/build.md); MDL_BLAS overrides either way. A loop's packed products run mdl's own
+    kernel with OpenBLAS and on AMD, MKL's on Intel; MDL_PACKED overrides that."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
     machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa=isa)
     monkeypatch.setattr(blas_module, "cpu", lambda: machine)
     monkeypatch.delenv("MDL_BLAS", raising=False)
+    monkeypatch.delenv("MDL_PACKED", raising=False)
     monkeypatch.setenv("MDL_MARCH", march)
     blas.cache_clear()
     try:
         assert blas().name == chosen
+        assert blas().own_kernel == (chosen == "openblas" or vendor == "AMD")
         other = "openblas" if chosen == "mkl" else "mkl"
         monkeypatch.setenv("MDL_BLAS", other)
         blas.cache_clear()
         assert blas().name == other
+        assert blas().own_kernel == (other == "openblas" or vendor == "AMD")
+        for packed in ("own", "blas"):
+            monkeypatch.setenv("MDL_PACKED", packed)
+            blas.cache_clear()
+            assert blas().name == other and blas().own_kernel == (packed == "own")
+            assert f"-DMDL_OWN_KERNEL={int(packed == 'own')}" in blas().defines
     finally:
         monkeypatch.undo()
         blas.cache_clear()
@@ -187,6 +211,13 @@ def test_an_unknown_blas_is_a_clear_error():
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 1
     assert "MDL_BLAS='atlas': expected one of mkl, openblas" in run.stderr
+    assert "Traceback" not in run.stderr
+    env = {**os.environ, "MDL_PACKED": "mine"}
+    run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
+                          str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
+                         env=env, capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 1
+    assert "MDL_PACKED='mine': expected one of own, blas" in run.stderr
     assert "Traceback" not in run.stderr
 
 
@@ -232,7 +263,7 @@ def test_the_cmakelists_renders_each_variant():
     sources = " ".join(f'"{RUNTIME_DIR / s}"' for s in runtime.RUNTIME_SOURCES)
     assert f'pybind11_add_module(m MODULE module.cpp {sources})' in release
     vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
-    define = " " + blas().define
+    define = "".join(" " + d for d in blas().defines)
     code = "-fopenmp -fno-math-errno -fno-tree-sink"
     assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{define}" \
         f"{vector_math})" in release

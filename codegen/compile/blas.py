@@ -13,14 +13,22 @@ the B=32 H=256 forward 13.5 -> 9.5 ms), while restricted to AVX2 (as a Zen 3 run
 made 9 of them faster (the B=1 training step 1.67 -> 0.67 ms; OpenBLAS keeps B=64 H=1024
 and T=100).
 
+A loop's products whose right operand the loop does not write (`h @ U`) are packed once
+before it; who multiplies them (`MDL_PACKED`) is a choice of its own: `own`, mdl's kernel
+(cpp_runtime/mdl/small_gemm.h) for those of at most 64 rows, or `blas`, the BLAS's own
+(MKL's packed API; OpenBLAS, which cannot pack, re-packs at every step). By default `own`
+with OpenBLAS and on an AMD CPU, `blas` with MKL on Intel: on an AMD EPYC of Zen 4, MKL
+with mdl's kernel took 0.52-0.93x MKL's time in every LSTM, GRU and MILSTM row tried,
+with AVX-512 and restricted to AVX2 (docs/build.md); on Intel it was never measured.
+
 Both come from Python packages, not system directories: modules find the library by
-RPATH. cpp_runtime/mdl/blas.h reads the define to call one or the other.
+RPATH. cpp_runtime/mdl/blas.h reads the defines to call one or the other.
 """
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -28,6 +36,7 @@ from ..ir.diagnostics import MdlBuildError
 from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
+PACKED_CHOICES = ("own", "blas")
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,11 @@ class Blas:
     include_dir: str
     library: Path        # the shared library modules link and find by RPATH
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
+    own_kernel: bool     # packed products of at most 64 rows run mdl's kernel (MDL_PACKED)
+
+    @property
+    def defines(self) -> tuple[str, ...]:
+        return (self.define, f"-DMDL_OWN_KERNEL={int(self.own_kernel)}")
 
     @property
     def lib_dir(self) -> str:
@@ -55,6 +69,16 @@ class Blas:
 @functools.cache
 def blas() -> Blas:
     """The BLAS of this installation and CPU (see the module's docstring for the choice)."""
+    library = _library()
+    packed = os.environ.get("MDL_PACKED", "").strip().lower()
+    if packed and packed not in PACKED_CHOICES:
+        raise MdlBuildError(f"MDL_PACKED={packed!r}: expected one of "
+                            f"{', '.join(PACKED_CHOICES)}")
+    own = packed == "own" if packed else library.name == "openblas" or cpu().vendor == "AMD"
+    return replace(library, own_kernel=own)
+
+
+def _library() -> Blas:
     wanted = os.environ.get("MDL_BLAS", "").strip().lower()
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
@@ -75,7 +99,7 @@ def _mkl() -> Blas | None:
     header = installed_file("mkl-include", "mkl_cblas.h")
     if library is None or header is None:
         return None
-    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL")
+    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL", own_kernel=False)
 
 
 def _openblas() -> Blas:
@@ -85,7 +109,8 @@ def _openblas() -> Blas:
         raise MdlBuildError("no BLAS found: install mkl and mkl-include (x86-64) or "
                            "scipy-openblas32") from None
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
-    return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS")
+    return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS",
+                own_kernel=True)
 
 
 def _amd_with_avx512() -> bool:

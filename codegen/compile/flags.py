@@ -54,7 +54,7 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
     return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else release_flags()),
-            *(SANITIZE_FLAGS if sanitize else ()), blas().define,
+            *(SANITIZE_FLAGS if sanitize else ()), *blas().defines,
             *(("-DMDL_LIBMVEC",) if libmvec() else ())]
 
 

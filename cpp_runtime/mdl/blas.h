@@ -3,12 +3,13 @@
 //
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
-// (`gemm_packed`): MKL then skips re-packing it at every step, 15-30% of a recurrent
-// product. With OpenBLAS, which cannot pack, a float product of up to
-// small_gemm::kSmallRows rows runs mdl's own kernel on the packed operand
-// (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
-// kOwnKernelSplitWork multiply-adds; other packed products are a plain `gemm`. OpenBLAS's own parallel parts
-// run on OpenMP's threads too (blas_init), so that all products share one pool.
+// (`gemm_packed`). With MDL_OWN_KERNEL (always with OpenBLAS, which cannot pack; on AMD
+// with MKL), a float product of up to small_gemm::kSmallRows rows runs mdl's own kernel on
+// the packed operand (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
+// kOwnKernelSplitWork multiply-adds. Other packed products are MKL's packed API, which
+// skips re-packing the operand at every step (15-30% of a recurrent product), or with
+// OpenBLAS a plain `gemm`. The BLAS's own parallel parts run on OpenMP's threads too
+// (blas_init), so that all products share one pool.
 #pragma once
 
 #include <pthread.h>
@@ -19,6 +20,7 @@
 
 #include "mdl/arena.h"
 #include "mdl/row_gemm.h"
+#include "mdl/small_gemm.h"
 #include "mdl/threads.h"
 
 #if defined(MDL_BLAS_MKL)
@@ -30,8 +32,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include "mdl/small_gemm.h"
 #else
 #error "define MDL_BLAS_MKL or MDL_BLAS_OPENBLAS (codegen/compile/blas.py chooses)"
 #endif
@@ -175,6 +175,11 @@ inline void set_blas_threads(int n) {
 #endif
 }
 
+// With MKL, the calling thread's count: 1 while its last product was small
+// (threads_for_product), so that a split right after one (mdl's kernel, an elementwise
+// loop) stays on one thread too. Measured against the global count: a GRU's training
+// step at B = 1, H = 256, whose backward step adds a [256, 256] gradient after a small
+// product, took 1.22-1.25x as long with the add split (docs/build.md).
 inline int blas_threads() {
 #if defined(MDL_BLAS_MKL)
   return mkl_get_max_threads();
@@ -193,11 +198,16 @@ inline int split_threads() {
   return n;
 }
 
-#if defined(MDL_BLAS_OPENBLAS)
+// Whether packed float products of up to small_gemm::kSmallRows rows run mdl's own kernel
+// (MDL_OWN_KERNEL=1) or the BLAS's (0): codegen/compile/blas.py chooses, `MDL_PACKED`.
+#if !defined(MDL_OWN_KERNEL)
+#error "define MDL_OWN_KERNEL to 0 or 1 (codegen/compile/blas.py chooses)"
+#endif
+
 // Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape; both
 // ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
-  return m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
+  return MDL_OWN_KERNEL && m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
 }
 
 // From this many multiply-adds mdl's kernel shares a product's panels out over the threads:
@@ -207,8 +217,9 @@ inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
 // LSTM's [1, 128] @ [128, 512] split too and gained nothing (docs/build.md).
 constexpr int64_t kOwnKernelSplitWork = int64_t(1) << 17;
 
-// mdl's kernel on the packed op(b), its panels shared out over the BLAS's threads (OpenMP's,
-// as OpenBLAS's own run there too: blas_init) when the product is worth a second thread.
+// mdl's kernel on the packed op(b), its panels shared out over the BLAS's threads (OpenMP's:
+// OpenBLAS's and MKL's own run there too, blas_init) when the product is worth a second
+// thread.
 inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
                         int64_t lda, const float* packed, float beta, float* c, int64_t ldc) {
   const int64_t panels = small_gemm::panels(n);
@@ -224,52 +235,49 @@ inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const flo
     small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, part.begin, part.end);
   }
 }
-#endif
 
 // Packs op(b) (k x n) into `buffer` for products with m-row left operands.
 template <class T>
 inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k, const T* b,
                    int64_t ldb) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_kernel(m, n, k)) {
+      buffer.reserve(small_gemm::packed_bytes(n, k));
+      small_gemm::pack(trans_b, n, k, b, ldb, reinterpret_cast<float*>(buffer.data()));
+      return;
+    }
+  }
 #if defined(MDL_BLAS_MKL)
   if (m == 0 || n == 0 || k == 0) return;
   threads_for_product(m * n * k);
   buffer.reserve(pack_size(static_cast<T*>(nullptr), m, n, k));
   blas_pack(trans_b, m, n, k, b, ldb, reinterpret_cast<T*>(buffer.data()));
 #else
-  if constexpr (std::is_same_v<T, float>) {
-    if (own_kernel(m, n, k)) {
-      buffer.reserve(small_gemm::packed_bytes(n, k));
-      small_gemm::pack(trans_b, n, k, b, ldb, reinterpret_cast<float*>(buffer.data()));
-    }
-  }
   (void)buffer, (void)trans_b, (void)m, (void)n, (void)k, (void)b, (void)ldb;
 #endif
 }
 
 // c = op(a) @ op(b) + beta * c, with op(b) packed into `buffer` by pack_b (same m, n, k);
-// `b` itself is read only where the BLAS cannot pack.
+// `b` itself is read only where neither mdl's kernel nor the BLAS packed it.
 template <class T>
 inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n, int64_t k,
                         const T* a, int64_t lda, bool trans_b, const T* b, int64_t ldb, T beta,
                         T* c, int64_t ldc) {
-#if defined(MDL_BLAS_MKL)
-  if (m != 0 && n != 0 && k != 0) {
-    threads_for_product(m * n * k);
-    blas_compute(trans_a, m, n, k, a, lda,
-                 reinterpret_cast<const T*>(const_cast<Arena&>(buffer).data()), beta, c, ldc);
-    return;
-  }
-#else
+  const void* packed = const_cast<Arena&>(buffer).data();
   if constexpr (std::is_same_v<T, float>) {
     if (own_kernel(m, n, k)) {
-      own_product(trans_a, m, n, k, a, lda,
-                  reinterpret_cast<const float*>(const_cast<Arena&>(buffer).data()), beta, c,
-                  ldc);
+      own_product(trans_a, m, n, k, a, lda, static_cast<const float*>(packed), beta, c, ldc);
       return;
     }
   }
-  (void)buffer;
+#if defined(MDL_BLAS_MKL)
+  if (m != 0 && n != 0 && k != 0) {
+    threads_for_product(m * n * k);
+    blas_compute(trans_a, m, n, k, a, lda, static_cast<const T*>(packed), beta, c, ldc);
+    return;
+  }
 #endif
+  (void)packed;
   gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 

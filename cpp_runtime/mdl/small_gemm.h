@@ -1,9 +1,10 @@
 // A per-step product of a loop with few rows (a batch of up to kSmallRows) against a right
-// operand packed once before the loop: mdl's own kernel, used where the BLAS has no packed
-// API (OpenBLAS; blas.h, which shares a product's panels out over OpenMP's threads).
-// OpenBLAS re-packs the right operand at every call; this kernel reads op(B) from panels
-// of kPanel columns packed once and keeps kRows x kPanel sums in registers. [1, 128] @
-// [128, 512] on an AMD EPYC of Zen 4: 2.4-3.3 us, OpenBLAS 4.2 (docs/build.md).
+// operand packed once before the loop: mdl's own kernel, used with OpenBLAS, which has no
+// packed API and re-packs the right operand at every call, and with MKL on AMD, where
+// MKL's packed products were slower (blas.h shares a product's panels out over OpenMP's
+// threads; codegen/compile/blas.py chooses). It reads op(B) from panels of kPanel columns
+// packed once and keeps kRows x kPanel sums in registers. [1, 128] @ [128, 512] on an AMD
+// EPYC of Zen 4: 2.5-3.0 us, OpenBLAS 4.2, MKL restricted to AVX2 4.1 (docs/build.md).
 #pragma once
 
 #include <algorithm>
@@ -19,7 +20,14 @@ constexpr int kLanes = 8;  // AVX2 (or narrower, which the compiler splits)
 #endif
 using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 constexpr int kPanel = 2 * kLanes;  // columns of a packed panel: two vectors
-constexpr int kRows = 8;            // rows of the left operand a block keeps sums for
+// Rows of the left operand a block keeps sums for: 2 vectors of sums a row, and the two
+// vectors of the panel's row and a broadcast, in the 32 vector registers of AVX-512 or the
+// 16 of AVX2 (8 rows there spilled sums: [20, 200] @ [200, 800] took 101 us, 64 with 6).
+#if defined(__AVX512F__)
+constexpr int kRows = 8;
+#else
+constexpr int kRows = 6;
+#endif
 constexpr int64_t kSmallRows = 64;  // above this, the BLAS's own blocking wins
 
 inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
@@ -41,26 +49,53 @@ inline void pack(bool trans_b, int64_t n, int64_t k, const float* b, int64_t ldb
     }
 }
 
-// c[0:R, 0:cols] = op(a)[0:R, :] @ panel + beta * c, op(a) R x k.
+// Keeps a vector just loaded in a register. Without it GCC reads the panel's row from
+// memory again in each of a block's R multiply-adds, and 4 rows ran at half the speed
+// ([4, 128] @ [128, 512]: 10.6 us, 4.8 kept, AVX-512).
+inline void in_register(Vec& v) {
+#if defined(__AVX__) && defined(__GNUC__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
+// c[0:R, 0:cols] = op(a)[0:R, :] @ panel + beta * c, op(a) R x k. With one or two rows,
+// a row's sums are kept in C chains over k (chain j takes p = j, j + C, ...), so that
+// enough multiply-adds are in flight: in one chain each waited for the one before
+// ([1, 128] @ [128, 512] with AVX2: 4.6 us, 2.7-3.2 in 4 chains).
 template <int R, bool TransA>
 inline void block(int64_t k, const float* a, int64_t lda, const float* panel, float beta,
                   float* c, int64_t ldc, int64_t cols) {
-  Vec sum[R][2];
-  for (int i = 0; i < R; ++i) sum[i][0] = sum[i][1] = Vec{};
-  for (int64_t p = 0; p < k; ++p) {
+  constexpr int C = R == 1 ? 4 : R == 2 ? 2 : 1;
+  Vec sum[C][R][2];
+  for (int j = 0; j < C; ++j)
+    for (int i = 0; i < R; ++i) sum[j][i][0] = sum[j][i][1] = Vec{};
+  auto step = [&](int j, int64_t p) {
     Vec b0, b1;
     std::memcpy(&b0, panel + p * kPanel, sizeof(Vec));
     std::memcpy(&b1, panel + p * kPanel + kLanes, sizeof(Vec));
+    in_register(b0);
+    in_register(b1);
     for (int i = 0; i < R; ++i) {
       const float x = TransA ? a[p * lda + i] : a[i * lda + p];
-      sum[i][0] += x * b0;
-      sum[i][1] += x * b1;
+      sum[j][i][0] += x * b0;
+      sum[j][i][1] += x * b1;
     }
-  }
+  };
+  int64_t p = 0;
+  for (; p + C <= k; p += C)
+    for (int j = 0; j < C; ++j) step(j, p + j);
+  for (; p < k; ++p) step(0, p);
+  for (int j = 1; j < C; ++j)
+    for (int i = 0; i < R; ++i) {
+      sum[0][i][0] += sum[j][i][0];
+      sum[0][i][1] += sum[j][i][1];
+    }
   for (int i = 0; i < R; ++i) {
     float out[kPanel];
-    std::memcpy(out, &sum[i][0], sizeof(Vec));
-    std::memcpy(out + kLanes, &sum[i][1], sizeof(Vec));
+    std::memcpy(out, &sum[0][i][0], sizeof(Vec));
+    std::memcpy(out + kLanes, &sum[0][i][1], sizeof(Vec));
     float* row = c + i * ldc;
     if (beta == 0.f)
       for (int64_t j = 0; j < cols; ++j) row[j] = out[j];

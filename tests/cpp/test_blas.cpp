@@ -58,12 +58,14 @@ void check_all(double tol) {
       check_gemm<T>(ta, tb, 5, 4, 3, tol);
       check_gemm<T>(ta, tb, 1, 7, 9, tol);
       check_gemm<T>(ta, tb, 33, 17, 65, tol);  // past OpenBLAS's small-matrix paths
-      // With OpenBLAS, gemm_packed's own kernel (mdl/small_gemm.h): every row remainder of
-      // its 8-row blocks, columns around its panels' width (16 or 32); past 64 rows or
-      // 2^18 multiply-adds (64 x 100 x 70) the BLAS again.
-      for (int64_t m : {1, 7, 8, 9, 23, 64, 65})
+      // With MDL_OWN_KERNEL, gemm_packed's own kernel (mdl/small_gemm.h): every row
+      // remainder of its 8- or 6-row blocks, depths around its 4 or 2 chains of sums,
+      // columns around its panels' width (16 or 32); past 64 rows or 2^18 multiply-adds
+      // (64 x 100 x 70) the BLAS again.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 23, 64, 65})
         for (int64_t n : {15, 32, 33, 100})
-          check_gemm<T>(ta, tb, m, n, m == 64 ? 70 : 9, tol * 10, ta ? 0.0 : -0.5);
+          for (int64_t k : {3, 9})
+            check_gemm<T>(ta, tb, m, n, m == 64 ? 70 : k, tol * 10, ta ? 0.0 : -0.5);
     }
 }
 
