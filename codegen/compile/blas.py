@@ -74,8 +74,7 @@ def blas() -> Blas:
     if packed and packed not in PACKED_CHOICES:
         raise MdlBuildError(f"MDL_PACKED={packed!r}: expected one of "
                             f"{', '.join(PACKED_CHOICES)}")
-    own = packed == "own" if packed else library.name == "openblas" or cpu().vendor == "AMD"
-    return replace(library, own_kernel=own)
+    return replace(library, own_kernel=packed == "own") if packed else library
 
 
 def _library() -> Blas:
@@ -99,7 +98,9 @@ def _mkl() -> Blas | None:
     header = installed_file("mkl-include", "mkl_cblas.h")
     if library is None or header is None:
         return None
-    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL", own_kernel=False)
+    # mdl's kernel where MKL's packed products were measured slower: on AMD
+    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL",
+                own_kernel=cpu().vendor == "AMD")
 
 
 def _openblas() -> Blas:
@@ -110,7 +111,7 @@ def _openblas() -> Blas:
                            "scipy-openblas32") from None
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS",
-                own_kernel=True)
+                own_kernel=True)  # OpenBLAS cannot pack
 
 
 def _amd_with_avx512() -> bool:
