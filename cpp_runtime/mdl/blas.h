@@ -45,28 +45,25 @@ inline CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 // thread, 3.3 on two; docs/build.md).
 constexpr int64_t kOneThreadWork = int64_t(1) << 18;
 
-// What MKL was last told about the calling thread's products: 1 (one thread), or 0 (the
-// global count, set_num_threads; as MKL starts).
+// What the calling thread's last product asked for: 1 (one thread: it was small), or 0
+// (the global count, set_num_threads; as a function starts). MKL is told it; with either
+// BLAS, a split right after a small product stays on one thread (split_threads).
 inline int& product_threads_told() {
   thread_local int told = 0;
   return told;
 }
 
-// Tells MKL how many threads the calling thread's next product may use: one below
-// kOneThreadWork, else the global count. MKL is told only when that changes, so a loop's
-// small products make no call at all (two calls a product, setting and restoring, cost
-// more than the second thread saves at B = 1).
+// How many threads the calling thread's next product may use: one below kOneThreadWork,
+// else the global count. MKL is told only when that changes, so a loop's small products
+// make no call at all (two calls a product, setting and restoring, cost more than the
+// second thread saves at B = 1).
 inline void threads_for_product(int64_t work) {
-#if defined(MDL_BLAS_MKL)
   const int wanted = work < kOneThreadWork ? 1 : 0;
+#if defined(MDL_BLAS_MKL)
   if (wanted == 0) threads_started() = true;
-  if (wanted != product_threads_told()) {
-    mkl_set_num_threads_local(wanted);
-    product_threads_told() = wanted;
-  }
-#else
-  (void)work;
+  if (wanted != product_threads_told()) mkl_set_num_threads_local(wanted);
 #endif
+  product_threads_told() = wanted;
 }
 
 // Declared first in every generated function: when it returns (or throws), MKL is back to
@@ -175,11 +172,6 @@ inline void set_blas_threads(int n) {
 #endif
 }
 
-// With MKL, the calling thread's count: 1 while its last product was small
-// (threads_for_product), so that a split right after one (mdl's kernel, an elementwise
-// loop) stays on one thread too. Measured against the global count: a GRU's training
-// step at B = 1, H = 256, whose backward step adds a [256, 256] gradient after a small
-// product, took 1.22-1.25x as long with the add split (docs/build.md).
 inline int blas_threads() {
 #if defined(MDL_BLAS_MKL)
   return mkl_get_max_threads();
@@ -190,9 +182,13 @@ inline int blas_threads() {
 
 // Threads a product of mdl's own kernel or a large elementwise loop (codegen/targets/cpu.py)
 // is split over: the products' count, on the same pool; one inside a parallel region
-// (OpenMP would not nest it).
+// (OpenMP would not nest it), and one right after a small product, where waking the
+// other threads for one split costs more than it saves: a GRU's training step at B = 1,
+// H = 256, whose backward step adds a [256, 256] gradient after a small product, took
+// 0.51-0.78x the time with the add on one thread (OpenBLAS; MKL, whose own count it
+// was before, 0.80-0.82x: docs/build.md).
 inline int split_threads() {
-  if (omp_in_parallel()) return 1;
+  if (omp_in_parallel() || product_threads_told() == 1) return 1;
   const int n = blas_threads();
   if (n > 1) threads_started() = true;
   return n;
