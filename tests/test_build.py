@@ -137,20 +137,20 @@ def test_the_blas_links_and_loads_by_rpath(blas_demo):
 @pytest.mark.parametrize("choice", ["mkl", "openblas"])
 @pytest.mark.parametrize("packed", ["own", "blas"])
 def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_path):
-    """MDL_BLAS=mkl and =openblas, with MDL_PACKED=own and =blas, whatever this CPU would
+    """MDL_BLAS=mkl and =openblas, with MDL_SMALL_PRODUCTS=own and =blas, whatever this CPU would
     choose: the runtime and a model built against each, whose gradients match finite
     differences (a loop's packed product is mdl's own kernel, MKL's packed one or
     OpenBLAS's plain one)."""
     if choice == "mkl" and blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only")
-    env = {**os.environ, "MDL_BLAS": choice, "MDL_PACKED": packed}
+    env = {**os.environ, "MDL_BLAS": choice, "MDL_SMALL_PRODUCTS": packed}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "gradcheck",
                           str(REPO / "examples" / "gru.mdl"), "--dims", "T=5,B=2"],
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "worst relative error" in run.stdout
     built = subprocess.run([sys.executable, "-c", "from codegen.compile.blas import blas; "
-                            "print(blas().name, blas().library, blas().own_kernel)"],
+                            "print(blas().name, blas().library, blas().own_kernels)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
     name, library, own = built.stdout.split()
     assert name == choice and ("mkl" if choice == "mkl" else "openblas") in library
@@ -177,28 +177,28 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
     """OpenBLAS for an AMD CPU whose AVX-512 the build uses, MKL otherwise (MKL runs its
     generic code on AMD, OpenBLAS its AVX-512 kernels; restricted to AVX2 MKL was faster:
     docs/build.md); MDL_BLAS overrides either way. A loop's packed products run mdl's own
-    kernel with OpenBLAS and on AMD, MKL's on Intel; MDL_PACKED overrides that."""
+    kernel with OpenBLAS and on AMD, MKL's on Intel; MDL_SMALL_PRODUCTS overrides that."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
     machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa=isa)
     monkeypatch.setattr(blas_module, "cpu", lambda: machine)
     monkeypatch.delenv("MDL_BLAS", raising=False)
-    monkeypatch.delenv("MDL_PACKED", raising=False)
+    monkeypatch.delenv("MDL_SMALL_PRODUCTS", raising=False)
     monkeypatch.setenv("MDL_MARCH", march)
     blas.cache_clear()
     try:
         assert blas().name == chosen
-        assert blas().own_kernel == (chosen == "openblas" or vendor == "AMD")
+        assert blas().own_kernels == (chosen == "openblas" or vendor == "AMD")
         other = "openblas" if chosen == "mkl" else "mkl"
         monkeypatch.setenv("MDL_BLAS", other)
         blas.cache_clear()
         assert blas().name == other
-        assert blas().own_kernel == (other == "openblas" or vendor == "AMD")
+        assert blas().own_kernels == (other == "openblas" or vendor == "AMD")
         for packed in ("own", "blas"):
-            monkeypatch.setenv("MDL_PACKED", packed)
+            monkeypatch.setenv("MDL_SMALL_PRODUCTS", packed)
             blas.cache_clear()
-            assert blas().name == other and blas().own_kernel == (packed == "own")
-            assert f"-DMDL_OWN_KERNEL={int(packed == 'own')}" in blas().defines
+            assert blas().name == other and blas().own_kernels == (packed == "own")
+            assert f"-DMDL_OWN_KERNELS={int(packed == 'own')}" in blas().defines
     finally:
         monkeypatch.undo()
         blas.cache_clear()
@@ -212,12 +212,12 @@ def test_an_unknown_blas_is_a_clear_error():
     assert run.returncode == 1
     assert "MDL_BLAS='atlas': expected one of mkl, openblas" in run.stderr
     assert "Traceback" not in run.stderr
-    env = {**os.environ, "MDL_PACKED": "mine"}
+    env = {**os.environ, "MDL_SMALL_PRODUCTS": "mine"}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
                           str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 1
-    assert "MDL_PACKED='mine': expected one of own, blas" in run.stderr
+    assert "MDL_SMALL_PRODUCTS='mine': expected one of own, blas" in run.stderr
     assert "Traceback" not in run.stderr
 
 

@@ -142,7 +142,7 @@ def test_a_process_forked_after_the_threads_started_runs_on_one_thread(wide, thr
 
 
 # Products that read none of each other's results run together (codegen/backend/
-# products.py, mdl::gemm_together): with OpenBLAS split over the threads when there are
+# products.py, mdl::gemm_together): with mdl's kernels split over the threads when there are
 # at least 2^16 multiply-adds and at most 8 rows each. t dies at its product, and the other
 # products' results are of its size: the memory plan must not give them its slot while
 # the group still reads it. N = 300 leaves columns past the last whole vector; xt is read

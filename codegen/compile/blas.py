@@ -13,13 +13,17 @@ the B=32 H=256 forward 13.5 -> 9.5 ms), while restricted to AVX2 (as a Zen 3 run
 made 9 of them faster (the B=1 training step 1.67 -> 0.67 ms; OpenBLAS keeps B=64 H=1024
 and T=100).
 
-A loop's products whose right operand the loop does not write (`h @ U`) are packed once
-before it; who multiplies them (`MDL_PACKED`) is a choice of its own: `own`, mdl's kernel
-(cpp_runtime/mdl/small_gemm.h) for those of at most 64 rows, or `blas`, the BLAS's own
-(MKL's packed API; OpenBLAS, which cannot pack, re-packs at every step). By default `own`
-with OpenBLAS and on an AMD CPU, `blas` with MKL on Intel: on an AMD EPYC of Zen 4, MKL
-with mdl's kernel took 0.52-0.93x MKL's time in every LSTM, GRU and MILSTM row tried,
-with AVX-512 and restricted to AVX2 (docs/build.md); on Intel it was never measured.
+Small products have a choice of their own (`MDL_SMALL_PRODUCTS`): `own`, mdl's kernels,
+or `blas`, the BLAS's. mdl's are cpp_runtime/mdl/small_gemm.h for a loop's products of
+at most 64 rows whose right operand the loop does not write (`h @ U`, packed once before
+the loop), and mdl/row_gemm.h for a step's independent products of at most 8 rows, split
+over the threads together (a generation step's `x @ W` and `h @ U`). `blas` is MKL's
+packed API and its products one after another, or with OpenBLAS, which cannot pack, its
+products re-packing at every step. By default `own` with OpenBLAS and on an AMD CPU,
+`blas` with MKL on Intel: on an AMD EPYC of Zen 4, MKL with mdl's kernels took 0.52-0.93x
+MKL's time in every LSTM, GRU and MILSTM row tried and 0.39-0.75x in the generation
+step, with AVX-512 and restricted to AVX2 (docs/build.md); on Intel it was never
+measured.
 
 Both come from Python packages, not system directories: modules find the library by
 RPATH. cpp_runtime/mdl/blas.h reads the defines to call one or the other.
@@ -36,7 +40,7 @@ from ..ir.diagnostics import MdlBuildError
 from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
-PACKED_CHOICES = ("own", "blas")
+SMALL_PRODUCT_CHOICES = ("own", "blas")
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,11 @@ class Blas:
     include_dir: str
     library: Path        # the shared library modules link and find by RPATH
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
-    own_kernel: bool     # packed products of at most 64 rows run mdl's kernel (MDL_PACKED)
+    own_kernels: bool    # small products run mdl's kernels (MDL_SMALL_PRODUCTS)
 
     @property
     def defines(self) -> tuple[str, ...]:
-        return (self.define, f"-DMDL_OWN_KERNEL={int(self.own_kernel)}")
+        return (self.define, f"-DMDL_OWN_KERNELS={int(self.own_kernels)}")
 
     @property
     def lib_dir(self) -> str:
@@ -70,11 +74,11 @@ class Blas:
 def blas() -> Blas:
     """The BLAS of this installation and CPU (see the module's docstring for the choice)."""
     library = _library()
-    packed = os.environ.get("MDL_PACKED", "").strip().lower()
-    if packed and packed not in PACKED_CHOICES:
-        raise MdlBuildError(f"MDL_PACKED={packed!r}: expected one of "
-                            f"{', '.join(PACKED_CHOICES)}")
-    return replace(library, own_kernel=packed == "own") if packed else library
+    small = os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower()
+    if small and small not in SMALL_PRODUCT_CHOICES:
+        raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected one of "
+                            f"{', '.join(SMALL_PRODUCT_CHOICES)}")
+    return replace(library, own_kernels=small == "own") if small else library
 
 
 def _library() -> Blas:
@@ -98,9 +102,9 @@ def _mkl() -> Blas | None:
     header = installed_file("mkl-include", "mkl_cblas.h")
     if library is None or header is None:
         return None
-    # mdl's kernel where MKL's packed products were measured slower: on AMD
+    # mdl's kernels where MKL's small products were measured slower: on AMD
     return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL",
-                own_kernel=cpu().vendor == "AMD")
+                own_kernels=cpu().vendor == "AMD")
 
 
 def _openblas() -> Blas:
@@ -111,7 +115,7 @@ def _openblas() -> Blas:
                            "scipy-openblas32") from None
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS",
-                own_kernel=True)  # OpenBLAS cannot pack
+                own_kernels=True)  # OpenBLAS cannot pack
 
 
 def _amd_with_avx512() -> bool:

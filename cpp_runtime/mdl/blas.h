@@ -3,7 +3,7 @@
 //
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
-// (`gemm_packed`). With MDL_OWN_KERNEL (always with OpenBLAS, which cannot pack; on AMD
+// (`gemm_packed`). With MDL_OWN_KERNELS (always with OpenBLAS, which cannot pack; on AMD
 // with MKL), a float product of up to small_gemm::kSmallRows rows runs mdl's own kernel on
 // the packed operand (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
 // kOwnKernelSplitWork multiply-adds. Other packed products are MKL's packed API, which
@@ -194,16 +194,17 @@ inline int split_threads() {
   return n;
 }
 
-// Whether packed float products of up to small_gemm::kSmallRows rows run mdl's own kernel
-// (MDL_OWN_KERNEL=1) or the BLAS's (0): codegen/compile/blas.py chooses, `MDL_PACKED`.
-#if !defined(MDL_OWN_KERNEL)
-#error "define MDL_OWN_KERNEL to 0 or 1 (codegen/compile/blas.py chooses)"
+// Whether small float products run mdl's own kernels (MDL_OWN_KERNELS=1: packed ones of up
+// to small_gemm::kSmallRows rows, and those run together) or the BLAS (0):
+// codegen/compile/blas.py chooses, `MDL_SMALL_PRODUCTS`.
+#if !defined(MDL_OWN_KERNELS)
+#error "define MDL_OWN_KERNELS to 0 or 1 (codegen/compile/blas.py chooses)"
 #endif
 
 // Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape; both
 // ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
-  return MDL_OWN_KERNEL && m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
+  return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
 }
 
 // From this many multiply-adds mdl's kernel shares a product's panels out over the threads:
@@ -291,12 +292,12 @@ struct Product {
   int64_t ldc;
 };
 
-#if defined(MDL_BLAS_OPENBLAS)
+#if MDL_OWN_KERNELS
 // Products run together are split over the threads from this many multiply-adds in all,
 // with at most kTogetherRows rows each: an LSTM's generation step at B = 1, H = 128 (x @ W
 // and h @ U, [1, 128] @ [128, 512] each) took 5.2 us on one thread, 3.8 split (AMD EPYC of
-// Zen 4, docs/build.md). With MKL (restricted to AVX2 there) the split step took 14-17 us
-// against 11 for MKL's products one after another: not split.
+// Zen 4, docs/build.md). With MKL on AMD restricted to AVX2, once row_gemm's AVX2 code was
+// mended, 6.9 us against 11.8 for MKL's products one after another.
 constexpr int64_t kTogetherSplitWork = int64_t(1) << 16;
 constexpr int64_t kTogetherRows = 8;
 
@@ -313,13 +314,13 @@ inline int together_threads(const Product<float>* p, int count) {
 #endif
 
 // Products of one step that read none of each other's results (codegen/backend/products.py
-// groups them): with OpenBLAS, where they are worth it, all in one parallel region, each
+// groups them): with mdl's kernels, where they are worth it, all in one parallel region, each
 // thread computing its share of every product's columns (mdl/row_gemm.h), so that a step
 // forks and joins the threads once and each core streams its own part of the weights; else
 // one after another.
 template <class T, std::size_t N>
 inline void gemm_together(const Product<T> (&p)[N]) {
-#if defined(MDL_BLAS_OPENBLAS)
+#if MDL_OWN_KERNELS
   if constexpr (std::is_same_v<T, float>) {
     if (const int threads = together_threads(p, int(N)); threads > 1) {
 #pragma omp parallel num_threads(threads)

@@ -58,7 +58,7 @@ void check_all(double tol) {
       check_gemm<T>(ta, tb, 5, 4, 3, tol);
       check_gemm<T>(ta, tb, 1, 7, 9, tol);
       check_gemm<T>(ta, tb, 33, 17, 65, tol);  // past OpenBLAS's small-matrix paths
-      // With MDL_OWN_KERNEL, gemm_packed's own kernel (mdl/small_gemm.h): every row
+      // With MDL_OWN_KERNELS, gemm_packed's own kernel (mdl/small_gemm.h): every row
       // remainder of its 8- or 6-row blocks, depths around its 4 or 2 chains of sums,
       // columns around its panels' width (16 or 32); past 64 rows or 2^18 multiply-adds
       // (64 x 100 x 70) the BLAS again.
@@ -112,6 +112,45 @@ void threaded_products() {
   check_gemm<float>(false, true, 300, 200, 100, 1e-3);
 }
 
+// Two independent products run together (mdl::gemm_together): with MDL_OWN_KERNELS split
+// over two threads with mdl/row_gemm.h where each has at most 8 rows and its b is not
+// transposed (every row remainder of its 4-row strips, 300 columns: past the last whole
+// vector, a read transposed), else one after another; beta 0 over NaN and beta -0.5.
+void products_together() {
+  mdl::set_blas_threads(2);
+  const int64_t n = 300, k = 300;
+  for (int64_t m : {1, 3, 4, 5, 8, 9})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, -0.5f}) {
+          std::vector<float> a[2], b[2], c[2], expected[2];
+          for (int q = 0; q < 2; ++q) {
+            a[q].resize(m * k), b[q].resize(k * n), c[q].resize(m * n);
+            for (std::size_t i = 0; i < a[q].size(); ++i) a[q][i] = float(int((i + q) % 7) - 3) / 4;
+            for (std::size_t i = 0; i < b[q].size(); ++i) b[q][i] = float(int((i + q) % 5) - 2) / 3;
+            for (std::size_t i = 0; i < c[q].size(); ++i)
+              c[q][i] = beta == 0.0f ? std::nanf("") : float(int(i % 3));
+            expected[q] = c[q];
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double sum = 0;
+                for (int64_t p = 0; p < k; ++p)
+                  sum += double(at(a[q], ta, ta ? m : k, i, p)) * at(b[q], tb, tb ? k : n, p, j);
+                float& e = expected[q][i * n + j];
+                e = float(beta == 0.0f ? sum : sum + beta * e);
+              }
+          }
+          const mdl::Product<float> products[] = {
+              {ta, tb, m, n, k, a[0].data(), ta ? m : k, b[0].data(), tb ? k : n, beta,
+               c[0].data(), n},
+              {ta, tb, m, n, k, a[1].data(), ta ? m : k, b[1].data(), tb ? k : n, beta,
+               c[1].data(), n}};
+          mdl::gemm_together(products);
+          for (int q = 0; q < 2; ++q)
+            for (std::size_t i = 0; i < c[q].size(); ++i) CHECK_NEAR(c[q][i], expected[q][i], 1e-3);
+        }
+}
+
 }  // namespace
 
 int main() {
@@ -121,5 +160,6 @@ int main() {
   empty_products();
   one_row_over_nan();
   threaded_products();
+  products_together();
   return check::failures;
 }
