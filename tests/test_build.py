@@ -204,20 +204,16 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
         blas.cache_clear()
 
 
-def test_an_unknown_blas_is_a_clear_error():
-    env = {**os.environ, "MDL_BLAS": "atlas"}
+@pytest.mark.parametrize("variable,value,expected", [
+    ("MDL_BLAS", "atlas", "MDL_BLAS='atlas': expected one of mkl, openblas"),
+    ("MDL_SMALL_PRODUCTS", "mine", "MDL_SMALL_PRODUCTS='mine': expected one of own, blas")])
+def test_an_unknown_blas_choice_is_a_clear_error(variable, value, expected):
+    env = {**os.environ, variable: value}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
                           str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 1
-    assert "MDL_BLAS='atlas': expected one of mkl, openblas" in run.stderr
-    assert "Traceback" not in run.stderr
-    env = {**os.environ, "MDL_SMALL_PRODUCTS": "mine"}
-    run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
-                          str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
-                         env=env, capture_output=True, text=True, cwd=REPO)
-    assert run.returncode == 1
-    assert "MDL_SMALL_PRODUCTS='mine': expected one of own, blas" in run.stderr
+    assert expected in run.stderr
     assert "Traceback" not in run.stderr
 
 
