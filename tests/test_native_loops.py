@@ -13,7 +13,7 @@ from codegen.pipeline import load
 from codegen.reference import gradcheck
 from dsl import check_file
 
-from test_native import assert_training_matches, random_case
+from test_native import assert_training_matches, random_case, rel_error
 
 SOURCE = """import "std/rnn.mdl"
 
@@ -109,8 +109,36 @@ model States(H = 6) {
   output loss = sum(hs * w) + sum(cs * cs) + sum(prev)
   minimize loss
 }
+
+# States the step may or may not update where they live (codegen/backend/states.py): d's
+# new value is computed by a loop, but the old d is read after it; c's by a product that
+# reads the old c (wider than one of the BLAS's tiles); a's is b's old value and b's reads
+# the old a; f's loop reads the old f's first row at every row; e's loop reads the old e
+# only at the elements it writes (in place), and its old value is yielded.
+model InPlace(H = 40) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  a = zeros[B, H] + 0.5; b = zeros[B, H] - 0.25; c = zeros[B, H] + 0.1
+  d = zeros[B, H] + 0.2; e = zeros[B, H] + 0.3; f = zeros[B, H] + 0.4
+  ys, zs, olds = for x in xs {
+    f = 0.5 * f + x * f[0:1, :]
+    dn = tanh(d + x)
+    q = tanh(dn @ U) + d
+    bn = tanh(a * x)
+    a = b
+    b = bn
+    c = c @ U
+    old = e
+    e = 0.5 * e + x
+    d = dn
+    yield q * a, b + c, old
+  }
+  output loss = sum(ys * w) + sum(zs * zs) + sum(olds * w) + sum(d * e) + sum(f)
+  minimize loss
+}
 """
-MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches", "States"]
+MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches", "States",
+          "InPlace"]
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +159,18 @@ def test_loop_options_match_the_reference(source, module, model):
     m = getattr(module, model)(seed=2)
     for seed in (1, 2):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10)
+
+
+def test_states_updated_in_place_keep_the_values_they_had(source, module):
+    """The inference forward (whose steps keep nothing for a backward, so that more of
+    their states are updated where they live: codegen/backend/states.py) gives the loss
+    of the training forward, which test_loop_options_match_the_reference checks."""
+    graph = check_file(str(source), model="InPlace", dtype="f64").graph
+    m = module.InPlace(seed=2)
+    for seed in (1, 2):
+        inputs = random_case(graph, "f64", seed)
+        trained = m.forward(**inputs, training=True)["loss"]
+        assert rel_error(m.forward(**inputs)["loss"], trained) < 1e-12
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 4, 7, 17])

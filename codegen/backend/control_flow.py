@@ -4,7 +4,8 @@ Loop state lives in the op's own outputs (the state buffers): the body reads the
 through its state args and the final state needs no copy. Per-step slices of a sequence
 are views at offset t (a step of a sequence's segments past its data: a zero-padded
 copy, render.Renderer.view); a yield the body computes is computed in its step's row of the
-stacked output (placed there by lowering), other yields are copied there; a step the
+stacked output (placed there by lowering), other yields are copied there, and a new
+state is written into its buffer by the step where it can be (states.py); a step the
 `for`'s `skip` flags say does nothing (a segment's padding) is not run, where the target
 reads flags on the host. Loops
 with lengths never get here: the pipeline rewrites them into plain loops over
@@ -128,14 +129,16 @@ def _render_for(r, ins: Structured) -> None:
     _skip_padding(r, op, stacked, t)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
-    for out, y in zip(stacked, results[n_state:]):  # first: a yield may read the state
-        if r.layout(y).base is out:  # computed in place (lowering placed it)
+    stored = ins.extra.get("stored", set())  # stored by the step itself (states.py)
+    # the yields first: a yield may read the state
+    for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
+        if r.layout(y).base is out or k in stored:  # computed in place (lowering placed it)
             continue
         size = r.dim(numel(y.type.shape))
         r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
-    for state, new in zip(states, results[:n_state]):
-        if r.layout(new).base is state:  # updated in place (_accumulate_in_place)
-            continue
+    for k, (state, new) in enumerate(zip(states, results[:n_state])):
+        if r.layout(new).base is state or k in stored:  # in place (states.py, or
+            continue                                     # _accumulate_in_place)
         r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.close()
 

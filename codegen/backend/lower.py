@@ -51,12 +51,14 @@ class Fused:
     """One loop nest computing `ops` (elementwise, one output shape); stores `stores`.
     `allocs`: memory it defines first (a concatenation its stores are views of, a sum it
     accumulates); `sums`: (value, sum, axes) for each value it adds up over `axes` into
-    `sum` instead of storing it."""
+    `sum` instead of storing it; `also`: (destination, value) for each value it stores a
+    second time, or an input it stores (a loop's state updated in place: states.py)."""
     ops: list[Op]
     stores: list[Value]
     shape: tuple[Dim, ...]
     allocs: list[Value] = field(default_factory=list)
     sums: list[tuple[Value, Value, tuple[int, ...]]] = field(default_factory=list)
+    also: list[tuple[Value, Value]] = field(default_factory=list)
 
 
 @dataclass(eq=False)

@@ -68,6 +68,8 @@ class _Liveness:
                             self.use(x)
                 for v in ins.allocs + ins.stores:
                     self.define(v)
+                for dst, _ in ins.also:  # a view of memory defined before (a state)
+                    self.use(dst)
             elif isinstance(ins, Copy):
                 self.use(ins.src)
                 self.define(ins.dst)

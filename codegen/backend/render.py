@@ -17,6 +17,7 @@ from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View, root
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
 from .products import Products, group_products
+from .states import update_in_place
 from .target import Target
 
 
@@ -130,6 +131,7 @@ class Renderer:
         the values the memory plan places."""
         spec = self.spec
         self.instrs = self.low.block(spec.block)
+        update_in_place(self.instrs, self.low.layouts, self.dim)
         self.results = [v for v, _ in spec.results]
         self.owned = {vid for vid, lay in self.low.layouts.items()
                       if lay.base is None and not lay.is_const and vid not in spec.external
@@ -208,7 +210,7 @@ class Renderer:
                 self.target.fused(self, ins)
             elif isinstance(ins, Copy):
                 self.define_owned(ins.dst)
-                self.target.assign(self, ins.dst, ins.src)
+                self.copy(ins.dst, ins.src)
             elif isinstance(ins, View):
                 self.view(ins.value)
             elif isinstance(ins, Kernel):
@@ -293,6 +295,17 @@ class Renderer:
                 self.define_owned(v)
         for line in self.target.products(self, ins.kernels):
             self.emit(line)
+
+    def copy(self, dst: Value, src: Value) -> None:
+        """dst = src: one contiguous block copied as such (the runtime's `copy`), else
+        element by element."""
+        low = self.low
+        if (low.is_contiguous(dst) and low.is_contiguous(src) and dst.type.shape == src.type.shape
+                and low.layouts[src.id].data is None):
+            self.emit(self.target.copy(self.ptr(dst), self.ptr(src),
+                                       self.dim(numel(src.type.shape))))
+        else:
+            self.target.assign(self, dst, src)
 
     def assign(self, dst: Value, src: Value) -> None:
         """dst (a view, possibly strided) = src (any layout, or a constant)."""

@@ -140,7 +140,7 @@ class Target(abc.ABC):
 
     def fused(self, r, ins) -> None:
         """Emit a lower.Fused group: its memory, its sums zeroed, then `elementwise`."""
-        for v in ins.allocs + ins.stores:
+        for v in ins.allocs + ins.stores + [dst for dst, _ in ins.also]:
             r.define_owned(v)
         for _, total, _ in ins.sums:
             r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),

@@ -84,7 +84,7 @@ class CpuTarget(Target):
                 f"char* arena = m.arenas[{k}].data(); (void)arena; (void)off;"]
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
-        operands = inputs + ins.stores
+        operands = inputs + ins.stores + [dst for dst, _ in ins.also]
         sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
         # one-element operands (a step's mask bit, a scalar) are read once, before the
         # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
@@ -99,6 +99,8 @@ class CpuTarget(Target):
             names = compute(r, ins, index, hoisted)
             for v in ins.stores:
                 r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
+            for dst, v in ins.also:
+                r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {names[v.id]};")
             for x, total, _ in ins.sums:
                 target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
                 r.emit(f"{target} += {names[x.id]};")

@@ -41,10 +41,13 @@ class CudaTarget(Target):
             names = compute(r, ins, index, {})
             for v in ins.stores:
                 r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
+            for dst, v in ins.also:
+                r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {names[v.id]};")
             for x, total, _ in ins.sums:  # threads of many elements add into one total
                 r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
-        self._launch(r, ins.shape, inputs + ins.stores + totals, body,
-                     {v.id for v in ins.stores + totals},
+        also = [dst for dst, _ in ins.also]
+        self._launch(r, ins.shape, inputs + ins.stores + totals + also, body,
+                     {v.id for v in ins.stores + totals + also},
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
 
     def assign(self, r, dst, src) -> None:

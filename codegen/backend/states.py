@@ -1,0 +1,160 @@
+"""A loop's states updated where they live: the instruction of a step that computes a
+state's new value writes it into the state's own buffer, and the copy at the end of every
+step goes.
+
+A `for` keeps each state in its output's buffer; its body reads the state there (the state
+argument is a view of it) and leaves the new value in a result that the step's end copies
+back (control_flow._render_for). Where the new value is computed once a step by a fused
+loop (lower.Fused) or a product (lower.Kernel), and nothing after that reads the old
+value, it can be written straight into the state's buffer. A fused loop may read the old
+value itself, element by element at the elements it writes: each element is read before
+it is written (same index, same thread or GPU thread); a product must not read it. Then:
+
+- a new value in memory of its own becomes a view of the state's buffer;
+- a new value stored elsewhere (its step's row of a stacked yield) is also stored into
+  the state's buffer by the same fused loop (`Fused.also`);
+- a yield of the old state (what a training forward keeps for its backward) is stored by
+  that fused loop too where it reads the old state, else copied just before the writer.
+
+An LSTM's inference and backward steps copy nothing at their end, and its training
+forward one of its four copies (docs/native.md). A `while` copies its states as before.
+"""
+from __future__ import annotations
+
+from ..ir.graph import Value
+from ..ir.shapes import contiguous_strides, numel
+from .lower import Copy, Fused, Kernel, Layout, Structured, View, root
+from .products import Products
+
+
+def update_in_place(instrs: list, layouts: dict[int, Layout], dim) -> None:
+    """Update the states of every `for` in `instrs` (nested too) in place where it is safe;
+    `dim(d)`: a dim as C++ (the renderer's)."""
+    for ins in instrs:
+        if isinstance(ins, Structured):
+            for block in ins.blocks:
+                update_in_place(block, layouts, dim)
+            if ins.op.prim == "for":
+                _for(ins, layouts, dim)
+
+
+def _for(loop: Structured, layouts: dict[int, Layout], dim) -> None:
+    op, body = loop.op, loop.blocks[0]
+    n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
+    results = loop.extra["results"][0]
+    for i in range(n_state):
+        state, arg, new = op.outputs[i], op.blocks[0].args[n_seq + i], results[i]
+        if layouts[new.id].is_const or layouts[new.id].base is state:  # in place already
+            continue
+        at = _writer(body, new, state, layouts)
+        if at is None:
+            continue
+        # every other reader of the old state: the instructions after the writer, and the
+        # step's results (the yields and states it copies at the step's end)
+        yields = [(k, y) for k, y in enumerate(results)
+                  if k != i and root(y, layouts) is state]
+        if any(k < n_state or y is not arg for k, y in yields) \
+                or state.id in _reads(body[at + 1:], layouts):
+            continue
+        writer = body[at]
+        fused = writer if isinstance(writer, Fused) else None
+        reads_arg = fused is not None and any(x is arg for o in fused.ops for x in o.inputs)
+        moved = []
+        for k, _ in yields:  # a yield of the old state: stored by the loop, or copied first
+            slot = Value(arg.type, arg.hint)
+            layouts[slot.id] = Layout(op.outputs[k],
+                                      f"{loop.extra['step']} * {dim(numel(arg.type.shape))}",
+                                      contiguous_strides(arg.type.shape))
+            if reads_arg:
+                fused.also.append((slot, arg))
+            else:
+                moved.append(Copy(slot, arg))
+            loop.extra.setdefault("stored", set()).add(k)
+        body[at:at] = moved
+        if layouts[new.id].base is None:
+            layouts[new.id] = Layout(state, None, contiguous_strides(new.type.shape))
+        else:  # stored elsewhere too (its step's row of a yield)
+            into = Value(new.type, new.hint)
+            layouts[into.id] = Layout(state, None, contiguous_strides(new.type.shape))
+            fused.also.append((into, new))
+            loop.extra.setdefault("stored", set()).add(i)
+
+
+def _writer(body: list, new: Value, state: Value, layouts) -> int | None:
+    """The index of the instruction of the step that computes `new` where it may write it
+    into the state's buffer: a fused loop reading the state only at the elements it
+    writes, or a kernel (a product) that does not read the state and whose result has
+    memory of its own; else None."""
+    for k, ins in enumerate(body):
+        if isinstance(ins, Fused) and any(v is new for v in ins.stores):
+            ok = (_same_elements(layouts, new, state, ins.shape)
+                  and _reads_only_in_step(ins, state, layouts))
+            return k if ok else None
+        if isinstance(ins, Kernel) and any(v is new for v in ins.op.outputs):
+            ok = (len(ins.op.outputs) == 1 and not ins.accumulate
+                  and layouts[new.id].base is None
+                  and _same_elements(layouts, new, state, new.type.shape)
+                  and state.id not in _reads([ins], layouts))
+            return k if ok else None
+    return None
+
+
+def _same_elements(layouts, new: Value, state: Value, shape) -> bool:
+    """Whether `new` is an element-for-element image of `state` computed over `shape`:
+    same shape, contiguous, each element at the index the state's element has."""
+    lay = layouts[new.id]
+    contiguous = contiguous_strides(new.type.shape)
+    return (new.type.shape == state.type.shape == tuple(shape)
+            and new.type.dtype == state.type.dtype
+            and tuple(lay.strides) == contiguous and lay.valid is None
+            and tuple(layouts[state.id].strides) == contiguous)
+
+
+def _reads_only_in_step(fused: Fused, state: Value, layouts) -> bool:
+    """Whether every read of the state's memory by `fused` is of the element it writes:
+    the whole state, as its loop indexes its stores (same shape, no offset)."""
+    for o in fused.ops:
+        for x in o.inputs:
+            lay = layouts.get(x.id)
+            if lay is None or lay.is_const or root(x, layouts) is not state:
+                continue
+            if not (x.type.shape == state.type.shape and lay.offset is None
+                    and tuple(lay.strides) == contiguous_strides(x.type.shape)):
+                return False
+    return True
+
+
+def _reads(instrs: list, layouts) -> set[int]:
+    """The memory (root value ids) that `instrs` read, nested blocks and results included."""
+    out: set[int] = set()
+
+    def add(v: Value) -> None:
+        if v.id in layouts and not layouts[v.id].is_const:
+            out.add(root(v, layouts).id)
+    for ins in instrs:
+        if isinstance(ins, Fused):
+            for o in ins.ops:
+                for x in o.inputs:
+                    add(x)
+            for _, v in ins.also:
+                add(v)
+        elif isinstance(ins, Copy):
+            add(ins.src)
+        elif isinstance(ins, Kernel):
+            for x in ins.inputs:
+                add(x)
+            if ins.accumulate:
+                for v in ins.op.outputs:
+                    add(v)
+        elif isinstance(ins, Products):
+            out |= _reads(ins.kernels, layouts)
+        elif isinstance(ins, View):
+            add(layouts[ins.value.id].base)
+        elif isinstance(ins, Structured):
+            for x in ins.op.inputs:
+                add(x)
+            for block, results in zip(ins.blocks, ins.extra["results"]):
+                out |= _reads(block, layouts)
+                for v in results:
+                    add(v)
+    return out
