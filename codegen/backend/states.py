@@ -50,11 +50,14 @@ def _for(loop: Structured, layouts: dict[int, Layout], dim) -> None:
         if at is None:
             continue
         # every other reader of the old state: the instructions after the writer, and the
-        # step's results (the yields and states it copies at the step's end)
+        # step's results (the yields and states it copies at the step's end). The state's
+        # buffer may itself lie in another (an outer loop's yield): any read of that one
+        # counts.
+        memory = root(state, layouts)
         yields = [(k, y) for k, y in enumerate(results)
-                  if k != i and root(y, layouts) is state]
+                  if k != i and root(y, layouts) is memory]
         if any(k < n_state or y is not arg for k, y in yields) \
-                or state.id in _reads(body[at + 1:], layouts):
+                or memory.id in _reads(body[at + 1:], layouts):
             continue
         writer = body[at]
         fused = writer if isinstance(writer, Fused) else None
@@ -94,7 +97,7 @@ def _writer(body: list, new: Value, state: Value, layouts) -> int | None:
             ok = (len(ins.op.outputs) == 1 and not ins.accumulate
                   and layouts[new.id].base is None
                   and _same_elements(layouts, new, state, new.type.shape)
-                  and state.id not in _reads([ins], layouts))
+                  and root(state, layouts).id not in _reads([ins], layouts))
             return k if ok else None
     return None
 
@@ -113,14 +116,26 @@ def _same_elements(layouts, new: Value, state: Value, shape) -> bool:
 def _reads_only_in_step(fused: Fused, state: Value, layouts) -> bool:
     """Whether every read of the state's memory by `fused` is of the element it writes:
     the whole state, as its loop indexes its stores (same shape, no offset)."""
+    memory = root(state, layouts)
     for o in fused.ops:
         for x in o.inputs:
             lay = layouts.get(x.id)
-            if lay is None or lay.is_const or root(x, layouts) is not state:
+            if lay is None or lay.is_const or root(x, layouts) is not memory:
                 continue
-            if not (x.type.shape == state.type.shape and lay.offset is None
-                    and tuple(lay.strides) == contiguous_strides(x.type.shape)):
+            if not (x.type.shape == state.type.shape and _is_whole(x, state, layouts)):
                 return False
+    return True
+
+
+def _is_whole(x: Value, state: Value, layouts) -> bool:
+    """Whether `x` is the state's memory as it lies: views of it (or of such views) with
+    no offset and contiguous strides, not another part of a buffer the state lies in."""
+    while x is not state:
+        lay = layouts[x.id]
+        if lay.base is None or lay.offset is not None \
+                or tuple(lay.strides) != contiguous_strides(x.type.shape):
+            return False
+        x = lay.base
     return True
 
 
