@@ -25,6 +25,7 @@ from ..ops.entry import entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
+from .states import update_for
 
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -211,5 +212,6 @@ def _render_while(r, ins: Structured) -> None:
 
 # (kind, lower, render): how each lowers (backend/lower.py asks every op's entry alike)
 STRUCTURED["for"].extra["lower"] = ("structured", _lower_for, _render_for)
+STRUCTURED["for"].extra["states"] = update_for  # its states written in place (states.py)
 STRUCTURED["if"].extra["lower"] = ("structured", _lower_if, _render_if)
 STRUCTURED["while"].extra["lower"] = ("structured", _lower_while, _render_while)

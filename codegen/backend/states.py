@@ -23,22 +23,26 @@ from __future__ import annotations
 
 from ..ir.graph import Value
 from ..ir.shapes import contiguous_strides, numel
+from ..ops.entry import entry
 from .lower import Copy, Fused, Kernel, Layout, Structured, View, root
 from .products import Products
 
 
 def update_in_place(instrs: list, layouts: dict[int, Layout], dim) -> None:
-    """Update the states of every `for` in `instrs` (nested too) in place where it is safe;
+    """Update the states of every loop in `instrs` (nested too) in place where it is safe
+    (the loops whose entry names a hook: `extra["states"]`, a `for`'s `update_for`);
     `dim(d)`: a dim as C++ (the renderer's)."""
     for ins in instrs:
         if isinstance(ins, Structured):
             for block in ins.blocks:
                 update_in_place(block, layouts, dim)
-            if ins.op.prim == "for":
-                _for(ins, layouts, dim)
+            hook = entry(ins.op).extra.get("states")
+            if hook is not None:
+                hook(ins, layouts, dim)
 
 
-def _for(loop: Structured, layouts: dict[int, Layout], dim) -> None:
+def update_for(loop: Structured, layouts: dict[int, Layout], dim) -> None:
+    """A `for`'s states (control_flow.py attaches it to the `for` entry)."""
     op, body = loop.op, loop.blocks[0]
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     results = loop.extra["results"][0]
