@@ -141,9 +141,21 @@ model InPlace(H = 40) {
   output loss = sum(ys * w) + sum(zs * zs) + sum(olds * w) + sum(d * e) + sum(f)
   minimize loss
 }
+
+# Its loop reads only the sequence's length: the backward loop runs over a constant
+# cotangent (d mean), whose steps have no memory (fuzzer seed 119).
+model LengthOnly(H = 3) {
+  param q : f32[H] = uniform(-0.5, 0.5)
+  ys = for e in q {
+    param p : f32[H] = uniform(-0.5, 0.5)
+    yield p
+  }
+  output loss = mean(ys)
+  minimize loss
+}
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches", "States",
-          "InPlace"]
+          "InPlace", "LengthOnly"]
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,9 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     _accumulate_in_place(low, body, op, ins)
     for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
         lay = low.layouts[seq.id]
+        if lay.is_const:  # a uniform sequence (a constant cotangent): each step is it too
+            low.layouts[arg.id] = Layout(const=lay.const)
+            continue
         offset = f"{ins.extra['step']} * {low.cx.dim(lay.strides[0])}"
         data = None if lay.valid is None else f"({lay.valid}) - {offset}"
         low.layouts[arg.id] = Layout(seq, offset, lay.strides[1:], data=data)
@@ -126,7 +129,8 @@ def _render_for(r, ins: Structured) -> None:
     r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
     r.emit(f"(void){t};")
     for arg in body.args:
-        r.view(arg)
+        if not r.layout(arg).is_const:  # a step of a uniform sequence needs no memory
+            r.view(arg)
     _skip_padding(r, op, stacked, t)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
