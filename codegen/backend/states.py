@@ -17,7 +17,7 @@ it is written (same index, same thread or GPU thread); a product must not read i
   that fused loop too where it reads the old state, else copied just before the writer.
 
 An LSTM's inference and backward steps copy nothing at their end, and its training
-forward one of its four copies (docs/native.md). A `while` copies its states as before.
+forward keeps one of its four copies (docs/native.md). A `while` copies its states as before.
 """
 from __future__ import annotations
 
