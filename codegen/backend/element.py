@@ -31,6 +31,15 @@ def compute(r, ins: Fused, index: dict[int, str], names: dict[int, str]) -> dict
     return names
 
 
+def store(r, ins: Fused, index: dict[int, str], names: dict[int, str]) -> None:
+    """Emit the stores of `ins` for the element at `index`: each stored value, then each
+    `also` destination (`names`: what `compute` returned)."""
+    for v in ins.stores:
+        r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
+    for dst, v in ins.also:
+        r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {names[v.id]};")
+
+
 def assign(r, dst, src, index: dict[int, str]) -> None:
     """Emit dst = src for the element at `index` (src may be a constant)."""
     lay = r.layout(src)

@@ -60,6 +60,16 @@ class Fused:
     sums: list[tuple[Value, Value, tuple[int, ...]]] = field(default_factory=list)
     also: list[tuple[Value, Value]] = field(default_factory=list)
 
+    @property
+    def written(self) -> list[Value]:
+        """Every destination it stores into: its stores, then the `also` ones."""
+        return self.stores + [dst for dst, _ in self.also]
+
+    @property
+    def produced(self) -> set[int]:
+        """Ids of the values its ops compute (read inside it, not from memory)."""
+        return {v.id for op in self.ops for v in op.outputs}
+
 
 @dataclass(eq=False)
 class Copy:

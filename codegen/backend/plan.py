@@ -25,6 +25,25 @@ def size_bytes(v: Value, dims: DimNames) -> str:
     return f"{DTYPES[v.type.dtype].itemsize} * {dims.expr(numel(v.type.shape))}"
 
 
+def reads(ins, layouts: dict[int, Layout]) -> list[Value]:
+    """The values one instruction other than a for/if/while reads from memory: a fused
+    loop's inputs (and the inputs it stores again), a copy's source, a kernel's inputs
+    (and the memory a product adds into), a view's base."""
+    if isinstance(ins, Fused):
+        produced = ins.produced
+        return [x for op in ins.ops for x in op.inputs if x.id not in produced] + \
+            [v for _, v in ins.also if v.id not in produced]
+    if isinstance(ins, Copy):
+        return [ins.src]
+    if isinstance(ins, Kernel):
+        return [*ins.inputs, *(ins.op.outputs if ins.accumulate else ())]
+    if isinstance(ins, Products):
+        return [x for k in ins.kernels for x in reads(k, layouts)]
+    if isinstance(ins, View):
+        return [layouts[ins.value.id].base]
+    raise TypeError(f"not a plain instruction: {ins}")
+
+
 @dataclass
 class _Loop:
     inside: set[int] = field(default_factory=set)       # values defined in the loop
@@ -60,35 +79,25 @@ class _Liveness:
     def walk(self, instrs: list) -> None:
         for ins in instrs:
             self.pos += 1
+            if isinstance(ins, Structured):
+                self._structured(ins)
+                continue
+            for x in reads(ins, self.layouts):  # a group of products: read until it ends
+                self.use(x)
             if isinstance(ins, Fused):
-                produced = {v.id for op in ins.ops for v in op.outputs}
-                for op in ins.ops:
-                    for x in op.inputs:
-                        if x.id not in produced:
-                            self.use(x)
                 for v in ins.allocs + ins.stores:
                     self.define(v)
                 for dst, _ in ins.also:  # a view of memory defined before (a state)
                     self.use(dst)
             elif isinstance(ins, Copy):
-                self.use(ins.src)
                 self.define(ins.dst)
             elif isinstance(ins, Kernel):
-                for x in ins.inputs:
-                    self.use(x)
                 for v in ins.op.outputs:
                     self.define(v)
-            elif isinstance(ins, Products):  # one instruction: inputs read until it ends
-                for k in ins.kernels:
-                    for x in k.inputs:
-                        self.use(x)
+            elif isinstance(ins, Products):
                 for k in ins.kernels:
                     for v in k.op.outputs:
                         self.define(v)
-            elif isinstance(ins, View):
-                self.use(self.layouts[ins.value.id].base)
-            elif isinstance(ins, Structured):
-                self._structured(ins)
 
     def _structured(self, ins: Structured) -> None:
         for x in ins.op.inputs:

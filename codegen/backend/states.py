@@ -24,8 +24,8 @@ from __future__ import annotations
 from ..ir.graph import Value
 from ..ir.shapes import contiguous_strides, numel
 from ..ops.entry import entry
-from .lower import Copy, Fused, Kernel, Layout, Structured, View, root
-from .products import Products
+from .lower import Copy, Fused, Kernel, Layout, Structured, root
+from .plan import reads
 
 
 def update_in_place(instrs: list, layouts: dict[int, Layout], dim) -> None:
@@ -146,34 +146,14 @@ def _is_whole(x: Value, state: Value, layouts) -> bool:
 def _reads(instrs: list, layouts) -> set[int]:
     """The memory (root value ids) that `instrs` read, nested blocks and results included."""
     out: set[int] = set()
-
-    def add(v: Value) -> None:
-        if v.id in layouts and not layouts[v.id].is_const:
-            out.add(root(v, layouts).id)
     for ins in instrs:
-        if isinstance(ins, Fused):
-            for o in ins.ops:
-                for x in o.inputs:
-                    add(x)
-            for _, v in ins.also:
-                add(v)
-        elif isinstance(ins, Copy):
-            add(ins.src)
-        elif isinstance(ins, Kernel):
-            for x in ins.inputs:
-                add(x)
-            if ins.accumulate:
-                for v in ins.op.outputs:
-                    add(v)
-        elif isinstance(ins, Products):
-            out |= _reads(ins.kernels, layouts)
-        elif isinstance(ins, View):
-            add(layouts[ins.value.id].base)
-        elif isinstance(ins, Structured):
-            for x in ins.op.inputs:
-                add(x)
+        if isinstance(ins, Structured):
+            read = list(ins.op.inputs)
             for block, results in zip(ins.blocks, ins.extra["results"]):
                 out |= _reads(block, layouts)
-                for v in results:
-                    add(v)
+                read += results
+        else:
+            read = reads(ins, layouts)
+        out.update(root(v, layouts).id for v in read
+                   if v.id in layouts and not layouts[v.id].is_const)
     return out

@@ -140,12 +140,12 @@ class Target(abc.ABC):
 
     def fused(self, r, ins) -> None:
         """Emit a lower.Fused group: its memory, its sums zeroed, then `elementwise`."""
-        for v in ins.allocs + ins.stores + [dst for dst, _ in ins.also]:
+        for v in ins.allocs + ins.written:
             r.define_owned(v)
         for _, total, _ in ins.sums:
             r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
                              r.literal(0, total.type.dtype)))
-        produced = {v.id for op in ins.ops for v in op.outputs}
+        produced = ins.produced
         inputs = list({x.id: x for op in ins.ops for x in op.inputs
                        if x.id not in produced}.values())
         self.elementwise(r, ins, inputs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from ..backend.element import assign as assign_element, compute
+from ..backend.element import assign as assign_element, compute, store
 from ..backend.kernels import gemm_arguments, gemm_operand, gemm_sizes
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
@@ -84,7 +84,7 @@ class CpuTarget(Target):
                 f"char* arena = m.arenas[{k}].data(); (void)arena; (void)off;"]
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
-        operands = inputs + ins.stores + [dst for dst, _ in ins.also]
+        operands = inputs + ins.written
         sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
         # one-element operands (a step's mask bit, a scalar) are read once, before the
         # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
@@ -97,10 +97,7 @@ class CpuTarget(Target):
 
         def body(index, accumulators):
             names = compute(r, ins, index, hoisted)
-            for v in ins.stores:
-                r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
-            for dst, v in ins.also:
-                r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {names[v.id]};")
+            store(r, ins, index, names)
             for x, total, _ in ins.sums:
                 target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
                 r.emit(f"{target} += {names[x.id]};")

@@ -8,7 +8,7 @@ to the host (`mdl::cuda::scalar`). The runtime owns the context
 function what device code found wrong with the inputs."""
 from __future__ import annotations
 
-from ..backend.element import assign as assign_element, compute
+from ..backend.element import assign as assign_element, compute, store
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
@@ -39,15 +39,11 @@ class CudaTarget(Target):
 
         def body(index):
             names = compute(r, ins, index, {})
-            for v in ins.stores:
-                r.emit(f"{r.ptr(v)}[{index[v.id]}] = {names[v.id]};")
-            for dst, v in ins.also:
-                r.emit(f"{r.ptr(dst)}[{index[dst.id]}] = {names[v.id]};")
+            store(r, ins, index, names)
             for x, total, _ in ins.sums:  # threads of many elements add into one total
                 r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
-        also = [dst for dst, _ in ins.also]
-        self._launch(r, ins.shape, inputs + ins.stores + totals + also, body,
-                     {v.id for v in ins.stores + totals + also},
+        self._launch(r, ins.shape, inputs + ins.written + totals, body,
+                     {v.id for v in ins.written + totals},
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
 
     def assign(self, r, dst, src) -> None:
