@@ -207,3 +207,31 @@ def test_the_padding_steps_of_segments_are_skipped():
     assert checkpoint["backward"].count("continue;") == 2
     assert functions("LSTMRecompute")["backward"].count("continue;") == 1
     assert "continue;" not in functions("LSTM")["backward"]
+
+
+def test_a_while_s_trip_writes_its_states_where_they_live(tmp_path):
+    """A trip's fused loop writes the new c and h over the old ones (states.py), so the
+    inference trip copies nothing at its end; the training trip copies the old h and c its
+    tapes keep, before the fused loop writes them, and nothing more."""
+    path = tmp_path / "while_states.mdl"
+    path.write_text("""model W(H = 8) {
+  input x : f32[B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H]; c = zeros[B, H] + 0.5; k = 0
+  while k < 3 {
+    c = 0.5 * c + tanh(h @ U + x)
+    h = tanh(c) * sigmoid(x)
+    k = k + 1
+  }
+  output loss = sum(h * h)
+  minimize loss
+}
+""")
+    text = sources(path, "while_states", BuildOptions())[1]["module.cpp"]
+    for kind, copies in (("infer", 0), ("train", 2)):
+        start = text.index(f"static void {kind}_0(")
+        function = text[start:text.index("\n}\n", start)]
+        trip = function[function.index("while (true)"):function.index("++trips")]
+        assert trip.count("mdl::copy(") == copies, kind
+        if copies:
+            assert trip.rindex("mdl::copy(") < trip.index("if (const int team")

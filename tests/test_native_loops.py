@@ -119,13 +119,17 @@ model States(H = 6) {
 # new value is computed by a loop, but the old d is read after it; c's by a product that
 # reads the old c (wider than one of the BLAS's tiles); a's is b's old value and b's reads
 # the old a; f's loop reads the old f's first row at every row; e's loop reads the old e
-# only at the elements it writes (in place), and its old value is yielded.
+# only at the elements it writes (in place), and its old value is yielded; g's old first
+# rows are yielded (a view of its old value: g is not written in place).
 model InPlace(H = 40) {
   input xs : f32[T, B, H]; input w : f32[T, B, H]
   param U : f32[H, H] = uniform(-0.5, 0.5)
   a = zeros[B, H] + 0.5; b = zeros[B, H] - 0.25; c = zeros[B, H] + 0.1
   d = zeros[B, H] + 0.2; e = zeros[B, H] + 0.3; f = zeros[B, H] + 0.4
-  ys, zs, olds = for x in xs {
+  g = zeros[B, H] - 0.1
+  ys, zs, olds, parts = for x in xs {
+    part = g[0:2, :]
+    g = 0.5 * g + x
     f = 0.5 * f + x * f[0:1, :]
     dn = tanh(d + x)
     q = tanh(dn @ U) + d
@@ -136,9 +140,38 @@ model InPlace(H = 40) {
     old = e
     e = 0.5 * e + x
     d = dn
-    yield q * a, b + c, old
+    yield q * a, b + c, old, part
   }
   output loss = sum(ys * w) + sum(zs * zs) + sum(olds * w) + sum(d * e) + sum(f)
+              + sum(parts * parts) + sum(g)
+  minimize loss
+}
+
+# The same hazards in a while's body (its states written in place too; its tapes of
+# an old state copied before the state is written).
+model WhileInPlace(H = 40) {
+  input x : f32[B, H]; input w : f32[B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  a = zeros[B, H] + 0.5; b = zeros[B, H] - 0.25; c = zeros[B, H] + 0.1
+  d = zeros[B, H] + 0.2; e = zeros[B, H] + 0.3; f = zeros[B, H] + 0.4
+  g = zeros[B, H] - 0.1; part = zeros[2, H]
+  q = zeros[B, H]; n = 0
+  while n < 3 {
+    part = g[0:2, :]
+    g = tanh(0.5 * g + x)
+    f = 0.5 * f + x * f[0:1, :]
+    dn = tanh(d + x)
+    q = tanh(dn @ U) + d
+    bn = tanh(a * x)
+    a = b
+    b = bn
+    c = c @ U
+    e = tanh(e * x)
+    d = dn
+    n = n + 1
+  }
+  output loss = sum(q * w) + sum(a * b) + sum(c * c) + sum(d * e) + sum(f)
+              + sum(part * part) + sum(g)
   minimize loss
 }
 
@@ -155,7 +188,7 @@ model LengthOnly(H = 3) {
 }
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches", "States",
-          "InPlace", "LengthOnly"]
+          "InPlace", "WhileInPlace", "LengthOnly"]
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +211,13 @@ def test_loop_options_match_the_reference(source, module, model):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10)
 
 
-def test_states_updated_in_place_keep_the_values_they_had(source, module):
+@pytest.mark.parametrize("model", ["InPlace", "WhileInPlace"])
+def test_states_updated_in_place_keep_the_values_they_had(source, module, model):
     """The inference forward (whose steps keep nothing for a backward, so that more of
     their states are updated where they live: codegen/backend/states.py) gives the loss
     of the training forward, which test_loop_options_match_the_reference checks."""
-    graph = check_file(str(source), model="InPlace", dtype="f64").graph
-    m = module.InPlace(seed=2)
+    graph = check_file(str(source), model=model, dtype="f64").graph
+    m = getattr(module, model)(seed=2)
     for seed in (1, 2):
         inputs = random_case(graph, "f64", seed)
         trained = m.forward(**inputs, training=True)["loss"]

@@ -25,7 +25,7 @@ from ..ops.entry import entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
-from .states import update_for
+from .states import update_for, update_while
 
 
 def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
@@ -104,6 +104,9 @@ def _lower_while(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     for v in op.outputs[n_state:]:  # tapes: growable memory of the model, not the arena
         low.own(v)
         low.unplanned.add(v.id)
+    # a trip's tape values are pushed before its states are written: they may be views
+    # of the old state
+    ins.extra["early"] = set(range(n_state, len(op.blocks[1].results)))
     for block in op.blocks:
         for arg, state in zip(block.args, op.outputs[:n_state]):
             low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
@@ -204,8 +207,10 @@ def _render_while(r, ins: Structured) -> None:
     results = ins.extra["results"][1]
     for k, v in zip(tape_ids, results[n_state:]):
         r.emit(tg.tape_push(k, r.ptr(v), f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"))
-    for state, new in zip(states, results[:n_state]):
-        r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    stored = ins.extra.get("stored", set())  # written by the trip itself (states.py)
+    for k, (state, new) in enumerate(zip(states, results[:n_state])):
+        if r.layout(new).base is not state and k not in stored:
+            r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.emit(f"++{trips};")
     r.close()
     for k, v in zip(tape_ids, tapes):
@@ -219,3 +224,4 @@ STRUCTURED["for"].extra["lower"] = ("structured", _lower_for, _render_for)
 STRUCTURED["for"].extra["states"] = update_for  # its states written in place (states.py)
 STRUCTURED["if"].extra["lower"] = ("structured", _lower_if, _render_if)
 STRUCTURED["while"].extra["lower"] = ("structured", _lower_while, _render_while)
+STRUCTURED["while"].extra["states"] = update_while

@@ -16,8 +16,11 @@ it is written (same index, same thread or GPU thread); a product must not read i
 - a yield of the old state (what a training forward keeps for its backward) is stored by
   that fused loop too where it reads the old state, else copied just before the writer.
 
+A `while`'s body block is such a step too; a tape of its old state is copied before the
+writer (update_while).
+
 An LSTM's inference and backward steps copy nothing at their end, and its training
-forward keeps one of its four copies (docs/native.md). A `while` copies its states as before.
+forward keeps one of its four copies (docs/native.md).
 """
 from __future__ import annotations
 
@@ -42,41 +45,76 @@ def update_in_place(instrs: list, layouts: dict[int, Layout], dim) -> None:
 
 
 def update_for(loop: Structured, layouts: dict[int, Layout], dim) -> None:
-    """A `for`'s states (control_flow.py attaches it to the `for` entry)."""
-    op, body = loop.op, loop.blocks[0]
+    """A `for`'s states (control_flow.py attaches it to the `for` entry). A yield of the
+    old state is stored into its step's row of the stacked output before the state is
+    written; the step's end then skips it (`extra["stored"]`)."""
+    op = loop.op
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
-    results = loop.extra["results"][0]
+
+    def keep_old(k: int, arg: Value) -> Value:
+        slot = Value(arg.type, arg.hint)
+        layouts[slot.id] = Layout(op.outputs[k],
+                                  f"{loop.extra['step']} * {dim(numel(arg.type.shape))}",
+                                  contiguous_strides(arg.type.shape))
+        loop.extra.setdefault("stored", set()).add(k)
+        return slot
+    _update(loop, loop.blocks[0], op.blocks[0].args[n_seq:], loop.extra["results"][0],
+            op.outputs[:n_state], layouts, keep_old, stores_old=True)
+
+
+def update_while(loop: Structured, layouts: dict[int, Layout], dim) -> None:
+    """A `while`'s states (control_flow.py attaches it to the `while` entry), in its body
+    block (the condition's block only reads them, before the body). A tape of the old
+    state is copied into memory of its own before the state is written, and pushed from
+    there at the trip's end."""
+    op = loop.op
+    results = loop.extra["results"][1]
+
+    def keep_old(k: int, arg: Value) -> Value:
+        slot = Value(arg.type, arg.hint)
+        layouts[slot.id] = Layout(None, None, contiguous_strides(arg.type.shape))
+        results[k] = slot
+        return slot
+    n_state = len(op.inputs)
+    _update(loop, loop.blocks[1], op.blocks[1].args, results, op.outputs[:n_state], layouts,
+            keep_old, stores_old=False)
+
+
+def _update(loop: Structured, body: list, args: list, results: list, states: list,
+            layouts: dict[int, Layout], keep_old, stores_old: bool) -> None:
+    """Write each state's new value into its buffer where it is safe. `body`: the lowered
+    block that computes them, from the state `args`; `results`: its results, the new
+    states first, then what the step keeps (yields, tapes); `keep_old(k, arg)`: the memory
+    result k, the old state, is to be kept in before the state is written; `stores_old`:
+    whether a fused loop may store it there (else it is copied)."""
+    n_state = len(states)
     for i in range(n_state):
-        state, arg, new = op.outputs[i], op.blocks[0].args[n_seq + i], results[i]
+        state, arg, new = states[i], args[i], results[i]
         if layouts[new.id].is_const or layouts[new.id].base is state:  # in place already
             continue
         at = _writer(body, new, state, layouts)
         if at is None:
             continue
         # every other reader of the old state: the instructions after the writer, and the
-        # step's results (the yields and states it copies at the step's end). The state's
-        # buffer may itself lie in another (an outer loop's yield): any read of that one
-        # counts.
+        # step's results (what it keeps and the states it copies at the step's end). The
+        # state's buffer may itself lie in another (an outer loop's yield): any read of
+        # that one counts.
         memory = root(state, layouts)
-        yields = [(k, y) for k, y in enumerate(results)
-                  if k != i and root(y, layouts) is memory]
-        if any(k < n_state or y is not arg for k, y in yields) \
+        kept = [(k, y) for k, y in enumerate(results)
+                if k != i and root(y, layouts) is memory]
+        if any(k < n_state or y is not arg for k, y in kept) \
                 or memory.id in _reads(body[at + 1:], layouts):
             continue
         writer = body[at]
         fused = writer if isinstance(writer, Fused) else None
         reads_arg = fused is not None and any(x is arg for o in fused.ops for x in o.inputs)
         moved = []
-        for k, _ in yields:  # a yield of the old state: stored by the loop, or copied first
-            slot = Value(arg.type, arg.hint)
-            layouts[slot.id] = Layout(op.outputs[k],
-                                      f"{loop.extra['step']} * {dim(numel(arg.type.shape))}",
-                                      contiguous_strides(arg.type.shape))
-            if reads_arg:
+        for k, _ in kept:  # the old state kept: stored by the loop, or copied first
+            slot = keep_old(k, arg)
+            if reads_arg and stores_old:
                 fused.also.append((slot, arg))
             else:
                 moved.append(Copy(slot, arg))
-            loop.extra.setdefault("stored", set()).add(k)
         body[at:at] = moved
         if layouts[new.id].base is None:
             layouts[new.id] = Layout(state, None, contiguous_strides(new.type.shape))
