@@ -137,18 +137,23 @@ def _render_for(r, ins: Structured) -> None:
     _skip_padding(r, op, stacked, t)
     r.instructions(ins.blocks[0])
     results = ins.extra["results"][0]
-    stored = ins.extra.get("stored", set())  # stored by the step itself (states.py)
     # the yields first: a yield may read the state
     for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
-        if r.layout(y).base is out or k in stored:  # computed in place (lowering placed it)
-            continue
-        size = r.dim(numel(y.type.shape))
-        r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
+        if not _already_in(r, ins, k, y, out):
+            size = r.dim(numel(y.type.shape))
+            r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
-        if r.layout(new).base is state or k in stored:  # in place (states.py, or
-            continue                                     # _accumulate_in_place)
-        r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+        if not _already_in(r, ins, k, new, state):
+            r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.close()
+
+
+def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:
+    """Whether a loop step's result k, `v`, is in `buffer` (its state, or its row of a
+    stacked yield) when the step ends: computed there (a view of it, placed by the
+    lowering, _accumulate_in_place or states.py), or stored there too by the fused loop
+    that computes it (states.py records those in extra["stored"])."""
+    return r.layout(v).base is buffer or k in ins.extra.get("stored", ())
 
 
 def _skip_padding(r, op: Op, stacked: list, t: str) -> None:
@@ -207,9 +212,8 @@ def _render_while(r, ins: Structured) -> None:
     results = ins.extra["results"][1]
     for k, v in zip(tape_ids, results[n_state:]):
         r.emit(tg.tape_push(k, r.ptr(v), f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"))
-    stored = ins.extra.get("stored", set())  # written by the trip itself (states.py)
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
-        if r.layout(new).base is not state and k not in stored:
+        if not _already_in(r, ins, k, new, state):
             r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.emit(f"++{trips};")
     r.close()
