@@ -12,8 +12,8 @@ from codegen.compile.cpu import cpu
 ISAS = ("native", "avx2")
 
 # What restricts each framework to AVX2 and FMA: mdl's generated code and runtime
-# (-march=x86-64-v3, codegen/compile/flags.py), MKL (PyTorch's and mdl's BLAS), oneDNN
-# (PyTorch's LSTM), OpenBLAS (numpy's sgemm peak, and mdl's with MDL_BLAS=openblas) and
+# (-march=x86-64-v3, codegen/compile/flags.py), MKL (PyTorch's BLAS, and mdl's on Intel),
+# oneDNN (PyTorch's LSTM), OpenBLAS (numpy's sgemm peak, and mdl's on AMD) and
 # XLA (JAX).
 AVX2_ENV = {"MDL_MARCH": "x86-64-v3", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
             "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",

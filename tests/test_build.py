@@ -171,12 +171,13 @@ def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_pa
 
 @pytest.mark.parametrize("vendor,isa,march,chosen", [
     ("Intel", "AVX-512", "", "mkl"), ("Intel", "AVX2", "", "mkl"),
-    ("AMD", "AVX-512", "", "openblas"), ("AMD", "AVX-512", "native", "openblas"),
-    ("AMD", "AVX2", "", "mkl"), ("AMD", "AVX-512", "x86-64-v3", "mkl")])
+    ("Intel", "AVX-512", "x86-64-v3", "mkl"), ("AMD", "AVX-512", "", "openblas"),
+    ("AMD", "AVX-512", "native", "openblas"), ("AMD", "AVX2", "", "openblas"),
+    ("AMD", "AVX-512", "x86-64-v3", "openblas")])
 def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, chosen):
-    """OpenBLAS for an AMD CPU whose AVX-512 the build uses, MKL otherwise (MKL runs its
-    generic code on AMD, OpenBLAS its AVX-512 kernels; restricted to AVX2 MKL was faster:
-    docs/build.md); MDL_BLAS overrides either way. A loop's packed products run mdl's own
+    """OpenBLAS for an AMD CPU, with AVX-512 or without, built for it or restricted to
+    AVX2; MKL on Intel (MKL runs its generic code on AMD: docs/build.md); MDL_BLAS
+    overrides either way. A loop's packed products run mdl's own
     kernel with OpenBLAS and on AMD, MKL's on Intel; MDL_SMALL_PRODUCTS overrides that."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")

@@ -1,17 +1,18 @@
 """Which BLAS the CPU target links, chosen by the CPU that builds (a module is built for
 the machine it runs on: -march=native): OpenBLAS (the `scipy-openblas32` wheel, a
-dependency everywhere) on an AMD CPU with AVX-512 (Zen 4 and later) and where MKL is not
-installed, else Intel MKL (the `mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or
-`MDL_BLAS=openblas` chooses explicitly.
+dependency everywhere) on an AMD CPU and where MKL is not installed, else Intel MKL (the
+`mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or `MDL_BLAS=openblas` chooses
+explicitly.
 
-Why, measured with the LSTM rows of the benchmark suite (docs/build.md, "The BLAS"): on
-Intel, MKL's products were 1.3 to 3x faster than OpenBLAS's on a recurrent step's shapes,
-and it can pack a loop's weight once. On AMD, MKL runs its generic library (`libmkl_def`:
-`mkl_blas_def_sgemm_kernel_0_zen` on a Zen 4, whose AVX-512 it leaves unused): on an AMD
-EPYC of Zen 4 OpenBLAS made 11 of the 13 rows faster (the generation step 19.2 -> 8.1 us,
-the B=32 H=256 forward 13.5 -> 9.5 ms), while restricted to AVX2 (as a Zen 3 runs) MKL
-made 9 of them faster (the B=1 training step 1.67 -> 0.67 ms; OpenBLAS keeps B=64 H=1024
-and T=100).
+Why, measured with the benchmark suite's models (docs/build.md, "The BLAS"): on Intel,
+MKL's products were 1.3 to 3x faster than OpenBLAS's on a recurrent step's shapes, and
+it can pack a loop's weight once. On AMD, MKL runs its generic library (`libmkl_def`): on
+an AMD EPYC of Zen 4 OpenBLAS made 11 of the 13 LSTM rows faster (the generation step
+19.2 -> 8.1 us, the B=32 H=256 forward 13.5 -> 9.5 ms); on an AMD EPYC of Zen 3 (AVX2,
+no AVX-512), the two builds alternating in one process, OpenBLAS took 0.90-1.08x MKL's
+time in the 35 rows of the LSTM, MILSTM, GRU and memory cases (0.92-0.94x at B=64
+H=1024, 0.90x the MILSTM's B=1 H=256 forward); of the rows MKL won, only the GRU with
+`if` at B=1 H=128 (training, 1.02-1.03x) stayed so when measured again.
 
 Small products have a choice of their own (`MDL_SMALL_PRODUCTS`): `own`, mdl's kernels,
 or `blas`, the BLAS's. mdl's are cpp_runtime/mdl/small_gemm.h for a loop's products of
@@ -85,7 +86,7 @@ def _library() -> Blas:
     wanted = os.environ.get("MDL_BLAS", "").strip().lower()
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
-    if not wanted and _amd_with_avx512():
+    if not wanted and cpu().vendor == "AMD":
         return _openblas()
     if wanted != "openblas":
         found = _mkl()
@@ -116,13 +117,6 @@ def _openblas() -> Blas:
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS",
                 own_kernels=True)  # OpenBLAS cannot pack
-
-
-def _amd_with_avx512() -> bool:
-    """An AMD CPU whose AVX-512 the build uses (MDL_MARCH unset or native: an explicit
-    -march builds for another machine, as `mdlc bench --isa avx2` does for one without)."""
-    march = os.environ.get("MDL_MARCH", "").strip()
-    return cpu().vendor == "AMD" and cpu().isa == "AVX-512" and march in ("", "native")
 
 
 def installed_file(distribution: str, name: str) -> Path | None:
