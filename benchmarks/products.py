@@ -116,8 +116,12 @@ def time_one(exe: Path, lib: str, where: tuple[str, dict[str, str]], p: Product,
     if done.returncode != 0:
         raise RuntimeError(f"{lib} on {p.shape}: {done.stderr.strip()}")
     a, b = operands(p)
-    want = float((a.astype(np.float64) @ b.astype(np.float64)).sum())
-    scale = float(np.abs(a).astype(np.float64).sum(axis=0) @ np.abs(b).sum(axis=1)) or 1.0
+    # sum(A @ B) = colsums(A) . rowsums(B): no product here, whose BLAS threads would spin
+    # on in this process while the next library's process is timed (NumPy's OpenBLAS:
+    # the hoisted product at half speed, as if on one thread)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = float(a64.sum(axis=0) @ b64.sum(axis=1))
+    scale = float(np.abs(a64).sum(axis=0) @ np.abs(b64).sum(axis=1)) or 1.0
     times = {}
     for line in done.stdout.splitlines():
         name, us, checksum = line.split()
