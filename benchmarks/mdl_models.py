@@ -3,27 +3,45 @@ code generator makes today for the case's device (target cpu or cuda), specializ
 the case's T and B, with the case's weights."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import data
 from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
-from codegen import load
+from codegen.compile.options import BuildOptions
+from codegen.pipeline import build, import_built
 
 MODELS = Path(__file__).resolve().with_name("models.mdl")
 MODEL_OF = {"lstm": "LSTM", "milstm": "MILSTM", "gru_if": "GRUIf", "generation": "LSTMStep"}
 MEMORY_MODEL = {"stored": "LSTM", "recompute": "LSTMRecompute", "checkpoint": "LSTMCheckpoint"}
 
 
-def setup(case: Case) -> Bench:
-    """Builds (through the cache) the case's model and copies the case's weights into it."""
+def _build_options(case: Case) -> tuple[str, BuildOptions]:
+    """The case's model name, and the options its module is built with."""
     name = MEMORY_MODEL[case.loop] if case.group == "memory" else MODEL_OF[case.group]
     defines = {k: v for k, v in case.dims.items() if k in ("H", "K")}
     specialize = [{"B": case.dims["B"]} if case.group == "generation"
                   else {"T": case.dims["T"], "B": case.dims["B"]}]
-    module = load(MODELS, model=name, defines=defines, specialize=specialize,
-                  target=case.device, name=f"bench_{name.lower()}")
+    return name, BuildOptions(case.device, "f32", defines, name, specialize)
+
+
+def prebuild(cases: list[Case], workers: int) -> None:
+    """Builds every case's module into the cache, `workers` compilers at a time, so that
+    the worker that times a case only loads it (the GPU rows' nvcc builds take seconds
+    each, one after another in the worker)."""
+    def one(case: Case) -> None:
+        name, options = _build_options(case)
+        build(MODELS, f"bench_{name.lower()}", options)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, cases))
+
+
+def setup(case: Case) -> Bench:
+    """Builds (through the cache) the case's model and copies the case's weights into it."""
+    name, options = _build_options(case)
+    module = import_built(MODELS, f"bench_{name.lower()}", options)
     model = getattr(module, name)(seed=0)
     model.set_params(data.params(case))
     xs = data.inputs(case)

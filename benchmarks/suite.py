@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmarks import measure, report
 from benchmarks.cases import MDL, cases, select, sgemm_case
 from benchmarks.machine import cpu, describe, isa_environment
+from benchmarks.mdl_models import prebuild
 from benchmarks.memory import measure_memory
 from benchmarks.plot import plot
 from benchmarks.pool import Pool
@@ -43,9 +44,13 @@ def run(args) -> int:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.device == "cuda":  # a GPU machine's cores build the modules side by side
+        print("building the mdl models", file=sys.stderr)
+        prebuild([c for c in selected if c.group != "memory"], cpus)
     with tempfile.TemporaryDirectory(prefix="mdl-bench-") as work, \
             Pool(args.threads, args.quick, out / "logs",
-                 {**_fresh_caches(Path(work)), **isa_environment(args.isa)}) as pool:
+                 {**_fresh_caches(Path(work)), **isa_environment(args.isa),
+                  **_shared_gpu(args.device)}) as pool:
         rounds = min(reps, 5)  # a memory round is a process per loop option: at most 3
         plan = measure.Plan(reps=reps, rounds=rounds, warmups=3,
                             step_calls=10 if args.quick else 200,
@@ -76,6 +81,12 @@ def _fresh_caches(work: Path) -> dict[str, str]:
     """torch.compile's caches in the run's own directory, so that its compile times are
     those of a first compile, not of a cache filled by an earlier run."""
     return {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")}
+
+
+def _shared_gpu(device: str) -> dict[str, str]:
+    """Every framework's worker holds the one GPU at once: JAX takes memory as it needs it,
+    not three quarters of the card when it starts."""
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if device == "cuda" else {}
 
 
 def ok(result: dict) -> bool:

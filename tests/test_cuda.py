@@ -5,6 +5,7 @@ RuntimeError, and nothing crashes. With a GPU: every example against the referen
 interpreter, as tests/test_native.py checks the cpu target."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -35,14 +36,14 @@ pytestmark = pytest.mark.skipif(_nvcc_missing() is not None,
 @pytest.fixture(scope="session")
 def cuda_modules() -> dict:
     """Every example's module for the cuda target, in f32 and f64: {(file, dtype): module},
-    built two at a time (each build is one nvcc)."""
+    built up to eight at a time (each build is one nvcc)."""
     from codegen.pipeline import load
 
     def build(key):
         file, dtype = key
         return key, load(EXAMPLES / file, target="cuda", dtype=dtype,
                          name=f"{Path(file).stem}_{dtype}_cuda")
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 2)) as pool:
         return dict(pool.map(build, [(f, d) for f in FILES for d in ("f32", "f64")]))
 
 

@@ -2,9 +2,14 @@
 emulated device"): every example's module.cu, the same text nvcc compiles, built by the
 host compiler and run on the CPU with every CUDA thread a checked fiber. Each example
 against the reference interpreter, under two thread orders, and in deferred mode; training
-and checkpoints against the cpu target; bad input data raises the CPU's exceptions."""
+and checkpoints against the cpu target; bad input data raises the CPU's exceptions.
+
+With MDL_TEST_DEVICE=gpu the same tests run on a real GPU instead (docs/cuda.md, "On a
+machine with a GPU"): the modules are built by nvcc, and the emulator's own settings
+(thread orders, deferred streams) have no effect there."""
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +22,10 @@ from test_native import MODELS, assert_example_matches
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FILES = sorted({file for file, _ in MODELS})
 ORDERS = ["order=forward", "order=reverse"]
+ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
+EMULATE = not ON_GPU
+SUFFIX = "cuda" if ON_GPU else "emulated"  # module names: test_cuda.py builds the same
+DEVICE = "cuda" if ON_GPU else "cuda-emulated"  # what a model's `device` says
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +35,9 @@ def emulated_modules() -> dict:
 
     def build(key):
         file, dtype = key
-        return key, load(EXAMPLES / file, target="cuda", emulate=True, dtype=dtype,
-                         name=f"{Path(file).stem}_{dtype}_emulated")
-    with ThreadPoolExecutor(2) as pool:
+        return key, load(EXAMPLES / file, target="cuda", emulate=EMULATE, dtype=dtype,
+                         name=f"{Path(file).stem}_{dtype}_{SUFFIX}")
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 2)) as pool:
         return dict(pool.map(build, [(f, d) for f in FILES for d in ("f32", "f64")]))
 
 
@@ -54,13 +63,13 @@ def test_deferred_streams_and_shuffled_threads(emulated_modules, file, model, mo
 def charlms(charlm64_generic):
     """(emulated cuda, cpu) modules of charlm.mdl in f64 with H = 16."""
     from codegen.pipeline import load
-    return (load(CHARLM, target="cuda", emulate=True, dtype="f64", defines={"H": 16},
-                 name="charlm_h16_f64_emulated"), charlm64_generic)
+    return (load(CHARLM, target="cuda", emulate=EMULATE, dtype="f64", defines={"H": 16},
+                 name=f"charlm_h16_f64_{SUFFIX}"), charlm64_generic)
 
 
 def test_the_model_says_where_it_runs(charlms):
     emulated, cpu = charlms
-    assert emulated.CharLM(seed=0).device == "cuda-emulated"
+    assert emulated.CharLM(seed=0).device == DEVICE
     assert cpu.CharLM(seed=0).device == "cpu"
 
 
@@ -118,15 +127,22 @@ def test_bad_input_data_raises_the_cpus_exception(charlms, name, value):
     assert errors[0] == errors[1]
 
 
-def test_outputs_left_on_the_emulated_device_read_as_host_memory(charlms):
+def test_outputs_left_on_the_device_read_through_dlpack(charlms):
+    """The emulator's device memory is the host's (kDLCPU, read by NumPy); a GPU's is
+    kDLCUDA, read by PyTorch where it is installed."""
     emulated, _ = charlms
     m = emulated.CharLM(seed=0)
     want = m.forward(**charlm_batch(1))["logits"]
     m.outputs_on_device = True
     out = m.forward(**charlm_batch(1))["logits"]
-    assert out.__dlpack_device__() == (1, 0)  # kDLCPU: the emulator's memory is the host's
-    np.testing.assert_array_equal(np.from_dlpack(out), want)
     np.testing.assert_array_equal(out.numpy(), want)
+    if not ON_GPU:
+        assert out.__dlpack_device__() == (1, 0)  # kDLCPU
+        np.testing.assert_array_equal(np.from_dlpack(out), want)
+        return
+    assert out.__dlpack_device__()[0] == 2  # kDLCUDA
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(torch.from_dlpack(out).cpu().numpy(), want)
 
 
 def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_path):
@@ -136,14 +152,15 @@ def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_p
     def mdlc(*args):
         return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
                               text=True, timeout=600, cwd=tmp_path)
-    done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--emulate", "-o",
+    emulate = ["--emulate"] * EMULATE
+    done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", *emulate, "-o",
                 str(tmp_path))
     assert done.returncode == 0, done.stderr
     run = subprocess.run([sys.executable, "-c", "import towers; m = towers.Towers(seed=0); "
                           "print(m.device)"], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120)
-    assert run.returncode == 0 and run.stdout.strip() == "cuda-emulated", run.stderr
-    done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda", "--emulate")
+    assert run.returncode == 0 and run.stdout.strip() == DEVICE, run.stderr
+    done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda", *emulate)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -159,7 +176,7 @@ def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
     path = tmp_path / "loops.mdl"
     path.write_text(SOURCE)
-    module = load(path, target="cuda", emulate=True, dtype="f64", name="loops_f64_emulated")
+    module = load(path, target="cuda", emulate=EMULATE, dtype="f64", name=f"loops_f64_{SUFFIX}")
     for steps in (1, 2, 3, 4, 7):
         for model in ("Checkpoint", "CheckpointReversed"):
             graph = check_file(str(path), model=model, dtype="f64").graph
