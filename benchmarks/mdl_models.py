@@ -38,33 +38,45 @@ def prebuild(cases: list[Case], workers: int) -> None:
         list(pool.map(one, cases))
 
 
-def setup(case: Case) -> Bench:
-    """Builds (through the cache) the case's model and copies the case's weights into it."""
+def setup(case: Case, resident: bool = True) -> Bench:
+    """Builds (through the cache) the case's model and copies the case's weights into it.
+    On a GPU the data stays there (`resident`), as the peers' tensors do: the inputs are
+    put on the device once, and outputs and gradients are left there; otherwise each call
+    copies them over PCIe, as a call with NumPy arrays does."""
     name, options = _build_options(case)
     module = import_built(MODELS, f"bench_{name.lower()}", options)
     model = getattr(module, name)(seed=0)
     model.set_params(data.params(case))
     xs = data.inputs(case)
-    return _generation(model, xs["xs"]) if case.group == "generation" else _training(model, xs)
+    resident = resident and case.device != "cpu"
+    place = model.to_device if resident else (lambda a: a)
+    model.outputs_on_device = resident
+    if case.group == "generation":
+        return _generation(model, [place(x) for x in xs["xs"]], place(np.zeros_like(xs["xs"][0])))
+    return _training(model, {k: place(v) for k, v in xs.items()}, xs["weights"])
 
 
-def _training(model, xs: dict[str, np.ndarray]) -> Bench:
+def _host(value) -> np.ndarray:
+    """A result as a NumPy array: a device model's are DeviceArrays, which numpy() copies."""
+    return value if isinstance(value, np.ndarray) else value.numpy()
+
+
+def _training(model, xs: dict, weights: np.ndarray) -> Bench:
     def step():
         model.forward(**xs, training=True)
         return model.backward()
 
     def check():
-        loss = model.forward(**xs, training=True)["loss"]
-        grads = model.backward()
+        loss = _host(model.forward(**xs, training=True)["loss"])
+        grads = {k: _host(v) for k, v in model.backward().items()}
         # |loss| <= |hs| |weights|, and d loss / d weights = hs: the scale of the terms
         # whose summation order differs between frameworks (the loss cancels a lot)
-        scale = np.linalg.norm(grads["input:weights"]) * np.linalg.norm(xs["weights"])
+        scale = np.linalg.norm(grads["input:weights"]) * np.linalg.norm(weights)
         return {"loss": loss, "loss_scale": scale, **grads}
     return Bench({TRAIN: step, FORWARD: lambda: model.forward(**xs)}, check)
 
 
-def _generation(model, xs: np.ndarray) -> Bench:
-    zeros = np.zeros_like(xs[0])
+def _generation(model, xs: list, zeros) -> Bench:
     state = {"h": zeros, "c": zeros, "t": 0}
 
     def step():
@@ -76,5 +88,5 @@ def _generation(model, xs: np.ndarray) -> Bench:
         for x in xs:
             out = model.forward(x=x, h=h, c=c)
             h, c = out["h_next"], out["c_next"]
-        return {"h": h, "c": c}
+        return {"h": _host(h), "c": _host(c)}
     return Bench({STEP: step}, check)

@@ -59,22 +59,29 @@ def run(args) -> int:
                             skip_compile=args.skip_compile, work=Path(work))
         print("sgemm peak", file=sys.stderr)
         peak = measure.measure_peak(sgemm_case(args.quick, args.device), pool, plan)
-        rows = []
+        result = {"meta": _meta(args, reps, plan, pool.versions), "peak": peak, "rows": [],
+                  "memory": []}
         timed = [c for c in selected if c.group != "memory"]
         for i, case in enumerate(timed):
             print(f"[{i + 1}/{len(timed)}] {case.name}", file=sys.stderr)
-            rows += measure.measure_case(case, pool, plan, peak["gflops"][str(args.threads)])
+            result["rows"] += measure.measure_case(case, pool, plan,
+                                                   peak["gflops"][str(args.threads)])
+            _write(out, result)  # a run cut short keeps the rows it measured
         memory = [c for c in selected if c.group == "memory"]
-        memory_rows = measure_memory(memory, pool, plan) if memory else []
-        versions = pool.versions
-    result = {"meta": _meta(args, reps, plan, versions), "peak": peak, "rows": rows,
-              "memory": memory_rows}
-    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    text = report.markdown(result)
-    (out / "results.md").write_text(text)
+        result["memory"] = measure_memory(memory, pool, plan) if memory else []
+        result["meta"]["versions"] = pool.versions
+    text = _write(out, result)
     print(text)
     print(plot(result, out / "ratios.png"), file=sys.stderr)
     return 0 if ok(result) else 1
+
+
+def _write(out: Path, result: dict) -> str:
+    """results.json and results.md in `out`; the Markdown."""
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    text = report.markdown(result)
+    (out / "results.md").write_text(text)
+    return text
 
 
 def _fresh_caches(work: Path) -> dict[str, str]:

@@ -278,3 +278,61 @@ def test_products_refuses_bad_options_with_a_usage_error(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
         products.main(argv)
     assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("group", ["lstm", "generation"])
+def test_the_gpu_rows_keep_mdls_data_on_the_device(monkeypatch, group):
+    """What `--device cuda` runs of mdl, on the emulated GPU: inputs put on the device once,
+    outputs and gradients left there (as the peers' tensors are), and the check's numbers
+    those of the same case on the cpu target."""
+    import dataclasses
+
+    from benchmarks import mdl_models
+    options_of = mdl_models._build_options
+
+    def emulated(case):
+        name, options = options_of(case)
+        return name, dataclasses.replace(options, emulate=options.target == "cuda")
+    monkeypatch.setattr(mdl_models, "_build_options", emulated)
+    case = next(c for c in cases(quick=True, device="cuda") if c.group == group)
+    gpu = mdl_models.setup(case)
+    cpu = mdl_models.setup(dataclasses.replace(case, device="cpu"))
+    for timed in gpu.passes.values():
+        out = timed()
+        assert out is None or all(type(v).__name__ == "DeviceArray" for v in out.values())
+    got, want = gpu.check(), cpu.check()
+    assert got.keys() == want.keys()
+    for name in want:
+        assert isinstance(got[name], (np.ndarray, float, np.floating)), name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_the_gpu_profile_reads_the_gpus_work_from_the_profilers_events():
+    """benchmarks.gpu_profile's report, from key averages as PyTorch's profiler gives them
+    (the GPU has to run it: python -m benchmarks.gpu_profile)."""
+    from types import SimpleNamespace
+
+    from benchmarks.gpu_profile import gpu_activities, summary
+
+    def event(key, count, us, device="DeviceType.CUDA"):
+        return SimpleNamespace(key=key, count=count, self_device_time_total=us,
+                               device_type=device)
+    events = [event("cudaLaunchKernel", 70, 0.0, "DeviceType.CPU"),
+              event("forward_0_k2", 35, 70.0), event("sm90_xmma_gemm", 35, 140.0),
+              event("Memcpy HtoD (Pageable -> Device)", 4, 40.0), event("idle", 1, 0.0)]
+    got = gpu_activities(events)
+    assert [a.name for a in got] == ["sm90_xmma_gemm", "forward_0_k2",
+                                     "Memcpy HtoD (Pageable -> Device)"]
+    text = summary("lstm forward", [500.0, 400.0, 600.0], got, calls=2, top=2)
+    assert text.splitlines() == [
+        "lstm forward: 500.0 us a call (median of 3), GPU busy 125.0 us (25%), 35.0 kernels "
+        "and 2.0 copies a call",
+        f"    {70.0:9.1f} us  {17.5:6.1f}x  sm90_xmma_gemm",
+        f"    {35.0:9.1f} us  {17.5:6.1f}x  forward_0_k2"]
+
+
+def test_the_gpu_profile_without_a_gpu_says_so():
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_profile"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "no GPU that PyTorch can use" in done.stderr and "Traceback" not in done.stderr

@@ -191,3 +191,47 @@ def test_outputs_on_the_device_are_read_through_dlpack(modules):
     torch = pytest.importorskip("torch", reason="torch is not installed: NumPy read the "
                                 "arrays above")
     np.testing.assert_array_equal(torch.from_dlpack(logits).numpy(), want["logits"])
+
+
+def test_inputs_put_on_the_device_are_read_where_they_are(modules):
+    """`to_device`: a copy of a NumPy array in the device's memory, which calls read there
+    (the stand-in checks that every input a function gets is its memory), as they read a
+    model's outputs left there: a generation step's state goes round without the host."""
+    on, off = pair(modules)
+    batch = charlm_batch(1)
+    with pytest.raises(ValueError, match="runs on the CPU, which reads NumPy arrays"):
+        off.to_device(batch["tokens"])
+    placed = {k: on.to_device(v) for k, v in batch.items()}
+    assert repr(placed["tokens"]) == "DeviceArray(i32[6, 3] on checked)"
+    np.testing.assert_array_equal(placed["lengths"].numpy(), batch["lengths"])
+    assert_same(on.forward(**placed), off.forward(**batch))
+    on.forward(**placed, training=True)
+    off.forward(**batch, training=True)
+    del placed  # the backward reads the training forward's inputs: the model keeps them
+    assert_same(on.backward(), off.backward())
+    on.outputs_on_device = True
+    logits = on.forward(**batch)["logits"]  # a DeviceArray of another dtype and shape
+    with pytest.raises(ValueError, match=r"input 'tokens': expected i32\[T, B\], got "
+                                         r"float64\[6, 3, 96\] \(wrong dtype\)"):
+        on.forward(**{**batch, "tokens": logits})
+    with pytest.raises(ValueError, match=r"to_device: expected an array of a dtype of model "
+                                         r"CharLM's inputs \(int32\), got int64"):
+        on.to_device(batch["tokens"].astype(np.int64))
+
+
+def test_a_step_model_takes_its_own_outputs_back(modules):
+    """CharLMStep's state, handed out on the device, goes back in as the next step's input
+    (where the emulated GPU's memory is the host's, DLPack alone would copy it over)."""
+    on, off = (module.CharLMStep(seed=4) for module in modules)
+    on.outputs_on_device = True
+    token = np.array([5, 7, 9], np.int32)
+    state = {"h": np.zeros((3, 16)), "c": np.zeros((3, 16))}
+    placed = {k: on.to_device(v) for k, v in state.items()}
+    for step in range(3):
+        got = on.forward(token=on.to_device(token), **placed)
+        want = off.forward(token=token, **state)
+        for name in want:
+            np.testing.assert_array_equal(got[name].numpy(), want[name], err_msg=name)
+        placed = {"h": got["h_out"], "c": got["c_out"]}
+        state = {"h": want["h_out"], "c": want["c_out"]}
+        token = (token + step) % 96

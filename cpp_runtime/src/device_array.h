@@ -32,9 +32,31 @@ struct DeviceArray {
   // A copy of `bytes` at `data` (the device's memory) into a buffer of its own.
   DeviceArray(const Device* device, void* context, const void* data,
               std::vector<int64_t> shape, const DTypeSpec& dtype)
+      : DeviceArray(device, std::move(shape), dtype) {
+    if (bytes()) device->copy(context, memory->data(), data, bytes());
+  }
+
+  // A buffer of its own, not yet written.
+  DeviceArray(const Device* device, std::vector<int64_t> shape, const DTypeSpec& dtype)
       : shape(std::move(shape)), dtype(dtype), device(device) {
     memory = std::make_shared<Buffer<char>>(device, bytes());
-    if (bytes()) device->copy(context, memory->data(), data, bytes());
+  }
+
+  // A copy of host array `a` (C-contiguous, of dtype `d`), as `to_device` makes.
+  static DeviceArray from_host(const Device* device, void* context, const py::array& a,
+                               const DTypeSpec& d) {
+    DeviceArray out(device, std::vector<int64_t>(a.shape(), a.shape() + a.ndim()), d);
+    if (out.bytes()) device->upload(context, out.memory->data(), a.data(), out.bytes());
+    return out;
+  }
+
+  // `obj` itself, where it is a DeviceArray of this module's in `device`'s memory (an
+  // output handed out, or to_device's): an input read where it lies, on any device (the
+  // emulated one's memory is the host's, which DLPack alone would make a host array).
+  static const DeviceArray* of(py::handle obj, const Device* device) {
+    if (!py::isinstance<DeviceArray>(obj)) return nullptr;
+    const DeviceArray& a = obj.cast<const DeviceArray&>();
+    return a.device == device ? &a : nullptr;
   }
 
   int64_t bytes() const {

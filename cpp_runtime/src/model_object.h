@@ -108,6 +108,30 @@ class Model {
     outputs_on_device_ = on;
   }
 
+  // A copy of `array` in the device's memory, as a DeviceArray of the dtype of one of the
+  // model's inputs: an input that stays on the device across calls, read there in place
+  // (a device model's).
+  DeviceArray to_device(py::handle array) {
+    if (spec_->device->in_place)
+      throw py::value_error("to_device: model " + std::string(spec_->name) +
+                            " runs on the CPU, which reads NumPy arrays where they are");
+    py::array a = py::array::ensure(as_array(array), py::array::c_style);
+    if (!a) throw std::bad_alloc();
+    std::string dtypes;  // the inputs' dtypes, the ones an array on the device may have
+    for (int i = 0; i < spec_->n_inputs; ++i) {
+      const DTypeSpec& d = spec_->inputs[i].dtype;
+      if (has_dtype(a, d)) {
+        std::unique_lock<std::mutex> guard = hold_lock();
+        return DeviceArray::from_host(spec_->device, state_.device, a, d);
+      }
+      if (dtypes.find(d.numpy) == std::string::npos)
+        dtypes += (dtypes.empty() ? "" : ", ") + std::string(d.numpy);
+    }
+    throw py::value_error("to_device: expected an array of a dtype of model " +
+                          std::string(spec_->name) + "'s inputs (" + dtypes + "), got " +
+                          std::string(py::str(a.dtype())));
+  }
+
   // Where the model's memory lives and its code runs: its device's name ("cpu", "cuda").
   std::string device() const { return spec_->device->name; }
 
@@ -437,6 +461,15 @@ class Model {
 
   // Input `s` of the declared dtype, rank and dims, C-contiguous; binds user dims.
   Argument convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+    if (const DeviceArray* d = DeviceArray::of(obj, spec_->device)) {
+      check_type(s, spec_->dim_names,
+                 d->dtype.kind == s.dtype.kind && d->dtype.itemsize == s.dtype.itemsize,
+                 int64_t(d->shape.size()), d->shape.data(),
+                 [&] { return shape_text(d->dtype.numpy, d->shape.size(), d->shape.data()); },
+                 dims);
+      return {py::reinterpret_borrow<py::object>(obj), d->memory->data(),
+              std::size_t(d->bytes()), true};
+    }
     if (on_cuda(obj, "input", s.name, *spec_)) {
       DLPackTensor t = take_dlpack(obj);
       check_type(s, spec_->dim_names, has_dtype(*t.tensor, s.dtype), t.tensor->ndim,
