@@ -4,6 +4,7 @@ environment, builds and runs a model from another directory."""
 from __future__ import annotations
 
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -62,8 +63,16 @@ def test_a_wheel_works_from_a_fresh_virtual_environment(tmp_path):
          "-w", str(tmp_path / "dist"), str(source)])
     wheel, = (tmp_path / "dist").glob("mdl-*.whl")
     venv = tmp_path / "venv"
-    # the venv sees this environment's packages (lark, numpy, ...) but gets its own mdl
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
+    # the venv sees this environment's packages (lark, numpy, ...) after its own, where it
+    # gets its own mdl: through a .pth of its site-packages, since --system-site-packages
+    # would show it the base interpreter's when this environment is itself a venv
+    run([sys.executable, "-m", "venv", str(venv)])
+    inner = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
+        "site-packages"
+    outer = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                      else [])
+    (inner / "outer.pth").write_text("import site; " + "; ".join(
+        f"site.addsitedir({d!r})" for d in outer) + "\n")
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
          "--no-index", str(wheel)])
     work = tmp_path / "elsewhere"
