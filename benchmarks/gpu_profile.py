@@ -1,9 +1,10 @@
 """Where an mdl model's time goes on a GPU (issue #20): each selected GPU case's mdl passes,
-called two ways (NumPy arrays in and out, and the data left on the device, as the suite
-calls it), timed by the wall clock, then run under PyTorch's profiler, whose CUPTI records
-every kernel and copy of the process: mdl's own, cuBLAS's and the runtime's. For each pass
-it prints the wall time a call, the GPU's busy time a call, the launches and copies a
-call, and the kernels and copies that take the most GPU time.
+called three ways (NumPy arrays in and out; the data left on the device, as the suite
+calls it; the same without CUDA graphs, MDL_CUDA_GRAPHS=0), timed by the wall clock, then
+run under PyTorch's profiler, whose CUPTI records every kernel and copy of the process:
+mdl's own, cuBLAS's and the runtime's. For each pass it prints the wall time a call, the
+GPU's busy time a call, the launches and copies a call, and the kernels and copies that
+take the most GPU time.
 
     python3 -m benchmarks.gpu_profile                       # every LSTM row and generation
     python3 -m benchmarks.gpu_profile --only gpu-lstm-t35-b1-h128 --calls 50 --top 12
@@ -63,14 +64,25 @@ def summary(title: str, wall_us: list[float], activities: list[Activity], calls:
     return "\n".join(lines)
 
 
-def profile(case: Case, resident: bool, calls: int, top: int) -> list[str]:
+WAYS = [(False, True), (True, True), (True, False)]  # (data on the device, CUDA graphs)
+
+
+def profile(case: Case, resident: bool, graphs: bool, calls: int, top: int) -> list[str]:
     """The reports of each of the case's mdl passes, called one way."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    bench = setup(case, resident=resident)
-    how = "data on the device" if resident else "NumPy in and out"
+    before = os.environ.get("MDL_CUDA_GRAPHS")
+    os.environ["MDL_CUDA_GRAPHS"] = "1" if graphs else "0"  # read when the model is made
+    try:
+        bench = setup(case, resident=resident)
+    finally:
+        os.environ.pop("MDL_CUDA_GRAPHS")
+        if before is not None:
+            os.environ["MDL_CUDA_GRAPHS"] = before
+    how = ("data on the device" if resident else "NumPy in and out") + \
+        ("" if graphs else ", no CUDA graphs")
     reports = []
     for name, run in bench.passes.items():
         for _ in range(WARMUPS):
@@ -116,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prebuild(chosen, len(os.sched_getaffinity(0)))
     for case in chosen:
-        for resident in (False, True):
-            for report in profile(case, resident, args.calls, args.top):
+        for resident, graphs in WAYS:
+            for report in profile(case, resident, graphs, args.calls, args.top):
                 print(report, flush=True)
     return 0
 

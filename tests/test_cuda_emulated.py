@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import CHARLM, charlm_batch
-from test_native import MODELS, assert_example_matches
+from test_native import MODELS, assert_example_matches, graph_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FILES = sorted({file for file, _ in MODELS})
@@ -57,6 +57,46 @@ def test_deferred_streams_and_shuffled_threads(emulated_modules, file, model, mo
     and blocks in a seeded random order, every kernel on fibers."""
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred,order=shuffle,seed=3,fibers")
     assert_example_matches(emulated_modules[(file, "f64")], file, model, "f64")
+
+
+@pytest.mark.parametrize("file, model", MODELS, ids=[f"{f}:{m}" for f, m in MODELS])
+def test_repeated_calls_replay_a_captured_cuda_graph(emulated_modules, file, model,
+                                                     monkeypatch):
+    """A function whose host code only queues work runs as a CUDA graph (docs/cuda.md,
+    "CUDA graphs"): the first call runs as it is, the second, queueing the same work, is
+    captured, the third replays it; each on new numbers, against the reference. The
+    functions of control.mdl read their conditions back to the host: never captured."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")  # a missing wait reads poison
+    m = assert_example_matches(emulated_modules[(file, "f64")], file, model, "f64", calls=3)
+    trains = graph_of(file, model, "f64").loss is not None  # infer, train and backward
+    functions = 0 if file == "control.mdl" else 3 if trains else 1
+    assert m.cuda_graphs == {"captured": functions, "replayed": functions}
+
+
+def test_a_graph_is_replayed_only_for_the_work_it_was_captured_from(emulated_modules):
+    """A call whose host code would queue other work (other dims, so other sizes and
+    pointers) runs as it is, and the captured graph serves the next call that matches."""
+    from test_native import DIMS, assert_training_matches, random_case
+    module = emulated_modules[("charlm.mdl", "f64")]
+    graph = graph_of("charlm.mdl", "CharLM", "f64")
+    m = module.CharLM(seed=3)
+    replayed = []
+    for seed, steps in enumerate([5, 5, 5, 4, 5, 3]):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(DIMS, "T", steps)
+            inputs = random_case(graph, "f64", seed=seed)
+        assert_training_matches(m, graph, inputs, 1e-10, seed=3)
+        replayed.append(m.cuda_graphs["replayed"])
+    # T=5 captured at the second call, replayed at the third and fifth (train, backward)
+    assert replayed == [0, 0, 2, 2, 4, 4]
+
+
+def test_cuda_graphs_can_be_turned_off(emulated_modules, monkeypatch):
+    """MDL_CUDA_GRAPHS=0 (read when a model is made): every call runs as it is."""
+    monkeypatch.setenv("MDL_CUDA_GRAPHS", "0")
+    m = assert_example_matches(emulated_modules[("gru.mdl", "f64")], "gru.mdl",
+                               "GRUClassifier", "f64", calls=3)
+    assert m.cuda_graphs == {"captured": 0, "replayed": 0}
 
 
 @pytest.fixture(scope="module")

@@ -117,6 +117,27 @@ def test_a_missing_stream_synchronization_shows_in_deferred_mode(kernels, monkey
     assert error == "" and np.isnan(seen).all(), seen  # the copy had not run yet
 
 
+@pytest.mark.parametrize("mode", ["", "deferred"])
+def test_a_captured_graph_replays_its_work_on_what_memory_holds_then(kernels, monkeypatch, mode):
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", mode)
+    passes(kernels.graph(0), [0, 0, 0, 20, 40, 60, 200, 400, 600])
+
+
+@pytest.mark.parametrize("unsafe, refused", [
+    (1, "cudaMalloc while a stream is capturing"),
+    (2, "cudaStreamSynchronize of a capturing stream"),
+    (3, "cudaMemcpyAsync with cudaMemcpyDeviceToHost on a capturing stream"),
+    (4, "cudaMemcpy while a stream is capturing"),
+])
+def test_a_call_cuda_refuses_during_capture_invalidates_it(kernels, unsafe, refused):
+    error, seen = kernels.graph(unsafe)
+    call, ended = error.split(" | ")
+    assert call.startswith("emulated CUDA device: " + refused), call
+    assert ended.startswith("emulated CUDA device: cudaStreamEndCapture: the capture was "
+                            "invalidated by " + refused), ended
+    assert seen == [0, 0, 0]
+
+
 def test_an_unknown_setting_is_an_error(kernels, monkeypatch):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "order=sideways")
     fails(kernels.host_pointer(True), "MDL_CUDA_EMULATOR: order=sideways",

@@ -66,20 +66,23 @@ def assert_training_matches(m, graph, inputs, tol: float, seed: int = 0) -> dict
     return grads
 
 
-def assert_example_matches(module, file: str, model: str, dtype: str) -> None:
+def assert_example_matches(module, file: str, model: str, dtype: str, calls: int = 1):
     """Model `model` of `module` (example `file` built in `dtype`, for any target) against
-    the reference: its outputs, and its loss and gradients where it trains."""
+    the reference: its outputs, and its loss and gradients where it trains; `calls` times,
+    on new numbers of the same shapes each time. The model."""
     graph = graph_of(file, model, dtype)
     m = getattr(module, model)(seed=3)
-    inputs = random_case(graph, dtype)
-    params = {k: np.array(v) for k, v in m.params.items()}
     tol = TOLERANCE[dtype]
-    out = m.forward(**inputs)
-    want = reference.run(graph, inputs, params)
-    for name in graph.outputs:
-        assert rel_error(out[name], want[name]) < tol, name
-    if graph.loss is not None:
-        assert_training_matches(m, graph, inputs, tol, seed=3)
+    for call in range(calls):
+        inputs = random_case(graph, dtype, seed=call + 1)
+        params = {k: np.array(v) for k, v in m.params.items()}
+        out = m.forward(**inputs)
+        want = reference.run(graph, inputs, params)
+        for name in graph.outputs:
+            assert rel_error(out[name], want[name]) < tol, name
+        if graph.loss is not None:
+            assert_training_matches(m, graph, inputs, tol, seed=3)
+    return m
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])

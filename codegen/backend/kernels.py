@@ -210,6 +210,9 @@ def _segment(r, op, inputs, ins, outs):
 statements("segment", _segment)
 
 
+DRAW = "m.draw"  # a call's random numbers, counted on the host (mdl/model.h's State::draw)
+
+
 def _dropout_like(mask_only: bool):
     def lines(r, op, inputs, ins, outs):
         n = r.dim(numel(inputs[0].type.shape))
@@ -219,7 +222,7 @@ def _dropout_like(mask_only: bool):
         salt = f"uint64_t({op.attrs['salt']})"
         return [f"{r.target.call('dropout')}{'true' if mask_only else 'false'}, {ins[0]}, {n}, "
                 f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
-                f"m.draw({salt}, {n}), {outs[0]});"]
+                f"{DRAW}({salt}, {n}), {outs[0]});"]
     return lines
 
 

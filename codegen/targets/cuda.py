@@ -9,11 +9,19 @@ function what device code found wrong with the inputs."""
 from __future__ import annotations
 
 from ..backend.element import assign as assign_element, compute, store
+from ..backend.kernels import DRAW
 from ..backend.lower import Fused
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.target import Target
 from ..compile.toolchain import EMULATED_CUDA, NVCC
 from ..ir.shapes import Dim, numel
+
+
+SCALAR, TAPE, TAPE_PUSH = "mdl::cuda::scalar", "g.tape", "mdl::cuda::tape_push"
+# What a function's host code may do that rules out capturing it as a CUDA graph: read a
+# value back from the device (a condition, an index offset), use a tape, draw random
+# numbers on the host (its counters would move twice).
+HOST_WORK = tuple(f"{call}(" for call in (SCALAR, TAPE, TAPE_PUSH, DRAW))
 
 
 class CudaTarget(Target):
@@ -34,6 +42,19 @@ class CudaTarget(Target):
     def arena(self, k: int) -> list[str]:
         return [f"char* arena = g.arena({k}).hold(total); (void)arena; (void)off;"]
 
+    def function(self, r, body: list[str]) -> str:
+        """A function whose host code only queues work runs as a CUDA graph once a call
+        repeats the last one's work (cpp_runtime/mdl/cuda/graph.h): its body runs dry
+        first, then again or not at all, so it must neither read the device from the host
+        nor change the host's state but by assignments it repeats alike."""
+        if any(call in line for line in body for call in HOST_WORK):
+            return super().function(r, body)
+        wrapped = ["  static const char graph_site = 0;  // this function's graph in g.graphs",
+                   "  for (mdl::cuda::GraphCall run(g.graphs, &graph_site, g.stream); "
+                   "run.pass();) {",
+                   *("  " + line for line in body), "  }"]
+        return super().function(r, wrapped)
+
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         totals = [total for _, total, _ in ins.sums]
 
@@ -51,19 +72,19 @@ class CudaTarget(Target):
                      lambda index: assign_element(r, dst, src, index), {dst.id})
 
     def scalar(self, pointer: str) -> str:
-        return f"mdl::cuda::scalar(g, {pointer})"
+        return f"{SCALAR}(g, {pointer})"
 
     def scratch(self, k: int, nbytes: str) -> str:
         return f"g.scratch({k}, {nbytes})"
 
     def tape_clear(self, k: int) -> str:
-        return f"g.tape({k}).clear();"
+        return f"{TAPE}({k}).clear();"
 
     def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
-        return f"mdl::cuda::tape_push(g, {k}, {pointer}, {nbytes});"
+        return f"{TAPE_PUSH}(g, {k}, {pointer}, {nbytes});"
 
     def tape_data(self, k: int, ctype: str) -> str:
-        return f"reinterpret_cast<{ctype}*>(g.tape({k}).data())"
+        return f"reinterpret_cast<{ctype}*>({TAPE}({k}).data())"
 
     # ---- kernels ----
     def _launch(self, r, shape: tuple[Dim, ...], operands: list, body, written: set[int],

@@ -1,5 +1,5 @@
 // The CUDA runtime API as the emulated device provides it: the part of it mdl's cuda target
-// uses (memory, copies, streams, errors, launches), declared for the host compiler, which
+// uses (memory, copies, streams, errors, launches, graphs captured from a stream), declared for the host compiler, which
 // then builds the target's generated module.cu and runtime as C++ (codegen/compile/toolchain.py).
 // The definitions are in src/emulator/; the kernel side is mdl_emulator.h. Every call
 // checks its pointers against the table of device allocations; what it finds wrong is an
@@ -19,8 +19,12 @@ enum cudaError_t {
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 typedef cudaError_t cudaError;
 
@@ -34,6 +38,23 @@ enum cudaMemcpyKind {
 
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
+
+struct CUgraph_st;      // a captured graph (src/emulator/streams.cpp)
+struct CUgraphExec_st;  // an instantiated one
+typedef CUgraph_st* cudaGraph_t;
+typedef CUgraphExec_st* cudaGraphExec_t;
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
 
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetLastError();
@@ -61,3 +82,18 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
+
+// Stream capture: while a stream captures, the work queued on it is recorded, not run. In
+// the global and thread-local modes a call that could synchronize with it (cudaMalloc,
+// cudaFree, a synchronous copy or set, a stream's or the device's synchronization, work
+// on the legacy stream) is refused with cudaErrorStreamCaptureUnsupported or
+// cudaErrorStreamCaptureImplicit, and invalidates the capture; so is a copy between host
+// and device memory (a replay would read or write host memory no one may own by then).
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);

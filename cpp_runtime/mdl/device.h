@@ -64,6 +64,9 @@ struct Device {
   // and hands out parameters where they are, copying nothing over (the host's table). A
   // device whose memory only happens to be the host's (the emulated GPU) copies as a GPU.
   bool in_place = false;
+  // How many of a context's calls were captured as CUDA graphs and replayed from them
+  // (mdl/cuda/graph.h); null for a device without graphs.
+  void (*graph_counts)(void* context, int64_t* captured, int64_t* replayed) = nullptr;
 };
 
 // The cpu target's table (src/host_device.cpp, in the runtime every module links).

@@ -4,6 +4,7 @@
 // (src/model_object.h) reaches CUDA through this table alone.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,8 @@ void* open() {
     check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
     check(cudaMalloc(&c->fault, sizeof(Fault)), "cudaMalloc");
     check(cudaMemset(c->fault, 0, sizeof(Fault)), "cudaMemset");
+    const char* graphs = std::getenv("MDL_CUDA_GRAPHS");  // "0": every call runs as it is
+    c->graphs.enabled = !(graphs && std::string(graphs) == "0");
   } catch (...) {
     destroy(c);
     throw;
@@ -181,6 +184,12 @@ double sum_squares(void* context, const T* g, int64_t n) {
 
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+void graph_counts(void* context, int64_t* captured, int64_t* replayed) {
+  const cuda::GraphTable& graphs = context_of(context).graphs;
+  *captured = graphs.captured;
+  *replayed = graphs.replayed;
+}
+
 }  // namespace
 
 extern const Device cuda_device = {
@@ -205,6 +214,8 @@ extern const Device cuda_device = {
     sum_squares<float>,
     sum_squares<double>,
     synchronize,
+    false,  // its memory is the GPU's
+    graph_counts,
 };
 
 }  // namespace mdl

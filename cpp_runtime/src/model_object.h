@@ -132,6 +132,17 @@ class Model {
                           std::string(py::str(a.dtype())));
   }
 
+  // How many calls were captured as CUDA graphs and replayed from them (a device's).
+  py::dict cuda_graphs() const {
+    int64_t captured = 0, replayed = 0;
+    if (spec_->device->graph_counts)
+      spec_->device->graph_counts(state_.device, &captured, &replayed);
+    py::dict out;
+    out["captured"] = captured;
+    out["replayed"] = replayed;
+    return out;
+  }
+
   // Where the model's memory lives and its code runs: its device's name ("cpu", "cuda").
   std::string device() const { return spec_->device->name; }
 

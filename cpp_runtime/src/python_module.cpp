@@ -50,6 +50,7 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("device", &M::device)
       .def_property("outputs_on_device", &M::outputs_on_device, &M::set_outputs_on_device)
       .def("to_device", &M::to_device, py::arg("array"))
+      .def_property_readonly("cuda_graphs", &M::cuda_graphs)
       .def_property_readonly("specializations", &M::specializations)
       .def_property_readonly("shared", &M::shared)
       .def_property_readonly("inputs", &M::input_types)

@@ -203,6 +203,49 @@ Result copy_back(bool wait) {
   return {Device::error(), seen};
 }
 
+// x * 2 into out, captured from stream s as a graph, then replayed twice with new x. With
+// `unsafe` 1 to 4, the capture also meets a call CUDA refuses during it (cudaMalloc, the
+// stream's synchronization, a copy to the host on it, a synchronous copy), which returns
+// its own error and invalidates the capture. The text: that call's error, then
+// cudaStreamEndCapture's; the numbers: out before the graph's first launch, then after each.
+Result graph(int unsafe) {
+  Device d;
+  double* x = d.array({1, 2, 3});
+  double* out = d.array({0, 0, 0});
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  launch(scale, 1, kThreads, s, x, int64_t(3), out);
+  cudaError_t refused = cudaSuccess;
+  double host[3];
+  void* more = nullptr;
+  if (unsafe == 1) refused = cudaMalloc(&more, 8);
+  if (unsafe == 2) refused = cudaStreamSynchronize(s);
+  if (unsafe == 3) refused = cudaMemcpyAsync(host, out, sizeof host, cudaMemcpyDeviceToHost, s);
+  if (unsafe == 4) refused = cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  std::string text = refused == cudaSuccess ? "" : cudaGetErrorString(refused);
+  std::vector<double> seen = d.read(out, 3);  // captured work has not run
+  if (ended != cudaSuccess) {
+    cudaStreamDestroy(s);
+    return {text + " | " + cudaGetErrorString(ended), seen};
+  }
+  cudaGraphExec_t exec;
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  for (double scale_of_x : {10.0, 100.0}) {
+    const double next[3] = {scale_of_x, 2 * scale_of_x, 3 * scale_of_x};
+    cudaMemcpy(x, next, sizeof next, cudaMemcpyHostToDevice);
+    cudaGraphLaunch(exec, s);
+    cudaStreamSynchronize(s);
+    for (double v : d.read(out, 3)) seen.push_back(v);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(s);
+  return {text + Device::error(), seen};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(wrong_kernels, m) {
@@ -215,4 +258,5 @@ PYBIND11_MODULE(wrong_kernels, m) {
   m.def("fast_path_barrier", &fast_path_barrier);
   m.def("gemm", &gemm);
   m.def("copy_back", &copy_back);
+  m.def("graph", &graph);
 }

@@ -1,6 +1,6 @@
 // A model's context on the GPU (the cuda target): the stream every function of the model
 // runs on, its cuBLAS handle, the arenas the memory plan lays out, scratch buffers, the
-// tapes of `while` loops, and the one fault record device code writes when it meets bad
+// tapes of `while` loops, the functions' CUDA graphs, and the one fault record device code writes when it meets bad
 // input (a token id past the table). Generated code reaches it as `mdl::cuda::context(m)`;
 // src/cuda_device.cu makes it (Device::open) and checks its fault after every function
 // (Device::finish). Only nvcc compiles this header.
@@ -19,25 +19,14 @@
 #include <vector>
 
 #include "mdl/arena.h"
+#include "mdl/cuda/check.h"
+#include "mdl/cuda/graph.h"
 #include "mdl/error.h"
 #include "mdl/faults.h"
 #include "mdl/model.h"
 
 namespace mdl {
 namespace cuda {
-
-// A CUDA call that failed: a RuntimeError naming the call and CUDA's reason.
-inline void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  if (status == cudaErrorMemoryAllocation) throw std::bad_alloc();
-  throw Error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-inline void check(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(std::string(what) + ": cuBLAS status " + std::to_string(int(status)) + " (" +
-              cublasGetStatusString(status) + ")");
-}
 
 // Device memory that grows on demand; contents are not kept across growth (as Arena).
 class DeviceBuffer {
@@ -137,6 +126,7 @@ struct Context {
   std::vector<std::unique_ptr<DeviceBuffer>> scratch_buffers;
   std::vector<std::unique_ptr<DeviceTape>> tapes;
   DeviceBuffer staging;    // per-block partial sums of kernels that end in one number
+  GraphTable graphs;       // the functions captured as CUDA graphs (graph.h)
 
   // Arena k (the memory plan of one kind of function: codegen/backend/module.py's ARENAS).
   DeviceBuffer& arena(int k) {

@@ -48,6 +48,11 @@ void gemm(Context& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha
     return;
   }
   const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  if (Signature* dry = recording()) {  // mdl/cuda/graph.h
+    static const char product = 0;
+    dry->add(&product, g.blas, g.stream, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   check(cublas_gemm(g.blas, op(tb), op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
         "cublas gemm");
 }

@@ -39,6 +39,11 @@ void fill(Context& g, T* out, int64_t n, T value) {
 template <class T>
 void copy(Context& g, T* out, const T* in, int64_t n) {
   if (out == in || n <= 0) return;
+  if (Signature* dry = recording()) {  // mdl/cuda/graph.h
+    static const char copied = 0;
+    dry->add(&copied, g.stream, out, in, n * int64_t(sizeof(T)));
+    return;
+  }
   check(cudaMemcpyAsync(out, in, sizeof(T) * n, cudaMemcpyDeviceToDevice, g.stream),
         "cudaMemcpyAsync");
 }
@@ -47,6 +52,7 @@ void copy(Context& g, T* out, const T* in, int64_t n) {
 // stream's work up to here.
 template <class T>
 T scalar(Context& g, const T* p) {
+  host_work("reads a value back to the host");
   T value;
   check(cudaMemcpyAsync(&value, p, sizeof(T), cudaMemcpyDeviceToHost, g.stream),
         "cudaMemcpyAsync");
@@ -55,6 +61,7 @@ T scalar(Context& g, const T* p) {
 }
 
 inline void tape_push(Context& g, int k, const void* src, std::size_t bytes) {
+  host_work("pushes onto a tape");
   char* at = g.tape(k).push(bytes, g.stream);
   if (bytes)
     check(cudaMemcpyAsync(at, src, bytes, cudaMemcpyDeviceToDevice, g.stream),

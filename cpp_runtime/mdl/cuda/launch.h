@@ -45,9 +45,14 @@ struct As {  // keeps a launch's arguments out of deduction: they convert to the
 // Every kernel of the target starts here: `kernel<<<grid, block, 0, stream>>>(args...)`
 // under nvcc; the emulated device's launch (cpp_runtime/emulated/) when the host compiler
 // builds the same source for CI, which runs its threads on the CPU and checks them.
+// While a function runs dry (mdl/cuda/graph.h), the launch is recorded instead.
 template <class... P>
 void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream,
             typename As<P>::type... args) {
+  if (Signature* dry = recording()) {
+    dry->add(reinterpret_cast<const void*>(kernel), grid, block, stream, args...);
+    return;
+  }
 #if defined(MDL_CUDA_EMULATED)
   ::mdl::emulated::launch(kernel, grid, block, stream, args...);
 #else

@@ -1,7 +1,9 @@
-// The emulated device's runtime API: errors, streams, memory calls and copies. Work runs in
-// its stream's order, at once, or with MDL_CUDA_EMULATOR=deferred only when the stream is
-// synchronized: a device-to-host copy's destination holds poison (0xff bytes) until then,
-// so a missing cudaStreamSynchronize shows as wrong numbers.
+// The emulated device's runtime API: errors, streams, memory calls, copies and graphs. Work
+// runs in its stream's order, at once, or with MDL_CUDA_EMULATOR=deferred only when the
+// stream is synchronized: a device-to-host copy's destination holds poison (0xff bytes)
+// until then, so a missing cudaStreamSynchronize shows as wrong numbers. A capturing
+// stream records its work into a graph instead, which cudaGraphLaunch queues again, the
+// same operations on the same arguments, as often as it is launched.
 #include <cxxabi.h>
 
 #include <cstdlib>
@@ -12,12 +14,25 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emulator.h"
 
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;  // in the order it was queued
+};
+
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
+};
+
 struct CUstream_st {
   std::deque<std::function<void()>> queue;
+  CUgraph_st* capture = nullptr;  // while capturing: the graph its work goes into
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id owner;          // the thread that began the capture
+  std::string invalidated;        // why the capture is invalid ("" while it is valid)
 };
 
 namespace mdl {
@@ -27,6 +42,8 @@ namespace {
 std::recursive_mutex lock;  // one caller at a time in the emulator
 CUstream_st legacy;         // stream 0
 std::set<CUstream_st*> streams;
+std::set<CUgraph_st*> graphs;
+std::set<CUgraphExec_st*> execs;
 
 cudaError_t sticky_code = cudaSuccess;
 std::string sticky_text;
@@ -53,6 +70,14 @@ const char* generic(cudaError_t code) {
       return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
   }
   return "unknown error";
 }
@@ -64,6 +89,31 @@ CUstream_st* stream_of(cudaStream_t stream, const char* call) {
   refuse(cudaErrorInvalidResourceHandle,
          std::string(call) + ": the stream is not one cudaStreamCreate made (destroyed?)");
   return nullptr;
+}
+
+// The streams whose capture a call of this thread may disturb: every capture in the
+// global mode, this thread's in the thread-local mode, none in the relaxed mode.
+std::vector<CUstream_st*> watching() {
+  std::vector<CUstream_st*> out;
+  for (CUstream_st* s : streams)
+    if (s->capture && (s->mode == cudaStreamCaptureModeGlobal ||
+                       (s->mode == cudaStreamCaptureModeThreadLocal &&
+                        s->owner == std::this_thread::get_id())))
+      out.push_back(s);
+  return out;
+}
+
+// Refuses `call` (and invalidates the captures it disturbs) when a capture forbids it, as
+// CUDA refuses an unsafe call during capture; cudaSuccess when none does.
+cudaError_t unsafe_during_capture(const std::string& call,
+                                  cudaError_t code = cudaErrorStreamCaptureUnsupported) {
+  std::vector<CUstream_st*> disturbed = watching();
+  if (disturbed.empty()) return cudaSuccess;
+  const std::string why = call + " while a stream is capturing (" +
+                          "its work would not be part of the graph, or would wait for it)";
+  for (CUstream_st* s : disturbed)
+    if (s->invalidated.empty()) s->invalidated = why;
+  return refuse(code, why);
 }
 
 void execute(const std::function<void()>& work) {
@@ -152,6 +202,13 @@ void enqueue(cudaStream_t stream, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   CUstream_st* s = stream_of(stream, "a launch");
   if (!s || sticky_code != cudaSuccess) return;
+  if (s->capture) {  // recorded, not run (an invalid capture records nothing more)
+    if (s->invalidated.empty()) s->capture->work.push_back(std::move(work));
+    return;
+  }
+  if (s == &legacy &&
+      unsafe_during_capture("work queued on the legacy stream", cudaErrorStreamCaptureImplicit))
+    return;  // the launch's check finds the error
   if (deferred()) {
     s->queue.push_back(std::move(work));
     return;
@@ -221,8 +278,15 @@ const char* cudaGetErrorName(cudaError_t error) { return generic(error); }
 cudaError_t cudaDeviceReset() {
   std::lock_guard<std::recursive_mutex> hold(lock);
   legacy.queue.clear();
-  for (CUstream_st* s : streams) delete s;
+  for (CUstream_st* s : streams) {
+    delete s->capture;
+    delete s;
+  }
   streams.clear();
+  for (CUgraph_st* g : graphs) delete g;
+  graphs.clear();
+  for (CUgraphExec_st* e : execs) delete e;
+  execs.clear();
   release_all();
   clear_errors();
   return cudaSuccess;
@@ -232,6 +296,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (sticky_code != cudaSuccess) return sticky_code;
   if (!pointer) return refuse(cudaErrorInvalidValue, "cudaMalloc: the result pointer is null");
+  if (cudaError_t e = unsafe_during_capture("cudaMalloc")) return e;
   *pointer = allocate(bytes);
   if (!*pointer) return refuse(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
   return cudaSuccess;
@@ -239,6 +304,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
 
 cudaError_t cudaFree(void* pointer) {
   std::lock_guard<std::recursive_mutex> hold(lock);
+  if (cudaError_t e = unsafe_during_capture("cudaFree")) return e;
   drain_all();  // as on a GPU: cudaFree waits for the device
   if (!pointer) return cudaSuccess;
   if (!release(pointer))
@@ -255,11 +321,12 @@ cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes, cudaStr
                                              std::to_string(bytes) + " bytes of device memory");
   if (!stream_of(stream, "cudaMemsetAsync")) return last;
   enqueue(stream, [=] { std::memset(pointer, value, bytes); });
-  return sticky_code;
+  return last != cudaSuccess ? last : sticky_code;
 }
 
 cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
   std::lock_guard<std::recursive_mutex> hold(lock);
+  if (cudaError_t e = unsafe_during_capture("cudaMemset")) return e;
   cudaError_t status = cudaMemsetAsync(pointer, value, bytes, 0);
   if (status != cudaSuccess) return status;
   drain(&legacy);
@@ -270,7 +337,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
                             cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (sticky_code != cudaSuccess) return sticky_code;
-  if (!stream_of(stream, "cudaMemcpyAsync")) return last;
+  CUstream_st* s = stream_of(stream, "cudaMemcpyAsync");
+  if (!s) return last;
   if (!bytes) return cudaSuccess;
   if (kind == cudaMemcpyDefault)
     kind = on_device(src) ? (on_device(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
@@ -284,6 +352,16 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   if (!wrong.empty())
     return refuse(cudaErrorInvalidValue, std::string("cudaMemcpy with ") + direction(kind) +
                                              " of " + std::to_string(bytes) + " bytes: " + wrong);
+  if (s->capture && !(from_device && to_device)) {
+    const std::string why = std::string("cudaMemcpyAsync with ") + direction(kind) +
+                            " on a capturing stream (a replay would read or write host memory)";
+    if (s->invalidated.empty()) s->invalidated = why;
+    return refuse(cudaErrorStreamCaptureUnsupported, why);
+  }
+  if (s == &legacy)
+    if (cudaError_t e = unsafe_during_capture("a copy on the legacy stream",
+                                              cudaErrorStreamCaptureImplicit))
+      return e;
   if (!from_device) {  // the host's bytes are taken now, as CUDA stages pageable memory
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
@@ -297,6 +375,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   std::lock_guard<std::recursive_mutex> hold(lock);
+  if (cudaError_t e = unsafe_during_capture("cudaMemcpy")) return e;
   cudaError_t status = cudaMemcpyAsync(dst, src, bytes, kind, 0);
   if (status != cudaSuccess) return status;
   drain(&legacy);
@@ -317,6 +396,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (!stream || !streams.count(stream))
     return refuse(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
+  if (stream->capture)
+    return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamDestroy: the stream is "
+                                                     "capturing (end the capture first)");
   drain(stream);  // its work still runs, as on a GPU
   streams.erase(stream);
   delete stream;
@@ -327,11 +409,118 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   CUstream_st* s = stream_of(stream, "cudaStreamSynchronize");
   if (!s) return last;
+  if (s->capture) {
+    const std::string why = "cudaStreamSynchronize of a capturing stream";
+    if (s->invalidated.empty()) s->invalidated = why;
+    return refuse(cudaErrorStreamCaptureUnsupported, why);
+  }
+  if (s == &legacy)
+    if (cudaError_t e = unsafe_during_capture("cudaStreamSynchronize of the legacy stream"))
+      return e;
   drain(s);
   return sticky_code;
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (cudaError_t e = unsafe_during_capture("cudaDeviceSynchronize")) return e;
   drain_all();
   return sticky_code;
+}
+
+// ---- graphs ---------------------------------------------------------------------------
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (sticky_code != cudaSuccess) return sticky_code;
+  if (!stream)
+    return refuse(cudaErrorStreamCaptureUnsupported,
+                  "cudaStreamBeginCapture: the legacy stream cannot capture");
+  CUstream_st* s = stream_of(stream, "cudaStreamBeginCapture");
+  if (!s) return last;
+  if (s->capture)
+    return refuse(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is capturing "
+                                           "already");
+  if (mode < cudaStreamCaptureModeGlobal || mode > cudaStreamCaptureModeRelaxed)
+    return refuse(cudaErrorInvalidValue, "cudaStreamBeginCapture: an unknown mode");
+  drain(s);  // what it queued before the capture is not part of the graph
+  s->capture = new CUgraph_st();
+  s->mode = mode;
+  s->owner = std::this_thread::get_id();
+  s->invalidated.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!graph) return refuse(cudaErrorInvalidValue, "cudaStreamEndCapture: graph is null");
+  *graph = nullptr;
+  CUstream_st* s = stream_of(stream, "cudaStreamEndCapture");
+  if (!s) return last;
+  if (!s->capture)
+    return refuse(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+  if (s->mode != cudaStreamCaptureModeRelaxed && s->owner != std::this_thread::get_id())
+    return refuse(cudaErrorIllegalState, "cudaStreamEndCapture: called from another "
+                                           "thread than the capture began on");
+  std::unique_ptr<CUgraph_st> captured(s->capture);
+  s->capture = nullptr;
+  if (!s->invalidated.empty())
+    return refuse(cudaErrorStreamCaptureInvalidated,
+                  "cudaStreamEndCapture: the capture was invalidated by " + s->invalidated);
+  if (sticky_code != cudaSuccess) return sticky_code;
+  *graph = captured.release();
+  graphs.insert(*graph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!status) return refuse(cudaErrorInvalidValue, "cudaStreamIsCapturing: status is null");
+  CUstream_st* s = stream_of(stream, "cudaStreamIsCapturing");
+  if (!s) return last;
+  *status = !s->capture                 ? cudaStreamCaptureStatusNone
+            : s->invalidated.empty()    ? cudaStreamCaptureStatusActive
+                                        : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (sticky_code != cudaSuccess) return sticky_code;
+  if (!exec) return refuse(cudaErrorInvalidValue, "cudaGraphInstantiate: exec is null");
+  if (!graphs.count(graph))
+    return refuse(cudaErrorInvalidValue, "cudaGraphInstantiate: not a live graph");
+  *exec = new CUgraphExec_st{graph->work};
+  execs.insert(*exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (sticky_code != cudaSuccess) return sticky_code;
+  if (!execs.count(exec))
+    return refuse(cudaErrorInvalidValue, "cudaGraphLaunch: not a live instantiated graph");
+  CUstream_st* s = stream_of(stream, "cudaGraphLaunch");
+  if (!s) return last;
+  if (s->capture)
+    return refuse(cudaErrorStreamCaptureUnsupported,
+                  "cudaGraphLaunch on a capturing stream (the emulator has no child graphs)");
+  for (const auto& work : exec->work) enqueue(stream, work);
+  return last != cudaSuccess ? last : sticky_code;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!execs.erase(exec))
+    return refuse(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live instantiated graph");
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!graphs.erase(graph))
+    return refuse(cudaErrorInvalidValue, "cudaGraphDestroy: not a live graph");
+  delete graph;
+  return cudaSuccess;
 }
