@@ -116,6 +116,15 @@ cudaError_t unsafe_during_capture(const std::string& call,
   return refuse(code, why);
 }
 
+// Deletes `p`, one of the `live` objects a call made (a graph), or refuses with `wrong`.
+template <class T>
+cudaError_t destroy(std::set<T*>& live, T* p, const char* wrong) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!live.erase(p)) return refuse(cudaErrorInvalidValue, wrong);
+  delete p;
+  return cudaSuccess;
+}
+
 void execute(const std::function<void()>& work) {
   if (sticky_code != cudaSuccess) return;  // a failed device runs nothing more
   try {
@@ -510,17 +519,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  std::lock_guard<std::recursive_mutex> hold(lock);
-  if (!execs.erase(exec))
-    return refuse(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live instantiated graph");
-  delete exec;
-  return cudaSuccess;
+  return destroy(execs, exec, "cudaGraphExecDestroy: not a live instantiated graph");
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  std::lock_guard<std::recursive_mutex> hold(lock);
-  if (!graphs.erase(graph))
-    return refuse(cudaErrorInvalidValue, "cudaGraphDestroy: not a live graph");
-  delete graph;
-  return cudaSuccess;
+  return destroy(graphs, graph, "cudaGraphDestroy: not a live graph");
 }
