@@ -59,6 +59,7 @@ def run(args) -> int:
                             skip_compile=args.skip_compile, work=Path(work))
         print("sgemm peak", file=sys.stderr)
         peak = measure.measure_peak(sgemm_case(args.quick, args.device), pool, plan)
+        # pool.versions fills as workers start: the meta holds that dict itself
         result = {"meta": _meta(args, reps, plan, pool.versions), "peak": peak, "rows": [],
                   "memory": []}
         timed = [c for c in selected if c.group != "memory"]
@@ -69,7 +70,6 @@ def run(args) -> int:
             _write(out, result)  # a run cut short keeps the rows it measured
         memory = [c for c in selected if c.group == "memory"]
         result["memory"] = measure_memory(memory, pool, plan) if memory else []
-        result["meta"]["versions"] = pool.versions
     text = _write(out, result)
     print(text)
     print(plot(result, out / "ratios.png"), file=sys.stderr)

@@ -472,7 +472,9 @@ class Model {
 
   // Input `s` of the declared dtype, rank and dims, C-contiguous; binds user dims.
   Argument convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
-    if (const DeviceArray* d = DeviceArray::of(obj, spec_->device)) {
+    const DeviceArray* d = spec_->device->in_place ? nullptr  // a CPU model makes none
+                                                   : DeviceArray::of(obj, spec_->device);
+    if (d) {
       check_type(s, spec_->dim_names,
                  d->dtype.kind == s.dtype.kind && d->dtype.itemsize == s.dtype.itemsize,
                  int64_t(d->shape.size()), d->shape.data(),
