@@ -57,6 +57,15 @@ class Arena {
     return data_;
   }
 
+  // Gives up the buffer (the arena is then empty) to `other`, which frees its own first.
+  void move_to(Arena& other) {
+    release(other.data_, other.size_);
+    other.data_ = data_;
+    other.size_ = size_;
+    data_ = nullptr;
+    size_ = 0;
+  }
+
  private:
   // `bytes` (a multiple of kAlign) of kAlign-aligned memory, or null.
   static char* allocate(std::size_t bytes) {

@@ -12,6 +12,7 @@
 
 #include "mdl/arena.h"
 #include "mdl/device.h"
+#include "mdl/result_pool.h"
 #include "mdl/runtime.h"
 
 namespace mdl {
@@ -52,20 +53,24 @@ constexpr std::size_t kCopiedResultBytes = 4096;
 
 // One call: input pointers, user dims, and the pointers the function leaves its results at.
 // A caller that hands the results to Python sets `fresh`: memory of results that generated
-// code asks with `result_memory` is then allocated for this call alone and handed over
-// uncopied (src/model_object.h's `results`), when of kCopiedResultBytes or more; else it
-// is the arena slot.
+// code asks with `result_memory` is then this call's alone (from the result pool: memory
+// of earlier results that Python let go, or new) and handed over uncopied
+// (src/model_object.h's `results`), when of kCopiedResultBytes or more; else it is the
+// arena slot. Its contents are not zeroed: generated code writes every element.
 struct Call {
   std::vector<void*> inputs;
   std::vector<int64_t> dims;
   std::vector<void*> outputs;
   bool fresh = false;
-  std::vector<std::shared_ptr<Arena>> memory;  // what result_memory allocated
+  std::vector<std::shared_ptr<Arena>> memory;  // what result_memory took
+  std::size_t handed = 0;                      // their bytes
 
   char* result_memory(char* slot, std::size_t bytes) {
     if (!fresh || bytes < kCopiedResultBytes) return slot;
-    memory.push_back(std::make_shared<Arena>());
-    return memory.back()->hold(bytes ? bytes : 1);
+    memory.push_back(result_pool().take(bytes));
+    handed += memory.back()->size();
+    result_pool().handed(handed);
+    return memory.back()->data();
   }
 
   // The allocation of result_memory holding [p, p + bytes), if one does.

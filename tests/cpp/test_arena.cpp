@@ -1,10 +1,12 @@
-// mdl::Arena (the per-call buffer of the memory plan) and mdl::Tape (a While loop's record
-// stack): alignment, growth, and records that survive growth.
+// mdl::Arena (the per-call buffer of the memory plan), mdl::ResultPool (results' memory
+// kept for later calls) and mdl::Tape (a While loop's record stack): alignment, growth,
+// reuse and its bounds, and records that survive growth.
 #include <cstdint>
 #include <cstring>
 
 #include "check.h"
 #include "mdl/arena.h"
+#include "mdl/result_pool.h"
 
 namespace {
 
@@ -23,6 +25,39 @@ void arena_grows_aligned_and_keeps_a_large_enough_buffer() {
   arena.reserve(1 << 20);
   CHECK(aligned(arena.data()) && arena.size() >= (1u << 20));
   std::memset(arena.data(), 2, 1 << 20);
+}
+
+void result_pool_reuses_blocks_let_go_within_its_bounds() {
+  mdl::ResultPool pool;
+  const std::size_t mib = std::size_t(1) << 20;
+  pool.handed(3 * mib);  // the largest call's results: what the pool may keep
+  char* first;
+  {
+    auto a = pool.take(mib);
+    first = a->data();
+    CHECK(aligned(first) && a->size() == mib);
+    std::memset(first, 7, mib);
+    CHECK(pool.kept_bytes() == 0);
+  }
+  CHECK(pool.kept_bytes() == mib);  // let go: kept
+  auto other = pool.take(2 * mib);  // another size: new memory
+  CHECK(other->data() != first && pool.kept_bytes() == mib);
+  auto again = pool.take(mib);      // the same size: the kept block, as it was
+  CHECK(again->data() == first && again->data()[mib - 1] == 7 && pool.kept_bytes() == 0);
+  again.reset();
+  other.reset();
+  CHECK(pool.kept_bytes() == 3 * mib);
+  {
+    auto b = pool.take(3 * mib);    // new; let go, it pushes out the oldest blocks
+  }
+  CHECK(pool.kept_bytes() == 3 * mib);
+  auto c = pool.take(mib);  // both older blocks went: no 1 MiB block is left to take
+  CHECK(pool.kept_bytes() == 3 * mib);
+  c.reset();  // kept, and the 3 MiB block goes
+  CHECK(pool.kept_bytes() == mib);
+  pool.handed(64 * mib);
+  pool.take(mdl::kGiveBackBytes).reset();  // memory worth giving back is not kept
+  CHECK(pool.kept_bytes() == mib);
 }
 
 void tape_keeps_records_in_push_order_across_growth() {
@@ -48,6 +83,7 @@ void tape_keeps_records_in_push_order_across_growth() {
 
 int main() {
   arena_grows_aligned_and_keeps_a_large_enough_buffer();
+  result_pool_reuses_blocks_let_go_within_its_bounds();
   tape_keeps_records_in_push_order_across_growth();
   return check::failures;
 }
