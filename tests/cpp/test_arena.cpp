@@ -27,6 +27,23 @@ void arena_grows_aligned_and_keeps_a_large_enough_buffer() {
   std::memset(arena.data(), 2, 1 << 20);
 }
 
+void arena_maps_large_buffers_at_huge_page_boundaries() {
+  const std::size_t bytes = 5 * mdl::kHugeBytes / 2 + 64;  // not a whole number of pages
+  mdl::Arena arena;
+  arena.reserve(bytes);
+#if defined(MADV_HUGEPAGE)
+  if (mdl::huge_pages())
+    CHECK(reinterpret_cast<std::uintptr_t>(arena.data()) % mdl::kHugeBytes == 0);
+#endif
+  CHECK(aligned(arena.data()) && arena.size() >= bytes);
+  std::memset(arena.data(), 3, bytes);  // every byte is mapped
+  mdl::give_back(arena.data(), arena.size());  // whole pages only: the last byte stays
+  mdl::Arena other;
+  other.reserve(bytes);  // the first's trimmed ends left nothing behind that overlaps
+  std::memset(other.data(), 4, bytes);
+  CHECK(arena.data()[0] == 0 && arena.data()[bytes - 1] == 3 && other.data()[bytes - 1] == 4);
+}
+
 void result_pool_reuses_blocks_let_go_within_its_bounds() {
   mdl::ResultPool pool;
   const std::size_t mib = std::size_t(1) << 20;
@@ -83,6 +100,7 @@ void tape_keeps_records_in_push_order_across_growth() {
 
 int main() {
   arena_grows_aligned_and_keeps_a_large_enough_buffer();
+  arena_maps_large_buffers_at_huge_page_boundaries();
   result_pool_reuses_blocks_let_go_within_its_bounds();
   tape_keeps_records_in_push_order_across_growth();
   return check::failures;
