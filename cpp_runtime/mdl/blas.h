@@ -113,6 +113,27 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 }
 #endif
 
+#if MDL_OWN_KERNELS
+// A float product of 2 to small_gemm::kSmallRows rows, b not transposed, that is not a
+// loop's (those are packed once: pack_b) runs mdl's kernels on b as it lies
+// (own_rows_product), when their passes over b (one per block of rows) read at most
+// kOwnRowsTraffic bytes: beyond, b no longer stays in the caches between passes and the
+// BLAS's blocking wins. Up to kRowKernelRows rows the kernel is row_gemm's, above it
+// small_gemm's blocks of rows. See own_rows_product for the measurements.
+constexpr int64_t kOwnRowsTraffic = int64_t(8) << 20;
+constexpr int64_t kRowKernelRows = 8;
+
+inline bool own_rows(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
+  if (trans_b || alpha != 1.f || m < 2 || m > small_gemm::kSmallRows) return false;
+  const int64_t passes = m <= kRowKernelRows ? row_gemm::passes(m) : small_gemm::passes(m);
+  return passes * n * k * int64_t(sizeof(float)) <= kOwnRowsTraffic;
+}
+
+inline void own_rows_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
+                             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                             int64_t ldc);  // below
+#endif
+
 // c = alpha * op(a) @ op(b) + beta * c with op(a): m x k, op(b): k x n, c: m x n.
 template <class T>
 inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
@@ -124,6 +145,14 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
     return;
   }
   threads_for_product(m * n * k);
+#if MDL_OWN_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_rows(trans_b, m, n, k, alpha)) {
+      own_rows_product(trans_a, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+#endif
 #if defined(MDL_BLAS_OPENBLAS)
   if constexpr (std::is_same_v<T, float>) {
     if (m == 1) {  // op(a) one row: a[0, :] (lda apart when transposed)
@@ -213,6 +242,43 @@ inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
 // AMD EPYC of Zen 4: forward 0.75 -> 0.59 ms, training step 2.70 -> 2.05; at 2^15 the
 // LSTM's [1, 128] @ [128, 512] split too and gained nothing (docs/build.md).
 constexpr int64_t kOwnKernelSplitWork = int64_t(1) << 17;
+
+#if MDL_OWN_KERNELS
+// c = op(a) @ b + beta * c by mdl's kernels (own_rows), shared out over the threads by
+// columns from kOwnKernelSplitWork multiply-adds: row_gemm's strips, or small_gemm's blocks
+// on b's whole panels where they lie and row_gemm on the columns past them (on the last
+// thread). The two builds' products alternating in one process, against OpenBLAS's
+// (AMD EPYC of Zen 4, 2 threads; with AVX-512, then restricted to AVX2): [35, 128] @
+// [128, 512] (an LSTM's hoisted input product at T = 35, B = 1) 0.53x and 0.57x the
+// time; [35, 256] @ [256, 1024] 0.54-0.79x and 0.89x; [8, 256] @ [256, 1024] 0.30x and
+// 0.76x; [16, 512] @ [512, 2048] 0.65x with AVX-512. Past the traffic limit: [16, 512] @
+// [512, 2048] with AVX2 1.08x, [64, 256] @ [256, 2048] 0.85x and 1.31x, [16, 1024] @
+// [1024, 4096] 1.17x, [2, 1024] @ [1024, 4096] 0.47x and 0.59x (row_gemm; small_gemm's
+// blocks 0.92x and 1.69x).
+inline void own_rows_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
+                             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                             int64_t ldc) {
+  const bool rows = m <= kRowKernelRows;
+  const int64_t whole = rows ? 0 : n / small_gemm::kPanel;
+  auto part = [&](int64_t j0, int64_t j1) {  // columns [j0, j1)
+    const int64_t q1 = std::min(j1, whole * small_gemm::kPanel) / small_gemm::kPanel;
+    const int64_t q0 = std::min(j0 / small_gemm::kPanel, q1);
+    small_gemm::multiply_in_place(trans_a, m, k, a, lda, b, ldb, beta, c, ldc, q0, q1);
+    const int64_t rest = std::max(j0, q1 * small_gemm::kPanel);
+    if (rest < j1) row_gemm::columns(trans_a, m, k, a, lda, b, ldb, beta, c, ldc, rest, j1);
+  };
+  const int threads = m * n * k < kOwnKernelSplitWork ? 1 : split_threads();
+  if (threads <= 1) {
+    part(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const Share share(n, rows ? row_gemm::kLanes : small_gemm::kPanel);
+    part(share.begin, share.end);
+  }
+}
+#endif
 
 // mdl's kernel on the packed op(b), its panels shared out over the BLAS's threads (OpenMP's:
 // OpenBLAS's and MKL's own run there too, blas_init) when the product is worth a second

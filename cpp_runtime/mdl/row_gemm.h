@@ -1,6 +1,7 @@
 // Columns of a product with few rows against a right operand as it lies (row-major k x n,
 // not packed): the kernel each thread runs on its share of the columns when a step's
-// independent products are split over the cores together (blas.h, `gemm_together`).
+// independent products are split over the cores together (blas.h, `gemm_together`), and
+// for a product of up to 64 rows that is not a loop's (blas.h, `own_rows`).
 // The BLAS cannot be called there: OpenBLAS would hand each part to the same threads
 // again. With one row the product streams op(b) once at the cache's bandwidth, so a
 // strip keeps 8 vectors of sums (128 columns with AVX-512) to have loads enough in flight;
@@ -72,6 +73,9 @@ inline void rows(int64_t k, const float* a, int64_t lda, const float* b, int64_t
       *out = beta != 0.f ? s + beta * *out : s;
     }
 }
+
+// Passes over b that `columns` makes for m rows: one per 4 rows, one per row left over.
+inline int64_t passes(int64_t m) { return m / 4 + m % 4; }
 
 // Columns [j0, j1) of c = op(a) @ b + beta * c, op(a) m x k, b k x n row-major (ldb).
 template <bool TransA>

@@ -86,21 +86,22 @@ inline void store(float* out, Vec sum, float beta) {
   std::memcpy(out, &sum, sizeof(Vec));
 }
 
-// c[0:R, 0:cols] = op(a)[0:R, :] @ panel + beta * c, op(a) R x k. With one or two rows,
+// c[0:R, 0:cols] = op(a)[0:R, :] @ panel + beta * c, op(a) R x k, the panel's rows ldp
+// floats apart (kPanel packed; b's leading dimension where b is read in place). With one or two rows,
 // a row's sums are kept in C chains over k (chain j takes p = j, j + C, ...), so that
 // enough multiply-adds are in flight: in one chain each waited for the one before
 // ([1, 128] @ [128, 512] with AVX2: 4.6 us, 2.7-3.2 in 4 chains).
 template <int R, bool TransA>
-inline void block(int64_t k, const float* a, int64_t lda, const float* panel, float beta,
-                  float* c, int64_t ldc, int64_t cols) {
+inline void block(int64_t k, const float* a, int64_t lda, const float* panel, int64_t ldp,
+                  float beta, float* c, int64_t ldc, int64_t cols) {
   constexpr int C = R == 1 ? 4 : R == 2 ? 2 : 1;
   Vec sum[C][R][2];
   for (int j = 0; j < C; ++j)
     for (int i = 0; i < R; ++i) sum[j][i][0] = sum[j][i][1] = Vec{};
   auto step = [&](int j, int64_t p) {
     Vec b0, b1;
-    std::memcpy(&b0, panel + p * kPanel, sizeof(Vec));
-    std::memcpy(&b1, panel + p * kPanel + kLanes, sizeof(Vec));
+    std::memcpy(&b0, panel + p * ldp, sizeof(Vec));
+    std::memcpy(&b1, panel + p * ldp + kLanes, sizeof(Vec));
     in_register(b0);
     in_register(b1);
     for (int i = 0; i < R; ++i) {
@@ -138,19 +139,19 @@ inline void block(int64_t k, const float* a, int64_t lda, const float* panel, fl
 // Rows [i, m) of one panel, kRows at a time, then the rest.
 template <bool TransA>
 inline void panel_rows(int64_t m, int64_t k, const float* a, int64_t lda, const float* panel,
-                       float beta, float* c, int64_t ldc, int64_t cols) {
+                       int64_t ldp, float beta, float* c, int64_t ldc, int64_t cols) {
   auto at = [&](int64_t i) { return TransA ? a + i : a + i * lda; };
   int64_t i = 0;
   for (; i + kRows <= m; i += kRows)
-    block<kRows, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols);
+    block<kRows, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols);
   switch (m - i) {
-    case 7: block<7, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 6: block<6, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 5: block<5, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 4: block<4, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 3: block<3, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 2: block<2, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
-    case 1: block<1, TransA>(k, at(i), lda, panel, beta, c + i * ldc, ldc, cols); break;
+    case 7: block<7, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 6: block<6, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 5: block<5, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 4: block<4, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 3: block<3, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 2: block<2, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 1: block<1, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
     default: break;
   }
 }
@@ -164,9 +165,26 @@ inline void multiply(bool trans_a, int64_t m, int64_t n, int64_t k, const float*
     const float* panel = packed + q * k * kPanel;
     const int64_t cols = std::min<int64_t>(kPanel, n - q * kPanel);
     if (trans_a)
-      panel_rows<true>(m, k, a, lda, panel, beta, c + q * kPanel, ldc, cols);
+      panel_rows<true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
     else
-      panel_rows<false>(m, k, a, lda, panel, beta, c + q * kPanel, ldc, cols);
+      panel_rows<false>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
+  }
+}
+
+// Blocks of rows a pass over the right operand: kRows rows, then the rest.
+inline int64_t passes(int64_t m) { return m / kRows + (m % kRows != 0); }
+
+// Whole panels [q0, q1) of c = op(a) @ b + beta * c with b (k x n, row-major, leading
+// dimension ldb) read where it lies, not packed: a panel's row is kPanel floats of b's.
+// Columns past the last whole panel are the caller's.
+inline void multiply_in_place(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda,
+                              const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                              int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
+    if (trans_a)
+      panel_rows<true>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc, kPanel);
+    else
+      panel_rows<false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc, kPanel);
   }
 }
 

@@ -151,6 +151,37 @@ void products_together() {
         }
 }
 
+// Products of 2 to 64 rows, alpha 1, b not transposed: with MDL_OWN_KERNELS mdl's kernels
+// on b as it lies (blas.h, own_rows): row_gemm's strips up to 8 rows, above them small_gemm's
+// blocks on b's whole panels and row_gemm on the columns past them; on one thread and
+// split over two (from 2^17 multiply-adds: 35 x 520 x 130), a leading dim of b wider than
+// its rows; beta 0 over NaN and beta -0.5.
+void own_rows_products() {
+  mdl::set_blas_threads(2);
+  for (bool ta : {false, true})
+    for (int64_t m : {2, 3, 5, 8, 9, 17, 35, 64})
+      for (int64_t n : {7, 16, 33, 100, 520})
+        for (int64_t k : {3, 130})
+          for (float beta : {0.0f, -0.5f}) {
+            const int64_t lda = ta ? m : k, ldb = n + 5;
+            std::vector<float> a(ta ? k * m : m * k), b(k * ldb), c(m * n);
+            for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3) / 4;
+            for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2) / 3;
+            for (std::size_t i = 0; i < c.size(); ++i)
+              c[i] = beta == 0.0f ? std::nanf("") : float(int(i % 3));
+            std::vector<float> expected = c;
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double sum = 0;
+                for (int64_t p = 0; p < k; ++p) sum += double(at(a, ta, lda, i, p)) * b[p * ldb + j];
+                float& e = expected[i * n + j];
+                e = float(beta == 0.0f ? sum : sum + beta * e);
+              }
+            mdl::gemm(ta, false, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), n);
+            for (std::size_t i = 0; i < c.size(); ++i) CHECK_NEAR(c[i], expected[i], 1e-3);
+          }
+}
+
 }  // namespace
 
 int main() {
@@ -161,5 +192,6 @@ int main() {
   one_row_over_nan();
   threaded_products();
   products_together();
+  own_rows_products();
   return check::failures;
 }
