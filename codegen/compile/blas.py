@@ -19,8 +19,8 @@ or `blas`, the BLAS's. mdl's are cpp_runtime/mdl/small_gemm.h for a loop's produ
 at most 64 rows whose right operand the loop does not write (`h @ U`, packed once before
 the loop), and mdl/row_gemm.h for a step's independent products of at most 8 rows, split
 over the threads together (a generation step's `x @ W` and `h @ U`); the two also take
-other products of up to 64 rows whose right operand they read in place (`own_rows` in
-blas.h: a B=1 model's hoisted input product). `blas` is MKL's
+other products of up to 256 rows whose right operand they read in place (`own_rows` in
+blas.h: a B=1 model's hoisted input product and weight gradients). `blas` is MKL's
 packed API and its products one after another, or with OpenBLAS, which cannot pack, its
 products re-packing at every step. By default `own` with OpenBLAS and on an AMD CPU,
 `blas` with MKL on Intel: on an AMD EPYC of Zen 4, MKL with mdl's kernels took 0.52-0.93x

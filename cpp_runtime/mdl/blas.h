@@ -114,17 +114,18 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 #endif
 
 #if MDL_OWN_KERNELS
-// A float product of 2 to small_gemm::kSmallRows rows, b not transposed, that is not a
-// loop's (those are packed once: pack_b) runs mdl's kernels on b as it lies
-// (own_rows_product), when their passes over b (one per block of rows) read at most
-// kOwnRowsTraffic bytes: beyond, b no longer stays in the caches between passes and the
-// BLAS's blocking wins. Up to kRowKernelRows rows the kernel is row_gemm's, above it
-// small_gemm's blocks of rows. See own_rows_product for the measurements.
+// A float product of 2 to kOwnRowsMax rows, b not transposed, that is not a loop's (those
+// are packed once: pack_b) runs mdl's kernels on b as it lies (own_rows_product), when
+// their passes over b (one per block of rows) read at most kOwnRowsTraffic bytes: beyond,
+// b no longer stays in the caches between passes and the BLAS's blocking wins. Up to
+// kRowKernelRows rows the kernel is row_gemm's, above it small_gemm's blocks of rows. See
+// own_rows_product for the measurements.
 constexpr int64_t kOwnRowsTraffic = int64_t(8) << 20;
 constexpr int64_t kRowKernelRows = 8;
+constexpr int64_t kOwnRowsMax = 256;
 
 inline bool own_rows(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
-  if (trans_b || alpha != 1.f || m < 2 || m > small_gemm::kSmallRows) return false;
+  if (trans_b || alpha != 1.f || m < 2 || m > kOwnRowsMax) return false;
   const int64_t passes = m <= kRowKernelRows ? row_gemm::passes(m) : small_gemm::passes(m);
   return passes * n * k * int64_t(sizeof(float)) <= kOwnRowsTraffic;
 }
@@ -254,7 +255,9 @@ constexpr int64_t kOwnKernelSplitWork = int64_t(1) << 17;
 // 0.76x; [16, 512] @ [512, 2048] 0.65x with AVX-512. Past the traffic limit: [16, 512] @
 // [512, 2048] with AVX2 1.08x, [64, 256] @ [256, 2048] 0.85x and 1.31x, [16, 1024] @
 // [1024, 4096] 1.17x, [2, 1024] @ [1024, 4096] 0.47x and 0.59x (row_gemm; small_gemm's
-// blocks 0.92x and 1.69x).
+// blocks 0.92x and 1.69x). A weight gradient at B = 1, x^T @ d gates ([35, 128]^T @ [35,
+// 512]; [35, 256]^T @ [35, 1024]): 0.68x and 0.87x; 0.71x and 1.04x. [128, 128] @ [128,
+// 512] 0.79x and 0.86x.
 inline void own_rows_product(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
                              int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                              int64_t ldc) {

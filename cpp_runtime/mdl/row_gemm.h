@@ -1,7 +1,7 @@
 // Columns of a product with few rows against a right operand as it lies (row-major k x n,
 // not packed): the kernel each thread runs on its share of the columns when a step's
 // independent products are split over the cores together (blas.h, `gemm_together`), and
-// for a product of up to 64 rows that is not a loop's (blas.h, `own_rows`).
+// for a product of up to 256 rows that is not a loop's (blas.h, `own_rows`).
 // The BLAS cannot be called there: OpenBLAS would hand each part to the same threads
 // again. With one row the product streams op(b) once at the cache's bandwidth, so a
 // strip keeps 8 vectors of sums (128 columns with AVX-512) to have loads enough in flight;

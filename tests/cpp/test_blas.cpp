@@ -151,15 +151,15 @@ void products_together() {
         }
 }
 
-// Products of 2 to 64 rows, alpha 1, b not transposed: with MDL_OWN_KERNELS mdl's kernels
+// Products of 2 to 256 rows, alpha 1, b not transposed: with MDL_OWN_KERNELS mdl's kernels
 // on b as it lies (blas.h, own_rows): row_gemm's strips up to 8 rows, above them small_gemm's
 // blocks on b's whole panels and row_gemm on the columns past them; on one thread and
 // split over two (from 2^17 multiply-adds: 35 x 520 x 130), a leading dim of b wider than
-// its rows; beta 0 over NaN and beta -0.5.
+// its rows; beta 0 over NaN and beta -0.5; 257 rows, the BLAS again.
 void own_rows_products() {
   mdl::set_blas_threads(2);
   for (bool ta : {false, true})
-    for (int64_t m : {2, 3, 5, 8, 9, 17, 35, 64})
+    for (int64_t m : {2, 3, 5, 8, 9, 17, 35, 64, 200, 257})
       for (int64_t n : {7, 16, 33, 100, 520})
         for (int64_t k : {3, 130})
           for (float beta : {0.0f, -0.5f}) {
