@@ -106,7 +106,8 @@ def _memory(rows: list[dict]) -> list[str]:
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines + ["", "- Growth of the peak resident set of a fresh process over its "
                     "resident set just before the first training step (the model built, "
-                    "inputs made), through the steps timed; a step's time is the median of "
-                    "the steps after the first. "
+                    "inputs made), through the steps timed. A step's time is the median "
+                    "of the steps one process ran of every loop option in turn, and this / "
+                    "stored the median of a round's two steps' ratio. "
                     + "".join(f"{row['loop']}: {row['status']}. " for row in rows
                               if row["status"] not in ("ok",) and "growth_mib" in row)]

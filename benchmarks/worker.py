@@ -96,6 +96,25 @@ class Worker:
                 "step_ms": statistics.median(times)}
 
 
+    def alternate(self, cases: list[str], rounds: int) -> dict:
+        """Training steps of several cases' models, all set up in this process, one step
+        of each in turn, `rounds` times (each round starting one further along, after one
+        untimed step of each): ms per step by case, round by round. A machine's slow spell
+        then lands on every case alike, which separate processes cannot give."""
+        self.release()
+        runs = {c: self.setup_fn(by_name(c, self.quick)).passes[TRAIN] for c in cases}
+        for run in runs.values():
+            run()
+        times: dict[str, list[float]] = {c: [] for c in cases}
+        for r in range(rounds):
+            k = r % len(cases)
+            for c in cases[k:] + cases[:k]:
+                start = time.perf_counter()
+                runs[c]()
+                times[c].append((time.perf_counter() - start) * 1e3)
+        return {"ms": times}
+
+
 def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
