@@ -73,10 +73,7 @@ class Worker:
         run, times = self.bench.passes[pass_name], []
         run()
         for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(calls):
-                run()
-            times.append((time.perf_counter() - start) * 1e3 / calls)
+            times.append(_ms(run, calls))
         return {"ms": times}
 
     def memory(self) -> dict:
@@ -89,9 +86,7 @@ class Worker:
         run()
         times = []
         for _ in range(MEMORY_STEPS):
-            start = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - start) * 1e3)
+            times.append(_ms(run))
         return {"growth_mib": (_status_kib("VmHWM") - before) * 1024 / MIB,
                 "step_ms": statistics.median(times)}
 
@@ -109,10 +104,16 @@ class Worker:
         for r in range(rounds):
             k = r % len(cases)
             for c in cases[k:] + cases[:k]:
-                start = time.perf_counter()
-                runs[c]()
-                times[c].append((time.perf_counter() - start) * 1e3)
+                times[c].append(_ms(runs[c]))
         return {"ms": times}
+
+
+def _ms(run, calls: int = 1) -> float:
+    """Milliseconds a call of `run`, over `calls` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - start) * 1e3 / calls
 
 
 def _status_kib(field: str) -> int:
