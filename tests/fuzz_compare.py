@@ -12,6 +12,8 @@ exact answer to what the build was asked, so what differs is the build's own rou
 (or a bug), not the sum of two roundings in different orders."""
 from __future__ import annotations
 
+import os
+import tempfile
 import zlib
 from dataclasses import dataclass
 
@@ -22,7 +24,11 @@ from codegen.ops.rng import derive
 from codegen.pipeline import differentiate, for_backends
 from codegen.reference import gradcheck, interpreter as reference
 
-SPECIALIZED = {"T": 4, "B": 3}
+SPECIALIZED = {"T": 4, "B": 3}   # the first case's dims
+OTHER_DIMS = {"S": 2}            # a symbolic dim of some programs besides T and B
+# What a specialized module is specialized for: two buckets, the first (the first that
+# matches runs) for the programs with S too, the second for every other program
+BUCKETS = ({**SPECIALIZED, **OTHER_DIMS}, SPECIALIZED)
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,9 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
     # through set_params: a device model's `params` are read-only copies
     model.set_params({param: 0.5 * stream(seed, "param", param).standard_normal(value.shape)
                       for param, value in model.params.items()})
-    dims = stream(seed, "dims")
-    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
-    for case in (SPECIALIZED, other):
+    cases = case_dims(seed)
+    other = cases[1]
+    for case in cases:
         outcome = compare_case(model, graph, case, lengths, seed % 1000, precision, vjp)
         if not outcome.ok:
             return Outcome(outcome.kind, f"at {case}: {outcome.detail}")
@@ -81,6 +87,37 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
         outcome = compare_step(model, graph, other, lengths, seed % 1000, precision)
         if not outcome.ok:
             return Outcome(outcome.kind, f"train_step at {other}: {outcome.detail}")
+        outcome = compare_checkpoint(module, name, model, graph, other, lengths, seed % 1000,
+                                     precision)
+        if not outcome.ok:
+            return Outcome(outcome.kind, f"checkpoint at {other}: {outcome.detail}")
+    return Outcome("ok")
+
+
+def compare_checkpoint(module, name: str, model, graph, dims: dict, lengths: set[str],
+                       seed: int, precision: Precision = PRECISIONS["f64"]) -> Outcome:
+    """The model (trained a step: its optimizer has state) saved, loaded into a new
+    instance of another seed, and one more train_step on both: the same outputs and
+    parameters. Bit for bit on the CPU; a device may sum in another order each time."""
+    inputs = case_inputs(graph, dims, lengths, seed + 1, precision.dtype)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "checkpoint.npz")
+            model.save(path)
+            again = getattr(module, name)(seed=seed + 1)
+            again.load(path)
+        if again.optimizer != model.optimizer:
+            return Outcome("mismatch", f"optimizer {again.optimizer}, "
+                                       f"saved {model.optimizer}")
+        got, want = again.train_step(**inputs), model.train_step(**inputs)
+    except Exception as e:  # noqa: BLE001 -- a native error is a finding
+        return Outcome("native", f"{type(e).__name__}: {e}")
+    exact = model.device == "cpu"
+    diffs = {**differences(got, want, tolerance=0.0 if exact else precision.tolerance),
+             **differences(dict(again.params), dict(model.params),
+                           tolerance=0.0 if exact else precision.tolerance)}
+    if diffs:
+        return Outcome("mismatch", "; ".join(f"{k}: {d}" for k, d in diffs.items()))
     return Outcome("ok")
 
 
@@ -110,6 +147,15 @@ def compare_step(model, graph, dims: dict, lengths: set[str], seed: int,
         return Outcome("mismatch", f"{config}: " + "; ".join(f"parameter {k}: {d}"
                                                               for k, d in diffs.items()))
     return Outcome("ok")
+
+
+def case_dims(seed: int) -> tuple[dict, dict]:
+    """The two sets of dims a program runs at: the specialized ones, then T (1 to 6), B
+    (1 to 3) and S (1 to 4) drawn from its seed."""
+    dims = stream(seed, "dims")
+    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
+    other.update((s, int(dims.integers(1, 5))) for s in OTHER_DIMS)
+    return {**SPECIALIZED, **OTHER_DIMS}, other
 
 
 def stream(seed: int, *labels) -> np.random.Generator:

@@ -69,10 +69,34 @@ class Expressions(Names):
                                      + (body + "\n" if body else "") + f"  return {result}\n}}")
         return fn
 
+    def scaled_function(self) -> str:
+        """The program's function of int and scalar arguments, on [N, I] to [N, n]: its
+        parameters are sized by an argument, a compile-time `if` on `n` picks its
+        activation, and `s` is a constant or a rank-0 tensor, as the caller passes it."""
+        fn = f"{self.program.name}_g"
+        if fn not in self.program.defs:
+            lines = [f"def {fn}(x : f32[N, I], n : int, s : f32 = 0.5) -> f32[N, n] {{",
+                     f"  param W : f32[I, n]{self.init((2, 2))}"]
+            value = "s * (x @ W)"
+            if self.rng.random() < 0.5:
+                lines.append("  param c : f32[n] = constant(0.1)")
+                value += " + c"
+            lines.append(f"  h = {value}")
+            if self.rng.random() < 0.6:
+                k = self.rng.randint(2, 5)
+                acts = self.rng.sample(["tanh", "sin", "sigmoid"], 2)
+                lines.append(f"  if n > {k} {{ h = {acts[0]}(h) }} else {{ h = {acts[1]}(h) }}")
+            if self.rng.random() < 0.5:
+                lines.append("  h = h * (1.0 / I)")
+            lines += ["  return h", "}"]
+            self.program.defs[fn] = "\n".join(lines)
+        return fn
+
     FORMS = (("unary", 6), ("binary", 6), ("neg", 1), ("where", 2), ("clip", 1),
              ("matmul", 3), ("softmax", 1), ("reduce", 2), ("concat", 1), ("restack", 1),
              ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1), ("gather", 1),
-             ("one_hot", 1), ("dropout", 1), ("call", 2), ("linear", 1), ("loss", 2))
+             ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5), ("linear", 1),
+             ("loss", 2))
 
     def expr(self, shape: tuple, depth: int) -> str:
         """A float expression of exactly `shape`, always a primary (a name, a call, or
@@ -119,9 +143,14 @@ class Expressions(Names):
             return self.param(shape)
         if not self.in_def:
             return self.input(shape)
-        return f"full[{', '.join(map(str, shape))}](0.5)"
+        return f"full[{', '.join(map(self.dim, shape))}](0.5)"
 
     def literal(self) -> str:
+        """A number: a literal, or a float or int hyper-parameter by name."""
+        named = self.hypers(float) + self.hypers(int)
+        if named and self.rng.random() < 0.3:
+            self.cover("hyper:value")
+            return self.pick(named)
         return self.pick(LITERALS)
 
     def positive(self, text: str) -> str:
@@ -251,6 +280,8 @@ class Expressions(Names):
             return (b, self.pick(self.widths)), ", axis = 1"
         if len(shape) == 1 and not self.in_def and self.rng.random() < 0.3:
             return ("T", "B") + shape, ", axis = [0, 1]"
+        if len(shape) == 1 and self.symbols and not self.in_def and self.rng.random() < 0.4:
+            return (self.pick(self.symbols),) + shape, ", axis = 0"
         if len(shape) == 1:
             return (b,) + shape, ", axis = 0"
         if shape[0] == "B" and len(shape) == 2:
@@ -301,7 +332,8 @@ class Expressions(Names):
             t = self.int_input((), "t") if self.rng.random() < 0.6 else "0"
             return f"{self.expr(('T',) + shape, d)}[{t}]"
         if len(shape) == 1 and isinstance(shape[0], int):
-            return f"{self.expr(('B',) + shape, d)}[0]"
+            lead = self.pick(("B",) + self.symbols)
+            return f"{self.expr((lead,) + shape, d)}[0]"   # -1 needs a known length
         return None
 
     def form_slice(self, shape, d):
@@ -324,7 +356,7 @@ class Expressions(Names):
         if self.in_def or len(shape) != 2 or shape[0] != "B":
             return None
         self.cover("one_hot")
-        return f"one_hot({self.int_input(('B',))}, {shape[1]})"
+        return f"one_hot({self.int_input(('B',))}, {self.dim(shape[1])})"
 
     def form_dropout(self, shape, d):
         if not self.dropout_allowed():
@@ -338,13 +370,30 @@ class Expressions(Names):
         fn = self.function(shape[1])
         return self.call_site(fn, (fn,), f"{fn}({self.expr(shape, d)})")
 
+    def form_scaled(self, shape, d):
+        if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
+            return None
+        fn = self.scaled_function()
+        k = self.pick(self.widths)
+        args = [self.expr(shape[:-1] + (k,), d), self.dim(shape[1])]
+        r = self.rng.random()
+        if r < 0.3:
+            args.append(self.literal())
+            self.cover("call:scalar-constant")
+        elif r < 0.5:
+            args.append(f"s = {self.expr((), d)}")
+            self.cover("call:scalar-tensor")
+        self.cover("call:int")
+        return self.call_site(fn, (fn, k, shape[1]), f"{fn}({', '.join(args)})")
+
     def form_linear(self, shape, d):
         if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
             return None
         self.cover("linear")
         k = self.pick(self.widths)
         arg = self.expr(shape[:-1] + (k,), d)
-        return self.call_site("linear", ("linear", k, shape[1]), f"linear({arg}, {shape[1]})")
+        return self.call_site("linear", ("linear", k, shape[1]),
+                              f"linear({arg}, {self.dim(shape[1])})")
 
     def form_loss(self, shape, d):
         if shape or self.in_def:

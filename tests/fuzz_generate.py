@@ -81,7 +81,8 @@ class Generator(Expressions):
     def statement(self, depth: int) -> None:
         kinds = [("assign", 4), ("update", 3)]
         if depth > 0:
-            kinds += [("for", 4), ("if", 2), ("while", 1.5), ("scope", 1), ("share", 0.7)]
+            kinds += [("for", 4), ("if", 2), ("while", 1.5), ("scope", 1), ("share", 0.7),
+                      ("static_if", 1)]
         names, weights = zip(*kinds)
         getattr(self, f"s_{self.rng.choices(names, weights)[0]}")(depth)
 
@@ -227,7 +228,7 @@ class Generator(Expressions):
         # may come before any input has it): else an expression, which makes one
         named = {d for t in self.program.inputs.values() for d in re.split(r"[\[\], ]+", t)}
         bound = all(isinstance(d, int) or d in named for d in shape)
-        init = f"zeros[{', '.join(map(str, shape))}]" if shape and self.rng.random() < 0.5 \
+        init = f"zeros[{', '.join(map(self.dim, shape))}]" if shape and self.rng.random() < 0.5 \
             and bound else self.expr(shape, 2)
         self.emit(f"{name} = {init}")
         self.define(Var(name, shape))
@@ -273,6 +274,71 @@ class Generator(Expressions):
             self.cover("if:else")
         if len(conds) > 1:
             self.cover("if:else-if")
+
+    def s_static_if(self, depth: int) -> None:
+        """An `if` on a compile-time condition: only the branch it takes is checked, so
+        the others are text that would not check (unknown names, wrong shapes, a
+        parameter that clashes); the variables the taken branch assigns are visible after
+        it."""
+        if self.in_def:
+            return self.s_if(depth)
+        cond, value = self.static_condition()
+        with self.frame("static") as taken:
+            for _ in range(self.rng.randint(1, 2)):
+                self.statement(depth - 1)
+        r = self.rng.random()
+        if value and r < 0.3:
+            bodies, closers = [taken.block], ["}"]
+        elif value and r < 0.7:
+            bodies, closers = [taken.block, self.unchecked()], ["} else {", "}"]
+        elif value:   # an `else if` whose condition is never looked at
+            bodies = [taken.block, self.unchecked(), self.unchecked()]
+            closers = ["} else if mean(nosuch) > 0.0 {", "} else {", "}"]
+        elif r < 0.6:
+            bodies, closers = [self.unchecked(), taken.block], ["} else {", "}"]
+        else:
+            second = self.static_condition(want=True)[0]
+            bodies = [self.unchecked(), taken.block, self.unchecked()]
+            closers = [f"}} else if {second} {{", "} else {", "}"]
+        self.emit(Stmt(f"if {cond} {{", bodies, closers))
+        self.cover("static-if")
+
+    def static_condition(self, want: bool | None = None) -> tuple[str, bool]:
+        """A compile-time condition on the hyper-parameters (or literals), and its value
+        (`want`: drawn until it has that value)."""
+        while want is not None:
+            text, value = self.static_condition()
+            if value == want:
+                return text, value
+        atoms: list[tuple[str, bool]] = [("true", True), ("false", False)]
+        atoms += [(n, self.program.hypers[n][0]) for n in self.hypers(bool)] * 3
+        for n in self.hypers(int):
+            v, k = self.program.hypers[n][0], self.rng.randint(2, 5)
+            op = self.pick(["<", ">=", "==", "!="])
+            atoms += [(f"{n} {op} {k}", {"<": v < k, ">=": v >= k, "==": v == k,
+                                         "!=": v != k}[op])] * 2
+        text, value = self.pick(atoms)
+        r = self.rng.random()
+        if r < 0.2:
+            return f"not {text}", not value
+        if r < 0.4:
+            other, second = self.pick(atoms)
+            if self.rng.random() < 0.5:
+                return f"({text} and {other})", value and second
+            return f"({text} or {other})", value or second
+        return text, value
+
+    def unchecked(self) -> list[Stmt]:
+        """A branch a compile-time `if` does not take: well-formed, but it would not
+        check (and a call in it must not advance the call-site counters)."""
+        name = self.fresh("a")
+        lines = [self.pick([f"{name} = nosuch({name})",
+                            f"{name} = zeros[2, 3] @ zeros[4, 5]",
+                            "param w0 : f32[7, 9]",
+                            f"{name} = linear(undefined, 3)"])]
+        if self.rng.random() < 0.5:
+            lines.append(f"{name} = linear({name}, 2) + {self.pick(['x0', 'p0', 'W0'])}")
+        return [Stmt(line) for line in lines]
 
     def s_while(self, depth: int) -> None:
         k = self.fresh("k")

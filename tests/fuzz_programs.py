@@ -2,8 +2,8 @@
 one module, built natively (in f64, or f32 with `--dtype f32`) and compared with the
 NumPy reference interpreter (tests/fuzz_compare.py) in a child process, so that native
 code that crashes ends that process only. Each program runs twice on one instance: at
-T=4, B=3 (the specialized code, in every other module: built with `--specialize
-T=4,B=3`), then at random dims. `--vjp` builds the modules with a backward that takes a
+T=4, B=3, S=2 (the specialized code, in every other module: built with `--specialize
+T=4,B=3,S=2 --specialize T=4,B=3`), then at random dims. `--vjp` builds the modules with a backward that takes a
 cotangent per float output, compared with the reference's vector-Jacobian product.
 
     python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from fuzz_compare import SPECIALIZED, Outcome, compare
+from fuzz_compare import BUCKETS, Outcome, compare
 from fuzz_generate import SIZES, generate
 from fuzz_source import Program, module_source, smaller
 
@@ -53,8 +53,8 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 def run(progs: list[Program], directory: Path, specialize: bool = True,
         target: str = "cpu", emulate: bool = False, dtype: str = "f64",
         vjp: bool = False) -> dict[str, Outcome]:
-    """Every program's outcome, built as one module (`specialize`: with code for
-    SPECIALIZED too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
+    """Every program's outcome, built as one module (`specialize`: with code for the
+    BUCKETS too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
     as `build`'s). A program the front end rejects is the generator's bug; one that
     breaks its module's build is found by building halves."""
     outcomes: dict[str, Outcome] = {}
@@ -75,9 +75,9 @@ def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcome
     """`how`: build's keywords (target, emulate, dtype, vjp)."""
     if not progs:
         return
-    fits = specialize and any(set(SPECIALIZED) <= _dims(graphs[p.name]) for p in progs)
+    buckets = _buckets([graphs[p.name] for p in progs]) if specialize else []
     try:
-        built = build(module_source(progs), directory, [SPECIALIZED] if fits else [], **how)
+        built = build(module_source(progs), directory, buckets, **how)
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         if len(progs) > 1:
             half = len(progs) // 2
@@ -114,6 +114,11 @@ def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu
     return str(path), name, specialize, target, emulate, dtype, vjp
 
 
+def _buckets(graphs: list) -> list[dict]:
+    """The BUCKETS that fit some of `graphs` (a set that fits none is a usage error)."""
+    return [b for b in BUCKETS if any(set(b) <= _dims(g) for g in graphs)]
+
+
 def _dims(graph) -> set[str]:
     return {s for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
 
@@ -126,9 +131,7 @@ def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False) 
     except MdlError as e:
         return Outcome("rejected", e.render())
     try:
-        built = build(text, directory,
-                      [SPECIALIZED] if set(SPECIALIZED) <= _dims(graph) else [],
-                      dtype=dtype, vjp=vjp)
+        built = build(text, directory, _buckets([graph]), dtype=dtype, vjp=vjp)
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         return _build_failure(e)
     outcomes: dict[str, Outcome] = {}

@@ -13,6 +13,7 @@ from fuzz_source import Program, Stmt
 
 POOL = ("w0", "w1")                           # parameter names that scopes reuse
 CONTROL = ("for", "if", "while")
+OPEN = ("scope", "share", "static")           # blocks whose variables stay visible after
 
 
 def type_text(shape: tuple, dtype: str = "f32") -> str:
@@ -30,7 +31,8 @@ class Var:
 
 @dataclass
 class Frame:
-    kind: str                          # model, def, scope, share, for, if, while
+    kind: str                          # model, def, scope, share, static (the branch a
+    #                                    compile-time `if` takes), for, if, while
     path: tuple = ()                   # the scope path of parameters declared here
     counters: Counter | None = None    # call-site counters of a naming block
     lengths: bool = False              # a for with lengths: its state leads with B
@@ -47,6 +49,8 @@ class Names:
         self.rng = rng
         self.program = Program(name)
         self.widths = sorted(rng.sample([2, 3, 4, 5], 2))
+        self.program.hypers = self.draw_hypers()
+        self.symbols = ("S",) if rng.random() < 0.3 else ()   # a symbolic dim besides T, B
         self.frames = [Frame("model", counters=Counter(), block=self.program.body)]
         self.fresh_counts: Counter = Counter()
         self.sites: dict[tuple, tuple] = {}   # resolved full name -> signature
@@ -94,7 +98,10 @@ class Names:
         """The shapes values are usually drawn at: batches, vectors, scalars, sequences."""
         b = self.batch()
         out = [(b, w) for w in self.widths] * 3 + [(w,) for w in self.widths] + [(), (b,)]
-        return out if self.in_def else out + [("T", "B", w) for w in self.widths]
+        if self.in_def:
+            return out
+        return out + [("T", "B", w) for w in self.widths] + [
+            (s, w) for s in self.symbols for w in self.widths]
 
     def path(self) -> tuple:
         return self.frames[-1].path
@@ -136,7 +143,7 @@ class Names:
             yield f
         finally:
             self.frames.pop()
-            if kind in ("scope", "share"):   # their variables stay visible after them
+            if kind in OPEN:   # their variables stay visible after them
                 parent.vars.update(f.vars)
 
     @contextmanager
@@ -163,12 +170,60 @@ class Names:
                      for i, f in enumerate(self.frames))
         return not self.in_def and not nested
 
+    # ---- hyper-parameters ----------------------------------------------------------------
+    def draw_hypers(self) -> dict:
+        """The model's hyper-parameters, name -> (value, default's text), in order: ints
+        equal to the widths (a later one may be arithmetic on an earlier one: `2 * W0`,
+        an exact `/` stays an int), a float and a bool. Dims and literals of those values
+        are then written by name at random (`dim`), and `static_if` tests them."""
+        out: dict = {}
+        if self.rng.random() < 0.35:
+            return out
+        for i, w in enumerate(self.widths):
+            if self.rng.random() < 0.7:
+                out[f"W{i}"] = (w, str(w))
+        ints = [(n, v) for n, (v, _) in out.items()]
+        if ints and self.rng.random() < 0.6:
+            n, v = self.pick(ints)
+            w = self.pick(self.widths)
+            forms = [(f"{n} + {w - v}", w > v), (f"{n} - {v - w}", v > w),
+                     (f"2 * {n}", 2 * v == w), (f"{n} * {n} - {v * v - w}", v * v > w),
+                     (f"(2 * {n} + {2 * (w - v)}) / 2", w > v), (f"{w * v} / {n}", True)]
+            out["G"] = (w, self.pick([f for f, ok in forms if ok]))
+        if self.rng.random() < 0.6:
+            value = self.pick([0.5, 0.25, 1.5])
+            out["SCALE"] = (value, str(value))
+        if self.rng.random() < 0.7:
+            value = self.rng.random() < 0.5
+            out["FLAG"] = (value, "true" if value else "false")
+        return out
+
+    def hypers(self, kind: type) -> list[str]:
+        """The hyper-parameters of a kind (int, float, bool) visible here: none in a
+        function, whose body sees only its arguments."""
+        if self.in_def:
+            return []
+        return [n for n, (v, _) in self.program.hypers.items() if type(v) is kind]
+
+    def dim(self, d) -> str:
+        """A dim as text: an int sometimes by the name of a hyper-parameter that holds it."""
+        names = [n for n in self.hypers(int) if self.program.hypers[n][0] == d]
+        if names and self.rng.random() < 0.5:
+            self.cover("hyper:dim")
+            return self.pick(names)
+        return str(d)
+
+    def type_text(self, shape: tuple, dtype: str = "f32") -> str:
+        return type_text(tuple(self.dim(d) for d in shape), dtype)
+
     # ---- inputs, parameters, call sites ------------------------------------------------
     def input(self, shape: tuple, dtype: str = "f32", prefix: str = "x") -> str:
         name = self.fresh(prefix)
-        self.program.inputs[name] = type_text(shape, dtype)
+        self.program.inputs[name] = self.type_text(shape, dtype)
         self.frames[0].vars[name] = Var(name, shape, dtype, fixed=True)
         self.cover(f"input:{dtype}" + (":scalar" if not shape else ""))
+        for s in set(shape) & set(self.symbols):
+            self.cover(f"dim:{s}")
         return name
 
     def int_input(self, shape: tuple, prefix: str = "ids") -> str:
@@ -194,7 +249,7 @@ class Names:
             self.cover("param:reused")
             return self.pick(reuse).name
         name = self.fresh("p")
-        self.emit(f"param {name} : {type_text(shape)}{self.init(shape)}")
+        self.emit(f"param {name} : {self.type_text(shape)}{self.init(shape)}")
         self.define(Var(name, shape, fixed=True, param=True))
         if any(f.kind == "for" for f in self.frames):
             self.cover("param:in-loop")
@@ -217,7 +272,7 @@ class Names:
                 init = self.init(shape)
             self.cover("param:shared" if known else "param:scoped")
             self.sites[full] = ("param", shape, init)
-            self.emit(f"param {local} : {type_text(shape)}{init}")
+            self.emit(f"param {local} : {self.type_text(shape)}{init}")
             self.define(Var(local, shape, fixed=True, param=True))
             return local
         return self.param((self.pick(self.widths),))

@@ -39,9 +39,10 @@ class Stmt:
 
 @dataclass
 class Program:
-    """One model: its inputs, the functions it defines, its body, outputs and the terms
-    of its minimized loss."""
+    """One model: its hyper-parameters and inputs, the functions it defines, its body,
+    outputs and the terms of its minimized loss."""
     name: str
+    hypers: dict[str, tuple] = field(default_factory=dict)   # name -> (value, default text)
     inputs: dict[str, str] = field(default_factory=dict)     # name -> type
     defs: dict[str, str] = field(default_factory=dict)       # function name -> source
     body: list[Stmt] = field(default_factory=list)
@@ -52,7 +53,8 @@ class Program:
     covered: Counter = field(default_factory=Counter)        # constructs drawn
 
     def model_source(self) -> str:
-        lines = [f"model {self.name}() {{"]
+        hypers = ", ".join(f"{k} = {text}" for k, (_, text) in self.hypers.items())
+        lines = [f"model {self.name}({hypers}) {{"]
         lines += [f"  input {name} : {t}" for name, t in self.inputs.items()]
         for s in self.body:
             lines += s.lines(1)

@@ -109,6 +109,28 @@ model StateOverwrittenByAnInvariant() {
   minimize loss
 }
 """,
+    "a-loop-over-a-whole-sequence-in-a-loop": """
+# A loop nested in another that reads a whole sequence (xs), not the step (e): loop
+# fission moved it out before the outer loop as a loop of its own over the sequences
+# the moved ops read: none, so it had no trip count, and the next pass failed
+# (IndexError: list index out of range). The moved loop now iterates over one of the
+# outer loop's sequences. Found by `fuzz_programs.py --seed 141` (Small141_25).
+model ALoopOverAWholeSequenceInALoop() {
+  input xs : f32[T, B, 2]
+  param w : f32[2, 2] = normal(0, 0.5)
+  param u : f32[2, 2] = normal(0, 0.5)
+  h = zeros[B, 2]
+  for e in xs {
+    g = zeros[B, 2]
+    for f in xs {
+      g = tanh((f @ w) + g)
+    }
+    h = tanh((g @ u) + (h @ w))
+  }
+  output loss = mean(h)
+  minimize loss
+}
+""",
 }
 
 @pytest.fixture(scope="module")
@@ -186,7 +208,9 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
              "if:else-if", "if:joined", "while", "while:nested", "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
-             "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout"}
+             "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",
+             "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
+             "call:scalar-tensor", "dim:S"}
     assert drawn - set(constructs) == set()
     table = {*UNARY, *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
              "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",

@@ -291,7 +291,7 @@ def test_random_programs_run_in_onnxruntime_like_the_reference(tmp_path, seed, i
     """The fuzzer's random programs (tests/fuzz_generate.py: every construct and
     primitive the language has, loops with lengths, reversed, nested, with ifs and
     whiles) exported in f64 and run by onnxruntime at two sizes, against the reference."""
-    from fuzz_compare import case_inputs, differences, stream
+    from fuzz_compare import case_dims, case_inputs, differences, stream
     from fuzz_generate import generate
     from fuzz_source import module_source
 
@@ -303,9 +303,7 @@ def test_random_programs_run_in_onnxruntime_like_the_reference(tmp_path, seed, i
         [d.value for d in p.value.type.shape]) for name, p in graph.params.items()}
     out = export_onnx(path, tmp_path / "fuzz.onnx", model=program.name, params=params,
                       dtype="f64")
-    dims = stream(program.seed, "dims")
-    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
-    for case in ({"T": 4, "B": 3}, other):
+    for case in case_dims(program.seed):
         inputs = case_inputs(graph, case, program.lengths, program.seed)
         want = reference.run(graph, inputs, params)
         if not all(np.all(np.isfinite(a)) for a in want.values()):

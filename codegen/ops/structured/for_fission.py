@@ -31,7 +31,9 @@ def fission(b: Builder, loop: Op) -> None:
     first_ops, gone, crossing = _plan(loop)
     body, n_seq = loop.blocks[0], loop.attrs["n_seq"]
     read = {v.id for op in first_ops for v in outer_reads(op)}
-    slices = [k for k in range(n_seq) if body.args[k].id in read]
+    # a loop's sequences give its trip count: a first loop whose ops read none of them
+    # (a nested loop over a whole sequence) still iterates over one
+    slices = [k for k in range(n_seq) if body.args[k].id in read] or [0]
     mapping: dict[int, Value] = {}
     args = []
     for k in slices:
