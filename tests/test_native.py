@@ -183,6 +183,8 @@ def test_non_contiguous_and_dlpack_inputs(towers):
     (lambda x: x.update(a3=x["a3"][0]), ValueError, "input 'a3': expected f32[8, 20], got "
                                                      "float32[20] (wrong rank)"),
     (lambda x: x.update(a4=x["a4"][:5]), ValueError, "(dim 0 must be 8)"),
+    (lambda x: x.update(training="yes"), TypeError,
+     "forward(): training must be True or False, got str"),
 ])
 def test_bad_calls_raise(towers, change, error, message):
     x = {f"a{i}": np.zeros((8, 20), np.float32) for i in range(1, 5)}

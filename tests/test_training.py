@@ -3,6 +3,7 @@ SGD and Adam/AdamW), step by step in f64: momentum, Nesterov, weight decay, glob
 clipping, the scope regularizers (l2, l1) and frozen scopes of examples/attributes.mdl."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,13 @@ def test_the_learning_rate_can_change_between_steps(module):
     (lambda m: m.set_optimizer("sgd", lr=1, nesterov=True), ValueError, "nesterov needs"),
     (lambda m: m.set_optimizer("adam", lr=1, beta2=1.0), ValueError, "beta1 and beta2"),
     (lambda m: m.set_optimizer("adam", lr=1, clip_norm=0), ValueError, "clip_norm must be"),
+    (lambda m: m.set_optimizer("adam", lr="0.1"), TypeError,
+     re.escape('set_optimizer("adam"): lr must be a number, got str')),
+    (lambda m: m.set_optimizer("sgd", lr=True), TypeError, "lr must be a number, got bool"),
+    (lambda m: m.set_optimizer("sgd", lr=1, momentum=[0.9]), TypeError,
+     "momentum must be a number, got list"),
+    (lambda m: m.set_optimizer("sgd", lr=1, momentum=0.9, nesterov="yes"), TypeError,
+     "nesterov must be True or False, got str"),
 ])
 def test_bad_optimizer_calls_raise(module, call, error, message):
     with pytest.raises(error, match=message):

@@ -118,6 +118,29 @@ inline PyObject* lookup(const py::dict& kwargs, const py::object& name) {
   return got;
 }
 
+// A keyword argument `what` (as a message names it: `forward(): training`) that must be a
+// bool (True, False, a NumPy bool) or a real number: a TypeError naming it otherwise, not
+// pybind11's "Unable to cast".
+inline std::string type_name(py::handle v) {
+  return py::str(v.get_type().attr("__name__"));
+}
+
+inline bool bool_argument(py::handle v, const std::string& what) {
+  try {
+    return py::cast<bool>(v);
+  } catch (py::cast_error&) {
+    throw py::type_error(what + " must be True or False, got " + type_name(v));
+  }
+}
+
+inline double number_argument(py::handle v, const std::string& what) {
+  try {
+    if (!PyBool_Check(v.ptr())) return py::cast<double>(v);
+  } catch (py::cast_error&) {
+  }
+  throw py::type_error(what + " must be a number, got " + type_name(v));
+}
+
 // A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one.
 inline py::array as_array(py::handle obj) {
   py::object arr = py::reinterpret_borrow<py::object>(obj);

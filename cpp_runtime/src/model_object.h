@@ -162,7 +162,7 @@ class Model {
 
   py::dict forward(py::kwargs kwargs) {
     PyObject* flag = lookup(kwargs, training_py_);
-    bool training = flag && py::cast<bool>(py::handle(flag));
+    bool training = flag && bool_argument(flag, "forward(): training");
     Inputs in = inputs(kwargs, true);
     in.call.fresh = true;  // its results go to Python
     const Variant<T>& v = choose(in.call.dims);

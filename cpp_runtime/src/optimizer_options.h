@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "arguments.h"
 #include "mdl/optimizer.h"
 
 namespace mdl {
@@ -26,15 +27,17 @@ inline OptimizerConfig configure(const std::string& name, const py::kwargs& kwar
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
     py::handle value = item.second;
-    if (key == "lr") c.lr = py::cast<double>(value);
-    else if (key == "weight_decay") c.weight_decay = py::cast<double>(value);
-    else if (key == "clip_norm") c.clip_norm = value.is_none() ? 0 : py::cast<double>(value);
-    else if (sgd && key == "momentum") c.momentum = py::cast<double>(value);
-    else if (sgd && key == "nesterov") c.nesterov = py::cast<bool>(value);
-    else if (!sgd && key == "beta1") c.beta1 = py::cast<double>(value);
-    else if (!sgd && key == "beta2") c.beta2 = py::cast<double>(value);
-    else if (!sgd && key == "eps") c.eps = py::cast<double>(value);
-    else if (!sgd && key == "decoupled") c.decoupled = py::cast<bool>(value);
+    std::string what = "set_optimizer(\"" + name + "\"): " + key;
+    auto number = [&] { return number_argument(value, what); };
+    if (key == "lr") c.lr = number();
+    else if (key == "weight_decay") c.weight_decay = number();
+    else if (key == "clip_norm") c.clip_norm = value.is_none() ? 0 : number();
+    else if (sgd && key == "momentum") c.momentum = number();
+    else if (sgd && key == "nesterov") c.nesterov = bool_argument(value, what);
+    else if (!sgd && key == "beta1") c.beta1 = number();
+    else if (!sgd && key == "beta2") c.beta2 = number();
+    else if (!sgd && key == "eps") c.eps = number();
+    else if (!sgd && key == "decoupled") c.decoupled = bool_argument(value, what);
     else throw py::type_error("set_optimizer(\"" + name + "\") got an unknown option '" +
                               key + "' (options are " + known + ")");
   }
