@@ -92,10 +92,27 @@ class Expressions(Names):
             self.program.defs[fn] = "\n".join(lines)
         return fn
 
+    def encoder_function(self) -> str:
+        """The program's function over a whole sequence: a loop of its own (its
+        parameters shared by every step) returning two values, unpacked by the caller."""
+        fn = f"{self.program.name}_r"
+        if fn not in self.program.defs:
+            seq = self.pick(["xs", "reversed(xs)"])
+            lines = [f"def {fn}(xs : f32[T, N, I], n : int) -> (f32[N, n], f32[N, n]) {{",
+                     f"  param W : f32[I, n]{self.init((2, 2))}",
+                     f"  param U : f32[n, n]{self.init((2, 2))}",
+                     "  h = zeros[N, n]", "  m = zeros[N, n]",
+                     f"  for x in {seq} {{",
+                     "    h = tanh((x @ W) + (h @ U))",
+                     f"    m = {self.pick(['maximum(m, h)', '(m + h)', '(0.5 * m + 0.5 * h)'])}",
+                     "  }", "  return h, m", "}"]
+            self.program.defs[fn] = "\n".join(lines)
+        return fn
+
     FORMS = (("unary", 6), ("binary", 6), ("neg", 1), ("where", 2), ("clip", 1),
              ("matmul", 3), ("softmax", 1), ("reduce", 2), ("concat", 1), ("restack", 1),
              ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1), ("gather", 1),
-             ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5), ("linear", 1),
+             ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5), ("encode", 1), ("linear", 1),
              ("loss", 2))
 
     def expr(self, shape: tuple, depth: int) -> str:
@@ -385,6 +402,22 @@ class Expressions(Names):
             self.cover("call:scalar-tensor")
         self.cover("call:int")
         return self.call_site(fn, (fn, k, shape[1]), f"{fn}({', '.join(args)})")
+
+    def form_encode(self, shape, d):
+        if (self.in_def or self.calls_blocked or len(shape) != 2 or shape[0] != "B"
+                or not isinstance(shape[1], int)):
+            return None
+        fn = self.encoder_function()
+        k = self.pick(self.widths)
+        with self.no_calls():   # a call here would come first in the text, last in counting
+            xs = self.expr(("T", "B", k), d)
+        call = self.call_site(fn, (fn, k, shape[1]), f"{fn}({xs}, {self.dim(shape[1])})")
+        names = [self.fresh("q") for _ in range(2)]
+        self.emit(f"{', '.join(names)} = {call}")
+        for q in names:
+            self.define(Var(q, shape))
+        self.cover("call:tuple")
+        return self.pick(names)
 
     def form_linear(self, shape, d):
         if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
