@@ -263,6 +263,37 @@ def test_train_step_is_checked_with_every_optimizer(tmp_path, monkeypatch, seed)
     assert sorted(CONFIGS)[seed] in outcome.detail
 
 
+def test_a_checkpoint_that_loads_a_weight_one_ulp_off_is_caught(tmp_path):
+    """compare() saves the trained model, loads it into a new instance and steps both
+    once more: a loaded weight one ulp away from the saved one makes them differ."""
+    path, name, *_ = fuzz.build(TANH, tmp_path, [])
+    module = load(path, dtype="f64", name=name)
+    graph = check_source(TANH, model="Tanh", dtype="f64").graph
+    assert compare(module, "Tanh", graph).ok
+
+    class OneUlpOff:   # the module, but its models load `w` one ulp away
+        def __getattr__(self, cls):
+            def make(seed):
+                m = getattr(module, cls)(seed=seed)
+                load_exactly = m.load
+
+                class Model:
+                    def __getattr__(self, attr):
+                        return getattr(m, attr)
+
+                    def __setattr__(self, attr, value):
+                        setattr(m, attr, value)
+
+                    def load(self, path):
+                        load_exactly(path)
+                        m.set_params({"w": np.nextafter(m.params["w"], np.inf)})
+                return Model()
+            return make
+    outcome = compare(OneUlpOff(), "Tanh", graph)
+    assert outcome.kind == "mismatch" and outcome.detail.startswith("checkpoint")
+    assert "w: relative error" in outcome.detail
+
+
 def test_an_f32_build_is_compared_at_f32s_tolerance(tmp_path, monkeypatch):
     """An f32 build agrees with the reference (run in float64 on the f32 values) within
     PRECISIONS["f32"], and a tanh whose reference is wrong by ten times that fails."""
