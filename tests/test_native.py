@@ -193,6 +193,27 @@ def test_bad_calls_raise(towers, change, error, message):
         towers.forward(**x)
 
 
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m, x: m.forward(*x.values()), TypeError, "forward() of model Towers takes its "
+     "arguments by name: forward(a1=..., a2=..., a3=..., a4=...)"),
+    (lambda m, x: m.train_step(x), TypeError, "train_step() of model Towers takes its "
+     "arguments by name: train_step(a1=..., a2=..., a3=..., a4=...)"),
+    (lambda m, x: (m.forward(**x, training=True), m.backward(1.0)), TypeError,
+     "backward() of model Towers takes no positional arguments: call backward()"),
+    (lambda m, x: type(m)(seed=-1), ValueError,
+     "Towers(seed=...): the seed must be in [0, 2**64), got -1"),
+    (lambda m, x: type(m)(seed=2 ** 64), ValueError, "got 18446744073709551616"),
+    (lambda m, x: type(m)(seed=0.5), TypeError,
+     "Towers(seed=...): the seed must be an int, got float"),
+])
+def test_positional_inputs_and_bad_seeds_raise_saying_what_to_write(towers, call, error,
+                                                                    message):
+    x = {f"a{i}": np.zeros((8, 20), np.float32) for i in range(1, 5)}
+    with pytest.raises(error, match=re.escape(message)):
+        call(towers, x)
+    assert type(towers)(np.uint64(2 ** 64 - 1)).params.keys() == towers.params.keys()
+
+
 def test_dims_must_agree_between_inputs():
     m = native("charlm.mdl", "f32").CharLM()
     t = np.zeros((5, 3), np.int32)

@@ -160,6 +160,22 @@ class Model {
   // The outputs whose cotangents backward takes (a vjp build: every float output), in order.
   py::list cotangents() const { return cotangents_.names(); }
 
+  // What a call given positional arguments is told: `method` takes them by name, as
+  // `forward(tokens=..., lengths=...)` (the inputs; backward's: the cotangents).
+  [[noreturn]] void positional(const std::string& method) const {
+    std::vector<std::string> names;
+    if (method == "backward") {
+      for (py::handle n : cotangents_.names()) names.push_back(py::str(n));
+    } else {
+      for (int i = 0; i < spec_->n_inputs; ++i) names.push_back(spec_->inputs[i].name);
+    }
+    std::string call = method + "(";
+    for (std::size_t i = 0; i < names.size(); ++i) call += (i ? ", " : "") + names[i] + "=...";
+    throw py::type_error(method + "() of model " + spec_->name + " takes " +
+                         (names.empty() ? "no positional arguments: call " + call + ")"
+                                        : "its arguments by name: " + call + ")"));
+  }
+
   py::dict forward(py::kwargs kwargs) {
     PyObject* flag = lookup(kwargs, training_py_);
     bool training = flag && bool_argument(flag, "forward(): training");

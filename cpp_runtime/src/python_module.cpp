@@ -25,6 +25,31 @@ constexpr const char* capsule_name() {
   return sizeof(T) == 4 ? "mdl.ModelSpec<float>" : "mdl.ModelSpec<double>";
 }
 
+// The overload of a method that takes its arguments by name which pybind11 reaches only
+// when the method was given positional ones: a TypeError saying how to call it instead
+// of "incompatible function arguments".
+template <class M>
+auto by_name_only(const char* method) {
+  return [method](const M& m, py::args, py::kwargs) -> py::dict { m.positional(method); };
+}
+
+// A model's seed: an int in [0, 2**64), or a TypeError / ValueError naming the model.
+inline uint64_t seed_value(py::handle seed, const char* model) {
+  std::string what = std::string(model) + "(seed=...)";
+  if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr()))
+    throw py::type_error(what + ": the seed must be an int, got " +
+                         std::string(py::str(seed.get_type().attr("__name__"))));
+  py::object value = py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
+  if (!value) throw py::error_already_set();
+  unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {  // < 0 or >= 2**64
+    PyErr_Clear();
+    throw py::value_error(what + ": the seed must be in [0, 2**64), got " +
+                          std::string(py::str(value)));
+  }
+  return v;
+}
+
 // The class every model class of this module derives from. Its constructor takes the
 // model's spec (a capsule), which each model class's own __init__ supplies.
 template <class T>
@@ -57,9 +82,13 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("cotangents", &M::cotangents)
       .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
       .def("forward", &M::forward)
+      .def("forward", by_name_only<M>("forward"))
       .def("backward", &M::backward)
+      .def("backward", by_name_only<M>("backward"))
       .def("train_step", &M::train_step)
+      .def("train_step", by_name_only<M>("train_step"))
       .def("forward_backward", &M::forward_backward)
+      .def("forward_backward", by_name_only<M>("forward_backward"))
       .def("apply_gradients", &M::apply_gradients)
       .def_property_readonly("gradient_buffer", [](py::object self) {
         return self.cast<M&>().gradient_buffer(self);
@@ -98,8 +127,8 @@ void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
   py::capsule handle(static_cast<const void*>(spec), capsule_name<T>());
   py::object base_init = base.attr("__init__");
   cls.attr("__init__") = py::cpp_function(
-      [base_init, handle](py::object self, uint64_t seed, py::object params) {
-        base_init(self, handle, seed, params);
+      [base_init, handle, spec](py::object self, py::object seed, py::object params) {
+        base_init(self, handle, seed_value(seed, spec->name), params);
       },
       py::name("__init__"), py::is_method(cls), py::arg("seed") = 0,
       py::arg("params") = py::none());
