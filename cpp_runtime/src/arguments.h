@@ -141,7 +141,9 @@ inline double number_argument(py::handle v, const std::string& what) {
   throw py::type_error(what + " must be a number, got " + type_name(v));
 }
 
-// A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one.
+// A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one;
+// a copy in this machine's byte order where its bytes are swapped (`>i4` here), which
+// the kernels would otherwise read as other numbers.
 inline py::array as_array(py::handle obj) {
   py::object arr = py::reinterpret_borrow<py::object>(obj);
   if (!py::isinstance<py::array>(arr)) {
@@ -149,7 +151,11 @@ inline py::array as_array(py::handle obj) {
     arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
                                          : np.attr("asarray")(arr);
   }
-  return py::reinterpret_borrow<py::array>(arr);
+  constexpr char swapped = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '>' : '<';
+  py::array a = py::reinterpret_borrow<py::array>(arr);
+  if (a.dtype().byteorder() == swapped)
+    a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));
+  return a;
 }
 
 // Checks an input's dtype and shape against `s` (its model's `dim_names`), binding user dims; `got()` says what came
