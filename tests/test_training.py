@@ -76,6 +76,8 @@ def test_the_learning_rate_can_change_between_steps(module):
 @pytest.mark.parametrize("call, error, message", [
     (lambda m: m.train_step(**batch(0)), RuntimeError, "needs an optimizer"),
     (lambda m: m.lr, RuntimeError, "no optimizer is set"),
+    (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", "0.1")), TypeError,
+     "lr must be a number, got str"),
     (lambda m: m.set_optimizer("rmsprop", lr=1), ValueError, "unknown optimizer 'rmsprop'"),
     (lambda m: m.set_optimizer("sgd"), ValueError, "lr is required"),
     (lambda m: m.set_optimizer("sgd", lr=0), ValueError, "lr must be > 0"),

@@ -331,7 +331,8 @@ class Model {
     return opt_.config.lr;
   }
 
-  void set_lr(double lr) {
+  void set_lr(py::handle value) {
+    double lr = number_argument(value, "lr");
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("no optimizer is set: call set_optimizer(...) first");
     if (!(lr > 0)) throw py::value_error("lr must be > 0, got " + std::to_string(lr));
