@@ -227,10 +227,22 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _output_folder(out: str | Path) -> Path:
+    """-o's folder, made where it is not yet (a UsageError where it cannot be)."""
+    from .ir.diagnostics import UsageError, writing
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o takes a folder, and `{out}` is a file")
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
     from .compile.cmake import render_cmakelists
+    from .ir.diagnostics import writing
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
@@ -239,11 +251,11 @@ def cmd_emit(args) -> int:
     _, files = sources(args.file, name, options)
     files["CMakeLists.txt"] = render_cmakelists(list(files), name,
                                                 target(args.target, args.emulate))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for file_name, text in files.items():
-        (out / file_name).write_text(text)
-        print(out / file_name)
+    out = _output_folder(args.out)
+    with writing(out):
+        for file_name, text in files.items():
+            (out / file_name).write_text(text)
+            print(out / file_name)
     return 0
 
 
@@ -282,14 +294,17 @@ def cmd_build(args) -> int:
     from .compile.extension import install
     from .compile.index import lookup
     from .compile.options import BuildOptions, module_name_for
+    from .ir.diagnostics import writing
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
     name = module_name_for(args.file, args.name)
+    _output_folder(args.out)  # before a build of seconds, not after
     built = lookup(args.file, name, options)
     if built is None:
         from .pipeline import build
         built = build(args.file, name, options)
-    print(install(built, args.out, name))
+    with writing(args.out):
+        print(install(built, args.out, name))
     return 0
 
 

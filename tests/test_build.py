@@ -208,10 +208,10 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
 @pytest.mark.parametrize("variable,value,expected", [
     ("MDL_BLAS", "atlas", "MDL_BLAS='atlas': expected one of mkl, openblas"),
     ("MDL_SMALL_PRODUCTS", "mine", "MDL_SMALL_PRODUCTS='mine': expected one of own, blas")])
-def test_an_unknown_blas_choice_is_a_clear_error(variable, value, expected):
+def test_an_unknown_blas_choice_is_a_clear_error(variable, value, expected, tmp_path):
     env = {**os.environ, variable: value}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",
-                          str(REPO / "examples" / "gru.mdl"), "-o", os.devnull],
+                          str(REPO / "examples" / "gru.mdl"), "-o", str(tmp_path)],
                          env=env, capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 1
     assert expected in run.stderr

@@ -113,6 +113,36 @@ def test_usage_errors_exit_2(good, args, message):
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["build", "GOOD", "-o", "FILE"], "-o takes a folder, and `FILE` is a file"),
+    (["build", "GOOD", "-o", "FILE/sub"], "cannot write `FILE/sub`: Not a directory"),
+    (["emit", "GOOD", "-o", "FILE/sub"], "cannot write `FILE/sub`: Not a directory"),
+    (["export", "GOOD", "--onnx", "FILE/m.onnx"], "cannot write `FILE/m.onnx`"),
+    (["export", "GOOD", "--onnx", "DIR"], "cannot write `DIR`: Is a directory"),
+    (["graph", "GOOD", "-o", "FILE/m.dot"], "cannot write `FILE/m.dot`"),
+    (["build", "GOOD", "--name", "class"], "--name 'class' is not a valid Python module "
+     "name (a keyword"),
+])
+def test_outputs_that_cannot_be_written_are_usage_errors(good, tmp_path, args, message):
+    """A place to write that is a file, lies under one, or is a folder where a file goes:
+    exit 2 naming it (it was an internal error, exit 3, saying to report a bug)."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    names = {"GOOD": str(good), "FILE": str(tmp_path / "file"), "DIR": str(tmp_path / "dir")}
+    for k, v in names.items():
+        args = [a.replace(k, v) for a in args]
+        message = message.replace(k, v)
+    r = mdlc(*args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path):
+    path = tmp_path / "class.mdl"
+    path.write_text(GOOD)
+    r = mdlc("build", str(path), "-o", str(tmp_path))
+    assert r.returncode == 0 and r.stdout.strip().endswith(f"m_class{EXT_SUFFIX}")
+
+
 def test_missing_file_is_an_error_not_a_crash(tmp_path):
     r = mdlc("check", str(tmp_path / "missing.mdl"))
     assert r.returncode == 1 and "cannot read" in r.stderr

@@ -3,6 +3,7 @@ arguments) and the name of the module it makes. Kept apart from the pipeline so 
 build index (codegen/compile/index.py) can answer for a build without importing it."""
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,10 @@ class BuildOptions:
 def module_name_for(path: str | Path, name: str | None = None) -> str:
     """The Python module name: `name`, or the file's stem made an identifier."""
     if name is not None:
-        if not name.isidentifier():
-            raise UsageError(f"--name {name!r} is not a valid Python module name")
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise UsageError(f"--name {name!r} is not a valid Python module name"
+                             + (" (a keyword: `import` cannot name it)"
+                                if keyword.iskeyword(name) else ""))
         return name
     stem = re.sub(r"\W", "_", Path(path).stem)
-    return stem if stem.isidentifier() else f"m_{stem}"
+    return stem if stem.isidentifier() and not keyword.iskeyword(stem) else f"m_{stem}"

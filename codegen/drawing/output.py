@@ -8,6 +8,8 @@ import graphviz
 
 from dsl import UsageError
 
+from ..ir.diagnostics import writing
+
 FORMATS = {".dot": None, ".gv": None, ".svg": "svg", ".png": "png", ".pdf": "pdf"}
 INSTALL_DOT = ("Graphviz's `dot` program is needed to write {suffix} files and was not "
                "found on PATH; install Graphviz (Debian/Ubuntu: `apt-get install graphviz`, "
@@ -30,8 +32,6 @@ def write(dot: graphviz.Digraph, out: str | Path) -> None:
             data = dot.pipe(format=FORMATS[suffix])
         except graphviz.ExecutableNotFound:
             raise UsageError(INSTALL_DOT.format(suffix=suffix, stem=out.stem)) from None
-    try:
+    with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
-    except OSError as exc:
-        raise UsageError(f"cannot write `{out}`: {exc.strerror or exc}") from None

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import UsageError
+from ..ir.diagnostics import UsageError, writing
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
 
@@ -59,6 +59,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
                    doc=f"model {graph.name} of {Path(path).name}, exported by mdlc")
     onnx.checker.check_model(made, full_check=True)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(made, str(out))
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save_model(made, str(out))
     return out

@@ -6,7 +6,9 @@ as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,3 +172,13 @@ def raise_all(errors: list[MdlError]) -> None:
 class UsageError(Exception):
     """A bad command-line request (unknown -D name, an unknown target, ...): exit
     status 2."""
+
+
+@contextmanager
+def writing(path) -> Iterator[None]:
+    """A failure to write `path` (a folder that cannot be made, a file over a folder, no
+    permission, a full disk) inside the block becomes a UsageError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"cannot write `{path}`: {exc.strerror or exc}") from None
