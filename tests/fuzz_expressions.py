@@ -59,9 +59,9 @@ class Expressions(Functions):
 
     FORMS = (("unary", 6), ("binary", 6), ("neg", 1), ("where", 2), ("clip", 1),
              ("matmul", 3), ("softmax", 1), ("reduce", 2), ("concat", 1), ("restack", 1),
-             ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1), ("gather", 1),
-             ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5), ("encode", 1),
-             ("linear", 1), ("loss", 2))
+             ("flatten", 1), ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1),
+             ("gather", 1), ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5),
+             ("encode", 1), ("linear", 1), ("loss", 2))
 
     def expr(self, shape: tuple, depth: int) -> str:
         """A float expression of exactly `shape`, always a primary (a name, a call, or
@@ -269,6 +269,29 @@ class Expressions(Functions):
         half = (shape[0], shape[-1] // 2)
         return (f"reshape(transpose(stack([{self.expr(half, d)}, {self.expr(half, d)}]), "
                 f"[1, 0, 2]), [{shape[0]}, {shape[1]}])")
+
+    def form_flatten(self, shape, d):
+        """Dims that are products and sums of T and B: a sequence flattened to its T*B rows
+        (and back around a product, as a char LM's decoder is), reduced over them, or
+        two sequences concatenated over time (2*T steps) and reduced."""
+        if self.in_def:
+            return None
+        red = self.pick(REDUCTIONS)
+        if len(shape) == 3 and shape[:2] == ("T", "B") and isinstance(shape[2], int):
+            self.cover("reshape:rows")
+            k = self.pick(self.widths)
+            rows = f"reshape({self.expr(('T', 'B', k), d)}, [T * B, {self.dim(k)}])"
+            return (f"reshape(({rows} @ {self.param((k, shape[2]))}), "
+                    f"[T, B, {self.dim(shape[2])}])")
+        if len(shape) == 1 and isinstance(shape[0], int):
+            self.cover("reshape:rows")
+            rows = f"reshape({self.expr(('T', 'B') + shape, d)}, [T * B, {self.dim(shape[0])}])"
+            return f"{red}({self.reduction_arg(red, rows)}, axis = 0)"
+        if len(shape) == 2 and shape[0] == "B":
+            self.cover("concat:time")
+            both = f"concat([{self.expr(('T',) + shape, d)}, {self.expr(('T',) + shape, d)}])"
+            return f"{red}({self.reduction_arg(red, both)}, axis = 0)"
+        return None
 
     def form_transpose(self, shape, d):
         if len(shape) != 2:
