@@ -330,9 +330,14 @@ def cmd_gradcheck(args) -> int:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)
         return 2
+    symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
+                            for s in d.symbols)   # in the order the inputs name them
+    unknown = sorted(set(args.dims) - set(symbols))
+    if unknown:  # a typo would check other dims than asked, and say nothing
+        raise UsageError(f"--dims names {', '.join(unknown)}, not a symbolic dim of model "
+                         f"`{graph.name}` (it has {', '.join(symbols) or 'none'})")
     module = import_built(args.file, name, options)
-    dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3))
-            for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
+    dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3)) for s in symbols}
     try:
         results = gradcheck.check(module, graph, dims, args.seed)
     except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)

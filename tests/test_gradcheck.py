@@ -33,3 +33,10 @@ def test_gradcheck_fails_on_a_corrupted_gradient(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(TABLE["tanh"], "grad", wrong)
     assert cli.main(["gradcheck", str(path)]) == 1
     assert "FAILED" in capsys.readouterr().out
+
+
+def test_dims_the_model_does_not_have_are_a_usage_error(capsys):
+    """A typo in --dims (t for T) would check other dims than asked for, saying nothing."""
+    assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "--dims", "t=2"]) == 2
+    assert ("--dims names t, not a symbolic dim of model `CharLM` (it has T, B)"
+            in capsys.readouterr().err)
