@@ -130,7 +130,8 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
     """Build (through the cache) and import the native module of a .mdl file; `vjp`: its
     backward takes cotangents of the float outputs (what codegen.pytorch needs); `emulate`:
     the cuda target's code built for mdl's emulated device, which runs it on the CPU."""
-    options = BuildOptions(target, dtype, dict(defines or {}), model, list(specialize or []),
+    options = BuildOptions(target, dtype, dict(defines or {}), model,
+                           specialize if isinstance(specialize, dict) else list(specialize or []),
                            vjp=vjp, emulate=emulate)
     return import_built(path, module_name_for(path, name), options)
 

@@ -4,6 +4,7 @@ checked by the primitive table's shape rules. Errors are collected per statement
 that one run reports several independent ones."""
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Any
 
@@ -100,7 +101,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
             if not isinstance(default, Const):
                 raise MdlTypeError("a hyper-parameter's default must be known at compile time",
                                    h.value.loc)
-            value = defines.get(name, default.value)
+            value = define_value(name, defines[name]) if name in defines else default.value
             if Const.of(value).kind != default.kind and not (
                     default.kind == "float" and Const.of(value).kind == "int"):
                 raise UsageError(f"-D {name}={value}: `{name}` is {default.kind} "
@@ -363,3 +364,14 @@ def elaborate(program: Program, model: n.ModelDef, defines: dict[str, Any],
     finally:
         sys.setrecursionlimit(limit)
 
+
+def define_value(name: str, value: Any) -> bool | int | float:
+    """A hyper-parameter's value as Python gives it (`-D`, `load(defines=...)`): a bool,
+    an integer or a real number, NumPy's scalars too; anything else is a usage error."""
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -284,6 +285,32 @@ def test_the_cmakelists_renders_each_variant():
 def test_bad_names_are_refused_before_building(sources, name):
     with pytest.raises(ValueError):
         build_extension(sources, name, CPU)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(dtype="f16"), "dtype 'f16': expected one of f32, f64"),
+    (dict(defines={"H": "big"}), "-D H='big': a hyper-parameter takes a number, true or false"),
+    (dict(specialize=[{"T": 0, "B": 2}]), "specialize 'T': 0: a dim is a name and its size "
+     "an int >= 1"),
+    (dict(specialize=[{"T": "35"}]), "specialize 'T': '35'"),
+    (dict(specialize={"T": 35, "B": 8}), "specialize takes a list of {dim: size} dicts"),
+])
+def test_bad_arguments_of_load_are_usage_errors_naming_them(arguments, message):
+    """load()'s arguments are checked as the command line's are, before anything builds."""
+    from codegen import load
+    from dsl import UsageError
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load(REPO / "examples" / "charlm.mdl", **arguments)
+
+
+def test_numpy_scalars_are_hyper_parameters_and_sizes_too():
+    from codegen.compile.options import BuildOptions
+    from dsl import check_file
+    np = pytest.importorskip("numpy")
+    graph = check_file(str(REPO / "examples" / "charlm.mdl"), model="CharLM",
+                       defines={"H": np.int64(8)}).graph
+    assert [d.value for d in graph.params["lstm/U"].value.type.shape] == [8, 32]
+    assert BuildOptions(specialize=[{"T": np.int32(35)}]).specialize == [{"T": 35}]
 
 
 def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys):

@@ -4,12 +4,15 @@ build index (codegen/compile/index.py) can answer for a build without importing 
 from __future__ import annotations
 
 import keyword
+import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..ir.diagnostics import UsageError
+
+DTYPES = ("f32", "f64")
 
 
 @dataclass
@@ -23,6 +26,24 @@ class BuildOptions:
     sanitize: bool = False
     vjp: bool = False   # backward takes a cotangent per float output (codegen.pytorch)
     emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
+
+    def __post_init__(self) -> None:
+        """What `load(...)` is given is checked as the command line's options are: a
+        UsageError naming the argument, not a failure deep in the build."""
+        if self.dtype not in DTYPES:
+            raise UsageError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if not isinstance(self.specialize, (list, tuple)) or not all(
+                isinstance(s, dict) for s in self.specialize):
+            raise UsageError(f"specialize takes a list of {{dim: size}} dicts, e.g. "
+                             f"[{{'T': 35, 'B': 8}}], got {self.specialize!r}")
+        for spec in self.specialize:
+            for dim, size in spec.items():
+                if not (isinstance(dim, str) and dim.isidentifier()) or isinstance(
+                        size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+                    raise UsageError(f"specialize {dim!r}: {size!r}: a dim is a name and its "
+                                     "size an int >= 1")
+        self.specialize = [{dim: int(size) for dim, size in s.items()}
+                           for s in self.specialize]
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
