@@ -3,17 +3,22 @@ one module, built natively (in f64, or f32 with `--dtype f32`) and compared with
 NumPy reference interpreter (tests/fuzz_compare.py) in a child process, so that native
 code that crashes ends that process only. Each program runs twice on one instance: at
 T=4, B=3, S=2 (the specialized code, in every other module: built with `--specialize
-T=4,B=3,S=2 --specialize T=4,B=3`), then at random dims. `--vjp` builds the modules with a backward that takes a
-cotangent per float output, compared with the reference's vector-Jacobian product.
+T=4,B=3,S=2 --specialize T=4,B=3`), then at random dims. `--vjp` builds the modules
+with a backward that takes a cotangent per float output, compared with the reference's
+vector-Jacobian product.
 
     python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
                                    [--dtype f32] [--vjp] [--target cuda [--emulate]]
+                                   [--sanitize]
 
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
-failure remains. Exit status 1 when a program fails. `--target cuda` builds for the GPU
-(where none is present, the programs are compiled and linked only: outcome "built");
-with `--emulate`, for mdl's emulated device, which runs and compares them on the CPU.
+failure remains. Exit status 1 when a program fails. `--sanitize` builds the modules
+under AddressSanitizer and UBSan: a memory error that leaves the results right still
+ends the comparing process, and the program fails as a crash. `--target cuda` builds
+for the GPU (where none is present, the programs are compiled and linked only: outcome
+"built"); with `--emulate`, for mdl's emulated device, which runs and compares them on
+the CPU.
 docs/testing.md tells more.
 """
 from __future__ import annotations
@@ -39,7 +44,7 @@ from fuzz_source import Program, module_source, smaller
 from codegen.compile.cuda_toolkit import gpu_capabilities
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.ir.graph import walk_ops
-from codegen.pipeline import BuildOptions, build as pipeline_build, load
+from codegen.pipeline import BuildOptions, build as pipeline_build, import_built
 from codegen.targets.registry import target as find_target
 from dsl import MdlError, UsageError, check_source
 
@@ -52,11 +57,11 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 
 def run(progs: list[Program], directory: Path, specialize: bool = True,
         target: str = "cpu", emulate: bool = False, dtype: str = "f64",
-        vjp: bool = False) -> dict[str, Outcome]:
+        vjp: bool = False, sanitize: bool = False) -> dict[str, Outcome]:
     """Every program's outcome, built as one module (`specialize`: with code for the
     BUCKETS too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
-    as `build`'s). A program the front end rejects is the generator's bug; one that
-    breaks its module's build is found by building halves."""
+    `sanitize`: as `build`'s). A program the front end rejects is the generator's bug; one
+    that breaks its module's build is found by building halves."""
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in progs:
@@ -66,13 +71,14 @@ def run(progs: list[Program], directory: Path, specialize: bool = True,
             outcomes[p.name] = Outcome("rejected", e.render())
     checked = [p for p in progs if p.name in graphs]
     _build_and_compare(checked, graphs, directory, specialize, outcomes,
-                       dict(target=target, emulate=emulate, dtype=dtype, vjp=vjp))
+                       dict(target=target, emulate=emulate, dtype=dtype, vjp=vjp,
+                            sanitize=sanitize))
     return outcomes
 
 
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes,
                        how: dict) -> None:
-    """`how`: build's keywords (target, emulate, dtype, vjp)."""
+    """`how`: build's keywords (target, emulate, dtype, vjp, sanitize)."""
     if not progs:
         return
     buckets = _buckets([graphs[p.name] for p in progs]) if specialize else []
@@ -98,20 +104,22 @@ def _build_failure(e: Exception) -> Outcome:
 
 
 def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu",
-          emulate: bool = False, dtype: str = "f64", vjp: bool = False) -> tuple:
+          emulate: bool = False, dtype: str = "f64", vjp: bool = False,
+          sanitize: bool = False) -> tuple:
     """Builds the module of a .mdl text in `dtype` (one class per model) for `target`
-    (and `emulate`; `vjp`: a backward that takes cotangents), named after the text and
-    the build (a suffix for f32 and vjp), so that a build seen before comes from the
-    cache; what `load` needs to import it: (path, name, specialize, target, emulate,
-    dtype, vjp)."""
+    (and `emulate`; `vjp`: a backward that takes cotangents; `sanitize`: under
+    AddressSanitizer and UBSan), named after the text and the build (a suffix for f32,
+    vjp and sanitize), so that a build seen before comes from the cache; what
+    `import_built` needs to import it: (path, name, options)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
-    name += ("_f32" if dtype == "f32" else "") + ("_vjp" if vjp else "")
+    name += ("_f32" if dtype == "f32" else "") + ("_vjp" if vjp else "") + (
+        "_asan" if sanitize else "")
     path = directory / f"{name}.mdl"
     path.write_text(text)
     options = BuildOptions(target=target, dtype=dtype, specialize=specialize,
-                           emulate=emulate, vjp=vjp)
+                           emulate=emulate, vjp=vjp, sanitize=sanitize)
     pipeline_build(path, name, options, progress=False)
-    return str(path), name, specialize, target, emulate, dtype, vjp
+    return str(path), name, options
 
 
 def _buckets(graphs: list) -> list[dict]:
@@ -167,6 +175,9 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
     read, write = os.pipe()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    if built[2].sanitize:  # a report ends the process: the model's outcome is a crash
+        env.update(LD_PRELOAD=asan_runtime(), ASAN_OPTIONS="detect_leaks=0",
+                   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
             [sys.executable, "-c", f"import fuzz_programs; fuzz_programs.serve({write})"],
@@ -184,22 +195,29 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
                 done[name] = Outcome(kind, detail)
         code = process.wait()
         errors.seek(0)
-        said = errors.read().decode(errors="replace").strip().splitlines()[-3:]
+        lines = errors.read().decode(errors="replace").strip().splitlines()
+    # a sanitizer's report ends with its one-line SUMMARY; other deaths, with their last
+    said = [line for line in lines if line.startswith("SUMMARY:")][-1:] or lines[-3:]
     return done, f"exit status {code}" + (": " + " / ".join(said) if said else "")
+
+
+def asan_runtime() -> str:
+    """The AddressSanitizer runtime the compiler ships, preloaded into a process that
+    imports a sanitized module (Python itself is not built with it)."""
+    return subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
 
 
 def serve(fd: int) -> None:
     """The process `compare_apart` starts: reads (built, models) on stdin, imports the
     module (from the cache) and writes each model's outcome to file descriptor `fd` as
     soon as it is known."""
-    (path, module_name, specialize, target, emulate, dtype, vjp), models = pickle.load(
-        sys.stdin.buffer)
+    (path, module_name, options), models = pickle.load(sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
-        module = load(path, target=target, dtype=dtype, name=module_name,
-                      specialize=specialize, vjp=vjp, emulate=emulate)
+        module = import_built(path, module_name, options)
         for name, source, lengths, seed in models:
-            graph = check_source(source, model=name, dtype=dtype).graph
-            outcome = compare(module, name, graph, lengths, seed, dtype, vjp)
+            graph = check_source(source, model=name, dtype=options.dtype).graph
+            outcome = compare(module, name, graph, lengths, seed, options.dtype, options.vjp)
             pickle.dump((name, outcome.kind, outcome.detail), out)
             out.flush()
 
@@ -281,11 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vjp", action="store_true",
                         help="build with a backward that takes a cotangent per float "
                         "output, compared with the reference's vector-Jacobian product")
+    parser.add_argument("--sanitize", action="store_true",
+                        help="build under AddressSanitizer and UBSan (the cpu target): a "
+                        "memory error or undefined behaviour ends the comparing process, "
+                        "and the program's outcome is a crash with the sanitizer's summary")
     args = parser.parse_args(argv)
     try:
         find_target(args.target, args.emulate)
     except UsageError as e:
         parser.error(str(e))
+    if args.sanitize and args.target != "cpu":
+        parser.error("--sanitize builds for the cpu target only")
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.keep or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
@@ -297,7 +321,8 @@ def _fuzz(args, directory: Path) -> int:
     progs = programs(args.seed, args.programs, args.start, args.size)
     outcomes: dict[str, Outcome] = {}
     specialized: dict[str, bool] = {}
-    how = dict(target=args.target, emulate=args.emulate, dtype=args.dtype, vjp=args.vjp)
+    how = dict(target=args.target, emulate=args.emulate, dtype=args.dtype, vjp=args.vjp,
+               sanitize=args.sanitize)
     for i in range(0, len(progs), args.per_module):
         chunk = progs[i:i + args.per_module]
         t = time.monotonic()
@@ -312,7 +337,7 @@ def _fuzz(args, directory: Path) -> int:
     constructs, prims, _ = coverage(progs)
     print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}"
           f"{', emulated' if args.emulate else ''}, {args.dtype}"
-          f"{', vjp' if args.vjp else ''}), "
+          f"{', vjp' if args.vjp else ''}{', sanitized' if args.sanitize else ''}), "
           f"{len(failures)} failing, "
           f"{time.monotonic() - start:.0f} s")
     print("by outcome: " + ", ".join(f"{k} {v}" for k, v in

@@ -1,13 +1,15 @@
 """The differential fuzzer (tests/fuzz_programs.py) in the suite: a fixed list of seeds,
 each one module of small random programs built natively in f64 and compared with the
 reference interpreter, forward outputs and every gradient; one more seed's built for the
-cuda target and run on the emulated device, one in f32 and one with `vjp` (a backward
-given random cotangents). Each open compiler bug the
+cuda target and run on the emulated device, one in f32, one with `vjp` (a backward
+given random cotangents) and one under AddressSanitizer and UBSan. Each open compiler bug the
 fuzzer found is kept as its minimal program, an expected failure (strict: a fix makes
 it pass, and it then moves out of BUGS), so the suite stays green and the bug visible.
 A fixed-seed program that runs into an open bug is marked the same way, naming it. The
 longer run's command and result are in docs/testing.md."""
 from __future__ import annotations
+
+import os
 
 import fuzz_programs as fuzz
 import numpy as np
@@ -19,7 +21,7 @@ from fuzz_source import smaller
 from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.primitives import TABLE
-from codegen.pipeline import load
+from codegen.pipeline import BuildOptions, load
 from codegen.reference import interpreter as reference
 from dsl import check_source
 
@@ -30,6 +32,8 @@ EMULATED = 11
 F32_SEED = 3        # built in f32, compared at PRECISIONS["f32"]
 VJP_SEED = 4        # built in f64 with vjp: backward(**cotangents)
 PER_MODE = 11
+SANITIZED_SEED = 6  # built under AddressSanitizer and UBSan
+SANITIZED = 6
 
 # Open compiler bugs the fuzzer found, each as the smallest program that shows it.
 BUGS: dict[str, str] = {}
@@ -183,6 +187,43 @@ def test_f32_and_vjp_builds_match_the_reference(mode_outcomes, mode, seed, index
     program = generate(seed, index)
     outcome = mode_outcomes[mode][program.name]
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
+
+
+@pytest.fixture(scope="module")
+def sanitized_outcomes(tmp_path_factory):
+    """A module of random programs built under AddressSanitizer and UBSan, compared in a
+    process with the sanitizer runtime preloaded: a report would end it (a crash)."""
+    if not os.path.isabs(fuzz.asan_runtime()):
+        pytest.skip("this compiler ships no AddressSanitizer runtime")
+    return fuzz.run(fuzz.programs(SANITIZED_SEED, SANITIZED), tmp_path_factory.mktemp(
+        "fuzz-sanitized"), sanitize=True)
+
+
+@pytest.mark.parametrize("index", range(SANITIZED))
+def test_random_programs_run_clean_under_sanitizers(sanitized_outcomes, index):
+    program = generate(SANITIZED_SEED, index)
+    outcome = sanitized_outcomes[program.name]
+    assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
+
+
+def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, monkeypatch):
+    """What a sanitizer's report looks like to the fuzzer: the comparing process dies and
+    the outcome names the report's SUMMARY line (here a process that writes one and
+    aborts, standing in for ASan)."""
+    script = ("import sys; sys.stderr.write('==1==ERROR: AddressSanitizer: heap-buffer-"
+              "overflow\\nSUMMARY: AddressSanitizer: heap-buffer-overflow module.cpp:7 in f"
+              "\\n==1==ABORTING\\n'); sys.stderr.flush(); import os; os.abort()")
+    real = fuzz.subprocess.Popen
+
+    def child(args, **kwargs):
+        return real([args[0], "-c", script], **kwargs)
+    monkeypatch.setattr(fuzz.subprocess, "Popen", child)
+    outcomes = {}
+    fuzz.compare_apart(("x.mdl", "x", BuildOptions()), [("M", "", frozenset(), 0)], outcomes)
+    assert outcomes["M"].kind == "crash"
+    assert outcomes["M"].detail == ("the process comparing it died (exit status -6: "
+                                    "SUMMARY: AddressSanitizer: heap-buffer-overflow "
+                                    "module.cpp:7 in f)")
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
