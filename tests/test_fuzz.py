@@ -21,7 +21,7 @@ from fuzz_source import smaller
 from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.primitives import TABLE
-from codegen.pipeline import BuildOptions, load
+from codegen.pipeline import BuildOptions, import_built, load
 from codegen.reference import interpreter as reference
 from dsl import check_source
 
@@ -187,6 +187,26 @@ def test_f32_and_vjp_builds_match_the_reference(mode_outcomes, mode, seed, index
     program = generate(seed, index)
     outcome = mode_outcomes[mode][program.name]
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
+
+
+def test_vjp_programs_train_through_the_pytorch_bridge(mode_outcomes, tmp_path):
+    """Seed 4's vjp programs (already compared natively, in child processes, by
+    mode_outcomes) wrapped by codegen.pytorch.as_module and differentiated by PyTorch's
+    autograd, a call replayed before its backward: every parameter's and float input's
+    .grad against the reference (tests/fuzz_torch.py)."""
+    pytest.importorskip("torch", reason="the PyTorch bridge needs PyTorch")
+    from fuzz_compare import case_dims
+    from fuzz_source import module_source
+    from fuzz_torch import compare_torch
+    progs = fuzz.programs(VJP_SEED, PER_MODE)
+    assert all(mode_outcomes["vjp"][p.name].ok for p in progs)
+    path, name, options = fuzz.build(module_source(progs), tmp_path, [], vjp=True)
+    module = import_built(path, name, options)
+    for p in progs:
+        graph = check_source(p.source(), model=p.name, dtype="f64").graph
+        outcome = compare_torch(module, p.name, graph, case_dims(p.seed)[1], p.lengths,
+                                p.seed % 1000)
+        assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{p.source()}"
 
 
 @pytest.fixture(scope="module")
