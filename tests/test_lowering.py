@@ -147,7 +147,7 @@ def test_a_training_step_plans_its_forward_and_backward_as_one():
     its [T, B, 4H] gate gradients take the slot of the forward's [T, B, 4H] input
     product, dead once the forward's loop has run (saved values keep theirs)."""
     code = functions("LSTM")
-    slots = {kind: re.findall(r"off\[\d+\] = total; total \+= mdl::align_up\((.*)\);",
+    slots = {kind: re.findall(r"off\[\d+\] = total; total \+= mdl::slot_bytes\((.*)\);",
                               code[kind]) for kind in ("train", "backward")}
     assert slots["train"] == slots["backward"]
     assert slots["train"].count("4 * (int64_t(64)*d1*d0)") == 1
@@ -192,7 +192,7 @@ def test_a_training_forward_gives_back_the_hs_it_no_longer_keeps():
                            code["train"])
         assert [s for _, s in given].count(size) == 1, model
         slot = next(slot for slot, s in given if s == size)
-        assert f"off[{slot}] = total; total += mdl::align_up({size});" in code["train"]
+        assert f"off[{slot}] = total; total += mdl::slot_bytes({size});" in code["train"]
         assert "give_back" not in code["backward"]
     stored = re.findall(r"mdl::give_back\(arena \+ off\[\d+\], (.*)\);", functions("LSTM")["train"])
     assert "4 * (int64_t(16)*d1*d0)" not in stored

@@ -128,15 +128,15 @@ class Target(abc.ABC):
                 *("  " + line for line in self.preamble)]
         head += ["  " + line for line in spec.prologue]
         head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
-        head += [f"  off[{i}] = total; total += mdl::align_up({size});"
+        head += [f"  off[{i}] = total; total += mdl::slot_bytes({size});"
                  for i, size in enumerate(slots)]
-        head += ["  " + line for line in self.arena(spec.arena)]
+        head += ["  " + line for line in self.arena(spec.arena, len(slots))]
         return "\n\n".join(r.definitions + ["\n".join(head + body + ["}"])])
 
     @abc.abstractmethod
-    def arena(self, k: int) -> list[str]:
+    def arena(self, k: int, slots: int) -> list[str]:
         """Statements making `arena` point at `total` bytes of the model's arena k
-        (the memory plan's slots lie at `off[...]` in it)."""
+        (the memory plan's `slots` slots lie at `off[...]` in it)."""
 
     def fused(self, r, ins) -> None:
         """Emit a lower.Fused group: its memory, its sums zeroed, then `elementwise`."""

@@ -79,9 +79,11 @@ class CpuTarget(Target):
         return [f"mdl::pack_b(m.packs[{pack.index}], {tb}, {m}, {n}, {k}, "
                 f"{r.ptr(pack.anchor)}, {ldb});"]
 
-    def arena(self, k: int) -> list[str]:
+    def arena(self, k: int, slots: int) -> list[str]:
+        # guard: under AddressSanitizer, the redzone after every slot poisoned (arena.h)
         return [f"m.arenas[{k}].reserve(total);",
-                f"char* arena = m.arenas[{k}].data(); (void)arena; (void)off;"]
+                f"char* arena = m.arenas[{k}].data(); (void)arena; (void)off;",
+                *([f"m.arenas[{k}].guard(off, {slots}, total);"] if slots else [])]
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         operands = inputs + ins.written

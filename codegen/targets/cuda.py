@@ -39,7 +39,7 @@ class CudaTarget(Target):
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "
 
-    def arena(self, k: int) -> list[str]:
+    def arena(self, k: int, slots: int) -> list[str]:
         return [f"char* arena = g.arena({k}).hold(total); (void)arena; (void)off;"]
 
     def function(self, r, body: list[str]) -> str:
