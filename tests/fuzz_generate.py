@@ -320,7 +320,7 @@ class Generator(Expressions):
         text, value = self.pick(atoms)
         r = self.rng.random()
         if r < 0.2:
-            return f"not {text}", not value
+            return (f"not ({text})" if " " in text else f"not {text}"), not value
         if r < 0.4:
             other, second = self.pick(atoms)
             if self.rng.random() < 0.5:
