@@ -112,10 +112,9 @@ def compare_checkpoint(module, name: str, model, graph, dims: dict, lengths: set
         got, want = again.train_step(**inputs), model.train_step(**inputs)
     except Exception as e:  # noqa: BLE001 -- a native error is a finding
         return Outcome("native", f"{type(e).__name__}: {e}")
-    exact = model.device == "cpu"
-    diffs = {**differences(got, want, tolerance=0.0 if exact else precision.tolerance),
-             **differences(dict(again.params), dict(model.params),
-                           tolerance=0.0 if exact else precision.tolerance)}
+    tolerance = 0.0 if model.device == "cpu" else precision.tolerance
+    diffs = {**differences(got, want, tolerance=tolerance),
+             **differences(dict(again.params), dict(model.params), tolerance=tolerance)}
     if diffs:
         return Outcome("mismatch", "; ".join(f"{k}: {d}" for k, d in diffs.items()))
     return Outcome("ok")

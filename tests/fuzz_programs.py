@@ -176,8 +176,7 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     if built[2].sanitize:  # a report ends the process: the model's outcome is a crash
-        env.update(LD_PRELOAD=asan_runtime(), ASAN_OPTIONS="detect_leaks=0",
-                   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+        env.update(sanitizer_env())
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
             [sys.executable, "-c", f"import fuzz_programs; fuzz_programs.serve({write})"],
@@ -203,9 +202,17 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
 
 def asan_runtime() -> str:
     """The AddressSanitizer runtime the compiler ships, preloaded into a process that
-    imports a sanitized module (Python itself is not built with it)."""
+    imports a sanitized module (Python itself is not built with it); not an absolute
+    path where the compiler ships none."""
     return subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True,
                           text=True).stdout.strip()
+
+
+def sanitizer_env() -> dict[str, str]:
+    """What a process importing a sanitized module needs in its environment: the runtime
+    preloaded, Python's own leaks not reported, UBSan stopping at its first report."""
+    return {"LD_PRELOAD": asan_runtime(), "ASAN_OPTIONS": "detect_leaks=0",
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 
 
 def serve(fd: int) -> None:

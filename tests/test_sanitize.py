@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fuzz_programs import asan_runtime, sanitizer_env
 
 from codegen.pipeline import BuildOptions, build
 
@@ -31,12 +32,9 @@ print("clean")
 
 def run_sanitized(built) -> subprocess.CompletedProcess:
     """RUN on the module `built`, in a process with the sanitizers' runtime preloaded."""
-    asan = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True,
-                          text=True).stdout.strip()
-    if not os.path.isabs(asan):
+    if not os.path.isabs(asan_runtime()):
         pytest.skip("this compiler ships no AddressSanitizer runtime")
-    env = {**os.environ, "LD_PRELOAD": asan, "ASAN_OPTIONS": "detect_leaks=0",
-           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    env = {**os.environ, **sanitizer_env()}
     return subprocess.run([sys.executable, "-c", RUN, str(built)], capture_output=True,
                           text=True, env=env)
 

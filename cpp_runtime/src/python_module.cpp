@@ -37,8 +37,7 @@ auto by_name_only(const char* method) {
 inline uint64_t seed_value(py::handle seed, const char* model) {
   std::string what = std::string(model) + "(seed=...)";
   if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr()))
-    throw py::type_error(what + ": the seed must be an int, got " +
-                         std::string(py::str(seed.get_type().attr("__name__"))));
+    throw py::type_error(what + ": the seed must be an int, got " + type_name(seed));
   py::object value = py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
   if (!value) throw py::error_already_set();
   unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
