@@ -26,6 +26,8 @@ from .scopes import Scopes
 
 MAX_ERRORS = 20
 MODEL_ONLY = (n.InputDecl, n.OutputDecl, n.Minimize)
+# Names a generated module's calls take besides the inputs: no input may have one.
+CALL_KEYWORDS = {"training": "forward(training=...) says whether a call trains"}
 
 
 class Elaborator(Expressions, Calls, ControlFlow):
@@ -174,6 +176,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         name = s.name.name
         if name in self.ctx.env:
             raise MdlNameError(f"`{name}` is already defined", s.name.loc)
+        if name in CALL_KEYWORDS:
+            raise MdlNameError(f"an input cannot be named `{name}`: {CALL_KEYWORDS[name]}",
+                               s.name.loc)
 
         def new_dim(dim_name: str, axis: int, loc: Loc) -> Dim:
             self.ctx.dims[dim_name] = Dim.of(dim_name)
