@@ -12,6 +12,9 @@ from .builtins import BUILTINS
 from .imports import find_import
 from .parser import parse
 
+# What a generated module holds besides its model classes (cpp_runtime/src/python_module.cpp)
+MODULE_NAMES = ("DeviceArray", "set_num_threads", "get_num_threads", "_Model")
+
 
 @dataclass
 class Program:
@@ -50,7 +53,11 @@ def load_program(text: str, path: str) -> Program:
             except MdlError as exc:
                 errors.append(exc)
     for model in main.models:
-        if model.name.name in program.models:
+        if model.name.name in MODULE_NAMES or model.name.name.startswith("__"):
+            errors.append(MdlNameError(
+                f"a model cannot be named `{model.name.name}`: the generated module has "
+                "an attribute of that name", model.name.loc))
+        elif model.name.name in program.models:
             errors.append(MdlNameError(f"model `{model.name.name}` is defined twice", model.loc,
                                        notes=[("first defined here",
                                                program.models[model.name.name].loc)]))

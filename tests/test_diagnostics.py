@@ -85,6 +85,9 @@ BAD_PROGRAMS = [
      'output `y` is declared twice', "1:52"),
     ('model M() { input x : f32[B]; input x : f32[B]; output y = x }',
      '`x` is already defined', "1:37"),
+    ('model DeviceArray() { input x : f32[B]; output y = x }',
+     'a model cannot be named `DeviceArray`: the generated module has an attribute of that '
+     'name', "1:7"),
     ('model M() { input training : f32[B]; output y = training }',
      'an input cannot be named `training`: forward(training=...) says whether a call trains',
      "1:19"),
