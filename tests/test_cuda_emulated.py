@@ -10,6 +10,8 @@ machine with a GPU"): the modules are built by nvcc, and the emulator's own sett
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -165,6 +167,37 @@ def test_bad_input_data_raises_the_cpus_exception(charlms, name, value):
         errors.append((type(caught.value), str(caught.value)))
         m.forward(**charlm_batch(2))  # the model goes on working
     assert errors[0] == errors[1]
+
+
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
+def test_a_call_too_big_for_the_device_s_memory_raises_memory_error(charlms, monkeypatch):
+    """As cudaMalloc fails on a GPU when its memory is used up, so it does on the emulated
+    device (MDL_CUDA_EMULATOR's memory=, by default half of the machine's): the call
+    raises MemoryError, where touching the pages would have had the process killed."""
+    m = charlms[0].CharLM(seed=0)
+    small = charlm_batch(0)
+    before = m.forward(**small)["loss"]
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "memory=64M")
+    T, B = 2000, 100  # its logits alone are 2000 * 100 * 96 doubles: 146 MiB
+    big = {"tokens": np.zeros((T, B), np.int32), "targets": np.zeros((T, B), np.int32),
+           "lengths": np.full(B, T, np.int32)}
+    with pytest.raises(MemoryError):
+        m.forward(**big)
+    assert m.forward(**small)["loss"] == before  # the device goes on working
+
+
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
+def test_a_bad_memory_setting_is_an_error_of_the_call_that_meets_it(charlms):
+    """In a process of its own: the error is the device's sticky error from then on."""
+    module = charlms[0]
+    code = (f"import importlib.util as u\n"
+            f"s = u.spec_from_file_location({module.__name__!r}, {module.__file__!r})\n"
+            "m = u.module_from_spec(s); s.loader.exec_module(m)\n"
+            "try:\n    m.CharLM(seed=0)\nexcept RuntimeError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "MDL_CUDA_EMULATOR": "memory=2X"}, timeout=120)
+    assert "MDL_CUDA_EMULATOR: memory=2X: memory= takes a number of bytes, with K, M or G " \
+        "after it for KiB, MiB or GiB (memory=2G)" in done.stdout, done.stdout + done.stderr
 
 
 def test_outputs_left_on_the_device_read_through_dlpack(charlms):

@@ -28,6 +28,7 @@ struct Settings {
   uint64_t seed = 0;                                        // of the shuffled orders
   bool deferred = false;  // queued work runs only when its stream is synchronized
   bool fibers = false;    // every kernel on fibers (no fast path for barrier-free kernels)
+  std::size_t memory = 0; // the device's memory in bytes; 0: half of the machine's
 };
 
 // The settings in force, read again whenever MDL_CUDA_EMULATOR changes; throws Violation
@@ -38,7 +39,11 @@ const Settings& settings();
 
 // Device memory: each allocation its own mapping, ending at a page no one may touch, so a
 // kernel reading past its end faults (and is reported) instead of reading a neighbour.
-void* allocate(std::size_t bytes);  // poisoned (every byte 0xff); nullptr when out of memory
+// Poisoned (every byte 0xff); nullptr when the allocations, this one's pages with them,
+// would hold more than `capacity` bytes, as a GPU's memory runs out, or mmap fails.
+void* allocate(std::size_t bytes, std::size_t capacity);
+// The device's memory: the `memory=` setting, else half of this machine's.
+std::size_t capacity();
 bool release(void* pointer);        // false when `pointer` does not start an allocation
 void release_all();
 // Whether [pointer, pointer + bytes) lies inside one allocation (bytes 0: the pointer lies

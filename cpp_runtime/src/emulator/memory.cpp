@@ -39,6 +39,7 @@ std::size_t alignment(std::size_t bytes) {
 
 std::mutex lock;
 std::map<const char*, Allocation> table;  // by data
+std::size_t in_use = 0;                   // the pages of every allocation in the table
 std::map<const char*, Allocation> freed;  // the last few freed, for reports
 uint64_t freed_count = 0;
 
@@ -65,15 +66,35 @@ std::string where_in(const Allocation& a, const void* pointer) {
 
 }  // namespace
 
-void* allocate(std::size_t bytes) {
+std::size_t capacity() {
+  const std::size_t set = settings().memory;
+  if (set) return set;
+  return std::size_t(sysconf(_SC_PHYS_PAGES)) / 2 * page();
+}
+
+// Poisoning touches every page: on a machine that overcommits, an allocation larger than
+// its memory would succeed and then have the kernel kill the process, where a GPU refuses
+// it and the runtime raises MemoryError. So the device's memory is counted.
+void* allocate(std::size_t bytes, std::size_t capacity) {
   const std::size_t data = (bytes + page() - 1) / page() * page();
+  if (data < bytes || data > capacity) return nullptr;
   const std::size_t mapped = data + page();
+  {
+    std::lock_guard<std::mutex> hold(lock);
+    if (in_use + mapped > capacity) return nullptr;
+    in_use += mapped;  // reserved before the pages are touched
+  }
+  auto give_back = [mapped] {
+    std::lock_guard<std::mutex> hold(lock);
+    in_use -= mapped;
+    return nullptr;
+  };
   void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return nullptr;
+  if (m == MAP_FAILED) return give_back();
   char* mapping = static_cast<char*>(m);
   if (mprotect(mapping + data, page(), PROT_NONE) != 0) {
     munmap(m, mapped);
-    return nullptr;
+    return give_back();
   }
   const std::size_t rounded = (bytes + alignment(bytes) - 1) / alignment(bytes) * alignment(bytes);
   char* start = mapping + data - rounded;
@@ -90,6 +111,7 @@ bool release(void* pointer) {
   Allocation a = it->second;
   table.erase(it);
   munmap(a.mapping, a.mapped);
+  in_use -= a.mapped;
   freed[a.data] = a;
   if (++freed_count % 4096 == 0) freed.clear();  // keeps the record small
   return true;
@@ -99,6 +121,7 @@ void release_all() {
   std::lock_guard<std::mutex> hold(lock);
   for (auto& [data, a] : table) munmap(a.mapping, a.mapped);
   table.clear();
+  in_use = 0;
   freed.clear();
 }
 

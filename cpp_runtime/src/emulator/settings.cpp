@@ -7,6 +7,8 @@
 //   seed=N                           the shuffles' seed (default 0)
 //   deferred                         queued work runs only when its stream is synchronized
 //   fibers                           every kernel on fibers, none on the fast path
+//   memory=N[K|M|G]                  the device's memory in bytes (default: half of the
+//                                    machine's); cudaMalloc past it fails, as on a GPU
 // It is read again whenever it changes, so a test can switch orders between calls.
 #include <cstdlib>
 #include <mutex>
@@ -25,6 +27,20 @@ Order order(const std::string& word, const std::string& value) {
   if (value == "shuffle") return Order::Shuffle;
   throw Violation("MDL_CUDA_EMULATOR: " + word + "=" + value +
                   ": an order is forward, reverse or shuffle");
+}
+
+// `N`, `NK`, `NM` or `NG` (powers of 1024) bytes, at least one.
+std::size_t bytes(const std::string& word, const std::string& value) {
+  const std::size_t digits = value.find_first_not_of("0123456789");
+  const std::string unit = digits == std::string::npos ? "" : value.substr(digits);
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  const std::string number = value.substr(0, value.size() - unit.size());
+  const std::size_t n = number.empty() || number.size() > 15 ? 0 : std::stoull(number);
+  if (number.empty() || shift < 0 || number.size() > 15 || (n << shift) >> shift != n)
+    throw Violation("MDL_CUDA_EMULATOR: " + word + ": memory= takes a number of bytes, with K, "
+                    "M or G after it for KiB, MiB or GiB (memory=2G)");
+  if (n == 0) throw Violation("MDL_CUDA_EMULATOR: " + word + ": the device needs some memory");
+  return n << shift;
 }
 
 Settings parse(const std::string& text) {
@@ -47,10 +63,12 @@ Settings parse(const std::string& text) {
       s.deferred = true;
     else if (word == "fibers")
       s.fibers = true;
+    else if (key == "memory")
+      s.memory = bytes(word, value);
     else
       throw Violation("MDL_CUDA_EMULATOR: unknown setting '" + word +
                       "' (settings: threads=, blocks= or order=forward|reverse|shuffle, "
-                      "seed=N, deferred, fibers)");
+                      "seed=N, deferred, fibers, memory=N[K|M|G])");
   }
   return s;
 }

@@ -306,8 +306,17 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   if (sticky_code != cudaSuccess) return sticky_code;
   if (!pointer) return refuse(cudaErrorInvalidValue, "cudaMalloc: the result pointer is null");
   if (cudaError_t e = unsafe_during_capture("cudaMalloc")) return e;
-  *pointer = allocate(bytes);
-  if (!*pointer) return refuse(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
+  std::size_t memory;
+  try {
+    memory = capacity();
+  } catch (const Violation& v) {  // a bad MDL_CUDA_EMULATOR
+    return refuse(cudaErrorInvalidValue, v.what());
+  }
+  *pointer = allocate(bytes, memory);
+  if (!*pointer)
+    return refuse(cudaErrorMemoryAllocation,
+                  "cudaMalloc: out of memory: " + std::to_string(bytes) + " bytes asked for, "
+                  "the device has " + std::to_string(memory) + " (MDL_CUDA_EMULATOR's memory=)");
   return cudaSuccess;
 }
 
