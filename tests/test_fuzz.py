@@ -9,7 +9,9 @@ A fixed-seed program that runs into an open bug is marked the same way, naming i
 longer run's command and result are in docs/testing.md."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 
 import fuzz_programs as fuzz
 import numpy as np
@@ -21,9 +23,10 @@ from fuzz_source import smaller
 from optimizer_reference import CONFIGS, Reference
 
 from codegen.ops.primitives import TABLE
+from codegen.ops.printer import format_graph
 from codegen.pipeline import BuildOptions, import_built, load
 from codegen.reference import interpreter as reference
-from dsl import check_source
+from dsl import MdlError, check_source
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11
@@ -277,6 +280,44 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",
              "gather", "one_hot", "cross_entropy", "where", "for", "if", "while"}
     assert table - set(prims) == set()
+
+
+def overridden(value):
+    """Another value of a hyper-parameter's kind: what `-D` sets in the test below."""
+    if isinstance(value, bool):
+        return not value
+    return value + 1 if isinstance(value, int) else value * 0.5
+
+
+def checked(text: str, name: str, defines: dict) -> str:
+    """A model's checked graph as IR text, its values numbered in order of appearance
+    (ids count on across checks), or its diagnostic's message."""
+    try:
+        ir = format_graph(check_source(text, model=name, defines=defines).graph)
+    except MdlError as e:
+        return "error: " + e.message
+    numbers: dict[str, str] = {}
+    return re.sub(r"%\w+", lambda m: numbers.setdefault(m[0], f"%{len(numbers)}"), ir)
+
+
+def test_an_override_checks_as_the_same_default_written_in_the_source_would():
+    """`-D K=V` (`defines=`) on a random program gives the graph, or the error, that the
+    program with `K = V` written as K's default gives; hyper-parameters derived from K (G =
+    W0 * W0 - 1) follow it, and a compile-time `if` on a flag takes its other branch."""
+    seen = 0
+    for program in fuzz.programs(7, 60):
+        literal = [k for k, (_, text) in program.hypers.items()
+                   if text in ("true", "false") or text.replace(".", "").isdigit()]
+        for name in literal:
+            value = overridden(program.hypers[name][0])
+            text = str(value).lower() if isinstance(value, bool) else repr(value)
+            edited = dataclasses.replace(program, hypers={
+                **program.hypers, name: (value, text)})
+            got = checked(program.source(), program.name, {name: value})
+            assert got == checked(edited.source(), program.name, {}), (name, value)
+            assert got != checked(program.source(), program.name, {}), (name, value)
+            seen += 1
+    assert seen > 60
 
 
 TANH = """

@@ -218,6 +218,33 @@ def test_positional_inputs_and_bad_seeds_raise_saying_what_to_write(towers, call
     assert type(towers)(np.uint64(2 ** 64 - 1)).params.keys() == towers.params.keys()
 
 
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m: setattr(m, "rng_calls", "3"), TypeError, "rng_calls must be an int, got str"),
+    (lambda m: setattr(m, "rng_calls", -1), ValueError,
+     "rng_calls must be in [0, 2**64), got -1"),
+    (lambda m: m.set_params([np.zeros(3)]), TypeError,
+     "set_params(values) takes a dict {parameter full name: array}, got list"),
+    (lambda m: m.set_optimizer(3, lr=0.1), TypeError,
+     'set_optimizer(name): name must be "sgd" or "adam", got int'),
+    (lambda m: setattr(m, "outputs_on_device", "yes"), TypeError,
+     "outputs_on_device must be True or False, got str"),
+    (lambda m: m.save(3), TypeError, "save(path): path must be a str or an os.PathLike, got int"),
+    (lambda m: m.load(None), TypeError,
+     "load(path): path must be a str or an os.PathLike, got NoneType"),
+    (lambda m: setattr(m, "rng_calls", np.array([1, 2])), TypeError,
+     "rng_calls must be an int, got ndarray"),
+    (lambda m: m.forward(a1=[[1.0], [2.0, 3.0]], a2=0, a3=0, a4=0), ValueError,
+     "input 'a1': NumPy cannot read it as an array: setting an array element with a sequence"),
+])
+def test_other_bad_calls_name_what_they_take(towers, call, error, message):
+    before = towers.rng_calls
+    with pytest.raises(error, match=re.escape(message)):
+        call(towers)
+    assert towers.rng_calls == before and not towers.outputs_on_device
+    towers.rng_calls = np.int64(before)  # NumPy's ints are ints
+    assert towers.rng_calls == before
+
+
 def test_dims_must_agree_between_inputs():
     m = native("charlm.mdl", "f32").CharLM()
     t = np.zeros((5, 3), np.int32)
@@ -228,6 +255,21 @@ def test_dims_must_agree_between_inputs():
 
 def test_backward_before_a_training_forward_is_a_runtime_error():
     m = native("charlm.mdl", "f32").CharLM()
+    with pytest.raises(RuntimeError, match="training=True"):
+        m.backward()
+
+
+def test_after_a_failed_training_forward_backward_is_a_runtime_error():
+    """A training forward whose run fails (an index out of range, found by native code)
+    has overwritten what the one before it saved: backward must refuse, not read it (it
+    read freed memory once: tests/fuzz_calls.py found it)."""
+    m = native("charlm.mdl", "f32").CharLM()
+    small = np.zeros((2, 1), np.int32)
+    m.forward(tokens=small, targets=small, lengths=np.full(1, 2, np.int32), training=True)
+    bad = np.zeros((5, 3), np.int32)
+    bad[0, 1] = -1
+    with pytest.raises(IndexError):
+        m.forward(tokens=bad, targets=bad * 0, lengths=np.full(3, 5, np.int32), training=True)
     with pytest.raises(RuntimeError, match="training=True"):
         m.backward()
 

@@ -141,15 +141,51 @@ inline double number_argument(py::handle v, const std::string& what) {
   throw py::type_error(what + " must be a number, got " + type_name(v));
 }
 
+// A count (a seed, a number of calls): an int in [0, 2**64), or a TypeError / ValueError
+// beginning with `what`.
+inline uint64_t count_argument(py::handle v, const std::string& what) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+    throw py::type_error(what + " must be an int, got " + type_name(v));
+  py::object value = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!value) {  // an array of more than one element, or of floats
+    PyErr_Clear();
+    throw py::type_error(what + " must be an int, got " + type_name(v));
+  }
+  unsigned long long n = PyLong_AsUnsignedLongLong(value.ptr());
+  if (n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {  // < 0 or >= 2**64
+    PyErr_Clear();
+    throw py::value_error(what + " must be in [0, 2**64), got " + std::string(py::str(value)));
+  }
+  return n;
+}
+
+// A file's path: a str or an os.PathLike (bytes too), or a TypeError beginning with `what`.
+inline py::handle path_argument(py::handle v, const std::string& what) {
+  if (!PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr()) && !py::hasattr(v, "__fspath__"))
+    throw py::type_error(what + " must be a str or an os.PathLike, got " + type_name(v));
+  return v;
+}
+
 // A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one;
 // a copy in this machine's byte order where its bytes are swapped (`>i4` here), which
-// the kernels would otherwise read as other numbers.
-inline py::array as_array(py::handle obj) {
+// the kernels would otherwise read as other numbers. What NumPy cannot read as an array
+// (a ragged list) is a ValueError or TypeError naming it: `kind` and `name` ("input",
+// "tokens"; the text is made only then, calls make none).
+inline py::array as_array(py::handle obj, const char* kind, const char* name = nullptr) {
   py::object arr = py::reinterpret_borrow<py::object>(obj);
   if (!py::isinstance<py::array>(arr)) {
     py::module_ np = py::module_::import("numpy");
-    arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
-                                         : np.attr("asarray")(arr);
+    try {
+      arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
+                                           : np.attr("asarray")(arr);
+    } catch (py::error_already_set& e) {
+      const std::string why = std::string(kind) + (name ? " '" + std::string(name) + "'" : "") +
+                              ": NumPy cannot read it as an array: " +
+                              std::string(py::str(e.value()));
+      if (e.matches(PyExc_TypeError)) throw py::type_error(why);
+      if (e.matches(PyExc_ValueError)) throw py::value_error(why);
+      throw;
+    }
   }
   constexpr char swapped = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '>' : '<';
   py::array a = py::reinterpret_borrow<py::array>(arr);

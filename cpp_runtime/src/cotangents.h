@@ -70,7 +70,7 @@ class Cotangents {
                        has_dtype(*t.tensor, s.dtype), shape_text(t)});
         continue;
       }
-      py::array a = as_array(obj);
+      py::array a = as_array(obj, "cotangent", s.name);
       out.push_back({on_host(a), std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
                      has_dtype(a, s.dtype), shape_text(a)});
     }

@@ -91,8 +91,11 @@ class Model {
   // Copies `values` ({name: array of the parameter's shape}) into those parameters, on
   // either target: the way to change a device model's weights (its `params` are copies).
   // Every name and shape is checked before anything changes.
-  void set_params(const py::dict& values) {
-    typename Parameters<T>::Values given = params_.checked(values);
+  void set_params(py::handle values) {
+    if (!PyDict_Check(values.ptr()))
+      throw py::type_error("set_params(values) takes a dict {parameter full name: array}, got " +
+                           type_name(values));
+    typename Parameters<T>::Values given = params_.checked(values.cast<py::dict>());
     std::unique_lock<std::mutex> guard = hold_lock();
     params_.write(given);
     trained_ = nullptr;  // the saved forward values belong to the old parameters
@@ -101,7 +104,8 @@ class Model {
   // Whether calls hand back outputs and gradients as DeviceArrays (DLPack) in the device's
   // memory instead of NumPy arrays: a device model's choice.
   bool outputs_on_device() const { return outputs_on_device_; }
-  void set_outputs_on_device(bool on) {
+  void set_outputs_on_device(py::handle value) {
+    bool on = bool_argument(value, "outputs_on_device");
     if (on && spec_->device->in_place)
       throw py::value_error("outputs_on_device: model " + std::string(spec_->name) +
                             " runs on the CPU, whose outputs are NumPy arrays already");
@@ -115,7 +119,7 @@ class Model {
     if (spec_->device->in_place)
       throw py::value_error("to_device: model " + std::string(spec_->name) +
                             " runs on the CPU, which reads NumPy arrays where they are");
-    py::array a = py::array::ensure(as_array(array), py::array::c_style);
+    py::array a = py::array::ensure(as_array(array, "to_device(array)"), py::array::c_style);
     if (!a) throw std::bad_alloc();
     std::string dtypes;  // the inputs' dtypes, the ones an array on the device may have
     for (int i = 0; i < spec_->n_inputs; ++i) {
@@ -317,8 +321,11 @@ class Model {
     pending_ = false;
   }
 
-  void set_optimizer(const std::string& name, py::kwargs kwargs) {
-    OptimizerConfig c = configure(name, kwargs);
+  void set_optimizer(py::handle name, py::kwargs kwargs) {
+    if (!PyUnicode_Check(name.ptr()))
+      throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
+                           type_name(name));
+    OptimizerConfig c = configure(name.cast<std::string>(), kwargs);
     std::lock_guard<std::mutex> guard(*lock_);
     opt_.reset(c, spec_->param_count, spec_->device);
   }
@@ -342,10 +349,11 @@ class Model {
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
-  void set_rng_calls(uint64_t n) { state_.calls = n; }
+  void set_rng_calls(py::handle n) { state_.calls = count_argument(n, "rng_calls"); }
 
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
+    path_argument(path, "save(path): path");
     std::unique_lock<std::mutex> guard = hold_lock();
     py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
     guard.unlock();
@@ -354,6 +362,7 @@ class Model {
 
   // Everything `save` wrote, checked in full before anything is changed.
   void load(py::handle path) {
+    path_argument(path, "load(path): path");
     std::string file = py::str(path);
     Checkpoint<T> ck = check_checkpoint(*spec_, read_npz(path), file);
     if (ck.config.kind != OptimizerConfig::NONE)
@@ -457,8 +466,6 @@ class Model {
     return guard;
   }
 
-
-
   // Under the lock: a training forward, keeping what the backward needs.
   void train(const Variant<T>& v, Call& call) {
     if (!v.train)
@@ -467,6 +474,9 @@ class Model {
     call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
     state_.dropout_key = derive(state_.seed, ++state_.calls);
     state_.drawn.clear();
+    // the run overwrites what the last training forward saved (and, failing, may leave it
+    // half written, or in memory it grew into): no backward until one succeeds
+    trained_ = nullptr;
     run(v.train, call);
     trained_ = &v;
     dims_ = call.dims;
@@ -506,7 +516,7 @@ class Model {
                  t.tensor->shape, [&] { return shape_text(t); }, dims);
       return in_place(t, "input", s.name);
     }
-    py::array a = as_array(obj);
+    py::array a = as_array(obj, "input", s.name);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
                [&] { return shape_text(a); }, dims);
     return on_host(a);

@@ -1,0 +1,212 @@
+"""Random calls into a generated module, to find the ones that crash the process instead of
+raising: every method and property of a model class, given random arguments that are
+often nearly right (arrays of the declared shapes in other dtypes, strides, byte orders,
+sizes 0 and 1, lengths out of range) and sometimes nothing like it (None, str, nested
+lists, NumPy scalars, object and structured arrays, huge ints). An exception is what a
+bad call should get; a signal or an abort is a bug (tests/test_module_calls.py).
+
+    python3 tests/fuzz_calls.py MODULE_PATH MODULE_NAME CALLS SEED
+
+runs the calls in this process and prints each before making it, so the last line a
+crashed child printed names the call that crashed it; a list of call numbers after the
+seed makes only those calls, to find the few a crash needs."""
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int8, np.bool_, np.uint32,
+          np.float16, np.complex64]
+
+
+class Calls:
+    def __init__(self, module, rng: random.Random, folder: Path):
+        self.module, self.rng, self.folder = module, rng, folder
+        self.models = [cls(seed=0) for cls in self._classes()]
+
+    def _classes(self) -> list:
+        return [v for k, v in vars(self.module).items()
+                if isinstance(v, type) and k not in ("DeviceArray", "_Model")]
+
+    def junk(self):
+        """Something no argument takes, or nearly takes."""
+        r = self.rng
+        return r.choice([
+            None, "x", b"x", 3, -1, 2 ** 70, 1.5, float("nan"), True, [1, 2], [[1], [2, 3]],
+            {"a": 1}, np.float32(1), np.int64(7), np.array(3), np.array([], np.float32),
+            np.array(["a", "b"]), np.array([object(), 1], dtype=object),
+            np.zeros(3, [("a", "f4"), ("b", "i4")]), np.ma.masked_array([1.0, 2.0]),
+            memoryview(b"abcd"), np.zeros((2, 0, 3), np.float32), object(),
+        ])
+
+    def array(self, shape: list[int], dtype) -> np.ndarray:
+        """An array of `shape` (perhaps changed) and `dtype` (perhaps another): random values,
+        perhaps strided, reversed, read-only, byte-swapped or Fortran-ordered."""
+        r = self.rng
+        if r.random() < 0.15:
+            dtype = r.choice(DTYPES)
+        if r.random() < 0.15 and shape:
+            shape = list(shape)
+            shape[r.randrange(len(shape))] = r.choice([0, 1, 2, 7])
+        if r.random() < 0.05:
+            shape = shape + [1]
+        values = np.random.default_rng(r.randrange(2 ** 32)).normal(0, 3, shape)
+        if np.dtype(dtype).kind in "iub":
+            values = np.rint(values)
+            if r.random() < 0.3:
+                values[...] = r.choice([0, 1, 95, 96, -1, 10 ** 6])
+        a = values.astype(dtype)
+        trick = r.randrange(7)
+        if trick == 0 and a.ndim:
+            a = np.repeat(a, 2, axis=0)[::2]
+        elif trick == 1 and a.ndim:
+            a = a[::-1]
+        elif trick == 2:
+            a.flags.writeable = False
+        elif trick == 3 and a.dtype.itemsize > 1:
+            a = a.astype(a.dtype.newbyteorder())
+        elif trick == 4:
+            a = np.asfortranarray(a)
+        return a
+
+    def inputs(self, model) -> dict:
+        """Inputs of `model`'s declared types for random dims, perhaps one missing, extra or
+        replaced by junk."""
+        r = self.rng
+        dims: dict[str, int] = {}
+        out = {}
+        for name, text in model.inputs.items():
+            dtype = {"f32": np.float32, "f64": np.float64, "i32": np.int32,
+                     "bool": np.bool_}[text.split("[")[0]]
+            shape = []
+            if "[" in text:
+                for d in text[text.index("[") + 1:-1].split(", "):
+                    if d.isdigit():
+                        shape.append(int(d))
+                    else:
+                        shape.append(dims.setdefault(d, r.choice([0, 1, 1, 2, 3, 5])))
+            out[name] = self.array(shape, dtype)
+            if name == "lengths" and r.random() < 0.7 and "T" in dims:
+                out[name] = np.full(shape, r.choice([0, dims["T"], dims["T"] + 1]), np.int32)
+        roll = r.random()
+        if roll < 0.05 and out:
+            out.pop(r.choice(list(out)))
+        elif roll < 0.1:
+            out["extra"] = self.junk()
+        elif roll < 0.2 and out:
+            out[r.choice(list(out))] = self.junk()
+        return out
+
+    def call(self):
+        """One random call: (what it is, a function making it). Every random choice is
+        made here, so that leaving calls out (to find which ones a crash needs) does not
+        change the others."""
+        r = self.rng
+        m = r.choice(self.models)
+        model = type(m).__name__
+        kind = r.randrange(16)
+        if kind < 5:
+            x = self.inputs(m)
+            training = r.choice([False, True, True, "yes", 1, None])
+            return (f"{model}.forward({describe(x)}, training={training!r})",
+                    lambda: m.forward(**x, training=training))
+        if kind < 7:
+            x = self.inputs(m)
+            optimizer = (r.choice(["sgd", "adam"]), r.choice([0.1, 1e-3, 10.0])) \
+                if r.random() < 0.8 else None
+            return (f"{model}.set_optimizer{optimizer}, train_step({describe(x)})",
+                    lambda: (optimizer and m.set_optimizer(optimizer[0], lr=optimizer[1]),
+                             m.train_step(**x)))
+        if kind == 7:
+            cotangents = {} if r.random() < 0.8 else {"logits": self.junk()}
+            return f"{model}.backward({describe(cotangents)})", lambda: m.backward(**cotangents)
+        if kind == 8:
+            x = self.inputs(m)
+            fill = r.choice([None, None, 0.0, np.nan, 1e30])
+
+            def steps():
+                m.forward_backward(**x)
+                if fill is not None:
+                    m.gradient_buffer[...] = fill
+                m.apply_gradients()
+            return f"{model}.forward_backward({describe(x)}), buffer = {fill}, apply", steps
+        if kind == 9:
+            name = r.choice(list(m.params) + ["nope"])
+            shape = list(m.params[name].shape) if name in m.params else [2]
+            value = self.array(shape, np.float32) if r.random() < 0.8 else self.junk()
+            values = {name: value} if r.random() < 0.9 else value
+            return (f"{model}.set_params({name!r}: {describe({'v': value})})",
+                    lambda: m.set_params(values))
+        if kind == 10:
+            options = {k: self.junk() if r.random() < 0.3 else v for k, v in
+                       r.choice([{"lr": 0.1, "momentum": 0.9}, {"lr": 0.01, "clip_norm": 1.0},
+                                 {"lr": 0.01, "beta1": 0.5, "eps": 1e-8}]).items()}
+            name = r.choice(["sgd", "adam", "x", 3])
+            return (f"{model}.set_optimizer({name!r}, {options!r})",
+                    lambda: m.set_optimizer(name, **options))
+        if kind == 11:
+            path = self.folder / f"{r.randrange(3)}.npz"
+            if r.random() < 0.5:
+                return f"{model}.save({path.name})", lambda: m.save(path)
+            garbage = bytes(r.randrange(256) for _ in range(r.randrange(64))) \
+                if r.random() < 0.2 else None
+            return (f"{model}.load({path.name}{', garbage' if garbage else ''})",
+                    lambda: (garbage and path.write_bytes(garbage), m.load(path)))
+        if kind == 12:
+            attribute = r.choice(["rng_calls", "lr", "outputs_on_device"])
+            value = self.junk() if r.random() < 0.6 else r.choice([0, 5, 0.5])
+            return f"{model}.{attribute} = {value!r}", lambda: setattr(m, attribute, value)
+        if kind == 13:
+            other = r.choice(self.models + [self.junk()])
+            seed = r.choice([0, self.junk()])
+            return (f"{model}(seed={seed!r}, params={type(other).__name__})",
+                    lambda: type(m)(seed=seed, params=other))
+        if kind == 14:
+            value = self.array([2, 3], np.float32) if r.random() < 0.5 else self.junk()
+            return f"{model}.to_device({describe({'v': value})})", lambda: m.to_device(value)
+        return f"{model} properties", lambda: (
+            m.params, m.inputs, m.cotangents, m.specializations, m.cuda_graphs, m.optimizer,
+            m.device, m.rng_calls, m.shared)
+
+
+def describe(x: dict) -> str:
+    return ", ".join(f"{k}={getattr(v, 'dtype', type(v).__name__)}"
+                     f"{list(getattr(v, 'shape', []))}" for k, v in x.items())
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """MODULE_PATH MODULE_NAME CALLS SEED [ONLY]: ONLY, a comma-separated list of call
+    numbers, makes only those calls (the others are drawn, not made)."""
+    path, name, calls, seed = argv[0], argv[1], int(argv[2]), int(argv[3])
+    only = {int(k) for k in argv[4].split(",")} if len(argv) > 4 else None
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as folder:
+        fuzz = Calls(module, random.Random(seed), Path(folder))
+        raised = 0
+        for k in range(calls):
+            text, make = fuzz.call()
+            if only is not None and k not in only:
+                continue
+            say(f"{k}: {text}")
+            try:
+                make()
+            except Exception as e:  # noqa: BLE001 -- raising is what a bad call should do
+                raised += 1
+                say(f"    {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        say(f"done: {calls} calls, {raised} raised")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,60 @@
+"""Bad calls into a generated module raise; they never crash the process (docs/native.md,
+"Errors"). tests/fuzz_calls.py makes random calls, many of them wrong, in a child
+process on each target: the child must finish, whatever its calls raised."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CHARLM
+
+FUZZ = Path(__file__).resolve().parent / "fuzz_calls.py"
+CALLS = 300
+
+
+def run_calls(module, seed: int, calls: int = CALLS) -> str:
+    done = subprocess.run([sys.executable, str(FUZZ), module.__file__, module.__name__,
+                           str(calls), str(seed)], capture_output=True, text=True,
+                          timeout=600)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, (
+        f"random calls (seed {seed}) ended with status {done.returncode}; the last calls:\n"
+        + "\n".join(lines[-6:]) + "\n" + done.stderr[-2000:] +
+        f"\nrerun: python3 {FUZZ} {module.__file__} {module.__name__} {calls} {seed}")
+    assert lines[-1].startswith(f"done: {calls} calls")
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def cpu_module():
+    from codegen.pipeline import load
+    return load(CHARLM, defines={"H": 16}, name="charlm_h16_calls")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_calls_on_the_cpu_raise_or_succeed(cpu_module, seed):
+    summary = run_calls(cpu_module, seed)
+    raised = int(summary.split(", ")[1].split()[0])
+    assert 0 < raised < CALLS  # some calls were right, some wrong: both paths were taken
+
+
+def test_random_calls_on_the_emulated_device_raise_or_succeed():
+    from codegen.pipeline import load
+    module = load(CHARLM, target="cuda", emulate=True, defines={"H": 16},
+                  name="charlm_h16_calls_emulated")
+    run_calls(module, 3, calls=150)
+
+
+def test_a_crash_is_reported_with_the_call_that_made_it(tmp_path):
+    """The check fails on a crash, and names the call: a module whose forward aborts."""
+    fake = tmp_path / "crashing.py"
+    fake.write_text("import os\n\nclass Model:\n    inputs = {}\n"
+                    "    def __init__(self, seed=0):\n        pass\n"
+                    "    def __getattr__(self, name):\n        os.abort()\n")
+    module = type(sys)("crashing")
+    module.__file__ = str(fake)
+    with pytest.raises(AssertionError, match=r"ended with status -6"):
+        run_calls(module, 0, calls=5)
