@@ -103,7 +103,7 @@ def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
     models = check(path, options)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
-    return models, generate(built, module_name, options.dtype, chosen)
+    return models, generate(built, module_name, options.dtype, chosen, options.vjp)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,

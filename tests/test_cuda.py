@@ -91,8 +91,8 @@ def test_the_cli_builds_and_emits_for_cuda(tmp_path, cuda_modules, gpu):
     done = mdlc("emit", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "-o",
                 str(tmp_path / "emitted"))
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "emitted").iterdir()) == ["CMakeLists.txt",
-                                                                      "module.cu"]
+    assert sorted(p.name for p in (tmp_path / "emitted").iterdir()) == [
+        "CMakeLists.txt", "module.cu", "towers.pyi"]
     cmake = (tmp_path / "emitted" / "CMakeLists.txt").read_text()
     assert "LANGUAGES CXX CUDA" in cmake and "cuda_device.cu" in cmake
     assert "__global__" in (tmp_path / "emitted" / "module.cu").read_text()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-PEERS = {"torch": "torch", "jax": "jax", "jaxlib": "jax"}  # top-level package: peer
+PEERS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "mypy": "mypy"}  # top-level package: peer
 NEEDING = {"codegen.pytorch": "torch", "codegen.distributed": "torch"}  # mdl modules
 IMAGE = re.compile(r"\.(svg|png|pdf)$")
 GUARDED_EXCEPTIONS = {"ImportError", "ModuleNotFoundError"}

@@ -74,8 +74,13 @@ def test_the_thread_count_is_set_and_read(wide, threads):
     assert wide.get_num_threads() == 1
     wide.set_num_threads(2)  # MKL caps the count at the cores (2 on every machine here)
     assert wide.get_num_threads() == 2
-    with pytest.raises(ValueError, match="n >= 1, got 0"):
+    with pytest.raises(ValueError, match="needs 1 <= n <= 1024, got 0"):
         wide.set_num_threads(0)
+    with pytest.raises(ValueError, match=r"set_num_threads\(n\): n must be in \[0, 2\*\*64\)"):
+        wide.set_num_threads(-1)
+    with pytest.raises(TypeError, match=r"set_num_threads\(n\): n must be an int, got str"):
+        wide.set_num_threads("2")
+    assert wide.get_num_threads() == 2
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

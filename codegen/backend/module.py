@@ -16,6 +16,7 @@ from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames
+from .interface import describe, stub
 from .lower import Layout
 from .plan import left_dead, plan
 from .render import Access, FunctionSpec, Renderer
@@ -282,12 +283,18 @@ def _own(t: TensorType) -> Layout:
 
 
 def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
-             module_name: str, dtype: str, target: Target) -> dict[str, str]:
+             module_name: str, dtype: str, target: Target, vjp: bool = False) -> dict[str, str]:
     """The generated sources of one module holding `models` (graph, joint graph or None,
-    specializations; one class each) for `target`: {file name: text}."""
-    contexts = [ModuleGenerator(graph, joint, dtype, specializations, target).context()
-                for graph, joint, specializations in models]
+    specializations; one class each) for `target` (`vjp`: backwards take cotangents), and
+    its type stub: {file name: text}."""
+    contexts, interfaces = [], []
+    for graph, joint, specializations in models:
+        generator = ModuleGenerator(graph, joint, dtype, specializations, target)
+        contexts.append(generator.context())
+        interfaces.append(describe(graph, joint, vjp, specializations, generator.dims,
+                                   generator.param_count, target.name, dtype))
+        contexts[-1]["doc"] = interfaces[-1].doc()
     text = environment().get_template("module.cpp.j2").render(
         module_name=module_name, ctype=target.ctype(dtype), models=contexts,
         target_headers=target.headers)
-    return {target.source: text}
+    return {target.source: text, f"{module_name}.pyi": stub(module_name, interfaces)}

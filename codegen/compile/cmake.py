@@ -10,6 +10,7 @@ from ..backend.paths import RUNTIME_DIR
 from ..backend.templating import environment
 from .blas import blas
 from .cuda_toolkit import toolkit
+from .extension import compiled
 from .flags import LANGUAGE_FLAGS, SANITIZE_FLAGS, compile_flags, libmvec
 from .runtime import CUDA_RUNTIME_SOURCE, RUNTIME_SOURCES
 
@@ -25,7 +26,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
     cuda = target.source.endswith(".cu")
     context = {
         "name": module_name,
-        "sources": sorted(source_names),
+        "sources": compiled(source_names),
         "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
             [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
         "build_type": "Debug" if debug or sanitize else "Release",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,10 @@ if TYPE_CHECKING:  # a target names its toolchain, which builds through this fil
     from ..backend.target import Target
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cu", ".h", ".hpp")
+HEADER_SUFFIXES = (".h", ".hpp")
+# The module's type stub (codegen/backend/interface.py): among the generated files, part of
+# the key, not compiled, and kept beside the extension in the cache and where it is installed
+STUB_SUFFIX = ".pyi"
 
 
 def cache_key(sources: Mapping[str, str], module_name: str, target: Target, *,
@@ -49,15 +53,27 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
         command = toolchain.command(compiled, linked, work / (module_name + EXT_SUFFIX),
                                     final, debug, sanitize)
         run_commands(work, [command], f"building {module_name}{toolchain.label}", show)
+        stub = work / "src" / (module_name + STUB_SUFFIX)
+        if stub.is_file():
+            shutil.copyfile(stub, work / stub.name)
     return cached(digest(fields), module_name + EXT_SUFFIX, make)
 
 
 def install(built: Path, directory: str | Path, module_name: str) -> Path:
-    """Copy a built extension to DIR/MOD<EXT_SUFFIX> (`mdlc build -o DIR`)."""
+    """Copy a built extension to DIR/MOD<EXT_SUFFIX> (`mdlc build -o DIR`), and its type
+    stub to DIR/MOD.pyi."""
     target = Path(directory) / f"{module_name}{EXT_SUFFIX}"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(built, target)
+    stub = built.with_name(module_name + STUB_SUFFIX)
+    if stub.is_file():
+        shutil.copyfile(stub, target.with_name(stub.name))
     return target
+
+
+def compiled(names: Iterable[str]) -> list[str]:
+    """Of a module's generated files, those a compiler is given: no headers, no stub."""
+    return sorted(n for n in names if not n.endswith((*HEADER_SUFFIXES, STUB_SUFFIX)))
 
 
 def _key_fields(sources: Mapping[str, str], module_name: str, target: Target, debug: bool,
@@ -75,13 +91,13 @@ def _write_sources(work: Path, sources: Mapping[str, str]) -> list[str]:
     (work / "src").mkdir()
     for name, text in sources.items():
         (work / "src" / name).write_text(text)
-    return [str(work / "src" / n) for n in sorted(sources) if not n.endswith((".h", ".hpp"))]
+    return [str(work / "src" / n) for n in compiled(sources)]
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:
     if not module_name.isidentifier():
         raise ValueError(f"module name {module_name!r} is not a Python identifier")
     for name in sources:
-        if Path(name).name != name or not name.endswith(SOURCE_SUFFIXES):
+        if Path(name).name != name or not name.endswith((*SOURCE_SUFFIXES, STUB_SUFFIX)):
             raise ValueError(f"source {name!r}: a source is a plain file name ending in "
-                             f"{' '.join(SOURCE_SUFFIXES)}")
+                             f"{' '.join(SOURCE_SUFFIXES)} (or the stub's {STUB_SUFFIX})")

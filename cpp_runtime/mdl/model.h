@@ -147,6 +147,7 @@ struct ModelSpec {
   int n_cotangents;            // a vjp build: backward takes a cotangent of these outputs
   const int* cotangents;       // (their indexes); an ordinary build: none
   const Device* device;        // where its memory lives and its code runs (host_device, ...)
+  const char* doc;             // its class's docstring (codegen/backend/interface.py)
 };
 
 }  // namespace mdl

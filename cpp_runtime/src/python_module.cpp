@@ -25,32 +25,21 @@ constexpr const char* capsule_name() {
   return sizeof(T) == 4 ? "mdl.ModelSpec<float>" : "mdl.ModelSpec<double>";
 }
 
-// The overload of a method that takes its arguments by name which pybind11 reaches only
-// when the method was given positional ones: a TypeError saying how to call it instead
-// of "incompatible function arguments".
+// A method that takes its arguments by name, as one overload: given positional ones, a
+// TypeError saying how to call it instead of pybind11's "incompatible function arguments".
 template <class M>
-auto by_name_only(const char* method) {
-  return [method](const M& m, py::args, py::kwargs) -> py::dict { m.positional(method); };
-}
-
-// A model's seed: an int in [0, 2**64), or a TypeError / ValueError naming the model.
-inline uint64_t seed_value(py::handle seed, const char* model) {
-  std::string what = std::string(model) + "(seed=...)";
-  if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr()))
-    throw py::type_error(what + ": the seed must be an int, got " + type_name(seed));
-  py::object value = py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
-  if (!value) throw py::error_already_set();
-  unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
-  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {  // < 0 or >= 2**64
-    PyErr_Clear();
-    throw py::value_error(what + ": the seed must be in [0, 2**64), got " +
-                          std::string(py::str(value)));
-  }
-  return v;
+auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
+  return [method, name](M& m, py::args args, py::kwargs kwargs) -> py::dict {
+    if (!args.empty()) m.positional(name);
+    return (m.*method)(std::move(kwargs));
+  };
 }
 
 // The class every model class of this module derives from. Its constructor takes the
 // model's spec (a capsule), which each model class's own __init__ supplies.
+// The class every model class of this module derives from. Its constructor takes the
+// model's spec (a capsule), which each model class's own __init__ supplies. Each model
+// class's own docstring lists its inputs and outputs (codegen/backend/interface.py).
 template <class T>
 py::object bind_base(py::module_& m) {
   using M = Model<T>;
@@ -69,35 +58,60 @@ py::object bind_base(py::module_& m) {
            py::arg("spec"), py::arg("seed") = 0, py::arg("params") = py::none())
       .def_property_readonly("params", [](py::object self) {
         return self.cast<M&>().params(self);
-      })
-      .def("set_params", &M::set_params, py::arg("values"))
-      .def_property_readonly("device", &M::device)
-      .def_property("outputs_on_device", &M::outputs_on_device, &M::set_outputs_on_device)
-      .def("to_device", &M::to_device, py::arg("array"))
-      .def_property_readonly("cuda_graphs", &M::cuda_graphs)
-      .def_property_readonly("specializations", &M::specializations)
-      .def_property_readonly("shared", &M::shared)
-      .def_property_readonly("inputs", &M::input_types)
-      .def_property_readonly("cotangents", &M::cotangents)
-      .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls)
-      .def("forward", &M::forward)
-      .def("forward", by_name_only<M>("forward"))
-      .def("backward", &M::backward)
-      .def("backward", by_name_only<M>("backward"))
-      .def("train_step", &M::train_step)
-      .def("train_step", by_name_only<M>("train_step"))
-      .def("forward_backward", &M::forward_backward)
-      .def("forward_backward", by_name_only<M>("forward_backward"))
-      .def("apply_gradients", &M::apply_gradients)
+      }, "{full name: array}: the live weights (NumPy views on the CPU, copies on a GPU).")
+      .def("set_params", &M::set_params, py::arg("values"),
+           "set_params(values: dict) -> None\n\nCopy arrays into the named parameters; every "
+           "name and shape\nis checked before anything changes.")
+      .def_property_readonly("device", &M::device,
+                             "Where the model's memory lives and its code runs: cpu or cuda.")
+      .def_property("outputs_on_device", &M::outputs_on_device, &M::set_outputs_on_device,
+                    "cuda target: True keeps outputs and gradients in the GPU's memory.")
+      .def("to_device", &M::to_device, py::arg("array"),
+           "to_device(array) -> DeviceArray\n\ncuda target: a copy of an input in the GPU's "
+           "memory,\nread there by every call it is given to.")
+      .def_property_readonly("cuda_graphs", &M::cuda_graphs,
+                             "{captured, replayed}: calls run as CUDA graphs (0 on the CPU).")
+      .def_property_readonly("specializations", &M::specializations,
+                             "The fixed dims of each compiled specialization.")
+      .def_property_readonly("shared", &M::shared, "The names this model takes from share.")
+      .def_property_readonly("inputs", &M::input_types,
+                             "{name: type}: the declared inputs, in order.")
+      .def_property_readonly("cotangents", &M::cotangents,
+                             "The outputs whose cotangents a vjp build's backward takes.")
+      .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls,
+                    "Training calls so far; call k draws its dropout masks from (seed, k).")
+      .def("forward", by_name(&M::forward, "forward"),
+           "forward(*, <inputs>, training=False) -> dict\n\nRun the model on its inputs, "
+           "given by name, and return its\noutputs {name: array}. training=True runs dropout "
+           "and keeps what\nbackward() needs. The model class's docstring lists the inputs.")
+      .def("backward", by_name(&M::backward, "backward"),
+           "backward() -> dict\n\nThe gradients of the minimized output of the last "
+           "training forward:\n{parameter full name or input:NAME: array}. A vjp build's "
+           "backward(*, <cotangents>)\ntakes a cotangent per float output instead.")
+      .def("train_step", by_name(&M::train_step, "train_step"),
+           "train_step(*, <inputs>) -> dict\n\nA training forward, its backward and the "
+           "optimizer's update\n(set_optimizer first); the forward's outputs.")
+      .def("forward_backward", by_name(&M::forward_backward, "forward_backward"),
+           "forward_backward(*, <inputs>) -> dict\n\nA training forward and its backward, "
+           "the gradients left in\ngradient_buffer for apply_gradients(); the outputs.")
+      .def("apply_gradients", &M::apply_gradients,
+           "apply_gradients() -> None\n\nThe optimizer's update from gradient_buffer.")
       .def_property_readonly("gradient_buffer", [](py::object self) {
         return self.cast<M&>().gradient_buffer(self);
-      })
-      .def_property_readonly("gradient_layout", &M::gradient_layout)
-      .def("set_optimizer", &M::set_optimizer, py::arg("name"))
-      .def("save", &M::save, py::arg("path"))
-      .def("load", &M::load, py::arg("path"))
-      .def_property_readonly("optimizer", &M::optimizer)
-      .def_property("lr", &M::lr, &M::set_lr);
+      }, "The flat gradients of the last forward_backward, a writable view.")
+      .def_property_readonly("gradient_layout", &M::gradient_layout,
+                             "{name: (offset, shape)}: each gradient's place in gradient_buffer.")
+      .def("set_optimizer", &M::set_optimizer, py::arg("name"),
+           "set_optimizer(name, **options) -> None\n\nThe update train_step makes: \"sgd\" or "
+           "\"adam\", with the options\ndocs/training.md lists (lr, clip_norm, ...).")
+      .def("save", &M::save, py::arg("path"),
+           "save(path) -> None\n\nParameters, optimizer state and the dropout stream's place, "
+           "as .npz.")
+      .def("load", &M::load, py::arg("path"),
+           "load(path) -> None\n\nWhat save wrote, checked in full before anything changes.")
+      .def_property_readonly("optimizer", &M::optimizer,
+                             "The optimizer and its options, or None.")
+      .def_property("lr", &M::lr, &M::set_lr, "The optimizer's learning rate.");
 }
 
 // The class of outputs a device model hands back in its memory (device_array.h).
@@ -107,7 +121,7 @@ void bind_device_array(py::module_& m) {
         return self.cast<const DeviceArray&>().dlpack(self);
       })
       .def("__dlpack_device__", &DeviceArray::dlpack_device)
-      .def("numpy", &DeviceArray::numpy, "A copy in host memory.")
+      .def("numpy", &DeviceArray::numpy, "numpy() -> numpy.ndarray\n\nA copy in host memory.")
       .def_property_readonly("shape", [](const DeviceArray& a) {
         return py::tuple(py::cast(a.shape));
       })
@@ -120,17 +134,21 @@ template <class T>
 void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
   py::dict namespace_;
   namespace_["__module__"] = m.attr("__name__");
-  namespace_["__doc__"] = py::str("The mdl model " + std::string(spec->name) + ".");
+  namespace_["__doc__"] = py::str(spec->doc);
   py::object cls = py::reinterpret_borrow<py::object>((PyObject*)&PyType_Type)(
       spec->name, py::make_tuple(base), namespace_);
   py::capsule handle(static_cast<const void*>(spec), capsule_name<T>());
   py::object base_init = base.attr("__init__");
   cls.attr("__init__") = py::cpp_function(
       [base_init, handle, spec](py::object self, py::object seed, py::object params) {
-        base_init(self, handle, seed_value(seed, spec->name), params);
+        base_init(self, handle,
+                  count_argument(seed, std::string(spec->name) + "(seed=...): the seed"),
+                  params);
       },
       py::name("__init__"), py::is_method(cls), py::arg("seed") = 0,
-      py::arg("params") = py::none());
+      py::arg("params") = py::none(),
+      py::doc("__init__(seed=0, params=None)\n\nParameters initialized from the seed, or "
+              "shared with params=,\na model of the same module."));
   m.attr(spec->name) = cls;
 }
 
@@ -143,6 +161,10 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     // CPython keeps a pointer to the definition for as long as the module may live
     auto m = py::module_::create_extension_module(name, nullptr, new PyModuleDef());
     m.doc() = doc;
+    // Each docstring starts with its signature: pybind11's would show *args, **kwargs and
+    // handles where the runtime checks the arguments itself
+    py::options options;
+    options.disable_function_signatures();
     // mdl::ValueError and mdl::IndexError (bad values in the inputs, found by native code)
     // are Python's ValueError and IndexError
     py::register_local_exception_translator([](std::exception_ptr p) {
@@ -156,8 +178,12 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     });
     static const bool blas_ready = (blas_init(), true);  // before any product
     (void)blas_ready;
-    m.def("set_num_threads", [](int n) {
-      if (n < 1) throw py::value_error("set_num_threads(n) needs n >= 1, got " + std::to_string(n));
+    m.def("set_num_threads", [](py::handle count) {
+      uint64_t requested = count_argument(count, "set_num_threads(n): n");
+      if (requested < 1 || requested > 1024)
+        throw py::value_error("set_num_threads(n) needs 1 <= n <= 1024, got " +
+                              std::to_string(requested));
+      int n = static_cast<int>(requested);
       if (n > 1 && forked_after_threads())
         throw std::runtime_error(
             "set_num_threads(" + std::to_string(n) + "): this process was forked after mdl's "
@@ -165,9 +191,10 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
             "its products run on one thread; start worker processes with multiprocessing's "
             "'spawn' or 'forkserver' method to give them threads");
       set_blas_threads(n);
-    }, py::arg("n"), "Threads the matrix products of every mdl model in this process may use.");
-    m.def("get_num_threads", &blas_threads,
-          "Threads the matrix products of every mdl model in this process may use.");
+    }, py::arg("n"), "set_num_threads(n: int) -> None\n\nThreads the matrix products of "
+       "every mdl model in this process may use.");
+    m.def("get_num_threads", &blas_threads, "get_num_threads() -> int\n\nThreads the matrix "
+          "products of every mdl model in this process may use.");
     bind_device_array(m);
     py::object base = bind_base<T>(m);
     for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
