@@ -55,12 +55,12 @@ class Calls:
             shape[r.randrange(len(shape))] = r.choice([0, 1, 2, 7])
         if r.random() < 0.05:
             shape = shape + [1]
-        values = np.random.default_rng(r.randrange(2 ** 32)).normal(0, 3, shape)
+        values = np.asarray(np.random.default_rng(r.randrange(2 ** 32)).normal(0, 3, shape))
         if np.dtype(dtype).kind in "iub":
-            values = np.rint(values)
+            values = np.asarray(np.rint(values))  # a ufunc makes a rank-0 array a scalar
             if r.random() < 0.3:
                 values[...] = r.choice([0, 1, 95, 96, -1, 10 ** 6])
-        a = values.astype(dtype)
+        a = np.asarray(values.astype(dtype))
         trick = r.randrange(7)
         if trick == 0 and a.ndim:
             a = np.repeat(a, 2, axis=0)[::2]
@@ -124,6 +124,9 @@ class Calls:
                              m.train_step(**x)))
         if kind == 7:
             cotangents = {} if r.random() < 0.8 else {"logits": self.junk()}
+            if m.cotangents and r.random() < 0.9:  # a vjp build's: arrays of random shapes
+                cotangents = {k: self.array([r.choice([1, 2, 3])] * r.randrange(4), np.float32)
+                              for k in m.cotangents if r.random() < 0.9}
             return f"{model}.backward({describe(cotangents)})", lambda: m.backward(**cotangents)
         if kind == 8:
             x = self.inputs(m)

@@ -41,6 +41,13 @@ def test_random_calls_on_the_cpu_raise_or_succeed(cpu_module, seed):
     assert 0 < raised < CALLS  # some calls were right, some wrong: both paths were taken
 
 
+def test_random_calls_on_a_vjp_build_raise_or_succeed():
+    """Its backward takes cotangents: the fuzzer gives them of random shapes."""
+    from codegen.pipeline import load
+    module = load(CHARLM, defines={"H": 16}, vjp=True, name="charlm_h16_calls_vjp")
+    run_calls(module, 4, calls=200)
+
+
 def test_random_calls_on_the_emulated_device_raise_or_succeed():
     from codegen.pipeline import load
     module = load(CHARLM, target="cuda", emulate=True, defines={"H": 16},
