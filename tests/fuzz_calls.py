@@ -5,17 +5,21 @@ sizes 0 and 1, lengths out of range) and sometimes nothing like it (None, str, n
 lists, NumPy scalars, object and structured arrays, huge ints). An exception is what a
 bad call should get; a signal or an abort is a bug (tests/test_module_calls.py).
 
-    python3 tests/fuzz_calls.py MODULE_PATH MODULE_NAME CALLS SEED
+    python3 tests/fuzz_calls.py MODULE_PATH MODULE_NAME CALLS SEED [ONLY] [--threads K]
 
 runs the calls in this process and prints each before making it, so the last line a
 crashed child printed names the call that crashed it; a list of call numbers after the
-seed makes only those calls, to find the few a crash needs."""
+seed makes only those calls, to find the few a crash needs. With --threads K, K threads
+make calls on the same model instances at once (a deadlock shows with --timeout)."""
 from __future__ import annotations
 
+import argparse
+import faulthandler
 import importlib.util
 import random
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +32,13 @@ class Calls:
     def __init__(self, module, rng: random.Random, folder: Path):
         self.module, self.rng, self.folder = module, rng, folder
         self.models = [cls(seed=0) for cls in self._classes()]
+
+    def sharing(self, rng: random.Random, folder: Path) -> Calls:
+        """Calls of their own (from `rng`) on these same model instances: another thread's."""
+        other = Calls.__new__(Calls)
+        other.module, other.rng, other.folder, other.models = self.module, rng, folder, self.models
+        folder.mkdir()
+        return other
 
     def _classes(self) -> list:
         return [v for k, v in vars(self.module).items()
@@ -186,28 +197,56 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+def make_calls(fuzz: Calls, calls: int, only: set[int] | None, tag: str = "") -> int:
+    """Draws `calls` calls and makes them (those in `only`, if given); how many raised."""
+    raised = 0
+    for k in range(calls):
+        text, make = fuzz.call()
+        if only is not None and k not in only:
+            continue
+        say(f"{tag}{k}: {text}")
+        try:
+            make()
+        except Exception as e:  # noqa: BLE001 -- raising is what a bad call should do
+            raised += 1
+            say(f"    {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return raised
+
+
 def main(argv: list[str]) -> int:
-    """MODULE_PATH MODULE_NAME CALLS SEED [ONLY]: ONLY, a comma-separated list of call
-    numbers, makes only those calls (the others are drawn, not made)."""
-    path, name, calls, seed = argv[0], argv[1], int(argv[2]), int(argv[3])
-    only = {int(k) for k in argv[4].split(",")} if len(argv) > 4 else None
-    spec = importlib.util.spec_from_file_location(name, path)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("path")
+    parser.add_argument("name")
+    parser.add_argument("calls", type=int)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("only", nargs="?", help="comma-separated call numbers: make only "
+                        "those (the others are drawn, not made)")
+    parser.add_argument("--threads", type=int, default=1, help="threads making calls on the "
+                        "same models at once, each its own (seeded) calls")
+    parser.add_argument("--timeout", type=float, default=0, help="seconds after which every "
+                        "thread's stack is printed and the process exits 1: a deadlock")
+    args = parser.parse_args(argv)
+    only = {int(k) for k in args.only.split(",")} if args.only else None
+    if args.timeout:
+        faulthandler.dump_traceback_later(args.timeout, exit=True)
+    spec = importlib.util.spec_from_file_location(args.name, args.path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with tempfile.TemporaryDirectory() as folder:
-        fuzz = Calls(module, random.Random(seed), Path(folder))
-        raised = 0
-        for k in range(calls):
-            text, make = fuzz.call()
-            if only is not None and k not in only:
-                continue
-            say(f"{k}: {text}")
-            try:
-                make()
-            except Exception as e:  # noqa: BLE001 -- raising is what a bad call should do
-                raised += 1
-                say(f"    {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        say(f"done: {calls} calls, {raised} raised")
+        first = Calls(module, random.Random(args.seed), Path(folder))
+        fuzzers = [first] + [first.sharing(random.Random(f"{args.seed}/{k}"), Path(folder) / str(k))
+                             for k in range(1, args.threads)]
+        raised = [0] * args.threads
+
+        def run(k: int) -> None:
+            raised[k] = make_calls(fuzzers[k], args.calls, only,
+                                   f"[{k}] " if args.threads > 1 else "")
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(args.threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        say(f"done: {args.calls * args.threads} calls, {sum(raised)} raised")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Bad calls into a generated module raise; they never crash the process (docs/native.md,
-"Errors"). tests/fuzz_calls.py makes random calls, many of them wrong, in a child
-process on each target: the child must finish, whatever its calls raised."""
+"Errors"), nor hang it. tests/fuzz_calls.py makes random calls, many of them wrong, in a
+child process on each target, and from several threads at once: the child must finish,
+whatever its calls raised."""
 from __future__ import annotations
 
 import subprocess
@@ -15,16 +16,17 @@ FUZZ = Path(__file__).resolve().parent / "fuzz_calls.py"
 CALLS = 300
 
 
-def run_calls(module, seed: int, calls: int = CALLS) -> str:
+def run_calls(module, seed: int, calls: int = CALLS, threads: int = 1) -> str:
     done = subprocess.run([sys.executable, str(FUZZ), module.__file__, module.__name__,
-                           str(calls), str(seed)], capture_output=True, text=True,
-                          timeout=600)
+                           str(calls), str(seed), "--threads", str(threads), "--timeout", "300"],
+                          capture_output=True, text=True, timeout=600)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, (
         f"random calls (seed {seed}) ended with status {done.returncode}; the last calls:\n"
         + "\n".join(lines[-6:]) + "\n" + done.stderr[-2000:] +
-        f"\nrerun: python3 {FUZZ} {module.__file__} {module.__name__} {calls} {seed}")
-    assert lines[-1].startswith(f"done: {calls} calls")
+        f"\nrerun: python3 {FUZZ} {module.__file__} {module.__name__} {calls} {seed} "
+        f"--threads {threads}")
+    assert lines[-1].startswith(f"done: {calls * threads} calls")
     return lines[-1]
 
 
@@ -39,6 +41,13 @@ def test_random_calls_on_the_cpu_raise_or_succeed(cpu_module, seed):
     summary = run_calls(cpu_module, seed)
     raised = int(summary.split(", ")[1].split()[0])
     assert 0 < raised < CALLS  # some calls were right, some wrong: both paths were taken
+
+
+def test_random_calls_from_four_threads_at_once_end(cpu_module):
+    """Four threads call the same instances: each call takes the model's lock without the
+    GIL, so none waits for the lock holding the GIL that the lock's holder needs to hand
+    back its results (set_optimizer and lr= once did: a deadlock)."""
+    run_calls(cpu_module, 5, calls=200, threads=4)
 
 
 def test_random_calls_on_a_vjp_build_raise_or_succeed():

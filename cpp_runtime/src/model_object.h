@@ -326,7 +326,9 @@ class Model {
       throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
                            type_name(name));
     OptimizerConfig c = configure(name.cast<std::string>(), kwargs);
-    std::lock_guard<std::mutex> guard(*lock_);
+    // the lock is taken without the GIL, as every call takes it: a call holding it may be
+    // waiting for the GIL to hand back its results
+    std::unique_lock<std::mutex> guard = hold_lock();
     opt_.reset(c, spec_->param_count, spec_->device);
   }
 
@@ -343,13 +345,17 @@ class Model {
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("no optimizer is set: call set_optimizer(...) first");
     if (!(lr > 0)) throw py::value_error("lr must be > 0, got " + std::to_string(lr));
-    std::lock_guard<std::mutex> guard(*lock_);
+    std::unique_lock<std::mutex> guard = hold_lock();
     opt_.config.lr = lr;
   }
 
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
-  void set_rng_calls(py::handle n) { state_.calls = count_argument(n, "rng_calls"); }
+  void set_rng_calls(py::handle n) {
+    uint64_t calls = count_argument(n, "rng_calls");
+    std::unique_lock<std::mutex> guard = hold_lock();  // a training call may be counting
+    state_.calls = calls;
+  }
 
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
