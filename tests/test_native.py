@@ -189,6 +189,10 @@ def test_non_contiguous_and_dlpack_inputs(towers):
     (lambda x: x.update(a4=x["a4"][:5]), ValueError, "(dim 0 must be 8)"),
     (lambda x: x.update(training="yes"), TypeError,
      "forward(): training must be True or False, got str"),
+    (lambda x: x.update(training=1), TypeError,
+     "forward(): training must be True or False, got int"),
+    (lambda x: x.update(training=None), TypeError,
+     "forward(): training must be True or False, got NoneType"),
 ])
 def test_bad_calls_raise(towers, change, error, message):
     x = {f"a{i}": np.zeros((8, 20), np.float32) for i in range(1, 5)}
@@ -243,6 +247,12 @@ def test_other_bad_calls_name_what_they_take(towers, call, error, message):
     assert towers.rng_calls == before and not towers.outputs_on_device
     towers.rng_calls = np.int64(before)  # NumPy's ints are ints
     assert towers.rng_calls == before
+
+
+def test_training_takes_numpy_bools_too(towers):
+    x = {f"a{i}": np.ones((8, 20), np.float32) for i in range(1, 5)}
+    assert towers.forward(**x, training=np.bool_(True))["s"] == towers.forward(**x)["s"]
+    towers.backward()  # it was a training forward
 
 
 def test_dims_must_agree_between_inputs():

@@ -125,12 +125,13 @@ inline std::string type_name(py::handle v) {
   return py::str(v.get_type().attr("__name__"));
 }
 
+// True or False (or a NumPy bool), nothing else: a truthy 1, 0.5 or None would be a guess.
 inline bool bool_argument(py::handle v, const std::string& what) {
-  try {
-    return py::cast<bool>(v);
-  } catch (py::cast_error&) {
-    throw py::type_error(what + " must be True or False, got " + type_name(v));
-  }
+  if (v.ptr() == Py_True) return true;
+  if (v.ptr() == Py_False) return false;
+  if (py::isinstance(v, py::module_::import("numpy").attr("bool_")))
+    return PyObject_IsTrue(v.ptr()) == 1;
+  throw py::type_error(what + " must be True or False, got " + type_name(v));
 }
 
 inline double number_argument(py::handle v, const std::string& what) {
