@@ -32,6 +32,13 @@ class Calls:
     def __init__(self, module, rng: random.Random, folder: Path):
         self.module, self.rng, self.folder = module, rng, folder
         self.models = [cls(seed=0) for cls in self._classes()]
+        # and one of each class on the first one's parameters, where they can share them:
+        # calls on either must leave the other working
+        for cls in self._classes():
+            try:
+                self.models.append(cls(seed=1, params=self.models[0]))
+            except (TypeError, ValueError):
+                pass
 
     def sharing(self, rng: random.Random, folder: Path) -> Calls:
         """Calls of their own (from `rng`) on these same model instances: another thread's."""
