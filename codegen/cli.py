@@ -102,8 +102,9 @@ def parser() -> argparse.ArgumentParser:
                        ".dot (default: DOT text on stdout)")
     graph.add_argument("--backward", action="store_true",
                        help="draw the generated gradient program (forward and backward)")
-    build = command("build", "compile a .mdl file to an importable module")
-    _generation_options(build, "directory of the module")
+    build = command("build", "compile a .mdl file to an importable module (and its type "
+                    "stub MOD.pyi beside it)")
+    _generation_options(build, "directory of the module and its stub")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
     gradcheck = command("gradcheck", "compare gradients with finite differences")
