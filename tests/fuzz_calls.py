@@ -28,9 +28,18 @@ DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int8, np.bool_, np.uint
           np.float16, np.complex64]
 
 
+class Earlier:
+    """An input to be an earlier call's output (the k-th kept, counted from the latest):
+    on a device model with outputs_on_device, a DeviceArray read in place."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+
 class Calls:
     def __init__(self, module, rng: random.Random, folder: Path):
         self.module, self.rng, self.folder = module, rng, folder
+        self.results: list = []  # the latest calls' outputs
         self.models = [cls(seed=0) for cls in self._classes()]
         # and one of each class on the first one's parameters, where they can share them:
         # calls on either must leave the other working
@@ -44,6 +53,7 @@ class Calls:
         """Calls of their own (from `rng`) on these same model instances: another thread's."""
         other = Calls.__new__(Calls)
         other.module, other.rng, other.folder, other.models = self.module, rng, folder, self.models
+        other.results = []
         folder.mkdir()
         return other
 
@@ -118,7 +128,19 @@ class Calls:
             out["extra"] = self.junk()
         elif roll < 0.2 and out:
             out[r.choice(list(out))] = self.junk()
+        elif roll < 0.35 and out:
+            out[r.choice(list(out))] = Earlier(r.randrange(8))
         return out
+
+    def resolve(self, values: dict) -> dict:
+        """`values` with each Earlier replaced by the output it names, if there is one."""
+        kept = self.results
+        return {k: kept[-1 - v.k % len(kept)] if isinstance(v, Earlier) and kept else
+                None if isinstance(v, Earlier) else v for k, v in values.items()}
+
+    def keep(self, outputs: dict) -> dict:
+        self.results = (self.results + list(outputs.values()))[-16:]
+        return outputs
 
     def call(self):
         """One random call: (what it is, a function making it). Every random choice is
@@ -132,14 +154,14 @@ class Calls:
             x = self.inputs(m)
             training = r.choice([False, True, True, "yes", 1, None])
             return (f"{model}.forward({describe(x)}, training={training!r})",
-                    lambda: m.forward(**x, training=training))
+                    lambda: self.keep(m.forward(**self.resolve(x), training=training)))
         if kind < 7:
             x = self.inputs(m)
             optimizer = (r.choice(["sgd", "adam"]), r.choice([0.1, 1e-3, 10.0])) \
                 if r.random() < 0.8 else None
             return (f"{model}.set_optimizer{optimizer}, train_step({describe(x)})",
                     lambda: (optimizer and m.set_optimizer(optimizer[0], lr=optimizer[1]),
-                             m.train_step(**x)))
+                             self.keep(m.train_step(**self.resolve(x)))))
         if kind == 7:
             cotangents = {} if r.random() < 0.8 else {"logits": self.junk()}
             if m.cotangents and r.random() < 0.9:  # a vjp build's: arrays of random shapes
@@ -180,7 +202,7 @@ class Calls:
                     lambda: (garbage and path.write_bytes(garbage), m.load(path)))
         if kind == 12:
             attribute = r.choice(["rng_calls", "lr", "outputs_on_device"])
-            value = self.junk() if r.random() < 0.6 else r.choice([0, 5, 0.5])
+            value = self.junk() if r.random() < 0.4 else r.choice([0, 5, 0.5, True, False])
             return f"{model}.{attribute} = {value!r}", lambda: setattr(m, attribute, value)
         if kind == 13:
             other = r.choice(self.models + [self.junk()])
@@ -190,13 +212,20 @@ class Calls:
         if kind == 14:
             value = self.array([2, 3], np.float32) if r.random() < 0.5 else self.junk()
             return f"{model}.to_device({describe({'v': value})})", lambda: m.to_device(value)
+        if r.random() < 0.5:
+            def read_results():
+                for v in self.results:  # NumPy arrays, or DeviceArrays read back
+                    _ = (np.asarray(v.numpy() if hasattr(v, "numpy") else v), v.shape, v.dtype,
+                         repr(v), np.from_dlpack(v) if hasattr(v, "__dlpack__") else None)
+            return "the kept outputs read", read_results
         return f"{model} properties", lambda: (
             m.params, m.inputs, m.cotangents, m.specializations, m.cuda_graphs, m.optimizer,
             m.device, m.rng_calls, m.shared)
 
 
 def describe(x: dict) -> str:
-    return ", ".join(f"{k}={getattr(v, 'dtype', type(v).__name__)}"
+    return ", ".join(f"{k}=earlier output {v.k}" if isinstance(v, Earlier) else
+                     f"{k}={getattr(v, 'dtype', type(v).__name__)}"
                      f"{list(getattr(v, 'shape', []))}" for k, v in x.items())
 
 
