@@ -4,6 +4,7 @@ child process on each target, and from several threads at once: the child must f
 whatever its calls raised."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,10 +58,12 @@ def test_random_calls_on_a_vjp_build_raise_or_succeed():
     run_calls(module, 4, calls=200)
 
 
-def test_random_calls_on_the_emulated_device_raise_or_succeed():
+def test_random_calls_on_the_cuda_target_raise_or_succeed():
+    """On the emulated device; with MDL_TEST_DEVICE=gpu on the real one (docs/cuda.md)."""
     from codegen.pipeline import load
-    module = load(CHARLM, target="cuda", emulate=True, defines={"H": 16},
-                  name="charlm_h16_calls_emulated")
+    on_gpu = os.environ.get("MDL_TEST_DEVICE") == "gpu"
+    module = load(CHARLM, target="cuda", emulate=not on_gpu, defines={"H": 16},
+                  name="charlm_h16_calls_" + ("cuda" if on_gpu else "emulated"))
     run_calls(module, 3, calls=150)
 
 
