@@ -255,6 +255,34 @@ def test_training_takes_numpy_bools_too(towers):
     towers.backward()  # it was a training forward
 
 
+HUGE_DIMS = """
+model Huge() {
+  input x : f32[N, M]
+  input w : f32[M, 64]
+  h = tanh(x @ w)
+  output y = sum(h * h)
+}
+"""
+
+
+@pytest.mark.parametrize("n", [2 ** 20, 2 ** 56 + 1, 2 ** 57 + 3])
+def test_dims_whose_memory_would_overflow_are_a_value_error(tmp_path, n):
+    """Inputs with no elements bind dims to any size NumPy allows: N = 2**57 + 3 makes h,
+    [N, 64] floats, 2**65 + 768 bytes, which wrapped around to 768 in int64_t and the
+    product wrote past them (a segfault). Every byte count of a function is computed in
+    double first, and a call past 2**60 bytes is refused."""
+    path = tmp_path / "huge.mdl"
+    path.write_text(HUGE_DIMS)
+    m = load(path, name="huge_dims").Huge()
+    x, w = np.zeros((n, 0), np.float32), np.zeros((0, 64), np.float32)
+    if n < 2 ** 40:
+        assert m.forward(x=x, w=w)["y"] == 0
+        return
+    with pytest.raises(ValueError, match=r"the dims of this call would need [0-9.e+]+ bytes of "
+                       r"working memory, more than 2\*\*60"):
+        m.forward(x=x, w=w)
+
+
 def test_dims_must_agree_between_inputs():
     m = native("charlm.mdl", "f32").CharLM()
     t = np.zeros((5, 3), np.int32)

@@ -71,8 +71,15 @@ class Renderer:
         self.results: list[Value] = []        # the values published as results
         self.owned: set[int] = set()          # ids of the values the memory plan places
         self.given_back: list[int] = []       # slots given back at the end (plan.left_dead)
+        self.sized: list[str] = []            # byte counts of scratch buffers (C++)
 
     # ---- helpers the hooks use ----
+    def scratch_bytes(self, v: Value) -> str:
+        """The byte count of a scratch buffer for `v`, kept for the function's memory check
+        (target.memory_check)."""
+        self.sized.append(size_bytes(v, self.dims))
+        return self.sized[-1]
+
     def dim(self, d: Dim) -> str:
         return self.dim_hook(d) if self.dim_hook else self.dims.expr(d)
 
@@ -247,7 +254,7 @@ class Renderer:
             return
         if v.id in self.scratch:
             self.emit(f"auto* {self.ptr(v)} = reinterpret_cast<{self.ctype(v)}*>("
-                      f"{self.target.scratch(self.scratch[v.id], size_bytes(v, self.dims))});")
+                      f"{self.target.scratch(self.scratch[v.id], self.scratch_bytes(v))});")
             return
         memory = f"arena + off[{self.plan.slot_of[v.id]}]"
         if v.id in self.handed_over:  # memory of its own where the caller asks
@@ -275,7 +282,7 @@ class Renderer:
             self.open(f"if ({lay.data} < {size})")
             tail = self.fresh("tail")
             self.emit(f"auto* {tail} = reinterpret_cast<{ctype}*>("
-                      f"{self.target.scratch(k, size_bytes(v, self.dims))});")
+                      f"{self.target.scratch(k, self.scratch_bytes(v))});")
             self.emit(self.target.fill(tail, size, f"{ctype}(0)"))
             self.emit(self.target.copy(tail, self.ptr(v), f"({lay.data})"))
             self.emit(f"{self.ptr(v)} = {tail};")

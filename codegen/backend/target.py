@@ -127,6 +127,7 @@ class Target(abc.ABC):
         head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
                 *("  " + line for line in self.preamble)]
         head += ["  " + line for line in spec.prologue]
+        head += ["  " + line for line in memory_check([*slots, *r.sized], len(r.dims.user))]
         head += [f"  std::size_t off[{max(1, len(slots))}];", "  std::size_t total = 0;"]
         head += [f"  off[{i}] = total; total += mdl::slot_bytes({size});"
                  for i, size in enumerate(slots)]
@@ -189,3 +190,16 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def tape_data(self, k: int, ctype: str) -> str:
         """An expression: tape k's records as one array of `ctype`."""
+
+
+def memory_check(sizes: list[str], user_dims: int) -> list[str]:
+    """Statements refusing a call whose dims would overflow the function's byte counts
+    (`sizes`, int64_t expressions of the dims d0, d1, ...): zero-size inputs can bind a dim
+    to any size NumPy allows. The same expressions are computed first with the dims as
+    doubles, shadowing them, where nothing overflows (mdl::check_memory, arena.h)."""
+    if not sizes or not user_dims:
+        return []
+    return ["{  // the dims as doubles: byte counts that would overflow int64_t are refused",
+            *(f"  const double d{i} = double(c.dims[{i}]); (void)d{i};" for i in range(user_dims)),
+            f"  mdl::check_memory({' + '.join(f'double({s})' for s in sizes)});",
+            "}"]

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -17,6 +19,8 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
+
+#include "mdl/error.h"
 
 namespace mdl {
 
@@ -33,6 +37,18 @@ constexpr std::size_t kRedzone = 64;
 #else
 constexpr std::size_t kRedzone = 0;
 #endif
+
+// A function's byte counts for a call, summed in double (target.memory_check): past 2**60
+// no machine has the memory, and past 2**63 the int64_t sizes would wrap around to small
+// ones, so such a call is refused before any is computed.
+inline void check_memory(double bytes) {
+  if (bytes <= 0x1p60) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", bytes);
+  throw ValueError(std::string("the dims of this call would need ") + text +
+                   " bytes of working memory, more than 2**60: a dim of an input with no "
+                   "elements (a 0 in its shape) is too large");
+}
 
 // The bytes a plan's slot of `bytes` takes in its arena.
 inline std::size_t slot_bytes(std::size_t bytes) { return align_up(bytes) + kRedzone; }
