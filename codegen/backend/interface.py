@@ -74,8 +74,8 @@ def describe(graph: Graph, joint: Graph | None, vjp: bool,
     return ModelInterface(
         graph.name, {k: str(v.type) for k, v in graph.inputs.items()},
         {k: str(v.type) for k, v in graph.outputs.items()}, graph.loss, joint is not None,
-        vjp, cotangent_names(joint) if joint is not None and vjp else [], dims, specializations, dict(graph.hparams),
-        len(graph.params), param_numbers, device, dtype)
+        vjp, cotangent_names(joint) if joint is not None and vjp else [], dims,
+        specializations, dict(graph.hparams), len(graph.params), param_numbers, device, dtype)
 
 
 def stub(module_name: str, models: list[ModelInterface]) -> str:

@@ -19,8 +19,8 @@ from .environment import EXT_SUFFIX, environment_key
 if TYPE_CHECKING:  # a target names its toolchain, which builds through this file
     from ..backend.target import Target
 
-SOURCE_SUFFIXES = (".cpp", ".cc", ".cu", ".h", ".hpp")
 HEADER_SUFFIXES = (".h", ".hpp")
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cu", *HEADER_SUFFIXES)
 # The module's type stub (codegen/backend/interface.py): among the generated files, part of
 # the key, not compiled, and kept beside the extension in the cache and where it is installed
 STUB_SUFFIX = ".pyi"

@@ -161,10 +161,9 @@ inline uint64_t count_argument(py::handle v, const std::string& what) {
 }
 
 // A file's path: a str or an os.PathLike (bytes too), or a TypeError beginning with `what`.
-inline py::handle path_argument(py::handle v, const std::string& what) {
+inline void path_argument(py::handle v, const std::string& what) {
   if (!PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr()) && !py::hasattr(v, "__fspath__"))
     throw py::type_error(what + " must be a str or an os.PathLike, got " + type_name(v));
-  return v;
 }
 
 // A NumPy array of `obj`: itself, one over a `__dlpack__` object's memory, or a new one;

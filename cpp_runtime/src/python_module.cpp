@@ -36,8 +36,6 @@ auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
 }
 
 // The class every model class of this module derives from. Its constructor takes the
-// model's spec (a capsule), which each model class's own __init__ supplies.
-// The class every model class of this module derives from. Its constructor takes the
 // model's spec (a capsule), which each model class's own __init__ supplies. Each model
 // class's own docstring lists its inputs and outputs (codegen/backend/interface.py).
 template <class T>

@@ -40,8 +40,8 @@ const Settings& settings();
 // Device memory: each allocation its own mapping, ending at a page no one may touch, so a
 // kernel reading past its end faults (and is reported) instead of reading a neighbour.
 // Poisoned (every byte 0xff); nullptr when the allocations, this one's pages with them,
-// would hold more than `capacity` bytes, as a GPU's memory runs out, or mmap fails.
-void* allocate(std::size_t bytes, std::size_t capacity);
+// would hold more than `limit` bytes (capacity()), as a GPU's memory runs out, or mmap fails.
+void* allocate(std::size_t bytes, std::size_t limit);
 // The device's memory: the `memory=` setting, else half of this machine's.
 std::size_t capacity();
 bool release(void* pointer);        // false when `pointer` does not start an allocation

@@ -75,13 +75,13 @@ std::size_t capacity() {
 // Poisoning touches every page: on a machine that overcommits, an allocation larger than
 // its memory would succeed and then have the kernel kill the process, where a GPU refuses
 // it and the runtime raises MemoryError. So the device's memory is counted.
-void* allocate(std::size_t bytes, std::size_t capacity) {
+void* allocate(std::size_t bytes, std::size_t limit) {
   const std::size_t data = (bytes + page() - 1) / page() * page();
-  if (data < bytes || data > capacity) return nullptr;
+  if (data < bytes || data > limit) return nullptr;
   const std::size_t mapped = data + page();
   {
     std::lock_guard<std::mutex> hold(lock);
-    if (in_use + mapped > capacity) return nullptr;
+    if (in_use + mapped > limit) return nullptr;
     in_use += mapped;  // reserved before the pages are touched
   }
   auto give_back = [mapped] {
