@@ -99,7 +99,7 @@ def for_backends(graph: Graph) -> Graph:
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
-    chosen = target(options.target, options.emulate)
+    chosen = target(options.target, options.emulate, options.sanitize)
     models = check(path, options)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
@@ -112,7 +112,7 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
     A build seen before is found from the .mdl sources alone (the index), without
     generating code."""
     options = options or BuildOptions()
-    chosen = target(options.target, options.emulate)
+    chosen = target(options.target, options.emulate, options.sanitize)
     module_name = module_name_for(path, name)
     built = lookup(path, module_name, options)
     if built is None:

@@ -204,14 +204,22 @@ def asan_runtime() -> str:
     """The AddressSanitizer runtime the compiler ships, preloaded into a process that
     imports a sanitized module (Python itself is not built with it); not an absolute
     path where the compiler ships none."""
-    return subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True,
+    return _compiler_file("libasan.so")
+
+
+def _compiler_file(name: str) -> str:
+    return subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True,
                           text=True).stdout.strip()
 
 
 def sanitizer_env() -> dict[str, str]:
     """What a process importing a sanitized module needs in its environment: the runtime
-    preloaded, Python's own leaks not reported, UBSan stopping at its first report."""
-    return {"LD_PRELOAD": asan_runtime(), "ASAN_OPTIONS": "detect_leaks=0",
+    preloaded, with the C++ library after it (ASan replaces `__cxa_throw` when it starts,
+    and finds no real one to call in a Python without libstdc++: the first exception a
+    call raises aborted the process, "CHECK failed: ... real___cxa_throw"), Python's own
+    leaks not reported, UBSan stopping at its first report."""
+    return {"LD_PRELOAD": f"{asan_runtime()} {_compiler_file('libstdc++.so')}",
+            "ASAN_OPTIONS": "detect_leaks=0",
             "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 
 

@@ -1,6 +1,7 @@
 """Generated code under AddressSanitizer and UBSan: the char LM (lengths, gather,
 cross-entropy, a loop and its backward) built with --sanitize runs forward and backward
-in a subprocess with the sanitizer runtime preloaded, without a report."""
+in a subprocess with the sanitizer runtime preloaded, without a report, and a bad call
+raises there as anywhere."""
 import os
 import subprocess
 import sys
@@ -26,6 +27,12 @@ n = np.array([7, 2, 5], np.int32)
 m.forward(tokens=t, targets=t, lengths=n, training=True)
 g = m.backward()
 assert all(np.isfinite(v).all() for v in g.values())
+try:  # an exception thrown in the module reaches Python (sanitizer_env)
+    m.forward(tokens=t, targets=t, lengths=np.array([9, 2, 5], np.int32))
+except ValueError as error:
+    assert "lengths" in str(error), error
+else:
+    raise AssertionError("a length past T was accepted")
 print("clean")
 """
 
@@ -57,6 +64,29 @@ def test_a_value_past_its_slot_is_reported_though_the_slots_share_one_arena(monk
     monkeypatch.setattr(plan, "size_bytes", lambda v, dims: f"({size_bytes(v, dims)}) - 64")
     # a name of its own: the build index would answer for charlm_asan without generating
     built = build(ROOT / "examples" / "charlm.mdl", "charlm_asan_short_slots",
+                  BuildOptions(sanitize=True, defines={"H": 16}))
+    r = run_sanitized(built)
+    assert r.returncode != 0 and "clean" not in r.stdout
+    assert "AddressSanitizer: use-after-poison" in r.stderr, r.stderr[-3000:]
+
+
+def test_a_value_read_after_the_plan_ended_its_life_is_reported(monkeypatch):
+    """A sanitized build marks each slot of the memory plan dead once its value's last
+    reader has run, and live again just before its next value is computed (plan.Lifetimes,
+    mdl::mark_slots): a planner that ends every value's life one instruction early, as a
+    liveness bug would, makes the last reader read a dead slot, which is reported, though
+    the slot lies inside the arena's one allocation."""
+    from codegen.backend import plan
+    use = plan._Liveness.use
+
+    def early(self, v):
+        self.pos -= 1
+        try:
+            use(self, v)
+        finally:
+            self.pos += 1
+    monkeypatch.setattr(plan._Liveness, "use", early)
+    built = build(ROOT / "examples" / "charlm.mdl", "charlm_asan_early_deaths",
                   BuildOptions(sanitize=True, defines={"H": 16}))
     r = run_sanitized(built)
     assert r.returncode != 0 and "clean" not in r.stdout

@@ -145,6 +145,7 @@ def _render_for(r, ins: Structured) -> None:
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
         if not _already_in(r, ins, k, new, state):
             r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    r.block_ended(ins, 0)
     r.close()
 
 
@@ -186,6 +187,7 @@ def _render_if(r, ins: Structured) -> None:
                 r.assign(out, res)
             elif r.layout(res).base is not out:  # else computed in place
                 r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))
+        r.block_ended(ins, k)
     r.close()
 
 
@@ -208,6 +210,7 @@ def _render_while(r, ins: Structured) -> None:
         r.view(arg)
     r.instructions(ins.blocks[0])
     r.emit(f"if (!{r.scalar(ins.extra['results'][0][0])}) break;")
+    r.block_ended(ins, 0)
     r.instructions(ins.blocks[1])
     results = ins.extra["results"][1]
     for k, v in zip(tape_ids, results[n_state:]):
@@ -215,6 +218,7 @@ def _render_while(r, ins: Structured) -> None:
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
         if not _already_in(r, ins, k, new, state):
             r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
+    r.block_ended(ins, 1)
     r.emit(f"++{trips};")
     r.close()
     for k, v in zip(tape_ids, tapes):

@@ -2,7 +2,9 @@
 function's arena, sized once per call shape; a slot is reused by later values of the same
 size once its last reader has run (liveness over the lowered instructions, with values
 read inside a loop, and the loop's outputs, which it writes at every step, kept alive
-until the loop ends). Nothing is allocated inside loops."""
+until the loop ends). Nothing is allocated inside loops. The same liveness says, for a
+sanitized build, where each slot's value is born and where it dies (`Lifetimes`): the
+generated code marks dead slots so that a read of one is reported."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,9 +18,36 @@ from .products import Products
 
 
 @dataclass
+class Lifetimes:
+    """Where the slots' values live, by instruction (keys are `id(ins)`), for marking dead
+    slots as the function runs (Renderer.mark; AddressSanitizer's poisoning in a sanitized
+    build): a slot is marked live just before the instruction that defines its value, and
+    dead once its value's last reader has run. A structured op's block that ends kills the
+    values defined in it that its results were the last readers of (at every step of a
+    loop); what it read from outside dies once the op has ended. A slot whose value is
+    defined where no instruction is (an owned block argument) is never marked."""
+    born: dict[int, list[int]] = field(default_factory=dict)   # before the instruction
+    dead: dict[int, list[int]] = field(default_factory=dict)   # after it (an op: all of it)
+    block_dead: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (op, block)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, born, dies)
+    position: dict[int, int] = field(default_factory=dict)   # id(ins) -> its position
+    unmarked: set[int] = field(default_factory=set)  # slots never marked
+
+    def dead_at_entry(self, instrs: list) -> list[int]:
+        """The slots a function whose instructions are `instrs` starts with dead: all but
+        those holding a value that an earlier function of a shared plan left for it."""
+        if not instrs:
+            return []
+        start = self.position[id(instrs[0])]
+        live = {slot for slot, born, dies in self.spans if born < start <= dies}
+        return sorted({slot for slot, _, _ in self.spans} - live - self.unmarked)
+
+
+@dataclass
 class Plan:
     slots: list[str] = field(default_factory=list)        # byte size of each slot (C++)
     slot_of: dict[int, int] = field(default_factory=dict)  # value id -> slot index
+    lifetimes: Lifetimes = field(default_factory=Lifetimes)
 
 
 def size_bytes(v: Value, dims: DimNames) -> str:
@@ -58,13 +87,22 @@ class _Liveness:
         self.last: dict[int, int] = {}
         self.values: dict[int, Value] = {}
         self.loops: list[_Loop] = []
+        # for Lifetimes: each instruction's position; each structured op's blocks' ends;
+        # the structured op each value is defined in (its innermost; None: none)
+        self.at: dict[int, int] = {}
+        self.block_ends: dict[int, list[int]] = {}
+        self.home: dict[int, int | None] = {}
+        self.ops: list[int] = []
+        self.redefined: set[int] = set()
 
     def root(self, v: Value) -> Value:
         return root(v, self.layouts)
 
     def define(self, v: Value) -> None:
         self.values[v.id] = v
-        self.defs.setdefault(v.id, self.pos)
+        if self.defs.setdefault(v.id, self.pos) != self.pos:
+            self.redefined.add(v.id)
+        self.home.setdefault(v.id, self.ops[-1] if self.ops else None)
         for loop in self.loops:
             loop.inside.add(v.id)
 
@@ -79,6 +117,7 @@ class _Liveness:
     def walk(self, instrs: list) -> None:
         for ins in instrs:
             self.pos += 1
+            self.at[id(ins)] = self.pos
             if isinstance(ins, Structured):
                 self._structured(ins)
                 continue
@@ -106,14 +145,18 @@ class _Liveness:
             self.define(v)
         loop = _Loop()
         self.loops.append(loop)
+        self.ops.append(id(ins))
+        ends = self.block_ends[id(ins)] = []
         for block, lowered, results in zip(ins.op.blocks, ins.blocks, ins.extra["results"]):
             for arg in block.args:
                 if self.layouts[arg.id].base is None:
                     self.define(arg)
             self.walk(lowered)
             self.pos += 1
+            ends.append(self.pos)
             for r in results:
                 self.use(r)
+        self.ops.pop()
         self.loops.pop()
         end = self.pos
         for vid in loop.outer_reads:
@@ -152,7 +195,40 @@ def plan(instrs: list, layouts: dict[int, Layout], keep: list[Value], dims: DimN
                     result.slot_of[vid] = len(result.slots) - 1
             else:
                 free.setdefault(size, []).append(result.slot_of[vid])
+    result.lifetimes = _lifetimes(live, result.slot_of, end)
     return result
+
+
+def _lifetimes(live: _Liveness, slot_of: dict[int, int], end: int) -> Lifetimes:
+    """Where each slot is marked live and dead (see Lifetimes), from the liveness walk."""
+    out = Lifetimes(position=live.at)
+    instruction = {pos: key for key, pos in live.at.items()}
+    block_end = {pos: (op, b) for op, ends in live.block_ends.items()
+                 for b, pos in enumerate(ends)}
+    for vid, slot in slot_of.items():
+        born = live.defs[vid]
+        dies = max(live.last.get(vid, born), born)
+        out.spans.append((slot, born, dies))
+        if born not in instruction or vid in live.redefined:
+            out.unmarked.add(slot)
+            continue
+        out.born.setdefault(instruction[born], []).append(slot)
+        if dies >= end:  # kept: a result, or saved for another function
+            continue
+        if dies in instruction:
+            out.dead.setdefault(instruction[dies], []).append(slot)
+        else:  # read last by a block's results
+            op, b = block_end[dies]
+            if live.home.get(vid) == op:  # defined in the block: dead at each end of it
+                out.block_dead.setdefault((op, b), []).append(slot)
+            else:  # read from outside: dead once the op has ended
+                out.dead.setdefault(op, []).append(slot)
+    for slot in out.unmarked:
+        for table in (out.born, out.dead, out.block_dead):
+            for slots in table.values():
+                while slot in slots:
+                    slots.remove(slot)
+    return out
 
 
 def left_dead(memory: Plan, first: set[int], kept: set[int], untouched: set[int]) -> list[int]:

@@ -168,6 +168,7 @@ class Renderer:
         spec = self.spec
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
+        self.mark(self.plan.lifetimes.dead_at_entry(self.instrs), live=False)
         self.instructions(self.instrs)
         for slot in self.given_back:
             for line in self.target.give_back(f"arena + off[{slot}]", self.plan.slots[slot]):
@@ -211,24 +212,42 @@ class Renderer:
         return root(v, self.low.layouts)
 
     # ---- instructions ----
+    def mark(self, slots: list[int] | None, live: bool) -> None:
+        """Where the target marks lifetimes (a sanitized build): `slots` of the memory plan
+        marked live or dead (plan.Lifetimes)."""
+        if slots and self.target.marks_lifetimes:
+            for line in self.target.mark_slots(sorted(slots), len(self.plan.slots), live):
+                self.emit(line)
+
+    def block_ended(self, ins: Structured, block: int) -> None:
+        """A run of a structured op's block has ended (a loop's step, a branch): the values
+        defined in it that nothing reads any more are dead."""
+        self.mark(self.plan.lifetimes.block_dead.get((id(ins), block)), live=False)
+
     def instructions(self, instrs: list) -> None:
+        lifetimes = self.plan.lifetimes
         for ins in instrs:
-            if isinstance(ins, Fused):
-                self.target.fused(self, ins)
-            elif isinstance(ins, Copy):
-                self.define_owned(ins.dst)
-                self.copy(ins.dst, ins.src)
-            elif isinstance(ins, View):
-                self.view(ins.value)
-            elif isinstance(ins, Kernel):
-                self.kernel(ins)
-            elif isinstance(ins, Products):
-                self.products(ins)
-            elif isinstance(ins, Structured):
-                for pack in ins.extra.get("packs", []):
-                    for line in self.target.pack(self, pack):
-                        self.emit(line)
-                render_structured(self, ins)
+            self.mark(lifetimes.born.get(id(ins)), live=True)
+            self.instruction(ins)
+            self.mark(lifetimes.dead.get(id(ins)), live=False)
+
+    def instruction(self, ins) -> None:
+        if isinstance(ins, Fused):
+            self.target.fused(self, ins)
+        elif isinstance(ins, Copy):
+            self.define_owned(ins.dst)
+            self.copy(ins.dst, ins.src)
+        elif isinstance(ins, View):
+            self.view(ins.value)
+        elif isinstance(ins, Kernel):
+            self.kernel(ins)
+        elif isinstance(ins, Products):
+            self.products(ins)
+        elif isinstance(ins, Structured):
+            for pack in ins.extra.get("packs", []):
+                for line in self.target.pack(self, pack):
+                    self.emit(line)
+            render_structured(self, ins)
 
     def _late_values(self, block: Block, owned: set[int]) -> None:
         """Values sized by a dim this function learns only as it runs (the trip count of a

@@ -48,8 +48,18 @@ class CpuTarget(Target):
     groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
+    def __init__(self, sanitized: bool = False):
+        # a sanitized build marks dead slots, so that AddressSanitizer reports a read of
+        # one (mdl::mark_slots, arena.h)
+        self.marks_lifetimes = sanitized
+
     def give_back(self, slot: str, size: str) -> list[str]:
         return [f"if (c.fresh) mdl::give_back({slot}, {size});"]
+
+    def mark_slots(self, slots: list[int], count: int, live: bool) -> list[str]:
+        listed = ", ".join(map(str, slots))
+        return [f"mdl::mark_slots(arena, off, {count}, total, {{{listed}}}, "
+                f"{'true' if live else 'false'});"]
 
     def kernel(self, ins):
         if ins.pack is None:  # only products are packed
@@ -185,3 +195,4 @@ class CpuTarget(Target):
 
 
 CPU = CpuTarget()
+SANITIZED_CPU = CpuTarget(sanitized=True)

@@ -1,20 +1,25 @@
-"""The targets the backend can emit for, by name (`mdlc build --target NAME`), and the
-cuda target built for the CPU (`--target cuda --emulate`)."""
+"""The targets the backend can emit for, by name (`mdlc build --target NAME`), the cuda
+target built for the CPU (`--target cuda --emulate`) and the CPU target of a sanitized
+build (`--sanitize`: its code marks dead arena slots)."""
 from __future__ import annotations
 
 from ..backend.target import Target
 from ..ir.diagnostics import UsageError
-from .cpu import CPU
+from .cpu import CPU, SANITIZED_CPU
 from .cuda import CUDA_TARGET, EMULATED_CUDA_TARGET
 
 TARGETS: dict[str, Target] = {t.name: t for t in (CPU, CUDA_TARGET)}
 
 
-def target(name: str, emulate: bool = False) -> Target:
+def target(name: str, emulate: bool = False, sanitize: bool = False) -> Target:
     """The registered target `name`; with `emulate`, the cuda target's code built by the
-    host compiler against mdl's emulated device. A UsageError names what is wrong."""
+    host compiler against mdl's emulated device; with `sanitize`, the CPU target whose
+    code marks the memory plan's dead slots for AddressSanitizer (the build refuses
+    sanitizers for other targets). A UsageError names what is wrong."""
     if name not in TARGETS:
         raise UsageError(f"unknown target {name!r} (targets: {', '.join(TARGETS)})")
+    if sanitize and name == "cpu":
+        return SANITIZED_CPU
     if not emulate:
         return TARGETS[name]
     if name != "cuda":

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <new>
 #include <string>
 #include <vector>
@@ -52,6 +53,27 @@ inline void check_memory(double bytes) {
 
 // The bytes a plan's slot of `bytes` takes in its arena.
 inline std::size_t slot_bytes(std::size_t bytes) { return align_up(bytes) + kRedzone; }
+
+// A sanitized build's code marks the plan's slots `ks` (of `n` at `off` in `arena`, `total`
+// bytes) dead as their values die and live just before their next values are computed
+// (codegen/backend/plan.py, Lifetimes): under AddressSanitizer a dead slot is poisoned, so
+// a kernel reading a value after the plan gave its slot away, or before it is computed,
+// is reported (use-after-poison) rather than reading whatever lies there. Nothing
+// otherwise.
+inline void mark_slots(char* arena, const std::size_t* off, int n, std::size_t total,
+                       std::initializer_list<int> ks, bool live) {
+#if defined(__SANITIZE_ADDRESS__)
+  for (const int k : ks) {
+    const std::size_t end = (k + 1 < n ? off[k + 1] : total) - kRedzone;
+    if (live)
+      ASAN_UNPOISON_MEMORY_REGION(arena + off[k], end - off[k]);
+    else
+      ASAN_POISON_MEMORY_REGION(arena + off[k], end - off[k]);
+  }
+#else
+  (void)arena, (void)off, (void)n, (void)total, (void)ks, (void)live;
+#endif
+}
 
 // Buffers of this size and more are mapped from the system (mmap) and unmapped when they
 // go. glibc's malloc raises its mmap threshold to the size of the largest mapped block
