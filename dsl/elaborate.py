@@ -108,6 +108,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
                     default.kind == "float" and Const.of(value).kind == "int"):
                 raise UsageError(f"-D {name}={value}: `{name}` is {default.kind} "
                                  f"(default {default})")
+            if default.kind == "int" and not -2**31 <= value < 2**31:  # as a literal must
+                raise UsageError(f"-D {name}={value}: an integer hyper-parameter must fit in "
+                                 f"i32 (-2147483648 to 2147483647)")
             values[name] = float(value) if default.kind == "float" else value
         return values
 

@@ -288,4 +288,7 @@ class Expressions:
                 shape.append(self.eval_dim(d))
             if shape[-1].is_const and shape[-1].value <= 0:
                 raise MdlTypeError(f"dims must be positive, got {shape[-1]}", d.loc)
-        return TensorType(dtype, tuple(shape))
+        declared = TensorType(dtype, tuple(shape))
+        if (why := declared.too_large()) is not None:
+            raise MdlTypeError(why, t.loc)
+        return declared

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
-from .dtypes import FLOATS
+from .dtypes import DTYPES, FLOATS
 
 _trip_ids = itertools.count()
 
@@ -209,6 +209,12 @@ def contiguous_strides(shape: Iterable[Dim]) -> tuple[Dim, ...]:
     return tuple(reversed(strides))
 
 
+# The most bytes one value may take (an exbibyte): a type whose size is larger is an error
+# at check time (TensorType.too_large); calls whose dims make one larger raise (the
+# generated code's memory check, mdl/arena.h).
+MAX_BYTES = 1 << 60
+
+
 @dataclass(frozen=True)
 class TensorType:
     dtype: str
@@ -231,6 +237,23 @@ class TensorType:
 
     def with_dtype(self, dtype: str) -> TensorType:
         return TensorType(dtype, self.shape)
+
+    def too_large(self) -> str | None:
+        """Why no value of this type can exist, or None: one that takes more than MAX_BYTES
+        (for sizes of its symbolic dims that are not 0: each term of its size's polynomial
+        is counted), which no machine has, and which the generated code's int64_t byte
+        counts and constants could not hold."""
+        size = numel(self.shape)
+        worst = max((abs(c) for _, c in size.terms), default=0) * DTYPES[self.dtype].itemsize
+        if worst <= MAX_BYTES:
+            return None
+        if size.is_const:
+            return (f"{self} would take {worst:.3g} bytes, more than 2**60: no machine has "
+                    "that memory")
+        ones = sum(c for _, c in size.terms) * DTYPES[self.dtype].itemsize
+        names = " = ".join(sorted(str(x) for x in size.symbols))
+        at_one = f" ({ones:.3g} with {names} = 1)" if ones > MAX_BYTES else ""
+        return f"{self} would take more than 2**60 bytes{at_one}: no machine has that memory"
 
     def __str__(self) -> str:
         if not self.shape:

@@ -33,8 +33,12 @@ class Builder:
             raise IRError(f"ill-typed {prim}({args}) {attrs}: {exc}") from None
 
     def typed(self, prim: str, inputs: list[Value], attrs: dict, hint: str = "") -> list[Value]:
-        """Append one primitive op with the types its rule gives (ShapeError if none)."""
+        """Append one primitive op with the types its rule gives (ShapeError if none, or
+        if one is too large for any machine: TensorType.too_large)."""
         types = TABLE[prim].infer([v.type for v in inputs], attrs)
+        for t in types:
+            if (why := t.too_large()) is not None:
+                raise ShapeError(why)
         outputs = [Value(t, hint) for t in types]
         self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], self.loc))
         return outputs
