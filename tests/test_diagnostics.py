@@ -119,6 +119,8 @@ BAD_PROGRAMS = [
      'unexpected character `?`', "1:44"),
     ('model M() { input x : f32[B]; output y = x * 3000000000 }',
      'integer literal 3000000000 does not fit in i32', "1:46"),
+    ('model M(N = 65536) { input x : i32[B]; output y = x + N * N }',
+     'the integer 4294967296 does not fit in i32', "1:57"),
     ('model M(N = 2000000000) { param w : f32[N, N] = zeros; output y = sum(w) }',
      'f32[2000000000, 2000000000] would take 1.6e+19 bytes, more than 2**60', "1:37"),
     ('model M(N = 2000000000) { input x : f32[B, N]; output y = x @ ones[N, N] }',

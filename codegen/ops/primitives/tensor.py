@@ -31,6 +31,9 @@ def _full_onnx(g, op, xs):
 @primitive("full", 0, grad=_no_grad, ref=_full_ref, uniform=lambda op: op.attrs["value"],
            onnx=_full_onnx)
 def _full(types, attrs):
+    value = attrs["value"]  # an int made by constant arithmetic (N * N) may not fit
+    need(attrs["dtype"] != "i32" or isinstance(value, Dim) or -2**31 <= value < 2**31,
+         f"the integer {value} does not fit in i32")
     return [TensorType(attrs["dtype"], tuple(attrs["shape"]))]
 
 
