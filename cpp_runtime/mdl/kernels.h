@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "mdl/faults.h"
@@ -97,11 +98,24 @@ void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&&
   }
 }
 
+// What a max starts from, and the max of nothing, on either target (cuda/rows.h): -inf, or
+// i32's lowest value (an integer's numeric_limits infinity() is 0, which made 0 the max of
+// all-negative i32 values).
+template <class T>
+MDL_HOST_DEVICE constexpr T max_identity() {
+  if constexpr (std::is_floating_point<T>::value) {
+    return -T(INFINITY);
+  } else {
+    static_assert(std::is_same<T, int32_t>::value, "max over floats and i32 only");
+    return INT32_MIN;
+  }
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;
   for (int i = 0; i < rank; ++i) ((mask >> i) & 1 ? count : nout) *= shape[i];
-  const T lowest = -std::numeric_limits<T>::infinity();
+  const T lowest = max_identity<T>();
   bool maximum = kind == Reduction::Max || kind == Reduction::LogSumExp;
   std::fill(out, out + nout, maximum ? lowest : T(0));
   if (kind == Reduction::Sum || kind == Reduction::Mean) {

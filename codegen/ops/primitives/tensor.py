@@ -164,8 +164,15 @@ def _reduce_onnx(op_type: str):
     return rule
 
 
+def _max_ref(x, axis, keepdims):
+    """max over `axis`; over no elements, max's identity as the targets give it (-inf, or
+    i32's lowest value: mdl::max_identity), where NumPy would raise."""
+    start = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return np.max(x, axis, keepdims=keepdims, initial=start)
+
+
 def _logsumexp_ref(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    m = _max_ref(x, axis, True)
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis)
@@ -175,8 +182,7 @@ REDUCERS = {
     "sum": (NUMERIC, _sum_grad,
             lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
             _reduce_onnx("ReduceSum")),
-    "max": (NUMERIC, _max_grad, lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims),
-            _reduce_onnx("ReduceMax")),
+    "max": (NUMERIC, _max_grad, _max_ref, _reduce_onnx("ReduceMax")),
     "mean": (FLOATS, _mean_grad, lambda x, axis, keepdims: np.mean(x, axis, keepdims=keepdims),
              _reduce_onnx("ReduceMean")),
     "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
@@ -207,7 +213,7 @@ for _name in REDUCERS:
 
 # ---- softmax -----------------------------------------------------------------------
 def _softmax_ref(ctx, attrs, x):
-    e = np.exp(x - np.max(x, attrs["axis"], keepdims=True))
+    e = np.exp(x - _max_ref(x, attrs["axis"], True))
     return e / np.sum(e, attrs["axis"], keepdims=True)
 
 

@@ -55,9 +55,6 @@ struct Larger {
   __device__ T operator()(T a, T b) const { return a < b ? b : a; }
 };
 
-template <class T>
-__device__ T minus_infinity() { return -T(INFINITY); }
-
 // `op` over the values of a row's W threads, returned to every one of them (so that a
 // branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
 template <int W, class T, class Op>
@@ -157,13 +154,15 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) out[o] = kind == Reduction::Mean ? s / T(a.count) : s;
       continue;
     }
-    T m = minus_infinity<T>();
+    T m = max_identity<T>();
     visit<W>(a, base, lane, [&](T v) { m = Larger()(m, v); });
     m = across<W>(m, Larger());
-    if (kind == Reduction::LogSumExp && std::isfinite(m)) {
-      T s = 0;
-      visit<W>(a, base, lane, [&](T v) { s += std::exp(v - m); });
-      m = std::log(across<W>(s, Plus())) + m;
+    if constexpr (std::is_floating_point<T>::value) {  // (an i32 max has no logsumexp)
+      if (kind == Reduction::LogSumExp && std::isfinite(m)) {
+        T s = 0;
+        visit<W>(a, base, lane, [&](T v) { s += std::exp(v - m); });
+        m = std::log(across<W>(s, Plus())) + m;
+      }
     }
     if (lane == 0) out[o] = m;
   }
@@ -178,7 +177,7 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   if (count == 0) {  // the CPU's starting values; a mean of nothing is 0 / 0
     fill(g, out, nout, kind == Reduction::Sum    ? T(0)
                        : kind == Reduction::Mean ? std::numeric_limits<T>::quiet_NaN()
-                                                 : -std::numeric_limits<T>::infinity());
+                                                 : max_identity<T>());
     return;
   }
   const ReduceAxes a = reduce_axes(shape, rank, mask);
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x,
     const int64_t start = r / inner * n * inner + r % inner;
     const T* xs = x + start;
     T* ys = out + start;
-    T mx = minus_infinity<T>();
+    T mx = max_identity<T>();
     for (int64_t i = lane; i < n; i += W) mx = Larger()(mx, xs[i * inner]);
     mx = across<W>(mx, Larger());
     T sum = 0;
@@ -240,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
       continue;
     }
     const T* row = logits + r * classes;
-    T mx = minus_infinity<T>();
+    T mx = max_identity<T>();
     for (int64_t c = lane; c < classes; c += W) mx = Larger()(mx, row[c]);
     mx = across<W>(mx, Larger());
     double sum = 0;
