@@ -91,7 +91,106 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
                                      precision)
         if not outcome.ok:
             return Outcome(outcome.kind, f"checkpoint at {other}: {outcome.detail}")
+    empty = empty_dims(graph, other, seed)
+    if empty is not None:
+        outcome = compare_empty(model, graph, empty, lengths, seed % 1000, precision, vjp)
+        if not outcome.ok:
+            return Outcome(outcome.kind, f"at {empty}: {outcome.detail}")
     return Outcome("ok")
+
+
+def empty_dims(graph, dims: dict, seed: int) -> dict | None:
+    """`dims` with B (even seeds) or T (odd ones) set to 0: a batch of no sequences, or
+    sequences of no steps; None where the inputs have no such dim."""
+    zero = "TB"[seed % 2 == 0]
+    if not any(zero in d.symbols for v in graph.inputs.values() for d in v.type.shape):
+        return None
+    return {**dims, zero: 0}
+
+
+def compare_empty(model, graph, dims: dict, lengths: set[str], seed: int,
+                  precision: Precision = PRECISIONS["f64"], vjp: bool = False) -> Outcome:
+    """Inputs with no elements (`dims` has a 0): a forward, a training forward and a
+    backward that either raise on both sides (an index into an empty axis) or agree with
+    the reference, empty arrays' shapes included. A mean over no elements is NaN on both
+    sides, and NaN then runs through the rest: only what the reference computes as a
+    number is compared, and there the build must give the same number."""
+    inputs = case_inputs(graph, dims, lengths, seed, precision.dtype)
+    calls = model.rng_calls + 1
+    params = {k: np.array(v) for k, v in model.params.items()}
+    cotangents = None
+    try:
+        got = model.forward(**inputs)
+        got_train = model.forward(**inputs, training=True)
+        if vjp:
+            cotangents = {k: np.ones(np.shape(got_train[k]), got_train[k].dtype)
+                          for k in model.cotangents}
+        grads = model.backward(**(cotangents or {}))
+        native = None
+    except Exception as e:  # noqa: BLE001 -- compared with the reference's
+        native = f"{type(e).__name__}: {e}"
+    try:
+        with np.errstate(all="ignore"):
+            want = reference.run(graph, inputs, params)
+            want_train = reference.gradients(graph, inputs, params, training=True,
+                                             seed=derive(seed, calls), cotangents=cotangents)
+        refused = None
+    except Exception as e:  # noqa: BLE001 -- compared with the build's
+        refused = f"{type(e).__name__}: {e}"
+    if native is not None and refused is None:
+        return Outcome("native", f"{native} (the reference computes this call)")
+    if refused is not None:
+        if native is not None or not _refused_after_the_passes(graph, inputs, params, seed,
+                                                               calls, cotangents):
+            return Outcome("ok")
+        return Outcome("reference", f"{refused} (the build computes this call)")
+    expected = {**want_train.params, **{f"input:{k}": v for k, v in want_train.inputs.items()}}
+    checks = (("output", got, want), ("training output", got_train, want_train.outputs),
+              ("gradient", grads, expected))
+    floor = precision.noise * max(float(np.abs(a[np.isfinite(a)]).max(initial=0.0))
+                                  for _, _, arrays in checks for a in arrays.values())
+    diffs = [f"{what} {k}: {d}" for what, mine, theirs in checks
+             for k, d in numbers_differ(mine, theirs, floor, precision.tolerance).items()]
+    return Outcome("mismatch", "; ".join(diffs)) if diffs else Outcome("ok")
+
+
+def _refused_after_the_passes(graph, inputs, params, seed, calls, cotangents) -> bool:
+    """Whether the graphs the backend is handed raise too: an index into an empty axis in
+    dead code raises in the reference, which runs the program as written, and is gone
+    from the build."""
+    try:
+        with np.errstate(all="ignore"):
+            reference.run(for_backends(graph), inputs, params)
+            reference.run(differentiate(graph, vjp=cotangents is not None), inputs, params,
+                          training=True, seed=derive(seed, calls), cotangents=cotangents)
+    except Exception:  # noqa: BLE001 -- what raises is the question
+        return True
+    return False
+
+
+def numbers_differ(got: dict, want: dict, floor: float, tolerance: float) -> dict[str, str]:
+    """`differences` where the reference may hold NaN (what a mean of nothing gives and
+    passes on): names and shapes must agree, and each element the reference computes as
+    a number (infinities too) must be the build's, within `tolerance` of the largest
+    (or of `floor`)."""
+    out = {k: "missing" for k in want if k not in got}
+    out.update({k: "not expected" for k in got if k not in want})
+    for k in set(got) & set(want):
+        a, b = np.asarray(got[k], np.float64), np.asarray(want[k], np.float64)
+        if a.shape != b.shape:
+            out[k] = f"shape {list(a.shape)}, expected {list(b.shape)}"
+            continue
+        known = ~np.isnan(b)
+        if not np.array_equal(np.isinf(a[known]) * np.sign(a[known]),
+                              np.isinf(b[known]) * np.sign(b[known])):
+            out[k] = "an infinity or NaN where the reference has another value"
+            continue
+        finite = known & np.isfinite(b)
+        scale = max(float(np.abs(b[finite]).max(initial=0.0)), floor, 1e-300)
+        error = float(np.abs(a[finite] - b[finite]).max(initial=0.0)) / scale
+        if not error <= tolerance:
+            out[k] = f"relative error {error:.3g}"
+    return out
 
 
 def compare_checkpoint(module, name: str, model, graph, dims: dict, lengths: set[str],
@@ -262,7 +361,7 @@ def case_inputs(graph, dims: dict, lengths: set[str], seed: int,
         inputs[name] = gradcheck.random_inputs(graph, dims, rng)[name]
         if inputs[name].dtype == np.float64:
             inputs[name] = inputs[name].astype(dtype.replace("f", "float"))
-        if name in lengths and rng.random() < 0.3:
+        if name in lengths and len(inputs[name]) and rng.random() < 0.3:
             inputs[name][rng.integers(0, len(inputs[name]))] = 0
     return inputs
 

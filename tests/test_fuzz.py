@@ -345,6 +345,33 @@ def test_a_reference_off_by_one_part_in_ten_million_is_caught(tmp_path, monkeypa
     assert "output loss" in outcome.detail and "the backend differs" in outcome.detail
 
 
+EMPTY = """
+model Empty() {
+  input x : f32[B, 3]
+  param w : f32[3, 3] = normal(0, 0.5)
+  output top = max(x @ w, axis = 0)
+  output loss = sum(tanh(x @ w))
+  minimize loss
+}
+"""
+
+
+def test_a_batch_of_nothing_is_compared_too(tmp_path, monkeypatch):
+    """compare() also runs every program with B = 0 (even seeds) or T = 0 (odd ones): the
+    max over no rows is -inf on both sides, the loss 0 and the gradients zeros; a
+    reference whose max of nothing were 0 disagrees there, and is caught."""
+    path, name, *_ = fuzz.build(EMPTY, tmp_path, [])
+    module = load(path, dtype="f64", name=name)
+    graph = check_source(EMPTY, model="Empty", dtype="f64").graph
+    assert compare(module, "Empty", graph, seed=0).ok
+    ref = TABLE["max"].ref
+    monkeypatch.setattr(TABLE["max"], "ref", lambda ctx, attrs, x: (
+        ref(ctx, attrs, x) if np.size(x) else np.zeros(3)))
+    outcome = compare(module, "Empty", graph, seed=0)
+    assert outcome.kind == "mismatch"
+    assert "'B': 0" in outcome.detail and "output top" in outcome.detail
+
+
 @pytest.mark.parametrize("seed", range(len(CONFIGS)))
 def test_train_step_is_checked_with_every_optimizer(tmp_path, monkeypatch, seed):
     """compare() also takes one train_step with the optimizer configuration its seed

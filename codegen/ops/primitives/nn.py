@@ -239,7 +239,8 @@ def _segment(types, attrs):
 
 
 def _unsegment_ref(ctx, attrs, y, like):
-    return y.reshape((-1,) + y.shape[2:])[:np.shape(like)[0]]
+    # the steps counted, not -1: NumPy cannot infer a -1 beside a 0 (a batch of none)
+    return y.reshape((y.shape[0] * y.shape[1],) + y.shape[2:])[:np.shape(like)[0]]
 
 
 def _unsegment_onnx(g, op, xs):
