@@ -43,8 +43,10 @@ attach_lowering("sigmoid", "elementwise",
 attach_lowering("sign", "elementwise",
            lambda a, op, r: f"{ctype_of(op, r)}(({a[0]} > {ctype_of(op, r)}(0)) - ({a[0]} < {ctype_of(op, r)}(0)))")
 attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
+# relu, maximum and minimum keep a NaN, as NumPy and PyTorch do (`x > 0 ? x : 0` made a
+# NaN 0, and `maximum(NaN, 0)` 0 but `maximum(0, NaN)` NaN); on integers `x != x` is false
 attach_lowering("relu", "elementwise",
-           lambda a, op, r: f"({a[0]} > {ctype_of(op, r)}(0) ? {a[0]} : {ctype_of(op, r)}(0))")
+           lambda a, op, r: f"(!({a[0]} <= {ctype_of(op, r)}(0)) ? {a[0]} : {ctype_of(op, r)}(0))")
 attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"({a[0]} {s} {a[1]})")
@@ -54,9 +56,9 @@ for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq",
                     lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
 attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.target.math('pow')}({a[0]}, {a[1]})")
 attach_lowering("maximum", "elementwise",
-           lambda a, op, r: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})")
+           lambda a, op, r: f"(({a[0]} > {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})")
 attach_lowering("minimum", "elementwise",
-           lambda a, op, r: f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})")
+           lambda a, op, r: f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})")
 attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a[2]})")
 attach_lowering("cast", "elementwise", lambda a, op, r: f"static_cast<{ctype_of(op, r)}>({a[0]})")
 attach_lowering("add_n", "elementwise", lambda a, op, r: "(" + " + ".join(a) + ")")

@@ -111,6 +111,15 @@ MDL_HOST_DEVICE constexpr T max_identity() {
   }
 }
 
+// The larger of a and b, and NaN if either is, as NumPy's max and PyTorch's: a NaN among a
+// model's values shows in a max of them instead of vanishing (std::max(a, b) drops a NaN
+// b). Every max of the runtime's, on either target (cuda/rows.h), and of generated code
+// (`maximum`, `relu`: backend/op_lowering.py) treats NaN so.
+template <class T>
+MDL_HOST_DEVICE inline T larger(T a, T b) {
+  return (b > a || b != b) ? b : a;
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;
@@ -137,11 +146,11 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
   for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
     if (red) {
       T m = out[o];
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, run[i]);
+      for (int64_t i = 0; i < n; ++i) m = larger(m, run[i]);
       out[o] = m;
     } else {
       T* dst = out + o;
-      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], run[i]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = larger(dst[i], run[i]);
     }
   });
   if (kind == Reduction::Max) return;
@@ -173,7 +182,7 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
       const T* xs = x + o * n * inner + j;
       T* ys = out + o * n * inner + j;
       T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, xs[i * inner]);
+      for (int64_t i = 0; i < n; ++i) mx = larger(mx, xs[i * inner]);
       T sum = 0;
       for (int64_t i = 0; i < n; ++i) sum += std::exp(xs[i * inner] - mx);
       T lse = std::log(sum) + mx;
@@ -196,7 +205,8 @@ void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengt
     int32_t target = targets[r];
     if (target < 0 || target >= classes) raise_fault(FaultKind::Target, target, r, classes, what);
     const T* row = logits + r * classes;
-    T mx = *std::max_element(row, row + classes);
+    T mx = row[0];
+    for (int64_t c = 1; c < classes; ++c) mx = larger(mx, row[c]);
     double sum = 0;
     for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(row[c] - mx));
     total += std::log(sum) + mx - row[target];

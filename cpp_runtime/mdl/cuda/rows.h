@@ -49,10 +49,10 @@ struct Plus {
   __device__ T operator()(T a, T b) const { return a + b; }
 };
 
-// std::max(a, b), as the CPU folds it: a NaN never replaces what came before it.
+// The larger, NaN if either is: mdl::larger (kernels.h), as the CPU folds it.
 struct Larger {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+  __device__ T operator()(T a, T b) const { return larger(a, b); }
 };
 
 // `op` over the values of a row's W threads, returned to every one of them (so that a

@@ -1,7 +1,9 @@
-"""Reductions at their edges, the same on every target and in the reference: `max` of i32
+"""Values at their edges, the same on every target and in the reference: `max` of i32
 values that are all negative (the CPU's started from an integer's infinity(), which is 0,
-and returned 0), and `max`, `logsumexp`, `softmax` and `mean` over no elements (a batch
-of none): max's identity (-inf, or i32's lowest value) where NumPy itself would raise."""
+and returned 0); `max`, `logsumexp`, `softmax` and `mean` over no elements (a batch of
+none): max's identity (-inf, or i32's lowest value) where NumPy itself would raise; and
+NaN, which `max`, `maximum`, `minimum`, `relu` and `clip` keep, as NumPy and PyTorch do
+(they dropped it: a diverged model's NaN could vanish behind a relu)."""
 from __future__ import annotations
 
 import os
@@ -28,6 +30,19 @@ model Floats() {
   output sm = softmax(x, axis = 0)
   output avg = mean(x, axis = 0)
 }
+model Nans() {
+  input x : f32[B, 3]
+  output m = max(x)
+  output cols = max(x, axis = 0)
+  output up = maximum(x, 0.0)
+  output up_first = maximum(0.0, x)
+  output down = minimum(x, 0.0)
+  output down_first = minimum(0.0, x)
+  output r = relu(x)
+  output c = clip(x, -1.0, 1.0)
+  output lse = logsumexp(x, axis = 0)
+  output sm = softmax(x, axis = 1)
+}
 """
 ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
 TARGETS = [("cpu", False), ("cuda", not ON_GPU)]
@@ -36,10 +51,10 @@ TARGETS = [("cpu", False), ("cuda", not ON_GPU)]
 @pytest.fixture(scope="module", params=TARGETS, ids=["cpu", "cuda"])
 def module(request, tmp_path_factory):
     target, emulate = request.param
-    path = tmp_path_factory.mktemp("reductions") / "reductions.mdl"
+    path = tmp_path_factory.mktemp("edges") / "edges.mdl"
     path.write_text(SOURCE)
     return load(path, target=target, emulate=emulate, dtype="f64",
-                name=f"reductions_{target}{'_emulated' if emulate else ''}")
+                name=f"edges_{target}{'_emulated' if emulate else ''}")
 
 
 def reference(model: str, x: np.ndarray) -> dict:
@@ -85,5 +100,14 @@ def test_nvcc_compiles_max_of_i32(tmp_path):
         pytest.skip(f"no CUDA toolkit: {why}")
     path = tmp_path / "ints.mdl"
     path.write_text(SOURCE)
-    built = load(path, target="cuda", dtype="f32", model="Ints", name="reductions_nvcc")
+    built = load(path, target="cuda", dtype="f32", model="Ints", name="edges_nvcc")
     assert hasattr(built, "Ints")
+
+
+def test_nan_is_kept_as_numpy_keeps_it(module):
+    x = np.array([[1.0, np.nan, -2.0], [np.nan, 5.0, 0.0], [3.0, 4.0, -1.0]])
+    got, want = outputs(module, "Nans", x), reference("Nans", x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)  # NaN == NaN
+    assert np.isnan(got["m"]) and np.isnan(got["r"][0, 1]) and np.isnan(got["c"][1, 0])
+    assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
