@@ -306,6 +306,9 @@ def cmd_build(args) -> int:
         built = build(args.file, name, options)
     with writing(args.out):
         print(install(built, args.out, name))
+    if args.sanitize:  # importing it without the runtime preloaded aborts Python
+        from .compile.sanitizers import how_to_run
+        print(f"note: import it from a Python started as: {how_to_run()}", file=sys.stderr)
     return 0
 
 

@@ -42,6 +42,7 @@ from fuzz_generate import SIZES, generate
 from fuzz_source import Program, module_source, smaller
 
 from codegen.compile.cuda_toolkit import gpu_capabilities
+from codegen.compile.sanitizers import sanitizer_env
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.ir.graph import walk_ops
 from codegen.pipeline import BuildOptions, build as pipeline_build, import_built
@@ -198,29 +199,6 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
     # a sanitizer's report ends with its one-line SUMMARY; other deaths, with their last
     said = [line for line in lines if line.startswith("SUMMARY:")][-1:] or lines[-3:]
     return done, f"exit status {code}" + (": " + " / ".join(said) if said else "")
-
-
-def asan_runtime() -> str:
-    """The AddressSanitizer runtime the compiler ships, preloaded into a process that
-    imports a sanitized module (Python itself is not built with it); not an absolute
-    path where the compiler ships none."""
-    return _compiler_file("libasan.so")
-
-
-def _compiler_file(name: str) -> str:
-    return subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True,
-                          text=True).stdout.strip()
-
-
-def sanitizer_env() -> dict[str, str]:
-    """What a process importing a sanitized module needs in its environment: the runtime
-    preloaded, with the C++ library after it (ASan replaces `__cxa_throw` when it starts,
-    and finds no real one to call in a Python without libstdc++: the first exception a
-    call raises aborted the process, "CHECK failed: ... real___cxa_throw"), Python's own
-    leaks not reported, UBSan stopping at its first report."""
-    return {"LD_PRELOAD": f"{asan_runtime()} {_compiler_file('libstdc++.so')}",
-            "ASAN_OPTIONS": "detect_leaks=0",
-            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 
 
 def serve(fd: int) -> None:

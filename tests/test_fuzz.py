@@ -10,7 +10,6 @@ longer run's command and result are in docs/testing.md."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import fuzz_programs as fuzz
@@ -22,6 +21,7 @@ from fuzz_generate import generate
 from fuzz_source import smaller
 from optimizer_reference import CONFIGS, Reference
 
+from codegen.compile.sanitizers import has_runtime
 from codegen.ops.primitives import TABLE
 from codegen.ops.printer import format_graph
 from codegen.pipeline import BuildOptions, import_built, load
@@ -216,7 +216,7 @@ def test_vjp_programs_train_through_the_pytorch_bridge(mode_outcomes, tmp_path):
 def sanitized_outcomes(tmp_path_factory):
     """A module of random programs built under AddressSanitizer and UBSan, compared in a
     process with the sanitizer runtime preloaded: a report would end it (a crash)."""
-    if not os.path.isabs(fuzz.asan_runtime()):
+    if not has_runtime():
         pytest.skip("this compiler ships no AddressSanitizer runtime")
     return fuzz.run(fuzz.programs(SANITIZED_SEED, SANITIZED), tmp_path_factory.mktemp(
         "fuzz-sanitized"), sanitize=True)

@@ -3,13 +3,13 @@ cross-entropy, a loop and its backward) built with --sanitize runs forward and b
 in a subprocess with the sanitizer runtime preloaded, without a report, and a bad call
 raises there as anywhere."""
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from fuzz_programs import asan_runtime, sanitizer_env
-
+from codegen.compile.sanitizers import has_runtime, sanitizer_env
 from codegen.pipeline import BuildOptions, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ print("clean")
 
 def run_sanitized(built) -> subprocess.CompletedProcess:
     """RUN on the module `built`, in a process with the sanitizers' runtime preloaded."""
-    if not os.path.isabs(asan_runtime()):
+    if not has_runtime():
         pytest.skip("this compiler ships no AddressSanitizer runtime")
     env = {**os.environ, **sanitizer_env()}
     return subprocess.run([sys.executable, "-c", RUN, str(built)], capture_output=True,
@@ -91,3 +91,23 @@ def test_a_value_read_after_the_plan_ended_its_life_is_reported(monkeypatch):
     r = run_sanitized(built)
     assert r.returncode != 0 and "clean" not in r.stdout
     assert "AddressSanitizer: use-after-poison" in r.stderr, r.stderr[-3000:]
+
+
+def test_mdlc_build_says_how_to_import_a_sanitized_module(tmp_path):
+    """Imported from a plain Python, a sanitized module aborts it (ASan's runtime must
+    come first); `mdlc build --sanitize` says on stderr how to start Python, and a Python
+    started so imports the module and runs it."""
+    if not has_runtime():
+        pytest.skip("this compiler ships no AddressSanitizer runtime")
+    r = subprocess.run([sys.executable, "-m", "codegen.cli", "build", str(ROOT / "examples" /
+                        "gru.mdl"), "--sanitize", "--name", "gru_asan_cli", "-o", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    note = r.stderr.strip().splitlines()[-1]
+    assert note.startswith("note: import it from a Python started as: LD_PRELOAD=")
+    env = dict(word.split("=", 1) for word in shlex.split(note.split("started as: ", 1)[1])[:-1])
+    assert "libasan" in env["LD_PRELOAD"] and "libstdc++" in env["LD_PRELOAD"]
+    run = subprocess.run([sys.executable, "-c", "import gru_asan_cli, numpy as np; "
+                          "m = gru_asan_cli.GRUClassifier(seed=0); print(sorted(m.params)[0])"],
+                         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env})
+    assert run.returncode == 0, run.stderr[-2000:]
