@@ -3,7 +3,9 @@ values that are all negative (the CPU's started from an integer's infinity(), wh
 and returned 0); `max`, `logsumexp`, `softmax` and `mean` over no elements (a batch of
 none): max's identity (-inf, or i32's lowest value) where NumPy itself would raise; and
 NaN, which `max`, `maximum`, `minimum`, `relu` and `clip` keep, as NumPy and PyTorch do
-(they dropped it: a diverged model's NaN could vanish behind a relu)."""
+(they dropped it: a diverged model's NaN could vanish behind a relu); and `bool(x)`, true
+where x is not 0 (it was a truncation to uint8_t: bool(0.5) false, bool(256) false, and
+bool(2.0) a bool holding 2)."""
 from __future__ import annotations
 
 import os
@@ -42,6 +44,13 @@ model Nans() {
   output c = clip(x, -1.0, 1.0)
   output lse = logsumexp(x, axis = 0)
   output sm = softmax(x, axis = 1)
+}
+model Truth() {
+  input x : f32[B]
+  input i : i32[B]
+  output b = bool(x)
+  output bi = bool(i)
+  output f = f32(bool(x))
 }
 """
 ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
@@ -111,3 +120,16 @@ def test_nan_is_kept_as_numpy_keeps_it(module):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)  # NaN == NaN
     assert np.isnan(got["m"]) and np.isnan(got["r"][0, 1]) and np.isnan(got["c"][1, 0])
     assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
+
+
+def test_bool_of_a_number_is_whether_it_is_not_zero(module):
+    x = np.array([0.5, -0.25, 0.0, 2.0, np.nan, 256.0])
+    i = np.array([0, 1, 256, -1, 2, 512], np.int32)
+    got = getattr(module, "Truth")().forward(x=x, i=i)
+    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
+    want = interpreter.run(check_source(SOURCE, model="Truth", dtype="f64").graph,
+                           {"x": x, "i": i}, {})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert got["b"].tolist() == [True, True, False, True, True, True]
+    assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]

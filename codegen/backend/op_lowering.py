@@ -60,7 +60,16 @@ attach_lowering("maximum", "elementwise",
 attach_lowering("minimum", "elementwise",
            lambda a, op, r: f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})")
 attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a[2]})")
-attach_lowering("cast", "elementwise", lambda a, op, r: f"static_cast<{ctype_of(op, r)}>({a[0]})")
+def _cast(a, op, r) -> str:
+    """A value converted to the output's type; to bool, whether it is not 0 (NaN is true,
+    as in NumPy): bool is stored as uint8_t, and static_cast<uint8_t>(0.5f) was 0 and
+    static_cast<uint8_t>(256) 0, while static_cast<uint8_t>(2.0f) made a bool holding 2."""
+    if op.outputs[0].type.dtype == "bool":
+        return f"{ctype_of(op, r)}({a[0]} != 0)"
+    return f"static_cast<{ctype_of(op, r)}>({a[0]})"
+
+
+attach_lowering("cast", "elementwise", _cast)
 attach_lowering("add_n", "elementwise", lambda a, op, r: "(" + " + ".join(a) + ")")
 
 # ---- constants --------------------------------------------------------------------------
