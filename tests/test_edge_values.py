@@ -5,7 +5,9 @@ none): max's identity (-inf, or i32's lowest value) where NumPy itself would rai
 NaN, which `max`, `maximum`, `minimum`, `relu` and `clip` keep, as NumPy and PyTorch do
 (they dropped it: a diverged model's NaN could vanish behind a relu); and `bool(x)`, true
 where x is not 0 (it was a truncation to uint8_t: bool(0.5) false, bool(256) false, and
-bool(2.0) a bool holding 2)."""
+bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (its
+nearer end), which C++'s cast leaves undefined (x86 gave INT32_MIN for both, a GPU
+saturates)."""
 from __future__ import annotations
 
 import os
@@ -51,6 +53,7 @@ model Truth() {
   output b = bool(x)
   output bi = bool(i)
   output f = f32(bool(x))
+  output n = i32(x * 1e10)
 }
 """
 ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
@@ -122,7 +125,7 @@ def test_nan_is_kept_as_numpy_keeps_it(module):
     assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
 
 
-def test_bool_of_a_number_is_whether_it_is_not_zero(module):
+def test_casts_of_numbers_are_defined_everywhere(module):
     x = np.array([0.5, -0.25, 0.0, 2.0, np.nan, 256.0])
     i = np.array([0, 1, 256, -1, 2, 512], np.int32)
     got = getattr(module, "Truth")().forward(x=x, i=i)
@@ -133,3 +136,5 @@ def test_bool_of_a_number_is_whether_it_is_not_zero(module):
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     assert got["b"].tolist() == [True, True, False, True, True, True]
     assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]
+    top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    assert got["n"].tolist() == [top, bottom, 0, top, 0, top]  # NaN 0, saturated

@@ -197,6 +197,32 @@ def test_a_data_dependent_while_and_an_if_inside_a_for(tmp_path):
             assert rel_error(got[name], want[name]) < TOLERANCE, (scale, name)
 
 
+def test_edge_values_run_in_onnxruntime_as_in_the_module(tmp_path):
+    """What tests/test_edge_values.py defines everywhere, in the exported graph too:
+    i32(x) of NaN is 0 and of a float past i32 its nearer end (ONNX's Cast is undefined
+    there), bool(x) is x != 0, and max of negative i32 values is theirs."""
+    path = tmp_path / "edges.mdl"
+    path.write_text("""
+model Edges() {
+  input x : f32[B]
+  input i : i32[B, 2]
+  output n = i32(x)
+  output b = bool(x)
+  output m = max(i, axis = 1)
+}
+""")
+    out = export_onnx(path, tmp_path / "edges.onnx")
+    x = np.array([np.nan, 3e9, -3e9, 2.7, -2.7, np.inf, 0.5, 0.0], np.float32)
+    i = -np.arange(1, 17, dtype=np.int32).reshape(8, 2)
+    got = run_onnx(out, {"x": x, "i": i})
+    want = reference.run(check_file(str(path)).graph, {"x": x, "i": i}, {}, dtype=np.float32)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    assert got["n"].tolist() == [0, top, bottom, 2, -2, top, 0, 0]
+    assert got["m"].tolist() == [-1, -3, -5, -7, -9, -11, -13, -15]
+
+
 def test_the_graph_names_parameters_by_scope_and_dims_by_symbol(tmp_path):
     """Parameters are initializers under their full names, once however many places use
     them (sharing); symbolic dims are dim_params, specialized ones sizes; --outputs leaves

@@ -63,9 +63,12 @@ attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a
 def _cast(a, op, r) -> str:
     """A value converted to the output's type; to bool, whether it is not 0 (NaN is true,
     as in NumPy): bool is stored as uint8_t, and static_cast<uint8_t>(0.5f) was 0 and
-    static_cast<uint8_t>(256) 0, while static_cast<uint8_t>(2.0f) made a bool holding 2."""
+    static_cast<uint8_t>(256) 0, while static_cast<uint8_t>(2.0f) made a bool holding 2;
+    a float to i32, mdl::to_i32 (NaN 0, saturating)."""
     if op.outputs[0].type.dtype == "bool":
         return f"{ctype_of(op, r)}({a[0]} != 0)"
+    if op.outputs[0].type.dtype == "i32" and op.inputs[0].type.is_float:
+        return f"mdl::to_i32({a[0]})"  # NaN and values past i32 defined (kernels.h)
     return f"static_cast<{ctype_of(op, r)}>({a[0]})"
 
 

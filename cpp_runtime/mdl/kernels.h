@@ -120,6 +120,17 @@ MDL_HOST_DEVICE inline T larger(T a, T b) {
   return (b > a || b != b) ? b : a;
 }
 
+// i32(x) of a float: its integer part; 0 for NaN, and past i32's range the nearer end (as a
+// GPU converts, and Java and Rust): a static_cast is undefined there, and x86 gave
+// INT32_MIN for +inf as for NaN. Generated code's casts call it (backend/op_lowering.py).
+template <class T>
+MDL_HOST_DEVICE inline int32_t to_i32(T x) {
+  return x != x ? 0
+         : x >= T(2147483648.0) ? INT32_MAX
+         : x < T(-2147483648.0) ? INT32_MIN
+                                : int32_t(x);
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;

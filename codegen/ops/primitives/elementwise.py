@@ -212,15 +212,36 @@ def _cast_grad(b, op, cts):
     return [g if g.type.dtype == x.type.dtype else b.cast(g, dtype=x.type.dtype)]
 
 
+I32 = (-2.0 ** 31, 2.0 ** 31 - 1)  # a float past these becomes the nearer one in i32
+
+
 def _cast_ref(ctx, attrs, x):
-    dtype = attrs["dtype"]
+    """bool: whether x is not 0; a float to i32: its integer part, 0 for NaN, and the
+    nearer end of i32 past it (mdl::to_i32: NumPy's own conversion is undefined there)."""
+    dtype, x = attrs["dtype"], np.asarray(x)
     if dtype == "bool":
-        return np.asarray(x) != 0
-    return np.asarray(x).astype(ctx.np_dtype(dtype))
+        return x != 0
+    if dtype == "i32" and x.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            wide = np.trunc(x.astype(np.float64))  # in f32, i32's top end rounds past it
+            return np.where(np.isnan(wide), 0, np.clip(wide, *I32)).astype(np.int32)
+    return x.astype(ctx.np_dtype(dtype))
+
+
+def _cast_onnx(g, op, xs):
+    """ONNX's Cast is undefined past the target type, so a float to i32 goes through
+    f64, where i32's ends are exact: NaN to 0, clipped, then cast (as mdl::to_i32)."""
+    x, = xs
+    dtype = op.attrs["dtype"]
+    if not (dtype == "i32" and op.inputs[0].type.is_float):
+        return g.op("Cast", x, to=g.dtype(dtype))
+    wide = g.op("Cast", x, to=g.dtype("f64"))
+    wide = g.op("Where", g.op("IsNaN", wide), g.const(0.0, "f64"), wide)
+    wide = g.op("Clip", wide, g.const(I32[0], "f64"), g.const(I32[1], "f64"))
+    return g.op("Cast", wide, to=g.dtype("i32"))
 
 
 @primitive("cast", 1, elementwise=True, grad=_cast_grad, ref=_cast_ref,
-           simplify=lambda b, op, facts: _keep(op, 0),
-           onnx=lambda g, op, xs: g.op("Cast", *xs, to=g.dtype(op.attrs["dtype"])))
+           simplify=lambda b, op, facts: _keep(op, 0), onnx=_cast_onnx)
 def _cast(types, attrs):
     return [types[0].with_dtype(attrs["dtype"])]
