@@ -47,6 +47,12 @@ model Nans() {
   output lse = logsumexp(x, axis = 0)
   output sm = softmax(x, axis = 1)
 }
+model Slopes() {
+  input x : f32[B]
+  param w : f32[1] = ones
+  output loss = sum(abs(x * w) + relu(x * w) + maximum(x * w, 0.5) + clip(x * w, -1.0, 1.0))
+  minimize loss
+}
 model Truth() {
   input x : f32[B]
   input i : i32[B]
@@ -138,3 +144,19 @@ def test_casts_of_numbers_are_defined_everywhere(module):
     assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
     assert got["n"].tolist() == [top, bottom, 0, top, 0, top]  # NaN 0, saturated
+
+
+def test_gradients_at_nan_are_the_references(module):
+    """The backward at a NaN input: abs's slope there (sign) is NaN, as np.sign's (the
+    sign kernel gave 0), and relu's, maximum's and clip's are what their rules select."""
+    x = np.array([np.nan, 2.0, -0.5, 0.0, 0.75])
+    model = getattr(module, "Slopes")(seed=0)
+    model.forward(x=x, training=True)
+    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+           for k, v in model.backward().items()}
+    graph = check_source(SOURCE, model="Slopes", dtype="f64").graph
+    with np.errstate(invalid="ignore"):
+        want = interpreter.gradients(graph, {"x": x}, {"w": np.ones(1)}, training=True)
+    np.testing.assert_allclose(got["input:x"], want.inputs["x"], rtol=1e-12)
+    np.testing.assert_allclose(got["w"], want.params["w"], rtol=1e-12)
+    assert np.isnan(got["input:x"][0]) and np.isnan(got["w"][0])

@@ -40,8 +40,10 @@ for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs"):
     attach_lowering(_fn, "elementwise", _call(_fn))
 attach_lowering("sigmoid", "elementwise",
            lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.target.math('exp')}(-{a[0]})))")
+# sign keeps a NaN (and 0 stays 0), as np.sign: abs's gradient at a NaN is NaN, not 0
 attach_lowering("sign", "elementwise",
-           lambda a, op, r: f"{ctype_of(op, r)}(({a[0]} > {ctype_of(op, r)}(0)) - ({a[0]} < {ctype_of(op, r)}(0)))")
+           lambda a, op, r: f"({a[0]} > {ctype_of(op, r)}(0) ? {ctype_of(op, r)}(1) : "
+                            f"{a[0]} < {ctype_of(op, r)}(0) ? {ctype_of(op, r)}(-1) : {a[0]})")
 attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
 # relu, maximum and minimum keep a NaN, as NumPy and PyTorch do (`x > 0 ? x : 0` made a
 # NaN 0, and `maximum(NaN, 0)` 0 but `maximum(0, NaN)` NaN); on integers `x != x` is false
