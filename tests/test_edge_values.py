@@ -3,7 +3,8 @@ values that are all negative (the CPU's started from an integer's infinity(), wh
 and returned 0); `max`, `logsumexp`, `softmax` and `mean` over no elements (a batch of
 none): max's identity (-inf, or i32's lowest value) where NumPy itself would raise; and
 NaN, which `max`, `maximum`, `minimum`, `relu` and `clip` keep, as NumPy and PyTorch do
-(they dropped it: a diverged model's NaN could vanish behind a relu); and `bool(x)`, true
+(they dropped it: a diverged model's NaN could vanish behind a relu), and infinities,
+which log_softmax meets as logsumexp does; and `bool(x)`, true
 where x is not 0 (it was a truncation to uint8_t: bool(0.5) false, bool(256) false, and
 bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (its
 nearer end), which C++'s cast leaves undefined (x86 gave INT32_MIN for both, a GPU
@@ -46,6 +47,8 @@ model Nans() {
   output c = clip(x, -1.0, 1.0)
   output lse = logsumexp(x, axis = 0)
   output sm = softmax(x, axis = 1)
+  output lsm = log_softmax(x, axis = 1)
+  output row_lse = logsumexp(x, axis = 1)
 }
 model Slopes() {
   input x : f32[B]
@@ -123,12 +126,15 @@ def test_nvcc_compiles_max_of_i32(tmp_path):
 
 
 def test_nan_is_kept_as_numpy_keeps_it(module):
-    x = np.array([[1.0, np.nan, -2.0], [np.nan, 5.0, 0.0], [3.0, 4.0, -1.0]])
+    x = np.array([[1.0, np.nan, -2.0], [np.nan, 5.0, 0.0], [3.0, 4.0, -1.0],
+                  [np.inf, 1.0, 2.0], [-np.inf, 0.0, 1.0]])
     got, want = outputs(module, "Nans", x), reference("Nans", x)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)  # NaN == NaN
     assert np.isnan(got["m"]) and np.isnan(got["r"][0, 1]) and np.isnan(got["c"][1, 0])
     assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
+    # log_softmax of [inf, 1, 2] is [NaN, -inf, -inf], as in PyTorch (it was all NaN)
+    assert np.isnan(got["lsm"][3, 0]) and (got["lsm"][3, 1:] == -np.inf).all()
 
 
 def test_casts_of_numbers_are_defined_everywhere(module):

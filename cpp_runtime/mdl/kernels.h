@@ -185,6 +185,14 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
     out[i] = std::isfinite(out[i]) ? std::log(sums[i]) + out[i] : out[i];
 }
 
+// What softmax subtracts before exp: the row's max; for log_softmax of a row whose max is
+// not finite, 0, as logsumexp does (the reference, PyTorch): log_softmax([inf, 1]) is
+// [NaN, -inf], where inf - inf in every exp made the whole row NaN.
+template <class T>
+MDL_HOST_DEVICE inline T log_shift(bool log, T mx) {
+  return log && !(mx - mx == 0) ? T(0) : mx;  // (mx - mx is 0 when mx is finite)
+}
+
 // softmax (or log_softmax) over the middle dim of an [outer, n, inner] layout.
 template <class T>
 void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
@@ -194,9 +202,10 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
       T* ys = out + o * n * inner + j;
       T mx = -std::numeric_limits<T>::infinity();
       for (int64_t i = 0; i < n; ++i) mx = larger(mx, xs[i * inner]);
+      const T shift = log_shift(log, mx);
       T sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(xs[i * inner] - mx);
-      T lse = std::log(sum) + mx;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(xs[i * inner] - shift);
+      T lse = std::log(sum) + shift;
       for (int64_t i = 0; i < n; ++i)
         ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
     }

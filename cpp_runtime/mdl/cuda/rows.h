@@ -202,9 +202,10 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x,
     T mx = max_identity<T>();
     for (int64_t i = lane; i < n; i += W) mx = Larger()(mx, xs[i * inner]);
     mx = across<W>(mx, Larger());
+    const T shift = log_shift(log, mx);
     T sum = 0;
-    for (int64_t i = lane; i < n; i += W) sum += std::exp(xs[i * inner] - mx);
-    const T lse = std::log(across<W>(sum, Plus())) + mx;
+    for (int64_t i = lane; i < n; i += W) sum += std::exp(xs[i * inner] - shift);
+    const T lse = std::log(across<W>(sum, Plus())) + shift;
     for (int64_t i = lane; i < n; i += W)
       ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
   }
