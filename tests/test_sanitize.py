@@ -111,3 +111,43 @@ def test_mdlc_build_says_how_to_import_a_sanitized_module(tmp_path):
                           "m = gru_asan_cli.GRUClassifier(seed=0); print(sorted(m.params)[0])"],
                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env})
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+WHILE = """
+model Twice() {
+  input x : f32[B, 4]
+  param w : f32[4, 4] = normal(0, 0.5)
+  h = x
+  k = 0
+  while k < 2 {
+    h = tanh(h @ w)
+    k = k + 1
+  }
+  output loss = sum(h)
+  minimize loss
+}
+"""
+
+
+def test_a_while_loop_in_a_batch_of_no_rows_is_clean(tmp_path):
+    """A while loop's tapes get records of 0 bytes when the batch is empty: the push
+    called memcpy on an empty tape's data(), a null pointer, which UBSan reports (found
+    by the fuzzer's B = 0 case)."""
+    path = tmp_path / "twice.mdl"
+    path.write_text(WHILE)
+    built = build(path, "twice_asan", BuildOptions(sanitize=True))
+    script = """
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("twice_asan", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+m = mod.Twice(seed=0)
+for b in (0, 3):
+    m.forward(x=np.ones((b, 4), np.float32), training=True)
+    m.backward()
+print("clean")
+"""
+    r = subprocess.run([sys.executable, "-c", script, str(built)], capture_output=True,
+                       text=True, env={**os.environ, **sanitizer_env()})
+    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]

@@ -131,7 +131,7 @@ class CpuTarget(Target):
         return f"m.tapes[{k}].clear();"
 
     def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
-        return f"std::memcpy(m.tapes[{k}].push({nbytes}), {pointer}, {nbytes});"
+        return f"m.tapes[{k}].push({pointer}, {nbytes});"
 
     def tape_data(self, k: int, ctype: str) -> str:
         return f"reinterpret_cast<{ctype}*>(m.tapes[{k}].data())"

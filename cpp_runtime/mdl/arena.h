@@ -235,10 +235,14 @@ inline void give_back(char* p, std::size_t bytes) {
 class Tape {
  public:
   void clear() { bytes_.clear(); }
-  char* push(std::size_t bytes) {
-    std::size_t used = bytes_.size();
+  // Appends `bytes` bytes at `src` (none: nothing, where an empty vector's data() is null
+  // and memcpy's pointers must not be, even for 0 bytes: UBSan reported a while loop's
+  // tape pushed in a batch of no rows).
+  void push(const void* src, std::size_t bytes) {
+    if (!bytes) return;
+    const std::size_t used = bytes_.size();
     bytes_.resize(used + bytes);
-    return bytes_.data() + used;
+    std::memcpy(bytes_.data() + used, src, bytes);
   }
   char* data() { return bytes_.data(); }
   std::size_t used() const { return bytes_.size(); }
