@@ -1,6 +1,8 @@
 """Creation, matrix product, reductions and softmax."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...ir.dtypes import FLOATS, NUMERIC
@@ -171,6 +173,14 @@ def _max_ref(x, axis, keepdims):
     return np.max(x, axis, keepdims=keepdims, initial=start)
 
 
+def _mean_ref(x, axis, keepdims):
+    """mean over `axis`; over no elements NaN (0 / 0, as the targets give it), without
+    NumPy's warning about it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.mean(x, axis, keepdims=keepdims)
+
+
 def _logsumexp_ref(x, axis, keepdims):
     m = _max_ref(x, axis, True)
     m = np.where(np.isfinite(m), m, 0)
@@ -183,8 +193,7 @@ REDUCERS = {
             lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
             _reduce_onnx("ReduceSum")),
     "max": (NUMERIC, _max_grad, _max_ref, _reduce_onnx("ReduceMax")),
-    "mean": (FLOATS, _mean_grad, lambda x, axis, keepdims: np.mean(x, axis, keepdims=keepdims),
-             _reduce_onnx("ReduceMean")),
+    "mean": (FLOATS, _mean_grad, _mean_ref, _reduce_onnx("ReduceMean")),
     "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
 }
 
