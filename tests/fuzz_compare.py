@@ -173,13 +173,8 @@ def numbers_differ(got: dict, want: dict, floor: float, tolerance: float) -> dic
     passes on): names and shapes must agree, and each element the reference computes as
     a number (infinities too) must be the build's, within `tolerance` of the largest
     (or of `floor`)."""
-    out = {k: "missing" for k in want if k not in got}
-    out.update({k: "not expected" for k in got if k not in want})
-    for k in set(got) & set(want):
-        a, b = np.asarray(got[k], np.float64), np.asarray(want[k], np.float64)
-        if a.shape != b.shape:
-            out[k] = f"shape {list(a.shape)}, expected {list(b.shape)}"
-            continue
+    out, pairs = paired(got, want)
+    for k, a, b in pairs:
         known = ~np.isnan(b)
         if not np.array_equal(np.isinf(a[known]) * np.sign(a[known]),
                               np.isinf(b[known]) * np.sign(b[known])):
@@ -366,18 +361,28 @@ def case_inputs(graph, dims: dict, lengths: set[str], seed: int,
     return inputs
 
 
+def paired(got: dict, want: dict) -> tuple[dict[str, str], list[tuple]]:
+    """What differs in names and shapes between two {name: array} ({name: what}), and the
+    (name, got, want) pairs of the same shape, as float64 arrays, to compare further."""
+    out = {k: "missing" for k in want if k not in got}
+    out.update({k: "not expected" for k in got if k not in want})
+    pairs = []
+    for k in set(got) & set(want):
+        a, b = np.asarray(got[k], np.float64), np.asarray(want[k], np.float64)
+        if a.shape != b.shape:
+            out[k] = f"shape {list(a.shape)}, expected {list(b.shape)}"
+        else:
+            pairs.append((k, a, b))
+    return out, pairs
+
+
 def differences(got: dict, want: dict, floor: float = 0.0,
                 tolerance: float = TOLERANCE) -> dict[str, str]:
     """What differs between two {name: array}: a missing or extra name, a shape, or an
     error above `tolerance` relative to the largest element (or to `floor`: a gradient
     that is zero in exact arithmetic is rounding noise on both sides)."""
-    out = {k: "missing" for k in want if k not in got}
-    out.update({k: "not expected" for k in got if k not in want})
-    for k in set(got) & set(want):
-        a, b = np.asarray(got[k], np.float64), np.asarray(want[k], np.float64)
-        if a.shape != b.shape:
-            out[k] = f"shape {list(a.shape)}, expected {list(b.shape)}"
-            continue
+    out, pairs = paired(got, want)
+    for k, a, b in pairs:
         scale = max(float(np.abs(b).max(initial=0.0)), floor, 1e-300)
         error = float(np.abs(a - b).max(initial=0.0)) / scale
         if not error <= tolerance:  # NaN included

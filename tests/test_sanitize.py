@@ -46,6 +46,13 @@ def run_sanitized(built) -> subprocess.CompletedProcess:
                           text=True, env=env)
 
 
+def assert_use_after_poison(built) -> None:
+    """RUN on `built` ends in ASan's report of a read or write of poisoned memory."""
+    r = run_sanitized(built)
+    assert r.returncode != 0 and "clean" not in r.stdout
+    assert "AddressSanitizer: use-after-poison" in r.stderr, r.stderr[-3000:]
+
+
 def test_charlm_is_clean_under_sanitizers():
     built = build(ROOT / "examples" / "charlm.mdl", "charlm_asan",
                   BuildOptions(sanitize=True, defines={"H": 16}))
@@ -65,9 +72,7 @@ def test_a_value_past_its_slot_is_reported_though_the_slots_share_one_arena(monk
     # a name of its own: the build index would answer for charlm_asan without generating
     built = build(ROOT / "examples" / "charlm.mdl", "charlm_asan_short_slots",
                   BuildOptions(sanitize=True, defines={"H": 16}))
-    r = run_sanitized(built)
-    assert r.returncode != 0 and "clean" not in r.stdout
-    assert "AddressSanitizer: use-after-poison" in r.stderr, r.stderr[-3000:]
+    assert_use_after_poison(built)
 
 
 def test_a_value_read_after_the_plan_ended_its_life_is_reported(monkeypatch):
@@ -88,9 +93,7 @@ def test_a_value_read_after_the_plan_ended_its_life_is_reported(monkeypatch):
     monkeypatch.setattr(plan._Liveness, "use", early)
     built = build(ROOT / "examples" / "charlm.mdl", "charlm_asan_early_deaths",
                   BuildOptions(sanitize=True, defines={"H": 16}))
-    r = run_sanitized(built)
-    assert r.returncode != 0 and "clean" not in r.stdout
-    assert "AddressSanitizer: use-after-poison" in r.stderr, r.stderr[-3000:]
+    assert_use_after_poison(built)
 
 
 def test_mdlc_build_says_how_to_import_a_sanitized_module(tmp_path):
