@@ -213,11 +213,11 @@ class Renderer:
 
     # ---- instructions ----
     def mark(self, slots: list[int] | None, live: bool) -> None:
-        """Where the target marks lifetimes (a sanitized build): `slots` of the memory plan
-        marked live or dead (plan.Lifetimes)."""
-        if slots and self.target.marks_lifetimes:
-            for line in self.target.mark_slots(sorted(slots), len(self.plan.slots), live):
-                self.emit(line)
+        """`slots` of the memory plan marked live or dead (plan.Lifetimes), where the
+        target marks them (a sanitized build's)."""
+        for line in self.target.mark_slots(sorted(slots), len(self.plan.slots), live) \
+                if slots else ():
+            self.emit(line)
 
     def block_ended(self, ins: Structured, block: int) -> None:
         """A run of a structured op's block has ended (a loop's step, a branch): the values

@@ -47,10 +47,6 @@ class Target(abc.ABC):
     # Whether runs of independent products become one `products` call (backend/products.py).
     groups_products: bool = False
 
-    # Whether the generated code marks the memory plan's slots dead and live as their
-    # values die and are defined (plan.Lifetimes; `mark_slots`): a sanitized build's.
-    marks_lifetimes: bool = False
-
     # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`):
     # where flags live in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
@@ -118,8 +114,9 @@ class Target(abc.ABC):
 
     def mark_slots(self, slots: list[int], count: int, live: bool) -> list[str]:
         """Statements marking the memory plan's `slots` (of `count`, at `off[...]` in
-        `arena`) live or dead, where the target `marks_lifetimes`."""
-        raise NotImplementedError(f"the {self.name} target does not mark lifetimes")
+        `arena`) live or dead as their values are defined and die (plan.Lifetimes): a
+        sanitized build's, for AddressSanitizer; none by default."""
+        return []
 
     def give_back(self, slot: str, size: str) -> list[str]:
         """Statements giving the memory of a dead arena slot (`slot`, `size` bytes) back to

@@ -51,12 +51,14 @@ class CpuTarget(Target):
     def __init__(self, sanitized: bool = False):
         # a sanitized build marks dead slots, so that AddressSanitizer reports a read of
         # one (mdl::mark_slots, arena.h)
-        self.marks_lifetimes = sanitized
+        self.sanitized = sanitized
 
     def give_back(self, slot: str, size: str) -> list[str]:
         return [f"if (c.fresh) mdl::give_back({slot}, {size});"]
 
     def mark_slots(self, slots: list[int], count: int, live: bool) -> list[str]:
+        if not self.sanitized:
+            return []
         listed = ", ".join(map(str, slots))
         return [f"mdl::mark_slots(arena, off, {count}, total, {{{listed}}}, "
                 f"{'true' if live else 'false'});"]
