@@ -10,6 +10,7 @@ from typing import Any
 
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
+from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32
 from codegen.ir.graph import Block, Graph, Init, Param, Regularizer, Value
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
@@ -108,9 +109,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
                     default.kind == "float" and Const.of(value).kind == "int"):
                 raise UsageError(f"-D {name}={value}: `{name}` is {default.kind} "
                                  f"(default {default})")
-            if default.kind == "int" and not -2**31 <= value < 2**31:  # as a literal must
+            if default.kind == "int" and not fits_i32(value):  # as a literal must
                 raise UsageError(f"-D {name}={value}: an integer hyper-parameter must fit in "
-                                 f"i32 (-2147483648 to 2147483647)")
+                                 f"i32 ({I32_MIN} to {I32_MAX})")
             values[name] = float(value) if default.kind == "float" else value
         return values
 

@@ -7,7 +7,7 @@ import difflib
 import numpy as np
 
 from codegen.ir.diagnostics import Loc, MdlNameError, MdlTypeError
-from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC
+from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC, fits_i32
 from codegen.ir.graph import Value
 from codegen.ir.shapes import Dim, DimError, TensorType
 from codegen.ops.primitives import TABLE
@@ -64,7 +64,7 @@ class Expressions:
 
     # ---- leaves ----
     def eval_IntLit(self, e: n.IntLit):
-        if e.value > 2**31 - 1:  # 2**31 reaches here only without a minus in front
+        if not fits_i32(e.value):  # 2**31 reaches here only without a minus in front
             raise MdlTypeError(f"integer literal {e.value} does not fit in i32", e.loc)
         return Const(e.value, "int")
 

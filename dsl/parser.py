@@ -12,11 +12,11 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedInput, UnexpectedTo
                              VisitError)
 
 from codegen.ir.diagnostics import Loc, MdlSyntaxError, Source
+from codegen.ir.dtypes import I32_MAX
 
 from . import nodes as n
 
 GRAMMAR = FsPath(__file__).with_name("grammar.lark")
-I32_MAX = 2**31 - 1
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {v: k for k, v in OPENERS.items()}
 KEYWORDS = {"IMPORT", "DEF", "MODEL", "INPUT", "OUTPUT", "PARAM", "SCOPE", "SHARE", "FOR", "IN",

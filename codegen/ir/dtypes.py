@@ -23,3 +23,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
 )}
 FLOATS = tuple(n for n, d in DTYPES.items() if d.is_float)
 NUMERIC = tuple(n for n in DTYPES if n != "bool")
+
+# i32's range: what an integer literal, an integer hyper-parameter and an integer constant
+# meeting an i32 tensor must fit in, and where a float cast to i32 is clamped (mdl::to_i32)
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+
+
+def fits_i32(value: int) -> bool:
+    return I32_MIN <= value <= I32_MAX

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.dtypes import FLOATS, NUMERIC
+from ...ir.dtypes import FLOATS, I32_MAX, I32_MIN, NUMERIC
 from ...ir.graph import has_dynamic
 from ...ir.shapes import TensorType
 from .core import broadcast, need, onnx_node, primitive, reduce_to, same_dtype
@@ -212,7 +212,7 @@ def _cast_grad(b, op, cts):
     return [g if g.type.dtype == x.type.dtype else b.cast(g, dtype=x.type.dtype)]
 
 
-I32 = (-2.0 ** 31, 2.0 ** 31 - 1)  # a float past these becomes the nearer one in i32
+I32 = (float(I32_MIN), float(I32_MAX))  # a float past these becomes the nearer one
 
 
 def _cast_ref(ctx, attrs, x):

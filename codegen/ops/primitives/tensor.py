@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 
-from ...ir.dtypes import FLOATS, NUMERIC
+from ...ir.dtypes import FLOATS, NUMERIC, fits_i32
 from ...ir.shapes import Dim, TensorType, numel
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
@@ -34,7 +34,7 @@ def _full_onnx(g, op, xs):
            onnx=_full_onnx)
 def _full(types, attrs):
     value = attrs["value"]  # an int made by constant arithmetic (N * N) may not fit
-    need(attrs["dtype"] != "i32" or isinstance(value, Dim) or -2**31 <= value < 2**31,
+    need(attrs["dtype"] != "i32" or isinstance(value, Dim) or fits_i32(value),
          f"the integer {value} does not fit in i32")
     return [TensorType(attrs["dtype"], tuple(attrs["shape"]))]
 
