@@ -46,9 +46,10 @@ attach_lowering("sign", "elementwise",
                             f"{a[0]} < {ctype_of(op, r)}(0) ? {ctype_of(op, r)}(-1) : {a[0]})")
 attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
 # relu, maximum and minimum keep a NaN, as NumPy and PyTorch do (`x > 0 ? x : 0` made a
-# NaN 0, and `maximum(NaN, 0)` 0 but `maximum(0, NaN)` NaN); on integers `x != x` is false
+# NaN 0, and `maximum(NaN, 0)` 0 but `maximum(0, NaN)` NaN): the runtime's mdl::larger and
+# mdl::smaller (kernels.h), which its own maxima use too
 attach_lowering("relu", "elementwise",
-           lambda a, op, r: f"(!({a[0]} <= {ctype_of(op, r)}(0)) ? {a[0]} : {ctype_of(op, r)}(0))")
+           lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {ctype_of(op, r)}(0))")
 attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"({a[0]} {s} {a[1]})")
@@ -58,9 +59,9 @@ for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq",
                     lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
 attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.target.math('pow')}({a[0]}, {a[1]})")
 attach_lowering("maximum", "elementwise",
-           lambda a, op, r: f"(({a[0]} > {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})")
+           lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {a[1]})")
 attach_lowering("minimum", "elementwise",
-           lambda a, op, r: f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})")
+           lambda a, op, r: f"mdl::smaller<{ctype_of(op, r)}>({a[0]}, {a[1]})")
 attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a[2]})")
 def _cast(a, op, r) -> str:
     """A value converted to the output's type; to bool, whether it is not 0 (NaN is true,

@@ -111,13 +111,18 @@ MDL_HOST_DEVICE constexpr T max_identity() {
   }
 }
 
-// The larger of a and b, and NaN if either is, as NumPy's max and PyTorch's: a NaN among a
-// model's values shows in a max of them instead of vanishing (std::max(a, b) drops a NaN
-// b). Every max of the runtime's, on either target (cuda/rows.h), and of generated code
-// (`maximum`, `relu`: backend/op_lowering.py) treats NaN so.
+// The larger (smaller) of a and b, and NaN if either is, as NumPy's and PyTorch's: a NaN
+// among a model's values shows in a max of them instead of vanishing (std::max(a, b) drops
+// a NaN b). Every max of the runtime's, on either target (cuda/rows.h), and generated
+// code's `maximum`, `minimum` and `relu` (backend/op_lowering.py) are these.
 template <class T>
 MDL_HOST_DEVICE inline T larger(T a, T b) {
   return (b > a || b != b) ? b : a;
+}
+
+template <class T>
+MDL_HOST_DEVICE inline T smaller(T a, T b) {
+  return (b < a || b != b) ? b : a;
 }
 
 // i32(x) of a float: its integer part; 0 for NaN, and past i32's range the nearer end (as a
