@@ -140,8 +140,10 @@ def compare_empty(model, graph, dims: dict, lengths: set[str], seed: int,
     if native is not None and refused is None:
         return Outcome("native", f"{native} (the reference computes this call)")
     if refused is not None:
-        if native is not None or not _refused_after_the_passes(graph, inputs, params, seed,
-                                                               calls, cotangents):
+        # the reference runs the program as written: an index into an empty axis in dead
+        # code raises there, and is gone from the graphs the backend is handed
+        if native is not None or not Case(graph, inputs, params, derive(seed, calls),
+                                          cotangents).refused_after_the_passes():
             return Outcome("ok")
         return Outcome("reference", f"{refused} (the build computes this call)")
     expected = {**want_train.params, **{f"input:{k}": v for k, v in want_train.inputs.items()}}
@@ -152,20 +154,6 @@ def compare_empty(model, graph, dims: dict, lengths: set[str], seed: int,
     diffs = [f"{what} {k}: {d}" for what, mine, theirs in checks
              for k, d in numbers_differ(mine, theirs, floor, precision.tolerance).items()]
     return Outcome("mismatch", "; ".join(diffs)) if diffs else Outcome("ok")
-
-
-def _refused_after_the_passes(graph, inputs, params, seed, calls, cotangents) -> bool:
-    """Whether the graphs the backend is handed raise too: an index into an empty axis in
-    dead code raises in the reference, which runs the program as written, and is gone
-    from the build."""
-    try:
-        with np.errstate(all="ignore"):
-            reference.run(for_backends(graph), inputs, params)
-            reference.run(differentiate(graph, vjp=cotangents is not None), inputs, params,
-                          training=True, seed=derive(seed, calls), cotangents=cotangents)
-    except Exception:  # noqa: BLE001 -- what raises is the question
-        return True
-    return False
 
 
 def numbers_differ(got: dict, want: dict, floor: float, tolerance: float) -> dict[str, str]:
@@ -323,21 +311,35 @@ class Case:
             return float(out[self.graph.loss])
         return sum(float(np.sum(c * out[k])) for k, c in self.cotangents.items())
 
+    def after_the_passes(self) -> tuple[dict, dict]:
+        """The reference's run of the graphs the backend is handed: the inference graph's
+        outputs, and the joint graph's outputs and gradients."""
+        with np.errstate(all="ignore"):
+            ready = reference.run(for_backends(self.graph), self.inputs, self.params)
+            joint = reference.run(differentiate(self.graph, vjp=self.cotangents is not None),
+                                  self.inputs, self.params, training=True, seed=self.seed,
+                                  cotangents=self.cotangents)
+        return ready, joint
+
+    def refused_after_the_passes(self) -> bool:
+        try:
+            self.after_the_passes()
+        except Exception:  # noqa: BLE001 -- whether it raises is the question
+            return True
+        return False
+
 
 def blame(at: Case, checks, floor: float, tolerance: float = TOLERANCE) -> str:
     """Which stage a mismatch comes from: the graphs the backend is handed (after the
     passes), run in the reference, already differ; or they agree and the backend does
     not."""
-    graph, inputs, params = at.graph, at.inputs, at.params
     try:
-        ready = reference.run(for_backends(graph), inputs, params)
-        joint = reference.run(differentiate(graph, vjp=at.cotangents is not None), inputs,
-                              params, training=True, seed=at.seed, cotangents=at.cotangents)
+        ready, joint = at.after_the_passes()
     except Exception as e:  # noqa: BLE001 -- a pass that breaks the graph is a finding
         return f"the graphs after the passes do not run: {type(e).__name__}: {e}"
     grads = {k.split(":", 2)[2] if k.startswith("grad:param:") else k[5:]: v
              for k, v in joint.items() if k.startswith("grad:")}
-    optimized = (ready, {k: joint[k] for k in graph.outputs}, grads)
+    optimized = (ready, {k: joint[k] for k in at.graph.outputs}, grads)
     wrong = [f"{what} {k}" for (what, _, want), got in zip(checks, optimized)
              for k in differences(got, want, floor, tolerance)]
     if wrong:
