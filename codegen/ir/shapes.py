@@ -243,14 +243,14 @@ class TensorType:
         (for sizes of its symbolic dims that are not 0: each term of its size's polynomial
         is counted), which no machine has, and which the generated code's int64_t byte
         counts and constants could not hold."""
-        size = numel(self.shape)
-        worst = max((abs(c) for _, c in size.terms), default=0) * DTYPES[self.dtype].itemsize
+        size, itemsize = numel(self.shape), DTYPES[self.dtype].itemsize
+        worst = max((abs(c) for _, c in size.terms), default=0) * itemsize
         if worst <= MAX_BYTES:
             return None
         if size.is_const:
             return (f"{self} would take {worst:.3g} bytes, more than 2**60: no machine has "
                     "that memory")
-        ones = sum(c for _, c in size.terms) * DTYPES[self.dtype].itemsize
+        ones = sum(c for _, c in size.terms) * itemsize
         names = " = ".join(sorted(str(x) for x in size.symbols))
         at_one = f" ({ones:.3g} with {names} = 1)" if ones > MAX_BYTES else ""
         return f"{self} would take more than 2**60 bytes{at_one}: no machine has that memory"
