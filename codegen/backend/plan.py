@@ -205,12 +205,15 @@ def _lifetimes(live: _Liveness, slot_of: dict[int, int], end: int) -> Lifetimes:
     instruction = {pos: key for key, pos in live.at.items()}
     block_end = {pos: (op, b) for op, ends in live.block_ends.items()
                  for b, pos in enumerate(ends)}
+    spans = {}  # value id -> (slot, born, dies)
     for vid, slot in slot_of.items():
         born = live.defs[vid]
-        dies = max(live.last.get(vid, born), born)
-        out.spans.append((slot, born, dies))
-        if born not in instruction or vid in live.redefined:
-            out.unmarked.add(slot)
+        spans[vid] = (slot, born, max(live.last.get(vid, born), born))
+    out.spans = list(spans.values())
+    out.unmarked = {slot for vid, (slot, born, _) in spans.items()
+                    if born not in instruction or vid in live.redefined}
+    for vid, (slot, born, dies) in spans.items():
+        if slot in out.unmarked:
             continue
         out.born.setdefault(instruction[born], []).append(slot)
         if dies >= end:  # kept: a result, or saved for another function
@@ -223,11 +226,6 @@ def _lifetimes(live: _Liveness, slot_of: dict[int, int], end: int) -> Lifetimes:
                 out.block_dead.setdefault((op, b), []).append(slot)
             else:  # read from outside: dead once the op has ended
                 out.dead.setdefault(op, []).append(slot)
-    for slot in out.unmarked:
-        for table in (out.born, out.dead, out.block_dead):
-            for slots in table.values():
-                while slot in slots:
-                    slots.remove(slot)
     return out
 
 
