@@ -8,7 +8,9 @@ which log_softmax meets as logsumexp does; and `bool(x)`, true
 where x is not 0 (it was a truncation to uint8_t: bool(0.5) false, bool(256) false, and
 bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (its
 nearer end), which C++'s cast leaves undefined (x86 gave INT32_MIN for both, a GPU
-saturates)."""
+saturates); and i32 `+ - *`, unary `-`, `abs` and `sum`, which wrap around past i32's
+range as NumPy's do (a signed overflow is undefined in C++: GCC folded `(x + 1) > x` to
+true at i32's largest value)."""
 from __future__ import annotations
 
 import os
@@ -58,6 +60,18 @@ model Truth() {
   output f = f32(bool(x))
   output n = i32(x * 1e10)
 }
+model Wraps() {
+  input x : i32[B]
+  input y : i32[B]
+  output up = (x + 1) > x
+  output twice = (x * 2) > x
+  output p = x * y
+  output d = x - y
+  output n = -x
+  output a = abs(x)
+  output total = sum(x * y)
+  output cols = sum(x + y, axis = 0)
+}
 """
 ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
 TARGETS = [("cpu", False), ("cuda", not ON_GPU)]
@@ -106,17 +120,18 @@ def test_float_reductions_over_no_elements(module):
     assert got["sm"].shape == (0, 3) and np.isnan(got["avg"]).all()
 
 
-def test_nvcc_compiles_max_of_i32(tmp_path):
+def test_nvcc_compiles_the_edges(tmp_path):
     """nvcc refused the reduction kernel for i32 (its logsumexp branch called std::exp and
     std::isfinite on an int, host-only functions): a model taking the max of an i32 input
-    did not build for a GPU. Where nvcc is installed, this one builds and imports."""
+    did not build for a GPU. Where nvcc is installed, these models (i32's wrapping
+    arithmetic and sums among them) build and import."""
     from test_cuda import _nvcc_missing
     if (why := _nvcc_missing()) is not None:
         pytest.skip(f"no CUDA toolkit: {why}")
     path = tmp_path / "ints.mdl"
     path.write_text(SOURCE)
-    built = load(path, target="cuda", dtype="f32", model="Ints", name="edges_nvcc")
-    assert hasattr(built, "Ints")
+    built = load(path, target="cuda", dtype="f32", name="edges_nvcc")
+    assert hasattr(built, "Ints") and hasattr(built, "Wraps")
 
 
 def test_nan_is_kept_as_numpy_keeps_it(module):
@@ -144,6 +159,22 @@ def test_casts_of_numbers_are_defined_everywhere(module):
     assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
     assert got["n"].tolist() == [top, bottom, 0, top, 0, top]  # NaN 0, saturated
+
+
+def test_i32_arithmetic_wraps_around_as_numpy(module):
+    top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    x = np.array([top, bottom, 65536, -7, bottom], np.int32)
+    y = np.array([2, 1, 65536, 3, -1], np.int32)
+    got = getattr(module, "Wraps")().forward(x=x, y=y)
+    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
+    want = interpreter.run(check_source(SOURCE, model="Wraps", dtype="f64").graph,
+                           {"x": x, "y": y}, {})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert got["up"].tolist() == [False, True, True, True, True]  # was all true
+    assert got["twice"].tolist() == [False, True, True, False, True]
+    assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0
+    assert got["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32)  # modulo 2**32
 
 
 def test_gradients_at_nan_are_the_references(module):

@@ -220,9 +220,11 @@ class Lowering:
 
     def _sums(self, run: list[Op], op: Op, block: Block) -> bool:
         """Whether `op` adds up a value the run computes and nothing else reads (a loss
-        sum(hs * w), a bias gradient), so the run can accumulate it."""
+        sum(hs * w), a bias gradient), so the run can accumulate it. Float sums only: an
+        i32 one wraps around (mdl::plus), as the runtime's reduce adds."""
         sums = entry(op).extra.get("sums")
         return (sums is not None and bool(run) and op.inputs[0].type.rank > 0
+                and op.outputs[0].type.is_float
                 and op.inputs[0].type.shape == run[0].outputs[0].type.shape
                 and self._only_for(run, op.inputs[0], block))
 

@@ -36,23 +36,40 @@ def _call(fn):
     return lambda a, op, r: f"{r.target.math(fn)}({a[0]})"
 
 
-for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "abs"):
+def _i32(op) -> bool:
+    return op.outputs[0].type.dtype == "i32"
+
+
+# i32 `+ - *`, unary `-` and `abs` wrap around, as NumPy's (and the reference's): C++
+# leaves a signed overflow undefined, and GCC folded `(a + 1) > a` to true at INT32_MAX.
+# mdl::wrap_add and the others (kernels.h) compute in uint32_t.
+def _arith(symbol: str, wrap: str):
+    return lambda a, op, r: (f"mdl::{wrap}({a[0]}, {a[1]})" if _i32(op)
+                             else f"({a[0]} {symbol} {a[1]})")
+
+
+for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos"):
     attach_lowering(_fn, "elementwise", _call(_fn))
+attach_lowering("abs", "elementwise",
+                lambda a, op, r: f"mdl::wrap_abs({a[0]})" if _i32(op) else _call("abs")(a, op, r))
 attach_lowering("sigmoid", "elementwise",
            lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.target.math('exp')}(-{a[0]})))")
 # sign keeps a NaN (and 0 stays 0), as np.sign: abs's gradient at a NaN is NaN, not 0
 attach_lowering("sign", "elementwise",
            lambda a, op, r: f"({a[0]} > {ctype_of(op, r)}(0) ? {ctype_of(op, r)}(1) : "
                             f"{a[0]} < {ctype_of(op, r)}(0) ? {ctype_of(op, r)}(-1) : {a[0]})")
-attach_lowering("neg", "elementwise", lambda a, op, r: f"(-{a[0]})")
+attach_lowering("neg", "elementwise",
+                lambda a, op, r: f"mdl::wrap_neg({a[0]})" if _i32(op) else f"(-{a[0]})")
 # relu, maximum and minimum keep a NaN, as NumPy and PyTorch do (`x > 0 ? x : 0` made a
 # NaN 0, and `maximum(NaN, 0)` 0 but `maximum(0, NaN)` NaN): the runtime's mdl::larger and
 # mdl::smaller (kernels.h), which its own maxima use too
 attach_lowering("relu", "elementwise",
            lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {ctype_of(op, r)}(0))")
 attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
-for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
-    attach_lowering(_name, "elementwise", lambda a, op, r, s=_sym: f"({a[0]} {s} {a[1]})")
+for _name, _sym, _wrap in (("add", "+", "wrap_add"), ("sub", "-", "wrap_sub"),
+                           ("mul", "*", "wrap_mul")):
+    attach_lowering(_name, "elementwise", _arith(_sym, _wrap))
+attach_lowering("div", "elementwise", lambda a, op, r: f"({a[0]} / {a[1]})")  # floats only
 for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
     attach_lowering(_name, "elementwise",
@@ -76,7 +93,16 @@ def _cast(a, op, r) -> str:
 
 
 attach_lowering("cast", "elementwise", _cast)
-attach_lowering("add_n", "elementwise", lambda a, op, r: "(" + " + ".join(a) + ")")
+def _add_n(a, op, r) -> str:
+    if not _i32(op):
+        return "(" + " + ".join(a) + ")"
+    out = a[0]
+    for x in a[1:]:
+        out = f"mdl::wrap_add({out}, {x})"
+    return out
+
+
+attach_lowering("add_n", "elementwise", _add_n)
 
 # ---- constants --------------------------------------------------------------------------
 for _name, _prim in TABLE.items():

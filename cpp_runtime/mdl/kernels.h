@@ -136,6 +136,31 @@ MDL_HOST_DEVICE inline int32_t to_i32(T x) {
                                 : int32_t(x);
 }
 
+// i32 arithmetic wraps around, as NumPy's and the reference's do: a signed overflow is
+// undefined in C++, and GCC folded `(a + 1) > a` to true at INT32_MAX. The sums of i32
+// values here and on a GPU (cuda/rows.h), and generated code's i32 `+ - *`, unary `-` and
+// `abs` (backend/op_lowering.py), compute in uint32_t, whose overflow is defined.
+MDL_HOST_DEVICE inline int32_t wrap_add(int32_t a, int32_t b) {
+  return int32_t(uint32_t(a) + uint32_t(b));
+}
+MDL_HOST_DEVICE inline int32_t wrap_sub(int32_t a, int32_t b) {
+  return int32_t(uint32_t(a) - uint32_t(b));
+}
+MDL_HOST_DEVICE inline int32_t wrap_mul(int32_t a, int32_t b) {
+  return int32_t(uint32_t(a) * uint32_t(b));
+}
+MDL_HOST_DEVICE inline int32_t wrap_neg(int32_t a) { return int32_t(0u - uint32_t(a)); }
+MDL_HOST_DEVICE inline int32_t wrap_abs(int32_t a) { return a < 0 ? wrap_neg(a) : a; }
+
+// a + b, wrapping for i32: what a sum of either type adds with.
+template <class T>
+MDL_HOST_DEVICE inline T plus(T a, T b) {
+  if constexpr (std::is_integral<T>::value)
+    return wrap_add(a, b);
+  else
+    return a + b;
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;
@@ -145,7 +170,16 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
   std::fill(out, out + nout, maximum ? lowest : T(0));
   if (kind == Reduction::Sum || kind == Reduction::Mean) {
     for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
-      if (red) {
+      if constexpr (std::is_integral<T>::value) {  // i32: wrapping (plus)
+        T* dst = out + o;
+        if (red) {
+          uint32_t s = 0;
+          for (int64_t i = 0; i < n; ++i) s += uint32_t(run[i]);
+          *dst = plus(*dst, T(s));
+        } else {
+          for (int64_t i = 0; i < n; ++i) dst[i] = plus(dst[i], run[i]);
+        }
+      } else if (red) {
         T s = 0;
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += run[i];

@@ -44,9 +44,10 @@ __device__ int64_t first_row() { return (blockIdx.x * int64_t(kThreads) + thread
 template <int W>
 __device__ int64_t row_stride() { return int64_t(gridDim.x) * (kThreads / W); }
 
+// a + b, wrapping for i32: mdl::plus (kernels.h), as the CPU adds.
 struct Plus {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const { return plus(a, b); }
 };
 
 // The larger, NaN if either is: mdl::larger (kernels.h), as the CPU folds it.
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* base = x + kept_offset(a, o);
     if (kind == Reduction::Sum || kind == Reduction::Mean) {
       T s = 0;
-      visit<W>(a, base, lane, [&](T v) { s += v; });
+      visit<W>(a, base, lane, [&](T v) { s = Plus()(s, v); });
       s = across<W>(s, Plus());
       if (lane == 0) out[o] = kind == Reduction::Mean ? s / T(a.count) : s;
       continue;
