@@ -18,8 +18,10 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from fuzz_integers import INPUT_PREFIX
 from optimizer_reference import CONFIGS, Reference
 
+from codegen.ir.dtypes import I32_MAX, I32_MIN
 from codegen.ops.rng import derive
 from codegen.pipeline import differentiate, for_backends
 from codegen.reference import gradcheck, interpreter as reference
@@ -351,16 +353,30 @@ def case_inputs(graph, dims: dict, lengths: set[str], seed: int,
                 dtype: str = "f64") -> dict:
     """Random inputs with valid integers (gradcheck's bounds), each from a stream of its
     own (drawn with the others and kept alone), floats in the build's `dtype`; a row of
-    a lengths input is sometimes empty."""
+    a lengths input is sometimes empty; the i32 inputs for arithmetic reach i32's ends."""
     inputs = {}
     for name in graph.inputs:
         rng = stream(seed, "input", name, dims)
         inputs[name] = gradcheck.random_inputs(graph, dims, rng)[name]
+        if name.startswith(INPUT_PREFIX) and inputs[name].dtype == np.int32:
+            inputs[name] = wide_integers(rng, inputs[name].shape)
         if inputs[name].dtype == np.float64:
             inputs[name] = inputs[name].astype(dtype.replace("f", "float"))
         if name in lengths and len(inputs[name]) and rng.random() < 0.3:
             inputs[name][rng.integers(0, len(inputs[name]))] = 0
     return inputs
+
+
+def wide_integers(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """i32 values for arithmetic: small ones, some past 16 bits, and i32's ends and their
+    neighbours, where `+ - *` wrap around."""
+    ends = np.array([I32_MAX, I32_MIN, I32_MAX - 1, I32_MIN + 1, 2 ** 30, -2 ** 30, 46341],
+                    np.int64)
+    small = rng.integers(-9, 10, shape)
+    middle = rng.integers(-70000, 70001, shape)
+    edge = ends[rng.integers(0, len(ends), shape)]
+    which = rng.random(shape)
+    return np.where(which < 0.55, small, np.where(which < 0.8, middle, edge)).astype(np.int32)
 
 
 def paired(got: dict, want: dict) -> tuple[dict[str, str], list[tuple]]:

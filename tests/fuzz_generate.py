@@ -18,7 +18,8 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 
-from fuzz_expressions import COMPARE, REDUCTIONS, Expressions, binary_text
+from fuzz_expressions import COMPARE, REDUCTIONS, binary_text
+from fuzz_integers import Integers
 from fuzz_scope import CONTROL, Var
 from fuzz_source import Program, Stmt
 
@@ -36,7 +37,7 @@ class Size:
 SIZES = {"small": Size((2, 3), 2, 1), "large": Size((3, 5), 3, 2)}
 
 
-class Generator(Expressions):
+class Generator(Integers):
     """Draws one program; `rng` decides everything, so a (seed, index, size) names it."""
 
     def __init__(self, rng: random.Random, name: str, size: Size):
@@ -54,6 +55,10 @@ class Generator(Expressions):
         top = [v for v in self.frames[0].vars.values() if v.dtype == "f32" and not v.fixed]
         for _ in range(self.rng.randint(0, 2)):
             self.output(top)
+        counts = [v for v in self.frames[0].vars.values() if v.dtype == "i32" and not v.fixed]
+        if counts and self.rng.random() < 0.6:   # an integer output, compared exactly
+            self.program.outputs.append(f"output {self.pick(counts).name}")
+            self.cover("int:output")
         terms = [self.term(v) for i, v in enumerate(top)
                  if i >= len(top) - 2 or self.rng.random() < 0.5]
         if self.rng.random() < 0.3 or not terms:
@@ -79,7 +84,7 @@ class Generator(Expressions):
 
     # ---- statements -------------------------------------------------------------------
     def statement(self, depth: int) -> None:
-        kinds = [("assign", 4), ("update", 3)]
+        kinds = [("assign", 4), ("update", 3), ("count", 1)]
         if depth > 0:
             kinds += [("for", 4), ("if", 2), ("while", 1.5), ("scope", 1), ("share", 0.7),
                       ("static_if", 1)]
@@ -91,6 +96,13 @@ class Generator(Expressions):
         name = self.fresh("a")
         self.emit(f"{name} = {self.expr(shape, self.size.expr_depth)}")
         self.define(Var(name, shape))
+
+    def s_count(self, depth: int) -> None:
+        """An i32 variable (tests/fuzz_integers.py)."""
+        shape = self.pick(self.shapes())
+        name = self.fresh("c")
+        self.emit(f"{name} = {self.int_expr(shape, self.size.expr_depth)}")
+        self.define(Var(name, shape, "i32"))
 
     def s_update(self, depth: int, outer_only: bool = False) -> None:
         mine = self.frames[-1].vars
@@ -106,7 +118,10 @@ class Generator(Expressions):
         self.emit(f"{v.name} = {self.update(v)}")
 
     def update(self, v: Var) -> str:
-        """A new value for `v`: inside loops always squashed, so state stays bounded."""
+        """A new value for `v`: inside loops always squashed, so state stays bounded (an
+        i32 one wraps around instead)."""
+        if v.dtype == "i32":
+            return self.int_update(v)
         looped = any(f.kind in ("for", "while") for f in self.frames)
         depth = self.size.expr_depth
         steps = [x for x in self.visible().values() if x.fixed and x.name.startswith("e")
@@ -215,12 +230,14 @@ class Generator(Expressions):
         for _ in range(self.rng.randint(0 if cell else 1, 2)):
             shapes.append(self.pick(self.yield_shapes(lengths)))
         for shape in shapes:
-            out.append(self.state(shape, lengths, out))
+            # a cell's states are floats; the others may be i32 variables
+            out.append(self.state(shape, lengths, out, ints=len(out) >= CELLS.get(cell, 0)))
         return out
 
-    def state(self, shape: tuple, lengths: bool, taken: list[Var]) -> Var:
+    def state(self, shape: tuple, lengths: bool, taken: list[Var], ints: bool) -> Var:
         fits = [v for v in self.visible().values() if v.shape == shape and self.assignable(v)
-                and v not in taken and (not lengths or shape[:1] == ("B",))]
+                and v not in taken and (not lengths or shape[:1] == ("B",))
+                and (v.dtype == "f32" or ints)]
         if fits and self.rng.random() < 0.5:
             return self.pick(fits)
         name = self.fresh("h")
@@ -343,8 +360,8 @@ class Generator(Expressions):
     def s_while(self, depth: int) -> None:
         k = self.fresh("k")
         self.emit(f"{k} = 0")
-        self.define(Var(k, (), "i32"))
-        states = [v for v in self.visible().values() if self.assignable(v)]
+        self.define(Var(k, (), "i32", fixed=True))   # only its own `k = k + 1` moves it
+        states = [v for v in self.visible().values() if self.assignable(v) and v.dtype == "f32"]
         state = self.pick(states) if states and self.rng.random() < 0.9 else None
         cond = f"{k} < {self.rng.randint(1, 3)}"
         if state and self.rng.random() < 0.7:

@@ -196,8 +196,10 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
         code = process.wait()
         errors.seek(0)
         lines = errors.read().decode(errors="replace").strip().splitlines()
-    # a sanitizer's report ends with its one-line SUMMARY; other deaths, with their last
-    said = [line for line in lines if line.startswith("SUMMARY:")][-1:] or lines[-3:]
+    # ASan's report ends with its one-line SUMMARY, UBSan's (halting, with a stack) has
+    # its `runtime error:` line first; other deaths, with their last lines
+    said = ([line.strip() for line in lines if "runtime error:" in line][:1]
+            + [line for line in lines if line.startswith("SUMMARY:")][-1:]) or lines[-3:]
     return done, f"exit status {code}" + (": " + " / ".join(said) if said else "")
 
 

@@ -122,7 +122,7 @@ class Names:
     def assignable(self, v: Var) -> bool:
         """Whether `v` may be reassigned here: a loop with lengths carries only state
         that leads with B."""
-        if v.fixed or v.dtype != "f32":
+        if v.fixed or v.dtype not in ("f32", "i32"):
             return False
         return all(v.shape[:1] == ("B",) for f in self.frames[self.home(v.name) + 1:]
                    if f.kind == "for" and f.lengths)

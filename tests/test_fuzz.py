@@ -18,6 +18,7 @@ import pytest
 from fuzz_compare import PRECISIONS, compare
 from fuzz_expressions import ARITH, COMPARE, REDUCTIONS, SOFTMAXES, UNARY
 from fuzz_generate import generate
+from fuzz_integers import INT_BINARY, INT_REDUCTIONS, INT_UNARY
 from fuzz_source import smaller
 from optimizer_reference import CONFIGS, Reference
 
@@ -229,13 +230,25 @@ def test_random_programs_run_clean_under_sanitizers(sanitized_outcomes, index):
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
 
 
-def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, monkeypatch):
+ASAN = ("==1==ERROR: AddressSanitizer: heap-buffer-overflow\nSUMMARY: AddressSanitizer: "
+        "heap-buffer-overflow module.cpp:7 in f\n==1==ABORTING\n", "os.abort()", -6,
+        "SUMMARY: AddressSanitizer: heap-buffer-overflow module.cpp:7 in f")
+UBSAN = ("module.cpp:12:5: runtime error: signed integer overflow: 2147483647 + 1 cannot "
+         "be represented in type 'int'\n    #0 0x7f in f module.cpp:12\n    #1 0x7f in "
+         "_start\n", "sys.exit(1)", 1,
+         "module.cpp:12:5: runtime error: signed integer overflow: 2147483647 + 1 cannot "
+         "be represented in type 'int'")
+
+
+@pytest.mark.parametrize("report", [ASAN, UBSAN], ids=["asan", "ubsan"])
+def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, monkeypatch,
+                                                                      report):
     """What a sanitizer's report looks like to the fuzzer: the comparing process dies and
-    the outcome names the report's SUMMARY line (here a process that writes one and
-    aborts, standing in for ASan)."""
-    script = ("import sys; sys.stderr.write('==1==ERROR: AddressSanitizer: heap-buffer-"
-              "overflow\\nSUMMARY: AddressSanitizer: heap-buffer-overflow module.cpp:7 in f"
-              "\\n==1==ABORTING\\n'); sys.stderr.flush(); import os; os.abort()")
+    the outcome names the report's line that says what happened: ASan's SUMMARY, UBSan's
+    `runtime error:` (its halting report ends in a stack, not a summary). Here a process
+    writes such a report and dies, standing in for the sanitizer."""
+    text, death, status, said = report
+    script = f"import os, sys; sys.stderr.write({text!r}); sys.stderr.flush(); {death}"
     real = fuzz.subprocess.Popen
 
     def child(args, **kwargs):
@@ -244,9 +257,7 @@ def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, m
     outcomes = {}
     fuzz.compare_apart(("x.mdl", "x", BuildOptions()), [("M", "", frozenset(), 0)], outcomes)
     assert outcomes["M"].kind == "crash"
-    assert outcomes["M"].detail == ("the process comparing it died (exit status -6: "
-                                    "SUMMARY: AddressSanitizer: heap-buffer-overflow "
-                                    "module.cpp:7 in f)")
+    assert outcomes["M"].detail == f"the process comparing it died (exit status {status}: {said})"
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
@@ -274,7 +285,10 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
              "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",
              "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
-             "call:scalar-tensor", "call:tuple", "dim:S", "reshape:rows", "concat:time"}
+             "call:scalar-tensor", "call:tuple", "dim:S", "reshape:rows", "concat:time",
+             "int:float", "int:cast", "int:truth", "int:compare", "int:branch", "int:where",
+             "int:update", "int:output", "int:neg", "int:clip",
+             *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
     table = {*UNARY, *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
              "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",

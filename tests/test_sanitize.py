@@ -132,25 +132,60 @@ model Twice() {
 """
 
 
-def test_a_while_loop_in_a_batch_of_no_rows_is_clean(tmp_path):
-    """A while loop's tapes get records of 0 bytes when the batch is empty: the push
-    called memcpy on an empty tape's data(), a null pointer, which UBSan reports (found
-    by the fuzzer's B = 0 case)."""
-    path = tmp_path / "twice.mdl"
-    path.write_text(WHILE)
-    built = build(path, "twice_asan", BuildOptions(sanitize=True))
-    script = """
-import importlib.util, sys
-import numpy as np
-spec = importlib.util.spec_from_file_location("twice_asan", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-m = mod.Twice(seed=0)
-for b in (0, 3):
-    m.forward(x=np.ones((b, 4), np.float32), training=True)
-    m.backward()
-print("clean")
+WRAPS = """
+model Wraps() {
+  input x : i32[B]
+  input y : i32[B]
+  output up = (x + 1) > x
+  output p = x * y - y
+  output n = abs(-x)
+  output total = sum(x * y)
+}
 """
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory):
+    """WHILE and WRAPS, built sanitized in one module."""
+    path = tmp_path_factory.mktemp("edges") / "edges.mdl"
+    path.write_text(WHILE + WRAPS)
+    return build(path, "edges_asan", BuildOptions(sanitize=True))
+
+
+def run_script(built, body: str) -> None:
+    """`body` (with `mod`, the module, and numpy as np) in a process with the sanitizers'
+    runtime preloaded: it must end clean."""
+    if not has_runtime():
+        pytest.skip("this compiler ships no AddressSanitizer runtime")
+    script = ("import importlib.util, sys\nimport numpy as np\n"
+              "spec = importlib.util.spec_from_file_location('edges_asan', sys.argv[1])\n"
+              "mod = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(mod)\n"
+              + body + "\nprint('clean')\n")
     r = subprocess.run([sys.executable, "-c", script, str(built)], capture_output=True,
                        text=True, env={**os.environ, **sanitizer_env()})
     assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
+
+
+def test_a_while_loop_in_a_batch_of_no_rows_is_clean(edges):
+    """A while loop's tapes get records of 0 bytes when the batch is empty: the push
+    called memcpy on an empty tape's data(), a null pointer, which UBSan reports (found
+    by the fuzzer's B = 0 case)."""
+    run_script(edges, """
+m = mod.Twice(seed=0)
+for b in (0, 3):
+    m.forward(x=np.ones((b, 4), np.float32), training=True)
+    m.backward()""")
+
+
+def test_i32_arithmetic_past_its_range_is_clean(edges):
+    """i32 `+ - *`, `-x`, `abs` and `sum` past i32's range wrap around (docs/language.md):
+    they were signed overflows, which UBSan halts on (the fuzzer's integers found
+    `abs(n0 - n1)`)."""
+    run_script(edges, """
+top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+x = np.array([top, bottom, 65536, -7], np.int32)
+y = np.array([2, -1, 65536, 3], np.int32)
+out = mod.Wraps().forward(x=x, y=y)
+assert out["up"].tolist() == [False, True, True, True], out
+assert out["n"].tolist() == [top, bottom, 65536, 7], out
+assert out["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32), out""")
