@@ -200,7 +200,8 @@ def test_a_data_dependent_while_and_an_if_inside_a_for(tmp_path):
 def test_edge_values_run_in_onnxruntime_as_in_the_module(tmp_path):
     """What tests/test_edge_values.py defines everywhere, in the exported graph too:
     i32(x) of NaN is 0 and of a float past i32 its nearer end (ONNX's Cast is undefined
-    there), bool(x) is x != 0, and max of negative i32 values is theirs."""
+    there), bool(x) is x != 0, max of negative i32 values is theirs, and i32 arithmetic
+    wraps around past i32's range (onnxruntime's i32 ReduceSum stopped at its ends)."""
     path = tmp_path / "edges.mdl"
     path.write_text("""
 model Edges() {
@@ -209,6 +210,9 @@ model Edges() {
   output n = i32(x)
   output b = bool(x)
   output m = max(i, axis = 1)
+  output rows = sum(i, axis = 1)
+  output cols = sum(i * 3, axis = 0)
+  output total = sum(i + i)
 }
 """)
     out = export_onnx(path, tmp_path / "edges.onnx")
@@ -221,6 +225,12 @@ model Edges() {
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
     assert got["n"].tolist() == [0, top, bottom, 2, -2, top, 0, 0]
     assert got["m"].tolist() == [-1, -3, -5, -7, -9, -11, -13, -15]
+    i[:3] = [[top, 1], [bottom, -1], [top, top]]
+    got = run_onnx(out, {"x": x, "i": i})
+    want = reference.run(check_file(str(path)).graph, {"x": x, "i": i}, {}, dtype=np.float32)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert got["rows"][:3].tolist() == [bottom, top, -2]
 
 
 def test_the_graph_names_parameters_by_scope_and_dims_by_symbol(tmp_path):

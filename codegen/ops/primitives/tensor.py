@@ -166,6 +166,16 @@ def _reduce_onnx(op_type: str):
     return rule
 
 
+def _sum_onnx(g, op, xs):
+    """ReduceSum; of i32 values summed in i64 and cast back, which wraps around as the
+    language's i32 sum does (onnxruntime's i32 ReduceSum stopped at i32's ends)."""
+    if op.inputs[0].type.dtype != "i32" or not op.attrs["axes"]:
+        return _reduce_onnx("ReduceSum")(g, op, xs)
+    wide = g.op("Cast", xs[0], to=g.dtype("i64"))
+    total = g.op("ReduceSum", wide, g.ints(op.attrs["axes"]), keepdims=int(op.attrs["keepdims"]))
+    return g.op("Cast", total, to=g.dtype("i32"))
+
+
 def _max_ref(x, axis, keepdims):
     """max over `axis`; over no elements, max's identity as the targets give it (-inf, or
     i32's lowest value: mdl::max_identity), where NumPy would raise."""
@@ -191,7 +201,7 @@ def _logsumexp_ref(x, axis, keepdims):
 REDUCERS = {
     "sum": (NUMERIC, _sum_grad,
             lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
-            _reduce_onnx("ReduceSum")),
+            _sum_onnx),
     "max": (NUMERIC, _max_grad, _max_ref, _reduce_onnx("ReduceMax")),
     "mean": (FLOATS, _mean_grad, _mean_ref, _reduce_onnx("ReduceMean")),
     "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
