@@ -56,7 +56,7 @@ TOLERANCE = PRECISIONS["f64"].tolerance
 
 @dataclass
 class Outcome:
-    # ok, built (a cuda build where no GPU runs it), rejected, compiler, build, crash,
+    # ok, built (a cuda build where no GPU runs it), rejected, compiler, build, crash, hang,
     # native, reference, domain, mismatch
     kind: str
     detail: str = ""

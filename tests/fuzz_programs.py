@@ -28,6 +28,7 @@ import hashlib
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,9 @@ from codegen.targets.registry import target as find_target
 from dsl import MdlError, UsageError, check_source
 
 PER_MODULE = 25
+# A model's comparison (every case, both passes, sanitized or emulated) takes seconds; one
+# still running after this is a hang (outcome "hang")
+MODEL_LIMIT_S = 300
 
 
 def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list[Program]:
@@ -162,6 +166,10 @@ def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
         if not rest:
             return
         crashed, detail = rest[0], f"the process comparing it died ({code})"
+        if code.startswith(f"exit status {-signal.SIGALRM}"):  # (serve's alarm)
+            outcomes[crashed[0]] = Outcome("hang", f"still running after {MODEL_LIMIT_S} s")
+            pending = rest[1:]
+            continue
         if crashed is not pending[0]:
             alone, _ = _compare_in_a_process(built, [crashed])
             if crashed[0] in alone:
@@ -206,13 +214,17 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
 def serve(fd: int) -> None:
     """The process `compare_apart` starts: reads (built, models) on stdin, imports the
     module (from the cache) and writes each model's outcome to file descriptor `fd` as
-    soon as it is known."""
+    soon as it is known. A model still running after MODEL_LIMIT_S seconds ends the
+    process by SIGALRM (its default action: native code that never returns to Python
+    could not run a handler), which compare_apart reports as a hang."""
     (path, module_name, options), models = pickle.load(sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
         module = import_built(path, module_name, options)
         for name, source, lengths, seed in models:
+            signal.alarm(MODEL_LIMIT_S)
             graph = check_source(source, model=name, dtype=options.dtype).graph
             outcome = compare(module, name, graph, lengths, seed, options.dtype, options.vjp)
+            signal.alarm(0)
             pickle.dump((name, outcome.kind, outcome.detail), out)
             out.flush()
 

@@ -260,6 +260,28 @@ def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, m
     assert outcomes["M"].detail == f"the process comparing it died (exit status {status}: {said})"
 
 
+def test_a_model_that_never_ends_is_a_hang_and_the_others_go_on(monkeypatch):
+    """serve() arms SIGALRM for MODEL_LIMIT_S per model, whose default action ends the
+    process (native code that never returns could run no handler): the model is a hang,
+    and the next one runs in a new process. Here the first process stands in for a
+    hanging one; the second reports its model."""
+    script = ["import signal, time; signal.alarm(1); time.sleep(60)",
+              "import os, pickle, sys; pickle.load(sys.stdin.buffer); "
+              "out = os.fdopen(int(sys.argv[1]), 'wb'); "
+              "pickle.dump(('N', 'ok', ''), out); out.flush()"]
+    real = fuzz.subprocess.Popen
+
+    def child(args, **kwargs):
+        fd = args[-1].split("serve(")[1].rstrip(")")
+        return real([args[0], "-c", script.pop(0), fd], **kwargs)
+    monkeypatch.setattr(fuzz.subprocess, "Popen", child)
+    outcomes = {}
+    fuzz.compare_apart(("x.mdl", "x", BuildOptions()),
+                       [("M", "", frozenset(), 0), ("N", "", frozenset(), 0)], outcomes)
+    assert outcomes["M"].kind == "hang" and str(fuzz.MODEL_LIMIT_S) in outcomes["M"].detail
+    assert outcomes["N"].kind == "ok"
+
+
 @pytest.mark.parametrize("bug", sorted(BUGS))
 @pytest.mark.xfail(strict=True, reason="an open compiler bug the fuzzer found")
 def test_open_bug(bug, tmp_path):
