@@ -146,15 +146,20 @@ def test_nan_is_kept_as_numpy_keeps_it(module):
     assert np.isnan(got["lsm"][3, 0]) and (got["lsm"][3, 1:] == -np.inf).all()
 
 
+def exactly_the_references(module, model: str, **inputs) -> dict:
+    """The outputs of `model` on `inputs`, after checking each is the reference's."""
+    got = getattr(module, model)().forward(**inputs)
+    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
+    want = interpreter.run(check_source(SOURCE, model=model, dtype="f64").graph, inputs, {})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    return got
+
+
 def test_casts_of_numbers_are_defined_everywhere(module):
     x = np.array([0.5, -0.25, 0.0, 2.0, np.nan, 256.0])
     i = np.array([0, 1, 256, -1, 2, 512], np.int32)
-    got = getattr(module, "Truth")().forward(x=x, i=i)
-    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
-    want = interpreter.run(check_source(SOURCE, model="Truth", dtype="f64").graph,
-                           {"x": x, "i": i}, {})
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    got = exactly_the_references(module, "Truth", x=x, i=i)
     assert got["b"].tolist() == [True, True, False, True, True, True]
     assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
@@ -165,12 +170,7 @@ def test_i32_arithmetic_wraps_around_as_numpy(module):
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
     x = np.array([top, bottom, 65536, -7, bottom], np.int32)
     y = np.array([2, 1, 65536, 3, -1], np.int32)
-    got = getattr(module, "Wraps")().forward(x=x, y=y)
-    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
-    want = interpreter.run(check_source(SOURCE, model="Wraps", dtype="f64").graph,
-                           {"x": x, "y": y}, {})
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    got = exactly_the_references(module, "Wraps", x=x, y=y)
     assert got["up"].tolist() == [False, True, True, True, True]  # was all true
     assert got["twice"].tolist() == [False, True, True, False, True]
     assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0
