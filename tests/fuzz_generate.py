@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fuzz_expressions import COMPARE, REDUCTIONS, binary_text
-from fuzz_integers import Integers
+from fuzz_integers import INPUT_PREFIX, Integers
 from fuzz_scope import CONTROL, Var
 from fuzz_source import Program, Stmt
 
@@ -125,6 +125,7 @@ class Generator(Integers):
         looped = any(f.kind in ("for", "while") for f in self.frames)
         depth = self.size.expr_depth
         steps = [x for x in self.visible().values() if x.fixed and x.name.startswith("e")
+                 and x.dtype == "f32"
                  and len(x.shape) == 2 and isinstance(x.shape[1], int)
                  and x.shape[:1] == v.shape[:1]]
         r = self.rng.random()
@@ -142,7 +143,7 @@ class Generator(Integers):
         return f"({v.name} + tanh({step}))" if looped else f"({v.name} + {step})"
 
     def s_for(self, depth: int) -> None:
-        seqs, steps, lead, tags = self.sequences()
+        seqs, steps, dtypes, lead, tags = self.sequences()
         sequence = "rows" not in tags
         lengths = sequence and self.rng.random() < 0.4
         options = [f"lengths = {self.lengths()}"] if lengths else []
@@ -154,14 +155,15 @@ class Generator(Integers):
         tags += [o.split()[0] for o in options]
         if any(f.kind == "for" for f in self.frames):
             tags.append("nested")
-        cell = self.pick(list(CELLS)) if sequence and self.rng.random() < 0.3 else None
+        cell = (self.pick(list(CELLS)) if sequence and dtypes[0] == "f32"
+                and self.rng.random() < 0.3 else None)
         states = self.states(lengths, cell)
         yields = self.rng.randint(1, 2) if self.rng.random() < 0.6 else 0
         loop_vars = [self.fresh("e") for _ in seqs]
         checkpoint = any(o.startswith("checkpoint") for o in options)
         with self.frame("for", lengths=lengths, checkpoint=checkpoint) as body:
-            for e, shape in zip(loop_vars, steps):
-                self.define(Var(e, shape, fixed=True))
+            for e, shape, dtype in zip(loop_vars, steps, dtypes):
+                self.define(Var(e, shape, dtype, fixed=True))
             for _ in range(self.rng.randint(0, self.size.body)):
                 self.statement(depth - 1)
             if cell:
@@ -171,10 +173,14 @@ class Generator(Integers):
             if self.rng.random() < 0.4:
                 self.statement(depth - 1)
             shapes = [self.pick(self.yield_shapes(lengths)) for _ in range(yields)]
-            values = [self.expr(s, 2) for s in shapes]
+            kinds = ["i32" if self.rng.random() < 0.2 else "f32" for _ in shapes]
+            values = [self.int_expr(s, 2) if k == "i32" else self.expr(s, 2)
+                      for s, k in zip(shapes, kinds)]
         names = [self.fresh("y") for _ in shapes]
-        for name, shape in zip(names, shapes):
-            self.define(Var(name, (lead,) + shape))
+        for name, shape, kind in zip(names, shapes, kinds):
+            self.define(Var(name, (lead,) + shape, kind))
+            if kind == "i32":
+                self.cover("for:int-yield")
         head = "for " + ", ".join(f"{e} in {s}" for e, s in zip(loop_vars, seqs))
         self.emit(Stmt(head + Stmt.OPTIONS + " {", [body.block], ["}"], options, names,
                        values))
@@ -182,8 +188,8 @@ class Generator(Integers):
             self.cover(tag if tag == "for" else f"for:{tag}")
 
     def sequences(self):
-        """What a for iterates: sequence texts, step shapes, the leading dim, tags ("rows"
-        for a loop over the rows of a value, which takes no lengths)."""
+        """What a for iterates: sequence texts, step shapes and dtypes, the leading dim,
+        tags ("rows" for a loop over the rows of a value, which takes no lengths)."""
         seq_vars = [v for v in self.visible().values() if v.dtype == "f32"
                     and len(v.shape) == 3 and v.shape[:2] == ("T", "B")]
         if self.rng.random() < 0.15:
@@ -191,23 +197,32 @@ class Generator(Integers):
                     and len(v.shape) in (1, 2) and not (v.fixed and v.param)]
             if rows:
                 v = self.pick(rows)
-                return [v.name], [v.shape[1:]], v.shape[0], ["rows"]
-        seqs, steps, tags = [], [], []
+                return [v.name], [v.shape[1:]], ["f32"], v.shape[0], ["rows"]
+        seqs, steps, dtypes, tags = [], [], [], []
         for _ in range(1 if self.rng.random() < 0.7 else 2):
             r = self.rng.random()
-            if r < 0.15:
+            dtypes.append("f32")
+            if r < 0.1:   # integers (tests/fuzz_integers.py), a step of them at a time
+                shape = self.pick([("T", "B"), ("T", "B", self.pick(self.widths))])
+                ints = [v for v in self.ints(shape) if v.fixed]
+                seqs.append(self.pick(ints).name if ints and self.rng.random() < 0.5
+                            else self.input(shape, "i32", INPUT_PREFIX))
+                steps.append(shape[1:])
+                dtypes[-1] = "i32"
+                tags.append("ints")
+            elif r < 0.25:
                 w = self.pick(self.widths)
                 table = self.param((self.rng.randint(2, 5), w))
                 seqs.append(f"{table}[{self.int_input(('T', 'B'), 'tok')}]")
                 steps.append(("B", w))
                 tags.append("gather")
-            elif r < 0.3 and seq_vars:
+            elif r < 0.4 and seq_vars:
                 v = self.pick(seq_vars)
                 seqs.append(f"{v.name}[:, :, 0:1]")
                 steps.append(("B", 1))
                 tags.append("slice")
             else:
-                v = self.pick(seq_vars) if seq_vars and r < 0.7 else None
+                v = self.pick(seq_vars) if seq_vars and r < 0.75 else None
                 name = v.name if v else self.input(("T", "B", self.pick(self.widths)))
                 seqs.append(name)
                 steps.append(self.visible()[name].shape[1:])
@@ -216,7 +231,7 @@ class Generator(Integers):
         if self.rng.random() < 0.3:
             seqs = [f"reversed({s})" for s in seqs]
             tags.append("reversed")
-        return seqs, steps, "T", tags
+        return seqs, steps, dtypes, "T", tags
 
     def yield_shapes(self, lengths: bool) -> list[tuple]:
         shapes = [s for s in self.shapes() if len(s) < 3]
