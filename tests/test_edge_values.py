@@ -72,6 +72,23 @@ model Wraps() {
   output total = sum(x * y)
   output cols = sum(x + y, axis = 0)
 }
+model Counts() {
+  input xs : f32[T, B, 3]
+  input ns : i32[T, B, 2]
+  input lens : i32[B]
+  param w : f32[3, 2] = normal(0, 0.5)
+  h = zeros[B, 2]
+  c = full[B, 2](7)
+  ys, cs = for x in reversed(xs), n in reversed(ns) (lengths = lens, checkpoint = 2) {
+    c = c * 3 + n
+    h = tanh(x @ w + h * f32(clip(c, -3, 3)))
+    yield h, c - n
+  }
+  output c
+  output cs
+  output loss = mean(ys * ys) + mean(h)
+  minimize loss
+}
 """
 ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
 TARGETS = [("cpu", False), ("cuda", not ON_GPU)]
@@ -175,6 +192,29 @@ def test_i32_arithmetic_wraps_around_as_numpy(module):
     assert got["twice"].tolist() == [False, True, True, False, True]
     assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0
     assert got["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32)  # modulo 2**32
+
+
+def test_an_i32_sequence_and_state_through_a_checkpointed_loop(module):
+    """An i32 sequence stepped through in reverse, with lengths (a row of none) and
+    checkpoints, carrying an i32 state that wraps past i32's range and an i32 yield, and
+    the float state's gradient through them."""
+    rng = np.random.default_rng(1)
+    inputs = {"xs": rng.standard_normal((5, 3, 3)),
+              "ns": rng.integers(-9, 9, (5, 3, 2)).astype(np.int32),
+              "lens": np.array([5, 0, 3], np.int32)}
+    inputs["ns"][1, 0, 0], inputs["ns"][2, 2, 1] = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    model = getattr(module, "Counts")(seed=0)
+    params = {k: np.array(v) for k, v in model.params.items()}
+    got = model.forward(**inputs, training=True)
+    grads = model.backward()
+    graph = check_source(SOURCE, model="Counts", dtype="f64").graph
+    want = interpreter.run(graph, inputs, params)
+    for k in ("c", "cs"):
+        np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=k)
+    np.testing.assert_allclose(float(got["loss"]), want["loss"], rtol=1e-12)
+    want = interpreter.gradients(graph, inputs, params, training=True)
+    np.testing.assert_allclose(np.asarray(grads["w"]), want.params["w"], rtol=1e-10, atol=1e-14)
+    assert not (np.asarray(got["c"]) == 7).all()  # the state moved where the rows ran
 
 
 def test_gradients_at_nan_are_the_references(module):
