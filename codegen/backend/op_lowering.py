@@ -17,6 +17,8 @@ computing its input can accumulate it instead of storing it.
 """
 from __future__ import annotations
 
+import functools
+
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.primitives.core import TABLE
 
@@ -94,12 +96,9 @@ def _cast(a, op, r) -> str:
 
 attach_lowering("cast", "elementwise", _cast)
 def _add_n(a, op, r) -> str:
-    if not _i32(op):
-        return "(" + " + ".join(a) + ")"
-    out = a[0]
-    for x in a[1:]:
-        out = f"mdl::wrap_add({out}, {x})"
-    return out
+    if _i32(op):
+        return functools.reduce(lambda total, x: f"mdl::wrap_add({total}, {x})", a)
+    return "(" + " + ".join(a) + ")"
 
 
 attach_lowering("add_n", "elementwise", _add_n)

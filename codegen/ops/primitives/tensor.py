@@ -169,11 +169,11 @@ def _reduce_onnx(op_type: str):
 def _sum_onnx(g, op, xs):
     """ReduceSum; of i32 values summed in i64 and cast back, which wraps around as the
     language's i32 sum does (onnxruntime's i32 ReduceSum stopped at i32's ends)."""
+    reduce = _reduce_onnx("ReduceSum")
     if op.inputs[0].type.dtype != "i32" or not op.attrs["axes"]:
-        return _reduce_onnx("ReduceSum")(g, op, xs)
-    wide = g.op("Cast", xs[0], to=g.dtype("i64"))
-    total = g.op("ReduceSum", wide, g.ints(op.attrs["axes"]), keepdims=int(op.attrs["keepdims"]))
-    return g.op("Cast", total, to=g.dtype("i32"))
+        return reduce(g, op, xs)
+    return g.op("Cast", reduce(g, op, [g.op("Cast", xs[0], to=g.dtype("i64"))]),
+                to=g.dtype("i32"))
 
 
 def _max_ref(x, axis, keepdims):
