@@ -68,13 +68,18 @@ class Expressions(Functions):
         parenthesized), so it can be indexed or combined without more parentheses."""
         if depth <= 0 or self.rng.random() < 0.2:
             return self.leaf(shape)
-        names, weights = zip(*self.FORMS)
-        for _ in range(4):  # a form may not fit this shape
+        return self.drawn(self.FORMS, "form_", shape, depth) or self.leaf(shape)
+
+    def drawn(self, forms: tuple, prefix: str, shape: tuple, depth: int) -> str | None:
+        """An expression of one of `forms` ((name, weight): the methods `prefix + name`),
+        drawn by weight; None when four draws did not fit this shape."""
+        names, weights = zip(*forms)
+        for _ in range(4):
             form = self.rng.choices(names, weights)[0]
-            out = getattr(self, f"form_{form}")(shape, depth - 1)
+            out = getattr(self, prefix + form)(shape, depth - 1)
             if out is not None:
                 return out
-        return self.leaf(shape)
+        return None
 
     def leaf(self, shape: tuple) -> str:
         found = self.floats(shape)

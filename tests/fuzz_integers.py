@@ -51,12 +51,7 @@ class Integers(Expressions):
         """An i32 expression of exactly `shape`, always a primary."""
         self.cover("int")
         if depth > 0 and self.rng.random() > 0.25:
-            names, weights = zip(*self.INT_FORMS)
-            for _ in range(4):
-                form = self.rng.choices(names, weights)[0]
-                out = getattr(self, f"int_{form}")(shape, depth - 1)
-                if out is not None:
-                    return out
+            return self.drawn(self.INT_FORMS, "int_", shape, depth) or self.int_leaf(shape)
         return self.int_leaf(shape)
 
     def int_leaf(self, shape: tuple) -> str:
