@@ -103,24 +103,26 @@ def module(request, tmp_path_factory):
                 name=f"edges_{target}{'_emulated' if emulate else ''}")
 
 
-def reference(model: str, x: np.ndarray) -> dict:
-    graph = check_source(SOURCE, model=model, dtype="f64").graph
+def matches_the_reference(module, model: str, rtol: float = 0.0, **inputs) -> dict:
+    """The outputs of `model` on `inputs`, after checking each is the reference's: equal,
+    or within `rtol` (NaN matching NaN either way)."""
+    got = getattr(module, model)().forward(**inputs)
+    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
     with np.errstate(invalid="ignore"):
-        return interpreter.run(graph, {"x": x}, {})
-
-
-def outputs(module, model: str, x: np.ndarray) -> dict:
-    got = getattr(module, model)().forward(x=x)
-    return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
+        want = interpreter.run(check_source(SOURCE, model=model, dtype="f64").graph, inputs, {})
+    for k in want:
+        if rtol:
+            np.testing.assert_allclose(got[k], want[k], rtol=rtol, err_msg=k)
+        else:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    return got
 
 
 @pytest.mark.parametrize("x", [-np.arange(1, 7).reshape(2, 3), np.arange(-3, 3).reshape(2, 3),
                                np.zeros((0, 3))], ids=["negative", "mixed", "none"])
 def test_max_of_i32(module, x):
     x = x.astype(np.int32)
-    got, want = outputs(module, "Ints", x), reference("Ints", x)
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    got = matches_the_reference(module, "Ints", x=x)
     if x.size:
         assert got["m"] == x.max()
     else:
@@ -129,10 +131,7 @@ def test_max_of_i32(module, x):
 
 
 def test_float_reductions_over_no_elements(module):
-    x = np.zeros((0, 3))
-    got, want = outputs(module, "Floats", x), reference("Floats", x)
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    got = matches_the_reference(module, "Floats", x=np.zeros((0, 3)))
     assert got["m"] == -np.inf and (got["lse"] == -np.inf).all()
     assert got["sm"].shape == (0, 3) and np.isnan(got["avg"]).all()
 
@@ -154,29 +153,17 @@ def test_nvcc_compiles_the_edges(tmp_path):
 def test_nan_is_kept_as_numpy_keeps_it(module):
     x = np.array([[1.0, np.nan, -2.0], [np.nan, 5.0, 0.0], [3.0, 4.0, -1.0],
                   [np.inf, 1.0, 2.0], [-np.inf, 0.0, 1.0]])
-    got, want = outputs(module, "Floats", x), reference("Floats", x)
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)  # NaN == NaN
+    got = matches_the_reference(module, "Floats", rtol=1e-12, x=x)
     assert np.isnan(got["m"]) and np.isnan(got["r"][0, 1]) and np.isnan(got["c"][1, 0])
     assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
     # log_softmax of [inf, 1, 2] is [NaN, -inf, -inf], as in PyTorch (it was all NaN)
     assert np.isnan(got["lsm"][3, 0]) and (got["lsm"][3, 1:] == -np.inf).all()
 
 
-def exactly_the_references(module, model: str, **inputs) -> dict:
-    """The outputs of `model` on `inputs`, after checking each is the reference's."""
-    got = getattr(module, model)().forward(**inputs)
-    got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in got.items()}
-    want = interpreter.run(check_source(SOURCE, model=model, dtype="f64").graph, inputs, {})
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    return got
-
-
 def test_casts_of_numbers_are_defined_everywhere(module):
     x = np.array([0.5, -0.25, 0.0, 2.0, np.nan, 256.0])
     i = np.array([0, 1, 256, -1, 2, 512], np.int32)
-    got = exactly_the_references(module, "Truth", x=x, i=i)
+    got = matches_the_reference(module, "Truth", x=x, i=i)
     assert got["b"].tolist() == [True, True, False, True, True, True]
     assert got["f"].tolist() == [1, 1, 0, 1, 1, 1]
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
@@ -187,7 +174,7 @@ def test_i32_arithmetic_wraps_around_as_numpy(module):
     top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
     x = np.array([top, bottom, 65536, -7, bottom], np.int32)
     y = np.array([2, 1, 65536, 3, -1], np.int32)
-    got = exactly_the_references(module, "Wraps", x=x, y=y)
+    got = matches_the_reference(module, "Wraps", x=x, y=y)
     assert got["up"].tolist() == [False, True, True, True, True]  # was all true
     assert got["twice"].tolist() == [False, True, True, False, True]
     assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0

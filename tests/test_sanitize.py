@@ -13,13 +13,16 @@ from codegen.compile.sanitizers import has_runtime, sanitizer_env
 from codegen.pipeline import BuildOptions, build
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = """
+# What a sanitized process runs first: the module at argv[1] imported as `mod`
+IMPORT = """
 import importlib.util, sys
 import numpy as np
 spec = importlib.util.spec_from_file_location(sys.argv[1].split("/")[-1].split(".")[0],
                                               sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
+"""
+RUN = """
 m = mod.CharLM(seed=0)
 rng = np.random.default_rng(0)
 t = rng.integers(0, 96, (7, 3)).astype(np.int32)
@@ -37,13 +40,14 @@ print("clean")
 """
 
 
-def run_sanitized(built) -> subprocess.CompletedProcess:
-    """RUN on the module `built`, in a process with the sanitizers' runtime preloaded."""
+def run_sanitized(built, body: str = RUN) -> subprocess.CompletedProcess:
+    """`body` (RUN: the char LM's calls) on the module `built` (`mod`, with numpy as np),
+    in a process with the sanitizers' runtime preloaded."""
     if not has_runtime():
         pytest.skip("this compiler ships no AddressSanitizer runtime")
     env = {**os.environ, **sanitizer_env()}
-    return subprocess.run([sys.executable, "-c", RUN, str(built)], capture_output=True,
-                          text=True, env=env)
+    return subprocess.run([sys.executable, "-c", IMPORT + body, str(built)],
+                          capture_output=True, text=True, env=env)
 
 
 def assert_use_after_poison(built) -> None:
@@ -153,16 +157,8 @@ def edges(tmp_path_factory):
 
 
 def run_script(built, body: str) -> None:
-    """`body` (with `mod`, the module, and numpy as np) in a process with the sanitizers'
-    runtime preloaded: it must end clean."""
-    if not has_runtime():
-        pytest.skip("this compiler ships no AddressSanitizer runtime")
-    script = ("import importlib.util, sys\nimport numpy as np\n"
-              "spec = importlib.util.spec_from_file_location('edges_asan', sys.argv[1])\n"
-              "mod = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(mod)\n"
-              + body + "\nprint('clean')\n")
-    r = subprocess.run([sys.executable, "-c", script, str(built)], capture_output=True,
-                       text=True, env={**os.environ, **sanitizer_env()})
+    """run_sanitized(built, body), which must end clean."""
+    r = run_sanitized(built, body + "\nprint('clean')\n")
     assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
 
 
