@@ -72,6 +72,16 @@ model Wraps() {
   output total = sum(x * y)
   output cols = sum(x + y, axis = 0)
 }
+model Shifted() {
+  input x : f32[B, 3]
+  input t : i32[B]
+  param w : f32[1] = ones
+  output sm = softmax(x, axis = 1)
+  output lsm = log_softmax(x, axis = 1)
+  output ce = cross_entropy(x, t)
+  output loss = sum(logsumexp(x * w, axis = 1))
+  minimize loss
+}
 model Counts() {
   input xs : f32[T, B, 3]
   input ns : i32[T, B, 2]
@@ -179,6 +189,30 @@ def test_i32_arithmetic_wraps_around_as_numpy(module):
     assert got["twice"].tolist() == [False, True, True, False, True]
     assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0
     assert got["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32)  # modulo 2**32
+
+
+def test_softmax_keeps_its_precision_far_from_zero(module):
+    """softmax, log_softmax, cross_entropy and logsumexp's gradient of rows far from 0:
+    each as precise as of the same row shifted to 0. They subtracted the row's
+    logsumexp, whose last bits round log(sum) away: softmax of a row of -1e17 (in f64;
+    -1e9 in f32, an attention score masked out) was 1 everywhere, not 1/3."""
+    near = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0], [0.0, -3.0, 0.5]])
+    x = near + np.array([[-1e17], [1e9], [-1e9]])
+    t = np.array([1, 2, 0], np.int32)
+    model = getattr(module, "Shifted")(seed=0)
+    got = model.forward(x=x, t=t, training=True)
+    grads = model.backward()
+    graph = check_source(SOURCE, model="Shifted", dtype="f64").graph
+    want = interpreter.run(graph, {"x": near, "t": t}, {"w": np.ones(1)})
+    tolerance = {"rtol": 1e-12, "atol": 1e-15}  # of the same rows near 0
+    for k in ("sm", "lsm", "ce"):
+        np.testing.assert_allclose(np.asarray(got[k]), want[k], err_msg=k, **tolerance)
+    np.testing.assert_allclose(np.asarray(grads["input:x"]), want["sm"], **tolerance)
+    np.testing.assert_allclose(want["sm"][0], 1 / 3)
+    far = interpreter.gradients(graph, {"x": x, "t": t}, {"w": np.ones(1)}, training=True)
+    np.testing.assert_allclose(far.inputs["x"], want["sm"], **tolerance)  # the reference's
+    for k in ("sm", "lsm", "ce"):
+        np.testing.assert_allclose(far.outputs[k], want[k], err_msg=k, **tolerance)
 
 
 def test_an_i32_sequence_and_state_through_a_checkpointed_loop(module):

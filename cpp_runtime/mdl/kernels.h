@@ -232,6 +232,15 @@ MDL_HOST_DEVICE inline T log_shift(bool log, T mx) {
   return log && !(mx - mx == 0) ? T(0) : mx;  // (mx - mx is 0 when mx is finite)
 }
 
+// One element of softmax (log_softmax), from its distance to the row's shift and the
+// row's 1 / sum(exp) (log(sum(exp))). Shifted first, so the result keeps its precision
+// when the row's values are large: x - (shift + log(sum)) would round log(sum) away
+// (softmax of [-1e9, -1e9] in f32 was [1, 1]).
+template <class T>
+MDL_HOST_DEVICE inline T normalized(bool log, T shifted, T norm) {
+  return log ? shifted - norm : std::exp(shifted) * norm;
+}
+
 // softmax (or log_softmax) over the middle dim of an [outer, n, inner] layout.
 template <class T>
 void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
@@ -244,9 +253,9 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
       const T shift = log_shift(log, mx);
       T sum = 0;
       for (int64_t i = 0; i < n; ++i) sum += std::exp(xs[i * inner] - shift);
-      T lse = std::log(sum) + shift;
+      const T norm = log ? std::log(sum) : T(1) / sum;
       for (int64_t i = 0; i < n; ++i)
-        ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
+        ys[i * inner] = normalized(log, xs[i * inner] - shift, norm);
     }
   }
 }
@@ -268,7 +277,7 @@ void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengt
     for (int64_t c = 1; c < classes; ++c) mx = larger(mx, row[c]);
     double sum = 0;
     for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(row[c] - mx));
-    total += std::log(sum) + mx - row[target];
+    total += (double(mx) - double(row[target])) + std::log(sum);  // difference first: precise
     ++count;
   }
   out[0] = count ? T(total / count) : T(0);

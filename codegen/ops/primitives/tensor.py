@@ -141,9 +141,13 @@ def _max_grad(b, op, cts):
 
 
 def _logsumexp_grad(b, op, cts):
+    """The softmax over the reduced axes: exp(x - y) normalized by its own sum, which
+    removes the rounding of y (exp(x - y) alone was 1 everywhere for x = [-1e9, -1e9]
+    in f32, where y = -1e9 + log(2) rounds to -1e9)."""
     x, y = op.inputs[0], op.outputs[0]
-    weights = b.exp(b.sub(x, kept(b, y, op.attrs, x)))
-    return [b.mul(kept(b, cts[0], op.attrs, x), weights)]
+    e = b.exp(b.sub(x, kept(b, y, op.attrs, x)))
+    total = b.sum(e, axes=op.attrs["axes"], keepdims=True)
+    return [b.mul(kept(b, cts[0], op.attrs, x), b.div(e, total))]
 
 
 def _logsumexp_onnx(g, op, xs):
@@ -237,7 +241,11 @@ def _softmax_ref(ctx, attrs, x):
 
 
 def _log_softmax_ref(ctx, attrs, x):
-    return x - _logsumexp_ref(x, attrs["axis"], True)
+    """(x - m) - log(sum(exp(x - m))), m the max where it is finite, else 0: shifted
+    first, as the targets, since x - logsumexp(x) rounds log(sum) away when x is large."""
+    m = _max_ref(x, attrs["axis"], True)
+    shifted = x - np.where(np.isfinite(m), m, 0)
+    return shifted - np.log(np.sum(np.exp(shifted), attrs["axis"], keepdims=True))
 
 
 def _softmax_grad(b, op, cts):

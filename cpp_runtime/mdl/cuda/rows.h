@@ -206,9 +206,9 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x,
     const T shift = log_shift(log, mx);
     T sum = 0;
     for (int64_t i = lane; i < n; i += W) sum += std::exp(xs[i * inner] - shift);
-    const T lse = std::log(across<W>(sum, Plus())) + shift;
-    for (int64_t i = lane; i < n; i += W)
-      ys[i * inner] = log ? xs[i * inner] - lse : std::exp(xs[i * inner] - lse);
+    sum = across<W>(sum, Plus());
+    const T norm = log ? std::log(sum) : T(1) / sum;
+    for (int64_t i = lane; i < n; i += W) ys[i * inner] = normalized(log, xs[i * inner] - shift, norm);
   }
 }
 
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
     mx = across<W>(mx, Larger());
     double sum = 0;
     for (int64_t c = lane; c < classes; c += W) sum += std::exp(double(row[c] - mx));
-    total += std::log(across<W>(sum, Plus())) + mx - row[target];
+    total += (double(mx) - double(row[target])) + std::log(across<W>(sum, Plus()));
     ++count;
   }
   total = across<kThreads>(lane == 0 ? total : 0.0, Plus());  // each row once: its lane 0's
