@@ -35,6 +35,23 @@ def test_gradcheck_fails_on_a_corrupted_gradient(tmp_path, monkeypatch, capsys):
     assert "FAILED" in capsys.readouterr().out
 
 
+def test_gradients_below_the_rounding_of_the_loss_are_compared_at_its_scale(
+        tmp_path, monkeypatch, capsys):
+    """A difference quotient of a loss near 3 is no finer than ~1e-11: a right gradient
+    of 1e-9 differs from it by 1e-3 of itself. It passes (it failed); twice that
+    gradient, off by 1e-9, far above the noise, still fails."""
+    path = tmp_path / "tiny.mdl"
+    path.write_text("model Tiny() {\n  input x : f32[B, 3]\n  param w : f32[3] = ones\n"
+                    "  output loss = 3.0 + 1e-9 * sum(tanh(x * w))\n  minimize loss\n}\n")
+    assert cli.main(["gradcheck", str(path)]) == 0, capsys.readouterr().out
+    right = TABLE["tanh"].grad
+    monkeypatch.setattr(TABLE["tanh"], "grad", lambda b, op, cts: [
+        b.add(g, g) if g is not None else None for g in right(b, op, cts)])
+    wrong = tmp_path / "wrong.mdl"  # another source: not the build above from the cache
+    wrong.write_text(path.read_text().replace("Tiny", "Wrong"))
+    assert cli.main(["gradcheck", str(wrong)]) == 1
+
+
 def test_dims_the_model_does_not_have_are_a_usage_error(capsys):
     """A typo in --dims (t for T) would check other dims than asked for, saying nothing."""
     assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "--dims", "t=2"]) == 2

@@ -16,6 +16,11 @@ DEFAULT_DIMS = {"T": 4, "B": 3}
 SAMPLES = 12       # elements checked per parameter
 EPS = 1e-4        # central differences: truncation ~EPS**2, rounding ~1e-16/EPS
 TOLERANCE = 1e-4
+# A difference quotient is no finer than the rounding of the two losses it divides:
+# about 1e-16 * |loss| / EPS = 1e-12 * |loss| in f64, a little more through a long
+# program. Gradients below NOISE * |loss| are compared at that absolute scale, where
+# TOLERANCE still sees an error 1e-11 * |loss|.
+NOISE = 1e-7
 
 
 @dataclass
@@ -75,27 +80,30 @@ def check(module, graph: Graph, dims: dict[str, int], seed: int = 0) -> list[Res
             model.set_params({name: params[name]})
         model.rng_calls = 0  # the same dropout masks in every evaluation
         return float(model.forward(**inputs, training=True)[graph.loss])
-    loss()
+    noise = NOISE * max(abs(loss()), 1.0)
     grads = model.backward()
     results = []
     for name, grad in grads.items():
         if name.startswith("input:"):
-            results.append(_compare(name, inputs[name[6:]], grad, loss, rng))
+            results.append(_compare(name, inputs[name[6:]], grad, loss, rng, noise))
         else:
-            results.append(_compare(name, params[name], grad, lambda: loss(name), rng))
+            results.append(_compare(name, params[name], grad, lambda: loss(name), rng,
+                                    noise))
             model.set_params({name: params[name]})  # unperturbed again
     return results
 
 
-def _compare(name: str, target: np.ndarray, grad: np.ndarray, loss, rng) -> Result:
-    """`target`'s elements perturbed in place, `loss()` evaluated at each."""
+def _compare(name: str, target: np.ndarray, grad: np.ndarray, loss, rng,
+             noise: float) -> Result:
+    """`target`'s elements perturbed in place, `loss()` evaluated at each; gradients
+    below `noise` compared at that absolute scale."""
     flat = target.reshape(-1)
     g = grad.reshape(-1)
     half = SAMPLES // 2
     picks = list(np.argsort(-np.abs(g))[:half]) + list(rng.integers(0, flat.size, SAMPLES))
     picks = sorted(set(int(i) for i in picks))[:SAMPLES * 2]
     worst = 0.0
-    floor = max(1e-2 * float(np.abs(g).max(initial=0.0)), 1e-8)  # the gradient's scale
+    floor = max(1e-2 * float(np.abs(g).max(initial=0.0)), noise)  # the gradient's scale
     for i in picks:
         old = flat[i]
         flat[i] = old + EPS
