@@ -12,7 +12,7 @@ from dsl import check_file
 from dsl.program import load_program, read_source
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DIMS = {"T": 3, "B": 2}
+DIMS = {"T": 3, "B": 2, "S": 4}
 
 
 def models():

@@ -17,7 +17,7 @@ from dsl import check_file
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MODELS = [(path.name, name) for path in sorted(EXAMPLES.glob("*.mdl"))
           for name in re.findall(r"^model (\w+)", path.read_text(), re.M)]
-DIMS = {"T": 5, "B": 3}
+DIMS = {"T": 5, "B": 3, "S": 4}  # S: a second sequence length (attention.mdl's source)
 TOLERANCE = {"f64": 1e-10, "f32": 1e-4}
 _BUILT: dict = {}
 
@@ -522,7 +522,7 @@ def test_results_in_memory_python_let_go_are_written_whole(file, model):
     before they go, and the next call's still match the reference in every element."""
     graph = graph_of(file, model, "f64")
     m = getattr(native(file, "f64"), model)(seed=3)
-    inputs = gradcheck.random_inputs(graph, {"T": 5, "B": 64}, np.random.default_rng(2))
+    inputs = gradcheck.random_inputs(graph, {**DIMS, "B": 64}, np.random.default_rng(2))
     for _ in range(3):
         params = {k: np.array(v) for k, v in m.params.items()}
         results = dict(m.forward(**inputs))

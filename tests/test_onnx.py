@@ -76,7 +76,7 @@ def test_example_runs_in_onnxruntime_like_the_reference_and_the_native_module(
     params = {k: np.array(v) for k, v in m.params.items()}
     out = export_onnx(path, tmp_path / "m.onnx", model=model, params=m)
     for steps in (5, 2):  # one export, two sequence lengths
-        inputs = inputs_for(graph, {"T": steps, "B": 3}, seed=steps)
+        inputs = inputs_for(graph, {"T": steps, "B": 3, "S": 4}, seed=steps)
         got = run_onnx(out, inputs)
         assert set(got) == set(graph.outputs)
         want = reference.run(graph, inputs, params, dtype=np.float32)
@@ -100,7 +100,7 @@ def test_example_runs_in_openvino_like_the_reference(tmp_path, file, model):
     compiled = core.compile_model(core.read_model(str(out)), "CPU",
                                   {"INFERENCE_PRECISION_HINT": "f32"})
     for steps in (5, 2):
-        inputs = inputs_for(graph, {"T": steps, "B": 3}, seed=steps)
+        inputs = inputs_for(graph, {"T": steps, "B": 3, "S": 4}, seed=steps)
         feeds = {name: inputs[name] for i in compiled.inputs for name in i.names
                  if name in graph.inputs}
         got = compiled(feeds)
@@ -166,7 +166,7 @@ def test_std_cells_run_in_onnxruntime_like_the_reference_and_the_native_module(
     params = {k: np.array(v) for k, v in m.params.items()}
     out = export_onnx(path, tmp_path / "cell.onnx", model=model, params=params)
     for steps in (6, 3):
-        inputs = inputs_for(graph, {"T": steps, "B": 4}, seed=steps)
+        inputs = inputs_for(graph, {"T": steps, "B": 4, "S": 4}, seed=steps)
         got = run_onnx(out, inputs)
         want = reference.run(graph, inputs, params, dtype=np.float32)
         native_out = m.forward(**inputs)

@@ -1,0 +1,111 @@
+"""The translation model with attention of examples/attention.mdl, trained to reverse
+sequences of symbols, then decoded greedily: `TranslatorEncode` and `TranslatorStep` run
+on the trained `Translator`'s parameters, one target token at a time, each step fed the
+token the step before chose. Reversal needs attention: output t is source position
+n-1-t, and the attention weights of a trained model show it.
+
+    python3 examples/train_translator.py              # a few seconds on 2 cores
+    python3 examples/train_translator.py --steps 2000 --length 12
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from codegen import load
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = 0, 1  # target tokens 0 and 1; symbols are 2 .. W-1, in source and target
+W = 30             # the target vocabulary (the model's default); the source's V = 40 >= W
+
+
+def reversal_batch(rng: np.random.Generator, batch: int, length: int) -> dict:
+    """`batch` sequences of 3 to `length` symbols, padded to `length`, and their reversals
+    behind START (target_in) and before END (target_out)."""
+    lengths = rng.integers(3, length + 1, batch)
+    source = np.zeros((length, batch), np.int32)
+    target = np.zeros((length + 1, batch), np.int32)
+    for b, n in enumerate(lengths):
+        symbols = rng.integers(2, W, n)
+        source[:n, b] = symbols
+        target[:n, b] = symbols[::-1]
+        target[n, b] = END
+    return dict(source=source, source_lengths=lengths.astype(np.int32),
+                target_in=np.concatenate([np.full((1, batch), START, np.int32), target[:-1]]),
+                target_out=target, target_lengths=(lengths + 1).astype(np.int32))
+
+
+def greedy(encoder, step, source: np.ndarray, lengths: np.ndarray, steps: int):
+    """The tokens each step chooses, i32[steps, B], and its attention weights over the
+    source, f32[steps, S, B]."""
+    enc = encoder.forward(source=source, source_lengths=lengths)
+    h, c = enc["h"], enc["c"]
+    context = np.zeros_like(h)
+    token = np.full(source.shape[1], START, np.int32)
+    tokens, weights = [], []
+    for _ in range(steps):
+        out = step.forward(token=token, h=h, c=c, context=context, states=enc["states"],
+                           keys=enc["keys"], real=enc["real"])
+        token = out["logits"].argmax(axis=1).astype(np.int32)
+        h, c, context = out["h_out"], out["c_out"], out["context_out"]
+        tokens.append(token)
+        weights.append(out["weights"])
+    return np.stack(tokens), np.stack(weights)
+
+
+def train(steps: int, length: int, batch: int = 32, seed: int = 0, log=print):
+    """The trained Translator and the module it lives in."""
+    module = load(ROOT / "examples" / "attention.mdl")
+    model = module.Translator(seed=seed)
+    model.set_optimizer("adam", lr=1e-2, clip_norm=5.0)
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    for i in range(steps):
+        loss = float(model.train_step(**reversal_batch(rng, batch, length))["loss"])
+        if i % 100 == 0 or i == steps - 1:
+            log(f"step {i:5d}  loss {loss:.4f}  {time.perf_counter() - start:.1f} s")
+    return module, model
+
+
+def evaluate(module, model, length: int, batch: int = 256, seed: int = 1) -> dict:
+    """Greedy decoding of new sequences: the share reversed exactly (END included), and
+    the share of steps t < n whose attention peaks at source position n-1-t."""
+    data = reversal_batch(np.random.default_rng(seed), batch, length)
+    tokens, weights = greedy(module.TranslatorEncode(params=model),
+                             module.TranslatorStep(params=model), data["source"],
+                             data["source_lengths"], length + 1)
+    n = data["source_lengths"]
+    exact = [np.array_equal(tokens[:k + 1, b], data["target_out"][:k + 1, b])
+             for b, k in enumerate(n)]
+    looked = [weights[t, :, b].argmax() == k - 1 - t for b, k in enumerate(n) for t in range(k)]
+    return {"exact": float(np.mean(exact)), "attention": float(np.mean(looked)),
+            "data": data, "tokens": tokens, "weights": weights}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--length", type=int, default=8, help="longest source sequence")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    module, model = train(args.steps, args.length, seed=args.seed)
+    result = evaluate(module, model, args.length)
+    data, tokens, weights = result["data"], result["tokens"], result["weights"]
+    for b in range(3):
+        n = int(data["source_lengths"][b])
+        said = tokens[:, b].tolist()
+        said = said[:said.index(END) + 1] if END in said else said
+        print(f"source {data['source'][:n, b].tolist()}  ->  {said}")
+    n = int(data["source_lengths"][0])
+    print("attention of the first sequence (rows: output steps, columns: source positions)")
+    for t in range(n + 1):
+        print("  " + " ".join(f"{w:4.2f}" for w in weights[t, :n, 0]))
+    print(f"reversed exactly: {result['exact']:.1%} of {len(data['source_lengths'])} new "
+          f"sequences; attention on the mirrored position: {result['attention']:.1%} of steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The attention model of examples/attention.mdl: one token at a time, TranslatorEncode
+and TranslatorStep give Translator's logits; trained by examples/train_translator.py it
+learns to reverse sequences, and its attention looks at the mirrored source position."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from codegen import load
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import train_translator  # noqa: E402
+
+
+def test_one_token_at_a_time_gives_the_sequence_models_logits():
+    module = load(ROOT / "examples" / "attention.mdl", dtype="f64", name="attention_f64")
+    model = module.Translator(seed=4)
+    model.set_optimizer("adam", lr=0.02)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # trained weights, not the initial ones
+        model.train_step(**train_translator.reversal_batch(rng, 6, 7))
+    data = train_translator.reversal_batch(rng, 5, 7)
+    want = model.forward(**data)["logits"]
+    encoder = module.TranslatorEncode(params=model)
+    step = module.TranslatorStep(params=model)
+    assert sorted(encoder.shared + step.shared) == sorted(model.params)
+    enc = encoder.forward(source=data["source"], source_lengths=data["source_lengths"])
+    h, c = enc["h"], enc["c"]
+    context = np.zeros_like(h)
+    for t, token in enumerate(data["target_in"]):
+        out = step.forward(token=token, h=h, c=c, context=context, states=enc["states"],
+                           keys=enc["keys"], real=enc["real"])
+        h, c, context = out["h_out"], out["c_out"], out["context_out"]
+        real = t < data["target_lengths"]  # past its length a row's logits are not defined
+        assert np.abs(out["logits"][real] - want[t][real]).max() < 1e-12, t
+        padding = np.arange(len(data["source"]))[:, None] >= data["source_lengths"]
+        assert np.all(out["weights"][padding] == 0.0), "attention on padding"
+
+
+def test_trained_it_reverses_sequences_and_attends_to_the_mirrored_position():
+    module, model = train_translator.train(steps=400, length=8, log=lambda line: None)
+    result = train_translator.evaluate(module, model, length=8)
+    assert result["exact"] > 0.9, result["exact"]
+    assert result["attention"] > 0.9, result["attention"]
+
+
+def test_the_script_runs_as_a_user_runs_it():
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "train_translator.py"),
+                          "--steps", "300", "--length", "6"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "reversed exactly:" in run.stdout and "attention of the first sequence" in run.stdout
