@@ -191,6 +191,15 @@ _softmax("softmax")
 _softmax("log_softmax")
 
 
+@builtin("argmax", "x", "axis", axis=Const(-1, "int"))
+def _argmax(el, a, call):
+    x = tensor(el, a["x"])
+    if x.type.rank == 0:
+        raise MdlTypeError(f"`argmax` needs a tensor of rank 1 or more, got {x.type}",
+                           a["x"][1])
+    return el.emit("argmax", [x], {"axis": axis(a["axis"], x.type.rank)}, call.loc)[0]
+
+
 @builtin("cross_entropy", "logits", "targets", "lengths", lengths=None)
 def _cross_entropy(el, a, call):
     inputs = [tensor(el, a["logits"]), tensor(el, a["targets"])]

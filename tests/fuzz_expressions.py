@@ -43,7 +43,10 @@ REDUCTIONS = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis
 # A reduction that is sugar (norm: sqrt(sum(x * x))) has no gradient where its argument
 # is all zero, as a masked row of a loop with lengths is: give it positive arguments.
 POSITIVE_REDUCTION = {n for n in REDUCTIONS if n not in TABLE}
-SOFTMAXES = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis"])
+# softmax and log_softmax: (x, axis) keeping x's type (argmax, of the same arguments,
+# gives integers: tests/fuzz_integers.py draws it)
+SOFTMAXES = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis"]
+                   and TABLE[n].infer([TensorType("f64", (2,))], {"axis": 0})[0].dtype == "f64")
 
 
 def binary_text(name: str, left: str, right: str) -> str:

@@ -1,7 +1,7 @@
 """i32 values in the fuzzer's programs (tests/fuzz_generate.py): integer inputs whose
 values reach i32's ends (tests/fuzz_compare.py draws them), arithmetic that wraps around
 past them, the elementwise functions and reductions the primitive table defines for
-i32, comparisons, `where`, and the casts between i32, floats and bool. Integers enter the
+i32, `argmax`, comparisons, `where`, and the casts between i32, floats and bool. Integers enter the
 float expressions through `f32(...)` and conditions, and leave them through `i32(...)`
 of a bounded float (a float near an integer boundary would truncate to either side in
 two builds); they are variables of their own, a loop's state and outputs."""
@@ -41,7 +41,7 @@ class Integers(Expressions):
 
     FORMS = Expressions.FORMS + (("integer", 1.5),)
     INT_FORMS = (("binary", 6), ("neg", 1), ("unary", 1.5), ("clip", 0.5), ("where", 1),
-                 ("reduce", 1.5), ("cast", 1.5), ("truth", 0.5))
+                 ("reduce", 1.5), ("argmax", 1), ("cast", 1.5), ("truth", 0.5))
 
     def ints(self, shape: tuple) -> list[Var]:
         return [v for v in self.visible().values()
@@ -115,6 +115,16 @@ class Integers(Expressions):
         self.cover(f"int:{red}")
         big, axes = wider
         return f"{red}({self.int_expr(big, d)}{axes})"
+
+    def int_argmax(self, shape, d):
+        """argmax along one axis of integers: exact on both sides, where two floats a
+        rounding apart could tie in one build and not in the other."""
+        wider = self.wider(shape)
+        if wider is None or "[" in wider[1] or not (wider[1] or len(wider[0]) == 1):
+            return None
+        self.cover("int:argmax")
+        big, axis = wider
+        return f"argmax({self.int_expr(big, d)}{axis or ', axis = 0'})"
 
     def int_cast(self, shape, d):
         self.cover("int:cast")

@@ -82,6 +82,13 @@ model Shifted() {
   output loss = sum(logsumexp(x * w, axis = 1))
   minimize loss
 }
+model Picks() {
+  input x : f32[B, N]
+  input n : i32[B, N]
+  output rows = argmax(x)
+  output cols = argmax(x, axis = 0)
+  output ints = argmax(n, axis = 1)
+}
 model Counts() {
   input xs : f32[T, B, 3]
   input ns : i32[T, B, 2]
@@ -213,6 +220,29 @@ def test_softmax_keeps_its_precision_far_from_zero(module):
     np.testing.assert_allclose(far.inputs["x"], want["sm"], **tolerance)  # the reference's
     for k in ("sm", "lsm", "ce"):
         np.testing.assert_allclose(far.outputs[k], want[k], err_msg=k, **tolerance)
+
+
+def test_argmax_picks_the_first_largest_and_the_first_nan(module):
+    """argmax: the first of equal values, a NaN counting as the largest (as NumPy), -1
+    along an axis of no elements (NumPy raises); rows long enough for a GPU block to
+    share, with ties in different threads' elements."""
+    x = np.array([[1.0, 3.0, 3.0, -1.0], [np.inf, np.nan, 2.0, np.nan],
+                  [-np.inf, -np.inf, -np.inf, -np.inf], [0.0, -0.0, 0.0, 0.5]])
+    n = np.array([[2, 7, 7, 1], [-5, -5, -9, -6], [0, 0, 0, 0], [-2147483648] * 4], np.int32)
+    got = matches_the_reference(module, "Picks", x=x, n=n)
+    assert got["rows"].tolist() == [1, 1, 0, 3] and got["ints"].tolist() == [1, 0, 0, 0]
+    assert got["cols"].tolist() == [1, 1, 0, 1]
+    got = matches_the_reference(module, "Picks", x=np.zeros((0, 4)), n=np.zeros((0, 4), np.int32))
+    assert got["cols"].tolist() == [-1] * 4 and got["rows"].shape == (0,)
+    got = matches_the_reference(module, "Picks", x=np.zeros((2, 0)), n=np.zeros((2, 0), np.int32))
+    assert got["rows"].tolist() == [-1, -1] and got["ints"].tolist() == [-1, -1]
+    long = np.random.default_rng(0).standard_normal((3, 5000))
+    long[0, [100, 4000]] = 9.0  # a tie far apart: the first
+    long[1, 4999] = 9.0
+    long[2, [3000, 70]] = np.nan, 9.0
+    wide = np.nan_to_num(long * 1000).astype(np.int32)
+    got = matches_the_reference(module, "Picks", x=long, n=wide)
+    assert got["rows"].tolist() == [100, 4999, 3000] and got["ints"].tolist()[:2] == [100, 4999]
 
 
 def test_an_i32_sequence_and_state_through_a_checkpointed_loop(module):

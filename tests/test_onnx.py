@@ -213,6 +213,7 @@ model Edges() {
   output rows = sum(i, axis = 1)
   output cols = sum(i * 3, axis = 0)
   output total = sum(i + i)
+  output pick = argmax(i, axis = 1)
 }
 """)
     out = export_onnx(path, tmp_path / "edges.onnx")
@@ -231,6 +232,28 @@ model Edges() {
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     assert got["rows"][:3].tolist() == [bottom, top, -2]
+
+
+def test_argmax_runs_in_onnxruntime_as_in_the_module(tmp_path):
+    """argmax is the first largest value's index, a NaN counting as the largest (as
+    NumPy): onnxruntime's ArgMax passes over a NaN, so the export picks the first NaN
+    itself."""
+    path = tmp_path / "picks.mdl"
+    path.write_text("""
+model Picks() {
+  input x : f32[B, 3]
+  output rows = argmax(x)
+  output cols = argmax(x, axis = 0)
+}
+""")
+    out = export_onnx(path, tmp_path / "picks.onnx")
+    x = np.array([[1, 3, 3], [np.inf, np.nan, 2], [np.nan, 5, np.nan], [-np.inf] * 3,
+                  [2, 1, 0]], np.float32)
+    got = run_onnx(out, {"x": x})
+    want = reference.run(check_file(str(path)).graph, {"x": x}, {}, dtype=np.float32)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert got["rows"].tolist() == [1, 1, 0, 0, 0] and got["cols"].tolist() == [2, 1, 2]
 
 
 def test_the_graph_names_parameters_by_scope_and_dims_by_symbol(tmp_path):

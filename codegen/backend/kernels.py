@@ -63,6 +63,15 @@ statements("softmax", _softmax(False))
 statements("log_softmax", _softmax(True))
 
 
+def _argmax(r, op, inputs, ins, outs):
+    shape, axis = inputs[0].type.shape, op.attrs["axis"]
+    return [f"{r.target.call('argmax')}{ins[0]}, {r.dim(numel(shape[:axis]))}, "
+            f"{r.dim(shape[axis])}, {r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
+
+
+statements("argmax", _argmax)
+
+
 def indices_named(v) -> str:
     """A C++ string literal naming where integer indices came from, for an IndexError:
     the input or variable they are (its name in the .mdl file), else "the indices"."""

@@ -260,6 +260,28 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
   }
 }
 
+// Whether v replaces `top` as a row's largest value when it comes later: larger, or the
+// row's first NaN (a NaN counts as the largest, as in NumPy's argmax). Ties keep the first.
+template <class T>
+MDL_HOST_DEVICE inline bool replaces(T v, T top) {
+  return v > top || (v != v && top == top);
+}
+
+// out[r] = the index of the largest value along the middle dim of an [outer, n, inner]
+// layout, the first of equal ones; -1 where n is 0 (there is no index).
+template <class T>
+void argmax(const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < inner; ++j) {
+      const T* xs = x + o * n * inner + j;
+      int64_t best = n ? 0 : -1;
+      for (int64_t i = 1; i < n; ++i)
+        if (replaces(xs[i * inner], xs[best * inner])) best = i;
+      out[o * inner + j] = int32_t(best);
+    }
+  }
+}
+
 // out[0] = the mean over real tokens of -log softmax(logits)[target], in one stable pass
 // per row. logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r
 // counts when t < lengths[b].

@@ -45,6 +45,23 @@ void softmax_and_cross_entropy() {
                mdl::IndexError);
 }
 
+void softmax_far_from_zero_and_argmax() {
+  std::vector<float> masked = {-1e9f, -1e9f, -1e9f, -1e9f}, probs(4);  // every score masked
+  mdl::softmax(false, masked.data(), 1, 4, 1, probs.data());
+  CHECK_NEAR(probs[0], 0.25, 1e-7);
+  mdl::softmax(true, masked.data(), 1, 4, 1, probs.data());
+  CHECK_NEAR(probs[3], -std::log(4.0), 1e-6);
+  // [2, 3] laid out as [outer, n, inner]: along n (columns' index) and along inner (rows')
+  std::vector<double> x = {1, 5, 5, 0, NAN, 7};
+  std::vector<int32_t> out(3);
+  mdl::argmax(x.data(), 2, 3, 1, out.data());
+  CHECK(out[0] == 1 && out[1] == 1);  // the first of a tie; a NaN counts as the largest
+  mdl::argmax(x.data(), 1, 2, 3, out.data());
+  CHECK(out[0] == 0 && out[1] == 1 && out[2] == 1);
+  mdl::argmax(x.data(), 2, 0, 1, out.data());  // no elements: no index
+  CHECK(out[0] == -1 && out[1] == -1);
+}
+
 void gather_checks_its_indices() {
   std::vector<float> table = {0, 1, 10, 11, 20, 21}, out(4);
   std::vector<int32_t> ids = {2, 0};
@@ -84,6 +101,7 @@ void orthogonal_init_gives_orthonormal_rows() {
 int main() {
   reductions_over_each_axis_set();
   softmax_and_cross_entropy();
+  softmax_far_from_zero_and_argmax();
   gather_checks_its_indices();
   random_numbers_depend_only_on_key_and_counter();
   orthogonal_init_gives_orthonormal_rows();

@@ -234,6 +234,39 @@ for _name in REDUCERS:
     _reduction(_name)
 
 
+# ---- argmax ------------------------------------------------------------------------
+def _argmax_ref(ctx, attrs, x):
+    """The first index of the largest value along `axis`, a NaN counting as the largest
+    (as NumPy); -1 along an axis of no elements, where NumPy raises."""
+    x, axis = np.asarray(x), attrs["axis"]
+    if x.shape[axis] == 0:
+        return np.full(x.shape[:axis] + x.shape[axis + 1:], -1, np.int32)
+    return np.argmax(x, axis=axis).astype(np.int32)
+
+
+def _argmax_onnx(g, op, xs):
+    """ArgMax, cast to i32. onnxruntime's passes over a NaN, so for floats a row holding
+    one takes the ArgMax of IsNaN instead: its first NaN, as NumPy and the targets."""
+    x, = xs
+    axis = op.attrs["axis"]
+    largest = g.op("ArgMax", x, axis=axis, keepdims=0)
+    if op.inputs[0].type.is_float:
+        nan = g.op("Cast", g.op("IsNaN", x), to=g.dtype("i32"))
+        any_nan = g.op("Cast", g.op("ReduceMax", nan, g.ints([axis]), keepdims=0),
+                       to=g.dtype("bool"))
+        largest = g.op("Where", any_nan, g.op("ArgMax", nan, axis=axis, keepdims=0), largest)
+    return g.op("Cast", largest, to=g.dtype("i32"))
+
+
+@primitive("argmax", 1, grad=_no_grad, ref=_argmax_ref, onnx=_argmax_onnx)
+def _argmax(types, attrs):
+    x, = types
+    same_dtype(types, "`argmax`", NUMERIC)
+    need(x.rank >= 1, f"`argmax` needs a tensor of rank 1 or more, got {x}")
+    axis = attrs["axis"]
+    return [TensorType("i32", x.shape[:axis] + x.shape[axis + 1:])]
+
+
 # ---- softmax -----------------------------------------------------------------------
 def _softmax_ref(ctx, attrs, x):
     e = np.exp(x - _max_ref(x, attrs["axis"], True))

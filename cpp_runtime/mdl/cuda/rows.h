@@ -223,6 +223,47 @@ void softmax(Context& g, bool log, const T* x, int64_t outer, int64_t n, int64_t
   check_launch("softmax");
 }
 
+// The smaller.
+struct Smaller {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+
+// mdl::argmax (kernels.h): the row's largest value (NaN if it holds one) across its W
+// threads, then the first index holding it.
+template <int W, class T>
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const T* x, int64_t outer, int64_t n,
+                                                          int64_t inner, int32_t* out) {
+  const int lane = threadIdx.x % W;
+  for (int64_t r = first_row<W>(); r < outer * inner; r += row_stride<W>()) {
+    const T* xs = x + r / inner * n * inner + r % inner;
+    T mx = max_identity<T>();
+    for (int64_t i = lane; i < n; i += W) mx = Larger()(mx, xs[i * inner]);
+    mx = across<W>(mx, Larger());
+    int64_t first = n;
+    for (int64_t i = lane; i < n; i += W) {
+      const T v = xs[i * inner];
+      if (v == mx || (v != v && mx != mx)) {
+        first = i;
+        break;
+      }
+    }
+    first = across<W>(first, Smaller());
+    if (lane == 0) out[r] = first < n ? int32_t(first) : -1;
+  }
+}
+
+template <class T>
+void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
+  if (outer * inner == 0) return;
+  with_width(row_width(inner == 1, n, n), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    launch(argmax_kernel<W, T>, blocks(outer * inner * W), kThreads, g.stream, x, outer, n,
+                                                                            inner, out);
+  });
+  check_launch("argmax");
+}
+
 // The losses of the counted rows (in double, as the CPU), summed per block (at most
 // kPartials: each leaves its sum and count of row losses).
 template <int W, class T>
