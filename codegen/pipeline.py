@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dsl import UsageError, check_file, model_names
+from dsl import UsageError, check_file, defines_by_model, model_names
 
 from .backend.module import generate
 from .compile.extension import build_extension
@@ -37,7 +37,8 @@ def check(path: str | Path, options: BuildOptions) -> list[Graph]:
     the file (one class each in the module). Each `--specialize` set must fit (name only
     symbolic dims of) at least one of them."""
     names = [options.model] if options.model else model_names(str(path))
-    out = [check_file(str(path), defines=options.defines, model=name,
+    defines = defines_by_model(str(path), names, options.defines)
+    out = [check_file(str(path), defines=defines[name], model=name,
                       dtype=options.dtype).graph for name in names]
     for spec in options.specialize:
         if any(_fits(spec, graph) for graph in out):

@@ -53,6 +53,24 @@ def model_names(path: str) -> list[str]:
     return names
 
 
+def defines_by_model(path: str, names: list[str], defines: dict[str, Any]) -> dict[str, dict]:
+    """What each of the models `names` of one file takes of `defines`, when they are
+    checked or built together: a hyper-parameter is set in the models that declare it
+    (a file's training model and its generation model both have H; only the one that
+    decodes has a step count L). A name that none of them declares is a usage error;
+    a single model takes them all, and says which it does not have."""
+    if not defines or len(names) < 2:
+        return {name: defines for name in names}
+    program = load_program(read_source(path), path)
+    has = {name: [h.name.name for h in program.models[name].hparams] for name in names}
+    unknown = sorted(set(defines) - {h for hs in has.values() for h in hs})
+    if unknown:
+        listing = "; ".join(f"`{name}` has {', '.join(hs) or 'none'}" for name, hs in has.items())
+        raise UsageError(f"no model of {path} has a hyper-parameter {', '.join(unknown)} "
+                         f"({listing})")
+    return {name: {k: v for k, v in defines.items() if k in has[name]} for name in names}
+
+
 def to_json(cm: CheckedModel) -> dict:
     g = cm.graph
     return {

@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from codegen import cli
+from codegen import cli, load
 from codegen.compile import environment, flags, index
 from codegen.compile.cache import write_key
 from codegen.compile.environment import EXT_SUFFIX, environment_key
@@ -112,6 +113,36 @@ def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
 def test_usage_errors_exit_2(good, args, message):
     r = mdlc("check", str(good), *args)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+TWO_MODELS = """
+model Train(H = 4) {
+  input x : f32[B, H]
+  output y = sum(x)
+}
+model Decode(H = 4, L = 3) {
+  input x : f32[B, H]
+  output y = sum(x) * L
+}
+"""
+
+
+def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
+    """Checked or built together, the models of a file each take the hyper-parameters
+    they declare (only the decoder has a step count L); a name none of them has is a
+    usage error naming what each has, and one model chosen with --model takes them all."""
+    path = tmp_path / "two.mdl"
+    path.write_text(TWO_MODELS)
+    r = mdlc("check", str(path), "-D", "L=7", "-D", "H=2")
+    assert r.returncode == 0, r.stderr
+    assert "model Train(H=2): ok" in r.stdout and "model Decode(H=2, L=7): ok" in r.stdout
+    r = mdlc("check", str(path), "-D", "Q=1")
+    assert r.returncode == 2 and ("no model of " in r.stderr and "has a hyper-parameter Q "
+                                  "(`Train` has H; `Decode` has H, L)" in r.stderr)
+    r = mdlc("check", str(path), "--model", "Train", "-D", "L=7")
+    assert r.returncode == 2 and "model `Train` has no hyper-parameter L (it has H)" in r.stderr
+    built = load(path, defines={"L": 5}, name="two_models")
+    assert built.Decode().forward(x=np.ones((2, 4), np.float32))["y"] == 40.0
 
 
 @pytest.mark.parametrize("args, message", [
