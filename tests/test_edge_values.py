@@ -89,6 +89,13 @@ model Picks() {
   output cols = argmax(x, axis = 0)
   output ints = argmax(n, axis = 1)
 }
+model Pointers() {
+  input xs : f32[S, B, 3]
+  input picks : i32[B]
+  param w : f32[3] = ones
+  output loss = cross_entropy(transpose(sum(xs * w, axis = 2)), picks)
+  minimize loss
+}
 model Counts() {
   input xs : f32[T, B, 3]
   input ns : i32[T, B, 2]
@@ -243,6 +250,23 @@ def test_argmax_picks_the_first_largest_and_the_first_nan(module):
     wide = np.nan_to_num(long * 1000).astype(np.int32)
     got = matches_the_reference(module, "Picks", x=long, n=wide)
     assert got["rows"].tolist() == [100, 4999, 3000] and got["ints"].tolist()[:2] == [100, 4999]
+
+
+def test_classes_counted_by_a_symbolic_dim(module):
+    """cross_entropy over S classes, S a dim of an input (a pointer network's scores over
+    source positions): its gradient's one_hot of S classes did not compile (`S` was
+    written into the C++ as it is)."""
+    rng = np.random.default_rng(3)
+    inputs = {"xs": rng.standard_normal((5, 2, 3)), "picks": np.array([4, 0], np.int32)}
+    model = getattr(module, "Pointers")(seed=0)
+    got = model.forward(**inputs, training=True)
+    grads = model.backward()
+    graph = check_source(SOURCE, model="Pointers", dtype="f64").graph
+    want = interpreter.gradients(graph, inputs, {"w": np.ones(3)}, training=True)
+    np.testing.assert_allclose(float(got["loss"]), want.outputs["loss"], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads["w"]), want.params["w"], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads["input:xs"]), want.inputs["xs"], rtol=1e-12,
+                               atol=1e-15)
 
 
 def test_an_i32_sequence_and_state_through_a_checkpointed_loop(module):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..ir.shapes import contiguous_strides, numel
+from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.primitives.core import TABLE
 from .op_lowering import ctype_of, matrix_order, offset_expr
 
@@ -149,7 +149,8 @@ def _scatter_add(r, op, inputs, ins, outs):
 
 statements("scatter_add", _scatter_add)
 statements("one_hot", lambda r, op, inputs, ins, outs: [
-    f"{r.target.call('one_hot')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, {op.attrs['n']}, {outs[0]});"])
+    f"{r.target.call('one_hot')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, "
+    f"{r.dim(Dim.of(op.attrs['n']))}, {outs[0]});"])  # n may be symbolic (a dim S)
 
 
 def _unindex(r, op, inputs, ins, outs):

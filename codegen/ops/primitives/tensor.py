@@ -53,7 +53,7 @@ def _one_hot_onnx(g, op, xs):
 
 
 @primitive("one_hot", 1, grad=_no_grad, ref=_one_hot_ref,
-           integer_bounds=lambda op, size: [(op.inputs[0], 0, op.attrs["n"])],
+           integer_bounds=lambda op, size: [(op.inputs[0], 0, size(op.attrs["n"]))],
            onnx=_one_hot_onnx)
 def _one_hot(types, attrs):
     ids, = types
