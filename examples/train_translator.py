@@ -1,8 +1,9 @@
 """The translation model with attention of examples/attention.mdl, trained to reverse
-sequences of symbols, then decoded greedily: `TranslatorEncode` and `TranslatorStep` run
-on the trained `Translator`'s parameters, one target token at a time, each step fed the
-token the step before chose. Reversal needs attention: output t is source position
-n-1-t, and the attention weights of a trained model show it.
+sequences of symbols, then decoded greedily on the trained `Translator`'s parameters, in
+one call of `TranslatorGreedy` (its loop feeds each step the token the one before chose)
+and, to the same tokens, from Python: `TranslatorEncode` once, then `TranslatorStep` one
+token at a time. Reversal needs attention: output t is source position n-1-t, and the
+attention weights of a trained model show it.
 
     python3 examples/train_translator.py              # a few seconds on 2 cores
     python3 examples/train_translator.py --steps 2000 --length 12
@@ -39,8 +40,9 @@ def reversal_batch(rng: np.random.Generator, batch: int, length: int) -> dict:
 
 
 def greedy(encoder, step, source: np.ndarray, lengths: np.ndarray, steps: int):
-    """The tokens each step chooses, i32[steps, B], and its attention weights over the
-    source, f32[steps, S, B]."""
+    """TranslatorGreedy's work from Python, a call a token: the tokens each step chooses,
+    i32[steps, B] (END again once a row has chosen it), and its attention weights over
+    the source, f32[steps, S, B]."""
     enc = encoder.forward(source=source, source_lengths=lengths)
     h, c = enc["h"], enc["c"]
     context = np.zeros_like(h)
@@ -49,16 +51,27 @@ def greedy(encoder, step, source: np.ndarray, lengths: np.ndarray, steps: int):
     for _ in range(steps):
         out = step.forward(token=token, h=h, c=c, context=context, states=enc["states"],
                            keys=enc["keys"], real=enc["real"])
-        token = out["logits"].argmax(axis=1).astype(np.int32)
+        token = np.where(token == END, END, out["logits"].argmax(axis=1)).astype(np.int32)
         h, c, context = out["h_out"], out["c_out"], out["context_out"]
         tokens.append(token)
         weights.append(out["weights"])
     return np.stack(tokens), np.stack(weights)
 
 
+def timed(run, repeat: int = 5):
+    """run()'s result and its fastest time of `repeat` calls, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - start)
+    return result, best
+
+
 def train(steps: int, length: int, batch: int = 32, seed: int = 0, log=print):
-    """The trained Translator and the module it lives in."""
-    module = load(ROOT / "examples" / "attention.mdl")
+    """The trained Translator and the module it lives in, whose TranslatorGreedy decodes
+    length + 1 tokens (L)."""
+    module = load(ROOT / "examples" / "attention.mdl", defines={"L": length + 1})
     model = module.Translator(seed=seed)
     model.set_optimizer("adam", lr=1e-2, clip_norm=5.0)
     rng = np.random.default_rng(seed)
@@ -71,18 +84,25 @@ def train(steps: int, length: int, batch: int = 32, seed: int = 0, log=print):
 
 
 def evaluate(module, model, length: int, batch: int = 256, seed: int = 1) -> dict:
-    """Greedy decoding of new sequences: the share reversed exactly (END included), and
-    the share of steps t < n whose attention peaks at source position n-1-t."""
+    """Greedy decoding of new sequences in one call: the share reversed exactly (END
+    included), and the share of steps t < n whose attention peaks at source position
+    n-1-t; the time of that call and of decoding from Python a token at a time (the
+    fastest of 5)."""
     data = reversal_batch(np.random.default_rng(seed), batch, length)
-    tokens, weights = greedy(module.TranslatorEncode(params=model),
-                             module.TranslatorStep(params=model), data["source"],
-                             data["source_lengths"], length + 1)
+    decoder = module.TranslatorGreedy(params=model)
+    out, one_call = timed(lambda: decoder.forward(source=data["source"],
+                                                  source_lengths=data["source_lengths"]))
+    tokens, weights = out["tokens"], out["weights"]
+    encoder, step = module.TranslatorEncode(params=model), module.TranslatorStep(params=model)
+    (stepped, _), from_python = timed(lambda: greedy(encoder, step, data["source"],
+                                                     data["source_lengths"], length + 1))
     n = data["source_lengths"]
     exact = [np.array_equal(tokens[:k + 1, b], data["target_out"][:k + 1, b])
              for b, k in enumerate(n)]
     looked = [weights[t, :, b].argmax() == k - 1 - t for b, k in enumerate(n) for t in range(k)]
     return {"exact": float(np.mean(exact)), "attention": float(np.mean(looked)),
-            "data": data, "tokens": tokens, "weights": weights}
+            "data": data, "tokens": tokens, "weights": weights, "stepped": stepped,
+            "seconds": (one_call, from_python)}
 
 
 def main(argv=None) -> None:
@@ -105,6 +125,11 @@ def main(argv=None) -> None:
         print("  " + " ".join(f"{w:4.2f}" for w in weights[t, :n, 0]))
     print(f"reversed exactly: {result['exact']:.1%} of {len(data['source_lengths'])} new "
           f"sequences; attention on the mirrored position: {result['attention']:.1%} of steps")
+    one_call, from_python = result["seconds"]
+    same = np.array_equal(result["tokens"], result["stepped"])
+    print(f"decoded in one call of TranslatorGreedy in {one_call * 1e3:.2f} ms; from Python, "
+          f"a call a token, in {from_python * 1e3:.2f} ms ({'the same' if same else 'OTHER'} "
+          "tokens)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The attention model of examples/attention.mdl: one token at a time, TranslatorEncode
 and TranslatorStep give Translator's logits; trained by examples/train_translator.py it
-learns to reverse sequences, and its attention looks at the mirrored source position."""
+learns to reverse sequences, its attention looks at the mirrored source position, and
+TranslatorGreedy decodes in one call what the step models decode a token at a time."""
 from __future__ import annotations
 
 import subprocess
@@ -42,10 +43,14 @@ def test_one_token_at_a_time_gives_the_sequence_models_logits():
 
 
 def test_trained_it_reverses_sequences_and_attends_to_the_mirrored_position():
+    """Decoded in one call of TranslatorGreedy (its loop feeds argmax's token to the next
+    step), as a call a token from Python decodes it."""
     module, model = train_translator.train(steps=400, length=8, log=lambda line: None)
     result = train_translator.evaluate(module, model, length=8)
     assert result["exact"] > 0.9, result["exact"]
     assert result["attention"] > 0.9, result["attention"]
+    assert result["tokens"].shape == (9, 256) and result["tokens"].dtype == np.int32
+    np.testing.assert_array_equal(result["tokens"], result["stepped"])
 
 
 def test_the_script_runs_as_a_user_runs_it():
