@@ -52,6 +52,35 @@ def test_gradients_below_the_rounding_of_the_loss_are_compared_at_its_scale(
     assert cli.main(["gradcheck", str(wrong)]) == 1
 
 
+NESTED = """
+import "std/rnn.mdl"
+model Words(E = 3, H = 4) {
+  input chars : f32[T, C, B, E]
+  input char_lengths : i32[T, B]
+  input labels : i32[B]
+  h = zeros[B, H]
+  for word in chars, n in char_lengths {
+    w = zeros[B, H]
+    for ch in word (lengths = n) {
+      w = gru(ch, w) as chars
+    }
+    h = gru(w, h) as words
+  }
+  output loss = cross_entropy(linear(h, 4), labels)
+  minimize loss
+}
+"""
+
+
+def test_inputs_stepped_through_by_a_loop_keep_the_bounds_of_their_steps(tmp_path, capsys):
+    """An inner loop's lengths are a step of the outer loop's sequence of lengths (a
+    word's characters): drawn within C, not the default range, which was past it and
+    made gradcheck end in an internal error."""
+    path = tmp_path / "words.mdl"
+    path.write_text(NESTED)
+    assert cli.main(["gradcheck", str(path), "--dims", "C=2"]) == 0, capsys.readouterr()
+
+
 def test_dims_the_model_does_not_have_are_a_usage_error(capsys):
     """A typo in --dims (t for T) would check other dims than asked for, saying nothing."""
     assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "--dims", "t=2"]) == 2

@@ -11,7 +11,9 @@ The questions (each kind of entry says more in its own module):
 - `rewrite(op, autodiff) -> rule(b, op) or None`: a rewrite into simpler ops before
   autodiff or a backend (codegen/transforms/prepare.py);
 - `simplify(b, op, facts) -> values or None`, `trim(op, live)`: what the passes offer it;
-- `integer_bounds(op, size)`, `sets_dims(op)`, `uniform(op)`, `blocks` (block names),
+- `integer_bounds(op, size)`, `steps(op)` (the block arguments that each take one step of
+  an operand, paired with it: a `for`'s loop variables and its sequences),
+  `sets_dims(op)`, `uniform(op)`, `blocks` (block names),
   `step_sum` (the sum of its result over a loop's steps, ops/primitives/core.py);
 - declared facts, all False unless the entry says so:
   `elementwise`, `random` (draws from the RNG: never merged, folded or recomputed),
@@ -56,6 +58,7 @@ class OpEntry(abc.ABC):
     simplify: Callable | None = None
     step_sum: Callable | None = None
     integer_bounds: Callable | None = None
+    steps: Callable | None = None
     uniform: Callable | None = None
 
     @abc.abstractmethod

@@ -46,6 +46,9 @@ def integer_bounds(graph: Graph, dims: dict[str, int]) -> dict[str, tuple[int, i
         if rules.selects and op.inputs[0].id in origin:
             for out in op.outputs:  # selected from an integer input: within its bounds
                 origin[out.id] = origin[op.inputs[0].id]
+        for whole, step in rules.steps(op) if rules.steps else ():
+            if whole.id in origin:  # a loop variable: a step of an integer input
+                origin[step.id] = origin[whole.id]
         if rules.integer_bounds is not None:
             for v, lo, hi in rules.integer_bounds(op, size):
                 limit(v, lo, hi)

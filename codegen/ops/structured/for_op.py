@@ -300,6 +300,11 @@ def _integer_bounds(op: Op, size) -> list:
     return [(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)]
 
 
+def _steps(op: Op) -> list[tuple[Value, Value]]:
+    """Each sequence and the loop variable that takes its steps."""
+    return list(zip(op.inputs[:op.attrs["n_seq"]], op.blocks[0].args))
+
+
 # ---- ONNX ----------------------------------------------------------------------------------
 def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     """A `Loop` of T trips (T the sequences' leading dim): trip i reads step t of every
@@ -340,5 +345,6 @@ FOR = register(StructuredOp(
            "skip": (int, -1)},
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
-    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, repeats=True,
+    rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, steps=_steps,
+    repeats=True,
     extra={"onnx": _onnx}))

@@ -56,6 +56,7 @@ class StructuredOp(OpEntry):
     rewrite: Callable[[Op, bool], Callable | None] = lambda op, autodiff: None
     simplify: Callable | None = None
     integer_bounds: Callable | None = None
+    steps: Callable | None = None
     # the dims (symbols) known only once the op has run: a while's trip count
     sets_dims: Callable[[Op], set] = lambda op: set()
     repeats: bool = False   # runs its blocks more than once (a loop)
