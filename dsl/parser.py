@@ -287,6 +287,9 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
             return MdlSyntaxError("a statement cannot be a bare expression; assign its "
                                   "value: `y = ...`", name_loc)
     if tok.type.isupper() and text.isidentifier() and tok.type != "NAME" and "NAME" in exc.expected:
+        if text == "reversed" and _in_for_header(before):  # among the loop's options
+            return MdlSyntaxError("`reversed` is not a loop option: it goes around the "
+                                  "sequence, `for x in reversed(xs) (...)`", loc)
         return MdlSyntaxError(f"`{text}` is a keyword and cannot be used as a name here", loc)
     if {"NAME", "INT", "FLOAT"} <= set(exc.expected):
         return MdlSyntaxError(f"expected an expression, found {_describe(tok)}", loc)
@@ -294,6 +297,16 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if len(expected) <= 4:
         return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+def _in_for_header(before: list[Token]) -> bool:
+    """Whether the tokens before end inside a `for` header (past `for`, before its `{`)."""
+    for t in reversed(before):
+        if t.type == "FOR":
+            return True
+        if str(t) in "{}" or t.type in ("_NL", "SEMI", "SEMICOLON"):
+            return False
+    return False
 
 
 def _join(words: list[str]) -> str:

@@ -113,6 +113,11 @@ BAD_PROGRAMS = [
      '`}` does not match the `(` opened at t.mdl:1:42', "1:49"),
     ('model M() { input x : f32[B]; output for = x }',
      '`for` is a keyword and cannot be used as a name here', "1:38"),
+    ('model M() { input xs : f32[T, B]; hs = for x in xs (reversed) { yield x }; output z = hs }',
+     '`reversed` is not a loop option: it goes around the sequence, '
+     '`for x in reversed(xs) (...)`', "1:53"),
+    ('model M() { input x : f32[B]; output y = f(reversed) }',
+     '`reversed` is a keyword and cannot be used as a name here', "1:44"),
     ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
      'comparisons do not chain: write `a < b and b < c`', "1:50"),
     ('model M() { input x : f32[B]; output y = x ? x }',
