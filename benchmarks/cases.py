@@ -53,6 +53,8 @@ GROUPS = {  # group: (passes, peers, description)
     "milstm": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX), "std `milstm` in a `for`"),
     "gru_if": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
                "a GRU whose input takes one of two branches, chosen per step"),
+    "attention": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
+                  "an LSTM decoder attending to T encoder states at every step"),
     "memory": ((TRAIN,), (), "peak memory and time of an LSTM training step, by loop option"),
 }
 
@@ -75,7 +77,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         return _gpu_cases(quick)
     if quick:
         lstm = [dict(T=4, B=2, H=8)]
-        cells = [dict(T=4, B=2, H=8)]
+        cells = attention = [dict(T=4, B=2, H=8)]
         memory, k = dict(T=24, B=2, H=8), 4
         step = dict(T=4, B=1, H=8)
     else:
@@ -83,10 +85,12 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
                  (100, 32, 256))
         lstm = [dict(T=t, B=b, H=h) for t, b, h in sizes]
         cells = [dict(T=35, B=b, H=h) for b in (1, 32) for h in (128, 256)]
+        attention = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 512))]
         memory, k = dict(T=1000, B=16, H=256), 32
         step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state
     return ([_case("lstm", **d) for d in lstm] + [_case("generation", **step)]
             + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
+            + [_case("attention", **d) for d in attention]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
                _case("memory", "checkpoint", **memory, K=k)])
 
@@ -139,15 +143,19 @@ def branch_signs(T: int) -> np.ndarray:
 
 def flops(case: Case, pass_name: str) -> float:
     """Floating-point operations of one pass, counting only the matrix products:
-    2*B*(I+H)*G*H per step for a cell with G gates (I = H here; gru_if adds 2*B*H*H on
-    the steps whose branch projects), twice that again in the backward (a training step
-    is 3x the forward); the elementwise work is left out."""
+    2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
+    and context; gru_if adds 2*B*H*H on the steps whose branch projects; attention's
+    scores and context are 2*T*B*H each), twice that again in the backward (a training
+    step is 3x the forward); the elementwise work is left out."""
     if case.group == SGEMM:
         return 2.0 * case.dims["N"] ** 3
     B, H = case.dims["B"], case.dims["H"]
     steps = 1 if pass_name == STEP else case.dims["T"]
     gates = 3 if case.group == "gru_if" else 4
-    forward = steps * 2.0 * B * (H + H) * gates * H
+    inputs = 2 * H if case.group == "attention" else H
+    forward = steps * 2.0 * B * (inputs + H) * gates * H
+    if case.group == "attention":
+        forward += steps * 2 * 2.0 * case.dims["T"] * B * H
     if case.group == "gru_if":
         taken = int((branch_signs(case.dims["T"]) > 0).sum())
         forward += taken * 2.0 * B * H * H

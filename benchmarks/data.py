@@ -11,10 +11,13 @@ from benchmarks.cases import Case, branch_signs
 
 def inputs(case: Case) -> dict[str, np.ndarray]:
     """The model's inputs: `xs` [T, B, H] and the loss weights (the generation case
-    steps through `xs` one row at a time; gru_if also takes its per-step `signs`)."""
+    steps through `xs` one row at a time; gru_if also takes its per-step `signs`,
+    attention the encoder states `enc` [T, B, H] it attends to)."""
     T, B, H = (case.dims[k] for k in "TBH")
     rng = np.random.default_rng(1)
     out = {"xs": rng.standard_normal((T, B, H), dtype=np.float32)}
+    if case.group == "attention":  # the size of an LSTM's states: scores of a few units
+        out["enc"] = rng.uniform(-1.0, 1.0, (T, B, H)).astype(np.float32)
     if case.group != "generation":
         out["weights"] = rng.standard_normal((T, B, H), dtype=np.float32)
     if case.group == "gru_if":
@@ -41,4 +44,6 @@ def params(case: Case) -> dict[str, np.ndarray]:
     if case.group == "gru_if":
         return {"P": uniform(H, H), "gru/W": uniform(H, 3 * H), "gru/U": uniform(H, 3 * H),
                 "gru/bW": uniform(3 * H), "gru/bU": uniform(3 * H)}
-    return {"lstm/W": uniform(H, 4 * H), "lstm/U": uniform(H, 4 * H), "lstm/b": uniform(4 * H)}
+    inputs = 2 * H if case.group == "attention" else H  # attention: x beside the context
+    return {"lstm/W": uniform(inputs, 4 * H), "lstm/U": uniform(H, 4 * H),
+            "lstm/b": uniform(4 * H)}

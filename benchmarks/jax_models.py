@@ -58,8 +58,17 @@ def _loss(group: str):
             return h, h
         return jnp.sum(lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), (xs, signs))[1]
                        * weights)
+    def attention(p, enc, xs, weights):
+        def step(carry, x):
+            h, c, context = carry
+            h, c = lstm_cell(p, jnp.concatenate([x, context], axis=1), h, c)
+            scores = jax.nn.softmax(jnp.einsum("tbh,bh->tb", enc, h), axis=0)
+            context = jnp.einsum("tb,tbh->bh", scores, enc)
+            return (h, c, context), h + context
+        zeros = jnp.zeros(xs.shape[1:], xs.dtype)
+        return jnp.sum(lax.scan(step, (zeros, zeros, zeros), xs)[1] * weights)
     return {"lstm": lstm_like(lstm_cell),
-            "milstm": lstm_like(milstm_cell), "gru_if": gru_if}[group]
+            "milstm": lstm_like(milstm_cell), "gru_if": gru_if, "attention": attention}[group]
 
 
 def setup(case: Case) -> Bench:
@@ -72,7 +81,7 @@ def setup(case: Case) -> Bench:
     if case.group == "generation":
         return _generation(p, inputs["xs"])
     loss = _loss(case.group)
-    floats = {k: inputs[k] for k in ("xs", "weights")}
+    floats = {k: inputs[k] for k in ("enc", "xs", "weights") if k in inputs}
     others = {k: v for k, v in inputs.items() if k not in floats}
 
     def split_loss(p, floats, others):

@@ -1,5 +1,5 @@
-"""The PyTorch side: nn.LSTM and nn.LSTMCell for the LSTM cases, and the MILSTM and the
-GRU with a branch written as plain modules (the per-step math of std/rnn.mdl, with mdl's
+"""The PyTorch side: nn.LSTM and nn.LSTMCell for the LSTM cases, and the MILSTM, the
+GRU with a branch and the attention decoder written as plain modules (the per-step math of std/rnn.mdl, with mdl's
 weight layout, `x @ W`), run eagerly, through TorchScript or through torch.compile, on the
 case's device (the GPU rows: cuDNN's LSTM, float32 without TF32; every pass waits for
 the GPU before it returns)."""
@@ -69,7 +69,35 @@ class GRUIf(nn.Module):
         return (torch.stack(hs) * weights).sum()
 
 
-CELLS = {"milstm": MILSTM, "gru_if": GRUIf}
+class Attention(nn.Module):
+    """benchmarks/models.mdl's Attention: std/rnn.mdl's `lstm` on x beside the last
+    context, dot-product scores against the encoder states by a batched product, their
+    softmax over time, and the context as another."""
+    names = {"W": "lstm/W", "U": "lstm/U", "b": "lstm/b"}
+
+    def __init__(self, params: dict[str, np.ndarray]):
+        super().__init__()
+        for attr, key in self.names.items():
+            setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
+
+    def forward(self, enc: torch.Tensor, xs: torch.Tensor,
+                weights: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.size(1), self.U.size(0))
+        c, context = h, h
+        keys = enc.transpose(0, 1)                                       # [B, T, H]
+        hs = []
+        for t in range(xs.size(0)):
+            g = torch.cat([xs[t], context], 1) @ self.W + h @ self.U + self.b
+            i, f, u, o = g.chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            scores = torch.softmax(torch.bmm(keys, h.unsqueeze(2)), 1)   # [B, T, 1]
+            context = torch.bmm(scores.transpose(1, 2), keys).squeeze(1)
+            hs.append(h + context)
+        return (torch.stack(hs) * weights).sum()
+
+
+CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention}
 
 
 def eager(case: Case) -> Bench:
@@ -146,11 +174,13 @@ def compiled(case: Case) -> Bench:
 
 
 def _tensors(case: Case, grad: bool = False) -> dict[str, torch.Tensor]:
-    """The case's inputs; with `grad`, xs and weights require gradients, as mdl's backward
-    returns them too (an LSTM fed by an embedding needs d xs anyway)."""
+    """The case's inputs; with `grad`, the float ones (xs, weights, attention's enc)
+    require gradients, as mdl's backward returns them too (an LSTM fed by an embedding
+    needs d xs anyway)."""
     out = {k: torch.from_numpy(v).to(_device(case)) for k, v in data.inputs(case).items()}
-    for k in ("xs", "weights") if grad else ():
-        out[k].requires_grad_(True)
+    for k in ("enc", "xs", "weights") if grad else ():
+        if k in out:
+            out[k].requires_grad_(True)
     return out
 
 
