@@ -15,15 +15,21 @@ from benchmarks import data
 from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
 
 
-class MILSTM(nn.Module):
-    """std/rnn.mdl's `milstm` in a loop over time, loss sum(hs * weights)."""
-    names = {"W": "milstm/W", "U": "milstm/U", "alpha": "milstm/alpha",
-             "beta1": "milstm/beta1", "beta2": "milstm/beta2", "b": "milstm/b"}
+class Cell(nn.Module):
+    """A loop written as a plain module, its parameters the case's weights under mdl's
+    names (`names`: attribute -> mdl name), in mdl's layout."""
+    names: dict[str, str] = {}
 
     def __init__(self, params: dict[str, np.ndarray]):
         super().__init__()
         for attr, key in self.names.items():
             setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
+
+
+class MILSTM(Cell):
+    """std/rnn.mdl's `milstm` in a loop over time, loss sum(hs * weights)."""
+    names = {"W": "milstm/W", "U": "milstm/U", "alpha": "milstm/alpha",
+             "beta1": "milstm/beta1", "beta2": "milstm/beta2", "b": "milstm/b"}
 
     def forward(self, xs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         h = xs.new_zeros(xs.size(1), self.U.size(0))
@@ -40,15 +46,10 @@ class MILSTM(nn.Module):
         return (torch.stack(hs) * weights).sum()
 
 
-class GRUIf(nn.Module):
+class GRUIf(Cell):
     """benchmarks/models.mdl's GRUIf: per step, the input is projected (tanh(x @ P)) when
     that step's sign is positive, else halved; then std/rnn.mdl's `gru`."""
     names = {"P": "P", "W": "gru/W", "U": "gru/U", "bW": "gru/bW", "bU": "gru/bU"}
-
-    def __init__(self, params: dict[str, np.ndarray]):
-        super().__init__()
-        for attr, key in self.names.items():
-            setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
 
     def forward(self, xs: torch.Tensor, signs: torch.Tensor,
                 weights: torch.Tensor) -> torch.Tensor:
@@ -69,16 +70,11 @@ class GRUIf(nn.Module):
         return (torch.stack(hs) * weights).sum()
 
 
-class Attention(nn.Module):
+class Attention(Cell):
     """benchmarks/models.mdl's Attention: std/rnn.mdl's `lstm` on x beside the last
     context, dot-product scores against the encoder states by a batched product, their
     softmax over time, and the context as another."""
     names = {"W": "lstm/W", "U": "lstm/U", "b": "lstm/b"}
-
-    def __init__(self, params: dict[str, np.ndarray]):
-        super().__init__()
-        for attr, key in self.names.items():
-            setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
 
     def forward(self, enc: torch.Tensor, xs: torch.Tensor,
                 weights: torch.Tensor) -> torch.Tensor:
