@@ -1,8 +1,8 @@
 """The PyTorch side: nn.LSTM and nn.LSTMCell for the LSTM cases, and the MILSTM, the
-GRU with a branch and the attention decoder written as plain modules (the per-step math of std/rnn.mdl, with mdl's
-weight layout, `x @ W`), run eagerly, through TorchScript or through torch.compile, on the
-case's device (the GPU rows: cuDNN's LSTM, float32 without TF32; every pass waits for
-the GPU before it returns)."""
+GRU with a branch and the attention decoder written as plain modules (the per-step math
+of std/rnn.mdl, with mdl's weight layout, `x @ W`), run eagerly, through TorchScript or
+through torch.compile, on the case's device (the GPU rows: cuDNN's LSTM, float32 without
+TF32; every pass waits for the GPU before it returns)."""
 from __future__ import annotations
 
 import time

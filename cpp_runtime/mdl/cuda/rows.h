@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x,
     for (int64_t i = lane; i < n; i += W) sum += std::exp(xs[i * inner] - shift);
     sum = across<W>(sum, Plus());
     const T norm = log ? std::log(sum) : T(1) / sum;
-    for (int64_t i = lane; i < n; i += W) ys[i * inner] = normalized(log, xs[i * inner] - shift, norm);
+    for (int64_t i = lane; i < n; i += W)
+      ys[i * inner] = normalized(log, xs[i * inner] - shift, norm);
   }
 }
 
