@@ -54,6 +54,8 @@ def const(arg, kind: str, what: str):
 
 
 def axis(arg, rank: int) -> int:
+    if isinstance(arg[0], list):  # softmax, argmax, concat, ...: reductions take lists
+        raise MdlTypeError("this `axis` is one axis, not a list", arg[1])
     a = const(arg, "int", "axis")
     if not -rank <= a < max(rank, 1):
         raise MdlTypeError(f"axis {a} is out of range for rank {rank}", arg[1])

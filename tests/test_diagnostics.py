@@ -116,6 +116,8 @@ BAD_PROGRAMS = [
     ('model M() { input xs : f32[T, B]; hs = for x in xs (reversed) { yield x }; output z = hs }',
      '`reversed` is not a loop option: it goes around the sequence, '
      '`for x in reversed(xs) (...)`', "1:53"),
+    ('model M() { input x : f32[B, 4]; output y = softmax(x, axis = [0, 1]) }',
+     'this `axis` is one axis, not a list', "1:63"),
     ('model M() { input x : f32[B]; output y = f(reversed) }',
      '`reversed` is a keyword and cannot be used as a name here', "1:44"),
     ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
