@@ -300,11 +300,12 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
 
 
 def _in_for_header(before: list[Token]) -> bool:
-    """Whether the tokens before end inside a `for` header (past `for`, before its `{`)."""
+    """Whether the tokens before end inside a `for` header: past `for`, with no brace
+    after it (every finished `for`, and every block, ends in one)."""
     for t in reversed(before):
         if t.type == "FOR":
             return True
-        if str(t) in "{}" or t.type in ("_NL", "SEMI", "SEMICOLON"):
+        if str(t) in ("{", "}"):
             return False
     return False
 
