@@ -117,6 +117,17 @@ def test_a_missing_stream_synchronization_shows_in_deferred_mode(kernels, monkey
     assert error == "" and np.isnan(seen).all(), seen  # the copy had not run yet
 
 
+def test_a_memset_not_waited_for_lands_after_a_non_blocking_streams_copy(kernels,
+                                                                        monkeypatch):
+    """cudaMemset queues on the legacy stream, which a non-blocking stream's work does not
+    wait for (the device's allocate zeroed memory so, and a GPU under load zeroed inputs,
+    parameters and outputs after they were written)."""
+    passes(kernels.zeroed_then_filled(False), [2.0, 4.0, 6.0])  # at once: the bug hides
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    passes(kernels.zeroed_then_filled(True), [2.0, 4.0, 6.0])
+    passes(kernels.zeroed_then_filled(False), [0.0, 0.0, 0.0])
+
+
 @pytest.mark.parametrize("mode", ["", "deferred"])
 def test_a_captured_graph_replays_its_work_on_what_memory_holds_then(kernels, monkeypatch, mode):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", mode)

@@ -203,6 +203,28 @@ Result copy_back(bool wait) {
   return {Device::error(), seen};
 }
 
+// New memory zeroed by cudaMemset, which queues on the legacy stream, then filled by a
+// copy on a non-blocking stream and read by a kernel there: the two streams are not
+// ordered, so unless the host waits for the memset (`wait`), its zeros may land after the
+// copy, as they did on an H100 under load. The numbers: 2 x what the kernel read.
+Result zeroed_then_filled(bool wait) {
+  Device d;
+  double* out = d.array({0, 0, 0});
+  void* x = nullptr;
+  cudaMalloc(&x, 3 * sizeof(double));
+  cudaMemset(x, 0, 3 * sizeof(double));
+  if (wait) cudaStreamSynchronize(0);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  const double values[3] = {1, 2, 3};
+  cudaMemcpyAsync(x, values, sizeof values, cudaMemcpyHostToDevice, s);
+  cudaStreamSynchronize(s);
+  launch(scale, 1, kThreads, s, static_cast<const double*>(x), int64_t(3), out);
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return {Device::error(), d.read(out, 3)};
+}
+
 // x * 2 into out, captured from stream s as a graph, then replayed twice with new x. With
 // `unsafe` 1 to 4, the capture also meets a call CUDA refuses during it (cudaMalloc, the
 // stream's synchronization, a copy to the host on it, a synchronous copy), which returns
@@ -258,5 +280,6 @@ PYBIND11_MODULE(wrong_kernels, m) {
   m.def("fast_path_barrier", &fast_path_barrier);
   m.def("gemm", &gemm);
   m.def("copy_back", &copy_back);
+  m.def("zeroed_then_filled", &zeroed_then_filled);
   m.def("graph", &graph);
 }

@@ -1,11 +1,16 @@
 // The emulated device's runtime API: errors, streams, memory calls, copies and graphs. Work
 // runs in its stream's order, at once, or with MDL_CUDA_EMULATOR=deferred only when the
 // stream is synchronized: a device-to-host copy's destination holds poison (0xff bytes)
-// until then, so a missing cudaStreamSynchronize shows as wrong numbers. A capturing
-// stream records its work into a graph instead, which cudaGraphLaunch queues again, the
-// same operations on the same arguments, as often as it is launched.
+// until then, so a missing cudaStreamSynchronize shows as wrong numbers. Streams are
+// ordered as CUDA orders them: the legacy stream (0) and the blocking streams each wait
+// for the others' earlier work; a non-blocking stream waits for none, so in deferred mode
+// what the legacy stream still holds runs after the non-blocking stream's work that is
+// synchronized (a cudaMemset not waited for lands after a later copy, as it can on a GPU).
+// A capturing stream records its work into a graph instead, which cudaGraphLaunch queues
+// again, the same operations on the same arguments, as often as it is launched.
 #include <cxxabi.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -28,7 +33,8 @@ struct CUgraphExec_st {
 };
 
 struct CUstream_st {
-  std::deque<std::function<void()>> queue;
+  std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // (when it was queued, work)
+  bool blocking = true;  // ordered with the legacy stream (not cudaStreamNonBlocking)
   CUgraph_st* capture = nullptr;  // while capturing: the graph its work goes into
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   std::thread::id owner;          // the thread that began the capture
@@ -41,6 +47,7 @@ namespace {
 
 std::recursive_mutex lock;  // one caller at a time in the emulator
 CUstream_st legacy;         // stream 0
+uint64_t queued = 0;        // how much work was ever queued: the order of the queues' work
 std::set<CUstream_st*> streams;
 std::set<CUgraph_st*> graphs;
 std::set<CUgraphExec_st*> execs;
@@ -134,12 +141,36 @@ void execute(const std::function<void()>& work) {
   }
 }
 
-void drain(CUstream_st* s) {
-  while (!s->queue.empty()) {
-    auto work = std::move(s->queue.front());
-    s->queue.pop_front();
-    execute(work);
+void run_first(CUstream_st* s) {
+  auto work = std::move(s->queue.front().second);
+  s->queue.pop_front();
+  execute(work);
+}
+
+// Runs the work of the legacy stream and the blocking streams queued before `bound`, in the
+// order it was queued: each of them waits for the others' earlier work.
+void drain_ordered(uint64_t bound) {
+  for (;;) {
+    CUstream_st* first = legacy.queue.empty() ? nullptr : &legacy;
+    for (CUstream_st* s : streams)
+      if (s->blocking && !s->queue.empty() &&
+          (!first || s->queue.front().first < first->queue.front().first))
+        first = s;
+    if (!first || first->queue.front().first >= bound) return;
+    run_first(first);
   }
+}
+
+// Runs what `s` queued (and what it waits for). A non-blocking stream waits for nothing
+// else, and nothing else for it: the legacy stream's work still queued runs after it, the
+// order of the two that a missing wait for the legacy stream gets wrong.
+void drain(CUstream_st* s) {
+  if (s == &legacy || s->blocking) {
+    if (!s->queue.empty()) drain_ordered(s->queue.back().first + 1);
+    return;
+  }
+  while (!s->queue.empty()) run_first(s);
+  drain_ordered(UINT64_MAX);
 }
 
 const char* direction(cudaMemcpyKind kind) {
@@ -219,7 +250,7 @@ void enqueue(cudaStream_t stream, std::function<void()> work) {
       unsafe_during_capture("work queued on the legacy stream", cudaErrorStreamCaptureImplicit))
     return;  // the launch's check finds the error
   if (deferred()) {
-    s->queue.push_back(std::move(work));
+    s->queue.emplace_back(++queued, std::move(work));
     return;
   }
   drain(s);  // what an earlier deferred setting left queued comes first
@@ -228,7 +259,7 @@ void enqueue(cudaStream_t stream, std::function<void()> work) {
 
 void drain_all() {
   std::lock_guard<std::recursive_mutex> hold(lock);
-  drain(&legacy);
+  drain_ordered(UINT64_MAX);
   for (CUstream_st* s : streams) drain(s);
 }
 
@@ -342,13 +373,12 @@ cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes, cudaStr
   return last != cudaSuccess ? last : sticky_code;
 }
 
+// Of device memory, asynchronous with respect to the host, as CUDA's: queued on the legacy
+// stream, which it returns before running in deferred mode.
 cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (cudaError_t e = unsafe_during_capture("cudaMemset")) return e;
-  cudaError_t status = cudaMemsetAsync(pointer, value, bytes, 0);
-  if (status != cudaSuccess) return status;
-  drain(&legacy);
-  return sticky_code;
+  return cudaMemsetAsync(pointer, value, bytes, 0);
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
@@ -400,10 +430,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   return sticky_code;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (!stream) return refuse(cudaErrorInvalidValue, "cudaStreamCreate: the result pointer is null");
   *stream = new CUstream_st();
+  (*stream)->blocking = !(flags & cudaStreamNonBlocking);
   streams.insert(*stream);
   return cudaSuccess;
 }
