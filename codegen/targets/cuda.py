@@ -57,15 +57,28 @@ class CudaTarget(Target):
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         totals = [total for _, total, _ in ins.sums]
+        # A sum into one number is added up by each thread, then across its block, which
+        # adds it into the total (mdl::cuda::add_across_block): one atomic add a block.
+        # Other totals take an atomic add an element, spread over their elements.
+        whole = {n: f"part{n}" for n, (_, total, _) in enumerate(ins.sums)
+                 if numel(total.type.shape).is_const and numel(total.type.shape).value == 1}
 
         def body(index):
             names = compute(r, ins, index, {})
             store(r, ins, index, names)
-            for x, total, _ in ins.sums:  # threads of many elements add into one total
-                r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
+            for n, (x, total, _) in enumerate(ins.sums):
+                if n in whole:
+                    r.emit(f"{whole[n]} = mdl::plus({whole[n]}, {names[x.id]});")
+                else:  # threads of many elements add into one element of the total
+                    r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
+        before = [f"{r.ctype(total)} {whole[n]} = 0;"
+                  for n, (_, total, _) in enumerate(ins.sums) if n in whole]
+        after = [f"mdl::cuda::add_across_block({r.ptr(total)}, {whole[n]});"
+                 for n, (_, total, _) in enumerate(ins.sums) if n in whole]
         self._launch(r, ins.shape, inputs + ins.written + totals, body,
                      {v.id for v in ins.written + totals},
-                     {total.id: sum_strides(x, axes) for x, total, axes in ins.sums})
+                     {total.id: sum_strides(x, axes) for x, total, axes in ins.sums},
+                     before, after)
 
     def assign(self, r, dst, src) -> None:
         self._launch(r, dst.type.shape, [dst, src],
@@ -88,11 +101,13 @@ class CudaTarget(Target):
 
     # ---- kernels ----
     def _launch(self, r, shape: tuple[Dim, ...], operands: list, body, written: set[int],
-                sums: dict | None = None) -> None:
+                sums: dict | None = None, before: list[str] = (),
+                after: list[str] = ()) -> None:
         """A kernel computing `body(index)` at every element of `shape` (index: value id
         -> the operand's element index), and its launch on the model's stream. Dims the
         kernel needs that are known only at run time become its arguments; `written`:
-        ids of the operands it stores into (the others are read through const pointers)."""
+        ids of the operands it stores into (the others are read through const pointers);
+        `before` and `after`: each thread's statements around its loop over elements."""
         nest = merge(r, shape, operands, sums)
         name = f"{r.spec.name}_k{len(r.definitions)}"
         args: dict[str, str] = {}  # host expression of a dim -> the kernel's argument
@@ -119,10 +134,12 @@ class CudaTarget(Target):
         r.definitions.append("\n".join([
             f"__global__ void __launch_bounds__(mdl::cuda::kThreads) {name}(",
             "    " + ", ".join(params) + ") {",
+            *("  " + line for line in before),
             # the grid-stride loop of every kernel (cpp_runtime/mdl/cuda/launch.h)
             "  for (int64_t at = mdl::cuda::first_item(); at < count; "
             "at += mdl::cuda::item_stride()) {",
-            *lines, "  }", "}"]))
+            *lines, "  }",
+            *("  " + line for line in after), "}"]))
         count = r.fresh("count")
         call_args = [count] + [r.ptr(v) for v in pointers] + list(args)
         r.emit("{")

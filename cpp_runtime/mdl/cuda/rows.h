@@ -73,6 +73,16 @@ __device__ T across(T v, Op op) {
   return v;
 }
 
+// Adds the block's threads' `v` into `*total`: one atomic add a block. Generated kernels
+// that sum elements into one number (a loss) end in it, each thread having added up its
+// own elements first; an atomic add an element to one address ran one at a time (an LSTM
+// loss over 35 x 32 x 256 values took 0.5 ms on an H100). Every thread of the block calls it.
+template <class T>
+__device__ void add_across_block(T* total, T v) {
+  v = across<kThreads>(v, Plus());
+  if (threadIdx.x == 0) atomicAdd(total, v);
+}
+
 // ---- reduce ---------------------------------------------------------------------------
 
 // reduce's input as kept and reduced axes, each run of neighbours of one kind merged and
