@@ -218,6 +218,49 @@ def test_outputs_left_on_the_device_read_through_dlpack(charlms):
     np.testing.assert_array_equal(torch.from_dlpack(out).cpu().numpy(), want)
 
 
+def test_device_outputs_reuse_memory_only_once_let_go(charlms, monkeypatch):
+    """Outputs left on the device take memory the pool kept from arrays Python let go
+    (src/device_pool.h), without zeroing it: each call's outputs are right on reused
+    memory, outputs still held keep their values, and an output read through DLPack is
+    never reused (its consumer may read it on a stream of its own after letting it go).
+    Outputs fed back as inputs are read without waiting for the device."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")  # a missing wait reads poison
+    emulated, _ = charlms
+    m = emulated.CharLM(seed=0)
+    batches = [charlm_batch(k) for k in range(4)]
+    want = [m.forward(**b)["logits"] for b in batches]
+    m.outputs_on_device = True
+    held = m.forward(**batches[0])["logits"]
+    for k in (1, 2, 3, 1):  # the arrays of each call let go before the next
+        np.testing.assert_array_equal(m.forward(**batches[k])["logits"].numpy(), want[k])
+    np.testing.assert_array_equal(held.numpy(), want[0])
+    if ON_GPU:
+        torch = pytest.importorskip("torch")
+        read = torch.from_dlpack(m.forward(**batches[2])["logits"])
+    else:
+        read = np.from_dlpack(m.forward(**batches[2])["logits"])
+    for k in (1, 3):
+        np.testing.assert_array_equal(m.forward(**batches[k])["logits"].numpy(), want[k])
+    got = read.cpu().numpy() if ON_GPU else read
+    np.testing.assert_array_equal(got, want[2])
+    # a step's outputs as the next call's inputs, as a generation loop feeds its state
+    step = emulated.CharLMStep(seed=0)
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 96, (4, 3)).astype(np.int32)
+    h = c = np.zeros((3, 16))
+    wanted = []
+    for token in tokens:
+        out = step.forward(token=token, h=h, c=c)
+        h, c = out["h_out"], out["c_out"]
+        wanted.append(out["logits"])
+    step.outputs_on_device = True
+    h = c = step.to_device(np.zeros((3, 16)))
+    for token, logits in zip(tokens, wanted):
+        out = step.forward(token=token, h=h, c=c)
+        h, c = out["h_out"], out["c_out"]
+        np.testing.assert_array_equal(out["logits"].numpy(), logits)
+
+
 def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_path):
     import subprocess
     import sys

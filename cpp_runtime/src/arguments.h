@@ -63,6 +63,9 @@ struct Argument {
   void* data;
   std::size_t bytes;
   bool on_device;
+  // On the device: whether work that writes it may still be queued (on any stream). A
+  // DeviceArray that never went out through DLPack was finished before it was handed out.
+  bool wait = true;
 };
 
 // The arguments of one call: what holds their memory (changed under the GIL only), and
@@ -70,18 +73,20 @@ struct Argument {
 struct Arguments {
   std::vector<py::object> keep;
   std::vector<std::size_t> bytes;
-  std::vector<char> on_device;
+  std::vector<char> on_device, wait;
 
   void reserve(std::size_t n) {
     keep.reserve(n);
     bytes.reserve(n);
     on_device.reserve(n);
+    wait.reserve(n);
   }
 
   void add(const Argument& a, std::vector<void*>& pointers) {
     keep.push_back(a.keep);
     bytes.push_back(a.bytes);
     on_device.push_back(a.on_device);
+    wait.push_back(a.on_device && a.wait);
     pointers.push_back(a.data);
   }
 };
@@ -261,15 +266,16 @@ inline Argument in_place(const DLPackTensor& t, const char* role, const char* na
 // For a model on `device` (its `context`): `pointers` (the call's arguments, by position)
 // made device memory. Host arguments are copied into `buffers` (the model's, one per position,
 // kept between calls); tensors already on the device stay where they are, once the work
-// that made them (on any stream) has finished.
+// that made them (on any stream) has finished: the device is waited for once, where one
+// may still be written (a DLPack tensor, a DeviceArray that went out through DLPack).
 inline void place(const Device* device, void* context, const Arguments& args,
                   std::vector<void*>& pointers, std::vector<Buffer<char>>& buffers) {
   bool waited = false;
   if (buffers.size() < pointers.size()) buffers.resize(pointers.size());
   for (size_t i = 0; i < pointers.size(); ++i) {
     if (args.on_device[i]) {
-      if (!waited) device->synchronize();
-      waited = true;
+      if (args.wait[i] && !waited) device->synchronize();
+      waited |= bool(args.wait[i]);
       continue;
     }
     if (buffers[i].size() < int64_t(args.bytes[i]))

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device_pool.h"
 #include "dlpack.h"
 #include "mdl/device.h"
 #include "mdl/model.h"
@@ -24,7 +25,7 @@ namespace mdl {
 namespace py = pybind11;
 
 struct DeviceArray {
-  std::shared_ptr<Buffer<char>> memory;
+  std::shared_ptr<DeviceBlock> memory;  // from device_pool()
   std::vector<int64_t> shape;
   DTypeSpec dtype;
   const Device* device;
@@ -36,10 +37,10 @@ struct DeviceArray {
     if (bytes()) device->copy(context, memory->data(), data, bytes());
   }
 
-  // A buffer of its own, not yet written.
+  // A buffer of its own, not yet written (nor zeroed: a block the pool kept).
   DeviceArray(const Device* device, std::vector<int64_t> shape, const DTypeSpec& dtype)
       : shape(std::move(shape)), dtype(dtype), device(device) {
-    memory = std::make_shared<Buffer<char>>(device, bytes());
+    memory = device_pool().take(device, std::size_t(bytes()));
   }
 
   // A copy of host array `a` (C-contiguous, of dtype `d`), as `to_device` makes.
@@ -82,6 +83,7 @@ struct DeviceArray {
       std::vector<int64_t> shape;
       py::object owner;
     };
+    memory->exported = true;  // its consumer may read it after letting it go: never reused
     auto* e = new Exported{{}, shape, std::move(self)};
     DLTensor& t = e->managed.dl_tensor;
     t.data = memory->data();

@@ -514,7 +514,7 @@ class Model {
                  [&] { return shape_text(d->dtype.numpy, d->shape.size(), d->shape.data()); },
                  dims);
       return {py::reinterpret_borrow<py::object>(obj), d->memory->data(),
-              std::size_t(d->bytes()), true};
+              std::size_t(d->bytes()), true, d->memory->exported};
     }
     if (on_cuda(obj, "input", s.name, *spec_)) {
       DLPackTensor t = take_dlpack(obj);
@@ -545,12 +545,14 @@ class Model {
     const TensorSpec* specs = table.specs;
     py::dict out;
     std::vector<std::pair<const char*, const char*>> handed;  // byte ranges given uncopied
+    std::size_t on_device = 0;  // bytes of DeviceArrays handed out
     for (int k = 0; k < table.count; ++k) {
       std::vector<int64_t> shape(specs[k].rank);
       shape_of(k, call.dims.data(), state_.dyn.data(), shape.data());
       if (outputs_on_device_) {
-        out[table.names[k]] = DeviceArray(spec_->device, state_.device, call.outputs[k], shape,
-                                          specs[k].dtype);
+        DeviceArray a(spec_->device, state_.device, call.outputs[k], shape, specs[k].dtype);
+        on_device += std::size_t(a.bytes());
+        out[table.names[k]] = std::move(a);
         continue;
       }
       std::vector<py::ssize_t> dims(shape.begin(), shape.end());
@@ -572,6 +574,7 @@ class Model {
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
       out[table.names[k]] = a;
     }
+    if (on_device) device_pool().handed(on_device);
     return out;
   }
 
