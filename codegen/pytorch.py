@@ -9,11 +9,13 @@ core sits inside a larger PyTorch model and trains with torch's optimizers.
     torch.optim.Adam(model.parameters()).step()   # updates the native weights in place
 
 The module's parameters are the model's own memory (torch.from_numpy over the views of
-`model.params`), so an optimizer's update is what the next native forward sees. Its
+`model.params`; on the cuda target torch.from_dlpack over `model.device_params`, in the
+GPU's memory), so an optimizer's update is what the next native forward sees. Its
 forward is an autograd Function calling the native training forward, and its backward
 the native vector-Jacobian product, which a build with `vjp` has: the backward takes
 torch's cotangent of every float output. Tensors cross without copies where their layout
-is the model's (contiguous, on the CPU, of its dtype). PyTorch stays optional: without it,
+is the model's (contiguous, on the model's device, of its dtype): a cuda model's outputs
+and gradients stay on the GPU (`outputs_on_device`). PyTorch stays optional: without it,
 importing this module raises an ImportError saying how to install it.
 """
 from __future__ import annotations
@@ -59,10 +61,6 @@ class CompiledModule(torch.nn.Module):
             raise TypeError("as_module takes a compiled mdl model (an instance of a class of "
                             "a module built by codegen.load or mdlc build), got "
                             f"{type(model).__name__}")
-        if model.device != "cpu":
-            raise ValueError(f"model {type(model).__name__} runs on {model.device}: "
-                             "codegen.pytorch wraps models built for the cpu target (its "
-                             "parameters are the model's host memory, shared with PyTorch)")
         if not model.cotangents:
             raise ValueError(f"model {type(model).__name__} was built without vjp, so its "
                              "backward cannot take PyTorch's gradients: build it with "
@@ -74,10 +72,14 @@ class CompiledModule(torch.nn.Module):
                                    rename=True)
         self._trainable: list[str] = []
         self._native: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._on_device = model.device != "cpu"
+        if self._on_device:  # its outputs as tensors where they are
+            model.outputs_on_device = True
         trainable = model.gradient_layout
-        for name, array in model.params.items():
-            tensor = torch.from_numpy(array)  # the model's memory, no copy
-            self._native[name] = (array.ctypes.data, array.shape)
+        weights = model.device_params if self._on_device else model.params
+        for name, array in weights.items():
+            tensor = _tensor(array)  # the model's memory, no copy
+            self._native[name] = (tensor.data_ptr(), tuple(tensor.shape))
             if name in trainable:
                 self.register_parameter(name, torch.nn.Parameter(tensor))
                 self._trainable.append(name)
@@ -116,8 +118,7 @@ class CompiledModule(torch.nn.Module):
                    **dict(self.named_buffers(recurse=False))}
         for name, (address, shape) in self._native.items():
             t = tensors.get(name)
-            if t is None or t.device.type != "cpu" or t.data_ptr() != address \
-                    or tuple(t.shape) != shape:
+            if t is None or t.data_ptr() != address or tuple(t.shape) != shape:
                 raise RuntimeError(f"parameter '{name}' no longer shares memory with the "
                                    "compiled model (moved, converted or replaced); the "
                                    "module's parameters must stay where as_module put them")
@@ -129,7 +130,8 @@ class _Call(torch.autograd.Function):
     @staticmethod
     def forward(ctx, bridge: CompiledModule, training: bool, names: list[str], *values):
         n = len(bridge._trainable)
-        arrays = {k: _array(f"input '{k}'", v) for k, v in zip(names, values[n:])}
+        arrays = {k: _array(f"input '{k}'", v, bridge._on_device)
+                  for k, v in zip(names, values[n:])}
         model = bridge.model
         out = model.forward(**arrays, training=training)
         ctx.bridge, ctx.training, ctx.names = bridge, training, names
@@ -140,7 +142,7 @@ class _Call(torch.autograd.Function):
             # saved so that torch refuses a backward after they changed in place (an
             # optimizer step): the native saved forward belongs to their old values
             ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)))
-        return tuple(torch.from_numpy(out[k]) for k in bridge.output_names)
+        return tuple(_tensor(out[k]) for k in bridge.output_names)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -154,13 +156,14 @@ class _Call(torch.autograd.Function):
         model = bridge.model
         if _SAVED.get(model, (None, None)) != (ctx.token, model.rng_calls):
             _replay(model, ctx)
-        grads = model.backward(**{k: _array(f"the gradient of output '{k}'", c)
+        grads = model.backward(**{k: _array(f"the gradient of output '{k}'", c,
+                                             bridge._on_device)
                                   for k, c in zip(bridge.output_names, cotangents)})
         n = len(bridge._trainable)
         wanted = ctx.needs_input_grad[3:]
-        params = [torch.from_numpy(grads[k]) if w else None
+        params = [_tensor(grads[k]) if w else None
                   for k, w in zip(bridge._trainable, wanted[:n])]
-        inputs = [torch.from_numpy(grads[f"input:{k}"]) if w and f"input:{k}" in grads
+        inputs = [_tensor(grads[f"input:{k}"]) if w and f"input:{k}" in grads
                   else None for k, w in zip(ctx.names, wanted[n:])]
         return (None, None, None, *params, *inputs)
 
@@ -179,11 +182,22 @@ def _replay(model: Any, ctx) -> None:
     _SAVED[model] = (ctx.token, latest)
 
 
-def _array(what: str, value: Any) -> Any:
+def _tensor(array: Any) -> torch.Tensor:
+    """A native result or weight as a tensor over its memory: a NumPy array's, or a
+    DeviceArray's through DLPack (the GPU's; the emulated device's is the host's)."""
+    if hasattr(array, "__dlpack__") and not hasattr(array, "__array_interface__"):
+        return torch.from_dlpack(array)
+    return torch.from_numpy(array)
+
+
+def _array(what: str, value: Any, on_device: bool = False) -> Any:
     """What the native model takes for `value`: a tensor's memory as a NumPy array (no
-    copy), anything else as it is (NumPy arrays, `__dlpack__` objects)."""
+    copy) where it is on the CPU, a CUDA tensor itself for a cuda model (read in place
+    through `__dlpack__`), anything else as it is (NumPy arrays, `__dlpack__` objects)."""
     if not isinstance(value, torch.Tensor):
         return value
-    if value.device.type != "cpu":
+    if value.device.type == "cpu":
+        return value.detach().numpy()
+    if not on_device:
         raise ValueError(f"{what} is on {value.device}: the compiled model runs on the CPU")
-    return value.detach().numpy()
+    return value.detach().contiguous()

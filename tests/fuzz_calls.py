@@ -210,6 +210,10 @@ class Calls:
             return (f"{model}(seed={seed!r}, params={type(other).__name__})",
                     lambda: type(m)(seed=seed, params=other))
         if kind == 14:
+            if r.random() < 0.3:  # views of the weights, kept as results: later inputs too
+                def views():
+                    self.results = (self.results + list(m.device_params.values()))[-16:]
+                return f"{model}.device_params kept", views
             value = self.array([2, 3], np.float32) if r.random() < 0.5 else self.junk()
             return f"{model}.to_device({describe({'v': value})})", lambda: m.to_device(value)
         if r.random() < 0.5:

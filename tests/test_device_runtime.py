@@ -154,14 +154,33 @@ def test_vjp_cotangents_move_through_the_device(modules):
     assert_same(on.backward(**cts), off.backward(**cts))
 
 
-def test_the_torch_bridge_refuses_a_model_on_a_device(modules):
-    """codegen.pytorch shares a model's host memory with PyTorch: a device model is refused."""
-    pytest.importorskip("torch", reason="torch is not installed (codegen.pytorch needs it)")
+def test_the_torch_bridge_trains_a_model_in_its_device_memory(modules):
+    """codegen.pytorch on a device model: its parameters are its device_params (the
+    stand-in's memory, which DLPack calls the host's), its outputs and gradients the
+    device's buffers, and an SGD step of PyTorch's writes the device's weights: the same
+    numbers as the bridge over the CPU module's model."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (codegen.pytorch "
+                                                "needs it)")
     from codegen.pytorch import as_module
-    model = _load("charlm_checked_vjp", vjp=True).CharLM(seed=0)
-    with pytest.raises(ValueError, match="runs on checked: codegen.pytorch wraps models built "
-                                         "for the cpu target"):
-        as_module(model)
+    on = as_module(_load("charlm_checked_vjp", vjp=True).CharLM(seed=0))
+    off = as_module(load(CHARLM, dtype="f64", defines=DEFINES, vjp=True,
+                         name="charlm_h16_f64_vjp").CharLM(seed=0))
+    assert on.model.outputs_on_device
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (on, off)]
+    for step in range(2):
+        batch = {k: torch.from_numpy(v) for k, v in charlm_batch(step).items()}
+        losses = []
+        for m, opt in zip((on, off), opts):
+            opt.zero_grad()
+            logits, loss = m(**batch)
+            (loss + logits.square().mean()).backward()
+            losses.append(loss.item())
+        assert losses[0] == losses[1]
+        grads = [{k: p.grad.numpy() for k, p in m.named_parameters()} for m in (on, off)]
+        assert_same(*grads)
+        for opt in opts:
+            opt.step()
+    assert_same(on.model.params, off.model.params)  # the device's copies: torch moved them
 
 
 def test_outputs_on_the_device_are_read_through_dlpack(modules):

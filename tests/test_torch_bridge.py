@@ -5,6 +5,7 @@ f64 to 1e-10 and in f32. Then integer inputs passed through, the native vjp agai
 reference, replays, modes, the errors, and docs/pytorch.md's code."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from codegen.reference import interpreter as reference  # noqa: E402
 from dsl import check_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"  # the cuda target's test on a real GPU
 T, B, V, E, H = 7, 3, 11, 6, 5
 CORE = f"""
 import "std/rnn.mdl"
@@ -56,14 +58,20 @@ model Masked(E = 4, H = 3) {
 _BUILT: dict = {}
 
 
-def compiled(tmp_path_factory, source: str, dtype: str, vjp: bool = True):
-    key = (source, dtype, vjp)
+def compiled(tmp_path_factory, source: str, dtype: str, vjp: bool = True,
+             target: str = "cpu"):
+    """The module of `source`; for the cuda target, on the emulated device unless
+    MDL_TEST_DEVICE=gpu."""
+    key = (source, dtype, vjp, target)
     if key not in _BUILT:
         name = re.search(r"model (\w+)", source).group(1)
         path = tmp_path_factory.mktemp("bridge") / f"{name.lower()}.mdl"
         path.write_text(source)
-        _BUILT[key] = (load(path, dtype=dtype, vjp=vjp,
-                            name=f"{name.lower()}_{dtype}{'_vjp' if vjp else ''}"), path)
+        where = "" if target == "cpu" else "_gpu" if ON_GPU else "_emulated"
+        _BUILT[key] = (load(path, dtype=dtype, vjp=vjp, target=target,
+                            emulate=target == "cuda" and not ON_GPU,
+                            name=f"{name.lower()}_{dtype}{'_vjp' if vjp else ''}{where}"),
+                       path)
     return _BUILT[key]
 
 
@@ -152,6 +160,46 @@ def test_a_compiled_lstm_trains_inside_pytorch_as_nn_lstm_does(tmp_path_factory,
         assert rel(a, b.T if transposed else b) < tol, name
     native = ours.core.model.params["lstm/W"]  # and the native store is what it moved
     assert np.shares_memory(native, ours.core.get_parameter("lstm/W").detach().numpy())
+
+
+def test_a_cuda_model_trains_inside_pytorch_on_its_device(tmp_path_factory, monkeypatch):
+    """The cuda target's model (on the emulated device, whose memory is the host's, so
+    its tensors are CPU tensors; on a GPU with MDL_TEST_DEVICE=gpu): its parameters are
+    its device_params through DLPack, its outputs and gradients stay on the device, and
+    four Adam steps move it as nn.LSTM's, f64 to 1e-10. The emulator runs queued work
+    only when it is waited for (a missing wait reads poison)."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    module, _ = compiled(tmp_path_factory, CORE, "f64", target="cuda")
+    device = "cuda" if ON_GPU else "cpu"
+    model = module.Core(seed=0)
+    ours, theirs = twins(model, torch.float64)
+    ours.to(device), theirs.to(device)  # the core's parameters are there already
+    assert model.outputs_on_device
+    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, theirs)]
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        tokens = torch.randint(0, V, (T, B), generator=gen).to(device)
+        targets = torch.randint(0, V, (T, B), generator=gen).to(device)
+        losses = []
+        for m, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            loss = m(tokens, targets)
+            loss.backward()
+            losses.append(loss)
+        assert rel(*losses) < 1e-10
+        for name, a, b, transposed in pairs(ours, theirs):
+            assert a.grad.device.type == device
+            assert rel(a.grad, b.grad.T if transposed else b.grad) < 1e-10, name
+        for opt in opts:
+            opt.step()
+    for name, a, b, transposed in pairs(ours, theirs):
+        assert rel(a, b.T if transposed else b) < 1e-10, name
+    # the native store is what Adam moved: the model's own copies of its weights say so
+    np.testing.assert_array_equal(model.params["lstm/W"],
+                                  ours.core.get_parameter("lstm/W").detach().cpu().numpy())
+    with pytest.raises(RuntimeError, match="parameter 'lstm/W' no longer shares memory"):
+        ours.double().core.float()(torch.zeros(T, B, E, device=device),
+                                   torch.zeros(B, H, device=device))
 
 
 def test_integer_inputs_pass_through_and_gradients_are_the_references_vjp(tmp_path_factory):

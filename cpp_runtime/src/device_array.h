@@ -2,7 +2,8 @@
 // (`outputs_on_device`): a buffer of its own, which PyTorch, CuPy or JAX read through
 // DLPack without a copy (`torch.from_dlpack(out["logits"])`), or `numpy()` copies to the
 // host. Its work is finished before it is handed out, so a consumer on any stream may
-// read it at once.
+// read it at once. Or a view of a model's parameter (`device_params`), its memory the
+// model's, which a consumer may write.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -25,7 +26,9 @@ namespace mdl {
 namespace py = pybind11;
 
 struct DeviceArray {
-  std::shared_ptr<DeviceBlock> memory;  // from device_pool()
+  std::shared_ptr<DeviceBlock> memory;  // from device_pool(); none for a view
+  char* view = nullptr;                 // a view's memory (a model's parameter)
+  py::object owner;                     // what keeps a view's memory alive (the model)
   std::vector<int64_t> shape;
   DTypeSpec dtype;
   const Device* device;
@@ -34,7 +37,7 @@ struct DeviceArray {
   DeviceArray(const Device* device, void* context, const void* data,
               std::vector<int64_t> shape, const DTypeSpec& dtype)
       : DeviceArray(device, std::move(shape), dtype) {
-    if (bytes()) device->copy(context, memory->data(), data, bytes());
+    if (bytes()) device->copy(context, this->data(), data, bytes());
   }
 
   // A buffer of its own, not yet written (nor zeroed: a block the pool kept).
@@ -43,11 +46,23 @@ struct DeviceArray {
     memory = device_pool().take(device, std::size_t(bytes()));
   }
 
+  // A view of `data` (a parameter in `owner`'s memory), not a copy.
+  DeviceArray(const Device* device, char* data, py::object owner, std::vector<int64_t> shape,
+              const DTypeSpec& dtype)
+      : view(data), owner(std::move(owner)), shape(std::move(shape)), dtype(dtype),
+        device(device) {}
+
+  char* data() const { return view ? view : memory->data(); }
+
+  // Whether work that writes it may be queued on a stream not the model's: a view (its
+  // consumer may write the weights), or memory that went out through DLPack.
+  bool may_be_written() const { return view || memory->exported; }
+
   // A copy of host array `a` (C-contiguous, of dtype `d`), as `to_device` makes.
   static DeviceArray from_host(const Device* device, void* context, const py::array& a,
                                const DTypeSpec& d) {
     DeviceArray out(device, std::vector<int64_t>(a.shape(), a.shape() + a.ndim()), d);
-    if (out.bytes()) device->upload(context, out.memory->data(), a.data(), out.bytes());
+    if (out.bytes()) device->upload(context, out.data(), a.data(), out.bytes());
     return out;
   }
 
@@ -69,7 +84,7 @@ struct DeviceArray {
   py::array numpy() const {
     py::array a(py::dtype(dtype.numpy), std::vector<py::ssize_t>(shape.begin(), shape.end()));
     // no model's context: the array may outlive the model that made it
-    if (bytes()) device->download(nullptr, a.mutable_data(), memory->data(), bytes());
+    if (bytes()) device->download(nullptr, a.mutable_data(), data(), bytes());
     return a;
   }
 
@@ -83,10 +98,10 @@ struct DeviceArray {
       std::vector<int64_t> shape;
       py::object owner;
     };
-    memory->exported = true;  // its consumer may read it after letting it go: never reused
+    if (memory) memory->exported = true;  // its consumer may read it after letting it go
     auto* e = new Exported{{}, shape, std::move(self)};
     DLTensor& t = e->managed.dl_tensor;
-    t.data = memory->data();
+    t.data = data();
     t.device = {device->dlpack_device_type, 0};
     t.ndim = int32_t(shape.size());
     t.dtype = {uint8_t(dtype.kind == 'f' ? 2 : dtype.kind == 'i' ? 0 : dtype.kind == 'b' ? 6 : 1),

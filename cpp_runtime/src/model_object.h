@@ -88,6 +88,26 @@ class Model {
     return params_.copies();
   }
 
+  // {name: DeviceArray} viewing the live weights in the device's memory (a device model's;
+  // a CPU model's `params` are views already), read and written in place through DLPack:
+  // the PyTorch bridge's parameters. Once they are out, any stream may write them, so every
+  // later call of the model first waits for the whole device (settle).
+  py::dict device_params(py::object self) {
+    if (spec_->device->in_place)
+      throw py::value_error("device_params: model " + std::string(spec_->name) +
+                            " runs on the CPU, whose params are views of its weights already");
+    std::unique_lock<std::mutex> guard = hold_lock();
+    params_shared_ = true;
+    py::dict out;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      out[py::str(p.name)] = DeviceArray(spec_->device, reinterpret_cast<char*>(state_.param[i]),
+                                         self, std::vector<int64_t>(p.shape, p.shape + p.rank),
+                                         spec_->dtype);
+    }
+    return out;
+  }
+
   // Copies `values` ({name: array of the parameter's shape}) into those parameters, on
   // either target: the way to change a device model's weights (its `params` are copies).
   // Every name and shape is checked before anything changes.
@@ -302,6 +322,7 @@ class Model {
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     py::gil_scoped_release release;
     guard.lock();
+    settle();
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
     if (!pending_)
@@ -436,6 +457,7 @@ class Model {
   void place(const Arguments& args, std::vector<void*>& pointers,
              std::vector<Buffer<char>>& buffers) {
     if (spec_->device->in_place) return;
+    settle();
     // the last training forward's inputs are about to be overwritten: no backward of it
     if (&buffers == &train_args_) trained_ = nullptr;
     mdl::place(spec_->device, state_.device, args, pointers, buffers);
@@ -469,7 +491,14 @@ class Model {
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     py::gil_scoped_release release;
     guard.lock();
+    settle();
     return guard;
+  }
+
+  // Under the lock: where the weights went out as device_params, the work of whoever may
+  // have written them (an optimizer on a stream of its own) ends before the model's.
+  void settle() {
+    if (params_shared_) spec_->device->synchronize();
   }
 
   // Under the lock: a training forward, keeping what the backward needs.
@@ -513,8 +542,8 @@ class Model {
                  int64_t(d->shape.size()), d->shape.data(),
                  [&] { return shape_text(d->dtype.numpy, d->shape.size(), d->shape.data()); },
                  dims);
-      return {py::reinterpret_borrow<py::object>(obj), d->memory->data(),
-              std::size_t(d->bytes()), true, d->memory->exported};
+      return {py::reinterpret_borrow<py::object>(obj), d->data(), std::size_t(d->bytes()), true,
+              d->may_be_written()};
     }
     if (on_cuda(obj, "input", s.name, *spec_)) {
       DLPackTensor t = take_dlpack(obj);
@@ -587,6 +616,7 @@ class Model {
   Parameters<T> params_;  // fills state_.param
   Cotangents<T> cotangents_;
   bool outputs_on_device_ = false;
+  bool params_shared_ = false;  // device_params handed out (settle)
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
   Buffer<T> flat_device_;  // a device model's copy of flat_, which apply_gradients steps from
   bool pending_ = false;  // flat_ holds gradients not applied yet

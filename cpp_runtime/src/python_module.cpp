@@ -57,6 +57,11 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("params", [](py::object self) {
         return self.cast<M&>().params(self);
       }, "{full name: array}: the live weights (NumPy views on the CPU, copies on a GPU).")
+      .def_property_readonly("device_params", [](py::object self) {
+        return self.cast<M&>().device_params(self);
+      }, "{full name: DeviceArray}: cuda target: the live weights in the GPU's memory, read "
+         "and\nwritten in place through DLPack (torch.from_dlpack); once they are out, "
+         "every\ncall first waits for the whole GPU, since any stream may write them.")
       .def("set_params", &M::set_params, py::arg("values"),
            "set_params(values: dict) -> None\n\nCopy arrays into the named parameters; every "
            "name and shape\nis checked before anything changes.")
