@@ -134,17 +134,14 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-@pytest.mark.parametrize("dtype, steps, tol", [("f64", 4, 1e-10), ("f32", 3, 1e-5)])
-def test_a_compiled_lstm_trains_inside_pytorch_as_nn_lstm_does(tmp_path_factory, dtype,
-                                                               steps, tol):
-    module, _ = compiled(tmp_path_factory, CORE, dtype)
-    tdtype = torch.float64 if dtype == "f64" else torch.float32
-    ours, theirs = twins(module.Core(seed=0), tdtype)
+def train_side_by_side(ours, theirs, steps: int, tol: float, device: str = "cpu") -> None:
+    """`steps` Adam steps of both twins on the same random batches: every loss and
+    gradient, then every parameter after the steps, agree within `tol`."""
     opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, theirs)]
     gen = torch.Generator().manual_seed(1)
     for _ in range(steps):
-        tokens = torch.randint(0, V, (T, B), generator=gen)
-        targets = torch.randint(0, V, (T, B), generator=gen)
+        tokens = torch.randint(0, V, (T, B), generator=gen).to(device)
+        targets = torch.randint(0, V, (T, B), generator=gen).to(device)
         losses = []
         for m, opt in zip((ours, theirs), opts):
             opt.zero_grad()
@@ -153,11 +150,21 @@ def test_a_compiled_lstm_trains_inside_pytorch_as_nn_lstm_does(tmp_path_factory,
             losses.append(loss)
         assert rel(*losses) < tol
         for name, a, b, transposed in pairs(ours, theirs):
+            assert a.grad.device.type == device
             assert rel(a.grad, b.grad.T if transposed else b.grad) < tol, name
         for opt in opts:
             opt.step()
     for name, a, b, transposed in pairs(ours, theirs):  # Adam moved both alike
         assert rel(a, b.T if transposed else b) < tol, name
+
+
+@pytest.mark.parametrize("dtype, steps, tol", [("f64", 4, 1e-10), ("f32", 3, 1e-5)])
+def test_a_compiled_lstm_trains_inside_pytorch_as_nn_lstm_does(tmp_path_factory, dtype,
+                                                               steps, tol):
+    module, _ = compiled(tmp_path_factory, CORE, dtype)
+    tdtype = torch.float64 if dtype == "f64" else torch.float32
+    ours, theirs = twins(module.Core(seed=0), tdtype)
+    train_side_by_side(ours, theirs, steps, tol)
     native = ours.core.model.params["lstm/W"]  # and the native store is what it moved
     assert np.shares_memory(native, ours.core.get_parameter("lstm/W").detach().numpy())
 
@@ -175,25 +182,7 @@ def test_a_cuda_model_trains_inside_pytorch_on_its_device(tmp_path_factory, monk
     ours, theirs = twins(model, torch.float64)
     ours.to(device), theirs.to(device)  # the core's parameters are there already
     assert model.outputs_on_device
-    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, theirs)]
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(4):
-        tokens = torch.randint(0, V, (T, B), generator=gen).to(device)
-        targets = torch.randint(0, V, (T, B), generator=gen).to(device)
-        losses = []
-        for m, opt in zip((ours, theirs), opts):
-            opt.zero_grad()
-            loss = m(tokens, targets)
-            loss.backward()
-            losses.append(loss)
-        assert rel(*losses) < 1e-10
-        for name, a, b, transposed in pairs(ours, theirs):
-            assert a.grad.device.type == device
-            assert rel(a.grad, b.grad.T if transposed else b.grad) < 1e-10, name
-        for opt in opts:
-            opt.step()
-    for name, a, b, transposed in pairs(ours, theirs):
-        assert rel(a, b.T if transposed else b) < 1e-10, name
+    train_side_by_side(ours, theirs, 4, 1e-10, device)
     # the native store is what Adam moved: the model's own copies of its weights say so
     np.testing.assert_array_equal(model.params["lstm/W"],
                                   ours.core.get_parameter("lstm/W").detach().cpu().numpy())

@@ -11,11 +11,10 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <memory>
-#include <mutex>
 
 #include "mdl/arena.h"
+#include "mdl/kept_blocks.h"
 
 namespace mdl {
 
@@ -26,49 +25,26 @@ class ResultPool {
   std::shared_ptr<Arena> take(std::size_t bytes) {
     const std::size_t size = align_up(std::max<std::size_t>(bytes, 1));
     std::shared_ptr<Arena> block(new Arena, [this](Arena* a) { keep(a); });
-    {
-      std::lock_guard<std::mutex> hold(lock_);
-      auto it = std::find_if(free_.begin(), free_.end(),
-                             [&](const auto& a) { return a->size() == size; });
-      if (it != free_.end()) {
-        (*it)->move_to(*block);
-        free_.erase(it);
-        bytes_ -= size;
-        return block;
-      }
-    }
-    block->reserve(size);
+    if (std::unique_ptr<Arena> kept = kept_.take(0, size))
+      kept->move_to(*block);
+    else
+      block->reserve(size);
     return block;
   }
 
   // A call has handed out `bytes` of results so far: the pool may keep that many.
-  void handed(std::size_t bytes) {
-    std::lock_guard<std::mutex> hold(lock_);
-    cap_ = std::max(cap_, bytes);
-  }
+  void handed(std::size_t bytes) { kept_.handed(bytes); }
 
-  std::size_t kept_bytes() {
-    std::lock_guard<std::mutex> hold(lock_);
-    return bytes_;
-  }
+  std::size_t kept_bytes() { return kept_.kept_bytes(); }
 
  private:
   void keep(Arena* a) {
-    std::unique_ptr<Arena> block(a);  // freed here unless kept (after the lock is let go)
-    std::lock_guard<std::mutex> hold(lock_);
-    if (block->size() == 0 || block->size() >= kGiveBackBytes || block->size() > cap_) return;
-    while (bytes_ + block->size() > cap_) {
-      bytes_ -= free_.front()->size();
-      free_.pop_front();
-    }
-    bytes_ += block->size();
-    free_.push_back(std::move(block));
+    std::unique_ptr<Arena> block(a);
+    const std::size_t size = block->size();
+    if (size && size < kGiveBackBytes) kept_.keep(0, std::move(block), size);
   }
 
-  std::mutex lock_;
-  std::deque<std::unique_ptr<Arena>> free_;  // oldest first
-  std::size_t bytes_ = 0;                    // in free_
-  std::size_t cap_ = 0;
+  KeptBlocks<Arena> kept_;
 };
 
 // The process's pool (a module's: each extension module has its own). Never destroyed:

@@ -3,20 +3,18 @@
 // size. New device memory is a cudaMalloc and a zeroing memset waited for, and freeing it
 // (cudaFree) waits for the whole device: a generation step whose outputs stayed on an H100
 // took 80 us a call, its GPU busy for 12. The pool keeps at most as many bytes as the
-// largest call has handed out (as mdl/result_pool.h does for the host's results), the
-// oldest blocks going first.
+// largest call has handed out, the oldest blocks going first (mdl/kept_blocks.h, as the
+// host's results' pool, mdl/result_pool.h).
 //
 // A block that went out through DLPack is never kept: its consumer (PyTorch, on a stream of
 // its own) may still be reading it when it lets it go, and only cudaFree waits for that.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <memory>
-#include <mutex>
 
 #include "mdl/device.h"
+#include "mdl/kept_blocks.h"
 
 namespace mdl {
 
@@ -38,55 +36,26 @@ class DevicePool {
     auto* made = new DeviceBlock;
     std::shared_ptr<DeviceBlock> block(made, [this, device](DeviceBlock* b) { keep(device, b); });
     if (!bytes) return block;
-    {
-      std::lock_guard<std::mutex> hold(lock_);
-      auto it = std::find_if(free_.begin(), free_.end(), [&](const Kept& k) {
-        return k.device == device && k.block->size() == bytes;
-      });
-      if (it != free_.end()) {
-        made->buffer = std::move(it->block->buffer);
-        free_.erase(it);
-        bytes_ -= bytes;
-        return block;
-      }
-    }
-    made->buffer = Buffer<char>(device, int64_t(bytes));
+    if (std::unique_ptr<DeviceBlock> kept = kept_.take(device, bytes))
+      made->buffer = std::move(kept->buffer);
+    else
+      made->buffer = Buffer<char>(device, int64_t(bytes));
     return block;
   }
 
   // A call has handed out `bytes` of DeviceArrays: the pool may keep that many.
-  void handed(std::size_t bytes) {
-    std::lock_guard<std::mutex> hold(lock_);
-    cap_ = std::max(cap_, bytes);
-  }
+  void handed(std::size_t bytes) { kept_.handed(bytes); }
 
-  std::size_t kept_bytes() {
-    std::lock_guard<std::mutex> hold(lock_);
-    return bytes_;
-  }
+  std::size_t kept_bytes() { return kept_.kept_bytes(); }
 
  private:
-  struct Kept {
-    const Device* device;
-    std::unique_ptr<DeviceBlock> block;
-  };
-
   void keep(const Device* device, DeviceBlock* b) {
-    std::unique_ptr<DeviceBlock> block(b);  // freed here unless kept (after the lock is let go)
-    std::lock_guard<std::mutex> hold(lock_);
-    if (block->exported || block->size() == 0 || block->size() > cap_) return;
-    while (bytes_ + block->size() > cap_) {
-      bytes_ -= free_.front().block->size();
-      free_.pop_front();
-    }
-    bytes_ += block->size();
-    free_.push_back({device, std::move(block)});
+    std::unique_ptr<DeviceBlock> block(b);
+    const std::size_t size = block->size();
+    if (size && !block->exported) kept_.keep(device, std::move(block), size);
   }
 
-  std::mutex lock_;
-  std::deque<Kept> free_;  // oldest first
-  std::size_t bytes_ = 0;  // in free_
-  std::size_t cap_ = 0;
+  KeptBlocks<DeviceBlock, const Device*> kept_;
 };
 
 // The process's pool (a module's: each extension module has its own). Never destroyed:
