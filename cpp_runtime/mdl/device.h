@@ -47,7 +47,8 @@ struct Device {
   // Copies between host and device memory, finished when they return.
   void (*upload)(void* context, void* dst, const void* src, std::size_t bytes);
   void (*download)(void* context, void* dst, const void* src, std::size_t bytes);
-  void (*copy)(void* context, void* dst, const void* src, std::size_t bytes);  // on the device
+  // A copy on the device, queued on the context's stream: its next `finish` waits for it.
+  void (*copy)(void* context, void* dst, const void* src, std::size_t bytes);
   // The optimizer on the device: one step of `n` elements (`second` null but for Adam),
   // queued on the context's stream, and a gradient's sum of squares (global-norm clipping),
   // for f32 and f64.

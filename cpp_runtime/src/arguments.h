@@ -267,10 +267,11 @@ inline Argument in_place(const DLPackTensor& t, const char* role, const char* na
 // made device memory. Host arguments are copied into `buffers` (the model's, one per position,
 // kept between calls); tensors already on the device stay where they are, once the work
 // that made them (on any stream) has finished: the device is waited for once, where one
-// may still be written (a DLPack tensor, a DeviceArray that went out through DLPack).
+// may still be written (a DLPack tensor, a DeviceArray that went out through DLPack),
+// unless the caller has just `waited` for it.
 inline void place(const Device* device, void* context, const Arguments& args,
-                  std::vector<void*>& pointers, std::vector<Buffer<char>>& buffers) {
-  bool waited = false;
+                  std::vector<void*>& pointers, std::vector<Buffer<char>>& buffers,
+                  bool waited = false) {
   if (buffers.size() < pointers.size()) buffers.resize(pointers.size());
   for (size_t i = 0; i < pointers.size(); ++i) {
     if (args.on_device[i]) {

@@ -139,8 +139,11 @@ void copy_out(void* context, void* dst, const void* src, std::size_t bytes) {
   copy(context, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
+// Queued on the model's stream only: the caller's `finish` waits for it with the rest.
 void copy_within(void* context, void* dst, const void* src, std::size_t bytes) {
-  copy(context, dst, src, bytes, cudaMemcpyDeviceToDevice);
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(context)),
+        "cudaMemcpyAsync");
 }
 
 template <class T>

@@ -33,7 +33,8 @@ struct DeviceArray {
   DTypeSpec dtype;
   const Device* device;
 
-  // A copy of `bytes` at `data` (the device's memory) into a buffer of its own.
+  // A copy of `bytes` at `data` (the device's memory) into a buffer of its own, queued on
+  // `context`'s stream: the caller finishes it (Device::finish) before handing it out.
   DeviceArray(const Device* device, void* context, const void* data,
               std::vector<int64_t> shape, const DTypeSpec& dtype)
       : DeviceArray(device, std::move(shape), dtype) {

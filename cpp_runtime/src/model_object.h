@@ -460,7 +460,7 @@ class Model {
     settle();
     // the last training forward's inputs are about to be overwritten: no backward of it
     if (&buffers == &train_args_) trained_ = nullptr;
-    mdl::place(spec_->device, state_.device, args, pointers, buffers);
+    mdl::place(spec_->device, state_.device, args, pointers, buffers, params_shared_);
   }
 
   // Under the lock: one of the model's functions; the device reports what its code found
@@ -603,7 +603,10 @@ class Model {
       download(spec_->device, state_.device, a.mutable_data(), call.outputs[k], a.nbytes());
       out[table.names[k]] = a;
     }
-    if (on_device) device_pool().handed(on_device);
+    if (on_device) {  // the DeviceArrays' copies, queued: one wait for them all
+      device_pool().handed(on_device);
+      spec_->device->finish(state_.device);
+    }
     return out;
   }
 
