@@ -46,6 +46,15 @@ model Floats() {
   output lsm = log_softmax(x, axis = 1)
   output row_lse = logsumexp(x, axis = 1)
 }
+model Columns() {
+  input x : f32[T, B, 3]
+  input k : i32[T, B]
+  output over_t = sum(x, axis = 0)
+  output over_tb = sum(x, axis = [0, 1])
+  output avg_tb = mean(x, axis = [0, 1])
+  output over_t_b = sum(x, axis = [0, 2])
+  output ks = sum(k, axis = 0)
+}
 model Slopes() {
   input x : f32[B]
   param w : f32[1] = ones
@@ -158,6 +167,19 @@ def test_float_reductions_over_no_elements(module):
     got = matches_the_reference(module, "Floats", x=np.zeros((0, 3)))
     assert got["m"] == -np.inf and (got["lse"] == -np.inf).all()
     assert got["sm"].shape == (0, 3) and np.isnan(got["avg"]).all()
+
+
+@pytest.mark.parametrize("T, B", [(2000, 3), (7, 300), (1, 5)])
+def test_sums_over_strided_axes_split_in_runs(module, T, B):
+    """Sums and means over outer axes, of few outputs and many elements each: on the GPU
+    each output's elements are cut into runs a thread each, whose sums are added in
+    order (cuda/rows.h's reduce_runs_kernel); an i32 sum wraps around as NumPy's."""
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, B, 3))
+    k = rng.integers(-2**31, 2**31, (T, B)).astype(np.int32)
+    got = matches_the_reference(module, "Columns", rtol=1e-12, x=x, k=k)
+    np.testing.assert_allclose(got["over_tb"], x.sum(axis=(0, 1)), rtol=1e-12)
+    np.testing.assert_array_equal(got["ks"], k.sum(axis=0, dtype=np.int32))
 
 
 def test_nvcc_compiles_the_edges(tmp_path):

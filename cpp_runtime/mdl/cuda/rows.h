@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -179,6 +180,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A sum or mean whose outputs are too few to fill the GPU one thread each, over strided
+// inputs (a bias gradient's column sums: [T*B, 4H] summed over its rows): the reduced
+// elements of each output are cut into `slices` runs, one thread a run and an output,
+// neighbouring threads on neighbouring outputs; each run's sum goes to partial[s][o], and
+// the second kernel adds an output's runs in order (the same sum from run to run).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    reduce_runs_kernel(const T* x, ReduceAxes a, int64_t slices, int64_t run, T* partial) {
+  for (int64_t v = first_item(); v < a.nout * slices; v += item_stride()) {
+    const int64_t o = v % a.nout, first = v / a.nout * run;
+    const int64_t last = first + run < a.count ? first + run : a.count;
+    int64_t idx[kMaxRank] = {}, off = 0;  // element `first` of the reduced axes, as digits
+    for (int64_t d = a.summed - 1, k = first; d >= 0; --d) {
+      idx[d] = k % a.rdim[d];
+      off += idx[d] * a.rstride[d];
+      k /= a.rdim[d];
+    }
+    const T* base = x + kept_offset(a, o);
+    T s = 0;
+    for (int64_t k = first; k < last; ++k) {
+      s = Plus()(s, base[off]);
+      for (int d = a.summed - 1; d >= 0; --d) {  // the next element, like an odometer
+        off += a.rstride[d];
+        if (++idx[d] < a.rdim[d]) break;
+        off -= a.rstride[d] * a.rdim[d];
+        idx[d] = 0;
+      }
+    }
+    partial[v] = s;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    add_runs_kernel(bool mean, const T* partial, int64_t slices, ReduceAxes a, T* out) {
+  for (int64_t o = first_item(); o < a.nout; o += item_stride()) {
+    T s = 0;
+    for (int64_t r = 0; r < slices; ++r) s = Plus()(s, partial[r * a.nout + o]);
+    out[o] = mean ? s / T(a.count) : s;
+  }
+}
+
+// How many runs reduce_runs_kernel cuts each output's elements into: enough threads to
+// fill an H100 (132 multiprocessors of 2048 threads), runs of 32 elements at least; 1
+// where one thread an output is enough.
+inline int64_t reduce_slices(int64_t nout, int64_t count) {
+  const int64_t wanted = (int64_t(1) << 18) / nout;
+  return std::max<int64_t>(1, std::min<int64_t>({wanted, count / 32, 1024}));
+}
+
 template <class T>
 void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int rank,
             uint32_t mask, T* out) {
@@ -193,7 +244,20 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   }
   const ReduceAxes a = reduce_axes(shape, rank, mask);
   const int last = a.summed - 1;
-  with_width(row_width(a.rstride[last] == 1, a.rdim[last], a.count), [&](auto w) {
+  const int width = row_width(a.rstride[last] == 1, a.rdim[last], a.count);
+  const int64_t slices = reduce_slices(a.nout, a.count);
+  if (width == 1 && slices > 1 && (kind == Reduction::Sum || kind == Reduction::Mean)) {
+    T* partial = reinterpret_cast<T*>(g.staging.hold(std::size_t(slices * a.nout) * sizeof(T)));
+    const int64_t run = (a.count + slices - 1) / slices;
+    launch(reduce_runs_kernel<T>, blocks(slices * a.nout), kThreads, g.stream, x, a, slices,
+           run, partial);
+    check_launch("reduce");
+    launch(add_runs_kernel<T>, blocks(a.nout), kThreads, g.stream, kind == Reduction::Mean,
+           partial, slices, a, out);
+    check_launch("reduce");
+    return;
+  }
+  with_width(width, [&](auto w) {
     constexpr int W = decltype(w)::value;
     launch(reduce_kernel<W, T>, blocks(nout * W), kThreads, g.stream, kind, x, a, out);
   });
