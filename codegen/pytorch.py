@@ -24,6 +24,8 @@ import weakref
 from collections import namedtuple
 from typing import Any
 
+import numpy as np
+
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the environment
@@ -185,9 +187,7 @@ def _replay(model: Any, ctx) -> None:
 def _tensor(array: Any) -> torch.Tensor:
     """A native result or weight as a tensor over its memory: a NumPy array's, or a
     DeviceArray's through DLPack (the GPU's; the emulated device's is the host's)."""
-    if hasattr(array, "__dlpack__") and not hasattr(array, "__array_interface__"):
-        return torch.from_dlpack(array)
-    return torch.from_numpy(array)
+    return torch.from_numpy(array) if isinstance(array, np.ndarray) else torch.from_dlpack(array)
 
 
 def _array(what: str, value: Any, on_device: bool = False) -> Any:

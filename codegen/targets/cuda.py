@@ -61,7 +61,7 @@ class CudaTarget(Target):
         # adds it into the total (mdl::cuda::add_across_block): one atomic add a block.
         # Other totals take an atomic add an element, spread over their elements.
         whole = {n: f"part{n}" for n, (_, total, _) in enumerate(ins.sums)
-                 if numel(total.type.shape).is_const and numel(total.type.shape).value == 1}
+                 if numel(total.type.shape) == Dim.of(1)}
 
         def body(index):
             names = compute(r, ins, index, {})

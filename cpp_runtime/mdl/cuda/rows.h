@@ -137,6 +137,17 @@ __device__ inline int64_t kept_offset(const ReduceAxes& a, int64_t o) {
 
 // f(x) for this lane's share of the inputs of one output: runs along the last reduced
 // axis (lanes take every W-th element), the other reduced axes advanced like an odometer.
+// Moves `off` (the offset of reduced element idx) to the next reduced element, the axes
+// before `end` counted like an odometer's digits, the last fastest.
+__device__ inline void next_reduced(const ReduceAxes& a, int end, int64_t* idx, int64_t& off) {
+  for (int d = end - 1; d >= 0; --d) {
+    off += a.rstride[d];
+    if (++idx[d] < a.rdim[d]) return;
+    off -= a.rstride[d] * a.rdim[d];
+    idx[d] = 0;
+  }
+}
+
 template <int W, class T, class F>
 __device__ void visit(const ReduceAxes& a, const T* base, int lane, F&& f) {
   const int last = a.summed - 1;
@@ -144,12 +155,7 @@ __device__ void visit(const ReduceAxes& a, const T* base, int lane, F&& f) {
   int64_t idx[kMaxRank] = {}, off = 0;
   for (int64_t run = 0; run < runs; ++run) {
     for (int64_t i = lane; i < inner; i += W) f(base[off + i * step]);
-    for (int d = last - 1; d >= 0; --d) {
-      off += a.rstride[d];
-      if (++idx[d] < a.rdim[d]) break;
-      off -= a.rstride[d] * a.rdim[d];
-      idx[d] = 0;
-    }
+    next_reduced(a, last, idx, off);
   }
 }
 
@@ -201,12 +207,7 @@ __global__ void __launch_bounds__(kThreads)
     T s = 0;
     for (int64_t k = first; k < last; ++k) {
       s = Plus()(s, base[off]);
-      for (int d = a.summed - 1; d >= 0; --d) {  // the next element, like an odometer
-        off += a.rstride[d];
-        if (++idx[d] < a.rdim[d]) break;
-        off -= a.rstride[d] * a.rdim[d];
-        idx[d] = 0;
-      }
+      next_reduced(a, a.summed, idx, off);
     }
     partial[v] = s;
   }
