@@ -15,6 +15,7 @@ codegen/compile/index.py), so nothing is checked or generated again."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -137,12 +138,26 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
     return import_built(path, module_name_for(path, name), options)
 
 
+# The names import_built has left in sys.modules: a later load of the same name replaces
+# its module there (pickle then no longer finds the classes of the earlier one).
+_LOADED: set[str] = set()
+
+
 def import_built(path: str | Path, module_name: str, options: BuildOptions) -> ModuleType:
-    """Build (through the cache) and import the module `module_name` of a .mdl file."""
+    """Build (through the cache) and import the module `module_name` of a .mdl file. It
+    is in sys.modules, as an import's would be, so that pickle finds its classes by name,
+    unless that name was another module's (a model file json.mdl must not hide the json
+    package)."""
+    held = sys.modules.get(module_name)
     spec = importlib.util.spec_from_file_location(module_name,
                                                   build(path, module_name, options))
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(spec)  # CPython puts it into sys.modules
     spec.loader.exec_module(module)
+    if held is None or module_name in _LOADED:
+        sys.modules[module_name] = module
+        _LOADED.add(module_name)
+    else:
+        sys.modules[module_name] = held
     return module
 
 

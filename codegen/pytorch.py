@@ -70,23 +70,46 @@ class CompiledModule(torch.nn.Module):
         self.model = model
         self.input_names = list(model.inputs)
         self.output_names = list(model.cotangents)
-        self._outputs = namedtuple(f"{type(model).__name__}Outputs", self.output_names,
-                                   rename=True)
-        self._trainable: list[str] = []
-        self._native: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._outputs = self._output_tuple()
         self._on_device = model.device != "cpu"
         if self._on_device:  # its outputs as tensors where they are
             model.outputs_on_device = True
-        trainable = model.gradient_layout
-        weights = model.device_params if self._on_device else model.params
+        self._bind_weights()
+
+    def _bind_weights(self) -> None:
+        """The parameters and buffers as tensors over the model's memory (no copy). Those
+        there were (a pickled or deep-copied module's copies of another model's weights)
+        give way, handing on `requires_grad` (their `.grad` is gone, as torch's copies'
+        is)."""
+        self._native: dict[str, tuple[int, tuple[int, ...]]] = {}
+        weights = self.model.device_params if self._on_device else self.model.params
+        trainable = self.model.gradient_layout
+        self._trainable = [name for name in weights if name in trainable]
         for name, array in weights.items():
-            tensor = _tensor(array)  # the model's memory, no copy
+            tensor = _tensor(array)
             self._native[name] = (tensor.data_ptr(), tuple(tensor.shape))
-            if name in trainable:
-                self.register_parameter(name, torch.nn.Parameter(tensor))
-                self._trainable.append(name)
-            else:
+            if name not in trainable:
                 self.register_buffer(name, tensor)
+                continue
+            old = self._parameters.get(name)
+            self.register_parameter(name, torch.nn.Parameter(
+                tensor, requires_grad=old is None or old.requires_grad))
+
+    def _output_tuple(self) -> type:
+        return namedtuple(f"{type(self.model).__name__}Outputs", self.output_names,
+                          rename=True)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_outputs"]  # a class made here, which pickle could not find by name
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """pickle and copy.deepcopy rebuild the model (its own copy, mdl's __reduce__) and
+        the tensors apart; the module's weights are then made its model's memory again."""
+        super().__setstate__(state)
+        self._outputs = self._output_tuple()
+        self._bind_weights()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         given = self._bind(args, kwargs)

@@ -14,8 +14,10 @@ make calls on the same model instances at once (a deadlock shows with --timeout)
 from __future__ import annotations
 
 import argparse
+import copy
 import faulthandler
 import importlib.util
+import pickle
 import random
 import sys
 import tempfile
@@ -204,6 +206,8 @@ class Calls:
             attribute = r.choice(["rng_calls", "lr", "outputs_on_device"])
             value = self.junk() if r.random() < 0.4 else r.choice([0, 5, 0.5, True, False])
             return f"{model}.{attribute} = {value!r}", lambda: setattr(m, attribute, value)
+        if kind == 13 and r.random() < 0.4:
+            return self.copies(m, model)
         if kind == 13:
             other = r.choice(self.models + [self.junk()])
             seed = r.choice([0, self.junk()])
@@ -225,6 +229,25 @@ class Calls:
         return f"{model} properties", lambda: (
             m.params, m.inputs, m.cotangents, m.specializations, m.cuda_graphs, m.optimizer,
             m.device, m.rng_calls, m.shared)
+
+
+    def copies(self, m, model: str):
+        """A copy (copy.deepcopy or pickle) takes the model's place in the list, so later
+        calls make it theirs; or the model takes a state (another model's, or junk)."""
+        r = self.rng
+        at = self.models.index(m)
+        way = r.choice(["deepcopy", "pickle", "state", "junk state"])
+        other = r.choice(self.models)
+        junk = r.choice([self.junk(), (self.junk(), False), ({"format": self.junk()}, False)])
+
+        def make():
+            if way == "deepcopy":
+                self.models[at] = copy.deepcopy(m)
+            elif way == "pickle":
+                self.models[at] = pickle.loads(pickle.dumps(m))
+            else:
+                m.__setstate__(other.__reduce__()[2] if way == "state" else junk)
+        return f"{model} {way} ({type(other).__name__})", make
 
 
 def describe(x: dict) -> str:

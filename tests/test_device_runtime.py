@@ -10,7 +10,9 @@ set_params, read-only params, sharing, data-parallel pieces. The GPU's own code 
 tests/test_cuda.py's."""
 from __future__ import annotations
 
+import copy
 import importlib.util
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +183,24 @@ def test_the_torch_bridge_trains_a_model_in_its_device_memory(modules):
         for opt in opts:
             opt.step()
     assert_same(on.model.params, off.model.params)  # the device's copies: torch moved them
+
+
+@pytest.mark.parametrize("way", ["deepcopy", "pickle"])
+def test_a_copy_of_a_device_model_has_device_memory_of_its_own(modules, way):
+    """copy.deepcopy and pickle of a device model: its weights and optimizer state read
+    from the device, the new model's written there, outputs_on_device kept; the copy
+    steps on as the host's model does, and the original stays where it was."""
+    on, off = pair(modules)
+    for m in (on, off):
+        m.set_optimizer("adam", lr=1e-2)
+        m.train_step(**charlm_batch(0))
+    on.outputs_on_device = True
+    twin = copy.deepcopy(on) if way == "deepcopy" else pickle.loads(pickle.dumps(on))
+    assert twin.device == "checked" and twin.outputs_on_device
+    got = twin.train_step(**charlm_batch(1))
+    assert_same({k: v.numpy() for k, v in got.items()}, off.train_step(**charlm_batch(1)), 1e-12)
+    assert_same(twin.params, off.params, 1e-12)
+    assert on.optimizer["steps"] == 1 and twin.optimizer["steps"] == 2
 
 
 def test_outputs_on_the_device_are_read_through_dlpack(modules):

@@ -5,6 +5,8 @@ f64 to 1e-10 and in f32. Then integer inputs passed through, the native vjp agai
 reference, replays, modes, the errors, and docs/pytorch.md's code."""
 from __future__ import annotations
 
+import copy
+import io
 import os
 import re
 import subprocess
@@ -189,6 +191,51 @@ def test_a_cuda_model_trains_inside_pytorch_on_its_device(tmp_path_factory, monk
     with pytest.raises(RuntimeError, match="parameter 'lstm/W' no longer shares memory"):
         ours.double().core.float()(torch.zeros(T, B, E, device=device),
                                    torch.zeros(B, H, device=device))
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("way", ["deepcopy", "torch.save"])
+def test_a_copied_module_trains_its_own_models_memory(tmp_path_factory, monkeypatch, target,
+                                                      way):
+    """copy.deepcopy of a PyTorch model around a compiled core, or torch.save and
+    torch.load of it whole: the compiled model is copied (mdl's __reduce__) and the copy's
+    parameters are that model's memory again, so original and copy train alike, and apart."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    module, _ = compiled(tmp_path_factory, CORE, "f64", target=target)
+    device = "cuda" if target == "cuda" and ON_GPU else "cpu"
+    torch.manual_seed(0)
+    ours = Mixed(as_module(module.Core(seed=0)), torch.float64).to(device)
+    gen = torch.Generator().manual_seed(2)
+    batches = [[torch.randint(0, V, (T, B), generator=gen).to(device) for _ in "tt"]
+               for _ in range(3)]
+    ours.core.get_parameter("lstm/U").requires_grad_(False)
+    ours(*batches[0]).backward()
+    if way == "deepcopy":
+        twin = copy.deepcopy(ours)
+    else:
+        buffer = io.BytesIO()
+        torch.save(ours, buffer)
+        buffer.seek(0)
+        twin = torch.load(buffer, weights_only=False)
+    assert twin.core.model is not ours.core.model
+    assert not twin.core.get_parameter("lstm/U").requires_grad  # frozen, as it was
+    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, twin)]
+    for batch in batches[1:]:
+        losses = []
+        for m, opt in zip((ours, twin), opts):
+            opt.zero_grad()
+            loss = m(*batch)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[0] == losses[1]
+    kept = ours.core.model.params["lstm/W"].copy()
+    twin(*batches[0]).backward()
+    opts[1].step()  # the copy's step moves its own model's weights, not the original's
+    np.testing.assert_array_equal(ours.core.model.params["lstm/W"], kept)
+    np.testing.assert_array_equal(twin.core.model.params["lstm/W"],
+                                  twin.core.get_parameter("lstm/W").detach().cpu().numpy())
+    assert not np.array_equal(twin.core.model.params["lstm/W"], kept)
 
 
 def test_integer_inputs_pass_through_and_gradients_are_the_references_vjp(tmp_path_factory):

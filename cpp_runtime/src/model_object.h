@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -370,6 +371,21 @@ class Model {
     opt_.config.lr = lr;
   }
 
+  // <module.Name: where, dtype, parameters, seed; optimizer>, for people.
+  std::string repr(const std::string& module) const {
+    std::string count = std::to_string(spec_->param_count);
+    for (int at = int(count.size()) - 3; at > 0; at -= 3) count.insert(size_t(at), ",");
+    std::string out = "<" + module + "." + spec_->name + ": " + spec_->device->name + ", " +
+                      spec_->dtype.name + ", " + std::to_string(spec_->n_params) +
+                      " parameters (" + count + " numbers), seed " + std::to_string(state_.seed);
+    const OptimizerConfig& c = opt_.config;
+    if (c.kind == OptimizerConfig::NONE) return out + ", no optimizer>";
+    std::ostringstream lr;
+    lr << c.lr;
+    return out + "; " + optimizer_name(c.kind) + ", lr " + lr.str() + ", " +
+           std::to_string(opt_.steps) + (opt_.steps == 1 ? " step>" : " steps>");
+  }
+
   // Training calls so far: the next one draws dropout masks from stream calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
   void set_rng_calls(py::handle n) {
@@ -390,14 +406,31 @@ class Model {
   // Everything `save` wrote, checked in full before anything is changed.
   void load(py::handle path) {
     path_argument(path, "load(path): path");
-    std::string file = py::str(path);
-    Checkpoint<T> ck = check_checkpoint(*spec_, read_npz(path), file);
-    if (ck.config.kind != OptimizerConfig::NONE)
-      if (const char* problem = invalid(ck.config))
-        throw py::value_error(file + ": the optimizer's options are invalid: " + problem);
+    restore_from(read_npz(path), py::str(path));
+  }
+
+  // What pickle and copy keep of a model (python_module.cpp's __reduce__): its checkpoint's
+  // arrays and where its outputs go. The seed comes first: the class called with it makes
+  // the instance that __setstate__ then fills.
+  py::tuple reduced() {
     std::unique_lock<std::mutex> guard = hold_lock();
-    restore(*spec_, ck, state_, opt_);
-    trained_ = nullptr;  // the saved forward values belong to the old parameters
+    py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
+    return py::make_tuple(state_.seed, arrays, outputs_on_device_);
+  }
+
+  // Takes what `reduced` gave (checked as a checkpoint file is, before anything changes).
+  void set_state(py::handle state) {
+    std::string what = "__setstate__ of model " + std::string(spec_->name);
+    if (!PyTuple_Check(state.ptr()) || py::len(state) != 2 ||
+        !PyDict_Check(PyTuple_GET_ITEM(state.ptr(), 0)))
+      throw py::type_error(what + " takes (checkpoint arrays: dict, outputs_on_device: bool), "
+                           "what __reduce__ gives; got " + type_name(state));
+    py::tuple given = py::reinterpret_borrow<py::tuple>(state);
+    bool on_device = bool_argument(given[1], what + ": outputs_on_device");
+    if (on_device && spec_->device->in_place)
+      throw py::value_error(what + ": outputs_on_device is True, but the model runs on the CPU");
+    restore_from(given[0].cast<py::dict>(), what);
+    outputs_on_device_ = on_device;
   }
 
   py::list specializations() const {
@@ -413,6 +446,17 @@ class Model {
   }
 
  private:
+  // A checkpoint's arrays (read from `where`) checked in full, then written into the model.
+  void restore_from(const py::dict& arrays, const std::string& where) {
+    Checkpoint<T> ck = check_checkpoint(*spec_, arrays, where);
+    if (ck.config.kind != OptimizerConfig::NONE)
+      if (const char* problem = invalid(ck.config))
+        throw py::value_error(where + ": the optimizer's options are invalid: " + problem);
+    std::unique_lock<std::mutex> guard = hold_lock();
+    restore(*spec_, ck, state_, opt_);
+    trained_ = nullptr;  // the saved forward values belong to the old parameters
+  }
+
   struct Inputs {
     Arguments args;  // owns converted inputs during the call
     Call call;

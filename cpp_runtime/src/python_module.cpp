@@ -41,7 +41,8 @@ auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
 template <class T>
 py::object bind_base(py::module_& m) {
   using M = Model<T>;
-  return py::class_<M>(m, "_Model", py::module_local())
+  py::class_<M> cls(m, "_Model", py::module_local());
+  cls
       .def(py::init([](py::capsule spec, uint64_t seed, py::object params) {
              const M* share = nullptr;
              if (!params.is_none()) {
@@ -114,7 +115,23 @@ py::object bind_base(py::module_& m) {
            "load(path) -> None\n\nWhat save wrote, checked in full before anything changes.")
       .def_property_readonly("optimizer", &M::optimizer,
                              "The optimizer and its options, or None.")
-      .def_property("lr", &M::lr, &M::set_lr, "The optimizer's learning rate.");
+      .def_property("lr", &M::lr, &M::set_lr, "The optimizer's learning rate.")
+      .def("__repr__", [](py::object self) {
+        return self.cast<const M&>().repr(py::str(self.get_type().attr("__module__")));
+      })
+      // pickle and copy.copy/deepcopy: the class called with the seed, then the checkpoint
+      .def("__reduce__", [](py::object self) {
+        py::tuple state = self.cast<M&>().reduced();
+        return py::make_tuple(py::type::of(self), py::make_tuple(state[0]),
+                              py::make_tuple(state[1], state[2]));
+      });
+  // pybind11 takes a method named __setstate__ for a constructor, which it skips on an
+  // instance already made (as __reduce__'s is): so the function has another name
+  cls.attr("__setstate__") = py::cpp_function(
+      [](M& self, py::handle state) { self.set_state(state); }, py::name("set_state"),
+      py::is_method(cls), py::arg("state"),
+      py::doc("__setstate__(state) -> None\n\nWhat __reduce__ kept (pickle, copy.deepcopy)."));
+  return cls;
 }
 
 // The class of outputs a device model hands back in its memory (device_array.h).

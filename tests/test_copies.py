@@ -1,0 +1,144 @@
+"""Copies of a model: `copy.copy`, `copy.deepcopy` and pickle give a model of its own
+(parameters, optimizer state, the dropout stream's place, where its outputs go) that
+trains on bit for bit as the original does; a bad state is refused and changes nothing;
+`repr` says what a model is."""
+from __future__ import annotations
+
+import copy
+import pickle
+import sys
+
+import numpy as np
+import pytest
+from conftest import charlm_batch
+
+from codegen.pipeline import load
+
+WAYS = {
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+    "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+}
+
+DROPOUT = """
+model Dropped(I = 5, H = 7) {
+  input xs : f32[T, B, I]
+  param W : f32[I, H] = normal(0, 0.5)
+  param U : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  for x in xs { h = tanh(dropout(x, 0.3) @ W + h @ U) }
+  output loss = mean(h * h)
+  minimize loss
+}
+"""
+
+
+def trained(module, steps: int = 2):
+    m = module.CharLM(seed=1)
+    m.set_optimizer("adam", lr=0.05, clip_norm=1.0)
+    for step in range(steps):
+        m.train_step(**charlm_batch(step))
+    return m
+
+
+def same_params(a, b) -> bool:
+    return all(np.array_equal(v, b.params[k]) for k, v in a.params.items())
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_copy_trains_on_as_the_original_does(charlm64, way):
+    a = trained(charlm64)
+    b = WAYS[way](a)
+    assert type(b) is type(a) and b is not a
+    assert b.optimizer == a.optimizer and b.rng_calls == a.rng_calls and same_params(a, b)
+    for step in range(2, 5):
+        assert a.train_step(**charlm_batch(step))["loss"] == \
+            b.train_step(**charlm_batch(step))["loss"]
+    assert same_params(a, b)
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_copy_has_parameters_of_its_own(charlm64, way):
+    a = trained(charlm64)
+    b = WAYS[way](a)
+    before = {k: v.copy() for k, v in a.params.items()}
+    b.train_step(**charlm_batch(7))
+    assert all(np.array_equal(v, before[k]) for k, v in a.params.items())
+    assert not same_params(a, b)
+
+
+def test_a_copy_of_a_sharing_model_owns_what_it_shared(charlm64):
+    """CharLMStep(params=m) uses m's weights; its copy has them as they were."""
+    m = trained(charlm64)
+    step = charlm64.CharLMStep(params=m)
+    twin = copy.deepcopy(step)
+    kept = {k: v.copy() for k, v in twin.params.items()}
+    m.train_step(**charlm_batch(9))
+    assert all(np.array_equal(v, m.params[k]) for k, v in step.params.items())  # step: m's
+    assert all(np.array_equal(v, kept[k]) for k, v in twin.params.items())  # the copy: its own
+    assert not all(np.array_equal(v, m.params[k]) for k, v in twin.params.items())
+
+
+def test_the_dropout_stream_goes_on_where_it_was(tmp_path):
+    path = tmp_path / "dropped.mdl"
+    path.write_text(DROPOUT)
+    module = load(path, dtype="f64", name="dropped_copies")
+    a = module.Dropped(seed=4)
+    a.set_optimizer("sgd", lr=0.1, momentum=0.9)
+    xs = np.random.default_rng(0).standard_normal((4, 2, 5))
+    a.train_step(xs=xs)
+    b = pickle.loads(pickle.dumps(a))
+    assert b.rng_calls == a.rng_calls == 1
+    for _ in range(3):  # equal losses only if both draw the same masks
+        assert a.train_step(xs=xs)["loss"] == b.train_step(xs=xs)["loss"]
+
+
+def test_pickle_finds_a_loaded_modules_classes_by_name(charlm64):
+    """load puts the module into sys.modules as an import does (pickle looks the class
+    up there), unless the name is another module's."""
+    assert sys.modules[charlm64.__name__] is charlm64
+
+
+def test_a_model_file_named_as_a_module_does_not_hide_it(tmp_path):
+    path = tmp_path / "json.mdl"
+    path.write_text(DROPOUT)
+    import json
+    module = load(path, name="json")
+    assert sys.modules["json"] is json and module is not json
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(module.Dropped())
+    copy.deepcopy(module.Dropped())  # a copy looks nothing up
+
+
+@pytest.mark.parametrize("state, error, message", [
+    (None, TypeError, r"takes \(checkpoint arrays: dict, outputs_on_device: bool\)"),
+    (({},), TypeError, "what __reduce__ gives; got tuple"),
+    (({}, "no"), TypeError, "outputs_on_device must be True or False"),
+    (({}, True), ValueError, "outputs_on_device is True, but the model runs on the CPU"),
+    (({}, False), ValueError, "not an mdl checkpoint"),
+])
+def test_a_bad_state_is_refused_and_changes_nothing(charlm64, state, error, message):
+    m = trained(charlm64)
+    before = {k: v.copy() for k, v in m.params.items()}
+    with pytest.raises(error, match=message):
+        m.__setstate__(state)
+    assert all(np.array_equal(v, before[k]) for k, v in m.params.items())
+
+
+def test_a_state_checked_as_a_checkpoint_is(charlm64):
+    m = charlm64.CharLM(seed=0)
+    arrays, on_device = m.__reduce__()[2]
+    del arrays["param/embedding"]
+    with pytest.raises(ValueError, match="__setstate__ of model CharLM: no 'param/embedding'"):
+        m.__setstate__((arrays, on_device))
+
+
+def test_repr_says_what_the_model_is(charlm64):
+    m = charlm64.CharLM(seed=3)
+    count = sum(v.size for v in m.params.values())
+    head = (f"<{charlm64.__name__}.CharLM: cpu, f64, {len(m.params)} parameters "
+            f"({count:,} numbers), seed 3")
+    assert repr(m) == head + ", no optimizer>"
+    m.set_optimizer("sgd", lr=0.25)
+    m.train_step(**charlm_batch(0))
+    assert repr(m) == head + "; sgd, lr 0.25, 1 step>"
