@@ -13,6 +13,7 @@ import numpy as np
 # processes of their own, so that no compiler state leaks into eager runs.
 MDL, TORCH, SCRIPT, COMPILE, JAX = "mdl", "torch", "torchscript", "torch.compile", "jax"
 SGEMM = "sgemm"  # numpy's matrix product: the peak every row is measured against
+CRF_TAGS = 16    # the crf group's K (benchmarks/models.mdl's CRF)
 
 # The passes. A training step is the forward pass that keeps what the backward needs, then
 # the backward of the loss sum(hs * weights), with no optimizer update.
@@ -55,6 +56,9 @@ GROUPS = {  # group: (passes, peers, description)
                "a GRU whose input takes one of two branches, chosen per step"),
     "attention": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
                   "an LSTM decoder attending to T encoder states at every step"),
+    "crf": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
+            "a BiLSTM-CRF tagger: the forward algorithm's logsumexp over the tag before, "
+            "a step a word"),
     "memory": ((TRAIN,), (), "peak memory and time of an LSTM training step, by loop option"),
 }
 
@@ -77,7 +81,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         return _gpu_cases(quick)
     if quick:
         lstm = [dict(T=4, B=2, H=8)]
-        cells = attention = [dict(T=4, B=2, H=8)]
+        cells = attention = crf = [dict(T=4, B=2, H=8)]
         memory, k = dict(T=24, B=2, H=8), 4
         step = dict(T=4, B=1, H=8)
     else:
@@ -86,11 +90,12 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         lstm = [dict(T=t, B=b, H=h) for t, b, h in sizes]
         cells = [dict(T=35, B=b, H=h) for b in (1, 32) for h in (128, 256)]
         attention = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 512))]
+        crf = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 512))]
         memory, k = dict(T=1000, B=16, H=256), 32
         step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state
     return ([_case("lstm", **d) for d in lstm] + [_case("generation", **step)]
             + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
-            + [_case("attention", **d) for d in attention]
+            + [_case("attention", **d) for d in attention] + [_case("crf", **d) for d in crf]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
                _case("memory", "checkpoint", **memory, K=k)])
 
@@ -145,12 +150,16 @@ def flops(case: Case, pass_name: str) -> float:
     """Floating-point operations of one pass, counting only the matrix products:
     2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
     and context; gru_if adds 2*B*H*H on the steps whose branch projects; attention's
-    scores and context are 2*T*B*H each), twice that again in the backward (a training
-    step is 3x the forward); the elementwise work is left out."""
+    scores and context are 2*T*B*H each; crf runs two LSTMs and its emissions are
+    2*T*B*2H*K), twice that again in the backward (a training step is 3x the forward);
+    the elementwise work is left out."""
     if case.group == SGEMM:
         return 2.0 * case.dims["N"] ** 3
     B, H = case.dims["B"], case.dims["H"]
     steps = 1 if pass_name == STEP else case.dims["T"]
+    if case.group == "crf":
+        forward = 2 * steps * 2.0 * B * 2 * H * 4 * H + steps * 2.0 * B * 2 * H * CRF_TAGS
+        return forward * (3 if pass_name == TRAIN else 1)
     gates = 3 if case.group == "gru_if" else 4
     inputs = 2 * H if case.group == "attention" else H
     forward = steps * 2.0 * B * (inputs + H) * gates * H

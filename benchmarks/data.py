@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.cases import Case, branch_signs
+from benchmarks.cases import CRF_TAGS, Case, branch_signs
 
 
 def inputs(case: Case) -> dict[str, np.ndarray]:
     """The model's inputs: `xs` [T, B, H] and the loss weights (the generation case
     steps through `xs` one row at a time; gru_if also takes its per-step `signs`,
-    attention the encoder states `enc` [T, B, H] it attends to)."""
+    attention the encoder states `enc` [T, B, H] it attends to; crf has tags [T, B] for
+    the loss instead of weights)."""
     T, B, H = (case.dims[k] for k in "TBH")
     rng = np.random.default_rng(1)
     out = {"xs": rng.standard_normal((T, B, H), dtype=np.float32)}
+    if case.group == "crf":
+        out["tags"] = rng.integers(0, CRF_TAGS, (T, B)).astype(np.int32)
+        return out
     if case.group == "attention":  # the size of an LSTM's states: scores of a few units
         out["enc"] = rng.uniform(-1.0, 1.0, (T, B, H)).astype(np.float32)
     if case.group != "generation":
@@ -44,6 +48,11 @@ def params(case: Case) -> dict[str, np.ndarray]:
     if case.group == "gru_if":
         return {"P": uniform(H, H), "gru/W": uniform(H, 3 * H), "gru/U": uniform(H, 3 * H),
                 "gru/bW": uniform(3 * H), "gru/bU": uniform(3 * H)}
+    if case.group == "crf":  # transitions of the size of the emissions, so both matter
+        lstms = {f"{scope}/{name}": uniform(*shape) for scope in ("forward", "backward")
+                 for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}
+        return {**lstms, "emit/W": uniform(2 * H, CRF_TAGS), "emit/b": uniform(CRF_TAGS),
+                "transitions": rng.uniform(-0.5, 0.5, (CRF_TAGS, CRF_TAGS)).astype(np.float32)}
     inputs = 2 * H if case.group == "attention" else H  # attention: x beside the context
     return {"lstm/W": uniform(inputs, 4 * H), "lstm/U": uniform(H, 4 * H),
             "lstm/b": uniform(4 * H)}

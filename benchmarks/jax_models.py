@@ -14,9 +14,10 @@ from benchmarks import data
 from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
 
 
-def lstm_cell(p, x, h, c):
-    """std/rnn.mdl's `lstm` (gates i, f, g, o)."""
-    i, f, g, o = jnp.split(x @ p["lstm/W"] + h @ p["lstm/U"] + p["lstm/b"], 4, axis=1)
+def lstm_cell(p, x, h, c, scope="lstm"):
+    """std/rnn.mdl's `lstm` (gates i, f, g, o), its parameters those of `scope`."""
+    i, f, g, o = jnp.split(x @ p[scope + "/W"] + h @ p[scope + "/U"] + p[scope + "/b"], 4,
+                           axis=1)
     c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(g)
     return sigmoid(o) * jnp.tanh(c), c
 
@@ -67,8 +68,26 @@ def _loss(group: str):
             return (h, c, context), h + context
         zeros = jnp.zeros(xs.shape[1:], xs.dtype)
         return jnp.sum(lax.scan(step, (zeros, zeros, zeros), xs)[1] * weights)
-    return {"lstm": lstm_like(lstm_cell),
-            "milstm": lstm_like(milstm_cell), "gru_if": gru_if, "attention": attention}[group]
+    def crf(p, xs, tags):
+        def states(scope, xs):
+            def step(hc, x):
+                h, c = lstm_cell(p, x, *hc, scope=scope)
+                return (h, c), h
+            zeros = jnp.zeros(xs.shape[1:], xs.dtype)
+            return lax.scan(step, (zeros, zeros), xs)[1]
+        both = jnp.concatenate([states("forward", xs), states("backward", xs[::-1])[::-1]], 2)
+        emissions = both @ p["emit/W"] + p["emit/b"]
+        hot = jax.nn.one_hot(tags, p["transitions"].shape[0], dtype=xs.dtype)
+
+        def step(alpha, t):
+            e, before, now = t
+            alpha = jax.nn.logsumexp(alpha[:, :, None] + p["transitions"], axis=1) + e
+            return alpha, jnp.sum((before @ p["transitions"] + e) * now, axis=1)
+        alpha, golds = lax.scan(step, emissions[0], (emissions[1:], hot[:-1], hot[1:]))
+        gold = jnp.sum(hot[0] * emissions[0], axis=1) + jnp.sum(golds, axis=0)
+        return jnp.sum(jax.nn.logsumexp(alpha, axis=1) - gold)
+    return {"lstm": lstm_like(lstm_cell), "milstm": lstm_like(milstm_cell), "gru_if": gru_if,
+            "attention": attention, "crf": crf}[group]
 
 
 def setup(case: Case) -> Bench:

@@ -69,9 +69,9 @@ def _notes(rows: list[dict], frameworks: list[str]) -> list[str]:
                if any("max_rel_err" in r["results"][fw] for r in rows)]
     if checked:
         notes.append("Outputs checked against mdl's on the same weights before timing, "
-                     "largest normwise relative error over the gradients of the parameters "
-                     "and of xs and weights (d loss / d weights = hs) and the loss (relative "
-                     f"to the size of its terms), or the final states: {', '.join(checked)}.")
+                     "largest normwise relative error over the loss (a loss sum(hs * weights) "
+                     "relative to the size of its terms) and the gradients of the parameters "
+                     f"and the float inputs, or the final states: {', '.join(checked)}.")
     compiles = {r["case"]: r["results"][COMPILE] for r in rows
                 if "compile_s" in r["results"].get(COMPILE, {})}
     if compiles:

@@ -93,7 +93,52 @@ class Attention(Cell):
         return (torch.stack(hs) * weights).sum()
 
 
-CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention}
+class CRF(nn.Module):
+    """benchmarks/models.mdl's CRF as a PyTorch user writes it: nn.LSTM(bidirectional=True)
+    (oneDNN's LSTM on the CPU, cuDNN's on a GPU), an nn.Linear for the emissions, and the
+    forward algorithm's loop over time, the case's weights copied into torch's layout."""
+
+    def __init__(self, params: dict[str, np.ndarray]):
+        super().__init__()
+        H, K = params["forward/U"].shape[0], params["transitions"].shape[0]
+        self.lstm = nn.LSTM(H, H, bidirectional=True)
+        self.emit = nn.Linear(2 * H, K)
+        self.transitions = nn.Parameter(torch.from_numpy(params["transitions"].copy()))
+        with torch.no_grad():  # mdl multiplies x @ W and has one bias
+            for suffix, scope in (("", "forward"), ("_reverse", "backward")):
+                getattr(self.lstm, "weight_ih_l0" + suffix).copy_(
+                    torch.from_numpy(params[scope + "/W"].T))
+                getattr(self.lstm, "weight_hh_l0" + suffix).copy_(
+                    torch.from_numpy(params[scope + "/U"].T))
+                getattr(self.lstm, "bias_ih_l0" + suffix).copy_(
+                    torch.from_numpy(params[scope + "/b"]))
+                getattr(self.lstm, "bias_hh_l0" + suffix).zero_()
+            self.emit.weight.copy_(torch.from_numpy(params["emit/W"].T))
+            self.emit.bias.copy_(torch.from_numpy(params["emit/b"]))
+
+    def forward(self, xs: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
+        emissions = self.emit(self.lstm(xs)[0])                          # [T, B, K]
+        hot = nn.functional.one_hot(tags.long(), self.transitions.size(0)).to(xs.dtype)
+        alpha = emissions[0]
+        gold = (hot[0] * alpha).sum(1)
+        for t in range(1, xs.size(0)):
+            alpha = torch.logsumexp(alpha.unsqueeze(2) + self.transitions, 1) + emissions[t]
+            gold = gold + ((hot[t - 1] @ self.transitions + emissions[t]) * hot[t]).sum(1)
+        return (torch.logsumexp(alpha, 1) - gold).sum()
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The parameters' gradients under mdl's names, in mdl's layout."""
+        out = {"transitions": _numpy(self.transitions.grad),
+               "emit/W": _numpy(self.emit.weight.grad).T, "emit/b": _numpy(self.emit.bias.grad)}
+        for suffix, scope in (("", "forward"), ("_reverse", "backward")):
+            grad = {name: _numpy(getattr(self.lstm, name + suffix).grad)
+                    for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0")}
+            out.update({scope + "/W": grad["weight_ih_l0"].T,
+                        scope + "/U": grad["weight_hh_l0"].T, scope + "/b": grad["bias_ih_l0"]})
+        return out
+
+
+CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention, "crf": CRF}
 
 
 def eager(case: Case) -> Bench:
@@ -201,9 +246,15 @@ def _training(module: nn.Module, run, case: Case) -> Bench:
         _zero_grad(module, xs)
         loss = run(**xs)
         loss.backward()
-        return {"loss": _numpy(loss), **_input_grads(xs),
-                **{key: _numpy(getattr(module, attr).grad) for attr, key in module.names.items()}}
+        return {"loss": _numpy(loss), **_input_grads(xs), **_param_grads(module)}
     return Bench({TRAIN: step}, check)
+
+
+def _param_grads(module: nn.Module) -> dict[str, np.ndarray]:
+    """The parameters' gradients under mdl's names: a Cell's are in mdl's layout."""
+    if isinstance(module, CRF):
+        return module.gradients()
+    return {key: _numpy(getattr(module, attr).grad) for attr, key in module.names.items()}
 
 
 def _lstm(case: Case) -> Bench:

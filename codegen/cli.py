@@ -138,8 +138,8 @@ def parser() -> argparse.ArgumentParser:
                        "(mdl's code with -march=x86-64-v3, MKL, oneDNN, OpenBLAS and XLA "
                        "told so), to see on an AVX-512 machine what one without runs")
     bench.add_argument("--only", nargs="+", default=[], metavar="NAME",
-                       help="cases to run: groups (lstm, generation, milstm, gru_if, memory), "
-                       "case names or patterns such as 'lstm-*-b32-*'")
+                       help="cases to run: groups (lstm, generation, milstm, gru_if, "
+                       "attention, crf, memory), case names or patterns such as 'lstm-*-b32-*'")
     bench.add_argument("--quick", action="store_true",
                        help="tiny sizes and few reps: a check that the suite works")
     bench.add_argument("--skip-compile", action="store_true",

@@ -142,6 +142,9 @@ def test_a_run_with_differing_outputs_is_not_ok():
 def test_flops_count_the_products_of_the_issue():
     lstm = next(c for c in cases(quick=False) if c.name == "lstm-t35-b32-h256")
     assert flops(lstm, TRAIN) == 3 * 35 * 2 * 32 * (256 + 256) * 4 * 256
+    crf = next(c for c in cases(quick=False) if c.name == "crf-t35-b32-h256")
+    assert flops(crf, TRAIN) == 3 * (2 * 35 * 2 * 32 * (256 + 256) * 4 * 256  # two LSTMs
+                                     + 35 * 2 * 32 * 512 * 16)               # the emissions
 
 
 def test_the_gpu_rows_are_issue_9s_sizes_and_travel_by_name():
