@@ -1,9 +1,16 @@
 """The checker answers any input with success or located diagnostics: never a traceback,
-never a RecursionError, however broken, deep or long the input is."""
+never a RecursionError, however broken, deep or long the input is; and what it accepts,
+the later stages compile or refuse with located diagnostics too."""
+import re
+import tempfile
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codegen.compile.options import BuildOptions
+from codegen.pipeline import sources
 from dsl import MdlError, UsageError, check_source
 
 SEEDS = [
@@ -87,6 +94,49 @@ def test_mutated_programs_get_success_or_located_diagnostics(text):
 @settings(max_examples=200, deadline=None)
 def test_arbitrary_text_gets_success_or_located_diagnostics(text):
     answers_cleanly(text)
+
+
+EXAMPLES = [p.read_text() for p in
+            sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.mdl"))]
+WORD = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?(?:e-?\d+)?")
+FIRST_MODEL = re.compile(r"^model\s+(\w+)", re.MULTILINE)
+
+
+@st.composite
+def edited(draw):
+    """A seed or an example with one to three of its words or numbers replaced by another
+    of its words or a small number: often still a well-typed program, of another meaning."""
+    text = draw(st.sampled_from(SEEDS + EXAMPLES))
+    for _ in range(draw(st.integers(1, 3))):
+        words = list(WORD.finditer(text))
+        spot = draw(st.sampled_from(words))
+        new = draw(st.sampled_from(sorted({w.group() for w in words})
+                                   + ["0", "1", "2", "0.5", "1e30"]))
+        text = text[:spot.start()] + new + text[spot.end():]
+    return text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edited())
+def test_edited_programs_that_check_also_compile(text):
+    """What the checker accepts, the later stages compile (autodiff, the passes, lowering
+    and both targets' code, a vjp build's too), or refuse with a located diagnostic: never
+    an internal error (mdlc's exit status 3)."""
+    model = FIRST_MODEL.search(text)
+    options = {"model": model.group(1) if model else None}
+    try:
+        check_source(text, "edited.mdl", **options)
+    except (MdlError, UsageError):
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "edited.mdl"
+        path.write_text(text)
+        for target, vjp in (("cpu", False), ("cuda", True)):
+            try:
+                sources(path, "edited", BuildOptions(target=target, vjp=vjp, **options))
+            except MdlError as exc:
+                assert exc.loc is not None, exc.render()
+                return
 
 
 N = 20000
