@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import copy
 import pickle
+import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import charlm_batch
+from conftest import CHARLM, charlm_batch
 
 from codegen.pipeline import load
 
@@ -142,3 +143,35 @@ def test_repr_says_what_the_model_is(charlm64):
     m.set_optimizer("sgd", lr=0.25)
     m.train_step(**charlm_batch(0))
     assert repr(m) == head + "; sgd, lr 0.25, 1 step>"
+
+
+WORKERS = '''
+import multiprocessing, sys
+import numpy as np
+from codegen import load
+
+def setup():  # the worker loads the module, so that pickle finds the class by its name
+    load(sys.argv[1], defines={"H": 16}, name="charlm_workers")
+
+def loss_of(model):
+    ids = np.random.default_rng(0).integers(0, 96, (6, 3), dtype=np.int32)
+    batch = dict(tokens=ids[:-1], targets=ids[1:], lengths=np.full(3, 5, np.int32))
+    return float(model.forward(**batch)["loss"])
+
+if __name__ == "__main__":
+    module = load(sys.argv[1], defines={"H": 16}, name="charlm_workers")
+    models = [module.CharLM(seed=s) for s in range(3)]
+    with multiprocessing.get_context("spawn").Pool(1, initializer=setup) as pool:
+        assert pool.map(loss_of, models) == [loss_of(m) for m in models]
+    print("ok")
+'''
+
+
+def test_models_go_to_worker_processes_that_load_their_module(tmp_path):
+    """docs/training.md's pattern: a spawned worker's initializer loads the module, and
+    models sent to it arrive whole."""
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS)
+    done = subprocess.run([sys.executable, str(script), str(CHARLM)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
