@@ -130,9 +130,14 @@ class ControlFlow:
         if batch is not None:
             for what, v in list(zip(state, new_state)) + [("yield", y) for y in yields]:
                 if v.type.rank == 0 or v.type.shape[0] != batch:
+                    per_row = {"i32": f"full[{batch}](0)", "bool": f"full[{batch}](false)"}.get(
+                        v.type.dtype, f"zeros[{batch}]")
+                    hint = (f" (each row stops at its own length, so a count or a flag is one "
+                            f"per row: `{per_row}`)" if v.type.rank == 0 and what != "yield"
+                            else "")
                     raise MdlTypeError(f"with lengths, loop state and yields are rows per "
                                        f"sequence: `{what}` is {v.type}, its first dim should "
-                                       f"be {batch}", s.loc)
+                                       f"be {batch}{hint}", s.loc)
         body.results = new_state + yields
         stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
         outputs = [Value(v.type, k) for k, v in state.items()] + stacked
