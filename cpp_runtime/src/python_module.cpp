@@ -124,7 +124,9 @@ py::object bind_base(py::module_& m) {
         py::tuple state = self.cast<M&>().reduced();
         return py::make_tuple(py::type::of(self), py::make_tuple(state[0]),
                               py::make_tuple(state[1], state[2]));
-      });
+      }, "__reduce__() -> tuple\n\nFor pickle and copy: the class, the seed, and what a "
+         "checkpoint holds\n(parameters, optimizer state, dropout stream) with "
+         "outputs_on_device.");
   // pybind11 takes a method named __setstate__ for a constructor, which it skips on an
   // instance already made (as __reduce__'s is): so the function has another name
   cls.attr("__setstate__") = py::cpp_function(
