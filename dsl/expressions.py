@@ -15,7 +15,8 @@ from codegen.ops.primitives import TABLE
 from . import nodes as n
 from .env import Cascade, Const, Poisoned, Unavailable
 
-BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
+BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
+                "**": "pow", "@": "matmul",
                 "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
                 "and": "and", "or": "or"}
 CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
@@ -151,8 +152,9 @@ class Expressions:
                 self._const_kind(c, ("bool",), f"`{op}`", loc)
             return Const(a.value and b.value if op == "and" else a.value or b.value, "bool")
         for c in (a, b):
-            self._const_kind(c, ("int", "float") if op not in ("==", "!=") else
-                             ("int", "float", "bool"), f"`{op}`", loc)
+            self._const_kind(c, ("int",) if op in ("//", "%") else ("int", "float")
+                             if op not in ("==", "!=") else ("int", "float", "bool"),
+                             f"`{op}`", loc)
         if op == "@":
             raise MdlTypeError("`@` needs tensors, got two scalars", loc)
         if op == "/":

@@ -62,7 +62,7 @@ class MdlLexer(RegexLexer):
             (r"[0-9]+", Number.Integer),
             (rf"{IDENT}(?=\s*\()", Name.Function),
             (IDENT, Name),
-            (r"\*\*|->|<=|>=|==|!=|[-+*/@<>=]", Operator),
+            (r"\*\*|//|->|<=|>=|==|!=|[-+*/%@<>=]", Operator),
             (r"[()\[\]{},;:.]", Punctuation),
         ],
     }

@@ -22,7 +22,7 @@ def _takes_i32(name: str, arity: int, shape: tuple = (), **attrs) -> bool:
         return False
 
 
-INT_BINARY = sorted(n for n in BINARY_SYMBOLS if _takes_i32(n, 2))   # + - * maximum minimum
+INT_BINARY = sorted(n for n in BINARY_SYMBOLS if _takes_i32(n, 2))  # + - * // % maximum minimum
 INT_UNARY = sorted(n for n in BUILTINS if n in TABLE and TABLE[n].elementwise
                    and TABLE[n].arity == 1 and _takes_i32(n, 1))       # abs relu
 # The reductions that keep an i32 (`mean` and `logsumexp` are of floats; `norm` is sugar)

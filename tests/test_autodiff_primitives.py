@@ -47,6 +47,7 @@ CASES: dict[str, list[tuple]] = {
     **{name: [([f(2, 3), f(2, 3)], {}), ([f(2, 3), f(3)], {}), ([f(1, 3), f(2, 1)], {})]
        for name in ("add", "sub", "mul", "maximum", "minimum")},
     "div": [([f(2, 3), pos(3)], {}), ([f(3), pos(2, 3)], {})],
+    **{name: [([ints(9, 2, 3), ints(4, 3)], {}, NONDIFF)] for name in ("floordiv", "mod")},
     "pow": [([pos(2, 3), f(2, 3)], {}), ([pos(2, 3), f()], {})],
     **{name: [([f(2, 3), f(3)], {}, NONDIFF)] for name in ("lt", "le", "gt", "ge", "eq", "ne")},
     "and": [([flags(2, 3), flags(3)], {}, NONDIFF)],

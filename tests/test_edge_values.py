@@ -10,7 +10,7 @@ bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (i
 nearer end), which C++'s cast leaves undefined (x86 gave INT32_MIN for both, a GPU
 saturates); and i32 `+ - *`, unary `-`, `abs` and `sum`, which wrap around past i32's
 range as NumPy's do (a signed overflow is undefined in C++: GCC folded `(x + 1) > x` to
-true at i32's largest value)."""
+true at i32's largest value); and i32 `//` and `%` by 0 or -1."""
 from __future__ import annotations
 
 import os
@@ -80,6 +80,13 @@ model Wraps() {
   output a = abs(x)
   output total = sum(x * y)
   output cols = sum(x + y, axis = 0)
+}
+model Divides() {
+  input x : i32[B]
+  input y : i32[B]
+  output q = x // y
+  output r = x % y
+  output every = (x // 3) * 3 + x % 3 == x
 }
 model Shifted() {
   input x : f32[B, 3]
@@ -225,6 +232,21 @@ def test_i32_arithmetic_wraps_around_as_numpy(module):
     assert got["twice"].tolist() == [False, True, True, False, True]
     assert got["n"][1] == bottom and got["a"][1] == bottom and got["p"][2] == 0
     assert got["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32)  # modulo 2**32
+
+
+def test_i32_floor_division_and_remainder_are_numpys(module):
+    """The quotient rounds down and the remainder has the divisor's sign, as NumPy's and
+    Python's; a 0 divisor gives 0 and i32's lowest value // -1 wraps (C's `/` and `%`
+    leave both undefined, and x86 ends the process with a signal)."""
+    top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    x = np.array([7, -7, 7, -7, 5, bottom, bottom, top, -1, 0, 6, bottom], np.int32)
+    y = np.array([2, 2, -2, -2, 0, -1, 2, bottom, bottom, 0, -3, bottom], np.int32)
+    got = matches_the_reference(module, "Divides", x=x, y=y)
+    with np.errstate(all="ignore"):
+        assert got["q"].tolist() == np.floor_divide(x, y).tolist()
+        assert got["r"].tolist() == np.remainder(x, y).tolist()
+    assert got["q"].tolist()[:6] == [3, -4, -4, 3, 0, bottom] and got["r"][3] == -1
+    assert got["every"].all()
 
 
 def test_softmax_keeps_its_precision_far_from_zero(module):

@@ -35,7 +35,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # each example is one the grammar's own pattern matches.
 PATTERN_EXAMPLES = {
     "COMPARE": (["<=", ">=", "==", "!=", "<", ">"], Operator),
-    "MUL_OP": (["*", "/", "@"], Operator),
+    "MUL_OP": (["*", "/", "%", "@"], Operator),
     "NAME": (["x", "_h2", "lengths", "Tiny"], Name),
     "FLOAT": (["1.5", "2.", ".5", "1e-3", "3.0E+2"], Number.Float),
     "INT": (["0", "42"], Number.Integer),

@@ -256,6 +256,25 @@ model Picks() {
     assert got["rows"].tolist() == [1, 1, 0, 0, 0] and got["cols"].tolist() == [2, 1, 2]
 
 
+def test_i32_floor_division_and_remainder_run_in_onnxruntime_as_in_numpy(tmp_path):
+    """ONNX's Div of integers rounds toward zero and a 0 divisor (or i32's lowest value /
+    -1) ends onnxruntime with a signal: the export rounds down and guards both."""
+    path = tmp_path / "divides.mdl"
+    path.write_text("model Divides() { input x : i32[B]; input y : i32[B]; "
+                    "output q = x // y; output r = x % y }")
+    out = export_onnx(path, tmp_path / "divides.onnx")
+    rng = np.random.default_rng(0)
+    bottom, top = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    x = np.concatenate([[7, -7, 7, -7, 5, bottom, top, 0],
+                        rng.integers(bottom, top, 2000, dtype=np.int64)]).astype(np.int32)
+    y = np.concatenate([[2, 2, -2, -2, 0, -1, bottom, 0],
+                        rng.integers(-40, 40, 2000)]).astype(np.int32)
+    got = run_onnx(out, {"x": x, "y": y})
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got["q"], np.floor_divide(x, y))
+        np.testing.assert_array_equal(got["r"], np.remainder(x, y))
+
+
 def test_the_graph_names_parameters_by_scope_and_dims_by_symbol(tmp_path):
     """Parameters are initializers under their full names, once however many places use
     them (sharing); symbolic dims are dim_params, specialized ones sizes; --outputs leaves

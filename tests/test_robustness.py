@@ -48,8 +48,8 @@ model Towers() {
 }""",
 ]
 
-TOKENS = ["(", ")", "{", "}", "[", "]", ",", ";", "=", ".", ":", "+", "-", "*", "/", "@",
-          "**", "<", "==", "and", "not", "if", "else", "for", "in", "reversed", "while",
+TOKENS = ["(", ")", "{", "}", "[", "]", ",", ";", "=", ".", ":", "+", "-", "*", "/", "//", "%",
+          "@", "**", "<", "==", "and", "not", "if", "else", "for", "in", "reversed", "while",
           "yield", "return", "param", "scope", "share", "model", "def", "input", "output",
           "minimize", "as", "x", "h", "T", "B", "H", "0", "1", "2.5", "1e999", "\"s\"", "f32",
           "i32", "zeros", "split", "lstm", "#", "\n", "$", "99999999999"]

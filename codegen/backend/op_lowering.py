@@ -72,6 +72,9 @@ for _name, _sym, _wrap in (("add", "+", "wrap_add"), ("sub", "-", "wrap_sub"),
                            ("mul", "*", "wrap_mul")):
     attach_lowering(_name, "elementwise", _arith(_sym, _wrap))
 attach_lowering("div", "elementwise", lambda a, op, r: f"({a[0]} / {a[1]})")  # floats only
+# i32 only, NumPy's rounding, a 0 divisor and i32's lowest value // -1 defined (kernels.h)
+attach_lowering("floordiv", "elementwise", lambda a, op, r: f"mdl::floor_div({a[0]}, {a[1]})")
+attach_lowering("mod", "elementwise", lambda a, op, r: f"mdl::floor_mod({a[0]}, {a[1]})")
 for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
     attach_lowering(_name, "elementwise",

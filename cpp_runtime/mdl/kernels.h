@@ -152,6 +152,21 @@ MDL_HOST_DEVICE inline int32_t wrap_mul(int32_t a, int32_t b) {
 MDL_HOST_DEVICE inline int32_t wrap_neg(int32_t a) { return int32_t(0u - uint32_t(a)); }
 MDL_HOST_DEVICE inline int32_t wrap_abs(int32_t a) { return a < 0 ? wrap_neg(a) : a; }
 
+// i32 `//` and `%` as NumPy's: the quotient rounds down, the remainder has the divisor's
+// sign; a 0 divisor gives 0, and i32's lowest value // -1 wraps to itself (C's `/` and `%`
+// leave both undefined, and x86 ends the process with a signal).
+MDL_HOST_DEVICE inline int32_t floor_div(int32_t a, int32_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return wrap_neg(a);
+  const int32_t q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+MDL_HOST_DEVICE inline int32_t floor_mod(int32_t a, int32_t b) {
+  if (b == 0 || b == -1) return 0;
+  const int32_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
 // a + b, wrapping for i32: what a sum of either type adds with.
 template <class T>
 MDL_HOST_DEVICE inline T plus(T a, T b) {

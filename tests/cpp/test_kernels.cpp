@@ -1,5 +1,6 @@
 // The runtime's non-fused kernels, random numbers and initializers on small cases whose
 // answers are known in closed form or by a direct loop.
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -96,9 +97,27 @@ void orthogonal_init_gives_orthonormal_rows() {
   CHECK_THROWS(mdl::initialize(w.data(), shape, mdl::InitSpec{"nonsense"}, 42, 0), mdl::Error);
 }
 
+// Every divisor of [-3, 3] and the ends of i32, against floor division done in 64 bits.
+void floor_division_and_remainder() {
+  const int32_t lo = INT32_MIN, hi = INT32_MAX;
+  const int32_t values[] = {lo, lo + 1, -7, -6, -1, 0, 1, 6, 7, hi - 1, hi};
+  for (int32_t a : values)
+    for (int32_t b : {-3, -2, -1, 0, 1, 2, 3, lo, hi}) {
+      if (b == 0) {
+        CHECK(mdl::floor_div(a, b) == 0 && mdl::floor_mod(a, b) == 0);
+        continue;
+      }
+      int64_t q = int64_t(a) / b;
+      if (q * b != a && ((a < 0) != (b < 0))) --q;
+      CHECK(mdl::floor_div(a, b) == int32_t(uint32_t(uint64_t(q))));  // lo // -1 wraps
+      CHECK(mdl::floor_mod(a, b) == int32_t(int64_t(a) - q * b));
+    }
+}
+
 }  // namespace
 
 int main() {
+  floor_division_and_remainder();
   reductions_over_each_axis_set();
   softmax_and_cross_entropy();
   softmax_far_from_zero_and_argmax();

@@ -11,7 +11,8 @@ from ...ir.graph import has_dynamic
 from ...ir.shapes import TensorType
 from .core import broadcast, need, onnx_node, primitive, reduce_to, same_dtype
 
-BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**",
+BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
+                  "mod": "%", "pow": "**",
                   "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
                   "and": "and", "or": "or", "maximum": "maximum", "minimum": "minimum"}
 
@@ -156,6 +157,47 @@ binary("div", FLOATS, np.divide,
 binary("pow", FLOATS, np.power,
        lambda b, x, y, out, g: (b.mul(b.mul(g, y), b.pow(x, b.sub(y, _one(b, y)))),
                                 b.mul(b.mul(g, out), b.log(x))), onnx="Pow")
+
+
+# i32 floor division and remainder, as NumPy's (and Python's): the quotient rounds down and
+# the remainder takes the divisor's sign; x // 0 and x % 0 are 0, and i32's lowest value
+# // -1 wraps around to itself.
+def _floor_divide(x, y):
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.floor_divide(x, y)
+
+
+def _remainder(x, y):
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.remainder(x, y)
+
+
+def _guarded_divisor(g, xs):
+    """(b == 0, b == -1, b where it is neither, else 1): ONNX runtimes divide integers as
+    C does, which a 0 (or i32's lowest value / -1) ends with a signal."""
+    zero, minus = (g.op("Equal", xs[1], g.const(k, "i32")) for k in (0, -1))
+    special = g.op("Or", zero, minus)
+    return zero, minus, g.op("Where", special, g.const(1, "i32"), xs[1])
+
+
+def _floordiv_onnx(g, op, xs):
+    zero, minus, b = _guarded_divisor(g, xs)
+    quotient = g.op("Div", xs[0], b)  # rounds toward zero
+    exact = g.op("Equal", g.op("Mul", quotient, b), xs[0])
+    below = [g.op("Less", x, g.const(0, "i32")) for x in (xs[0], b)]
+    signs = g.op("Xor", *below)  # of opposite signs
+    down = g.op("Cast", g.op("And", g.op("Not", exact), signs), to=g.dtype("i32"))
+    floor = g.op("Sub", quotient, down)
+    return g.op("Where", zero, g.const(0, "i32"), g.op("Where", minus, g.op("Neg", xs[0]), floor))
+
+
+def _mod_onnx(g, op, xs):
+    zero, minus, b = _guarded_divisor(g, xs)
+    return g.op("Where", g.op("Or", zero, minus), g.const(0, "i32"), g.op("Mod", xs[0], b))
+
+
+binary("floordiv", ("i32",), _floor_divide, onnx=_floordiv_onnx)
+binary("mod", ("i32",), _remainder, onnx=_mod_onnx)
 
 
 def _select(test: str):
