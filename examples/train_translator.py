@@ -2,7 +2,7 @@
 sequences of symbols, then decoded greedily on the trained `Translator`'s parameters, in
 one call of `TranslatorGreedy` (its loop feeds each step the token the one before chose)
 and, to the same tokens, from Python: `TranslatorEncode` once, then `TranslatorStep` one
-token at a time. Reversal needs attention: output t is source position n-1-t, and the
+token at a time; then by beam search from Python over the same step models. Reversal needs attention: output t is source position n-1-t, and the
 attention weights of a trained model show it.
 
     python3 examples/train_translator.py              # a few seconds on 2 cores
@@ -56,6 +56,42 @@ def greedy(encoder, step, source: np.ndarray, lengths: np.ndarray, steps: int):
         tokens.append(token)
         weights.append(out["weights"])
     return np.stack(tokens), np.stack(weights)
+
+
+def beam_search(encoder, step, source: np.ndarray, lengths: np.ndarray, steps: int,
+                width: int):
+    """Beam search over TranslatorStep from Python: each source row's `width` best
+    sequences so far are rows of one batch (the encoder's states repeated for them), each
+    step extends every one by every token, and the `width` best of those, by the sum of
+    their tokens' log-probabilities, go on; a sequence that has chosen END keeps it at no
+    cost. The sequences, i32[B, width, steps], best first, and their scores, [B, width]."""
+    batch = source.shape[1]
+    enc = encoder.forward(source=source, source_lengths=lengths)
+    memory = {k: np.repeat(enc[k], width, axis=1) for k in ("states", "keys", "real")}
+    h, c = (np.repeat(enc[k], width, axis=0) for k in ("h", "c"))
+    context = np.zeros_like(h)
+    scores = np.full((batch, width), -np.inf)
+    scores[:, 0] = 0.0  # one sequence to start from: the start token alone
+    sequences = np.zeros((batch, width, 0), np.int32)
+    token = np.full(batch * width, START, np.int32)
+    for _ in range(steps):
+        out = step.forward(token=token, h=h, c=c, context=context, **memory)
+        logits = out["logits"].astype(np.float64)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        ended = token == END
+        logp[ended] = -np.inf
+        logp[ended, END] = 0.0
+        total = (scores[:, :, None] + logp.reshape(batch, width, -1)).reshape(batch, -1)
+        best = np.argsort(-total, axis=1, kind="stable")[:, :width]
+        parent, token = best // logp.shape[1], (best % logp.shape[1]).astype(np.int32)
+        scores = np.take_along_axis(total, best, axis=1)
+        sequences = np.concatenate([np.take_along_axis(sequences, parent[:, :, None], axis=1),
+                                    token[:, :, None]], axis=2)
+        rows = (np.arange(batch)[:, None] * width + parent).ravel()
+        h, c, context = out["h_out"][rows], out["c_out"][rows], out["context_out"][rows]
+        token = token.ravel()
+    return sequences, scores
 
 
 def timed(run, repeat: int = 5):
@@ -130,6 +166,12 @@ def main(argv=None) -> None:
     print(f"decoded in one call of TranslatorGreedy in {one_call * 1e3:.2f} ms; from Python, "
           f"a call a token, in {from_python * 1e3:.2f} ms ({'the same' if same else 'OTHER'} "
           "tokens)")
+    encoder, step = module.TranslatorEncode(params=model), module.TranslatorStep(params=model)
+    beams, _ = beam_search(encoder, step, data["source"], data["source_lengths"],
+                           args.length + 1, width=4)
+    exact = [np.array_equal(beams[b, 0, :k + 1], data["target_out"][:k + 1, b])
+             for b, k in enumerate(data["source_lengths"])]
+    print(f"beam search of width 4 from Python: reversed exactly {np.mean(exact):.1%}")
 
 
 if __name__ == "__main__":

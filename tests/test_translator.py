@@ -53,6 +53,39 @@ def test_trained_it_reverses_sequences_and_attends_to_the_mirrored_position():
     np.testing.assert_array_equal(result["tokens"], result["stepped"])
 
 
+def test_beam_search_keeps_the_best_sequences_by_the_models_own_likelihood():
+    """train_translator.beam_search over the step models: at width 1 it is greedy
+    decoding; at width 4 every sequence's score is its log-likelihood under Translator
+    fed it as the target (up to its first END), and the scores come best first."""
+    module = load(ROOT / "examples" / "attention.mdl", dtype="f64", name="attention_f64")
+    model = module.Translator(seed=2)
+    model.set_optimizer("adam", lr=0.02)
+    rng = np.random.default_rng(3)
+    for _ in range(60):  # half trained: its choices are not yet sure ones
+        model.train_step(**train_translator.reversal_batch(rng, 16, 6))
+    data = train_translator.reversal_batch(rng, 5, 6)
+    source, lengths, steps = data["source"], data["source_lengths"], 7
+    encoder, step = module.TranslatorEncode(params=model), module.TranslatorStep(params=model)
+    one, _ = train_translator.beam_search(encoder, step, source, lengths, steps, 1)
+    greedy, _ = train_translator.greedy(encoder, step, source, lengths, steps)
+    np.testing.assert_array_equal(one[:, 0].T, greedy)
+    beams, scores = train_translator.beam_search(encoder, step, source, lengths, steps, 4)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    for k in range(4):
+        target = beams[:, k].T  # [steps, B]
+        start = np.full((1, target.shape[1]), train_translator.START, np.int32)
+        logits = model.forward(source=source, source_lengths=lengths,
+                               target_in=np.concatenate([start, target[:-1]]),
+                               target_out=target, target_lengths=np.full(5, steps, np.int32),
+                               )["logits"]
+        shifted = logits - logits.max(axis=2, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=2, keepdims=True))
+        chosen = np.take_along_axis(logp, target[:, :, None], axis=2)[:, :, 0]
+        ended = np.cumsum(target == train_translator.END, axis=0)
+        counted = (ended == 0) | ((ended == 1) & (target == train_translator.END))
+        np.testing.assert_allclose(scores[:, k], (chosen * counted).sum(axis=0), rtol=1e-9)
+
+
 def test_the_script_runs_as_a_user_runs_it():
     run = subprocess.run([sys.executable, str(ROOT / "examples" / "train_translator.py"),
                           "--steps", "300", "--length", "6"],
