@@ -81,6 +81,13 @@ model Wraps() {
   output total = sum(x * y)
   output cols = sum(x + y, axis = 0)
 }
+model DroppedBack(H = 3) {
+  input xs : f32[T, B, H]
+  h = zeros[B, H]
+  for x in reversed(xs) (checkpoint = 3) { h = tanh(x + dropout(h, 0.5)) }
+  output loss = sum(h * h)
+  minimize loss
+}
 model Divides() {
   input x : i32[B]
   input y : i32[B]
@@ -247,6 +254,17 @@ def test_i32_floor_division_and_remainder_are_numpys(module):
         assert got["r"].tolist() == np.remainder(x, y).tolist()
     assert got["q"].tolist()[:6] == [3, -4, -4, 3, 0, bottom] and got["r"][3] == -1
     assert got["every"].all()
+
+
+def test_dropout_in_a_reversed_checkpointed_loop_draws_the_references_masks(module):
+    """T=4 in segments of 3: the reversed loop's first two steps are the last segment's
+    padding. The reference skips them; on the GPU they run, masked, and must draw no
+    random numbers, or every real step's mask is another (the loss was 1.2x off)."""
+    from fuzz_compare import compare
+    graph = check_source(SOURCE, model="DroppedBack", dtype="f64").graph
+    for seed in (1, 2):
+        outcome = compare(module, "DroppedBack", graph, seed=seed, dtype="f64")
+        assert outcome.ok, outcome.detail
 
 
 def test_softmax_keeps_its_precision_far_from_zero(module):

@@ -19,7 +19,7 @@ its entry (backend/lower.py asks every op's entry alike); the renderer's target 
 machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
-from ..ir.graph import IRError, Op
+from ..ir.graph import IRError, Op, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from ..ops.structured import STRUCTURED
@@ -134,8 +134,12 @@ def _render_for(r, ins: Structured) -> None:
     for arg in body.args:
         if not r.layout(arg).is_const:  # a step of a uniform sequence needs no memory
             r.view(arg)
-    _skip_padding(r, op, stacked, t)
+    counts = _skip_padding(r, op, stacked, t)
+    outer = r.drawing
+    if counts:  # the step's draws count where this flag and an outer loop's say so
+        r.drawing = f"{outer} && {counts}" if outer else counts
     r.instructions(ins.blocks[0])
+    r.drawing = outer
     results = ins.extra["results"][0]
     # the yields first: a yield may read the state
     for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
@@ -157,19 +161,36 @@ def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:
     return r.layout(v).base is buffer or k in ins.extra.get("stored", ())
 
 
-def _skip_padding(r, op: Op, stacked: list, t: str) -> None:
+def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
     """A step whose flag in the `skip` sequence is false (a padding step of a segment)
     leaves the states as they are and yields zeros: where the target reads flags on the
-    host cheaply, it only writes the zeros. Otherwise the step runs, to the same effect."""
+    host cheaply, it only writes the zeros. Otherwise the step runs, to the same effect,
+    but it must draw no random numbers (a dropout's): every later step would draw other
+    numbers than the reference's, which skips the step (a reversed loop's padding steps
+    come first). So a loop that draws reads its flag on the host even where that waits,
+    and the flag is returned: a C++ bool, whether the step's draws count."""
     skip = op.attrs.get("skip", -1)
-    if skip < 0 or not r.target.skips_steps:
-        return
-    r.open(f"if (!{r.scalar(op.blocks[0].args[skip])})")
+    if skip < 0:
+        return None
+    flag = r.scalar(op.blocks[0].args[skip])
+    if not r.target.skips_steps:
+        if not _draws(op):
+            return None
+        real = r.fresh("real")
+        r.emit(f"const bool {real} = {flag};")
+        return real
+    r.open(f"if (!{flag})")
     for out in stacked:
         size = r.dim(numel(out.type.shape[1:]))
         r.emit(r.target.fill(f"{r.ptr(out)} + {t} * {size}", size, f"{r.ctype(out)}(0)"))
     r.emit("continue;")
     r.close()
+    return None
+
+
+def _draws(op: Op) -> bool:
+    """Whether a step of the loop `op` draws random numbers."""
+    return any(getattr(entry(o), "random", False) for o in walk_ops(op.blocks[0]))
 
 
 def _render_if(r, ins: Structured) -> None:

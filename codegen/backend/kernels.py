@@ -230,9 +230,10 @@ def _dropout_like(mask_only: bool):
             return [r.target.fill(outs[0], n, f"{ctype_of(op, r)}(1)") if mask_only else
                     r.target.copy(outs[0], ins[0], n)]
         salt = f"uint64_t({op.attrs['salt']})"
+        drawn = n if r.drawing is None else f"({r.drawing} ? {n} : 0)"
         return [f"{r.target.call('dropout')}{'true' if mask_only else 'false'}, {ins[0]}, {n}, "
                 f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
-                f"{DRAW}({salt}, {n}), {outs[0]});"]
+                f"{DRAW}({salt}, {drawn}), {outs[0]});"]
     return lines
 
 

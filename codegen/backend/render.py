@@ -72,6 +72,9 @@ class Renderer:
         self.owned: set[int] = set()          # ids of the values the memory plan places
         self.given_back: list[int] = []       # slots given back at the end (plan.left_dead)
         self.sized: list[str] = []            # byte counts of scratch buffers (C++)
+        # while set: whether this step's random draws count (a C++ bool; a padding step
+        # that runs draws nothing: control_flow._skip_padding)
+        self.drawing: str | None = None
 
     # ---- helpers the hooks use ----
     def scratch_bytes(self, v: Value) -> str:
