@@ -25,6 +25,10 @@ class Cell(nn.Module):
         for attr, key in self.names.items():
             setattr(self, attr, nn.Parameter(torch.from_numpy(params[key].copy())))
 
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The parameters' gradients under mdl's names (in mdl's layout already)."""
+        return {key: _numpy(getattr(self, attr).grad) for attr, key in self.names.items()}
+
 
 class MILSTM(Cell):
     """std/rnn.mdl's `milstm` in a loop over time, loss sum(hs * weights)."""
@@ -246,15 +250,8 @@ def _training(module: nn.Module, run, case: Case) -> Bench:
         _zero_grad(module, xs)
         loss = run(**xs)
         loss.backward()
-        return {"loss": _numpy(loss), **_input_grads(xs), **_param_grads(module)}
+        return {"loss": _numpy(loss), **_input_grads(xs), **module.gradients()}
     return Bench({TRAIN: step}, check)
-
-
-def _param_grads(module: nn.Module) -> dict[str, np.ndarray]:
-    """The parameters' gradients under mdl's names: a Cell's are in mdl's layout."""
-    if isinstance(module, CRF):
-        return module.gradients()
-    return {key: _numpy(getattr(module, attr).grad) for attr, key in module.names.items()}
 
 
 def _lstm(case: Case) -> Bench:

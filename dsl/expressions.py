@@ -151,10 +151,10 @@ class Expressions:
             for c in (a, b):
                 self._const_kind(c, ("bool",), f"`{op}`", loc)
             return Const(a.value and b.value if op == "and" else a.value or b.value, "bool")
+        kinds = {"//": ("int",), "%": ("int",), "==": ("int", "float", "bool"),
+                 "!=": ("int", "float", "bool")}.get(op, ("int", "float"))
         for c in (a, b):
-            self._const_kind(c, ("int",) if op in ("//", "%") else ("int", "float")
-                             if op not in ("==", "!=") else ("int", "float", "bool"),
-                             f"`{op}`", loc)
+            self._const_kind(c, kinds, f"`{op}`", loc)
         if op == "@":
             raise MdlTypeError("`@` needs tensors, got two scalars", loc)
         if op == "/":
