@@ -185,3 +185,21 @@ out = mod.Wraps().forward(x=x, y=y)
 assert out["up"].tolist() == [False, True, True, True], out
 assert out["n"].tolist() == [top, bottom, 65536, 7], out
 assert out["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32), out""")
+
+
+def test_loops_run_at_once_are_clean():
+    """A bidirectional LSTM's two directions run at once, one a thread, forward and
+    backward (codegen/backend/concurrent.py): the slots each marks live and dead as it
+    goes are its own."""
+    built = build(ROOT / "examples" / "bidirectional.mdl", "bidirectional_asan",
+                  BuildOptions(sanitize=True))
+    run_script(built, """
+mod.set_num_threads(2)
+m = mod.BiTagger(seed=0)
+rng = np.random.default_rng(0)
+t = rng.integers(0, 50, (9, 4)).astype(np.int32)
+n = np.array([9, 3, 6, 1], np.int32)
+for _ in range(2):
+    out = m.forward(tokens=t, tags=t % 5, lengths=n, training=True)
+    g = m.backward()
+assert np.isfinite(out["loss"]) and all(np.isfinite(v).all() for v in g.values())""")

@@ -104,6 +104,15 @@ class Structured:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass(eq=False)
+class Concurrent:
+    """Loops that share no memory, run at once where the target can (backend/concurrent.py
+    groups them): each arm a loop, in program order."""
+    arms: list[Structured]
+    # where the values the arms touch die, for the memory plan (a key of its own)
+    end: object = field(default_factory=object)
+
+
 def lowering_hook(op: Op) -> tuple:
     """How the op lowers, the same on every target: (kind, ...) attached to its entry
     (a primitive's in backend/op_lowering.py, a structured op's in control_flow.py)."""

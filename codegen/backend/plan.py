@@ -13,7 +13,7 @@ from ..ir.dtypes import DTYPES
 from ..ir.graph import Value
 from ..ir.shapes import numel
 from .cexpr import DimNames
-from .lower import Copy, Fused, Kernel, Layout, Structured, View, root
+from .lower import Concurrent, Copy, Fused, Kernel, Layout, Structured, View, root
 from .products import Products
 
 
@@ -94,6 +94,7 @@ class _Liveness:
         self.home: dict[int, int | None] = {}
         self.ops: list[int] = []
         self.redefined: set[int] = set()
+        self.touched: list[set[int]] = []  # per group of loops run at once being walked
 
     def root(self, v: Value) -> Value:
         return root(v, self.layouts)
@@ -105,6 +106,8 @@ class _Liveness:
         self.home.setdefault(v.id, self.ops[-1] if self.ops else None)
         for loop in self.loops:
             loop.inside.add(v.id)
+        for touched in self.touched:
+            touched.add(v.id)
 
     def use(self, v: Value) -> None:
         r = self.root(v)
@@ -113,6 +116,8 @@ class _Liveness:
         for loop in self.loops:  # read again by every later iteration of the loop
             if r.id not in loop.inside:
                 loop.outer_reads.add(r.id)
+        for touched in self.touched:
+            touched.add(r.id)
 
     def walk(self, instrs: list) -> None:
         for ins in instrs:
@@ -120,6 +125,9 @@ class _Liveness:
             self.at[id(ins)] = self.pos
             if isinstance(ins, Structured):
                 self._structured(ins)
+                continue
+            if isinstance(ins, Concurrent):
+                self._concurrent(ins)
                 continue
             for x in reads(ins, self.layouts):  # a group of products: read until it ends
                 self.use(x)
@@ -163,6 +171,18 @@ class _Liveness:
             self.last[vid] = max(self.last[vid], end)
         for v in ins.op.outputs:  # written at every step (state) and at the end
             self.use(v)
+
+    def _concurrent(self, ins: Concurrent) -> None:
+        """Loops run at once: what any of them reads or defines lives until the last
+        one ends (its own key in `at`), so that none takes memory another still uses."""
+        touched: set[int] = set()
+        self.touched.append(touched)
+        self.walk(ins.arms)
+        self.touched.pop()
+        self.pos += 1
+        self.at[id(ins.end)] = self.pos
+        for vid in touched:
+            self.last[vid] = max(self.last.get(vid, -1), self.pos)
 
 
 def plan(instrs: list, layouts: dict[int, Layout], keep: list[Value], dims: DimNames,

@@ -13,7 +13,9 @@ from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
 from .control_flow import render_structured
-from .lower import Copy, Fused, Kernel, Layout, Lowering, Structured, View, root
+from .concurrent import run_concurrently
+from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structured, View,
+                    root)
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
 from .products import Products, group_products
@@ -75,6 +77,7 @@ class Renderer:
         # while set: whether this step's random draws count (a C++ bool; a padding step
         # that runs draws nothing: control_flow._skip_padding)
         self.drawing: str | None = None
+        self.predefined: set[int] = set()  # values whose pointers are defined already
 
     # ---- helpers the hooks use ----
     def scratch_bytes(self, v: Value) -> str:
@@ -152,6 +155,8 @@ class Renderer:
             find_packs(self.instrs, self.low.layouts, self.packs)
         if self.target.groups_products:
             self.instrs = group_products(self.instrs, self.low.layouts)
+        if self.target.runs_loops_concurrently:
+            self.instrs = run_concurrently(self.instrs, self.low.layouts)
         for v in self.results:
             # the pointer is the value's own: another function reads it as memory of its own
             lay = self.low.layouts[v.id]
@@ -247,10 +252,34 @@ class Renderer:
         elif isinstance(ins, Products):
             self.products(ins)
         elif isinstance(ins, Structured):
-            for pack in ins.extra.get("packs", []):
-                for line in self.target.pack(self, pack):
-                    self.emit(line)
+            self.packs_of(ins)
             render_structured(self, ins)
+        elif isinstance(ins, Concurrent):
+            self.concurrent(ins)
+
+    def packs_of(self, ins: Structured) -> None:
+        """The operands a loop's products read packed, packed before it (pack.py)."""
+        for pack in ins.extra.get("packs", []):
+            for line in self.target.pack(self, pack):
+                self.emit(line)
+
+    def concurrent(self, ins: Concurrent) -> None:
+        """Loops run at once (concurrent.py): their packs and outputs are made first, where
+        later code sees them (each arm's code is a scope of its own, on a thread of its
+        own); the values they touched are dead once the last has ended."""
+        lifetimes = self.plan.lifetimes
+        for arm in ins.arms:
+            self.packs_of(arm)
+            for v in arm.op.outputs:
+                self.define_owned(v)
+                self.predefined.add(v.id)
+
+        def run(arm: Structured) -> None:
+            self.mark(lifetimes.born.get(id(arm)), live=True)
+            render_structured(self, arm)
+            self.mark(lifetimes.dead.get(id(arm)), live=False)
+        self.target.concurrent(self, ins, run)
+        self.mark(lifetimes.dead.get(id(ins.end)), live=False)
 
     def _late_values(self, block: Block, owned: set[int]) -> None:
         """Values sized by a dim this function learns only as it runs (the trip count of a
@@ -271,6 +300,8 @@ class Renderer:
     def define_owned(self, v: Value) -> None:
         """The pointer to memory `v` was given: its arena slot, a scratch buffer, or where
         it was placed."""
+        if v.id in self.predefined:
+            return
         if self.low.layouts[v.id].base is not None:
             self.view(v)
             return

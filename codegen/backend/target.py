@@ -47,6 +47,10 @@ class Target(abc.ABC):
     # Whether runs of independent products become one `products` call (backend/products.py).
     groups_products: bool = False
 
+    # Whether loops that share no memory run at once (backend/concurrent.py), as the
+    # target's `concurrent` writes them.
+    runs_loops_concurrently: bool = False
+
     # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`):
     # where flags live in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
@@ -123,6 +127,11 @@ class Target(abc.ABC):
         the system in a call that hands its results over (`hands_over_results`), before the
         rest of the call allocates them; none where results are not handed over."""
         return []
+
+    def concurrent(self, r, ins, run) -> None:
+        """Loops run at once (where `runs_loops_concurrently`): the arms of `ins`
+        (lower.Concurrent), each written through `r` by `run(arm)`."""
+        raise NotImplementedError(f"the {self.name} target runs loops one after another")
 
     # ---- functions ----
     def function(self, r, body: list[str]) -> str:

@@ -9,11 +9,13 @@ import functools
 
 from ..backend.element import assign as assign_element, compute, store
 from ..backend.kernels import gemm_arguments, gemm_operand, gemm_sizes
-from ..backend.lower import Fused
+from ..backend.lower import Fused, Kernel, Structured
 from ..backend.nest import index as _index, merge, sum_strides
+from ..backend.products import Products
 from ..backend.target import Target
 from ..compile.toolchain import HOST
 from ..ir.shapes import Dim, numel
+from ..ops.entry import entry
 
 VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator
 
@@ -39,6 +41,18 @@ def _packed_product(r, op, inputs, ins, outs, pack, accumulate: bool):
             f"{lda}, {tb}, {ins[1]}, {ldb}, {beta}, {outs[0]}, {n});"]
 
 
+def _products(ins):
+    """The product kernels in `ins` and in the blocks it holds."""
+    if isinstance(ins, Kernel) and entry(ins.op).product:
+        yield ins
+    elif isinstance(ins, Products):
+        yield from ins.kernels
+    elif isinstance(ins, Structured):
+        for block in ins.blocks:
+            for x in block:
+                yield from _products(x)
+
+
 class CpuTarget(Target):
     name = "cpu"
     toolchain = HOST
@@ -46,6 +60,7 @@ class CpuTarget(Target):
     hands_over_results = True  # results handed to Python are NumPy's memory already
     skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
     groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
+    runs_loops_concurrently = True  # one a thread (mdl::Arms, concurrent.h)
     preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
 
     def __init__(self, sanitized: bool = False):
@@ -78,6 +93,28 @@ class CpuTarget(Target):
                 *(f"    {{{row}}}," for row in rows),
                 "};",
                 f"mdl::gemm_together({name});"]
+
+    def concurrent(self, r, ins, run) -> None:
+        """Each arm a lambda run in an OpenMP section (`run(arm)` writes its loop): at once
+        where mdl::Arms says so, else one after another; an arm's exception is thrown
+        again after the region, which it may not leave. Arms learns the most rows of any
+        product in them: only mdl's own kernels and MKL run a product on the calling
+        thread inside a parallel region, and they take products of up to
+        small_gemm::kSmallRows rows."""
+        name = r.fresh("arms")
+        rows = [gemm_sizes(r, *k.inputs)[0] for arm in ins.arms for k in _products(arm)]
+        r.emit(f"mdl::Arms {name}({len(ins.arms)}, {{{', '.join(rows)}}});")
+        r.emit(f"#pragma omp parallel sections num_threads({name}.threads) "
+               f"if ({name}.threads > 1)")
+        r.emit("{")
+        r.depth += 1
+        for k, arm in enumerate(ins.arms):
+            r.emit("#pragma omp section")
+            r.open(f"{name}.run({k}, [&]")
+            run(arm)
+            r.close(");")
+        r.close()
+        r.emit(f"{name}.rethrow();")
 
     def call(self, name: str) -> str:
         return f"mdl::{name}("

@@ -4,6 +4,7 @@
 
 #include "mdl/arena.h"
 #include "mdl/blas.h"
+#include "mdl/concurrent.h"
 #include "mdl/error.h"
 #include "mdl/init.h"
 #include "mdl/kernels.h"

@@ -1,0 +1,129 @@
+"""Independent loops run at once: a bidirectional LSTM's two directions, and their two
+backward loops, one a core.
+
+A loop's step is a chain of small products and elementwise work, each waiting for the
+one before: split over the cores, every step forks and joins the threads, and a step at
+B = 1 is too small to split at all. Two loops that share no memory have no such chain
+between them. Where the target runs loops concurrently (`Target.runs_loops_concurrently`),
+each group of them becomes one `Concurrent` instruction, its loops the arms, which the
+runtime runs one a thread where it has no more threads than arms and their products are
+its own kernels' (cpp_runtime/mdl/concurrent.h), and one after another otherwise. A
+BiLSTM-CRF tagger's training step at B = 1, H = 128 took 0.78x the time on two cores
+(docs/build.md, "Loops that share no memory run at once").
+
+The pass runs on a function's top-level instructions after lowering, packing and
+grouping products. A later loop joins an earlier one's group when it writes no memory
+that the group's loops, or the instructions that must stay after them, read or write,
+and reads none they write (memory as the roots of views: a view is its buffer). The
+instructions between them that are free to (no such conflict) move before the group, in
+their order. A loop that draws random numbers (their streams are one map of the model)
+or learns a dim as it runs (a `while` keeping its trips and tapes for the backward, in
+the model) is never an arm, and an instruction that learns a dim keeps its place. The
+memory plan keeps every value an arm touches alive until the group ends (plan.py), so no
+arm reuses memory another still uses.
+"""
+from __future__ import annotations
+
+from ..ir.graph import walk_ops
+from ..ops.entry import entry
+from .lower import Concurrent, Copy, Fused, Kernel, Layout, Structured, View, root
+from .plan import reads
+from .products import Products
+
+
+def run_concurrently(instrs: list, layouts: dict[int, Layout]) -> list:
+    """`instrs` with each group of independent loops as one `Concurrent`, the
+    instructions the later loops need moved before it."""
+    out = list(instrs)
+    i = 0
+    while i < len(out):
+        if _arm(out[i]):
+            out, i = _group(out, i, layouts)
+        i += 1
+    return out
+
+
+def _group(instrs: list, i: int, layouts: dict[int, Layout]) -> tuple[list, int]:
+    """Gathers the loops after `instrs[i]` that can run beside it; returns the new list
+    and the index of the group in it."""
+    arms = [instrs[i]]
+    # (reads, writes) of the arms and of the instructions that must stay after them
+    touched = [_touches(instrs[i], layouts)]
+    free: list = []  # may run before the group
+    joined_at = i
+    for j in range(i + 1, len(instrs)):
+        ins = instrs[j]
+        t = _touches(ins, layouts)
+        if any(_conflict(t, u) for u in touched):
+            touched.append(t)
+        elif _arm(ins):
+            arms.append(ins)
+            touched.append(t)
+            joined_at = j
+        else:
+            free.append(ins)
+    if len(arms) == 1:
+        return instrs, i
+    moved = {id(x) for x in arms} | {id(x) for x in free}
+    # instructions past the last arm keep their places
+    before = [x for x in instrs[i + 1:joined_at] if id(x) in moved and x not in arms]
+    rest = [x for x in instrs[i + 1:joined_at + 1] if id(x) not in moved]
+    head = instrs[:i] + before
+    return head + [Concurrent(arms)] + rest + instrs[joined_at + 1:], len(head)
+
+
+def _arm(ins) -> bool:
+    """Whether `ins` is a loop that may run beside others: nothing in it draws random
+    numbers or learns a dim (a `while` keeping its trips for the backward)."""
+    return isinstance(ins, Structured) and entry(ins.op).repeats and not any(
+        getattr(entry(op), "random", False) or entry(op).sets_dims(op) for op in _ops(ins.op))
+
+
+def _ops(op):
+    """`op` and every op in its blocks."""
+    yield op
+    for block in op.blocks:
+        yield from walk_ops(block)
+
+
+def _conflict(a, b) -> bool:
+    """Whether two instructions' (reads, writes) of memory roots forbid reordering them;
+    None (an instruction that learns a dim) conflicts with every other."""
+    if a is None or b is None:
+        return True
+    (ra, wa), (rb, wb) = a, b
+    return bool(wa & (rb | wb) or wb & ra)
+
+
+def _touches(ins, layouts: dict[int, Layout]):
+    """The roots of the memory `ins` reads and writes, as id sets; None for an
+    instruction that learns a dim as it runs (every later size may depend on it)."""
+    def roots(values) -> set[int]:
+        return {root(v, layouts).id for v in values}
+
+    if isinstance(ins, Structured):
+        if any(entry(op).sets_dims(op) for op in _ops(ins.op)):
+            return None
+        got_r, got_w = roots(ins.op.inputs), roots(ins.op.outputs)
+        got_r |= roots(p.anchor for p in ins.extra.get("packs", []))
+        for block in ins.blocks:
+            for x in block:
+                t = _touches(x, layouts)
+                if t is None:
+                    return None
+                got_r |= t[0]
+                got_w |= t[1]
+        return got_r, got_w
+    if isinstance(ins, Products):
+        got = [_touches(k, layouts) for k in ins.kernels]
+        return set().union(*(r for r, _ in got)), set().union(*(w for _, w in got))
+    if isinstance(ins, View):
+        return roots([layouts[ins.value.id].base]), set()
+    if isinstance(ins, Fused):
+        return (roots(reads(ins, layouts)),
+                roots(ins.written + ins.allocs + [t for _, t, _ in ins.sums]))
+    if isinstance(ins, Copy):
+        return roots([ins.src]), roots([ins.dst])
+    if isinstance(ins, Kernel):
+        return roots(reads(ins, layouts)), roots(ins.op.outputs)
+    raise TypeError(f"not an instruction: {ins}")

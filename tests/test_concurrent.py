@@ -1,0 +1,199 @@
+"""Loops that share no memory run at once on the CPU target (codegen/backend/concurrent.py,
+cpp_runtime/mdl/concurrent.h): which loops are grouped, that the arms of a group use no
+memory of each other's, that a group computes what one thread computes and the reference
+does, and that an error inside an arm reaches Python as the same error alone."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.pipeline import BuildOptions, load, sources
+from codegen.reference import interpreter as reference
+from dsl import check_file
+
+MODELS = Path(__file__).resolve().parents[1] / "benchmarks" / "models.mdl"
+
+# Two loops over the same tokens, each feeding back the argmax of its state as an index
+# into its table (so the gather stays in the loop: `shift` past the table is an
+# IndexError raised inside it), and a third loop reading both.
+TWO = """
+model Two(V = 7, E = 4, H = 5) {
+  input xs : f32[T, B, E]
+  input shift_a : i32
+  input shift_b : i32
+  param ta : f32[V, H] = normal(0, 1)
+  param tb : f32[V, H] = normal(0, 1)
+  param wa : f32[E, H] = normal(0, 0.4)
+  param wb : f32[E, H] = normal(0, 0.4)
+  param u : f32[H, H] = normal(0, 0.4)
+  h = zeros[B, H]
+  ha = for x in xs {
+    h = tanh(x @ wa + ta[argmax(h, axis = 1) + shift_a] + h @ u)
+    yield h
+  }
+  g = zeros[B, H]
+  hb = for x in reversed(xs) {
+    g = tanh(x @ wb + tb[argmax(g, axis = 1) + shift_b] + g @ u)
+    yield g
+  }
+  s = zeros[B, H]
+  for a in ha, b in hb {
+    s = tanh(a * b + s)
+  }
+  output hs = ha + hb
+  output loss = sum(s * s)
+  minimize loss
+}
+
+model Stacked(E = 4, H = 5) {
+  input xs : f32[T, B, E]
+  param w1 : f32[E, H] = normal(0, 0.4)
+  param w2 : f32[H, H] = normal(0, 0.4)
+  h = zeros[B, H]
+  first = for x in xs { h = tanh(x @ w1 + h); yield h }
+  g = zeros[B, H]
+  for y in first { g = tanh(y @ w2 + g) }
+  output loss = sum(g)
+  minimize loss
+}
+
+model Dropped(E = 4, H = 5) {
+  input xs : f32[T, B, E]
+  param w : f32[E, H] = normal(0, 0.4)
+  h = zeros[B, H]; g = zeros[B, H]
+  for x in xs { h = tanh(dropout(x @ w, 0.5) + h) }
+  for x in reversed(xs) { g = tanh(dropout(x @ w, 0.5) + g) }
+  output loss = sum(h * g)
+  minimize loss
+}
+"""
+
+
+def function_texts(path, model: str, defines=None) -> dict[str, str]:
+    """{infer, train, backward: C++ text} of `model`'s generic code."""
+    _, files = sources(path, "concurrent", BuildOptions(defines=defines or {}, model=model))
+    text = files["module.cpp"]
+    out = {}
+    for kind in ("infer", "train", "backward"):
+        start = text.index(f"static void {kind}_0(")
+        out[kind] = text[start:text.index("\n}\n", start)]
+    return out
+
+
+def arms(function: str) -> list[tuple[str, str]]:
+    """(the text before the group, each arm's lambda) of the function's groups, one list
+    entry per arm."""
+    out = []
+    for group in re.finditer(r"mdl::Arms (arms\d+)\((\d+), ", function):
+        name, count = group.group(1), int(group.group(2))
+        for k in range(count):
+            start = function.index(f"{name}.run({k}, [&] {{", group.start())
+            end = function.index("\n    });", start)
+            out.append((function[:group.start()], function[start:end]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("concurrent") / "two.mdl"
+    path.write_text(TWO)
+    return path
+
+
+@pytest.fixture(scope="module")
+def two(two_path):
+    return load(two_path)
+
+
+def test_a_bilstm_runs_its_two_directions_at_once():
+    """The BiLSTM-CRF's two LSTMs in every function (forward, training forward,
+    backward), each arm one time loop."""
+    for kind, text in function_texts(MODELS, "CRF", {"H": 16}).items():
+        assert text.count("mdl::Arms ") == 1, kind
+        got = arms(text)
+        assert len(got) == 2, kind
+        for _, arm in got:
+            assert len(re.findall(r"for \(int64_t s\d+ = 0;", arm)) == 1, kind
+        # the CRF's loop, which reads both (its backward writes what both read), alone
+        assert len(re.findall(r"for \(int64_t s\d+ = 0;", text)) == 3, kind
+
+
+def test_the_arms_of_a_group_use_no_memory_of_each_other(two_path):
+    """Every arena slot an arm reaches, inside its lambda or through the pointers made
+    before the group (its outputs), is the arm's alone."""
+    for kind, text in function_texts(two_path, "Two").items():
+        got = arms(text)
+        assert len(got) == 2, kind
+        slots = []
+        for before, arm in got:
+            pointers = dict(re.findall(r"auto\* (v\d+) = .*?off\[(\d+)\]", before))
+            used = set(re.findall(r"off\[(\d+)\]", arm))
+            used |= {pointers[v] for v in re.findall(r"\b(v\d+)\b", arm) if v in pointers}
+            slots.append(used)
+        # what both read and neither writes (an input's copy, xs @ w) may be shared:
+        # only slots written in an arm must be its own
+        written = [set(re.findall(r"\b(v\d+)\[[^\]]+\] = ", arm)) for _, arm in got]
+        for k, (before, _) in enumerate(got):
+            pointers = dict(re.findall(r"auto\* (v\d+) = .*?off\[(\d+)\]", before))
+            own = {pointers[v] for v in written[k] if v in pointers}
+            assert not own & slots[1 - k], (kind, own & slots[1 - k])
+
+
+def test_loops_that_read_each_other_or_draw_numbers_run_one_after_another(two_path):
+    """A stacked RNN's second loop reads the first's; dropout's loops draw numbers of one
+    stream map (their backward, which reads the masks the forward drew, runs at once)."""
+    for model in ("Stacked", "Dropped"):
+        for kind, text in function_texts(two_path, model).items():
+            if model == "Dropped" and kind == "backward":
+                assert len(arms(text)) == 2
+            else:
+                assert "mdl::Arms" not in text, (model, kind)
+
+
+def inputs(seed, T=6, B=3, E=4):
+    rng = np.random.default_rng(seed)
+    return {"xs": rng.standard_normal((T, B, E)).astype(np.float32),
+            "shift_a": np.int32(0), "shift_b": np.int32(1)}
+
+
+def test_loops_run_at_once_compute_what_one_thread_and_the_reference_do(two, two_path):
+    """Bit for bit what one thread computes (each arm's arithmetic is the same), and the
+    reference's loss, outputs and gradients."""
+    before = two.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, 2):
+            two.set_num_threads(threads)
+            m = two.Two(seed=3)
+            got[threads] = (m.forward(**inputs(0), training=True), m.backward())
+    finally:
+        two.set_num_threads(before)
+    for one, both in zip(got[1], got[2]):
+        for name in one:
+            np.testing.assert_array_equal(one[name], both[name], err_msg=name)
+    graph = check_file(str(two_path), model="Two").graph
+    params = {k: np.array(v) for k, v in two.Two(seed=3).params.items()}
+    want = reference.gradients(graph, inputs(0), params, training=True)
+    out, grads = got[2]
+    for name in ("hs", "loss"):
+        np.testing.assert_allclose(out[name], want.outputs[name], rtol=2e-5, atol=2e-5)
+    for name, g in want.params.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("shifts", [(7, 1), (0, 7), (9, 9)])
+def test_an_index_error_inside_an_arm_is_raised_after_the_group(two, shifts):
+    """An arm's error is thrown again once both have ended (the first arm's where both
+    fail); the model then runs as before."""
+    before = two.get_num_threads()
+    try:
+        two.set_num_threads(2)
+        m = two.Two(seed=3)
+        bad = dict(inputs(1), shift_a=np.int32(shifts[0]), shift_b=np.int32(shifts[1]))
+        with pytest.raises(IndexError):
+            m.forward(**bad)
+        good = m.forward(**inputs(1))
+        assert np.isfinite(good["loss"])
+    finally:
+        two.set_num_threads(before)
