@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from codegen.compile.sanitizers import has_runtime, sanitizer_env
-from codegen.pipeline import BuildOptions, build
+from codegen.pipeline import BuildOptions, build, sources
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a sanitized process runs first: the module at argv[1] imported as `mod`
@@ -148,11 +148,28 @@ model Wraps() {
 """
 
 
+# Two directions over padded rows (lengths), run at once: codegen/backend/concurrent.py.
+BOTH_WAYS = """
+model BothWays(H = 6) {
+  input xs : f32[T, B, 4]
+  input lengths : i32[B]
+  param w : f32[4, H] = normal(0, 0.5)
+  param u : f32[H, H] = normal(0, 0.5)
+  param v : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]; g = zeros[B, H]
+  fs = for x in xs (lengths = lengths) { h = tanh(x @ w + h @ u); yield h }
+  bs = for x in reversed(xs) (lengths = lengths) { g = tanh(x @ w + g @ v); yield g }
+  output loss = sum(fs * bs)
+  minimize loss
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def edges(tmp_path_factory):
-    """WHILE and WRAPS, built sanitized in one module."""
+    """WHILE, WRAPS and BOTH_WAYS, built sanitized in one module."""
     path = tmp_path_factory.mktemp("edges") / "edges.mdl"
-    path.write_text(WHILE + WRAPS)
+    path.write_text(WHILE + WRAPS + BOTH_WAYS)
     return build(path, "edges_asan", BuildOptions(sanitize=True))
 
 
@@ -187,19 +204,20 @@ assert out["n"].tolist() == [top, bottom, 65536, 7], out
 assert out["total"] == np.sum(x.astype(np.int64) * y).astype(np.int32), out""")
 
 
-def test_loops_run_at_once_are_clean():
-    """A bidirectional LSTM's two directions run at once, one a thread, forward and
-    backward (codegen/backend/concurrent.py): the slots each marks live and dead as it
-    goes are its own."""
-    built = build(ROOT / "examples" / "bidirectional.mdl", "bidirectional_asan",
-                  BuildOptions(sanitize=True))
-    run_script(built, """
+
+def test_loops_run_at_once_are_clean(edges, tmp_path):
+    """Two directions run at once, one a thread, forward and backward: the slots each
+    marks live and dead as it goes are its own."""
+    (tmp_path / "both.mdl").write_text(BOTH_WAYS)
+    _, files = sources(tmp_path / "both.mdl", "both", BuildOptions(sanitize=True))
+    assert files["module.cpp"].count("mdl::Arms ") == 3  # forward, training, backward
+    run_script(edges, """
 mod.set_num_threads(2)
-m = mod.BiTagger(seed=0)
+m = mod.BothWays(seed=0)
 rng = np.random.default_rng(0)
-t = rng.integers(0, 50, (9, 4)).astype(np.int32)
+xs = rng.standard_normal((9, 4, 4)).astype(np.float32)
 n = np.array([9, 3, 6, 1], np.int32)
 for _ in range(2):
-    out = m.forward(tokens=t, tags=t % 5, lengths=n, training=True)
+    out = m.forward(xs=xs, lengths=n, training=True)
     g = m.backward()
 assert np.isfinite(out["loss"]) and all(np.isfinite(v).all() for v in g.values())""")
