@@ -16,9 +16,11 @@ grouping products. A later loop joins an earlier one's group when it writes no m
 that the group's loops, or the instructions that must stay after them, read or write,
 and reads none they write (memory as the roots of views: a view is its buffer). The
 instructions between them that are free to (no such conflict) move before the group, in
-their order. A loop that draws random numbers (their streams are one map of the model)
-or learns a dim as it runs (a `while` keeping its trips and tapes for the backward, in
-the model) is never an arm, and an instruction that learns a dim keeps its place. The
+their order. Loops that draw random numbers run at once only from streams of their own
+(the salts of their random ops; the renderer opens the streams first, so that no thread
+inserts into the model's map of them). A loop that learns a dim as it runs (a `while`
+keeping its trips and tapes for the backward, in the model) is never an arm, and an
+instruction that learns a dim keeps its place. The
 memory plan keeps every value an arm touches alive until the group ends (plan.py), so no
 arm reuses memory another still uses.
 """
@@ -56,7 +58,7 @@ def _group(instrs: list, i: int, layouts: dict[int, Layout]) -> tuple[list, int]
         t = _touches(ins, layouts)
         if any(_conflict(t, u) for u in touched):
             touched.append(t)
-        elif _arm(ins):
+        elif _arm(ins) and not salts(ins) & set().union(*map(salts, arms)):
             arms.append(ins)
             touched.append(t)
             joined_at = j
@@ -73,10 +75,16 @@ def _group(instrs: list, i: int, layouts: dict[int, Layout]) -> tuple[list, int]
 
 
 def _arm(ins) -> bool:
-    """Whether `ins` is a loop that may run beside others: nothing in it draws random
-    numbers or learns a dim (a `while` keeping its trips for the backward)."""
+    """Whether `ins` is a loop that may run beside others: nothing in it learns a dim (a
+    `while` keeping its trips for the backward)."""
     return isinstance(ins, Structured) and entry(ins.op).repeats and not any(
-        getattr(entry(op), "random", False) or entry(op).sets_dims(op) for op in _ops(ins.op))
+        entry(op).sets_dims(op) for op in _ops(ins.op))
+
+
+def salts(ins: Structured) -> set[int]:
+    """The random streams a loop draws from (its random ops' `salt`s): loops run at once
+    draw from streams of their own."""
+    return {op.attrs["salt"] for op in _ops(ins.op) if getattr(entry(op), "random", False)}
 
 
 def _ops(op):

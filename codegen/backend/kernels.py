@@ -237,5 +237,12 @@ def _dropout_like(mask_only: bool):
     return lines
 
 
+def open_streams(salts: set[int]) -> list[str]:
+    """Statements making the random streams `salts` (ops' `salt`) exist before loops run
+    at once draw from them, each loop from streams of its own: State::draw then only
+    finds them, which threads may do at once."""
+    return [f"{DRAW}(uint64_t({salt}), 0);" for salt in sorted(salts)]
+
+
 statements("dropout", _dropout_like(False))
 statements("dropout_mask", _dropout_like(True))

@@ -13,7 +13,8 @@ from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
 from .control_flow import render_structured
-from .concurrent import run_concurrently
+from .concurrent import run_concurrently, salts
+from .kernels import open_streams
 from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structured, View,
                     root)
 from .pack import find_packs
@@ -268,6 +269,9 @@ class Renderer:
         later code sees them (each arm's code is a scope of its own, on a thread of its
         own); the values they touched are dead once the last has ended."""
         lifetimes = self.plan.lifetimes
+        if self.spec.training:  # (inference draws nothing: dropout is the identity there)
+            for line in open_streams(set().union(*map(salts, ins.arms))):
+                self.emit(line)
         for arm in ins.arms:
             self.packs_of(arm)
             for v in arm.op.outputs:

@@ -95,11 +95,14 @@ struct State {
   std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
   void* device = nullptr;  // the device's context for generated code (Device::open)
 
-  // The first counter of the next `n` numbers of stream `salt` in this call.
+  // The first counter of the next `n` numbers of stream `salt` in this call. A stream
+  // already drawn from (or opened with n = 0) is only found, never inserted: loops run at
+  // once (mdl/concurrent.h) draw from streams of their own, opened before they start.
   uint64_t draw(uint64_t salt, uint64_t n) {
-    uint64_t& used = drawn[salt];
-    uint64_t first = used;
-    used += n;
+    auto it = drawn.find(salt);
+    if (it == drawn.end()) it = drawn.emplace(salt, 0).first;
+    const uint64_t first = it->second;
+    it->second += n;
     return first;
   }
 };
