@@ -166,22 +166,25 @@ def inputs(seed, T=6, B=3, E=4):
 def test_loops_run_at_once_compute_what_one_thread_and_the_reference_do(two, two_path,
                                                                          model):
     """Bit for bit what one thread computes (each arm's arithmetic is the same, each
-    dropout's numbers its own stream's), and the reference's loss and gradients."""
+    dropout's numbers its own stream's), on two threads and on three (more threads than
+    arms: the products are too small to split, so the arms still run at once), and the
+    reference's loss and gradients."""
     case = inputs(0)
     if model == "Dropped":
         case = {"xs": case["xs"]}
     before = two.get_num_threads()
     got = {}
     try:
-        for threads in (1, 2):
+        for threads in (1, 2, 3):
             two.set_num_threads(threads)
             m = getattr(two, model)(seed=3)
             got[threads] = (m.forward(**case, training=True), m.backward())
     finally:
         two.set_num_threads(before)
-    for one, both in zip(got[1], got[2]):
-        for name in one:
-            np.testing.assert_array_equal(one[name], both[name], err_msg=name)
+    for threads in (2, 3):
+        for one, many in zip(got[1], got[threads]):
+            for name in one:
+                np.testing.assert_array_equal(one[name], many[name], err_msg=name)
     graph = check_file(str(two_path), model=model).graph
     assert_training_matches(getattr(two, model)(seed=3), graph, case, tol=1e-4, seed=3)
 

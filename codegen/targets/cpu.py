@@ -97,13 +97,12 @@ class CpuTarget(Target):
     def concurrent(self, r, ins, run) -> None:
         """Each arm a lambda run in an OpenMP section (`run(arm)` writes its loop): at once
         where mdl::Arms says so, else one after another; an arm's exception is thrown
-        again after the region, which it may not leave. Arms learns the most rows of any
-        product in them: only mdl's own kernels and MKL run a product on the calling
-        thread inside a parallel region, and they take products of up to
-        small_gemm::kSmallRows rows."""
+        again after the region, which it may not leave. Arms learns the size of every
+        product in them (mdl/concurrent.h says why)."""
         name = r.fresh("arms")
-        rows = [gemm_sizes(r, *k.inputs)[0] for arm in ins.arms for k in _products(arm)]
-        r.emit(f"mdl::Arms {name}({len(ins.arms)}, {{{', '.join(rows)}}});")
+        sizes = [gemm_sizes(r, *k.inputs) for arm in ins.arms for k in _products(arm)]
+        products = ", ".join(f"{{{m}, ({m}) * ({n}) * ({k})}}" for m, n, k in sizes)
+        r.emit(f"mdl::Arms {name}({len(ins.arms)}, {{{products}}});")
         r.emit(f"#pragma omp parallel sections num_threads({name}.threads) "
                f"if ({name}.threads > 1)")
         r.emit("{")

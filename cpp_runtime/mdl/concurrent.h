@@ -1,7 +1,7 @@
 // Loops that share no memory, run at once: each arm of a group (codegen/backend/
 // concurrent.py) is a lambda of the generated function, run in an OpenMP section:
 //
-//   mdl::Arms arms(2, {rows of each product in them});
+//   mdl::Arms arms(2, {{rows, multiply-adds} of each product in them});
 //   #pragma omp parallel sections num_threads(arms.threads) if (arms.threads > 1)
 //   {
 //     #pragma omp section
@@ -25,20 +25,29 @@
 
 namespace mdl {
 
+// A product inside an arm: its rows and multiply-adds (m * n * k).
+struct ArmProduct {
+  int64_t rows, work;
+};
+
 class Arms {
  public:
-  // `count` arms, whose products have at most max(`rows`) rows. They run one a thread where
-  // the process has from 2 to `count` threads (a bidirectional LSTM on two cores) and every
-  // product would run on the calling thread there: mdl's own kernels and MKL do inside a
-  // parallel region, and mdl's take products of up to small_gemm::kSmallRows rows (OpenBLAS
-  // would run a larger one's parts on threads of their own, one product at a time:
-  // run_openblas_parts). With more threads than arms each arm runs alone, its products
-  // and large loops split over all of them, as before; with one thread, one by one.
-  Arms(int count, std::initializer_list<int64_t> rows) : errors_(count) {
+  // `count` arms, whose products are `products`. They run at once, one a thread, when the
+  // process has threads and every product runs on the calling thread inside a parallel
+  // region: mdl's own kernels and MKL do, and mdl's take products of up to
+  // small_gemm::kSmallRows rows (OpenBLAS would run a larger one's parts on threads of
+  // their own, one product at a time: run_openblas_parts). With more threads than arms,
+  // only where no product would have been split over the threads anyway (fewer than
+  // kOwnKernelSplitWork multiply-adds): otherwise each arm runs alone, its products and
+  // large loops on all the threads, as with one thread, one by one.
+  Arms(int count, std::initializer_list<ArmProduct> products) : errors_(count) {
     const int n = omp_in_parallel() || forked_after_threads() ? 1 : blas_threads();
-    const bool alone = std::all_of(rows.begin(), rows.end(),
-                                   [](int64_t m) { return m <= small_gemm::kSmallRows; });
-    threads = n > 1 && n <= count && alone ? n : 1;
+    bool alone = true, small = true;
+    for (const ArmProduct& p : products) {
+      alone = alone && p.rows <= small_gemm::kSmallRows;
+      small = small && p.work < kOwnKernelSplitWork;
+    }
+    threads = n > 1 && alone && (n <= count || small) ? std::min(n, count) : 1;
     if (threads > 1) threads_started() = true;
   }
 
