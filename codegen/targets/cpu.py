@@ -53,6 +53,16 @@ def _products(ins):
                 yield from _products(x)
 
 
+def _arm_product(r, kernel) -> str:
+    """A product of a loop run at once with others, as mdl::ArmProduct (concurrent.h)."""
+    a, b = kernel.inputs
+    m, n, k = gemm_sizes(r, a, b)
+    tb, _ = gemm_operand(r, b)
+    packed = "true" if kernel.pack is not None else "false"
+    return (f"{{mdl::on_calling_thread<{r.ctype(kernel.op.outputs[0])}>({packed}, {tb}, "
+            f"{m}, {n}, {k}), ({m}) * ({n}) * ({k})}}")
+
+
 class CpuTarget(Target):
     name = "cpu"
     toolchain = HOST
@@ -100,8 +110,7 @@ class CpuTarget(Target):
         again after the region, which it may not leave. Arms learns the size of every
         product in them (mdl/concurrent.h says why)."""
         name = r.fresh("arms")
-        sizes = [gemm_sizes(r, *k.inputs) for arm in ins.arms for k in _products(arm)]
-        products = ", ".join(f"{{{m}, ({m}) * ({n}) * ({k})}}" for m, n, k in sizes)
+        products = ", ".join(_arm_product(r, k) for arm in ins.arms for k in _products(arm))
         r.emit(f"mdl::Arms {name}({len(ins.arms)}, {{{products}}});")
         r.emit(f"#pragma omp parallel sections num_threads({name}.threads) "
                f"if ({name}.threads > 1)")

@@ -237,6 +237,34 @@ inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
   return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
 }
 
+// Products OpenBLAS runs on the calling thread: a GEMM of up to this many multiply-adds,
+// a matrix-vector product of fewer than kOpenBlasRowWork (its interface's thresholds:
+// SMP_THRESHOLD_MIN times GEMM_MULTITHREAD_THRESHOLD, and 2304 times the latter).
+constexpr int64_t kOpenBlasOneThreadWork = int64_t(1) << 18;
+constexpr int64_t kOpenBlasRowWork = 2304 * 4;
+
+// Whether a product (`packed`: a loop's, with pack_b) runs on the calling thread inside a
+// parallel region, as loops run at once need (mdl/concurrent.h): mdl's own kernels and MKL
+// do; OpenBLAS splits a larger product into parts that must all run at once
+// (run_openblas_parts), on threads of their own there, one product at a time.
+template <class T>
+inline bool on_calling_thread(bool packed, bool trans_b, int64_t m, int64_t n, int64_t k) {
+#if defined(MDL_BLAS_MKL)
+  (void)packed, (void)trans_b, (void)m, (void)n, (void)k;
+  return true;
+#else
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed && own_kernel(m, n, k)) return true;
+#if MDL_OWN_KERNELS
+    if (!packed && own_rows(trans_b, m, n, k, 1.f)) return true;
+#endif
+    if (m == 1) return n * k < kOpenBlasRowWork;  // blas_row_product
+  }
+  (void)packed, (void)trans_b;
+  return m * n * k <= kOpenBlasOneThreadWork;
+#endif
+}
+
 // From this many multiply-adds mdl's kernel shares a product's panels out over the threads:
 // half of MKL's kOneThreadWork, since the pool's threads are OpenMP's and still awake from
 // the step before. A GRU at B = 1, H = 256 (its [1, 256] @ [256, 768] step product) on an

@@ -182,6 +182,50 @@ void own_rows_products() {
           }
 }
 
+// Products inside a parallel region, as loops run at once (mdl/concurrent.h) make them:
+// each that on_calling_thread says runs on the calling thread must not reach OpenBLAS's
+// threading (run_openblas_parts, which marks the threads started); a large double one does.
+void products_in_a_parallel_region() {
+#if defined(MDL_BLAS_OPENBLAS)
+  mdl::set_blas_threads(2);
+  struct Case { bool is_float, packed; int64_t m, n, k; };
+  const Case cases[] = {{true, true, 1, 512, 128}, {true, true, 4, 512, 128},
+                        {true, true, 64, 1024, 256}, {true, false, 8, 512, 128},
+                        {true, false, 1, 40, 40}, {false, false, 4, 64, 64},
+                        {false, false, 64, 1024, 512}};
+  for (const Case& q : cases) {
+    const bool alone = q.is_float
+        ? mdl::on_calling_thread<float>(q.packed, false, q.m, q.n, q.k)
+        : mdl::on_calling_thread<double>(q.packed, false, q.m, q.n, q.k);
+    mdl::threads_started() = false;
+#pragma omp parallel num_threads(2)
+    {
+      if (q.is_float) {
+        std::vector<float> a(q.m * q.k, 0.5f), b(q.k * q.n, 0.25f), c(q.m * q.n);
+        mdl::Arena pack;
+        if (q.packed) {
+          mdl::pack_b(pack, false, q.m, q.n, q.k, b.data(), q.n);
+          mdl::gemm_packed(pack, false, q.m, q.n, q.k, a.data(), q.k, false, b.data(), q.n,
+                           0.0f, c.data(), q.n);
+        } else {
+          mdl::gemm(false, false, q.m, q.n, q.k, 1.0f, a.data(), q.k, b.data(), q.n, 0.0f,
+                    c.data(), q.n);
+        }
+        CHECK_NEAR(c[0], 0.125 * double(q.k), 1e-3);
+      } else {
+        std::vector<double> a(q.m * q.k, 0.5), b(q.k * q.n, 0.25), c(q.m * q.n);
+        mdl::gemm(false, false, q.m, q.n, q.k, 1.0, a.data(), q.k, b.data(), q.n, 0.0,
+                  c.data(), q.n);
+        CHECK_NEAR(c[0], 0.125 * double(q.k), 1e-12);
+      }
+    }
+    if (alone) CHECK(!mdl::threads_started());
+  }
+  CHECK(!mdl::on_calling_thread<double>(false, false, 64, 1024, 512));
+  CHECK(mdl::threads_started());  // the last case: OpenBLAS's threading was asked
+#endif
+}
+
 }  // namespace
 
 int main() {
@@ -193,5 +237,6 @@ int main() {
   threaded_products();
   products_together();
   own_rows_products();
+  products_in_a_parallel_region();
   return check::failures;
 }
