@@ -3,16 +3,13 @@ cpp_runtime/mdl/concurrent.h): which loops are grouped, that the arms of a group
 memory of each other's, that a group computes what one thread computes and the reference
 does, and that an error inside an arm reaches Python as the same error alone."""
 import re
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from codegen.pipeline import BuildOptions, load, sources
+from codegen.pipeline import load
 from dsl import check_file
+from test_lowering import function_texts, functions
 from test_native import assert_training_matches
-
-MODELS = Path(__file__).resolve().parents[1] / "benchmarks" / "models.mdl"
 
 # Two loops over the same tokens, each feeding back the argmax of its state as an index
 # into its table (so the gather stays in the loop: `shift` past the table is an
@@ -70,17 +67,6 @@ model Dropped(E = 4, H = 5) {
 """
 
 
-def function_texts(path, model: str, defines=None) -> dict[str, str]:
-    """{infer, train, backward: C++ text} of `model`'s generic code."""
-    _, files = sources(path, "concurrent", BuildOptions(defines=defines or {}, model=model))
-    text = files["module.cpp"]
-    out = {}
-    for kind in ("infer", "train", "backward"):
-        start = text.index(f"static void {kind}_0(")
-        out[kind] = text[start:text.index("\n}\n", start)]
-    return out
-
-
 def arms(function: str) -> list[tuple[str, str]]:
     """(the text before the group, each arm's lambda) of the function's groups, one list
     entry per arm."""
@@ -109,7 +95,7 @@ def two(two_path):
 def test_a_bilstm_runs_its_two_directions_at_once():
     """The BiLSTM-CRF's two LSTMs in every function (forward, training forward,
     backward), each arm one time loop."""
-    for kind, text in function_texts(MODELS, "CRF", {"H": 16}).items():
+    for kind, text in functions("CRF").items():
         assert text.count("mdl::Arms ") == 1, kind
         got = arms(text)
         assert len(got) == 2, kind
@@ -122,7 +108,7 @@ def test_a_bilstm_runs_its_two_directions_at_once():
 def test_the_arms_of_a_group_use_no_memory_of_each_other(two_path):
     """Every arena slot an arm reaches, inside its lambda or through the pointers made
     before the group (its outputs), is the arm's alone."""
-    for kind, text in function_texts(two_path, "Two").items():
+    for kind, text in function_texts(two_path, "Two", {}).items():
         got = arms(text)
         assert len(got) == 2, kind
         slots = []
@@ -142,14 +128,14 @@ def test_the_arms_of_a_group_use_no_memory_of_each_other(two_path):
 
 def test_loops_that_read_each_other_run_one_after_another(two_path):
     """A stacked RNN's second loop reads what the first yields."""
-    for kind, text in function_texts(two_path, "Stacked").items():
+    for kind, text in function_texts(two_path, "Stacked", {}).items():
         assert "mdl::Arms" not in text, kind
 
 
 def test_loops_that_draw_numbers_open_their_streams_first(two_path):
     """Each dropout's stream exists before the arms draw from it (State::draw then only
     finds it); the backward reads the masks the forward drew."""
-    texts = function_texts(two_path, "Dropped")
+    texts = function_texts(two_path, "Dropped", {})
     for kind, text in texts.items():
         assert len(arms(text)) == 2, kind
     before = arms(texts["train"])[0][0]

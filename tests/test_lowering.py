@@ -14,15 +14,21 @@ from codegen.pipeline import BuildOptions, sources
 MODELS = Path(__file__).resolve().parents[1] / "benchmarks" / "models.mdl"
 
 
-def functions(model: str) -> dict[str, str]:
-    """{infer, train, backward: C++ text} of `model`'s generic code (H = 16)."""
-    _, files = sources(MODELS, "shapes", BuildOptions(defines={"H": 16}, model=model))
+def function_texts(path, model: str, defines: dict) -> dict[str, str]:
+    """{infer, train, backward: C++ text} of `model`'s generic code, the file at `path`
+    built with `defines`."""
+    _, files = sources(path, "shapes", BuildOptions(defines=defines, model=model))
     text = files["module.cpp"]
     out = {}
     for kind in ("infer", "train", "backward"):
         start = text.index(f"static void {kind}_0(")
         out[kind] = text[start:text.index("\n}\n", start)]
     return out
+
+
+def functions(model: str) -> dict[str, str]:
+    """function_texts of a model of benchmarks/models.mdl at H = 16."""
+    return function_texts(MODELS, model, {"H": 16})
 
 
 def loop_body(function: str) -> str:
