@@ -3,6 +3,7 @@ cpp_runtime/mdl/concurrent.h): which loops are grouped, that the arms of a group
 memory of each other's, that a group computes what one thread computes and the reference
 does, and that an error inside an arm reaches Python as the same error alone."""
 import re
+
 import numpy as np
 import pytest
 
