@@ -56,6 +56,18 @@ model Stacked(E = 4, H = 5) {
   minimize loss
 }
 
+model BranchYields(H = 4) {
+  input xs : f32[T, B, H]
+  input flag : bool
+  h = zeros[B, H]; g = zeros[B, H]
+  for x in xs { h = tanh(x + h) }
+  d = h * 2.0
+  if flag { e = d } else { e = xs[0] }
+  for x in reversed(xs) { g = tanh(x + g) }
+  output loss = sum(e * g)
+  minimize loss
+}
+
 model Dropped(E = 4, H = 5) {
   input xs : f32[T, B, E]
   param w : f32[E, H] = normal(0, 0.4)
@@ -191,3 +203,14 @@ def test_an_index_error_inside_an_arm_is_raised_after_the_group(two, shifts):
         assert np.isfinite(good["loss"])
     finally:
         two.set_num_threads(before)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_branch_yielding_a_value_from_outside_stays_after_what_makes_it(two, two_path,
+                                                                          flag):
+    """The `if` copies `d`, made from the first loop's state, out of its branch: it reads
+    `d` though no instruction in it does, so it stays after the group and after `d`
+    (moved before them, it read `d` before its pointer existed: fuzz seed 562)."""
+    case = {"xs": inputs(2, E=4)["xs"], "flag": np.bool_(flag)}
+    graph = check_file(str(two_path), model="BranchYields").graph
+    assert_training_matches(two.BranchYields(seed=3), graph, case, tol=1e-4, seed=3)

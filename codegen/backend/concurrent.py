@@ -114,6 +114,8 @@ def _touches(ins, layouts: dict[int, Layout]):
             return None
         got_r, got_w = roots(ins.op.inputs), roots(ins.op.outputs)
         got_r |= roots(p.anchor for p in ins.extra.get("packs", []))
+        # what the op copies out of its blocks: a branch may yield a value from outside it
+        got_r |= roots(v for results in ins.extra["results"] for v in results)
         for block in ins.blocks:
             for x in block:
                 t = _touches(x, layouts)
