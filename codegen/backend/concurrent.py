@@ -14,15 +14,15 @@ BiLSTM-CRF tagger's training step at B = 1, H = 128 took 0.78x the time on two c
 The pass runs on a function's top-level instructions after lowering, packing and
 grouping products. A later loop joins an earlier one's group when it writes no memory
 that the group's loops, or the instructions that must stay after them, read or write,
-and reads none they write (memory as the roots of views: a view is its buffer). The
-instructions between them that are free to (no such conflict) move before the group, in
-their order. Loops that draw random numbers run at once only from streams of their own
-(the salts of their random ops; the renderer opens the streams first, so that no thread
-inserts into the model's map of them). A loop that learns a dim as it runs (a `while`
-keeping its trips and tapes for the backward, in the model) is never an arm, and an
-instruction that learns a dim keeps its place. The
-memory plan keeps every value an arm touches alive until the group ends (plan.py), so no
-arm reuses memory another still uses.
+and reads none they write (memory as the roots of views: a view is its buffer; a
+structured op reads what it copies out of its blocks too). The instructions between
+them that are free to (no such conflict) move before the group, in their order. Loops
+that draw random numbers run at once only from streams of their own (the salts of their
+random ops; the renderer opens the streams first, so that no thread inserts into the
+model's map of them). A loop that learns a dim as it runs (a `while` keeping its trips
+and tapes for the backward, in the model) is never an arm, and an instruction that
+learns a dim keeps its place. The memory plan keeps every value an arm touches alive
+until the group ends (plan.py), so no arm reuses memory another still uses.
 """
 from __future__ import annotations
 
