@@ -129,9 +129,11 @@ class Target(abc.ABC):
         return []
 
     def concurrent(self, r, ins, run) -> None:
-        """Loops run at once (where `runs_loops_concurrently`): the arms of `ins`
-        (lower.Concurrent), each written through `r` by `run(arm)`."""
-        raise NotImplementedError(f"the {self.name} target runs loops one after another")
+        """The loops of a group that may run at once (lower.Concurrent, made where
+        `runs_loops_concurrently`), each written through `r` by `run(arm)`: here one
+        after another, as they were in the program."""
+        for arm in ins.arms:
+            run(arm)
 
     # ---- functions ----
     def function(self, r, body: list[str]) -> str:
