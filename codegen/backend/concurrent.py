@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ..ir.graph import walk_ops
 from ..ops.entry import entry
+from .control_flow import streams
 from .lower import Concurrent, Copy, Fused, Kernel, Layout, Structured, View, root
 from .plan import reads
 from .products import Products
@@ -36,30 +37,34 @@ from .products import Products
 def run_concurrently(instrs: list, layouts: dict[int, Layout]) -> list:
     """`instrs` with each group of independent loops as one `Concurrent`, the
     instructions the later loops need moved before it."""
+    touches = {id(ins): _touches(ins, layouts) for ins in instrs}  # once each
     out = list(instrs)
     i = 0
     while i < len(out):
         if _arm(out[i]):
-            out, i = _group(out, i, layouts)
+            out, i = _group(out, i, touches)
         i += 1
     return out
 
 
-def _group(instrs: list, i: int, layouts: dict[int, Layout]) -> tuple[list, int]:
-    """Gathers the loops after `instrs[i]` that can run beside it; returns the new list
-    and the index of the group in it."""
+def _group(instrs: list, i: int, touches: dict) -> tuple[list, int]:
+    """Gathers the loops after `instrs[i]` that can run beside it (`touches`: each
+    instruction's (reads, writes), by id); returns the new list and the index of the
+    group in it."""
     arms = [instrs[i]]
+    drawn = streams(instrs[i].op)
     # (reads, writes) of the arms and of the instructions that must stay after them
-    touched = [_touches(instrs[i], layouts)]
+    touched = [touches[id(instrs[i])]]
     free: list = []  # may run before the group
     joined_at = i
     for j in range(i + 1, len(instrs)):
         ins = instrs[j]
-        t = _touches(ins, layouts)
+        t = touches[id(ins)]
         if any(_conflict(t, u) for u in touched):
             touched.append(t)
-        elif _arm(ins) and not salts(ins) & set().union(*map(salts, arms)):
+        elif _arm(ins) and not streams(ins.op) & drawn:
             arms.append(ins)
+            drawn |= streams(ins.op)
             touched.append(t)
             joined_at = j
         else:
@@ -79,12 +84,6 @@ def _arm(ins) -> bool:
     `while` keeping its trips for the backward)."""
     return isinstance(ins, Structured) and entry(ins.op).repeats and not any(
         entry(op).sets_dims(op) for op in _ops(ins.op))
-
-
-def salts(ins: Structured) -> set[int]:
-    """The random streams a loop draws from (its random ops' `salt`s): loops run at once
-    draw from streams of their own."""
-    return {op.attrs["salt"] for op in _ops(ins.op) if getattr(entry(op), "random", False)}
 
 
 def _ops(op):

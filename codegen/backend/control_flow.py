@@ -174,7 +174,7 @@ def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
         return None
     flag = r.scalar(op.blocks[0].args[skip])
     if not r.target.skips_steps:
-        if not _draws(op):
+        if not streams(op):
             return None
         real = r.fresh("real")
         r.emit(f"const bool {real} = {flag};")
@@ -188,9 +188,11 @@ def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
     return None
 
 
-def _draws(op: Op) -> bool:
-    """Whether a step of the loop `op` draws random numbers."""
-    return any(getattr(entry(o), "random", False) for o in walk_ops(op.blocks[0]))
+def streams(op: Op) -> set[int]:
+    """The random streams the blocks of the structured op `op` draw from (their random
+    ops' `salt`s): none for a loop whose steps draw nothing."""
+    return {o.attrs["salt"] for block in op.blocks for o in walk_ops(block)
+            if getattr(entry(o), "random", False)}
 
 
 def _render_if(r, ins: Structured) -> None:

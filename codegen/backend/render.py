@@ -12,8 +12,8 @@ from ..ir.graph import Block, Value, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
-from .control_flow import render_structured
-from .concurrent import run_concurrently, salts
+from .control_flow import render_structured, streams
+from .concurrent import run_concurrently
 from .kernels import open_streams
 from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structured, View,
                     root)
@@ -270,7 +270,7 @@ class Renderer:
         own); the values they touched are dead once the last has ended."""
         lifetimes = self.plan.lifetimes
         if self.spec.training:  # (inference draws nothing: dropout is the identity there)
-            for line in open_streams(set().union(*map(salts, ins.arms))):
+            for line in open_streams(set().union(*(streams(a.op) for a in ins.arms))):
                 self.emit(line)
         for arm in ins.arms:
             self.packs_of(arm)
