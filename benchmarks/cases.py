@@ -49,6 +49,8 @@ class Bench:
 
 GROUPS = {  # group: (passes, peers, description)
     "lstm": ((TRAIN, FORWARD), (TORCH, JAX), "std `lstm` in a `for`, against nn.LSTM and lax.scan"),
+    "stacked": ((TRAIN, FORWARD), (TORCH, JAX),
+                "two `lstm` layers in one `for`, against nn.LSTM(num_layers=2) and lax.scan"),
     "generation": ((STEP,), (TORCH, JAX),
                    "one LSTM step a call, state carried, against nn.LSTMCell and a jitted cell"),
     "milstm": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX), "std `milstm` in a `for`"),
@@ -81,7 +83,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         return _gpu_cases(quick)
     if quick:
         lstm = [dict(T=4, B=2, H=8)]
-        cells = attention = crf = [dict(T=4, B=2, H=8)]
+        cells = attention = crf = stacked = [dict(T=4, B=2, H=8)]
         memory, k = dict(T=24, B=2, H=8), 4
         step = dict(T=4, B=1, H=8)
     else:
@@ -91,9 +93,11 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         cells = [dict(T=35, B=b, H=h) for b in (1, 32) for h in (128, 256)]
         attention = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 512))]
         crf = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 512))]
+        stacked = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (1, 256), (32, 256), (64, 512))]
         memory, k = dict(T=1000, B=16, H=256), 32
         step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state
-    return ([_case("lstm", **d) for d in lstm] + [_case("generation", **step)]
+    return ([_case("lstm", **d) for d in lstm] + [_case("stacked", **d) for d in stacked]
+            + [_case("generation", **step)]
             + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
             + [_case("attention", **d) for d in attention] + [_case("crf", **d) for d in crf]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
@@ -151,8 +155,8 @@ def flops(case: Case, pass_name: str) -> float:
     2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
     and context; gru_if adds 2*B*H*H on the steps whose branch projects; attention's
     scores and context are 2*T*B*H each; crf runs two LSTMs and its emissions are
-    2*T*B*2H*K), twice that again in the backward (a training step is 3x the forward);
-    the elementwise work is left out."""
+    2*T*B*2H*K; stacked runs two LSTM layers), twice that again in the backward (a
+    training step is 3x the forward); the elementwise work is left out."""
     if case.group == SGEMM:
         return 2.0 * case.dims["N"] ** 3
     B, H = case.dims["B"], case.dims["H"]
@@ -165,6 +169,8 @@ def flops(case: Case, pass_name: str) -> float:
     forward = steps * 2.0 * B * (inputs + H) * gates * H
     if case.group == "attention":
         forward += steps * 2 * 2.0 * case.dims["T"] * B * H
+    if case.group == "stacked":
+        forward *= 2
     if case.group == "gru_if":
         taken = int((branch_signs(case.dims["T"]) > 0).sum())
         forward += taken * 2.0 * B * H * H

@@ -53,6 +53,9 @@ def params(case: Case) -> dict[str, np.ndarray]:
                  for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}
         return {**lstms, "emit/W": uniform(2 * H, CRF_TAGS), "emit/b": uniform(CRF_TAGS),
                 "transitions": rng.uniform(-0.5, 0.5, (CRF_TAGS, CRF_TAGS)).astype(np.float32)}
+    if case.group == "stacked":
+        return {f"{layer}/{name}": uniform(*shape) for layer in ("layer1", "layer2")
+                for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}
     inputs = 2 * H if case.group == "attention" else H  # attention: x beside the context
     return {"lstm/W": uniform(inputs, 4 * H), "lstm/U": uniform(H, 4 * H),
             "lstm/b": uniform(4 * H)}

@@ -53,6 +53,14 @@ def _loss(group: str):
             return jnp.sum(lax.scan(step, (zeros, zeros), xs)[1] * weights)
         return loss
 
+    def stacked(p, xs, weights):
+        def step(states, x):
+            h1, c1 = lstm_cell(p, x, *states[:2], scope="layer1")
+            h2, c2 = lstm_cell(p, h1, *states[2:], scope="layer2")
+            return (h1, c1, h2, c2), h2
+        zeros = jnp.zeros(xs.shape[1:], xs.dtype)
+        return jnp.sum(lax.scan(step, (zeros,) * 4, xs)[1] * weights)
+
     def gru_if(p, xs, signs, weights):
         def step(h, xs_t):
             h = gru_if_cell(p, *xs_t, h)
@@ -86,8 +94,8 @@ def _loss(group: str):
         alpha, golds = lax.scan(step, emissions[0], (emissions[1:], hot[:-1], hot[1:]))
         gold = jnp.sum(hot[0] * emissions[0], axis=1) + jnp.sum(golds, axis=0)
         return jnp.sum(jax.nn.logsumexp(alpha, axis=1) - gold)
-    return {"lstm": lstm_like(lstm_cell), "milstm": lstm_like(milstm_cell), "gru_if": gru_if,
-            "attention": attention, "crf": crf}[group]
+    return {"lstm": lstm_like(lstm_cell), "stacked": stacked, "milstm": lstm_like(milstm_cell),
+            "gru_if": gru_if, "attention": attention, "crf": crf}[group]
 
 
 def setup(case: Case) -> Bench:

@@ -14,8 +14,8 @@ from codegen.compile.options import BuildOptions
 from codegen.pipeline import build, import_built
 
 MODELS = Path(__file__).resolve().with_name("models.mdl")
-MODEL_OF = {"lstm": "LSTM", "milstm": "MILSTM", "gru_if": "GRUIf", "generation": "LSTMStep",
-            "attention": "Attention", "crf": "CRF"}
+MODEL_OF = {"lstm": "LSTM", "stacked": "Stacked", "milstm": "MILSTM", "gru_if": "GRUIf",
+            "generation": "LSTMStep", "attention": "Attention", "crf": "CRF"}
 MEMORY_MODEL = {"stored": "LSTM", "recompute": "LSTMRecompute", "checkpoint": "LSTMCheckpoint"}
 
 

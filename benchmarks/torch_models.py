@@ -147,7 +147,7 @@ CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention, "crf": CRF}
 
 def eager(case: Case) -> Bench:
     """nn.LSTM / nn.LSTMCell for the LSTM cases, the plain modules for the others."""
-    if case.group == "lstm":
+    if case.group in ("lstm", "stacked"):
         return _on_device(_lstm(case), case)
     if case.group == "generation":
         return _on_device(_generation(case), case)
@@ -255,13 +255,16 @@ def _training(module: nn.Module, run, case: Case) -> Bench:
 
 
 def _lstm(case: Case) -> Bench:
+    """nn.LSTM, of two layers for the stacked group (mdl's scopes layer1 and layer2)."""
     H, p = case.dims["H"], data.params(case)
-    lstm = nn.LSTM(H, H)
+    scopes = ("layer1", "layer2") if case.group == "stacked" else ("lstm",)
+    lstm = nn.LSTM(H, H, num_layers=len(scopes))
     with torch.no_grad():  # mdl multiplies x @ W and has one bias; torch stores W transposed
-        lstm.weight_ih_l0.copy_(torch.from_numpy(p["lstm/W"].T))
-        lstm.weight_hh_l0.copy_(torch.from_numpy(p["lstm/U"].T))
-        lstm.bias_ih_l0.copy_(torch.from_numpy(p["lstm/b"]))
-        lstm.bias_hh_l0.zero_()
+        for k, scope in enumerate(scopes):
+            getattr(lstm, f"weight_ih_l{k}").copy_(torch.from_numpy(p[scope + "/W"].T))
+            getattr(lstm, f"weight_hh_l{k}").copy_(torch.from_numpy(p[scope + "/U"].T))
+            getattr(lstm, f"bias_ih_l{k}").copy_(torch.from_numpy(p[scope + "/b"]))
+            getattr(lstm, f"bias_hh_l{k}").zero_()
     lstm.to(_device(case))
     xs = _tensors(case, grad=True)
 
@@ -280,9 +283,12 @@ def _lstm(case: Case) -> Bench:
         _zero_grad(lstm, xs)
         value = loss()
         value.backward()
-        return {"loss": _numpy(value), **_input_grads(xs),
-                "lstm/W": _numpy(lstm.weight_ih_l0.grad).T,
-                "lstm/U": _numpy(lstm.weight_hh_l0.grad).T, "lstm/b": _numpy(lstm.bias_ih_l0.grad)}
+        grads = {}
+        for k, scope in enumerate(scopes):
+            grads.update({scope + "/W": _numpy(getattr(lstm, f"weight_ih_l{k}").grad).T,
+                          scope + "/U": _numpy(getattr(lstm, f"weight_hh_l{k}").grad).T,
+                          scope + "/b": _numpy(getattr(lstm, f"bias_ih_l{k}").grad)})
+        return {"loss": _numpy(value), **_input_grads(xs), **grads}
     return Bench({TRAIN: step, FORWARD: forward}, check)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cases import (COMPILE, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name,
+from benchmarks.cases import (COMPILE, FORWARD, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name,
                               cases, flops, select, sgemm_case)
 from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.memory import ALTERNATE_ROUNDS
@@ -145,6 +145,8 @@ def test_flops_count_the_products_of_the_issue():
     crf = next(c for c in cases(quick=False) if c.name == "crf-t35-b32-h256")
     assert flops(crf, TRAIN) == 3 * (2 * 35 * 2 * 32 * (256 + 256) * 4 * 256  # two LSTMs
                                      + 35 * 2 * 32 * 512 * 16)               # the emissions
+    stacked = next(c for c in cases(quick=False) if c.name == "stacked-t35-b1-h256")
+    assert flops(stacked, FORWARD) == 2 * 35 * 2 * 1 * (256 + 256) * 4 * 256  # two layers
 
 
 def test_the_gpu_rows_are_issue_9s_sizes_and_travel_by_name():
@@ -171,7 +173,7 @@ def test_only_selects_groups_names_and_patterns(only, names):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--only", "lsmt"], "--only lsmt: no such case; there are lstm, generation"),
+    (["--only", "lsmt"], "--only lsmt: no such case; there are lstm, stacked, generation"),
     (["--reps", "0"], "--reps must be >= 1"),
     (["--threads", "999"], "--threads between 1 and"),
 ])

@@ -9,8 +9,10 @@ import pytest
 from ir_helpers import check_model_grads, model, random_params, rnn_model
 
 from codegen.ir.graph import walk_ops
+from codegen.ops.entry import entry
 from codegen.ops.verify import verify
 from codegen.pipeline import differentiate, for_backends
+from codegen.reference import interpreter as reference
 
 
 def loops(block):
@@ -133,3 +135,95 @@ def test_gradients_through_a_loop_split_in_two(options):
     rng = np.random.default_rng(4)
     inputs = {"xs": rng.normal(size=(5, 2, 3)), "signs": np.array([1., -1., 2., -0.5, 1.])}
     assert check_model_grads(graph, inputs, random_params(graph)) < 1e-6
+
+
+STACKED = '''
+import "std/rnn.mdl"
+model M(H = 3, E = 2, P = 0.0) {
+  input xs : f32[T, B, E]; input lengths : i32[B]
+  h1 = zeros[B, H]; c1 = zeros[B, H]; h2 = zeros[B, H]; c2 = zeros[B, H]; h3 = zeros[B, H]
+  hs = for x in {seq} {options} {
+    h1, c1 = lstm(x, h1, c1) as layer1
+    h2, c2 = lstm(dropout(h1, P), h2, c2) as layer2
+    h3 = gru(h2, h3) as layer3
+    yield h3 + h1
+  }
+  output loss = sum(hs * hs) + sum(c1 * h2) + sum(h3)
+  minimize loss
+}'''
+
+
+def stacked(options: str = "", seq: str = "xs", **defines):
+    return model(STACKED.replace("{options}", options).replace("{seq}", seq), **defines)
+
+
+def test_stacked_layers_run_as_loops_of_their_own():
+    """Loop fission by states (structured/for_fission.py): each layer's states read only
+    their own and the layers' below, so each layer is a loop of its own, in order, and
+    its input product (x @ W, h1 @ W2, h2 @ W3) one product over all steps before it."""
+    graph = for_backends(stacked())
+    verify(graph)
+    layers = [op for op in graph.body.ops if op.prim == "for"]
+    assert [op.attrs["n_state"] for op in layers] == [2, 2, 1]
+    assert all(body_prims(op).count("matmul") == 1 for op in layers)  # h @ U alone
+    at = [k for k, op in enumerate(graph.body.ops) if op.prim == "matmul"]
+    assert all(graph.body.ops[k].outputs[0].type.rank == 3 for k in at)
+    loop_at = [graph.body.ops.index(op) for op in layers]
+    assert at[0] < loop_at[0] < at[1] < loop_at[1] < at[2] < loop_at[2]  # one a layer
+    joint = differentiate(stacked())
+    verify(joint)
+    assert [op.attrs["n_state"] for op in loops(joint.backward)] == [1, 2, 2]
+
+
+def test_a_layer_reading_the_state_before_its_step_stays_in_the_loop():
+    """Layer 2 reads h1 as it was before the step (h1 @ W2 of the old h1): the second loop
+    would need the first's state of the step before, so the loop is not split."""
+    graph = for_backends(model('''
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W1 : f32[H, H] = normal(0, 0.5); param W2 : f32[H, H] = normal(0, 0.5)
+  h1 = zeros[B, H]; h2 = zeros[B, H]
+  hs = for x in xs {
+    h2 = tanh(h1 @ W2 + h2)
+    h1 = tanh(x @ W1 + h1)
+    yield h2
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}'''))
+    (loop,) = loops(graph.body)
+    assert loop.attrs["n_state"] == 2
+
+
+def test_a_recomputing_loop_keeps_its_layers():
+    joint = differentiate(stacked("(recompute)"))
+    assert [op.attrs["n_state"] for op in joint.body.ops if op.prim == "for"] == [5]
+
+
+@pytest.mark.parametrize("options, seq", [("(lengths = lengths)", "reversed(xs)"),
+                                          ("(checkpoint = 2)", "xs")])
+def test_gradients_through_layers_split_in_loops(options, seq):
+    graph = stacked(options, seq)
+    verify(differentiate(graph))
+    rng = np.random.default_rng(5)
+    inputs = {"xs": rng.normal(size=(4, 3, 2)), "lengths": np.array([4, 1, 0], np.int32)}
+    assert check_model_grads(graph, inputs, random_params(graph, scale=0.5)) < 1e-6
+
+
+def test_a_dropout_between_layers_draws_the_same_masks_in_its_own_loop():
+    """The dropout moves into layer 1's loop, so that h1's dropped values are a sequence
+    whose product leaves layer 2's loop. Its stream is its own (its salt), so the joint
+    graph (split) draws what the graph as checked (one loop, the reference) draws."""
+    graph = stacked(P=0.5)
+    joint = differentiate(graph)
+    (first, _, _) = [op for op in joint.body.ops if op.prim == "for"]
+    assert any(entry(op).random for op in walk_ops(first.blocks[0]))
+    rng = np.random.default_rng(6)
+    inputs = {"xs": rng.normal(size=(5, 3, 2)), "lengths": np.array([5, 5, 5], np.int32)}
+    params = random_params(graph, scale=0.5)
+    for seed in (0, 3):
+        want = reference.run(graph, inputs, params, training=True, seed=seed)["loss"]
+        got = reference.run(joint, inputs, params, training=True, seed=seed)["loss"]
+        assert got == pytest.approx(want, rel=1e-12)
+    unmasked = reference.run(graph, inputs, params, training=False)["loss"]
+    assert unmasked != pytest.approx(want, rel=1e-3)
