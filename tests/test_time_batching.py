@@ -227,3 +227,34 @@ def test_a_dropout_between_layers_draws_the_same_masks_in_its_own_loop():
         assert got == pytest.approx(want, rel=1e-12)
     unmasked = reference.run(graph, inputs, params, training=False)["loss"]
     assert unmasked != pytest.approx(want, rel=1e-3)
+
+
+SIDE_BY_SIDE = '''
+import "std/rnn.mdl"
+model M(H = 3) {
+  input xs : f32[T, B, H]; input ys : f32[T, B, H]
+  a = zeros[B, H]; ac = zeros[B, H]; b = zeros[B, H]; bc = zeros[B, H]; h = zeros[B, H]
+  hs = for x in xs, y in ys {
+    a, ac = lstm(x, a, ac) as left
+    b, bc = lstm(y, b, bc) as right
+    h = gru(concat([a, b], axis = 1), h) as top
+    yield h
+  }
+  output loss = sum(hs * hs) + sum(a * bc)
+  minimize loss
+}'''
+
+
+def test_two_layers_side_by_side_run_as_one_loop_below_the_top():
+    """The top layer reads both lower layers at once (concat([a, b]) @ W): neither lower
+    layer alone makes its operand, both together do, so the states below the top (what
+    does not read h) are the first loop."""
+    graph = for_backends(model(SIDE_BY_SIDE))
+    verify(graph)
+    assert [op.attrs["n_state"] for op in loops(graph.body)] == [4, 1]
+    top = loops(graph.body)[1]
+    assert body_prims(top).count("matmul") == 1  # h @ U
+    rng = np.random.default_rng(7)
+    inputs = {"xs": rng.normal(size=(4, 2, 3)), "ys": rng.normal(size=(4, 2, 3))}
+    graph = model(SIDE_BY_SIDE)
+    assert check_model_grads(graph, inputs, random_params(graph, scale=0.5)) < 1e-6

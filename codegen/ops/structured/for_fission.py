@@ -111,9 +111,10 @@ def _branch_plan(loop: Op) -> _Plan | None:
 
 
 def _layer_plan(loop: Op) -> _Plan | None:
-    """The smallest set of states whose new values read no other state, with the ops
-    they read and those that make, from them alone, the left operands of the other
-    products; None where every state reads every other (one layer)."""
+    """The smallest set of states whose new values read no other state and whose values
+    make the left operand of another product, with the ops their new values read and
+    those that make those operands from them alone; None where every state reads every
+    other (one layer)."""
     body, n_seq, n_state = loop.blocks[0], loop.attrs["n_seq"], loop.attrs["n_state"]
     if n_state < 2 or loop.attrs.get("skip", -1) >= 0 or loop.attrs.get("lean"):
         return None
@@ -125,10 +126,13 @@ def _layer_plan(loop: Op) -> _Plan | None:
                                               for v in outer_reads(op)))
         deps.update((v.id, op_deps[id(op)]) for v in op.outputs)
     reads = [deps.get(v.id, frozenset()) for v in body.results[:n_state]]
-    closures = {_closure(i, reads) for i in range(n_state)}
-    for carried in sorted(closures, key=lambda c: (len(c), min(c))):
-        if len(carried) == n_state:
-            continue
+    closures = [_closure(i, reads) for i in range(n_state)]
+    # the sets of states closed under what their new values read: each state's closure
+    # (one layer), and what does not read a state i (every layer below i's, side by side)
+    below = [frozenset(j for j in range(n_state) if i not in closures[j])
+             for i in range(n_state)]
+    candidates = {*closures, *below} - {frozenset(), frozenset(range(n_state))}
+    for carried in sorted(candidates, key=lambda c: (len(c), sorted(c))):
         free = [op for op in body.ops if op_deps[id(op)] <= carried]
         results = [body.results[i] for i in sorted(carried)]
         needed = {id(op) for op in _needed(body, free, results)}
