@@ -144,7 +144,7 @@ def _layer_plan(loop: Op) -> _Plan | None:
         if not left:
             continue
         plan = _batched(loop, _needed(body, free, results + left), sorted(carried))
-        if plan is not None and not _reads_any(loop, plan, [states[i] for i in carried]):
+        if plan is not None:
             return plan
     return None
 
@@ -188,20 +188,12 @@ def _batched(loop: Op, ops: list[Op], carried: list[int]) -> _Plan | None:
     made = {v.id for op in ops if id(op) in gone for v in op.outputs}
     rest = [op for op in body.ops if id(op) not in gone]
     kept = [v for i, v in enumerate(body.results) if i not in carried]
-    crossing = {v.id: v for op in rest for v in outer_reads(op) if v.id in made}
-    crossing.update((v.id, v) for v in kept if v.id in made)
+    read = [v for op in rest for v in outer_reads(op)] + kept
+    carried_states = {body.args[len(body.args) - loop.attrs["n_state"] + i].id for i in carried}
+    if any(v.id in carried_states for v in read):
+        return None  # the rest reads a carried state as the step found it: only one loop has it
+    crossing = {v.id: v for v in read if v.id in made}
     inside = {v.id for v in body.args} | {v.id for op in body.ops for v in op.outputs}
     batched = [op for op in rest if entry(op).product and op.inputs[0].id in crossing
                and op.inputs[1].id not in inside and op.inputs[0].type.rank == 2]
     return _Plan(ops, gone, list(crossing.values()), carried) if batched else None
-
-
-def _reads_any(loop: Op, plan: _Plan, values: list[Value]) -> bool:
-    """Whether what stays in the loop reads any of `values` (the carried states, which
-    only the first loop has)."""
-    body = loop.blocks[0]
-    ids = {v.id for v in values}
-    rest = [op for op in body.ops if id(op) not in plan.gone]
-    kept = [v for i, v in enumerate(body.results) if i not in plan.carried]
-    return any(v.id in ids for op in rest for v in outer_reads(op)) or \
-        any(v.id in ids for v in kept)
