@@ -10,11 +10,19 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def mdl_cache_dir(tmp_path_factory):
-    """One temporary build cache for the session: the suite never writes to ~/.cache/mdl,
-    and a module built by one test is reused by the others (subprocesses inherit it)."""
+    """One temporary build cache for the run: the suite never writes to ~/.cache/mdl,
+    and a module built by one test is reused by the others (subprocesses inherit it).
+    pytest-xdist's workers share it (the directory above each worker's own): the cache
+    takes concurrent builds (docs/build.md), so a module one worker built, another finds."""
     # MDL_TEST_CACHE keeps builds between runs while developing; CI starts empty
     kept = os.environ.get("MDL_TEST_CACHE")
-    path = Path(kept) if kept else tmp_path_factory.mktemp("mdl-cache")
+    if kept:
+        path = Path(kept)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "mdl-cache"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("mdl-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MDL_CACHE_DIR", str(path))
         yield path

@@ -103,7 +103,8 @@ def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cach
     assert '"module": "tiny"' in (entry / "key.json").read_text()
     assert "module.cpp" in (entry / "build.log").read_text()  # the compiler's command line
     assert not list(entry.glob("*.o"))  # objects are not kept, only the module
-    assert not list(mdl_cache_dir.glob("tmp-*"))
+    # no build directory of its own is left (another worker's may be under way)
+    assert not list(mdl_cache_dir.glob(f"tmp-{cache_key({'module.cpp': TINY}, 'tiny', CPU)}-*"))
 
 
 def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo, monkeypatch):
@@ -346,7 +347,7 @@ def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     paths = {out.strip() for out, _ in results}
     assert len(paths) == 1
     assert load(Path(paths.pop())).add(1, 1) == 2
-    assert not list(mdl_cache_dir.glob("tmp-*"))
+    assert not list(mdl_cache_dir.glob(f"tmp-{cache_key({'module.cpp': source}, 'twin', CPU)}-*"))
 
 
 def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
