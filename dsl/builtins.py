@@ -240,6 +240,19 @@ def _stack(el, a, call):
     return el.emit("stack", xs, {"axis": axis(a["axis"], xs[0].type.rank + 1)}, call.loc)[0]
 
 
+@builtin("topk", "x", "k", "axis", axis=Const(-1, "int"))
+def _topk(el, a, call):
+    """The k largest values and their indices: two results (the rule checks k and the
+    axis's size)."""
+    x = tensor(el, a["x"])
+    if x.type.rank == 0:
+        raise MdlTypeError(f"`topk` needs a tensor of rank 1 or more, got {x.type}",
+                           a["x"][1])
+    k = const(a["k"], "int", "the number of values `k`")
+    return tuple(el.emit("topk", [x], {"axis": axis(a["axis"], x.type.rank), "k": k},
+                         call.loc))
+
+
 @builtin("split", "x", "parts", "axis", axis=Const(0, "int"))
 def _split(el, a, call):
     x = tensor(el, a["x"])

@@ -3,9 +3,10 @@
 `dsl.builtins` where those say enough (unary and binary elementwise functions,
 comparisons, reductions, softmaxes, and each one's domain, found by probing its NumPy
 reference); the rest are templates that make shapes fit (matmul, concat,
-stack/transpose/reshape, split, index, slice, gather, one_hot, dropout, losses, calls
-of `linear`, and of the program's functions: tests/fuzz_functions.py). Every expression is a primary (a name, a
-call or parenthesized), so it can be indexed or combined as it is."""
+stack/transpose/reshape, split, index, slice, gather, one_hot, dropout, topk, losses,
+calls of `linear`, and of the program's functions: tests/fuzz_functions.py). Every
+expression is a primary (a name, a call or parenthesized), so it can be indexed or
+combined as it is."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,7 +64,8 @@ class Expressions(Functions):
     FORMS = (("unary", 6), ("binary", 6), ("neg", 1), ("where", 2), ("clip", 1),
              ("matmul", 3), ("softmax", 1), ("reduce", 2), ("concat", 1), ("restack", 1),
              ("flatten", 1), ("transpose", 1), ("split", 1), ("index", 1), ("slice", 1),
-             ("gather", 1), ("one_hot", 1), ("dropout", 1), ("call", 2), ("scaled", 1.5),
+             ("gather", 1), ("one_hot", 1), ("dropout", 1), ("topk", 1), ("call", 2),
+             ("scaled", 1.5),
              ("encode", 1), ("linear", 1), ("loss", 2))
 
     def expr(self, shape: tuple, depth: int) -> str:
@@ -326,6 +328,21 @@ class Expressions(Functions):
         for q in names:
             self.define(Var(q, shape))
         return self.pick([names[0], f"({names[0]} * {names[-1]})", f"({names[1]} - {names[0]})"])
+
+    def form_topk(self, shape, d):
+        """The k largest values along the last axis, k its size (known when compiling),
+        taken from up to 3 more. Only the values: of floats a rounding apart, one build may
+        pick the one and the other build the other (the integer form uses the indices)."""
+        if not shape or not isinstance(shape[-1], int):
+            return None
+        self.cover("topk")
+        with self.no_calls():
+            whole = self.expr(shape[:-1] + (shape[-1] + self.rng.randint(0, 3),), d)
+        values, indices = self.fresh("v"), self.fresh("i")
+        axis = self.pick(["", f", axis = {len(shape) - 1}", ", axis = -1"])
+        self.emit(f"{values}, {indices} = topk({whole}, {shape[-1]}{axis})")
+        self.define(Var(values, shape))
+        return values
 
     def form_index(self, shape, d):
         if self.in_def:

@@ -1,10 +1,10 @@
 """i32 values in the fuzzer's programs (tests/fuzz_generate.py): integer inputs whose
 values reach i32's ends (tests/fuzz_compare.py draws them), arithmetic that wraps around
 past them, the elementwise functions and reductions the primitive table defines for
-i32, `argmax`, comparisons, `where`, and the casts between i32, floats and bool. Integers enter the
-float expressions through `f32(...)` and conditions, and leave them through `i32(...)`
-of a bounded float (a float near an integer boundary would truncate to either side in
-two builds); they are variables of their own, a loop's state and outputs."""
+i32, `argmax`, `topk`, comparisons, `where`, and the casts between i32, floats and bool.
+Integers enter the float expressions through `f32(...)` and conditions, and leave them
+through `i32(...)` of a bounded float (a float near an integer boundary would truncate to
+either side in two builds); they are variables of their own, a loop's state and outputs."""
 from __future__ import annotations
 
 from fuzz_expressions import COMPARE, REDUCTIONS, Expressions, binary_text
@@ -41,7 +41,7 @@ class Integers(Expressions):
 
     FORMS = Expressions.FORMS + (("integer", 1.5),)
     INT_FORMS = (("binary", 6), ("neg", 1), ("unary", 1.5), ("clip", 0.5), ("where", 1),
-                 ("reduce", 1.5), ("argmax", 1), ("cast", 1.5), ("truth", 0.5))
+                 ("reduce", 1.5), ("argmax", 1), ("topk", 0.5), ("cast", 1.5), ("truth", 0.5))
 
     def ints(self, shape: tuple) -> list[Var]:
         return [v for v in self.visible().values()
@@ -125,6 +125,20 @@ class Integers(Expressions):
         self.cover("int:argmax")
         big, axis = wider
         return f"argmax({self.int_expr(big, d)}{axis or ', axis = 0'})"
+
+    def int_topk(self, shape, d):
+        """topk of integers along the last axis: its values and indices, exact on both
+        sides (as argmax's)."""
+        if not shape or not isinstance(shape[-1], int):
+            return None
+        self.cover("int:topk")
+        with self.no_calls():
+            whole = self.int_expr(shape[:-1] + (shape[-1] + self.rng.randint(0, 3),), d)
+        values, indices = self.fresh("v"), self.fresh("i")
+        self.emit(f"{values}, {indices} = topk({whole}, {shape[-1]})")
+        self.define(Var(values, shape, "i32"))
+        self.define(Var(indices, shape, "i32"))
+        return self.pick([values, indices, f"({values} - {indices})"])
 
     def int_cast(self, shape, d):
         self.cover("int:cast")

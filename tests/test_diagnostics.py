@@ -171,6 +171,15 @@ BAD_PROGRAMS = [
      'the minimized output must be a float scalar, `y` is f32[B]', "1:54"),
     ('model M() { input x : f32[B]; h = zeros[ : B]; output y = x + h }',
      'a slice `a:b` only selects inside an index', "1:42"),
+    ('model M(K = 3) { input x : f32[B, 2]; v, i = topk(x, K); output y = v }',
+     '`topk` takes 1 to 2 values along an axis of 2, got k = 3', "1:46"),
+    ('model M() { input x : f32[B, 4]; v, i = topk(x, 2, axis = 0); output y = v }',
+     '`topk` needs the size of its axis known when compiling (a number or a hyper-parameter), got B',
+     "1:41"),
+    ('model M() { input x : f32[B, 4]; input k : i32; v, i = topk(x, k); output y = v }',
+     'the number of values `k` must be a compile-time int', "1:64"),
+    ('model M() { input x : bool[B, 4]; v, i = topk(x, 2); output y = i }',
+     '`topk` is not defined for bool', "1:42"),
 ]
 
 

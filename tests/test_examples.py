@@ -24,7 +24,7 @@ def models_of(path: Path) -> list[str]:
 
 EXAMPLE_MODELS = [(p.name, m) for p in EXAMPLES for m in models_of(p)]
 GENERATORS = {"CharLMStep", "TranslatorEncode", "TranslatorStep", "TranslatorGreedy",
-              "TaggerDecode"}
+              "TranslatorBeam", "TaggerDecode"}
 
 
 def json_of(path: Path, model: str | None = None, **defines) -> dict:

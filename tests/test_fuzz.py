@@ -310,13 +310,15 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
              "call:scalar-tensor", "call:tuple", "dim:S", "reshape:rows", "concat:time",
              "int:float", "int:cast", "int:truth", "int:compare", "int:branch", "int:where",
-             "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "for:ints",
+             "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:topk",
+             "topk", "for:ints",
              "for:int-yield", "softmax:masked",
              *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
     table = {*UNARY, *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
              "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",
-             "gather", "one_hot", "cross_entropy", "argmax", "where", "for", "if", "while"}
+             "gather", "one_hot", "cross_entropy", "argmax", "topk", "where", "for", "if",
+             "while"}
     assert table - set(prims) == set()
 
 

@@ -1,7 +1,8 @@
 """The attention model of examples/attention.mdl: one token at a time, TranslatorEncode
 and TranslatorStep give Translator's logits; trained by examples/train_translator.py it
 learns to reverse sequences, its attention looks at the mirrored source position, and
-TranslatorGreedy decodes in one call what the step models decode a token at a time."""
+TranslatorGreedy and TranslatorBeam decode in one call what the step models decode a
+token at a time."""
 from __future__ import annotations
 
 import subprocess
@@ -56,7 +57,8 @@ def test_trained_it_reverses_sequences_and_attends_to_the_mirrored_position():
 def test_beam_search_keeps_the_best_sequences_by_the_models_own_likelihood():
     """train_translator.beam_search over the step models: at width 1 it is greedy
     decoding; at width 4 every sequence's score is its log-likelihood under Translator
-    fed it as the target (up to its first END), and the scores come best first."""
+    fed it as the target (up to its first END), and the scores come best first; and
+    TranslatorBeam, the same search in one call (`topk` in a loop), finds the same."""
     module = load(ROOT / "examples" / "attention.mdl", dtype="f64", name="attention_f64")
     model = module.Translator(seed=2)
     model.set_optimizer("adam", lr=0.02)
@@ -64,13 +66,17 @@ def test_beam_search_keeps_the_best_sequences_by_the_models_own_likelihood():
     for _ in range(60):  # half trained: its choices are not yet sure ones
         model.train_step(**train_translator.reversal_batch(rng, 16, 6))
     data = train_translator.reversal_batch(rng, 5, 6)
-    source, lengths, steps = data["source"], data["source_lengths"], 7
+    source, lengths, steps = data["source"], data["source_lengths"], 12  # TranslatorBeam's L
     encoder, step = module.TranslatorEncode(params=model), module.TranslatorStep(params=model)
     one, _ = train_translator.beam_search(encoder, step, source, lengths, steps, 1)
     greedy, _ = train_translator.greedy(encoder, step, source, lengths, steps)
     np.testing.assert_array_equal(one[:, 0].T, greedy)
     beams, scores = train_translator.beam_search(encoder, step, source, lengths, steps, 4)
     assert np.all(np.diff(scores, axis=1) <= 0)
+    in_one_call = module.TranslatorBeam(params=model).forward(source=source,
+                                                              source_lengths=lengths)
+    np.testing.assert_array_equal(in_one_call["tokens"], beams)
+    np.testing.assert_allclose(in_one_call["scores"], scores, rtol=1e-12)
     for k in range(4):
         target = beams[:, k].T  # [steps, B]
         start = np.full((1, target.shape[1]), train_translator.START, np.int32)

@@ -72,6 +72,16 @@ def _argmax(r, op, inputs, ins, outs):
 statements("argmax", _argmax)
 
 
+def _topk(r, op, inputs, ins, outs):
+    shape, axis = inputs[0].type.shape, op.attrs["axis"]
+    return [f"{r.target.call('topk')}{ins[0]}, {r.dim(numel(shape[:axis]))}, "
+            f"{r.dim(shape[axis])}, {r.dim(numel(shape[axis + 1:]))}, {op.attrs['k']}, "
+            f"{outs[0]}, {outs[1]});"]
+
+
+statements("topk", _topk)
+
+
 def indices_named(v) -> str:
     """A C++ string literal naming where integer indices came from, for an IndexError:
     the input or variable they are (its name in the .mdl file), else "the indices"."""

@@ -217,6 +217,6 @@ TABLE["stack"].extra["gathers"] = _gathered(True)
 for _name in ("unslice", "concat", "stack"):  # they write through views themselves
     attach_lowering(_name, "kernel", True)
 for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
-              "argmax", "cross_entropy", "gather", "scatter_add", "one_hot", "unindex",
+              "argmax", "topk", "cross_entropy", "gather", "scatter_add", "one_hot", "unindex",
               "seq_order", "seq_mask", "dropout", "dropout_mask"):
     attach_lowering(_name, "kernel", False)

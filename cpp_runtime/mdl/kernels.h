@@ -297,6 +297,41 @@ void argmax(const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
   }
 }
 
+// The k largest values of one row of n (`stride` apart), largest first, and their
+// indices, into `values` and `indices` (also `stride` apart): each value goes in after
+// the held ones it does not replace (so equal ones keep their order, a NaN counting as
+// the largest), and a row's last held value drops out when k are held. O(n k): k is
+// small (a beam's width).
+template <class T>
+MDL_HOST_DEVICE inline void topk_row(const T* xs, int64_t n, int64_t stride, int64_t k,
+                                     T* values, int32_t* indices) {
+  int64_t held = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = xs[i * stride];
+    int64_t at = held;
+    while (at > 0 && replaces(v, values[(at - 1) * stride])) --at;
+    if (at == k) continue;
+    for (int64_t q = held < k ? held : k - 1; q > at; --q) {
+      values[q * stride] = values[(q - 1) * stride];
+      indices[q * stride] = indices[(q - 1) * stride];
+    }
+    values[at * stride] = v;
+    indices[at * stride] = int32_t(i);
+    if (held < k) ++held;
+  }
+}
+
+// mdl::topk_row for every row along the middle dim of an [outer, n, inner] layout, into
+// [outer, k, inner] values and indices (1 <= k <= n, checked when compiling).
+template <class T>
+void topk(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, T* values,
+          int32_t* indices) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j)
+      topk_row(x + o * n * inner + j, n, inner, k, values + o * k * inner + j,
+               indices + o * k * inner + j);
+}
+
 // out[0] = the mean over real tokens of -log softmax(logits)[target], in one stable pass
 // per row. logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r
 // counts when t < lengths[b].

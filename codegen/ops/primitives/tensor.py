@@ -267,6 +267,66 @@ def _argmax(types, attrs):
     return [TensorType("i32", x.shape[:axis] + x.shape[axis + 1:])]
 
 
+# ---- topk --------------------------------------------------------------------------
+def _topk_ref(ctx, attrs, x):
+    """The k largest values along `axis`, largest first, and their indices: a NaN counts
+    as the largest (as in argmax), equal values keep their order (the lower index first)."""
+    x, axis, k = np.asarray(x), attrs["axis"], attrs["k"]
+    moved = np.moveaxis(x, axis, -1)
+    nan = np.isnan(moved) if x.dtype.kind == "f" else np.zeros(moved.shape, bool)
+    key = np.where(nan, 0, moved).astype(np.float64)  # i32 exactly; -(-2**31) fits
+    order = np.lexsort((-key, ~nan), axis=-1)[..., :k]  # stable: ties by index
+    values = np.take_along_axis(moved, order, -1)
+    return [np.moveaxis(values, -1, axis), np.moveaxis(order.astype(np.int32), -1, axis)]
+
+
+def _topk_grad(b, op, cts):
+    """Each value's cotangent back at the index it came from: sum over the k picks of
+    one_hot(index, n) * cotangent, its class axis moved to `axis`."""
+    x, (_, indices), g = op.inputs[0], op.outputs, cts[0]
+    axis, rank = op.attrs["axis"], op.inputs[0].type.rank
+    hot = b.one_hot(indices, n=x.type.shape[axis], dtype=x.type.dtype)
+    picked = b.mul(hot, b.reshape(g, shape=g.type.shape + (Dim.of(1),)))
+    summed = b.sum(picked, axes=(axis,), keepdims=False)  # [..., n] with n last
+    if axis == rank - 1:
+        return [summed]
+    perm = tuple(range(axis)) + (rank - 1,) + tuple(range(axis, rank - 1))
+    return [b.transpose(summed, perm=perm)]
+
+
+def _topk_onnx(g, op, xs):
+    """TopK (largest first; equal keys lower index first) of keys that order as the
+    reference does, then the values gathered from the input, the indices cast to i32. A
+    float's key is its value in f64 with +inf made f64's largest number and a NaN +inf, so
+    that every NaN comes first, then +inf. (Of f64 values, a row holding both +inf and
+    f64's largest number may order the two by index instead.)"""
+    x, = xs
+    axis, k = op.attrs["axis"], op.attrs["k"]
+    keys = x
+    if op.inputs[0].type.is_float:
+        wide = g.op("Cast", x, to=g.dtype("f64"))
+        finite = g.op("Where", g.op("IsInf", x, detect_negative=0),
+                      g.const(np.finfo(np.float64).max, "f64"), wide)
+        keys = g.op("Where", g.op("IsNaN", x), g.const(np.inf, "f64"), finite)
+    _, indices = g.ops("TopK", [keys, g.ints([k])], 2, axis=axis, largest=1, sorted=1)
+    values = g.op("GatherElements", x, indices, axis=axis)
+    return [values, g.op("Cast", indices, to=g.dtype("i32"))]
+
+
+@primitive("topk", 1, grad=_topk_grad, ref=_topk_ref, onnx=_topk_onnx)
+def _topk(types, attrs):
+    x, = types
+    same_dtype(types, "`topk`", NUMERIC)
+    axis, k = attrs["axis"], attrs["k"]
+    need(x.rank >= 1, f"`topk` needs a tensor of rank 1 or more, got {x}")
+    n = x.shape[axis]
+    need(n.is_const, f"`topk` needs the size of its axis known when compiling (a number or "
+         f"a hyper-parameter), got {n}")
+    need(1 <= k <= n.value, f"`topk` takes 1 to {n} values along an axis of {n}, got k = {k}")
+    shape = x.shape[:axis] + (Dim.of(k),) + x.shape[axis + 1:]
+    return [x.with_shape(shape), TensorType("i32", shape)]
+
+
 # ---- softmax -----------------------------------------------------------------------
 def _softmax_ref(ctx, attrs, x):
     e = np.exp(x - _max_ref(x, attrs["axis"], True))

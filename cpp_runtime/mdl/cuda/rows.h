@@ -340,6 +340,28 @@ void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int
   check_launch("argmax");
 }
 
+// mdl::topk (kernels.h): a row a thread, each running the CPU's mdl::topk_row (k is
+// small; rows of a beam search's batch are many).
+template <class T>
+__global__ void __launch_bounds__(kThreads) topk_kernel(const T* x, int64_t outer, int64_t n,
+                                                        int64_t inner, int64_t k, T* values,
+                                                        int32_t* indices) {
+  for (int64_t r = first_row<1>(); r < outer * inner; r += row_stride<1>()) {
+    const int64_t o = r / inner, j = r % inner;
+    topk_row(x + o * n * inner + j, n, inner, k, values + o * k * inner + j,
+             indices + o * k * inner + j);
+  }
+}
+
+template <class T>
+void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k,
+          T* values, int32_t* indices) {
+  if (outer * inner == 0) return;
+  launch(topk_kernel<T>, blocks(outer * inner), kThreads, g.stream, x, outer, n, inner, k,
+         values, indices);
+  check_launch("topk");
+}
+
 // The losses of the counted rows (in double, as the CPU), summed per block (at most
 // kPartials: each leaves its sum and count of row losses).
 template <int W, class T>
