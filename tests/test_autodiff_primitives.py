@@ -68,6 +68,7 @@ CASES: dict[str, list[tuple]] = {
     "softmax": [([f(2, 3)], {"axis": 1}), ([f(2, 3)], {"axis": 0})],
     "log_softmax": [([f(2, 3)], {"axis": 1}), ([f(3, 2, 2)], {"axis": 0})],
     "argmax": [([f(2, 3)], {"axis": 1}, NONDIFF), ([f(3, 2, 2)], {"axis": 0}, NONDIFF)],
+    "topk": [([f(2, 5)], {"axis": 1, "k": 3}), ([f(4, 2, 3)], {"axis": 0, "k": 2})],
     "cross_entropy": [([f(2, 3, 4), ints(4, 2, 3)], {}), ([f(3, 2, 4), ints(4, 3, 2),
                                                            ("len", (2,), 3)], {})],
     "dropout": [([f(3, 4)], {"p": 0.5, "salt": 0}), ([f(3, 4)], {"p": 0.0, "salt": 1})],

@@ -63,6 +63,22 @@ void softmax_far_from_zero_and_argmax() {
   CHECK(out[0] == -1 && out[1] == -1);
 }
 
+void topk_orders_as_argmax_picks() {
+  // [2, 5] along n: ties keep their order, a NaN counts as the largest, -inf last
+  std::vector<double> x = {3, 1, 3, 7, 3, -INFINITY, NAN, 2, NAN, INFINITY}, values(6);
+  std::vector<int32_t> at(6);
+  mdl::topk(x.data(), 2, 5, 1, 3, values.data(), at.data());
+  CHECK(at[0] == 3 && at[1] == 0 && at[2] == 2);
+  CHECK(values[0] == 7 && values[1] == 3 && values[2] == 3);
+  CHECK(at[3] == 1 && at[4] == 3 && at[5] == 4);  // both NaNs, in order, then +inf
+  CHECK(std::isnan(values[3]) && std::isnan(values[4]) && values[5] == INFINITY);
+  // along the outer dim of [5, 2] (inner 2): each column's top 2, strided
+  std::vector<int32_t> ints = {4, 0, 9, 0, 4, 5, 9, -7, 1, 5}, top(4), where(4);
+  mdl::topk(ints.data(), 1, 5, 2, 2, top.data(), where.data());
+  CHECK(top[0] == 9 && top[2] == 9 && where[0] == 1 && where[2] == 3);  // a tie: 1 before 3
+  CHECK(top[1] == 5 && top[3] == 5 && where[1] == 2 && where[3] == 4);
+}
+
 void gather_checks_its_indices() {
   std::vector<float> table = {0, 1, 10, 11, 20, 21}, out(4);
   std::vector<int32_t> ids = {2, 0};
@@ -121,6 +137,7 @@ int main() {
   reductions_over_each_axis_set();
   softmax_and_cross_entropy();
   softmax_far_from_zero_and_argmax();
+  topk_orders_as_argmax_picks();
   gather_checks_its_indices();
   random_numbers_depend_only_on_key_and_counter();
   orthogonal_init_gives_orthonormal_rows();
