@@ -330,19 +330,28 @@ class Expressions(Functions):
         return self.pick([names[0], f"({names[0]} * {names[-1]})", f"({names[1]} - {names[0]})"])
 
     def form_topk(self, shape, d):
-        """The k largest values along the last axis, k its size (known when compiling),
-        taken from up to 3 more. Only the values: of floats a rounding apart, one build may
-        pick the one and the other build the other (the integer form uses the indices)."""
+        """topk's values. Only the values: of floats a rounding apart, one build may pick
+        the one and the other build the other (the integer form uses the indices too)."""
+        drawn = self.topk_of(shape, d, self.expr, "topk")
+        if drawn is None:
+            return None
+        self.define(Var(drawn[0], shape))
+        return drawn[0]
+
+    def topk_of(self, shape, d, draw, covered: str) -> tuple[str, str] | None:
+        """Emits `v, i = topk(x, k)`, x drawn by `draw` (an expression of floats or of
+        integers) with up to 3 more along the last axis than `shape`, whose size is k;
+        the names of the values and indices, defined with `shape`, or None where the last
+        axis is not a known size."""
         if not shape or not isinstance(shape[-1], int):
             return None
-        self.cover("topk")
+        self.cover(covered)
         with self.no_calls():
-            whole = self.expr(shape[:-1] + (shape[-1] + self.rng.randint(0, 3),), d)
+            whole = draw(shape[:-1] + (shape[-1] + self.rng.randint(0, 3),), d)
         values, indices = self.fresh("v"), self.fresh("i")
         axis = self.pick(["", f", axis = {len(shape) - 1}", ", axis = -1"])
         self.emit(f"{values}, {indices} = topk({whole}, {shape[-1]}{axis})")
-        self.define(Var(values, shape))
-        return values
+        return values, indices
 
     def form_index(self, shape, d):
         if self.in_def:

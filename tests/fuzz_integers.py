@@ -127,15 +127,11 @@ class Integers(Expressions):
         return f"argmax({self.int_expr(big, d)}{axis or ', axis = 0'})"
 
     def int_topk(self, shape, d):
-        """topk of integers along the last axis: its values and indices, exact on both
-        sides (as argmax's)."""
-        if not shape or not isinstance(shape[-1], int):
+        """topk of integers: its values and indices, exact on both sides (as argmax's)."""
+        drawn = self.topk_of(shape, d, self.int_expr, "int:topk")
+        if drawn is None:
             return None
-        self.cover("int:topk")
-        with self.no_calls():
-            whole = self.int_expr(shape[:-1] + (shape[-1] + self.rng.randint(0, 3),), d)
-        values, indices = self.fresh("v"), self.fresh("i")
-        self.emit(f"{values}, {indices} = topk({whole}, {shape[-1]})")
+        values, indices = drawn
         self.define(Var(values, shape, "i32"))
         self.define(Var(indices, shape, "i32"))
         return self.pick([values, indices, f"({values} - {indices})"])

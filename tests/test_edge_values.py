@@ -141,13 +141,19 @@ ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
 TARGETS = [("cpu", False), ("cuda", not ON_GPU)]
 
 
+def load_on(target_emulate: tuple, source: str, stem: str, tmp_path_factory):
+    """`source` built in f64 for one of TARGETS (the cuda target on the emulated device
+    unless the tests run on a GPU), as module `{stem}_{target}[_emulated]`."""
+    target, emulate = target_emulate
+    path = tmp_path_factory.mktemp(stem) / f"{stem}.mdl"
+    path.write_text(source)
+    return load(path, target=target, emulate=emulate, dtype="f64",
+                name=f"{stem}_{target}{'_emulated' if emulate else ''}")
+
+
 @pytest.fixture(scope="module", params=TARGETS, ids=["cpu", "cuda"])
 def module(request, tmp_path_factory):
-    target, emulate = request.param
-    path = tmp_path_factory.mktemp("edges") / "edges.mdl"
-    path.write_text(SOURCE)
-    return load(path, target=target, emulate=emulate, dtype="f64",
-                name=f"edges_{target}{'_emulated' if emulate else ''}")
+    return load_on(request.param, SOURCE, "edges", tmp_path_factory)
 
 
 def matches_the_reference(module, model: str, rtol: float = 0.0, **inputs) -> dict:

@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from test_topk import SOURCE as TOPK_SOURCE
+from test_topk import edge_rows
 
 from codegen.cli import main as mdlc
 from codegen.export import export_onnx
@@ -259,33 +261,20 @@ model Picks() {
 def test_topk_runs_in_onnxruntime_as_in_the_module(tmp_path):
     """topk puts every NaN first, then +inf, then the numbers, equal ones lower index
     first: the export's TopK orders keys that say so (a NaN as +inf, +inf as the largest
-    f64) and gathers the values, NaNs included, from the input."""
+    f64) and gathers the values, NaNs included, from the input. tests/test_topk.py's
+    model and rows of edges, in f32."""
     path = tmp_path / "top.mdl"
-    path.write_text("""
-model Top() {
-  input x : f32[B, 5]
-  input n : i32[B, 5]
-  v, i = topk(x, 3)
-  u, j = topk(transpose(x), 2, axis = 0)
-  m, l = topk(n, 5)
-  output values = v
-  output indices = i
-  output column_values = u
-  output column_indices = j
-  output sorted = m
-  output order = l
-}
-""")
-    out = export_onnx(path, tmp_path / "top.onnx")
-    big = np.finfo(np.float32).max
-    x = np.array([[1, 3, 3, 0, 3], [np.inf, np.nan, 2, np.nan, big], [big, 5, np.inf, 0, -0.0],
-                  [-np.inf] * 5, [0.0, -0.0, 0.0, 1, 1]], np.float32)
-    n = np.array([[3, 1, 3, -2**31, 2**31 - 1]] * 5, np.int32)
+    path.write_text(TOPK_SOURCE)
+    out = export_onnx(path, tmp_path / "top.onnx", model="Top")
+    x, n = edge_rows(0)
+    x[4, 2] = np.finfo(np.float32).max  # f32's largest, with +inf in its row
+    x = x.astype(np.float32)
     got = run_onnx(out, {"x": x, "n": n})
-    want = reference.run(check_file(str(path)).graph, {"x": x, "n": n}, {}, dtype=np.float32)
+    graph = check_file(str(path), model="Top").graph
+    want = reference.run(graph, {"x": x, "n": n}, {}, dtype=np.float32)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    assert got["indices"].tolist()[:3] == [[1, 2, 4], [1, 3, 0], [2, 0, 1]]
+    assert got["indices"][1].tolist() == [2, 5, 3]  # the NaNs, then +inf
 
 
 def test_i32_floor_division_and_remainder_run_in_onnxruntime_as_in_numpy(tmp_path):

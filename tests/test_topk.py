@@ -5,12 +5,11 @@ A beam search written with it is tests/test_translator.py's."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
+from test_edge_values import TARGETS, load_on
 
-from codegen.pipeline import load
 from codegen.reference import interpreter
 from dsl import check_source
 
@@ -37,17 +36,9 @@ model Trained(K = 3, C = 7) {
   minimize loss
 }
 """
-ON_GPU = os.environ.get("MDL_TEST_DEVICE") == "gpu"
-
-
-@pytest.fixture(scope="module", params=[("cpu", False), ("cuda", not ON_GPU)],
-                ids=["cpu", "cuda"])
+@pytest.fixture(scope="module", params=TARGETS, ids=["cpu", "cuda"])
 def module(request, tmp_path_factory):
-    target, emulate = request.param
-    path = tmp_path_factory.mktemp("topk") / "topk.mdl"
-    path.write_text(SOURCE)
-    return load(path, target=target, emulate=emulate, dtype="f64",
-                name=f"topk_{target}{'_emulated' if emulate else ''}")
+    return load_on(request.param, SOURCE, "topk", tmp_path_factory)
 
 
 def sort_picks(row, k: int) -> tuple[list, list]:
