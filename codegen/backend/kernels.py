@@ -50,36 +50,28 @@ def _sum_to(r, op, inputs, ins, outs):
 statements("sum_to", _sum_to)
 
 
+def _rows(r, op, inputs) -> str:
+    """outer, n, inner: the [outer, n, inner] layout of the operand along op's `axis`, as
+    the runtime's row kernels (softmax, argmax, topk) take it."""
+    shape, axis = inputs[0].type.shape, op.attrs["axis"]
+    return (f"{r.dim(numel(shape[:axis]))}, {r.dim(shape[axis])}, "
+            f"{r.dim(numel(shape[axis + 1:]))}")
+
+
 def _softmax(log: bool):
     def lines(r, op, inputs, ins, outs):
-        shape, axis = inputs[0].type.shape, op.attrs["axis"]
         return [f"{r.target.call('softmax')}{'true' if log else 'false'}, {ins[0]}, "
-                f"{r.dim(numel(shape[:axis]))}, {r.dim(shape[axis])}, "
-                f"{r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
+                f"{_rows(r, op, inputs)}, {outs[0]});"]
     return lines
 
 
 statements("softmax", _softmax(False))
 statements("log_softmax", _softmax(True))
-
-
-def _argmax(r, op, inputs, ins, outs):
-    shape, axis = inputs[0].type.shape, op.attrs["axis"]
-    return [f"{r.target.call('argmax')}{ins[0]}, {r.dim(numel(shape[:axis]))}, "
-            f"{r.dim(shape[axis])}, {r.dim(numel(shape[axis + 1:]))}, {outs[0]});"]
-
-
-statements("argmax", _argmax)
-
-
-def _topk(r, op, inputs, ins, outs):
-    shape, axis = inputs[0].type.shape, op.attrs["axis"]
-    return [f"{r.target.call('topk')}{ins[0]}, {r.dim(numel(shape[:axis]))}, "
-            f"{r.dim(shape[axis])}, {r.dim(numel(shape[axis + 1:]))}, {op.attrs['k']}, "
-            f"{outs[0]}, {outs[1]});"]
-
-
-statements("topk", _topk)
+statements("argmax", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('argmax')}{ins[0]}, {_rows(r, op, inputs)}, {outs[0]});"])
+statements("topk", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('topk')}{ins[0]}, {_rows(r, op, inputs)}, {op.attrs['k']}, "
+    f"{outs[0]}, {outs[1]});"])
 
 
 def indices_named(v) -> str:
