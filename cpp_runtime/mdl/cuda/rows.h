@@ -1,4 +1,4 @@
-// Reductions, softmax and cross-entropy on the GPU (the cuda target's versions of
+// Reductions, softmax, argmax, topk and cross-entropy on the GPU (the cuda target's versions of
 // mdl/kernels.h's): each row of the work goes to W threads, a block, a warp or one
 // thread as its length suits, combined with warp shuffles.
 #pragma once
