@@ -1,6 +1,6 @@
-// Reductions, softmax, argmax, topk and cross-entropy on the GPU (the cuda target's versions of
-// mdl/kernels.h's): each row of the work goes to W threads, a block, a warp or one
-// thread as its length suits, combined with warp shuffles.
+// Reductions, softmax, argmax, topk and cross-entropy on the GPU (the cuda target's
+// versions of mdl/kernels.h's): each row of the work goes to W threads, a block, a warp or
+// one thread as its length suits, combined with warp shuffles (topk: one thread a row).
 #pragma once
 
 #include <cuda_runtime.h>
