@@ -5,9 +5,6 @@ These are the shapes the backend's loop rewrites meet: products before the loop 
 after it, weights packed before their loop, yields computed in place, concatenations
 filled by the run that computes their parts."""
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +14,7 @@ from codegen.pipeline import load
 from codegen.reference import gradcheck
 from dsl import check_file
 
-from test_native import assert_training_matches, random_case, rel_error
+from test_native import assert_training_matches, random_case, rel_error, run_alone
 
 SOURCE = """import "std/rnn.mdl"
 
@@ -283,9 +280,8 @@ def test_repeated_training_steps_peak_where_the_second_one_did(source, module):
     Memory of 1 MiB and more is mapped and unmapped (mdl/arena.h's kMapBytes), not left to
     malloc, whose heap keeps freed pages resident once it has raised its mmap threshold:
     the peak then grew by 17 MiB over these steps (by 50-80 MiB at T=1000, B=16,
-    H=256, f32). Measured in a process of its own (the module from the cache): a pytest
-    worker's other threads (pytest-xdist's) once raised its peak by 2.4 MiB mid-test."""
-    code = f"""
+    H=256, f32). Measured in a process of its own (`run_alone`)."""
+    printed = run_alone(f"""
 import numpy as np
 from pathlib import Path
 from codegen.pipeline import load
@@ -303,13 +299,8 @@ for _ in range(6):
     m.backward()
     peaks.append(peak_mib())
 print(peaks)
-"""
-    tests = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert run.returncode == 0, run.stderr
-    peaks = ast.literal_eval(run.stdout.strip().splitlines()[-1])
+""")
+    peaks = ast.literal_eval(printed.strip().splitlines()[-1])
     assert len(peaks) == 6 and peaks[-1] - peaks[1] < 1.0, peaks
 
 
