@@ -14,10 +14,13 @@ import numpy as np
 MDL, TORCH, SCRIPT, COMPILE, JAX = "mdl", "torch", "torchscript", "torch.compile", "jax"
 SGEMM = "sgemm"  # numpy's matrix product: the peak every row is measured against
 CRF_TAGS = 16    # the crf group's K (benchmarks/models.mdl's CRF)
+BEAM_WIDTH = 4   # the beam group's K (benchmarks/models.mdl's Beam)
 
 # The passes. A training step is the forward pass that keeps what the backward needs, then
 # the backward of the loss sum(hs * weights), with no optimizer update.
 TRAIN, FORWARD, STEP = "training step", "forward", "generation step"
+DECODE = "decode"  # T tokens of a language model in one call, each fed the one before
+DECODERS = ("greedy", "beam")  # the groups of that pass
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,12 @@ GROUPS = {  # group: (passes, peers, description)
     "crf": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
             "a BiLSTM-CRF tagger: the forward algorithm's logsumexp over the tag before, "
             "a step a word"),
+    "greedy": ((DECODE,), (TORCH, SCRIPT, JAX),
+               "an LSTM language model decoding T tokens greedily (argmax fed back), in one "
+               "call"),
+    "beam": ((DECODE,), (TORCH, SCRIPT, JAX),
+             f"the same model's beam search of width {BEAM_WIDTH} (topk of K * V a step, "
+             "states reordered by parent), in one call"),
     "memory": ((TRAIN,), (), "peak memory and time of an LSTM training step, by loop option"),
 }
 
@@ -86,6 +95,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         cells = attention = crf = stacked = [dict(T=4, B=2, H=8)]
         memory, k = dict(T=24, B=2, H=8), 4
         step = dict(T=4, B=1, H=8)
+        decode = [dict(T=4, B=2, H=8, V=12)]
     else:
         sizes = ((35, 1, 128), (35, 20, 200), (35, 32, 256), (35, 32, 512), (35, 64, 1024),
                  (100, 32, 256))
@@ -96,10 +106,14 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
         stacked = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (1, 256), (32, 256), (64, 512))]
         memory, k = dict(T=1000, B=16, H=256), 32
         step = dict(T=35, B=1, H=128)  # T: the steps of the check, from a zero state
+        # characters (V = 96) and words (V = 10000); T: the tokens decoded
+        decode = [dict(T=35, B=b, H=h, V=v) for b, h, v in ((1, 128, 96), (32, 256, 96),
+                                                            (1, 512, 10000))]
     return ([_case("lstm", **d) for d in lstm] + [_case("stacked", **d) for d in stacked]
             + [_case("generation", **step)]
             + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
             + [_case("attention", **d) for d in attention] + [_case("crf", **d) for d in crf]
+            + [_case(g, **d) for g in DECODERS for d in decode]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
                _case("memory", "checkpoint", **memory, K=k)])
 
@@ -110,6 +124,7 @@ def _gpu_cases(quick: bool) -> list[Case]:
     if quick:
         lstm = cells = [dict(T=4, B=2, H=8)]
         step = dict(T=4, B=1, H=8)
+        decode = [dict(T=4, B=2, H=8, V=12)]
     else:
         lstm = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024), (256, 512))]
         cells = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024))]
@@ -155,11 +170,15 @@ def flops(case: Case, pass_name: str) -> float:
     2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
     and context; gru_if adds 2*B*H*H on the steps whose branch projects; attention's
     scores and context are 2*T*B*H each; crf runs two LSTMs and its emissions are
-    2*T*B*2H*K; stacked runs two LSTM layers), twice that again in the backward (a
-    training step is 3x the forward); the elementwise work is left out."""
+    2*T*B*2H*K; stacked runs two LSTM layers; a decode step runs the LSTM and the output
+    projection, 2*R*H*V, on R = B rows, B*K for a beam), twice that again in the backward
+    (a training step is 3x the forward); the elementwise work is left out."""
     if case.group == SGEMM:
         return 2.0 * case.dims["N"] ** 3
     B, H = case.dims["B"], case.dims["H"]
+    if case.group in DECODERS:
+        rows = B * (BEAM_WIDTH if case.group == "beam" else 1)
+        return case.dims["T"] * 2.0 * rows * (2 * H * 4 * H + H * case.dims["V"])
     steps = 1 if pass_name == STEP else case.dims["T"]
     if case.group == "crf":
         forward = 2 * steps * 2.0 * B * 2 * H * 4 * H + steps * 2.0 * B * 2 * H * CRF_TAGS

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.cases import CRF_TAGS, Case, branch_signs
+from benchmarks.cases import CRF_TAGS, DECODERS, Case, branch_signs
 
 
 def inputs(case: Case) -> dict[str, np.ndarray]:
     """The model's inputs: `xs` [T, B, H] and the loss weights (the generation case
     steps through `xs` one row at a time; gru_if also takes its per-step `signs`,
     attention the encoder states `enc` [T, B, H] it attends to; crf has tags [T, B] for
-    the loss instead of weights)."""
+    the loss instead of weights; a decoder takes only each row's `start` token)."""
     T, B, H = (case.dims[k] for k in "TBH")
     rng = np.random.default_rng(1)
+    if case.group in DECODERS:  # the token each row starts from
+        return {"start": rng.integers(0, case.dims["V"], B).astype(np.int32)}
     out = {"xs": rng.standard_normal((T, B, H), dtype=np.float32)}
     if case.group == "crf":
         out["tags"] = rng.integers(0, CRF_TAGS, (T, B)).astype(np.int32)
@@ -53,6 +55,11 @@ def params(case: Case) -> dict[str, np.ndarray]:
                  for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}
         return {**lstms, "emit/W": uniform(2 * H, CRF_TAGS), "emit/b": uniform(CRF_TAGS),
                 "transitions": rng.uniform(-0.5, 0.5, (CRF_TAGS, CRF_TAGS)).astype(np.float32)}
+    if case.group in DECODERS:  # logits a few units apart: a choice no rounding can flip
+        V = case.dims["V"]
+        return {"embedding": rng.standard_normal((V, H), dtype=np.float32),
+                "lstm/W": uniform(H, 4 * H), "lstm/U": uniform(H, 4 * H),
+                "lstm/b": uniform(4 * H), "out/W": 8.0 * uniform(H, V), "out/b": uniform(V)}
     if case.group == "stacked":
         return {f"{layer}/{name}": uniform(*shape) for layer in ("layer1", "layer2")
                 for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}

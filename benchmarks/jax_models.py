@@ -11,7 +11,7 @@ from jax import lax
 from jax.nn import sigmoid
 
 from benchmarks import data
-from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+from benchmarks.cases import BEAM_WIDTH, DECODE, DECODERS, FORWARD, STEP, TRAIN, Bench, Case
 
 
 def lstm_cell(p, x, h, c, scope="lstm"):
@@ -107,6 +107,8 @@ def setup(case: Case) -> Bench:
     inputs = {k: jax.device_put(v, device) for k, v in data.inputs(case).items()}
     if case.group == "generation":
         return _generation(p, inputs["xs"])
+    if case.group in DECODERS:
+        return _decode(case, p, inputs["start"])
     loss = _loss(case.group)
     floats = {k: inputs[k] for k in ("enc", "xs", "weights") if k in inputs}
     others = {k: v for k, v in inputs.items() if k not in floats}
@@ -149,3 +151,55 @@ def _generation(p, xs) -> Bench:
             h, c = cell(p, x, h, c)
         return {"h": np.asarray(h), "c": np.asarray(c)}
     return Bench({STEP: step}, check)
+
+
+def _log_probs(p, token, h, c):
+    """A language model step: the LSTM on the token's embedding, then log-probabilities of
+    the next token."""
+    h, c = lstm_cell(p, p["embedding"][token], h, c)
+    return jax.nn.log_softmax(h @ p["out/W"] + p["out/b"], axis=1), h, c
+
+
+def greedy(p, start, steps: int):
+    """T tokens, each step's most likely token the next one's input (`lax.scan`)."""
+    def step(carry, _):
+        logp, h, c = _log_probs(p, *carry)
+        token = jnp.argmax(logp, axis=1).astype(start.dtype)
+        return (token, h, c), (token, jnp.max(logp, axis=1))
+    zeros = jnp.zeros((start.shape[0], p["lstm/U"].shape[0]), jnp.float32)
+    _, (tokens, best) = lax.scan(step, (start, zeros, zeros), None, length=steps)
+    return tokens, jnp.sum(best, axis=0)
+
+
+def beam(p, start, steps: int, width: int):
+    """Beam search: each row's `width` beams as rows of one batch, the best of their
+    extensions by `lax.top_k`, the states taken from the beams they extend."""
+    B, K, V = start.shape[0], width, p["out/b"].shape[0]
+    base = (jnp.arange(B) * K)[:, None]
+
+    def step(carry, t):
+        token, h, c, scores, sequences = carry
+        logp, h, c = _log_probs(p, token, h, c)
+        scores, best = lax.top_k((scores[:, :, None] + logp.reshape(B, K, V)).reshape(B, -1), K)
+        rows = (base + best // V).reshape(-1)
+        token = (best % V).reshape(-1).astype(start.dtype)
+        sequences = sequences[rows].at[:, t].set(token)
+        return (token, h[rows], c[rows], scores, sequences), None
+    zeros = jnp.zeros((B * K, p["lstm/U"].shape[0]), jnp.float32)
+    scores = jnp.full((B, K), -jnp.inf).at[:, 0].set(0.0)  # one sequence to start from
+    carry = (jnp.repeat(start, K), zeros, zeros, scores, jnp.zeros((B * K, steps), start.dtype))
+    token, h, c, scores, sequences = lax.scan(step, carry, jnp.arange(steps))[0]
+    return sequences.reshape(B, K, steps), scores
+
+
+def _decode(case: Case, p, start) -> Bench:
+    steps = case.dims["T"]
+    if case.group == "beam":
+        run = jax.jit(lambda p, start: beam(p, start, steps, BEAM_WIDTH))
+    else:
+        run = jax.jit(lambda p, start: greedy(p, start, steps))
+
+    def check():
+        tokens, scores = run(p, start)
+        return {"tokens": np.asarray(tokens), "scores": np.asarray(scores)}
+    return Bench({DECODE: lambda: jax.block_until_ready(run(p, start))}, check)

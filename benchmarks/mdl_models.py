@@ -9,21 +9,24 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import data
-from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+from benchmarks.cases import DECODE, DECODERS, FORWARD, STEP, TRAIN, Bench, Case
 from codegen.compile.options import BuildOptions
 from codegen.pipeline import build, import_built
 
 MODELS = Path(__file__).resolve().with_name("models.mdl")
 MODEL_OF = {"lstm": "LSTM", "stacked": "Stacked", "milstm": "MILSTM", "gru_if": "GRUIf",
-            "generation": "LSTMStep", "attention": "Attention", "crf": "CRF"}
+            "generation": "LSTMStep", "attention": "Attention", "crf": "CRF",
+            "greedy": "Greedy", "beam": "Beam"}
 MEMORY_MODEL = {"stored": "LSTM", "recompute": "LSTMRecompute", "checkpoint": "LSTMCheckpoint"}
 
 
 def _build_options(case: Case) -> tuple[str, BuildOptions]:
     """The case's model name, and the options its module is built with."""
     name = MEMORY_MODEL[case.loop] if case.group == "memory" else MODEL_OF[case.group]
-    defines = {k: v for k, v in case.dims.items() if k in ("H", "K")}
-    specialize = [{"B": case.dims["B"]} if case.group == "generation"
+    decoder = case.group in DECODERS  # T: the tokens it decodes, a hyper-parameter
+    hyper = ("H", "K", "V", "T") if decoder else ("H", "K")
+    defines = {k: v for k, v in case.dims.items() if k in hyper}
+    specialize = [{"B": case.dims["B"]} if case.group == "generation" or decoder
                   else {"T": case.dims["T"], "B": case.dims["B"]}]
     return name, BuildOptions(case.device, "f32", defines, name, specialize)
 
@@ -54,6 +57,8 @@ def setup(case: Case, resident: bool = True) -> Bench:
     model.outputs_on_device = resident
     if case.group == "generation":
         return _generation(model, [place(x) for x in xs["xs"]], place(np.zeros_like(xs["xs"][0])))
+    if case.group in DECODERS:
+        return _decode(model, place(xs["start"]))
     return _training(model, {k: place(v) for k, v in xs.items()}, xs.get("weights"))
 
 
@@ -94,3 +99,10 @@ def _generation(model, xs: list, zeros) -> Bench:
             h, c = out["h_next"], out["c_next"]
         return {"h": _host(h), "c": _host(c)}
     return Bench({STEP: step}, check)
+
+
+def _decode(model, start) -> Bench:
+    """T tokens in one call; the check: the tokens and their scores."""
+    def check():
+        return {k: _host(v) for k, v in model.forward(start=start).items()}
+    return Bench({DECODE: lambda: model.forward(start=start)}, check)

@@ -51,7 +51,8 @@ def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -
     gradients, or final states); the peer must cover every array of ours that is not all
     zeros (the gradient of a branch's condition is). The loss's difference is relative to
     `loss_scale` where ours gives one: a sum whose terms cancel is not known to more than
-    eps times the size of its terms."""
+    eps times the size of its terms. Integer arrays (decoded tokens) must be equal: one
+    token of another differs by inf."""
     lacking = {k for k, v in ours.items() if k != "loss_scale" and np.any(v)} - set(theirs)
     if lacking:
         raise WorkerError(f"the peer's check lacks {', '.join(sorted(lacking))}")
@@ -59,8 +60,12 @@ def relative_error(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -
     def scale(k: str) -> float:
         return ours["loss_scale"] if k == "loss" and "loss_scale" in ours \
             else np.linalg.norm(theirs[k])
-    return max(float(np.linalg.norm(ours[k] - theirs[k]) / max(scale(k), 1e-30))
-               for k in theirs if k != "loss_scale")
+
+    def error(k: str) -> float:
+        if np.issubdtype(ours[k].dtype, np.integer):  # tokens: equal, or another choice
+            return 0.0 if np.array_equal(ours[k], theirs[k]) else float("inf")
+        return float(np.linalg.norm(ours[k] - theirs[k]) / max(scale(k), 1e-30))
+    return max(error(k) for k in theirs if k != "loss_scale")
 
 
 def checked(proc: Process, case: Case, plan: Plan) -> dict[str, np.ndarray]:

@@ -3,9 +3,14 @@ one table per group with every framework's median, the ratios ours/peer and GFLO
 notes for peers that did not run, and the memory table."""
 from __future__ import annotations
 
-from benchmarks.cases import COMPILE, GROUPS, STEP
+from benchmarks.cases import COMPILE, DECODE, GROUPS, STEP
 
 UNITS = {STEP: ("us", 1e3)}  # other passes: ms
+# What a pass's check compares (every other pass: LOSS).
+LOSS = ("the loss (a loss sum(hs * weights) relative to the size of its terms) and the "
+        "gradients of the parameters and the float inputs")
+CHECKED = {STEP: "the final states",
+           DECODE: "the scores of the tokens decoded, which were the same tokens"}
 
 
 def markdown(result: dict) -> str:
@@ -69,9 +74,8 @@ def _notes(rows: list[dict], frameworks: list[str]) -> list[str]:
                if any("max_rel_err" in r["results"][fw] for r in rows)]
     if checked:
         notes.append("Outputs checked against mdl's on the same weights before timing, "
-                     "largest normwise relative error over the loss (a loss sum(hs * weights) "
-                     "relative to the size of its terms) and the gradients of the parameters "
-                     f"and the float inputs, or the final states: {', '.join(checked)}.")
+                     "largest normwise relative error over "
+                     f"{CHECKED.get(rows[0]['pass'], LOSS)}: {', '.join(checked)}.")
     compiles = {r["case"]: r["results"][COMPILE] for r in rows
                 if "compile_s" in r["results"].get(COMPILE, {})}
     if compiles:

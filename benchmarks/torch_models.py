@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from benchmarks import data
-from benchmarks.cases import FORWARD, STEP, TRAIN, Bench, Case
+from benchmarks.cases import BEAM_WIDTH, DECODE, DECODERS, FORWARD, STEP, TRAIN, Bench, Case
 
 
 class Cell(nn.Module):
@@ -142,6 +142,66 @@ class CRF(nn.Module):
         return out
 
 
+class LanguageModel(nn.Module):
+    """benchmarks/models.mdl's decoders' language model as a PyTorch user writes it: an
+    embedding, nn.LSTMCell and nn.Linear, the case's weights copied into torch's layout;
+    `steps`: the tokens a call decodes."""
+
+    def __init__(self, params: dict[str, np.ndarray], steps: int):
+        super().__init__()
+        H, V = params["lstm/U"].shape[0], params["out/b"].shape[0]
+        self.steps = steps
+        self.embedding = nn.Embedding(V, H)
+        self.cell = _lstm_cell(params)
+        self.out = nn.Linear(H, V)
+        with torch.no_grad():  # mdl multiplies x @ W
+            self.embedding.weight.copy_(torch.from_numpy(params["embedding"]))
+            self.out.weight.copy_(torch.from_numpy(params["out/W"].T))
+            self.out.bias.copy_(torch.from_numpy(params["out/b"]))
+
+
+class Greedy(LanguageModel):
+    """Greedy decoding: each step's most likely token is the next step's input."""
+
+    def forward(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.zeros(start.size(0), self.cell.hidden_size)
+        c, token, score = h, start.long(), torch.zeros(start.size(0))
+        tokens = []
+        for _ in range(self.steps):
+            h, c = self.cell(self.embedding(token), (h, c))
+            best, token = torch.log_softmax(self.out(h), 1).max(1)
+            score = score + best
+            tokens.append(token)
+        return torch.stack(tokens), score
+
+
+class Beam(LanguageModel):
+    """Beam search of width `width`: each row's beams as rows of one batch, the K best of
+    their K * V extensions by `topk`, the states gathered from the beams they extend."""
+
+    def __init__(self, params: dict[str, np.ndarray], steps: int, width: int):
+        super().__init__(params, steps)
+        self.width = width
+
+    def forward(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, K, V = start.size(0), self.width, self.out.out_features
+        h = torch.zeros(B * K, self.cell.hidden_size)
+        c, token = h, start.long().repeat_interleave(K)
+        scores = torch.full((B, K), float("-inf"))
+        scores[:, 0] = 0.0  # one sequence to start from
+        sequences = torch.zeros(B * K, 0, dtype=torch.long)
+        base = (torch.arange(B) * K).unsqueeze(1)
+        for _ in range(self.steps):
+            h, c = self.cell(self.embedding(token), (h, c))
+            logp = torch.log_softmax(self.out(h), 1).view(B, K, V)
+            scores, best = (scores.unsqueeze(2) + logp).view(B, K * V).topk(K, 1)
+            rows = (base + torch.div(best, V, rounding_mode="floor")).view(-1)
+            token = (best % V).view(-1)
+            h, c = h[rows], c[rows]
+            sequences = torch.cat([sequences[rows], token.unsqueeze(1)], 1)
+        return sequences.view(B, K, self.steps), scores
+
+
 CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention, "crf": CRF}
 
 
@@ -151,12 +211,16 @@ def eager(case: Case) -> Bench:
         return _on_device(_lstm(case), case)
     if case.group == "generation":
         return _on_device(_generation(case), case)
+    if case.group in DECODERS:
+        return _decode(_decoder(case), case)
     module = CELLS[case.group](data.params(case)).to(_device(case))
     return _on_device(_training(module, module, case), case)
 
 
 def scripted(case: Case) -> Bench:
     """The module through torch.jit.script."""
+    if case.group in DECODERS:
+        return _decode(torch.jit.script(_decoder(case)), case)
     module = CELLS[case.group](data.params(case)).to(_device(case))
     return _on_device(_training(module, torch.jit.script(module), case), case)
 
@@ -292,15 +356,20 @@ def _lstm(case: Case) -> Bench:
     return Bench({TRAIN: step, FORWARD: forward}, check)
 
 
-def _generation(case: Case) -> Bench:
-    H, p = case.dims["H"], data.params(case)
-    cell = nn.LSTMCell(H, H)
+def _lstm_cell(p: dict[str, np.ndarray]) -> nn.LSTMCell:
+    """nn.LSTMCell with std/rnn.mdl's `lstm` weights (scope lstm): mdl multiplies x @ W and
+    has one bias, torch stores W transposed and has two."""
+    cell = nn.LSTMCell(p["lstm/W"].shape[0], p["lstm/U"].shape[0])
     with torch.no_grad():
         cell.weight_ih.copy_(torch.from_numpy(p["lstm/W"].T))
         cell.weight_hh.copy_(torch.from_numpy(p["lstm/U"].T))
         cell.bias_ih.copy_(torch.from_numpy(p["lstm/b"]))
         cell.bias_hh.zero_()
-    cell.to(_device(case))
+    return cell
+
+
+def _generation(case: Case) -> Bench:
+    cell = _lstm_cell(data.params(case)).to(_device(case))
     xs = list(_tensors(case)["xs"])
     zeros = torch.zeros_like(xs[0])
     state = {"hc": (zeros, zeros), "t": 0}
@@ -317,3 +386,23 @@ def _generation(case: Case) -> Bench:
             hc = cell(x, hc)
         return {"h": _numpy(hc[0]), "c": _numpy(hc[1])}
     return Bench({STEP: step}, check)
+
+
+def _decoder(case: Case) -> nn.Module:
+    """The case's decoder (on the CPU: the decoders have no GPU rows)."""
+    if case.group == "beam":
+        return Beam(data.params(case), case.dims["T"], BEAM_WIDTH)
+    return Greedy(data.params(case), case.dims["T"])
+
+
+def _decode(module, case: Case) -> Bench:
+    start = _tensors(case)["start"]
+
+    @torch.no_grad()
+    def decode():
+        return module(start)
+
+    def check():
+        tokens, scores = decode()
+        return {"tokens": _numpy(tokens).astype(np.int32), "scores": _numpy(scores)}
+    return Bench({DECODE: decode}, check)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cases import (COMPILE, FORWARD, GROUPS, JAX, MDL, SCRIPT, TORCH, TRAIN, by_name,
-                              cases, flops, select, sgemm_case)
+from benchmarks.cases import (BEAM_WIDTH, COMPILE, DECODE, FORWARD, GROUPS, JAX, MDL, SCRIPT,
+                              TORCH, TRAIN, by_name, cases, flops, select, sgemm_case)
 from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.memory import ALTERNATE_ROUNDS
 from benchmarks.pool import WorkerError
@@ -127,6 +127,17 @@ def test_a_loss_whose_terms_cancel_is_compared_at_the_scale_of_its_terms(loss, a
     assert (relative_error(ours, {**GRADS, "loss": np.float32(loss)}) <= TOLERANCE) == agrees
 
 
+def test_decoded_tokens_must_be_the_same_tokens():
+    """A token of 5000 against 4999, among 35 near 5000, is 3e-5 of their norm: integer
+    arrays are compared exactly, so that another choice is never within tolerance."""
+    tokens = np.full(35, 5000, np.int32)
+    ours = {"tokens": tokens, "scores": np.float32([-3.0])}
+    assert relative_error(ours, {**ours, "scores": np.float32([-3.0000001])}) <= TOLERANCE
+    other = tokens.copy()
+    other[7] = 4999
+    assert relative_error(ours, {**ours, "tokens": other}) == float("inf")
+
+
 def test_a_peer_that_leaves_out_a_gradient_fails_its_check():
     with pytest.raises(WorkerError, match="lacks lstm/W"):
         relative_error(GRADS, {"loss": GRADS["loss"]})
@@ -147,6 +158,9 @@ def test_flops_count_the_products_of_the_issue():
                                      + 35 * 2 * 32 * 512 * 16)               # the emissions
     stacked = next(c for c in cases(quick=False) if c.name == "stacked-t35-b1-h256")
     assert flops(stacked, FORWARD) == 2 * 35 * 2 * 1 * (256 + 256) * 4 * 256  # two layers
+    for group, rows in (("greedy", 32), ("beam", 32 * BEAM_WIDTH)):  # the LSTM, the logits
+        decode = next(c for c in cases(quick=False) if c.name == f"{group}-t35-b32-h256-v96")
+        assert flops(decode, DECODE) == 35 * 2 * rows * ((256 + 256) * 4 * 256 + 256 * 96)
 
 
 def test_the_gpu_rows_are_issue_9s_sizes_and_travel_by_name():
