@@ -228,6 +228,20 @@ def test_loop_options_match_the_reference(source, module, model):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10, seed=2)
 
 
+def test_products_of_many_rows_a_step_match_the_reference(source):
+    """Per-step products of 130 rows in float32, forward and backward (mdl's kernel on the
+    packed weights, small_gemm.h, up to 1024 rows since 2026-11-27; the BLAS's before):
+    16 blocks of 8 rows and 2 more, H = 40's 5 panels of 32 columns or 10 of 16."""
+    module = load(source, dtype="f32", name="native_loops_rows", defines={"H": 40})
+    graph = check_file(str(source), model="Layers", dtype="f32", defines={"H": 40}).graph
+    m = module.Layers(seed=2)
+    rng = np.random.default_rng(4)
+    inputs = gradcheck.random_inputs(graph, {"T": 3, "B": 130}, rng)
+    inputs = {k: v.astype(np.float32) if v.dtype == np.float64 else v
+              for k, v in inputs.items()}
+    assert_training_matches(m, graph, inputs, 1e-4, seed=2)
+
+
 @pytest.mark.parametrize("model", ["InPlace", "WhileInPlace"])
 def test_states_updated_in_place_keep_the_values_they_had(source, module, model):
     """The inference forward (whose steps keep nothing for a backward, so that more of

@@ -4,8 +4,9 @@
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
 // (`gemm_packed`). With MDL_OWN_KERNELS (by default with OpenBLAS, which cannot pack, and
-// with MKL on AMD; MDL_SMALL_PRODUCTS overrides), a float product of up to small_gemm::kSmallRows rows runs mdl's own kernel on
-// the packed operand (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
+// with MKL on AMD; MDL_SMALL_PRODUCTS overrides), a float product of up to
+// small_gemm::kSmallRows rows (1024) runs mdl's own kernel on the packed operand
+// (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
 // kOwnKernelSplitWork multiply-adds. Other packed products are MKL's packed API, which
 // skips re-packing the operand at every step (15-30% of a recurrent product), or with
 // OpenBLAS a plain `gemm`. The BLAS's own parallel parts run on OpenMP's threads too

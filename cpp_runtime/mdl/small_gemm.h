@@ -1,10 +1,11 @@
-// A per-step product of a loop with few rows (a batch of up to kSmallRows) against a right
+// A per-step product of a loop (a batch of up to kSmallRows rows) against a right
 // operand packed once before the loop: mdl's own kernel, used with OpenBLAS, which has no
 // packed API and re-packs the right operand at every call, and with MKL on AMD, where
 // MKL's packed products were slower (by default: codegen/compile/blas.py chooses,
-// MDL_SMALL_PRODUCTS overrides; blas.h shares a product's panels out over the threads). It reads op(B) from panels of kPanel columns
-// packed once and keeps kRows x kPanel sums in registers. [1, 128] @ [128, 512] on an AMD
-// EPYC of Zen 4: 2.5-3.0 us, OpenBLAS 4.2, MKL restricted to AVX2 4.1 (docs/build.md).
+// MDL_SMALL_PRODUCTS overrides; blas.h shares a product's panels out over the threads).
+// It reads op(B) from panels of kPanel columns packed once and keeps kRows x kPanel sums
+// in registers. [1, 128] @ [128, 512] on an AMD EPYC of Zen 4: 2.5-3.0 us, OpenBLAS 4.2,
+// MKL restricted to AVX2 4.1 (docs/build.md).
 #pragma once
 
 #include <algorithm>
@@ -28,7 +29,14 @@ constexpr int kRows = 8;
 #else
 constexpr int kRows = 6;
 #endif
-constexpr int64_t kSmallRows = 64;  // above this, the BLAS's own blocking wins
+// Rows up to which a loop's packed product runs this kernel, past them the BLAS. Up to
+// 64 until 2026-11-27; then, measured as two builds of an LSTM (T = 35) alternating in one
+// process (AMD EPYC of Zen 4, 2 threads; forward / training step, new / old): B = 80-128,
+// H = 256-1024 0.75-0.96 / 0.86-0.91 with OpenBLAS, 0.84-0.96 / 0.86 with MKL, 0.96-0.97
+// / 0.96 restricted to AVX2; B = 256-1024, H = 128-256 0.91-0.99 / 0.93-0.98 (AVX2 at B
+// = 512: 1.01 / 0.99); a beam search of 32 x 4 rows at H = 256, 0.85. OpenBLAS's GEMM
+// zeroes c, packs a and re-packs the weight at every step (21% of that beam search).
+constexpr int64_t kSmallRows = 1024;
 
 inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
 

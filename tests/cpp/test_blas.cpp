@@ -60,9 +60,9 @@ void check_all(double tol) {
       check_gemm<T>(ta, tb, 33, 17, 65, tol);  // past OpenBLAS's small-matrix paths
       // With MDL_OWN_KERNELS, gemm_packed's own kernel (mdl/small_gemm.h): every row
       // remainder of its 8- or 6-row blocks, depths around its 4 or 2 chains of sums,
-      // columns around its panels' width (16 or 32); past 64 rows or 2^18 multiply-adds
-      // (64 x 100 x 70) the BLAS again.
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 23, 64, 65})
+      // columns around its panels' width (16 or 32), up to its last row count (1024) and
+      // past it (the BLAS again), and past 2^17 multiply-adds (64 x 100 x 70: split).
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 23, 64, 65, 130, 1024, 1025})
         for (int64_t n : {15, 32, 33, 100})
           for (int64_t k : {3, 9})
             check_gemm<T>(ta, tb, m, n, m == 64 ? 70 : k, tol * 10, ta ? 0.0 : -0.5);
