@@ -79,6 +79,16 @@ class ControlFlow:
             out.append(v)
         return out
 
+    def _note_initial_uses(self, state: dict[str, Value], blocks: list[Block],
+                           args: list[Value]) -> None:
+        """A state's value before a loop is used when the loop reads its state: the
+        blocks (`args`, one per state, are their state's arguments) read the argument, or
+        carry it through unchanged."""
+        read = {v.id for block in blocks for v in block.results} | _inputs_read(blocks)
+        for before, arg in zip(state.values(), args):
+            if arg.id in self.used or arg.id in read:
+                self.used.add(before.id)
+
     def _leave(self, names: list[str], keep: set[str], before: dict, where: str,
                loc: Loc) -> None:
         """Names a body assigned that do not live on after it become unavailable."""
@@ -139,6 +149,7 @@ class ControlFlow:
                                        f"sequence: `{what}` is {v.type}, its first dim should "
                                        f"be {batch}{hint}", s.loc)
         body.results = new_state + yields
+        self._note_initial_uses(state, [body], body.args[len(seqs):])
         stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
         outputs = [Value(v.type, k) for k, v in state.items()] + stacked
         attrs = {"n_seq": len(seqs), "n_state": len(state),
@@ -292,9 +303,23 @@ class ControlFlow:
         with self._in_block(body, env):
             self.run_block(s.body.stmts)
             body.results = self._new_state(env, state, "while", s.loc)
+        self._note_initial_uses(state, [body], body.args)
+        self._note_initial_uses(state, [cond_block], cond_block.args)
         outputs = [Value(v.type, k) for k, v in state.items()]
         self.block.ops.append(Op("while", list(state.values()), outputs, {},
                                  [cond_block, body], s.loc))
         before = dict(self.ctx.env)
         self._leave(names, set(state), before, "while body", s.loc)
         self.ctx.env.update(zip(state, outputs))
+
+
+def _inputs_read(blocks: list[Block]) -> set[int]:
+    """Ids of the values the ops of `blocks` read, and those the blocks inside them read or
+    return (an `if` branch that keeps a state returns it as it came)."""
+    out: set[int] = set()
+    for block in blocks:
+        for op in block.ops:
+            out.update(v.id for v in op.inputs)
+            out.update(v.id for inner in op.blocks for v in inner.results)
+            out |= _inputs_read(op.blocks)
+    return out

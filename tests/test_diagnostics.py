@@ -226,6 +226,19 @@ def test_unused_inputs_and_parameters_are_warnings():
     assert all(w.severity == "warning" for w in cm.warnings)
 
 
+@pytest.mark.parametrize("body, unused", [
+    ("ys = for x in xs { h = h + x; yield h }", []),            # the loop's first state
+    ("ys = for x in xs { if x[0] > 0.0 { h = x }; yield h }", []),  # carried through
+    ("ys = for x in xs { for z in xs { h = h * z }; yield h }", []),   # an inner loop's
+    ("ys = for x in xs { h = x; yield h }", ["input `h` is never used"]),  # overwritten
+    ("while sum(h) > 1.0 { h = 0.5 * h }; ys = xs", []),         # read by the condition
+])
+def test_an_input_that_starts_a_loops_state_is_used(body, unused):
+    source = f"model M() {{ input h : f32[B]; input xs : f32[T, B]\n  {body}\n  output y = ys }}"
+    cm = check_source(source, "m.mdl")
+    assert sorted(w.message for w in cm.warnings) == unused
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
