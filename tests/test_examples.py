@@ -23,8 +23,8 @@ def models_of(path: Path) -> list[str]:
 
 
 EXAMPLE_MODELS = [(p.name, m) for p in EXAMPLES for m in models_of(p)]
-GENERATORS = {"CharLMStep", "TranslatorEncode", "TranslatorStep", "TranslatorGreedy",
-              "TranslatorBeam", "TaggerDecode"}
+GENERATORS = {"CharLMStep", "CharLMSample", "TranslatorEncode", "TranslatorStep",
+              "TranslatorGreedy", "TranslatorBeam", "TaggerDecode"}
 
 
 def json_of(path: Path, model: str | None = None, **defines) -> dict:

@@ -242,7 +242,7 @@ BAD = "model M() {\n  input x : f32[B, 3]\n  output y = x @ x\n}\n"
 
 @pytest.mark.parametrize("args,code,message", [
     (["{bad}"], 1, "{bad}:3:16: error: `@` needs matching inner dims"),
-    (["{charlm}"], 2, "defines several models (CharLM, CharLMStep); choose one"),
+    (["{charlm}"], 2, "defines several models (CharLM, CharLMStep, CharLMSample); choose one"),
     (["{charlm}", "--model", "Nope"], 2, "has no model `Nope`"),
     (["{charlm}", "--model", "CharLMStep", "--backward"], 2, "minimizes nothing"),
     (["{sharing}", "-o", "{tmp}/x.jpg"], 2, "cannot tell the format of"),

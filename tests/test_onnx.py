@@ -368,7 +368,7 @@ def test_mdlc_export(tmp_path, capsys):
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
 
     assert mdlc(["export", str(EXAMPLES / "charlm.mdl"), "--onnx", str(out)]) == 2
-    assert "defines several models (CharLM, CharLMStep)" in capsys.readouterr().err
+    assert "defines several models (CharLM, CharLMStep, CharLMSample)" in capsys.readouterr().err
     assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
                  "--opset", "12"]) == 2
     assert "opset 12 is outside [18, " in capsys.readouterr().err
