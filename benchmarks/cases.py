@@ -64,10 +64,10 @@ GROUPS = {  # group: (passes, peers, description)
     "crf": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
             "a BiLSTM-CRF tagger: the forward algorithm's logsumexp over the tag before, "
             "a step a word"),
-    "greedy": ((DECODE,), (TORCH, SCRIPT, JAX),
+    "greedy": ((DECODE,), (TORCH, SCRIPT, COMPILE, JAX),
                "an LSTM language model decoding T tokens greedily (argmax fed back), in one "
                "call"),
-    "beam": ((DECODE,), (TORCH, SCRIPT, JAX),
+    "beam": ((DECODE,), (TORCH, SCRIPT, COMPILE, JAX),
              f"the same model's beam search of width {BEAM_WIDTH} (topk of K * V a step, "
              "states reordered by parent), in one call"),
     "memory": ((TRAIN,), (), "peak memory and time of an LSTM training step, by loop option"),

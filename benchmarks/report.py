@@ -79,7 +79,7 @@ def _notes(rows: list[dict], frameworks: list[str]) -> list[str]:
     compiles = {r["case"]: r["results"][COMPILE] for r in rows
                 if "compile_s" in r["results"].get(COMPILE, {})}
     if compiles:
-        notes.append("torch.compile's first training step (compiling), and the graphs it "
+        notes.append(f"torch.compile's first {rows[0]['pass']} (compiling), and the graphs it "
                      "made (none: Dynamo gave up on the loop, which runs eagerly): " + ", ".join(
                          f"{case} {c['compile_s']:.1f} s ({c['graphs']} graphs)"
                          for case, c in compiles.items()) + ".")
