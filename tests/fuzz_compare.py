@@ -28,6 +28,7 @@ from codegen.reference import gradcheck, interpreter as reference
 
 SPECIALIZED = {"T": 4, "B": 3}   # the first case's dims
 OTHER_DIMS = {"S": 2}            # a symbolic dim of some programs besides T and B
+ROWS = 3  # the largest B of a program's second case (fuzz_programs.py --rows)
 # What a specialized module is specialized for: two buckets, the first (the first that
 # matches runs) for the programs with S too, the second for every other program
 BUCKETS = ({**SPECIALIZED, **OTHER_DIMS}, SPECIALIZED)
@@ -67,19 +68,19 @@ class Outcome:
 
 
 def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int = 0,
-            dtype: str = "f64", vjp: bool = False) -> Outcome:
+            dtype: str = "f64", vjp: bool = False, rows: int = ROWS) -> Outcome:
     """The native model `name` against the reference: at the specialized dims, then at
     others, one instance for both (what the first call leaves behind must not matter).
     `lengths`: the inputs that are a loop's lengths. Parameters and inputs are drawn
     from `seed` and their names, so a smaller program keeps the values of the rest.
     `dtype` and `vjp`: how the module was built (a vjp build does not train natively:
-    its train_step is not compared)."""
+    its train_step is not compared). `rows`: the largest B of the other dims."""
     precision = PRECISIONS[dtype]
     model = getattr(module, name)(seed=seed % 1000)
     # through set_params: a device model's `params` are read-only copies
     model.set_params({param: 0.5 * stream(seed, "param", param).standard_normal(value.shape)
                       for param, value in model.params.items()})
-    cases = case_dims(seed)
+    cases = case_dims(seed, rows)
     other = cases[1]
     for case in cases:
         outcome = compare_case(model, graph, case, lengths, seed % 1000, precision, vjp)
@@ -237,11 +238,11 @@ def compare_step(model, graph, dims: dict, lengths: set[str], seed: int,
     return Outcome("ok")
 
 
-def case_dims(seed: int) -> tuple[dict, dict]:
+def case_dims(seed: int, rows: int = ROWS) -> tuple[dict, dict]:
     """The two sets of dims a program runs at: the specialized ones, then T (1 to 6), B
-    (1 to 3) and S (1 to 4) drawn from its seed."""
+    (1 to `rows`) and S (1 to 4) drawn from its seed."""
     dims = stream(seed, "dims")
-    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, 4))}
+    other = {"T": int(dims.integers(1, 7)), "B": int(dims.integers(1, rows + 1))}
     other.update((s, int(dims.integers(1, 5))) for s in OTHER_DIMS)
     return {**SPECIALIZED, **OTHER_DIMS}, other
 

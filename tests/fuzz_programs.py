@@ -3,13 +3,13 @@ one module, built natively (in f64, or f32 with `--dtype f32`) and compared with
 NumPy reference interpreter (tests/fuzz_compare.py) in a child process, so that native
 code that crashes ends that process only. Each program runs twice on one instance: at
 T=4, B=3, S=2 (the specialized code, in every other module: built with `--specialize
-T=4,B=3,S=2 --specialize T=4,B=3`), then at random dims. `--vjp` builds the modules
-with a backward that takes a cotangent per float output, compared with the reference's
-vector-Jacobian product.
+T=4,B=3,S=2 --specialize T=4,B=3`), then at random dims (B up to `--rows`, 3 by
+default). `--vjp` builds the modules with a backward that takes a cotangent per float
+output, compared with the reference's vector-Jacobian product.
 
     python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
                                    [--dtype f32] [--vjp] [--target cuda [--emulate]]
-                                   [--sanitize]
+                                   [--sanitize] [--rows N]
 
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from fuzz_compare import BUCKETS, Outcome, compare
+from fuzz_compare import BUCKETS, ROWS, Outcome, compare
 from fuzz_generate import SIZES, generate
 from fuzz_source import Program, module_source, smaller
 
@@ -62,11 +62,12 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 
 def run(progs: list[Program], directory: Path, specialize: bool = True,
         target: str = "cpu", emulate: bool = False, dtype: str = "f64",
-        vjp: bool = False, sanitize: bool = False) -> dict[str, Outcome]:
+        vjp: bool = False, sanitize: bool = False, rows: int = ROWS) -> dict[str, Outcome]:
     """Every program's outcome, built as one module (`specialize`: with code for the
     BUCKETS too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
-    `sanitize`: as `build`'s). A program the front end rejects is the generator's bug; one
-    that breaks its module's build is found by building halves."""
+    `sanitize`: as `build`'s; `rows`: the largest B of the second case). A program the
+    front end rejects is the generator's bug; one that breaks its module's build is found
+    by building halves."""
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in progs:
@@ -77,13 +78,13 @@ def run(progs: list[Program], directory: Path, specialize: bool = True,
     checked = [p for p in progs if p.name in graphs]
     _build_and_compare(checked, graphs, directory, specialize, outcomes,
                        dict(target=target, emulate=emulate, dtype=dtype, vjp=vjp,
-                            sanitize=sanitize))
+                            sanitize=sanitize), rows)
     return outcomes
 
 
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes,
-                       how: dict) -> None:
-    """`how`: build's keywords (target, emulate, dtype, vjp, sanitize)."""
+                       how: dict, rows: int = ROWS) -> None:
+    """`how`: build's keywords (target, emulate, dtype, vjp, sanitize); `rows`: as run's."""
     if not progs:
         return
     buckets = _buckets([graphs[p.name] for p in progs]) if specialize else []
@@ -93,14 +94,15 @@ def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcome
         if len(progs) > 1:
             half = len(progs) // 2
             for part in (progs[:half], progs[half:]):
-                _build_and_compare(part, graphs, directory, specialize, outcomes, how)
+                _build_and_compare(part, graphs, directory, specialize, outcomes, how, rows)
             return
         outcomes[progs[0].name] = _build_failure(e)
         return
     if how["target"] == "cuda" and not how["emulate"] and not gpu_capabilities():
         outcomes.update((p.name, Outcome("built", "no GPU here to run it")) for p in progs)
         return
-    compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes)
+    compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes,
+                  rows)
 
 
 def _build_failure(e: Exception) -> Outcome:
@@ -152,7 +154,7 @@ def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False) 
     return outcomes[name]
 
 
-def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
+def compare_apart(built: tuple, models: list[tuple], outcomes: dict, rows: int = ROWS) -> None:
     """Each model's outcome, compared in a process of its own, so that native code that
     crashes ends that process, not the fuzzer. `models`: (name, source, lengths, seed).
     A process that dies takes the model it was comparing with it (tried again alone
@@ -160,7 +162,7 @@ def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
     go on in a new process."""
     pending = list(models)
     while pending:
-        done, code = _compare_in_a_process(built, pending)
+        done, code = _compare_in_a_process(built, pending, rows)
         outcomes.update(done)
         rest = [m for m in pending if m[0] not in done]
         if not rest:
@@ -171,7 +173,7 @@ def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
             pending = rest[1:]
             continue
         if crashed is not pending[0]:
-            alone, _ = _compare_in_a_process(built, [crashed])
+            alone, _ = _compare_in_a_process(built, [crashed], rows)
             if crashed[0] in alone:
                 detail += (f" after {len(done)} other models ran in it; alone: "
                            f"{alone[crashed[0]].kind}")
@@ -179,7 +181,8 @@ def compare_apart(built: tuple, models: list[tuple], outcomes: dict) -> None:
         pending = rest[1:]
 
 
-def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]:
+def _compare_in_a_process(built: tuple, models: list[tuple],
+                          rows: int = ROWS) -> tuple[dict, str]:
     """The outcomes a new process (`serve`) reports before it ends, and how it ended."""
     read, write = os.pipe()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -191,7 +194,7 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
             [sys.executable, "-c", f"import fuzz_programs; fuzz_programs.serve({write})"],
             stdin=subprocess.PIPE, stderr=errors, env=env, pass_fds=(write,))
         os.close(write)
-        pickle.dump((built, models), process.stdin)
+        pickle.dump((built, models, rows), process.stdin)
         process.stdin.close()
         done = {}
         with os.fdopen(read, "rb") as results:
@@ -212,18 +215,19 @@ def _compare_in_a_process(built: tuple, models: list[tuple]) -> tuple[dict, str]
 
 
 def serve(fd: int) -> None:
-    """The process `compare_apart` starts: reads (built, models) on stdin, imports the
+    """The process `compare_apart` starts: reads (built, models, rows) on stdin, imports the
     module (from the cache) and writes each model's outcome to file descriptor `fd` as
     soon as it is known. A model still running after MODEL_LIMIT_S seconds ends the
     process by SIGALRM (its default action: native code that never returns to Python
     could not run a handler), which compare_apart reports as a hang."""
-    (path, module_name, options), models = pickle.load(sys.stdin.buffer)
+    (path, module_name, options), models, rows = pickle.load(sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
         module = import_built(path, module_name, options)
         for name, source, lengths, seed in models:
             signal.alarm(MODEL_LIMIT_S)
             graph = check_source(source, model=name, dtype=options.dtype).graph
-            outcome = compare(module, name, graph, lengths, seed, options.dtype, options.vjp)
+            outcome = compare(module, name, graph, lengths, seed, options.dtype, options.vjp,
+                              rows)
             signal.alarm(0)
             pickle.dump((name, outcome.kind, outcome.detail), out)
             out.flush()
@@ -306,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vjp", action="store_true",
                         help="build with a backward that takes a cotangent per float "
                         "output, compared with the reference's vector-Jacobian product")
+    parser.add_argument("--rows", type=int, default=ROWS,
+                        help="the largest batch (B) of each program's second case, drawn "
+                        f"from 1 to it (default {ROWS}; larger ones reach the kernels that "
+                        "split rows into blocks and products and loops over the threads)")
     parser.add_argument("--sanitize", action="store_true",
                         help="build under AddressSanitizer and UBSan (the cpu target): a "
                         "memory error or undefined behaviour ends the comparing process, "
@@ -317,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if args.sanitize and args.target != "cpu":
         parser.error("--sanitize builds for the cpu target only")
+    if args.rows < 1:
+        parser.error(f"--rows must be at least 1, got {args.rows}")
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.keep or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
@@ -329,7 +339,7 @@ def _fuzz(args, directory: Path) -> int:
     outcomes: dict[str, Outcome] = {}
     specialized: dict[str, bool] = {}
     how = dict(target=args.target, emulate=args.emulate, dtype=args.dtype, vjp=args.vjp,
-               sanitize=args.sanitize)
+               sanitize=args.sanitize, rows=args.rows)
     for i in range(0, len(progs), args.per_module):
         chunk = progs[i:i + args.per_module]
         t = time.monotonic()
@@ -344,7 +354,8 @@ def _fuzz(args, directory: Path) -> int:
     constructs, prims, _ = coverage(progs)
     print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}"
           f"{', emulated' if args.emulate else ''}, {args.dtype}"
-          f"{', vjp' if args.vjp else ''}{', sanitized' if args.sanitize else ''}), "
+          f"{', vjp' if args.vjp else ''}{', sanitized' if args.sanitize else ''}"
+          f"{f', B up to {args.rows}' if args.rows != ROWS else ''}), "
           f"{len(failures)} failing, "
           f"{time.monotonic() - start:.0f} s")
     print("by outcome: " + ", ".join(f"{k} {v}" for k, v in
