@@ -16,7 +16,7 @@ import zlib
 import fuzz_programs as fuzz
 import numpy as np
 import pytest
-from fuzz_compare import PRECISIONS, compare
+from fuzz_compare import PRECISIONS, ROWS, case_dims, compare
 from fuzz_expressions import ARITH, COMPARE, REDUCTIONS, SOFTMAXES, UNARY
 from fuzz_generate import generate
 from fuzz_integers import INT_BINARY, INT_REDUCTIONS, INT_UNARY
@@ -200,7 +200,6 @@ def test_vjp_programs_train_through_the_pytorch_bridge(mode_outcomes, tmp_path):
     autograd, a call replayed before its backward: every parameter's and float input's
     .grad against the reference (tests/fuzz_torch.py)."""
     pytest.importorskip("torch", reason="the PyTorch bridge needs PyTorch")
-    from fuzz_compare import case_dims
     from fuzz_source import module_source
     from fuzz_torch import compare_torch
     progs = fuzz.programs(VJP_SEED, PER_MODE)
@@ -259,6 +258,18 @@ def test_a_process_that_a_sanitizer_ends_is_a_crash_with_its_summary(tmp_path, m
     fuzz.compare_apart(("x.mdl", "x", BuildOptions()), [("M", "", frozenset(), 0)], outcomes)
     assert outcomes["M"].kind == "crash"
     assert outcomes["M"].detail == f"the process comparing it died (exit status {status}: {said})"
+
+
+def test_rows_bound_the_second_cases_batch(capsys):
+    """`--rows N` draws the second case's B from 1 to N (3 by default): larger batches
+    reach the kernels that work in blocks of rows and split work over the threads."""
+    default = {case_dims(seed)[1]["B"] for seed in range(60)}
+    wide = {case_dims(seed, 300)[1]["B"] for seed in range(60)}
+    assert default == set(range(1, ROWS + 1)) and max(wide) <= 300 and min(wide) >= 1
+    assert len([b for b in wide if b > 64]) > 30  # most past the kernels' old limit
+    with pytest.raises(SystemExit) as exit_info:
+        fuzz.main(["--rows", "0"])
+    assert exit_info.value.code == 2 and "--rows must be at least 1" in capsys.readouterr().err
 
 
 def test_a_model_that_never_ends_is_a_hang_and_the_others_go_on(monkeypatch):
