@@ -81,8 +81,8 @@ class ControlFlow:
 
     def _note_initial_uses(self, state: dict[str, Value], blocks: list[Block],
                            args: list[Value]) -> None:
-        """A state's value before a loop is used when the loop reads its state: the
-        blocks (`args`, one per state, are their state's arguments) read the argument, or
+        """A state's value before a loop is used when the loop reads its state: when
+        `blocks` read the argument that holds it (`args`, one per state, in order) or
         carry it through unchanged."""
         read = {v.id for block in blocks for v in block.results} | _inputs_read(blocks)
         for before, arg in zip(state.values(), args):
