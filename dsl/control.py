@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
-from codegen.ir.graph import Block, Op, Value
+from codegen.ir.graph import Block, Op, Value, use_counts
 from codegen.ir.shapes import TensorType
 
 from . import nodes as n
@@ -84,7 +84,7 @@ class ControlFlow:
         """A state's value before a loop is used when the loop reads its state: when
         `blocks` read the argument that holds it (`args`, one per state, in order) or
         carry it through unchanged."""
-        read = {v.id for block in blocks for v in block.results} | _inputs_read(blocks)
+        read = {vid for block in blocks for vid in use_counts(block)}
         for before, arg in zip(state.values(), args):
             if arg.id in self.used or arg.id in read:
                 self.used.add(before.id)
@@ -312,14 +312,3 @@ class ControlFlow:
         self._leave(names, set(state), before, "while body", s.loc)
         self.ctx.env.update(zip(state, outputs))
 
-
-def _inputs_read(blocks: list[Block]) -> set[int]:
-    """Ids of the values the ops of `blocks` read, and those the blocks inside them read or
-    return (an `if` branch that keeps a state returns it as it came)."""
-    out: set[int] = set()
-    for block in blocks:
-        for op in block.ops:
-            out.update(v.id for v in op.inputs)
-            out.update(v.id for inner in op.blocks for v in inner.results)
-            out |= _inputs_read(op.blocks)
-    return out
