@@ -91,6 +91,8 @@ class Mixed(torch.nn.Module):
     def forward(self, tokens, targets):
         xs, h0 = self.embedding(tokens), self.h0.expand(B, H)
         if isinstance(self.core, torch.nn.LSTM):
+            # cuDNN takes only a contiguous state; the compiled core reads the stride-0 one
+            h0 = h0.contiguous()
             hs, (_, c) = self.core(xs, (h0[None], torch.zeros_like(h0)[None]))
             last_c = c[0]
         else:
