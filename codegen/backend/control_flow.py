@@ -128,6 +128,7 @@ def _render_for(r, ins: Structured) -> None:
     body = op.blocks[0]
     steps = r.dim(op.inputs[0].type.shape[0])
     s, t = r.fresh("s"), ins.extra["step"]
+    _conditions_on_host(r, op, steps, t)
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
     r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
     r.emit(f"(void){t};")
@@ -151,6 +152,30 @@ def _render_for(r, ins: Structured) -> None:
             r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.block_ended(ins, 0)
     r.close()
+
+
+def _conditions_on_host(r, op: Op, steps: str, t: str) -> None:
+    """The body's branches whose condition is a step of one of the loop's sequences
+    (for_hoist.py moves conditions computed from steps alone there): where the target
+    reads a condition on the host by waiting for a device, the whole sequence is read at
+    once before the loop, and step t's branch reads element t of that copy."""
+    body, n_seq = op.blocks[0], op.attrs["n_seq"]
+    sequence_of = {body.args[k].id: op.inputs[k] for k in range(n_seq)}
+    for o in body.ops:
+        cond = o.inputs[0] if o.prim == "if" else None
+        if cond is None or cond.id not in sequence_of or cond.id in r.on_host:
+            continue
+        seq = sequence_of[cond.id]
+        lay = r.layout(seq)
+        if lay.is_const or lay.valid is not None:  # uniform, or a padded segment's steps
+            continue
+        read = r.target.read_steps(r.ptr(seq), steps, r.dim(lay.strides[0]),
+                                   ready=seq.id in r.spec.external)
+        if read is None:
+            return
+        name = r.fresh("conditions")
+        r.emit(f"const auto {name} = {read};")
+        r.on_host[cond.id] = f"{name}[{t}]"
 
 
 def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:

@@ -79,6 +79,7 @@ class Renderer:
         # that runs draws nothing: control_flow._skip_padding)
         self.drawing: str | None = None
         self.predefined: set[int] = set()  # values whose pointers are defined already
+        self.on_host: dict[int, str] = {}  # value id -> its host copy (a step's condition)
 
     # ---- helpers the hooks use ----
     def scratch_bytes(self, v: Value) -> str:
@@ -113,6 +114,8 @@ class Renderer:
 
     def scalar(self, v: Value) -> str:
         """An expression reading a rank-0 value on the host."""
+        if v.id in self.on_host:
+            return self.on_host[v.id]
         lay = self.low.layouts[v.id]
         return (self.literal(lay.const, v.type.dtype) if lay.is_const
                 else self.target.scalar(self.ptr(v)))

@@ -183,6 +183,13 @@ class Target(abc.ABC):
         """An expression reading element 0 of `pointer` on the host (a branch or loop
         condition)."""
 
+    def read_steps(self, pointer: str, count: str, stride: str, ready: bool) -> str | None:
+        """An expression of a host array holding elements 0, stride, ... (`count` of them)
+        of `pointer`: a loop's branch conditions, read at once before the loop where
+        reading one on the host waits for a device; None where reading one a step costs
+        no more (host memory). `ready`: the function does not write that memory."""
+        return None
+
     def copy(self, dst: str, src: str, count: str) -> str:
         """A statement copying `count` contiguous elements (the runtime's `copy`)."""
         return f"{self.call('copy')}{dst}, {src}, {count});"

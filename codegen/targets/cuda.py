@@ -3,7 +3,8 @@ stream; its memory (arenas, parameters, inputs, tapes) is device memory. A fused
 elementwise group becomes a kernel (one thread per element of its merged index space, a
 grid-stride loop) and its launch; a strided copy too. Kernel primitives call
 cpp_runtime/mdl/cuda/kernels.h, products cuBLAS. A branch or loop condition is read back
-to the host (`mdl::cuda::scalar`). The runtime owns the context
+to the host (`mdl::cuda::scalar`); a loop's branch conditions that are steps of one of its
+sequences are read at once before it (`mdl::cuda::read_steps`). The runtime owns the context
 (mdl::cuda::Context: stream, cuBLAS handle, arenas, tapes) and checks after every
 function what device code found wrong with the inputs."""
 from __future__ import annotations
@@ -18,10 +19,12 @@ from ..ir.shapes import Dim, numel
 
 
 SCALAR, TAPE, TAPE_PUSH = "mdl::cuda::scalar", "g.tape", "mdl::cuda::tape_push"
+READ_STEPS = "mdl::cuda::read_steps"
 # What a function's host code may do that rules out capturing it as a CUDA graph: read a
-# value back from the device (a condition, an index offset), use a tape, draw random
-# numbers on the host (its counters would move twice).
-HOST_WORK = tuple(f"{call}(" for call in (SCALAR, TAPE, TAPE_PUSH, DRAW))
+# value back from the device (a condition, an index offset) that it computed itself, use
+# a tape, draw random numbers on the host (its counters would move twice). Reading memory
+# it does not write (`read_steps_before`) is done once, in the graph call's dry run.
+HOST_WORK = tuple(f"{call}(" for call in (SCALAR, READ_STEPS, TAPE, TAPE_PUSH, DRAW))
 
 
 class CudaTarget(Target):
@@ -86,6 +89,10 @@ class CudaTarget(Target):
 
     def scalar(self, pointer: str) -> str:
         return f"{SCALAR}(g, {pointer})"
+
+    def read_steps(self, pointer: str, count: str, stride: str, ready: bool) -> str:
+        call = f"{READ_STEPS}_before" if ready else READ_STEPS
+        return f"{call}(g, {pointer}, {count}, {stride})"
 
     def scratch(self, k: int, nbytes: str) -> str:
         return f"g.scratch({k}, {nbytes})"

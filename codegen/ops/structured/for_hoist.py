@@ -6,6 +6,12 @@ Caffe2's MILSTM does this by hand (seed 002's "initial bulk fully-connected"): o
 GEMM instead of T small ones; differentiated, the weight's gradient becomes one GEMM over
 all steps instead of a rank-B update per step.
 
+A branch's condition computed from slices alone (`if s > 0.0`, s a step of `signs`)
+moves out too, pointwise over every step (`signs > 0.0`): the loop then takes its
+conditions as one more sequence, which a target whose memory is a device's reads to the
+host once a loop instead of once a step (control_flow.py), and the backward reads them as
+they are instead of from a tape.
+
 The `for` entry's rewrite (for_op.py) applies it to a plain loop (lengths already
 lowered: padding steps compute products nobody reads) after the loops nested in it. For
 autodiff, a loop that recomputes its body (`recompute`, the segments of a `checkpoint`)
@@ -54,10 +60,18 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
         inside.update(v.id for v in op.outputs)
         inside.update(v.id for sub in op.blocks for v in sub.args)
     steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
+    # the body's constants (`0.0` in `s > 0.0`): a moved op reads a copy made outside
+    constants = {op.outputs[0].id: op for op in body.ops if op.prim == "full" and not op.inputs}
     products: set[int] = set()  # values that come from a moved product
+    conditions = _conditions(body)
     moved, stay = [], []
     for op in body.ops:
-        out = _over_steps(op, steps, products, inside, b)
+        for v in op.inputs:
+            if v.id in constants and v.id in inside and _reads_steps(op, steps, inside):
+                inside.discard(v.id)
+                c = constants[v.id]
+                steps[v.id] = b.emit(c.prim, [], c.attrs, v.hint)[0]
+        out = _over_steps(op, steps, products, conditions, inside, b)
         if out is None:
             stay.append(op)
             continue
@@ -67,8 +81,33 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
     return moved, stay
 
 
-def _over_steps(op: Op, steps: dict[int, Value], products: set[int], inside: set[int],
-                b: Builder) -> Value | None:
+def _reads_steps(op: Op, steps: dict[int, Value], inside: set[int]) -> bool:
+    """Whether `op` reads values of the body that are known for every step."""
+    return any(v.id in inside and v.id in steps for v in op.inputs)
+
+
+def _conditions(body: Block) -> set[int]:
+    """The body's values read only to decide its branches: an `if`'s condition, and the
+    values of pointwise ops that only such values read."""
+    uses = use_counts(body)
+    deciding: dict[int, int] = {}  # value id -> its reads by branches' conditions
+    for op in body.ops:
+        if op.prim == "if":
+            deciding[op.inputs[0].id] = deciding.get(op.inputs[0].id, 0) + 1
+    only: set[int] = set()
+    for op in reversed(body.ops):  # a value's readers come after it
+        if len(op.outputs) != 1 or not entry(op).elementwise:
+            continue
+        out = op.outputs[0]
+        if deciding.get(out.id, 0) == uses.get(out.id, 0) > 0:
+            only.add(out.id)
+            for v in op.inputs:
+                deciding[v.id] = deciding.get(v.id, 0) + 1
+    return only
+
+
+def _over_steps(op: Op, steps: dict[int, Value], products: set[int], conditions: set[int],
+                inside: set[int], b: Builder) -> Value | None:
     """`op` computed for every step at once (appended to `b`), or None where it stays."""
     prim = entry(op)
     if prim.random or op.blocks or len(op.outputs) != 1:
@@ -82,7 +121,7 @@ def _over_steps(op: Op, steps: dict[int, Value], products: set[int], inside: set
         if w.id in inside or x.type.rank != 2:
             return None
     elif prim.elementwise:
-        if not any(v.id in products for v in varying):
+        if not any(v.id in products for v in varying) and out.id not in conditions:
             return None  # pointwise work on slices alone gains nothing from batching
         if any(v.type.rank != out.type.rank for v in varying) or any(
                 v.type.rank > out.type.rank for v in op.inputs if v.id not in inside):

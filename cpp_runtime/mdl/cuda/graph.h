@@ -23,6 +23,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "mdl/cuda/check.h"
 
@@ -64,6 +65,19 @@ inline void host_work(const char* what) {
                 " (codegen/targets/cuda.py should not have wrapped it)");
 }
 
+// What a function running as a graph read on the host of memory it does not write (a
+// backward's branch conditions, which the training forward wrote: `read_steps_before` in
+// mdl/cuda/kernels.h): read once, in the dry run, and kept for the call's later pass, which
+// may be a capture, where no copy to the host may be queued. Null outside a GraphCall.
+struct KeptReads {
+  std::vector<std::string> values;
+  std::size_t next = 0;  // the next read of this pass
+};
+inline KeptReads*& kept_reads() {
+  static thread_local KeptReads* now = nullptr;
+  return now;
+}
+
 // One function's graph in a model's context: the record it was captured from, the record
 // of the last call that was not replayed (captured when the next call matches it).
 struct FunctionGraph {
@@ -101,11 +115,14 @@ struct GraphTable {
 class GraphCall {
  public:
   GraphCall(GraphTable& table, const void* function, cudaStream_t stream)
-      : table_(table), graph_(table.at(function)), stream_(stream) {}
+      : table_(table), graph_(table.at(function)), stream_(stream) {
+    kept_reads() = &reads_;
+  }
   GraphCall(const GraphCall&) = delete;
   GraphCall& operator=(const GraphCall&) = delete;
 
   ~GraphCall() {
+    kept_reads() = nullptr;
     if (step_ == Step::Dry) recording() = nullptr;
     if (step_ == Step::Capturing) {  // the body threw: the stream stops capturing
       cudaGraph_t graph = nullptr;
@@ -151,6 +168,7 @@ class GraphCall {
 
   bool go(Step next) {
     step_ = next;
+    reads_.next = 0;  // a pass after the dry run reads what the dry run read
     return true;
   }
 
@@ -173,6 +191,7 @@ class GraphCall {
   FunctionGraph& graph_;
   cudaStream_t stream_;
   Signature signature_;
+  KeptReads reads_;
   Step step_ = Step::Start;
 };
 

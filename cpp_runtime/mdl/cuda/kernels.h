@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "mdl/cuda/context.h"
 #include "mdl/cuda/launch.h"
@@ -58,6 +60,47 @@ T scalar(Context& g, const T* p) {
         "cudaMemcpyAsync");
   check(cudaStreamSynchronize(g.stream), "cudaStreamSynchronize");
   return value;
+}
+
+// Elements 0, stride, 2 * stride, ... (n of them) of device memory, on the host: a loop's
+// branch conditions, read at once before it rather than one a step. Waits for the
+// stream's work up to here.
+template <class T>
+std::vector<T> copy_steps(Context& g, const T* p, int64_t n, int64_t stride) {
+  std::vector<T> out(std::size_t(std::max<int64_t>(n, 0)));
+  if (n <= 0) return out;
+  std::vector<T> span(std::size_t((n - 1) * stride + 1));
+  check(cudaMemcpyAsync(span.data(), p, sizeof(T) * span.size(), cudaMemcpyDeviceToHost,
+                        g.stream),
+        "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(g.stream), "cudaStreamSynchronize");
+  for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = span[std::size_t(i * stride)];
+  return out;
+}
+
+// copy_steps of memory the function writes itself (a condition it computed).
+template <class T>
+std::vector<T> read_steps(Context& g, const T* p, int64_t n, int64_t stride) {
+  host_work("reads values back to the host");
+  return copy_steps(g, p, n, stride);
+}
+
+// copy_steps of memory the function does not write (an input, or what the training
+// forward kept for the backward): a function that runs as a graph reads it in its dry
+// run, when its stream is not capturing, and its later pass takes the same values.
+template <class T>
+std::vector<T> read_steps_before(Context& g, const T* p, int64_t n, int64_t stride) {
+  KeptReads* kept = kept_reads();
+  if (!kept) return copy_steps(g, p, n, stride);
+  if (kept->next == kept->values.size()) {  // the first pass: read now
+    std::vector<T> values = copy_steps(g, p, n, stride);
+    kept->values.emplace_back(reinterpret_cast<const char*>(values.data()),
+                              values.size() * sizeof(T));
+  }
+  const std::string& bytes = kept->values[kept->next++];
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(out.data()));
+  return out;
 }
 
 inline void tape_push(Context& g, int k, const void* src, std::size_t bytes) {
