@@ -171,6 +171,13 @@ class Expressions(Functions):
         return c
 
     def scalar_condition(self, depth: int) -> str:
+        steps = [v.name for v in self.visible().values() if v.fixed and not v.param
+                 and v.shape == () and v.dtype == "f32"]
+        if steps and self.rng.random() < 0.5:  # a loop's scalar step: out of the loop
+            self.cover("if:step")
+            e = self.pick(steps)
+            return binary_text(self.pick(COMPARE), self.pick([e, f"tanh({e})", f"(2.0 * {e})"]),
+                               self.pick(["0.1", "0.5", "(-0.2)"]))
         with self.no_calls():
             red, f = self.pick(REDUCTIONS), self.pick(COMPARE)
             shape = self.pick([s for s in self.shapes() if s])

@@ -162,20 +162,53 @@ def _conditions_on_host(r, op: Op, steps: str, t: str) -> None:
     body, n_seq = op.blocks[0], op.attrs["n_seq"]
     sequence_of = {body.args[k].id: op.inputs[k] for k in range(n_seq)}
     for o in body.ops:
-        cond = o.inputs[0] if o.prim == "if" else None
+        cond = o.inputs[0] if entry(o).branches else None
         if cond is None or cond.id not in sequence_of or cond.id in r.on_host:
             continue
         seq = sequence_of[cond.id]
         lay = r.layout(seq)
         if lay.is_const or lay.valid is not None:  # uniform, or a padded segment's steps
             continue
-        read = r.target.read_steps(r.ptr(seq), steps, r.dim(lay.strides[0]),
-                                   ready=seq.id in r.spec.external)
+        ready = seq.id in r.spec.external or seq.id in r.launched_early
+        read = r.target.read_steps(r.ptr(seq), steps, r.dim(lay.strides[0]), ready)
         if read is None:
             return
         name = r.fresh("conditions")
         r.emit(f"const auto {name} = {read};")
         r.on_host[cond.id] = f"{name}[{t}]"
+
+
+def early_conditions(block, external: set[int]) -> set[int]:
+    """The condition sequences of `block`'s loops (those _conditions_on_host reads) that
+    the function computes pointwise from what it is given alone (inputs, parameters,
+    constants): a target may compute and read them before the rest of its work (the CUDA
+    target, in a graph call's dry run)."""
+    producers = {v.id: op for op in block.ops for v in op.outputs}
+    known: dict[int, bool] = {}
+
+    def given(v) -> bool:
+        if v.id in external:
+            return True
+        op = producers.get(v.id)
+        if op is None or len(op.outputs) != 1 or op.blocks:
+            return False
+        if v.id not in known:
+            known[v.id] = False  # (no cycles in a block; a guard all the same)
+            pointwise = entry(op).elementwise and not entry(op).random
+            constant = entry(op).uniform is not None and not op.inputs
+            known[v.id] = constant or (pointwise and all(given(x) for x in op.inputs))
+        return known[v.id]
+    out = set()
+    for op in block.ops:
+        steps = entry(op).steps  # a loop's sequences and its variables (a `for`'s)
+        if steps is None:
+            continue
+        sequence_of = {arg.id: seq for seq, arg in steps(op)}
+        for o in op.blocks[0].ops:
+            seq = sequence_of.get(o.inputs[0].id) if entry(o).branches else None
+            if seq is not None and seq.id not in external and given(seq):
+                out.add(seq.id)
+    return out
 
 
 def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:

@@ -12,7 +12,7 @@ from ..ir.graph import Block, Value, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
-from .control_flow import render_structured, streams
+from .control_flow import early_conditions, render_structured, streams
 from .concurrent import run_concurrently
 from .kernels import open_streams
 from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structured, View,
@@ -80,6 +80,11 @@ class Renderer:
         self.drawing: str | None = None
         self.predefined: set[int] = set()  # values whose pointers are defined already
         self.on_host: dict[int, str] = {}  # value id -> its host copy (a step's condition)
+        # condition sequences the function computes from its inputs alone
+        # (control_flow.early_conditions), and those of them whose kernel the target
+        # launches before a CUDA graph's dry run reads them
+        self.early: set[int] = set()
+        self.launched_early: set[int] = set()
 
     # ---- helpers the hooks use ----
     def scratch_bytes(self, v: Value) -> str:
@@ -181,6 +186,7 @@ class Renderer:
         for vid, access in spec.external.items():
             self.emit(f"auto* v{vid} = {access.pointer};")
         self.mark(self.plan.lifetimes.dead_at_entry(self.instrs), live=False)
+        self.early = early_conditions(spec.block, set(spec.external))
         self.instructions(self.instrs)
         for slot in self.given_back:
             for line in self.target.give_back(f"arena + off[{slot}]", self.plan.slots[slot]):

@@ -21,7 +21,8 @@ The questions (each kind of entry says more in its own module):
   `product` (a matrix product: a GEMM, whose right operand a loop may keep packed and
   which can add itself into its output), `accumulates` (the sum of its two operands: a
   loop state updated by it accumulates), `repeats` (runs its blocks more than once: a
-  loop);
+  loop), `branches` (runs one of its blocks, chosen by its first operand, a bool scalar:
+  an `if`);
 - `extra`: the hooks later stages attach (the backend's `lower`, a target's statements).
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ class OpEntry(abc.ABC):
     product = False
     accumulates = False
     repeats = False
+    branches = False
     simplify: Callable | None = None
     step_sum: Callable | None = None
     integer_bounds: Callable | None = None

@@ -21,9 +21,11 @@ from ..ir.shapes import Dim, numel
 SCALAR, TAPE, TAPE_PUSH = "mdl::cuda::scalar", "g.tape", "mdl::cuda::tape_push"
 READ_STEPS = "mdl::cuda::read_steps"
 # What a function's host code may do that rules out capturing it as a CUDA graph: read a
-# value back from the device (a condition, an index offset) that it computed itself, use
-# a tape, draw random numbers on the host (its counters would move twice). Reading memory
-# it does not write (`read_steps_before`) is done once, in the graph call's dry run.
+# value back from the device (a condition, an index offset) while the dry run cannot,
+# use a tape, draw random numbers on the host (its counters would move twice). A loop's
+# conditions there before the dry run (memory the function does not write, or computed
+# from its inputs by a kernel queued even while dry, `launch_now`) are read in the dry
+# run (`read_steps_before`).
 HOST_WORK = tuple(f"{call}(" for call in (SCALAR, READ_STEPS, TAPE, TAPE_PUSH, DRAW))
 
 
@@ -153,7 +155,10 @@ class CudaTarget(Target):
         r.depth += 1
         r.emit(f"const int64_t {count} = {r.dim(numel(shape))};")
         r.open(f"if ({count} > 0)")
-        r.emit(f"mdl::cuda::launch({name}, mdl::cuda::blocks({count}), mdl::cuda::kThreads, "
+        early = written & r.early  # conditions read before the function's other work
+        r.launched_early |= early
+        launch = "mdl::cuda::launch_now" if early else "mdl::cuda::launch"
+        r.emit(f"{launch}({name}, mdl::cuda::blocks({count}), mdl::cuda::kThreads, "
                f"g.stream, {', '.join(call_args)});")
         r.emit(f'mdl::cuda::check_launch("launching {name}");')
         r.close()

@@ -61,7 +61,7 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
         inside.update(v.id for sub in op.blocks for v in sub.args)
     steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
     # the body's constants (`0.0` in `s > 0.0`): a moved op reads a copy made outside
-    constants = {op.outputs[0].id: op for op in body.ops if op.prim == "full" and not op.inputs}
+    constants = {op.outputs[0].id: op for op in body.ops if _constant(op)}
     products: set[int] = set()  # values that come from a moved product
     conditions = _conditions(body)
     moved, stay = [], []
@@ -81,6 +81,11 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
     return moved, stay
 
 
+def _constant(op: Op) -> bool:
+    """Whether `op` makes a constant: every element one number, from no operand."""
+    return entry(op).uniform is not None and not op.inputs
+
+
 def _reads_steps(op: Op, steps: dict[int, Value], inside: set[int]) -> bool:
     """Whether `op` reads values of the body that are known for every step."""
     return any(v.id in inside and v.id in steps for v in op.inputs)
@@ -92,7 +97,7 @@ def _conditions(body: Block) -> set[int]:
     uses = use_counts(body)
     deciding: dict[int, int] = {}  # value id -> its reads by branches' conditions
     for op in body.ops:
-        if op.prim == "if":
+        if entry(op).branches:
             deciding[op.inputs[0].id] = deciding.get(op.inputs[0].id, 0) + 1
     only: set[int] = set()
     for op in reversed(body.ops):  # a value's readers come after it

@@ -68,5 +68,5 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
 
 IF = register(StructuredOp(
     "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
-    reference=_reference, grad=_grad,
+    reference=_reference, grad=_grad, branches=True,
     trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), extra={"onnx": _onnx}))

@@ -20,7 +20,8 @@ blocks (codegen/ir/graph.py has the conventions); its entry declares, once:
   its outputs;
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the ranges its integer inputs must lie
   in (gradcheck draws valid inputs from them);
-- `repeats`: whether it runs its blocks more than once (a loop: for, while);
+- `repeats`: whether it runs its blocks more than once (a loop: for, while); `branches`:
+  whether it runs one of its blocks, chosen by its first operand (an if);
 - `extra`: hooks of later stages (the native backend's lowering and rendering).
 Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 
@@ -60,6 +61,7 @@ class StructuredOp(OpEntry):
     # the dims (symbols) known only once the op has run: a while's trip count
     sets_dims: Callable[[Op], set] = lambda op: set()
     repeats: bool = False   # runs its blocks more than once (a loop)
+    branches: bool = False  # runs one of its blocks, chosen by its first operand (an if)
     extra: dict = field(default_factory=dict)
 
     def check(self, op: Op) -> None:

@@ -11,8 +11,11 @@
 // replayed only when that record is byte for byte the one it was captured from. So nothing
 // the code reads on the host (dims, pointers, the dropout key) can differ unseen. A record
 // seen for the second time in a row is captured; a first one runs as it is. The generated
-// code (codegen/targets/cuda.py) wraps only functions that read nothing back to the host
-// and draw no random numbers on it, since their host code runs twice.
+// code (codegen/targets/cuda.py) wraps only functions that draw no random numbers on the
+// host and read nothing back to it, since their host code runs twice, but for a loop's
+// branch conditions that are there before the dry run: memory the function does not
+// write, or what kernels it queues even while dry (launch_now) compute from its inputs
+// (KeptReads below).
 #pragma once
 
 #include <cuda_runtime.h>

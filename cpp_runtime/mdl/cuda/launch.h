@@ -60,6 +60,20 @@ void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t st
 #endif
 }
 
+// A launch whose results the host reads before the rest of the function's work (a loop's
+// branch conditions, computed from the function's inputs alone): while the function runs
+// dry, it is recorded and queued too, so that the dry run can read them
+// (mdl/cuda/kernels.h's read_steps_before).
+template <class... P>
+void launch_now(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream,
+                typename As<P>::type... args) {
+  Signature* dry = recording();
+  if (dry) dry->add(reinterpret_cast<const void*>(kernel), grid, block, stream, args...);
+  recording() = nullptr;
+  launch(kernel, grid, block, stream, args...);
+  recording() = dry;
+}
+
 __device__ inline int64_t first_item() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t item_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
