@@ -1,7 +1,9 @@
-"""Data-parallel training on torch.distributed (gloo on CPUs): every rank runs forward and
-backward natively on its shard of the batch, the ranks all-reduce the gradients (one
-contiguous native buffer, shared with torch without a copy, in as few calls as its size
-allows), and every rank applies the same native update.
+"""Data-parallel training on torch.distributed (gloo on CPUs, NCCL on GPUs): every rank runs
+forward and backward natively on its shard of the batch, the ranks all-reduce the gradients
+(one contiguous native buffer, shared with torch without a copy, in as few calls as its
+size allows), and every rank applies the same native update. A cuda model's buffer is in
+the GPU's memory (its `device_gradient_buffer`, through DLPack), so its gradients never
+cross to the host: under NCCL each rank's GPU reduces them in place.
 
     import torch.distributed as dist
     from codegen.distributed import DataParallel
@@ -44,9 +46,17 @@ class DataParallel:
         self.model = model
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._check_same_model()
-        weights = {k: np.array(v) for k, v in model.params.items()}
-        for array in weights.values():  # rank 0's weights everywhere
-            dist.broadcast(torch.from_numpy(array), src=0)
+        # a device model's gradients stay in its memory: the collectives take tensors there
+        # (a CUDA tensor, as NCCL needs; a CPU one on the emulated device, whose memory is
+        # the host's)
+        self.grads = (torch.from_dlpack(model.device_gradient_buffer)
+                      if getattr(model, "device", "cpu") != "cpu" else None)
+        self.where = self.grads.device if self.grads is not None else torch.device("cpu")
+        weights = {}
+        for name, value in model.params.items():  # rank 0's weights everywhere
+            tensor = torch.from_numpy(np.array(value)).to(self.where)
+            dist.broadcast(tensor, src=0)
+            weights[name] = tensor.cpu().numpy()
         model.set_params(weights)
 
     def _check_same_model(self) -> None:
@@ -66,11 +76,13 @@ class DataParallel:
         weight = shard_weight
         if weight is None:
             weight = float(np.sum(inputs["lengths"])) if "lengths" in inputs else 1.0
-        total = torch.tensor([weight], dtype=torch.float64)
+        total = torch.tensor([weight], dtype=torch.float64, device=self.where)
         dist.all_reduce(total)
         if total.item() <= 0:
             raise ValueError("the ranks' weights (real tokens) sum to zero: nothing to learn")
-        grads = torch.from_numpy(self.model.gradient_buffer)  # the native buffer itself
+        grads = self.grads  # the native buffer itself, on the device or the host
+        if grads is None:
+            grads = torch.from_numpy(self.model.gradient_buffer)
         grads.mul_(weight / total.item())
         for bucket in grads.split(BUCKET):  # views: reduced in place
             dist.all_reduce(bucket)

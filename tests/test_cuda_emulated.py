@@ -133,6 +133,38 @@ def test_training_matches_the_cpu_target(charlms, optimizer, options):
                                    err_msg=name)
 
 
+def test_gradients_combined_in_the_device_s_buffer_or_the_host_s(charlms):
+    """forward_backward then apply_gradients, the gradients halved in between as a caller
+    that combines them would: in the host's gradient_buffer, then in the device's
+    device_gradient_buffer (through DLPack, in place), then in the host's again; each
+    step as the cpu target's on the same gradients."""
+    torch = pytest.importorskip("torch")
+    emulated, cpu = (module.CharLM(seed=0) for module in charlms)
+    for m in (emulated, cpu):
+        m.set_optimizer("adam", lr=0.01)
+    for step, where in enumerate(["host", "device", "device", "host"]):
+        batch = charlm_batch(step)
+        emulated.forward_backward(**batch)
+        cpu.forward_backward(**batch)
+        if where == "device":
+            grads = torch.from_dlpack(emulated.device_gradient_buffer)
+            np.testing.assert_allclose(grads.cpu().numpy(), cpu.gradient_buffer, rtol=1e-10,
+                                       atol=1e-14)
+            grads.mul_(0.5)
+        else:
+            np.testing.assert_allclose(emulated.gradient_buffer, cpu.gradient_buffer,
+                                       rtol=1e-10, atol=1e-14)
+            emulated.gradient_buffer[:] *= 0.5
+        cpu.gradient_buffer[:] *= 0.5
+        emulated.apply_gradients()
+        cpu.apply_gradients()
+        for name, want in cpu.params.items():
+            np.testing.assert_allclose(emulated.params[name], want, rtol=1e-10, atol=1e-13,
+                                       err_msg=f"step {step}: {name}")
+    with pytest.raises(ValueError, match="runs on the CPU: its gradient_buffer is in its"):
+        cpu.device_gradient_buffer
+
+
 def test_checkpoints_move_between_targets(charlms, tmp_path):
     emulated, cpu = charlms
     trained = emulated.CharLM(seed=0)

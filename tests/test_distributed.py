@@ -57,12 +57,26 @@ def shard(batch: dict, rank: int, world: int) -> dict:
 WORKER = textwrap.dedent("""
     import datetime, os, sys
     import numpy as np
+    import torch
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[1])
-    from test_distributed import CONFIGS, STEPS, charlm_batch, modules, seq_batch, shard
+    from test_distributed import (CONFIGS, STEPS, charlm_batch, device_seq, modules,
+                                  seq_batch, shard)
     from codegen.distributed import DataParallel
     rank, world, out, mode = int(os.environ["RANK"]), 2, sys.argv[2], sys.argv[3]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+    if mode == "device":  # a cuda model: its gradients reduced in the device's memory
+        for name, (opt, options) in CONFIGS.items():
+            m = device_seq().Seq(seed=10 + rank)
+            m.set_optimizer(opt, **options)
+            dp = DataParallel(m)
+            own = torch.from_dlpack(m.device_gradient_buffer)  # the model's memory, uncopied
+            assert dp.grads is not None and dp.grads.data_ptr() == own.data_ptr()
+            for step in range(STEPS):
+                dp.train_step(**shard(seq_batch(step, B=4), rank, world))
+            np.savez(f"{out}/device_{name}_{rank}.npz", **m.params)
+        dist.destroy_process_group()
+        sys.exit(0)
     charlm, seq = modules()
     if mode == "die":
         m = charlm.CharLM(seed=0)
@@ -97,6 +111,16 @@ def modules():
         seq.write_text(SEQ)
     return (load(CHARLM, dtype="f64", defines={"H": 16}, name="charlm_h16_f64_generic"),
             load(seq, dtype="f64", name="seq_f64"))
+
+
+def device_seq():
+    """The Seq model on the cuda target, f64: on the emulated device, or on the GPU with
+    MDL_TEST_DEVICE=gpu (both ranks share it)."""
+    on_gpu = os.environ.get("MDL_TEST_DEVICE") == "gpu"
+    modules()
+    return load(Path(os.environ["MDL_CACHE_DIR"]) / "seq_model.mdl", target="cuda",
+                emulate=not on_gpu, dtype="f64",
+                name="seq_f64_" + ("gpu" if on_gpu else "emulated"))
 
 
 def run_ranks(tmp_path, mode: str, timeout: float = 120) -> list[subprocess.CompletedProcess]:
@@ -141,6 +165,26 @@ def test_two_ranks_on_halves_equal_one_process_on_the_whole(ranks_trained, name,
             for k, want in one.params.items():
                 assert np.abs(got["last/" + k] - want).max() <= 1e-12 * max(
                     1.0, np.abs(want).max()), (rank, k)
+
+
+def test_a_device_model_s_gradients_are_reduced_in_its_memory(tmp_path):
+    """Two ranks of a cuda model (on the emulated device here, on a GPU with
+    MDL_TEST_DEVICE=gpu): DataParallel reduces the model's device_gradient_buffer in place,
+    through DLPack, and the ranks end where one process on the whole batches does."""
+    device_seq()  # built once here, so the ranks only load
+    for p in run_ranks(tmp_path, "device"):
+        assert p.returncode == 0, p.stderr[-3000:]
+    _, seq = modules()
+    for name, (opt, options) in CONFIGS.items():
+        one = seq.Seq(seed=10)
+        one.set_optimizer(opt, **options)
+        for step in range(STEPS):
+            one.train_step(**seq_batch(step, B=4))
+        for rank in range(2):
+            with np.load(tmp_path / f"device_{name}_{rank}.npz") as got:
+                for k, want in one.params.items():
+                    assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), \
+                        (name, rank, k)
 
 
 def test_ranks_seeded_differently_start_from_rank_0s_weights(ranks_trained):

@@ -18,7 +18,7 @@ from conftest import CHARLM
 # Members each model class declares in the stub itself: its inputs are their arguments, and
 # a model that does not train has none but forward
 PER_MODEL = {"forward", "backward", "train_step", "forward_backward", "apply_gradients",
-             "gradient_buffer", "gradient_layout"}
+             "gradient_buffer", "device_gradient_buffer", "gradient_layout"}
 TRAINING = PER_MODEL - {"forward"}
 
 KEYWORD_NAMES = """

@@ -287,12 +287,25 @@ class Model {
       train(v, in.call);
       Call grads;
       gradients(grads);
-      flat_.assign(spec_->param_count, T(0));
-      for (int i = 0; i < spec_->n_params; ++i) {
-        const ParamSpec& p = spec_->params[i];
-        if (p.grad >= 0)
-          download(spec_->device, state_.device, flat_.data() + p.offset, grads.outputs[p.grad],
-                   numel(p) * sizeof(T));
+      if (grads_shared_) {  // into the device's buffer, which went out (NCCL reduces it)
+        device_flat();
+        for (int i = 0; i < spec_->n_params; ++i) {
+          const ParamSpec& p = spec_->params[i];
+          if (p.grad >= 0)
+            spec_->device->copy(state_.device, flat_device_.data() + p.offset,
+                                grads.outputs[p.grad], numel(p) * sizeof(T));
+        }
+        spec_->device->finish(state_.device);  // done before any stream reads it
+        grads_on_host_ = false;
+      } else {
+        flat_.assign(spec_->param_count, T(0));
+        for (int i = 0; i < spec_->n_params; ++i) {
+          const ParamSpec& p = spec_->params[i];
+          if (p.grad >= 0)
+            download(spec_->device, state_.device, flat_.data() + p.offset,
+                     grads.outputs[p.grad], numel(p) * sizeof(T));
+        }
+        grads_on_host_ = true;
       }
       pending_ = true;
     }
@@ -301,10 +314,39 @@ class Model {
   }
 
   // The flat gradient buffer, as a writable view (every parameter at its offset; zeros for
-  // frozen ones): empty until the first forward_backward.
+  // frozen ones): empty until the first forward_backward. Where the gradients are in the
+  // device's buffer (device_gradient_buffer went out), they are copied here first, and
+  // apply_gradients steps from here again.
   py::array_t<T> gradient_buffer(py::object self) {
+    if (!grads_on_host_) {
+      std::unique_lock<std::mutex> guard = hold_lock();
+      flat_.resize(std::size_t(spec_->param_count));
+      download(spec_->device, state_.device, flat_.data(), flat_device_.data(),
+               flat_.size() * sizeof(T));
+      grads_on_host_ = true;
+    }
     return py::array_t<T>({py::ssize_t(flat_.size())}, {py::ssize_t(sizeof(T))}, flat_.data(),
                           self);
+  }
+
+  // A device model's flat gradient buffer in the device's memory, a DeviceArray view that
+  // PyTorch reads and writes in place through DLPack (DataParallel reduces it with NCCL):
+  // from now on forward_backward leaves its gradients there, not in gradient_buffer, and
+  // apply_gradients steps from there. Once it is out, any stream may write it, so every
+  // later call of the model first waits for the whole device (settle).
+  py::object device_gradient_buffer(py::object self) {
+    if (spec_->device->in_place)
+      throw py::value_error("device_gradient_buffer: model " + std::string(spec_->name) +
+                            " runs on the CPU: its gradient_buffer is in its memory already");
+    std::unique_lock<std::mutex> guard = hold_lock();
+    device_flat();
+    if (pending_ && grads_on_host_)  // the gradients of the last forward_backward, here too
+      upload(spec_->device, state_.device, flat_device_.data(), flat_.data(),
+             flat_.size() * sizeof(T));
+    grads_on_host_ = false;
+    grads_shared_ = true;
+    return py::cast(DeviceArray(spec_->device, reinterpret_cast<char*>(flat_device_.data()),
+                                self, {spec_->param_count}, spec_->dtype));
   }
 
   // Where each parameter's gradient starts in the flat buffer: {name: (offset, shape)}.
@@ -330,9 +372,9 @@ class Model {
       throw std::runtime_error("apply_gradients() needs a forward_backward(...) first");
     T* flat = flat_.data();
     if (!spec_->device->in_place) {  // the optimizer reads the gradients where the parameters are
-      if (flat_device_.size() != spec_->param_count)
-        flat_device_ = Buffer<T>(spec_->device, spec_->param_count);
-      upload(spec_->device, state_.device, flat_device_.data(), flat, flat_.size() * sizeof(T));
+      device_flat();
+      if (grads_on_host_)
+        upload(spec_->device, state_.device, flat_device_.data(), flat, flat_.size() * sizeof(T));
       flat = flat_device_.data();
     }
     std::vector<void*> grads(spec_->n_grads, nullptr);
@@ -539,10 +581,18 @@ class Model {
     return guard;
   }
 
-  // Under the lock: where the weights went out as device_params, the work of whoever may
-  // have written them (an optimizer on a stream of its own) ends before the model's.
+  // Under the lock: where the weights went out as device_params, or the gradients as
+  // device_gradient_buffer, the work of whoever may have written them (an optimizer, or a
+  // collective, on a stream of its own) ends before the model's.
   void settle() {
-    if (params_shared_) spec_->device->synchronize();
+    if (params_shared_ || grads_shared_) spec_->device->synchronize();
+  }
+
+  // Under the lock: a device model's flat gradient buffer, made once (zeroed: frozen
+  // parameters' gradients stay 0), so that a view handed out stays valid.
+  void device_flat() {
+    if (flat_device_.size() != spec_->param_count)
+      flat_device_ = Buffer<T>(spec_->device, spec_->param_count);
   }
 
   // Under the lock: a training forward, keeping what the backward needs.
@@ -665,8 +715,10 @@ class Model {
   bool outputs_on_device_ = false;
   bool params_shared_ = false;  // device_params handed out (settle)
   std::vector<T> flat_;   // forward_backward's gradients, at each parameter's offset
-  Buffer<T> flat_device_;  // a device model's copy of flat_, which apply_gradients steps from
-  bool pending_ = false;  // flat_ holds gradients not applied yet
+  Buffer<T> flat_device_;  // a device model's flat gradients, which apply_gradients steps from
+  bool grads_on_host_ = true;  // the pending gradients are in flat_ (else in flat_device_)
+  bool grads_shared_ = false;  // device_gradient_buffer handed out (settle)
+  bool pending_ = false;  // forward_backward's gradients not applied yet
   const Variant<T>* trained_ = nullptr;
   std::vector<py::object> trained_inputs_;  // what the last forward(training=True) read
   // A device model's copies of host arguments, by position: a training forward's inputs

@@ -103,6 +103,11 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("gradient_buffer", [](py::object self) {
         return self.cast<M&>().gradient_buffer(self);
       }, "The flat gradients of the last forward_backward, a writable view.")
+      .def_property_readonly("device_gradient_buffer", [](py::object self) {
+        return self.cast<M&>().device_gradient_buffer(self);
+      }, "A device model's flat gradients in the device's memory, a DeviceArray view\n"
+         "(DLPack) that forward_backward fills and apply_gradients steps from from then\n"
+         "on: what DataParallel reduces with NCCL.")
       .def_property_readonly("gradient_layout", &M::gradient_layout,
                              "{name: (offset, shape)}: each gradient's place in gradient_buffer.")
       .def("set_optimizer", &M::set_optimizer, py::arg("name"),
