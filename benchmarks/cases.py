@@ -119,8 +119,9 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
 
 
 def _gpu_cases(quick: bool) -> list[Case]:
-    """The GPU rows: issue #9's sizes, against cuDNN (nn.LSTM, nn.LSTMCell) and JAX; no
-    memory cases (they measure the host's resident set)."""
+    """The GPU rows: issue #9's sizes, against cuDNN (nn.LSTM, nn.LSTMCell) and JAX, and
+    the decoders (a step's token fed to the next, in one call); no memory cases (they
+    measure the host's resident set)."""
     if quick:
         lstm = cells = [dict(T=4, B=2, H=8)]
         step = dict(T=4, B=1, H=8)
@@ -129,9 +130,13 @@ def _gpu_cases(quick: bool) -> list[Case]:
         lstm = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024), (256, 512))]
         cells = [dict(T=35, B=b, H=h) for b, h in ((1, 128), (32, 256), (64, 1024))]
         step = dict(T=35, B=1, H=128)
+        # the CPU rows' decoders, and a word-level one at B=32
+        decode = [dict(T=35, B=b, H=h, V=v) for b, h, v in ((1, 128, 96), (32, 256, 96),
+                                                            (1, 512, 10000), (32, 512, 10000))]
     return ([_case("lstm", device="cuda", **d) for d in lstm]
             + [_case("generation", device="cuda", **step)]
-            + [_case(g, device="cuda", **d) for g in ("milstm", "gru_if") for d in cells])
+            + [_case(g, device="cuda", **d) for g in ("milstm", "gru_if") for d in cells]
+            + [_case(g, device="cuda", **d) for g in DECODERS for d in decode])
 
 
 def sgemm_case(quick: bool, device: str = "cpu") -> Case:

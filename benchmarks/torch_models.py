@@ -164,8 +164,8 @@ class Greedy(LanguageModel):
     """Greedy decoding: each step's most likely token is the next step's input."""
 
     def forward(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = torch.zeros(start.size(0), self.cell.hidden_size)
-        c, token, score = h, start.long(), torch.zeros(start.size(0))
+        h = torch.zeros(start.size(0), self.cell.hidden_size, device=start.device)
+        c, token, score = h, start.long(), torch.zeros(start.size(0), device=start.device)
         tokens = []
         for _ in range(self.steps):
             h, c = self.cell(self.embedding(token), (h, c))
@@ -185,12 +185,13 @@ class Beam(LanguageModel):
 
     def forward(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, K, V = start.size(0), self.width, self.out.out_features
-        h = torch.zeros(B * K, self.cell.hidden_size)
+        where = start.device
+        h = torch.zeros(B * K, self.cell.hidden_size, device=where)
         c, token = h, start.long().repeat_interleave(K)
-        scores = torch.full((B, K), float("-inf"))
+        scores = torch.full((B, K), float("-inf"), device=where)
         scores[:, 0] = 0.0  # one sequence to start from
-        sequences = torch.zeros(B * K, 0, dtype=torch.long)
-        base = (torch.arange(B) * K).unsqueeze(1)
+        sequences = torch.zeros(B * K, 0, dtype=torch.long, device=where)
+        base = (torch.arange(B, device=where) * K).unsqueeze(1)
         for _ in range(self.steps):
             h, c = self.cell(self.embedding(token), (h, c))
             logp = torch.log_softmax(self.out(h), 1).view(B, K, V)
@@ -212,7 +213,7 @@ def eager(case: Case) -> Bench:
     if case.group == "generation":
         return _on_device(_generation(case), case)
     if case.group in DECODERS:
-        return _decode(_decoder(case), case)
+        return _on_device(_decode(_decoder(case), case), case)
     module = CELLS[case.group](data.params(case)).to(_device(case))
     return _on_device(_training(module, module, case), case)
 
@@ -220,7 +221,7 @@ def eager(case: Case) -> Bench:
 def scripted(case: Case) -> Bench:
     """The module through torch.jit.script."""
     if case.group in DECODERS:
-        return _decode(torch.jit.script(_decoder(case)), case)
+        return _on_device(_decode(torch.jit.script(_decoder(case)), case), case)
     module = CELLS[case.group](data.params(case)).to(_device(case))
     return _on_device(_training(module, torch.jit.script(module), case), case)
 
@@ -273,7 +274,7 @@ def compiled(case: Case) -> Bench:
     made are counted: none means that Dynamo gave up on the loop and runs it eagerly."""
     from torch._dynamo.utils import counters
     if case.group in DECODERS:  # the loop of 35 steps, unrolled into the graph
-        bench = _decode(torch.compile(_decoder(case)), case)
+        bench = _on_device(_decode(torch.compile(_decoder(case)), case), case)
     else:
         module = CELLS[case.group](data.params(case)).to(_device(case))
         bench = _on_device(_training(module, torch.compile(module), case), case)
@@ -392,10 +393,10 @@ def _generation(case: Case) -> Bench:
 
 
 def _decoder(case: Case) -> nn.Module:
-    """The case's decoder (on the CPU: the decoders have no GPU rows)."""
+    """The case's decoder, on the case's device."""
     if case.group == "beam":
-        return Beam(data.params(case), case.dims["T"], BEAM_WIDTH)
-    return Greedy(data.params(case), case.dims["T"])
+        return Beam(data.params(case), case.dims["T"], BEAM_WIDTH).to(_device(case))
+    return Greedy(data.params(case), case.dims["T"]).to(_device(case))
 
 
 def _decode(module, case: Case) -> Bench:

@@ -171,6 +171,9 @@ def test_the_gpu_rows_are_issue_9s_sizes_and_travel_by_name():
         "gpu-lstm-t35-b256-h512"]
     assert [c.name for c in select(gpu, ["milstm"])] == [
         "gpu-milstm-t35-b1-h128", "gpu-milstm-t35-b32-h256", "gpu-milstm-t35-b64-h1024"]
+    assert [c.name for c in select(gpu, ["greedy"])] == [
+        "gpu-greedy-t35-b1-h128-v96", "gpu-greedy-t35-b32-h256-v96",
+        "gpu-greedy-t35-b1-h512-v10000", "gpu-greedy-t35-b32-h512-v10000"]
     for quick in (False, True):  # a worker finds every case, CPU or GPU, by its name
         for case in [*cases(quick, "cuda"), sgemm_case(quick, "cuda"), *cases(quick)]:
             assert by_name(case.name, quick) == case
@@ -307,7 +310,7 @@ def test_products_refuses_bad_options_with_a_usage_error(capsys, argv, message):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("group", ["lstm", "generation"])
+@pytest.mark.parametrize("group", ["lstm", "generation", "greedy", "beam"])
 def test_the_gpu_rows_keep_mdls_data_on_the_device(monkeypatch, group):
     """What `--device cuda` runs of mdl, on the emulated GPU: inputs put on the device once,
     outputs and gradients left there (as the peers' tensors are), and the check's numbers
