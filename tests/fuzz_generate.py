@@ -145,7 +145,7 @@ class Generator(Integers):
     def s_for(self, depth: int) -> None:
         seqs, steps, dtypes, lead, tags = self.sequences()
         sequence = "rows" not in tags
-        lengths = sequence and self.rng.random() < 0.4
+        lengths = sequence and "steps" not in tags and self.rng.random() < 0.4
         options = [f"lengths = {self.lengths()}"] if lengths else []
         r = self.rng.random()
         if r < 0.15:
@@ -164,6 +164,8 @@ class Generator(Integers):
         with self.frame("for", lengths=lengths, checkpoint=checkpoint) as body:
             for e, shape, dtype in zip(loop_vars, steps, dtypes):
                 self.define(Var(e, shape, dtype, fixed=True))
+            if "steps" in tags and self.rng.random() < 0.6:  # a branch the step picks
+                self.s_if(depth - 1)
             for _ in range(self.rng.randint(0, self.size.body)):
                 self.statement(depth - 1)
             if cell:
@@ -226,6 +228,11 @@ class Generator(Integers):
                 name = v.name if v else self.input(("T", "B", self.pick(self.widths)))
                 seqs.append(name)
                 steps.append(self.visible()[name].shape[1:])
+        if self.rng.random() < 0.2:  # a number a step beside them (a sign that picks a branch)
+            seqs.append(self.input(("T",), "f32", "sg"))
+            steps.append(())
+            dtypes.append("f32")
+            tags.append("steps")
         if len(seqs) > 1:
             tags.append("zip")
         if self.rng.random() < 0.3:

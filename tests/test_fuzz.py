@@ -315,7 +315,8 @@ def test_the_generator_reaches_every_construct_and_primitive():
     assert rejected == []
     drawn = {"for", "for:lengths", "for:reversed", "for:recompute", "for:checkpoint",
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
-             "if:step", "if:else-if", "if:joined", "while", "while:nested", "scope", "scope:attrs",
+             "if:step", "if:else-if", "for:steps", "if:joined", "while", "while:nested",
+             "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
              "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",
              "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
