@@ -34,6 +34,20 @@ model StepIf(H = 8) {
   minimize loss
 }
 
+# a condition reduced from a step: it moves out as a reduction over each step's axes
+model MeanIf(H = 8) {
+  input xs : f32[T, B, H]; input weights : f32[T, B, H]
+  param P : f32[H, H] = uniform(-0.3, 0.3)
+  h = zeros[B, H]
+  hs = for x in xs {
+    if mean(x) > 0.0 { v = tanh(x @ P) } else { v = 0.5 * x }
+    h = gru(v, h)
+    yield h
+  }
+  output loss = sum(hs * weights)
+  minimize loss
+}
+
 # a condition that reads the state: it stays in the loop, read a step at a time
 model StateIf(H = 8) {
   input xs : f32[T, B, H]; input weights : f32[T, B, H]
@@ -68,12 +82,16 @@ def loop_if(source, model: str):
     raise AssertionError("no loop with a branch")
 
 
-def test_a_condition_from_a_step_alone_becomes_a_sequence_of_the_loop(source):
-    loop, branch = loop_if(source, "StepIf")
+@pytest.mark.parametrize("model", ["StepIf", "MeanIf"])
+def test_a_condition_from_a_step_alone_becomes_a_sequence_of_the_loop(source, model):
+    loop, branch = loop_if(source, model)
     n_seq = loop.attrs["n_seq"]
     assert branch.inputs[0] in loop.blocks[0].args[:n_seq]  # a step of a sequence
     condition = loop.inputs[loop.blocks[0].args.index(branch.inputs[0])]
     assert condition.type.dtype == "bool" and condition.type.rank == 1  # bool[T]
+
+
+def test_a_condition_that_reads_the_state_stays_in_the_loop(source):
     loop, branch = loop_if(source, "StateIf")
     assert branch.inputs[0] not in loop.blocks[0].args  # computed from the state
 
@@ -91,19 +109,26 @@ def test_conditions_are_read_once_a_loop_and_in_a_graph_s_dry_run(source, tmp_pa
     """The generated code. StepIf's functions compute their conditions from an input
     alone (`signs > 0.0`): the kernel runs even in a graph call's dry run (launch_now),
     which reads them once, so every function runs as a CUDA graph, and none reads a
-    condition a step. StateIf's forwards read theirs a step at a time (they read the
-    state) and are no graphs; its backward reads what the forward kept, once, in one."""
+    condition a step. MeanIf's forwards compute theirs by a reduction, which is not
+    queued while dry: they read them once a loop, and are no graphs. StateIf's read
+    theirs a step at a time (they read the state). Their backwards read what the
+    forward kept, once, in a graph."""
     code = functions(source, "StepIf", tmp_path / "step")
     for name in ("infer_0", "train_0", "backward_0"):
         assert code[name].count("mdl::cuda::read_steps_before(") == 1, name
         assert "GraphCall" in code[name] and "mdl::cuda::scalar(" not in code[name], name
     for name in ("infer_0", "train_0"):
         assert code[name].count("mdl::cuda::launch_now(") == 1, name
+    mean = functions(source, "MeanIf", tmp_path / "mean")
+    for name in ("infer_0", "train_0"):  # a reduction's kernel is not queued while dry
+        assert mean[name].count("mdl::cuda::read_steps(") == 1, name
+        assert "mdl::cuda::scalar(" not in mean[name] and "GraphCall" not in mean[name]
     state = functions(source, "StateIf", tmp_path / "state")
     for name in ("infer_0", "train_0"):
         assert "mdl::cuda::scalar(" in state[name] and "GraphCall" not in state[name]
-    assert state["backward_0"].count("mdl::cuda::read_steps_before(") == 1
-    assert "GraphCall" in state["backward_0"]
+    for backward in (mean["backward_0"], state["backward_0"]):
+        assert backward.count("mdl::cuda::read_steps_before(") == 1
+        assert "GraphCall" in backward
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +139,7 @@ def modules(source):
                  name=f"conditions_{where}"), load(source, dtype="f64", name="conditions_cpu"))
 
 
-@pytest.mark.parametrize("model", ["StepIf", "StateIf"])
+@pytest.mark.parametrize("model", ["StepIf", "MeanIf", "StateIf"])
 def test_training_matches_the_cpu_and_the_backward_replays_for_the_same_branches(
         modules, model, monkeypatch):
     """Calls on the same inputs take the same branches: the backward's graph is captured
@@ -140,8 +165,8 @@ def test_training_matches_the_cpu_and_the_backward_replays_for_the_same_branches
                                        err_msg=f"call {k}: {name}")
     graphs = cuda.cuda_graphs
     # captured at call 2, replayed at calls 3 and 5; call 4's signs take other branches
-    # (StateIf's inputs may happen to take the same). StepIf: the training forward and
-    # the backward; StateIf: the backward.
+    # (the others' inputs may happen to take the same). StepIf: the training forward and
+    # the backward; the others: the backward.
     if model == "StepIf":
         assert graphs == {"captured": 2, "replayed": 4}
     else:

@@ -47,6 +47,7 @@ def test_the_declared_facts():
     """The facts the passes and the backend act on are declared where the ops are."""
     assert {n for n, r in OPS.items() if r.repeats} == {"for", "while"}
     assert {n for n, r in OPS.items() if r.branches} == {"if"}
+    assert {n for n, r in OPS.items() if r.reduces} == {"sum", "max", "mean", "logsumexp"}
     assert {n for n, r in OPS.items() if r.product} == {"matmul"}
     assert {n for n, r in OPS.items() if r.accumulates} == {"add"}
     assert {n for n, r in OPS.items() if r.step_sum} == {"matmul", "sum_to"}

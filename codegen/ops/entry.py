@@ -22,7 +22,8 @@ The questions (each kind of entry says more in its own module):
   which can add itself into its output), `accumulates` (the sum of its two operands: a
   loop state updated by it accumulates), `repeats` (runs its blocks more than once: a
   loop), `branches` (runs one of its blocks, chosen by its first operand, a bool scalar:
-  an `if`);
+  an `if`), `reduces` (reduces its one operand along `attrs["axes"]`, keeping them as 1s
+  with `attrs["keepdims"]`: sum, mean, max, logsumexp);
 - `extra`: the hooks later stages attach (the backend's `lower`, a target's statements).
 """
 from __future__ import annotations
@@ -57,6 +58,7 @@ class OpEntry(abc.ABC):
     accumulates = False
     repeats = False
     branches = False
+    reduces = False
     simplify: Callable | None = None
     step_sum: Callable | None = None
     integer_bounds: Callable | None = None

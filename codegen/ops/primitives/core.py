@@ -70,6 +70,7 @@ class Primitive(OpEntry):
     integer_bounds: Callable | None = None
     product: bool = False
     accumulates: bool = False
+    reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)
     step_sum: Callable | None = None
     blocks = ()  # a primitive owns none
 

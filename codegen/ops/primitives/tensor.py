@@ -227,7 +227,7 @@ def _reduction(name: str) -> None:
 
     def reference(ctx, attrs, x):
         return np.asarray(ref(np.asarray(x), tuple(attrs["axes"]), attrs["keepdims"]))
-    primitive(name, 1, grad=grad, ref=reference, onnx=onnx)(rule)
+    primitive(name, 1, grad=grad, ref=reference, onnx=onnx, reduces=True)(rule)
 
 
 for _name in REDUCERS:

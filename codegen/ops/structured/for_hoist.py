@@ -6,8 +6,9 @@ Caffe2's MILSTM does this by hand (seed 002's "initial bulk fully-connected"): o
 GEMM instead of T small ones; differentiated, the weight's gradient becomes one GEMM over
 all steps instead of a rank-B update per step.
 
-A branch's condition computed from slices alone (`if s > 0.0`, s a step of `signs`)
-moves out too, pointwise over every step (`signs > 0.0`): the loop then takes its
+A branch's condition computed from slices alone, pointwise or by reductions of a step
+(`if s > 0.0`, s a step of `signs`; `if mean(x) > 0.0`), moves out too, over every step
+(`signs > 0.0`; `mean(xs)` over each step's axes `> 0.0`): the loop then takes its
 conditions as one more sequence, which a target whose memory is a device's reads to the
 host once a loop instead of once a step (control_flow.py), and the backward reads them as
 they are instead of from a tape.
@@ -93,7 +94,7 @@ def _reads_steps(op: Op, steps: dict[int, Value], inside: set[int]) -> bool:
 
 def _conditions(body: Block) -> set[int]:
     """The body's values read only to decide its branches: an `if`'s condition, and the
-    values of pointwise ops that only such values read."""
+    values of pointwise ops and reductions that only such values read."""
     uses = use_counts(body)
     deciding: dict[int, int] = {}  # value id -> its reads by branches' conditions
     for op in body.ops:
@@ -101,7 +102,7 @@ def _conditions(body: Block) -> set[int]:
             deciding[op.inputs[0].id] = deciding.get(op.inputs[0].id, 0) + 1
     only: set[int] = set()
     for op in reversed(body.ops):  # a value's readers come after it
-        if len(op.outputs) != 1 or not entry(op).elementwise:
+        if len(op.outputs) != 1 or not (entry(op).elementwise or entry(op).reduces):
             continue
         out = op.outputs[0]
         if deciding.get(out.id, 0) == uses.get(out.id, 0) > 0:
@@ -114,7 +115,7 @@ def _conditions(body: Block) -> set[int]:
 def _over_steps(op: Op, steps: dict[int, Value], products: set[int], conditions: set[int],
                 inside: set[int], b: Builder) -> Value | None:
     """`op` computed for every step at once (appended to `b`), or None where it stays."""
-    prim = entry(op)
+    prim, attrs = entry(op), op.attrs
     if prim.random or op.blocks or len(op.outputs) != 1:
         return None
     varying = [v for v in op.inputs if v.id in inside]
@@ -131,14 +132,16 @@ def _over_steps(op: Op, steps: dict[int, Value], products: set[int], conditions:
         if any(v.type.rank != out.type.rank for v in varying) or any(
                 v.type.rank > out.type.rank for v in op.inputs if v.id not in inside):
             return None  # broadcasting against the leading step dim would misalign
+    elif prim.reduces and out.id in conditions:  # `mean(x) > 0.0`: over each step's axes
+        attrs = {**attrs, "axes": tuple(a + 1 for a in attrs["axes"])}
     else:
         return None
     inputs = [steps.get(v.id, v) for v in op.inputs]
     count = steps[varying[0].id].type.shape[0]
     try:
-        types = prim.infer([v.type for v in inputs], op.attrs)
+        types = prim.infer([v.type for v in inputs], attrs)
     except ShapeError:
         return None
     if types != [out.type.with_shape((count,) + out.type.shape)]:
         return None
-    return b.emit(op.prim, inputs, op.attrs, out.hint)[0]
+    return b.emit(op.prim, inputs, attrs, out.hint)[0]
