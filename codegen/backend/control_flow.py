@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..ir.graph import IRError, Op, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel
-from ..ops.entry import entry
+from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
@@ -159,13 +159,9 @@ def _conditions_on_host(r, op: Op, steps: str, t: str) -> None:
     (for_hoist.py moves conditions computed from steps alone there): where the target
     reads a condition on the host by waiting for a device, the whole sequence is read at
     once before the loop, and step t's branch reads element t of that copy."""
-    body, n_seq = op.blocks[0], op.attrs["n_seq"]
-    sequence_of = {body.args[k].id: op.inputs[k] for k in range(n_seq)}
-    for o in body.ops:
-        cond = o.inputs[0] if entry(o).branches else None
-        if cond is None or cond.id not in sequence_of or cond.id in r.on_host:
+    for cond, seq in step_conditions(op):
+        if cond.id in r.on_host:
             continue
-        seq = sequence_of[cond.id]
         lay = r.layout(seq)
         if lay.is_const or lay.valid is not None:  # uniform, or a padded segment's steps
             continue
@@ -193,22 +189,22 @@ def early_conditions(block, external: set[int]) -> set[int]:
         if op is None or len(op.outputs) != 1 or op.blocks:
             return False
         if v.id not in known:
-            known[v.id] = False  # (no cycles in a block; a guard all the same)
             pointwise = entry(op).elementwise and not entry(op).random
-            constant = entry(op).uniform is not None and not op.inputs
-            known[v.id] = constant or (pointwise and all(given(x) for x in op.inputs))
+            known[v.id] = constant(op) or (pointwise and all(given(x) for x in op.inputs))
         return known[v.id]
-    out = set()
-    for op in block.ops:
-        steps = entry(op).steps  # a loop's sequences and its variables (a `for`'s)
-        if steps is None:
-            continue
-        sequence_of = {arg.id: seq for seq, arg in steps(op)}
-        for o in op.blocks[0].ops:
-            seq = sequence_of.get(o.inputs[0].id) if entry(o).branches else None
-            if seq is not None and seq.id not in external and given(seq):
-                out.add(seq.id)
-    return out
+    return {seq.id for op in block.ops for _, seq in step_conditions(op)
+            if seq.id not in external and given(seq)}
+
+
+def step_conditions(loop: Op) -> list[tuple]:
+    """(condition, sequence) for each branch of `loop`'s body whose condition is a step of
+    one of the loop's sequences; none for an op that is no loop over sequences."""
+    steps = entry(loop).steps  # a loop's sequences and its variables (a `for`'s)
+    if steps is None:
+        return []
+    sequence_of = {arg.id: seq for seq, arg in steps(loop)}
+    return [(o.inputs[0], sequence_of[o.inputs[0].id]) for o in loop.blocks[0].ops
+            if entry(o).branches and o.inputs[0].id in sequence_of]
 
 
 def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:

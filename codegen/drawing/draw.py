@@ -16,7 +16,7 @@ import graphviz
 from dsl.imports import STD_ROOT
 
 from ..ir.graph import Block, Graph, Op, Param, Value
-from ..ops.entry import entry
+from ..ops.entry import constant, entry
 from ..ops.structured.table import StructuredOp
 from . import labels
 from .boxes import Box
@@ -116,7 +116,7 @@ class Drawing:
         reads = [v for op in members for v in op.inputs]
         constants = [self.constant[v.id] for v in reads if v.id in self.constant]
         last = members[-1]
-        if _constant(last):  # zeros[B, H]: say which number fills it
+        if constant(last):  # zeros[B, H]: say which number fills it
             constants.append(entry(last).uniform(last))
         node = box.node(f"op {next(self.ids)}", label=labels.ops(members, constants),
                         tooltip=_where(last), **OP)
@@ -160,13 +160,8 @@ class Drawing:
         return edges
 
 
-def _constant(op: Op) -> bool:
-    """An op that fills its one output with a number known from the op alone."""
-    return entry(op).uniform is not None and not op.inputs and len(op.outputs) == 1
-
-
 def _scalar_constant(op: Op) -> bool:
-    return _constant(op) and op.outputs[0].type.rank == 0
+    return constant(op) and op.outputs[0].type.rank == 0
 
 
 def _where(op: Op) -> str:

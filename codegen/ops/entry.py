@@ -95,3 +95,9 @@ def entry(op: Op | str) -> OpEntry:
         return OPS[name]
     except KeyError:
         raise IRError(f"unknown op `{name}`") from None
+
+
+def constant(op: Op) -> bool:
+    """Whether `op` fills its one output with a number known from the op alone (`full`,
+    `zeros[B, H]`, a literal)."""
+    return entry(op).uniform is not None and not op.inputs and len(op.outputs) == 1

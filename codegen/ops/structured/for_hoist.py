@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ...ir.graph import Block, Op, Value, substitute, use_counts, walk_ops
 from ..builder import Builder
-from ..entry import entry
+from ..entry import constant, entry
 from ..primitives import ShapeError
 
 
@@ -62,7 +62,7 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
         inside.update(v.id for sub in op.blocks for v in sub.args)
     steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
     # the body's constants (`0.0` in `s > 0.0`): a moved op reads a copy made outside
-    constants = {op.outputs[0].id: op for op in body.ops if _constant(op)}
+    constants = {op.outputs[0].id: op for op in body.ops if constant(op)}
     products: set[int] = set()  # values that come from a moved product
     conditions = _conditions(body)
     moved, stay = [], []
@@ -80,11 +80,6 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
         products.add(op.outputs[0].id)
         moved.append((op.outputs[0], out))
     return moved, stay
-
-
-def _constant(op: Op) -> bool:
-    """Whether `op` makes a constant: every element one number, from no operand."""
-    return entry(op).uniform is not None and not op.inputs
 
 
 def _reads_steps(op: Op, steps: dict[int, Value], inside: set[int]) -> bool:
