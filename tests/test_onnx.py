@@ -199,6 +199,92 @@ def test_a_data_dependent_while_and_an_if_inside_a_for(tmp_path):
             assert rel_error(got[name], want[name]) < TOLERANCE, (scale, name)
 
 
+STATE_OVERWRITTEN = """
+model Overwritten() {
+  input x : f32[B, 3]
+  input y : f32[B, 3]
+  input tokens : i32[T, B]
+  param table : f32[4, 3] = normal(0, 1)
+  a = x + 2.0
+  while sum(a) < 1.0 {       # false at the start for most x: no trip
+    a = sigmoid(y)           # the body never reads the state it overwrites
+  }
+  h = zeros[B, 3]
+  for e in table[tokens] {
+    k = 0
+    while k < 1 and mean(h) > 10.0 {
+      h = tanh(y)
+      k = k + 1
+    }
+    h = 0.5 * h + 0.5 * tanh(e)
+  }
+  output a
+  output h
+}
+"""
+
+
+def openvino_model(path):
+    """The ONNX file compiled by OpenVINO's CPU plugin in f32 (skips where OpenVINO is
+    not installed; CI installs it)."""
+    openvino = pytest.importorskip("openvino")
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32"})
+    def run(inputs: dict) -> dict:
+        got = compiled({name: inputs[name] for i in compiled.inputs for name in i.names
+                        if name in inputs})
+        return {name: got[port] for port in compiled.outputs for name in port.names}
+    return run
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_a_loop_of_no_trips_keeps_a_state_its_body_only_overwrites(tmp_path, runtime):
+    """A `while` false at the start gives its state's value before it, also when its body
+    overwrites the state without reading it. OpenVINO 2026.4 dropped such a body input
+    and gave zeros (and, nested in a `for`, failed its shape inference); the export makes
+    every carried value read its input (OnnxGraph.carry)."""
+    path = tmp_path / "overwritten.mdl"
+    path.write_text(STATE_OVERWRITTEN)
+    graph = check_file(str(path)).graph
+    params = initial_values(graph, 0, np.float32)
+    out = export_onnx(path, tmp_path / "overwritten.onnx")
+    run = (lambda inputs: run_onnx(out, inputs)) if runtime == "onnxruntime" \
+        else openvino_model(out)
+    rng = np.random.default_rng(0)
+    for shift in (0.0, -9.0):  # no trip, then trips
+        inputs = {"x": (rng.standard_normal((3, 3)) + shift).astype(np.float32),
+                  "y": rng.standard_normal((3, 3)).astype(np.float32),
+                  "tokens": rng.integers(0, 4, (5, 3)).astype(np.int32)}
+        got = run(inputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (shift, name)
+
+
+def test_openvino_gives_each_call_its_own_logsumexp(tmp_path):
+    """A logsumexp of parameters beside values of the call's inputs: OpenVINO 2026.4 gave
+    the first call's result to every later call while the max's finiteness was tested
+    with IsInf, IsNaN, Or and Not; the export tests it as |max| < inf."""
+    path = tmp_path / "lse.mdl"
+    path.write_text("""
+model Lse() {
+  input xs : f32[T, B, 2]
+  x = sum(xs, axis = 0)
+  param p : f32[2, 2] = normal(0, 1)
+  output y = where(x >= -0.5, x, logsumexp(p, axis = 1) + sum(x[0]))
+}
+""")
+    graph = check_file(str(path)).graph
+    params = initial_values(graph, 0, np.float32)
+    run = openvino_model(export_onnx(path, tmp_path / "lse.onnx"))
+    rng = np.random.default_rng(1)
+    for steps, rows in [(4, 3), (6, 2), (4, 3)]:
+        inputs = {"xs": rng.standard_normal((steps, rows, 2)).astype(np.float32)}
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        assert rel_error(run(inputs)["y"], want["y"]) < TOLERANCE, (steps, rows)
+
+
 def test_edge_values_run_in_onnxruntime_as_in_the_module(tmp_path):
     """What tests/test_edge_values.py defines everywhere, in the exported graph too:
     i32(x) of NaN is 0 and of a float past i32 its nearer end (ONNX's Cast is undefined

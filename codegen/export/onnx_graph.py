@@ -14,7 +14,8 @@ What a rule (`extra["onnx"]` of an op's entry, codegen/ops/entry.py) may ask of 
 - `g.dtype(dtype)`: the ONNX element type of an mdl dtype (Cast's `to`);
 - `g.block(block, args) -> names`: a block's ops emitted here, its args bound to `args`;
 - `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)` and
-  `child.graph(outputs, types) -> GraphProto`: a nested graph for Loop or If;
+  `child.graph(outputs, types) -> GraphProto`: a nested graph for Loop or If
+  (`child.carry(trip, args, results)`: a Loop body's carried values, each reading its arg);
 - `g.fail(message)`: the op has no faithful ONNX form (raised as the op's error).
 """
 from __future__ import annotations
@@ -236,6 +237,23 @@ class OnnxGraph:
             names.append(n)
         return child, names
 
+    def carry(self, trip: str, args: list[str], results: list[str]) -> list[str]:
+        """A Loop body's new values of its carried `args` (this graph's inputs): `results`,
+        except that one whose arg the body never reads becomes `Where(trip < 0, arg,
+        result)`, never taken (`trip` counts from 0) but reading it. OpenVINO (2026.4, CPU)
+        drops a body input nobody reads, and the initial value with it: a Loop of no trips
+        then gives zeros for that value, or fails its shape inference, where ONNX gives
+        the initial value (a `while` whose body overwrites its state, its condition false
+        at the start)."""
+        read = _reads(self.nodes)
+        out = []
+        for arg, result in zip(args, results, strict=True):
+            if arg not in read and arg != result:
+                never = self._at(trip, "Less", trip, self.const(0, "i64"))
+                result = self._at(result, "Where", never, arg, result)
+            out.append(result)
+        return out
+
     def graph(self, outputs: list[str], types: list) -> Any:
         """This subgraph as a GraphProto with `outputs`, of the TensorTypes `types` (rank
         given, sizes left unknown): each one a value made by this graph's own nodes, once
@@ -250,6 +268,18 @@ class OnnxGraph:
             infos.append(helper.make_tensor_value_info(name, element(t.dtype),
                                                        [None] * t.rank))
         return helper.make_graph(self.nodes, self.name, self.inputs, infos)
+
+
+def _reads(nodes) -> set[str]:
+    """The names `nodes` read, in the graphs nested in them too (ONNX's outer-scope
+    references)."""
+    out: set[str] = set()
+    for node in nodes:
+        out.update(node.input)
+        for a in node.attribute:
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                out |= _reads(g.node) | {o.name for o in g.output}
+    return out
 
 
 def _number(array: np.ndarray) -> str:

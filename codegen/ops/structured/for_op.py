@@ -329,6 +329,7 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
         if op.attrs["reversed"] else i
     slices = [sub.op("Gather", s, t, axis=0) for s in seqs]
     results = sub.block(body, slices + state_args)
+    results[:n_state] = sub.carry(i, state_args, results[:n_state])
     outs = g.ops("Loop", [trips, g.const(True, "bool"), *states], len(op.outputs),
                  body=sub.graph([cond, *results], [BOOL] + [v.type for v in body.results]))
     if op.attrs["reversed"]:

@@ -80,10 +80,11 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
         g.fail("a `while` that keeps tapes is part of a gradient program")
     cond, body = op.blocks
     first, = g.block(cond, xs)
-    sub, (_, _, *states) = g.subgraph("while", [("i", "i64", 0), ("cond", "bool", 0)] + [
+    sub, (trip, _, *states) = g.subgraph("while", [("i", "i64", 0), ("cond", "bool", 0)] + [
         (v.hint or "state", v.type.dtype, v.type.rank) for v in body.args])
     new = sub.block(body, states)
     again, = sub.block(cond, new)
+    new = sub.carry(trip, states, new)
     body_graph = sub.graph([again, *new], [BOOL] + [v.type for v in op.inputs])
     return g.ops("Loop", ["", first, *xs], len(op.outputs), body=body_graph)
 
