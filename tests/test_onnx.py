@@ -262,22 +262,50 @@ def test_a_loop_of_no_trips_keeps_a_state_its_body_only_overwrites(tmp_path, run
             assert rel_error(got[name], want[name]) < TOLERANCE, (shift, name)
 
 
-def test_openvino_gives_each_call_its_own_logsumexp(tmp_path):
-    """A logsumexp of parameters beside values of the call's inputs: OpenVINO 2026.4 gave
-    the first call's result to every later call while the max's finiteness was tested
-    with IsInf, IsNaN, Or and Not; the export tests it as |max| < inf."""
-    path = tmp_path / "lse.mdl"
-    path.write_text("""
-model Lse() {
-  input xs : f32[T, B, 2]
-  x = sum(xs, axis = 0)
-  param p : f32[2, 2] = normal(0, 1)
-  output y = where(x >= -0.5, x, logsumexp(p, axis = 1) + sum(x[0]))
+BESIDE_INPUTS = {  # a value of parameters only, added to one of the call's inputs
+    "logsumexp": "sum(logsumexp(p, axis = 1))",
+    "i32": "mean(f32(i32(q * 100.0)))",
+    "topk": "mean(best)",
+    "argmax": "f32(argmax(q))",
 }
+
+
+def beside_inputs(tmp_path, construct: str):
+    path = tmp_path / f"{construct}.mdl"
+    path.write_text(f"""
+model Beside() {{
+  input xs : f32[T, B, 2]
+  param p : f32[2, 2] = normal(0, 1)
+  param q : f32[6] = normal(0, 1)
+  best, at = topk(q, 3)
+  output y = {BESIDE_INPUTS[construct]} + mean(xs)
+}}
 """)
+    return path, export_onnx(path, tmp_path / f"{construct}.onnx")
+
+
+@pytest.mark.parametrize("construct", list(BESIDE_INPUTS))
+def test_no_isnan_isinf_or_gather_in_a_graph(tmp_path, construct):
+    """OpenVINO 2026.4 computed ONNX's IsNaN, IsInf and GatherElements of a parameter once
+    and gave later calls another value's memory in their place (a sum of IsNaN(p) plus
+    one of the input came out as the last call's result plus the input's). logsumexp,
+    i32(x), topk and argmax test NaN and infinity with Equal and Abs, and an f32's topk
+    maps its keys back to its values."""
+    _, out = beside_inputs(tmp_path, construct)
+    kinds = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "Equal" in kinds or "Less" in kinds
+    assert not kinds & {"IsNaN", "IsInf", "GatherElements"}
+
+
+@pytest.mark.parametrize("construct", list(BESIDE_INPUTS))
+def test_openvino_gives_each_call_its_own_values(tmp_path, construct):
+    """Three calls in turn in one compiled model. With IsNaN, IsInf, GatherElements or a
+    cast through f64 in the graph, the calls after the first came out as the call
+    before's result plus their own input's mean."""
+    path, out = beside_inputs(tmp_path, construct)
     graph = check_file(str(path)).graph
     params = initial_values(graph, 0, np.float32)
-    run = openvino_model(export_onnx(path, tmp_path / "lse.onnx"))
+    run = openvino_model(out)
     rng = np.random.default_rng(1)
     for steps, rows in [(4, 3), (6, 2), (4, 3)]:
         inputs = {"xs": rng.standard_normal((steps, rows, 2)).astype(np.float32)}

@@ -12,6 +12,7 @@ What a rule (`extra["onnx"]` of an op's entry, codegen/ops/entry.py) may ask of 
   the model's inputs, specialized dims folded); `g.dims(shape)`: int64[rank];
   `g.scalar(d)`: int64[]; `g.size(x, axis)`: int64[1], the size of a tensor's axis;
 - `g.dtype(dtype)`: the ONNX element type of an mdl dtype (Cast's `to`);
+- `g.isnan(x)`: true where x is NaN (ONNX's IsNaN and IsInf are not used: `isnan`);
 - `g.block(block, args) -> names`: a block's ops emitted here, its args bound to `args`;
 - `g.subgraph(name, [(hint, dtype, rank)]) -> (child, arg names)` and
   `child.graph(outputs, types) -> GraphProto`: a nested graph for Loop or If
@@ -125,6 +126,12 @@ class OnnxGraph:
 
     def op(self, op_type: str, *inputs: str, **attrs) -> str:
         return self.ops(op_type, list(inputs), 1, **attrs)[0]
+
+    def isnan(self, x: str) -> str:
+        """True where `x` is NaN, as `x != x`. Not ONNX's IsNaN or IsInf: OpenVINO 2026.4
+        (CPU) computes those of a constant (a parameter's) once and gives a later call
+        another value's memory in their place."""
+        return self.op("Not", self.op("Equal", x, x))
 
     def fail(self, message: str):
         raise NoOnnx(message)

@@ -269,16 +269,24 @@ def _cast_ref(ctx, attrs, x):
 
 
 def _cast_onnx(g, op, xs):
-    """ONNX's Cast is undefined past the target type, so a float to i32 goes through
-    f64, where i32's ends are exact: NaN to 0, clipped, then cast (as mdl::to_i32)."""
+    """ONNX's Cast is undefined past the target type, so a float to i32 is made exact
+    first, as mdl::to_i32: NaN to 0, then clipped to i32's ends. An f64 is clipped where
+    it is; an f32 stays f32 (TensorRT has no f64, and OpenVINO 2026.4 left a cast of
+    parameters through f64 to a later call's memory): clipped below 2^31 to the largest
+    f32 there, with values from 2^31 up made i32's largest."""
     x, = xs
-    dtype = op.attrs["dtype"]
+    dtype, src = op.attrs["dtype"], op.inputs[0].type.dtype
     if not (dtype == "i32" and op.inputs[0].type.is_float):
         return g.op("Cast", x, to=g.dtype(dtype))
-    wide = g.op("Cast", x, to=g.dtype("f64"))
-    wide = g.op("Where", g.op("IsNaN", wide), g.const(0.0, "f64"), wide)
-    wide = g.op("Clip", wide, g.const(I32[0], "f64"), g.const(I32[1], "f64"))
-    return g.op("Cast", wide, to=g.dtype("i32"))
+    zeroed = g.op("Where", g.isnan(x), g.const(0.0, src), x)
+    top = float(np.nextafter(np.float32(2.0 ** 31), np.float32(0))) if src == "f32" \
+        else float(I32[1])
+    clipped = g.op("Clip", zeroed, g.const(I32[0], src), g.const(top, src))
+    out = g.op("Cast", clipped, to=g.dtype("i32"))
+    if src == "f64":
+        return out
+    past = g.op("GreaterOrEqual", x, g.const(2.0 ** 31, src))
+    return g.op("Where", past, g.const(I32[1], "i32"), out)
 
 
 @primitive("cast", 1, elementwise=True, grad=_cast_grad, ref=_cast_ref,

@@ -155,7 +155,7 @@ def _logsumexp_onnx(g, op, xs):
     x, = xs
     axes = g.ints(op.attrs["axes"])
     m = g.op("ReduceMax", x, axes, keepdims=1)
-    finite = g.op("Less", g.op("Abs", m), g.const(np.inf, op.inputs[0].type.dtype))  # NaN: no
+    finite = g.op("Less", g.op("Abs", m), g.const(np.inf, op.inputs[0].type.dtype))  # not NaN
     m = g.op("Where", finite, m, g.const(0, op.inputs[0].type.dtype))
     total = g.op("ReduceSum", g.op("Exp", g.op("Sub", x, m)), axes, keepdims=1)
     out = g.op("Add", g.op("Log", total), m)
@@ -246,12 +246,12 @@ def _argmax_ref(ctx, attrs, x):
 
 def _argmax_onnx(g, op, xs):
     """ArgMax, cast to i32. onnxruntime's passes over a NaN, so for floats a row holding
-    one takes the ArgMax of IsNaN instead: its first NaN, as NumPy and the targets."""
+    one takes the ArgMax of `isnan` instead: its first NaN, as NumPy and the targets."""
     x, = xs
     axis = op.attrs["axis"]
     largest = g.op("ArgMax", x, axis=axis, keepdims=0)
     if op.inputs[0].type.is_float:
-        nan = g.op("Cast", g.op("IsNaN", x), to=g.dtype("i32"))
+        nan = g.op("Cast", g.isnan(x), to=g.dtype("i32"))
         any_nan = g.op("Cast", g.op("ReduceMax", nan, g.ints([axis]), keepdims=0),
                        to=g.dtype("bool"))
         largest = g.op("Where", any_nan, g.op("ArgMax", nan, axis=axis, keepdims=0), largest)
@@ -296,20 +296,30 @@ def _topk_grad(b, op, cts):
 
 def _topk_onnx(g, op, xs):
     """TopK (largest first; equal keys lower index first) of keys that order as the
-    reference does, then the values gathered from the input, the indices cast to i32. A
-    float's key is its value in f64 with +inf made f64's largest number and a NaN +inf, so
-    that every NaN comes first, then +inf. (Of f64 values, a row holding both +inf and
-    f64's largest number may order the two by index instead.)"""
+    reference does, the indices cast to i32. A float's key is its value in f64 with +inf
+    made f64's largest number and a NaN +inf, so that every NaN comes first, then +inf.
+    An f32's values are its keys mapped back (exact: no f32 is f64's largest number);
+    an f64's are gathered from the input, since its largest number may be a value (and a
+    row holding both it and +inf may order the two by index). OpenVINO 2026.4 left a
+    GatherElements of parameters to a later call's memory."""
     x, = xs
     axis, k = op.attrs["axis"], op.attrs["k"]
+    dtype = op.inputs[0].type.dtype
     keys = x
     if op.inputs[0].type.is_float:
         wide = g.op("Cast", x, to=g.dtype("f64"))
-        finite = g.op("Where", g.op("IsInf", x, detect_negative=0),
-                      g.const(np.finfo(np.float64).max, "f64"), wide)
-        keys = g.op("Where", g.op("IsNaN", x), g.const(np.inf, "f64"), finite)
-    _, indices = g.ops("TopK", [keys, g.ints([k])], 2, axis=axis, largest=1, sorted=1)
-    values = g.op("GatherElements", x, indices, axis=axis)
+        inf = g.op("Equal", x, g.const(np.inf, dtype))
+        finite = g.op("Where", inf, g.const(np.finfo(np.float64).max, "f64"), wide)
+        keys = g.op("Where", g.isnan(x), g.const(np.inf, "f64"), finite)
+    top, indices = g.ops("TopK", [keys, g.ints([k])], 2, axis=axis, largest=1, sorted=1)
+    if dtype == "f32":
+        back = g.op("Where", g.op("Equal", top, g.const(np.finfo(np.float64).max, "f64")),
+                    g.const(np.inf, "f64"), top)
+        back = g.op("Where", g.op("Equal", top, g.const(np.inf, "f64")),
+                    g.const(np.nan, "f64"), back)
+        values = g.op("Cast", back, to=g.dtype("f32"))
+    else:
+        values = g.op("GatherElements", x, indices, axis=axis)
     return [values, g.op("Cast", indices, to=g.dtype("i32"))]
 
 
