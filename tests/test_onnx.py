@@ -503,24 +503,12 @@ FUZZ = [(seed, i, "small") for seed in range(10) for i in range(12)] + [
 def test_random_programs_run_in_onnxruntime_like_the_reference(tmp_path, seed, index, size):
     """The fuzzer's random programs (tests/fuzz_generate.py: every construct and
     primitive the language has, loops with lengths, reversed, nested, with ifs and
-    whiles) exported in f64 and run by onnxruntime at two sizes, against the reference."""
-    from fuzz_compare import case_dims, case_inputs, differences, stream
+    whiles) exported in f64 and run by onnxruntime at two sizes, against the reference
+    (tests/fuzz_onnx.py runs more, and in OpenVINO)."""
     from fuzz_generate import generate
+    from fuzz_onnx import run_program
     from fuzz_source import module_source
 
     program = generate(seed, index, size)
-    path = tmp_path / "fuzz.mdl"
-    path.write_text(module_source([program]))
-    graph = check_file(str(path), model=program.name, dtype="f64").graph
-    params = {name: 0.5 * stream(program.seed, "param", name).standard_normal(
-        [d.value for d in p.value.type.shape]) for name, p in graph.params.items()}
-    out = export_onnx(path, tmp_path / "fuzz.onnx", model=program.name, params=params,
-                      dtype="f64")
-    for case in case_dims(program.seed):
-        inputs = case_inputs(graph, case, program.lengths, program.seed)
-        want = reference.run(graph, inputs, params)
-        if not all(np.all(np.isfinite(a)) for a in want.values()):
-            continue  # outside the program's domain (a log of a negative): nothing to say
-        got = run_onnx(out, inputs)
-        assert not differences(got, want), (case, differences(got, want),
-                                            module_source([program]))
+    failures = run_program(program, tmp_path, "onnxruntime", "f64")
+    assert not failures, (failures, module_source([program]))
