@@ -1,14 +1,15 @@
-"""The char LM's forward in onnxruntime against the native module, side by side in one
-process (docs/onnx.md's speed row):
+"""The char LM's forward in onnxruntime (and OpenVINO) against the native module, side by
+side in one process (docs/onnx.md's speed rows):
 
     python -m benchmarks.onnx_charlm [--reps 30] [--threads 2] [--hidden 256] [--seq 35]
+                                     [--openvino]
 
 For each batch size (1 and 32), the model of examples/charlm.mdl exported by
 `codegen.export_onnx` with the native model's own parameters runs the same inputs as the
-native module's `forward` (`training` off), the two timed in alternation (a pause before
-each turn, so that neither finds the other's threads still spinning); the medians and
-their ratio are printed as a Markdown table, with the CPU's name. Needs onnx and
-onnxruntime."""
+native module's `forward` (`training` off), the runtimes timed in turn (a pause before
+each turn, so that none finds another's threads still spinning); the medians and their
+ratios to mdl's are printed as a Markdown table, with the CPU's name. Needs onnx and
+onnxruntime; `--openvino` adds OpenVINO's CPU plugin (f32, one stream, latency hint)."""
 from __future__ import annotations
 
 import argparse
@@ -37,56 +38,93 @@ def timed(run, reps: int, calls: int) -> list[float]:
     return out
 
 
+def onnx_runtime(path: Path, threads: int):
+    """feeds -> a run of the file in onnxruntime returning {output name: array}."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # threads that spin between calls would take the cores from the others' turns
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(path), options,
+                                           providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: lambda: dict(zip(names, session.run(None, feeds)))
+
+
+def openvino_runtime(path: Path, threads: int):
+    """feeds -> a run of the file compiled by OpenVINO's CPU plugin, in f32 (on a CPU with
+    bf16 instructions it would compute in bf16), one stream of `threads` threads."""
+    import openvino
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads)})
+    request = compiled.create_infer_request()
+    ports = {name: port for port in compiled.outputs for name in port.names}
+    def make(feeds):
+        def run():
+            got = request.infer(feeds)
+            return {name: got[port] for name, port in ports.items()}
+        return run
+    return make
+
+
+def versions(openvino: bool) -> str:
+    out = [f"onnxruntime {onnxruntime.__version__}"]
+    if openvino:
+        import openvino as ov
+        out.append(f"OpenVINO {ov.__version__.split('-')[0]}")
+    return "; ".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--threads", type=int, default=2, help="threads of both")
+    ap.add_argument("--threads", type=int, default=2, help="threads of each")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--seq", type=int, default=35)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--openvino", action="store_true", help="time OpenVINO too")
     args = ap.parse_args()
 
     module = load(CHARLM, defines={"H": args.hidden}, name=f"charlm_bench_h{args.hidden}")
     module.set_num_threads(args.threads)
     model = module.CharLM(seed=0)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
-    # threads that spin between calls would take the cores from the native module's turn
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = export_onnx(CHARLM, Path(tmp) / "charlm.onnx", model="CharLM",
                            defines={"H": args.hidden}, params=model)
-        session = onnxruntime.InferenceSession(str(path), options,
-                                               providers=["CPUExecutionProvider"])
+        runtimes = {"onnxruntime": onnx_runtime(path, args.threads)}
+        if args.openvino:
+            runtimes["OpenVINO"] = openvino_runtime(path, args.threads)
         for batch in args.batches:
             rng = np.random.default_rng(batch)
             tokens = rng.integers(0, 96, (args.seq + 1, batch)).astype(np.int32)
             feeds = {"tokens": tokens[:-1], "targets": tokens[1:],
                      "lengths": np.full(batch, args.seq, np.int32)}
-            native = lambda: model.forward(**feeds)  # noqa: E731
-            ort = lambda: session.run(None, feeds)  # noqa: E731
-            got = dict(zip([o.name for o in session.get_outputs()], ort()))
-            want = native()
-            error = float(np.abs(got["logits"] - want["logits"]).max()
-                          / np.abs(want["logits"]).max())
+            runs = {"mdl": lambda: model.forward(**feeds)}
+            runs.update((name, make(feeds)) for name, make in runtimes.items())
+            want = runs["mdl"]()["logits"]
+            errors = [float(np.abs(np.asarray(runs[name]()["logits"]) - want).max()
+                            / np.abs(want).max()) for name in runtimes]
             calls = max(1, 64 // batch)
-            for run in (native, ort):  # warm both
+            for run in runs.values():  # warm each
                 timed(run, 3, calls)
-            mdl_ms, ort_ms = [], []
-            for _ in range(args.reps):  # alternate, so that both see the same machine
-                for run, times in ((native, mdl_ms), (ort, ort_ms)):
-                    time.sleep(0.3)  # the other's idle threads stop spinning first
-                    times += timed(run, 1, calls)
-            rows.append((batch, float(np.median(mdl_ms)), float(np.median(ort_ms)), error))
-    print(f"CPU: {describe()}, {args.threads} threads; onnxruntime "
-          f"{onnxruntime.__version__}; CharLM forward, T={args.seq}, H={args.hidden}, V=96, "
-          f"E=32 (median of {args.reps})\n")
-    print("| B | mdl native | onnxruntime | onnxruntime / mdl | max logits difference |")
-    print("| --- | --- | --- | --- | --- |")
-    for batch, mdl, ort, error in rows:
-        print(f"| {batch} | {mdl:.3f} ms | {ort:.3f} ms | {ort / mdl:.2f}x | {error:.1e} |")
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(args.reps):  # in turn, so that all see the same machine
+                for name, run in runs.items():
+                    time.sleep(0.3)  # the others' idle threads stop spinning first
+                    times[name] += timed(run, 1, calls)
+            rows.append((batch, {n: float(np.median(t)) for n, t in times.items()},
+                         max(errors)))
+    print(f"CPU: {describe()}, {args.threads} threads; {versions(args.openvino)}; CharLM "
+          f"forward, T={args.seq}, H={args.hidden}, V=96, E=32 (median of {args.reps})\n")
+    print("| B | mdl native | " + " | ".join(f"{n} | {n} / mdl" for n in runtimes)
+          + " | max logits difference |")
+    print("| --- " * (3 + 2 * len(runtimes)) + "|")
+    for batch, ms, error in rows:
+        cells = " | ".join(f"{ms[n]:.3f} ms | {ms[n] / ms['mdl']:.2f}x" for n in runtimes)
+        print(f"| {batch} | {ms['mdl']:.3f} ms | {cells} | {error:.1e} |")
 
 
 if __name__ == "__main__":
