@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -366,3 +367,21 @@ def test_the_gpu_profile_without_a_gpu_says_so():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert "no GPU that PyTorch can use" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_onnx_speed_rows_run_and_agree():
+    """benchmarks.onnx_charlm (docs/onnx.md's speed rows), tiny: its table has a row per
+    batch, a ratio per runtime, and the logits of every runtime agree with mdl's."""
+    pytest.importorskip("onnxruntime")
+    args = ["--reps", "1", "--hidden", "8", "--seq", "3", "--batches", "1", "2"]
+    if importlib.util.find_spec("openvino") is not None:
+        args.append("--openvino")
+    done = subprocess.run([sys.executable, "-m", "benchmarks.onnx_charlm", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == (7 if "--openvino" in args else 5)
+        assert float(cells[-1]) < 1e-5  # the largest logits difference
