@@ -1,12 +1,12 @@
 """The differential fuzzer's programs (tests/fuzz_generate.py) exported to ONNX and run by
-onnxruntime or OpenVINO (its CPU plugin, f32 asked for), against the reference
-interpreter. Each program is exported and compiled once, and its two cases
-(fuzz_compare.case_dims) run in turn on that one compiled model, as an application calls
-a deployed model: OpenVINO has given a later call an earlier call's values (docs/onnx.md,
-"OpenVINO on random programs").
+onnxruntime, OpenVINO (its CPU plugin, f32 asked for) or onnx's reference evaluator (the
+ONNX spec in NumPy), against mdl's reference interpreter. Each program is exported and
+compiled once, and its two cases (fuzz_compare.case_dims) run in turn on that one
+compiled model, as an application calls a deployed model: OpenVINO has given a later
+call an earlier call's values (docs/onnx.md, "OpenVINO on random programs").
 
-    python3 tests/fuzz_onnx.py --seeds 0-9 [--runtime openvino] [--dtype f32] [--narrow]
-                               [--size large] [--keep DIR]
+    python3 tests/fuzz_onnx.py --seeds 0-9 [--runtime openvino|onnx-reference] [--dtype f64]
+                               [--narrow] [--size large] [--keep DIR]
 
 prints each failing program's name and what differs, then a summary; exit status 1 when a
 program fails. `--narrow` keeps the i32 inputs within ±1000 (OpenVINO computes i32 Div,
@@ -41,6 +41,14 @@ def session(path: Path, runtime: str):
         names = [o.name for o in s.get_outputs()]
         return lambda inputs: dict(zip(names, s.run(None, {
             k: np.asarray(v) for k, v in inputs.items() if k in wanted})))
+    if runtime == "onnx-reference":
+        import onnx
+        model = onnx.load(str(path))
+        evaluator = reference_evaluator(model)
+        wanted = {i.name for i in model.graph.input}
+        names = [o.name for o in model.graph.output]
+        return lambda inputs: dict(zip(names, evaluator.run(None, {
+            k: np.asarray(v) for k, v in inputs.items() if k in wanted})))
     import openvino
     core = openvino.Core()
     compiled = core.compile_model(core.read_model(str(path)), "CPU",
@@ -50,6 +58,35 @@ def session(path: Path, runtime: str):
                         for name in i.names if name in inputs})
         return {name: got[port] for port in compiled.outputs for name in port.names}
     return run
+
+
+def reference_evaluator(model):
+    """onnx's reference evaluator for `model`, its `Loop` stacking the scan outputs along
+    a new first axis, as onnxruntime and OpenVINO do and mdl's export expects.
+    onnx's own concatenates them along their first axis, as the words of ONNX's Loop say
+    (its pseudocode accumulates them instead: onnx/onnx#3122)."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.ops import op_loop
+
+    class Stacking:  # numpy, with vstack stacking
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def vstack(values):
+            return np.stack(values)
+
+    class Loop(op_loop.Loop):
+        op_domain = ""
+
+        def _run(self, *args, **kwargs):
+            saved, op_loop.np = op_loop.np, Stacking()  # a Loop nested in it too
+            try:
+                return super()._run(*args, **kwargs)
+            finally:
+                op_loop.np = saved
+
+    return ReferenceEvaluator(model, new_ops=[Loop])
 
 
 def run_program(program: Program, folder: Path, runtime: str = "onnxruntime",
@@ -97,7 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=seeds, default=seeds("0-9"))
     ap.add_argument("--programs", type=int, default=12, help="programs a seed")
     ap.add_argument("--size", choices=["small", "large"], default="small")
-    ap.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime")
+    ap.add_argument("--runtime", choices=["onnxruntime", "openvino", "onnx-reference"],
+                    default="onnxruntime")
     ap.add_argument("--dtype", choices=["f64", "f32"], default="f32")
     ap.add_argument("--narrow", action="store_true",
                     help=f"i32 inputs within ±{NARROW}")

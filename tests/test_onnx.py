@@ -1,8 +1,9 @@
 """Export to ONNX (codegen/export/): every example model and every std-library cell, run by
 onnxruntime at two sequence lengths from one export, with uneven lengths, matches the
-reference interpreter and the native module (and, where it is installed, every example in
-OpenVINO matches the reference); the initial values match Model(seed=0)'s;
-the graph passes onnx's full check; errors name what is wrong."""
+reference interpreter and the native module (and every example in onnx's reference
+evaluator and, where it is installed, in OpenVINO matches the reference); the initial
+values match Model(seed=0)'s; the graph passes onnx's full check; errors name what is
+wrong."""
 from __future__ import annotations
 
 import re
@@ -110,6 +111,27 @@ def test_example_runs_in_openvino_like_the_reference(tmp_path, file, model):
         for port in compiled.outputs:
             name, = (n for n in port.names if n in graph.outputs)
             assert rel_error(got[port], want[name]) < TOLERANCE, (steps, name)
+
+
+@pytest.mark.parametrize("file,model", MODELS)
+def test_example_runs_in_the_onnx_reference_evaluator_like_the_reference(tmp_path, file, model):
+    """A third runtime: onnx's own reference evaluator, the ONNX spec written in NumPy
+    (its Loop's scan outputs stacked, as the runtimes stack them: tests/fuzz_onnx.py)."""
+    from fuzz_onnx import reference_evaluator
+    path = EXAMPLES / file
+    graph = check_file(str(path), model=model).graph
+    params = initial_values(graph, 0, np.float32)
+    exported = onnx.load(str(export_onnx(path, tmp_path / "m.onnx", model=model)))
+    evaluator = reference_evaluator(exported)
+    names = [o.name for o in exported.graph.output]
+    for steps in (5, 2):
+        inputs = inputs_for(graph, {"T": steps, "B": 3, "S": 4}, seed=steps)
+        with np.errstate(divide="ignore", invalid="ignore"):  # log(0) and where()s untaken side
+            got = dict(zip(names, evaluator.run(None, {k: np.asarray(inputs[k])
+                                                       for k in graph.inputs})))
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
 
 
 @pytest.mark.parametrize("file,model", MODELS)

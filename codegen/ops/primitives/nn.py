@@ -67,9 +67,13 @@ def _cross_entropy_onnx(g, op, xs):
         real = _steps_real_onnx(g, targets, lengths[0])
         targets = g.op("Where", real, targets, g.const(0, "i32"))
     log_probs = g.op("LogSoftmax", logits, axis=-1)
-    last = g.ints([-1])
-    picked = g.op("Squeeze", g.op("GatherElements", log_probs,
-                                  g.op("Unsqueeze", targets, last), axis=-1), last)
+    # picked from rows of C (onnx's reference evaluator gathers from more than 64 classes
+    # only so, and mistakes a negative axis)
+    rank = op.inputs[0].type.rank
+    rows = g.op("Reshape", log_probs, g.op("Concat", g.ints([-1]),
+                                           g.op("Shape", logits, start=rank - 1), axis=0))
+    picked = g.op("GatherElements", rows, g.op("Reshape", targets, g.ints([-1, 1])), axis=1)
+    picked = g.op("Reshape", picked, g.op("Shape", targets))
     if lengths:
         weight = g.op("Cast", real, to=g.dtype(dtype))
         total = g.op("ReduceSum", g.op("Mul", picked, weight), keepdims=0)
