@@ -13,6 +13,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from fuzz_generate import generate
+from fuzz_onnx import reference_evaluator, run_program
+from fuzz_source import module_source
 from test_topk import SOURCE as TOPK_SOURCE
 from test_topk import edge_rows
 
@@ -117,7 +120,6 @@ def test_example_runs_in_openvino_like_the_reference(tmp_path, file, model):
 def test_example_runs_in_the_onnx_reference_evaluator_like_the_reference(tmp_path, file, model):
     """A third runtime: onnx's own reference evaluator, the ONNX spec written in NumPy
     (its Loop's scan outputs stacked, as the runtimes stack them: tests/fuzz_onnx.py)."""
-    from fuzz_onnx import reference_evaluator
     path = EXAMPLES / file
     graph = check_file(str(path), model=model).graph
     params = initial_values(graph, 0, np.float32)
@@ -526,11 +528,17 @@ def test_random_programs_run_in_onnxruntime_like_the_reference(tmp_path, seed, i
     """The fuzzer's random programs (tests/fuzz_generate.py: every construct and
     primitive the language has, loops with lengths, reversed, nested, with ifs and
     whiles) exported in f64 and run by onnxruntime at two sizes, against the reference
-    (tests/fuzz_onnx.py runs more, and in OpenVINO)."""
-    from fuzz_generate import generate
-    from fuzz_onnx import run_program
-    from fuzz_source import module_source
-
+    (tests/fuzz_onnx.py runs more, and in other runtimes)."""
     program = generate(seed, index, size)
     failures = run_program(program, tmp_path, "onnxruntime", "f64")
+    assert not failures, (failures, module_source([program]))
+
+
+@pytest.mark.parametrize("seed,index", [(seed, i) for seed in range(4) for i in range(12)])
+def test_random_programs_run_in_the_onnx_reference_evaluator_like_the_reference(
+        tmp_path, seed, index):
+    """The same in onnx's reference evaluator, which reads the spec more strictly than
+    onnxruntime (a negative GatherElements axis, more than 64 classes: docs/onnx.md)."""
+    program = generate(seed, index, "small")
+    failures = run_program(program, tmp_path, "onnx-reference", "f64")
     assert not failures, (failures, module_source([program]))
