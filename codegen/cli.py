@@ -68,7 +68,9 @@ EXAMPLES = {
                "mdlc export examples/charlm.mdl --model CharLMStep -D H=128 "
                "--params runs/charlm/checkpoint.npz --onnx step.onnx",
                "mdlc export examples/charlm.mdl --model CharLM --outputs logits "
-               "--specialize B=1 --onnx charlm-b1.onnx"],
+               "--specialize B=1 --onnx charlm-b1.onnx",
+               "mdlc export examples/charlm.mdl --model CharLM --onnx charlm.onnx "
+               "--verify onnxruntime openvino"],
     "bench": ["mdlc bench --skip-compile --reps 5",
               "mdlc bench --only lstm generation --threads 1 --out bench-1t",
               "mdlc bench --quick",
@@ -125,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
                         help="the outputs to compute (default: all)")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
+    export.add_argument("--verify", nargs="*", metavar="RUNTIME",
+                        help="run the file written in these runtimes (onnxruntime, the "
+                        "default; openvino; onnx-reference) on random inputs against mdl's "
+                        "reference; exit status 1 if one differs")
     bench = command("bench", "time compiled models against PyTorch and JAX, side by side "
                     "(the suite in benchmarks/ of a source checkout)")
     bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
@@ -359,13 +365,19 @@ def cmd_gradcheck(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_onnx
-    out = export_onnx(args.file, args.onnx, model=args.model, params=args.params,
-                      defines=dict(args.defines), specialize=args.specialize,
-                      opset=args.opset, outputs=args.outputs, dtype=args.dtype,
-                      seed=args.seed)
+    from .export import export_onnx, verify_onnx
+    from .export.verify import known_runtimes
+    known_runtimes(args.verify or [], args.dtype)  # before writing anything
+    common = dict(model=args.model, params=args.params, defines=dict(args.defines),
+                  specialize=args.specialize, dtype=args.dtype, seed=args.seed)
+    out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs, **common)
     print(out)
-    return 0
+    if args.verify is None:
+        return 0
+    verdicts = verify_onnx(args.file, out, runtimes=args.verify or ["onnxruntime"], **common)
+    for verdict in verdicts:
+        print(verdict)
+    return 0 if all(v.agrees for v in verdicts) else 1
 
 
 def cmd_bench(args) -> int:

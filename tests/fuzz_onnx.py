@@ -26,67 +26,11 @@ from fuzz_generate import generate
 from fuzz_source import Program, module_source
 
 from codegen.export import export_onnx
+from codegen.export.verify import session
 from codegen.reference import interpreter as reference
 from dsl import check_file
 
 NARROW = 1000
-
-
-def session(path: Path, runtime: str):
-    """A function from inputs to {output name: array} for the ONNX file at `path`."""
-    if runtime == "onnxruntime":
-        import onnxruntime as ort
-        s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        wanted = {i.name for i in s.get_inputs()}
-        names = [o.name for o in s.get_outputs()]
-        return lambda inputs: dict(zip(names, s.run(None, {
-            k: np.asarray(v) for k, v in inputs.items() if k in wanted})))
-    if runtime == "onnx-reference":
-        import onnx
-        model = onnx.load(str(path))
-        evaluator = reference_evaluator(model)
-        wanted = {i.name for i in model.graph.input}
-        names = [o.name for o in model.graph.output]
-        return lambda inputs: dict(zip(names, evaluator.run(None, {
-            k: np.asarray(v) for k, v in inputs.items() if k in wanted})))
-    import openvino
-    core = openvino.Core()
-    compiled = core.compile_model(core.read_model(str(path)), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "f32"})
-    def run(inputs):
-        got = compiled({name: np.asarray(inputs[name]) for i in compiled.inputs
-                        for name in i.names if name in inputs})
-        return {name: got[port] for port in compiled.outputs for name in port.names}
-    return run
-
-
-def reference_evaluator(model):
-    """onnx's reference evaluator for `model`, its `Loop` stacking the scan outputs along
-    a new first axis, as onnxruntime and OpenVINO do and mdl's export expects.
-    onnx's own concatenates them along their first axis, as the words of ONNX's Loop say
-    (its pseudocode accumulates them instead: onnx/onnx#3122)."""
-    from onnx.reference import ReferenceEvaluator
-    from onnx.reference.ops import op_loop
-
-    class Stacking:  # numpy, with vstack stacking
-        def __getattr__(self, name):
-            return getattr(np, name)
-
-        @staticmethod
-        def vstack(values):
-            return np.stack(values)
-
-    class Loop(op_loop.Loop):
-        op_domain = ""
-
-        def _run(self, *args, **kwargs):
-            saved, op_loop.np = op_loop.np, Stacking()  # a Loop nested in it too
-            try:
-                return super()._run(*args, **kwargs)
-            finally:
-                op_loop.np = saved
-
-    return ReferenceEvaluator(model, new_ops=[Loop])
 
 
 def run_program(program: Program, folder: Path, runtime: str = "onnxruntime",
@@ -103,7 +47,7 @@ def run_program(program: Program, folder: Path, runtime: str = "onnxruntime",
         for name, p in graph.params.items()}
     out = export_onnx(path, folder / f"{program.name}.onnx", model=program.name,
                       params=params, dtype=dtype)
-    run = session(out, runtime)
+    run, _ = session(out, runtime)
     failures = []
     for case in case_dims(program.seed):
         inputs = case_inputs(graph, case, program.lengths, program.seed, dtype)

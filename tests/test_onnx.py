@@ -6,6 +6,7 @@ values match Model(seed=0)'s; the graph passes onnx's full check; errors name wh
 wrong."""
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -14,14 +15,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 from fuzz_generate import generate
-from fuzz_onnx import reference_evaluator, run_program
+from fuzz_onnx import run_program
 from fuzz_source import module_source
 from test_topk import SOURCE as TOPK_SOURCE
 from test_topk import edge_rows
 
 from codegen.cli import main as mdlc
-from codegen.export import export_onnx
+from codegen.export import export_onnx, verify_onnx
 from codegen.export.parameters import initial_values
+from codegen.export.verify import session
 from codegen.ir.diagnostics import MdlError, UsageError
 from codegen.pipeline import load
 from codegen.reference import gradcheck
@@ -119,18 +121,15 @@ def test_example_runs_in_openvino_like_the_reference(tmp_path, file, model):
 @pytest.mark.parametrize("file,model", MODELS)
 def test_example_runs_in_the_onnx_reference_evaluator_like_the_reference(tmp_path, file, model):
     """A third runtime: onnx's own reference evaluator, the ONNX spec written in NumPy
-    (its Loop's scan outputs stacked, as the runtimes stack them: tests/fuzz_onnx.py)."""
+    (its Loop's scan outputs stacked, as the runtimes stack them: codegen/export/verify.py)."""
     path = EXAMPLES / file
     graph = check_file(str(path), model=model).graph
     params = initial_values(graph, 0, np.float32)
-    exported = onnx.load(str(export_onnx(path, tmp_path / "m.onnx", model=model)))
-    evaluator = reference_evaluator(exported)
-    names = [o.name for o in exported.graph.output]
+    run, _ = session(export_onnx(path, tmp_path / "m.onnx", model=model), "onnx-reference")
     for steps in (5, 2):
         inputs = inputs_for(graph, {"T": steps, "B": 3, "S": 4}, seed=steps)
         with np.errstate(divide="ignore", invalid="ignore"):  # log(0) and where()s untaken side
-            got = dict(zip(names, evaluator.run(None, {k: np.asarray(inputs[k])
-                                                       for k in graph.inputs})))
+            got = run(inputs)
         want = reference.run(graph, inputs, params, dtype=np.float32)
         for name in graph.outputs:
             assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
@@ -251,15 +250,8 @@ model Overwritten() {
 def openvino_model(path):
     """The ONNX file compiled by OpenVINO's CPU plugin in f32 (skips where OpenVINO is
     not installed; CI installs it)."""
-    openvino = pytest.importorskip("openvino")
-    core = openvino.Core()
-    compiled = core.compile_model(core.read_model(str(path)), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "f32"})
-    def run(inputs: dict) -> dict:
-        got = compiled({name: inputs[name] for i in compiled.inputs for name in i.names
-                        if name in inputs})
-        return {name: got[port] for port in compiled.outputs for name in port.names}
-    return run
+    pytest.importorskip("openvino")
+    return session(path, "openvino")[0]
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
@@ -516,6 +508,66 @@ def test_mdlc_export(tmp_path, capsys):
     assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
                  "--params", str(tmp_path / "missing.npz")]) == 2
     assert "no such checkpoint file" in capsys.readouterr().err
+
+
+def test_mdlc_export_verify_runs_the_file_against_the_reference(tmp_path, capsys):
+    """--verify: the file just written, called three times in turn in each runtime
+    named, agrees with mdl's reference; each runtime says so in a line."""
+    out = tmp_path / "charlm.onnx"
+    runtimes = ["onnxruntime", "onnx-reference"]
+    if importlib.util.find_spec("openvino") is not None:
+        runtimes.append("openvino")
+    assert mdlc(["export", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "-D", "H=8",
+                 "--onnx", str(out), "--verify", *runtimes]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == str(out) and len(lines) == 1 + len(runtimes)
+    for line in lines[1:]:
+        assert "agrees with mdl's reference in 3 calls (T=5, B=3; T=2, B=2; T=5, B=3)" in line
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out), "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("onnxruntime ")
+
+
+def test_verify_finds_a_file_that_computes_something_else(tmp_path):
+    """A file exported from other parameters than those verified against: it differs, and
+    the verdict names the output, the sizes and the call."""
+    path = EXAMPLES / "towers.mdl"
+    out = export_onnx(path, tmp_path / "towers.onnx", seed=0)
+    verdict, = verify_onnx(path, out, seed=1)
+    assert not verdict.agrees and verdict.error > 1e-3
+    assert re.search(r"DIFFERS from mdl's reference: output `\w+` in call \d is ",
+                     str(verdict))
+
+
+def test_verify_finds_openvinos_abs_of_a_parameters_max(tmp_path, capsys):
+    """OpenVINO 2026.4 drops the Abs of a ReduceMax of an initializer (docs/onnx.md):
+    --verify openvino says so, and exits 1."""
+    pytest.importorskip("openvino")
+    path = tmp_path / "absmax.mdl"
+    path.write_text("""
+model AbsMax() {
+  input x : f32[B, 2]
+  param w : f32[2, 2] = constant(-0.3)
+  output y = abs(max(w, axis = 1)) + mean(x)
+}
+""")
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "a.onnx"),
+                 "--verify", "onnxruntime", "openvino"]) == 1
+    ort_line, openvino_line = capsys.readouterr().out.splitlines()[1:]
+    assert "agrees" in ort_line
+    assert "OpenVINO" in openvino_line and "DIFFERS" in openvino_line
+    assert re.search(r"output `y` in call \d \(B=\d\) is ", openvino_line)
+
+
+def test_verify_usage_errors(tmp_path, capsys):
+    out = tmp_path / "towers.onnx"
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--verify", "tensorrt"]) == 2
+    assert "--verify: no runtime tensorrt (choose from onnxruntime, openvino, " \
+        "onnx-reference)" in capsys.readouterr().err
+    assert not out.exists()  # refused before writing
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out), "--dtype", "f64",
+                 "--verify", "openvino"]) == 2
+    assert "OpenVINO's CPU plugin computes in f32" in capsys.readouterr().err
 
 
 # ---- the differential fuzzer's programs -------------------------------------------------

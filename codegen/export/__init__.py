@@ -26,14 +26,8 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
         out of the graph.
     opset: the ONNX opset (default 18, the lowest mdl writes).
     Raises MdlError (an op without a faithful ONNX form, at its line) or UsageError."""
-    try:
-        import onnx
-    except ImportError:
-        raise UsageError(f"exporting to ONNX needs {PEER}") from None
-    from ..compile.options import BuildOptions
-    from ..pipeline import check
+    onnx = _onnx()
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
-    from .parameters import parameter_values
 
     opset = DEFAULT_OPSET if opset is None else opset
     newest = onnx.defs.onnx_opset_version()
@@ -41,19 +35,11 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
         raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "
                          f"opset {DEFAULT_OPSET} or later, and the installed onnx knows up "
                          f"to {newest}")
-    fixed = dict(specialize or {})
-    graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
-                                      specialize=[fixed] if fixed else []))
-    if len(graphs) > 1:
-        raise UsageError(f"{path} defines several models ({', '.join(g.name for g in graphs)});"
-                         " choose one with --model NAME")
-    graph = graphs[0]
+    graph, values, fixed = _model(path, model, params, defines, specialize, dtype, seed)
     unknown = [k for k in outputs or [] if k not in graph.outputs]
     if unknown:
         raise UsageError(f"model `{graph.name}` has no output {', '.join(unknown)} (its "
                          f"outputs: {', '.join(graph.outputs)})")
-    values = parameter_values(graph, params, seed, np.float32 if dtype == "f32"
-                              else np.float64)
     ready = inference_graph(graph, outputs)
     made = to_onnx(ready, values, fixed, opset,
                    doc=f"model {graph.name} of {Path(path).name}, exported by mdlc")
@@ -63,3 +49,43 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
         out.parent.mkdir(parents=True, exist_ok=True)
         onnx.save_model(made, str(out))
     return out
+
+
+def verify_onnx(path: str | Path, exported: str | Path, *, runtimes=("onnxruntime",),
+                model: str | None = None, params: Any = None,
+                defines: dict[str, Any] | None = None,
+                specialize: dict[str, int] | None = None, dtype: str = "f32",
+                seed: int = 0) -> list:
+    """Run the file `exported` (written by export_onnx with these arguments) in each of
+    `runtimes` ("onnxruntime", "openvino", "onnx-reference": onnx's reference evaluator)
+    on random inputs, three calls in turn, and compare it with mdl's reference
+    interpreter; a Verdict each (`.agrees`, `str()` says what was found)."""
+    _onnx()
+    from .verify import compare
+    graph, values, fixed = _model(path, model, params, defines, specialize, dtype, seed)
+    return compare(exported, graph, values, fixed, list(runtimes), dtype, seed)
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise UsageError(f"exporting to ONNX needs {PEER}") from None
+    return onnx
+
+
+def _model(path, model, params, defines, specialize, dtype, seed):
+    """(the checked graph of `model`, its parameters' values, the fixed dims)."""
+    from ..compile.options import BuildOptions
+    from ..pipeline import check
+    from .parameters import parameter_values
+    fixed = dict(specialize or {})
+    graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
+                                      specialize=[fixed] if fixed else []))
+    if len(graphs) > 1:
+        raise UsageError(f"{path} defines several models ({', '.join(g.name for g in graphs)});"
+                         " choose one with --model NAME")
+    graph = graphs[0]
+    values = parameter_values(graph, params, seed, np.float32 if dtype == "f32"
+                              else np.float64)
+    return graph, values, fixed

@@ -1,0 +1,182 @@
+"""`mdlc export ... --verify [RUNTIME ...]` and `codegen.export.verify_onnx`: an exported
+file run by ONNX runtimes on random inputs, compared with mdl's reference interpreter on
+the same parameters. Each runtime compiles the file once and is called three times in
+turn, at two sizes and the first again, as an application calls a deployed model: a
+runtime has given a later call an earlier call's values (docs/onnx.md). A check of the
+runtime at hand on the model at hand, not of mdl: mdl's tests check the export."""
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..ir.diagnostics import UsageError
+from ..ir.graph import Graph
+from ..reference import gradcheck
+from ..reference import interpreter as reference
+
+# runtime name -> (the distribution that provides it, what to call it)
+RUNTIMES = {"onnxruntime": ("onnxruntime", "onnxruntime"),
+            "openvino": ("openvino", "OpenVINO"),
+            "onnx-reference": ("onnx", "onnx's reference evaluator")}
+TOLERANCE = {"f32": 1e-4, "f64": 1e-9}  # of the largest value of an output
+
+
+@dataclass
+class Verdict:
+    runtime: str       # with its version
+    error: float       # the largest difference over every call, of the output's largest value
+    worst: str         # where that was: "output `loss` in call 2 (T=2, B=2)"
+    calls: list[str]   # the symbolic sizes of each call ("T=5, B=3"), in order
+    tolerance: float
+
+    @property
+    def agrees(self) -> bool:
+        return self.error <= self.tolerance
+
+    def __str__(self) -> str:
+        if self.agrees:
+            sizes = f" ({'; '.join(self.calls)})" if any(self.calls) else ""
+            return (f"{self.runtime}: agrees with mdl's reference in {len(self.calls)} calls"
+                    f"{sizes}; largest difference {self.error:.1e} of an output's largest "
+                    "value")
+        return (f"{self.runtime}: DIFFERS from mdl's reference: {self.worst} is {self.error:.3g}"
+                f" of its largest value off (tolerance {self.tolerance:.0e})")
+
+
+def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, int],
+            runtimes: list[str], dtype: str = "f32", seed: int = 0) -> list[Verdict]:
+    """Each runtime's verdict on the file `onnx_path` exported from `graph` (checked, with
+    its parameter `params`; dims `fixed` by --specialize)."""
+    known_runtimes(runtimes, dtype)
+    symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
+                            for s in d.symbols)
+    sizes = [{s: fixed.get(s, n) for s in symbols} for n in (3, 2)]
+    for size in sizes:
+        if "T" in size and "T" not in fixed:
+            size["T"] = 5 if size is sizes[0] else 2
+    rng = np.random.default_rng(seed)
+    float_type = np.float32 if dtype == "f32" else np.float64
+    cases = []
+    for size in sizes + sizes[:1]:
+        inputs = {k: v.astype(float_type) if v.dtype == np.float64 else v
+                  for k, v in gradcheck.random_inputs(graph, size, rng).items()}
+        with np.errstate(all="ignore"):
+            want = reference.run(graph, inputs, params, dtype=float_type)
+        cases.append((_named(size), inputs, want))
+    verdicts = []
+    for name in runtimes:
+        run, version = session(Path(onnx_path), name)
+        worst, where = 0.0, ""
+        for k, (label, inputs, want) in enumerate(cases, 1):
+            with np.errstate(all="ignore"):
+                got = run(inputs)
+            for output, value in got.items():
+                if output not in want:
+                    continue
+                error = _difference(np.asarray(value), want[output])
+                if not error <= worst:  # a NaN error counts as the worst
+                    worst, where = error, f"output `{output}` in call {k}" + (
+                        f" ({label})" if label else "")
+        verdicts.append(Verdict(version, worst, where,
+                                [label for label, _, _ in cases], TOLERANCE[dtype]))
+    return verdicts
+
+
+def known_runtimes(runtimes: list[str], dtype: str) -> None:
+    """A UsageError for a runtime --verify does not know, or cannot run at `dtype`."""
+    unknown = [r for r in runtimes if r not in RUNTIMES]
+    if unknown:
+        raise UsageError(f"--verify: no runtime {', '.join(unknown)} (choose from "
+                         f"{', '.join(RUNTIMES)})")
+    if dtype == "f64" and "openvino" in runtimes:
+        raise UsageError("--verify openvino: OpenVINO's CPU plugin computes in f32; verify "
+                         "an f32 export (--dtype f32) there")
+
+
+def _named(size: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in size.items())
+
+
+def _difference(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference of the finite values, of the largest finite one; infinity
+    when the shapes differ or a NaN or infinity is not where the reference has it."""
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        return float("inf")
+    if want.dtype.kind != "f":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    finite = np.isfinite(want)
+    if not (np.array_equal(np.isnan(got), np.isnan(want))
+            and np.array_equal(np.where(finite, 0, got), np.where(finite, 0, want),
+                               equal_nan=True)):
+        return float("inf")
+    wanted = want[finite].astype(np.float64)
+    scale = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
+    return float(np.abs(got[finite].astype(np.float64) - wanted).max(initial=0.0)) / scale
+
+
+def session(path: Path, runtime: str):
+    """(inputs -> {output name: array}, the runtime's version) for the file at `path`."""
+    distribution, label = RUNTIMES[runtime]
+    try:
+        version = f"{label} {importlib.metadata.version(distribution)}"
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError(f"--verify {runtime} needs the `{distribution}` package: "
+                         f"pip install {distribution}") from None
+    if runtime == "onnxruntime":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in session.get_inputs()}
+        names = [o.name for o in session.get_outputs()]
+        return (lambda inputs: dict(zip(names, session.run(None, {
+            k: np.asarray(v) for k, v in inputs.items() if k in wanted}))), version)
+    if runtime == "openvino":
+        import openvino
+        core = openvino.Core()
+        # f32 asked for: on a CPU with bf16 instructions OpenVINO would compute in bf16
+        compiled = core.compile_model(core.read_model(str(path)), "CPU",
+                                      {"INFERENCE_PRECISION_HINT": "f32"})
+        def run(inputs):
+            got = compiled({n: np.asarray(inputs[n]) for i in compiled.inputs
+                            for n in i.names if n in inputs})
+            return {n: got[port] for port in compiled.outputs for n in port.names}
+        return run, version
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    model = onnx.load(str(path))
+    evaluator = ReferenceEvaluator(model, new_ops=[_stacking_loop()])
+    wanted = {i.name for i in model.graph.input}
+    names = [o.name for o in model.graph.output]
+    return (lambda inputs: dict(zip(names, evaluator.run(None, {
+        k: np.asarray(v) for k, v in inputs.items() if k in wanted}))), version)
+
+
+def _stacking_loop():
+    """onnx's reference `Loop`, stacking the scan outputs along a new first axis, as
+    onnxruntime and OpenVINO do and the export expects. onnx's own concatenates them along
+    their first axis, as the words of ONNX's Loop say (its pseudocode accumulates them
+    instead: onnx/onnx#3122)."""
+    from onnx.reference.ops import op_loop
+
+    class Stacking:  # numpy, with vstack stacking
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def vstack(values):
+            return np.stack(values)
+
+    class Loop(op_loop.Loop):
+        op_domain = ""
+
+        def _run(self, *args, **kwargs):
+            saved, op_loop.np = op_loop.np, Stacking()  # a Loop nested in it too
+            try:
+                return super()._run(*args, **kwargs)
+            finally:
+                op_loop.np = saved
+
+    return Loop
