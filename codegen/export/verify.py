@@ -28,7 +28,7 @@ TOLERANCE = {"f32": 1e-4, "f64": 1e-9}  # of the largest value of an output
 class Verdict:
     runtime: str       # with its version
     error: float       # the largest difference over every call, of the output's largest value
-    worst: str         # where that was: "output `loss` in call 2 (T=2, B=2)"
+    worst: str         # where, and how: "output `loss` in call 2 (T=2, B=2) is 0.1 of ..."
     calls: list[str]   # the symbolic sizes of each call ("T=5, B=3"), in order
     tolerance: float
 
@@ -42,8 +42,8 @@ class Verdict:
             return (f"{self.runtime}: agrees with mdl's reference in {len(self.calls)} calls"
                     f"{sizes}; largest difference {self.error:.1e} of an output's largest "
                     "value")
-        return (f"{self.runtime}: DIFFERS from mdl's reference: {self.worst} is {self.error:.3g}"
-                f" of its largest value off (tolerance {self.tolerance:.0e})")
+        return (f"{self.runtime}: DIFFERS from mdl's reference: {self.worst} (tolerance "
+                f"{self.tolerance:.0e})")
 
 
 def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, int],
@@ -53,10 +53,8 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
     known_runtimes(runtimes, dtype)
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)
-    sizes = [{s: fixed.get(s, n) for s in symbols} for n in (3, 2)]
-    for size in sizes:
-        if "T" in size and "T" not in fixed:
-            size["T"] = 5 if size is sizes[0] else 2
+    sizes = [{s: fixed.get(s, 5 if s == "T" else 3) for s in symbols},
+             {s: fixed.get(s, 2) for s in symbols}]
     rng = np.random.default_rng(seed)
     float_type = np.float32 if dtype == "f32" else np.float64
     cases = []
@@ -66,6 +64,8 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
         with np.errstate(all="ignore"):
             want = reference.run(graph, inputs, params, dtype=float_type)
         cases.append((_named(size), inputs, want))
+    import onnx
+    outputs = [o.name for o in onnx.load(str(onnx_path)).graph.output]
     verdicts = []
     for name in runtimes:
         run, version = session(Path(onnx_path), name)
@@ -73,13 +73,16 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
         for k, (label, inputs, want) in enumerate(cases, 1):
             with np.errstate(all="ignore"):
                 got = run(inputs)
-            for output, value in got.items():
-                if output not in want:
-                    continue
-                error = _difference(np.asarray(value), want[output])
+            for output in outputs:
+                error = _difference(np.asarray(got[output]), want[output]) \
+                    if output in got else float("inf")
                 if not error <= worst:  # a NaN error counts as the worst
-                    worst, where = error, f"output `{output}` in call {k}" + (
-                        f" ({label})" if label else "")
+                    at = f"output `{output}` in call {k}" + (f" ({label})" if label else "")
+                    worst, where = error, (
+                        f"{at} is missing" if output not in got else
+                        f"{at} has another shape, or NaN or infinity elsewhere"
+                        if error == float("inf") else
+                        f"{at} is {error:.3g} of its largest value off")
         verdicts.append(Verdict(version, worst, where,
                                 [label for label, _, _ in cases], TOLERANCE[dtype]))
     return verdicts
@@ -128,10 +131,10 @@ def session(path: Path, runtime: str):
                          f"pip install {distribution}") from None
     if runtime == "onnxruntime":
         import onnxruntime
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        wanted = {i.name for i in session.get_inputs()}
-        names = [o.name for o in session.get_outputs()]
-        return (lambda inputs: dict(zip(names, session.run(None, {
+        ort = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in ort.get_inputs()}
+        names = [o.name for o in ort.get_outputs()]
+        return (lambda inputs: dict(zip(names, ort.run(None, {
             k: np.asarray(v) for k, v in inputs.items() if k in wanted}))), version)
     if runtime == "openvino":
         import openvino
