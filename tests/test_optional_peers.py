@@ -1,7 +1,8 @@
 """The README's test command passes where only mdl and its test extra are installed: a test
-that needs an optional peer (PyTorch, JAX, Graphviz's `dot` program) skips, with a reason,
-where the peer is absent. CI installs the peers (.ci/run), so an unguarded use would pass
-there and fail only for a user; this file reads every file of tests/ and finds such uses.
+that needs an optional peer (PyTorch, JAX, OpenVINO, mypy, Graphviz's `dot` program) skips,
+with a reason, where the peer is absent. CI installs the peers (.ci/run), so an unguarded
+use would pass there and fail only for a user; this file reads every file of tests/ and
+finds such uses.
 
 A use is guarded when, before it in its own or an enclosing scope, `pytest.importorskip`
 imports the peer, or a `skipif` marker (a decorator, a module's `pytestmark`, or a
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-PEERS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "mypy": "mypy"}  # top-level package: peer
+PEERS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "mypy": "mypy",  # package: peer
+         "openvino": "openvino"}
 NEEDING = {"codegen.pytorch": "torch", "codegen.distributed": "torch"}  # mdl modules
 IMAGE = re.compile(r"\.(svg|png|pdf)$")
 GUARDED_EXCEPTIONS = {"ImportError", "ModuleNotFoundError"}
