@@ -131,7 +131,10 @@ def session(path: Path, runtime: str):
                          f"pip install {distribution}") from None
     if runtime == "onnxruntime":
         import onnxruntime
-        ort = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # errors only: not its optimizer's notes to itself
+        ort = onnxruntime.InferenceSession(str(path), options,
+                                           providers=["CPUExecutionProvider"])
         wanted = {i.name for i in ort.get_inputs()}
         names = [o.name for o in ort.get_outputs()]
         return (lambda inputs: dict(zip(names, ort.run(None, {
