@@ -135,6 +135,28 @@ def test_example_runs_in_the_onnx_reference_evaluator_like_the_reference(tmp_pat
             assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
 
 
+def dead_nodes(graph, outer_reads=frozenset()) -> list[str]:
+    """Names of the nodes of `graph` (and of the graphs in it) none of whose outputs is
+    read: by a node, a graph nested in one, or as an output."""
+    reads = {o.name for o in graph.output} | set(outer_reads)
+    nested = [a.g for n in graph.node for a in n.attribute if a.type == a.GRAPH]
+    def all_reads(g):
+        inner = [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+        return {i for n in g.node for i in n.input}.union(*map(all_reads, inner))
+    reads |= {i for n in graph.node for i in n.input}.union(*map(all_reads, nested))
+    dead = [n.name for n in graph.node if not reads.intersection(n.output)]
+    return dead + [d for g in nested for d in dead_nodes(g)]
+
+
+@pytest.mark.parametrize("file,model", MODELS)
+def test_no_node_computes_what_nothing_reads(tmp_path, file, model):
+    """A rule may make what a step might need (each sequence's step, read or not); the
+    graph keeps only what its outputs need (codegen/export/onnx_graph.py, `live`), so a
+    Loop body does no dead work each trip and netron shows none."""
+    out = export_onnx(EXAMPLES / file, tmp_path / "m.onnx", model=model)
+    assert dead_nodes(onnx.load(str(out)).graph) == []
+
+
 @pytest.mark.parametrize("file,model", MODELS)
 def test_initial_values_are_those_of_model_seed_0(file, model):
     """Without parameters, an export carries what Model(seed=0) starts from (the runtime's

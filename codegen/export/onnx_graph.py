@@ -274,7 +274,18 @@ class OnnxGraph:
             seen.add(name)
             infos.append(helper.make_tensor_value_info(name, element(t.dtype),
                                                        [None] * t.rank))
-        return helper.make_graph(self.nodes, self.name, self.inputs, infos)
+        return helper.make_graph(live(self.nodes, seen), self.name, self.inputs, infos)
+
+
+def live(nodes: list, outputs) -> list:
+    """The `nodes` that `outputs` need, in their order: a rule makes what a step might
+    need (each sequence's step, read or not), and a Loop body runs its nodes every trip."""
+    needed, kept = set(outputs), []
+    for node in reversed(nodes):
+        if needed.intersection(node.output):
+            kept.append(node)
+            needed |= _reads([node])
+    return kept[::-1]
 
 
 def _reads(nodes) -> set[str]:

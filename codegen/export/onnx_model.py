@@ -10,7 +10,7 @@ from ..ir.graph import Graph, clone_graph, walk_ops
 from ..ir.shapes import Dim
 from ..transforms.passes import dce
 from ..transforms.prepare import prepare
-from .onnx_graph import Names, NoOnnx, OnnxGraph, Root, element, helper, numpy_helper
+from .onnx_graph import Names, NoOnnx, OnnxGraph, Root, element, helper, live, numpy_helper
 
 DEFAULT_OPSET = 18  # the lowest opset whose Split and reductions mdl's rules write
 
@@ -66,8 +66,8 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
     onnx_inputs = [helper.make_tensor_value_info(name, element(v.type.dtype),
                                                  _shape(v.type.shape, fixed))
                    for name, v in inputs.items()]
-    body = helper.make_graph(top.nodes, graph.name, onnx_inputs, outs, initializers,
-                             doc_string=doc)
+    body = helper.make_graph(live(top.nodes, graph.outputs), graph.name, onnx_inputs, outs,
+                             initializers, doc_string=doc)
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(body, opset_imports=opsets, producer_name="mdl",
                               doc_string=doc)
