@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 
 from benchmarks.machine import describe
 from codegen import export_onnx, load
+from codegen.export.verify import session
 
 ROOT = Path(__file__).resolve().parents[1]
 CHARLM = ROOT / "examples" / "charlm.mdl"
@@ -36,45 +36,6 @@ def timed(run, reps: int, calls: int) -> list[float]:
             run()
         out.append((time.perf_counter() - start) * 1e3 / calls)
     return out
-
-
-def onnx_runtime(path: Path, threads: int):
-    """feeds -> a run of the file in onnxruntime returning {output name: array}."""
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # threads that spin between calls would take the cores from the others' turns
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(str(path), options,
-                                           providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return lambda feeds: lambda: dict(zip(names, session.run(None, feeds)))
-
-
-def openvino_runtime(path: Path, threads: int):
-    """feeds -> a run of the file compiled by OpenVINO's CPU plugin, in f32 (on a CPU with
-    bf16 instructions it would compute in bf16), one stream of `threads` threads."""
-    import openvino
-    core = openvino.Core()
-    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
-        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
-        "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads)})
-    request = compiled.create_infer_request()
-    ports = {name: port for port in compiled.outputs for name in port.names}
-    def make(feeds):
-        def run():
-            got = request.infer(feeds)
-            return {name: got[port] for name, port in ports.items()}
-        return run
-    return make
-
-
-def versions(openvino: bool) -> str:
-    out = [f"onnxruntime {onnxruntime.__version__}"]
-    if openvino:
-        import openvino as ov
-        out.append(f"OpenVINO {ov.__version__.split('-')[0]}")
-    return "; ".join(out)
 
 
 def main() -> None:
@@ -94,16 +55,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = export_onnx(CHARLM, Path(tmp) / "charlm.onnx", model="CharLM",
                            defines={"H": args.hidden}, params=model)
-        runtimes = {"onnxruntime": onnx_runtime(path, args.threads)}
-        if args.openvino:
-            runtimes["OpenVINO"] = openvino_runtime(path, args.threads)
+        sessions = {name: session(path, runtime, args.threads) for name, runtime in
+                    [("onnxruntime", "onnxruntime"), ("OpenVINO", "openvino")]
+                    if runtime == "onnxruntime" or args.openvino}
+        runtimes = {name: run for name, (run, _) in sessions.items()}
         for batch in args.batches:
             rng = np.random.default_rng(batch)
             tokens = rng.integers(0, 96, (args.seq + 1, batch)).astype(np.int32)
             feeds = {"tokens": tokens[:-1], "targets": tokens[1:],
                      "lengths": np.full(batch, args.seq, np.int32)}
             runs = {"mdl": lambda: model.forward(**feeds)}
-            runs.update((name, make(feeds)) for name, make in runtimes.items())
+            runs.update((name, lambda run=run: run(feeds)) for name, run in runtimes.items())
             want = runs["mdl"]()["logits"]
             errors = [float(np.abs(np.asarray(runs[name]()["logits"]) - want).max()
                             / np.abs(want).max()) for name in runtimes]
@@ -117,7 +79,8 @@ def main() -> None:
                     times[name] += timed(run, 1, calls)
             rows.append((batch, {n: float(np.median(t)) for n, t in times.items()},
                          max(errors)))
-    print(f"CPU: {describe()}, {args.threads} threads; {versions(args.openvino)}; CharLM "
+    versions = "; ".join(version for _, version in sessions.values())
+    print(f"CPU: {describe()}, {args.threads} threads; {versions}; CharLM "
           f"forward, T={args.seq}, H={args.hidden}, V=96, E=32 (median of {args.reps})\n")
     print("| B | mdl native | " + " | ".join(f"{n} | {n} / mdl" for n in runtimes)
           + " | max logits difference |")

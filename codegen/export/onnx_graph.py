@@ -252,7 +252,7 @@ class OnnxGraph:
         then gives zeros for that value, or fails its shape inference, where ONNX gives
         the initial value (a `while` whose body overwrites its state, its condition false
         at the start)."""
-        read = _reads(self.nodes)
+        read = reads(self.nodes)
         out = []
         for arg, result in zip(args, results, strict=True):
             if arg not in read and arg != result:
@@ -284,11 +284,11 @@ def live(nodes: list, outputs) -> list:
     for node in reversed(nodes):
         if needed.intersection(node.output):
             kept.append(node)
-            needed |= _reads([node])
+            needed |= reads([node])
     return kept[::-1]
 
 
-def _reads(nodes) -> set[str]:
+def reads(nodes) -> set[str]:
     """The names `nodes` read, in the graphs nested in them too (ONNX's outer-scope
     references)."""
     out: set[str] = set()
@@ -296,7 +296,7 @@ def _reads(nodes) -> set[str]:
         out.update(node.input)
         for a in node.attribute:
             for g in [a.g] if a.HasField("g") else list(a.graphs):
-                out |= _reads(g.node) | {o.name for o in g.output}
+                out |= reads(g.node) | {o.name for o in g.output}
     return out
 
 

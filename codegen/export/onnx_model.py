@@ -10,7 +10,8 @@ from ..ir.graph import Graph, clone_graph, walk_ops
 from ..ir.shapes import Dim
 from ..transforms.passes import dce
 from ..transforms.prepare import prepare
-from .onnx_graph import Names, NoOnnx, OnnxGraph, Root, element, helper, live, numpy_helper
+from .onnx_graph import (Names, NoOnnx, OnnxGraph, Root, element, helper, live,
+                         numpy_helper, reads)
 
 DEFAULT_OPSET = 18  # the lowest opset whose Split and reductions mdl's rules write
 
@@ -61,13 +62,15 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
         top.nodes.append(helper.make_node("Identity", [made], [name], name=name))
         outs.append(helper.make_tensor_value_info(name, element(v.type.dtype),
                                                   _shape(v.type.shape, fixed)))
+    nodes = live(top.nodes, graph.outputs)
+    used = reads(nodes)  # a parameter only dead nodes read is left out too
     initializers = [numpy_helper.from_array(np.array(params[name], order="C"), name)
-                    for name, p in graph.params.items() if p.value.id in read]
+                    for name in graph.params if name in used]
     onnx_inputs = [helper.make_tensor_value_info(name, element(v.type.dtype),
                                                  _shape(v.type.shape, fixed))
                    for name, v in inputs.items()]
-    body = helper.make_graph(live(top.nodes, graph.outputs), graph.name, onnx_inputs, outs,
-                             initializers, doc_string=doc)
+    body = helper.make_graph(nodes, graph.name, onnx_inputs, outs, initializers,
+                             doc_string=doc)
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(body, opset_imports=opsets, producer_name="mdl",
                               doc_string=doc)

@@ -121,8 +121,11 @@ def _difference(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got[finite].astype(np.float64) - wanted).max(initial=0.0)) / scale
 
 
-def session(path: Path, runtime: str):
-    """(inputs -> {output name: array}, the runtime's version) for the file at `path`."""
+def session(path: Path, runtime: str, threads: int | None = None):
+    """(inputs -> {output name: array}, the runtime's name and version) for the file at
+    `path`. `threads`: for timing (benchmarks.onnx_charlm), onnxruntime and OpenVINO on
+    that many threads, onnxruntime's not spinning between calls, OpenVINO in one stream
+    with its latency hint; else their defaults."""
     distribution, label = RUNTIMES[runtime]
     try:
         version = f"{label} {importlib.metadata.version(distribution)}"
@@ -133,6 +136,11 @@ def session(path: Path, runtime: str):
         import onnxruntime
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only: not its optimizer's notes to itself
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # threads that spin between calls would take the cores from others' turns
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ort = onnxruntime.InferenceSession(str(path), options,
                                            providers=["CPUExecutionProvider"])
         wanted = {i.name for i in ort.get_inputs()}
@@ -141,14 +149,19 @@ def session(path: Path, runtime: str):
             k: np.asarray(v) for k, v in inputs.items() if k in wanted}))), version)
     if runtime == "openvino":
         import openvino
-        core = openvino.Core()
         # f32 asked for: on a CPU with bf16 instructions OpenVINO would compute in bf16
-        compiled = core.compile_model(core.read_model(str(path)), "CPU",
-                                      {"INFERENCE_PRECISION_HINT": "f32"})
+        config = {"INFERENCE_PRECISION_HINT": "f32"}
+        if threads:
+            config.update({"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+                           "INFERENCE_NUM_THREADS": str(threads)})
+        core = openvino.Core()
+        compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        request = compiled.create_infer_request()
+        ports = {n: port for port in compiled.outputs for n in port.names}
         def run(inputs):
-            got = compiled({n: np.asarray(inputs[n]) for i in compiled.inputs
-                            for n in i.names if n in inputs})
-            return {n: got[port] for port in compiled.outputs for n in port.names}
+            got = request.infer({n: np.asarray(inputs[n]) for i in compiled.inputs
+                                 for n in i.names if n in inputs})
+            return {n: got[port] for n, port in ports.items()}
         return run, version
     import onnx
     from onnx.reference import ReferenceEvaluator

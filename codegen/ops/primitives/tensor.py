@@ -307,16 +307,14 @@ def _topk_onnx(g, op, xs):
     dtype = op.inputs[0].type.dtype
     keys = x
     if op.inputs[0].type.is_float:
+        largest, inf = g.const(np.finfo(np.float64).max, "f64"), g.const(np.inf, "f64")
         wide = g.op("Cast", x, to=g.dtype("f64"))
-        inf = g.op("Equal", x, g.const(np.inf, dtype))
-        finite = g.op("Where", inf, g.const(np.finfo(np.float64).max, "f64"), wide)
-        keys = g.op("Where", g.isnan(x), g.const(np.inf, "f64"), finite)
+        finite = g.op("Where", g.op("Equal", x, g.const(np.inf, dtype)), largest, wide)
+        keys = g.op("Where", g.isnan(x), inf, finite)
     top, indices = g.ops("TopK", [keys, g.ints([k])], 2, axis=axis, largest=1, sorted=1)
     if dtype == "f32":
-        back = g.op("Where", g.op("Equal", top, g.const(np.finfo(np.float64).max, "f64")),
-                    g.const(np.inf, "f64"), top)
-        back = g.op("Where", g.op("Equal", top, g.const(np.inf, "f64")),
-                    g.const(np.nan, "f64"), back)
+        back = g.op("Where", g.op("Equal", top, largest), inf, top)
+        back = g.op("Where", g.op("Equal", top, inf), g.const(np.nan, "f64"), back)
         values = g.op("Cast", back, to=g.dtype("f32"))
     else:
         values = g.op("GatherElements", x, indices, axis=axis)
