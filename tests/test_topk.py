@@ -27,6 +27,20 @@ model Top(K = 3, C = 7) {
   output sorted = m
   output order = l
 }
+model Wide(K = 4) {
+  input x : f32[B, 300]                       # rows a warp shares on a GPU
+  input y : f32[B, 5000]                      # rows a block shares
+  input n : i32[B, 300]
+  v, i = topk(x, K)
+  w, j = topk(y, 9)
+  m, l = topk(n, 300)                         # every one: a sort
+  output values = v
+  output indices = i
+  output wide_values = w
+  output wide_indices = j
+  output sorted = m
+  output order = l
+}
 model Trained(K = 3, C = 7) {
   input x : f32[B, C]
   input weights : f32[B, K]
@@ -89,6 +103,43 @@ def test_the_k_largest_are_those_a_sort_picks_on_every_target(module, seed):
         np.testing.assert_array_equal(got["column_values"][:, b], values)
         assert got["column_indices"][:, b].tolist() == indices
     assert got["indices"].dtype == np.int32 and got["sorted"].dtype == np.int32
+
+
+def wide_rows(seed: int) -> dict:
+    """Rows of few distinct values (ties a GPU's threads must order by index), NaNs
+    far apart, zeros of both signs, and a row of NaNs alone."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 3, (4, 300)).astype(np.float64)
+    x[0, [299, 7, 130]] = 3.0
+    x[1, [290, 33, 64, 1]] = np.nan
+    x[2] = rng.choice([0.0, -0.0, -1.0], 300)
+    x[3] = np.nan
+    y = rng.integers(-50, 50, (4, 5000)) / 4
+    y[0, [4999, 4095, 256, 31, 3000]] = 20.0
+    y[1, [4001, 17, 2600]] = np.nan
+    y[1, 5] = np.inf
+    y[2] = 1.5
+    y[3, ::7] = -np.inf
+    n = rng.integers(-4, 4, (4, 300)).astype(np.int32)
+    n[0, [3, 200]] = [2**31 - 1, -2**31]
+    n[1] = -2**31
+    return {"x": x, "y": y, "n": n}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_shared_by_a_warp_or_a_block_pick_as_a_sort_does(module, seed):
+    inputs = wide_rows(seed)
+    got = as_numpy(module.Wide().forward(**inputs))
+    want = interpreter.run(check_source(SOURCE, model="Wide", dtype="f64").graph, inputs, {})
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for b in range(4):
+        for row, k, v, i in (("x", 4, "values", "indices"), ("y", 9, "wide_values",
+                                                             "wide_indices"),
+                             ("n", 300, "sorted", "order")):
+            values, indices = sort_picks(inputs[row][b].tolist(), k)
+            np.testing.assert_array_equal(got[v][b], values, err_msg=f"{v}[{b}]")
+            assert got[i][b].tolist() == indices, f"{i}[{b}]"
 
 
 def test_a_batch_of_no_rows(module):

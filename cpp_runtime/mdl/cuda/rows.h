@@ -1,6 +1,6 @@
 // Reductions, softmax, argmax, topk and cross-entropy on the GPU (the cuda target's
 // versions of mdl/kernels.h's): each row of the work goes to W threads, a block, a warp or
-// one thread as its length suits, combined with warp shuffles (topk: one thread a row).
+// one thread as its length suits, combined with warp shuffles.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -340,8 +340,87 @@ void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int
   check_launch("argmax");
 }
 
-// mdl::topk (kernels.h): a row a thread, each running the CPU's mdl::topk_row (k is
-// small; rows of a beam search's batch are many).
+// Whether (a, i) comes before (b, j) in a topk's order (mdl::topk_row's): the larger value
+// first, a NaN before every number, equal values (and NaNs) by index. A strict total order
+// on a row's elements, so that the first of a set is the same whichever way it is folded.
+template <class T>
+__device__ bool before(T a, int64_t i, T b, int64_t j) {
+  return replaces(a, b) || (!replaces(b, a) && i < j);
+}
+
+// The first of the (v, i) of a row's W threads in the order `before`, to each of them.
+// No element is (max_identity, kNone): every element of a row comes before it.
+constexpr int64_t kNone = INT64_MAX;
+template <int W, class T>
+__device__ void first_across(T& v, int64_t& i) {
+  if constexpr (W > 1)
+    for (int s = 16; s > 0; s >>= 1) {
+      const T ov = __shfl_xor_sync(0xffffffffu, v, s);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, i, s);
+      if (before(ov, oi, v, i)) {
+        v = ov;
+        i = oi;
+      }
+    }
+  if constexpr (W == kThreads) {
+    MDL_SHARED_ARRAY(T, warp_values, kThreads / 32);
+    MDL_SHARED_ARRAY(int64_t, warp_indices, kThreads / 32);
+    if (threadIdx.x % 32 == 0) {
+      warp_values[threadIdx.x / 32] = v;
+      warp_indices[threadIdx.x / 32] = i;
+    }
+    __syncthreads();
+    v = T(warp_values[0]);
+    i = int64_t(warp_indices[0]);
+    for (int w = 1; w < kThreads / 32; ++w) {
+      const T wv = warp_values[w];
+      const int64_t wi = warp_indices[w];
+      if (before(wv, wi, v, i)) {
+        v = wv;
+        i = wi;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// mdl::topk (kernels.h) on contiguous rows of 32 or more, W threads a row: k rounds, each
+// the first element after the last round's pick, in `before`'s order, among the W
+// threads' strided shares of the row. O(n k / W) reads a thread, none written but the
+// picks; the row stays in the caches between rounds (k is small: a beam's width).
+template <int W, class T>
+__global__ void __launch_bounds__(kThreads)
+    topk_shared_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
+                       int32_t* indices) {
+  const int lane = threadIdx.x % W;
+  for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
+    const T* xs = x + r * n;
+    T last = T();
+    int64_t at = -1;  // the last pick's index; -1 before the first
+    for (int64_t q = 0; q < k; ++q) {
+      T v = max_identity<T>();
+      int64_t i = kNone;
+      for (int64_t e = lane; e < n; e += W) {
+        const T u = xs[e];
+        if ((at < 0 || before(last, at, u, e)) && before(u, e, v, i)) {
+          v = u;
+          i = e;
+        }
+      }
+      first_across<W>(v, i);
+      if (lane == 0) {
+        values[r * k + q] = v;
+        indices[r * k + q] = int32_t(i);
+      }
+      last = v;
+      at = i;
+    }
+  }
+}
+
+// mdl::topk (kernels.h) on other rows, a row a thread, each running the CPU's
+// mdl::topk_row: rows too short to share, or strided (neighbouring threads then read
+// neighbouring elements of neighbouring rows).
 template <class T>
 __global__ void __launch_bounds__(kThreads) topk_kernel(const T* x, int64_t outer, int64_t n,
                                                         int64_t inner, int64_t k, T* values,
@@ -353,12 +432,23 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const T* x, int64_t oute
   }
 }
 
+// One thread a row ran a beam's topk of 4 from 40,000 scores in 6.7 ms on an H100, one
+// element after another: 235 of a 237 ms decode.
 template <class T>
 void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k,
           T* values, int32_t* indices) {
   if (outer * inner == 0) return;
-  launch(topk_kernel<T>, blocks(outer * inner), kThreads, g.stream, x, outer, n, inner, k,
-         values, indices);
+  const int w = row_width(inner == 1, n, n);
+  if (w == 1) {
+    launch(topk_kernel<T>, blocks(outer * inner), kThreads, g.stream, x, outer, n, inner, k,
+           values, indices);
+  } else {
+    with_width(w, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      launch(topk_shared_kernel<W, T>, blocks(outer * W), kThreads, g.stream, x, outer, n, k,
+             values, indices);
+    });
+  }
   check_launch("topk");
 }
 
