@@ -31,13 +31,19 @@ model Wide(K = 4) {
   input x : f32[B, 300]                       # rows a warp shares on a GPU
   input y : f32[B, 5000]                      # rows a block shares
   input n : i32[B, 300]
-  v, i = topk(x, K)
-  w, j = topk(y, 9)
+  v, i = topk(x, K)                           # up to 8: held by each thread
+  w, j = topk(y, 8)
+  u, h = topk(y, 9)                           # more: a read of the row a pick
+  f, e = topk(n, 5)
   m, l = topk(n, 300)                         # every one: a sort
   output values = v
   output indices = i
   output wide_values = w
   output wide_indices = j
+  output wider_values = u
+  output wider_indices = h
+  output few = f
+  output few_order = e
   output sorted = m
   output order = l
 }
@@ -134,9 +140,10 @@ def test_rows_shared_by_a_warp_or_a_block_pick_as_a_sort_does(module, seed):
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     for b in range(4):
-        for row, k, v, i in (("x", 4, "values", "indices"), ("y", 9, "wide_values",
-                                                             "wide_indices"),
-                             ("n", 300, "sorted", "order")):
+        for row, k, v, i in (("x", 4, "values", "indices"),
+                             ("y", 8, "wide_values", "wide_indices"),
+                             ("y", 9, "wider_values", "wider_indices"),
+                             ("n", 5, "few", "few_order"), ("n", 300, "sorted", "order")):
             values, indices = sort_picks(inputs[row][b].tolist(), k)
             np.testing.assert_array_equal(got[v][b], values, err_msg=f"{v}[{b}]")
             assert got[i][b].tolist() == indices, f"{i}[{b}]"

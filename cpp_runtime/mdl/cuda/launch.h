@@ -37,6 +37,14 @@ inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
 #define MDL_SHARED_ARRAY(T, name, n) __shared__ T name[n]
 #endif
 
+// Unrolls the loop it precedes under nvcc, so that a small array the loop indexes stays in
+// registers; nothing on the emulated device (a host compiler has no `#pragma unroll`).
+#if defined(__CUDACC__)
+#define MDL_UNROLL _Pragma("unroll")
+#else
+#define MDL_UNROLL
+#endif
+
 template <class T>
 struct As {  // keeps a launch's arguments out of deduction: they convert to the kernel's types
   using type = T;

@@ -384,33 +384,84 @@ __device__ void first_across(T& v, int64_t& i) {
   }
 }
 
-// mdl::topk (kernels.h) on contiguous rows of 32 or more, W threads a row: k rounds, each
-// the first element after the last round's pick, in `before`'s order, among the W
-// threads' strided shares of the row. O(n k / W) reads a thread, none written but the
-// picks; the row stays in the caches between rounds (k is small: a beam's width).
-template <int W, class T>
+// The k <= L first of a thread's share of a row (from `lane` on, W apart), in `before`'s
+// order, into v[0..L) and i[0..L) (the places from k on: (max_identity, kNone)). Each
+// element is carried down the list, swapping with every held one it comes before; the
+// loops are unrolled, so that the list stays in registers.
+template <int W, int L, class T>
+__device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane, T (&v)[L],
+                               int64_t (&i)[L]) {
+MDL_UNROLL
+  for (int q = 0; q < L; ++q) {
+    v[q] = max_identity<T>();
+    i[q] = kNone;
+  }
+  for (int64_t e = lane; e < n; e += W) {
+    T cv = xs[e];
+    int64_t ci = e;
+MDL_UNROLL
+    for (int q = 0; q < L; ++q) {
+      if (q < k && before(cv, ci, v[q], i[q])) {
+        const T tv = v[q];
+        const int64_t ti = i[q];
+        v[q] = cv;
+        i[q] = ci;
+        cv = tv;
+        ci = ti;
+      }
+    }
+  }
+}
+
+// mdl::topk (kernels.h) on contiguous rows of 32 or more, W threads a row. With L > 0
+// (k <= L): each thread keeps the first k of its share (first_of_share), one read of the
+// row, and k rounds each take the first of the threads' heads, the thread it came from
+// moving on. With L == 0 (larger k): k rounds, each the first element after the last
+// pick among the threads' shares, a read of the row a round. The row's first k in
+// `before`'s order either way, so the CPU's answer.
+template <int W, int L, class T>
 __global__ void __launch_bounds__(kThreads)
     topk_shared_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
                        int32_t* indices) {
   const int lane = threadIdx.x % W;
   for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
     const T* xs = x + r * n;
-    T last = T();
-    int64_t at = -1;  // the last pick's index; -1 before the first
+    [[maybe_unused]] T held_v[L > 0 ? L : 1];
+    [[maybe_unused]] int64_t held_i[L > 0 ? L : 1];
+    if constexpr (L > 0) first_of_share<W>(xs, n, k, lane, held_v, held_i);
+    [[maybe_unused]] T last = T();
+    [[maybe_unused]] int64_t at = -1;  // the last pick's index; -1 before the first
     for (int64_t q = 0; q < k; ++q) {
       T v = max_identity<T>();
       int64_t i = kNone;
-      for (int64_t e = lane; e < n; e += W) {
-        const T u = xs[e];
-        if ((at < 0 || before(last, at, u, e)) && before(u, e, v, i)) {
-          v = u;
-          i = e;
+      if constexpr (L > 0) {
+        v = held_v[0];
+        i = held_i[0];
+      } else {
+        for (int64_t e = lane; e < n; e += W) {
+          const T u = xs[e];
+          if ((at < 0 || before(last, at, u, e)) && before(u, e, v, i)) {
+            v = u;
+            i = e;
+          }
         }
       }
       first_across<W>(v, i);
-      if (lane == 0) {
+      // The thread whose share holds the pick writes it (not lane 0: a host compiler
+      // splits the loop on a test that never changes in it, and the emulated device's
+      // threads would then wait at copies of one barrier).
+      if (i % W == lane) {
         values[r * k + q] = v;
         indices[r * k + q] = int32_t(i);
+        if constexpr (L > 0) {  // its next held one moves up
+MDL_UNROLL
+          for (int p = 0; p + 1 < L; ++p) {
+            held_v[p] = held_v[p + 1];
+            held_i[p] = held_i[p + 1];
+          }
+          held_v[L - 1] = max_identity<T>();
+          held_i[L - 1] = kNone;
+        }
       }
       last = v;
       at = i;
@@ -433,7 +484,9 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const T* x, int64_t oute
 }
 
 // One thread a row ran a beam's topk of 4 from 40,000 scores in 6.7 ms on an H100, one
-// element after another: 235 of a 237 ms decode.
+// element after another: 235 of a 237 ms decode. Up to kHeld picks, a thread holds its
+// share's first ones in registers; more take a read of the row each.
+constexpr int kHeld = 8;
 template <class T>
 void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k,
           T* values, int32_t* indices) {
@@ -445,8 +498,12 @@ void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64
   } else {
     with_width(w, [&](auto width) {
       constexpr int W = decltype(width)::value;
-      launch(topk_shared_kernel<W, T>, blocks(outer * W), kThreads, g.stream, x, outer, n, k,
-             values, indices);
+      if (k <= kHeld)
+        launch(topk_shared_kernel<W, kHeld, T>, blocks(outer * W), kThreads, g.stream, x,
+               outer, n, k, values, indices);
+      else
+        launch(topk_shared_kernel<W, 0, T>, blocks(outer * W), kThreads, g.stream, x, outer,
+               n, k, values, indices);
     });
   }
   check_launch("topk");
