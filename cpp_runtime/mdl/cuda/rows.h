@@ -57,12 +57,18 @@ struct Larger {
   __device__ T operator()(T a, T b) const { return larger(a, b); }
 };
 
+// A thread's value from the lane `s` apart in its warp (xor): a number, or a Pick's two.
+template <class T>
+__device__ T shuffle_xor(T v, int s) {
+  return __shfl_xor_sync(0xffffffffu, v, s);
+}
+
 // `op` over the values of a row's W threads, returned to every one of them (so that a
 // branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
 template <int W, class T, class Op>
 __device__ T across(T v, Op op) {
   if constexpr (W > 1)
-    for (int s = 16; s > 0; s >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, s));
+    for (int s = 16; s > 0; s >>= 1) v = op(v, shuffle_xor(v, s));
   if constexpr (W == kThreads) {
     MDL_SHARED_ARRAY(T, partial, kThreads / 32);
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
@@ -340,74 +346,56 @@ void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int
   check_launch("argmax");
 }
 
-// Whether (a, i) comes before (b, j) in a topk's order (mdl::topk_row's): the larger value
-// first, a NaN before every number, equal values (and NaNs) by index. A strict total order
-// on a row's elements, so that the first of a set is the same whichever way it is folded.
+// An element of a topk's row: its value and its index in the row.
 template <class T>
-__device__ bool before(T a, int64_t i, T b, int64_t j) {
-  return replaces(a, b) || (!replaces(b, a) && i < j);
+struct Pick {
+  T value;
+  int64_t index;
+};
+
+template <class T>
+__device__ Pick<T> shuffle_xor(Pick<T> p, int s) {
+  return {shuffle_xor(p.value, s), shuffle_xor(p.index, s)};
 }
 
-// The first of the (v, i) of a row's W threads in the order `before`, to each of them.
-// No element is (max_identity, kNone): every element of a row comes before it.
+// What no element is: every element of a row comes before it.
 constexpr int64_t kNone = INT64_MAX;
-template <int W, class T>
-__device__ void first_across(T& v, int64_t& i) {
-  if constexpr (W > 1)
-    for (int s = 16; s > 0; s >>= 1) {
-      const T ov = __shfl_xor_sync(0xffffffffu, v, s);
-      const int64_t oi = __shfl_xor_sync(0xffffffffu, i, s);
-      if (before(ov, oi, v, i)) {
-        v = ov;
-        i = oi;
-      }
-    }
-  if constexpr (W == kThreads) {
-    MDL_SHARED_ARRAY(T, warp_values, kThreads / 32);
-    MDL_SHARED_ARRAY(int64_t, warp_indices, kThreads / 32);
-    if (threadIdx.x % 32 == 0) {
-      warp_values[threadIdx.x / 32] = v;
-      warp_indices[threadIdx.x / 32] = i;
-    }
-    __syncthreads();
-    v = T(warp_values[0]);
-    i = int64_t(warp_indices[0]);
-    for (int w = 1; w < kThreads / 32; ++w) {
-      const T wv = warp_values[w];
-      const int64_t wi = warp_indices[w];
-      if (before(wv, wi, v, i)) {
-        v = wv;
-        i = wi;
-      }
-    }
-    __syncthreads();
-  }
+template <class T>
+__device__ Pick<T> no_pick() {
+  return {max_identity<T>(), kNone};
 }
+
+// Whether a comes before b in a topk's order (mdl::topk_row's): the larger value first, a
+// NaN before every number, equal values (and NaNs) by index. A strict total order on a
+// row's elements, so that the first of a set is the same whichever way it is folded.
+template <class T>
+__device__ bool before(Pick<T> a, Pick<T> b) {
+  return replaces(a.value, b.value) || (!replaces(b.value, a.value) && a.index < b.index);
+}
+
+// The first of two elements, in `before`'s order.
+struct First {
+  template <class T>
+  __device__ Pick<T> operator()(Pick<T> a, Pick<T> b) const { return before(a, b) ? a : b; }
+};
 
 // The k <= L first of a thread's share of a row (from `lane` on, W apart), in `before`'s
-// order, into v[0..L) and i[0..L) (the places from k on: (max_identity, kNone)). Each
-// element is carried down the list, swapping with every held one it comes before; the
-// loops are unrolled, so that the list stays in registers.
+// order, into held[0..L) (the places from k on: no_pick). Each element is carried down
+// the list, swapping with every held one it comes before; the loops are unrolled, so that
+// the list stays in registers.
 template <int W, int L, class T>
-__device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane, T (&v)[L],
-                               int64_t (&i)[L]) {
-MDL_UNROLL
-  for (int q = 0; q < L; ++q) {
-    v[q] = max_identity<T>();
-    i[q] = kNone;
-  }
+__device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane,
+                               Pick<T> (&held)[L]) {
+  MDL_UNROLL
+  for (int q = 0; q < L; ++q) held[q] = no_pick<T>();
   for (int64_t e = lane; e < n; e += W) {
-    T cv = xs[e];
-    int64_t ci = e;
-MDL_UNROLL
+    Pick<T> carried{xs[e], e};
+    MDL_UNROLL
     for (int q = 0; q < L; ++q) {
-      if (q < k && before(cv, ci, v[q], i[q])) {
-        const T tv = v[q];
-        const int64_t ti = i[q];
-        v[q] = cv;
-        i[q] = ci;
-        cv = tv;
-        ci = ti;
+      if (q < k && before(carried, held[q])) {
+        const Pick<T> dropped = held[q];
+        held[q] = carried;
+        carried = dropped;
       }
     }
   }
@@ -426,45 +414,33 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % W;
   for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
     const T* xs = x + r * n;
-    [[maybe_unused]] T held_v[L > 0 ? L : 1];
-    [[maybe_unused]] int64_t held_i[L > 0 ? L : 1];
-    if constexpr (L > 0) first_of_share<W>(xs, n, k, lane, held_v, held_i);
-    [[maybe_unused]] T last = T();
-    [[maybe_unused]] int64_t at = -1;  // the last pick's index; -1 before the first
+    [[maybe_unused]] Pick<T> held[L > 0 ? L : 1];
+    if constexpr (L > 0) first_of_share<W>(xs, n, k, lane, held);
+    [[maybe_unused]] Pick<T> last{T(), -1};  // the last round's pick; index -1 before the first
     for (int64_t q = 0; q < k; ++q) {
-      T v = max_identity<T>();
-      int64_t i = kNone;
+      Pick<T> pick = no_pick<T>();
       if constexpr (L > 0) {
-        v = held_v[0];
-        i = held_i[0];
+        pick = held[0];
       } else {
         for (int64_t e = lane; e < n; e += W) {
-          const T u = xs[e];
-          if ((at < 0 || before(last, at, u, e)) && before(u, e, v, i)) {
-            v = u;
-            i = e;
-          }
+          const Pick<T> u{xs[e], e};
+          if ((last.index < 0 || before(last, u)) && before(u, pick)) pick = u;
         }
       }
-      first_across<W>(v, i);
+      pick = across<W>(pick, First());
       // The thread whose share holds the pick writes it (not lane 0: a host compiler
       // splits the loop on a test that never changes in it, and the emulated device's
       // threads would then wait at copies of one barrier).
-      if (i % W == lane) {
-        values[r * k + q] = v;
-        indices[r * k + q] = int32_t(i);
+      if (pick.index % W == lane) {
+        values[r * k + q] = pick.value;
+        indices[r * k + q] = int32_t(pick.index);
         if constexpr (L > 0) {  // its next held one moves up
-MDL_UNROLL
-          for (int p = 0; p + 1 < L; ++p) {
-            held_v[p] = held_v[p + 1];
-            held_i[p] = held_i[p + 1];
-          }
-          held_v[L - 1] = max_identity<T>();
-          held_i[L - 1] = kNone;
+          MDL_UNROLL
+          for (int p = 0; p + 1 < L; ++p) held[p] = held[p + 1];
+          held[L - 1] = no_pick<T>();
         }
       }
-      last = v;
-      at = i;
+      last = pick;
     }
   }
 }
