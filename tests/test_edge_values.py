@@ -112,6 +112,17 @@ model Picks() {
   output cols = argmax(x, axis = 0)
   output ints = argmax(n, axis = 1)
 }
+model LongRows() {
+  input x : f32[B, N]
+  input n : i32[B, N]
+  output sm = softmax(x, axis = 1)
+  output lsm = log_softmax(x, axis = 1)
+  output top = max(x, axis = 1)
+  output total = sum(x, axis = 1)
+  output lse = logsumexp(x, axis = 1)
+  output ints = max(n, axis = 1)
+  output int_total = sum(n, axis = 1)
+}
 model Pointers() {
   input xs : f32[S, B, 3]
   input picks : i32[B]
@@ -318,6 +329,23 @@ def test_argmax_picks_the_first_largest_and_the_first_nan(module):
     wide = np.nan_to_num(long * 1000).astype(np.int32)
     got = matches_the_reference(module, "Picks", x=long, n=wide)
     assert got["rows"].tolist() == [100, 4999, 3000] and got["ints"].tolist()[:2] == [100, 4999]
+
+
+def test_a_few_long_rows(module):
+    """softmax, log_softmax and the reductions along a few rows of 5000, each of which a
+    block of 1024 threads shares on a GPU (a greedy decoder's scores): a NaN, infinities,
+    i32 sums that wrap, the largest value in the last element."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 5000))
+    x[1, 4321] = np.nan
+    x[2, [7, 4000]] = np.inf, -np.inf
+    x[3, 4999] = 9.0
+    n = rng.integers(-2**31, 2**31 - 1, (4, 5000)).astype(np.int32)
+    n[3, 4999] = np.iinfo(np.int32).max
+    got = matches_the_reference(module, "LongRows", rtol=1e-12, x=x, n=n)
+    assert np.isnan(got["top"][1]) and got["top"][2] == np.inf and got["top"][3] == 9.0
+    assert got["ints"][3] == np.iinfo(np.int32).max
+    np.testing.assert_allclose(got["sm"][[0, 3]].sum(axis=1), 1.0, rtol=1e-12)
 
 
 def test_classes_counted_by_a_symbolic_dim(module):

@@ -33,6 +33,7 @@ model Wide(K = 4) {
   input n : i32[B, 300]
   v, i = topk(x, K)                           # up to 8: held by each thread
   w, j = topk(y, 8)
+  s, o = topk(y, 4)
   u, h = topk(y, 9)                           # more: a read of the row a pick
   f, e = topk(n, 5)
   m, l = topk(n, 300)                         # every one: a sort
@@ -40,6 +41,8 @@ model Wide(K = 4) {
   output indices = i
   output wide_values = w
   output wide_indices = j
+  output four_values = s
+  output four_indices = o
   output wider_values = u
   output wider_indices = h
   output few = f
@@ -113,22 +116,26 @@ def test_the_k_largest_are_those_a_sort_picks_on_every_target(module, seed):
 
 def wide_rows(seed: int) -> dict:
     """Rows of few distinct values (ties a GPU's threads must order by index), NaNs
-    far apart, zeros of both signs, and a row of NaNs alone."""
+    far apart, zeros of both signs, a row of NaNs alone, and rows whose first values are
+    all one GPU thread's, largest first (each but the first must pass the thread's k-th)."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-3, 3, (4, 300)).astype(np.float64)
     x[0, [299, 7, 130]] = 3.0
     x[1, [290, 33, 64, 1]] = np.nan
     x[2] = rng.choice([0.0, -0.0, -1.0], 300)
+    x[2, 3:300:32][:6] = [9, 8, 7, 6, 5, 4]       # lane 3 of a warp's
     x[3] = np.nan
     y = rng.integers(-50, 50, (4, 5000)) / 4
     y[0, [4999, 4095, 256, 31, 3000]] = 20.0
     y[1, [4001, 17, 2600]] = np.nan
     y[1, 5] = np.inf
     y[2] = 1.5
+    y[2, 1:5000:1024] = [9, 8, 7, 6, 5]           # lane 1 of a 1024-thread block's
     y[3, ::7] = -np.inf
     n = rng.integers(-4, 4, (4, 300)).astype(np.int32)
     n[0, [3, 200]] = [2**31 - 1, -2**31]
     n[1] = -2**31
+    n[2, 0:300:32][:7] = [70, 60, 50, 40, 30, 20, 10]
     return {"x": x, "y": y, "n": n}
 
 
@@ -142,6 +149,7 @@ def test_rows_shared_by_a_warp_or_a_block_pick_as_a_sort_does(module, seed):
     for b in range(4):
         for row, k, v, i in (("x", 4, "values", "indices"),
                              ("y", 8, "wide_values", "wide_indices"),
+                             ("y", 4, "four_values", "four_indices"),
                              ("y", 9, "wider_values", "wider_indices"),
                              ("n", 5, "few", "few_order"), ("n", 300, "sorted", "order")):
             values, indices = sort_picks(inputs[row][b].tolist(), k)

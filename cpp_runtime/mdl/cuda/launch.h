@@ -1,5 +1,6 @@
 // Launching the cuda target's kernels (the runtime's and those generated code defines):
-// every block has kThreads threads, every kernel loops over its items with a grid stride,
+// every block has kThreads threads (but those of a few long rows, mdl/cuda/rows.h's kWide),
+// every kernel loops over its items with a grid stride,
 // `for (int64_t i = first_item(); i < n; i += item_stride())`.
 #pragma once
 
@@ -13,7 +14,7 @@
 namespace mdl {
 namespace cuda {
 
-constexpr int kThreads = 256;  // every launch's block size
+constexpr int kThreads = 256;  // a launch's block size
 
 // The grid of a grid-stride loop over n items: a thread per item up to 65535 blocks (16.7M
 // threads, dozens of times what a GPU runs at once); past that, threads take several.

@@ -23,15 +23,24 @@ namespace cuda {
 
 // W threads work on one row: a block for long contiguous rows, a warp for shorter ones, one
 // thread for rows too short or strided to share (then neighbouring threads read
-// neighbouring elements of neighbouring rows).
-inline int row_width(bool contiguous, int64_t length, int64_t total) {
+// neighbouring elements of neighbouring rows). A few long rows (a greedy decoder's one row
+// of 10,000 scores a step) get a block of kWide threads each: with kThreads, a thread read
+// 39 elements of such a row, one load after another, and softmax, argmax and max of one
+// row took 5 to 7 us each on an H100.
+constexpr int kWide = 1024;
+constexpr int64_t kWideRows = 256;  // their 1024-thread blocks all run at once on an H100
+inline int row_width(bool contiguous, int64_t length, int64_t total, int64_t rows) {
   if (!contiguous || length < 32) return 1;
-  return total >= 4096 ? kThreads : 32;
+  if (total < 4096) return 32;
+  return total >= 4 * kWide && rows <= kWideRows ? kWide : kThreads;
 }
 
-// Calls run(std::integral_constant<int, W>) for the width w row_width chose.
-template <class F>
+// Calls run(std::integral_constant<int, W>) for the width w row_width chose; widths past
+// `Widest` (which a kernel cannot take) are never instantiated, and none may be chosen.
+template <int Widest = kWide, class F>
 void with_width(int w, F&& run) {
+  if constexpr (Widest >= kWide)
+    if (w == kWide) return run(std::integral_constant<int, kWide>());
   if (w == kThreads)
     run(std::integral_constant<int, kThreads>());
   else if (w == 32)
@@ -40,10 +49,23 @@ void with_width(int w, F&& run) {
     run(std::integral_constant<int, 1>());
 }
 
+// The threads of a block whose rows are W threads wide: kThreads, or W for wider rows.
 template <int W>
-__device__ int64_t first_row() { return (blockIdx.x * int64_t(kThreads) + threadIdx.x) / W; }
+constexpr int kBlockOf = W > kThreads ? W : kThreads;
+
+// The blocks of `rows` rows W threads wide, up to 65535 (then each takes several rows).
 template <int W>
-__device__ int64_t row_stride() { return int64_t(gridDim.x) * (kThreads / W); }
+unsigned row_blocks(int64_t rows) {
+  constexpr int64_t per_block = kBlockOf<W> / W;
+  return unsigned(std::clamp<int64_t>((rows + per_block - 1) / per_block, 1, 65535));
+}
+
+template <int W>
+__device__ int64_t first_row() {
+  return (blockIdx.x * int64_t(kBlockOf<W>) + threadIdx.x) / W;
+}
+template <int W>
+__device__ int64_t row_stride() { return int64_t(gridDim.x) * (kBlockOf<W> / W); }
 
 // a + b, wrapping for i32: mdl::plus (kernels.h), as the CPU adds.
 struct Plus {
@@ -65,16 +87,17 @@ __device__ T shuffle_xor(T v, int s) {
 
 // `op` over the values of a row's W threads, returned to every one of them (so that a
 // branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
+// W is 1, 32 or a whole block's threads.
 template <int W, class T, class Op>
 __device__ T across(T v, Op op) {
   if constexpr (W > 1)
     for (int s = 16; s > 0; s >>= 1) v = op(v, shuffle_xor(v, s));
-  if constexpr (W == kThreads) {
-    MDL_SHARED_ARRAY(T, partial, kThreads / 32);
+  if constexpr (W >= kThreads) {
+    MDL_SHARED_ARRAY(T, partial, W / 32);
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
     __syncthreads();
     v = partial[0];
-    for (int w = 1; w < kThreads / 32; ++w) v = op(v, T(partial[w]));
+    for (int w = 1; w < W / 32; ++w) v = op(v, T(partial[w]));
     __syncthreads();
   }
   return v;
@@ -166,7 +189,7 @@ __device__ void visit(const ReduceAxes& a, const T* base, int lane, F&& f) {
 }
 
 template <int W, class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockOf<W>)
     reduce_kernel(Reduction kind, const T* x, ReduceAxes a, T* out) {
   const int lane = threadIdx.x % W;
   for (int64_t o = first_row<W>(); o < a.nout; o += row_stride<W>()) {
@@ -251,7 +274,7 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   }
   const ReduceAxes a = reduce_axes(shape, rank, mask);
   const int last = a.summed - 1;
-  const int width = row_width(a.rstride[last] == 1, a.rdim[last], a.count);
+  const int width = row_width(a.rstride[last] == 1, a.rdim[last], a.count, a.nout);
   const int64_t slices = reduce_slices(a.nout, a.count);
   if (width == 1 && slices > 1 && (kind == Reduction::Sum || kind == Reduction::Mean)) {
     T* partial = reinterpret_cast<T*>(g.staging.hold(std::size_t(slices * a.nout) * sizeof(T)));
@@ -266,7 +289,7 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   }
   with_width(width, [&](auto w) {
     constexpr int W = decltype(w)::value;
-    launch(reduce_kernel<W, T>, blocks(nout * W), kThreads, g.stream, kind, x, a, out);
+    launch(reduce_kernel<W, T>, row_blocks<W>(nout), kBlockOf<W>, g.stream, kind, x, a, out);
   });
   check_launch("reduce");
 }
@@ -274,8 +297,8 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
 // ---- softmax and cross-entropy --------------------------------------------------------
 
 template <int W, class T>
-__global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x, int64_t outer,
-                                                           int64_t n, int64_t inner, T* out) {
+__global__ void __launch_bounds__(kBlockOf<W>)
+    softmax_kernel(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
   const int lane = threadIdx.x % W;
   for (int64_t r = first_row<W>(); r < outer * inner; r += row_stride<W>()) {
     const int64_t start = r / inner * n * inner + r % inner;
@@ -297,53 +320,12 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, const T* x,
 template <class T>
 void softmax(Context& g, bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
   if (outer * n * inner == 0) return;
-  with_width(row_width(inner == 1, n, n), [&](auto w) {
+  with_width(row_width(inner == 1, n, n, outer * inner), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    launch(softmax_kernel<W, T>, blocks(outer * inner * W), kThreads, g.stream, log, x, outer, n,
-                                                                            inner, out);
+    launch(softmax_kernel<W, T>, row_blocks<W>(outer * inner), kBlockOf<W>, g.stream, log, x,
+           outer, n, inner, out);
   });
   check_launch("softmax");
-}
-
-// The smaller.
-struct Smaller {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
-};
-
-// mdl::argmax (kernels.h): the row's largest value (NaN if it holds one) across its W
-// threads, then the first index holding it.
-template <int W, class T>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const T* x, int64_t outer, int64_t n,
-                                                          int64_t inner, int32_t* out) {
-  const int lane = threadIdx.x % W;
-  for (int64_t r = first_row<W>(); r < outer * inner; r += row_stride<W>()) {
-    const T* xs = x + r / inner * n * inner + r % inner;
-    T mx = max_identity<T>();
-    for (int64_t i = lane; i < n; i += W) mx = Larger()(mx, xs[i * inner]);
-    mx = across<W>(mx, Larger());
-    int64_t first = n;
-    for (int64_t i = lane; i < n; i += W) {
-      const T v = xs[i * inner];
-      if (v == mx || (v != v && mx != mx)) {
-        first = i;
-        break;
-      }
-    }
-    first = across<W>(first, Smaller());
-    if (lane == 0) out[r] = first < n ? int32_t(first) : -1;
-  }
-}
-
-template <class T>
-void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
-  if (outer * inner == 0) return;
-  with_width(row_width(inner == 1, n, n), [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    launch(argmax_kernel<W, T>, blocks(outer * inner * W), kThreads, g.stream, x, outer, n,
-                                                                            inner, out);
-  });
-  check_launch("argmax");
 }
 
 // An element of a topk's row: its value and its index in the row.
@@ -379,6 +361,36 @@ struct First {
   __device__ Pick<T> operator()(Pick<T> a, Pick<T> b) const { return before(a, b) ? a : b; }
 };
 
+// mdl::argmax (kernels.h): the first of the row's elements in `before`'s order (the
+// largest value, a NaN if the row holds one, the first index of equal ones), in one read of
+// the row: each thread's first, then the first of the W threads'.
+template <int W, class T>
+__global__ void __launch_bounds__(kBlockOf<W>)
+    argmax_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
+  const int lane = threadIdx.x % W;
+  for (int64_t r = first_row<W>(); r < outer * inner; r += row_stride<W>()) {
+    const T* xs = x + r / inner * n * inner + r % inner;
+    Pick<T> best = no_pick<T>();
+    for (int64_t i = lane; i < n; i += W) {
+      const Pick<T> u{xs[i * inner], i};
+      if (before(u, best)) best = u;
+    }
+    best = across<W>(best, First());
+    if (lane == 0) out[r] = best.index < n ? int32_t(best.index) : -1;
+  }
+}
+
+template <class T>
+void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int32_t* out) {
+  if (outer * inner == 0) return;
+  with_width(row_width(inner == 1, n, n, outer * inner), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    launch(argmax_kernel<W, T>, row_blocks<W>(outer * inner), kBlockOf<W>, g.stream, x, outer,
+           n, inner, out);
+  });
+  check_launch("argmax");
+}
+
 // The k <= L first of a thread's share of a row (from `lane` on, W apart), in `before`'s
 // order, into held[0..L) (the places from k on: no_pick). Each element is carried down
 // the list, swapping with every held one it comes before; the loops are unrolled, so that
@@ -388,8 +400,13 @@ __device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane,
                                Pick<T> (&held)[L]) {
   MDL_UNROLL
   for (int q = 0; q < L; ++q) held[q] = no_pick<T>();
+  // held[k - 1]: what an element must come before to be held. Most elements of a long
+  // share do not, and cost one comparison: carrying each down the list took 86 us for
+  // the top 4 of 40,000 scores on an H100, a block of 256 threads.
+  Pick<T> last_held = no_pick<T>();
   for (int64_t e = lane; e < n; e += W) {
     Pick<T> carried{xs[e], e};
+    if (!before(carried, last_held)) continue;
     MDL_UNROLL
     for (int q = 0; q < L; ++q) {
       if (q < k && before(carried, held[q])) {
@@ -397,6 +414,7 @@ __device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane,
         held[q] = carried;
         carried = dropped;
       }
+      if (q == k - 1) last_held = held[q];
     }
   }
 }
@@ -408,7 +426,7 @@ __device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane,
 // pick among the threads' shares, a read of the row a round. The row's first k in
 // `before`'s order either way, so the CPU's answer.
 template <int W, int L, class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockOf<W>)
     topk_shared_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
                        int32_t* indices) {
   const int lane = threadIdx.x % W;
@@ -467,7 +485,7 @@ template <class T>
 void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k,
           T* values, int32_t* indices) {
   if (outer * inner == 0) return;
-  const int w = row_width(inner == 1, n, n);
+  const int w = row_width(inner == 1, n, n, outer);
   if (w == 1) {
     launch(topk_kernel<T>, blocks(outer * inner), kThreads, g.stream, x, outer, n, inner, k,
            values, indices);
@@ -475,11 +493,11 @@ void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64
     with_width(w, [&](auto width) {
       constexpr int W = decltype(width)::value;
       if (k <= kHeld)
-        launch(topk_shared_kernel<W, kHeld, T>, blocks(outer * W), kThreads, g.stream, x,
-               outer, n, k, values, indices);
+        launch(topk_shared_kernel<W, kHeld, T>, row_blocks<W>(outer), kBlockOf<W>, g.stream,
+               x, outer, n, k, values, indices);
       else
-        launch(topk_shared_kernel<W, 0, T>, blocks(outer * W), kThreads, g.stream, x, outer,
-               n, k, values, indices);
+        launch(topk_shared_kernel<W, 0, T>, row_blocks<W>(outer), kBlockOf<W>, g.stream, x,
+               outer, n, k, values, indices);
     });
   }
   check_launch("topk");
@@ -538,7 +556,9 @@ __global__ void __launch_bounds__(kThreads)
 template <class T>
 void cross_entropy(Context& g, const T* logits, const int32_t* targets, const int32_t* lengths,
                    int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
-  with_width(row_width(true, classes, classes), [&](auto w) {
+  // (kThreads wide at most: a block's partial sums are the across<kThreads> below)
+  with_width<kThreads>(std::min(row_width(true, classes, classes, rows), kThreads),
+                       [&](auto w) {
     constexpr int W = decltype(w)::value;
     const unsigned parts = std::min(blocks(rows * W), kPartials);
     auto* totals = reinterpret_cast<double*>(
