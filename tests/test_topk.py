@@ -29,7 +29,7 @@ model Top(K = 3, C = 7) {
 }
 model Wide(K = 4) {
   input x : f32[B, 300]                       # rows a warp shares on a GPU
-  input y : f32[B, 5000]                      # rows a block shares
+  input y : f32[B, 5000]                      # rows cut into chunks, a warp each
   input n : i32[B, 300]
   v, i = topk(x, K)                           # up to 8: held by each thread
   w, j = topk(y, 8)
@@ -130,7 +130,7 @@ def wide_rows(seed: int) -> dict:
     y[1, [4001, 17, 2600]] = np.nan
     y[1, 5] = np.inf
     y[2] = 1.5
-    y[2, 1:5000:1024] = [9, 8, 7, 6, 5]           # lane 1 of a 1024-thread block's
+    y[2, 1:256:32] = [9, 8, 7, 6, 5, 4, 3, 2]     # lane 1's of a warp's first chunk
     y[3, ::7] = -np.inf
     n = rng.integers(-4, 4, (4, 300)).astype(np.int32)
     n[0, [3, 200]] = [2**31 - 1, -2**31]

@@ -391,75 +391,138 @@ void argmax(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int
   check_launch("argmax");
 }
 
-// The k <= L first of a thread's share of a row (from `lane` on, W apart), in `before`'s
-// order, into held[0..L) (the places from k on: no_pick). Each element is carried down
-// the list, swapping with every held one it comes before; the loops are unrolled, so that
-// the list stays in registers.
-template <int W, int L, class T>
-__device__ void first_of_share(const T* xs, int64_t n, int64_t k, int lane,
-                               Pick<T> (&held)[L]) {
+// The k <= L first of a thread's share of n elements (from `lane` on, W apart), as
+// `at(e)` reads element e (a Pick), in `before`'s order, into held[0..L) (the places from
+// k on: no_pick). Elements are read Batch at a time before any is used, so that their
+// loads are in flight together. Each is then carried down the list, swapping with every
+// held one it comes before, unless it does not come before the k-th: most elements of a
+// long share do not, and cost one comparison. The loops are unrolled, so that the list
+// stays in registers (a batch takes some too: a block of 1024 threads has 64 a thread).
+template <int W, int L, int Batch, class T, class At>
+__device__ void first_of_share(At at, int64_t n, int64_t k, int lane, Pick<T> (&held)[L]) {
   MDL_UNROLL
   for (int q = 0; q < L; ++q) held[q] = no_pick<T>();
-  // held[k - 1]: what an element must come before to be held. Most elements of a long
-  // share do not, and cost one comparison: carrying each down the list took 86 us for
-  // the top 4 of 40,000 scores on an H100, a block of 256 threads.
-  Pick<T> last_held = no_pick<T>();
-  for (int64_t e = lane; e < n; e += W) {
-    Pick<T> carried{xs[e], e};
-    if (!before(carried, last_held)) continue;
+  Pick<T> last_held = no_pick<T>();  // held[k - 1]
+  for (int64_t e = lane; e < n; e += Batch * W) {
+    Pick<T> batch[Batch];
     MDL_UNROLL
-    for (int q = 0; q < L; ++q) {
-      if (q < k && before(carried, held[q])) {
-        const Pick<T> dropped = held[q];
-        held[q] = carried;
-        carried = dropped;
+    for (int b = 0; b < Batch; ++b) batch[b] = e + b * W < n ? at(e + b * W) : no_pick<T>();
+    MDL_UNROLL
+    for (int b = 0; b < Batch; ++b) {
+      Pick<T> carried = batch[b];
+      if (!before(carried, last_held)) continue;
+      MDL_UNROLL
+      for (int q = 0; q < L; ++q) {
+        if (q < k && before(carried, held[q])) {
+          const Pick<T> dropped = held[q];
+          held[q] = carried;
+          carried = dropped;
+        }
+        if (q == k - 1) last_held = held[q];
       }
-      if (q == k - 1) last_held = held[q];
     }
   }
 }
 
-// mdl::topk (kernels.h) on contiguous rows of 32 or more, W threads a row. With L > 0
-// (k <= L): each thread keeps the first k of its share (first_of_share), one read of the
-// row, and k rounds each take the first of the threads' heads, the thread it came from
-// moving on. With L == 0 (larger k): k rounds, each the first element after the last
-// pick among the threads' shares, a read of the row a round. The row's first k in
-// `before`'s order either way, so the CPU's answer.
+// The first k <= L of n >= k elements that W threads share, as `at(e)` reads them: each
+// thread keeps the first k of its share (first_of_share), and k rounds each take the first
+// of the threads' heads, the thread it came from moving on to its next. put(q, pick) gets
+// the q-th, called by that thread (not lane 0: a host compiler splits the loop on a test
+// that never changes in it, and the emulated device's threads would then wait at copies
+// of one barrier). Every pick is an element, and only one thread holds it.
+template <int W, int L, int Batch, class T, class At, class Put>
+__device__ void first_k(At at, int64_t n, int64_t k, int lane, Put put) {
+  Pick<T> held[L];
+  first_of_share<W, L, Batch>(at, n, k, lane, held);
+  for (int64_t q = 0; q < k; ++q) {
+    const Pick<T> pick = across<W>(held[0], First());
+    if (held[0].index == pick.index) {
+      put(q, pick);
+      MDL_UNROLL
+      for (int p = 0; p + 1 < L; ++p) held[p] = held[p + 1];
+      held[L - 1] = no_pick<T>();
+    }
+  }
+}
+
+// mdl::topk (kernels.h) on contiguous rows of 32 or more, W threads a row (a warp or a
+// block of kThreads), k <= L: the row's first k in `before`'s order (first_k), so the
+// CPU's answer.
 template <int W, int L, class T>
 __global__ void __launch_bounds__(kBlockOf<W>)
-    topk_shared_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
+    topk_held_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
+                     int32_t* indices) {
+  const int lane = threadIdx.x % W;
+  for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
+    const T* xs = x + r * n;
+    first_k<W, L, 4, T>([=](int64_t e) { return Pick<T>{xs[e], e}; }, n, k, lane,
+                     [&](int64_t q, Pick<T> p) {
+                       values[r * k + q] = p.value;
+                       indices[r * k + q] = int32_t(p.index);
+                     });
+  }
+}
+
+// The same for larger k: k rounds, each the first element after the last pick among the
+// threads' shares, a read of the row a round.
+template <int W, class T>
+__global__ void __launch_bounds__(kBlockOf<W>)
+    topk_rounds_kernel(const T* x, int64_t rows, int64_t n, int64_t k, T* values,
                        int32_t* indices) {
   const int lane = threadIdx.x % W;
   for (int64_t r = first_row<W>(); r < rows; r += row_stride<W>()) {
     const T* xs = x + r * n;
-    [[maybe_unused]] Pick<T> held[L > 0 ? L : 1];
-    if constexpr (L > 0) first_of_share<W>(xs, n, k, lane, held);
-    [[maybe_unused]] Pick<T> last{T(), -1};  // the last round's pick; index -1 before the first
+    Pick<T> last{T(), -1};  // the last round's pick; index -1 before the first
     for (int64_t q = 0; q < k; ++q) {
       Pick<T> pick = no_pick<T>();
-      if constexpr (L > 0) {
-        pick = held[0];
-      } else {
-        for (int64_t e = lane; e < n; e += W) {
-          const Pick<T> u{xs[e], e};
-          if ((last.index < 0 || before(last, u)) && before(u, pick)) pick = u;
-        }
+      for (int64_t e = lane; e < n; e += W) {
+        const Pick<T> u{xs[e], e};
+        if ((last.index < 0 || before(last, u)) && before(u, pick)) pick = u;
       }
       pick = across<W>(pick, First());
-      // The thread whose share holds the pick writes it (not lane 0: a host compiler
-      // splits the loop on a test that never changes in it, and the emulated device's
-      // threads would then wait at copies of one barrier).
-      if (pick.index % W == lane) {
+      if (pick.index % W == lane) {  // the thread whose share holds it (first_k says why)
         values[r * k + q] = pick.value;
         indices[r * k + q] = int32_t(pick.index);
-        if constexpr (L > 0) {  // its next held one moves up
-          MDL_UNROLL
-          for (int p = 0; p + 1 < L; ++p) held[p] = held[p + 1];
-          held[L - 1] = no_pick<T>();
-        }
       }
       last = pick;
     }
+  }
+}
+
+// A few long rows (a beam search's one row of K x V scores a step) are cut into chunks
+// of kChunk elements (the last takes the rest), a warp a chunk: the first k of each go to
+// `firsts`, k a chunk, with their indices in the row; the row's first k are the first k
+// of those, a block of kThreads a row (topk_of_firsts_kernel: a few picks a thread, read
+// one at a time). A block of 1024 threads a row took 59 us for the top 4
+// of 40,000 scores on an H100, every warp of it carrying elements down its lists on one
+// multiprocessor; chunks spread them over the GPU.
+constexpr int64_t kChunk = 256;
+template <int L, class T>
+__global__ void __launch_bounds__(kThreads)
+    topk_chunks_kernel(const T* x, int64_t rows, int64_t n, int64_t k, int64_t chunks,
+                       Pick<T>* firsts) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t c = first_row<32>(); c < rows * chunks; c += row_stride<32>()) {
+    const int64_t start = c % chunks * kChunk;
+    const int64_t length = c % chunks + 1 < chunks ? kChunk : n - start;
+    const T* xs = x + c / chunks * n + start;
+    first_k<32, L, 4, T>([=](int64_t e) { return Pick<T>{xs[e], start + e}; }, length, k,
+                         lane, [&](int64_t q, Pick<T> p) { firsts[c * k + q] = p; });
+  }
+}
+
+template <int L, class T>
+__global__ void __launch_bounds__(kThreads)
+    topk_of_firsts_kernel(const Pick<T>* firsts, int64_t rows, int64_t m, int64_t k,
+                          T* values, int32_t* indices) {
+  const int lane = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const Pick<T>* ps = firsts + r * m;
+    first_k<kThreads, L, 1, T>([=](int64_t e) { return ps[e]; }, m, k, lane,
+                     [&](int64_t q, Pick<T> p) {
+                       values[r * k + q] = p.value;
+                       indices[r * k + q] = int32_t(p.index);
+                     });
   }
 }
 
@@ -479,7 +542,8 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const T* x, int64_t oute
 
 // One thread a row ran a beam's topk of 4 from 40,000 scores in 6.7 ms on an H100, one
 // element after another: 235 of a 237 ms decode. Up to kHeld picks, a thread holds its
-// share's first ones in registers; more take a read of the row each.
+// share's first ones in registers; more take a read of the row each. The firsts of a few
+// long rows' chunks live in g.staging.
 constexpr int kHeld = 8;
 template <class T>
 void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k,
@@ -489,15 +553,25 @@ void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64
   if (w == 1) {
     launch(topk_kernel<T>, blocks(outer * inner), kThreads, g.stream, x, outer, n, inner, k,
            values, indices);
+  } else if (w == kWide && k <= kHeld) {
+    const int64_t chunks = n / kChunk, m = chunks * k;
+    auto* firsts = reinterpret_cast<Pick<T>*>(
+        g.staging.hold(std::size_t(outer * m) * sizeof(Pick<T>)));
+    launch(topk_chunks_kernel<kHeld, T>, blocks(outer * chunks * 32), kThreads, g.stream, x,
+           outer, n, k, chunks, firsts);
+    check_launch("topk");
+    launch(topk_of_firsts_kernel<kHeld, T>, unsigned(outer), kThreads, g.stream, firsts,
+           outer, m, k, values, indices);
   } else {
     with_width(w, [&](auto width) {
       constexpr int W = decltype(width)::value;
-      if (k <= kHeld)
-        launch(topk_shared_kernel<W, kHeld, T>, row_blocks<W>(outer), kBlockOf<W>, g.stream,
-               x, outer, n, k, values, indices);
-      else
-        launch(topk_shared_kernel<W, 0, T>, row_blocks<W>(outer), kBlockOf<W>, g.stream, x,
-               outer, n, k, values, indices);
+      if constexpr (W == 32 || W == kThreads) {
+        if (k <= kHeld)
+          return launch(topk_held_kernel<W, kHeld, T>, row_blocks<W>(outer), kBlockOf<W>,
+                        g.stream, x, outer, n, k, values, indices);
+      }
+      launch(topk_rounds_kernel<W, T>, row_blocks<W>(outer), kBlockOf<W>, g.stream, x, outer,
+             n, k, values, indices);
     });
   }
   check_launch("topk");
