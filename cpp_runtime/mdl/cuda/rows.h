@@ -505,9 +505,9 @@ __global__ void __launch_bounds__(kBlockOf<W>)
 // of kChunk elements (the last takes the rest), a warp a chunk: the first k of each go to
 // `firsts`, k a chunk, with their indices in the row; the row's first k are the first k
 // of those, a block of kThreads a row (topk_of_firsts_kernel: a few picks a thread, read
-// one at a time). A block of 1024 threads a row took 59 us for the top 4
-// of 40,000 scores on an H100, every warp of it carrying elements down its lists on one
-// multiprocessor; chunks spread them over the GPU.
+// one at a time). A block of 1024 threads a row took 59 us for the top 4 of 40,000 scores
+// on an H100, every warp of it carrying elements down its lists on one multiprocessor;
+// chunks spread them over the GPU.
 constexpr int64_t kChunk = 256;
 template <int L, class T>
 __global__ void __launch_bounds__(kThreads)
