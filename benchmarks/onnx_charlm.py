@@ -2,14 +2,16 @@
 side in one process (docs/onnx.md's speed rows):
 
     python -m benchmarks.onnx_charlm [--reps 30] [--threads 2] [--hidden 256] [--seq 35]
-                                     [--openvino]
+                                     [--openvino] [--loops]
 
 For each batch size (1 and 32), the model of examples/charlm.mdl exported by
 `codegen.export_onnx` with the native model's own parameters runs the same inputs as the
 native module's `forward` (`training` off), the runtimes timed in turn (a pause before
 each turn, so that none finds another's threads still spinning); the medians and their
 ratios to mdl's are printed as a Markdown table, with the CPU's name. Needs onnx and
-onnxruntime; `--openvino` adds OpenVINO's CPU plugin (f32, one stream, latency hint)."""
+onnxruntime; `--openvino` adds OpenVINO's CPU plugin (f32, one stream, latency hint).
+The export's LSTM is ONNX's `LSTM` node; `--loops` times each runtime on the export with
+every `for` a `Loop` too (`export_onnx(..., rnn_ops=False)`), as a column `... Loop`."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +48,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=35)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--openvino", action="store_true", help="time OpenVINO too")
+    ap.add_argument("--loops", action="store_true",
+                    help="time the export with every `for` a `Loop` too")
     args = ap.parse_args()
 
     module = load(CHARLM, defines={"H": args.hidden}, name=f"charlm_bench_h{args.hidden}")
@@ -53,11 +57,15 @@ def main() -> None:
     model = module.CharLM(seed=0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = export_onnx(CHARLM, Path(tmp) / "charlm.onnx", model="CharLM",
-                           defines={"H": args.hidden}, params=model)
-        sessions = {name: session(path, runtime, args.threads) for name, runtime in
-                    [("onnxruntime", "onnxruntime"), ("OpenVINO", "openvino")]
-                    if runtime == "onnxruntime" or args.openvino}
+        files = {"": True, " Loop": False} if args.loops else {"": True}
+        paths = {kind: export_onnx(CHARLM, Path(tmp) / f"charlm{int(rnn)}.onnx",
+                                   model="CharLM", defines={"H": args.hidden}, params=model,
+                                   rnn_ops=rnn) for kind, rnn in files.items()}
+        sessions = {name + kind: session(path, runtime, args.threads)
+                    for name, runtime in [("onnxruntime", "onnxruntime"),
+                                          ("OpenVINO", "openvino")]
+                    if runtime == "onnxruntime" or args.openvino
+                    for kind, path in paths.items()}
         runtimes = {name: run for name, (run, _) in sessions.items()}
         for batch in args.batches:
             rng = np.random.default_rng(batch)
@@ -79,7 +87,7 @@ def main() -> None:
                     times[name] += timed(run, 1, calls)
             rows.append((batch, {n: float(np.median(t)) for n, t in times.items()},
                          max(errors)))
-    versions = "; ".join(version for _, version in sessions.values())
+    versions = "; ".join(dict.fromkeys(version for _, version in sessions.values()))
     print(f"CPU: {describe()}, {args.threads} threads; {versions}; CharLM "
           f"forward, T={args.seq}, H={args.hidden}, V=96, E=32 (median of {args.reps})\n")
     print("| B | mdl native | " + " | ".join(f"{n} | {n} / mdl" for n in runtimes)

@@ -11,10 +11,11 @@ def load(path, target="cpu", defines=None, dtype="f32", model=None, specialize=N
 
 
 def export_onnx(path, out, *, model=None, params=None, defines=None, specialize=None,
-                opset=None, outputs=None, dtype="f32", seed=0):
+                opset=None, outputs=None, dtype="f32", seed=0, rnn_ops=True):
     """Write a model's inference program as an ONNX file (`mdlc export --onnx`):
     `export_onnx("charlm.mdl", "lm.onnx", model="CharLM", params="checkpoint.npz")`.
     See codegen.export and docs/onnx.md."""
     from .export import export_onnx as export
     return export(path, out, model=model, params=params, defines=defines,
-                  specialize=specialize, opset=opset, outputs=outputs, dtype=dtype, seed=seed)
+                  specialize=specialize, opset=opset, outputs=outputs, dtype=dtype, seed=seed,
+                  rnn_ops=rnn_ops)

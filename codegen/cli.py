@@ -127,6 +127,9 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
                         help="the outputs to compute (default: all)")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
+    export.add_argument("--loops", action="store_true",
+                        help="write every `for` as a `Loop`, also one whose body is an LSTM "
+                        "or GRU step (by default ONNX's LSTM or GRU node)")
     export.add_argument("--verify", nargs="*", metavar="RUNTIME",
                         help="run the file written in these runtimes (onnxruntime, the "
                         "default; openvino; onnx-reference) on random inputs against mdl's "
@@ -370,7 +373,8 @@ def cmd_export(args) -> int:
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
-    out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs, **common)
+    out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs,
+                      rnn_ops=not args.loops, **common)
     print(out)
     if args.verify is None:
         return 0

@@ -371,9 +371,10 @@ def test_the_gpu_profile_without_a_gpu_says_so():
 
 def test_the_onnx_speed_rows_run_and_agree():
     """benchmarks.onnx_charlm (docs/onnx.md's speed rows), tiny: its table has a row per
-    batch, a ratio per runtime, and the logits of every runtime agree with mdl's."""
+    batch, a ratio per runtime and form (`--loops`: the LSTM node and the `Loop`), and the
+    logits of every runtime agree with mdl's."""
     pytest.importorskip("onnxruntime")
-    args = ["--reps", "1", "--hidden", "8", "--seq", "3", "--batches", "1", "2"]
+    args = ["--reps", "1", "--hidden", "8", "--seq", "3", "--batches", "1", "2", "--loops"]
     if importlib.util.find_spec("openvino") is not None:
         args.append("--openvino")
     done = subprocess.run([sys.executable, "-m", "benchmarks.onnx_charlm", *args],
@@ -383,5 +384,5 @@ def test_the_onnx_speed_rows_run_and_agree():
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert len(cells) == (7 if "--openvino" in args else 5)
+        assert len(cells) == (11 if "--openvino" in args else 7)
         assert float(cells[-1]) < 1e-5  # the largest logits difference

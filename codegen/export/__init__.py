@@ -16,7 +16,8 @@ PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
 def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
                 params: Any = None, defines: dict[str, Any] | None = None,
                 specialize: dict[str, int] | None = None, opset: int | None = None,
-                outputs: list[str] | None = None, dtype: str = "f32", seed: int = 0) -> Path:
+                outputs: list[str] | None = None, dtype: str = "f32", seed: int = 0,
+                rnn_ops: bool = True) -> Path:
     """Write the ONNX model of `model` (of the .mdl file `path`) to `out`; its path.
 
     params: a checkpoint file (`model.save`), a model instance (its current parameters),
@@ -25,6 +26,8 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     outputs: the outputs to compute (default: all of them); inputs only they need are left
         out of the graph.
     opset: the ONNX opset (default 18, the lowest mdl writes).
+    rnn_ops: a `for` whose body is one step of an LSTM or GRU (std/rnn.mdl's `lstm`,
+        `gru`) as ONNX's `LSTM` or `GRU` node (f32 only); False: every `for` a `Loop`.
     Raises MdlError (an op without a faithful ONNX form, at its line) or UsageError."""
     onnx = _onnx()
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
@@ -42,7 +45,8 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
                          f"outputs: {', '.join(graph.outputs)})")
     ready = inference_graph(graph, outputs)
     made = to_onnx(ready, values, fixed, opset,
-                   doc=f"model {graph.name} of {Path(path).name}, exported by mdlc")
+                   doc=f"model {graph.name} of {Path(path).name}, exported by mdlc",
+                   rnn_ops=rnn_ops)
     onnx.checker.check_model(made, full_check=True)
     out = Path(out)
     with writing(out):

@@ -70,10 +70,15 @@ class Root:
     for (constants and run-time dims are made once, in the model's graph, and read by
     name from any subgraph)."""
 
-    def __init__(self, names: Names, bindings: dict, fixed: dict[Any, int]):
+    def __init__(self, names: Names, bindings: dict, fixed: dict[Any, int],
+                 producers: dict[int, Op] | None = None, read: set[int] | None = None,
+                 rnn_ops: bool = False):
         self.names = names
         self.bindings = bindings        # symbol -> (input name, axis)
         self.fixed = fixed              # symbol -> size (--specialize)
+        self.producers = producers or {}  # value id -> the mdl op that makes it
+        self.read = read or set()       # ids of the mdl values something reads
+        self.rnn_ops = rnn_ops          # LSTM and GRU steps as ONNX's nodes (onnx_rnn.py)
         self.graph: OnnxGraph | None = None
         self.consts: dict[tuple, str] = {}
         self.dims: dict[Dim, str] = {}

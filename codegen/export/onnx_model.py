@@ -30,9 +30,10 @@ def inference_graph(graph: Graph, outputs: list[str] | None) -> Graph:
 
 
 def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
-            opset: int, doc: str = ""):
+            opset: int, doc: str = "", rnn_ops: bool = True):
     """The ONNX model of `graph` (from `inference_graph`) with `params` as initializers
-    and the dims in `fixed` folded."""
+    and the dims in `fixed` folded; `rnn_ops`: a loop of an LSTM or GRU step as ONNX's
+    `LSTM` or `GRU` node (onnx_rnn.py), else every loop a `Loop`."""
     read = {v.id for op in walk_ops(graph.body) for v in op.inputs} | {
         v.id for v in graph.outputs.values()} | {
         v.id for op in walk_ops(graph.body) for b in op.blocks for v in b.results}
@@ -45,7 +46,8 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
     inputs = {k: v for k, v in graph.inputs.items()
               if v.id in read or any(b[0] == k for b in bindings.values())}
     names = Names([*graph.inputs, *graph.params, *graph.outputs])
-    root = Root(names, bindings, dict(fixed))
+    producers = {v.id: op for op in walk_ops(graph.body) for v in op.outputs}
+    root = Root(names, bindings, dict(fixed), producers, read, rnn_ops)
     top = root.graph = OnnxGraph(root)
     for name, v in graph.inputs.items():
         top.bind(v, name)

@@ -1,0 +1,263 @@
+"""ONNX's `LSTM` and `GRU` nodes for loops of an LSTM or GRU step (codegen/export/
+onnx_rnn.py): which loops become them (the examples; bodies that are std/rnn.mdl's cells,
+or the same step written out; near misses, f64 and a loop with lengths whose final c is
+read stay `Loop`s), and that both forms compute what mdl's reference does, in
+onnxruntime, onnx's reference evaluator and (where installed) OpenVINO, with initial
+states that are not zeros and rows of no steps."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from test_onnx import EXAMPLES, TOLERANCE, inputs_for, rel_error, run_onnx
+
+from codegen.cli import main as mdlc
+from codegen.export import export_onnx, verify_onnx
+from codegen.export.parameters import initial_values
+from codegen.reference import interpreter as reference
+from dsl import check_file
+
+SOURCE = '''import "std/rnn.mdl"
+
+model Forward(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  hs = for x in xs {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  output hs
+  output h_last = h
+  output c_last = c
+}
+
+model Backward(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  hs = for x in reversed(xs) {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  output hs
+  output h_last = h
+  output c_last = c
+}
+
+model GRUBackward(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  h = h0
+  hs = for x in reversed(xs) {
+    h = gru(x, h)
+    yield h
+  }
+  output hs
+  output h_last = h
+}
+
+model Lengths(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  hs = for x in xs (lengths = lengths) {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  output hs
+  output h_last = h
+}
+
+model GRULengths(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  input h0 : f32[B, H]
+  h = h0
+  hs = for x in reversed(xs) (lengths = lengths) {
+    h = gru(x, h)
+    yield h
+  }
+  output hs
+  output h_last = h
+}
+
+# the GRU step written out, its sums and products in other orders, two input biases
+model OwnGRU(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  param W : f32[E, 3*H] = uniform(-0.5, 0.5)
+  param U : f32[H, 3*H] = uniform(-0.5, 0.5)
+  param b1 : f32[3*H] = uniform(-0.5, 0.5)
+  param b2 : f32[3*H] = uniform(-0.5, 0.5)
+  h = h0
+  hs = for x in xs {
+    xr, xz, xn = split(b1 + x @ W + b2, 3, axis = 1)
+    hr, hz, hn = split(h @ U, 3, axis = 1)
+    r = sigmoid(hr + xr)
+    z = sigmoid(xz + hz)
+    n = tanh(hn * r + xn)
+    h = h * z + n * (1.0 - z)
+    yield h
+  }
+  output hs
+}
+
+# near misses: each is a recurrence of its own, not the std cell
+model ZSwapped(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  param W : f32[E, 3*H] = uniform(-0.5, 0.5)
+  param U : f32[H, 3*H] = uniform(-0.5, 0.5)
+  h = h0
+  hs = for x in xs {
+    xr, xz, xn = split(x @ W, 3, axis = 1)
+    hr, hz, hn = split(h @ U, 3, axis = 1)
+    r = sigmoid(xr + hr)
+    z = sigmoid(xz + hz)
+    n = tanh(xn + r * hn)
+    h = z * n + (1.0 - z) * h
+    yield h
+  }
+  output hs
+}
+
+model GatesSwapped(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  param W : f32[E, 4*H] = uniform(-0.5, 0.5)
+  param U : f32[H, 4*H] = uniform(-0.5, 0.5)
+  h = h0; c = c0
+  hs = for x in xs {
+    i, f, g, o = split(x @ W + h @ U, 4, axis = 1)
+    c = sigmoid(i) * c + sigmoid(f) * tanh(g)
+    h = sigmoid(o) * tanh(c)
+    yield h
+  }
+  output hs
+}
+
+model InputOfTheState(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  for x in xs {
+    h, c = lstm(x * sum(h), h, c)
+  }
+  output h_last = h
+}
+
+model YieldsC(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  cs = for x in xs {
+    h, c = lstm(x, h, c)
+    yield c
+  }
+  output cs
+}
+
+model FinalCWithLengths(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  for x in xs (lengths = lengths) {
+    h, c = lstm(x, h, c)
+  }
+  output c_last = c
+}
+'''
+NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
+         "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"],
+         "ZSwapped": ["Loop"], "GatesSwapped": ["Loop"], "InputOfTheState": ["Loop"],
+         "YieldsC": ["Loop"], "FinalCWithLengths": ["Loop"]}
+EXAMPLE_NODES = {"CharLM": ["LSTM"], "GRUClassifier": ["GRU"], "BiTagger": ["LSTM", "LSTM"],
+                 "Tagger": ["LSTM", "LSTM", "Loop"], "MILSTMLM": ["Loop", "Loop"],
+                 "TranslatorEncode": ["Loop"]}  # its final c, with lengths: not in `Y`
+
+
+def loops(path: Path) -> list[str]:
+    """The LSTM, GRU and Loop nodes of an ONNX file's main graph, in order."""
+    return [n.op_type for n in onnx.load(str(path)).graph.node
+            if n.op_type in ("LSTM", "GRU", "Loop")]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rnn") / "rnn.mdl"
+    path.write_text(SOURCE)
+    return path
+
+
+def test_the_models_here_are_all_checked():
+    assert set(NODES) == set(re.findall(r"^model (\w+)", SOURCE, re.M))
+
+
+@pytest.mark.parametrize("model", sorted(EXAMPLE_NODES))
+def test_which_example_loops_become_lstm_or_gru_nodes(tmp_path, model):
+    file = next(p for p in EXAMPLES.glob("*.mdl") if f"model {model}(" in p.read_text())
+    assert loops(export_onnx(file, tmp_path / "m.onnx", model=model)) == EXAMPLE_NODES[model]
+    plain = export_onnx(file, tmp_path / "loops.onnx", model=model, rnn_ops=False)
+    assert set(loops(plain)) == {"Loop"}
+
+
+@pytest.mark.parametrize("model", sorted(NODES))
+def test_each_form_computes_what_the_reference_does(tmp_path, source, model):
+    """The node where the body is a cell, the Loop where it is not, and the Loop asked for
+    (rnn_ops=False); every runtime at hand, three calls each (`verify_onnx`)."""
+    runtimes = ["onnxruntime", "onnx-reference"] + (
+        ["openvino"] if importlib.util.find_spec("openvino") else [])
+    for rnn_ops, kinds in ((True, NODES[model]), (False, ["Loop"])):
+        out = export_onnx(source, tmp_path / f"{rnn_ops}.onnx", model=model, seed=3,
+                          rnn_ops=rnn_ops)
+        assert loops(out) == kinds
+        for verdict in verify_onnx(source, out, runtimes=runtimes, model=model, seed=3):
+            assert verdict.agrees, str(verdict)
+
+
+@pytest.mark.parametrize("model", ["Lengths", "GRULengths"])
+def test_rows_of_no_steps_keep_their_initial_state(tmp_path, source, model):
+    """Lengths 0 and T among others, initial states not zeros: a row of no steps ends in
+    its initial h and yields zeros, which `Y` of a node run over every step does not
+    say."""
+    graph = check_file(str(source), model=model).graph
+    params = initial_values(graph, 5, np.float32)
+    out = export_onnx(source, tmp_path / "m.onnx", model=model, params=params)
+    assert loops(out) == NODES[model]
+    for steps in (6, 1):
+        inputs = inputs_for(graph, {"T": steps, "B": 5}, seed=steps)
+        assert inputs["lengths"][0] == 0 and np.abs(inputs["h0"][0]).max() > 0.1
+        got = run_onnx(out, inputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        for name in graph.outputs:
+            assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
+        np.testing.assert_array_equal(got["h_last"][0], inputs["h0"][0])
+
+
+def test_f64_exports_keep_the_loop(tmp_path, source):
+    """onnxruntime's LSTM and GRU kernels are f32 only."""
+    out = export_onnx(source, tmp_path / "m.onnx", model="Forward", dtype="f64")
+    assert loops(out) == ["Loop"]
+
+
+def test_mdlc_export_loops(tmp_path, capsys):
+    charlm = str(EXAMPLES / "charlm.mdl")
+    for flags, kinds in (([], ["LSTM"]), (["--loops"], ["Loop"])):
+        out = tmp_path / f"{len(flags)}.onnx"
+        assert mdlc(["export", charlm, "--model", "CharLM", "--onnx", str(out), *flags]) == 0
+        assert loops(out) == kinds
+    capsys.readouterr()
