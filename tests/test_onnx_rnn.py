@@ -21,76 +21,26 @@ from codegen.export.parameters import initial_values
 from codegen.reference import interpreter as reference
 from dsl import check_file
 
-SOURCE = '''import "std/rnn.mdl"
 
-model Forward(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  h = h0; c = c0
-  hs = for x in xs {
-    h, c = lstm(x, h, c)
-    yield h
-  }
-  output hs
-  output h_last = h
-  output c_last = c
-}
+def std_loop(name: str, cell: str = "lstm", reverse: bool = False, lengths: bool = False,
+             yields: str = "h", outputs: str = "hs, h_last = h, c_last = c") -> str:
+    """A model of one loop of std/rnn.mdl's `cell` from initial states given as inputs."""
+    lstm = cell == "lstm"
+    outputs = outputs if lstm else outputs.replace(", c_last = c", "")
+    seq = "reversed(xs)" if reverse else "xs"
+    return "\n".join([
+        f"model {name}(E = 3, H = 4) {{", "  input xs : f32[T, B, E]",
+        *(["  input lengths : i32[B]"] if lengths else []), "  input h0 : f32[B, H]",
+        *(["  input c0 : f32[B, H]", "  h = h0; c = c0"] if lstm else ["  h = h0"]),
+        f"  {'hs = ' if yields else ''}for x in {seq}"
+        f"{' (lengths = lengths)' if lengths else ''} {{",
+        "    h, c = lstm(x, h, c)" if lstm else "    h = gru(x, h)",
+        *([f"    yield {yields}"] if yields else []), "  }",
+        *(f"  output {o.strip()}" for o in outputs.split(",")), "}", ""])
 
-model Backward(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  h = h0; c = c0
-  hs = for x in reversed(xs) {
-    h, c = lstm(x, h, c)
-    yield h
-  }
-  output hs
-  output h_last = h
-  output c_last = c
-}
-
-model GRUBackward(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  h = h0
-  hs = for x in reversed(xs) {
-    h = gru(x, h)
-    yield h
-  }
-  output hs
-  output h_last = h
-}
-
-model Lengths(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input lengths : i32[B]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  h = h0; c = c0
-  hs = for x in xs (lengths = lengths) {
-    h, c = lstm(x, h, c)
-    yield h
-  }
-  output hs
-  output h_last = h
-}
-
-model GRULengths(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input lengths : i32[B]
-  input h0 : f32[B, H]
-  h = h0
-  hs = for x in reversed(xs) (lengths = lengths) {
-    h = gru(x, h)
-    yield h
-  }
-  output hs
-  output h_last = h
-}
 
 # the GRU step written out, its sums and products in other orders, two input biases
+OWN_GRU = """
 model OwnGRU(E = 3, H = 4) {
   input xs : f32[T, B, E]
   input h0 : f32[B, H]
@@ -110,26 +60,9 @@ model OwnGRU(E = 3, H = 4) {
   }
   output hs
 }
-
-# near misses: each is a recurrence of its own, not the std cell
-model ZSwapped(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  param W : f32[E, 3*H] = uniform(-0.5, 0.5)
-  param U : f32[H, 3*H] = uniform(-0.5, 0.5)
-  h = h0
-  hs = for x in xs {
-    xr, xz, xn = split(x @ W, 3, axis = 1)
-    hr, hz, hn = split(h @ U, 3, axis = 1)
-    r = sigmoid(xr + hr)
-    z = sigmoid(xz + hz)
-    n = tanh(xn + r * hn)
-    h = z * n + (1.0 - z) * h
-    yield h
-  }
-  output hs
-}
-
+"""
+# near misses: each a recurrence of its own, not a std cell's step
+NEAR_MISSES = """
 model GatesSwapped(E = 3, H = 4) {
   input xs : f32[T, B, E]
   input h0 : f32[B, H]
@@ -156,31 +89,19 @@ model InputOfTheState(E = 3, H = 4) {
   }
   output h_last = h
 }
-
-model YieldsC(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  h = h0; c = c0
-  cs = for x in xs {
-    h, c = lstm(x, h, c)
-    yield c
-  }
-  output cs
-}
-
-model FinalCWithLengths(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input lengths : i32[B]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  h = h0; c = c0
-  for x in xs (lengths = lengths) {
-    h, c = lstm(x, h, c)
-  }
-  output c_last = c
-}
-'''
+"""
+SOURCE = "\n".join([
+    'import "std/rnn.mdl"', "",
+    std_loop("Forward"), std_loop("Backward", reverse=True),
+    std_loop("GRUBackward", "gru", reverse=True),
+    std_loop("Lengths", lengths=True, outputs="hs, h_last = h"),
+    std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU,
+    # near misses: a yield other than h, a final c of a loop with lengths, z's roles swapped
+    std_loop("YieldsC", yields="c", outputs="hs"),
+    std_loop("FinalCWithLengths", lengths=True, yields="", outputs="c_last = c"),
+    OWN_GRU.replace("OwnGRU", "ZSwapped").replace("h = h * z + n * (1.0 - z)",
+                                                  "h = z * n + (1.0 - z) * h"),
+    NEAR_MISSES])
 NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
          "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"],
          "ZSwapped": ["Loop"], "GatesSwapped": ["Loop"], "InputOfTheState": ["Loop"],
