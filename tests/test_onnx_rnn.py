@@ -79,6 +79,24 @@ model GatesSwapped(E = 3, H = 4) {
   output hs
 }
 
+model ProductOfC(E = 3, H = 4) {       # with lengths, so that the mask reads h
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  param W : f32[E, 4*H] = uniform(-0.5, 0.5)
+  param U : f32[H, 4*H] = uniform(-0.5, 0.5)
+  h = h0; c = c0
+  hs = for x in xs (lengths = lengths) {
+    i, f, g, o = split(x @ W + c @ U, 4, axis = 1)
+    c2 = sigmoid(f) * c + sigmoid(i) * tanh(g)
+    h = sigmoid(o) * tanh(c2)
+    c = c2
+    yield h
+  }
+  output hs
+}
+
 model InputOfTheState(E = 3, H = 4) {
   input xs : f32[T, B, E]
   input h0 : f32[B, H]
@@ -96,15 +114,18 @@ SOURCE = "\n".join([
     std_loop("GRUBackward", "gru", reverse=True),
     std_loop("Lengths", lengths=True, outputs="hs, h_last = h"),
     std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU,
-    # near misses: a yield other than h, a final c of a loop with lengths, z's roles swapped
+    # near misses: a yield other than h, a final c of a loop with lengths, z's roles
+    # swapped, a product of another value than h
     std_loop("YieldsC", yields="c", outputs="hs"),
     std_loop("FinalCWithLengths", lengths=True, yields="", outputs="c_last = c"),
     OWN_GRU.replace("OwnGRU", "ZSwapped").replace("h = h * z + n * (1.0 - z)",
                                                   "h = z * n + (1.0 - z) * h"),
+    OWN_GRU.replace("OwnGRU", "ProductOfTanh").replace("split(h @ U", "split(tanh(h) @ U"),
     NEAR_MISSES])
 NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
          "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"],
          "ZSwapped": ["Loop"], "GatesSwapped": ["Loop"], "InputOfTheState": ["Loop"],
+         "ProductOfC": ["Loop"], "ProductOfTanh": ["Loop"],
          "YieldsC": ["Loop"], "FinalCWithLengths": ["Loop"]}
 EXAMPLE_NODES = {"CharLM": ["LSTM"], "GRUClassifier": ["GRU"], "BiTagger": ["LSTM", "LSTM"],
                  "Tagger": ["LSTM", "LSTM", "Loop"], "MILSTMLM": ["Loop", "Loop"],

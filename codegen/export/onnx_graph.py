@@ -70,15 +70,11 @@ class Root:
     for (constants and run-time dims are made once, in the model's graph, and read by
     name from any subgraph)."""
 
-    def __init__(self, names: Names, bindings: dict, fixed: dict[Any, int],
-                 producers: dict[int, Op] | None = None, read: set[int] | None = None,
-                 rnn_ops: bool = False):
+    def __init__(self, names: Names, bindings: dict, fixed: dict[Any, int]):
         self.names = names
         self.bindings = bindings        # symbol -> (input name, axis)
         self.fixed = fixed              # symbol -> size (--specialize)
-        self.producers = producers or {}  # value id -> the mdl op that makes it
-        self.read = read or set()       # ids of the mdl values something reads
-        self.rnn_ops = rnn_ops          # LSTM and GRU steps as ONNX's nodes (onnx_rnn.py)
+        self.types: dict[str, Any] = {}  # ONNX name -> the TensorType of the mdl value
         self.graph: OnnxGraph | None = None
         self.consts: dict[tuple, str] = {}
         self.dims: dict[Dim, str] = {}
@@ -106,6 +102,7 @@ class OnnxGraph:
 
     def bind(self, v: Value, name: str) -> None:
         self.env[v.id] = name
+        self.root.types.setdefault(name, v.type)
 
     # ---- nodes -------------------------------------------------------------------------
     def ops(self, op_type: str, inputs: list[str], n: int = 1, **attrs) -> list[str]:

@@ -12,6 +12,7 @@ from ..transforms.passes import dce
 from ..transforms.prepare import prepare
 from .onnx_graph import (Names, NoOnnx, OnnxGraph, Root, element, helper, live,
                          numpy_helper, reads)
+from .onnx_rnn import fuse_rnn_loops
 
 DEFAULT_OPSET = 18  # the lowest opset whose Split and reductions mdl's rules write
 
@@ -46,8 +47,7 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
     inputs = {k: v for k, v in graph.inputs.items()
               if v.id in read or any(b[0] == k for b in bindings.values())}
     names = Names([*graph.inputs, *graph.params, *graph.outputs])
-    producers = {v.id: op for op in walk_ops(graph.body) for v in op.outputs}
-    root = Root(names, bindings, dict(fixed), producers, read, rnn_ops)
+    root = Root(names, bindings, dict(fixed))
     top = root.graph = OnnxGraph(root)
     for name, v in graph.inputs.items():
         top.bind(v, name)
@@ -58,6 +58,8 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
             top.emit(op)
         except NoOnnx as exc:
             raise MdlError(f"cannot export `{op.prim}` to ONNX: {exc}", op.loc) from None
+    if rnn_ops:
+        fuse_rnn_loops(top, {top.name_of(v) for v in graph.outputs.values()})
     outs = []
     for name, v in graph.outputs.items():
         made = top.name_of(v)

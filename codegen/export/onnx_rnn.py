@@ -1,53 +1,51 @@
-"""A `for` whose body is one LSTM or GRU step, as ONNX's own `LSTM` or `GRU` node instead
-of a `Loop`: the runtimes run those as fused kernels, where a `Loop` runs its body's
-nodes one by one every trip (docs/onnx.md, "What maps to what").
+"""A `Loop` whose body is one LSTM or GRU step, rewritten into ONNX's own `LSTM` or `GRU`
+node: the runtimes run those as fused kernels, where a `Loop` runs its body's nodes one
+by one every trip (docs/onnx.md, "LSTM and GRU loops").
 
-The body is matched op by op against the step of std/rnn.mdl's `lstm` and `gru` (gate
-orders i, f, g, o and r, z, n; the GRU's hidden bias inside r * (...), ONNX's
-`linear_before_reset`), after the export's rewrites, which move the input product out of
-the loop (`xs @ W` and its bias over all steps); `add`s and `mul`s are taken in either
-order, and biases may be any number of vectors. Anything else
-in the state's recurrence, a yield other than the new h, or an f64 model leaves the
-`Loop`: a match is exact or none.
+A pass over the model's graph as the ops' rules wrote it (a `for` is a `Loop`,
+for_op.py): each `Loop` body is read node by node against the step of std/rnn.mdl's
+`lstm` and `gru` (gate orders i, f, g, o and r, z, n; the GRU's hidden bias inside
+r * (...), ONNX's `linear_before_reset`), after the export's rewrites, which move the
+input product out of the loop (`xs @ W` and its bias over all steps). `Add`s and `Mul`s
+may come in either order and the biases be any number of vectors. Anything else in the
+recurrence, a yield other than the new h, or an f64 model leaves the `Loop`: a match is
+exact or none.
 
 A loop with lengths reaches the export rewritten (codegen/transforms/prepare.py): it runs
-forward over `seq_order(xs, lengths)`, each row's real steps first, and a state keeps
-its value where `seq_mask` says a step is padding; its yields are zeros there. Such a
-body maps to a node without `sequence_lens` (onnx's reference evaluator ignores them):
-the steps of a row up to its length are those of the unmasked recurrence, so the yields
-are the node's `Y` masked, and the final h is `Y` at step L-1 of each row (its initial
-value where L is 0). The final c is not in `Y`: a loop with lengths whose final c is
-read stays a `Loop`."""
+forward over each row's real steps first (`seq_order`), and a state keeps its value
+where the mask `t < L[b]` says a step is padding; its yields are zeros there. Such a body
+maps to a node without `sequence_lens` (onnx's reference evaluator ignores them): the
+steps of a row up to its length are those of the unmasked recurrence, so the yields are
+the node's `Y` masked, and the final h is `Y` at step L-1 of each row (its initial value
+where L is 0). The final c is not in `Y`: a loop with lengths whose final c is read
+stays a `Loop`."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Op, Value
+from .onnx_graph import OnnxGraph, helper, numpy_helper, reads
 
 
 class _NoMatch(Exception):
     pass
 
 
-def rnn_node(g, op: Op, xs: list[str]) -> list[str] | None:
-    """The outputs of `op` (a `for`) computed by an ONNX LSTM or GRU node, or None when its
-    body is not one step of either (the caller writes a `Loop`)."""
-    root = g.root
-    if not root.rnn_ops or op.attrs["has_lengths"]:
-        return None
-    if any(v.type.dtype != "f32" for v in [*op.inputs, *op.outputs]
-           if v.type.dtype not in ("bool", "i32")):
-        return None  # onnxruntime's LSTM and GRU kernels are f32 only
-    try:
-        cell = _Step(op, root.producers)
-        made = _LSTM(cell) if op.attrs["n_state"] == 2 else _GRU(cell)
-        return cell.emit(g, xs, made, root.read)
-    except _NoMatch:
-        return None
-
-
-def _fail():
-    raise _NoMatch
+def fuse_rnn_loops(top: OnnxGraph, outputs: set[str]) -> None:
+    """Rewrite each `Loop` of the model's graph `top` whose body is one LSTM or GRU step
+    into that node, in place; `outputs`: the names the model's outputs are."""
+    fused = False
+    for node in list(top.nodes):
+        if node.op_type != "Loop":
+            continue
+        try:
+            loop = _Loop(top, node, outputs)
+            loop.emit(_LSTM(loop) if loop.n_state == 2 else _GRU(loop))
+        except _NoMatch:
+            continue
+        top.nodes = [n for n in top.nodes if n is not node]
+        fused = True
+    if fused:
+        top.nodes = _ordered(top.nodes)
 
 
 def _need(ok: bool) -> None:
@@ -55,176 +53,246 @@ def _need(ok: bool) -> None:
         raise _NoMatch
 
 
-class _Step:
-    """The body of a `for`, read as a recurrence: its sequences' slices, states, new
-    states with the lengths' mask taken off, and yields."""
+class _Loop:
+    """A `Loop` node read as a recurrence: its steps' slices of sequences around it, its
+    states, their new values with the lengths' mask taken off, and its yields."""
 
-    def __init__(self, op: Op, producers: dict[int, Op]):
-        body = op.blocks[0]
-        n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
-        self.loop, self.outer = op, producers
-        self.made = {v.id: o for o in body.ops for v in o.outputs}
-        self.slices = {v.id: s for v, s in zip(body.args[:n_seq], op.inputs[:n_seq])}
-        self.states = body.args[n_seq:n_seq + n_state]
-        self.mask: Value | None = None       # the seq_mask's output, when lengths masked
-        self.lengths: Value | None = None
-        _need(1 <= n_state <= 2)
-        masked = [self._unmask(r, s) for r, s in zip(body.results, self.states)]
-        self.new = [new for new, _ in masked]
-        keeps = {id(m) for _, m in masked}
-        _need(len(keeps) == 1)
-        self.yields = body.results[n_state:]
-        h = self.states[0]
-        _need(all(len(v.type.shape) == 2 for v in self.states))
-        self.hidden = h.type.shape[1]
-        _need(self.hidden.is_const)
+    def __init__(self, top: OnnxGraph, node, outputs: set[str]):
+        self.top, self.node = top, node
+        self.types = top.root.types
+        self.outer = {o: n for n in top.nodes for o in n.output}
+        body = next(a.g for a in node.attribute if a.name == "body")
+        self.made = {o: n for n in body.node for o in n.output}
+        trips, go, *self.initial = node.input
+        self.trips, self.step = trips, body.input[0].name
+        self.states = [v.name for v in body.input[2:]]
+        self.n_state = len(self.states)
+        results = [self.source(v.name) for v in body.output]
+        _need(trips != "" and self.holds(go, True) and results[0] == body.input[1].name)
+        _need(self.n_state in (1, 2) and len(self.initial) == self.n_state)
+        self.reverse: bool | None = None
+        self.mask = self.keep = self.lengths = None
+        self.new = [self._unmask(r, s) for r, s in zip(results[1:], self.states)]
+        self.yields = results[1 + self.n_state:]
+        types = [self.types.get(s) for s in self.initial]
+        _need(all(t is not None and t.dtype == "f32" and t.rank == 2 for t in types))
+        _need(len({t.shape for t in types}) == 1 and types[0].shape[1].is_const)
+        self.hidden = types[0].shape[1].value
+        self.outputs = outputs
+        self.read = reads([n for n in top.nodes if n is not node]) | outputs
 
-    # ---- reading the body ------------------------------------------------------------
-    def by(self, v: Value, prim: str, n: int | None = None) -> Op:
-        """The body op `prim` that makes `v` (with n inputs)."""
-        o = self.made.get(v.id)
-        _need(o is not None and o.prim == prim and (n is None or len(o.inputs) == n))
-        return o
+    # ---- reading the graph -------------------------------------------------------------
+    def by(self, name: str, op_type: str, n: int | None = None):
+        """The body node `op_type` that makes `name` (with n inputs)."""
+        node = self.made.get(name)
+        _need(node is not None and node.op_type == op_type
+              and (n is None or len(node.input) == n))
+        return node
 
-    def unary(self, v: Value, prim: str) -> Value:
-        return self.by(v, prim, 1).inputs[0]
+    def kind(self, name: str) -> str | None:
+        node = self.made.get(name)
+        return None if node is None else node.op_type
 
-    def pair(self, v: Value, prim: str) -> tuple[Value, Value]:
-        a, b = self.by(v, prim, 2).inputs
+    def unary(self, name: str, op_type: str) -> str:
+        return self.by(name, op_type, 1).input[0]
+
+    def pair(self, name: str, op_type: str) -> tuple[str, str]:
+        a, b = self.by(name, op_type, 2).input
         return a, b
 
-    def maybe(self, v: Value, prim: str) -> tuple[Value, Value] | None:
-        """The two inputs of the body op `prim` that makes `v`, or None."""
-        o = self.made.get(v.id)
-        return (o.inputs[0], o.inputs[1]) if o is not None and o.prim == prim and len(
-            o.inputs) == 2 else None
+    def maybe(self, name: str, op_type: str) -> tuple[str, str] | None:
+        """The two inputs of the body node `op_type` that makes `name`, or None."""
+        node = self.made.get(name)
+        if node is None or node.op_type != op_type or len(node.input) != 2:
+            return None
+        return node.input[0], node.input[1]
 
-    def prim(self, v: Value) -> str | None:
-        o = self.made.get(v.id)
-        return None if o is None else o.prim
+    def source(self, name: str) -> str:
+        """`name` without the body's `Identity`s."""
+        while self.kind(name) == "Identity":
+            name = self.made[name].input[0]
+        return name
 
-    def invariant(self, v: Value) -> bool:
-        """`v` is the same in every step: made outside the body."""
-        return v.id not in self.made and v.id not in self.slices and all(
-            v is not s for s in self.states)
+    def value(self, name: str) -> np.ndarray | None:
+        """The value of a `Constant` (of the body or the graph around it), else None."""
+        node = self.made.get(name) or self.outer.get(name)
+        if node is None or node.op_type != "Constant":
+            return None
+        return numpy_helper.to_array(node.attribute[0].t)
 
-    def split_part(self, v: Value, parts: int) -> tuple[Op, int]:
-        """The split of the gates' columns into `parts` that `v` is a part of, and which."""
-        o = self.made.get(v.id)
-        _need(o is not None and o.prim == "split" and o.attrs.get("parts") == parts
-              and o.attrs.get("axis") in (1, -1) and len(o.inputs[0].type.shape) == 2)
-        return o, next(i for i, out in enumerate(o.outputs) if out is v)
+    def holds(self, name: str, *numbers) -> bool:
+        """`name` is a constant holding just `numbers`."""
+        array = self.value(name)
+        return array is not None and array.size == len(numbers) and bool(
+            np.all(array.ravel() == np.array(numbers)))
 
-    def is_scalar(self, v: Value, value: float) -> bool:
-        o = self.made.get(v.id) or self.outer.get(v.id)
-        return (o is not None and o.prim == "full" and tuple(o.attrs["shape"]) == ()
-                and float(o.attrs["value"]) == value)
+    def around(self, name: str) -> bool:
+        """`name` is the same in every step: not made in the body, nor a state."""
+        return name not in self.made and name not in self.states and name != self.step
 
-    def terms(self, v: Value, made: dict[int, Op]) -> list[Value]:
-        """The summands of an `add` tree (of the body, or of the graph around it)."""
-        o = made.get(v.id)
-        if o is not None and o.prim == "add" and len(o.inputs) == 2 and all(
-                x.type.shape == v.type.shape or len(x.type.shape) < len(v.type.shape)
-                for x in o.inputs):
-            return self.terms(o.inputs[0], made) + self.terms(o.inputs[1], made)
-        return [v]
+    def outer_node(self, name: str, op_type: str, n: int | None = None):
+        node = self.outer.get(name)
+        _need(node is not None and node.op_type == op_type
+              and (n is None or len(node.input) == n))
+        return node
 
-    def gates(self, v: Value, with_h: bool, width: int):
-        """`v`, the pre-activations of `width` gate columns, as (the input product's
-        sequence and weight, the recurrent weight or None, the biases): a sum of one
-        `x @ W` (the step of a sequence computed as `xs @ W + b` before the loop), one
-        `h @ U` when `with_h`, and vectors of the loop's."""
-        xw, u, biases = None, None, []
-        for t in self.terms(v, self.made):
-            if with_h and u is None and (o := self.made.get(t.id)) is not None \
-                    and o.prim == "matmul" and o.inputs[0] is self.states[0] \
-                    and self.invariant(o.inputs[1]):
-                u = o.inputs[1]
-            elif self.invariant(t) and _vector(t, width):
+    def sequence(self, name: str) -> str:
+        """The sequence around the loop that `name` is the step of (step i, or T-1-i in
+        every slice of a reversed loop)."""
+        node = self.by(name, "Gather", 2)
+        _need(_attribute(node, "axis", 0) == 0 and self.around(node.input[0]))
+        seq, t = node.input
+        reverse = t != self.step
+        if reverse:  # Sub(Sub(trips, 1), i)
+            last, step = self.pair(t, "Sub")
+            back = self.made.get(last) or self.outer.get(last)
+            _need(step == self.step and back is not None and back.op_type == "Sub"
+                  and back.input[0] == self.trips and self.holds(back.input[1], 1))
+        _need(self.reverse in (None, reverse))
+        self.reverse = reverse
+        return seq
+
+    def split_part(self, name: str, parts: int):
+        """The `Split` of the gates' columns into `parts` that `name` is a part of, and
+        which part."""
+        node = self.made.get(name)
+        _need(node is not None and node.op_type == "Split" and len(node.input) == 1
+              and len(node.output) == parts and _attribute(node, "axis", 0) in (1, -1))
+        return node, list(node.output).index(name)
+
+    def terms(self, name: str, made: dict) -> list[str]:
+        """The summands of an `Add` tree (of the body, or of the graph around it)."""
+        node = made.get(name)
+        if node is not None and node.op_type == "Add" and len(node.input) == 2:
+            return self.terms(node.input[0], made) + self.terms(node.input[1], made)
+        return [name]
+
+    def vector(self, name: str, width: int) -> bool:
+        t = self.types.get(name)
+        return t is not None and t.dtype == "f32" and _sizes(t) == (width,)
+
+    def matrix(self, name: str, rows: int | None, width: int) -> bool:
+        t = self.types.get(name)
+        return t is not None and t.dtype == "f32" and t.rank == 2 and _sizes(t)[1] == width \
+            and (rows is None or _sizes(t)[0] == rows)
+
+    def gates(self, name: str, with_h: bool, width: int):
+        """`name`, the pre-activations of `width` gate columns, as ((the input
+        sequence, W), U or None, biases): a sum of the step of a sequence computed as
+        `xs @ W + b` before the loop, one `h @ U` when `with_h`, and vectors."""
+        x, u, biases = None, None, []
+        for t in self.terms(name, self.made):
+            hu = self.maybe(t, "MatMul")
+            if with_h and u is None and hu and hu[0] == self.states[0] \
+                    and self.around(hu[1]) and self.matrix(hu[1], self.hidden, width):
+                u = hu[1]
+            elif self.around(t) and self.vector(t, width):
                 biases.append(t)
-            elif xw is None:
-                xw, more = self._input(t, width)
+            elif x is None:
+                x, more = self.product(self.sequence(t), width)
                 biases += more
             else:
-                _fail()
-        _need(xw is not None and (u is not None or not with_h))
-        _need(u is None or _sizes(u) == (self.hidden.value, width))
-        return xw, u, biases
+                raise _NoMatch
+        _need(x is not None and (u is not None or not with_h))
+        return x, u, biases
 
-    def _input(self, t: Value, width: int):
-        """A step's input product, ((the sequence xs, W), biases): the step of a sequence
-        computed before the loop (the export hoists every `x @ W` of a step's slice,
-        for_hoist.py)."""
-        _need(t.id in self.slices)
-        whole = self.slices[t.id]
-        xw, biases = None, []
-        for s in self.terms(whole, self.outer):
-            m = self.outer.get(s.id)
-            if xw is None and m is not None and m.prim == "matmul":
-                xw = self._weighed(*m.inputs, width)
-            elif _vector(s, width):
-                biases.append(s)
+    def product(self, seq: str, width: int):
+        """A sequence computed before the loop as `xs @ W` plus vectors: ((xs, W),
+        biases)."""
+        x, biases = None, []
+        for t in self.terms(seq, self.outer):
+            node = self.outer.get(t)
+            if x is None and node is not None and node.op_type == "MatMul":
+                xs, w = node.input
+                xt = self.types.get(xs)
+                _need(xt is not None and xt.rank == 3 and xt.dtype == "f32"
+                      and self.matrix(w, None, width))
+                x = (xs, w)
+            elif self.vector(t, width):
+                biases.append(t)
             else:
-                _fail()
-        _need(xw is not None)
-        return xw, biases
+                raise _NoMatch
+        _need(x is not None)
+        return x, biases
 
-    def _weighed(self, xs: Value, w: Value, width: int) -> tuple[Value, Value]:
-        _need(xs.type.rank == 3 and w.type.rank == 2 and w.type.shape[1].is_const
-              and w.type.shape[1].value == width)
-        return xs, w
+    def _unmask(self, result: str, state: str) -> str:
+        """A new state without the lengths' `Where(keep, new, state)`, `keep` a step of the
+        mask `t < L[b]` (`seq_mask`); every state masked by the same, or none."""
+        node = self.made.get(result)
+        if node is None or node.op_type != "Where" or node.input[2] != state:
+            _need(self.mask in (None, False))
+            self.mask = False
+            return result
+        keep = node.input[0]
+        t = self.types.get(keep)
+        _need(t is not None and t.rank == 2 and _sizes(t)[1] == 1)
+        mask = self.sequence(self.by(keep, "Reshape", 2).input[0])
+        _need(self.mask in (None, mask) and self.keep in (None, keep))
+        steps, rows = self.outer_node(mask, "Less", 2).input
+        t_axis, row_axis = (self.outer_node(n, "Unsqueeze", 2) for n in (steps, rows))
+        start, _, stride = self.outer_node(t_axis.input[0], "Range", 3).input
+        _need(self.holds(start, 0) and self.holds(stride, 1)
+              and self.holds(t_axis.input[1], 1) and self.holds(row_axis.input[1], 0))
+        self.mask, self.keep, self.lengths = mask, keep, row_axis.input[0]
+        return node.input[1]
 
-    def _unmask(self, result: Value, state: Value) -> tuple[Value, Value | None]:
-        """A new state without the lengths' `where(keep, new, state)`, and the mask's
-        sequence (None where unmasked)."""
-        o = self.made.get(result.id)
-        if o is None or o.prim != "where" or o.inputs[2] is not state:
-            return result, None
-        keep = self.unary(o.inputs[0], "reshape")
-        _need(keep.id in self.slices and o.inputs[0].type.rank == 2)
-        mask = self.slices[keep.id]
-        made = self.outer.get(mask.id)
-        _need(made is not None and made.prim == "seq_mask" and len(made.inputs) == 2)
-        self.mask, self.lengths = mask, made.inputs[1]
-        self.keep = o.inputs[0]
-        return o.inputs[1], mask
-
-    def yielded(self, h: Value) -> None:
+    def yielded(self, h: str) -> None:
         """Every yield is the new h (zeros in padding steps where masked)."""
         for y in self.yields:
-            if self.mask is None:
-                _need(y is h)
+            if not self.mask:
+                _need(y == h)
             else:
-                o = self.by(y, "where", 3)
-                _need(o.inputs[0] is self.keep and o.inputs[1] is h
-                      and self.is_scalar(o.inputs[2], 0.0))
+                keep, new, zero = self.by(y, "Where", 3).input
+                _need(keep == self.keep and new == h and self.holds(zero, 0))
 
     # ---- the node ----------------------------------------------------------------------
-    def emit(self, g, xs: list[str], cell, read: set[int]) -> list[str]:
-        loop = self.loop
-        n_seq, n_state = loop.attrs["n_seq"], loop.attrs["n_state"]
-        finals = loop.outputs[:n_state]
-        if self.mask is not None and n_state == 2:
-            _need(finals[1].id not in read)  # the final c of a masked loop: not in Y
-        hidden = self.hidden.value
-        x = g.name_of(cell.xs)
-        initial = [g.op("Unsqueeze", s, g.ints([0])) for s in xs[n_seq:n_seq + n_state]]
-        direction = "reverse" if loop.attrs["reversed"] else "forward"
-        w = _onnx_weight(g, g.name_of(cell.w), cell.order)
-        r = _onnx_weight(g, g.name_of(cell.u), cell.order)
-        b = g.op("Unsqueeze", g.op("Concat", _bias(g, cell.bx, cell.order, hidden),
-                                   _bias(g, cell.bh, cell.order, hidden), axis=0),
+    def emit(self, cell) -> None:
+        """The node of `cell` (`_LSTM`, `_GRU`) and what the Loop's outputs read of it,
+        appended to the model's graph under the Loop's output names."""
+        g, n_state, loop = self.top, self.n_state, self.node
+        if self.mask and n_state == 2:
+            _need(loop.output[1] not in self.read)  # the final c of a masked loop: not in Y
+        # a reversed Loop's stacked yields are in trip order, turned by a Slice after it
+        turns = [self._turned(y) if self.reverse else None for y in loop.output[n_state:]]
+        g.hint = cell.node.lower()  # the new values' names: lstm, lstm_2, ...
+        initial = [g.op("Unsqueeze", s, g.ints([0])) for s in self.initial]
+        w = _onnx_weight(g, cell.w, cell.order)
+        r = _onnx_weight(g, cell.u, cell.order)
+        b = g.op("Unsqueeze", g.op("Concat", _bias(g, cell.bx, cell.order, self.hidden),
+                                   _bias(g, cell.bh, cell.order, self.hidden), axis=0),
                  g.ints([0]))
-        outs = g.ops(cell.node, [x, w, r, b, "", *initial], 1 + n_state,
-                     hidden_size=hidden, direction=direction, **cell.attrs)
+        outs = g.ops(cell.node, [cell.xs, w, r, b, "", *initial], 1 + n_state,
+                     hidden_size=self.hidden,
+                     direction="reverse" if self.reverse else "forward", **cell.attrs)
         every = g.op("Squeeze", outs[0], g.ints([1]))              # [T, B, H]
         last = [g.op("Squeeze", o, g.ints([0])) for o in outs[1:]]
-        if self.mask is not None:
-            mask = g.op("Unsqueeze", g.name_of(self.mask), g.ints([2]))
-            zero = g.const(0, "f32")
-            last[0] = _at_length(g, every, g.name_of(self.lengths), xs[n_seq])
-            every = g.op("Where", mask, every, zero)
-        return last + [every] * len(self.yields)
+        if self.mask:
+            last[0] = _at_length(g, every, self.lengths, self.initial[0])
+            every = g.op("Where", g.op("Unsqueeze", self.mask, g.ints([2])), every,
+                         g.const(0, "f32"))
+        made = dict(zip(loop.output, last))
+        if self.mask and n_state == 2:
+            del made[loop.output[1]]  # nothing reads it
+        for stacked, turn in zip(loop.output[n_state:], turns):
+            if turn is None:
+                made[stacked] = every
+            else:  # Y is in time order already
+                g.nodes = [n for n in g.nodes if n is not turn]
+                made[turn.output[0]] = every
+        for name, value in made.items():
+            g.nodes.append(helper.make_node("Identity", [value], [name],
+                                            name=g.root.names.fresh(f"{name}/Identity")))
+
+    def _turned(self, stacked: str):
+        """The `Slice` that turns a reversed Loop's stacked yields (in trip order) back into
+        time order: the one node reading them."""
+        readers = [n for n in self.top.nodes if stacked in reads([n])]
+        _need(stacked not in self.outputs and len(readers) == 1)
+        node = readers[0]
+        _need(node.op_type == "Slice" and len(node.input) == 5 and node.input[0] == stacked
+              and self.holds(node.input[1], -1) and self.holds(node.input[2], -2**63)
+              and self.holds(node.input[3], 0) and self.holds(node.input[4], -1))
+        return node
 
 
 class _LSTM:
@@ -232,28 +300,27 @@ class _LSTM:
     gates i, f, g, o of one sum of products. ONNX orders them i, o, f, c."""
     node, order, attrs = "LSTM", (0, 3, 1, 2), {}
 
-    def __init__(self, s: _Step):
+    def __init__(self, s: _Loop):
         h, c = s.new
-        _need(s.states[1].type.shape == s.states[0].type.shape)
         gate = {}
-        for sig, th in _orders(s.pair(h, "mul")):
-            if s.prim(th) == "tanh" and s.unary(th, "tanh") is c:
-                gate["o"] = s.unary(sig, "sigmoid")
+        for sig, th in _orders(s.pair(h, "Mul")):
+            if s.kind(th) == "Tanh" and s.unary(th, "Tanh") == c:
+                gate["o"] = s.unary(sig, "Sigmoid")
                 break
-        for term in s.pair(c, "add"):
-            for p, q in _orders(s.pair(term, "mul")):
-                if q is s.states[1] and s.prim(p) == "sigmoid":
-                    gate["f"] = s.unary(p, "sigmoid")
+        for term in s.pair(c, "Add"):
+            for p, q in _orders(s.pair(term, "Mul")):
+                if q == s.states[1] and s.kind(p) == "Sigmoid":
+                    gate["f"] = s.unary(p, "Sigmoid")
                     break
-                if s.prim(p) == "sigmoid" and s.prim(q) == "tanh":
-                    gate["i"], gate["g"] = s.unary(p, "sigmoid"), s.unary(q, "tanh")
+                if s.kind(p) == "Sigmoid" and s.kind(q) == "Tanh":
+                    gate["i"], gate["g"] = s.unary(p, "Sigmoid"), s.unary(q, "Tanh")
                     break
         _need(set(gate) == set("ifgo"))
         split, _ = s.split_part(gate["i"], 4)
         _need([s.split_part(gate[k], 4) for k in "ifgo"] == [(split, k) for k in range(4)])
-        width = 4 * s.hidden.value
-        (self.xs, self.w), self.u, self.bx = s.gates(split.inputs[0], True, width)
-        self.bh: list[Value] = []
+        width = 4 * s.hidden
+        (self.xs, self.w), self.u, self.bx = s.gates(split.input[0], True, width)
+        self.bh: list[str] = []
         s.yielded(h)
 
 
@@ -263,39 +330,56 @@ class _GRU:
     ONNX orders the gates z, r, h and computes n so with `linear_before_reset`."""
     node, order, attrs = "GRU", (1, 0, 2), {"linear_before_reset": 1}
 
-    def __init__(self, s: _Step):
+    def __init__(self, s: _Loop):
         (h,) = s.new
         h0 = s.states[0]
-        for p, q in _orders(s.pair(h, "add")):
-            zh, rest = s.maybe(q, "mul"), s.maybe(p, "mul")
+        for p, q in _orders(s.pair(h, "Add")):
+            zh, rest = s.maybe(q, "Mul"), s.maybe(p, "Mul")
             if zh and rest and h0 in zh:
-                z = zh[1] if zh[0] is h0 else zh[0]
+                z = zh[1] if zh[0] == h0 else zh[0]
                 break
         else:
-            _fail()
+            raise _NoMatch
         for u, n in _orders(rest):
-            d = s.maybe(u, "sub")
-            if d and d[1] is z and s.is_scalar(d[0], 1.0):
+            d = s.maybe(u, "Sub")
+            if d and d[1] == z and s.holds(d[0], 1):
                 break
         else:
-            _fail()
-        for xn, m in _orders(s.pair(s.unary(n, "tanh"), "add")):
-            rhn = s.maybe(m, "mul")
-            if rhn and s.prim(xn) == "split":
+            raise _NoMatch
+        for xn, m in _orders(s.pair(s.unary(n, "Tanh"), "Add")):
+            rhn = s.maybe(m, "Mul")
+            if rhn and s.kind(xn) == "Split":
                 break
         else:
-            _fail()
-        r, hn = rhn if s.prim(rhn[0]) == "sigmoid" else rhn[::-1]
+            raise _NoMatch
+        r, hn = rhn if s.kind(rhn[0]) == "Sigmoid" else rhn[::-1]
         sx, i = s.split_part(xn, 3)
         sh, j = s.split_part(hn, 3)
         _need(i == 2 and j == 2 and sx is not sh)
         for gate, k in ((r, 0), (z, 1)):
-            p, q = s.pair(s.unary(gate, "sigmoid"), "add")
-            _need({s.split_part(p, 3), s.split_part(q, 3)} == {(sx, k), (sh, k)})
-        width = 3 * s.hidden.value
-        (self.xs, self.w), _, self.bx = s.gates(sx.inputs[0], False, width)
-        self.u, self.bh = _h_side(s, sh.inputs[0], width)
+            p, q = s.pair(s.unary(gate, "Sigmoid"), "Add")
+            parts = [s.split_part(p, 3), s.split_part(q, 3)]
+            _need(parts in ([(sx, k), (sh, k)], [(sh, k), (sx, k)]))
+        width = 3 * s.hidden
+        (self.xs, self.w), _, self.bx = s.gates(sx.input[0], False, width)
+        self.u, self.bh = _h_side(s, sh.input[0], width)
         s.yielded(h)
+
+
+def _h_side(s: _Loop, name: str, width: int):
+    """`h @ U` plus vectors: (U, biases)."""
+    u, biases = None, []
+    for t in s.terms(name, s.made):
+        hu = s.maybe(t, "MatMul")
+        if u is None and hu and hu[0] == s.states[0] and s.around(hu[1]) \
+                and s.matrix(hu[1], s.hidden, width):
+            u = hu[1]
+        elif s.around(t) and s.vector(t, width):
+            biases.append(t)
+        else:
+            raise _NoMatch
+    _need(u is not None)
+    return u, biases
 
 
 def _orders(pair):
@@ -303,29 +387,16 @@ def _orders(pair):
     return ((a, b), (b, a))
 
 
-def _h_side(s: _Step, v: Value, width: int):
-    """`h @ U` plus vectors: (U, biases)."""
-    u, biases = None, []
-    for t in s.terms(v, s.made):
-        o = s.made.get(t.id)
-        if u is None and o is not None and o.prim == "matmul" and o.inputs[0] is s.states[0] \
-                and s.invariant(o.inputs[1]) and o.inputs[1].type.rank == 2:
-            u = o.inputs[1]
-        elif s.invariant(t) and _vector(t, width):
-            biases.append(t)
-        else:
-            _fail()
-    _need(u is not None and _sizes(u) == (s.hidden.value, width))
-    return u, biases
+def _attribute(node, name: str, default):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
 
 
-def _vector(v: Value, width: int) -> bool:
-    return _sizes(v) == (width,)
-
-
-def _sizes(v: Value) -> tuple:
-    """A value's shape as numbers (None for a symbolic dim)."""
-    return tuple(d.value if d.is_const else None for d in v.type.shape)
+def _sizes(t) -> tuple:
+    """A TensorType's shape as numbers (None for a symbolic dim)."""
+    return tuple(d.value if d.is_const else None for d in t.shape)
 
 
 def _reorder(g, x: str, order, axis: int) -> str:
@@ -339,12 +410,12 @@ def _onnx_weight(g, w: str, order) -> str:
                 g.ints([0]))
 
 
-def _bias(g, biases: list[Value], order, hidden: int) -> str:
+def _bias(g, biases: list[str], order, hidden: int) -> str:
     if not biases:
         return g.const(np.zeros(len(order) * hidden, np.float32), "f32")
-    total = g.name_of(biases[0])
-    for v in biases[1:]:
-        total = g.op("Add", total, g.name_of(v))
+    total = biases[0]
+    for b in biases[1:]:
+        total = g.op("Add", total, b)
     return _reorder(g, total, order, 0)
 
 
@@ -362,3 +433,31 @@ def _at_length(g, every: str, lengths: str, initial: str) -> str:
                                     g.const(0, "f32")), g.ints([0]), keepdims=0)
     real = g.op("Unsqueeze", g.op("Greater", length, g.ints([0])), g.ints([1]))
     return g.op("Where", real, picked, initial)
+
+
+def _ordered(nodes: list) -> list:
+    """`nodes` in an order in which each comes after the nodes making what it reads (its
+    subgraphs' reads included), otherwise as given."""
+    makes = {o: k for k, n in enumerate(nodes) for o in n.output}
+    done: set[int] = set()
+    out: list = []
+
+    def place(k: int) -> None:
+        stack = [(k, False)]
+        while stack:
+            j, expanded = stack.pop()
+            if j in done:
+                continue
+            if expanded:
+                done.add(j)
+                out.append(nodes[j])
+                continue
+            stack.append((j, True))
+            for name in sorted(reads([nodes[j]]), reverse=True):
+                m = makes.get(name)
+                if m is not None and m not in done and m != j:
+                    stack.append((m, False))
+
+    for k in range(len(nodes)):
+        place(k)
+    return out

@@ -316,16 +316,11 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     an AMD EPYC, 2 threads: 1.6-1.7 ms against 1.5-1.6 at B=1, 11.1-11.6 ms against
     8.7-11.0 at B=32), but OpenVINO cannot convert a Scan whose body reads a value of the
     graph around it that is not a constant (a size taken from an input's shape), which
-    every loop with lengths does; it converts the Loop (docs/onnx.md).
-
-    A body that is one LSTM or GRU step is ONNX's `LSTM` or `GRU` node instead
+    every loop with lengths does; it converts the Loop (docs/onnx.md). The export
+    rewrites a Loop whose body is one LSTM or GRU step into ONNX's `LSTM` or `GRU` node
     (codegen/export/onnx_rnn.py)."""
     if op.attrs["has_lengths"]:
         g.fail("a `for` with lengths reaches ONNX only rewritten (prepare)")
-    from ...export.onnx_rnn import rnn_node
-    fused = rnn_node(g, op, xs)
-    if fused is not None:
-        return fused
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     body = op.blocks[0]
     seqs, states = xs[:n_seq], xs[n_seq:n_seq + n_state]
