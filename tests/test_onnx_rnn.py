@@ -3,7 +3,7 @@ onnx_rnn.py): which loops become them (the examples; bodies that are std/rnn.mdl
 or the same step written out; near misses, f64 and a loop with lengths whose final c is
 read stay `Loop`s), and that both forms compute what mdl's reference does, in
 onnxruntime, onnx's reference evaluator and (where installed) OpenVINO, with initial
-states that are not zeros and rows of no steps."""
+states that are not zeros, rows of no steps, and dropout in the step."""
 from __future__ import annotations
 
 import importlib.util
@@ -61,6 +61,22 @@ model OwnGRU(E = 3, H = 4) {
   output hs
 }
 """
+# dropout's steps stay in the loop, and are `Identity`s in an inference graph
+DROPOUT = """
+model Dropout(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  h = h0; c = c0
+  hs = for x in xs (lengths = lengths) {
+    h, c = lstm(dropout(x, 0.2), h, c)
+    yield dropout(h, 0.3)
+  }
+  output hs
+  output h_last = h
+}
+"""
 # near misses: each a recurrence of its own, not a std cell's step
 NEAR_MISSES = """
 model GatesSwapped(E = 3, H = 4) {
@@ -113,7 +129,7 @@ SOURCE = "\n".join([
     std_loop("Forward"), std_loop("Backward", reverse=True),
     std_loop("GRUBackward", "gru", reverse=True),
     std_loop("Lengths", lengths=True, outputs="hs, h_last = h"),
-    std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU,
+    std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU, DROPOUT,
     # near misses: a yield other than h, a final c of a loop with lengths, z's roles
     # swapped, a product of another value than h
     std_loop("YieldsC", yields="c", outputs="hs"),
@@ -123,7 +139,7 @@ SOURCE = "\n".join([
     OWN_GRU.replace("OwnGRU", "ProductOfTanh").replace("split(h @ U", "split(tanh(h) @ U"),
     NEAR_MISSES])
 NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
-         "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"],
+         "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"], "Dropout": ["LSTM"],
          "ZSwapped": ["Loop"], "GatesSwapped": ["Loop"], "InputOfTheState": ["Loop"],
          "ProductOfC": ["Loop"], "ProductOfTanh": ["Loop"],
          "YieldsC": ["Loop"], "FinalCWithLengths": ["Loop"]}

@@ -6,8 +6,9 @@ A pass over the model's graph as the ops' rules wrote it (a `for` is a `Loop`,
 for_op.py): each `Loop` body is read node by node against the step of std/rnn.mdl's
 `lstm` and `gru` (gate orders i, f, g, o and r, z, n; the GRU's hidden bias inside
 r * (...), ONNX's `linear_before_reset`), after the export's rewrites, which move the
-input product out of the loop (`xs @ W` and its bias over all steps). `Add`s and `Mul`s
-may come in either order and the biases be any number of vectors. Anything else in the
+input product out of the loop (`xs @ W` and its bias over all steps) where the step's
+input is not random. `Add`s and `Mul`s may come in either order, the biases be any
+number of vectors, and `Identity`s (dropout's, in an inference graph) stand anywhere. Anything else in the
 recurrence, a yield other than the new h, or an f64 model leaves the `Loop`: a match is
 exact or none.
 
@@ -62,7 +63,14 @@ class _Loop:
         self.types = top.root.types
         self.outer = {o: n for n in top.nodes for o in n.output}
         body = next(a.g for a in node.attribute if a.name == "body")
-        self.made = {o: n for n in body.node for o in n.output}
+        # the body's nodes, read through its `Identity`s (dropout's, a repeated yield's)
+        self.alias = {n.output[0]: n.input[0] for n in body.node if n.op_type == "Identity"}
+        self.made = {}
+        for n in body.node:
+            through = type(n)()
+            through.CopyFrom(n)
+            through.input[:] = [self.source(x) for x in n.input]
+            self.made.update((o, through) for o in n.output)
         trips, go, *self.initial = node.input
         self.trips, self.step = trips, body.input[0].name
         self.states = [v.name for v in body.input[2:]]
@@ -109,8 +117,8 @@ class _Loop:
 
     def source(self, name: str) -> str:
         """`name` without the body's `Identity`s."""
-        while self.kind(name) == "Identity":
-            name = self.made[name].input[0]
+        while name in self.alias:
+            name = self.alias[name]
         return name
 
     def value(self, name: str) -> np.ndarray | None:
@@ -178,8 +186,8 @@ class _Loop:
 
     def gates(self, name: str, with_h: bool, width: int):
         """`name`, the pre-activations of `width` gate columns, as ((the input
-        sequence, W), U or None, biases): a sum of the step of a sequence computed as
-        `xs @ W + b` before the loop, one `h @ U` when `with_h`, and vectors."""
+        sequence, W), U or None, biases): a sum of one input product (`input_product`),
+        one `h @ U` when `with_h`, and vectors."""
         x, u, biases = None, None, []
         for t in self.terms(name, self.made):
             hu = self.maybe(t, "MatMul")
@@ -189,12 +197,28 @@ class _Loop:
             elif self.around(t) and self.vector(t, width):
                 biases.append(t)
             elif x is None:
-                x, more = self.product(self.sequence(t), width)
+                x, more = self.input_product(t, width)
                 biases += more
             else:
                 raise _NoMatch
         _need(x is not None and (u is not None or not with_h))
         return x, u, biases
+
+    def input_product(self, t: str, width: int):
+        """A step's input product, ((the sequence xs, W), biases): `x @ W` of the step x
+        of xs, or the step of a sequence computed before the loop as `xs @ W` plus
+        vectors (the export moves such products out of a loop, but not of a random op's
+        step: `dropout(x, p)`, an `Identity` here)."""
+        xw = self.maybe(t, "MatMul")
+        if xw is not None and self.around(xw[1]):
+            return self.weighed(self.sequence(xw[0]), xw[1], width), []
+        return self.product(self.sequence(t), width)
+
+    def weighed(self, xs: str, w: str, width: int) -> tuple[str, str]:
+        t = self.types.get(xs)
+        _need(t is not None and t.rank == 3 and t.dtype == "f32"
+              and self.matrix(w, None, width))
+        return xs, w
 
     def product(self, seq: str, width: int):
         """A sequence computed before the loop as `xs @ W` plus vectors: ((xs, W),
@@ -203,11 +227,7 @@ class _Loop:
         for t in self.terms(seq, self.outer):
             node = self.outer.get(t)
             if x is None and node is not None and node.op_type == "MatMul":
-                xs, w = node.input
-                xt = self.types.get(xs)
-                _need(xt is not None and xt.rank == 3 and xt.dtype == "f32"
-                      and self.matrix(w, None, width))
-                x = (xs, w)
+                x = self.weighed(*node.input, width)
             elif self.vector(t, width):
                 biases.append(t)
             else:
