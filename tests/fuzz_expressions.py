@@ -389,7 +389,8 @@ class Expressions(Functions):
         return f"{table}[{self.int_input(shape[:-1], 'ids' if len(shape) == 2 else 'tok')}]"
 
     def form_one_hot(self, shape, d):
-        if self.in_def or len(shape) != 2 or shape[0] != "B":
+        # its size is a number: a symbolic dim (B) can be used in shapes only
+        if self.in_def or len(shape) != 2 or shape[0] != "B" or not isinstance(shape[1], int):
             return None
         self.cover("one_hot")
         return f"one_hot({self.int_input(('B',))}, {self.dim(shape[1])})"
