@@ -184,10 +184,10 @@ class _Loop:
         return t is not None and t.dtype == "f32" and t.rank == 2 and _sizes(t)[1] == width \
             and (rows is None or _sizes(t)[0] == rows)
 
-    def gates(self, name: str, with_h: bool, width: int):
-        """`name`, the pre-activations of `width` gate columns, as ((the input
-        sequence, W), U or None, biases): a sum of one input product (`input_product`),
-        one `h @ U` when `with_h`, and vectors."""
+    def gates(self, name: str, width: int, with_x: bool = True, with_h: bool = True):
+        """`name`, the pre-activations of `width` gate columns, as ((the input sequence,
+        W) or None, U or None, biases): a sum of one input product (`input_product`) when
+        `with_x`, one `h @ U` when `with_h`, and vectors."""
         x, u, biases = None, None, []
         for t in self.terms(name, self.made):
             hu = self.maybe(t, "MatMul")
@@ -196,12 +196,12 @@ class _Loop:
                 u = hu[1]
             elif self.around(t) and self.vector(t, width):
                 biases.append(t)
-            elif x is None:
+            elif with_x and x is None:
                 x, more = self.input_product(t, width)
                 biases += more
             else:
                 raise _NoMatch
-        _need(x is not None and (u is not None or not with_h))
+        _need((x is not None) == with_x and (u is not None) == with_h)
         return x, u, biases
 
     def input_product(self, t: str, width: int):
@@ -339,7 +339,7 @@ class _LSTM:
         split, _ = s.split_part(gate["i"], 4)
         _need([s.split_part(gate[k], 4) for k in "ifgo"] == [(split, k) for k in range(4)])
         width = 4 * s.hidden
-        (self.xs, self.w), self.u, self.bx = s.gates(split.input[0], True, width)
+        (self.xs, self.w), self.u, self.bx = s.gates(split.input[0], width)
         self.bh: list[str] = []
         s.yielded(h)
 
@@ -381,25 +381,9 @@ class _GRU:
             parts = [s.split_part(p, 3), s.split_part(q, 3)]
             _need(parts in ([(sx, k), (sh, k)], [(sh, k), (sx, k)]))
         width = 3 * s.hidden
-        (self.xs, self.w), _, self.bx = s.gates(sx.input[0], False, width)
-        self.u, self.bh = _h_side(s, sh.input[0], width)
+        (self.xs, self.w), _, self.bx = s.gates(sx.input[0], width, with_h=False)
+        _, self.u, self.bh = s.gates(sh.input[0], width, with_x=False)
         s.yielded(h)
-
-
-def _h_side(s: _Loop, name: str, width: int):
-    """`h @ U` plus vectors: (U, biases)."""
-    u, biases = None, []
-    for t in s.terms(name, s.made):
-        hu = s.maybe(t, "MatMul")
-        if u is None and hu and hu[0] == s.states[0] and s.around(hu[1]) \
-                and s.matrix(hu[1], s.hidden, width):
-            u = hu[1]
-        elif s.around(t) and s.vector(t, width):
-            biases.append(t)
-        else:
-            raise _NoMatch
-    _need(u is not None)
-    return u, biases
 
 
 def _orders(pair):
