@@ -47,16 +47,33 @@ set_target_properties(mdl::blas PROPERTIES
   # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
   INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
 
+# What generated code calls out of line (the products: the BLAS calls and mdl's own kernels;
+# the faults kernels raise; results' memory), compiled once for every target that links
+# mdl::runtime, for this machine's CPU as models are.
+add_library(mdl_core STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/products.cpp"
+                                           "${MDL_ROOT}/cpp_runtime/src/faults.cpp"
+                                           "${MDL_ROOT}/cpp_runtime/src/call.cpp")
+target_include_directories(mdl_core PUBLIC "${MDL_ROOT}/cpp_runtime")
+target_link_libraries(mdl_core PUBLIC mdl::blas)
+target_compile_options(mdl_core PRIVATE ${_mdl_code_flags})
+target_compile_features(mdl_core PUBLIC cxx_std_17)
+set_target_properties(mdl_core PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                          CXX_VISIBILITY_PRESET hidden)
+if(MDL_NATIVE)
+  target_compile_options(mdl_core PRIVATE -march=native)
+endif()
+
 add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
 set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${MDL_ROOT}/cpp_runtime"
-  INTERFACE_LINK_LIBRARIES mdl::blas
+  INTERFACE_LINK_LIBRARIES "mdl::blas;mdl_core"
   # what every mdl compile gets (codegen/compile/flags.py's CODE_FLAGS: OpenMP among them)
   INTERFACE_COMPILE_OPTIONS "${_mdl_code_flags}"
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
 # Built only when a model needs it.
 add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/python_module.cpp"
+                                             "${MDL_ROOT}/cpp_runtime/src/checkpoint.cpp"
                                              "${MDL_ROOT}/cpp_runtime/src/host_device.cpp")
 target_link_libraries(mdl_python PUBLIC mdl::runtime pybind11::module)
 set_target_properties(mdl_python PROPERTIES POSITION_INDEPENDENT_CODE ON

@@ -218,15 +218,15 @@ def _dims(text: str) -> dict[str, int]:
 
 def cmd_check(args) -> int:
     """Checks `--model`, else every model of the file (`--json` describes one model)."""
-    from dsl import (UsageError, check_file, defines_by_model, model_names, params_table,
-                     summary, to_json)
-    names = [args.model] if args.model else model_names(args.file)
+    from dsl import SourceFile, UsageError, params_table, summary, to_json
+    source = SourceFile(args.file)
+    names = [args.model] if args.model else source.model_names()
     if args.json and len(names) > 1:
         raise UsageError(f"{args.file} defines several models ({', '.join(names)}); --json "
                          "describes one: choose it with --model NAME")
-    defines = defines_by_model(args.file, names, dict(args.defines))
+    defines = source.defines_by_model(names, dict(args.defines))
     for i, name in enumerate(names):
-        cm = check_file(args.file, defines=defines[name], model=name, dtype=args.dtype)
+        cm = source.check(name, defines[name], args.dtype)
         for w in cm.warnings:
             _report(w)
         if args.json:

@@ -1,7 +1,7 @@
 """The compiler's stages, run in order, for every entry point (`mdlc build/emit/
 gradcheck`, `codegen.load`):
 
-    check          .mdl file -> checked forward graphs      dsl.check_file
+    check          .mdl file -> checked forward graphs      dsl.SourceFile
     prepare        loops with lengths -> plain loops        transforms.prepare
     differentiate  + the backward of the minimized output  autodiff (transforms.prepare),
                    (or, --vjp, a vector-Jacobian product)   transforms.passes.optimize
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dsl import UsageError, check_file, defines_by_model, model_names
+from dsl import SourceFile, UsageError
 
 from .backend.module import generate
 from .compile.extension import build_extension
@@ -37,10 +37,10 @@ def check(path: str | Path, options: BuildOptions) -> list[Graph]:
     """The checked graphs of the models to build: `options.model`, else every model of
     the file (one class each in the module). Each `--specialize` set must fit (name only
     symbolic dims of) at least one of them."""
-    names = [options.model] if options.model else model_names(str(path))
-    defines = defines_by_model(str(path), names, options.defines)
-    out = [check_file(str(path), defines=defines[name], model=name,
-                      dtype=options.dtype).graph for name in names]
+    source = SourceFile(path)
+    names = [options.model] if options.model else source.model_names()
+    defines = source.defines_by_model(names, options.defines)
+    out = [source.check(name, defines[name], options.dtype).graph for name in names]
     for spec in options.specialize:
         if any(_fits(spec, graph) for graph in out):
             continue

@@ -20,7 +20,8 @@ from .blas import blas
 from .cache import sha256
 
 LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
-# -fopenmp-simd: `#pragma omp simd` (reductions that may vectorize) without OpenMP threads.
+# -fopenmp: `#pragma omp simd` (reductions that may vectorize), and OpenMP's threads for
+# products and large elementwise loops split over the cores (mdl/threads.h).
 # -fno-math-errno: nothing reads errno, so calls to exp, tanh, sqrt, ... have no side
 # effect: a loop calling them vectorizes even where a `where` uses only one of its arms
 # (with errno, GCC computes each arm under its condition, and control flow stops it).

@@ -17,7 +17,7 @@ from .environment import environment_key
 from .flags import compile_flags, host_compiler, include_dirs
 
 RUNTIME_SOURCES = ("src/python_module.cpp", "src/checkpoint.cpp",  # relative to RUNTIME_DIR
-                   "src/host_device.cpp")
+                   "src/host_device.cpp", "src/products.cpp", "src/faults.cpp", "src/call.cpp")
 RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
 PRECOMPILED = "precompiled"

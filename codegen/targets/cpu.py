@@ -102,7 +102,7 @@ class CpuTarget(Target):
         return [f"const mdl::Product<{ctype}> {name}[] = {{",
                 *(f"    {{{row}}}," for row in rows),
                 "};",
-                f"mdl::gemm_together({name});"]
+                f"mdl::gemm_together({name}, {len(kernels)});"]
 
     def concurrent(self, r, ins, run) -> None:
         """Each arm a lambda run in an OpenMP section (`run(arm)` writes its loop): at once

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "mdl/error.h"
 
@@ -21,27 +20,9 @@ enum class FaultKind : int {
 };
 
 // Throws the exception of fault `kind`: `value` found at `position` of the input `what`
-// names (null: unnamed), which had to lie within `bound`.
-[[noreturn]] inline void raise_fault(FaultKind kind, int64_t value, int64_t position,
-                                     int64_t bound, const char* what) {
-  const std::string input = what ? what : "an input";
-  const std::string v = std::to_string(value), at = std::to_string(position),
-                    n = std::to_string(bound);
-  switch (kind) {
-    case FaultKind::GatherIndex:
-      throw IndexError(input + " holds " + v + " at flat position " + at + ", outside [0, " +
-                       n + "): the rows of the table it indexes");
-    case FaultKind::Target:
-      throw IndexError(input + " holds " + v + " at flat position " + at +
-                       ": cross_entropy's targets lie in [0, " + n + "), one per class");
-    case FaultKind::ScatterIndex:
-      throw Error("index " + v + " is outside [0, " + n + ")");
-    case FaultKind::Length:
-      throw ValueError(input + "[" + at + "] = " + v + " is outside [0, " + n +
-                       "] (the sequence length)");
-    default:
-      throw Error("a kernel reported fault " + std::to_string(int(kind)) + " (a bug in mdl)");
-  }
-}
+// names (null: unnamed), which had to lie within `bound`. In the runtime object
+// (src/faults.cpp): generated code only calls it.
+[[noreturn]] void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
+                              const char* what);
 
 }  // namespace mdl

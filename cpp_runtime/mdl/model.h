@@ -65,13 +65,8 @@ struct Call {
   std::vector<std::shared_ptr<Arena>> memory;  // what result_memory took
   std::size_t handed = 0;                      // their bytes
 
-  char* result_memory(char* slot, std::size_t bytes) {
-    if (!fresh || bytes < kCopiedResultBytes) return slot;
-    memory.push_back(result_pool().take(bytes));
-    handed += memory.back()->size();
-    result_pool().handed(handed);
-    return memory.back()->data();
-  }
+  // In the runtime object (src/call.cpp): generated code only calls it.
+  char* result_memory(char* slot, std::size_t bytes);
 
   // The allocation of result_memory holding [p, p + bytes), if one does.
   std::shared_ptr<Arena> owner_of(const void* p, std::size_t bytes) const {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace mdl::small_gemm {
 
@@ -61,6 +62,9 @@ inline void pack(bool trans_b, int64_t n, int64_t k, const float* b, int64_t ldb
           const float* row = b + (q * kPanel + j) * ldb;
           for (int64_t p = p0; p < p1; ++p) panel[p * kPanel + j] = row[p];
         }
+      } else if (cols == kPanel) {  // a size the compiler knows: two vector moves, no call
+        for (int64_t p = p0; p < p1; ++p)
+          std::memcpy(panel + p * kPanel, b + p * ldb + q * kPanel, kPanel * sizeof(float));
       } else {
         for (int64_t p = p0; p < p1; ++p)
           std::memcpy(panel + p * kPanel, b + p * ldb + q * kPanel, cols * sizeof(float));
@@ -95,13 +99,17 @@ inline void store(float* out, Vec sum, float beta) {
 }
 
 // c[0:R, 0:cols] = op(a)[0:R, :] @ panel + beta * c, op(a) R x k, the panel's rows ldp
-// floats apart (kPanel packed; b's leading dimension where b is read in place). With one or two rows,
-// a row's sums are kept in C chains over k (chain j takes p = j, j + C, ...), so that
-// enough multiply-adds are in flight: in one chain each waited for the one before
-// ([1, 128] @ [128, 512] with AVX2: 4.6 us, 2.7-3.2 in 4 chains).
-template <int R, bool TransA>
-inline void block(int64_t k, const float* a, int64_t lda, const float* panel, int64_t ldp,
-                  float beta, float* c, int64_t ldc, int64_t cols) {
+// floats apart: kPanel where it is packed (`Packed`: a constant, so that its rows are read
+// at constant offsets), b's leading dimension where b is read in place. With one or two
+// rows, a row's sums are kept in C chains over k (chain j takes p = j, j + C, ...), so
+// that enough multiply-adds are in flight: in one chain each waited for the one before
+// ([1, 128] @ [128, 512] with AVX2: 4.6 us, 2.7-3.2 in 4 chains). Inlined into its caller,
+// as it was when every model compiled it, not called once a panel.
+template <int R, bool TransA, bool Packed>
+[[gnu::always_inline]] inline void block(int64_t k, const float* a, int64_t lda,
+                                         const float* panel, int64_t ldp_in, float beta,
+                                         float* c, int64_t ldc, int64_t cols) {
+  const int64_t ldp = Packed ? int64_t(kPanel) : ldp_in;
   constexpr int C = R == 1 ? 4 : R == 2 ? 2 : 1;
   Vec sum[C][R][2];
   for (int j = 0; j < C; ++j)
@@ -145,21 +153,23 @@ inline void block(int64_t k, const float* a, int64_t lda, const float* panel, in
 }
 
 // Rows [i, m) of one panel, kRows at a time, then the rest.
-template <bool TransA>
+template <bool TransA, bool Packed>
 inline void panel_rows(int64_t m, int64_t k, const float* a, int64_t lda, const float* panel,
                        int64_t ldp, float beta, float* c, int64_t ldc, int64_t cols) {
-  auto at = [&](int64_t i) { return TransA ? a + i : a + i * lda; };
   int64_t i = 0;
-  for (; i + kRows <= m; i += kRows)
-    block<kRows, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols);
+  auto rows = [&](auto r) {  // block<r> at row i
+    block<decltype(r)::value, TransA, Packed>(k, TransA ? a + i : a + i * lda, lda, panel,
+                                               ldp, beta, c + i * ldc, ldc, cols);
+  };
+  for (; i + kRows <= m; i += kRows) rows(std::integral_constant<int, kRows>{});
   switch (m - i) {
-    case 7: block<7, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 6: block<6, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 5: block<5, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 4: block<4, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 3: block<3, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 2: block<2, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
-    case 1: block<1, TransA>(k, at(i), lda, panel, ldp, beta, c + i * ldc, ldc, cols); break;
+    case 7: rows(std::integral_constant<int, 7>{}); break;
+    case 6: rows(std::integral_constant<int, 6>{}); break;
+    case 5: rows(std::integral_constant<int, 5>{}); break;
+    case 4: rows(std::integral_constant<int, 4>{}); break;
+    case 3: rows(std::integral_constant<int, 3>{}); break;
+    case 2: rows(std::integral_constant<int, 2>{}); break;
+    case 1: rows(std::integral_constant<int, 1>{}); break;
     default: break;
   }
 }
@@ -173,9 +183,9 @@ inline void multiply(bool trans_a, int64_t m, int64_t n, int64_t k, const float*
     const float* panel = packed + q * k * kPanel;
     const int64_t cols = std::min<int64_t>(kPanel, n - q * kPanel);
     if (trans_a)
-      panel_rows<true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
+      panel_rows<true, true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
     else
-      panel_rows<false>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
+      panel_rows<false, true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
   }
 }
 
@@ -190,9 +200,11 @@ inline void multiply_in_place(bool trans_a, int64_t m, int64_t k, const float* a
                               int64_t q0, int64_t q1) {
   for (int64_t q = q0; q < q1; ++q) {
     if (trans_a)
-      panel_rows<true>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc, kPanel);
+      panel_rows<true, false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc,
+                              kPanel);
     else
-      panel_rows<false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc, kPanel);
+      panel_rows<false, false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc,
+                               kPanel);
   }
 }
 

@@ -145,7 +145,7 @@ void products_together() {
                c[0].data(), n},
               {ta, tb, m, n, k, a[1].data(), ta ? m : k, b[1].data(), tb ? k : n, beta,
                c[1].data(), n}};
-          mdl::gemm_together(products);
+          mdl::gemm_together(products, 2);
           for (int q = 0; q < 2; ++q)
             for (std::size_t i = 0; i < c[q].size(); ++i) CHECK_NEAR(c[q][i], expected[q][i], 1e-3);
         }

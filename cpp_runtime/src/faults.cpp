@@ -1,0 +1,32 @@
+// The exceptions of the faults kernels find (mdl/faults.h), worded once for every target.
+#include "mdl/faults.h"
+
+#include <string>
+
+#include "mdl/error.h"
+
+namespace mdl {
+
+void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
+                 const char* what) {
+  const std::string input = what ? what : "an input";
+  const std::string v = std::to_string(value), at = std::to_string(position),
+                    n = std::to_string(bound);
+  switch (kind) {
+    case FaultKind::GatherIndex:
+      throw IndexError(input + " holds " + v + " at flat position " + at + ", outside [0, " +
+                       n + "): the rows of the table it indexes");
+    case FaultKind::Target:
+      throw IndexError(input + " holds " + v + " at flat position " + at +
+                       ": cross_entropy's targets lie in [0, " + n + "), one per class");
+    case FaultKind::ScatterIndex:
+      throw Error("index " + v + " is outside [0, " + n + ")");
+    case FaultKind::Length:
+      throw ValueError(input + "[" + at + "] = " + v + " is outside [0, " + n +
+                       "] (the sequence length)");
+    default:
+      throw Error("a kernel reported fault " + std::to_string(int(kind)) + " (a bug in mdl)");
+  }
+}
+
+}  // namespace mdl
