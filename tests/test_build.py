@@ -295,7 +295,6 @@ def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypa
 def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m", CPU)
     assert "project(m LANGUAGES CXX)" in release
-    assert "find_package(pybind11 CONFIG REQUIRED)" in release
     sources = " ".join(f'"{RUNTIME_DIR / s}"' for s in runtime.RUNTIME_SOURCES)
     assert f'pybind11_add_module(m MODULE module.cpp {sources})' in release
     vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
@@ -304,6 +303,10 @@ def test_the_cmakelists_renders_each_variant():
     assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{define}" \
         f"{vector_math})" in release
     assert f'"{RUNTIME_DIR}"' in release and str(blas().library) in release
+    # `cmake -S DIR -B DIR/build` needs no -D: the emitting Python and its pybind11
+    import pybind11
+    assert f'set(Python_EXECUTABLE "{sys.executable}")' in release
+    assert f'find_package(pybind11 CONFIG REQUIRED HINTS "{pybind11.get_cmake_dir()}")' in release
     assert "BUILD_RPATH" in release
     debug = render_cmakelists(["module.cpp"], "m", CPU, debug=True)
     assert f"PRIVATE {code} -O0 -g{define}{vector_math})" in debug

@@ -3,8 +3,11 @@ the runtime's sources into the extension with the flags `build_extension` uses
 (codegen/compile/flags.py), for a user who builds with CMake instead of mdl's cache."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import pybind11
 
 from ..backend.paths import RUNTIME_DIR
 from ..backend.templating import environment
@@ -36,6 +39,10 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "libraries": [str(blas().library), *blas().system_libraries,
                       *(["mvec"] if libmvec() else [])],
         "rpath": blas().lib_dir,
+        # the Python that emitted it, whose pybind11 and BLAS the paths above name: the
+        # defaults, so that `cmake -S DIR -B DIR/build` finds them with no -D
+        "python": sys.executable,
+        "pybind11_dir": pybind11.get_cmake_dir(),
         "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
     }
     if cuda:  # cuBLAS as the build links it (codegen/compile/cuda_toolkit.py), found by RPATH too
