@@ -47,9 +47,9 @@ set_target_properties(mdl::blas PROPERTIES
   # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
   INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
 
-# What generated code calls out of line (the products: the BLAS calls and mdl's own kernels;
-# the faults kernels raise; results' memory), compiled once for every target that links
-# mdl::runtime, for this machine's CPU as models are.
+# What generated code calls out of line (mdl's own product kernels, the faults kernels
+# raise, results' memory), compiled once for every target that links mdl::runtime, for
+# this machine's CPU as models are.
 add_library(mdl_core STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/products.cpp"
                                            "${MDL_ROOT}/cpp_runtime/src/faults.cpp"
                                            "${MDL_ROOT}/cpp_runtime/src/call.cpp")
@@ -59,16 +59,22 @@ target_compile_options(mdl_core PRIVATE ${_mdl_code_flags})
 target_compile_features(mdl_core PUBLIC cxx_std_17)
 set_target_properties(mdl_core PROPERTIES POSITION_INDEPENDENT_CODE ON
                                           CXX_VISIBILITY_PRESET hidden)
+# One instruction set for the kernels and everything that includes their headers: the
+# kernels' constants (a vector's lanes, a packed panel's width) differ between them, and a
+# buffer sized by one and filled by the other overflows.
 if(MDL_NATIVE)
-  target_compile_options(mdl_core PRIVATE -march=native)
+  set(_mdl_arch -march=native)
+else()
+  set(_mdl_arch "")
 endif()
+target_compile_options(mdl_core PRIVATE ${_mdl_arch})
 
 add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
 set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${MDL_ROOT}/cpp_runtime"
   INTERFACE_LINK_LIBRARIES "mdl::blas;mdl_core"
   # what every mdl compile gets (codegen/compile/flags.py's CODE_FLAGS: OpenMP among them)
-  INTERFACE_COMPILE_OPTIONS "${_mdl_code_flags}"
+  INTERFACE_COMPILE_OPTIONS "${_mdl_code_flags};${_mdl_arch}"
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
 # Built only when a model needs it.
@@ -123,7 +129,4 @@ function(mdl_add_model)
   target_link_libraries(${ARG_TARGET} PRIVATE mdl::python)
   # Without a build type CMake passes no -O at all, and a model at -O0 runs many times slower.
   target_compile_options(${ARG_TARGET} PRIVATE "$<$<STREQUAL:$<CONFIG>,>:-O3>")
-  if(MDL_NATIVE)
-    target_compile_options(${ARG_TARGET} PRIVATE -march=native)
-  endif()
 endfunction()

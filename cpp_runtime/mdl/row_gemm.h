@@ -89,13 +89,8 @@ inline void columns(int64_t m, int64_t k, const float* a, int64_t lda, const flo
     rows<1, 8, TransA>(k, at(i), lda, b, ldb, beta, c + i * ldc, ldc, j0, j1);
 }
 
-inline void columns(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0,
-                    int64_t j1) {
-  if (trans_a)
-    columns<true>(m, k, a, lda, b, ldb, beta, c, ldc, j0, j1);
-  else
-    columns<false>(m, k, a, lda, b, ldb, beta, c, ldc, j0, j1);
-}
+void columns(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0,
+             int64_t j1);  // src/products.cpp
 
 }  // namespace mdl::row_gemm

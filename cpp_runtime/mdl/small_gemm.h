@@ -50,30 +50,8 @@ inline std::size_t packed_bytes(int64_t n, int64_t k) {
 // Transposed, op(b)'s column j is b's row j: it is read along that row kDepth elements at
 // a time, so that the panel rows written stay in the L1 cache (the element-by-element
 // gather it replaced took 73 us for [512, 128]^T, 543 for [1024, 256]^T; now 19 and 84).
-inline void pack(bool trans_b, int64_t n, int64_t k, const float* b, int64_t ldb, float* dst) {
-  constexpr int64_t kDepth = 64;
-  for (int64_t q = 0; q < panels(n); ++q) {
-    float* panel = dst + q * k * kPanel;
-    const int64_t cols = std::min<int64_t>(kPanel, n - q * kPanel);
-    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
-      const int64_t p1 = std::min(k, p0 + kDepth);
-      if (trans_b) {
-        for (int64_t j = 0; j < cols; ++j) {
-          const float* row = b + (q * kPanel + j) * ldb;
-          for (int64_t p = p0; p < p1; ++p) panel[p * kPanel + j] = row[p];
-        }
-      } else if (cols == kPanel) {  // a size the compiler knows: two vector moves, no call
-        for (int64_t p = p0; p < p1; ++p)
-          std::memcpy(panel + p * kPanel, b + p * ldb + q * kPanel, kPanel * sizeof(float));
-      } else {
-        for (int64_t p = p0; p < p1; ++p)
-          std::memcpy(panel + p * kPanel, b + p * ldb + q * kPanel, cols * sizeof(float));
-      }
-      for (int64_t p = p0; p < p1; ++p)
-        std::fill(panel + p * kPanel + cols, panel + (p + 1) * kPanel, 0.f);
-    }
-  }
-}
+void pack(bool trans_b, int64_t n, int64_t k, const float* b, int64_t ldb,
+          float* dst);  // src/products.cpp
 
 // Keeps a vector just loaded in a register. Without it GCC reads the panel's row from
 // memory again in each of a block's R multiply-adds, and 4 rows ran at half the speed
@@ -176,18 +154,9 @@ inline void panel_rows(int64_t m, int64_t k, const float* a, int64_t lda, const 
 
 // Columns [q0 kPanel, q1 kPanel) (panels q0 to q1) of c = op(a) @ op(b) + beta * c, op(a)
 // m x k (m <= kSmallRows), op(b) packed by `pack`.
-inline void multiply(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
-                     int64_t lda, const float* packed, float beta, float* c, int64_t ldc,
-                     int64_t q0, int64_t q1) {
-  for (int64_t q = q0; q < q1; ++q) {
-    const float* panel = packed + q * k * kPanel;
-    const int64_t cols = std::min<int64_t>(kPanel, n - q * kPanel);
-    if (trans_a)
-      panel_rows<true, true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
-    else
-      panel_rows<false, true>(m, k, a, lda, panel, kPanel, beta, c + q * kPanel, ldc, cols);
-  }
-}
+void multiply(bool trans_a, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* packed, float beta, float* c, int64_t ldc, int64_t q0,
+              int64_t q1);  // src/products.cpp
 
 // Blocks of rows a pass over the right operand: kRows rows, then the rest.
 inline int64_t passes(int64_t m) { return m / kRows + (m % kRows != 0); }
@@ -195,17 +164,8 @@ inline int64_t passes(int64_t m) { return m / kRows + (m % kRows != 0); }
 // Whole panels [q0, q1) of c = op(a) @ b + beta * c with b (k x n, row-major, leading
 // dimension ldb) read where it lies, not packed: a panel's row is kPanel floats of b's.
 // Columns past the last whole panel are the caller's.
-inline void multiply_in_place(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda,
-                              const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                              int64_t q0, int64_t q1) {
-  for (int64_t q = q0; q < q1; ++q) {
-    if (trans_a)
-      panel_rows<true, false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc,
-                              kPanel);
-    else
-      panel_rows<false, false>(m, k, a, lda, b + q * kPanel, ldb, beta, c + q * kPanel, ldc,
-                               kPanel);
-  }
-}
+void multiply_in_place(bool trans_a, int64_t m, int64_t k, const float* a, int64_t lda,
+                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                       int64_t q0, int64_t q1);  // src/products.cpp
 
 }  // namespace mdl::small_gemm
