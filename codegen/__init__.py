@@ -1,13 +1,14 @@
 """mdl's compiler back half: IR, primitives, autodiff, reference interpreter, backends."""
 
 def load(path, target="cpu", defines=None, dtype="f32", model=None, specialize=None,
-         name=None, vjp=False, *, emulate=False):
+         name=None, vjp=False, *, emulate=False, profile=False):
     """Build (through the cache) and import the native module of a .mdl file:
     `load("model.mdl", target="cpu", defines={"H": 512})`; `emulate=True` with
-    `target="cuda"` runs the CUDA code on the CPU. See codegen.pipeline."""
+    `target="cuda"` runs the CUDA code on the CPU; `profile=True`: the code times itself
+    (`model.profile()`, codegen.profile). See codegen.pipeline."""
     from .pipeline import load as load_module
     return load_module(path, target, defines, dtype, model, specialize, name, vjp,
-                       emulate=emulate)
+                       emulate=emulate, profile=profile)
 
 
 def export_onnx(path, out, *, model=None, params=None, defines=None, specialize=None,

@@ -60,10 +60,15 @@ EXAMPLES = {
               "mdlc build examples/charlm.mdl --dtype f64 -D H=512 --specialize T=35,B=32",
               "mdlc build examples/charlm.mdl --model CharLM --vjp",
               "mdlc build examples/charlm.mdl --target cuda -o build-gpu/",
-              "mdlc build examples/charlm.mdl --target cuda --emulate -o build-emulated/"],
+              "mdlc build examples/charlm.mdl --target cuda --emulate -o build-emulated/",
+              "mdlc build examples/charlm.mdl --profile -o build-profiled/"],
     "gradcheck": ["mdlc gradcheck examples/charlm.mdl --model CharLM --dims T=4,B=3",
                   "mdlc gradcheck examples/gru.mdl --target cuda",
                   "mdlc gradcheck examples/gru.mdl --target cuda --emulate"],
+    "profile": ["mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=8",
+                "mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=1 --forward",
+                "mdlc profile examples/charlm.mdl --model CharLM --inputs batch.npz "
+                "--calls 50"],
     "export": ["mdlc export examples/charlm.mdl --model CharLM --onnx charlm.onnx",
                "mdlc export examples/charlm.mdl --model CharLMStep -D H=128 "
                "--params runs/charlm/checkpoint.npz --onnx step.onnx",
@@ -109,6 +114,23 @@ def parser() -> argparse.ArgumentParser:
     _generation_options(build, "directory of the module and its stub")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
+    build.add_argument("--profile", action="store_true",
+                       help="the code times each of its parts: a model's profile() "
+                       "(docs/native.md)")
+    profile = command("profile", "run a model and show where its time goes, by the "
+                      "parts of its code and their place in the .mdl source")
+    _model_options(profile)
+    profile.add_argument("--dims", type=_dims, default={}, metavar="T=35,B=8",
+                         help="the size of each dim of the inputs, drawn at random")
+    profile.add_argument("--inputs", metavar="FILE.npz",
+                         help="the inputs instead, by name (numpy.savez)")
+    profile.add_argument("--calls", type=int, default=20,
+                         help="calls timed, after two not timed (default 20)")
+    profile.add_argument("--forward", action="store_true",
+                         help="time forward() alone, not forward(training=True) and "
+                         "backward(), of a model that trains")
+    profile.add_argument("--seed", type=int, default=0,
+                         help="the parameters' and random inputs' seed")
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     _target_option(gradcheck)
@@ -308,7 +330,8 @@ def cmd_build(args) -> int:
     from .compile.options import BuildOptions, module_name_for
     from .ir.diagnostics import writing
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
-                           args.specialize, args.debug, args.sanitize, args.vjp, args.emulate)
+                           args.specialize, args.debug, args.sanitize, args.vjp, args.emulate,
+                           args.profile)
     name = module_name_for(args.file, args.name)
     _output_folder(args.out)  # before a build of seconds, not after
     built = lookup(args.file, name, options)
@@ -333,14 +356,7 @@ def cmd_gradcheck(args) -> int:
     options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines),
                            emulate=args.emulate)
     name = module_name_for(args.file) + "_f64"
-    models = check(args.file, options)
-    chosen = [g for g in models if args.model in (None, g.name)]
-    if len(chosen) != 1:
-        names = ", ".join(g.name for g in models)
-        raise UsageError(f"{args.file} has no model `{args.model}` (it has {names})" if not chosen
-                         else f"{args.file} defines several models ({names}); choose one "
-                         "with --model NAME")
-    graph = chosen[0]
+    graph = _one_model(args.file, check(args.file, options), args.model)
     if graph.loss is None:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)
@@ -365,6 +381,67 @@ def cmd_gradcheck(args) -> int:
     print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e}) at "
           + ", ".join(f"{k}={v}" for k, v in dims.items()))
     return 0 if worst <= gradcheck.TOLERANCE else 1
+
+
+def _one_model(file: str, models: list, name: str | None):
+    """The checked graph of the model `name` of `file` (None: its only one), or a
+    UsageError naming the file's models."""
+    from dsl import UsageError
+    chosen = [g for g in models if name in (None, g.name)]
+    if len(chosen) != 1:
+        names = ", ".join(g.name for g in models)
+        raise UsageError(f"{file} has no model `{name}` (it has {names})" if not chosen
+                         else f"{file} defines several models ({names}); choose one "
+                         "with --model NAME")
+    return chosen[0]
+
+
+def cmd_profile(args) -> int:
+    import numpy as np
+    from dsl import UsageError
+
+    from .pipeline import BuildOptions, check, import_built, module_name_for
+    from .profile import measure, report
+    from .reference.gradcheck import random_inputs
+
+    if args.calls < 1:
+        raise UsageError(f"--calls {args.calls}: at least 1")
+    options = BuildOptions(dtype=args.dtype, defines=dict(args.defines), model=args.model,
+                           profile=True)
+    graph = _one_model(args.file, check(args.file, options), args.model)
+    options.model = graph.name
+    symbols = list(dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
+                                 for s in d.symbols))
+    if args.inputs is not None:
+        try:
+            with np.load(args.inputs) as saved:
+                inputs = {k: saved[k] for k in saved.files}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--inputs {args.inputs}: {exc}") from None
+        dims = {}
+    else:
+        unknown = sorted(set(args.dims) - set(symbols))
+        missing = [s for s in symbols if s not in args.dims]
+        if unknown or missing:
+            raise UsageError(f"--dims takes the size of each dim of model `{graph.name}`'s "
+                             f"inputs ({', '.join(symbols)})" + (
+                                 f": {', '.join(missing)} missing" if missing else
+                                 f": {', '.join(unknown)} is none of them"))
+        dims = {s: args.dims[s] for s in symbols}
+        float_type = np.float32 if args.dtype == "f32" else np.float64
+        inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
+                  for k, v in random_inputs(graph, dims, np.random.default_rng(args.seed)).items()}
+    module = import_built(args.file, module_name_for(args.file) + "_profile", options)
+    model = getattr(module, graph.name)(seed=args.seed)
+    train = graph.loss is not None and not args.forward
+    try:
+        measured = measure(model, inputs, args.calls, train)
+    except (TypeError, ValueError) as exc:
+        if args.inputs is None:
+            raise
+        raise UsageError(f"--inputs {args.inputs}: {exc}") from None  # not the model's
+    print(report(graph.name, dims, measured))
+    return 0
 
 
 def cmd_export(args) -> int:
@@ -398,7 +475,8 @@ def cmd_bench(args) -> int:
 
 
 COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": cmd_build,
-            "gradcheck": cmd_gradcheck, "export": cmd_export, "bench": cmd_bench}
+            "gradcheck": cmd_gradcheck, "profile": cmd_profile, "export": cmd_export,
+            "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

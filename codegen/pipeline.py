@@ -101,7 +101,7 @@ def for_backends(graph: Graph) -> Graph:
 def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
         list[Graph], dict[str, str]]:
     """The checked graphs and the generated sources {file name: text}."""
-    chosen = target(options.target, options.emulate, options.sanitize)
+    chosen = target(options.target, options.emulate, options.sanitize, options.profile)
     models = check(path, options)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
@@ -114,7 +114,7 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
     A build seen before is found from the .mdl sources alone (the index), without
     generating code."""
     options = options or BuildOptions()
-    chosen = target(options.target, options.emulate, options.sanitize)
+    chosen = target(options.target, options.emulate, options.sanitize, options.profile)
     module_name = module_name_for(path, name)
     built = lookup(path, module_name, options)
     if built is None:
@@ -128,13 +128,14 @@ def build(path: str | Path, name: str | None = None, options: BuildOptions | Non
 def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None = None,
          dtype: str = "f32", model: str | None = None,
          specialize: list[dict[str, int]] | None = None, name: str | None = None,
-         vjp: bool = False, *, emulate: bool = False) -> ModuleType:
+         vjp: bool = False, *, emulate: bool = False, profile: bool = False) -> ModuleType:
     """Build (through the cache) and import the native module of a .mdl file; `vjp`: its
     backward takes cotangents of the float outputs (what codegen.pytorch needs); `emulate`:
-    the cuda target's code built for mdl's emulated device, which runs it on the CPU."""
+    the cuda target's code built for mdl's emulated device, which runs it on the CPU;
+    `profile`: its code times itself (a model's `profile()`, codegen.profile)."""
     options = BuildOptions(target, dtype, dict(defines or {}), model,
                            specialize if isinstance(specialize, dict) else list(specialize or []),
-                           vjp=vjp, emulate=emulate)
+                           vjp=vjp, emulate=emulate, profile=profile)
     return import_built(path, module_name_for(path, name), options)
 
 

@@ -9,7 +9,7 @@ output, compared with the reference's vector-Jacobian product.
 
     python3 tests/fuzz_programs.py --programs 300 --seed 0 [--keep DIR]
                                    [--dtype f32] [--vjp] [--target cuda [--emulate]]
-                                   [--sanitize] [--rows N]
+                                   [--sanitize] [--profile] [--rows N]
 
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
@@ -62,10 +62,11 @@ def programs(seed: int, count: int, start: int = 0, size: str = "small") -> list
 
 def run(progs: list[Program], directory: Path, specialize: bool = True,
         target: str = "cpu", emulate: bool = False, dtype: str = "f64",
-        vjp: bool = False, sanitize: bool = False, rows: int = ROWS) -> dict[str, Outcome]:
+        vjp: bool = False, sanitize: bool = False, rows: int = ROWS,
+        profile: bool = False) -> dict[str, Outcome]:
     """Every program's outcome, built as one module (`specialize`: with code for the
-    BUCKETS too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`:
-    `sanitize`: as `build`'s; `rows`: the largest B of the second case). A program the
+    BUCKETS too; `emulate`: the cuda target for the emulated device; `dtype`, `vjp`,
+    `sanitize`, `profile`: as `build`'s; `rows`: the largest B of the second case). A program the
     front end rejects is the generator's bug; one that breaks its module's build is found
     by building halves."""
     outcomes: dict[str, Outcome] = {}
@@ -78,13 +79,14 @@ def run(progs: list[Program], directory: Path, specialize: bool = True,
     checked = [p for p in progs if p.name in graphs]
     _build_and_compare(checked, graphs, directory, specialize, outcomes,
                        dict(target=target, emulate=emulate, dtype=dtype, vjp=vjp,
-                            sanitize=sanitize), rows)
+                            sanitize=sanitize, profile=profile), rows)
     return outcomes
 
 
 def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcomes,
                        how: dict, rows: int = ROWS) -> None:
-    """`how`: build's keywords (target, emulate, dtype, vjp, sanitize); `rows`: as run's."""
+    """`how`: build's keywords (target, emulate, dtype, vjp, sanitize, profile); `rows`: as
+    run's."""
     if not progs:
         return
     buckets = _buckets([graphs[p.name] for p in progs]) if specialize else []
@@ -112,19 +114,20 @@ def _build_failure(e: Exception) -> Outcome:
 
 def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu",
           emulate: bool = False, dtype: str = "f64", vjp: bool = False,
-          sanitize: bool = False) -> tuple:
+          sanitize: bool = False, profile: bool = False) -> tuple:
     """Builds the module of a .mdl text in `dtype` (one class per model) for `target`
     (and `emulate`; `vjp`: a backward that takes cotangents; `sanitize`: under
-    AddressSanitizer and UBSan), named after the text and the build (a suffix for f32,
-    vjp and sanitize), so that a build seen before comes from the cache; what
-    `import_built` needs to import it: (path, name, options)."""
+    AddressSanitizer and UBSan; `profile`: its code timing itself, which must change no
+    number), named after the text and the build (a suffix for f32, vjp, sanitize and
+    profile), so that a build seen before comes from the cache; what `import_built` needs
+    to import it: (path, name, options)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
     name += ("_f32" if dtype == "f32" else "") + ("_vjp" if vjp else "") + (
-        "_asan" if sanitize else "")
+        "_asan" if sanitize else "") + ("_prof" if profile else "")
     path = directory / f"{name}.mdl"
     path.write_text(text)
     options = BuildOptions(target=target, dtype=dtype, specialize=specialize,
-                           emulate=emulate, vjp=vjp, sanitize=sanitize)
+                           emulate=emulate, vjp=vjp, sanitize=sanitize, profile=profile)
     pipeline_build(path, name, options, progress=False)
     return str(path), name, options
 
@@ -318,13 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="build under AddressSanitizer and UBSan (the cpu target): a "
                         "memory error or undefined behaviour ends the comparing process, "
                         "and the program's outcome is a crash with the sanitizer's summary")
+    parser.add_argument("--profile", action="store_true",
+                        help="build profiled modules (`mdlc build --profile`, the cpu "
+                        "target): timing the code must change no number")
     args = parser.parse_args(argv)
     try:
         find_target(args.target, args.emulate)
     except UsageError as e:
         parser.error(str(e))
-    if args.sanitize and args.target != "cpu":
-        parser.error("--sanitize builds for the cpu target only")
+    if (args.sanitize or args.profile) and args.target != "cpu":
+        parser.error("--sanitize and --profile build for the cpu target only")
     if args.rows < 1:
         parser.error(f"--rows must be at least 1, got {args.rows}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -339,7 +345,7 @@ def _fuzz(args, directory: Path) -> int:
     outcomes: dict[str, Outcome] = {}
     specialized: dict[str, bool] = {}
     how = dict(target=args.target, emulate=args.emulate, dtype=args.dtype, vjp=args.vjp,
-               sanitize=args.sanitize, rows=args.rows)
+               sanitize=args.sanitize, rows=args.rows, profile=args.profile)
     for i in range(0, len(progs), args.per_module):
         chunk = progs[i:i + args.per_module]
         t = time.monotonic()
@@ -355,6 +361,7 @@ def _fuzz(args, directory: Path) -> int:
     print(f"\n{len(progs)} programs (seed {args.seed}, target {args.target}"
           f"{', emulated' if args.emulate else ''}, {args.dtype}"
           f"{', vjp' if args.vjp else ''}{', sanitized' if args.sanitize else ''}"
+          f"{', profiled' if args.profile else ''}"
           f"{f', B up to {args.rows}' if args.rows != ROWS else ''}), "
           f"{len(failures)} failing, "
           f"{time.monotonic() - start:.0f} s")

@@ -24,6 +24,7 @@ STAGES = [
     "codegen.export",       # mdlc export: ONNX
     "codegen.pytorch",
     "codegen.distributed",
+    "codegen.profile",      # a profiled build's report, mdlc profile
     "codegen.cli",
     "codegen",              # load()
 ]

@@ -19,6 +19,7 @@ from .cexpr import DimNames
 from .interface import describe, stub
 from .lower import Layout
 from .plan import left_dead, plan
+from .profile import Site
 from .render import Access, FunctionSpec, Renderer
 from .target import Target
 from .templating import environment
@@ -70,6 +71,7 @@ class ModuleGenerator:
         self.specializations = specializations
         self.saved_count = 0
         self.tapes: list[int] = []
+        self.sites: list[Site] = []  # a profiled build's, every function's (profile.py)
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
         # A parameter is reached through its index (it may live in another model's store,
@@ -182,7 +184,7 @@ class ModuleGenerator:
     def _renderer(self, dims: DimNames, spec: FunctionSpec) -> Renderer:
         """Pack and scratch buffers are reused by every function: one model's calls run
         one at a time, and a function fills them before it reads."""
-        return Renderer(self.target, dims, spec, self.tapes, [])
+        return Renderer(self.target, dims, spec, self.tapes, [], self.sites)
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
         """One function's text, its memory planned alone."""
@@ -226,7 +228,8 @@ class ModuleGenerator:
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
             packs=self.pack_count, scratch=self.scratch_count, arenas=len(ARENAS),
             dtype=_dtype_spec(self.dtype),
-            dynamic=len(self.names.dynamic), device=self.target.device)
+            dynamic=len(self.names.dynamic), device=self.target.device,
+            profile_sites=self.sites)
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []

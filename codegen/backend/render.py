@@ -20,6 +20,7 @@ from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structure
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
 from .products import Products, group_products
+from .profile import Site, describe, function_kind, timed
 from .states import update_in_place
 from .target import Target
 
@@ -54,7 +55,7 @@ class FunctionSpec:
 
 class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
-                 tapes: list[int], packs: list):
+                 tapes: list[int], packs: list, sites: list[Site] | None = None):
         self.target = target
         self.dims = dims
         self.spec = spec
@@ -66,6 +67,9 @@ class Renderer:
         self.counter = 0
         self.tapes: list[int] = tapes
         self.packs: list = packs  # this function's pack.Pack list
+        # a profiled build's sites, the model's functions' all (profile.py); those open
+        self.sites = sites if target.profiled else None
+        self.open_sites: list[int] = []
         self.scratch: dict[int, int] = {}  # value id -> scratch buffer (sized when defined)
         self.definitions: list[str] = []  # text before the function (a GPU target's kernels)
         self.dim_hook = None  # while set: how dims are spelled (inside a GPU kernel)
@@ -131,6 +135,25 @@ class Renderer:
             return f"{self.target.ctype(dtype)}({self.dim(value)})"
         return self.target.literal(value, dtype)
 
+    @contextlib.contextmanager
+    def timing(self, what: str, where: str):
+        """What is emitted inside is one site of a profiled build, timed (profile.py);
+        elsewhere nothing changes."""
+        if self.sites is None:
+            yield
+            return
+        site = len(self.sites)
+        self.sites.append(Site(function_kind(self.spec.name),
+                               self.open_sites[-1] if self.open_sites else -1, where, what))
+        start = self.fresh("t")
+        for line in self.target.time_start(start):
+            self.emit(line)
+        self.open_sites.append(site)
+        yield
+        self.open_sites.pop()
+        for line in self.target.time_stop(site, start):
+            self.emit(line)
+
     def fresh(self, stem: str) -> str:
         self.counter += 1
         return f"{stem}{self.counter}"
@@ -187,7 +210,8 @@ class Renderer:
             self.emit(f"auto* v{vid} = {access.pointer};")
         self.mark(self.plan.lifetimes.dead_at_entry(self.instrs), live=False)
         self.early = early_conditions(spec.block, set(spec.external))
-        self.instructions(self.instrs)
+        with self.timing("the whole function", ""):
+            self.instructions(self.instrs)
         for slot in self.given_back:
             for line in self.target.give_back(f"arena + off[{slot}]", self.plan.slots[slot]):
                 self.emit(line)
@@ -246,7 +270,11 @@ class Renderer:
         lifetimes = self.plan.lifetimes
         for ins in instrs:
             self.mark(lifetimes.born.get(id(ins)), live=True)
-            self.instruction(ins)
+            if self.sites is not None and timed(ins):
+                with self.timing(*describe(ins)):
+                    self.instruction(ins)
+            else:
+                self.instruction(ins)
             self.mark(lifetimes.dead.get(id(ins)), live=False)
 
     def instruction(self, ins) -> None:
@@ -289,7 +317,8 @@ class Renderer:
 
         def run(arm: Structured) -> None:
             self.mark(lifetimes.born.get(id(arm)), live=True)
-            render_structured(self, arm)
+            with self.timing(*describe(arm)):
+                render_structured(self, arm)
             self.mark(lifetimes.dead.get(id(arm)), live=False)
         self.target.concurrent(self, ins, run)
         self.mark(lifetimes.dead.get(id(ins.end)), live=False)

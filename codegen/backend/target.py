@@ -55,6 +55,10 @@ class Target(abc.ABC):
     # where flags live in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
 
+    # Whether its code times each site (a profiled build: backend/profile.py), as the
+    # target's `time_start` and `time_stop` write it.
+    profiled: bool = False
+
     # ---- scalars ----
     def ctype(self, dtype: str) -> str:
         return DTYPES[dtype].ctype
@@ -121,6 +125,15 @@ class Target(abc.ABC):
         `arena`) live or dead as their values are defined and die (plan.Lifetimes): a
         sanitized build's, for AddressSanitizer; none by default."""
         return []
+
+    def time_start(self, start: str) -> list[str]:
+        """A profiled build's statements starting to time a site, into the C++ name
+        `start`."""
+        raise NotImplementedError(f"the {self.name} target does not time its code")
+
+    def time_stop(self, site: int, start: str) -> list[str]:
+        """A profiled build's statements adding the time since `start` to `site`'s count."""
+        raise NotImplementedError(f"the {self.name} target does not time its code")
 
     def give_back(self, slot: str, size: str) -> list[str]:
         """Statements giving the memory of a dead arena slot (`slot`, `size` bytes) back to

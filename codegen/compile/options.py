@@ -26,6 +26,7 @@ class BuildOptions:
     sanitize: bool = False
     vjp: bool = False   # backward takes a cotangent per float output (codegen.pytorch)
     emulate: bool = False  # --target cuda built for mdl's emulated device, on the CPU
+    profile: bool = False  # its code times itself (codegen/backend/profile.py)
 
     def __post_init__(self) -> None:
         """What `load(...)` is given is checked as the command line's options are: a

@@ -4,6 +4,7 @@
 // a model's build never parses pybind11.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -77,6 +78,34 @@ struct Call {
   }
 };
 
+// A profiled build (`mdlc build --profile`, codegen/backend/profile.py) times each piece of
+// its functions' code, a site: a fused loop, a product, a kernel, a loop or branch with
+// all it runs (its sites' `parent`), or a whole function (parent -1).
+struct ProfileSite {
+  const char* function;  // forward, training forward, backward
+  int parent;            // the site this one runs inside; -1: none
+  const char* where;     // the .mdl source of its first op: file:line:col ("" for none)
+  const char* what;      // what runs there: `for`, `matmul x2`, `tanh, sigmoid, mul`
+};
+
+// What a site took, summed over the calls of one model.
+struct ProfileCount {
+  uint64_t runs = 0, nanoseconds = 0;
+};
+
+inline uint64_t profile_clock() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+// A site has run once since `start` (profile_clock's). Sites of loops run at once are
+// distinct sites, each counted by its own thread.
+inline void profile_add(ProfileCount& count, uint64_t start) {
+  count.nanoseconds += profile_clock() - start;
+  ++count.runs;
+}
+
 template <class T>
 struct State {
   std::vector<T*> param;  // where each parameter lives: this model's store or a sharer's
@@ -89,6 +118,7 @@ struct State {
   uint64_t seed = 0, dropout_key = 0, calls = 0;
   std::map<uint64_t, uint64_t> drawn;  // per random op (salt): numbers drawn in this call
   void* device = nullptr;  // the device's context for generated code (Device::open)
+  std::vector<ProfileCount> profile;  // a profiled build's: one per ModelSpec::profile_sites
 
   // The first counter of the next `n` numbers of stream `salt` in this call. A stream
   // already drawn from (or opened with n = 0) is only found, never inserted: loops run at
@@ -146,6 +176,8 @@ struct ModelSpec {
   const int* cotangents;       // (their indexes); an ordinary build: none
   const Device* device;        // where its memory lives and its code runs (host_device, ...)
   const char* doc;             // its class's docstring (codegen/backend/interface.py)
+  int n_profile_sites;         // a profiled build's sites (ProfileSite); else 0
+  const ProfileSite* profile_sites;
 };
 
 }  // namespace mdl

@@ -123,14 +123,16 @@ inline PyObject* lookup(const py::dict& kwargs, const py::object& name) {
   return got;
 }
 
-// A keyword argument `what` (as a message names it: `forward(): training`) that must be a
-// bool (True, False, a NumPy bool) or a real number: a TypeError naming it otherwise, not
-// pybind11's "Unable to cast".
+// The name of v's type, as a message says what it got. (`py::type::handle_of`, not
+// `handle::get_type()`, which pybind11 3 deprecates.)
 inline std::string type_name(py::handle v) {
-  return py::str(v.get_type().attr("__name__"));
+  return py::str(py::type::handle_of(v).attr("__name__"));
 }
 
-// True or False (or a NumPy bool), nothing else: a truthy 1, 0.5 or None would be a guess.
+// A keyword argument `what` (as a message names it: `forward(): training`) that must be a
+// bool or a real number: a TypeError naming it otherwise, not pybind11's "Unable to cast".
+// A bool is True or False (or a NumPy bool), nothing else: a truthy 1, 0.5 or None would
+// be a guess.
 inline bool bool_argument(py::handle v, const std::string& what) {
   if (v.ptr() == Py_True) return true;
   if (v.ptr() == Py_False) return false;

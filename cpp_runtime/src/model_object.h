@@ -79,6 +79,7 @@ class Model {
     state_.arenas = std::vector<Arena>(spec->arenas);
     state_.scratch = std::vector<Arena>(spec->scratch);
     state_.dyn.assign(spec->dynamic, 0);
+    state_.profile.assign(spec->n_profile_sites, ProfileCount{});
   }
 
   // {name: array}: on the host views of the live weights; a device model's are read-only
@@ -475,6 +476,35 @@ class Model {
     outputs_on_device_ = on_device;
   }
 
+  // A profiled build's sites (mdl/model.h's ProfileSite), each with what it took in this
+  // model's calls since it was made or reset_profile(): [{"function", "site", "parent",
+  // "where", "what", "runs", "seconds"}], in the order of the code (codegen/profile.py
+  // makes a table of them).
+  py::list profile() {
+    profiled("profile");
+    std::unique_lock<std::mutex> guard = hold_lock();
+    py::list rows;
+    for (int i = 0; i < spec_->n_profile_sites; ++i) {
+      const ProfileSite& site = spec_->profile_sites[i];
+      py::dict row;
+      row["function"] = site.function;
+      row["site"] = i;
+      row["parent"] = site.parent;
+      row["where"] = site.where;
+      row["what"] = site.what;
+      row["runs"] = state_.profile[i].runs;
+      row["seconds"] = double(state_.profile[i].nanoseconds) * 1e-9;
+      rows.append(row);
+    }
+    return rows;
+  }
+
+  void reset_profile() {
+    profiled("reset_profile");
+    std::unique_lock<std::mutex> guard = hold_lock();
+    state_.profile.assign(spec_->n_profile_sites, ProfileCount{});
+  }
+
   py::list specializations() const {
     py::list out;
     for (int i = 1; i < spec_->n_variants; ++i) {
@@ -488,6 +518,14 @@ class Model {
   }
 
  private:
+  // A RuntimeError from `method` of a model built without --profile.
+  void profiled(const char* method) const {
+    if (spec_->n_profile_sites == 0)
+      throw std::runtime_error(std::string(method) + "(): model " + spec_->name +
+                               " was built without profiling: build it with `mdlc build "
+                               "--profile` or load(..., profile=True)");
+  }
+
   // A checkpoint's arrays (read from `where`) checked in full, then written into the model.
   void restore_from(const py::dict& arrays, const std::string& where) {
     Checkpoint<T> ck = check_checkpoint(*spec_, arrays, where);

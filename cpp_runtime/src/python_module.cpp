@@ -49,7 +49,7 @@ py::object bind_base(py::module_& m) {
                if (!py::isinstance<M>(params))
                  throw py::type_error(
                      "params= takes a model of the same module to share parameters with, "
-                     "got " + std::string(py::repr(params.get_type())));
+                     "got " + std::string(py::repr(py::type::handle_of(params))));
                share = &params.cast<const M&>();
              }
              return new M(spec.get_pointer<const ModelSpec<T>>(), seed, share);
@@ -75,6 +75,13 @@ py::object bind_base(py::module_& m) {
            "memory,\nread there by every call it is given to.")
       .def_property_readonly("cuda_graphs", &M::cuda_graphs,
                              "{captured, replayed}: calls run as CUDA graphs (0 on the CPU).")
+      .def("profile", &M::profile,
+           "profile() -> list[dict]\n\nA build with --profile: the time each piece of the "
+           "model's code took\nin this model's calls, one dict a site (codegen.profile.table "
+           "prints\nthem); a RuntimeError for other builds.")
+      .def("reset_profile", &M::reset_profile,
+           "reset_profile() -> None\n\nA build with --profile: profile()'s counts back to "
+           "zero.")
       .def_property_readonly("specializations", &M::specializations,
                              "The fixed dims of each compiled specialization.")
       .def_property_readonly("shared", &M::shared, "The names this model takes from share.")
@@ -122,7 +129,7 @@ py::object bind_base(py::module_& m) {
                              "The optimizer and its options, or None.")
       .def_property("lr", &M::lr, &M::set_lr, "The optimizer's learning rate.")
       .def("__repr__", [](py::object self) {
-        return self.cast<const M&>().repr(py::str(self.get_type().attr("__module__")));
+        return self.cast<const M&>().repr(py::str(py::type::handle_of(self).attr("__module__")));
       })
       // pickle and copy.copy/deepcopy: the class called with the seed, then the checkpoint
       .def("__reduce__", [](py::object self) {

@@ -1,0 +1,194 @@
+"""Profiled builds (`mdlc build --profile`, codegen/backend/profile.py): the code times
+each of its sites into counts a model's `profile()` returns, changing no number; the
+report (codegen/profile.py) and `mdlc profile` (docs/profiling.md)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from codegen import load
+from codegen.ir.diagnostics import UsageError
+from codegen.profile import Row, rows, table
+from codegen.targets.registry import target
+
+SOURCE = """import "std/rnn.mdl"
+model Profiled(E = 4, H = 8) {
+  input xs : f32[T, B, E]
+  input lengths : i32[B]
+  h = zeros[B, H]; c = zeros[B, H]; g = zeros[B, H]
+  hs = for x in xs (lengths = lengths) {
+    h, c = lstm(x, h, c)
+    yield h
+  }
+  gs = for x in reversed(xs) (lengths = lengths) {
+    g = gru(x, g)
+    yield g
+  }
+  k = 0
+  while norm(h) > 0.01 and k < 3 { h = 0.5 * h; k = k + 1 }
+  if mean(h) > 100.0 { y = tanh(h) } else { y = 2.0 * h }
+  output trips = k
+  output loss = mean(hs) + mean(gs) + mean(y)
+  minimize loss
+}
+"""
+T, B, CALLS = 5, 3, 4
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "profiled.mdl"
+    path.write_text(SOURCE)
+    rng = np.random.default_rng(0)
+    inputs = {"xs": rng.standard_normal((T, B, 4)).astype(np.float32),
+              "lengths": np.full(B, T, np.int32)}
+    return path, load(path, profile=True), load(path), inputs
+
+
+def run(model, inputs, calls=CALLS):
+    model.reset_profile()
+    for _ in range(calls):
+        model.forward(**inputs, training=True)
+        model.backward()
+    return model.profile()
+
+
+def test_a_profiled_build_computes_what_a_plain_one_does(built):
+    _, profiled, plain, inputs = built
+    a, b = profiled.Profiled(seed=3), plain.Profiled(seed=3)
+    for training in (False, True):
+        out_a, out_b = a.forward(**inputs, training=training), b.forward(**inputs,
+                                                                         training=training)
+        assert out_a.keys() == out_b.keys()
+        for k in out_a:
+            np.testing.assert_array_equal(out_a[k], out_b[k])
+    grads_a, grads_b = a.backward(), b.backward()
+    for k in grads_a:
+        np.testing.assert_array_equal(grads_a[k], grads_b[k])
+
+
+def test_each_site_counts_its_runs_inside_its_parent(built):
+    path, profiled, _, inputs = built
+    model = profiled.Profiled(seed=0)
+    trips = int(model.forward(**inputs)["trips"])
+    sites = run(model, inputs)
+    by_id = {s["site"]: s for s in sites}
+    ran = [s for s in sites if s["runs"]]
+    assert {s["function"] for s in ran} == {"training forward", "backward"}
+    for s in ran:
+        if s["parent"] < 0:
+            assert s["what"] == "the whole function" and s["runs"] == CALLS
+            continue
+        parent = by_id[s["parent"]]
+        assert s["function"] == parent["function"]
+        assert s["seconds"] <= parent["seconds"]  # timed inside it, by the same clock
+        if parent["what"] == "for":  # over the steps; in the backward also the while's trips
+            assert s["runs"] in ((CALLS * T,) if s["function"] == "training forward" else
+                                 (CALLS * T, CALLS * trips)), s
+        elif parent["what"] == "while":
+            assert s["runs"] in (CALLS * trips, CALLS * (trips + 1)), s  # + the last test
+        elif parent["what"] in ("if", "the whole function"):
+            assert s["runs"] <= CALLS
+    forward = [s for s in ran if s["function"] == "training forward"]
+    # the lstm's and gru's loops share no memory: they run at once, each a site inside it
+    together = [s for s in forward if s["what"] == "2 loops at once"]
+    assert len(together) == 1
+    arms = [s for s in forward if s["parent"] == together[0]["site"]]
+    assert [s["what"] for s in arms] == ["for", "for"] and all(s["runs"] == CALLS for s in arms)
+    assert arms[0]["where"] == f"{path}:6:8" and arms[1]["where"] == f"{path}:10:8"
+    cells = {s["where"].split(":")[0] for s in forward if s["parent"] in
+             (arms[0]["site"], arms[1]["site"])}
+    assert cells == {"std/rnn.mdl"}  # the cells' own ops, where rnn.mdl writes them
+    assert sum(s["runs"] for s in forward if s["what"] == "while") == CALLS
+    assert sum(s["runs"] for s in forward if s["what"] == "if") == CALLS
+
+
+def test_sites_of_the_same_place_in_two_variants_are_one_row():
+    def site(i, parent, what, runs, seconds, where="m.mdl:1:1"):
+        return dict(function="forward", site=i, parent=parent, where=where, what=what,
+                    runs=runs, seconds=seconds)
+    profile = [site(0, -1, "the whole function", 2, 1.0, ""),   # the generic code
+               site(1, 0, "for", 2, 0.75, "m.mdl:3:3"),
+               site(2, 1, "matmul", 70, 0.5),
+               site(3, -1, "the whole function", 1, 0.5, ""),   # a specialization
+               site(4, 3, "for", 1, 0.25, "m.mdl:3:3"),
+               site(5, 4, "matmul", 35, 0.125),
+               site(6, 3, "gather", 0, 0.0)]                    # never ran: left out
+    [root] = rows(profile)
+    assert (root.runs, root.seconds) == (3, 1.5)
+    [loop] = root.children
+    assert (loop.what, loop.runs, loop.seconds, loop.depth) == ("for", 3, 1.0, 1)
+    assert [(r.what, r.runs, r.depth) for r in loop.children] == [("matmul", 105, 2)]
+    text = table(profile, calls=3).splitlines()
+    assert text[0].split() == ["what", "where", "runs/call", "ms/call", "(3", "calls)", "%"]
+    assert text[2].split() == ["forward", "(whole)", "-", "1", "500.0000", "100.0"]
+    assert text[3].split() == ["for", "m.mdl:3:3", "1", "333.3333", "66.7"]
+    assert text[4].startswith("    matmul") and text[4].split()[2:] == ["35", "208.3333",
+                                                                         "41.7"]
+    assert Row("f", "", "x", 0).children == []
+
+
+def test_reset_and_builds_without_profiling(built):
+    _, profiled, plain, inputs = built
+    model = profiled.Profiled(seed=0)
+    assert all(s["runs"] == 0 and s["seconds"] == 0 for s in model.profile())
+    model.forward(**inputs)
+    assert any(s["runs"] for s in model.profile())
+    model.reset_profile()
+    assert all(s["runs"] == 0 for s in model.profile())
+    for method in ("profile", "reset_profile"):
+        with pytest.raises(RuntimeError, match=rf"{method}\(\): model Profiled was built "
+                           "without profiling: build it with `mdlc build --profile`"):
+            getattr(plain.Profiled(seed=0), method)()
+
+
+def test_profiling_is_for_the_cpu_target():
+    assert target("cpu", profile=True).profiled
+    with pytest.raises(UsageError, match="--profile times the cpu target's code only"):
+        target("cuda", profile=True)
+
+
+def mdlc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
+    path = built[0]
+    done = mdlc("profile", str(path), "--dims", "T=6,B=2", "--calls", "3")
+    assert done.returncode == 0, done.stderr
+    head, _, *lines = done.stdout.splitlines()
+    assert head.startswith("Profiled at T=6, B=2: 3 calls of forward(training=True) and "
+                           "backward(), ") and "ms of it in the model's code" in head
+    assert lines[2].split()[:4] == ["training", "forward", "(whole)", "-"]
+    assert any(line.split()[:3] == ["for", f"{path}:6:8", "1"] for line in lines)
+    assert any(line.startswith("backward (whole)") for line in lines)
+    forward = mdlc("profile", str(path), "--dims", "T=6,B=2", "--forward", "--calls", "1")
+    assert forward.returncode == 0 and "1 calls of forward()," in forward.stdout
+    assert "backward" not in forward.stdout
+    np.savez(tmp_path / "batch.npz", xs=np.zeros((7, 2, 4), np.float32),
+             lengths=np.array([7, 3], np.int32))
+    given = mdlc("profile", str(path), "--inputs", str(tmp_path / "batch.npz"), "--calls", "2")
+    assert given.returncode == 0 and given.stdout.startswith("Profiled: 2 calls of ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dims", "T=6"], "--dims takes the size of each dim of model `Profiled`'s inputs "
+                        "(T, B): B missing"),
+    (["--dims", "T=6,B=2,S=3"], "(T, B): S is none of them"),
+    (["--dims", "T=6,B=2", "--calls", "0"], "--calls 0: at least 1"),
+    (["--inputs", "absent.npz"], "--inputs absent.npz: "),
+])
+def test_mdlc_profile_says_what_is_wrong(built, args, message):
+    done = mdlc("profile", str(built[0]), *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_mdlc_profile_names_inputs_that_do_not_fit(built, tmp_path):
+    np.savez(tmp_path / "wrong.npz", x=np.zeros((7, 2, 4), np.float32))
+    done = mdlc("profile", str(built[0]), "--inputs", str(tmp_path / "wrong.npz"))
+    assert done.returncode == 2 and f"--inputs {tmp_path / 'wrong.npz'}: " in done.stderr
+    assert "unknown input 'x' (inputs are xs, lengths)" in done.stderr, done.stderr
