@@ -102,6 +102,12 @@ def test_each_site_counts_its_runs_inside_its_parent(built):
     cells = {s["where"].split(":")[0] for s in forward if s["parent"] in
              (arms[0]["site"], arms[1]["site"])}
     assert cells == {"std/rnn.mdl"}  # the cells' own ops, where rnn.mdl writes them
+    # products moved out of the loops (x @ W over all steps before them, the weights'
+    # gradients summed after them) keep the cells' lines, not the loops'
+    for function in ("training forward", "backward"):
+        moved = [s["where"] for s in ran if s["function"] == function
+                 and s["what"].startswith("matmul") and by_id[s["parent"]]["parent"] < 0]
+        assert moved and all(w.startswith("std/rnn.mdl:") for w in moved), (function, moved)
     assert sum(s["runs"] for s in forward if s["what"] == "while") == CALLS
     assert sum(s["runs"] for s in forward if s["what"] == "if") == CALLS
 

@@ -3,6 +3,7 @@ keepdims=False)`, `b.emit("and", [p, q])`. Every op's types come from the primit
 table, so a gradient rule that builds an ill-typed op fails at once, showing the op."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ..ir.graph import Block, IRError, Op, Value, has_dynamic
@@ -20,6 +21,16 @@ class Builder:
         self.block = block
         self.loc = loc
         self.again: list[tuple[Value, Value]] = []
+
+    @contextlib.contextmanager
+    def at(self, loc: Any):
+        """Ops emitted inside get `loc` where it is known: a rewrite moving an op out of
+        a loop keeps where the source wrote it, not the loop's place."""
+        saved, self.loc = self.loc, loc or self.loc
+        try:
+            yield
+        finally:
+            self.loc = saved
 
     def emit(self, prim: str, inputs: list[Value], attrs: dict | None = None,
              hint: str = "") -> list[Value]:

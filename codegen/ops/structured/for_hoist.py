@@ -139,4 +139,5 @@ def _over_steps(op: Op, steps: dict[int, Value], products: set[int], conditions:
         return None
     if types != [out.type.with_shape((count,) + out.type.shape)]:
         return None
-    return b.emit(op.prim, inputs, attrs, out.hint)[0]
+    with b.at(op.loc):
+        return b.emit(op.prim, inputs, attrs, out.hint)[0]

@@ -42,13 +42,13 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         stacked[v.id] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
         new_yields.append((v, out))
         return out
-    sums = []  # (state index, emit(b) -> the sum over the steps)
+    sums = []  # (state index, emit(b) -> the sum over the steps, the term's source)
     for i, state, _, _, term in accumulations(body, n_seq, n_state, use_counts(body)):
         made = producers.get(term.id)
         rule = entry(made).step_sum if made is not None and term.type == state.type else None
         total = rule(made, producers, stack) if rule is not None else None
         if total is not None:
-            sums.append((i, total))
+            sums.append((i, total, made.loc))
     tapes = loop.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - tapes]
     twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]
@@ -72,14 +72,15 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         body.results.insert(len(body.results) - tapes, value)
         kept.insert(len(kept) - tapes, out)
     starts = {}
-    for i, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
+    for i, _, _ in reversed(sums):  # the state leaves the loop (its add goes with it)
         body.ops.remove(producers[body.results[i].id])
         del body.args[n_seq + i], body.results[i], kept[i]
         starts[i] = inputs.pop(n_seq + i)
     attrs = {**loop.attrs, "n_state": n_state - len(sums)}
     b.block.ops.append(Op(loop.prim, inputs, kept, attrs, loop.blocks, loop.loc))
-    for i, total in sums:
-        outputs[i] = b.add(starts[i], total(b))
+    for i, total, where in sums:
+        with b.at(where):
+            outputs[i] = b.add(starts[i], total(b))
     for k, total in after.items():
         outputs[n_state + k] = total(b)
     return outputs
@@ -102,10 +103,13 @@ def _product_after(op: Op | None, body: Block, uses: dict[int, int], stack):
 
     def emit(b: Builder) -> Value:
         outside: dict[int, Value] = {}
-        for o in chain:  # M's ops, again after the loop (a transpose of a weight)
-            made = b.emit(o.prim, [outside.get(v.id, v) for v in o.inputs], o.attrs, o.outputs[0].hint)
-            outside.update((v.id, w) for v, w in zip(o.outputs, made))
-        return b.emit(op.prim, [stacked, outside.get(m.id, m)], op.attrs, op.outputs[0].hint)[0]
+        with b.at(op.loc):
+            for o in chain:  # M's ops, again after the loop (a transpose of a weight)
+                made = b.emit(o.prim, [outside.get(v.id, v) for v in o.inputs], o.attrs,
+                              o.outputs[0].hint)
+                outside.update((v.id, w) for v, w in zip(o.outputs, made))
+            return b.emit(op.prim, [stacked, outside.get(m.id, m)], op.attrs,
+                          op.outputs[0].hint)[0]
     return emit
 
 
