@@ -116,14 +116,15 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
     build.add_argument("--profile", action="store_true",
                        help="the code times each of its parts: a model's profile() "
-                       "(docs/native.md)")
+                       "(docs/profiling.md)")
     profile = command("profile", "run a model and show where its time goes, by the "
                       "parts of its code and their place in the .mdl source")
     _model_options(profile)
-    profile.add_argument("--dims", type=_dims, default={}, metavar="T=35,B=8",
-                         help="the size of each dim of the inputs, drawn at random")
-    profile.add_argument("--inputs", metavar="FILE.npz",
-                         help="the inputs instead, by name (numpy.savez)")
+    given = profile.add_mutually_exclusive_group()
+    given.add_argument("--dims", type=_dims, default={}, metavar="T=35,B=8",
+                       help="the size of each dim of the inputs, drawn at random")
+    given.add_argument("--inputs", metavar="FILE.npz",
+                       help="the inputs instead, by name (numpy.savez)")
     profile.add_argument("--calls", type=int, default=20,
                          help="calls timed, after two not timed (default 20)")
     profile.add_argument("--forward", action="store_true",

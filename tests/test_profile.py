@@ -187,6 +187,8 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
     (["--dims", "T=6,B=2,S=3"], "(T, B): S is none of them"),
     (["--dims", "T=6,B=2", "--calls", "0"], "--calls 0: at least 1"),
     (["--inputs", "absent.npz"], "--inputs absent.npz: "),
+    (["--dims", "T=6,B=2", "--inputs", "x.npz"], "argument --inputs: not allowed with "
+                                                 "argument --dims"),
 ])
 def test_mdlc_profile_says_what_is_wrong(built, args, message):
     done = mdlc("profile", str(built[0]), *args)
