@@ -11,8 +11,9 @@ from pathlib import Path
 
 @dataclass
 class Row:
-    """A site's counts, summed over the compiled variants (a specialization and the generic
-    code hold the same sites); `depth`: how many sites it runs inside."""
+    """The counts of the sites at one place doing one thing inside one row (two products of
+    one line; a specialization's site and the generic code's), summed; `depth`: how many
+    rows it runs inside."""
     function: str
     where: str
     what: str
@@ -23,9 +24,8 @@ class Row:
 
 
 def rows(profile: list[dict]) -> list[Row]:
-    """The sites of `profile()` as trees, one a function, in the order of the code; sites
-    of several variants at the same place in the same tree are one row, and sites that
-    never ran are left out."""
+    """The sites of `profile()` as trees, one a function, in the order of the code (a Row
+    for the sites of one place, what and parent); sites that never ran are left out."""
     roots: list[Row] = []
     made: dict[int, Row] = {}
     for site in profile:

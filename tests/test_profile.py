@@ -35,17 +35,16 @@ model Profiled(E = 4, H = 8) {
   minimize loss
 }
 """
-T, B, CALLS = 5, 3, 4
+T, B, CALLS = 5, 3, 4  # every row's length is T: each loop runs T steps a call
+INPUTS = {"xs": np.random.default_rng(0).standard_normal((T, B, 4)).astype(np.float32),
+          "lengths": np.full(B, T, np.int32)}
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    path = tmp_path_factory.mktemp("profile") / "profiled.mdl"
-    path.write_text(SOURCE)
-    rng = np.random.default_rng(0)
-    inputs = {"xs": rng.standard_normal((T, B, 4)).astype(np.float32),
-              "lengths": np.full(B, T, np.int32)}
-    return path, load(path, profile=True), load(path), inputs
+    """The file, its profiled module and its plain one, and inputs."""
+    (path := tmp_path_factory.mktemp("profile") / "profiled.mdl").write_text(SOURCE)
+    return path, load(path, profile=True), load(path), INPUTS
 
 
 def run(model, inputs, calls=CALLS):

@@ -77,7 +77,7 @@ class CpuTarget(Target):
         # a sanitized build marks dead slots, so that AddressSanitizer reports a read of
         # one (mdl::mark_slots, arena.h)
         self.sanitized = sanitized
-        # a profiled build times its sites by the host's steady clock (mdl/model.h)
+        # a profiled build times its sites by the host's steady clock (Target.time_start)
         self.profiled = profiled
 
     def give_back(self, slot: str, size: str) -> list[str]:
@@ -89,12 +89,6 @@ class CpuTarget(Target):
         listed = ", ".join(map(str, slots))
         return [f"mdl::mark_slots(arena, off, {count}, total, {{{listed}}}, "
                 f"{'true' if live else 'false'});"]
-
-    def time_start(self, start: str) -> list[str]:
-        return [f"const uint64_t {start} = mdl::profile_clock();"]
-
-    def time_stop(self, site: int, start: str) -> list[str]:
-        return [f"mdl::profile_add(m.profile[{site}], {start});"]
 
     def kernel(self, ins):
         if ins.pack is None:  # only products are packed
