@@ -66,7 +66,8 @@ EXAMPLES = {
                   "mdlc gradcheck examples/gru.mdl --target cuda",
                   "mdlc gradcheck examples/gru.mdl --target cuda --emulate"],
     "profile": ["mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=8",
-                "mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=1 --forward",
+                "mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=1 --forward "
+                "--specialize",
                 "mdlc profile examples/charlm.mdl --model CharLM --inputs batch.npz "
                 "--calls 50"],
     "export": ["mdlc export examples/charlm.mdl --model CharLM --onnx charlm.onnx",
@@ -125,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
                        help="the size of each dim of the inputs, drawn at random")
     given.add_argument("--inputs", metavar="FILE.npz",
                        help="the inputs instead, by name (numpy.savez)")
+    profile.add_argument("--specialize", action="store_true",
+                         help="with --dims: time code compiled for exactly those sizes, as "
+                         "`mdlc build --specialize` makes it")
     profile.add_argument("--calls", type=int, default=20,
                          help="calls timed, after two not timed (default 20)")
     profile.add_argument("--forward", action="store_true",
@@ -407,6 +411,8 @@ def cmd_profile(args) -> int:
 
     if args.calls < 1:
         raise UsageError(f"--calls {args.calls}: at least 1")
+    if args.specialize and args.inputs is not None:
+        raise UsageError("--specialize takes the sizes of --dims, not of --inputs")
     options = BuildOptions(dtype=args.dtype, defines=dict(args.defines), model=args.model,
                            profile=True)
     graph = _one_model(args.file, check(args.file, options), args.model)
@@ -429,6 +435,8 @@ def cmd_profile(args) -> int:
                                  f": {', '.join(missing)} missing" if missing else
                                  f": {', '.join(unknown)} is none of them"))
         dims = {s: args.dims[s] for s in symbols}
+        if args.specialize and dims:
+            options.specialize = [dims]
         float_type = np.float32 if args.dtype == "f32" else np.float64
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
                   for k, v in random_inputs(graph, dims, np.random.default_rng(args.seed)).items()}
@@ -441,7 +449,7 @@ def cmd_profile(args) -> int:
         if args.inputs is None:
             raise
         raise UsageError(f"--inputs {args.inputs}: {exc}") from None  # not the model's
-    print(report(graph.name, dims, measured))
+    print(report(graph.name, dims, measured, bool(options.specialize)))
     return 0
 
 

@@ -123,13 +123,15 @@ def measure(model, inputs: dict, calls: int, train: bool, warmup: int = 2) -> Me
     return Measured(calls, train, time.perf_counter() - start, model.profile())
 
 
-def report(name: str, dims: dict[str, int], measured: Measured) -> str:
-    """What `mdlc profile` prints: the calls, their time from Python and in the model's
-    code, then the table."""
+def report(name: str, dims: dict[str, int], measured: Measured,
+           specialized: bool = False) -> str:
+    """What `mdlc profile` prints: the calls (`specialized`: of code compiled for `dims`),
+    their time from Python and in the model's code, then the table."""
     what = "forward(training=True) and backward()" if measured.train else "forward()"
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
+    at = f" at {sizes}{' (code for these sizes)' if specialized else ''}" if sizes else ""
     per = 1e3 / measured.calls
-    head = (f"{name}{f' at {sizes}' if sizes else ''}: {measured.calls} calls of {what}, "
+    head = (f"{name}{at}: {measured.calls} calls of {what}, "
             f"{measured.seconds * per:.4f} ms a call from Python, "
             f"{measured.in_code() * per:.4f} ms of it in the model's code")
     return head + "\n\n" + table(measured.profile, measured.calls)

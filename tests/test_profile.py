@@ -174,6 +174,9 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
     forward = mdlc("profile", str(path), "--dims", "T=6,B=2", "--forward", "--calls", "1")
     assert forward.returncode == 0 and "1 calls of forward()," in forward.stdout
     assert "backward" not in forward.stdout
+    fixed = mdlc("profile", str(path), "--dims", "T=6,B=2", "--specialize", "--calls", "1")
+    assert fixed.returncode == 0 and fixed.stdout.startswith(
+        "Profiled at T=6, B=2 (code for these sizes): 1 calls of "), fixed.stderr
     np.savez(tmp_path / "batch.npz", xs=np.zeros((7, 2, 4), np.float32),
              lengths=np.array([7, 3], np.int32))
     given = mdlc("profile", str(path), "--inputs", str(tmp_path / "batch.npz"), "--calls", "2")
@@ -185,6 +188,8 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
                         "(T, B): B missing"),
     (["--dims", "T=6,B=2,S=3"], "(T, B): S is none of them"),
     (["--dims", "T=6,B=2", "--calls", "0"], "--calls 0: at least 1"),
+    (["--inputs", "x.npz", "--specialize"], "--specialize takes the sizes of --dims, not of "
+                                            "--inputs"),
     (["--inputs", "absent.npz"], "--inputs absent.npz: "),
     (["--dims", "T=6,B=2", "--inputs", "x.npz"], "argument --inputs: not allowed with "
                                                  "argument --dims"),
