@@ -445,10 +445,10 @@ def cmd_profile(args) -> int:
     train = graph.loss is not None and not args.forward
     try:
         measured = measure(model, inputs, args.calls, train)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
-            raise
-        raise UsageError(f"--inputs {args.inputs}: {exc}") from None  # not the model's
+            raise  # inputs drawn within their bounds: a bug of ours
+        raise UsageError(f"--inputs {args.inputs}: {exc}") from None
     print(report(graph.name, dims, measured, bool(options.specialize)))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ model Profiled(E = 4, H = 8) {
   minimize loss
 }
 """
+ROOT = Path(__file__).resolve().parents[1]
 T, B, CALLS = 5, 3, 4  # every row's length is T: each loop runs T steps a call
 INPUTS = {"xs": np.random.default_rng(0).standard_normal((T, B, 4)).astype(np.float32),
           "lengths": np.full(B, T, np.int32)}
@@ -204,3 +206,11 @@ def test_mdlc_profile_names_inputs_that_do_not_fit(built, tmp_path):
     done = mdlc("profile", str(built[0]), "--inputs", str(tmp_path / "wrong.npz"))
     assert done.returncode == 2 and f"--inputs {tmp_path / 'wrong.npz'}: " in done.stderr
     assert "unknown input 'x' (inputs are xs, lengths)" in done.stderr, done.stderr
+    # a value the model refuses as it runs (an IndexError: a token past the embedding's
+    # rows) is the file's fault, not a bug of ours
+    ids = np.full((6, 2), 500, np.int32)
+    np.savez(tmp_path / "ids.npz", tokens=ids, targets=ids, lengths=np.full(2, 6, np.int32))
+    done = mdlc("profile", "examples/charlm.mdl", "--model", "CharLM", "-D", "H=8",
+                "--inputs", str(tmp_path / "ids.npz"), cwd=ROOT)
+    assert done.returncode == 2 and (f"mdlc: error: --inputs {tmp_path / 'ids.npz'}: `tokens` "
+                                     "holds 500") in done.stderr, done.stderr
