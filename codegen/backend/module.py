@@ -138,7 +138,7 @@ class ModuleGenerator:
         results += [(v, self.target.saved(k)) for k, v in enumerate(saved)]
         train = FunctionSpec(f"train{suffix}", Block(ops=fwd_ops), external_j, results,
                              ARENAS.index("training"), training=True, prologue=self._prologue(fixed),
-                             stepped=stepped, handed=len(j.outputs))
+                             stepped=stepped, handed=len(j.outputs), role="training forward")
         train_r = self._renderer(dims, train)
         train_r.lower()
         external_b = {**self._param_access(j), **self._cotangent_access(j)}
@@ -150,7 +150,7 @@ class ModuleGenerator:
         backward = FunctionSpec(f"backward{suffix}", Block(ops=bwd_ops), external_b,
                                 [(v, self.target.output(k)) for k, v in enumerate(grads)],
                                 ARENAS.index("training"), training=True, prologue=self._prologue(fixed),
-                                stepped=stepped)
+                                stepped=stepped, role="backward")
         backward_r = self._renderer(dims, backward)
         backward_r.lower()
         # One plan for the pair, the backward's instructions after the forward's: what the

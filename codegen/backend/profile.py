@@ -12,8 +12,6 @@ from pathlib import Path
 
 from .lower import Concurrent, Copy, Fused, Kernel, Structured, View
 
-# what a function's name (module.py's FunctionSpec) starts with -> what it is to a user
-FUNCTIONS = {"infer": "forward", "train": "training forward", "backward": "backward"}
 # a fused loop's ops named, at most
 NAMED_OPS = 4
 STD = Path(__file__).resolve().parents[2] / "dsl" / "std"
@@ -25,11 +23,6 @@ class Site:
     parent: int     # the site this one runs inside (-1: none, a whole function)
     where: str      # file:line:col of its first op with a source ("" for none)
     what: str
-
-
-def function_kind(name: str) -> str:
-    """A function's name (`infer_0`, `train_1`) as a profile names it."""
-    return FUNCTIONS[name.split("_")[0]]
 
 
 def timed(ins) -> bool:

@@ -20,7 +20,7 @@ from .lower import (Concurrent, Copy, Fused, Kernel, Layout, Lowering, Structure
 from .pack import find_packs
 from .plan import Plan, plan, size_bytes
 from .products import Products, group_products
-from .profile import Site, describe, function_kind, timed
+from .profile import Site, describe, timed
 from .states import update_in_place
 from .target import Target
 
@@ -42,6 +42,7 @@ class FunctionSpec:
     results: list[tuple[Value, str]]       # (value, C++ lvalue receiving its pointer)
     arena: int                             # the model's arena it plans (module.ARENAS)
     training: bool = True
+    role: str = "forward"   # what a profile calls it: forward, training forward, backward
     prologue: list[str] = field(default_factory=list)   # first lines (dims)
     # filled by rendering: the value published for each result, and its layout
     result_of: dict[int, Value] = field(default_factory=dict)
@@ -143,7 +144,7 @@ class Renderer:
             yield
             return
         site = len(self.sites)
-        self.sites.append(Site(function_kind(self.spec.name),
+        self.sites.append(Site(self.spec.role,
                                self.open_sites[-1] if self.open_sites else -1, where, what))
         start = self.fresh("t")
         for line in self.target.time_start(start):
