@@ -86,6 +86,27 @@ model Branches(H = 5) {
   minimize loss
 }
 
+# Weights only one branch uses, the branches reading the state: their gradients are
+# summed after the backward loop from operands the if yields (zeros from the other
+# branch), through nested ifs (for_sink.py, if_op.py's step_sum).
+model BranchWeights(H = 5) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param P : f32[H, H] = uniform(-0.5, 0.5)
+  param Q : f32[H, H] = uniform(-0.5, 0.5)
+  param b : f32[H] = uniform(-0.5, 0.5)
+  h = zeros[B, H] + 0.1
+  hs = for x in xs {
+    if sum(x) > 0.0 {
+      if sum(x) > 1.0 { h = tanh(h @ P + x) } else { h = 0.5 * h + x }
+    } else {
+      h = tanh(h @ Q + b) * x
+    }
+    yield h
+  }
+  output loss = sum(hs * w)
+  minimize loss
+}
+
 # Singular where the padding steps of a segment or block are masked: log(0) = -inf, and
 # 0 * inf = NaN in d U had those steps run.
 model Singular(H = 4) {
@@ -204,7 +225,8 @@ model Layers(H = 5) {
   minimize loss
 }
 """
-MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches", "States",
+MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
+          "BranchWeights", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers"]
 
 

@@ -24,10 +24,12 @@ An entry declares a primitive once:
   must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
   draw valid inputs from them,
 - `product`, `accumulates`: declared facts (codegen/ops/entry.py says what they mean),
-- `step_sum(op, producers, stack) -> emit(b) -> Value | None`: the sum over a loop's
-  steps of the op's result, computed after the loop from operands kept for every step
-  (`stack(v)`: v's value for every step, or None; `producers`: the loop body's ops by
-  output id), for ops/structured/for_sink.py; None where it cannot,
+- `step_sum(op, value, producers, stack, facts) -> emit(b) -> Value | None`: the sum
+  over a loop's steps of `value`, one of the op's results, computed after the loop from
+  operands kept for every step (`stack(v)`: v's value for every step, or None;
+  `producers`: the ops by output id of the block holding `op`; `facts`: what the
+  simplification pass knows, codegen/transforms/passes.py), for
+  ops/structured/for_sink.py; None where it cannot,
 - `extra`: hooks of later stages (the backend's `lower`, `statements`, `sums`,
   `gathers`: codegen/backend/op_lowering.py), and the one a primitive declares itself:
   `onnx(g, op, inputs) -> name or names`, its ONNX form in an inference graph (`training`

@@ -31,7 +31,7 @@ def _sum_to_ref(ctx, attrs, x):
     return np.sum(x, axes, dtype=x.dtype, keepdims=True).reshape(shape)
 
 
-def _sum_to_step_sum(op, producers, stack):
+def _sum_to_step_sum(op, value, producers, stack, facts):
     """sum_to(g) summed over the steps: sum_to(G) of every step's g."""
     if tuple(op.attrs["shape"]) != tuple(op.outputs[0].type.shape):
         return None

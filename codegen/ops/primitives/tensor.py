@@ -78,7 +78,7 @@ def _matmul_grad(b, op, cts):
     return [b.matmul(g, b.transpose(w, perm=(1, 0))), _weight_grad(b, x, g)]
 
 
-def _matmul_step_sum(op, producers, stack):
+def _matmul_step_sum(op, value, producers, stack, facts):
     """transpose(a) @ g summed over the steps: transpose(A) @ G, with A and G every
     step's a and g as rows (one GEMM instead of one rank-B update a step)."""
     left, g = op.inputs

@@ -46,7 +46,7 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     for i, state, _, _, term in accumulations(body, n_seq, n_state, use_counts(body)):
         made = producers.get(term.id)
         rule = entry(made).step_sum if made is not None and term.type == state.type else None
-        total = rule(made, producers, stack) if rule is not None else None
+        total = rule(made, term, producers, stack, facts) if rule is not None else None
         if total is not None:
             sums.append((i, total, made.loc))
     tapes = loop.attrs.get("n_tape", 0)

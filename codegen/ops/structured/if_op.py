@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.graph import Op, Value, substitute
+from ...ir.graph import Op, Value, has_dynamic, substitute
 from ..builder import Builder
+from ..entry import constant, entry
 from .gradients import captured_floats
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs
@@ -56,6 +57,46 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     return [None], list(zip(captured, outs))
 
 
+def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
+    """`value` summed over a loop's steps where one branch computes it and the other
+    yields zeros (in a backward, the gradient of a weight only one branch uses): the sum
+    the computing op's own rule makes (`transpose(A) @ G` for a product), from its
+    operands taken through the if, each step of the other branch giving zeros in their
+    place, so that those steps add nothing. None where no rule applies."""
+    k = op.outputs.index(value)
+    zeros = [facts.const(block.results[k]) == 0 for block in op.blocks]
+    if zeros.count(True) != 1:
+        return None
+    live, dead = op.blocks[zeros.index(False)], op.blocks[zeros.index(True)]
+    inner = {v.id: o for o in live.ops for v in o.outputs}
+    made = inner.get(live.results[k].id)
+    rule = entry(made).step_sum if made is not None else None
+    if rule is None:
+        return None
+
+    def zero(v: Value) -> bool:
+        made = next((o for o in dead.ops if v in o.outputs), None)
+        return facts.const(v) == 0 or (made is not None and constant(made)
+                                        and made.attrs.get("value") == 0)
+
+    def through(v: Value) -> Value | None:
+        """v of every step, zeros where the other branch ran: an output of the if (a new
+        one before its tapes unless it has one already), stacked by the loop."""
+        if has_dynamic(v.type):
+            return None
+        tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
+        for j, out in enumerate(op.outputs[:tapes_at]):
+            if live.results[j] is v and zero(dead.results[j]):
+                return stack(out)
+        out = Value(v.type, f"{v.hint or 'term'}_if")
+        op.outputs.insert(tapes_at, out)
+        live.results.insert(tapes_at, v)
+        dead.results.insert(tapes_at, Builder(dead).zeros(v.type))
+        producers[out.id] = op
+        return stack(out)
+    return rule(made, live.results[k], inner, through, facts)
+
+
 def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     """`If` on the condition, each block a branch graph."""
     branches = {}
@@ -68,5 +109,5 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
 
 IF = register(StructuredOp(
     "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
-    reference=_reference, grad=_grad, branches=True,
+    reference=_reference, grad=_grad, branches=True, step_sum=_step_sum,
     trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), extra={"onnx": _onnx}))

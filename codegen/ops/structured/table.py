@@ -18,6 +18,8 @@ blocks (codegen/ir/graph.py has the conventions); its entry declares, once:
   it (codegen/transforms/passes.py), as the table's primitives offer their identities: it emits the
   replacement (the op itself included, if it stays) and returns the values replacing
   its outputs;
+- `step_sum(op, value, producers, stack, facts)`: `value`, one of its outputs, summed
+  over the steps of a loop around it, as a primitive's rule (ops/primitives/core.py);
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the ranges its integer inputs must lie
   in (gradcheck draws valid inputs from them);
 - `repeats`: whether it runs its blocks more than once (a loop: for, while); `branches`:
@@ -56,6 +58,7 @@ class StructuredOp(OpEntry):
     trim: Callable[[Op, set[int]], None]
     rewrite: Callable[[Op, bool], Callable | None] = lambda op, autodiff: None
     simplify: Callable | None = None
+    step_sum: Callable | None = None
     integer_bounds: Callable | None = None
     steps: Callable | None = None
     # the dims (symbols) known only once the op has run: a while's trip count
