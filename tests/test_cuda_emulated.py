@@ -313,6 +313,30 @@ def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_padding_steps_do_not_run_where_the_body_is_singular(tmp_path):
+    """The padding steps of a checkpoint's last segment and of a recompute backward's
+    last block are skipped on the device too, known on the host (control_flow.py,
+    _skip_padding): run, with zeros for their inputs and kept values, log(0) and 0 / 0
+    made d U and d xs NaN."""
+    from codegen.pipeline import load
+    from codegen.reference import gradcheck
+    from dsl import check_file
+    from test_native import assert_training_matches
+    from test_native_loops import SOURCE
+    path = tmp_path / "loops.mdl"
+    path.write_text(SOURCE)
+    module = load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                  name=f"loops_singular_f64_{SUFFIX}")
+    for model in ("Singular", "BranchDraws"):
+        graph = check_file(str(path), model=model, dtype="f64").graph
+        m = getattr(module, model)(seed=2)
+        for steps in (3, 5, 17):
+            inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 2},
+                                             np.random.default_rng(steps))
+            grads = assert_training_matches(m, graph, inputs, 1e-10, seed=2)
+            assert all(np.isfinite(g).all() for g in grads.values()), model
+
+
 def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
     """A checkpointed loop's segments, views of its sequences, on the device: the shorter
     last one is copied, zero-padded, into a buffer of one segment (a read past the

@@ -125,6 +125,25 @@ model Singular(H = 4) {
   minimize loss
 }
 
+# A branch that draws (its dropout's mask is kept, not drawn again) in a recompute loop:
+# its backward reads the kept sqrt, zero in a block's padding steps (0 / 0 there). Found
+# by the fuzzer on the cuda target (seed 618, program 30), whose padding steps ran.
+model BranchDraws(H = 2) {
+  input xs : f32[T, B, H]; input x1 : f32[T, B, H]; input h0 : f32[B, H]
+  h = h0
+  ys = for x in xs (recompute) {
+    if sum(x1) != 0.1 {
+      h = h + tanh(sum(sqrt(sigmoid(x1) + 0.5), axis = 0))
+      u = dropout(x, 0.1)
+    } else {
+      u = h
+    }
+    yield u
+  }
+  output loss = mean(ys * ys) + mean(h)
+  minimize loss
+}
+
 model States(H = 6) {
   input xs : f32[T, B, 4]; input w : f32[T, B, H]
   h = zeros[B, H]; c = zeros[B, H]
@@ -226,7 +245,7 @@ model Layers(H = 5) {
 }
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
-          "BranchWeights", "States",
+          "BranchWeights", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers"]
 
 

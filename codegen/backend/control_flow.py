@@ -217,17 +217,24 @@ def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:
 
 def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
     """A step whose flag in the `skip` sequence is false (a padding step of a segment)
-    leaves the states as they are and yields zeros: where the target reads flags on the
-    host cheaply, it only writes the zeros. Otherwise the step runs, to the same effect,
-    but it must draw no random numbers (a dropout's): every later step would draw other
-    numbers than the reference's, which skips the step (a reversed loop's padding steps
-    come first). So a loop that draws reads its flag on the host even where that waits,
-    and the flag is returned: a C++ bool, whether the step's draws count."""
+    leaves the states as they are and yields zeros, and the step only writes the zeros.
+    The flags are a segment of a mask true at every step of the sequence
+    (for_op._nest), so where the segment is a view that knows how many of its steps hold
+    data (Layout.data), a step is padding when it lies past them: the host knows it
+    without reading a flag. Else, where the target reads flags on the host cheaply, it
+    reads the step's. Otherwise the step runs: its zero cotangents make every gradient
+    it adds zero, unless the body is singular where its inputs are zero (`log(x)`,
+    `sqrt(x)`: 0 * inf), and it must draw no random numbers (a dropout's): every later
+    step would draw other numbers than the reference's, which skips the step (a reversed
+    loop's padding steps come first). So a loop that draws reads its flag on the host
+    even where that waits, and the flag is returned: a C++ bool, whether the step's
+    draws count."""
     skip = op.attrs.get("skip", -1)
     if skip < 0:
         return None
-    flag = r.scalar(op.blocks[0].args[skip])
-    if not r.target.skips_steps:
+    data = r.layout(op.inputs[skip]).data
+    flag = f"({t} < ({data}))" if data is not None else r.scalar(op.blocks[0].args[skip])
+    if data is None and not r.target.skips_steps:
         if not streams(op):
             return None
         real = r.fresh("real")

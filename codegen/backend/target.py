@@ -51,8 +51,9 @@ class Target(abc.ABC):
     # target's `concurrent` writes them.
     runs_loops_concurrently: bool = False
 
-    # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`):
-    # where flags live in device memory, reading one costs a wait, and the step runs.
+    # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`)
+    # where the host cannot tell a padding step from the segment's view: where flags live
+    # in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
 
     # Whether its code times each site (a profiled build: backend/profile.py), as the
