@@ -88,7 +88,8 @@ model Branches(H = 5) {
 
 # Weights only one branch uses, the branches reading the state: their gradients are
 # summed after the backward loop from operands the if yields (zeros from the other
-# branch), through nested ifs (for_sink.py, if_op.py's step_sum).
+# branch), through nested ifs (for_sink.py, if_op.py's step_sum). The two cases of the
+# loop tests take each of the three branches at some step.
 model BranchWeights(H = 5) {
   input xs : f32[T, B, H]; input w : f32[T, B, H]
   param P : f32[H, H] = uniform(-0.5, 0.5)
@@ -97,7 +98,7 @@ model BranchWeights(H = 5) {
   h = zeros[B, H] + 0.1
   hs = for x in xs {
     if sum(x) > 0.0 {
-      if sum(x) > 1.0 { h = tanh(h @ P + x) } else { h = 0.5 * h + x }
+      if sum(x) > 2.0 { h = tanh(h @ P + x) } else { h = 0.5 * h + x }
     } else {
       h = tanh(h @ Q + b) * x
     }

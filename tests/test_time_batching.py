@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ir_helpers import check_model_grads, model, random_params, rnn_model
+from test_native_loops import SOURCE as LOOPS
 
 from codegen.ir.graph import walk_ops
 from codegen.ops.entry import entry
 from codegen.ops.verify import verify
 from codegen.pipeline import differentiate, for_backends
 from codegen.reference import interpreter as reference
+from dsl import check_source
 
 
 def loops(block):
@@ -137,33 +139,14 @@ def test_gradients_through_a_loop_split_in_two(options):
     assert check_model_grads(graph, inputs, random_params(graph)) < 1e-6
 
 
-BRANCH_WEIGHTS = '''
-model M(H = 3) {
-  input xs : f32[T, B, H]
-  param P : f32[H, H] = uniform(-0.5, 0.5)
-  param Q : f32[H, H] = uniform(-0.5, 0.5)
-  param b : f32[H] = uniform(-0.5, 0.5)
-  h = zeros[B, H] + 0.1
-  hs = for x in xs {
-    if sum(x) > 0.0 {
-      if sum(x) > 1.0 { h = tanh(h @ P + x) } else { h = 0.5 * h + x }
-    } else {
-      h = tanh(h @ Q + b) * x
-    }
-    yield h
-  }
-  output loss = sum(hs * hs)
-  minimize loss
-}'''
-
-
 def test_a_weight_one_branch_uses_gets_its_gradient_after_the_loop():
     """The gradient of a weight only one branch of an `if` uses is summed after the
     backward loop: the if yields the product's operands, zeros where the other branch
     ran (the if's step_sum, structured/if_op.py), and the loop stacks them; through
     nested ifs, for a product (P, Q) and a broadcast's sum (b) alike. The branches read
-    the state, so they stay in the recurrence."""
-    graph = model(BRANCH_WEIGHTS)
+    the state, so they stay in the recurrence (test_native_loops.py's BranchWeights,
+    which the native tests run)."""
+    graph = check_source(LOOPS, "<test>", model="BranchWeights", dtype="f64").graph
     joint = differentiate(graph)
     verify(joint)
     (back,) = loops(joint.backward)
@@ -172,16 +155,16 @@ def test_a_weight_one_branch_uses_gets_its_gradient_after_the_loop():
         assert joint.param_grads[name] not in back.outputs
     after = [op.prim for op in joint.backward.ops[joint.backward.ops.index(back) + 1:]]
     assert after.count("matmul") == 2 and after.count("sum_to") == 1
-    rng = np.random.default_rng(3)
-    xs = rng.normal(size=(9, 2, 3))
-    totals = xs.sum(axis=(1, 2))
-    assert (totals > 1).any() and ((totals > 0) & (totals <= 1)).any() and (totals <= 0).any()
+    rng = np.random.default_rng(0)  # steps take each of the three branches
+    inputs = {"xs": rng.normal(size=(9, 2, 5)), "w": rng.normal(size=(9, 2, 5))}
+    totals = inputs["xs"].sum(axis=(1, 2))
+    assert (totals > 2).any() and ((totals > 0) & (totals <= 2)).any() and (totals <= 0).any()
     params = random_params(graph)
-    want = reference.gradients(graph, {"xs": xs}, params).params
-    got = reference.run(joint, {"xs": xs}, params)
+    want = reference.gradients(graph, inputs, params).params
+    got = reference.run(joint, inputs, params)
     for name in ("P", "Q", "b"):
         assert np.allclose(got[f"grad:param:{name}"], want[name], rtol=1e-12, atol=1e-14)
-    assert check_model_grads(graph, {"xs": xs}, params) < 1e-6
+    assert check_model_grads(graph, inputs, params) < 1e-6
 
 
 STACKED = '''
