@@ -313,28 +313,41 @@ def test_the_cli_builds_for_the_emulated_device_and_checks_gradients_on_it(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_padding_steps_do_not_run_where_the_body_is_singular(tmp_path):
-    """The padding steps of a checkpoint's last segment and of a recompute backward's
-    last block are skipped on the device too, known on the host (control_flow.py,
-    _skip_padding): run, with zeros for their inputs and kept values, log(0) and 0 / 0
-    made d U and d xs NaN."""
+@pytest.fixture(scope="module")
+def loops_module(tmp_path_factory):
+    """test_native_loops.py's models of loop options and loop shapes, on the device."""
     from codegen.pipeline import load
+    from test_native_loops import SOURCE
+    path = tmp_path_factory.mktemp("loops") / "loops.mdl"
+    path.write_text(SOURCE)
+    return path, load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                      name=f"loops_models_f64_{SUFFIX}")
+
+
+def _loop_models() -> list[str]:
+    from test_native_loops import MODELS
+    return [*MODELS, "Singular"]
+
+
+@pytest.mark.parametrize("model", _loop_models())
+def test_loop_models_match_the_reference(loops_module, model):
+    """Every loop model of the cpu target's loop tests (recompute, checkpoints, nested
+    loops, branches, states updated in place, layers split into loops), f64, 1e-10. With
+    `Singular` and `BranchDraws`: the padding steps of a checkpoint's last segment and of a
+    recompute backward's last block are skipped on the device too, known on the host
+    (control_flow.py, _skip_padding); run, with zeros for their inputs and kept values,
+    log(0) and 0 / 0 made the gradients NaN."""
     from codegen.reference import gradcheck
     from dsl import check_file
     from test_native import assert_training_matches
-    from test_native_loops import SOURCE
-    path = tmp_path / "loops.mdl"
-    path.write_text(SOURCE)
-    module = load(path, target="cuda", emulate=EMULATE, dtype="f64",
-                  name=f"loops_singular_f64_{SUFFIX}")
-    for model in ("Singular", "BranchDraws"):
-        graph = check_file(str(path), model=model, dtype="f64").graph
-        m = getattr(module, model)(seed=2)
-        for steps in (3, 5, 17):
-            inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 2},
-                                             np.random.default_rng(steps))
-            grads = assert_training_matches(m, graph, inputs, 1e-10, seed=2)
-            assert all(np.isfinite(g).all() for g in grads.values()), model
+    path, module = loops_module
+    graph = check_file(str(path), model=model, dtype="f64").graph
+    m = getattr(module, model)(seed=2)
+    for steps in (3, 5, 17):
+        inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 2},
+                                         np.random.default_rng(steps))
+        grads = assert_training_matches(m, graph, inputs, 1e-10, seed=2)
+        assert all(np.isfinite(g).all() for g in grads.values()), model
 
 
 def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
