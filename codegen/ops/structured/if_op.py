@@ -75,9 +75,11 @@ def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
         return None
 
     def zero(v: Value) -> bool:
-        made = next((o for o in dead.ops if v in o.outputs), None)
-        return facts.const(v) == 0 or (made is not None and constant(made)
-                                        and made.attrs.get("value") == 0)
+        """Whether the other branch yields zeros as v: known to the pass, or a `full` of
+        0 that `through` put there."""
+        filled = next((o for o in dead.ops if v in o.outputs), None)
+        return facts.const(v) == 0 or (filled is not None and constant(filled)
+                                        and filled.attrs.get("value") == 0)
 
     def through(v: Value) -> Value | None:
         """v of every step, zeros where the other branch ran: an output of the if (a new
