@@ -126,6 +126,27 @@ model Singular(H = 4) {
   minimize loss
 }
 
+# Branches on the step's input alone multiply it by a weight: the inputs' gradients come
+# from a product in one branch (d x = g @ P^T), in the then branch (x), in the else
+# branch (y), the other branch's gradient zero (z); two branches add to P's.
+model BranchInputs(H = 5) {
+  input xs : f32[T, B, H]; input ys : f32[T, B, H]; input zs : f32[T, B, H]
+  input w : f32[T, B, H]
+  param P : f32[H, H] = uniform(-0.5, 0.5)
+  param Q : f32[H, H] = uniform(-0.5, 0.5)
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs, y in ys, z in zs {
+    if sum(x) > 0.0 { v = tanh(x @ P) } else { v = 0.5 * x }
+    if sum(y) > 1.0 { u = y * y } else { u = sigmoid(y @ Q) }
+    if sum(z) < 0.5 { r = z @ P } else { r = zeros[B, H] + 0.25 }
+    h = tanh(v + u + r + h @ U)
+    yield h
+  }
+  output loss = sum(hs * w)
+  minimize loss
+}
+
 # A branch that draws (its dropout's mask is kept, not drawn again) in a recompute loop:
 # its backward reads the kept sqrt, zero in a block's padding steps (0 / 0 there). Found
 # by the fuzzer on the cuda target (seed 618, program 30), whose padding steps ran.
@@ -246,7 +267,7 @@ model Layers(H = 5) {
 }
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
-          "BranchWeights", "BranchDraws", "States",
+          "BranchWeights", "BranchInputs", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers"]
 
 
