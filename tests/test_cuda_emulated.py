@@ -350,6 +350,33 @@ def test_loop_models_match_the_reference(loops_module, model):
         assert all(np.isfinite(g).all() for g in grads.values()), model
 
 
+def test_padding_steps_of_padded_copies_are_skipped(tmp_path, monkeypatch):
+    """Where a sequence's segments cannot be a view of it (a reader takes them whole, or
+    its memory is strided), its kernel makes a zero-padded copy; the host still knows how
+    many steps of each segment hold data (Layout.padded) and skips the rest. Forced here
+    for every segment: without it the padding steps ran on the device and `Singular`'s
+    and `BranchDraws`' gradients came out NaN."""
+    from codegen.backend.lower import Lowering
+    from codegen.pipeline import load
+    from codegen.reference import gradcheck
+    from dsl import check_file
+    from test_native import assert_training_matches
+    from test_native_loops import SOURCE
+    monkeypatch.setattr(Lowering, "_ragged", lambda self, op: False)
+    path = tmp_path / "loops.mdl"
+    path.write_text(SOURCE)
+    module = load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                  name=f"loops_copied_f64_{SUFFIX}")
+    for model in ("Singular", "BranchDraws", "CheckpointReversed"):
+        graph = check_file(str(path), model=model, dtype="f64").graph
+        for steps in (3, 5):
+            inputs = gradcheck.random_inputs(graph, {"T": steps, "B": 2},
+                                             np.random.default_rng(steps))
+            grads = assert_training_matches(getattr(module, model)(seed=2), graph, inputs,
+                                            1e-10, seed=2)
+            assert all(np.isfinite(g).all() for g in grads.values()), model
+
+
 def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
     """A checkpointed loop's segments, views of its sequences, on the device: the shorter
     last one is copied, zero-padded, into a buffer of one segment (a read past the

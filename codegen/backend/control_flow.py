@@ -52,8 +52,9 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
             low.layouts[arg.id] = Layout(const=lay.const)
             continue
         offset = f"{ins.extra['step']} * {low.cx.dim(lay.strides[0])}"
-        data = None if lay.valid is None else f"({lay.valid}) - {offset}"
-        low.layouts[arg.id] = Layout(seq, offset, lay.strides[1:], data=data)
+        data, padded = (None if n is None else f"({n}) - {offset}"
+                        for n in (lay.valid, lay.padded))
+        low.layouts[arg.id] = Layout(seq, offset, lay.strides[1:], data=data, padded=padded)
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
         low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
 
@@ -219,20 +220,21 @@ def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
     """A step whose flag in the `skip` sequence is false (a padding step of a segment)
     leaves the states as they are and yields zeros, and the step only writes the zeros.
     The flags are a segment of a mask true at every step of the sequence
-    (for_op._nest), so where the segment is a view that knows how many of its steps hold
-    data (Layout.data), a step is padding when it lies past them: the host knows it
-    without reading a flag. Else, where the target reads flags on the host cheaply, it
-    reads the step's. Otherwise the step runs: its zero cotangents make every gradient
-    it adds zero, unless the body is singular where its inputs are zero (`log(x)`,
-    `sqrt(x)`: 0 * inf), and it must draw no random numbers (a dropout's): every later
-    step would draw other numbers than the reference's, which skips the step (a reversed
-    loop's padding steps come first). So a loop that draws reads its flag on the host
-    even where that waits, and the flag is returned: a C++ bool, whether the step's
-    draws count."""
+    (for_op._nest), so where the segment knows how many of its steps hold data (a view's
+    Layout.data, or a padded copy's Layout.padded), a step is padding when it lies past
+    them: the host knows it without reading a flag. Else, where the target reads flags
+    on the host cheaply, it reads the step's. Otherwise the step runs: its zero
+    cotangents make every gradient it adds zero, unless the body is singular where its
+    inputs are zero (`log(x)`, `sqrt(x)`: 0 * inf), and it must draw no random numbers (a
+    dropout's): every later step would draw other numbers than the reference's, which
+    skips the step (a reversed loop's padding steps come first). So a loop that draws
+    reads its flag on the host even where that waits, and the flag is returned: a C++
+    bool, whether the step's draws count."""
     skip = op.attrs.get("skip", -1)
     if skip < 0:
         return None
-    data = r.layout(op.inputs[skip]).data
+    lay = r.layout(op.inputs[skip])
+    data = lay.data if lay.data is not None else lay.padded
     flag = f"({t} < ({data}))" if data is not None else r.scalar(op.blocks[0].args[skip])
     if data is None and not r.target.skips_steps:
         if not streams(op):

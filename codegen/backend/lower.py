@@ -33,6 +33,10 @@ class Layout:
     # it is rendered as a zero-padded copy.
     valid: str | None = None
     data: str | None = None
+    # A ragged view's zero-padded copy (its kernel's, where it cannot be a view), and a
+    # loop step of one: the C++ count of its elements from its start that hold data,
+    # zeros past them in memory (a padding step's flags: control_flow._skip_padding).
+    padded: str | None = None
 
     @property
     def is_const(self) -> bool:
@@ -285,6 +289,7 @@ class Lowering:
             self._structured(op, out)
         elif kind == "view" and entry(op).extra.get("ragged") and not self._ragged(op):
             self._kernel(op, False, out)  # its kernel: a padded copy
+            self.layouts[op.outputs[0].id].padded = entry(op).extra["ragged"](self.cx, op)
         elif kind == "view":
             src = op.inputs[0]
             if self.layouts[src.id].is_const:  # a view needs memory to address (rare)

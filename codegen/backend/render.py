@@ -193,7 +193,8 @@ class Renderer:
         for v in self.results:
             # the pointer is the value's own: another function reads it as memory of its own
             lay = self.low.layouts[v.id]
-            spec.saved_layouts[v.id] = Layout(None, None, lay.strides, valid=lay.valid)
+            spec.saved_layouts[v.id] = Layout(None, None, lay.strides, valid=lay.valid,
+                                              padded=lay.padded)
 
     def alone(self) -> Plan:
         """A memory plan of this function's values only (after `lower`)."""
