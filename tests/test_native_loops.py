@@ -147,6 +147,24 @@ model BranchInputs(H = 5) {
   minimize loss
 }
 
+# One weight used twice a step in the recurrence (as a layer applied twice, its scope
+# re-entered): each use's gradient is one product after the backward loop (add_n's
+# step_sum), and where both branches of an `if` use it alike, one for both (the if's).
+model TwiceAStep(H = 5) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param P : f32[H, H] = uniform(-0.5, 0.5)
+  param b : f32[H] = uniform(-0.5, 0.5)
+  h = zeros[B, H] + 0.1
+  hs = for x in xs {
+    a = tanh(h @ P + x)
+    h = tanh(a @ P + 0.5 * h)
+    if sum(x) > 0.0 { h = tanh(h @ P + x) } else { h = sigmoid(h @ P + b) * x }
+    yield h
+  }
+  output loss = sum(hs * w)
+  minimize loss
+}
+
 # A branch that draws (its dropout's mask is kept, not drawn again) in a recompute loop:
 # its backward reads the kept sqrt, zero in a block's padding steps (0 / 0 there). Found
 # by the fuzzer on the cuda target (seed 618, program 30), whose padding steps ran.
@@ -267,7 +285,7 @@ model Layers(H = 5) {
 }
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
-          "BranchWeights", "BranchInputs", "BranchDraws", "States",
+          "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers"]
 
 

@@ -167,6 +167,34 @@ def test_a_weight_one_branch_uses_gets_its_gradient_after_the_loop():
     assert check_model_grads(graph, inputs, params) < 1e-6
 
 
+def test_a_weight_used_twice_a_step_gets_its_gradients_after_the_loop():
+    """A weight used at several places of a step, in the recurrence: twice in a row, and
+    in both branches of an `if` (test_native_loops.py's TwiceAStep). Its gradient is a
+    sum of the uses' (add_n), each summed over the steps by its own rule after the
+    backward loop: no accumulator is left in the loop. The branches use the weight
+    alike, so theirs is one product over all steps, each step's operands from the branch
+    it ran."""
+    graph = check_source(LOOPS, "<test>", model="TwiceAStep", dtype="f64").graph
+    joint = differentiate(graph)
+    verify(joint)
+    (back,) = loops(joint.backward)
+    assert back.attrs["n_state"] == 1  # d h alone
+    for name in ("P", "b"):
+        assert joint.param_grads[name] not in back.outputs
+    after = [op.prim for op in joint.backward.ops[joint.backward.ops.index(back) + 1:]]
+    assert after.count("matmul") == 3 and after.count("sum_to") == 1
+    rng = np.random.default_rng(0)
+    inputs = {"xs": rng.normal(size=(9, 2, 5)), "w": rng.normal(size=(9, 2, 5))}
+    totals = inputs["xs"].sum(axis=(1, 2))
+    assert (totals > 0).any() and (totals <= 0).any()  # steps take each branch
+    params = random_params(graph)
+    want = reference.gradients(graph, inputs, params).params
+    got = reference.run(joint, inputs, params)
+    for name in ("P", "b"):
+        assert np.allclose(got[f"grad:param:{name}"], want[name], rtol=1e-12, atol=1e-14)
+    assert check_model_grads(graph, inputs, params) < 1e-6
+
+
 STACKED = '''
 import "std/rnn.mdl"
 model M(H = 3, E = 2, P = 0.0) {

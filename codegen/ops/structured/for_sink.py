@@ -9,8 +9,9 @@ it. An operand not yet kept for every step becomes a new yield, except in a `lea
 shape the loop already keeps per step may (so its memory grows by a constant factor at
 most and keeps no gate-sized value); otherwise the sum stays in the loop.
 
-What each op's sum over the steps is, the op's entry says (`step_sum`: matmul's and
-sum_to's, in ops/primitives/). The `for` entry's `simplify` hook (codegen/transforms/passes.py runs it with the table's identities).
+What each op's sum over the steps is, the op's entry says (`step_sum`: matmul's,
+sum_to's and add_n's in ops/primitives/, if's in if_op.py). The `for` entry's `simplify`
+hook (codegen/transforms/passes.py runs it with the table's identities).
 """
 from __future__ import annotations
 

@@ -57,33 +57,19 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     return [None], list(zip(captured, outs))
 
 
-def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
-    """`value` summed over a loop's steps where one branch computes it and the other
-    yields zeros (in a backward, the gradient of a weight only one branch uses): the sum
-    the computing op's own rule makes (`transpose(A) @ G` for a product), from its
-    operands taken through the if, each step of the other branch giving zeros in their
-    place, so that those steps add nothing. None where no rule applies."""
-    k = op.outputs.index(value)
-    zeros = [facts.const(block.results[k]) == 0 for block in op.blocks]
-    if zeros.count(True) != 1:
-        return None
-    live, dead = op.blocks[zeros.index(False)], op.blocks[zeros.index(True)]
-    inner = {v.id: o for o in live.ops for v in o.outputs}
-    made = inner.get(live.results[k].id)
-    rule = entry(made).step_sum if made is not None else None
-    if rule is None:
-        return None
-
+def _through(op: Op, live, dead, stack, facts, producers: dict):
+    """stack(v) for a value v of the branch `live`, through the if: v of every step where
+    `live` ran, zeros where `dead` did; an output of the if (a new one before its tapes,
+    unless one yields v already and zeros in `dead`), stacked by the loop. None where v's
+    size may differ from step to step."""
     def zero(v: Value) -> bool:
-        """Whether the other branch yields zeros as v: known to the pass, or a `full` of
-        0 that `through` put there."""
+        """Whether `dead` yields zeros as v: known to the pass, or a `full` of 0 that
+        `through` put there."""
         filled = next((o for o in dead.ops if v in o.outputs), None)
         return facts.const(v) == 0 or (filled is not None and constant(filled)
                                         and filled.attrs.get("value") == 0)
 
     def through(v: Value) -> Value | None:
-        """v of every step, zeros where the other branch ran: an output of the if (a new
-        one before its tapes unless it has one already), stacked by the loop."""
         if has_dynamic(v.type):
             return None
         tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
@@ -96,7 +82,114 @@ def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
         dead.results.insert(tapes_at, Builder(dead).zeros(v.type))
         producers[out.id] = op
         return stack(out)
-    return rule(made, live.results[k], inner, through, facts)
+    return through
+
+
+def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
+    """`value` summed over a loop's steps (in a backward, the gradient of a weight the
+    branches use). Where both branches compute it alike (the weight used the same way in
+    each), the sum the then branch's op's own rule makes (`transpose(A) @ G` for a
+    product) from operands taken through the if, each step's from the branch it ran: one
+    sum over all steps (_Alike). Otherwise, for each branch that does not yield zeros,
+    that branch's rule on its operands, each step of the other branch giving zeros in
+    their place, so that those steps add nothing; the sum of those. None where a
+    branch's op has no rule."""
+    k = op.outputs.index(value)
+    inner = [{v.id: o for o in block.ops for v in o.outputs} for block in op.blocks]
+    made = [inner[i].get(block.results[k].id) for i, block in enumerate(op.blocks)]
+    rules = [entry(o).step_sum if o is not None else None for o in made]
+    if None not in made and rules[0] is not None:
+        alike = _Alike(inner, facts)
+        if alike.ops(made[0], made[1]) and made[0].outputs.index(op.blocks[0].results[k]) \
+                == made[1].outputs.index(op.blocks[1].results[k]):
+            both = rules[0](made[0], op.blocks[0].results[k], alike,
+                            _through_both(op, alike.pairs, stack, producers), facts)
+            if both is not None and not alike.broken:
+                return both
+    sums = []
+    for taken, live in enumerate(op.blocks):
+        if facts.const(live.results[k]) == 0:
+            continue
+        through = _through(op, live, op.blocks[1 - taken], stack, facts, producers)
+        total = rules[taken](made[taken], live.results[k], inner[taken], through, facts) \
+            if rules[taken] is not None else None
+        if total is None:
+            return None
+        sums.append(total)
+    return (lambda b: b.total([total(b) for total in sums])) if sums else None
+
+
+class _Alike(dict):
+    """The then branch's producers (by value id), as a step_sum rule reads them (`get`),
+    each lookup mirrored in the else branch: where the value paired with the one looked
+    up is made by an op alike (the same primitive, attributes and operand and result
+    types, and no blocks), the op's operands are paired with the other's too (`pairs`:
+    then-branch value id -> else-branch value); otherwise the lookup finds nothing and
+    the rule's sum is not used (`broken`). So a rule that succeeds has read the same
+    structure in both branches, and stacks (through the if) only paired values."""
+
+    def __init__(self, inner: list[dict], facts):
+        super().__init__(inner[0])
+        self.other, self.facts = inner[1], facts
+        self.pairs: dict[int, Value] = {}
+        self.broken = False
+
+    def get(self, key, default=None):
+        op, paired = super().get(key), self.pairs.get(key)
+        other = self.other.get(paired.id) if paired is not None else None
+        if op is None and other is None:
+            return default
+        if op is None or other is None or not self.ops(op, other):
+            self.broken = True
+            return default
+        return op
+
+    def __getitem__(self, key):
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def ops(self, a: Op, b: Op) -> bool:
+        """Whether a and b are alike, pairing their operands (each with one value only,
+        and known constants equal)."""
+        if a.prim != b.prim or a.blocks or b.blocks or a.attrs != b.attrs \
+                or [v.type for v in a.outputs] != [v.type for v in b.outputs] \
+                or [v.type for v in a.inputs] != [v.type for v in b.inputs]:
+            return False
+        for u, w in zip(a.inputs, b.inputs):
+            cu, cw = self.facts.const(u), self.facts.const(w)
+            if (cu is None) != (cw is None) or (cu is not None and cu != cw) \
+                    or self.pairs.setdefault(u.id, w) is not w:
+                return False
+        return True
+
+
+def _through_both(op: Op, pairs: dict, stack, producers: dict):
+    """stack(v) for a value v of the then branch that `pairs` pairs with one of the else
+    branch, through the if: v of every step where the then branch ran, its pair where the
+    else branch did (an output of the if, a new one before its tapes unless one yields
+    them already), stacked by the loop; or v itself, stacked, where both are v (from
+    outside the if). None for another value."""
+    then, orelse = op.blocks
+
+    def through(v: Value) -> Value | None:
+        w = pairs.get(v.id)
+        if w is None or has_dynamic(v.type):
+            return None
+        if w is v:
+            return stack(v)
+        tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
+        for j, out in enumerate(op.outputs[:tapes_at]):
+            if then.results[j] is v and orelse.results[j] is w:
+                return stack(out)
+        out = Value(v.type, f"{v.hint or 'term'}_if")
+        op.outputs.insert(tapes_at, out)
+        then.results.insert(tapes_at, v)
+        orelse.results.insert(tapes_at, w)
+        producers[out.id] = op
+        return stack(out)
+    return through
 
 
 def _onnx(g, op: Op, xs: list[str]) -> list[str]:
