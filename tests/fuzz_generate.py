@@ -43,6 +43,9 @@ class Generator(Integers):
     def __init__(self, rng: random.Random, name: str, size: Size):
         super().__init__(rng, name)
         self.size = size
+        # draws of its own, so that choosing whether a branch mirrors the other leaves
+        # every other choice of the program (and earlier seeds' programs) as it was
+        self.mirrors = random.Random(f"mirror:{name}")
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -303,6 +306,9 @@ class Generator(Integers):
                 if joined:
                     self.emit(f"{joined} = {self.expr(shape, 2)}")
             bodies.append(branch.block)
+        if has_else and len(conds) == 1 and self.mirrors.random() < 0.25:
+            bodies[1] = [mirrored(s) for s in bodies[0]]
+            self.cover("if:mirrored")
         if joined:
             self.define(Var(joined, shape))
             self.cover("if:joined")
@@ -437,3 +443,17 @@ def generate(seed: int, index: int, size: str = "small") -> Program:
     program = Generator(random.Random(name), name, SIZES[size]).generate()
     program.seed = zlib.crc32(name.encode())
     return program
+
+
+SWAPPED = {"tanh(": "sigmoid(", "sigmoid(": "tanh("}
+
+
+def mirrored(stmt: Stmt) -> Stmt:
+    """An else branch's copy of a then branch's statement, its tanh and sigmoid swapped:
+    the same ops on the same operands elsewhere, so that a weight the branch uses is used
+    alike in both (the `if`'s sum over a loop's steps of one product for both)."""
+    def swap(text: str) -> str:
+        return re.sub(r"\b(tanh|sigmoid)\(", lambda m: SWAPPED[m.group(0)], text)
+    return Stmt(swap(stmt.head), [[mirrored(s) for s in body] for body in stmt.bodies],
+                list(stmt.closers), list(stmt.options), [swap(t) for t in stmt.targets],
+                [swap(y) for y in stmt.yields])
