@@ -59,6 +59,8 @@ GROUPS = {  # group: (passes, peers, description)
     "milstm": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX), "std `milstm` in a `for`"),
     "gru_if": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
                "a GRU whose input takes one of two branches, chosen per step"),
+    "tied": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
+             "an RNN whose state goes through one transition weight twice a step"),
     "attention": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
                   "an LSTM decoder attending to T encoder states at every step"),
     "crf": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
@@ -111,7 +113,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
                                                             (1, 512, 10000))]
     return ([_case("lstm", **d) for d in lstm] + [_case("stacked", **d) for d in stacked]
             + [_case("generation", **step)]
-            + [_case(g, **d) for g in ("milstm", "gru_if") for d in cells]
+            + [_case(g, **d) for g in ("milstm", "gru_if", "tied") for d in cells]
             + [_case("attention", **d) for d in attention] + [_case("crf", **d) for d in crf]
             + [_case(g, **d) for g in DECODERS for d in decode]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
@@ -173,7 +175,8 @@ def branch_signs(T: int) -> np.ndarray:
 def flops(case: Case, pass_name: str) -> float:
     """Floating-point operations of one pass, counting only the matrix products:
     2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
-    and context; gru_if adds 2*B*H*H on the steps whose branch projects; attention's
+    and context; gru_if adds 2*B*H*H on the steps whose branch projects; tied runs 3
+    products of 2*B*H*H; attention's
     scores and context are 2*T*B*H each; crf runs two LSTMs and its emissions are
     2*T*B*2H*K; stacked runs two LSTM layers; a decode step runs the LSTM and the output
     projection, 2*R*H*V, on R = B rows, B*K for a beam), twice that again in the backward
@@ -188,6 +191,8 @@ def flops(case: Case, pass_name: str) -> float:
     if case.group == "crf":
         forward = 2 * steps * 2.0 * B * 2 * H * 4 * H + steps * 2.0 * B * 2 * H * CRF_TAGS
         return forward * (3 if pass_name == TRAIN else 1)
+    if case.group == "tied":
+        return steps * 3 * 2.0 * B * H * H * (3 if pass_name == TRAIN else 1)
     gates = 3 if case.group == "gru_if" else 4
     inputs = 2 * H if case.group == "attention" else H
     forward = steps * 2.0 * B * (inputs + H) * gates * H

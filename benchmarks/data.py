@@ -50,6 +50,8 @@ def params(case: Case) -> dict[str, np.ndarray]:
     if case.group == "gru_if":
         return {"P": uniform(H, H), "gru/W": uniform(H, 3 * H), "gru/U": uniform(H, 3 * H),
                 "gru/bW": uniform(3 * H), "gru/bU": uniform(3 * H)}
+    if case.group == "tied":
+        return {"W": uniform(H, H), "U": uniform(H, H), "b": uniform(H)}
     if case.group == "crf":  # transitions of the size of the emissions, so both matter
         lstms = {f"{scope}/{name}": uniform(*shape) for scope in ("forward", "backward")
                  for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}

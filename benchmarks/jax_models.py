@@ -67,6 +67,13 @@ def _loss(group: str):
             return h, h
         return jnp.sum(lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), (xs, signs))[1]
                        * weights)
+    def tied(p, xs, weights):
+        def step(h, x):
+            h = jnp.tanh(x @ p["W"] + h @ p["U"] + p["b"])
+            h = jnp.tanh(h @ p["U"] + p["b"])
+            return h, h
+        return jnp.sum(lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), xs)[1] * weights)
+
     def attention(p, enc, xs, weights):
         def step(carry, x):
             h, c, context = carry
@@ -95,7 +102,7 @@ def _loss(group: str):
         gold = jnp.sum(hot[0] * emissions[0], axis=1) + jnp.sum(golds, axis=0)
         return jnp.sum(jax.nn.logsumexp(alpha, axis=1) - gold)
     return {"lstm": lstm_like(lstm_cell), "stacked": stacked, "milstm": lstm_like(milstm_cell),
-            "gru_if": gru_if, "attention": attention, "crf": crf}[group]
+            "gru_if": gru_if, "tied": tied, "attention": attention, "crf": crf}[group]
 
 
 def setup(case: Case) -> Bench:

@@ -74,6 +74,21 @@ class GRUIf(Cell):
         return (torch.stack(hs) * weights).sum()
 
 
+class Tied(Cell):
+    """benchmarks/models.mdl's Tied: per step, tanh(x @ W + h @ U + b), then the state
+    through U again, tanh(h @ U + b)."""
+    names = {"W": "W", "U": "U", "b": "b"}
+
+    def forward(self, xs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.size(1), self.U.size(0))
+        hs = []
+        for t in range(xs.size(0)):
+            h = torch.tanh(xs[t] @ self.W + h @ self.U + self.b)
+            h = torch.tanh(h @ self.U + self.b)
+            hs.append(h)
+        return (torch.stack(hs) * weights).sum()
+
+
 class Attention(Cell):
     """benchmarks/models.mdl's Attention: std/rnn.mdl's `lstm` on x beside the last
     context, dot-product scores against the encoder states by a batched product, their
@@ -203,7 +218,7 @@ class Beam(LanguageModel):
         return sequences.view(B, K, self.steps), scores
 
 
-CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "attention": Attention, "crf": CRF}
+CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "tied": Tied, "attention": Attention, "crf": CRF}
 
 
 def eager(case: Case) -> Bench:
