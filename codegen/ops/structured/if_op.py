@@ -57,11 +57,26 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     return [None], list(zip(captured, outs))
 
 
+def _output(op: Op, yields, already, v: Value, producers: dict) -> Value:
+    """The if's output whose branches yield what `already(j)` accepts of output j's, or
+    a new one before its tapes, the branches yielding `yields()` (v's type, named for
+    v): its id recorded in `producers` (the loop body's), where the loop stacks it."""
+    tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
+    for j, out in enumerate(op.outputs[:tapes_at]):
+        if already(j):
+            return out
+    out = Value(v.type, f"{v.hint or 'term'}_if")
+    op.outputs.insert(tapes_at, out)
+    for block, result in zip(op.blocks, yields()):
+        block.results.insert(tapes_at, result)
+    producers[out.id] = op
+    return out
+
+
 def _through(op: Op, live, dead, stack, facts, producers: dict):
     """stack(v) for a value v of the branch `live`, through the if: v of every step where
-    `live` ran, zeros where `dead` did; an output of the if (a new one before its tapes,
-    unless one yields v already and zeros in `dead`), stacked by the loop. None where v's
-    size may differ from step to step."""
+    `live` ran, zeros where `dead` did (an output of the if), stacked by the loop. None
+    where v's size may differ from step to step."""
     def zero(v: Value) -> bool:
         """Whether `dead` yields zeros as v: known to the pass, or a `full` of 0 that
         `through` put there."""
@@ -72,16 +87,13 @@ def _through(op: Op, live, dead, stack, facts, producers: dict):
     def through(v: Value) -> Value | None:
         if has_dynamic(v.type):
             return None
-        tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
-        for j, out in enumerate(op.outputs[:tapes_at]):
-            if live.results[j] is v and zero(dead.results[j]):
-                return stack(out)
-        out = Value(v.type, f"{v.hint or 'term'}_if")
-        op.outputs.insert(tapes_at, out)
-        live.results.insert(tapes_at, v)
-        dead.results.insert(tapes_at, Builder(dead).zeros(v.type))
-        producers[out.id] = op
-        return stack(out)
+
+        def yields():
+            zeros = Builder(dead).zeros(v.type)
+            return (v, zeros) if live is op.blocks[0] else (zeros, v)
+        return stack(_output(op, yields,
+                             lambda j: live.results[j] is v and zero(dead.results[j]),
+                             v, producers))
     return through
 
 
@@ -168,9 +180,8 @@ class _Alike(dict):
 def _through_both(op: Op, pairs: dict, stack, producers: dict):
     """stack(v) for a value v of the then branch that `pairs` pairs with one of the else
     branch, through the if: v of every step where the then branch ran, its pair where the
-    else branch did (an output of the if, a new one before its tapes unless one yields
-    them already), stacked by the loop; or v itself, stacked, where both are v (from
-    outside the if). None for another value."""
+    else branch did (an output of the if), stacked by the loop; or v itself, stacked,
+    where both are v (from outside the if). None for another value."""
     then, orelse = op.blocks
 
     def through(v: Value) -> Value | None:
@@ -179,16 +190,9 @@ def _through_both(op: Op, pairs: dict, stack, producers: dict):
             return None
         if w is v:
             return stack(v)
-        tapes_at = len(op.outputs) - op.attrs.get("n_tape", 0)
-        for j, out in enumerate(op.outputs[:tapes_at]):
-            if then.results[j] is v and orelse.results[j] is w:
-                return stack(out)
-        out = Value(v.type, f"{v.hint or 'term'}_if")
-        op.outputs.insert(tapes_at, out)
-        then.results.insert(tapes_at, v)
-        orelse.results.insert(tapes_at, w)
-        producers[out.id] = op
-        return stack(out)
+        return stack(_output(op, lambda: (v, w),
+                             lambda j: then.results[j] is v and orelse.results[j] is w,
+                             v, producers))
     return through
 
 
