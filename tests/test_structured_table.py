@@ -50,7 +50,8 @@ def test_the_declared_facts():
     assert {n for n, r in OPS.items() if r.reduces} == {"sum", "max", "mean", "logsumexp"}
     assert {n for n, r in OPS.items() if r.product} == {"matmul"}
     assert {n for n, r in OPS.items() if r.accumulates} == {"add"}
-    assert {n for n, r in OPS.items() if r.step_sum} == {"matmul", "sum_to", "add_n", "if"}
+    assert {n for n, r in OPS.items() if r.step_sum} == {"matmul", "sum_to", "add_n", "transpose",
+                                                         "if"}
     # a view re-addresses its operand's elements; a ragged one (segments) pads them too
     assert {n for n, r in TABLE.items() if r.extra.get("ragged")} == {"segment"}
     assert all(TABLE[n].selects for n, r in TABLE.items()

@@ -195,6 +195,52 @@ def test_a_weight_used_twice_a_step_gets_its_gradients_after_the_loop():
     assert check_model_grads(graph, inputs, params) < 1e-6
 
 
+BRANCH_USES = '''
+model M(H = 3) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param P : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H] + 0.1
+  hs = for x in xs {
+    if sum(x) > 0.0 { h = {then} } else { h = {else} }
+    yield h
+  }
+  output loss = sum(hs * w)
+  minimize loss
+}'''
+
+
+@pytest.mark.parametrize("then, orelse, after", [
+    ("tanh(h @ P + x)", "sigmoid(h @ P) * x", 1),           # alike: one product for both
+    ("tanh(h @ P + x)", "tanh(x @ P + h)", 1),              # alike, other operands paired
+    ("tanh(h @ P + x)", "tanh((2.0 * h) @ P)", 1),          # 2 * h kept by the forward
+    ("tanh(h @ P + x)", "tanh(h @ transpose(P))", 2),       # P^T: transposed, not alike
+    ("tanh(h @ P + x)", "tanh(h @ P) / (x * x + 1.0)", 1),  # the same product, other math
+    ("tanh(h @ P @ P + x)", "tanh(h @ P) + x", 3),          # twice in one, once in the other
+    ("tanh(h @ P + x) @ P", "sigmoid(h @ P + x) @ P", 2),   # twice in both, alike
+])
+def test_the_branches_uses_of_a_weight_summed_over_the_steps(then, orelse, after):
+    """The products after the backward loop that sum P's gradient, as the branches use P
+    (the if's step_sum: one product for both branches where they use it alike, one for
+    each otherwise; a transpose's sum is the transpose of its operand's), and the
+    gradients those graphs give, against the reference's and central differences."""
+    graph = model(BRANCH_USES.replace("{then}", then).replace("{else}", orelse))
+    joint = differentiate(graph)
+    verify(joint)
+    (back,) = loops(joint.backward)
+    tail = joint.backward.ops[joint.backward.ops.index(back) + 1:]
+    assert sum(op.prim == "matmul" for op in tail) == after
+    assert joint.param_grads["P"] not in back.outputs
+    rng = np.random.default_rng(0)
+    inputs = {"xs": rng.normal(size=(7, 2, 3)), "w": rng.normal(size=(7, 2, 3))}
+    totals = inputs["xs"].sum(axis=(1, 2))
+    assert (totals > 0).any() and (totals <= 0).any()
+    params = random_params(graph)
+    want = reference.gradients(graph, inputs, params).params["P"]
+    assert np.allclose(reference.run(joint, inputs, params)["grad:param:P"], want,
+                       rtol=1e-12, atol=1e-14)
+    assert check_model_grads(graph, inputs, params) < 1e-6
+
+
 STACKED = '''
 import "std/rnn.mdl"
 model M(H = 3, E = 2, P = 0.0) {

@@ -97,6 +97,14 @@ def entry(op: Op | str) -> OpEntry:
         raise IRError(f"unknown op `{name}`") from None
 
 
+def summed(v, producers: dict, stack, facts):
+    """`v` summed over a loop's steps by the `step_sum` rule of the op that makes it
+    (`producers`: ops by output id): emit(b) -> the sum, or None where no rule applies."""
+    made = producers.get(v.id)
+    rule = entry(made).step_sum if made is not None else None
+    return rule(made, v, producers, stack, facts) if rule is not None else None
+
+
 def constant(op: Op) -> bool:
     """Whether `op` fills its one output with a number known from the op alone (`full`,
     `zeros[B, H]`, a literal)."""

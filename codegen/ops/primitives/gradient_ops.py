@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir.dtypes import NUMERIC
 from ...ir.shapes import Dim, broadcast_shapes
-from ..entry import entry
+from ..entry import summed
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 from .structure import slices
@@ -98,17 +98,10 @@ def _add_n_step_sum(op, value, producers, stack, facts):
     """A sum of terms summed over the steps: the sum of each term's own sum over them (a
     weight used twice a step: its two uses' gradients, one product each after the loop),
     None unless every term but zeros has one."""
-    sums = []
-    for v in op.inputs:
-        if facts.const(v) == 0:
-            continue
-        made = producers.get(v.id)
-        rule = entry(made).step_sum if made is not None else None
-        total = rule(made, v, producers, stack, facts) if rule is not None else None
-        if total is None:
-            return None
-        sums.append(total)
-    return (lambda b: b.total([total(b) for total in sums])) if sums else None
+    sums = [summed(v, producers, stack, facts) for v in op.inputs if facts.const(v) != 0]
+    if not sums or None in sums:
+        return None
+    return lambda b: b.total([total(b) for total in sums])
 
 
 @primitive("add_n", None, elementwise=True, simplify=_add_n_simplify,

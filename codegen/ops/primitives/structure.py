@@ -6,6 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import NUMERIC
 from ...ir.shapes import Dim, numel
+from ..entry import summed
 from .core import TABLE, ShapeError, need, onnx_node, primitive, same_dtype
 
 
@@ -132,8 +133,15 @@ def _transpose_simplify(b, op, facts):
     return [op.inputs[0]] if list(op.attrs["perm"]) == sorted(op.attrs["perm"]) else None
 
 
+def _transpose_step_sum(op, value, producers, stack, facts):
+    """transpose(t) summed over the steps: the transpose of t's sum (the gradient of a
+    weight a step uses transposed, `h @ transpose(P)`)."""
+    total = summed(op.inputs[0], producers, stack, facts)
+    return None if total is None else lambda b: b.transpose(total(b), perm=op.attrs["perm"])
+
+
 @primitive("transpose", 1, grad=_transpose_grad, simplify=_transpose_simplify,
-           selects=True, onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
+           step_sum=_transpose_step_sum, selects=True, onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
            ref=lambda ctx, attrs, x: np.transpose(x, attrs["perm"]))
 def _transpose(types, attrs):
     x, = types

@@ -10,14 +10,14 @@ shape the loop already keeps per step may (so its memory grows by a constant fac
 most and keeps no gate-sized value); otherwise the sum stays in the loop.
 
 What each op's sum over the steps is, the op's entry says (`step_sum`: matmul's,
-sum_to's and add_n's in ops/primitives/, if's in if_op.py). The `for` entry's `simplify`
+sum_to's, add_n's and transpose's in ops/primitives/, if's in if_op.py). The `for` entry's `simplify`
 hook (codegen/transforms/passes.py runs it with the table's identities).
 """
 from __future__ import annotations
 
 from ...ir.graph import Block, Op, Value, has_dynamic, use_counts, walk_ops
 from ..builder import Builder
-from ..entry import entry
+from ..entry import entry, summed
 
 
 def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
@@ -45,11 +45,9 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         return out
     sums = []  # (state index, emit(b) -> the sum over the steps, the term's source)
     for i, state, _, _, term in accumulations(body, n_seq, n_state, use_counts(body)):
-        made = producers.get(term.id)
-        rule = entry(made).step_sum if made is not None and term.type == state.type else None
-        total = rule(made, term, producers, stack, facts) if rule is not None else None
+        total = summed(term, producers, stack, facts) if term.type == state.type else None
         if total is not None:
-            sums.append((i, total, made.loc))
+            sums.append((i, total, producers[term.id].loc))
     tapes = loop.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - tapes]
     twice = [k for k, y in enumerate(yields) if any(y is z for z in yields[:k])]

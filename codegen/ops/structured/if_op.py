@@ -5,7 +5,7 @@ import numpy as np
 
 from ...ir.graph import Op, Value, has_dynamic, substitute
 from ..builder import Builder
-from ..entry import constant, entry
+from ..entry import constant, entry, summed
 from .gradients import captured_floats
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs
@@ -109,13 +109,13 @@ def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
     k = op.outputs.index(value)
     inner = [{v.id: o for o in block.ops for v in o.outputs} for block in op.blocks]
     made = [inner[i].get(block.results[k].id) for i, block in enumerate(op.blocks)]
-    rules = [entry(o).step_sum if o is not None else None for o in made]
-    if None not in made and rules[0] is not None:
+    rule = entry(made[0]).step_sum if None not in made else None
+    if rule is not None:
         alike = _Alike(inner, facts)
         if alike.ops(made[0], made[1]) and made[0].outputs.index(op.blocks[0].results[k]) \
                 == made[1].outputs.index(op.blocks[1].results[k]):
-            both = rules[0](made[0], op.blocks[0].results[k], alike,
-                            _through_both(op, alike.pairs, stack, producers), facts)
+            both = rule(made[0], op.blocks[0].results[k], alike,
+                        _through_both(op, alike.pairs, stack, producers), facts)
             if both is not None and not alike.broken:
                 return both
     sums = []
@@ -123,8 +123,7 @@ def _step_sum(op: Op, value: Value, producers: dict, stack, facts):
         if facts.const(live.results[k]) == 0:
             continue
         through = _through(op, live, op.blocks[1 - taken], stack, facts, producers)
-        total = rules[taken](made[taken], live.results[k], inner[taken], through, facts) \
-            if rules[taken] is not None else None
+        total = summed(live.results[k], inner[taken], through, facts)
         if total is None:
             return None
         sums.append(total)
