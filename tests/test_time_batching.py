@@ -241,6 +241,31 @@ def test_the_branches_uses_of_a_weight_summed_over_the_steps(then, orelse, after
     assert check_model_grads(graph, inputs, params) < 1e-6
 
 
+BRANCHES = ["tanh(h @ P + x)", "sigmoid(h @ P) * x", "tanh(x @ P + h)", "tanh((2.0 * h) @ P)",
+            "tanh(h @ transpose(P))", "tanh(h @ P @ P + x)", "tanh(h @ P + x) @ P",
+            "0.5 * h + x"]
+
+
+@pytest.mark.parametrize("then", BRANCHES)
+def test_every_pair_of_branch_uses_keeps_the_gradients(then):
+    """Every pair of the ways a branch may use P, or not, in both orders: the optimized
+    graph's gradients equal the reference's, and P's leaves the loop wherever a branch
+    uses it (each use has a rule: a product's, a transpose's, a sum's of them)."""
+    rng = np.random.default_rng(0)
+    inputs = {"xs": rng.normal(size=(7, 2, 3)), "w": rng.normal(size=(7, 2, 3))}
+    for orelse in BRANCHES:
+        graph = model(BRANCH_USES.replace("{then}", then).replace("{else}", orelse))
+        joint = differentiate(graph)
+        verify(joint)
+        (back,) = loops(joint.backward)
+        assert joint.param_grads["P"] not in back.outputs, orelse
+        params = random_params(graph)
+        want = reference.gradients(graph, inputs, params)
+        got = reference.run(joint, inputs, params)
+        assert np.allclose(got["grad:param:P"], want.params["P"], rtol=1e-12, atol=1e-14)
+        assert np.allclose(got["grad:input:xs"], want.inputs["xs"], rtol=1e-12, atol=1e-14)
+
+
 STACKED = '''
 import "std/rnn.mdl"
 model M(H = 3, E = 2, P = 0.0) {
