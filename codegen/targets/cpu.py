@@ -162,9 +162,8 @@ class CpuTarget(Target):
             for x, total, _ in ins.sums:
                 target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
                 r.emit(f"{target} += {names[x.id]};")
-        # a loop adding into sums is not split (two threads would add into one total)
         self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums,
-                        ops_per_element=0 if ins.sums else len(ins.ops))
+                        ops_per_element=len(ins.ops))
 
     def assign(self, r, dst, src) -> None:
         self._loop_nest(r, dst.type.shape, [dst, src],
@@ -194,10 +193,14 @@ class CpuTarget(Target):
         adds into: one summed along the innermost loop gets a local accumulator there
         (`accumulators`: value id -> its name), so that loop still vectorizes.
         `ops_per_element` (none: 0) weighs the loop's work: at PARALLEL_WORK and more,
-        where the process has threads, its outermost loop is shared out over them."""
+        where the process has threads, its outermost loop that every sum keeps (none adds
+        along it) is shared out over them: each total is then a thread's alone, added in
+        the order one thread adds it (two threads adding into one would race)."""
         nest = merge(r, shape, operands, sums)
         work = numel(shape) * ops_per_element
-        if not nest.dims or not ops_per_element or (
+        split = next((n for n in range(len(nest.dims))
+                      if all(nest.strides[k][n] != Dim.of(0) for k in sums or {})), None)
+        if split is None or not ops_per_element or (
                 work.is_const and work.value < PARALLEL_WORK):
             self._loops(r, nest, body, sums, None)
             return
@@ -208,18 +211,19 @@ class CpuTarget(Target):
         r.emit("{")
         r.depth += 1
         share = r.fresh("share")
-        align = SHARE_ALIGN if len(nest.dims) == 1 else 1
-        r.emit(f"const mdl::Share {share}({r.dim(nest.dims[0])}, {align});")
-        self._loops(r, nest, body, sums, share)
+        align = SHARE_ALIGN if split == len(nest.dims) - 1 else 1
+        r.emit(f"const mdl::Share {share}({r.dim(nest.dims[split])}, {align});")
+        self._loops(r, nest, body, sums, share, split)
         r.close()
         r.close(" else {")
         r.depth += 1
         self._loops(r, nest, body, sums, None)
         r.close()
 
-    def _loops(self, r, nest, body, sums: dict | None, share: str | None) -> None:
+    def _loops(self, r, nest, body, sums: dict | None, share: str | None,
+               split: int = 0) -> None:
         """The loops of a merged `nest` (see _loop_nest); `share`: the name of the
-        mdl::Share the outermost loop runs over (a thread's part), else it runs whole."""
+        mdl::Share loop `split` runs over (a thread's part), else every loop runs whole."""
         dims, merged, values = nest.dims, nest.strides, nest.values
         idx = [r.fresh("i") for _ in dims]
         inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
@@ -229,7 +233,7 @@ class CpuTarget(Target):
                     r.emit(f"{r.ctype(values[k])} {acc} = 0;")
                 r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
                        if inner else VECTORIZE)
-            begin, end = ((f"{share}.begin", f"{share}.end") if share and n == 0
+            begin, end = ((f"{share}.begin", f"{share}.end") if share and n == split
                           else ("0", r.dim(d)))
             r.open(f"for (int64_t {var} = {begin}; {var} < {end}; ++{var})")
         if not dims:
