@@ -445,15 +445,13 @@ def generate(seed: int, index: int, size: str = "small") -> Program:
     return program
 
 
-SWAPPED = {"tanh(": "sigmoid(", "sigmoid(": "tanh("}
-
-
 def mirrored(stmt: Stmt) -> Stmt:
-    """An else branch's copy of a then branch's statement, its tanh and sigmoid swapped:
-    the same ops on the same operands elsewhere, so that a weight the branch uses is used
-    alike in both (the `if`'s sum over a loop's steps of one product for both)."""
-    def swap(text: str) -> str:
-        return re.sub(r"\b(tanh|sigmoid)\(", lambda m: SWAPPED[m.group(0)], text)
-    return Stmt(swap(stmt.head), [[mirrored(s) for s in body] for body in stmt.bodies],
-                list(stmt.closers), list(stmt.options), [swap(t) for t in stmt.targets],
-                [swap(y) for y in stmt.yields])
+    """An else branch's copy of a then branch's statement, so that a weight the branch
+    uses is used alike in both (the `if`'s sum over a loop's steps: one product for
+    both). A copy word for word: swapping its tanh and sigmoid (other math, the same
+    products) gave `log(tanh(x) + 0.5)` for the generator's `log(sigmoid(x) + 0.5)`, out
+    of the domain it keeps (seed 644, `Small644_18`); the tests of
+    tests/test_time_batching.py vary the math around alike products instead."""
+    return Stmt(stmt.head, [[mirrored(s) for s in body] for body in stmt.bodies],
+                list(stmt.closers), list(stmt.options), list(stmt.targets),
+                list(stmt.yields))
