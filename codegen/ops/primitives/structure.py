@@ -141,7 +141,8 @@ def _transpose_step_sum(op, value, producers, stack, facts):
 
 
 @primitive("transpose", 1, grad=_transpose_grad, simplify=_transpose_simplify,
-           step_sum=_transpose_step_sum, selects=True, onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
+           step_sum=_transpose_step_sum, selects=True,
+           onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
            ref=lambda ctx, attrs, x: np.transpose(x, attrs["perm"]))
 def _transpose(types, attrs):
     x, = types

@@ -10,8 +10,9 @@ shape the loop already keeps per step may (so its memory grows by a constant fac
 most and keeps no gate-sized value); otherwise the sum stays in the loop.
 
 What each op's sum over the steps is, the op's entry says (`step_sum`: matmul's,
-sum_to's, add_n's and transpose's in ops/primitives/, if's in if_op.py). The `for` entry's `simplify`
-hook (codegen/transforms/passes.py runs it with the table's identities).
+sum_to's, add_n's and transpose's in ops/primitives/, if's in if_op.py). The `for`
+entry's `simplify` hook (codegen/transforms/passes.py runs it with the table's
+identities).
 """
 from __future__ import annotations
 
