@@ -134,6 +134,66 @@ def lowering_kind(op: Op) -> str:
     return lowering_hook(op)[0]
 
 
+def _sunk(ops: list[Op]) -> list[Op]:
+    """`ops` in an order the fused loops profit from: an elementwise op whose operands are
+    all broadcast from fewer elements (a [B, H] value times a [T, B, 1] one), whose first
+    reader is an elementwise op of its shape, goes just before that reader. It then joins
+    the reader's fused loop, which recomputes it from the small operands, instead of the
+    loop before it, which would store it for the reader to load (an attention backward's
+    terms of d enc, computed beside a reduction and added after another)."""
+    producers = {v.id: op for op in ops for v in op.outputs}
+    first: dict[int, Op] = {}
+    for op in ops:
+        for v in op.inputs:
+            first.setdefault(v.id, op)
+
+    def source(v: Value) -> Value:  # through the views a broadcast reads (reshape, ...)
+        op = producers.get(v.id)
+        while op is not None and lowering_kind(op) == "view" and entry(op).selects \
+                and len(op.inputs) == 1:
+            v, op = op.inputs[0], producers.get(op.inputs[0].id)
+        return v
+
+    def cheap(op: Op) -> bool:
+        if lowering_kind(op) != "elementwise" or entry(op).random or len(op.outputs) != 1:
+            return False
+        shape = op.outputs[0].type.shape
+        reader = first.get(op.outputs[0].id)
+        return (reader is not None and lowering_kind(reader) == "elementwise"
+                and reader.outputs[0].type.shape == shape
+                and all(_fewer(source(v).type.shape, shape) for v in op.inputs))
+    moved = {id(op): first[op.outputs[0].id] for op in ops if cheap(op)}
+    if not moved:
+        return ops
+    before: dict[int, list[Op]] = {}
+    for op in ops:
+        if id(op) in moved:
+            before.setdefault(id(moved[id(op)]), []).append(op)
+    out: list[Op] = []
+
+    def place(op: Op) -> None:
+        for early in before.get(id(op), ()):
+            place(early)
+        out.append(op)
+    for op in ops:
+        if id(op) not in moved:
+            place(op)
+    return out
+
+
+def _fewer(small: tuple, shape: tuple) -> bool:
+    """Whether every value of shape `small` has fewer elements than one of `shape`,
+    whatever the dims: its dims other than 1 are some of `shape`'s, not all."""
+    rest = [d for d in shape if d != Dim.of(1)]
+    for d in small:
+        if d == Dim.of(1):
+            continue
+        if d not in rest:
+            return False
+        rest.remove(d)
+    return bool(rest)
+
+
 class Lowering:
     """Lowers blocks; `layouts` is shared by every block of one function."""
 
@@ -189,7 +249,7 @@ class Lowering:
         out: list = []
         run: list[Op] = []
         totals: list[Op] = []  # sums the run accumulates (their ops need no instruction)
-        for op in block.ops:
+        for op in _sunk(block.ops):
             kind = lowering_kind(op)
             if kind == "const":  # needs no memory and no flush of the run
                 self.layouts[op.outputs[0].id] = Layout(const=lowering_hook(op)[1](op))
