@@ -241,3 +241,43 @@ def test_a_while_s_trip_writes_its_states_where_they_live(tmp_path):
         assert trip.count("mdl::copy(") == copies, kind
         if copies:
             assert trip.rindex("mdl::copy(") < trip.index("if (const int team")
+
+
+
+SUNK = '''
+model M(H = 3) {
+  input xs : f32[T, B, H]; input a : f32[B, 1]; input c : f32[1, H]
+  v = a * c
+  hs = for x in xs { yield x * v }
+  u = a * (c + 1.0)
+  w = tanh(xs[0]) * 0.5
+  output loss = sum(hs) + sum(v * 2.0) + sum(u * w)
+  minimize loss
+}'''
+
+
+def test_a_broadcast_product_moves_to_its_first_reader_and_no_further(tmp_path):
+    """A product of operands broadcast from fewer elements ([B, 1] * [1, H]) goes just
+    before its first reader (`lower._sunk`: the reader's fused loop recomputes it instead
+    of loading it), unless a loop reads it first, inside its body (moved past that loop,
+    it was read before it was computed: the build failed); and the model computes what
+    the reference does."""
+    from codegen.backend.lower import _sunk
+    from codegen.pipeline import for_backends, load
+    from dsl import check_source
+    from test_native import assert_training_matches, random_case
+    graph = check_source(SUNK, "<test>", dtype="f64").graph
+    ops = for_backends(graph).body.ops
+    order = _sunk(ops)
+    named = {op.outputs[0].hint: op for op in ops if op.outputs}
+    u, v, loop = named["u"], named["v"], named["hs"]
+    reader = next(op for op in ops if u.outputs[0] in op.inputs)
+    assert order.index(reader) - order.index(u) == 1 < order.index(u) - order.index(named["w"])
+    assert order.index(v) < order.index(loop) and ops.index(u) < ops.index(named["w"])
+    path = tmp_path / "sunk.mdl"
+    path.write_text(SUNK)
+    for module in (load(path, dtype="f64", name="sunk_f64"),
+                   load(path, "cuda", dtype="f64", name="sunk_f64_emulated", emulate=True)):
+        for seed in (1, 2):
+            assert_training_matches(module.M(seed=2), graph, random_case(graph, "f64", seed),
+                                    1e-10)

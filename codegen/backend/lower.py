@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.graph import Block, IRError, Op, Value, use_counts
+from ..ir.graph import Block, IRError, Op, Value, outer_reads, use_counts
 from ..ir.shapes import Dim, contiguous_strides
 from ..ops.entry import entry
 from . import op_lowering as _hooks  # noqa: F401  (attaches extra["lower"])
@@ -143,8 +143,8 @@ def _sunk(ops: list[Op]) -> list[Op]:
     terms of d enc, computed beside a reduction and added after another)."""
     producers = {v.id: op for op in ops for v in op.outputs}
     first: dict[int, Op] = {}
-    for op in ops:
-        for v in op.inputs:
+    for op in ops:  # a loop's body reads values of the block directly: outer_reads
+        for v in outer_reads(op):
             first.setdefault(v.id, op)
 
     def source(v: Value) -> Value:  # through the views a broadcast reads (reshape, ...)
@@ -330,7 +330,7 @@ class Lowering:
         produced = {v.id for op in run for v in op.outputs}
         inside: dict[int, int] = {}
         for op in run + totals:
-            for v in op.inputs:
+            for v in outer_reads(op):
                 if v.id in produced:
                     inside[v.id] = inside.get(v.id, 0) + 1
         stores = []
