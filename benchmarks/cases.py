@@ -15,6 +15,9 @@ MDL, TORCH, SCRIPT, COMPILE, JAX = "mdl", "torch", "torchscript", "torch.compile
 SGEMM = "sgemm"  # numpy's matrix product: the peak every row is measured against
 CRF_TAGS = 16    # the crf group's K (benchmarks/models.mdl's CRF)
 BEAM_WIDTH = 4   # the beam group's K (benchmarks/models.mdl's Beam)
+# The ponder group's `while` (benchmarks/models.mdl's Ponder): at most N trips a step, while
+# the state's mean absolute change is above this
+PONDER_TRIPS, PONDER_SETTLED = 6, 0.02
 
 # The passes. A training step is the forward pass that keeps what the backward needs, then
 # the backward of the loss sum(hs * weights), with no optimizer update.
@@ -61,6 +64,9 @@ GROUPS = {  # group: (passes, peers, description)
                "a GRU whose input takes one of two branches, chosen per step"),
     "tied": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
              "an RNN whose state goes through one transition weight twice a step"),
+    "ponder": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
+               "an RNN whose every step iterates its state until it settles (a `while` "
+               "in the `for`)"),
     "attention": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
                   "an LSTM decoder attending to T encoder states at every step"),
     "crf": ((TRAIN,), (TORCH, SCRIPT, COMPILE, JAX),
@@ -113,7 +119,8 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
                                                             (1, 512, 10000))]
     return ([_case("lstm", **d) for d in lstm] + [_case("stacked", **d) for d in stacked]
             + [_case("generation", **step)]
-            + [_case(g, **d) for g in ("milstm", "gru_if", "tied") for d in cells]
+            + [_case(g, **d) for g in ("milstm", "gru_if", "tied", "ponder")
+               for d in cells]
             + [_case("attention", **d) for d in attention] + [_case("crf", **d) for d in crf]
             + [_case(g, **d) for g in DECODERS for d in decode]
             + [_case("memory", "stored", **memory), _case("memory", "recompute", **memory),
@@ -176,7 +183,8 @@ def flops(case: Case, pass_name: str) -> float:
     """Floating-point operations of one pass, counting only the matrix products:
     2*B*(I+H)*G*H per step for a cell with G gates (I = H here, 2H for attention's input
     and context; gru_if adds 2*B*H*H on the steps whose branch projects; tied runs 3
-    products of 2*B*H*H; attention's
+    products of 2*B*H*H; ponder 2*B*H*H twice a step and once a trip of its `while`,
+    benchmarks/data.py's ponder_trips; attention's
     scores and context are 2*T*B*H each; crf runs two LSTMs and its emissions are
     2*T*B*2H*K; stacked runs two LSTM layers; a decode step runs the LSTM and the output
     projection, 2*R*H*V, on R = B rows, B*K for a beam), twice that again in the backward
@@ -193,6 +201,10 @@ def flops(case: Case, pass_name: str) -> float:
         return forward * (3 if pass_name == TRAIN else 1)
     if case.group == "tied":
         return steps * 3 * 2.0 * B * H * H * (3 if pass_name == TRAIN else 1)
+    if case.group == "ponder":
+        from benchmarks.data import ponder_trips  # (data reads this table)
+        products = 2 * steps + ponder_trips(case)
+        return products * 2.0 * B * H * H * (3 if pass_name == TRAIN else 1)
     gates = 3 if case.group == "gru_if" else 4
     inputs = 2 * H if case.group == "attention" else H
     forward = steps * 2.0 * B * (inputs + H) * gates * H

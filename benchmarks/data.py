@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.cases import CRF_TAGS, DECODERS, Case, branch_signs
+from benchmarks.cases import (CRF_TAGS, DECODERS, PONDER_SETTLED, PONDER_TRIPS, Case,
+                              branch_signs)
 
 
 def inputs(case: Case) -> dict[str, np.ndarray]:
@@ -52,6 +53,8 @@ def params(case: Case) -> dict[str, np.ndarray]:
                 "gru/bW": uniform(3 * H), "gru/bU": uniform(3 * H)}
     if case.group == "tied":
         return {"W": uniform(H, H), "U": uniform(H, H), "b": uniform(H)}
+    if case.group == "ponder":
+        return {name: uniform(H, H) for name in "WUV"} | {"b": uniform(H), "c": uniform(H)}
     if case.group == "crf":  # transitions of the size of the emissions, so both matter
         lstms = {f"{scope}/{name}": uniform(*shape) for scope in ("forward", "backward")
                  for name, shape in (("W", (H, 4 * H)), ("U", (H, 4 * H)), ("b", (4 * H,)))}
@@ -68,3 +71,23 @@ def params(case: Case) -> dict[str, np.ndarray]:
     inputs = 2 * H if case.group == "attention" else H  # attention: x beside the context
     return {"lstm/W": uniform(inputs, 4 * H), "lstm/U": uniform(H, 4 * H),
             "lstm/b": uniform(4 * H)}
+
+
+def ponder_trips(case: Case) -> int:
+    """The trips of the ponder group's `while`, all steps together, on the case's data: its
+    forward replayed in float32 (the peers' losses agree only where each takes the same
+    trips: the changes compared with PONDER_SETTLED stay at least 0.2% away from it at the
+    suite's sizes)."""
+    p, xs = params(case), inputs(case)["xs"]
+    h = np.zeros(xs.shape[1:], np.float32)
+    trips = 0
+    for x in xs:
+        xw = x @ p["W"]
+        h = np.tanh(xw + h @ p["U"] + p["b"])
+        for _ in range(PONDER_TRIPS):
+            g = np.tanh(xw + h @ p["V"] + p["c"])
+            change, h = np.mean(np.abs(g - h)), g
+            trips += 1
+            if change <= PONDER_SETTLED:
+                break
+    return trips

@@ -15,7 +15,7 @@ from codegen.pipeline import build, import_built
 
 MODELS = Path(__file__).resolve().with_name("models.mdl")
 MODEL_OF = {"lstm": "LSTM", "stacked": "Stacked", "milstm": "MILSTM", "gru_if": "GRUIf",
-            "tied": "Tied",
+            "tied": "Tied", "ponder": "Ponder",
             "generation": "LSTMStep", "attention": "Attention", "crf": "CRF",
             "greedy": "Greedy", "beam": "Beam"}
 MEMORY_MODEL = {"stored": "LSTM", "recompute": "LSTMRecompute", "checkpoint": "LSTMCheckpoint"}

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from benchmarks import data
-from benchmarks.cases import BEAM_WIDTH, DECODE, DECODERS, FORWARD, STEP, TRAIN, Bench, Case
+from benchmarks.cases import (BEAM_WIDTH, DECODE, DECODERS, FORWARD, PONDER_SETTLED, PONDER_TRIPS,
+                              STEP, TRAIN, Bench, Case)
 
 
 class Cell(nn.Module):
@@ -85,6 +86,33 @@ class Tied(Cell):
         for t in range(xs.size(0)):
             h = torch.tanh(xs[t] @ self.W + h @ self.U + self.b)
             h = torch.tanh(h @ self.U + self.b)
+            hs.append(h)
+        return (torch.stack(hs) * weights).sum()
+
+
+class Ponder(Cell):
+    """benchmarks/models.mdl's Ponder: per step, tanh(x @ W + h @ U + b), then the state
+    through tanh(x @ W + h @ V + c) again while its mean absolute change is above
+    PONDER_SETTLED, at most PONDER_TRIPS times (a Python `while` reading the change)."""
+    names = {"W": "W", "U": "U", "V": "V", "b": "b", "c": "c"}
+
+    def __init__(self, params: dict[str, np.ndarray]):
+        super().__init__(params)
+        self.trips, self.settled = PONDER_TRIPS, PONDER_SETTLED  # (TorchScript reads no globals)
+
+    def forward(self, xs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.size(1), self.U.size(0))
+        hs = []
+        for t in range(xs.size(0)):
+            xw = xs[t] @ self.W
+            h = torch.tanh(xw + h @ self.U + self.b)
+            n = 0
+            change = 1.0
+            while n < self.trips and change > self.settled:
+                g = torch.tanh(xw + h @ self.V + self.c)
+                change = float((g - h).abs().mean())
+                h = g
+                n += 1
             hs.append(h)
         return (torch.stack(hs) * weights).sum()
 
@@ -218,7 +246,8 @@ class Beam(LanguageModel):
         return sequences.view(B, K, self.steps), scores
 
 
-CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "tied": Tied, "attention": Attention, "crf": CRF}
+CELLS = {"milstm": MILSTM, "gru_if": GRUIf, "tied": Tied, "ponder": Ponder,
+         "attention": Attention, "crf": CRF}
 
 
 def eager(case: Case) -> Bench:

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.cases import (BEAM_WIDTH, COMPILE, DECODE, FORWARD, GROUPS, JAX, MDL, SCRIPT,
                               TORCH, TRAIN, by_name, cases, flops, select, sgemm_case)
+from benchmarks.data import ponder_trips
 from benchmarks.measure import TOLERANCE, Plan, measure_case, relative_error
 from benchmarks.memory import ALTERNATE_ROUNDS
 from benchmarks.pool import WorkerError
@@ -159,6 +160,9 @@ def test_flops_count_the_products_of_the_issue():
                                      + 35 * 2 * 32 * 512 * 16)               # the emissions
     stacked = next(c for c in cases(quick=False) if c.name == "stacked-t35-b1-h256")
     assert flops(stacked, FORWARD) == 2 * 35 * 2 * 1 * (256 + 256) * 4 * 256  # two layers
+    ponder = next(c for c in cases(quick=False) if c.name == "ponder-t35-b32-h256")
+    assert ponder_trips(ponder) == 174  # 4 or 5 a step: the `while` decides
+    assert flops(ponder, TRAIN) == 3 * (2 * 35 + 174) * 2 * 32 * 256 * 256
     for group, rows in (("greedy", 32), ("beam", 32 * BEAM_WIDTH)):  # the LSTM, the logits
         decode = next(c for c in cases(quick=False) if c.name == f"{group}-t35-b32-h256-v96")
         assert flops(decode, DECODE) == 35 * 2 * rows * ((256 + 256) * 4 * 256 + 256 * 96)
