@@ -1,9 +1,11 @@
-"""The generated CPU code's elementwise loops that call math functions vectorize: GCC,
-asked to say which loops it vectorized (-fopt-info-vec-optimized), names every innermost
-loop of the char LM's module that calls std::exp or std::tanh (its LSTM gates, with
-lengths: a `where` keeping the state of padded rows). Such a loop left scalar costs the
-char LM's forward at B=32 more than half its time (codegen/compile/flags.py says which
-flags it takes and why)."""
+"""The generated CPU code's elementwise loops vectorize: GCC, asked to say which loops it
+vectorized (-fopt-info-vec-optimized), names every innermost loop of the char LM's module
+that calls std::exp or std::tanh (its LSTM gates, with lengths: a `where` keeping the
+state of padded rows), and the loop of the ponder benchmark's backward that takes
+sign(x) times a scalar read in the loop (the gradient of a `mean` in a `while`). Such a
+loop left scalar costs the char LM's forward at B=32 more than half its time
+(codegen/compile/flags.py says which flags it takes and why), the ponder training step
+0.7x more."""
 from __future__ import annotations
 
 import re
@@ -16,12 +18,15 @@ from codegen.compile.flags import compile_flags, host_compiler, include_dirs
 from codegen.compile.options import BuildOptions
 from codegen.pipeline import sources
 
-CHARLM = Path(__file__).resolve().parents[1] / "examples" / "charlm.mdl"
+ROOT = Path(__file__).resolve().parents[1]
+CHARLM = ROOT / "examples" / "charlm.mdl"
+MATH = r"std::(exp|tanh)\("
+SIGN = r"\? float\(1\) : "  # op_lowering.py's sign
 
 
-def math_loops(text: str) -> list[int]:
+def math_loops(text: str, pattern: str = MATH) -> list[int]:
     """The line numbers (1-based) of the innermost `#pragma GCC ivdep` loops whose body
-    calls std::exp or std::tanh."""
+    matches `pattern` (calls std::exp or std::tanh)."""
     lines = text.splitlines()
     found = []
     for i, line in enumerate(lines):
@@ -33,24 +38,54 @@ def math_loops(text: str) -> list[int]:
             body.append(lines[j])
             if depth == 0:
                 break
-        if re.search(r"std::(exp|tanh)\(", "\n".join(body)):
+        if re.search(pattern, "\n".join(body)):
             found.append(i + 2)
     return found
 
 
-@pytest.mark.skipif("clang" in host_compiler()["version"].lower(),
-                    reason="the vectorizer's report read here is GCC's")
-def test_the_char_lms_gate_loops_vectorize(tmp_path):
-    _, files = sources(CHARLM, "charlm_vec", BuildOptions(model="CharLM"))
-    source = tmp_path / "module.cpp"
-    source.write_text(files["module.cpp"])
-    loops = math_loops(files["module.cpp"])
-    assert loops, "no loop calls std::exp or std::tanh: the test reads the wrong code"
+def vectorized_lines(text: str, directory: Path) -> set[int]:
+    """The lines of the loops GCC vectorized, compiling `text` as a model's module."""
+    source = directory / "module.cpp"
+    source.write_text(text)
     done = subprocess.run([host_compiler()["path"], *compile_flags(),
                            *(f"-I{d}" for d in include_dirs()), "-c", str(source), "-o",
-                           str(tmp_path / "module.o"), "-fopt-info-vec-optimized"],
+                           str(directory / "module.o"), "-fopt-info-vec-optimized"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    vectorized = {int(n) for n in re.findall(r"module\.cpp:(\d+):\d+: optimized: loop "
-                                             r"vectorized", done.stderr)}
+    return {int(n) for n in re.findall(r"module\.cpp:(\d+):\d+: optimized: loop "
+                                       r"vectorized", done.stderr)}
+
+
+gcc_only = pytest.mark.skipif("clang" in host_compiler()["version"].lower(),
+                              reason="the vectorizer's report read here is GCC's")
+
+
+@gcc_only
+def test_the_char_lms_gate_loops_vectorize(tmp_path):
+    _, files = sources(CHARLM, "charlm_vec", BuildOptions(model="CharLM"))
+    loops = math_loops(files["module.cpp"])
+    assert loops, "no loop calls std::exp or std::tanh: the test reads the wrong code"
+    vectorized = vectorized_lines(files["module.cpp"], tmp_path)
     assert not set(loops) - vectorized, (sorted(set(loops) - vectorized), loops)
+
+
+@gcc_only
+def test_a_loop_reading_a_broadcast_scalar_vectorizes(tmp_path):
+    """The loop of `d mean(abs(g - h)) / (B H) * sign(g - h)` in the backward of the
+    ponder benchmark's `while`: it read the scalar through a broadcast at every element,
+    and GCC left the code specialized for B = 32 scalar, with a branch a sign. Only the
+    loops GCC keeps count: in that code the loop's split over the threads is dead (too
+    small), so the rule is that some copy of each kind vectorizes, the specialized one's
+    included."""
+    options = BuildOptions(model="Ponder", defines={"H": 128},
+                           specialize=[{"T": 35, "B": 32}])
+    _, files = sources(ROOT / "benchmarks" / "models.mdl", "ponder_vec", options)
+    text = files["module.cpp"]
+    loops = math_loops(text, SIGN)
+    assert loops, "no loop takes a sign: the test reads the wrong code"
+    vectorized = vectorized_lines(text, tmp_path)
+    lines = text.splitlines()
+    specialized = next(i for i, line in enumerate(lines, 1)
+                       if "constexpr int64_t d1 = 32;" in line)
+    assert any(n > specialized for n in set(loops) & vectorized), (
+        sorted(vectorized & set(loops)), loops, specialized)

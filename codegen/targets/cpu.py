@@ -9,7 +9,7 @@ import functools
 
 from ..backend.element import assign as assign_element, compute, store
 from ..backend.kernels import gemm_arguments, gemm_operand, gemm_sizes
-from ..backend.lower import Fused, Kernel, Structured
+from ..backend.lower import Fused, Kernel, Structured, root
 from ..backend.nest import index as _index, merge, sum_strides
 from ..backend.products import Products
 from ..backend.target import Target
@@ -61,6 +61,19 @@ def _arm_product(r, kernel) -> str:
     packed = "true" if kernel.pack is not None else "false"
     return (f"{{mdl::on_calling_thread<{r.ctype(kernel.op.outputs[0])}>({packed}, {tb}, "
             f"{m}, {n}, {k}), ({m}) * ({n}) * ({k})}}")
+
+
+def _one_element(r, x) -> bool:
+    """Whether `x` is one element in memory: a single one, or a broadcast (every stride
+    0) of a value of one element, which is there to read even where the broadcast has
+    no elements (a batch of none); not a constant, which has no memory."""
+    layout = r.layout(x)
+    if layout.is_const:
+        return False
+    one = Dim.of(1)
+    return numel(x.type.shape) == one or (
+        bool(layout.strides) and all(s == Dim.of(0) for s in layout.strides)
+        and numel(root(x, r.low.layouts).type.shape) == one)
 
 
 class CpuTarget(Target):
@@ -147,12 +160,14 @@ class CpuTarget(Target):
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         operands = inputs + ins.written
         sums = {total.id: sum_strides(x, axes) for x, total, axes in ins.sums}
-        # one-element operands (a step's mask bit, a scalar) are read once, before the
-        # loop: a load through a uint8_t pointer may alias the loop's stores, and GCC
-        # would then read it at every element and not vectorize the loop
+        # one-element operands (a step's mask bit, a scalar, one broadcast to the loop's
+        # shape) are read once, before the loop: a load through a uint8_t pointer, or of
+        # a float the loop's stores may alias, was read at every element, and GCC then
+        # left the loop scalar (a loss's scale times sign(x) in a `while`'s backward:
+        # the ponder benchmark's training step 1.7x as long)
         hoisted: dict[int, str] = {}
         for x in inputs:
-            if numel(x.type.shape) == Dim.of(1) and not r.layout(x).is_const:
+            if _one_element(r, x):
                 hoisted[x.id] = r.fresh("s")
                 r.emit(f"const {r.ctype(x)} {hoisted[x.id]} = {r.ptr(x)}[0];")
 
