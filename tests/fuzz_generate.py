@@ -18,7 +18,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 
-from fuzz_expressions import COMPARE, REDUCTIONS, binary_text
+from fuzz_expressions import COMPARE, REDUCTIONS, binary_text, compared
 from fuzz_integers import INPUT_PREFIX, Integers
 from fuzz_scope import CONTROL, Var
 from fuzz_source import Program, Stmt
@@ -395,7 +395,7 @@ class Generator(Integers):
         if state and self.rng.random() < 0.7:
             red, f = self.pick(REDUCTIONS), self.pick(COMPARE)
             test = binary_text(f, f"{red}({self.reduction_arg(red, state.name)})",
-                               self.pick(["0.1", "0.5", "1.0"]))
+                               compared(f, self.pick(["0.1", "0.5", "1.0"])))
             if self.rng.random() < 0.3:
                 test = f"({test} or {self.scalar_condition(0)})"
             # the counter bounds the trips whatever the state does
