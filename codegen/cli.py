@@ -3,6 +3,7 @@ usage errors, 3 for internal errors (our bugs)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -442,9 +443,14 @@ def cmd_profile(args) -> int:
                   for k, v in random_inputs(graph, dims, np.random.default_rng(args.seed)).items()}
     module = import_built(args.file, module_name_for(args.file) + "_profile", options)
     model = getattr(module, graph.name)(seed=args.seed)
+    # the plain build beside it, timed in turns: a profiled build's parts are compiled
+    # apart, and a loop can run at another speed there (docs/profiling.md)
+    plain_options = dataclasses.replace(options, profile=False)
+    plain = getattr(import_built(args.file, module_name_for(args.file), plain_options),
+                    graph.name)(seed=args.seed)
     train = graph.loss is not None and not args.forward
     try:
-        measured = measure(model, inputs, args.calls, train)
+        measured = measure(model, inputs, args.calls, train, plain=plain)
     except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
             raise  # inputs drawn within their bounds: a bug of ours

@@ -94,39 +94,62 @@ def _line(cells: tuple[str, ...], widths: list[int]) -> str:
 @dataclass
 class Measured:
     """`calls` calls of a model (forward, or forward(training=True) and backward()), the
-    time each took as Python saw it, and its `profile()` over them."""
+    time each took as Python saw it, and its `profile()` over them; `plain_seconds`: the
+    same calls of the plain build's model, timed in turns with them, where one was given."""
     calls: int
     train: bool
     seconds: float
     profile: list[dict]
+    plain_seconds: float | None = None
 
     def in_code(self) -> float:
         """The seconds the model's code took in all: its functions' whole sites."""
         return sum(r["seconds"] for r in self.profile if r["parent"] < 0)
 
 
-def measure(model, inputs: dict, calls: int, train: bool, warmup: int = 2) -> Measured:
+# How far apart the plain build's time may be from the profiled one's (plain / profiled)
+# before the report says that the parts' shares may not be the plain build's: the clocks
+# cost up to a few percent, and calls on a busy machine move by a tenth or more
+PLAIN_APART = (0.8, 1.25)
+ROUNDS = 4  # turns of the two builds' calls, so that both see the machine's same moments
+
+
+def measure(model, inputs: dict, calls: int, train: bool, warmup: int = 2,
+            plain=None) -> Measured:
     """Run `model` (of a profiled build) on `inputs`: `warmup` calls, then its counts reset
-    and `calls` more, timed."""
-    def call() -> None:
-        if train:
-            model.forward(**inputs, training=True)
-            model.backward()
-        else:
-            model.forward(**inputs)
-    for _ in range(warmup):
-        call()
+    and `calls` more, timed. `plain`: the same model of a plain build, given the same
+    calls in turns with the profiled one's (in up to ROUNDS rounds)."""
+    def caller(m):
+        def call() -> None:
+            if train:
+                m.forward(**inputs, training=True)
+                m.backward()
+            else:
+                m.forward(**inputs)
+        return call
+    runs = [caller(model)] + ([caller(plain)] if plain is not None else [])
+    for run in runs:
+        for _ in range(warmup):
+            run()
     model.reset_profile()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    return Measured(calls, train, time.perf_counter() - start, model.profile())
+    rounds = min(calls, ROUNDS) if plain is not None else 1
+    spent = [0.0, 0.0]
+    for r in range(rounds):
+        share = calls * (r + 1) // rounds - calls * r // rounds
+        for k, run in enumerate(runs):
+            start = time.perf_counter()
+            for _ in range(share):
+                run()
+            spent[k] += time.perf_counter() - start
+    return Measured(calls, train, spent[0], model.profile(),
+                    spent[1] if plain is not None else None)
 
 
 def report(name: str, dims: dict[str, int], measured: Measured,
            specialized: bool = False) -> str:
     """What `mdlc profile` prints: the calls (`specialized`: of code compiled for `dims`),
-    their time from Python and in the model's code, then the table."""
+    their time from Python and in the model's code, the plain build's time where it was
+    measured, then the table."""
     what = "forward(training=True) and backward()" if measured.train else "forward()"
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
     at = f" at {sizes}{' (code for these sizes)' if specialized else ''}" if sizes else ""
@@ -134,4 +157,12 @@ def report(name: str, dims: dict[str, int], measured: Measured,
     head = (f"{name}{at}: {measured.calls} calls of {what}, "
             f"{measured.seconds * per:.4f} ms a call from Python, "
             f"{measured.in_code() * per:.4f} ms of it in the model's code")
+    if measured.plain_seconds is not None:
+        ratio = measured.plain_seconds / measured.seconds if measured.seconds > 0 else 1.0
+        head += (f"\nThe plain build (no clocks), the same calls in turns: "
+                 f"{measured.plain_seconds * per:.4f} ms a call, {ratio:.2f}x the profiled "
+                 "build's")
+        if not PLAIN_APART[0] <= ratio <= PLAIN_APART[1]:
+            head += (": further apart than the clocks cost, so the shares below may not be "
+                     "the plain build's (docs/profiling.md)")
     return head + "\n\n" + table(measured.profile, measured.calls)

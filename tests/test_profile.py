@@ -3,6 +3,7 @@ each of its sites into counts a model's `profile()` returns, changing no number;
 report (codegen/profile.py) and `mdlc profile` (docs/profiling.md)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from codegen import load
 from codegen.ir.diagnostics import UsageError
-from codegen.profile import Row, rows, table
+from codegen.profile import Measured, Row, report, rows, table
 from codegen.targets.registry import target
 
 SOURCE = """import "std/rnn.mdl"
@@ -167,9 +168,11 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
     path = built[0]
     done = mdlc("profile", str(path), "--dims", "T=6,B=2", "--calls", "3")
     assert done.returncode == 0, done.stderr
-    head, _, *lines = done.stdout.splitlines()
+    head, plain, _, *lines = done.stdout.splitlines()
     assert head.startswith("Profiled at T=6, B=2: 3 calls of forward(training=True) and "
                            "backward(), ") and "ms of it in the model's code" in head
+    assert re.match(r"The plain build \(no clocks\), the same calls in turns: [0-9.]+ ms a "
+                    r"call, [0-9.]+x the profiled build's", plain), plain
     assert lines[2].split()[:4] == ["training", "forward", "(whole)", "-"]
     assert any(line.split()[:3] == ["for", f"{path}:6:8", "1"] for line in lines)
     assert any(line.startswith("backward (whole)") for line in lines)
@@ -183,6 +186,26 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
              lengths=np.array([7, 3], np.int32))
     given = mdlc("profile", str(path), "--inputs", str(tmp_path / "batch.npz"), "--calls", "2")
     assert given.returncode == 0 and given.stdout.startswith("Profiled: 2 calls of ")
+
+
+@pytest.mark.parametrize("plain, said", [
+    (None, None),
+    (0.0105, "1.05x the profiled build's"),   # the clocks' cost, or the machine's moods
+    (0.02, "2.00x the profiled build's: further apart than the clocks cost, so the shares "
+           "below may not be the plain build's (docs/profiling.md)"),
+    (0.005, "0.50x the profiled build's: further apart"),
+])
+def test_the_report_compares_the_plain_builds_time(plain, said):
+    site = {"site": 0, "parent": -1, "function": "forward", "where": "", "what": "forward",
+            "runs": 2, "seconds": 0.009}
+    text = report("M", {"B": 2}, Measured(2, False, 0.01, [site], plain))
+    second = text.splitlines()[1]
+    if said is None:
+        assert second == "" and "plain build" not in text
+    else:
+        assert second.startswith("The plain build (no clocks), the same calls in turns: ")
+        assert said in second
+        assert f"{plain * 500:.4f} ms a call" in second
 
 
 @pytest.mark.parametrize("args, message", [
