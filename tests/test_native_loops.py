@@ -375,8 +375,13 @@ def test_repeated_training_steps_peak_where_the_second_one_did(source, module):
     Memory of 1 MiB and more is mapped and unmapped (mdl/arena.h's kMapBytes), not left to
     malloc, whose heap keeps freed pages resident once it has raised its mmap threshold:
     the peak then grew by 17 MiB over these steps (by 50-80 MiB at T=1000, B=16,
-    H=256, f32). Measured in a process of its own (`run_alone`)."""
+    H=256, f32). Measured in a process of its own (`run_alone`), without huge pages:
+    Linux's khugepaged, which scans every 10 s, may make a partly touched 2 MiB region
+    one resident huge page at any step of a slow run (+2.3 MiB at the fifth step, 1 run
+    in 6 with the test run six at once)."""
     printed = run_alone(f"""
+import os
+os.environ["MDL_HUGE_PAGES"] = "0"  # before the arenas map anything
 import numpy as np
 from pathlib import Path
 from codegen.pipeline import load
