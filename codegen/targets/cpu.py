@@ -163,7 +163,7 @@ class CpuTarget(Target):
         # one-element operands (a step's mask bit, a scalar, one broadcast to the loop's
         # shape) are read once, before the loop: a load through a uint8_t pointer, or of
         # a float the loop's stores may alias, was read at every element, and GCC then
-        # left the loop scalar (a loss's scale times sign(x) in a `while`'s backward:
+        # left the loop scalar (a mean's gradient times sign(x) in a `while`'s backward:
         # the ponder benchmark's training step 1.7x as long)
         hoisted: dict[int, str] = {}
         for x in inputs:
