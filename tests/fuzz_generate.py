@@ -164,7 +164,9 @@ class Generator(Integers):
         yields = self.rng.randint(1, 2) if self.rng.random() < 0.6 else 0
         loop_vars = [self.fresh("e") for _ in seqs]
         checkpoint = any(o.startswith("checkpoint") for o in options)
-        with self.frame("for", lengths=lengths, checkpoint=checkpoint) as body:
+        recompute = checkpoint or "recompute" in options
+        with self.frame("for", lengths=lengths, checkpoint=checkpoint,
+                        recompute=recompute) as body:
             for e, shape, dtype in zip(loop_vars, steps, dtypes):
                 self.define(Var(e, shape, dtype, fixed=True))
             if "steps" in tags and self.rng.random() < 0.6:  # a branch the step picks

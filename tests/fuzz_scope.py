@@ -37,6 +37,7 @@ class Frame:
     counters: Counter | None = None    # call-site counters of a naming block
     lengths: bool = False              # a for with lengths: its state leads with B
     checkpoint: bool = False           # a for with checkpoint: its length is known at run time
+    recompute: bool = False            # a for with recompute (or checkpoint): its body re-runs
     shares: dict = field(default_factory=dict)   # absolute source -> target path
     vars: dict = field(default_factory=dict)
     block: list = field(default_factory=list)    # the statements emitted here
@@ -164,10 +165,15 @@ class Names:
 
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
-        checkpoint) inside another loop or branch: its masks would be drawn again."""
-        nested = any((f.kind == "while" or f.checkpoint)
-                     and any(g.kind in CONTROL for g in self.frames[:i])
-                     for i, f in enumerate(self.frames))
+        checkpoint) inside another loop or branch: its masks would be drawn again. But a
+        while whose one enclosing loop is a for that stores keeps its tapes there (a
+        ragged yield), masks too."""
+        def refused(i: int, f: Frame) -> bool:
+            above = [g for g in self.frames[:i] if g.kind in CONTROL]
+            if f.kind == "while" and len(above) == 1 and above[0].kind == "for":
+                return above[0].recompute
+            return (f.kind == "while" or f.checkpoint) and bool(above)
+        nested = any(refused(i, f) for i, f in enumerate(self.frames))
         return not self.in_def and not nested
 
     # ---- hyper-parameters ----------------------------------------------------------------

@@ -114,9 +114,15 @@ model M() {
 
 
 NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop or branch
-    "while in a for": """
-  for x in xs {
+    "while in a recompute for": """
+  for x in xs (recompute) {
     y = x
+    while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
+    h = h + y
+  }""",
+    "while in an if": """
+  if c > 0.0 {
+    y = h + c
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   }""",
@@ -141,6 +147,41 @@ model M(H = 3) {{
                        "branch or while cannot be differentiated") as info:
         joint(graph)
     assert info.value.loc.line == 7 if nested.startswith("while") else 6
+
+
+def test_a_while_in_a_for_keeps_its_tapes_in_the_for_masks_too():
+    """A for that stores lays the tapes of a while in its body end to end (a ragged
+    yield, its steps' trip counts differing): the backward does not run the while again,
+    so a dropout in it keeps its masks and is differentiated."""
+    graph = model("""
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs {
+    y = tanh(x @ W + h)
+    while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
+    h = h + y
+    yield h
+  }
+  output loss = sum(hs * hs)
+  minimize loss
+}""")
+    g = joint(graph)
+    whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
+    assert len(whiles) == 1  # not run again in the backward
+    xs, params = np.random.default_rng(5).normal(size=(4, 2, 3)), random_params(graph)
+    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
+
+    def loss(w):
+        return float(reference.run(graph, {"xs": xs}, {"W": w}, training=True,
+                                   seed=3)["loss"])
+    numeric = np.zeros((3, 3))
+    for idx in np.ndindex(3, 3):
+        step = np.zeros((3, 3))
+        step[idx] = EPS
+        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
+    assert rel_error(grads.params["W"], numeric) < TOLERANCE
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

@@ -268,6 +268,27 @@ model LengthOnly(H = 3) {
   minimize loss
 }
 
+# Whiles in a for: each step runs them a number of trips of its own (none in some
+# steps), and the for keeps their tapes end to end (a ragged yield), a dropout's masks
+# too, for the backward, which runs no while again.
+model WhileInFor(H = 4) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  param V : f32[H, H] = uniform(-0.8, 0.8)
+  h = zeros[B, H]
+  hs = for x in reversed(xs) {
+    y = tanh(x @ W + h)
+    n = 0
+    while norm(y) > 1.2 and n < 4 { y = 0.8 * dropout(y, 0.2) @ V; n = n + 1 }
+    z = h + 0.5 * x
+    while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ W) }
+    h = y + z
+    yield h
+  }
+  output loss = sum(hs * hs) + sum(h)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -286,7 +307,7 @@ model Layers(H = 5) {
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
-          "InPlace", "WhileInPlace", "LengthOnly", "Layers"]
+          "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor"]
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ its entry (backend/lower.py asks every op's entry alike); the renderer's target 
 machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
-from ..ir.graph import IRError, Op, walk_ops
-from ..ir.shapes import Dim, contiguous_strides, numel
+from ..ir.graph import IRError, Op, use_counts, walk_ops
+from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows
 from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_sink import accumulations
@@ -35,21 +35,29 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     body = op.blocks[0]
     for v in op.outputs:
         low.own(v)
+        if ragged_rows(v.type):  # a ragged yield: a tape, growable memory of the model
+            low.unplanned.add(v.id)
     ins.extra["overwritten"] = {v.id for v in op.outputs[:n_state]}
     ins.extra["early"] = set(range(n_state, len(body.results)))  # yields: before the state
     made = {v.id for o in body.ops if lowering_kind(o) in ("elementwise", "kernel", "structured")
             for v in o.outputs}
     for out, y in zip(op.outputs[n_state:], body.results[n_state:]):
+        if ragged_rows(out.type):  # pushed onto its tape at the step's end
+            continue
         if y.id in made and y.id not in low.placed:  # computed by the body: in its step's row
             low.placed[y.id] = Layout(out, f"{ins.extra['step']} * "
                                       f"{low.cx.dim(numel(y.type.shape))}",
                                       contiguous_strides(y.type.shape))
             ins.extra["in_place"][y.id] = out
     _accumulate_in_place(low, body, op, ins)
-    for arg, seq in zip(body.args[:n_seq], op.inputs[:n_seq]):
+    for i, (arg, seq) in enumerate(zip(body.args[:n_seq], op.inputs[:n_seq])):
         lay = low.layouts[seq.id]
         if lay.is_const:  # a uniform sequence (a constant cotangent): each step is it too
             low.layouts[arg.id] = Layout(const=lay.const)
+            continue
+        if ragged_rows(seq.type):  # step t's rows begin at a row the tape noted
+            offset = f"{_first_row(ins, i)} * {low.cx.dim(lay.strides[0])}"
+            low.layouts[arg.id] = Layout(seq, offset, lay.strides)  # (rows and all)
             continue
         offset = f"{ins.extra['step']} * {low.cx.dim(lay.strides[0])}"
         data, padded = (None if n is None else f"({n}) - {offset}"
@@ -57,6 +65,12 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
         low.layouts[arg.id] = Layout(seq, offset, lay.strides[1:], data=data, padded=padded)
     for arg, state in zip(body.args[n_seq:], op.outputs[:n_state]):
         low.layouts[arg.id] = Layout(state, None, low.layouts[state.id].strides)
+
+
+def _first_row(ins: Structured, i: int) -> str:
+    """The C++ name of the row where the step's rows of the loop's ragged sequence i begin
+    (_render_for defines it every step)."""
+    return f"{ins.extra['step']}_first{i}"
 
 
 def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
@@ -122,21 +136,30 @@ def _render_for(r, ins: Structured) -> None:
     op = ins.op
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     states, stacked = op.outputs[:n_state], op.outputs[n_state:]
+    ragged = {k: r.tape_index(v) for k, v in enumerate(stacked) if ragged_rows(v.type)}
+    pushed = _pushed_onto(op, ragged)
+    r.pushed_onto.update(pushed)
     for v in op.outputs:
-        r.define_owned(v)
+        if not ragged_rows(v.type):
+            r.define_owned(v)
     for state, init in zip(states, op.inputs[n_seq:n_seq + n_state]):
         r.assign(state, init)
     body = op.blocks[0]
     steps = r.dim(op.inputs[0].type.shape[0])
+    tg = r.target
+    for k in ragged.values():
+        r.emit(tg.tape_clear(k))
+        r.emit(f"{tg.tape_steps(k)}.reset({steps});")
     s, t = r.fresh("s"), ins.extra["step"]
     _conditions_on_host(r, op, steps, t)
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
     r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
     r.emit(f"(void){t};")
+    _ragged_steps(r, ins, t)
     for arg in body.args:
         if not r.layout(arg).is_const:  # a step of a uniform sequence needs no memory
             r.view(arg)
-    counts = _skip_padding(r, op, stacked, t)
+    counts = _skip_padding(r, op, stacked, t, ragged)
     outer = r.drawing
     if counts:  # the step's draws count where this flag and an outer loop's say so
         r.drawing = f"{outer} && {counts}" if outer else counts
@@ -145,7 +168,13 @@ def _render_for(r, ins: Structured) -> None:
     results = ins.extra["results"][0]
     # the yields first: a yield may read the state
     for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
-        if not _already_in(r, ins, k, y, out):
+        if k - n_state in ragged:
+            tape = ragged[k - n_state]
+            if y.id not in pushed:
+                r.emit(tg.tape_push(tape, r.ptr(y), f"sizeof({r.ctype(y)}) * "
+                                                    f"{r.dim(numel(y.type.shape))}"))
+            r.emit(f"{tg.tape_steps(tape)}.end({t}, {r.dim(y.type.shape[0])});")
+        elif not _already_in(r, ins, k, y, out):
             size = r.dim(numel(y.type.shape))
             r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
@@ -153,6 +182,39 @@ def _render_for(r, ins: Structured) -> None:
             r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.block_ended(ins, 0)
     r.close()
+    for k, tape in ragged.items():
+        v = stacked[k]
+        r.emit(f"{r.dim(v.type.shape[0])} = {tg.tape_steps(tape)}.total();")
+        r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(tape, r.ctype(v))};")
+
+
+def _pushed_onto(op: Op, ragged: dict[int, int]) -> dict[int, int]:
+    """The ragged yields (value id -> the loop's tape) that a while of the body pushes
+    onto the loop's tape itself, trip by trip, rather than onto one of its own that the
+    step's end would copy: each a tape of a while of the body that nothing else in the
+    body reads."""
+    body, n_state = op.blocks[0], op.attrs["n_state"]
+    whiles = {v.id for o in body.ops if entry(o).extra.get("pushes")
+              for v in o.outputs[len(o.outputs) - o.attrs.get("n_tape", 0):]}
+    reads = use_counts(body)
+    out = {}
+    for k, tape in ragged.items():
+        y = body.results[n_state + k]
+        if y.id in whiles and reads.get(y.id) == 1 and y.id not in out:
+            out[y.id] = tape
+    return out
+
+
+def _ragged_steps(r, ins: Structured, t: str) -> None:
+    """Step t of each ragged sequence of the loop: where its rows begin in the tape that
+    holds them (_first_row), and their count, the trip count its rows are sized by."""
+    op = ins.op
+    for i, (seq, arg) in enumerate(zip(op.inputs[:op.attrs["n_seq"]], op.blocks[0].args)):
+        if ragged_rows(seq.type) is None:
+            continue
+        steps = f"{r.target.tape_steps(r.tape_of(seq))}"
+        r.emit(f"const int64_t {_first_row(ins, i)} = {steps}.first({t});")
+        r.emit(f"{r.dim(arg.type.shape[0])} = {steps}.rows({t});")
 
 
 def _conditions_on_host(r, op: Op, steps: str, t: str) -> None:
@@ -216,7 +278,7 @@ def _already_in(r, ins: Structured, k: int, v, buffer) -> bool:
     return r.layout(v).base is buffer or k in ins.extra.get("stored", ())
 
 
-def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
+def _skip_padding(r, op: Op, stacked: list, t: str, ragged: dict) -> str | None:
     """A step whose flag in the `skip` sequence is false (a padding step of a segment)
     leaves the states as they are and yields zeros, and the step only writes the zeros.
     The flags are a segment of a mask true at every step of the sequence
@@ -229,7 +291,8 @@ def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
     dropout's): every later step would draw other numbers than the reference's, which
     skips the step (a reversed loop's padding steps come first). So a loop that draws
     reads its flag on the host even where that waits, and the flag is returned: a C++
-    bool, whether the step's draws count."""
+    bool, whether the step's draws count. A ragged yield (`ragged`: its index among the
+    yields -> its tape) gets no rows for a step that does not run."""
     skip = op.attrs.get("skip", -1)
     if skip < 0:
         return None
@@ -243,7 +306,10 @@ def _skip_padding(r, op: Op, stacked: list, t: str) -> str | None:
         r.emit(f"const bool {real} = {flag};")
         return real
     r.open(f"if (!{flag})")
-    for out in stacked:
+    for k, out in enumerate(stacked):
+        if k in ragged:
+            r.emit(f"{r.target.tape_steps(ragged[k])}.end({t}, 0);")
+            continue
         size = r.dim(numel(out.type.shape[1:]))
         r.emit(r.target.fill(f"{r.ptr(out)} + {t} * {size}", size, f"{r.ctype(out)}(0)"))
     r.emit("continue;")
@@ -285,12 +351,18 @@ def _render_while(r, ins: Structured) -> None:
         r.define_owned(v)
     for state, init in zip(states, op.inputs):
         r.assign(state, init)
-    tape_ids = [r.tape_index(v) for v in tapes]
+    tape_ids = [r.pushed_onto.get(v.id) for v in tapes]
     trips = r.fresh("trips")
     r.emit(f"int64_t {trips} = 0;")
     tg = r.target
-    for k in tape_ids:
-        r.emit(tg.tape_clear(k))
+    starts = {}  # a loop's tape this pushes onto: where this run's records begin
+    for j, (k, v) in enumerate(zip(tape_ids, tapes)):
+        if k is not None:
+            starts[j] = r.fresh("start")
+            r.emit(f"const std::size_t {starts[j]} = {tg.tape(k)}.used();")
+            continue
+        tape_ids[j] = r.tape_index(v)
+        r.emit(tg.tape_clear(tape_ids[j]))
     r.open("while (true)")
     for arg in op.blocks[0].args + op.blocks[1].args:
         r.view(arg)
@@ -307,10 +379,13 @@ def _render_while(r, ins: Structured) -> None:
     r.block_ended(ins, 1)
     r.emit(f"++{trips};")
     r.close()
-    for k, v in zip(tape_ids, tapes):
+    for j, (k, v) in enumerate(zip(tape_ids, tapes)):
         trip_dim = v.type.shape[0]
         r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
-        r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(k, r.ctype(v))};")
+        data = tg.tape_data(k, r.ctype(v))
+        if j in starts:
+            data = f"reinterpret_cast<{r.ctype(v)}*>({tg.tape(k)}.data() + {starts[j]})"
+        r.emit(f"auto* {r.ptr(v)} = {data};")
 
 
 # (kind, lower, render): how each lowers (backend/lower.py asks every op's entry alike)
@@ -319,3 +394,4 @@ STRUCTURED["for"].extra["states"] = update_for  # its states written in place (s
 STRUCTURED["if"].extra["lower"] = ("structured", _lower_if, _render_if)
 STRUCTURED["while"].extra["lower"] = ("structured", _lower_while, _render_while)
 STRUCTURED["while"].extra["states"] = update_while
+STRUCTURED["while"].extra["pushes"] = True  # its tapes, trip by trip (onto a loop's: _pushed_onto)

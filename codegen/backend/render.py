@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from ..ir.graph import Block, Value, walk_ops
+from ..ir.graph import Block, IRError, Value, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
@@ -85,6 +85,9 @@ class Renderer:
         self.drawing: str | None = None
         self.predefined: set[int] = set()  # values whose pointers are defined already
         self.on_host: dict[int, str] = {}  # value id -> its host copy (a step's condition)
+        # a while's tape (value id) that a loop around it yields ragged, and nothing else
+        # reads: the loop's tape, which the while pushes onto (control_flow._render_for)
+        self.pushed_onto: dict[int, int] = {}
         # condition sequences the function computes from its inputs alone
         # (control_flow.early_conditions), and those of them whose kernel the target
         # launches before a CUDA graph's dry run reads them
@@ -369,6 +372,15 @@ class Renderer:
     def tape_index(self, v: Value) -> int:
         self.tapes.append(v.id)
         return len(self.tapes) - 1
+
+    def tape_of(self, v: Value) -> int:
+        """The tape a loop already rendered fills with `v` (its latest: every
+        specialization's functions have tapes of their own, the train function's
+        rendered before its backward's)."""
+        for k in range(len(self.tapes) - 1, -1, -1):
+            if self.tapes[k] == v.id:
+                return k
+        raise IRError(f"{v!r} is read as a tape before a loop fills one")
 
     def view(self, v: Value) -> None:
         lay = self.layout(v)

@@ -218,16 +218,25 @@ class Target(abc.ABC):
         (a value sized at run time, render.Renderer._late_values), as a char pointer."""
 
     @abc.abstractmethod
+    def tape(self, k: int) -> str:
+        """An lvalue: the model's tape k (a while loop's pushes, a for's ragged yield),
+        whose `steps` (mdl::StepRows) are host memory on every target."""
+
     def tape_clear(self, k: int) -> str:
-        """A statement emptying tape k (a while loop's pushes) before the loop runs."""
+        """A statement emptying tape k before the loop that fills it runs."""
+        return f"{self.tape(k)}.clear();"
 
     @abc.abstractmethod
     def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
         """A statement appending `nbytes` bytes at `pointer` to tape k."""
 
-    @abc.abstractmethod
     def tape_data(self, k: int, ctype: str) -> str:
         """An expression: tape k's records as one array of `ctype`."""
+        return f"reinterpret_cast<{ctype}*>({self.tape(k)}.data())"
+
+    def tape_steps(self, k: int) -> str:
+        """An lvalue: where each step's rows begin in tape k, a for's ragged yield."""
+        return f"{self.tape(k)}.steps"
 
 
 def memory_check(sizes: list[str], user_dims: int) -> list[str]:

@@ -30,9 +30,10 @@ trip, so that the length is always there).
 
 Dims. Symbolic dims written in the source (T, B) are names, bound by the inputs of a
 call. Sizes known only at run time are typed symbols of codegen.ir.shapes (`is_dynamic`):
-a while's trip count (`TripCount`, printed `trips#12`, the `trips` attr of the while)
-and a segment count (`CeilDiv`, printed `ceil(T/4)`, computed from T); no op needs
-their value before the op that produces them has run.
+a while's trip count (`TripCount`, printed `trips#12`, the `trips` attr of the while),
+the rows of a for's ragged yield (`Rows`, printed `rows(trips#12)`: its steps' tapes of
+that while end to end) and a segment count (`CeilDiv`, printed `ceil(T/4)`, computed
+from T); no op needs their value before the op that produces them has run.
 
 Random ops (dropout masks) carry attr `salt`: each draws from its own stream, seeded
 by (seed, salt), so removing or reordering other ops never changes a mask.

@@ -4,8 +4,9 @@ A `Dim` is a polynomial with integer coefficients over symbols: enough for `T*B`
 reshape, `2*T` from a concat, and exact division by constants. A symbol is a dim name
 from the source (a `str`: T, B, ...), bound by the inputs of a call, or a size the
 compiler makes that is known only at run time: a ceil-division `CeilDiv` (checkpoint
-segments; computed from its operand) or a while loop's `TripCount` (known once the loop
-has run). Both are typed values, never names parsed back.
+segments; computed from its operand), a while loop's `TripCount` (known once the loop
+has run) or the `Rows` of a for's ragged yield (its steps' values, each of a trip count
+of its own, end to end). All are typed values, never names parsed back.
 """
 from __future__ import annotations
 
@@ -52,7 +53,22 @@ class TripCount:
         return Dim.of(env.get(self, self))
 
 
-Symbol = Union[str, CeilDiv, TripCount]
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a `for`'s ragged yield: a step yields a value [trips, ...] whose
+    leading dim is the trip count of a while it ran, which differs from step to step, so
+    the loop lays its steps' values end to end (`stack_type`): this many rows in all,
+    known once the loop has run."""
+    trips: TripCount
+
+    def __str__(self) -> str:
+        return f"rows({self.trips})"
+
+    def substitute(self, env: Mapping) -> Dim:
+        return Dim.of(env.get(self, self))
+
+
+Symbol = Union[str, CeilDiv, TripCount, Rows]
 Monomial = tuple[Symbol, ...]  # sorted by _order; () is the constant term
 
 
@@ -190,6 +206,48 @@ def ceil_div(d: Dim, k: int) -> Dim:
         return d.exact_div(k)
     except DimError:
         return Dim.of(CeilDiv(d, k))
+
+
+def ragged_trips(t: TensorType) -> TripCount | None:
+    """The trip count a `for`'s yield of type t varies by from step to step, its leading
+    dim (the tape of a while in the loop's body), where its other dims are fixed; else
+    None."""
+    if not t.rank or any(is_runtime(s) for d in t.shape[1:] for s in d.symbols):
+        return None
+    return _lone(t.shape[0], TripCount)
+
+
+def stack_type(steps: Dim, t: TensorType) -> TensorType:
+    """The type of a `for`'s yield of type t over `steps` steps: [steps, ...], or, where
+    its leading dim is a trip count (ragged_trips), its steps' values end to end,
+    [rows(trips), ...]: the loop's ragged yield."""
+    trips = ragged_trips(t)
+    if trips is not None:
+        return t.with_shape((Dim.of(Rows(trips)),) + t.shape[1:])
+    return t.with_shape((steps,) + t.shape)
+
+
+def step_type(t: TensorType) -> TensorType:
+    """The type of one step of a `for`'s sequence of type t: t without its leading dim,
+    or, for a ragged yield's [rows(trips), ...], [trips, ...]."""
+    rows = ragged_rows(t)
+    if rows is not None:
+        return t.with_shape((Dim.of(rows.trips),) + t.shape[1:])
+    return t.with_shape(t.shape[1:])
+
+
+def ragged_rows(t: TensorType) -> Rows | None:
+    """The Rows a ragged yield's type [rows(trips), ...] leads with; else None."""
+    return _lone(t.shape[0], Rows) if t.rank else None
+
+
+def _lone(d: Dim, kind: type):
+    """The symbol of the kind `kind` that the dim d is, alone; else None."""
+    if len(d.terms) != 1:
+        return None
+    (monomial, coeff), = d.terms
+    return monomial[0] if coeff == 1 and len(monomial) == 1 and isinstance(
+        monomial[0], kind) else None
 
 
 def numel(shape: Iterable[Dim]) -> Dim:

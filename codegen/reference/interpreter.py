@@ -84,6 +84,8 @@ class Interpreter:
                  dtype):
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed)
         self.env: dict[int, np.ndarray] = {}
+        # a `for`'s ragged yield (value id): (first row, rows) of each step (for_op.py)
+        self.ragged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.salts = {id(op): i for i, op in enumerate(
             op for op in walk_ops(graph.body) if entry(op).random)}
         for name, v in graph.inputs.items():

@@ -190,14 +190,11 @@ class CpuTarget(Target):
     def scratch(self, k: int, nbytes: str) -> str:
         return f"m.scratch[{k}].hold({nbytes})"
 
-    def tape_clear(self, k: int) -> str:
-        return f"m.tapes[{k}].clear();"
+    def tape(self, k: int) -> str:
+        return f"m.tapes[{k}]"
 
     def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
         return f"m.tapes[{k}].push({pointer}, {nbytes});"
-
-    def tape_data(self, k: int, ctype: str) -> str:
-        return f"reinterpret_cast<{ctype}*>(m.tapes[{k}].data())"
 
     # ---- loop nests ----
     def _loop_nest(self, r, shape: tuple[Dim, ...], operands: list, body,

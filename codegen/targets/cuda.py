@@ -99,14 +99,11 @@ class CudaTarget(Target):
     def scratch(self, k: int, nbytes: str) -> str:
         return f"g.scratch({k}, {nbytes})"
 
-    def tape_clear(self, k: int) -> str:
-        return f"{TAPE}({k}).clear();"
+    def tape(self, k: int) -> str:
+        return f"{TAPE}({k})"
 
     def tape_push(self, k: int, pointer: str, nbytes: str) -> str:
         return f"{TAPE_PUSH}(g, {k}, {pointer}, {nbytes});"
-
-    def tape_data(self, k: int, ctype: str) -> str:
-        return f"reinterpret_cast<{ctype}*>({TAPE}({k}).data())"
 
     # ---- kernels ----
     def _launch(self, r, shape: tuple[Dim, ...], operands: list, body, written: set[int],

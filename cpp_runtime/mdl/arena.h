@@ -229,6 +229,31 @@ inline void give_back(char* p, std::size_t bytes) {
 #endif
 }
 
+// Where each step of a `for` begins in a tape of its ragged yield (its steps' records laid
+// end to end, each step's [trips, ...] rows with the trip count of the while it ran):
+// indexed by the step t, in rows, whatever order the steps ran in. Host memory on every
+// target: the backward reads a step's count of rows as a dim of its code.
+class StepRows {
+ public:
+  void reset(int64_t steps) {
+    first_.assign(std::size_t(steps), 0);
+    rows_.assign(std::size_t(steps), 0);
+    total_ = 0;
+  }
+  void end(int64_t t, int64_t rows) {
+    first_[std::size_t(t)] = total_;
+    rows_[std::size_t(t)] = rows;
+    total_ += rows;
+  }
+  int64_t first(int64_t t) const { return first_[std::size_t(t)]; }
+  int64_t rows(int64_t t) const { return rows_[std::size_t(t)]; }
+  int64_t total() const { return total_; }
+
+ private:
+  std::vector<int64_t> first_, rows_;
+  int64_t total_ = 0;
+};
+
 // A growable stack of fixed-size records (a While loop's tape): amortized growth, so the
 // number of iterations needs no bound. Records stay in push order; `data()` reads them
 // as one array once the loop has ended.
@@ -246,6 +271,7 @@ class Tape {
   }
   char* data() { return bytes_.data(); }
   std::size_t used() const { return bytes_.size(); }
+  StepRows steps;  // a `for`'s ragged yield's
 
  private:
   std::vector<char> bytes_;

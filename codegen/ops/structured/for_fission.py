@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...ir.graph import Block, Op, Value, clone_ops, outer_reads, substitute, walk_ops
+from ...ir.shapes import ragged_rows, stack_type
 from ..builder import Builder
 from ..entry import entry
 
@@ -52,9 +53,12 @@ def fission(b: Builder, loop: Op) -> None:
     states = body.args[n_seq:]
     carried_results = [body.results[i] for i in plan.carried]
     read = {v.id for op in plan.ops for v in outer_reads(op)} | {v.id for v in carried_results}
-    # a loop's sequences give its trip count: a first loop whose ops read none of them
-    # (a nested loop over a whole sequence) still iterates over one
-    slices = [k for k in range(n_seq) if body.args[k].id in read] or [0]
+    # a loop's first sequence gives its trip count: a first loop whose ops read none of
+    # them (a nested loop over a whole sequence), or whose first is ragged (its steps'
+    # sizes differ: shapes.step_type), still iterates over the loop's first
+    slices = [k for k in range(n_seq) if body.args[k].id in read]
+    if not slices or ragged_rows(loop.inputs[slices[0]].type):
+        slices = [0] + slices
     mapping: dict[int, Value] = {}
     args = []
     for v in [body.args[k] for k in slices] + [states[i] for i in plan.carried]:
@@ -66,7 +70,7 @@ def fission(b: Builder, loop: Op) -> None:
     stacked = b.structured(
         "for", [loop.inputs[k] for k in slices] + [loop.inputs[n_seq + i] for i in plan.carried],
         [loop.outputs[i].type for i in plan.carried]
-        + [v.type.with_shape((steps,) + v.type.shape) for v in plan.crossing],
+        + [stack_type(steps, v.type) for v in plan.crossing],
         {**loop.attrs, "n_seq": len(slices), "n_state": len(plan.carried), "n_tape": 0,
          "recompute": False, "checkpoint": 0, "lean": False, "skip": -1},
         [first], [loop.outputs[i].hint for i in plan.carried] + [v.hint for v in plan.crossing])

@@ -22,6 +22,7 @@ the memory such loops exist to save.
 from __future__ import annotations
 
 from ...ir.graph import Block, Op, Value, substitute, use_counts, walk_ops
+from ...ir.shapes import ragged_rows
 from ..builder import Builder
 from ..entry import constant, entry
 from ..primitives import ShapeError
@@ -60,7 +61,8 @@ def _plan(loop: Op, b: Builder) -> tuple[list[tuple[Value, Value]], list[Op]]:
     for op in walk_ops(body):
         inside.update(v.id for v in op.outputs)
         inside.update(v.id for sub in op.blocks for v in sub.args)
-    steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)}
+    steps = {body.args[k].id: loop.inputs[k] for k in range(n_seq)
+             if ragged_rows(loop.inputs[k].type) is None}  # (a ragged one's steps differ)
     # the body's constants (`0.0` in `s > 0.0`): a moved op reads a copy made outside
     constants = {op.outputs[0].id: op for op in body.ops if constant(op)}
     products: set[int] = set()  # values that come from a moved product

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Block, Op, Value, rename, substitute, use_counts
-from ...ir.shapes import Dim, TensorType
+from ...ir.shapes import Dim, TensorType, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from ..entry import entry
 from .for_fission import fission, fissionable
@@ -40,21 +40,22 @@ def _verify(op: Op) -> None:
          "for inputs are sequences, states [and lengths]")
     seqs, states, lengths = for_layout(op)
     steps = seqs[0].type.shape[0] if seqs[0].type.rank else None
-    need(all(s.type.rank >= 1 and s.type.shape[0] == steps for s in seqs),
-         "for sequences share their leading dim")
+    need(ragged_rows(seqs[0].type) is None, "a for's first sequence is not ragged")
+    need(all(s.type.rank >= 1 and (s.type.shape[0] == steps or ragged_rows(s.type))
+             for s in seqs), "for sequences share their leading dim (but ragged ones)")
     if lengths is not None:
         need(seqs[0].type.rank >= 2 and lengths.type == TensorType(
             "i32", seqs[0].type.shape[1:2]), "for lengths are i32[B]")
     body = op.blocks[0]
-    slices = [s.type.with_shape(s.type.shape[1:]) for s in seqs]
+    slices = [step_type(s.type) for s in seqs]
     need(types_of(body.args) == slices + types_of(states),
          "for body args are the step slices, then the states")
     need(types_of(body.results[:n_state]) == types_of(states),
          "for body results start with the new states")
     yields = body.results[n_state:]
-    stacked = [y.type.with_shape((steps,) + y.type.shape) for y in yields]
+    stacked = [stack_type(steps, y.type) for y in yields]
     need(types_of(op.outputs) == types_of(states) + stacked,
-         "for outputs are the final states, then the stacked yields")
+         "for outputs are the final states, then the stacked (or ragged) yields")
     need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
     skip = a.get("skip", -1)
     need(skip < n_seq and (skip < 0 or seqs[skip].type == TensorType("bool", (steps,))),
@@ -69,7 +70,12 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
     lengths = args[-1] if a["has_lengths"] else None
     body = op.blocks[0]
     steps = seqs[0].shape[0]
-    stacks = [interp.empty_stack(steps, y.type) for y in body.results[n_state:]]
+    ragged = [k for k, v in enumerate(op.outputs[n_state:]) if ragged_rows(v.type)]
+    stacks = [None if k in ragged else interp.empty_stack(steps, y.type)
+              for k, y in enumerate(body.results[n_state:])]
+    seqs = [_RaggedSteps(s, interp.ragged[v.id]) if ragged_rows(v.type) else s
+            for s, v in zip(seqs, op.inputs)]
+    ran = []  # the steps in the order they ran: a ragged yield's rows lie so
     batch = np.arange(seqs[0].shape[1]) if lengths is not None else None
     # `skip`: a step whose flag is false does not run; its states stay, its yields are the
     # stacks' zeros (a body singular at its masked inputs, log(0), would give NaN)
@@ -83,8 +89,10 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
                 continue
             out = interp.block(body, [s[t] for s in seqs] + states)
             states = out[:n_state]
-            for stack, y in zip(stacks, out[n_state:]):
-                stack[t] = y
+            ran.append((t, out[n_state:]))
+            for k, (stack, y) in enumerate(zip(stacks, out[n_state:])):
+                if k not in ragged:
+                    stack[t] = y
             continue
         # rows run their own steps: row b is at t = L[b]-1-i (reversed) or i while i < L[b]
         valid = i < lengths
@@ -97,7 +105,34 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
                   for new, old in zip(out[:n_state], states)]
         for stack, y in zip(stacks, out[n_state:]):
             stack[t[valid], batch[valid]] = y[valid]
+    for k in ragged:
+        stacks[k] = _end_to_end(interp, op.outputs[n_state + k], steps, ran, k)
     return states + stacks
+
+
+class _RaggedSteps:
+    """A ragged sequence read a step at a time: step t is its rows of that step."""
+
+    def __init__(self, rows: np.ndarray, where: tuple[np.ndarray, np.ndarray]):
+        self.rows, (self.first, self.count) = rows, where
+
+    def __getitem__(self, t: int) -> np.ndarray:
+        return self.rows[self.first[t]:self.first[t] + self.count[t]]
+
+
+def _end_to_end(interp, out: Value, steps: int, ran: list, k: int) -> np.ndarray:
+    """A ragged yield: its steps' values in the order the steps ran, and where each
+    step's rows begin, by step, recorded for the loops that read it
+    (`interp.ragged`). A step that did not run (`skip`) has none."""
+    first, count = np.zeros(steps, np.int64), np.zeros(steps, np.int64)
+    total = 0
+    for t, ys in ran:
+        first[t], count[t] = total, ys[k].shape[0]
+        total += ys[k].shape[0]
+    interp.ragged[out.id] = (first, count)
+    rest = tuple(interp.ctx.dim(d) for d in out.type.shape[1:])
+    return np.concatenate([ys[k] for _, ys in ran] + [
+        np.zeros((0,) + rest, interp.ctx.np_dtype(out.type.dtype))])
 
 
 def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
@@ -126,7 +161,8 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     # (codegen/transforms/reread.py reads those instead of the forward's).
     n_state, n_tape = len(states), op.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - n_tape] if policy == RECOMPUTE else []
-    g = differentiate_block(body, with_ct, captured, policy, backprop, also=yields)
+    g = differentiate_block(body, with_ct, captured, policy, backprop, also=yields,
+                            ragged=True)
     again = [(v, y) for v, y in zip(g.again, op.outputs[n_state:]) if v is not None]
     steps = seqs[0].type.shape[0]
     in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,
@@ -300,6 +336,15 @@ def _integer_bounds(op: Op, size) -> list:
     return [(op.inputs[-1], 1, size(op.inputs[0].type.shape[0]) + 1)]
 
 
+def _sets_dims(op: Op) -> set:
+    """The sizes a loop learns as it runs: the rows of its ragged yields once it has run,
+    and at every step the trip count of each ragged sequence's step."""
+    n_seq = op.attrs["n_seq"]
+    rows = [ragged_rows(v.type) for v in op.inputs[:n_seq]]
+    return {r.trips for r in rows if r is not None} | {
+        r for r in map(ragged_rows, (v.type for v in op.outputs)) if r is not None}
+
+
 def _steps(op: Op) -> list[tuple[Value, Value]]:
     """Each sequence and the loop variable that takes its steps."""
     return list(zip(op.inputs[:op.attrs["n_seq"]], op.blocks[0].args))
@@ -349,5 +394,5 @@ FOR = register(StructuredOp(
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
     rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, steps=_steps,
-    repeats=True,
+    repeats=True, sets_dims=_sets_dims,
     extra={"onnx": _onnx}))

@@ -19,7 +19,7 @@ the cotangents of its inputs and of the outer values its blocks capture.
 from __future__ import annotations
 
 from ...ir.graph import Op, Value, free_values
-from ...ir.shapes import Dim, TensorType
+from ...ir.shapes import Dim, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from .regions import BlockGrad
 
@@ -38,8 +38,7 @@ def captured_floats(blocks, active: set[int]) -> list[Value]:
 def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
     """Make `block` yield `values` too; the op's new outputs, stacked over `steps`."""
     block.results = block.results + values
-    tapes = [Value(TensorType(v.type.dtype, (steps,) + v.type.shape), f"tape_{v.hint}")
-             for v in values]
+    tapes = [Value(stack_type(steps, v.type), f"tape_{v.hint}") for v in values]
     op.outputs = op.outputs + tapes
     op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(values)
     return tapes
@@ -73,7 +72,7 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
         + [v for v, _ in again]
 
     steps = seq_in[0].type.shape[0]
-    types = [v.type for v in init] + [v.type.with_shape((steps,) + v.type.shape) for v in
+    types = [v.type for v in init] + [stack_type(steps, v.type) for v in
                                       [g.arg_cts[i] for i in grads] + [v for v, _ in again]]
     attrs = {"n_seq": len(seq_in), "n_state": len(init), "reversed": reversed_,
              "has_lengths": False, "recompute": False, "checkpoint": 0, "lean": lean,
@@ -112,6 +111,11 @@ def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list
     pairs = [(c, p) for c, p in zip(yield_cts, g.result_cts[n_state:]) if p is not None]
     pairs += again + list(zip(tapes, [p for _, p in kept]))
     pairs += [(t, Value(t.type.with_shape(t.type.shape[1:]))) for t in tapes[len(kept):]]
-    if not pairs:  # nothing to read per step: the first sequence still sets the length
-        pairs = [(seqs[0], Value(seqs[0].type.with_shape(seqs[0].type.shape[1:])))]
+    # the first sequence sets the length: a ragged one cannot (nothing else to read per
+    # step, or only ragged tapes: the forward's first sequence still can)
+    first = next((k for k, (s, _) in enumerate(pairs) if ragged_rows(s.type) is None), None)
+    if first is None:
+        pairs.insert(0, (seqs[0], Value(step_type(seqs[0].type))))
+    else:
+        pairs.insert(0, pairs.pop(first))
     return [s for s, _ in pairs], [p for _, p in pairs]

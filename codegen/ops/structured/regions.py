@@ -7,8 +7,9 @@ What is recomputed follows a policy: STORE saves every residual it can, RECOMPUT
 only the block's args (the per-step state) and re-runs everything else. Whatever the
 policy, block args cannot be recomputed, constants are always re-created, random values
 (dropout masks) are always saved (a re-run would draw another mask), and values whose
-size is known only at run time (a nested while's tape) are always recomputed, since
-they cannot be stacked.
+size is known only at run time are recomputed, since they cannot be stacked: but a
+`for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
+step to step) end to end, a ragged yield, so those are saved there.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
                          has_dynamic, outer_reads, substitute, walk_ops)
+from ...ir.shapes import ragged_trips
 from ..builder import Builder
 from ..entry import entry
 
@@ -48,18 +50,22 @@ class BlockGrad:
 
 
 def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value],
-                        policy: str, backprop, also: list[Value] = ()) -> BlockGrad:
+                        policy: str, backprop, also: list[Value] = (),
+                        ragged: bool = False) -> BlockGrad:
     """The backward of `block` given cotangents for the results flagged in `with_ct`,
     w.r.t. its args and the outer values `captured`; `backprop` is autodiff's generic
     walk (passed in: the walk calls the structured ops' rules, which call this). The
     backward also recomputes those of the forward values `also` that it can from what
-    it saves anyway, for a caller that can use them (BlockGrad.again)."""
+    it saves anyway, for a caller that can use them (BlockGrad.again). `ragged`: the
+    caller can save a value whose leading dim is a trip count (a `for`, laying its
+    steps' values end to end: shapes.stack_type), so a nested while's tapes are saved
+    under STORE rather than the while run again."""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
     seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
     cts = backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
-    saved, recomputed, computed = _plan(block, bwd, policy, also)
+    saved, recomputed, computed = _plan(block, bwd, policy, also, ragged)
     mapping: dict[int, Value] = {}
     saved_in = []
     for v in saved:
@@ -73,7 +79,7 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:], again)
 
 
-def _plan(block: Block, bwd: Block, policy: str, also: list[Value]
+def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool
           ) -> tuple[list[Value], list[Op], list[bool]]:
     """(values to save, ops to re-run in program order, per value of `also` whether the
     backward computes it) so that the backward can read every forward value it refers
@@ -95,7 +101,7 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value]
                 continue
             seen.add(v.id)
             op = producer.get(v.id)
-            if v.id in args or _must_save(v, op, policy):
+            if v.id in args or _must_save(v, op, policy, ragged):
                 saved.append(v)
                 continue
             if id(op) in rerun:
@@ -116,15 +122,18 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value]
     return saved, [op for op in block.ops if id(op) in rerun], computed
 
 
-def _must_save(v: Value, op: Op, policy: str) -> bool:
+def _must_save(v: Value, op: Op, policy: str, ragged: bool) -> bool:
     if not op.inputs and not op.blocks and not entry(op).random:
         return False  # a constant: re-creating it costs nothing
     random = any(entry(o).random for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
+    if ragged and policy == STORE and ragged_trips(v.type) is not None:
+        return True
     if has_dynamic(v.type):
         if random:
             raise GradientError(
                 "a dropout inside a loop of run-time length (a while, or a for with "
                 "checkpoint) nested in another loop, branch or while cannot be "
-                "differentiated: its masks would have to be drawn again", op.loc)
+                "differentiated (a while directly in a for without recompute or "
+                "checkpoint can be): its masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE

@@ -83,6 +83,8 @@ class DeviceTape {
     return at;
   }
   char* data() { return static_cast<char*>(data_); }
+  std::size_t used() const { return used_; }
+  StepRows steps;  // a `for`'s ragged yield's (host memory)
 
  private:
   void* data_ = nullptr;
