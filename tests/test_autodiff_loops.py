@@ -9,7 +9,7 @@ from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_
                         control_inputs, joint, model, random_params, rel_error, rnn_model)
 
 from codegen.ir.graph import Value, clone_graph, walk_ops
-from codegen.ir.shapes import Dim
+from codegen.ir.shapes import Dim, Rows
 from codegen.ops.builder import Builder
 from codegen.ops.verify import verify
 from codegen.reference import interpreter as reference
@@ -149,39 +149,52 @@ model M(H = 3) {{
     assert info.value.loc.line == 7 if nested.startswith("while") else 6
 
 
-def test_a_while_in_a_for_keeps_its_tapes_in_the_for_masks_too():
+@pytest.mark.parametrize("order", ["xs", "reversed(xs)"])
+def test_a_while_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
     """A for that stores lays the tapes of a while in its body end to end (a ragged
     yield, its steps' trip counts differing): the backward does not run the while again,
-    so a dropout in it keeps its masks and is differentiated."""
-    graph = model("""
-model M(H = 3) {
+    so a dropout in it keeps its masks and is differentiated. The weight's gradient over
+    the second while's trips is one product after the backward loop, over the forward's
+    tape and the backward's ragged yield laid out alike (whichever way each loop ran)."""
+    graph = model(f"""
+model M(H = 3) {{
   input xs : f32[T, B, H]
   param W : f32[H, H] = normal(0, 0.5)
+  param V : f32[H, H] = normal(0, 0.5)
   h = zeros[B, H]
-  hs = for x in xs {
+  hs = for x in {order} {{
     y = tanh(x @ W + h)
-    while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
-    h = h + y
+    while norm(y) > 0.4 {{ y = dropout(y, 0.2) * 0.6 @ W }}
+    z = h + x
+    while mean(z * z) > 0.3 {{ z = 0.7 * tanh(z @ V) }}
+    h = h + y + z
     yield h
-  }
+  }}
   output loss = sum(hs * hs)
   minimize loss
-}""")
+}}""")
     g = joint(graph)
     whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
-    assert len(whiles) == 1  # not run again in the backward
+    assert len(whiles) == 2  # not run again in the backward
+    assert [op for op in g.backward.ops if op.prim == "matmul"
+            and any(isinstance(s, Rows) for d in op.inputs[0].type.shape for s in d.symbols)]
     xs, params = np.random.default_rng(5).normal(size=(4, 2, 3)), random_params(graph)
     grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
 
-    def loss(w):
-        return float(reference.run(graph, {"xs": xs}, {"W": w}, training=True,
-                                   seed=3)["loss"])
-    numeric = np.zeros((3, 3))
-    for idx in np.ndindex(3, 3):
-        step = np.zeros((3, 3))
-        step[idx] = EPS
-        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
-    assert rel_error(grads.params["W"], numeric) < TOLERANCE
+    for name in ("W", "V"):
+        def loss(w):
+            return float(reference.run(graph, {"xs": xs}, {**params, name: w},
+                                       training=True, seed=3)["loss"])
+        numeric = np.zeros((3, 3))
+        for idx in np.ndindex(3, 3):
+            step = np.zeros((3, 3))
+            step[idx] = EPS
+            numeric[idx] = (loss(params[name] + step) - loss(params[name] - step)) / (2 * EPS)
+        assert rel_error(grads.params[name], numeric) < TOLERANCE, name
+    # the graph a build compiles, its sums moved after the loop, computes them too
+    built = reference.run(g, {"xs": xs}, params, training=True, seed=3)
+    for name in ("W", "V"):
+        assert np.allclose(built[f"grad:param:{name}"], grads.params[name], rtol=1e-12)
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

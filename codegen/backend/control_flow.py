@@ -23,6 +23,7 @@ from ..ir.graph import IRError, Op, use_counts, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows
 from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
+from ..ops.structured.for_op import laid_like
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
 from .states import update_for, update_while
@@ -137,7 +138,8 @@ def _render_for(r, ins: Structured) -> None:
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     states, stacked = op.outputs[:n_state], op.outputs[n_state:]
     ragged = {k: r.tape_index(v) for k, v in enumerate(stacked) if ragged_rows(v.type)}
-    pushed = _pushed_onto(op, ragged)
+    like = {k: i for k in ragged if (i := laid_like(op, stacked[k])) is not None}
+    pushed = _pushed_onto(op, {k: tape for k, tape in ragged.items() if k not in like})
     r.pushed_onto.update(pushed)
     for v in op.outputs:
         if not ragged_rows(v.type):
@@ -147,9 +149,17 @@ def _render_for(r, ins: Structured) -> None:
     body = op.blocks[0]
     steps = r.dim(op.inputs[0].type.shape[0])
     tg = r.target
-    for k in ragged.values():
-        r.emit(tg.tape_clear(k))
-        r.emit(f"{tg.tape_steps(k)}.reset({steps});")
+    for k, tape in ragged.items():
+        v = stacked[k]
+        if k in like:  # its steps' rows where the sequence's are: held at once
+            seq = tg.tape_steps(r.tape_of(op.inputs[like[k]]))
+            r.emit(f"{tg.tape_steps(tape)} = {seq};")
+            rows = f"{seq}.total() * {r.dim(numel(v.type.shape[1:]))}"
+            r.emit(f"auto* {r.ptr(v)} = reinterpret_cast<{r.ctype(v)}*>("
+                   f"{tg.tape_hold(tape, f'sizeof({r.ctype(v)}) * {rows}')});")
+            continue
+        r.emit(tg.tape_clear(tape))
+        r.emit(f"{tg.tape_steps(tape)}.reset({steps});")
     s, t = r.fresh("s"), ins.extra["step"]
     _conditions_on_host(r, op, steps, t)
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
@@ -168,7 +178,10 @@ def _render_for(r, ins: Structured) -> None:
     results = ins.extra["results"][0]
     # the yields first: a yield may read the state
     for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
-        if k - n_state in ragged:
+        if k - n_state in like:
+            at = f"{_first_row(ins, like[k - n_state])} * {r.dim(numel(out.type.shape[1:]))}"
+            r.emit(r.target.copy(f"{r.ptr(out)} + {at}", r.ptr(y), r.dim(numel(y.type.shape))))
+        elif k - n_state in ragged:
             tape = ragged[k - n_state]
             if y.id not in pushed:
                 r.emit(tg.tape_push(tape, r.ptr(y), f"sizeof({r.ctype(y)}) * "
@@ -185,7 +198,9 @@ def _render_for(r, ins: Structured) -> None:
     for k, tape in ragged.items():
         v = stacked[k]
         r.emit(f"{r.dim(v.type.shape[0])} = {tg.tape_steps(tape)}.total();")
-        r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(tape, r.ctype(v))};")
+        if k not in like:
+            r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(tape, r.ctype(v))};")
+
 
 
 def _pushed_onto(op: Op, ragged: dict[int, int]) -> dict[int, int]:

@@ -234,6 +234,11 @@ class Target(abc.ABC):
         """An expression: tape k's records as one array of `ctype`."""
         return f"reinterpret_cast<{ctype}*>({self.tape(k)}.data())"
 
+    def tape_hold(self, k: int, nbytes: str) -> str:
+        """An expression: tape k made exactly `nbytes` long, as a char pointer (a ragged
+        yield written in place, at the rows of a sequence laid out alike)."""
+        return f"{self.tape(k)}.hold({nbytes})"
+
     def tape_steps(self, k: int) -> str:
         """An lvalue: where each step's rows begin in tape k, a for's ragged yield."""
         return f"{self.tape(k)}.steps"

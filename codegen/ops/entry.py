@@ -14,7 +14,9 @@ The questions (each kind of entry says more in its own module):
 - `integer_bounds(op, size)`, `steps(op)` (the block arguments that each take one step of
   an operand, paired with it: a `for`'s loop variables and its sequences),
   `sets_dims(op)`, `uniform(op)`, `blocks` (block names),
-  `step_sum` (the sum of its result over a loop's steps, ops/primitives/core.py);
+  `step_sum` (the sum of its result over a loop's steps, ops/primitives/core.py),
+  `step_rows` (the operand whose rows its result is, where a loop's sum over steps may
+  read that operand's steps instead, ops/primitives/core.py);
 - declared facts, all False unless the entry says so:
   `elementwise`, `random` (draws from the RNG: never merged, folded or recomputed),
   `selects` (every element of the result is an element of the first operand),
@@ -61,6 +63,7 @@ class OpEntry(abc.ABC):
     reduces = False
     simplify: Callable | None = None
     step_sum: Callable | None = None
+    step_rows: Callable | None = None
     integer_bounds: Callable | None = None
     steps: Callable | None = None
     uniform: Callable | None = None

@@ -256,10 +256,16 @@ class StepRows {
 
 // A growable stack of fixed-size records (a While loop's tape): amortized growth, so the
 // number of iterations needs no bound. Records stay in push order; `data()` reads them
-// as one array once the loop has ended.
+// as one array once the loop has ended. A `for`'s ragged yield laid out as another's
+// (its steps' rows where that one's are) holds its bytes at once and is written in place.
 class Tape {
  public:
   void clear() { bytes_.clear(); }
+  // Exactly `bytes` bytes, their contents left to the caller (a null pointer for none).
+  char* hold(std::size_t bytes) {
+    bytes_.resize(bytes);
+    return bytes_.data();
+  }
   // Appends `bytes` bytes at `src` (none: nothing, where an empty vector's data() is null
   // and memcpy's pointers must not be, even for 0 bytes: UBSan reported a while loop's
   // tape pushed in a batch of no rows).

@@ -30,6 +30,12 @@ An entry declares a primitive once:
   `producers`: the ops by output id of the block holding `op`; `facts`: what the
   simplification pass knows, codegen/transforms/passes.py), for
   ops/structured/for_sink.py; None where it cannot,
+- `step_rows(op) -> Value | None`: the operand whose rows the op's result is, merged
+  the way a weight's gradient merges them (`reshape` of [trips, B, H], a nested while's
+  tape, into [trips * B, H]): for_sink.py's `stack` then reads that operand's steps, a
+  loop's ragged yield, whose rows merged alike are every step's (a product over them is
+  the sum over the steps: both operands' rows merged the same way stay aligned); None
+  for another use of the op,
 - `extra`: hooks of later stages (the backend's `lower`, `statements`, `sums`,
   `gathers`: codegen/backend/op_lowering.py), and the one a primitive declares itself:
   `onnx(g, op, inputs) -> name or names`, its ONNX form in an inference graph (`training`
@@ -74,6 +80,7 @@ class Primitive(OpEntry):
     accumulates: bool = False
     reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)
     step_sum: Callable | None = None
+    step_rows: Callable | None = None
     blocks = ()  # a primitive owns none
 
     def trim(self, op: Op, live: set[int]) -> None:

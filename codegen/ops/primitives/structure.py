@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import NUMERIC
-from ...ir.shapes import Dim, numel
+from ...ir.shapes import Dim, numel, ragged_trips
 from ..entry import summed
 from .core import TABLE, ShapeError, need, onnx_node, primitive, same_dtype
 
@@ -111,9 +111,19 @@ def _reshape_ref(ctx, attrs, x):
     return np.reshape(x, tuple(ctx.dim(d, default=-1) for d in attrs["shape"]))
 
 
+def _reshape_step_rows(op):
+    """A reshape of a value whose leading dim is a trip count (a nested while's tape,
+    [trips, B, H]) into rows, [trips * B, H]: that value (core.py, `step_rows`)."""
+    x, out = op.inputs[0], op.outputs[0]
+    if ragged_trips(x.type) is None or x.type.rank < 2 or out.type.shape != (
+            numel(x.type.shape[:-1]), x.type.shape[-1]):
+        return None
+    return x
+
+
 @primitive("reshape", 1, grad=lambda b, op, cts: [b.reshape(cts[0],
                                                              shape=op.inputs[0].type.shape)],
-           ref=_reshape_ref, simplify=_same_shape, selects=True,
+           ref=_reshape_ref, simplify=_same_shape, selects=True, step_rows=_reshape_step_rows,
            onnx=lambda g, op, xs: g.op("Reshape", xs[0], g.dims(op.attrs["shape"])))
 def _reshape(types, attrs):
     x, = types

@@ -106,8 +106,21 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
         for stack, y in zip(stacks, out[n_state:]):
             stack[t[valid], batch[valid]] = y[valid]
     for k in ragged:
-        stacks[k] = _end_to_end(interp, op.outputs[n_state + k], steps, ran, k)
+        stacks[k] = _end_to_end(interp, op, op.outputs[n_state + k], steps, ran, k)
     return states + stacks
+
+
+def laid_like(op: Op, out) -> int | None:
+    """The ragged sequence of the `for` op whose steps have the rows of its ragged yield
+    `out` (the same trip count: a backward reading a forward's tape): the yield is laid
+    out as that sequence is, each step's rows where the sequence's are, so that the two
+    line up row by row (a weight's gradient over them both, for_sink.py), whichever way
+    each loop ran; None where there is none (the rows lie in the order the steps ran)."""
+    rows = ragged_rows(out.type)
+    for i, seq in enumerate(op.inputs[:op.attrs["n_seq"]]):
+        if rows is not None and ragged_rows(seq.type) == rows:
+            return i
+    return None
 
 
 class _RaggedSteps:
@@ -120,19 +133,29 @@ class _RaggedSteps:
         return self.rows[self.first[t]:self.first[t] + self.count[t]]
 
 
-def _end_to_end(interp, out: Value, steps: int, ran: list, k: int) -> np.ndarray:
-    """A ragged yield: its steps' values in the order the steps ran, and where each
-    step's rows begin, by step, recorded for the loops that read it
-    (`interp.ragged`). A step that did not run (`skip`) has none."""
+def _end_to_end(interp, op: Op, out: Value, steps: int, ran: list, k: int) -> np.ndarray:
+    """A ragged yield: its steps' values in the order the steps ran, or where the rows of
+    the sequence it is laid out like are (laid_like), and where each step's rows begin,
+    by step, recorded for the loops that read it (`interp.ragged`). A step that did not
+    run (`skip`) has none."""
+    rest = tuple(interp.ctx.dim(d) for d in out.type.shape[1:])
+    dtype = interp.ctx.np_dtype(out.type.dtype)
+    like = laid_like(op, out)
+    if like is not None:
+        first, count = interp.ragged[op.inputs[like].id]
+        whole = np.zeros((int(count.sum()),) + rest, dtype)
+        for t, ys in ran:
+            assert ys[k].shape[0] == count[t], "a ragged yield's step has its sequence's rows"
+            whole[first[t]:first[t] + count[t]] = ys[k]
+        interp.ragged[out.id] = (first, count)
+        return whole
     first, count = np.zeros(steps, np.int64), np.zeros(steps, np.int64)
     total = 0
     for t, ys in ran:
         first[t], count[t] = total, ys[k].shape[0]
         total += ys[k].shape[0]
     interp.ragged[out.id] = (first, count)
-    rest = tuple(interp.ctx.dim(d) for d in out.type.shape[1:])
-    return np.concatenate([ys[k] for _, ys in ran] + [
-        np.zeros((0,) + rest, interp.ctx.np_dtype(out.type.dtype))])
+    return np.concatenate([ys[k] for _, ys in ran] + [np.zeros((0,) + rest, dtype)])
 
 
 def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:

@@ -17,6 +17,7 @@ identities).
 from __future__ import annotations
 
 from ...ir.graph import Block, Op, Value, has_dynamic, use_counts, walk_ops
+from ...ir.shapes import ragged_trips, stack_type
 from ..builder import Builder
 from ..entry import entry, summed
 
@@ -38,10 +39,15 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
         """v for every step: a sequence, a yield, or a new yield where allowed."""
         if v.id in stacked:
             return stacked[v.id]
-        if v.id not in producers or has_dynamic(v.type) or (
-                loop.attrs.get("lean") and v.type.shape not in kept_shapes):
+        made = producers.get(v.id)
+        rows = entry(made).step_rows(made) if made is not None and entry(made).step_rows \
+            else None
+        if rows is not None:  # rows of a nested while's trips: those of every step's
+            return stack(rows)
+        if v.id not in producers or (has_dynamic(v.type) and ragged_trips(v.type) is None) \
+                or (loop.attrs.get("lean") and v.type.shape not in kept_shapes):
             return None  # (a size a nested while sets may differ from step to step)
-        stacked[v.id] = out = Value(v.type.with_shape((steps,) + v.type.shape), v.hint)
+        stacked[v.id] = out = Value(stack_type(steps, v.type), v.hint)
         new_yields.append((v, out))
         return out
     sums = []  # (state index, emit(b) -> the sum over the steps, the term's source)

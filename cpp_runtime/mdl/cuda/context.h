@@ -64,6 +64,19 @@ class DeviceTape {
   ~DeviceTape() { cudaFree(data_); }
 
   void clear() { used_ = 0; }
+  // Exactly `bytes` bytes, their contents left to the caller (a ragged yield written in
+  // place: arena.h's Tape); the old records are not kept.
+  char* hold(std::size_t bytes) {
+    if (bytes > size_) {
+      check(cudaFree(data_), "cudaFree");  // waits for work that may still read it
+      data_ = nullptr;
+      size_ = 0;
+      check(cudaMalloc(&data_, align_up(bytes)), "cudaMalloc");
+      size_ = align_up(bytes);
+    }
+    used_ = bytes;
+    return static_cast<char*>(data_);
+  }
   // Room for `bytes` more at the end, as a device pointer (stream-ordered: the copy of
   // old records runs on `stream` before anything queued after it).
   char* push(std::size_t bytes, cudaStream_t stream) {
