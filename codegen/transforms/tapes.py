@@ -20,8 +20,9 @@ from ..ir.shapes import Symbol, TensorType, numel
 
 def saved_bytes(graph: Graph | Block, dims: Mapping[Symbol, int]) -> int:
     """Peak bytes of tapes alive at once when the graph runs with these dims (a while's
-    trip counts, known only at run time, may be given too, keyed by their TripCount;
-    ceil-divisions are computed)."""
+    trip counts, known only at run time, may be given too, keyed by their TripCount, and
+    the rows of a for's ragged yield, all its steps' trips, by their Rows; ceil-divisions
+    are computed)."""
     if isinstance(graph, Graph):  # the forward's tapes live on through the backward
         graph = Block(ops=graph.body.ops + graph.backward.ops)
     return _peak(graph, dims)
