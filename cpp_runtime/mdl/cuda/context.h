@@ -58,50 +58,37 @@ class DeviceBuffer {
 // doubling (the old records copied over), read as one array once the loop has ended.
 class DeviceTape {
  public:
-  DeviceTape() = default;
-  DeviceTape(const DeviceTape&) = delete;
-  DeviceTape& operator=(const DeviceTape&) = delete;
-  ~DeviceTape() { cudaFree(data_); }
-
   void clear() { used_ = 0; }
   // Exactly `bytes` bytes, their contents left to the caller (a ragged yield written in
   // place: arena.h's Tape); the old records are not kept.
   char* hold(std::size_t bytes) {
-    if (bytes > size_) {
-      check(cudaFree(data_), "cudaFree");  // waits for work that may still read it
-      data_ = nullptr;
-      size_ = 0;
-      check(cudaMalloc(&data_, align_up(bytes)), "cudaMalloc");
-      size_ = align_up(bytes);
-    }
     used_ = bytes;
-    return static_cast<char*>(data_);
+    return buffer_->hold(bytes);
   }
   // Room for `bytes` more at the end, as a device pointer (stream-ordered: the copy of
   // old records runs on `stream` before anything queued after it).
   char* push(std::size_t bytes, cudaStream_t stream) {
-    if (used_ + bytes > size_) {
-      std::size_t grown = std::max<std::size_t>(2 * size_, align_up(used_ + bytes));
-      void* bigger = nullptr;
-      check(cudaMalloc(&bigger, grown), "cudaMalloc");
-      if (used_) check(cudaMemcpyAsync(bigger, data_, used_, cudaMemcpyDeviceToDevice, stream),
-                       "cudaMemcpyAsync");
+    if (used_ + bytes > buffer_->size()) {
+      auto bigger = std::make_unique<DeviceBuffer>();
+      bigger->hold(std::max<std::size_t>(2 * buffer_->size(), used_ + bytes));
+      if (used_)
+        check(cudaMemcpyAsync(bigger->data(), buffer_->data(), used_, cudaMemcpyDeviceToDevice,
+                              stream),
+              "cudaMemcpyAsync");
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      cudaFree(data_);
-      data_ = bigger;
-      size_ = grown;
+      buffer_ = std::move(bigger);  // the old records' memory freed
     }
-    char* at = static_cast<char*>(data_) + used_;
+    char* at = buffer_->data() + used_;
     used_ += bytes;
     return at;
   }
-  char* data() { return static_cast<char*>(data_); }
+  char* data() { return buffer_->data(); }
   std::size_t used() const { return used_; }
   StepRows steps;  // a `for`'s ragged yield's (host memory)
 
  private:
-  void* data_ = nullptr;
-  std::size_t used_ = 0, size_ = 0;
+  std::unique_ptr<DeviceBuffer> buffer_ = std::make_unique<DeviceBuffer>();
+  std::size_t used_ = 0;
 };
 
 // A host string (an input's name, a literal of the generated code) that device code carries
