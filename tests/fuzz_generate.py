@@ -89,8 +89,10 @@ class Generator(Integers):
     def statement(self, depth: int) -> None:
         kinds = [("assign", 4), ("update", 3), ("count", 1)]
         if depth > 0:
-            kinds += [("for", 4), ("if", 2), ("while", 1.5), ("scope", 1), ("share", 0.7),
-                      ("static_if", 1)]
+            # a while right in a for that stores keeps its tapes there (ragged): twice as
+            # likely there as elsewhere
+            kinds += [("for", 4), ("if", 2), ("while", 3 if self.in_storing_for() else 1.5),
+                      ("scope", 1), ("share", 0.7), ("static_if", 1)]
         names, weights = zip(*kinds)
         getattr(self, f"s_{self.rng.choices(names, weights)[0]}")(depth)
 
@@ -412,6 +414,8 @@ class Generator(Integers):
         self.cover("while")
         if any(f.kind in CONTROL for f in self.frames):
             self.cover("while:nested")
+        if self.in_storing_for():
+            self.cover("while:in-for")
 
     def s_scope(self, depth: int, name: str | None = None) -> None:
         name = name or self.pick(SCOPES)

@@ -163,6 +163,12 @@ class Names:
         finally:
             self.avoid.discard(name)
 
+    def in_storing_for(self) -> bool:
+        """Whether the innermost loop or branch is a for without recompute or checkpoint,
+        inside no other: a while here keeps its tapes in the for, a ragged yield."""
+        control = [f for f in self.frames if f.kind in CONTROL]
+        return len(control) == 1 and control[0].kind == "for" and not control[0].recompute
+
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
         checkpoint) inside another loop or branch: its masks would be drawn again. But a

@@ -227,6 +227,42 @@ model M(H = 3) {
 
 
 
+def test_a_while_in_a_for_nested_in_a_recomputing_loop_is_run_again():
+    """A for in a block differentiated apart (here the loop of a checkpoint's segment,
+    which loop fission splits, its while and the dropout reading no state in a loop of
+    their own) keeps no ragged yields: its tapes would have to be recomputed by the
+    segment's backward, the dropout with them (fuzzer seed 672, Large672_6). Its while
+    runs again in its own backward, as before ragged yields."""
+    graph = model("""
+model M(H = 3) {
+  input xs : f32[T, B, H]
+  param p : f32 = normal(0, 0.5)
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  for x in xs (checkpoint = 2) {
+    y = x
+    while norm(y) > 0.5 { y = 0.5 * y }
+    h = tanh(h @ W + y * dropout(p, 0.5))
+  }
+  output loss = sum(h * h)
+  minimize loss
+}""")
+    g = joint(graph)
+    assert not any(isinstance(s, Rows) for block in g.blocks() for op in walk_ops(block)
+                   for v in op.outputs for d in v.type.shape for s in d.symbols)
+    xs, params = np.random.default_rng(6).normal(size=(5, 2, 3)), random_params(graph)
+    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=4)
+
+    def loss(w):
+        return float(reference.run(graph, {"xs": xs}, {**params, "W": w}, training=True,
+                                   seed=4)["loss"])
+    numeric = np.zeros((3, 3))
+    for idx in np.ndindex(3, 3):
+        step = np.zeros((3, 3))
+        step[idx] = EPS
+        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
+    assert rel_error(grads.params["W"], numeric) < TOLERANCE
+
 SECOND_ORDER = {
     "gru, reversed, lengths, checkpoint": rnn_model("gru(x, h)", "(lengths = lengths, "
                                                     "checkpoint = 2)", True, H=2, state="h"),

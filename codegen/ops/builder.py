@@ -15,12 +15,15 @@ class Builder:
     """Appends ops to `block`; `loc` (a source location) is given to every op emitted.
     `again` collects (value emitted, forward value equal to it): what a gradient rule
     computed anew that the forward pass holds too, which autodiff may read instead of
-    keeping the forward's (codegen/transforms/reread.py)."""
+    keeping the forward's (codegen/transforms/reread.py). `in_block`: it emits the
+    backward of a loop body or a branch (regions.differentiate_block), whose forward
+    values of a size that changes from step to step cannot be kept for it."""
 
     def __init__(self, block: Block, loc: Any = None):
         self.block = block
         self.loc = loc
         self.again: list[tuple[Value, Value]] = []
+        self.in_block = False
 
     @contextlib.contextmanager
     def at(self, loc: Any):

@@ -185,7 +185,7 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     n_state, n_tape = len(states), op.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - n_tape] if policy == RECOMPUTE else []
     g = differentiate_block(body, with_ct, captured, policy, backprop, also=yields,
-                            ragged=True)
+                            ragged=not b.in_block)
     again = [(v, y) for v, y in zip(g.again, op.outputs[n_state:]) if v is not None]
     steps = seqs[0].type.shape[0]
     in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,

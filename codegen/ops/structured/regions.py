@@ -57,14 +57,18 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     walk (passed in: the walk calls the structured ops' rules, which call this). The
     backward also recomputes those of the forward values `also` that it can from what
     it saves anyway, for a caller that can use them (BlockGrad.again). `ragged`: the
-    caller can save a value whose leading dim is a trip count (a `for`, laying its
-    steps' values end to end: shapes.stack_type), so a nested while's tapes are saved
-    under STORE rather than the while run again."""
+    caller can save a value whose leading dim is a trip count (a `for` not itself in a
+    block differentiated apart, laying its steps' values end to end:
+    shapes.stack_type), so a nested while's tapes are saved under STORE rather than the
+    while run again. (In such a block the for's ragged yields would have to be
+    recomputed there, the whole loop again, and could not be where it draws.)"""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
     seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
-    cts = backprop(Builder(bwd), list(block.ops), seeds, block.args + captured)
+    inner = Builder(bwd)
+    inner.in_block = True
+    cts = backprop(inner, list(block.ops), seeds, block.args + captured)
     saved, recomputed, computed = _plan(block, bwd, policy, also, ragged)
     mapping: dict[int, Value] = {}
     saved_in = []
@@ -134,6 +138,7 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool) -> bool:
                 "a dropout inside a loop of run-time length (a while, or a for with "
                 "checkpoint) nested in another loop, branch or while cannot be "
                 "differentiated (a while directly in a for without recompute or "
-                "checkpoint can be): its masks would have to be drawn again", op.loc)
+                "checkpoint, in no other loop or branch, can be): its masks would have "
+                "to be drawn again", op.loc)
         return False
     return random or policy == STORE
