@@ -137,10 +137,7 @@ def _render_for(r, ins: Structured) -> None:
     op = ins.op
     n_seq, n_state = op.attrs["n_seq"], op.attrs["n_state"]
     states, stacked = op.outputs[:n_state], op.outputs[n_state:]
-    ragged = {k: r.tape_index(v) for k, v in enumerate(stacked) if ragged_rows(v.type)}
-    like = {k: i for k in ragged if (i := laid_like(op, stacked[k])) is not None}
-    pushed = _pushed_onto(op, {k: tape for k, tape in ragged.items() if k not in like})
-    r.pushed_onto.update(pushed)
+    ragged = _RaggedYields(r, ins)
     for v in op.outputs:
         if not ragged_rows(v.type):
             r.define_owned(v)
@@ -148,18 +145,7 @@ def _render_for(r, ins: Structured) -> None:
         r.assign(state, init)
     body = op.blocks[0]
     steps = r.dim(op.inputs[0].type.shape[0])
-    tg = r.target
-    for k, tape in ragged.items():
-        v = stacked[k]
-        if k in like:  # its steps' rows where the sequence's are: held at once
-            seq = tg.tape_steps(r.tape_of(op.inputs[like[k]]))
-            r.emit(f"{tg.tape_steps(tape)} = {seq};")
-            rows = f"{seq}.total() * {r.dim(numel(v.type.shape[1:]))}"
-            r.emit(f"auto* {r.ptr(v)} = reinterpret_cast<{r.ctype(v)}*>("
-                   f"{tg.tape_hold(tape, f'sizeof({r.ctype(v)}) * {rows}')});")
-            continue
-        r.emit(tg.tape_clear(tape))
-        r.emit(f"{tg.tape_steps(tape)}.reset({steps});")
+    ragged.open(steps)
     s, t = r.fresh("s"), ins.extra["step"]
     _conditions_on_host(r, op, steps, t)
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
@@ -169,7 +155,7 @@ def _render_for(r, ins: Structured) -> None:
     for arg in body.args:
         if not r.layout(arg).is_const:  # a step of a uniform sequence needs no memory
             r.view(arg)
-    counts = _skip_padding(r, op, stacked, t, ragged)
+    counts = _skip_padding(r, op, stacked, t, ragged.counted())
     outer = r.drawing
     if counts:  # the step's draws count where this flag and an outer loop's say so
         r.drawing = f"{outer} && {counts}" if outer else counts
@@ -178,16 +164,7 @@ def _render_for(r, ins: Structured) -> None:
     results = ins.extra["results"][0]
     # the yields first: a yield may read the state
     for k, (out, y) in enumerate(zip(stacked, results[n_state:]), n_state):
-        if k - n_state in like:
-            at = f"{_first_row(ins, like[k - n_state])} * {r.dim(numel(out.type.shape[1:]))}"
-            r.emit(r.target.copy(f"{r.ptr(out)} + {at}", r.ptr(y), r.dim(numel(y.type.shape))))
-        elif k - n_state in ragged:
-            tape = ragged[k - n_state]
-            if y.id not in pushed:
-                r.emit(tg.tape_push(tape, r.ptr(y), f"sizeof({r.ctype(y)}) * "
-                                                    f"{r.dim(numel(y.type.shape))}"))
-            r.emit(f"{tg.tape_steps(tape)}.end({t}, {r.dim(y.type.shape[0])});")
-        elif not _already_in(r, ins, k, y, out):
+        if not ragged.keep(k - n_state, y, t) and not _already_in(r, ins, k, y, out):
             size = r.dim(numel(y.type.shape))
             r.emit(r.target.copy(f"{r.ptr(out)} + {t} * {size}", r.ptr(y), size))
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
@@ -195,12 +172,75 @@ def _render_for(r, ins: Structured) -> None:
             r.emit(r.target.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.block_ended(ins, 0)
     r.close()
-    for k, tape in ragged.items():
-        v = stacked[k]
-        r.emit(f"{r.dim(v.type.shape[0])} = {tg.tape_steps(tape)}.total();")
-        if k not in like:
-            r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(tape, r.ctype(v))};")
+    ragged.close()
 
+
+class _RaggedYields:
+    """A `for`'s ragged yields (docs/ir.md), each a tape of the model: where each step's
+    rows begin noted in its `steps` (mdl::StepRows). One laid out as a sequence of the
+    loop (for_op.laid_like) takes that sequence's steps, holds its bytes at once and is
+    written at the sequence's rows; another is pushed onto, step by step, by a while of
+    the body where nothing else reads the while's tape (_pushed_onto), else by the step's
+    end."""
+
+    def __init__(self, r, ins: Structured):
+        op = ins.op
+        self.r, self.ins = r, ins
+        self.stacked = op.outputs[op.attrs["n_state"]:]
+        self.tapes = {k: r.tape_index(v) for k, v in enumerate(self.stacked)
+                      if ragged_rows(v.type)}
+        self.like = {k: i for k in self.tapes
+                     if (i := laid_like(op, self.stacked[k])) is not None}
+        self.pushed = _pushed_onto(op, {k: tape for k, tape in self.tapes.items()
+                                        if k not in self.like})
+        r.pushed_onto.update(self.pushed)
+
+    def open(self, steps: str) -> None:
+        """Before the loop: each tape emptied, or held whole where laid out as a
+        sequence (the yield's pointer defined then)."""
+        r, tg = self.r, self.r.target
+        for k, tape in self.tapes.items():
+            if k not in self.like:
+                r.emit(tg.tape_clear(tape))
+                r.emit(f"{tg.tape_steps(tape)}.reset({steps});")
+                continue
+            v = self.stacked[k]
+            seq = tg.tape_steps(r.tape_of(self.ins.op.inputs[self.like[k]]))
+            r.emit(f"{tg.tape_steps(tape)} = {seq};")
+            nbytes = f"sizeof({r.ctype(v)}) * {seq}.total() * {r.dim(numel(v.type.shape[1:]))}"
+            r.emit(f"auto* {r.ptr(v)} = reinterpret_cast<{r.ctype(v)}*>("
+                   f"{tg.tape_hold(tape, nbytes)});")
+
+    def counted(self) -> dict:
+        """For _skip_padding: the tapes whose steps the loop counts (None for one laid out
+        as a sequence, whose rows that sequence decides)."""
+        return {k: None if k in self.like else tape for k, tape in self.tapes.items()}
+
+    def keep(self, k: int, y, t: str) -> bool:
+        """Keeps the step's yield k, `y`, where it is ragged (else False)."""
+        r, tg = self.r, self.r.target
+        if k in self.like:
+            out = self.stacked[k]
+            at = f"{_first_row(self.ins, self.like[k])} * {r.dim(numel(out.type.shape[1:]))}"
+            r.emit(tg.copy(f"{r.ptr(out)} + {at}", r.ptr(y), r.dim(numel(y.type.shape))))
+            return True
+        if k not in self.tapes:
+            return False
+        tape = self.tapes[k]
+        if y.id not in self.pushed:
+            r.emit(tg.tape_push(tape, r.ptr(y), f"sizeof({r.ctype(y)}) * "
+                                                f"{r.dim(numel(y.type.shape))}"))
+        r.emit(f"{tg.tape_steps(tape)}.end({t}, {r.dim(y.type.shape[0])});")
+        return True
+
+    def close(self) -> None:
+        """After the loop: each yield's rows in all, and its pointer."""
+        r, tg = self.r, self.r.target
+        for k, tape in self.tapes.items():
+            v = self.stacked[k]
+            r.emit(f"{r.dim(v.type.shape[0])} = {tg.tape_steps(tape)}.total();")
+            if k not in self.like:
+                r.emit(f"auto* {r.ptr(v)} = {tg.tape_data(tape, r.ctype(v))};")
 
 
 def _pushed_onto(op: Op, ragged: dict[int, int]) -> dict[int, int]:
@@ -307,7 +347,8 @@ def _skip_padding(r, op: Op, stacked: list, t: str, ragged: dict) -> str | None:
     skips the step (a reversed loop's padding steps come first). So a loop that draws
     reads its flag on the host even where that waits, and the flag is returned: a C++
     bool, whether the step's draws count. A ragged yield (`ragged`: its index among the
-    yields -> its tape) gets no rows for a step that does not run."""
+    yields -> its tape, None for one laid out as a sequence, whose rows that sequence
+    decides) gets no rows for a step that does not run."""
     skip = op.attrs.get("skip", -1)
     if skip < 0:
         return None
@@ -323,7 +364,8 @@ def _skip_padding(r, op: Op, stacked: list, t: str, ragged: dict) -> str | None:
     r.open(f"if (!{flag})")
     for k, out in enumerate(stacked):
         if k in ragged:
-            r.emit(f"{r.target.tape_steps(ragged[k])}.end({t}, 0);")
+            if ragged[k] is not None:
+                r.emit(f"{r.target.tape_steps(ragged[k])}.end({t}, 0);")
             continue
         size = r.dim(numel(out.type.shape[1:]))
         r.emit(r.target.fill(f"{r.ptr(out)} + {t} * {size}", size, f"{r.ctype(out)}(0)"))
