@@ -43,21 +43,13 @@ def _lower_for(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     made = {v.id for o in body.ops if lowering_kind(o) in ("elementwise", "kernel", "structured")
             for v in o.outputs}
     for out, y in zip(op.outputs[n_state:], body.results[n_state:]):
-        if y.id not in made or y.id in low.placed:
+        if ragged_rows(out.type):  # pushed onto its tape at the step's end
             continue
-        if ragged_rows(out.type):  # laid out as a sequence: at that sequence's rows
-            like = laid_like(op, out)  # (else pushed onto its tape at the step's end)
-            if like is not None:
-                low.placed[y.id] = Layout(out, f"{_first_row(ins, like)} * "
-                                          f"{low.cx.dim(numel(y.type.shape[1:]))}",
-                                          contiguous_strides(y.type.shape))
-                ins.extra["in_place"][y.id] = out
-            continue
-        # computed by the body: in its step's row
-        low.placed[y.id] = Layout(out, f"{ins.extra['step']} * "
-                                  f"{low.cx.dim(numel(y.type.shape))}",
-                                  contiguous_strides(y.type.shape))
-        ins.extra["in_place"][y.id] = out
+        if y.id in made and y.id not in low.placed:  # computed by the body: in its step's row
+            low.placed[y.id] = Layout(out, f"{ins.extra['step']} * "
+                                      f"{low.cx.dim(numel(y.type.shape))}",
+                                      contiguous_strides(y.type.shape))
+            ins.extra["in_place"][y.id] = out
     _accumulate_in_place(low, body, op, ins)
     for i, (arg, seq) in enumerate(zip(body.args[:n_seq], op.inputs[:n_seq])):
         lay = low.layouts[seq.id]
@@ -229,9 +221,8 @@ class _RaggedYields:
         r, tg = self.r, self.r.target
         if k in self.like:
             out = self.stacked[k]
-            if r.layout(y).base is not out:  # else computed there (_lower_for)
-                at = f"{_first_row(self.ins, self.like[k])} * {r.dim(numel(out.type.shape[1:]))}"
-                r.emit(tg.copy(f"{r.ptr(out)} + {at}", r.ptr(y), r.dim(numel(y.type.shape))))
+            at = f"{_first_row(self.ins, self.like[k])} * {r.dim(numel(out.type.shape[1:]))}"
+            r.emit(tg.copy(f"{r.ptr(out)} + {at}", r.ptr(y), r.dim(numel(y.type.shape))))
             return True
         if k not in self.tapes:
             return False
