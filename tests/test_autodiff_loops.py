@@ -113,6 +113,20 @@ model M() {
     assert np.allclose(reference.gradients(graph, {"x": x}, {}).inputs["x"], 2 * x)
 
 
+def numeric_training_grad(graph, inputs: dict, params: dict, name: str, seed: int):
+    """Central differences of the training loss (its dropout masks drawn from `seed`, the
+    same at every point) in each element of parameter `name`."""
+    def loss(w):
+        return float(reference.run(graph, inputs, {**params, name: w}, training=True,
+                                   seed=seed)["loss"])
+    numeric = np.zeros(params[name].shape)
+    for idx in np.ndindex(*numeric.shape):
+        step = np.zeros(numeric.shape)
+        step[idx] = EPS
+        numeric[idx] = (loss(params[name] + step) - loss(params[name] - step)) / (2 * EPS)
+    return numeric
+
+
 NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop or branch
     "while in a recompute for": """
   for x in xs (recompute) {
@@ -182,14 +196,7 @@ model M(H = 3) {{
     grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
 
     for name in ("W", "V"):
-        def loss(w):
-            return float(reference.run(graph, {"xs": xs}, {**params, name: w},
-                                       training=True, seed=3)["loss"])
-        numeric = np.zeros((3, 3))
-        for idx in np.ndindex(3, 3):
-            step = np.zeros((3, 3))
-            step[idx] = EPS
-            numeric[idx] = (loss(params[name] + step) - loss(params[name] - step)) / (2 * EPS)
+        numeric = numeric_training_grad(graph, {"xs": xs}, params, name, seed=3)
         assert rel_error(grads.params[name], numeric) < TOLERANCE, name
     # the graph a build compiles, its sums moved after the loop, computes them too
     built = reference.run(g, {"xs": xs}, params, training=True, seed=3)
@@ -212,19 +219,10 @@ model M(H = 3) {
 }""")
     xs, params = np.random.default_rng(4).normal(size=(4, 2, 3)), random_params(graph)
     grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=11)
-
-    def loss(w):
-        return float(reference.run(graph, {"xs": xs}, {"W": w}, training=True,
-                                   seed=11)["loss"])
-    numeric = np.zeros((3, 3))
-    for idx in np.ndindex(3, 3):
-        step = np.zeros((3, 3))
-        step[idx] = EPS
-        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
+    numeric = numeric_training_grad(graph, {"xs": xs}, params, "W", seed=11)
     assert rel_error(grads.params["W"], numeric) < TOLERANCE
     evaluation = reference.gradients(graph, {"xs": xs}, params)
     assert not np.allclose(evaluation.params["W"], grads.params["W"])
-
 
 
 def test_a_while_in_a_for_nested_in_a_recomputing_loop_is_run_again():
@@ -252,16 +250,9 @@ model M(H = 3) {
                    for v in op.outputs for d in v.type.shape for s in d.symbols)
     xs, params = np.random.default_rng(6).normal(size=(5, 2, 3)), random_params(graph)
     grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=4)
-
-    def loss(w):
-        return float(reference.run(graph, {"xs": xs}, {**params, "W": w}, training=True,
-                                   seed=4)["loss"])
-    numeric = np.zeros((3, 3))
-    for idx in np.ndindex(3, 3):
-        step = np.zeros((3, 3))
-        step[idx] = EPS
-        numeric[idx] = (loss(params["W"] + step) - loss(params["W"] - step)) / (2 * EPS)
+    numeric = numeric_training_grad(graph, {"xs": xs}, params, "W", seed=4)
     assert rel_error(grads.params["W"], numeric) < TOLERANCE
+
 
 SECOND_ORDER = {
     "gru, reversed, lengths, checkpoint": rnn_model("gru(x, h)", "(lengths = lengths, "
