@@ -56,6 +56,8 @@ def _verify(op: Op) -> None:
     stacked = [stack_type(steps, y.type) for y in yields]
     need(types_of(op.outputs) == types_of(states) + stacked,
          "for outputs are the final states, then the stacked (or ragged) yields")
+    need(lengths is None or not any(ragged_rows(t) for t in stacked + types_of(seqs)),
+         "a for with lengths has no ragged yields or sequences (autodiff sees none)")
     need(0 <= a.get("n_tape", 0) <= len(yields), "n_tape counts trailing yields")
     skip = a.get("skip", -1)
     need(skip < n_seq and (skip < 0 or seqs[skip].type == TensorType("bool", (steps,))),
