@@ -264,12 +264,15 @@ def _ragged_steps(r, ins: Structured, t: str) -> None:
     """Step t of each ragged sequence of the loop: where its rows begin in the tape that
     holds them (_first_row), and their count, the trip count its rows are sized by."""
     op = ins.op
+    counted = set()  # trip counts set this step (a while's tapes share theirs)
     for i, (seq, arg) in enumerate(zip(op.inputs[:op.attrs["n_seq"]], op.blocks[0].args)):
         if ragged_rows(seq.type) is None:
             continue
         steps = f"{r.target.tape_steps(r.tape_of(seq))}"
         r.emit(f"const int64_t {_first_row(ins, i)} = {steps}.first({t});")
-        r.emit(f"{r.dim(arg.type.shape[0])} = {steps}.rows({t});")
+        if arg.type.shape[0] not in counted:
+            counted.add(arg.type.shape[0])
+            r.emit(f"{r.dim(arg.type.shape[0])} = {steps}.rows({t});")
 
 
 def _conditions_on_host(r, op: Op, steps: str, t: str) -> None:

@@ -110,7 +110,7 @@ def _backward_sequences(op: Op, g: BlockGrad, seqs: list[Value], yield_cts: list
     tapes = tape([v for v, _ in kept])
     pairs = [(c, p) for c, p in zip(yield_cts, g.result_cts[n_state:]) if p is not None]
     pairs += again + list(zip(tapes, [p for _, p in kept]))
-    pairs += [(t, Value(t.type.with_shape(t.type.shape[1:]))) for t in tapes[len(kept):]]
+    pairs += [(t, Value(step_type(t.type))) for t in tapes[len(kept):]]
     # the first sequence sets the length: a ragged one cannot (nothing else to read per
     # step, or only ragged tapes: the forward's first sequence still can)
     first = next((k for k, (s, _) in enumerate(pairs) if ragged_rows(s.type) is None), None)
