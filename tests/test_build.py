@@ -173,12 +173,12 @@ def test_the_blas_links_and_loads_by_rpath(blas_demo):
 
 
 @pytest.mark.parametrize("choice", ["mkl", "openblas"])
-@pytest.mark.parametrize("packed", ["own", "blas"])
+@pytest.mark.parametrize("packed", ["own", "blas", "1"])
 def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_path):
-    """MDL_BLAS=mkl and =openblas, with MDL_SMALL_PRODUCTS=own and =blas, whatever this CPU would
-    choose: the runtime and a model built against each, whose gradients match finite
-    differences (a loop's packed product is mdl's own kernel, MKL's packed one or
-    OpenBLAS's plain one)."""
+    """MDL_BLAS=mkl and =openblas, with MDL_SMALL_PRODUCTS=own, =blas and =1 (mdl's kernel
+    for a loop's products of one row only), whatever this CPU would choose: the runtime and
+    a model built against each, whose gradients match finite differences (a loop's packed
+    product is mdl's own kernel, MKL's packed one or OpenBLAS's plain one)."""
     if choice == "mkl" and blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only")
     env = {**os.environ, "MDL_BLAS": choice, "MDL_SMALL_PRODUCTS": packed}
@@ -192,7 +192,7 @@ def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_pa
                            env=env, capture_output=True, text=True, cwd=REPO)
     name, library, own = built.stdout.split()
     assert name == choice and ("mkl" if choice == "mkl" else "openblas") in library
-    assert own == str(packed == "own")
+    assert own == str(packed != "blas")
     # The gradients above are f64's, which mdl's kernel leaves to the BLAS: the runtime's
     # products test (f32 too) against this variant's flags.
     program = tmp_path / "test_blas"
@@ -216,8 +216,9 @@ def test_each_blas_variant_builds_and_its_gradients_check(choice, packed, tmp_pa
 def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, chosen):
     """OpenBLAS for an AMD CPU, with AVX-512 or without, built for it or restricted to
     AVX2; MKL on Intel (MKL runs its generic code on AMD: docs/build.md); MDL_BLAS
-    overrides either way. A loop's packed products run mdl's own
-    kernel with OpenBLAS and on AMD, MKL's on Intel; MDL_SMALL_PRODUCTS overrides that."""
+    overrides either way. Small products run mdl's own kernels with OpenBLAS and on AMD,
+    with MKL on Intel those of one row only (MKL's packed API the rest);
+    MDL_SMALL_PRODUCTS overrides that."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
     machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa=isa)
@@ -227,18 +228,22 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
     monkeypatch.setenv("MDL_MARCH", march)
     blas.cache_clear()
     try:
+        def own_rows(name):
+            return 1024 if name == "openblas" or vendor == "AMD" else 1
         assert blas().name == chosen
-        assert blas().own_kernels == (chosen == "openblas" or vendor == "AMD")
+        assert blas().own_kernels and blas().own_rows == own_rows(chosen)
         other = "openblas" if chosen == "mkl" else "mkl"
         monkeypatch.setenv("MDL_BLAS", other)
         blas.cache_clear()
         assert blas().name == other
-        assert blas().own_kernels == (other == "openblas" or vendor == "AMD")
-        for packed in ("own", "blas"):
+        assert blas().own_kernels and blas().own_rows == own_rows(other)
+        for packed, own, rows in (("own", 1, 1024), ("blas", 0, own_rows(other)),
+                                  ("8", 1, 8)):
             monkeypatch.setenv("MDL_SMALL_PRODUCTS", packed)
             blas.cache_clear()
-            assert blas().name == other and blas().own_kernels == (packed == "own")
-            assert f"-DMDL_OWN_KERNELS={int(packed == 'own')}" in blas().defines
+            assert blas().name == other and blas().own_kernels == bool(own)
+            assert f"-DMDL_OWN_KERNELS={own}" in blas().defines
+            assert f"-DMDL_OWN_ROWS={rows}" in blas().defines
     finally:
         monkeypatch.undo()
         blas.cache_clear()
@@ -246,7 +251,9 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
 
 @pytest.mark.parametrize("variable,value,expected", [
     ("MDL_BLAS", "atlas", "MDL_BLAS='atlas': expected one of mkl, openblas"),
-    ("MDL_SMALL_PRODUCTS", "mine", "MDL_SMALL_PRODUCTS='mine': expected one of own, blas")])
+    ("MDL_SMALL_PRODUCTS", "mine", "MDL_SMALL_PRODUCTS='mine': expected own, blas, or the "
+     "most rows of a product mdl's kernels take (1 to 1024)"),
+    ("MDL_SMALL_PRODUCTS", "2000", "MDL_SMALL_PRODUCTS='2000': expected own, blas")])
 def test_an_unknown_blas_choice_is_a_clear_error(variable, value, expected, tmp_path):
     env = {**os.environ, variable: value}
     run = subprocess.run([sys.executable, "-m", "codegen.cli", "build",

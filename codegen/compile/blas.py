@@ -15,18 +15,24 @@ H=1024, 0.90x the MILSTM's B=1 H=256 forward); of the rows MKL won, only the GRU
 `if` at B=1 H=128 (training, 1.02-1.03x) stayed so when measured again.
 
 Small products have a choice of their own (`MDL_SMALL_PRODUCTS`): `own`, mdl's kernels,
-or `blas`, the BLAS's. mdl's are cpp_runtime/mdl/small_gemm.h for a loop's products of
-at most 64 rows whose right operand the loop does not write (`h @ U`, packed once before
-the loop), and mdl/row_gemm.h for a step's independent products of at most 8 rows, split
-over the threads together (a generation step's `x @ W` and `h @ U`); the two also take
-other products of up to 256 rows whose right operand they read in place (`own_rows` in
-blas.h: a B=1 model's hoisted input product and weight gradients). `blas` is MKL's
-packed API and its products one after another, or with OpenBLAS, which cannot pack, its
-products re-packing at every step. By default `own` with OpenBLAS and on an AMD CPU,
-`blas` with MKL on Intel: on an AMD EPYC of Zen 4, MKL with mdl's kernels took 0.52-0.93x
-MKL's time in every LSTM, GRU and MILSTM row tried and 0.39-0.75x in the generation
-step, with AVX-512 and restricted to AVX2 (docs/build.md); on Intel it was never
-measured.
+or `blas`, the BLAS's, or a number N: mdl's kernels for products of at most N rows. mdl's
+are cpp_runtime/mdl/small_gemm.h for a loop's products of at most 1024 rows whose right
+operand the loop does not write (`h @ U`, packed once before the loop), and
+mdl/row_gemm.h for a step's independent products of at most 8 rows, split over the
+threads together (a generation step's `x @ W` and `h @ U`); the two also take other
+products of 2 to 256 rows whose right operand they read in place (`own_rows` in blas.h: a
+B=1 model's hoisted input product and weight gradients). `blas` is MKL's packed API and
+its products one after another, or with OpenBLAS, which cannot pack, its products
+re-packing at every step. By default `own` with OpenBLAS and on an AMD CPU, where on an
+AMD EPYC of Zen 4 MKL with mdl's kernels took 0.52-0.93x MKL's time in every LSTM, GRU
+and MILSTM row tried and 0.39-0.75x in the generation step, with AVX-512 and restricted
+to AVX2; and `1` with MKL on Intel: on an Intel Xeon (AVX-512, 2026-11-28), builds
+alternating in one process, mdl's kernels on one-row products took 0.72-1.00x MKL's
+time in 21 of the suite's 22 rows at B=1 (the generation step 0.86x; the one loss, 1.12x,
+a 20 MB weight's product: greedy decoding with V=10000), while on every product up to
+1024 rows they took 0.95-1.29x at B >= 20 (slower in 42 of 44 rows), and at B=1 taking
+products of 2 to 64 rows too (a hoisted input product) gained nothing more
+(docs/build.md, "On an Intel Xeon").
 
 Both come from Python packages, not system directories: modules find the library by
 RPATH. cpp_runtime/mdl/blas.h reads the defines to call one or the other.
@@ -43,7 +49,8 @@ from ..ir.diagnostics import MdlBuildError
 from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
-SMALL_PRODUCT_CHOICES = ("own", "blas")
+SMALL_PRODUCT_CHOICES = ("own", "blas", "a number of rows")
+OWN_ROWS = 1024  # the most rows of a product mdl's kernels take (small_gemm.h, blas.h)
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,12 @@ class Blas:
     library: Path        # the shared library modules link and find by RPATH
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
     own_kernels: bool    # small products run mdl's kernels (MDL_SMALL_PRODUCTS)
+    own_rows: int = OWN_ROWS  # of those, products of at most this many rows
 
     @property
     def defines(self) -> tuple[str, ...]:
-        return (self.define, f"-DMDL_OWN_KERNELS={int(self.own_kernels)}")
+        return (self.define, f"-DMDL_OWN_KERNELS={int(self.own_kernels)}",
+                f"-DMDL_OWN_ROWS={self.own_rows}")
 
     @property
     def lib_dir(self) -> str:
@@ -78,10 +87,16 @@ def blas() -> Blas:
     """The BLAS of this installation and CPU (see the module's docstring for the choice)."""
     library = _library()
     small = os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower()
-    if small and small not in SMALL_PRODUCT_CHOICES:
-        raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected one of "
-                            f"{', '.join(SMALL_PRODUCT_CHOICES)}")
-    return replace(library, own_kernels=small == "own") if small else library
+    if not small:
+        return library
+    if small == "own":
+        return replace(library, own_kernels=True, own_rows=OWN_ROWS)
+    if small == "blas":
+        return replace(library, own_kernels=False)
+    if small.isdigit() and 1 <= int(small) <= OWN_ROWS:
+        return replace(library, own_kernels=True, own_rows=int(small))
+    raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected own, blas, or the most "
+                        f"rows of a product mdl's kernels take (1 to {OWN_ROWS})")
 
 
 def _library() -> Blas:
@@ -105,9 +120,11 @@ def _mkl() -> Blas | None:
     header = installed_file("mkl-include", "mkl_cblas.h")
     if library is None or header is None:
         return None
-    # mdl's kernels where MKL's small products were measured slower: on AMD
-    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL",
-                own_kernels=cpu().vendor == "AMD")
+    # mdl's kernels where MKL's small products were measured slower: on AMD all of them,
+    # elsewhere (an Intel Xeon) those of one row
+    amd = cpu().vendor == "AMD"
+    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL", own_kernels=True,
+                own_rows=OWN_ROWS if amd else 1)
 
 
 def _openblas() -> Blas:

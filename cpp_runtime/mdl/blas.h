@@ -120,6 +120,15 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 }
 #endif
 
+// The most rows of a product that mdl's kernels take (MDL_OWN_ROWS): a loop's packed
+// products (at most small_gemm::kSmallRows) and others (at most kOwnRowsMax, own_rows);
+// more go to the BLAS. codegen/compile/blas.py chooses: no limit but those, and with MKL on
+// Intel a few rows, where an Intel Xeon ran MKL faster (docs/build.md).
+#if !defined(MDL_OWN_ROWS)
+#define MDL_OWN_ROWS 1024
+#endif
+constexpr int64_t kOwnRows = MDL_OWN_ROWS;
+
 #if MDL_OWN_KERNELS
 // A float product of 2 to kOwnRowsMax rows, b not transposed, that is not a loop's (those
 // are packed once: pack_b) runs mdl's kernels on b as it lies (own_rows_product), when
@@ -132,7 +141,7 @@ constexpr int64_t kRowKernelRows = 8;
 constexpr int64_t kOwnRowsMax = 256;
 
 inline bool own_rows(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
-  if (trans_b || alpha != 1.f || m < 2 || m > kOwnRowsMax) return false;
+  if (trans_b || alpha != 1.f || m < 2 || m > std::min(kOwnRowsMax, kOwnRows)) return false;
   const int64_t passes = m <= kRowKernelRows ? row_gemm::passes(m) : small_gemm::passes(m);
   return passes * n * k * int64_t(sizeof(float)) <= kOwnRowsTraffic;
 }
@@ -241,7 +250,8 @@ inline int split_threads() {
 // Whether pack_b and gemm_packed run mdl's own kernel on float operands of this shape; both
 // ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
-  return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 && m <= small_gemm::kSmallRows;
+  return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 &&
+         m <= std::min(kOwnRows, small_gemm::kSmallRows);
 }
 
 // Products OpenBLAS runs on the calling thread: a GEMM of up to this many multiply-adds,
@@ -409,7 +419,8 @@ constexpr int64_t kTogetherRows = 8;
 inline int together_threads(const Product<float>* p, int count) {
   int64_t work = 0;
   for (int i = 0; i < count; ++i) {
-    if (p[i].trans_b || p[i].m == 0 || p[i].n == 0 || p[i].k == 0 || p[i].m > kTogetherRows)
+    if (p[i].trans_b || p[i].m == 0 || p[i].n == 0 || p[i].k == 0 ||
+        p[i].m > std::min(kTogetherRows, kOwnRows))
       return 1;
     work += p[i].m * p[i].n * p[i].k;
   }
