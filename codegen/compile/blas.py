@@ -29,7 +29,8 @@ and MILSTM row tried and 0.39-0.75x in the generation step, with AVX-512 and res
 to AVX2; and `1` with MKL on Intel: on an Intel Xeon (AVX-512, 2026-11-28), builds
 alternating in one process, mdl's kernels on one-row products took 0.72-1.00x MKL's
 time in 21 of the suite's 22 rows at B=1 (the generation step 0.86x; the one loss, 1.12x,
-a 20 MB weight's product: greedy decoding with V=10000), while on every product up to
+a 20 MB weight's product: greedy decoding with V=10000; an LSTM at H=1024, 16 MiB, lost
+too, so on Intel they take weights of up to 8 MiB), while on every product up to
 1024 rows they took 0.95-1.29x at B >= 20 (slower in 42 of 44 rows), and at B=1 taking
 products of 2 to 64 rows too (a hoisted input product) gained nothing more
 (docs/build.md, "On an Intel Xeon").
@@ -51,6 +52,7 @@ from .cpu import cpu
 CHOICES = ("mkl", "openblas")
 SMALL_PRODUCT_CHOICES = ("own", "blas", "a number of rows")
 OWN_ROWS = 1024  # the most rows of a product mdl's kernels take (small_gemm.h, blas.h)
+INTEL_OWN_BYTES = 8 << 20  # with MKL on Intel, the largest weight they take (blas.h)
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,12 @@ class Blas:
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
     own_kernels: bool    # small products run mdl's kernels (MDL_SMALL_PRODUCTS)
     own_rows: int = OWN_ROWS  # of those, products of at most this many rows
+    own_bytes: int = 0        # and a right operand of at most this many bytes (0: any)
 
     @property
     def defines(self) -> tuple[str, ...]:
         return (self.define, f"-DMDL_OWN_KERNELS={int(self.own_kernels)}",
-                f"-DMDL_OWN_ROWS={self.own_rows}")
+                f"-DMDL_OWN_ROWS={self.own_rows}", f"-DMDL_OWN_BYTES={self.own_bytes}")
 
     @property
     def lib_dir(self) -> str:
@@ -90,11 +93,11 @@ def blas() -> Blas:
     if not small:
         return library
     if small == "own":
-        return replace(library, own_kernels=True, own_rows=OWN_ROWS)
+        return replace(library, own_kernels=True, own_rows=OWN_ROWS, own_bytes=0)
     if small == "blas":
         return replace(library, own_kernels=False)
     if small.isdigit() and 1 <= int(small) <= OWN_ROWS:
-        return replace(library, own_kernels=True, own_rows=int(small))
+        return replace(library, own_kernels=True, own_rows=int(small), own_bytes=0)
     raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected own, blas, or the most "
                         f"rows of a product mdl's kernels take (1 to {OWN_ROWS})")
 
@@ -121,10 +124,10 @@ def _mkl() -> Blas | None:
     if library is None or header is None:
         return None
     # mdl's kernels where MKL's small products were measured slower: on AMD all of them,
-    # elsewhere (an Intel Xeon) those of one row
+    # elsewhere (an Intel Xeon) those of one row with a weight of at most 8 MiB
     amd = cpu().vendor == "AMD"
     return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL", own_kernels=True,
-                own_rows=OWN_ROWS if amd else 1)
+                own_rows=OWN_ROWS if amd else 1, own_bytes=0 if amd else INTEL_OWN_BYTES)
 
 
 def _openblas() -> Blas:

@@ -128,6 +128,16 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 #define MDL_OWN_ROWS 1024
 #endif
 constexpr int64_t kOwnRows = MDL_OWN_ROWS;
+// ... and the most bytes of their right operand (MDL_OWN_BYTES, 0: no limit): with MKL on
+// Intel 8 MiB, since a one-row product streaming a larger weight took 1.10-1.12x MKL's
+// time there (an LSTM at B = 1, H = 1024: 16 MiB; greedy decoding's V = 10000 output:
+// 20 MB), a smaller one 0.94x (H = 512: 4 MiB).
+#if !defined(MDL_OWN_BYTES)
+#define MDL_OWN_BYTES 0
+#endif
+inline bool own_operand(int64_t n, int64_t k) {
+  return MDL_OWN_BYTES == 0 || n * k * int64_t(sizeof(float)) <= int64_t(MDL_OWN_BYTES);
+}
 
 #if MDL_OWN_KERNELS
 // A float product of 2 to kOwnRowsMax rows, b not transposed, that is not a loop's (those
@@ -141,7 +151,9 @@ constexpr int64_t kRowKernelRows = 8;
 constexpr int64_t kOwnRowsMax = 256;
 
 inline bool own_rows(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
-  if (trans_b || alpha != 1.f || m < 2 || m > std::min(kOwnRowsMax, kOwnRows)) return false;
+  if (trans_b || alpha != 1.f || m < 2 || m > std::min(kOwnRowsMax, kOwnRows) ||
+      !own_operand(n, k))
+    return false;
   const int64_t passes = m <= kRowKernelRows ? row_gemm::passes(m) : small_gemm::passes(m);
   return passes * n * k * int64_t(sizeof(float)) <= kOwnRowsTraffic;
 }
@@ -251,7 +263,7 @@ inline int split_threads() {
 // ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
   return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 &&
-         m <= std::min(kOwnRows, small_gemm::kSmallRows);
+         m <= std::min(kOwnRows, small_gemm::kSmallRows) && own_operand(n, k);
 }
 
 // Products OpenBLAS runs on the calling thread: a GEMM of up to this many multiply-adds,
@@ -420,7 +432,7 @@ inline int together_threads(const Product<float>* p, int count) {
   int64_t work = 0;
   for (int i = 0; i < count; ++i) {
     if (p[i].trans_b || p[i].m == 0 || p[i].n == 0 || p[i].k == 0 ||
-        p[i].m > std::min(kTogetherRows, kOwnRows))
+        p[i].m > std::min(kTogetherRows, kOwnRows) || !own_operand(p[i].n, p[i].k))
       return 1;
     work += p[i].m * p[i].n * p[i].k;
   }
