@@ -3,9 +3,9 @@
 //
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
-// (`gemm_packed`). With MDL_OWN_KERNELS (by default with OpenBLAS, which cannot pack, and
-// with MKL on AMD; MDL_SMALL_PRODUCTS overrides), a float product of up to
-// small_gemm::kSmallRows rows (1024) runs mdl's own kernel on the packed operand
+// (`gemm_packed`). With MDL_OWN_KERNELS (by default; MDL_SMALL_PRODUCTS overrides), a
+// float product of up to small_gemm::kSmallRows rows (1024; with MKL on Intel one row, and
+// a weight of at most 8 MiB: MDL_OWN_ROWS, MDL_OWN_BYTES) runs mdl's own kernel on the packed operand
 // (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
 // kOwnKernelSplitWork multiply-adds. Other packed products are MKL's packed API, which
 // skips re-packing the operand at every step (15-30% of a recurrent product), or with
@@ -123,7 +123,7 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 // The most rows of a product that mdl's kernels take (MDL_OWN_ROWS): a loop's packed
 // products (at most small_gemm::kSmallRows) and others (at most kOwnRowsMax, own_rows);
 // more go to the BLAS. codegen/compile/blas.py chooses: no limit but those, and with MKL on
-// Intel a few rows, where an Intel Xeon ran MKL faster (docs/build.md).
+// Intel one row, where an Intel Xeon ran MKL's products of more rows faster (docs/build.md).
 #if !defined(MDL_OWN_ROWS)
 #define MDL_OWN_ROWS 1024
 #endif

@@ -1,8 +1,9 @@
 // A per-step product of a loop (a batch of up to kSmallRows rows) against a right
 // operand packed once before the loop: mdl's own kernel, used with OpenBLAS, which has no
 // packed API and re-packs the right operand at every call, and with MKL on AMD, where
-// MKL's packed products were slower (by default: codegen/compile/blas.py chooses,
-// MDL_SMALL_PRODUCTS overrides; blas.h shares a product's panels out over the threads).
+// MKL's packed products were slower; with MKL on Intel for one-row products only (by
+// default: codegen/compile/blas.py chooses, MDL_SMALL_PRODUCTS overrides; blas.h shares a
+// product's panels out over the threads).
 // It reads op(B) from panels of kPanel columns packed once and keeps kRows x kPanel sums
 // in registers. [1, 128] @ [128, 512] on an AMD EPYC of Zen 4: 2.5-3.0 us, OpenBLAS 4.2,
 // MKL restricted to AVX2 4.1 (docs/build.md).
