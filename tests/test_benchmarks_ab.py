@@ -59,3 +59,14 @@ def test_builds_whose_outputs_differ_are_not_timed():
     ab._check("case", ["a", "b"], [_bench(hs), _bench(hs + 1e-7)])  # within the tolerance
     with pytest.raises(SystemExit, match="b's outputs differ from a's"):
         ab._check("case", ["a", "b"], [_bench(hs), _bench(hs * 1.01)])
+
+
+def test_dims_resize_every_case_chosen_and_name_it_anew():
+    from benchmarks.cases import by_name
+    case = by_name("lstm-t35-b1-h128", False)
+    wider = ab._resized(case, ["H=512", "B=4"])
+    assert wider.name == "lstm-t35-b4-h512" and wider.dims == {"T": 35, "B": 4, "H": 512}
+    assert wider.group == case.group and wider.passes == case.passes
+    assert ab._resized(case, []) is case
+    with pytest.raises(SystemExit, match="--dims K=3: expected one of T=N, B=N, H=N"):
+        ab._resized(case, ["K=3"])
