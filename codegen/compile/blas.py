@@ -50,7 +50,6 @@ from ..ir.diagnostics import MdlBuildError
 from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
-SMALL_PRODUCT_CHOICES = ("own", "blas", "a number of rows")
 OWN_ROWS = 1024  # the most rows of a product mdl's kernels take (small_gemm.h, blas.h)
 INTEL_OWN_BYTES = 8 << 20  # with MKL on Intel, the largest weight they take (blas.h)
 
@@ -61,9 +60,14 @@ class Blas:
     include_dir: str
     library: Path        # the shared library modules link and find by RPATH
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
-    own_kernels: bool    # small products run mdl's kernels (MDL_SMALL_PRODUCTS)
-    own_rows: int = OWN_ROWS  # of those, products of at most this many rows
-    own_bytes: int = 0        # and a right operand of at most this many bytes (0: any)
+    # mdl's kernels take small products of at most this many rows (0: none, the BLAS takes
+    # them all) and a right operand of at most this many bytes (0: any): MDL_SMALL_PRODUCTS
+    own_rows: int = OWN_ROWS
+    own_bytes: int = 0
+
+    @property
+    def own_kernels(self) -> bool:
+        return self.own_rows > 0
 
     @property
     def defines(self) -> tuple[str, ...]:
@@ -93,11 +97,11 @@ def blas() -> Blas:
     if not small:
         return library
     if small == "own":
-        return replace(library, own_kernels=True, own_rows=OWN_ROWS, own_bytes=0)
+        return replace(library, own_rows=OWN_ROWS, own_bytes=0)
     if small == "blas":
-        return replace(library, own_kernels=False)
+        return replace(library, own_rows=0, own_bytes=0)
     if small.isdigit() and 1 <= int(small) <= OWN_ROWS:
-        return replace(library, own_kernels=True, own_rows=int(small), own_bytes=0)
+        return replace(library, own_rows=int(small), own_bytes=0)
     raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected own, blas, or the most "
                         f"rows of a product mdl's kernels take (1 to {OWN_ROWS})")
 
@@ -126,7 +130,7 @@ def _mkl() -> Blas | None:
     # mdl's kernels where MKL's small products were measured slower: on AMD all of them,
     # elsewhere (an Intel Xeon) those of one row with a weight of at most 8 MiB
     amd = cpu().vendor == "AMD"
-    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL", own_kernels=True,
+    return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL",
                 own_rows=OWN_ROWS if amd else 1, own_bytes=0 if amd else INTEL_OWN_BYTES)
 
 
@@ -138,7 +142,7 @@ def _openblas() -> Blas:
                            "scipy-openblas32") from None
     library = Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so"
     return Blas("openblas", ob.get_include_dir(), library, "-DMDL_BLAS_OPENBLAS",
-                own_kernels=True)  # OpenBLAS cannot pack
+                own_rows=OWN_ROWS)  # OpenBLAS cannot pack
 
 
 def installed_file(distribution: str, name: str) -> Path | None:
