@@ -101,8 +101,8 @@ def functions(source, model: str, out) -> dict[str, str]:
     assert mdlc(["emit", str(source), "--target", "cuda", "--model", model,
                  "-o", str(out)]) == 0
     code = (out / "module.cu").read_text()
-    return dict(re.findall(r"static void (\w+)\(Model& m, Call& c\) \{(.*?)\n\}\n", code,
-                           re.S))
+    return dict(re.findall(r"^void (\w+)\(Model& m, Call& c\) \{(.*?)\n\}\n", code,
+                           re.S | re.M))
 
 
 def test_conditions_are_read_once_a_loop_and_in_a_graph_s_dry_run(source, tmp_path):

@@ -21,7 +21,7 @@ def function_texts(path, model: str, defines: dict) -> dict[str, str]:
     text = files["module.cpp"]
     out = {}
     for kind in ("infer", "train", "backward"):
-        start = text.index(f"static void {kind}_0(")
+        start = text.index(f"void {kind}_0(Model& m, Call& c) {{")
         out[kind] = text[start:text.index("\n}\n", start)]
     return out
 
@@ -180,8 +180,8 @@ def test_a_backward_sized_by_a_while_s_trips_plans_its_own_arena(tmp_path):
 }
 """)
     text = sources(path, "trips", BuildOptions())[1]["module.cpp"]
-    assert "m.arenas[1].reserve(total);" in text.split("static void backward_0(")[0]
-    assert "m.arenas[2].reserve(total);" in text.split("static void backward_0(")[1]
+    assert "m.arenas[1].reserve(total);" in text.split("void backward_0(Model& m, Call& c) {")[0]
+    assert "m.arenas[2].reserve(total);" in text.split("void backward_0(Model& m, Call& c) {")[1]
 
 
 def test_a_training_forward_gives_back_the_hs_it_no_longer_keeps():
@@ -235,7 +235,7 @@ def test_a_while_s_trip_writes_its_states_where_they_live(tmp_path):
 """)
     text = sources(path, "while_states", BuildOptions())[1]["module.cpp"]
     for kind, copies in (("infer", 0), ("train", 2)):
-        start = text.index(f"static void {kind}_0(")
+        start = text.index(f"void {kind}_0(Model& m, Call& c) {{")
         function = text[start:text.index("\n}\n", start)]
         trip = function[function.index("while (true)"):function.index("++trips")]
         assert trip.count("mdl::copy(") == copies, kind

@@ -185,7 +185,7 @@ def together(tmp_path_factory):
 
 def infer_text(path, model):
     _, files = sources(path, "together", BuildOptions(model=model))
-    return files["module.cpp"].split("static void infer_0(")[1].split("\n}\n")[0]
+    return files["module.cpp"].split("void infer_0(Model& m, Call& c) {")[1].split("\n}\n")[0]
 
 
 def test_independent_products_are_one_call_and_dependent_ones_are_not(together):

@@ -6,6 +6,7 @@ the forward is saved between the two calls. A vjp graph's backward block takes t
 cotangents of the float outputs (its args): they are the backward call's inputs."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,6 +218,8 @@ class ModuleGenerator:
         return dict(
             model_name=g.name, ctype=self.target.ctype(self.dtype),
             functions=texts, variants=variants, dim_names=self.dims,
+            function_names=[name for v in variants for name in (v.infer, v.train, v.backward)
+                            if name != "nullptr"],
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
             outputs=[self._tensor_spec(k, v.type) for k, v in g.outputs.items()],
             grads=[self._tensor_spec(k, v.type) for k, v in grads],
@@ -291,9 +294,11 @@ def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
     specializations; one class each) for `target` (`vjp`: backwards take cotangents), and
     its type stub: {file name: text}."""
     contexts, interfaces = [], []
+    units = itertools.count()  # each function a part of its own (templates/module.cpp.j2)
     for graph, joint, specializations in models:
         generator = ModuleGenerator(graph, joint, dtype, specializations, target)
         contexts.append(generator.context())
+        contexts[-1]["functions"] = [(next(units), text) for text in contexts[-1]["functions"]]
         interfaces.append(describe(graph, joint, vjp, specializations, generator.dims,
                                    generator.param_count, target.name, dtype))
         contexts[-1]["doc"] = interfaces[-1].doc()

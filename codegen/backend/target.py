@@ -155,7 +155,7 @@ class Target(abc.ABC):
         signature, the dims, the arena its memory plan `r.plan` lays out; before it, what
         the renderer placed there (`r.definitions`: a GPU target's kernels)."""
         spec, slots = r.spec, r.plan.slots
-        head = [f"static void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
+        head = [f"void {spec.name}(Model& m, Call& c) {{", "  (void)m; (void)c;",
                 *("  " + line for line in self.preamble)]
         head += ["  " + line for line in spec.prologue]
         head += ["  " + line for line in memory_check([*slots, *r.sized], len(r.dims.user))]

@@ -34,7 +34,8 @@ def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) 
         for p in procs:
             p.stop()
     log = "".join(f"{' '.join(p.command)}\n{p.output()}" for p in procs)
-    (work / "build.log").write_text(log)
+    with open(work / "build.log", "a") as file:  # after the build's earlier steps
+        file.write(log)
     if any(p.status for p in procs):
         raise Failed(log, _describe_failure)
 

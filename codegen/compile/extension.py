@@ -1,6 +1,7 @@
 """Building one extension: a target's generated sources compiled and linked with the
 runtime (codegen/compile/runtime.py) by the target's toolchain (codegen/compile/toolchain.py),
-in one compiler call, through the cache (codegen/compile/cache.py). Its key hashes
+in one compiler call or in parts side by side (codegen/compile/parts.py), through the cache
+(codegen/compile/cache.py). Its key hashes
 everything that can change the built file: the sources, the toolchain and its flags, and
 the environment (codegen/compile/environment.py: CODEGEN_VERSION, the runtime's sources,
 the compiler, Python's ABI, pybind11's version, the BLAS)."""
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from .cache import cached, digest, sha256, write_key
 from .commands import run_commands
 from .environment import EXT_SUFFIX, environment_key
+from .parts import build_jobs, defines, split, units
 
 if TYPE_CHECKING:  # a target names its toolchain, which builds through this file
     from ..backend.target import Target
@@ -46,13 +48,25 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
     show = sys.stderr.isatty() if progress is None else progress
     linked = toolchain.runtime(debug, sanitize, show)
     fields = _key_fields(sources, module_name, target, debug, sanitize)
+    chosen = _parts(sources, toolchain)
+    label = f"building {module_name}{toolchain.label}"
 
     def make(work: Path, final: Path) -> None:
         write_key(work, fields)
         compiled = _write_sources(work, sources)
-        command = toolchain.command(compiled, linked, work / (module_name + EXT_SUFFIX),
-                                    final, debug, sanitize)
-        run_commands(work, [command], f"building {module_name}{toolchain.label}", show)
+        output = work / (module_name + EXT_SUFFIX)
+        if len(chosen) > 1:  # one compile of the source per part, side by side, then a link
+            objects = [work / f"part{k}.o" for k in range(len(chosen))]
+            run_commands(work, [toolchain.compile(compiled[0], defines(part), linked, obj, final,
+                                                  debug, sanitize)
+                                for part, obj in zip(chosen, objects)], label, show)
+            run_commands(work, [toolchain.link(objects, linked, output, debug, sanitize)],
+                         label, show)
+            for obj in objects:  # in the module now: the cache keeps only what it loads
+                obj.unlink()
+        else:
+            run_commands(work, [toolchain.command(compiled, linked, output, final, debug,
+                                                  sanitize)], label, show)
         stub = work / "src" / (module_name + STUB_SUFFIX)
         if stub.is_file():
             shutil.copyfile(stub, work / stub.name)
@@ -92,6 +106,15 @@ def _write_sources(work: Path, sources: Mapping[str, str]) -> list[str]:
     for name, text in sources.items():
         (work / "src" / name).write_text(text)
     return [str(work / "src" / n) for n in compiled(sources)]
+
+
+def _parts(sources: Mapping[str, str], toolchain) -> list[list[str]]:
+    """The parts a module is compiled in (codegen/compile/parts.py): one, holding every
+    unit, unless its one compiled source marks units that are worth several."""
+    names = compiled(sources)
+    if len(names) != 1:
+        return [[]]
+    return split(units(sources[names[0]]), build_jobs(), toolchain.part_bytes)
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:

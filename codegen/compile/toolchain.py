@@ -44,6 +44,9 @@ class Toolchain(abc.ABC):
     name: str            # in every key: two toolchains' builds never share a cache entry
     label: str = ""      # after the module's name in the progress line
     no_sanitize: str = ""  # why --sanitize is refused, where it is
+    # The least code (bytes of a generated source) worth a compile of its own when a module
+    # is compiled in parts (codegen/compile/parts.py): each part parses the headers again.
+    part_bytes: int
 
     def check(self, sanitize: bool) -> None:
         """Refuse what this toolchain cannot build, before anything is compiled."""
@@ -65,10 +68,24 @@ class Toolchain(abc.ABC):
         """The one command that compiles `compiled` and links them with `linked` into
         `output`, in a build directory that will be renamed to `final`."""
 
+    @abc.abstractmethod
+    def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        """The command that compiles one part of `source` (its `flags`: parts.defines) into
+        the object `output`."""
+
+    @abc.abstractmethod
+    def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
+             sanitize: bool) -> list[str]:
+        """The command that links the parts' `objects` with `linked` into `output`."""
+
 
 class HostToolchain(Toolchain):
     """The C++ compiler: the runtime's object and its precompiled mdl/python.h."""
     name = "host"
+    # a part loads the precompiled header in about 0.2 s; 16 KB of a model's functions take
+    # about 0.6 s to compile (docs/build.md, "Compiled in parts")
+    part_bytes = 16_000
 
     def fields(self, debug: bool, sanitize: bool) -> dict:
         return {"toolchain": self.name, "flags": compile_flags(debug, sanitize),
@@ -80,12 +97,29 @@ class HostToolchain(Toolchain):
 
     def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
+        return [*self.compiler(linked, output, final, debug, sanitize), "-shared",
+                *self.inputs(compiled), *map(str, linked.objects), "-o", str(output),
+                *self.linker_flags(sanitize)]
+
+    def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        return [*self.compiler(linked, output, final, debug, sanitize), *flags, "-c",
+                *self.inputs([source]), "-o", str(output)]
+
+    def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
+             sanitize: bool) -> list[str]:
+        return [host_compiler()["path"], *compile_flags(debug, sanitize), "-shared",
+                *map(str, objects), *map(str, linked.objects), "-o", str(output),
+                *self.linker_flags(sanitize)]
+
+    def compiler(self, linked: Linked, output: Path, final: Path, debug: bool,
+                 sanitize: bool) -> list[str]:
+        """The compiler with its flags and include directories, for a file of the build
+        directory that holds `output`."""
         return [host_compiler()["path"], *compile_flags(debug, sanitize),
                 # Debug info and sanitizer reports name the sources where they will stay.
                 f"-ffile-prefix-map={output.parent}={final}",
-                *(f"-I{d}" for d in self.includes(linked.includes)), "-shared",
-                *self.inputs(compiled), *map(str, linked.objects), "-o", str(output),
-                *self.linker_flags(sanitize)]
+                *(f"-I{d}" for d in self.includes(linked.includes))]
 
     def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
         return [*map(str, first), *include_dirs()]
@@ -104,6 +138,9 @@ class NvccToolchain(Toolchain):
     RPATH and the CUDA runtime statically."""
     name = "nvcc"
     label = " (cuda)"
+    # nvcc parses the headers again for each part, in about 3.7 s: about what 60 KB of a
+    # model's CUDA take to compile (docs/build.md, "Compiled in parts")
+    part_bytes = 60_000
     no_sanitize = ("--sanitize builds are for the cpu target (the sanitizers instrument host "
                    "code); build the cuda target without it")
 
@@ -135,6 +172,16 @@ class NvccToolchain(Toolchain):
                 debug: bool, sanitize: bool) -> list[str]:
         return [toolkit().nvcc, *self.flags(debug), "-shared",
                 *(f"-I{d}" for d in self.includes()), *compiled,
+                *map(str, linked.objects), "-o", str(output), *self.linker_flags()]
+
+    def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
+                debug: bool, sanitize: bool) -> list[str]:
+        return [toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes()),
+                *flags, "-c", source, "-o", str(output)]
+
+    def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
+             sanitize: bool) -> list[str]:
+        return [toolkit().nvcc, *self.flags(debug), "-shared", *map(str, objects),
                 *map(str, linked.objects), "-o", str(output), *self.linker_flags()]
 
     def includes(self) -> list[str]:
