@@ -1,6 +1,7 @@
 """Build times, measured side by side in one run: a bare pybind11+numpy module compiled
 with `c++ -O3` (the yardstick the backend issue set), the runtime's one-time build, a
-cold `mdlc build` of a model with the runtime already built, and a cached `mdlc build`.
+cold `mdlc build` of a model with the runtime already built (compiled in parts side by
+side, and whole: `MDL_BUILD_JOBS=1`), and a cached `mdlc build`.
 
     python3 benchmarks/build_time.py [--reps 3] [--model examples/charlm.mdl]
 
@@ -43,14 +44,18 @@ def bare_module(work: Path) -> float:
                     str(source), "-o", str(work / "bare.so")])
 
 
-def mdl_builds(work: Path, model: str, defines: list[str]) -> tuple[float, float, float]:
-    """(runtime once, cold model build, cached model build) in a fresh cache."""
+def mdl_builds(work: Path, model: str, defines: list[str]) -> dict[str, float]:
+    """The runtime once, a cold model build, the same compiled whole (under another module
+    name: another key), and a cached build, in a fresh cache."""
     env = {**os.environ, "MDL_CACHE_DIR": str(work / "cache")}
+    env.pop("MDL_BUILD_JOBS", None)
     runtime = seconds([sys.executable, "-c",
                        "from codegen.compile.runtime import build_runtime; build_runtime()"], env)
     mdlc = [sys.executable, "-m", "codegen.cli", "build", model, "-o", str(work / "out"),
             *defines]
-    return runtime, seconds(mdlc, env), seconds(mdlc, env)
+    cold = seconds(mdlc, env)
+    whole = seconds([*mdlc, "--name", "whole"], {**env, "MDL_BUILD_JOBS": "1"})
+    return {"runtime": runtime, "cold": cold, "whole": whole, "cached": seconds(mdlc, env)}
 
 
 def main() -> None:
@@ -59,15 +64,14 @@ def main() -> None:
     parser.add_argument("--model", default=str(REPO / "examples" / "charlm.mdl"))
     parser.add_argument("-D", dest="defines", action="append", default=[])
     args = parser.parse_args()
-    rows: dict[str, list[float]] = {k: [] for k in ("bare", "runtime", "cold", "cached")}
+    rows: dict[str, list[float]] = {k: [] for k in ("bare", "runtime", "cold", "whole",
+                                                    "cached")}
     for _ in range(args.reps):  # interleaved, so a drifting machine moves every row
         with tempfile.TemporaryDirectory() as tmp:
             rows["bare"].append(bare_module(Path(tmp)))
-            runtime, cold, cached = mdl_builds(Path(tmp), args.model,
-                                               [f"-D{d}" for d in args.defines])
-            rows["runtime"].append(runtime)
-            rows["cold"].append(cold)
-            rows["cached"].append(cached)
+            built = mdl_builds(Path(tmp), args.model, [f"-D{d}" for d in args.defines])
+            for key, value in built.items():
+                rows[key].append(value)
     med = {k: statistics.median(v) for k, v in rows.items()}
     name = Path(args.model).name
     print(f"median of {args.reps}, {os.cpu_count()} cores\n")
@@ -75,6 +79,7 @@ def main() -> None:
     for key, label in (("bare", "bare pybind11+numpy module, `c++ -O3`"),
                        ("runtime", "mdl runtime, once per cache"),
                        ("cold", f"`mdlc build {name}`, cold (runtime built)"),
+                       ("whole", "the same compiled whole (`MDL_BUILD_JOBS=1`)"),
                        ("cached", f"`mdlc build {name}`, cached")):
         print(f"| {label} | {med[key]:.2f} | {med[key] / med['bare']:.2f} |")
 

@@ -25,6 +25,11 @@ def mdl_cache_dir(tmp_path_factory):
         path = tmp_path_factory.mktemp("mdl-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MDL_CACHE_DIR", str(path))
+        # pytest-xdist runs a worker a core already: a build compiled in parts side by side
+        # (codegen/compile/parts.py) would only make them wait on each other, so builds
+        # compile whole here unless told otherwise; tests/test_parts.py splits its own
+        if "MDL_BUILD_JOBS" not in os.environ:
+            patch.setenv("MDL_BUILD_JOBS", "1")
         yield path
 
 
