@@ -145,6 +145,23 @@ def test_nvcc_builds_have_keys_of_their_own():
     assert len(keys) == 3
 
 
+def test_nvcc_builds_a_module_in_parts_and_links_them(monkeypatch, gpu):
+    """nvcc compiles each part with its own kernels (no relocatable device code: a part
+    launches only kernels it defines) and links the parts into a module whose models are
+    made, on a GPU, or refused for the want of one (codegen/compile/parts.py)."""
+    from codegen.compile.toolchain import NVCC
+    from codegen.pipeline import load
+    monkeypatch.setenv("MDL_BUILD_JOBS", "2")
+    monkeypatch.setattr(type(NVCC), "part_bytes", 1)  # every unit worth a part
+    module = load(EXAMPLES / "gru.mdl", name="gru_nvcc_parts", target="cuda")
+    assert (Path(module.__file__).parent / "build.log").read_text().count("-DMDL_SPLIT") == 2
+    if gpu:
+        module.GRUClassifier(seed=0)
+    else:
+        with pytest.raises(RuntimeError, match=f"^{NO_DEVICE}"):
+            module.GRUClassifier(seed=0)
+
+
 def test_sanitizers_are_for_the_cpu_target(tmp_path):
     done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--sanitize",
                 "-o", str(tmp_path))

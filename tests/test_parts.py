@@ -1,6 +1,6 @@
 """A generated module compiled in parts side by side (codegen/compile/parts.py): the units a
-source marks, how they are dealt out, MDL_BUILD_JOBS, and modules built in parts by every
-toolchain computing what the same module compiled whole does."""
+source marks, how they are dealt out, MDL_BUILD_JOBS, and modules built in parts computing
+what the same module compiled whole does (nvcc's parts: tests/test_cuda.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +10,7 @@ import pytest
 
 from codegen.compile import parts
 from codegen.compile.extension import build_extension
-from codegen.compile.toolchain import EMULATED_CUDA, HOST, NVCC
+from codegen.compile.toolchain import EMULATED_CUDA, HOST
 from codegen.ir.diagnostics import MdlBuildError
 from codegen.pipeline import BuildOptions, load, sources
 from codegen.targets.cpu import CPU
@@ -138,22 +138,3 @@ def test_an_emulated_cuda_module_built_in_parts_runs(monkeypatch):
     grads_a, grads_b = a.backward(), b.backward()
     for name in grads_a:
         np.testing.assert_allclose(grads_b[name], grads_a[name], rtol=1e-9, atol=1e-12)
-
-
-def _nvcc_missing() -> str | None:
-    try:
-        from codegen.compile.cuda_toolkit import toolkit
-        toolkit()
-    except MdlBuildError as exc:
-        return str(exc)
-    return None
-
-
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no CUDA toolkit: {_nvcc_missing()}")
-def test_nvcc_builds_a_module_in_parts_and_links_them(monkeypatch):
-    """nvcc compiles each part with its own kernels (no relocatable device code: a part's
-    launches are of its own kernels) and links them into a module that imports."""
-    _split_everything(monkeypatch, NVCC, jobs=2)
-    module = load(EXAMPLES / "gru.mdl", name="gru_nvcc_parts", target="cuda")
-    assert _build_log(module).count("-DMDL_SPLIT") == 2
-    assert module.GRUClassifier.__doc__
