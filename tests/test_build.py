@@ -500,18 +500,21 @@ def _includes(command: list[str]) -> list[str]:
 def test_the_emulated_toolchain_compiles_the_generated_cuda_as_cpp(debug, optimize):
     linked = Linked((Path("/c/mdl_runtime.o"), Path("/c/mdl_emulated_cuda.o")),
                     (Path("/c/precompiled"),))
-    command = EMULATED_CUDA.command(["/w/src/module.cu"], linked, Path("/w/m.so"),
+    command = EMULATED_CUDA.compile("/w/src/module.cu", [], linked, Path("/w/part0.o"),
                                     Path("/final"), debug, False)
     assert command[0] == flags.host_compiler()["path"]  # no nvcc
     assert command[1:1 + len(flags.compile_flags(debug))] == flags.compile_flags(debug)
     assert optimize in command and ("-g" in command) == debug
     assert _includes(command)[:3] == [EMULATED, "/c/precompiled", str(RUNTIME_DIR)]
-    source = command.index("/w/src/module.cu")
-    assert command[source - 2:source + 5] == ["-x", "c++", "/w/src/module.cu", "-x", "none",
-                                              "/c/mdl_runtime.o", "/c/mdl_emulated_cuda.o"]
-    assert command[-2:] == ["-ldl", "-lpthread"]
-    assert command[-len(flags.link_flags(False)) - 2:-2] == flags.link_flags(False)
-    assert not any("cublas" in arg or "cudart" in arg for arg in command)
+    assert command[-6:] == ["-c", "-x", "c++", "/w/src/module.cu", "-o", "/w/part0.o"]
+    link = EMULATED_CUDA.link([Path("/w/part0.o")], linked, Path("/w/m.so"), debug, False)
+    assert link[0] == flags.host_compiler()["path"] and "-shared" in link
+    objects = link.index("/w/part0.o")
+    assert link[objects:objects + 3] == ["/w/part0.o", "/c/mdl_runtime.o",
+                                         "/c/mdl_emulated_cuda.o"]
+    assert link[-2:] == ["-ldl", "-lpthread"]
+    assert link[-len(flags.link_flags(False)) - 2:-2] == flags.link_flags(False)
+    assert not any("cublas" in arg or "cudart" in arg for arg in command + link)
 
 
 def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, monkeypatch):

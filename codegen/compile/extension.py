@@ -1,7 +1,7 @@
 """Building one extension: a target's generated sources compiled and linked with the
 runtime (codegen/compile/runtime.py) by the target's toolchain (codegen/compile/toolchain.py),
-in one compiler call or in parts side by side (codegen/compile/parts.py), through the cache
-(codegen/compile/cache.py). Its key hashes
+its sources compiled side by side (a generated one in parts: codegen/compile/parts.py) and
+linked, through the cache (codegen/compile/cache.py). Its key hashes
 everything that can change the built file: the sources, the toolchain and its flags, and
 the environment (codegen/compile/environment.py: CODEGEN_VERSION, the runtime's sources,
 the compiler, Python's ABI, pybind11's version, the BLAS)."""
@@ -48,25 +48,22 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
     show = sys.stderr.isatty() if progress is None else progress
     linked = toolchain.runtime(debug, sanitize, show)
     fields = _key_fields(sources, module_name, target, debug, sanitize)
-    chosen = _parts(sources, toolchain)
     label = f"building {module_name}{toolchain.label}"
+    parts = _parts(sources, toolchain)
 
     def make(work: Path, final: Path) -> None:
         write_key(work, fields)
-        compiled = _write_sources(work, sources)
+        paths = _write_sources(work, sources)
+        compiles = ([(paths[0], defines(part)) for part in parts] if len(parts) > 1
+                    else [(path, []) for path in paths])
+        objects = [work / f"part{k}.o" for k in range(len(compiles))]
         output = work / (module_name + EXT_SUFFIX)
-        if len(chosen) > 1:  # one compile of the source per part, side by side, then a link
-            objects = [work / f"part{k}.o" for k in range(len(chosen))]
-            run_commands(work, [toolchain.compile(compiled[0], defines(part), linked, obj, final,
-                                                  debug, sanitize)
-                                for part, obj in zip(chosen, objects)], label, show)
-            run_commands(work, [toolchain.link(objects, linked, output, debug, sanitize)],
-                         label, show)
-            for obj in objects:  # in the module now: the cache keeps only what it loads
-                obj.unlink()
-        else:
-            run_commands(work, [toolchain.command(compiled, linked, output, final, debug,
-                                                  sanitize)], label, show)
+        run_commands(work, [toolchain.compile(source, flags, linked, obj, final, debug, sanitize)
+                            for (source, flags), obj in zip(compiles, objects)], label, show)
+        run_commands(work, [toolchain.link(objects, linked, output, debug, sanitize)],
+                     label, show)
+        for obj in objects:  # in the module now: the cache keeps only what it loads
+            obj.unlink()
         stub = work / "src" / (module_name + STUB_SUFFIX)
         if stub.is_file():
             shutil.copyfile(stub, work / stub.name)
@@ -109,8 +106,9 @@ def _write_sources(work: Path, sources: Mapping[str, str]) -> list[str]:
 
 
 def _parts(sources: Mapping[str, str], toolchain) -> list[list[str]]:
-    """The parts a module is compiled in (codegen/compile/parts.py): one, holding every
-    unit, unless its one compiled source marks units that are worth several."""
+    """The parts a module's one compiled source is compiled in, side by side
+    (codegen/compile/parts.py): one, compiled whole, unless it marks units worth several.
+    Sources of several files are each compiled whole."""
     names = compiled(sources)
     if len(names) != 1:
         return [[]]

@@ -63,21 +63,15 @@ class Toolchain(abc.ABC):
         """The runtime objects a module links, built (or found) in the cache."""
 
     @abc.abstractmethod
-    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
-                debug: bool, sanitize: bool) -> list[str]:
-        """The one command that compiles `compiled` and links them with `linked` into
-        `output`, in a build directory that will be renamed to `final`."""
-
-    @abc.abstractmethod
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
-        """The command that compiles one part of `source` (its `flags`: parts.defines) into
-        the object `output`."""
+        """The command that compiles `source` (with `flags`: a part's, parts.defines) into
+        the object `output`, in a build directory that will be renamed to `final`."""
 
     @abc.abstractmethod
     def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
              sanitize: bool) -> list[str]:
-        """The command that links the parts' `objects` with `linked` into `output`."""
+        """The command that links the compiled `objects` with `linked` into `output`."""
 
 
 class HostToolchain(Toolchain):
@@ -95,16 +89,13 @@ class HostToolchain(Toolchain):
         built = build_runtime(debug=debug, sanitize=sanitize, progress=progress)
         return Linked((built.object,), (built.precompiled,))
 
-    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
-                debug: bool, sanitize: bool) -> list[str]:
-        return [*self.compiler(linked, output, final, debug, sanitize), "-shared",
-                *self.inputs(compiled), *map(str, linked.objects), "-o", str(output),
-                *self.linker_flags(sanitize)]
-
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
-        return [*self.compiler(linked, output, final, debug, sanitize), *flags, "-c",
-                *self.inputs([source]), "-o", str(output)]
+        return [host_compiler()["path"], *compile_flags(debug, sanitize),
+                # Debug info and sanitizer reports name the sources where they will stay.
+                f"-ffile-prefix-map={output.parent}={final}",
+                *(f"-I{d}" for d in self.includes(linked.includes)), *flags, "-c",
+                *self.language(), source, "-o", str(output)]
 
     def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
              sanitize: bool) -> list[str]:
@@ -112,21 +103,13 @@ class HostToolchain(Toolchain):
                 *map(str, objects), *map(str, linked.objects), "-o", str(output),
                 *self.linker_flags(sanitize)]
 
-    def compiler(self, linked: Linked, output: Path, final: Path, debug: bool,
-                 sanitize: bool) -> list[str]:
-        """The compiler with its flags and include directories, for a file of the build
-        directory that holds `output`."""
-        return [host_compiler()["path"], *compile_flags(debug, sanitize),
-                # Debug info and sanitizer reports name the sources where they will stay.
-                f"-ffile-prefix-map={output.parent}={final}",
-                *(f"-I{d}" for d in self.includes(linked.includes))]
 
     def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
         return [*map(str, first), *include_dirs()]
 
-    def inputs(self, compiled: list[str]) -> list[str]:
-        """The sources as the command names them."""
-        return compiled
+    def language(self) -> list[str]:
+        """What the compiler is told of the source's language (nothing: by its suffix)."""
+        return []
 
     def linker_flags(self, sanitize: bool) -> list[str]:
         return link_flags(sanitize)
@@ -167,12 +150,6 @@ class NvccToolchain(Toolchain):
             [toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
             [RUNTIME_DIR / CUDA_RUNTIME_SOURCE], "the mdl cuda runtime", progress)
         return Linked((host.object, device))
-
-    def command(self, compiled: list[str], linked: Linked, output: Path, final: Path,
-                debug: bool, sanitize: bool) -> list[str]:
-        return [toolkit().nvcc, *self.flags(debug), "-shared",
-                *(f"-I{d}" for d in self.includes()), *compiled,
-                *map(str, linked.objects), "-o", str(output), *self.linker_flags()]
 
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
@@ -225,8 +202,8 @@ class EmulatedCudaToolchain(HostToolchain):
     def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
         return [str(EMULATED_HEADERS), *super().includes(first)]
 
-    def inputs(self, compiled: list[str]) -> list[str]:
-        return ["-x", "c++", *compiled, "-x", "none"]  # the objects after them are objects
+    def language(self) -> list[str]:
+        return ["-x", "c++"]  # the generated CUDA, compiled as C++
 
     def linker_flags(self, sanitize: bool) -> list[str]:
         # -lpthread, not -pthread: that would define _REENTRANT, and the precompiled
