@@ -289,6 +289,21 @@ model WhileInFor(H = 4) {
   minimize loss
 }
 
+# A loop in a branch whose state is a product's right operand: the state's buffer is the
+# if's output, and it holds another matrix at every step, in the forward (m) and in the
+# backward (d m), so it is not packed once before the loop as a weight is (until
+# 2026-11-29 it was: wrong values).
+model StateOperand(H = 3) {
+  input xs : f32[T, H, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  m = tanh(W)
+  if mean(xs * xs) > 0.0 {
+    for x in xs { m = tanh(x @ m) }
+  }
+  output loss = sum(m * m)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -307,7 +322,7 @@ model Layers(H = 5) {
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
-          "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor"]
+          "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "StateOperand"]
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def _walk(instrs: list, loops: list[tuple[Structured, set[int]]],
           layouts: dict[int, Layout], packs: list) -> None:
     for ins in instrs:
         if isinstance(ins, Kernel) and entry(ins.op).product and loops:
-            anchor = _anchor(ins.inputs[1], loops[-1][1], layouts)
+            anchor = _anchor(ins.inputs[1], loops[-1], layouts)
             outermost = next((loop for loop, inside in loops if anchor.id not in inside), None)
             if outermost is not None:
                 ins.pack = Pack(len(packs), ins, anchor)
@@ -51,10 +51,16 @@ def _walk(instrs: list, loops: list[tuple[Structured, set[int]]],
                 _walk(block, inner, layouts, packs)
 
 
-def _anchor(v: Value, inside: set[int], layouts: dict[int, Layout]) -> Value:
+def _anchor(v: Value, loop: tuple[Structured, set[int]], layouts: dict[int, Layout]) -> Value:
     """`v`, or the value it re-strides without an offset (a transpose of a weight made in
-    the loop body) when `v` is made inside the loop: memory the loop does not move."""
-    while v.id in inside and layouts[v.id].base is not None and layouts[v.id].offset is None:
+    the loop body) when `v` is made inside the loop: memory the loop does not move. A
+    loop's state is not followed out of it: its buffer may lie in memory defined before
+    the loop (a loop in a branch, its final state placed in the if's output), but the
+    loop writes it at every step."""
+    structured, inside = loop
+    states = {out.id for out in structured.op.outputs}
+    while v.id in inside and v.id not in states and layouts[v.id].base is not None \
+            and layouts[v.id].offset is None:
         v = layouts[v.id].base
     return v
 
