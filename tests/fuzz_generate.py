@@ -46,6 +46,9 @@ class Generator(Integers):
         # draws of its own, so that choosing whether a branch mirrors the other leaves
         # every other choice of the program (and earlier seeds' programs) as it was
         self.mirrors = random.Random(f"mirror:{name}")
+        # and whether a branch in a for that stores runs a while (deeper than `depth`
+        # reaches otherwise): its tapes are the for's too (if_op.py)
+        self.nests = random.Random(f"nest:{name}")
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -306,6 +309,8 @@ class Generator(Integers):
             with self.frame("if") as branch:
                 for _ in range(self.rng.randint(0, 1)):
                     self.statement(depth - 1)
+                if depth == 1 and self.in_storing_for() and self.nests.random() < 0.5:
+                    self.s_while(0)
                 self.s_update(depth, outer_only=True)
                 if joined:
                     self.emit(f"{joined} = {self.expr(shape, 2)}")
@@ -416,6 +421,8 @@ class Generator(Integers):
             self.cover("while:nested")
         if self.in_storing_for():
             self.cover("while:in-for")
+            if any(f.kind == "if" for f in self.frames):
+                self.cover("while:in-if-in-for")
 
     def s_scope(self, depth: int, name: str | None = None) -> None:
         name = name or self.pick(SCOPES)

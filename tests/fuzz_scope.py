@@ -13,6 +13,13 @@ from fuzz_source import Program, Stmt
 
 POOL = ("w0", "w1")                           # parameter names that scopes reuse
 CONTROL = ("for", "if", "while")
+
+
+def storing_for(control: list) -> bool:
+    """Whether the frames of loops and branches `control` (outermost first) are a for
+    without recompute or checkpoint and then only ifs."""
+    return bool(control) and control[0].kind == "for" and not control[0].recompute \
+        and all(f.kind == "if" for f in control[1:])
 OPEN = ("scope", "share", "static")           # blocks whose variables stay visible after
 
 
@@ -164,20 +171,21 @@ class Names:
             self.avoid.discard(name)
 
     def in_storing_for(self) -> bool:
-        """Whether the innermost loop or branch is a for without recompute or checkpoint,
-        inside no other: a while here keeps its tapes in the for, a ragged yield."""
-        control = [f for f in self.frames if f.kind in CONTROL]
-        return len(control) == 1 and control[0].kind == "for" and not control[0].recompute
+        """Whether the innermost loop is a for without recompute or checkpoint, inside no
+        other loop or branch, with only ifs between it and here: a while here keeps its
+        tapes in the for, a ragged yield."""
+        return storing_for([f for f in self.frames if f.kind in CONTROL])
 
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
         checkpoint) inside another loop or branch: its masks would be drawn again. But a
-        while whose one enclosing loop is a for that stores keeps its tapes there (a
-        ragged yield), masks too."""
+        while whose one enclosing loop is a for that stores (inside no other loop or
+        branch, in its body or in ifs there) keeps its tapes there (a ragged yield), masks
+        too."""
         def refused(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]
-            if f.kind == "while" and len(above) == 1 and above[0].kind == "for":
-                return above[0].recompute
+            if f.kind == "while" and storing_for(above):
+                return False
             return (f.kind == "while" or f.checkpoint) and bool(above)
         nested = any(refused(i, f) for i, f in enumerate(self.frames))
         return not self.in_def and not nested

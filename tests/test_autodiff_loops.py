@@ -170,38 +170,74 @@ def test_a_while_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
     so a dropout in it keeps its masks and is differentiated. The weight's gradient over
     the second while's trips is one product after the backward loop, over the forward's
     tape and the backward's ragged yield laid out alike (whichever way each loop ran)."""
-    graph = model(f"""
+    graph = two_whiles(order, """
+    while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
+    z = h + x
+    while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
+    h = h + y + z""")
+    g = joint(graph)
+    assert [op for op in g.backward.ops if op.prim == "matmul"
+            and any(isinstance(s, Rows) for d in op.inputs[0].type.shape for s in d.symbols)]
+    check_whiles_kept(graph, g, np.random.default_rng(5).normal(size=(4, 2, 3)))
+
+
+def two_whiles(order: str, step: str):
+    """The graph of a model whose for over `order` runs `step` (two whiles, using W and V)
+    after y = tanh(x @ W + h), and yields h."""
+    return model(f"""
 model M(H = 3) {{
   input xs : f32[T, B, H]
   param W : f32[H, H] = normal(0, 0.5)
   param V : f32[H, H] = normal(0, 0.5)
   h = zeros[B, H]
   hs = for x in {order} {{
-    y = tanh(x @ W + h)
-    while norm(y) > 0.4 {{ y = dropout(y, 0.2) * 0.6 @ W }}
-    z = h + x
-    while mean(z * z) > 0.3 {{ z = 0.7 * tanh(z @ V) }}
-    h = h + y + z
+    y = tanh(x @ W + h){step}
     yield h
   }}
   output loss = sum(hs * hs)
   minimize loss
 }}""")
-    g = joint(graph)
-    whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
-    assert len(whiles) == 2  # not run again in the backward
-    assert [op for op in g.backward.ops if op.prim == "matmul"
-            and any(isinstance(s, Rows) for d in op.inputs[0].type.shape for s in d.symbols)]
-    xs, params = np.random.default_rng(5).normal(size=(4, 2, 3)), random_params(graph)
-    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
 
+
+def check_whiles_kept(graph, g, xs):
+    """`graph`'s two whiles are not run again in the backward of `g`, its joint graph,
+    and its training gradients of W and V (a dropout's masks drawn from one seed) match
+    central differences; the graph a build compiles (g: sums moved after the loop)
+    computes them too."""
+    whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
+    assert len(whiles) == 2
+    params = random_params(graph)
+    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
     for name in ("W", "V"):
         numeric = numeric_training_grad(graph, {"xs": xs}, params, name, seed=3)
         assert rel_error(grads.params[name], numeric) < TOLERANCE, name
-    # the graph a build compiles, its sums moved after the loop, computes them too
     built = reference.run(g, {"xs": xs}, params, training=True, seed=3)
     for name in ("W", "V"):
         assert np.allclose(built[f"grad:param:{name}"], grads.params[name], rtol=1e-12)
+
+
+@pytest.mark.parametrize("order", ["xs", "reversed(xs)"])
+def test_a_while_in_an_if_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
+    """An if in a for that stores keeps its branches' whiles' tapes as outputs (the
+    branch that does not run the while yields no rows, [0, B, H], and sets its trip count
+    to 0), which the for lays end to end: the backward runs neither while again, and a
+    dropout in one is differentiated with the masks the forward drew."""
+    graph = two_whiles(order, """
+    if mean(x) > 0.0 {
+      while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
+    } else {
+      z = h + x
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
+      y = y + z
+    }
+    h = h + y""")
+    g = joint(graph)
+    ifs = [op for op in walk_ops(g.body) if op.prim == "if"]
+    assert [sum(Dim.of(0) == r.type.shape[0] for r in block.results if r.type.rank)
+            for block in ifs[0].blocks] == [2, 4]  # each branch: the other's tapes
+    xs = np.random.default_rng(5).normal(size=(6, 2, 3))
+    assert len({bool(x.mean() > 0) for x in xs}) == 2  # both branches run
+    check_whiles_kept(graph, g, xs)
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

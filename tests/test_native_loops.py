@@ -289,6 +289,30 @@ model WhileInFor(H = 4) {
   minimize loss
 }
 
+# Whiles in the branches of an if in a for: the for keeps the tapes of the while that
+# ran (no rows for the other), so the backward runs neither again; a dropout's masks too.
+model WhileInIf(H = 4) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  param V : f32[H, H] = uniform(-0.8, 0.8)
+  h = zeros[B, H]
+  hs = for x in xs {
+    y = tanh(x @ W + h)
+    if mean(x) > 0.0 {
+      n = 0
+      while norm(y) > 1.2 and n < 4 { y = 0.8 * dropout(y, 0.2) @ V; n = n + 1 }
+    } else {
+      z = h + 0.5 * x
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ W) }
+      y = y + z
+    }
+    h = y
+    yield h
+  }
+  output loss = sum(hs * hs) + sum(h)
+  minimize loss
+}
+
 # A loop in a branch whose state is a product's right operand: the state's buffer is the
 # if's output, and it holds another matrix at every step, in the forward (m) and in the
 # backward (d m), so it is not packed once before the loop as a weight is (until
@@ -322,7 +346,8 @@ model Layers(H = 5) {
 """
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
-          "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "StateOperand"]
+          "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
+          "StateOperand"]
 
 
 @pytest.fixture(scope="module")

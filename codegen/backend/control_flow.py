@@ -20,7 +20,7 @@ machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
 from ..ir.graph import IRError, Op, use_counts, walk_ops
-from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows
+from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows, ragged_trips
 from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_op import laid_like
@@ -100,14 +100,20 @@ def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
 
 def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     """A branch's result computed in the branch is computed in the if's output; a
-    constant result is written there by the branch (`extra["constants"]`)."""
+    constant result is written there by the branch (`extra["constants"]`). An output
+    sized by a trip count (a while's tape, kept by the for around the if) is no memory
+    of its own but a pointer to the branch's result (_render_if)."""
     for v in op.outputs:
         low.own(v)
+        if ragged_trips(v.type):
+            low.unplanned.add(v.id)
     ins.extra["constants"] = True
     for block in op.blocks:
         made = {v.id for o in block.ops
                 if lowering_kind(o) in ("elementwise", "kernel", "structured") for v in o.outputs}
         for v, y in zip(op.outputs, block.results):
+            if ragged_trips(v.type):
+                continue
             if y.id in made and y.id not in low.placed and low.uses.get(y.id) == 1:
                 low.placed[y.id] = Layout(v, None, contiguous_strides(y.type.shape))
                 ins.extra["in_place"][y.id] = v
@@ -387,7 +393,10 @@ def streams(op: Op) -> set[int]:
 def _render_if(r, ins: Structured) -> None:
     op = ins.op
     for v in op.outputs:
-        r.define_owned(v)
+        if ragged_trips(v.type):  # the rows of the branch that ran: none where no while did
+            r.emit(f"{r.ctype(v)}* {r.ptr(v)} = nullptr;")
+        else:
+            r.define_owned(v)
     r.open(f"if ({r.scalar(op.inputs[0])})")
     for k, (lowered, results) in enumerate(zip(ins.blocks, ins.extra["results"])):
         if k == 1:
@@ -395,7 +404,12 @@ def _render_if(r, ins: Structured) -> None:
             r.depth += 1
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
-            if r.layout(res).is_const:
+            if ragged_trips(out.type):
+                if res.type == out.type:
+                    r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
+                else:  # no rows (if_op.no_rows): the while did not run
+                    r.emit(f"{r.dim(out.type.shape[0])} = 0;")
+            elif r.layout(res).is_const:
                 r.assign(out, res)
             elif r.layout(res).base is not out:  # else computed in place
                 r.emit(r.target.copy(r.ptr(out), r.ptr(res), r.dim(numel(out.type.shape))))

@@ -17,13 +17,17 @@ class Builder:
     computed anew that the forward pass holds too, which autodiff may read instead of
     keeping the forward's (codegen/transforms/reread.py). `in_block`: it emits the
     backward of a loop body or a branch (regions.differentiate_block), whose forward
-    values of a size that changes from step to step cannot be kept for it."""
+    values of a size that changes from step to step cannot be kept for it. `ragged`: but
+    those whose leading dim is a trip count (a while's tapes) can, as the `for` whose
+    body the block is (or a branch in it) lays its steps' values end to end, so an `if`
+    there keeps its branches' whiles' tapes too (if_op.py)."""
 
     def __init__(self, block: Block, loc: Any = None):
         self.block = block
         self.loc = loc
         self.again: list[tuple[Value, Value]] = []
         self.in_block = False
+        self.ragged = False
 
     @contextlib.contextmanager
     def at(self, loc: Any):

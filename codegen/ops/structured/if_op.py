@@ -1,9 +1,13 @@
-"""`if`: runs one of two blocks on a bool scalar; both yield the if's output types."""
+"""`if`: runs one of two blocks on a bool scalar; both yield the if's output types. An
+output whose leading dim is a trip count (a tape of a while in one branch, which the
+`for` around the if keeps as a ragged yield) is yielded by a branch that does not run
+that while as no rows, [0, ...]: that branch sets the trip count to 0."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.graph import Op, Value, has_dynamic, substitute
+from ...ir.shapes import Dim, TensorType, ragged_trips
 from ..builder import Builder
 from ..entry import constant, entry, summed
 from .gradients import captured_floats
@@ -15,10 +19,24 @@ def _verify(op: Op) -> None:
     need(len(op.inputs) == 1 and op.inputs[0].type == BOOL, "an if tests a bool")
     need(len(op.blocks) == 2 and not op.blocks[0].args and not op.blocks[1].args,
          "an if has two blocks without args")
-    then, orelse = op.blocks
-    types = [[v.type for v in values] for values in (then.results, orelse.results, op.outputs)]
-    need(types[0] == types[1] == types[2], "if branches yield the if's output types")
+    outs = [v.type for v in op.outputs]
+    for block in op.blocks:
+        need(len(block.results) == len(outs) and all(
+            r.type == t or r.type == no_rows(t) for r, t in zip(block.results, outs)),
+             "if branches yield the if's output types (or no rows of a trip count's)")
     need(0 <= op.attrs.get("n_tape", 0) <= len(op.outputs), "n_tape counts outputs")
+
+
+def no_rows(t: TensorType) -> TensorType | None:
+    """What a branch that does not run a while yields for an output of type t sized by
+    the while's trip count ([trips, ...]): [0, ...]; None for another type."""
+    return t.with_shape((Dim.of(0),) + t.shape[1:]) if ragged_trips(t) else None
+
+
+def _sets_dims(op: Op) -> set:
+    """The trip counts of the if's outputs sized by one: a branch's while sets it, the
+    other branch 0."""
+    return {trips for v in op.outputs if (trips := ragged_trips(v.type)) is not None}
 
 
 def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
@@ -28,17 +46,19 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
 def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     """Save the condition (the if itself) and what each branch's backward needs (tapes:
     the other branch yields zeros for them); the backward is an if on the same
-    condition."""
+    condition. In a `for` that keeps its whiles' tapes as ragged yields (`b.ragged`),
+    a branch's while's tapes are kept too, as outputs of the if that the other branch
+    yields as no rows (no_rows), so the backward does not run the while again."""
     captured = captured_floats(op.blocks, active)
     with_ct = [c is not None for c in cts]
-    grads = [differentiate_block(branch, with_ct, captured, STORE, backprop)
+    grads = [differentiate_block(branch, with_ct, captured, STORE, backprop, ragged=b.ragged)
              for branch in op.blocks]
     residuals = [v for g in grads for v in g.saved]
     for k, branch in enumerate(op.blocks):
         fill = Builder(branch)
         own = {v.id for v in grads[k].saved}
-        branch.results = branch.results + [v if v.id in own else fill.zeros(v.type)
-                                           for v in residuals]
+        branch.results = branch.results + [
+            v if v.id in own else fill.zeros(no_rows(v.type) or v.type) for v in residuals]
     tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
     op.outputs = op.outputs + tapes
     op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
@@ -207,5 +227,5 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
 
 IF = register(StructuredOp(
     "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
-    reference=_reference, grad=_grad, branches=True, step_sum=_step_sum,
+    reference=_reference, grad=_grad, branches=True, step_sum=_step_sum, sets_dims=_sets_dims,
     trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), extra={"onnx": _onnx}))

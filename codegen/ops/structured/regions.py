@@ -9,7 +9,8 @@ policy, block args cannot be recomputed, constants are always re-created, random
 (dropout masks) are always saved (a re-run would draw another mask), and values whose
 size is known only at run time are recomputed, since they cannot be stacked: but a
 `for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
-step to step) end to end, a ragged yield, so those are saved there.
+step to step) end to end, a ragged yield, so those are saved there, as are those of a
+while in an `if` in its body, which the if outputs (if_op.py).
 """
 from __future__ import annotations
 
@@ -59,15 +60,18 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     it saves anyway, for a caller that can use them (BlockGrad.again). `ragged`: the
     caller can save a value whose leading dim is a trip count (a `for` not itself in a
     block differentiated apart, laying its steps' values end to end:
-    shapes.stack_type), so a nested while's tapes are saved under STORE rather than the
-    while run again. (In such a block the for's ragged yields would have to be
-    recomputed there, the whole loop again, and could not be where it draws.)"""
+    shapes.stack_type; or an if in such a for's body, outputting them, if_op.py), so a
+    nested while's tapes are saved under STORE rather than the while run again, and an
+    if in the block does the same for its branches (the builder's `ragged`). (In a for
+    in a block differentiated apart the for's ragged yields would have to be recomputed
+    there, the whole loop again, and could not be where it draws.)"""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
     seeds = [(r, c) for r, c in zip(block.results, result_cts) if c is not None]
     inner = Builder(bwd)
     inner.in_block = True
+    inner.ragged = ragged and policy == STORE
     cts = backprop(inner, list(block.ops), seeds, block.args + captured)
     saved, recomputed, computed = _plan(block, bwd, policy, also, ragged)
     mapping: dict[int, Value] = {}
