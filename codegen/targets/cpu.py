@@ -84,7 +84,8 @@ class CpuTarget(Target):
     skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
     groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
     runs_loops_concurrently = True  # one a thread (mdl::Arms, concurrent.h)
-    preamble = ("mdl::ProductThreads product_threads;  // MKL's threads: blas.h",)
+    preamble = ("mdl::FlushDenormals flush_denormals;  // while it runs: mdl/denormals.h",
+                "mdl::ProductThreads product_threads;  // MKL's threads: blas.h")
 
     def __init__(self, sanitized: bool = False, profiled: bool = False):
         # a sanitized build marks dead slots, so that AddressSanitizer reports a read of
@@ -222,6 +223,7 @@ class CpuTarget(Target):
         r.emit("#pragma omp parallel num_threads(team)")
         r.emit("{")
         r.depth += 1
+        r.emit("mdl::flush_denormals();")
         share = r.fresh("share")
         align = SHARE_ALIGN if split == len(nest.dims) - 1 else 1
         r.emit(f"const mdl::Share {share}({r.dim(nest.dims[split])}, {align});")

@@ -334,6 +334,7 @@ inline void own_rows_product(bool trans_a, int64_t m, int64_t n, int64_t k, cons
   }
 #pragma omp parallel num_threads(threads)
   {
+    flush_denormals();
     const Share share(n, rows ? row_gemm::kLanes : small_gemm::kPanel);
     part(share.begin, share.end);
   }
@@ -354,6 +355,7 @@ inline void own_product(bool trans_a, int64_t m, int64_t n, int64_t k, const flo
   }
 #pragma omp parallel num_threads(threads)
   {
+    flush_denormals();
     const Share part(panels, 1);
     small_gemm::multiply(trans_a, m, n, k, a, lda, packed, beta, c, ldc, part.begin, part.end);
   }
@@ -451,10 +453,13 @@ inline void gemm_together(const Product<T>* p, std::size_t count) {
   if constexpr (std::is_same_v<T, float>) {
     if (const int threads = together_threads(p, int(count)); threads > 1) {
 #pragma omp parallel num_threads(threads)
-      for (std::size_t i = 0; i < count; ++i) {
-        const Share part(p[i].n, row_gemm::kLanes);
-        row_gemm::columns(p[i].trans_a, p[i].m, p[i].k, p[i].a, p[i].lda, p[i].b, p[i].ldb,
-                          p[i].beta, p[i].c, p[i].ldc, part.begin, part.end);
+      {
+        flush_denormals();
+        for (std::size_t i = 0; i < count; ++i) {
+          const Share part(p[i].n, row_gemm::kLanes);
+          row_gemm::columns(p[i].trans_a, p[i].m, p[i].k, p[i].a, p[i].lda, p[i].b,
+                            p[i].ldb, p[i].beta, p[i].c, p[i].ldc, part.begin, part.end);
+        }
       }
       return;
     }
@@ -480,10 +485,15 @@ inline void run_openblas_parts(int, openblas_dojob_callback part, int jobs,
   char* const parts = static_cast<char*>(data);
 #pragma omp parallel num_threads(jobs)
   {
+    flush_denormals();
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
     std::vector<std::thread> more;
     if (t == 0)
-      for (int j = team; j < jobs; ++j) more.emplace_back(part, j, parts + j * size, buffer);
+      for (int j = team; j < jobs; ++j)
+        more.emplace_back([=] {
+          flush_denormals();
+          part(j, parts + j * size, buffer);
+        });
     part(t, parts + t * size, buffer);
     for (auto& thread : more) thread.join();
   }

@@ -57,6 +57,7 @@ class Arms {
   // arm's that failed is thrown again once all have ended (rethrow).
   template <class Arm>
   void run(int k, Arm&& arm) {
+    flush_denormals();  // the thread's mode for the arm's loops and products (denormals.h)
     try {
       arm();
     } catch (...) {

@@ -5,6 +5,8 @@
 
 #include <omp.h>
 
+#include "mdl/denormals.h"
+
 #include <algorithm>
 #include <cstdint>
 

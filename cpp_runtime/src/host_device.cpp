@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "mdl/denormals.h"
 #include "mdl/device.h"
 #include "mdl/optimizer.h"
 
@@ -45,6 +46,7 @@ template <class T>
 void update(void*, const UpdateStep& s, T* w, const T* grad, T* first, T* second,
             int64_t n) {
   constexpr int SGD = OptimizerConfig::SGD, ADAM = OptimizerConfig::ADAM;
+  FlushDenormals flush;  // a tiny gradient's square (Adam's second moment) is one
   // SGD has no second moment: `first` stands in for it, never touched
   if (s.kind == ADAM) update_loop<T, ADAM, true>(s, w, grad, first, second, n);
   else if (s.momentum == 0) update_loop<T, SGD, false>(s, w, grad, first, first, n);

@@ -1,0 +1,52 @@
+"""Denormal floats (below 1.2e-38 in f32, 2.2e-308 in f64) are flushed to zero while the
+cpu target's code runs (cpp_runtime/mdl/denormals.h): a result that small is 0 and such an
+input reads as 0, as in XLA's code; an x86 core takes a slow path for each one otherwise.
+The calling thread has its own mode back when the call returns."""
+import numpy as np
+import pytest
+
+from codegen.pipeline import load
+
+SOURCE = """
+model Tiny() {
+  input x : f32[3]
+  output small = x * 1e-30
+  output large = x * 1e10
+  output loss = sum(large)
+  minimize loss
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    """Tiny built in f32 and in f64 (by dtype)."""
+    source = tmp_path_factory.mktemp("denormals") / "tiny.mdl"
+    source.write_text(SOURCE)
+    return {dtype: load(source, name=f"denormals_{dtype}", dtype=dtype).Tiny(seed=0)
+            for dtype in ("f32", "f64")}
+
+
+def test_the_cpu_target_flushes_denormal_results_and_inputs(tiny):
+    x = np.array([1e-10, 1.0, 1e-39], np.float32)   # 1e-39: an f32 denormal
+    out = tiny["f32"].forward(x=x)
+    # 1e-40 is a denormal result: 0; 1e-30 is not
+    assert out["small"][0] == 0 and out["small"][1] == np.float32(1e-30)
+    # the denormal input reads as 0, though 1e-29 would be a normal result
+    assert out["large"][2] == 0 and out["large"][1] == np.float32(1e10)
+
+
+def test_f64_denormals_are_flushed_too(tiny):
+    out = tiny["f64"].forward(x=np.array([1e-300, 1.0, 1e-310]))   # 1e-310: an f64 denormal
+    assert out["small"][0] == 0 and out["small"][1] == 1e-30
+    assert out["large"][2] == 0
+
+
+def test_the_caller_keeps_its_denormals(tiny):
+    m = tiny["f32"]
+    m.forward(x=np.ones(3, np.float32))
+    m.forward(x=np.ones(3, np.float32), training=True)
+    m.backward()
+    # NumPy on this thread: a denormal input is read, a denormal result is kept
+    assert (np.array([1e-39], np.float32) * np.float32(1e10))[0] > 1e-30
+    assert (np.array([1e-20], np.float32) * np.float32(1e-20))[0] > 0
