@@ -243,6 +243,15 @@ class Expressions(Functions):
         if len(shape) < 2 or not isinstance(shape[-1], int):
             return None
         self.cover("matmul")
+        # at times a variable on the right (a loop's state: another matrix every step,
+        # never packed once as a weight is; a draw of its own, leaving other choices be)
+        right = [v for v in self.visible().values() if v.dtype == "f32" and len(v.shape) == 2
+                 and v.shape[1] == shape[-1] and isinstance(v.shape[0], int)
+                 and v.name not in self.avoid]
+        if right and self.operands.random() < 0.3:
+            v = self.pick(right)
+            self.cover("matmul:variable")
+            return f"({self.expr(shape[:-1] + (v.shape[0],), d)} @ {v.name})"
         k = self.pick(self.widths)
         left = self.expr(shape[:-1] + (k,), d)
         return f"({left} @ {self.param((k, shape[-1]))})"

@@ -49,6 +49,7 @@ class Generator(Integers):
         # and whether a branch in a for that stores runs a while (deeper than `depth`
         # reaches otherwise): its tapes are the for's too (if_op.py)
         self.nests = random.Random(f"nest:{name}")
+        self.operands = random.Random(f"operand:{name}")  # a product's right operand
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:

@@ -253,17 +253,42 @@ def _pushed_onto(op: Op, ragged: dict[int, int]) -> dict[int, int]:
     """The ragged yields (value id -> the loop's tape) that a while of the body pushes
     onto the loop's tape itself, trip by trip, rather than onto one of its own that the
     step's end would copy: each a tape of a while of the body that nothing else in the
-    body reads."""
+    body reads, or an output of an if of the body that is such a tape in every branch
+    that yields rows (the while's tape is in the map too)."""
     body, n_state = op.blocks[0], op.attrs["n_state"]
-    whiles = {v.id for o in body.ops if entry(o).extra.get("pushes")
-              for v in o.outputs[len(o.outputs) - o.attrs.get("n_tape", 0):]}
     reads = use_counts(body)
-    out = {}
+    out: dict[int, int] = {}
     for k, tape in ragged.items():
         y = body.results[n_state + k]
-        if y.id in whiles and reads.get(y.id) == 1 and y.id not in out:
-            out[y.id] = tape
+        behind = _tapes_behind(body, y, reads)
+        if behind and not any(v.id in out for v in behind):
+            out.update((v.id, tape) for v in behind)
     return out
+
+
+def _tapes_behind(block, v, reads: dict[int, int]) -> list | None:
+    """The values whose rows `v`, read once in `block` (and the blocks inside it), holds:
+    [v] for a while's tape; for an if's output, those of its branches' results (none for
+    a branch's no rows); None where v is anything else."""
+    if reads.get(v.id) != 1:
+        return None
+    made = next((o for o in block.ops if v in o.outputs), None)
+    if made is None:
+        return None
+    if entry(made).extra.get("pushes"):
+        return [v] if made.outputs.index(v) >= len(made.inputs) else None
+    if not entry(made).branches:
+        return None
+    j, found = made.outputs.index(v), [v]
+    for branch in made.blocks:
+        result = branch.results[j]
+        if result.type != v.type:  # no rows (if_op.no_rows)
+            continue
+        inner = _tapes_behind(branch, result, reads)
+        if inner is None:
+            return None
+        found += inner
+    return found
 
 
 def _ragged_steps(r, ins: Structured, t: str) -> None:
