@@ -55,6 +55,7 @@ void update(void*, const UpdateStep& s, T* w, const T* grad, T* first, T* second
 
 template <class T>
 double sum_squares(void*, const T* g, int64_t n) {
+  FlushDenormals flush;  // a denormal gradient's square is far below any norm that clips
   double total = 0;
   for (int64_t k = 0; k < n; ++k) total += double(g[k]) * g[k];
   return total;
