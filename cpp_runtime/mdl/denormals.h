@@ -4,8 +4,8 @@
 // an Intel Xeon (NumPy's and PyTorch's alike), and a recurrent backward whose cotangents
 // fade over the steps (an RNN's vanishing gradient) reaches them: the training step of a
 // `while` in an `if` in a `for` (T=35, B=32, H=128) took 71-74 ms instead of 6.0-6.4
-// (docs/native.md). XLA's CPU code (JAX) flushes them too. MXCSR's FTZ bit makes such a result 0 and its DAZ bit
-// reads such an input as 0; the mode is the thread's own.
+// (docs/native.md). XLA's CPU code (JAX) flushes them too. MXCSR's FTZ bit makes such a
+// result 0 and its DAZ bit reads such an input as 0; the mode is the thread's own.
 #pragma once
 
 #if defined(__SSE__)
@@ -46,7 +46,10 @@ class FlushDenormals {
 #else
 // Elsewhere (no SSE control register) denormals are kept, as IEEE 754 has them.
 inline void flush_denormals() {}
-class FlushDenormals {};
+class FlushDenormals {
+ public:
+  FlushDenormals() {}  // (a constructor of its own: no unused-variable warning)
+};
 #endif
 
 }  // namespace mdl

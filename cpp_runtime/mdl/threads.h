@@ -5,10 +5,10 @@
 
 #include <omp.h>
 
-#include "mdl/denormals.h"
-
 #include <algorithm>
 #include <cstdint>
+
+#include "mdl/denormals.h"
 
 namespace mdl {
 
