@@ -24,6 +24,7 @@ from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows, ragged_trip
 from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_op import laid_like
+from ..ops.structured.if_op import no_rows
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
 from .states import update_for, update_while
@@ -282,7 +283,7 @@ def _tapes_behind(block, v, reads: dict[int, int]) -> list | None:
     j, found = made.outputs.index(v), [v]
     for branch in made.blocks:
         result = branch.results[j]
-        if result.type != v.type:  # no rows (if_op.no_rows)
+        if result.type == no_rows(v.type):
             continue
         inner = _tapes_behind(branch, result, reads)
         if inner is None:
@@ -430,10 +431,10 @@ def _render_if(r, ins: Structured) -> None:
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
             if ragged_trips(out.type):
-                if res.type == out.type:
-                    r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
-                else:  # no rows (if_op.no_rows): the while did not run
+                if res.type == no_rows(out.type):  # the while did not run
                     r.emit(f"{r.dim(out.type.shape[0])} = 0;")
+                else:
+                    r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
             elif r.layout(res).is_const:
                 r.assign(out, res)
             elif r.layout(res).base is not out:  # else computed in place
