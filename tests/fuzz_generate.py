@@ -310,7 +310,7 @@ class Generator(Integers):
             with self.frame("if") as branch:
                 for _ in range(self.rng.randint(0, 1)):
                     self.statement(depth - 1)
-                if depth == 1 and self.in_storing_for() and self.nests.random() < 0.5:
+                if depth == 1 and self.while_keeps_tapes() and self.nests.random() < 0.5:
                     self.s_while(0)
                 self.s_update(depth, outer_only=True)
                 if joined:
@@ -424,6 +424,8 @@ class Generator(Integers):
             self.cover("while:in-for")
             if any(f.kind == "if" for f in self.frames):
                 self.cover("while:in-if-in-for")
+        elif self.while_keeps_tapes():
+            self.cover("while:in-if")
 
     def s_scope(self, depth: int, name: str | None = None) -> None:
         name = name or self.pick(SCOPES)

@@ -20,6 +20,13 @@ def storing_for(control: list) -> bool:
     without recompute or checkpoint and then only ifs."""
     return bool(control) and control[0].kind == "for" and not control[0].recompute \
         and all(f.kind == "if" for f in control[1:])
+
+
+def keeps_tapes(control: list) -> bool:
+    """Whether a while inside the frames `control` keeps its tapes for the backward (so a
+    dropout in it keeps its masks): in a for that stores, or in ifs in no loop, at any
+    depth of ifs (the if outputs them)."""
+    return storing_for(control) or (bool(control) and all(f.kind == "if" for f in control))
 OPEN = ("scope", "share", "static")           # blocks whose variables stay visible after
 
 
@@ -176,15 +183,19 @@ class Names:
         tapes in the for, a ragged yield."""
         return storing_for([f for f in self.frames if f.kind in CONTROL])
 
+    def while_keeps_tapes(self) -> bool:
+        """Whether a while here keeps its tapes for the backward (keeps_tapes)."""
+        return keeps_tapes([f for f in self.frames if f.kind in CONTROL])
+
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
         checkpoint) inside another loop or branch: its masks would be drawn again. But a
         while whose one enclosing loop is a for that stores (inside no other loop or
-        branch, in its body or in ifs there) keeps its tapes there (a ragged yield), masks
-        too."""
+        branch, in its body or in ifs there), or that is in ifs in no loop, keeps its
+        tapes (keeps_tapes), masks too."""
         def refused(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]
-            if f.kind == "while" and storing_for(above):
+            if f.kind == "while" and keeps_tapes(above):
                 return False
             return (f.kind == "while" or f.checkpoint) and bool(above)
         nested = any(refused(i, f) for i, f in enumerate(self.frames))

@@ -134,12 +134,12 @@ NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop o
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   }""",
-    "while in an if": """
-  if c > 0.0 {
+    "while in an if in a while": """
+  while norm(h) < 1.0 { if c > 0.0 {
     y = h + c
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
-  }""",
+  } else { h = h + 0.5 } }""",
     "checkpointed for in an if": """
   if c > 0.0 {
     for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h) }
@@ -238,6 +238,47 @@ def test_a_while_in_an_if_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
     xs = np.random.default_rng(5).normal(size=(6, 2, 3))
     assert len({bool(x.mean() > 0) for x in xs}) == 2  # both branches run
     check_whiles_kept(graph, g, xs)
+
+
+def test_a_while_in_an_if_at_the_top_level_keeps_its_tapes_masks_too():
+    """An if in no loop outputs its branches' whiles' tapes as the one in a for does (the
+    backward reads them as it reads any forward value): neither while runs again, and
+    the dropout in one is differentiated with the forward's masks, in both branches and
+    in an if nested in the other."""
+    graph = model("""
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  param V : f32[H, H] = normal(0, 0.5)
+  y = tanh(x @ W)
+  if mean(x) > 0.0 {
+    while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
+  } else {
+    if sum(y) < 0.0 {
+      z = y + x
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(dropout(z, 0.1) @ V) }
+      y = y + z
+    }
+  }
+  output loss = sum(y * y)
+  minimize loss
+}""")
+    g = joint(graph)
+    assert len([op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]) == 2
+    rng = np.random.default_rng(5)
+    ran = set()
+    for x in (np.abs(rng.normal(size=(2, 3))), -np.abs(rng.normal(size=(2, 3)))):
+        params = random_params(graph)
+        params["W"] = np.abs(params["W"])  # y > 0 for x > 0, y < 0 for x < 0
+        ran.add((x.mean() > 0, np.tanh(x @ params["W"]).sum() < 0))
+        grads = reference.gradients(graph, {"x": x}, params, training=True, seed=3)
+        for name in ("W", "V"):
+            numeric = numeric_training_grad(graph, {"x": x}, params, name, seed=3)
+            assert rel_error(grads.params[name], numeric) < TOLERANCE, name
+        built = reference.run(g, {"x": x}, params, training=True, seed=3)
+        for name in ("W", "V"):
+            assert np.allclose(built[f"grad:param:{name}"], grads.params[name], rtol=1e-12)
+    assert ran == {(True, False), (False, True)}  # each while ran
 
 
 def test_dropout_in_a_recomputed_loop_keeps_its_masks():

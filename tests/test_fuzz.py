@@ -316,7 +316,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
     drawn = {"for", "for:lengths", "for:reversed", "for:recompute", "for:checkpoint",
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
              "if:step", "if:else-if", "for:steps", "if:joined", "while", "while:nested",
-             "while:in-for", "while:in-if-in-for", "matmul:variable",
+             "while:in-for", "while:in-if-in-for", "while:in-if", "matmul:variable",
              "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
              "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",

@@ -12,6 +12,7 @@ import pytest
 
 from codegen.pipeline import load
 from codegen.reference import gradcheck
+from codegen.reference import interpreter as reference
 from dsl import check_file
 
 from test_native import assert_training_matches, random_case, rel_error, run_alone
@@ -328,6 +329,27 @@ model StateOperand(H = 3) {
   minimize loss
 }
 
+# Whiles in ifs in no loop: the ifs output their tapes (a dropout's masks too), the
+# branch without the while no rows; the backward runs neither while again.
+model WhileInTopIf(H = 4) {
+  input x : f32[B, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  param V : f32[H, H] = uniform(-0.8, 0.8)
+  y = tanh(x @ W)
+  if mean(x) > 0.0 {
+    n = 0
+    while norm(y) > 1.2 and n < 4 { y = 0.8 * dropout(y, 0.2) @ V; n = n + 1 }
+  } else {
+    if sum(y) < 1.0 {
+      z = y + 0.5 * x
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ W) }
+      y = y + z
+    }
+  }
+  output loss = sum(y * y)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -347,7 +369,7 @@ model Layers(H = 5) {
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
-          "StateOperand"]
+          "StateOperand", "WhileInTopIf"]
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +390,19 @@ def test_loop_options_match_the_reference(source, module, model):
     m = getattr(module, model)(seed=2)
     for seed in (1, 2):
         assert_training_matches(m, graph, random_case(graph, "f64", seed), 1e-10, seed=2)
+
+
+def test_whiles_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, module):
+    """WhileInTopIf's branches each (x > 0, x < 0), at B = 0 to 3: the training forward
+    and backward (the ifs' tapes) and the inference forward (none) against the
+    reference."""
+    graph = check_file(str(source), model="WhileInTopIf", dtype="f64").graph
+    m = module.WhileInTopIf(seed=2)
+    for seed, (sign, rows) in enumerate([(s, b) for s in (1, -1) for b in (0, 1, 2, 3)]):
+        inputs = {"x": sign * np.abs(np.random.default_rng(seed).normal(size=(rows, 4)))}
+        assert_training_matches(m, graph, inputs, 1e-10, seed=2)
+        want = reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
+        assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12
 
 
 def test_products_of_many_rows_a_step_match_the_reference(source):
@@ -447,6 +482,7 @@ import numpy as np
 from pathlib import Path
 from codegen.pipeline import load
 from codegen.reference import gradcheck
+from codegen.reference import interpreter as reference
 from dsl import check_file
 from test_native_loops import peak_mib
 module = load({str(source)!r}, dtype="f64", name={module.__name__!r})

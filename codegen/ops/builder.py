@@ -20,7 +20,7 @@ class Builder:
     values of a size that changes from step to step cannot be kept for it. `ragged`: but
     those whose leading dim is a trip count (a while's tapes) can, as the `for` whose
     body the block is (or a branch in it) lays its steps' values end to end, so an `if`
-    there keeps its branches' whiles' tapes too (if_op.py)."""
+    there keeps its branches' whiles' tapes too (if_op.py), as one in no block does."""
 
     def __init__(self, block: Block, loc: Any = None):
         self.block = block

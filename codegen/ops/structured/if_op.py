@@ -46,12 +46,14 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
 def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     """Save the condition (the if itself) and what each branch's backward needs (tapes:
     the other branch yields zeros for them); the backward is an if on the same
-    condition. In a `for` that keeps its whiles' tapes as ragged yields (`b.ragged`),
-    a branch's while's tapes are kept too, as outputs of the if that the other branch
-    yields as no rows (no_rows), so the backward does not run the while again."""
+    condition. In a `for` that keeps its whiles' tapes as ragged yields (`b.ragged`), and
+    in no loop (not `b.in_block`: the backward reads any forward value), a branch's
+    while's tapes are kept too, as outputs of the if that the other branch yields as no
+    rows (no_rows), so the backward does not run the while again."""
     captured = captured_floats(op.blocks, active)
     with_ct = [c is not None for c in cts]
-    grads = [differentiate_block(branch, with_ct, captured, STORE, backprop, ragged=b.ragged)
+    grads = [differentiate_block(branch, with_ct, captured, STORE, backprop,
+                                 ragged=b.ragged or not b.in_block)
              for branch in op.blocks]
     residuals = [v for g in grads for v in g.saved]
     for k, branch in enumerate(op.blocks):

@@ -141,8 +141,8 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool) -> bool:
             raise GradientError(
                 "a dropout inside a loop of run-time length (a while, or a for with "
                 "checkpoint) nested in another loop, branch or while cannot be "
-                "differentiated (a while directly in a for without recompute or "
-                "checkpoint, in no other loop or branch, can be): its masks would have "
-                "to be drawn again", op.loc)
+                "differentiated (a while in ifs in no loop, or in a for without recompute "
+                "or checkpoint that is in no other loop or branch, right there or in ifs "
+                "there, can be): its masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE
