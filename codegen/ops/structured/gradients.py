@@ -18,7 +18,7 @@ the cotangents of its inputs and of the outer values its blocks capture.
 """
 from __future__ import annotations
 
-from ...ir.graph import Op, Value, free_values
+from ...ir.graph import Block, IRError, Op, Value, free_values, outer_reads
 from ...ir.shapes import Dim, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from .regions import BlockGrad
@@ -33,6 +33,33 @@ def captured_floats(blocks, active: set[int]) -> list[Value]:
                 seen.add(v.id)
                 out.append(v)
     return out
+
+
+def active_states(body: Block, first: int, n_state: int, seeded: set[int]) -> list[bool]:
+    """Which of a loop's states carry a cotangent from step to step: `seeded` holds the
+    indices of the body's results (states, then yields) given one from outside the loop;
+    a state's new value needs one where its final value is seeded or where the next
+    step's value of it (`body.args[first + i]`) reaches, through float values (autodiff's
+    `active` relation: an op's float outputs depend on all it reads), a result that needs
+    one, until nothing changes. The other states' cotangents are zero at every step (a
+    while's convergence measure, read only by its condition), so their backward is not
+    emitted."""
+    reads = [(op, {v.id for v in outer_reads(op)}) for op in body.ops]
+
+    def reached(arg: Value) -> set[int]:
+        found = {arg.id}
+        for op, ids in reads:
+            if not ids.isdisjoint(found):
+                found.update(v.id for v in op.outputs if v.type.is_float)
+        return {k for k, r in enumerate(body.results) if r.id in found}
+    args = body.args[first:first + n_state]
+    reach = [reached(a) if a.type.is_float else set() for a in args]
+    needed = set(seeded)
+    while True:
+        more = {i for i in range(n_state) if i not in needed and reach[i] & needed}
+        if not more:
+            return [i in needed for i in range(n_state)]
+        needed |= more
 
 
 def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
@@ -57,7 +84,10 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     Returns (cotangents of seqs and states, [(captured value, cotangent)])."""
     n_seq = len(seqs)
     seq_in, seq_args = _backward_sequences(op, g, seqs, cts[len(states):], tape)
-    floats = [i for i, s in enumerate(states) if s.type.is_float]
+    floats = [i for i in range(len(states)) if g.result_cts[i] is not None]
+    if any(g.arg_cts[n_seq + i] is not None for i in range(len(states)) if i not in floats):
+        raise IRError(f"a state of {op.prim} at {op.loc} without a carried cotangent has one "
+                      f"at a step's start (gradients.active_states)")
     init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
             for i in floats] + [b.zeros_like(c) for c in captured]
     accs = [Value(c.type, f"acc_{c.hint}") for c in captured]
