@@ -71,15 +71,31 @@ def test_the_char_lms_gate_loops_vectorize(tmp_path):
 
 @gcc_only
 def test_a_loop_reading_a_broadcast_scalar_vectorizes(tmp_path):
-    """The loop of `d mean(abs(g - h)) / (B H) * sign(g - h)` in the backward of the
-    ponder benchmark's `while`: it read the scalar through a broadcast at every element,
-    and GCC left the code specialized for B = 32 scalar, with a branch a sign. Only the
-    loops GCC keeps count: in that code the loop's split over the threads is dead (too
-    small), so the rule is that some copy of each kind vectorizes, the specialized one's
-    included."""
-    options = BuildOptions(model="Ponder", defines={"H": 128},
-                           specialize=[{"T": 35, "B": 32}])
-    _, files = sources(ROOT / "benchmarks" / "models.mdl", "ponder_vec", options)
+    """The loop of `d mean(abs(g - h)) / (B H) * sign(g - h)` in a backward (the ponder
+    benchmark's `while` had it until its convergence measure, read only by the condition,
+    stopped being differentiated): it read the scalar through a broadcast at every
+    element, and GCC left the code specialized for B = 32 scalar, with a branch a sign.
+    Only the loops GCC keeps count: in that code the loop's split over the threads is
+    dead (too small), so the rule is that some copy of each kind vectorizes, the
+    specialized one's included."""
+    path = tmp_path / "moves.mdl"
+    path.write_text("""
+model Moves(H = 128) {
+  input xs : f32[T, B, H]
+  param V : f32[H, H] = uniform(-0.1, 0.1)
+  h = zeros[B, H]
+  moved = 0.0
+  for x in xs {
+    g = tanh(x + h @ V)
+    moved = moved + mean(abs(g - h))
+    h = g
+  }
+  output loss = moved
+  minimize loss
+}
+""")
+    options = BuildOptions(specialize=[{"T": 35, "B": 32}])
+    _, files = sources(path, "moves_vec", options)
     text = files["module.cpp"]
     loops = math_loops(text, SIGN)
     assert loops, "no loop takes a sign: the test reads the wrong code"
