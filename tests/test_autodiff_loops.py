@@ -178,7 +178,7 @@ def test_a_while_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
     g = joint(graph)
     assert [op for op in g.backward.ops if op.prim == "matmul"
             and any(isinstance(s, Rows) for d in op.inputs[0].type.shape for s in d.symbols)]
-    check_whiles_kept(graph, g, np.random.default_rng(5).normal(size=(4, 2, 3)))
+    check_whiles_kept(graph, g, {"xs": np.random.default_rng(5).normal(size=(4, 2, 3))})
 
 
 def two_whiles(order: str, step: str):
@@ -199,19 +199,19 @@ model M(H = 3) {{
 }}""")
 
 
-def check_whiles_kept(graph, g, xs):
+def check_whiles_kept(graph, g, inputs: dict, params: dict | None = None):
     """`graph`'s two whiles are not run again in the backward of `g`, its joint graph,
-    and its training gradients of W and V (a dropout's masks drawn from one seed) match
-    central differences; the graph a build compiles (g: sums moved after the loop)
-    computes them too."""
+    and its training gradients of W and V (a dropout's masks drawn from one seed) at
+    `inputs` and `params` (random ones by default) match central differences; the graph
+    a build compiles (g: sums moved after the loop) computes them too."""
     whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
     assert len(whiles) == 2
-    params = random_params(graph)
-    grads = reference.gradients(graph, {"xs": xs}, params, training=True, seed=3)
+    params = random_params(graph) if params is None else params
+    grads = reference.gradients(graph, inputs, params, training=True, seed=3)
     for name in ("W", "V"):
-        numeric = numeric_training_grad(graph, {"xs": xs}, params, name, seed=3)
+        numeric = numeric_training_grad(graph, inputs, params, name, seed=3)
         assert rel_error(grads.params[name], numeric) < TOLERANCE, name
-    built = reference.run(g, {"xs": xs}, params, training=True, seed=3)
+    built = reference.run(g, inputs, params, training=True, seed=3)
     for name in ("W", "V"):
         assert np.allclose(built[f"grad:param:{name}"], grads.params[name], rtol=1e-12)
 
@@ -237,7 +237,7 @@ def test_a_while_in_an_if_in_a_for_keeps_its_tapes_in_the_for_masks_too(order):
             for block in ifs[0].blocks] == [2, 4]  # each branch: the other's tapes
     xs = np.random.default_rng(5).normal(size=(6, 2, 3))
     assert len({bool(x.mean() > 0) for x in xs}) == 2  # both branches run
-    check_whiles_kept(graph, g, xs)
+    check_whiles_kept(graph, g, {"xs": xs})
 
 
 def test_a_while_in_an_if_at_the_top_level_keeps_its_tapes_masks_too():
@@ -264,20 +264,13 @@ model M(H = 3) {
   minimize loss
 }""")
     g = joint(graph)
-    assert len([op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]) == 2
     rng = np.random.default_rng(5)
     ran = set()
     for x in (np.abs(rng.normal(size=(2, 3))), -np.abs(rng.normal(size=(2, 3)))):
         params = random_params(graph)
         params["W"] = np.abs(params["W"])  # y > 0 for x > 0, y < 0 for x < 0
         ran.add((x.mean() > 0, np.tanh(x @ params["W"]).sum() < 0))
-        grads = reference.gradients(graph, {"x": x}, params, training=True, seed=3)
-        for name in ("W", "V"):
-            numeric = numeric_training_grad(graph, {"x": x}, params, name, seed=3)
-            assert rel_error(grads.params[name], numeric) < TOLERANCE, name
-        built = reference.run(g, {"x": x}, params, training=True, seed=3)
-        for name in ("W", "V"):
-            assert np.allclose(built[f"grad:param:{name}"], grads.params[name], rtol=1e-12)
+        check_whiles_kept(graph, g, {"x": x}, params)
     assert ran == {(True, False), (False, True)}  # each while ran
 
 
