@@ -15,7 +15,7 @@ from ..entry import entry
 from .for_fission import fission, fissionable
 from .for_hoist import hoist, movable
 from .for_sink import accumulations, sink_sums
-from .gradients import active_states, add_tapes, captured_floats, loop_backward
+from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from .regions import RECOMPUTE, STORE, differentiate_block
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 
@@ -180,9 +180,7 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     seqs, states, _ = for_layout(op)
     body = op.blocks[0]
     captured = captured_floats(op.blocks, active)
-    seeded = {i for i, c in enumerate(cts[:len(body.results)]) if c is not None}
-    with_ct = active_states(body, len(seqs), len(states), seeded) \
-        + [c is not None for c in cts[len(states):]]
+    with_ct = result_seeds(body, len(seqs), len(states), cts)
     policy = RECOMPUTE if op.attrs.get("recompute") else STORE
     # A loop that recomputes yields again what its backward can recompute of its yields
     # (codegen/transforms/reread.py reads those instead of the forward's).

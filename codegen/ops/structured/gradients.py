@@ -35,15 +35,15 @@ def captured_floats(blocks, active: set[int]) -> list[Value]:
     return out
 
 
-def active_states(body: Block, first: int, n_state: int, seeded: set[int]) -> list[bool]:
-    """Which of a loop's states carry a cotangent from step to step: `seeded` holds the
-    indices of the body's results (states, then yields) given one from outside the loop;
-    a state's new value needs one where its final value is seeded or where the next
-    step's value of it (`body.args[first + i]`) reaches, through float values (autodiff's
-    `active` relation: an op's float outputs depend on all it reads), a result that needs
-    one, until nothing changes. The other states' cotangents are zero at every step (a
-    while's convergence measure, read only by its condition), so their backward is not
-    emitted."""
+def result_seeds(body: Block, first: int, n_state: int, cts: list) -> list[bool]:
+    """Which results of a loop's body (its `n_state` states, then its yields) its backward
+    is given a cotangent for, the loop's outputs' being `cts`: a yield where it has one; a
+    state where it carries one from step to step: where its final value has one, or where
+    the state's value at a step's start (`body.args[first + i]`) reaches, through float
+    values (autodiff's `active` relation: an op's float outputs depend on all it reads),
+    a result given one, until nothing changes. The other states' cotangents are zero at
+    every step (a while's convergence measure, read only by its condition), so their
+    backward is not emitted."""
     reads = [(op, {v.id for v in outer_reads(op)}) for op in body.ops]
 
     def reached(arg: Value) -> set[int]:
@@ -54,12 +54,10 @@ def active_states(body: Block, first: int, n_state: int, seeded: set[int]) -> li
         return {k for k, r in enumerate(body.results) if r.id in found}
     args = body.args[first:first + n_state]
     reach = [reached(a) if a.type.is_float else set() for a in args]
-    needed = set(seeded)
-    while True:
-        more = {i for i in range(n_state) if i not in needed and reach[i] & needed}
-        if not more:
-            return [i in needed for i in range(n_state)]
+    needed = {i for i, c in enumerate(cts[:len(body.results)]) if c is not None}
+    while more := {i for i in range(n_state) if i not in needed and reach[i] & needed}:
         needed |= more
+    return [i in needed for i in range(n_state)] + [c is not None for c in cts[n_state:]]
 
 
 def add_tapes(op: Op, block, values: list[Value], steps: Dim) -> list[Value]:
@@ -87,7 +85,7 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     floats = [i for i in range(len(states)) if g.result_cts[i] is not None]
     if any(g.arg_cts[n_seq + i] is not None for i in range(len(states)) if i not in floats):
         raise IRError(f"a state of {op.prim} at {op.loc} without a carried cotangent has one "
-                      f"at a step's start (gradients.active_states)")
+                      f"at a step's start (gradients.result_seeds)")
     init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
             for i in floats] + [b.zeros_like(c) for c in captured]
     accs = [Value(c.type, f"acc_{c.hint}") for c in captured]

@@ -8,7 +8,7 @@ import numpy as np
 from ...ir.graph import Op, Value
 from ...ir.shapes import Dim, TripCount
 from ..builder import Builder
-from .gradients import active_states, add_tapes, captured_floats, loop_backward
+from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs, types_of
 
@@ -55,9 +55,7 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     states = op.inputs
     body = op.blocks[1]
     captured = captured_floats(op.blocks[1:], active)
-    seeded = {i for i, c in enumerate(cts[:len(body.results)]) if c is not None}
-    with_ct = active_states(body, 0, len(states), seeded) \
-        + [c is not None for c in cts[len(states):]]
+    with_ct = result_seeds(body, 0, len(states), cts)
     g = differentiate_block(body, with_ct, captured, STORE, backprop)
     trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
 
