@@ -179,6 +179,9 @@ class Generator(Integers):
                 self.s_if(depth - 1)
             for _ in range(self.rng.randint(0, self.size.body)):
                 self.statement(depth - 1)
+            # a for in an if in no loop (depth 1) keeps its whiles' tapes too: one at times
+            if depth == 1 and self.in_storing_for() and self.nests.random() < 0.5:
+                self.s_while(0)
             if cell:
                 self.cell(cell, loop_vars[0], steps[0], states[:CELLS[cell]])
             for v in states[CELLS[cell] if cell else 0:]:
@@ -422,8 +425,11 @@ class Generator(Integers):
             self.cover("while:nested")
         if self.in_storing_for():
             self.cover("while:in-for")
-            if any(f.kind == "if" for f in self.frames):
+            control = [f.kind for f in self.frames if f.kind in CONTROL]
+            if "if" in control[control.index("for"):]:
                 self.cover("while:in-if-in-for")
+            if "if" in control[:control.index("for")]:
+                self.cover("while:in-for-in-if")
         elif self.while_keeps_tapes():
             self.cover("while:in-if")
 

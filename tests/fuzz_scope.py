@@ -16,16 +16,17 @@ CONTROL = ("for", "if", "while")
 
 
 def storing_for(control: list) -> bool:
-    """Whether the frames of loops and branches `control` (outermost first) are a for
-    without recompute or checkpoint and then only ifs."""
-    return bool(control) and control[0].kind == "for" and not control[0].recompute \
-        and all(f.kind == "if" for f in control[1:])
+    """Whether the frames of loops and branches `control` (outermost first) are ifs or
+    none, a for without recompute or checkpoint and then only ifs."""
+    loops = [i for i, f in enumerate(control) if f.kind != "if"]
+    return len(loops) == 1 and control[loops[0]].kind == "for" \
+        and not control[loops[0]].recompute
 
 
 def keeps_tapes(control: list) -> bool:
     """Whether a while inside the frames `control` keeps its tapes for the backward (so a
-    dropout in it keeps its masks): in a for that stores, or in ifs in no loop, at any
-    depth of ifs (the if outputs them)."""
+    dropout in it keeps its masks): in a for that stores (in ifs or in none), or in ifs
+    in no loop, at any depth of ifs (the if outputs them)."""
     return storing_for(control) or (bool(control) and all(f.kind == "if" for f in control))
 OPEN = ("scope", "share", "static")           # blocks whose variables stay visible after
 
@@ -179,8 +180,8 @@ class Names:
 
     def in_storing_for(self) -> bool:
         """Whether the innermost loop is a for without recompute or checkpoint, inside no
-        other loop or branch, with only ifs between it and here: a while here keeps its
-        tapes in the for, a ragged yield."""
+        other loop (in ifs or none), with only ifs between it and here: a while here keeps
+        its tapes in the for, a ragged yield."""
         return storing_for([f for f in self.frames if f.kind in CONTROL])
 
     def while_keeps_tapes(self) -> bool:
@@ -190,9 +191,9 @@ class Names:
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
         checkpoint) inside another loop or branch: its masks would be drawn again. But a
-        while whose one enclosing loop is a for that stores (inside no other loop or
-        branch, in its body or in ifs there), or that is in ifs in no loop, keeps its
-        tapes (keeps_tapes), masks too."""
+        while whose one enclosing loop is a for that stores (inside no other loop, in its
+        body or in ifs there), or that is in ifs in no loop, keeps its tapes
+        (keeps_tapes), masks too."""
         def refused(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]
             if f.kind == "while" and keeps_tapes(above):

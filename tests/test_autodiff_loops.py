@@ -9,7 +9,7 @@ from ir_helpers import (CONTROL, EPS, TOLERANCE, check_coordinates, check_model_
                         control_inputs, joint, model, random_params, rel_error, rnn_model)
 
 from codegen.ir.graph import Value, clone_graph, walk_ops
-from codegen.ir.shapes import Dim, Rows
+from codegen.ir.shapes import Dim, Rows, ragged_rows
 from codegen.ops.builder import Builder
 from codegen.ops.verify import verify
 from codegen.reference import interpreter as reference
@@ -272,6 +272,48 @@ model M(H = 3) {
         ran.add((x.mean() > 0, np.tanh(x @ params["W"]).sum() < 0))
         check_whiles_kept(graph, g, {"x": x}, params)
     assert ran == {(True, False), (False, True)}  # each while ran
+
+
+@pytest.mark.parametrize("order", ["xs", "reversed(xs)"])
+def test_a_while_in_a_for_in_an_if_keeps_its_tapes_masks_too(order):
+    """A for in an if in no loop keeps its whiles' tapes as it would in no if: the if
+    outputs the for's ragged yields ([rows(trips), B, H]), the other branch no rows, and
+    the backward if's for reads them (until 2026-11-29 it ran both whiles again and
+    refused the dropout). Gradients against central differences in both branches, the
+    for inside an if nested in the then branch."""
+    graph = model(f"""
+model M(H = 3) {{
+  input xs : f32[T, B, H]; input c : f32
+  param W : f32[H, H] = normal(0, 0.5)
+  param V : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  if c > 0.0 {{
+    if c < 5.0 {{
+      hs = for x in {order} {{
+        y = tanh(x @ W + h)
+        while norm(y) > 0.4 {{ y = dropout(y, 0.2) * 0.6 @ W }}
+        z = h + x
+        while mean(z * z) > 0.3 {{ z = 0.7 * tanh(z @ V) }}
+        h = h + y + z
+        yield h
+      }}
+      h = h + hs[0]
+    }}
+  }} else {{
+    h = h + tanh(xs[0] @ V)
+  }}
+  output loss = sum(h * h)
+  minimize loss
+}}""")
+    g = joint(graph)
+    ifs = [op for op in walk_ops(g.body) if op.prim == "if"]
+    rows = [r for r in ifs[0].outputs if ragged_rows(r.type)]
+    assert len(rows) >= 2  # the whiles' tapes, laid end to end by the for
+    assert [sum(Dim.of(0) == r.type.shape[0] for r in block.results if r.type.rank)
+            for block in ifs[0].blocks] == [0, len(rows)]  # the else branch: no rows
+    xs = np.random.default_rng(5).normal(size=(4, 2, 3))
+    for c in (1.0, -1.0):
+        check_whiles_kept(graph, g, {"xs": xs, "c": np.array(c)})
 
 
 def test_a_state_read_only_by_conditions_carries_no_cotangent():

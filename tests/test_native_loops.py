@@ -350,6 +350,32 @@ model WhileInTopIf(H = 4) {
   minimize loss
 }
 
+# Whiles in a for in ifs in no loop: the for keeps their tapes (a dropout's masks too) as
+# ragged yields, the ifs output them, the other branch no rows; the backward runs neither
+# while again.
+model ForInTopIf(H = 4) {
+  input xs : f32[T, B, H]; input c : f32
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  param V : f32[H, H] = uniform(-0.8, 0.8)
+  h = zeros[B, H]
+  if c > 0.0 {
+    if c < 5.0 {
+      for x in xs {
+        y = tanh(x @ W + h)
+        n = 0
+        while norm(y) > 0.6 and n < 4 { y = dropout(y, 0.2) * 0.8 @ W; n = n + 1 }
+        z = h + x
+        while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
+        h = h + y + z
+      }
+    }
+  } else {
+    h = h + tanh(h @ V + c)
+  }
+  output loss = sum(h * h)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -369,7 +395,7 @@ model Layers(H = 5) {
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
-          "StateOperand", "WhileInTopIf"]
+          "StateOperand", "WhileInTopIf", "ForInTopIf"]
 
 
 @pytest.fixture(scope="module")
@@ -400,6 +426,21 @@ def test_whiles_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, mod
     m = module.WhileInTopIf(seed=2)
     for seed, (sign, rows) in enumerate([(s, b) for s in (1, -1) for b in (0, 1, 2, 3)]):
         inputs = {"x": sign * np.abs(np.random.default_rng(seed).normal(size=(rows, 4)))}
+        assert_training_matches(m, graph, inputs, 1e-10, seed=2)
+        want = reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
+        assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12
+
+
+def test_whiles_in_a_for_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, module):
+    """ForInTopIf in each branch (c = 1, 7, -1: the for, the inner if's no for, the
+    else), at T = 0 to 5 and B = 0 to 3: the training forward and backward (the for's
+    ragged yields through the ifs) and the inference forward against the reference."""
+    graph = check_file(str(source), model="ForInTopIf", dtype="f64").graph
+    m = module.ForInTopIf(seed=2)
+    cases = [(c, t, b) for c in (1.0, 7.0, -1.0) for t in (0, 1, 5) for b in (0, 1, 3)]
+    for seed, (c, steps, rows) in enumerate(cases):
+        inputs = {"xs": np.random.default_rng(seed).normal(size=(steps, rows, 4)),
+                  "c": np.array(c)}
         assert_training_matches(m, graph, inputs, 1e-10, seed=2)
         want = reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
         assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12

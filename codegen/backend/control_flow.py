@@ -20,11 +20,11 @@ machine-specific statement, so these serve every target."""
 from __future__ import annotations
 
 from ..ir.graph import IRError, Op, use_counts, walk_ops
-from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows, ragged_trips
+from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows
 from ..ops.entry import constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_op import laid_like
-from ..ops.structured.if_op import no_rows
+from ..ops.structured.if_op import no_rows, ragged_count
 from ..ops.structured.for_sink import accumulations
 from .lower import Layout, Lowering, Structured, lowering_kind
 from .states import update_for, update_while
@@ -102,18 +102,19 @@ def _accumulate_in_place(low: Lowering, body, op: Op, ins: Structured) -> None:
 def _lower_if(low: Lowering, op: Op, ins: Structured, out: list) -> None:
     """A branch's result computed in the branch is computed in the if's output; a
     constant result is written there by the branch (`extra["constants"]`). An output
-    sized by a trip count (a while's tape, kept by the for around the if) is no memory
-    of its own but a pointer to the branch's result (_render_if)."""
+    sized by a run-time count (a while's tape, kept by the for around the if or by the
+    if in no loop; a for's ragged yield, kept by the if in no loop) is no memory of its
+    own but a pointer to the branch's result (_render_if)."""
     for v in op.outputs:
         low.own(v)
-        if ragged_trips(v.type):
+        if ragged_count(v.type):
             low.unplanned.add(v.id)
     ins.extra["constants"] = True
     for block in op.blocks:
         made = {v.id for o in block.ops
                 if lowering_kind(o) in ("elementwise", "kernel", "structured") for v in o.outputs}
         for v, y in zip(op.outputs, block.results):
-            if ragged_trips(v.type):
+            if ragged_count(v.type):
                 continue
             if y.id in made and y.id not in low.placed and low.uses.get(y.id) == 1:
                 low.placed[y.id] = Layout(v, None, contiguous_strides(y.type.shape))
@@ -419,7 +420,7 @@ def streams(op: Op) -> set[int]:
 def _render_if(r, ins: Structured) -> None:
     op = ins.op
     for v in op.outputs:
-        if ragged_trips(v.type):  # the rows of the branch that ran: none where no while did
+        if ragged_count(v.type):  # the branch's rows: none where no while (or for) ran
             r.emit(f"{r.ctype(v)}* {r.ptr(v)} = nullptr;")
         else:
             r.define_owned(v)
@@ -430,11 +431,13 @@ def _render_if(r, ins: Structured) -> None:
             r.depth += 1
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
-            if ragged_trips(out.type):
-                if res.type == no_rows(out.type):  # the while did not run
+            if ragged_count(out.type):
+                if res.type == no_rows(out.type):  # the while (or for) did not run
                     r.emit(f"{r.dim(out.type.shape[0])} = 0;")
                 else:
                     r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
+                    if ragged_rows(out.type):  # a for's ragged yield: its tape's steps
+                        r.tape_aliases[out.id] = res.id
             elif r.layout(res).is_const:
                 r.assign(out, res)
             elif r.layout(res).base is not out:  # else computed in place

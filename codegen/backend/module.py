@@ -72,6 +72,7 @@ class ModuleGenerator:
         self.specializations = specializations
         self.saved_count = 0
         self.tapes: list[int] = []
+        self.tape_aliases: dict[int, int] = {}  # (Renderer.tape_aliases)
         self.sites: list[Site] = []  # a profiled build's, every function's (profile.py)
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
@@ -185,7 +186,8 @@ class ModuleGenerator:
     def _renderer(self, dims: DimNames, spec: FunctionSpec) -> Renderer:
         """Pack and scratch buffers are reused by every function: one model's calls run
         one at a time, and a function fills them before it reads."""
-        return Renderer(self.target, dims, spec, self.tapes, [], self.sites)
+        return Renderer(self.target, dims, spec, self.tapes, [], self.sites,
+                        self.tape_aliases)
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
         """One function's text, its memory planned alone."""

@@ -56,7 +56,8 @@ class FunctionSpec:
 
 class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
-                 tapes: list[int], packs: list, sites: list[Site] | None = None):
+                 tapes: list[int], packs: list, sites: list[Site] | None = None,
+                 tape_aliases: dict[int, int] | None = None):
         self.target = target
         self.dims = dims
         self.spec = spec
@@ -88,6 +89,10 @@ class Renderer:
         # a while's tape (value id) that a loop around it yields ragged, and nothing else
         # reads: the loop's tape, which the while pushes onto (control_flow._render_for)
         self.pushed_onto: dict[int, int] = {}
+        # an if's output that is a for's ragged yield in the branch that ran it (value id
+        # -> the for's output's): read through the for's tape (control_flow._render_if);
+        # the module's, as `tapes` is: a train function's if, its backward's reads
+        self.tape_aliases: dict[int, int] = {} if tape_aliases is None else tape_aliases
         # condition sequences the function computes from its inputs alone
         # (control_flow.early_conditions), and those of them whose kernel the target
         # launches before a CUDA graph's dry run reads them
@@ -376,9 +381,12 @@ class Renderer:
     def tape_of(self, v: Value) -> int:
         """The tape a loop already rendered fills with `v` (its latest: every
         specialization's functions have tapes of their own, the train function's
-        rendered before its backward's)."""
+        rendered before its backward's); an if's output, the tape of the for behind it."""
+        vid = v.id
+        while vid in self.tape_aliases:
+            vid = self.tape_aliases[vid]
         for k in range(len(self.tapes) - 1, -1, -1):
-            if self.tapes[k] == v.id:
+            if self.tapes[k] == vid:
                 return k
         raise IRError(f"{v!r} is read as a tape before a loop fills one")
 

@@ -186,8 +186,9 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     # (codegen/transforms/reread.py reads those instead of the forward's).
     n_state, n_tape = len(states), op.attrs.get("n_tape", 0)
     yields = body.results[n_state:len(body.results) - n_tape] if policy == RECOMPUTE else []
+    # a for in no loop (in ifs there or not) keeps its whiles' tapes as ragged yields
     g = differentiate_block(body, with_ct, captured, policy, backprop, also=yields,
-                            ragged=not b.in_block)
+                            ragged=not b.in_block or b.rows)
     again = [(v, y) for v, y in zip(g.again, op.outputs[n_state:]) if v is not None]
     steps = seqs[0].type.shape[0]
     in_cts, cap_cts = loop_backward(b, op, g, seqs, states, cts, captured,

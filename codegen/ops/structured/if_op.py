@@ -1,13 +1,15 @@
 """`if`: runs one of two blocks on a bool scalar; both yield the if's output types. An
 output whose leading dim is a trip count (a tape of a while in one branch, which the
-`for` around the if keeps as a ragged yield) is yielded by a branch that does not run
-that while as no rows, [0, ...]: that branch sets the trip count to 0."""
+`for` around the if keeps as a ragged yield, or the if in no loop keeps itself) or the
+rows of a for's ragged yield (a tape of a while in a for in one branch) is yielded by a
+branch that does not run that while or for as no rows, [0, ...]: that branch sets the
+count to 0."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.graph import Op, Value, has_dynamic, substitute
-from ...ir.shapes import Dim, TensorType, ragged_trips
+from ...ir.shapes import Dim, TensorType, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import constant, entry, summed
 from .gradients import captured_floats
@@ -27,20 +29,34 @@ def _verify(op: Op) -> None:
     need(0 <= op.attrs.get("n_tape", 0) <= len(op.outputs), "n_tape counts outputs")
 
 
+def ragged_count(t: TensorType):
+    """The run-time count an if's output of type t leads with, which a branch without
+    its while or for yields as no rows: a while's trip count ([trips, ...]) or the rows
+    of a for's ragged yield ([rows(trips), ...]); else None."""
+    return ragged_trips(t) or ragged_rows(t)
+
+
 def no_rows(t: TensorType) -> TensorType | None:
-    """What a branch that does not run a while yields for an output of type t sized by
-    the while's trip count ([trips, ...]): [0, ...]; None for another type."""
-    return t.with_shape((Dim.of(0),) + t.shape[1:]) if ragged_trips(t) else None
+    """What a branch that does not run a while (or a for with one) yields for an output
+    of type t sized by its count (ragged_count): [0, ...]; None for another type."""
+    return t.with_shape((Dim.of(0),) + t.shape[1:]) if ragged_count(t) else None
 
 
 def _sets_dims(op: Op) -> set:
-    """The trip counts of the if's outputs sized by one: a branch's while sets it, the
-    other branch 0."""
-    return {trips for v in op.outputs if (trips := ragged_trips(v.type)) is not None}
+    """The counts of the if's outputs sized by one (ragged_count): a branch's while or
+    for sets it, the other branch 0."""
+    return {n for v in op.outputs if (n := ragged_count(v.type)) is not None}
 
 
 def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
-    return interp.block(op.blocks[0 if bool(args[0]) else 1], [])
+    """The branch's results; an output that is a for's ragged yield takes its steps'
+    rows from the for (`interp.ragged`), where the branch ran it."""
+    branch = op.blocks[0 if bool(args[0]) else 1]
+    results = interp.block(branch, [])
+    for out, res in zip(op.outputs, branch.results):
+        if ragged_rows(out.type) is not None and res.id in interp.ragged:
+            interp.ragged[out.id] = interp.ragged[res.id]
+    return results
 
 
 def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
@@ -49,11 +65,14 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     condition. In a `for` that keeps its whiles' tapes as ragged yields (`b.ragged`), and
     in no loop (not `b.in_block`: the backward reads any forward value), a branch's
     while's tapes are kept too, as outputs of the if that the other branch yields as no
-    rows (no_rows), so the backward does not run the while again."""
+    rows (no_rows), so the backward does not run the while again. In no loop (the
+    builder's `rows` in a branch of ifs in none) a for in a branch keeps its whiles'
+    tapes as ragged yields, and the if outputs them alike."""
     captured = captured_floats(op.blocks, active)
     with_ct = [c is not None for c in cts]
     grads = [differentiate_block(branch, with_ct, captured, STORE, backprop,
-                                 ragged=b.ragged or not b.in_block)
+                                 ragged=b.ragged or not b.in_block,
+                                 rows=b.rows or not b.in_block)
              for branch in op.blocks]
     residuals = [v for g in grads for v in g.saved]
     for k, branch in enumerate(op.blocks):

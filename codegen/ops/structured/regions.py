@@ -10,7 +10,9 @@ policy, block args cannot be recomputed, constants are always re-created, random
 size is known only at run time are recomputed, since they cannot be stacked: but a
 `for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
 step to step) end to end, a ragged yield, so those are saved there, as are those of a
-while in an `if` in its body, which the if outputs (if_op.py).
+while in an `if` in its body, which the if outputs (if_op.py); and an `if` in no loop
+outputs a `for`'s ragged yields ([rows(trips), ...]), so a for in its branches keeps
+its whiles' tapes too.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
                          has_dynamic, outer_reads, substitute, walk_ops)
-from ...ir.shapes import ragged_trips
+from ...ir.shapes import ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import entry
 
@@ -52,7 +54,7 @@ class BlockGrad:
 
 def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value],
                         policy: str, backprop, also: list[Value] = (),
-                        ragged: bool = False) -> BlockGrad:
+                        ragged: bool = False, rows: bool = False) -> BlockGrad:
     """The backward of `block` given cotangents for the results flagged in `with_ct`,
     w.r.t. its args and the outer values `captured`; `backprop` is autodiff's generic
     walk (passed in: the walk calls the structured ops' rules, which call this). The
@@ -62,9 +64,11 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     block differentiated apart, laying its steps' values end to end:
     shapes.stack_type; or an if in such a for's body, outputting them, if_op.py), so a
     nested while's tapes are saved under STORE rather than the while run again, and an
-    if in the block does the same for its branches (the builder's `ragged`). (In a for
-    in a block differentiated apart the for's ragged yields would have to be recomputed
-    there, the whole loop again, and could not be where it draws.)"""
+    if in the block does the same for its branches (the builder's `ragged`). `rows`:
+    the caller can save a for's ragged yield too ([rows(trips), ...]: an `if` in no
+    loop, outputting it), so a `for` in the block keeps its whiles' tapes (the builder's
+    `rows`). (In a for in a loop's body the for's ragged yields would have to be
+    recomputed there, the whole loop again, and could not be where it draws.)"""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
@@ -72,8 +76,9 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     inner = Builder(bwd)
     inner.in_block = True
     inner.ragged = ragged and policy == STORE
+    inner.rows = rows and policy == STORE
     cts = backprop(inner, list(block.ops), seeds, block.args + captured)
-    saved, recomputed, computed = _plan(block, bwd, policy, also, ragged)
+    saved, recomputed, computed = _plan(block, bwd, policy, also, inner.ragged, inner.rows)
     mapping: dict[int, Value] = {}
     saved_in = []
     for v in saved:
@@ -87,8 +92,8 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:], again)
 
 
-def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool
-          ) -> tuple[list[Value], list[Op], list[bool]]:
+def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool,
+          rows: bool) -> tuple[list[Value], list[Op], list[bool]]:
     """(values to save, ops to re-run in program order, per value of `also` whether the
     backward computes it) so that the backward can read every forward value it refers
     to. A value of `also` is computed only from what the backward saves anyway: one that
@@ -109,7 +114,7 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool
                 continue
             seen.add(v.id)
             op = producer.get(v.id)
-            if v.id in args or _must_save(v, op, policy, ragged):
+            if v.id in args or _must_save(v, op, policy, ragged, rows):
                 saved.append(v)
                 continue
             if id(op) in rerun:
@@ -130,19 +135,21 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool
     return saved, [op for op in block.ops if id(op) in rerun], computed
 
 
-def _must_save(v: Value, op: Op, policy: str, ragged: bool) -> bool:
+def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
     if not op.inputs and not op.blocks and not entry(op).random:
         return False  # a constant: re-creating it costs nothing
     random = any(entry(o).random for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
-    if ragged and policy == STORE and ragged_trips(v.type) is not None:
+    if ragged and ragged_trips(v.type) is not None:
+        return True
+    if rows and ragged_rows(v.type) is not None:
         return True
     if has_dynamic(v.type):
         if random:
             raise GradientError(
                 "a dropout inside a loop of run-time length (a while, or a for with "
                 "checkpoint) nested in another loop, branch or while cannot be "
-                "differentiated (a while in ifs in no loop, or in a for without recompute "
-                "or checkpoint that is in no other loop or branch, right there or in ifs "
-                "there, can be): its masks would have to be drawn again", op.loc)
+                "differentiated (a while in no loop, or in a for without recompute or "
+                "checkpoint that is itself in no loop, ifs around either, can be): its "
+                "masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE
