@@ -86,6 +86,10 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     if any(g.arg_cts[n_seq + i] is not None for i in range(len(states)) if i not in floats):
         raise IRError(f"a state of {op.prim} at {op.loc} without a carried cotangent has one "
                       f"at a step's start (gradients.result_seeds)")
+    # an accumulator for each captured value the body gives a cotangent (not one read
+    # only by a condition, or only where no cotangent flows)
+    flowing = [(c, ct) for c, ct in zip(captured, g.captured_cts) if ct is not None]
+    captured, cap_cts = [c for c, _ in flowing], [ct for _, ct in flowing]
     init = [cts[i] if cts[i] is not None else b.zeros(states[i].type, op.outputs[i])
             for i in floats] + [b.zeros_like(c) for c in captured]
     accs = [Value(c.type, f"acc_{c.hint}") for c in captured]
@@ -94,7 +98,7 @@ def loop_backward(b: Builder, op: Op, g: BlockGrad, seqs: list[Value],
     inner = Builder(body)
     state_cts = [g.arg_cts[n_seq + i] if g.arg_cts[n_seq + i] is not None
                  else inner.zeros(states[i].type) for i in floats]
-    new_accs = [inner.add(a, c) if c is not None else a for a, c in zip(accs, g.captured_cts)]
+    new_accs = [inner.add(a, c) for a, c in zip(accs, cap_cts)]
     grads = [i for i in range(n_seq) if g.arg_cts[i] is not None]
     body.results = state_cts + new_accs + [g.arg_cts[i] for i in grads] \
         + [v for v, _ in again]
