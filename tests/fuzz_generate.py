@@ -430,6 +430,8 @@ class Generator(Integers):
                 self.cover("while:in-if-in-for")
             if "if" in control[:control.index("for")]:
                 self.cover("while:in-for-in-if")
+        elif any(f.kind == "while" for f in self.frames) and self.while_keeps_tapes():
+            self.cover("while:in-while")
         elif self.while_keeps_tapes():
             self.cover("while:in-if")
 

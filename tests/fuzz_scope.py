@@ -25,9 +25,11 @@ def storing_for(control: list) -> bool:
 
 def keeps_tapes(control: list) -> bool:
     """Whether a while inside the frames `control` keeps its tapes for the backward (so a
-    dropout in it keeps its masks): in a for that stores (in ifs or in none), or in ifs
-    in no loop, at any depth of ifs (the if outputs them)."""
-    return storing_for(control) or (bool(control) and all(f.kind == "if" for f in control))
+    dropout in it keeps its masks): in a for that stores or in a while (either in ifs or
+    in none), or in ifs in no loop, at any depth of ifs (the if outputs them)."""
+    loops = [f for f in control if f.kind != "if"]
+    return storing_for(control) or (bool(control) and not loops) or (
+        len(loops) == 1 and loops[0].kind == "while")
 OPEN = ("scope", "share", "static")           # blocks whose variables stay visible after
 
 
@@ -191,8 +193,8 @@ class Names:
     def dropout_allowed(self) -> bool:
         """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
         checkpoint) inside another loop or branch: its masks would be drawn again. But a
-        while whose one enclosing loop is a for that stores (inside no other loop, in its
-        body or in ifs there), or that is in ifs in no loop, keeps its tapes
+        while whose one enclosing loop is a for that stores or a while (inside no other
+        loop, in its body or in ifs there), or that is in ifs in no loop, keeps its tapes
         (keeps_tapes), masks too."""
         def refused(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]

@@ -134,12 +134,12 @@ NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop o
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   }""",
-    "while in an if in a while": """
-  while norm(h) < 1.0 { if c > 0.0 {
+    "while in an if in a while in a for": """
+  for x in xs { while norm(h) < 1.0 { if c > 0.0 {
     y = h + c
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
-  } else { h = h + 0.5 } }""",
+  } else { h = h + 0.5 } } }""",
     "checkpointed for in an if": """
   if c > 0.0 {
     for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h) }
@@ -199,13 +199,13 @@ model M(H = 3) {{
 }}""")
 
 
-def check_whiles_kept(graph, g, inputs: dict, params: dict | None = None):
-    """`graph`'s two whiles are not run again in the backward of `g`, its joint graph,
-    and its training gradients of W and V (a dropout's masks drawn from one seed) at
-    `inputs` and `params` (random ones by default) match central differences; the graph
-    a build compiles (g: sums moved after the loop) computes them too."""
+def check_whiles_kept(graph, g, inputs: dict, params: dict | None = None, count: int = 2):
+    """`graph`'s `count` whiles are not run again in the backward of `g`, its joint
+    graph, and its training gradients of W and V (a dropout's masks drawn from one seed)
+    at `inputs` and `params` (random ones by default) match central differences; the
+    graph a build compiles (g: sums moved after the loop) computes them too."""
     whiles = [op for block in g.blocks() for op in walk_ops(block) if op.prim == "while"]
-    assert len(whiles) == 2
+    assert len(whiles) == count
     params = random_params(graph) if params is None else params
     grads = reference.gradients(graph, inputs, params, training=True, seed=3)
     for name in ("W", "V"):
@@ -314,6 +314,45 @@ model M(H = 3) {{
     xs = np.random.default_rng(5).normal(size=(4, 2, 3))
     for c in (1.0, -1.0):
         check_whiles_kept(graph, g, {"xs": xs, "c": np.array(c)})
+
+
+def test_whiles_in_a_while_keep_their_tapes_masks_too():
+    """A while in no loop keeps the tapes of the whiles in its body (one in an if), each
+    trip's laid end to end ([rows(trips), B, H]: their trips differ from trip to trip),
+    as a for keeps them: none of the three runs again in the backward, whose for over
+    the outer while's trips reads each trip's rows, and the dropout keeps its masks
+    (until 2026-11-29 the backward ran the inner whiles again and refused it)."""
+    graph = model("""
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  param V : f32[H, H] = normal(0, 0.5)
+  h = tanh(x @ W)
+  n = 0
+  while n < 3 and norm(h) > 0.2 {
+    y = tanh(h @ W + x)
+    while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
+    z = h + x
+    if mean(z) > 0.0 {
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
+    }
+    h = 0.5 * (y + z)
+    n = n + 1
+  }
+  output loss = sum(h * h)
+  output trips = n
+  minimize loss
+}""")
+    g = joint(graph)
+    outer = next(op for op in walk_ops(g.body) if op.prim == "while")
+    assert len([v for v in outer.outputs if ragged_rows(v.type)]) >= 2
+    params = random_params(graph)
+    trips = set()
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(2, 3))
+        check_whiles_kept(graph, g, {"x": x}, params, count=3)
+        trips.add(int(reference.run(graph, {"x": x}, params)["trips"]))
+    assert max(trips) >= 2  # the inner whiles' tapes of several trips end to end
 
 
 def test_a_state_read_only_by_conditions_carries_no_cotangent():

@@ -376,6 +376,29 @@ model ForInTopIf(H = 4) {
   minimize loss
 }
 
+# Whiles in a while in no loop (one in an if): the outer while keeps their tapes (a
+# dropout's masks too), each trip's rows end to end; the backward runs none again.
+model WhileInWhile(H = 4) {
+  input x : f32[B, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  param V : f32[H, H] = uniform(-0.8, 0.8)
+  h = tanh(x @ W)
+  n = 0
+  while n < 3 and norm(h) > 0.2 {
+    y = tanh(h @ W + x)
+    k = 0
+    while norm(y) > 0.6 and k < 4 { y = dropout(y, 0.2) * 0.8 @ W; k = k + 1 }
+    z = h + x
+    if mean(z) > 0.0 {
+      while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
+    }
+    h = 0.5 * (y + z)
+    n = n + 1
+  }
+  output loss = sum(h * h)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -395,7 +418,7 @@ model Layers(H = 5) {
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
-          "StateOperand", "WhileInTopIf", "ForInTopIf"]
+          "StateOperand", "WhileInTopIf", "ForInTopIf", "WhileInWhile"]
 
 
 @pytest.fixture(scope="module")
@@ -441,6 +464,19 @@ def test_whiles_in_a_for_in_ifs_in_no_loop_match_the_reference_in_each_branch(so
     for seed, (c, steps, rows) in enumerate(cases):
         inputs = {"xs": np.random.default_rng(seed).normal(size=(steps, rows, 4)),
                   "c": np.array(c)}
+        assert_training_matches(m, graph, inputs, 1e-10, seed=2)
+        want = reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
+        assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12
+
+
+def test_whiles_in_a_while_match_the_reference(source, module):
+    """WhileInWhile at B = 0 to 6 (no outer trip at B = 0, three above, each inner
+    while's trips its own): the training forward and backward (the outer while's ragged
+    tapes) and the inference forward against the reference."""
+    graph = check_file(str(source), model="WhileInWhile", dtype="f64").graph
+    m = module.WhileInWhile(seed=2)
+    for rows in range(7):
+        inputs = {"x": np.random.default_rng(rows).normal(size=(rows, 4))}
         assert_training_matches(m, graph, inputs, 1e-10, seed=2)
         want = reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
         assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12

@@ -466,6 +466,8 @@ def _render_while(r, ins: Structured) -> None:
             continue
         tape_ids[j] = r.tape_index(v)
         r.emit(tg.tape_clear(tape_ids[j]))
+        if ragged_rows(v.type):  # each trip's rows noted as it ends
+            r.emit(f"{tg.tape_steps(tape_ids[j])}.reset(0);")
     r.open("while (true)")
     for arg in op.blocks[0].args + op.blocks[1].args:
         r.view(arg)
@@ -474,17 +476,21 @@ def _render_while(r, ins: Structured) -> None:
     r.block_ended(ins, 0)
     r.instructions(ins.blocks[1])
     results = ins.extra["results"][1]
-    for k, v in zip(tape_ids, results[n_state:]):
+    for k, v, out in zip(tape_ids, results[n_state:], tapes):
         r.emit(tg.tape_push(k, r.ptr(v), f"sizeof({r.ctype(v)}) * {r.dim(numel(v.type.shape))}"))
+        if ragged_rows(out.type):
+            r.emit(f"{tg.tape_steps(k)}.add({r.dim(v.type.shape[0])});")
     for k, (state, new) in enumerate(zip(states, results[:n_state])):
         if not _already_in(r, ins, k, new, state):
             r.emit(tg.copy(r.ptr(state), r.ptr(new), r.dim(numel(state.type.shape))))
     r.block_ended(ins, 1)
     r.emit(f"++{trips};")
     r.close()
+    if tapes:
+        r.emit(f"{r.dim(Dim.of(op.attrs['trips']))} = {trips};")
     for j, (k, v) in enumerate(zip(tape_ids, tapes)):
-        trip_dim = v.type.shape[0]
-        r.emit(f"{r.dim(Dim.of(next(iter(trip_dim.symbols))))} = {trips};")
+        if ragged_rows(v.type):  # the trips' rows in all
+            r.emit(f"{r.dim(v.type.shape[0])} = {tg.tape_steps(k)}.total();")
         data = tg.tape_data(k, r.ctype(v))
         if j in starts:
             data = f"reinterpret_cast<{r.ctype(v)}*>({tg.tape(k)}.data() + {starts[j]})"

@@ -18,9 +18,10 @@ class Builder:
     keeping the forward's (codegen/transforms/reread.py). `in_block`: it emits the
     backward of a loop body or a branch (regions.differentiate_block), whose forward
     values of a size that changes from step to step cannot be kept for it. `ragged`: but
-    those whose leading dim is a trip count (a while's tapes) can, as the `for` whose
-    body the block is (or a branch in it) lays its steps' values end to end, so an `if`
-    there keeps its branches' whiles' tapes too (if_op.py), as one in no block does.
+    those whose leading dim is a trip count (a while's tapes) can, as the `for` (or a
+    `while` in no loop) whose body the block is (or a branch in it) lays its steps'
+    values end to end, so an `if` there keeps its branches' whiles' tapes too
+    (if_op.py), as one in no block does.
     `rows`: the block is a branch of `if`s in no loop, which can output a `for`'s ragged
     yields too (their leading dim the `Rows` of a for's steps' trips), so a `for` there
     keeps its whiles' tapes as one in no block does (for_op.py)."""

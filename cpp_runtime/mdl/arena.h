@@ -232,7 +232,8 @@ inline void give_back(char* p, std::size_t bytes) {
 // Where each step of a `for` begins in a tape of its ragged yield (its steps' records laid
 // end to end, each step's [trips, ...] rows with the trip count of the while it ran):
 // indexed by the step t, in rows, whatever order the steps ran in. Host memory on every
-// target: the backward reads a step's count of rows as a dim of its code.
+// target: the backward reads a step's count of rows as a dim of its code. A `while`'s
+// ragged tape, whose trips are not known before it ends, adds each trip's rows in turn.
 class StepRows {
  public:
   void reset(int64_t steps) {
@@ -243,6 +244,11 @@ class StepRows {
   void end(int64_t t, int64_t rows) {
     first_[std::size_t(t)] = total_;
     rows_[std::size_t(t)] = rows;
+    total_ += rows;
+  }
+  void add(int64_t rows) {
+    first_.push_back(total_);
+    rows_.push_back(rows);
     total_ += rows;
   }
   int64_t first(int64_t t) const { return first_[std::size_t(t)]; }

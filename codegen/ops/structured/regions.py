@@ -10,9 +10,10 @@ policy, block args cannot be recomputed, constants are always re-created, random
 size is known only at run time are recomputed, since they cannot be stacked: but a
 `for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
 step to step) end to end, a ragged yield, so those are saved there, as are those of a
-while in an `if` in its body, which the if outputs (if_op.py); and an `if` in no loop
-outputs a `for`'s ragged yields ([rows(trips), ...]), so a for in its branches keeps
-its whiles' tapes too.
+while in an `if` in its body, which the if outputs (if_op.py); a `while` in no loop
+does the same for a while in its body (while_op.py), each trip's tapes end to end; and
+an `if` in no loop outputs a `for`'s ragged yields ([rows(trips), ...]), so a for in
+its branches keeps its whiles' tapes too.
 """
 from __future__ import annotations
 
@@ -60,9 +61,9 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     walk (passed in: the walk calls the structured ops' rules, which call this). The
     backward also recomputes those of the forward values `also` that it can from what
     it saves anyway, for a caller that can use them (BlockGrad.again). `ragged`: the
-    caller can save a value whose leading dim is a trip count (a `for` not itself in a
-    block differentiated apart, laying its steps' values end to end:
-    shapes.stack_type; or an if in such a for's body, outputting them, if_op.py), so a
+    caller can save a value whose leading dim is a trip count (a `for` or `while` in no
+    loop, laying its steps' or trips' values end to end: shapes.stack_type; or an if in
+    such a loop's body, or in no loop, outputting them, if_op.py), so a
     nested while's tapes are saved under STORE rather than the while run again, and an
     if in the block does the same for its branches (the builder's `ragged`). `rows`:
     the caller can save a for's ragged yield too ([rows(trips), ...]: an `if` in no
@@ -148,8 +149,8 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
             raise GradientError(
                 "a dropout inside a loop of run-time length (a while, or a for with "
                 "checkpoint) nested in another loop, branch or while cannot be "
-                "differentiated (a while in no loop, or in a for without recompute or "
-                "checkpoint that is itself in no loop, ifs around either, can be): its "
-                "masks would have to be drawn again", op.loc)
+                "differentiated (a while in no loop, or in a while or a for without "
+                "recompute or checkpoint that is itself in no loop, ifs around either, can "
+                "be): its masks would have to be drawn again", op.loc)
         return False
     return random or policy == STORE

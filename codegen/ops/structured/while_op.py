@@ -1,12 +1,15 @@
 """`while`: runs its body while its cond block yields true, carrying states. For its
 backward it pushes tape values every trip (outputs [trips, ...], `trips` a TripCount
-known only at run time); the backward is a reversed `for` over the tapes."""
+known only at run time); the backward is a reversed `for` over the tapes. A tape value
+whose own leading dim is a trip count (a tape of a while in the body, kept there by a
+while in no loop) differs in size from trip to trip: the trips' values are laid end to
+end, [rows(inner trips), ...], as a `for`'s ragged yield is (shapes.stack_type)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.graph import Op, Value
-from ...ir.shapes import Dim, TripCount
+from ...ir.shapes import Dim, TripCount, ragged_rows, stack_type
 from ..builder import Builder
 from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from .regions import STORE, differentiate_block
@@ -28,9 +31,9 @@ def _verify(op: Op) -> None:
     need(not n_tape or "trips" in op.attrs, "a while with tapes names its trip count")
     tapes = body.results[len(states):]
     trips = Dim.of(op.attrs["trips"]) if n_tape else None
-    expected = states + [t.type.with_shape((trips,) + t.type.shape) for t in tapes]
+    expected = states + [stack_type(trips, t.type) for t in tapes]
     need(types_of(op.outputs) == expected,
-         "while outputs are the final states, then the tapes [trips, ...]")
+         "while outputs are the final states, then the tapes [trips, ...] (or ragged)")
 
 
 def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
@@ -47,8 +50,20 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
         states = out[:n_state]
         for tape, value in zip(tapes, out[n_state:]):
             tape.append(value)
-    return states + [np.stack(tape) if tape else interp.empty_stack(0, v.type)
-                     for tape, v in zip(tapes, body.results[n_state:])]
+    return states + [_stacked(interp, tape, v, out) for tape, v, out
+                     in zip(tapes, body.results[n_state:], op.outputs[n_state:])]
+
+
+def _stacked(interp, tape: list[np.ndarray], v: Value, out: Value) -> np.ndarray:
+    """A tape's trips' values stacked, or for a ragged tape laid end to end, where each
+    trip's rows begin recorded for the loops that read it (`interp.ragged`)."""
+    if ragged_rows(out.type) is None:
+        return np.stack(tape) if tape else interp.empty_stack(0, v.type)
+    count = np.array([value.shape[0] for value in tape], np.int64)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    interp.ragged[out.id] = (first, count)
+    rest = tuple(interp.ctx.dim(d) for d in out.type.shape[1:])
+    return np.concatenate(tape + [np.zeros((0,) + rest, interp.ctx.np_dtype(out.type.dtype))])
 
 
 def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
@@ -56,7 +71,10 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     body = op.blocks[1]
     captured = captured_floats(op.blocks[1:], active)
     with_ct = result_seeds(body, 0, len(states), cts)
-    g = differentiate_block(body, with_ct, captured, STORE, backprop)
+    # a while in no loop (in ifs there or not) keeps the tapes of a while in its body,
+    # each trip's laid end to end
+    g = differentiate_block(body, with_ct, captured, STORE, backprop,
+                            ragged=not b.in_block or b.rows)
     trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
 
     def tape(values: list[Value]) -> list[Value]:
@@ -92,5 +110,7 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
 WHILE = register(StructuredOp(
     "while", attrs={"n_tape": (int, 0), "trips": (TripCount, None)},
     blocks=("cond", "body"), verify=_verify, reference=_reference, grad=_grad, trim=_trim,
-    sets_dims=lambda op: {op.attrs["trips"]} if op.attrs.get("n_tape") else set(),
+    sets_dims=lambda op: {op.attrs["trips"]} | {
+        r for r in (ragged_rows(v.type) for v in op.outputs) if r is not None}
+    if op.attrs.get("n_tape") else set(),
     repeats=True, extra={"onnx": _onnx}))
