@@ -164,6 +164,9 @@ class Generator(Integers):
         tags += [o.split()[0] for o in options]
         if any(f.kind == "for" for f in self.frames):
             tags.append("nested")
+        control = [f.kind for f in self.frames if f.kind in CONTROL]
+        if "checkpoint" in tags and control and set(control) == {"if"}:
+            tags.append("checkpoint-in-if")
         cell = (self.pick(list(CELLS)) if sequence and dtypes[0] == "f32"
                 and self.rng.random() < 0.3 else None)
         states = self.states(lengths, cell)

@@ -195,10 +195,13 @@ class Names:
         checkpoint) inside another loop or branch: its masks would be drawn again. But a
         while whose one enclosing loop is a for that stores or a while (inside no other
         loop, in its body or in ifs there), or that is in ifs in no loop, keeps its tapes
-        (keeps_tapes), masks too."""
+        (keeps_tapes), masks too; and a for with checkpoint in ifs in no loop keeps its
+        masks as at the top level (the if outputs them)."""
         def refused(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]
             if f.kind == "while" and keeps_tapes(above):
+                return False
+            if f.checkpoint and all(g.kind == "if" for g in above):
                 return False
             return (f.kind == "while" or f.checkpoint) and bool(above)
         nested = any(refused(i, f) for i, f in enumerate(self.frames))

@@ -140,10 +140,10 @@ NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop o
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   } else { h = h + 0.5 } } }""",
-    "checkpointed for in an if": """
-  if c > 0.0 {
-    for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h) }
-  }""",
+    "checkpointed for in an if in a for": """
+  for y in xs { if c > 0.0 {
+    for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h + y) }
+  } }""",
 }
 
 
@@ -353,6 +353,39 @@ model M(H = 3) {
         check_whiles_kept(graph, g, {"x": x}, params, count=3)
         trips.add(int(reference.run(graph, {"x": x}, params)["trips"]))
     assert max(trips) >= 2  # the inner whiles' tapes of several trips end to end
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_a_checkpointed_for_in_an_if_keeps_what_it_keeps_at_the_top_level(dropout):
+    """A `checkpoint` loop in an if in no loop keeps its segments' start states and its
+    masks ([ceil(T/k), ...]: known once the call's dims are) as the if's outputs, the
+    other branch yielding zeros: its backward runs as many loops as at the top level
+    (until 2026-11-29 it ran the whole forward loop again, and refused a dropout). Both
+    branches against central differences."""
+    def source(top: bool) -> str:
+        x = "dropout(x, 0.5)" if dropout else "x"
+        loop = f"for x in xs (checkpoint = 2) {{ h = tanh({x} @ W + h) }}"
+        body = loop if top else f"if c > 0.0 {{ {loop} }} else {{ h = h + c }}"
+        return f"""
+model M(H = 3) {{
+  input xs : f32[T, B, H]; input c : f32
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  {body}
+  output loss = sum(h * h) + 0.0 * c
+  minimize loss
+}}"""
+    def fors(graph) -> int:
+        return sum(op.prim == "for" for b in joint(graph).blocks() for op in walk_ops(b))
+    graph = model(source(top=False))
+    assert fors(graph) == fors(model(source(top=True)))
+    xs = np.random.default_rng(5).normal(size=(5, 2, 3))
+    params = random_params(graph)
+    for c in (1.0, -1.0):
+        inputs = {"xs": xs, "c": np.array(c)}
+        grads = reference.gradients(graph, inputs, params, training=True, seed=3)
+        numeric = numeric_training_grad(graph, inputs, params, "W", seed=3)
+        assert rel_error(grads.params["W"], numeric) < TOLERANCE
 
 
 def test_a_state_read_only_by_conditions_carries_no_cotangent():

@@ -352,7 +352,7 @@ model WhileInTopIf(H = 4) {
 
 # Whiles in a for in ifs in no loop: the for keeps their tapes (a dropout's masks too) as
 # ragged yields, the ifs output them, the other branch no rows; the backward runs neither
-# while again.
+# while again. The else branch's checkpointed loop keeps its segments' states and masks.
 model ForInTopIf(H = 4) {
   input xs : f32[T, B, H]; input c : f32
   param W : f32[H, H] = uniform(-0.8, 0.8)
@@ -370,7 +370,7 @@ model ForInTopIf(H = 4) {
       }
     }
   } else {
-    h = h + tanh(h @ V + c)
+    for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.3) @ V + h + c) }
   }
   output loss = sum(h * h)
   minimize loss
@@ -454,10 +454,11 @@ def test_whiles_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, mod
         assert rel_error(m.forward(**inputs)["loss"], want["loss"]) < 1e-12
 
 
-def test_whiles_in_a_for_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, module):
+def test_loops_in_ifs_in_no_loop_match_the_reference_in_each_branch(source, module):
     """ForInTopIf in each branch (c = 1, 7, -1: the for, the inner if's no for, the
-    else), at T = 0 to 5 and B = 0 to 3: the training forward and backward (the for's
-    ragged yields through the ifs) and the inference forward against the reference."""
+    else's checkpointed for), at T = 0 to 5 and B = 0 to 3: the training forward and
+    backward (the for's ragged yields through the ifs, the checkpoint's kept states and
+    masks) and the inference forward against the reference."""
     graph = check_file(str(source), model="ForInTopIf", dtype="f64").graph
     m = module.ForInTopIf(seed=2)
     cases = [(c, t, b) for c in (1.0, 7.0, -1.0) for t in (0, 1, 5) for b in (0, 1, 3)]

@@ -86,6 +86,15 @@ def is_runtime(symbol: Symbol) -> bool:
     return not isinstance(symbol, str)
 
 
+def known_at_call(t: TensorType) -> bool:
+    """Whether every dim of t is known once a call's inputs are: of the source's dims and
+    ceil-divisions of them (checkpoint segments), no loop's trip count or rows."""
+    def known(d: Dim) -> bool:
+        return all(isinstance(s, str) or (isinstance(s, CeilDiv) and known(s.dim))
+                   for s in d.symbols)
+    return all(known(d) for d in t.shape)
+
+
 class DimError(Exception):
     """An arithmetic on dims that has no integer answer (inexact division, ...)."""
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..ir.graph import Block, IRError, Op, Value, has_dynamic
-from ..ir.shapes import TensorType
+from ..ir.graph import Block, IRError, Op, Value
+from ..ir.shapes import TensorType, known_at_call
 from .primitives import TABLE, ShapeError
 
 
@@ -88,9 +88,9 @@ class Builder:
         return self.emit("full", [], {"shape": (), "value": value, "dtype": dtype})[0]
 
     def zeros(self, t: TensorType, like: Value | None = None) -> Value:
-        """Zeros of type `t`: a `full` when its dims are known before run time, else
-        zeros_like(like)."""
-        if has_dynamic(t):
+        """Zeros of type `t`: a `full` when its dims are known once a call's inputs are
+        (shapes.known_at_call), else zeros_like(like)."""
+        if not known_at_call(t):
             if like is None:
                 raise IRError(f"zeros of {t} need a value of that type to copy the shape of")
             return self.zeros_like(like)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
                          has_dynamic, outer_reads, substitute, walk_ops)
-from ...ir.shapes import ragged_rows, ragged_trips
+from ...ir.shapes import known_at_call, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import entry
 
@@ -144,7 +144,7 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
         return True
     if rows and ragged_rows(v.type) is not None:
         return True
-    if has_dynamic(v.type):
+    if has_dynamic(v.type) and not (rows and known_at_call(v.type)):
         if random:
             raise GradientError(
                 "a dropout inside a loop of run-time length (a while, or a for with "
