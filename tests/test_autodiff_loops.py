@@ -393,8 +393,9 @@ def test_a_state_read_only_by_conditions_carries_no_cotangent():
     conditions: its cotangent is zero at every step, so the backward neither carries it
     nor differentiates what computes it (mean(abs(g - h)): no sign in the backward; until
     2026-11-29 it did, with zeros: the ponder benchmark's training step at B=32 took
-    1.09-1.14x the time). A parameter P read only by conditions gets no accumulator in
-    the backward loops either. The gradients still match central differences."""
+    1.09-1.14x the time). A parameter P read only by conditions (one in a branch) gets
+    no cotangent from the if nor an accumulator in the backward loops either. The
+    gradients still match central differences."""
     graph = model("""
 model M(H = 3) {
   input xs : f32[T, B, H]
@@ -413,7 +414,7 @@ model M(H = 3) {
       h = g
       n = n + 1
     }
-    if f > 0.5 + mean(P) { h = h * 0.5 }
+    if f > 0.5 { if mean(P) > 0.0 { h = h * 0.5 } }
     f = max(abs(x))
   }
   output loss = sum(h * h)

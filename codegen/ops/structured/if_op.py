@@ -83,6 +83,10 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
     op.outputs = op.outputs + tapes
     op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
+    # the captured values a branch gives a cotangent (not one read only by conditions)
+    flowing = [k for k in range(len(captured))
+               if any(g.captured_cts[k] is not None for g in grads)]
+    captured = [captured[k] for k in flowing]
     if not captured:
         return [None], []
     tape_of = iter(tapes)
@@ -90,8 +94,8 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
         mapping = {p.id: next(tape_of) for p in g.saved_in}
         mapping.update({p.id: c for p, c in zip(g.result_cts, cts) if p is not None})
         fill = Builder(g.block)
-        g.block.results = [ct if ct is not None else fill.zeros_like(c)
-                           for c, ct in zip(captured, g.captured_cts)]
+        g.block.results = [g.captured_cts[k] if g.captured_cts[k] is not None
+                           else fill.zeros_like(c) for k, c in zip(flowing, captured)]
         substitute(g.block, mapping)
     outs = b.structured("if", op.inputs, [c.type for c in captured], {},
                         [g.block for g in grads], [f"d_{c.hint}" for c in captured])
