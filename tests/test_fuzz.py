@@ -118,6 +118,29 @@ model StateOverwrittenByAnInvariant() {
   minimize loss
 }
 """,
+    "doubles-permuted-across-lanes": """
+# An f64 module specialized to B = 3: x0's gradient had one element 8.6x off. The
+# backward's mask product, a vectorized loop of nine doubles, is read back row by row
+# for the concatenation's parts, and GCC 12.2 (-O3, AVX-512) made that one vpermilpd,
+# which cannot cross 128-bit lanes. f64 modules now vectorize at 256 bits
+# (cpp_runtime/mdl/f64_vectors.h). Found by the fuzzer (seed 751, large, Large751_6).
+model DoublesPermutedAcrossLanes() {
+  input x0 : f32[T, B, 2]
+  input x5 : f32[B, 1]
+  input c : f32
+  param U : f32[2, 2] = uniform(-0.5, 0.5)
+  h1 = zeros[B, 2]
+  h1 = tanh(x0[0] + h1 @ U)
+  q0 = zeros[B, 3]
+  if c >= 0.5 {
+    q0 = q0 + 1.0
+  } else {
+    q0 = q0 + dropout(concat([h1, x5], axis = 1), 0.1)
+  }
+  output loss = mean(q0 * q0)
+  minimize loss
+}
+""",
     "a-loop-over-a-whole-sequence-in-a-loop": """
 # A loop nested in another that reads a whole sequence (xs), not the step (e): loop
 # fission moved it out before the outer loop as a loop of its own over the sequences
