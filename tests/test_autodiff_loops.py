@@ -355,6 +355,28 @@ model M(H = 3) {
     assert max(trips) >= 2  # the inner whiles' tapes of several trips end to end
 
 
+def test_a_while_whose_only_tapes_are_a_while_s_counts_its_trips_on_one_more():
+    """An outer while whose body keeps nothing but an inner while's tapes (ragged: their
+    rows are every trip's inner trips) pushes an i32 a trip too, from which its backward
+    learns how many trips to run (the fuzzer's Small768_0: an IndexError building it)."""
+    graph = model("""
+model M(H = 3) {
+  input x : f32[B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  param V : f32[H, H] = normal(0, 0.5)
+  h = tanh(x @ W)
+  n = 0
+  while n < 2 {
+    k = 0
+    while k < 2 { h = tanh(dropout(h, 0.1) @ W + x @ V); k = k + 1 }
+    n = n + 1
+  }
+  output loss = sum(h * h)
+  minimize loss
+}""")
+    check_whiles_kept(graph, joint(graph), {"x": np.random.default_rng(1).normal(size=(2, 3))})
+
+
 @pytest.mark.parametrize("dropout", [False, True])
 def test_a_checkpointed_for_in_an_if_keeps_what_it_keeps_at_the_top_level(dropout):
     """A `checkpoint` loop in an if in no loop keeps its segments' start states and its

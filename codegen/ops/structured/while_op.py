@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Op, Value
-from ...ir.shapes import Dim, TripCount, ragged_rows, stack_type
+from ...ir.shapes import Dim, TripCount, ragged_rows, ragged_trips, stack_type
 from ..builder import Builder
 from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from .regions import STORE, differentiate_block
@@ -78,9 +78,11 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     trips = Dim.of(op.attrs.setdefault("trips", TripCount.fresh()))
 
     def tape(values: list[Value]) -> list[Value]:
-        if not values and not any(c is not None for c in cts[len(states):]):
-            # the backward loop learns its trip count from a tape's length
-            values = [Builder(body).const(0, "i32")]
+        if all(ragged_trips(v.type) for v in values) and \
+                not any(c is not None for c in cts[len(states):]):
+            # the backward loop learns its trip count from a tape's length (not from a
+            # ragged one's, whose rows are all the trips' inner trips)
+            values = values + [Builder(body).const(0, "i32")]
         return add_tapes(op, body, values, trips)
     return loop_backward(b, op, g, [], states, cts, captured, tape, True)
 
