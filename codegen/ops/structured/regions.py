@@ -13,7 +13,8 @@ step to step) end to end, a ragged yield, so those are saved there, as are those
 while in an `if` in its body, which the if outputs (if_op.py); a `while` in no loop
 does the same for a while in its body (while_op.py), each trip's tapes end to end; and
 an `if` in no loop outputs a `for`'s ragged yields ([rows(trips), ...]), so a for in
-its branches keeps its whiles' tapes too.
+its branches keeps its whiles' tapes too, and any value whose dims are known once a
+call's inputs are (a checkpoint loop's [ceil(T/k), ...]: shapes.known_at_call).
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     if in the block does the same for its branches (the builder's `ragged`). `rows`:
     the caller can save a for's ragged yield too ([rows(trips), ...]: an `if` in no
     loop, outputting it), so a `for` in the block keeps its whiles' tapes (the builder's
-    `rows`). (In a for in a loop's body the for's ragged yields would have to be
+    `rows`), and a value of dims known at the call (a checkpoint's kept states). (In a for in a loop's body the for's ragged yields would have to be
     recomputed there, the whole loop again, and could not be where it draws.)"""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
