@@ -322,27 +322,14 @@ def test_whiles_in_a_while_keep_their_tapes_masks_too():
     as a for keeps them: none of the three runs again in the backward, whose for over
     the outer while's trips reads each trip's rows, and the dropout keeps its masks
     (until 2026-11-29 the backward ran the inner whiles again and refused it)."""
-    graph = model("""
-model M(H = 3) {
-  input x : f32[B, H]
-  param W : f32[H, H] = normal(0, 0.5)
-  param V : f32[H, H] = normal(0, 0.5)
-  h = tanh(x @ W)
-  n = 0
-  while n < 3 and norm(h) > 0.2 {
+    graph = in_a_while("n < 3 and norm(h) > 0.2", """
     y = tanh(h @ W + x)
     while norm(y) > 0.4 { y = dropout(y, 0.2) * 0.6 @ W }
     z = h + x
     if mean(z) > 0.0 {
       while mean(z * z) > 0.3 { z = 0.7 * tanh(z @ V) }
     }
-    h = 0.5 * (y + z)
-    n = n + 1
-  }
-  output loss = sum(h * h)
-  output trips = n
-  minimize loss
-}""")
+    h = 0.5 * (y + z)""")
     g = joint(graph)
     outer = next(op for op in walk_ops(g.body) if op.prim == "while")
     assert len([v for v in outer.outputs if ragged_rows(v.type)]) >= 2
@@ -359,22 +346,29 @@ def test_a_while_whose_only_tapes_are_a_while_s_counts_its_trips_on_one_more():
     """An outer while whose body keeps nothing but an inner while's tapes (ragged: their
     rows are every trip's inner trips) pushes an i32 a trip too, from which its backward
     learns how many trips to run (the fuzzer's Small768_0: an IndexError building it)."""
-    graph = model("""
-model M(H = 3) {
+    graph = in_a_while("n < 2", """
+    k = 0
+    while k < 2 { h = tanh(dropout(h, 0.1) @ W + x @ V); k = k + 1 }""")
+    check_whiles_kept(graph, joint(graph), {"x": np.random.default_rng(1).normal(size=(2, 3))})
+
+
+def in_a_while(condition: str, body: str):
+    """The graph of a model whose while on `condition` (n its trip count, output as
+    `trips`) runs `body` on h = tanh(x @ W), with W and V to use."""
+    return model(f"""
+model M(H = 3) {{
   input x : f32[B, H]
   param W : f32[H, H] = normal(0, 0.5)
   param V : f32[H, H] = normal(0, 0.5)
   h = tanh(x @ W)
   n = 0
-  while n < 2 {
-    k = 0
-    while k < 2 { h = tanh(dropout(h, 0.1) @ W + x @ V); k = k + 1 }
+  while {condition} {{{body}
     n = n + 1
-  }
+  }}
   output loss = sum(h * h)
+  output trips = n
   minimize loss
-}""")
-    check_whiles_kept(graph, joint(graph), {"x": np.random.default_rng(1).normal(size=(2, 3))})
+}}""")
 
 
 @pytest.mark.parametrize("dropout", [False, True])
