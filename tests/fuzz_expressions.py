@@ -431,6 +431,8 @@ class Expressions(Functions):
         if not self.dropout_allowed():
             return None
         self.cover("dropout")
+        if self.drawn_again():
+            self.cover("dropout:drawn-again")
         return f"dropout({self.expr(shape, d)}, {self.pick(['0.1', '0.5'])})"
 
     def form_linear(self, shape, d):

@@ -191,21 +191,26 @@ class Names:
         return keeps_tapes([f for f in self.frames if f.kind in CONTROL])
 
     def dropout_allowed(self) -> bool:
-        """Autodiff refuses a dropout in a loop of run-time length (a while, a for with
-        checkpoint) inside another loop or branch: its masks would be drawn again. But a
-        while whose one enclosing loop is a for that stores or a while (inside no other
-        loop, in its body or in ifs there), or that is in ifs in no loop, keeps its tapes
-        (keeps_tapes), masks too; and a for with checkpoint in ifs in no loop keeps its
-        masks as at the top level (the if outputs them)."""
-        def refused(i: int, f: Frame) -> bool:
+        """A dropout may be anywhere but in a function's body."""
+        return not self.in_def
+
+    def drawn_again(self) -> bool:
+        """Whether a dropout here is drawn again in the backward (regions.py: a loop of
+        run-time length, a while or a for with checkpoint, inside another loop or branch,
+        whose values its backward cannot keep, so it runs again at the forward's stream
+        positions; until 2026-11-29 autodiff refused it). Not so for a while whose one
+        enclosing loop is a for that stores or a while (inside no other loop, in its body
+        or in ifs there), or that is in ifs in no loop: it keeps its tapes
+        (keeps_tapes), masks too; nor for a for with checkpoint in ifs in no loop, which
+        keeps its masks as at the top level (the if outputs them)."""
+        def again(i: int, f: Frame) -> bool:
             above = [g for g in self.frames[:i] if g.kind in CONTROL]
             if f.kind == "while" and keeps_tapes(above):
                 return False
             if f.checkpoint and all(g.kind == "if" for g in above):
                 return False
             return (f.kind == "while" or f.checkpoint) and bool(above)
-        nested = any(refused(i, f) for i, f in enumerate(self.frames))
-        return not self.in_def and not nested
+        return any(again(i, f) for i, f in enumerate(self.frames))
 
     # ---- hyper-parameters ----------------------------------------------------------------
     def draw_hypers(self) -> dict:

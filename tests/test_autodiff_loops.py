@@ -13,7 +13,7 @@ from codegen.ir.shapes import Dim, Rows, ragged_rows
 from codegen.ops.builder import Builder
 from codegen.ops.verify import verify
 from codegen.reference import interpreter as reference
-from codegen.transforms.autodiff import GradientError, vjp
+from codegen.transforms.autodiff import vjp
 
 CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
          "milstm": ("milstm(x, h, c)", "h, c")}
@@ -127,40 +127,66 @@ def numeric_training_grad(graph, inputs: dict, params: dict, name: str, seed: in
     return numeric
 
 
-NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, inside a loop or branch
+NESTED_DROPOUTS = {  # a loop of run-time length with a dropout, which a backward runs again
     "while in a recompute for": """
   for x in xs (recompute) {
-    y = x
+    y = tanh(x @ W)
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   }""",
     "while in an if in a while in a for": """
   for x in xs { while norm(h) < 1.0 { if c > 0.0 {
-    y = h + c
+    y = tanh(h @ W) + c
     while norm(y) > 0.5 { y = dropout(y, 0.1) * 0.5 }
     h = h + y
   } else { h = h + 0.5 } } }""",
     "checkpointed for in an if in a for": """
   for y in xs { if c > 0.0 {
-    for x in xs (checkpoint = 2) { h = tanh(dropout(x, 0.5) + h + y) }
+    for x in xs (checkpoint = 2) { h = tanh(dropout(x @ W, 0.5) + h + y) }
   } }""",
+    "while in a for in a for": """
+  for y in xs { for x in xs {
+    z = tanh(x @ W + y)
+    while norm(z) > 0.4 { z = dropout(z, 0.3) * 0.6 }
+    h = h + z
+  } }""",
+    "while and dropout in a checkpointed for": """
+  for x in xs (checkpoint = 2) {
+    z = dropout(tanh(x @ W + h), 0.2)
+    while norm(z) > 0.4 { z = dropout(z, 0.3) * 0.6 }
+    h = 0.5 * h + z
+  }""",
 }
 
 
 @pytest.mark.parametrize("nested", sorted(NESTED_DROPOUTS))
-def test_a_dropout_that_would_be_drawn_again_is_refused_at_its_loop(nested):
+def test_a_loop_run_again_in_the_backward_draws_the_forward_masks(nested):
+    """A loop of run-time length whose values the backward cannot keep (in a loop inside
+    another loop, a recompute or checkpoint loop's body) runs again there, and its
+    dropouts draw again at the positions their streams had in the forward
+    (rng_position, kept a step; dropout_replay): the training gradient (the masks of one
+    seed) against central differences, and the joint graph's. Until 2026-11-29 such a
+    dropout was refused."""
     graph = model(f"""
 model M(H = 3) {{
   input xs : f32[T, B, H]; input c : f32
+  param W : f32[H, H] = normal(0, 0.5)
   h = zeros[B, H]{NESTED_DROPOUTS[nested]}
   output loss = sum(h * h)
   minimize loss
 }}""")
-    with pytest.raises(GradientError, match="a dropout inside a loop of run-time length "
-                       r"\(a while, or a for with checkpoint\) nested in another loop, "
-                       "branch or while cannot be differentiated") as info:
-        joint(graph)
-    assert info.value.loc.line == 7 if nested.startswith("while") else 6
+    g = joint(graph)
+    assert any(op.prim == "dropout_replay" for op in walk_ops(g.backward))
+    inputs = {"xs": np.random.default_rng(1).normal(size=(3, 2, 3)), "c": np.array(1.0)}
+    params = random_params(graph)
+    losses = {float(reference.run(graph, inputs, params, training=True, seed=s)["loss"])
+              for s in (3, 4)}
+    assert len(losses) == 2  # the masks matter
+    grads = reference.gradients(graph, inputs, params, training=True, seed=3)
+    assert rel_error(grads.params["W"], numeric_training_grad(graph, inputs, params, "W", 3)) \
+        < TOLERANCE
+    built = reference.run(g, inputs, params, training=True, seed=3)
+    assert np.allclose(built["grad:param:W"], grads.params["W"], rtol=1e-12)
 
 
 @pytest.mark.parametrize("order", ["xs", "reversed(xs)"])

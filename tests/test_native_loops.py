@@ -399,6 +399,26 @@ model WhileInWhile(H = 4) {
   minimize loss
 }
 
+# Dropouts in loops the backward runs again (a while in a recompute for, a checkpointed
+# for in an if in a for): they draw their masks again at the forward's positions.
+model DrawnAgain(H = 4) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = uniform(-0.8, 0.8)
+  h = zeros[B, H]
+  for x in xs (recompute) {
+    y = tanh(x @ W + h)
+    k = 0
+    while norm(y) > 0.5 and k < 4 { y = dropout(y, 0.2) * 0.7; k = k + 1 }
+    h = h + y
+  }
+  g = zeros[B, H]
+  for y in xs { if mean(y) > 0.0 {
+    for x in xs (checkpoint = 2) { g = tanh(dropout(x @ W, 0.3) + g + y) }
+  } }
+  output loss = sum(h * h) + sum(g * g)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -418,7 +438,7 @@ model Layers(H = 5) {
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
-          "StateOperand", "WhileInTopIf", "ForInTopIf", "WhileInWhile"]
+          "StateOperand", "WhileInTopIf", "ForInTopIf", "WhileInWhile", "DrawnAgain"]
 
 
 @pytest.fixture(scope="module")

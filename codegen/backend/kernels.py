@@ -248,3 +248,27 @@ def open_streams(salts: set[int]) -> list[str]:
 
 statements("dropout", _dropout_like(False))
 statements("dropout_mask", _dropout_like(True))
+
+
+def _rng_position(r, op, inputs, ins, outs):
+    salt = f"uint64_t({op.attrs['salt']})"
+    return [f"{r.target.call('rng_position')}{DRAW}({salt}, 0), "
+            f"mdl::derive(m.dropout_key, {salt}), {outs[0]});"]
+
+
+def _dropout_replay(r, op, inputs, ins, outs):
+    n = r.dim(numel(inputs[0].type.shape))
+    if not r.spec.training:
+        return [r.target.fill(outs[0], n, f"{ctype_of(op, r)}(1)")]
+    return [f"{r.target.call('dropout_replay')}{ins[1]}, {n}, {float(op.attrs['p'])!r}, "
+            f"{outs[0]});"]
+
+
+def _rng_skip(r, op, inputs, ins, outs):
+    n = r.dim(numel(inputs[1].type.shape))
+    return [f"{r.target.call('rng_skip')}{ins[0]}, {n}, {outs[0]});"]
+
+
+statements("rng_position", _rng_position)
+statements("dropout_replay", _dropout_replay)
+statements("rng_skip", _rng_skip)

@@ -26,6 +26,9 @@ The questions (each kind of entry says more in its own module):
   loop), `branches` (runs one of its blocks, chosen by its first operand, a bool scalar:
   an `if`), `reduces` (reduces its one operand along `attrs["axes"]`, keeping them as 1s
   with `attrs["keepdims"]`: sum, mean, max, logsumexp);
+- `redraw(op, positions, same) -> [ops]`: for an op that draws random numbers (a
+  dropout, a loop with one), the ops that draw them again from given stream positions in
+  its place (ops/structured/replay.py says how);
 - `extra`: the hooks later stages attach (the backend's `lower`, a target's statements).
 """
 from __future__ import annotations
@@ -67,6 +70,7 @@ class OpEntry(abc.ABC):
     integer_bounds: Callable | None = None
     steps: Callable | None = None
     uniform: Callable | None = None
+    redraw: Callable | None = None
 
     @abc.abstractmethod
     def check(self, op: Op) -> None:

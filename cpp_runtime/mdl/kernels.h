@@ -475,4 +475,37 @@ void dropout(bool mask_only, const T* x, int64_t n, double p, uint64_t key, uint
   }
 }
 
+// A dropout's stream position (codegen/ops/primitives/replay.py): its next counter and
+// its key, each as two i32 halves. A backward that runs a loop again draws the loop's
+// masks again from the positions the forward kept.
+MDL_HOST_DEVICE inline void put_position(uint64_t counter, uint64_t key, int32_t* out) {
+  const uint64_t words[2] = {counter, key};
+  for (int i = 0; i < 2; ++i) {
+    out[2 * i] = int32_t(uint32_t(words[i]));
+    out[2 * i + 1] = int32_t(uint32_t(words[i] >> 32));
+  }
+}
+
+MDL_HOST_DEVICE inline uint64_t position_word(const int32_t* position, int i) {
+  return uint64_t(uint32_t(position[2 * i])) | uint64_t(uint32_t(position[2 * i + 1])) << 32;
+}
+
+inline void rng_position(uint64_t counter, uint64_t key, int32_t* out) {
+  put_position(counter, key, out);
+}
+
+// The mask dropout drew at `position`, the same numbers bit for bit.
+template <class T>
+void dropout_replay(const int32_t* position, int64_t n, double p, T* out) {
+  const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
+  T scale = T(1.0 / (1.0 - p));
+  for (int64_t i = 0; i < n; ++i) out[i] = uniform01(key, counter + i) >= p ? scale : T(0);
+}
+
+// `position` moved past `n` numbers (`out` may be `position`).
+inline void rng_skip(const int32_t* position, int64_t n, int32_t* out) {
+  const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
+  put_position(counter + uint64_t(n), key, out);
+}
+
 }  // namespace mdl

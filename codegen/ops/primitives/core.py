@@ -13,6 +13,8 @@ An entry declares a primitive once:
 - `expand(b, op) -> [Value]`: a decomposition into other primitives, applied before
   autodiff; a primitive with `grad=None` and an `expand` is differentiated through it,
 - `random`: draws from the RNG (never recomputed, merged or folded),
+- `redraw`: how it draws the same numbers again from a stream position
+  (ops/structured/replay.py),
 - `selects`: every element of the result is an element of the first operand (reshape,
   slicing, gathering, broadcasting): a first operand holding one number everywhere gives
   a result holding that same number, which simplification can see through, and integer
@@ -81,6 +83,7 @@ class Primitive(OpEntry):
     reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)
     step_sum: Callable | None = None
     step_rows: Callable | None = None
+    redraw: Callable | None = None
     blocks = ()  # a primitive owns none
 
     def trim(self, op: Op, live: set[int]) -> None:

@@ -8,6 +8,7 @@ from ...ir.dtypes import FLOATS
 from ...ir.shapes import Dim, TensorType, ceil_div, numel
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
+from .replay import redraw_mask
 
 
 # ---- cross entropy --------------------------------------------------------------------
@@ -134,7 +135,7 @@ primitive("dropout", 1, random=True, expand=_dropout_expand, onnx=onnx_node("Ide
           ref=lambda ctx, attrs, x: x * _mask(ctx, attrs, np.shape(x), x.dtype)
           )(_float_unary("dropout"))
 primitive("dropout_mask", 1, random=True, grad=_no_grad, onnx=_ones_like_onnx,
-          ref=lambda ctx, attrs, x: _mask(ctx, attrs, np.shape(x), x.dtype)
+          redraw=redraw_mask, ref=lambda ctx, attrs, x: _mask(ctx, attrs, np.shape(x), x.dtype)
           )(_float_unary("dropout_mask"))
 
 

@@ -16,6 +16,7 @@ from .for_fission import fission, fissionable
 from .for_hoist import hoist, movable
 from .for_sink import accumulations, sink_sums
 from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
+from . import replay
 from .regions import RECOMPUTE, STORE, differentiate_block
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 
@@ -411,6 +412,13 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     return outs
 
 
+def _redraw(op: Op, positions: dict, same: dict) -> list[Op]:
+    """Draw again at `positions`, carried as new last states (replay.py)."""
+    op.attrs["n_state"] += replay.carry(op, positions, same, op.attrs["n_seq"],
+                                        op.attrs["n_state"])
+    return [op]
+
+
 FOR = register(StructuredOp(
     "for",
     attrs={"n_seq": (int, REQUIRED), "n_state": (int, REQUIRED), "reversed": (bool, REQUIRED),
@@ -420,5 +428,5 @@ FOR = register(StructuredOp(
     blocks=("body",), verify=_verify, reference=_reference, grad=_grad,
     trim=lambda op, live: trim_outputs(op, op.attrs["n_state"], live, op.blocks),
     rewrite=_rewrite, simplify=sink_sums, integer_bounds=_integer_bounds, steps=_steps,
-    repeats=True, sets_dims=_sets_dims,
+    repeats=True, sets_dims=_sets_dims, redraw=_redraw,
     extra={"onnx": _onnx}))

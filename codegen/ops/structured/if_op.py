@@ -13,6 +13,7 @@ from ...ir.shapes import Dim, TensorType, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import constant, entry, summed
 from .gradients import captured_floats
+from . import replay
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs
 
@@ -250,7 +251,14 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     return g.ops("If", xs, len(op.outputs), **branches)
 
 
+def _redraw(op: Op, positions: dict, same: dict) -> list[Op]:
+    """Draw again at `positions`, output before the tapes (replay.py)."""
+    replay.branches(op, positions, same)
+    return [op]
+
+
 IF = register(StructuredOp(
     "if", attrs={"n_tape": (int, 0)}, blocks=("then", "else"), verify=_verify,
     reference=_reference, grad=_grad, branches=True, step_sum=_step_sum, sets_dims=_sets_dims,
-    trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), extra={"onnx": _onnx}))
+    trim=lambda op, live: trim_outputs(op, 0, live, op.blocks), redraw=_redraw,
+    extra={"onnx": _onnx}))

@@ -7,7 +7,9 @@ What is recomputed follows a policy: STORE saves every residual it can, RECOMPUT
 only the block's args (the per-step state) and re-runs everything else. Whatever the
 policy, block args cannot be recomputed, constants are always re-created, random values
 (dropout masks) are always saved (a re-run would draw another mask), and values whose
-size is known only at run time are recomputed, since they cannot be stacked: but a
+size is known only at run time are recomputed, since they cannot be stacked (an op
+recomputed that draws, a loop with a dropout, draws again at the positions its streams
+had in the forward, which are saved: replay.py): but a
 `for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
 step to step) end to end, a ragged yield, so those are saved there, as are those of a
 while in an `if` in its body, which the if outputs (if_op.py); a `while` in no loop
@@ -26,6 +28,7 @@ from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
 from ...ir.shapes import known_at_call, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import entry
+from . import replay
 
 STORE = "store"
 RECOMPUTE = "recompute"
@@ -81,6 +84,10 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     inner.rows = rows and policy == STORE
     cts = backprop(inner, list(block.ops), seeds, block.args + captured)
     saved, recomputed, computed = _plan(block, bwd, policy, also, inner.ragged, inner.rows)
+    # an op run again that draws (a dropout in a loop of run-time length) draws again
+    # at the positions its streams had in the forward (replay.py), which are kept
+    asked = {id(op): replay.ask(block, op) for op in recomputed if replay.salts(op)}
+    saved = saved + [v for positions in asked.values() for v in positions.values()]
     mapping: dict[int, Value] = {}
     saved_in = []
     for v in saved:
@@ -89,6 +96,9 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     clones = clone_ops(recomputed, mapping)  # they read the placeholders and each other
     substitute(bwd, mapping)
     bwd.ops = clones + bwd.ops
+    for op, clone in zip(recomputed, clones):
+        if id(op) in asked:
+            replay.replay(bwd, clone, {s: mapping[v.id] for s, v in asked[id(op)].items()})
     n = len(block.args)
     again = [mapping.get(v.id, v) if ok else None for v, ok in zip(also, computed)]
     return BlockGrad(bwd, result_cts, saved, saved_in, cts[:n], cts[n:], again)
@@ -146,12 +156,5 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
     if rows and ragged_rows(v.type) is not None:
         return True
     if has_dynamic(v.type) and not (rows and known_at_call(v.type)):
-        if random:
-            raise GradientError(
-                "a dropout inside a loop of run-time length (a while, or a for with "
-                "checkpoint) nested in another loop, branch or while cannot be "
-                "differentiated (a while in no loop, or in a while or a for without "
-                "recompute or checkpoint that is itself in no loop, ifs around either, can "
-                "be): its masks would have to be drawn again", op.loc)
-        return False
+        return False  # recomputed; if it draws, at the forward's positions (replay.py)
     return random or policy == STORE

@@ -61,6 +61,7 @@ class StructuredOp(OpEntry):
     step_sum: Callable | None = None
     integer_bounds: Callable | None = None
     steps: Callable | None = None
+    redraw: Callable | None = None  # how its blocks draw again (replay.py)
     # the dims (symbols) known only once the op has run: a while's trip count
     sets_dims: Callable[[Op], set] = lambda op: set()
     repeats: bool = False   # runs its blocks more than once (a loop)

@@ -12,6 +12,7 @@ from ...ir.graph import Op, Value
 from ...ir.shapes import Dim, TripCount, ragged_rows, ragged_trips, stack_type
 from ..builder import Builder
 from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
+from . import replay
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs, types_of
 
@@ -109,10 +110,16 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     return g.ops("Loop", ["", first, *xs], len(op.outputs), body=body_graph)
 
 
+def _redraw(op: Op, positions: dict, same: dict) -> list[Op]:
+    """Draw again at `positions`, carried as new last states (replay.py)."""
+    replay.carry(op, positions, same, 0, len(op.inputs))
+    return [op]
+
+
 WHILE = register(StructuredOp(
     "while", attrs={"n_tape": (int, 0), "trips": (TripCount, None)},
     blocks=("cond", "body"), verify=_verify, reference=_reference, grad=_grad, trim=_trim,
     sets_dims=lambda op: {op.attrs["trips"]} | {
         r for r in (ragged_rows(v.type) for v in op.outputs) if r is not None}
     if op.attrs.get("n_tape") else set(),
-    repeats=True, extra={"onnx": _onnx}))
+    repeats=True, redraw=_redraw, extra={"onnx": _onnx}))

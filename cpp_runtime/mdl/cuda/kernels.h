@@ -229,5 +229,43 @@ void dropout(Context& g, bool mask_only, const T* x, int64_t n, double p, uint64
   check_launch("dropout");
 }
 
+// Positions of random streams (mdl/kernels.h): set by the host in a kernel's arguments,
+// read and moved on the device, so that a replayed loop needs no copy to the host.
+static __global__ void rng_position_kernel(uint64_t counter, uint64_t key, int32_t* out) {
+  if (first_item() == 0) put_position(counter, key, out);
+}
+
+inline void rng_position(Context& g, uint64_t counter, uint64_t key, int32_t* out) {
+  launch(rng_position_kernel, 1, 1, g.stream, counter, key, out);
+  check_launch("rng_position");
+}
+
+template <class T>
+__global__ void dropout_replay_kernel(const int32_t* position, int64_t n, double p, T scale,
+                                      T* out) {
+  const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
+  for (int64_t i = first_item(); i < n; i += item_stride())
+    out[i] = uniform01(key, counter + i) >= p ? scale : T(0);
+}
+
+template <class T>
+void dropout_replay(Context& g, const int32_t* position, int64_t n, double p, T* out) {
+  if (n <= 0) return;
+  launch(dropout_replay_kernel<T>, blocks(n), kThreads, g.stream, position, n, p,
+         T(1.0 / (1.0 - p)), out);
+  check_launch("dropout_replay");
+}
+
+static __global__ void rng_skip_kernel(const int32_t* position, int64_t n, int32_t* out) {
+  if (first_item() != 0) return;
+  const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
+  put_position(counter + uint64_t(n), key, out);
+}
+
+inline void rng_skip(Context& g, const int32_t* position, int64_t n, int32_t* out) {
+  launch(rng_skip_kernel, 1, 1, g.stream, position, n, out);
+  check_launch("rng_skip");
+}
+
 }  // namespace cuda
 }  // namespace mdl
