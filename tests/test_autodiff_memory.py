@@ -17,9 +17,28 @@ H, B, T = 4, 2, 64
 STATE = 2 * B * H * 8          # h and c of one step, f64
 
 
-def saved(options: str, steps: int = T) -> int:
-    graph = joint(model(rnn_model("lstm(x, h, c)", options, H=H, state="h, c")))
+POSITION = 16                  # a random stream's position (i32[4])
+
+
+def saved(options: str, steps: int = T, call: str = "lstm(x, h, c)") -> int:
+    graph = joint(model(rnn_model(call, options, H=H, state="h, c")))
     return saved_bytes(graph, {"T": steps, "B": B})
+
+
+def test_a_recomputed_dropout_keeps_its_streams_position_not_its_mask():
+    """`recompute` and `checkpoint` draw a dropout's mask again in the backward, from
+    the position its stream had in the forward (ops/structured/replay.py): a step of
+    `recompute`, a segment of `checkpoint`, keeps 16 bytes for it, not the mask. (Until
+    2026-11-29 both kept every step's mask: at T=1000, B=16, E=H=256 in f32, with a
+    dropout of x and one of h, 125 MiB for `recompute` and 363 MiB for `checkpoint =
+    32`, more than storing everything; now 62.5 and 13 MiB.)"""
+    call = "lstm(dropout(x, 0.5), h, c)"
+    assert saved("(recompute)", call=call) == saved("(recompute)") + T * POSITION
+    one_input = B * 2 * 8  # x of one step (E = 2), f64
+    for steps in (T, 2 * T, 3 * T):
+        grown = saved("(checkpoint = 8)", steps, call) - saved("(checkpoint = 8)", steps)
+        # a position a segment; a segment re-run keeps its steps' mask and dropped x
+        assert grown == math.ceil(steps / 8) * POSITION + 8 * 2 * one_input
 
 
 def test_recompute_keeps_only_the_state_of_each_step():

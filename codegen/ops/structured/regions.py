@@ -6,10 +6,10 @@ ones at the top of the backward block (the seeds' recompute_blobs_on_backward).
 What is recomputed follows a policy: STORE saves every residual it can, RECOMPUTE saves
 only the block's args (the per-step state) and re-runs everything else. Whatever the
 policy, block args cannot be recomputed, constants are always re-created, random values
-(dropout masks) are always saved (a re-run would draw another mask), and values whose
-size is known only at run time are recomputed, since they cannot be stacked (an op
-recomputed that draws, a loop with a dropout, draws again at the positions its streams
-had in the forward, which are saved: replay.py): but a
+(dropout masks) are saved under STORE and under RECOMPUTE drawn again (at the positions
+their streams had in the forward, which are saved: replay.py), and values whose size is
+known only at run time are recomputed, since they cannot be stacked (an op recomputed
+that draws, a loop with a dropout, draws again alike): but a
 `for` that stores lays a nested while's tapes ([trips, ...], a size that changes from
 step to step) end to end, a ragged yield, so those are saved there, as are those of a
 while in an `if` in its body, which the if outputs (if_op.py); a `while` in no loop
@@ -157,4 +157,12 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
         return True
     if has_dynamic(v.type) and not (rows and known_at_call(v.type)):
         return False  # recomputed; if it draws, at the forward's positions (replay.py)
-    return random or policy == STORE
+    # under RECOMPUTE a dropout's mask is drawn again too, from a position kept a step
+    return policy == STORE or (random and not _redrawn(op))
+
+
+def _redrawn(op: Op) -> bool:
+    """Whether each op in `op` that draws can draw again (replay.py)."""
+    return all(entry(o).redraw is not None for o in [op, *(x for b in op.blocks
+                                                             for x in walk_ops(b))]
+               if entry(o).random)
