@@ -412,9 +412,10 @@ def _skip_padding(r, op: Op, stacked: list, t: str, ragged: dict) -> str | None:
 
 def streams(op: Op) -> set[int]:
     """The random streams the blocks of the structured op `op` draw from (their random
-    ops' `salt`s): none for a loop whose steps draw nothing."""
+    ops' `salt`s) or whose positions they move (a loop drawing again: rng_skip's): none
+    for a loop whose steps draw nothing."""
     return {o.attrs["salt"] for block in op.blocks for o in walk_ops(block)
-            if getattr(entry(o), "random", False)}
+            if getattr(entry(o), "random", False) or "salt" in o.attrs}
 
 
 def _render_if(r, ins: Structured) -> None:

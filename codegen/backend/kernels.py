@@ -266,7 +266,8 @@ def _dropout_replay(r, op, inputs, ins, outs):
 
 def _rng_skip(r, op, inputs, ins, outs):
     n = r.dim(numel(inputs[1].type.shape))
-    return [f"{r.target.call('rng_skip')}{ins[0]}, {n}, {outs[0]});"]
+    drawn = n if r.drawing is None else f"({r.drawing} ? {n} : 0)"  # as the draw counted
+    return [f"{r.target.call('rng_skip')}{ins[0]}, {drawn}, {outs[0]});"]
 
 
 statements("rng_position", _rng_position)

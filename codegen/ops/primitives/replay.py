@@ -75,6 +75,8 @@ def _skip_rule(types, attrs):
 
 
 def _skip_ref(ctx, attrs, position, x):
+    """(Its `salt` names the stream it moves: a padding step, whose draws do not count,
+    does not move it either: backend/control_flow.py's streams.)"""
     counter, key = unpack(position)
     return pack((counter + int(np.size(x))) & MASK, key)
 
@@ -86,7 +88,7 @@ def redraw_mask(op: Op, positions: dict, same: dict) -> list[Op]:
     positions[salt] = Value(POSITION, f"rng{salt}")
     return [Op("dropout_replay", [x, position], list(op.outputs), {"p": op.attrs["p"]}, [],
                op.loc),
-            Op("rng_skip", [position, x], [positions[salt]], {}, [], op.loc)]
+            Op("rng_skip", [position, x], [positions[salt]], {"salt": salt}, [], op.loc)]
 
 
 def _redraw_position(op: Op, positions: dict, same: dict) -> list[Op]:
