@@ -87,6 +87,8 @@ class Expressions(Functions):
         parenthesized), so it can be indexed or combined without more parentheses."""
         if depth <= 0 or self.rng.random() < 0.2:
             return self.leaf(shape)
+        if self.drawn_again() and self.rng.random() < 0.2:  # rare places: draw one often
+            return self.form_dropout(shape, depth - 1) or self.leaf(shape)
         return self.drawn(self.FORMS, "form_", shape, depth) or self.leaf(shape)
 
     def drawn(self, forms: tuple, prefix: str, shape: tuple, depth: int) -> str | None:
