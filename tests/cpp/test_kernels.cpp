@@ -100,6 +100,25 @@ void random_numbers_depend_only_on_key_and_counter() {
   CHECK_NEAR(mean, 0.5, 0.01);
 }
 
+// A dropout drawn again from the position its stream had (codegen/ops/primitives/replay.py)
+// gives the mask it drew, whatever the counter's high half and the key.
+void a_replayed_dropout_draws_the_same_mask() {
+  const uint64_t key = mdl::derive(0x9e3779b97f4a7c15ull, 5), first = (uint64_t(7) << 32) + 11;
+  std::vector<float> x(37, 1.0f), drawn(37), again(37);
+  mdl::dropout(true, x.data(), 37, 0.4, key, first, drawn.data());
+  int32_t position[4], next[4];
+  mdl::rng_position(first, key, position);
+  mdl::dropout_replay(position, 37, 0.4, again.data());
+  for (int i = 0; i < 37; ++i) CHECK(again[i] == drawn[i]);
+  mdl::rng_skip(position, 37, next);
+  CHECK(mdl::position_word(next, 0) == first + 37 && mdl::position_word(next, 1) == key);
+  mdl::rng_skip(position, 37, position);  // in place
+  CHECK(mdl::position_word(position, 0) == first + 37);
+  mdl::dropout(true, x.data(), 5, 0.4, key, first + 37, drawn.data());
+  mdl::dropout_replay(next, 5, 0.4, again.data());
+  for (int i = 0; i < 5; ++i) CHECK(again[i] == drawn[i]);
+}
+
 void orthogonal_init_gives_orthonormal_rows() {
   std::vector<int64_t> shape = {3, 5};
   std::vector<double> w(15);
@@ -140,6 +159,7 @@ int main() {
   topk_orders_as_argmax_picks();
   gather_checks_its_indices();
   random_numbers_depend_only_on_key_and_counter();
+  a_replayed_dropout_draws_the_same_mask();
   orthogonal_init_gives_orthonormal_rows();
   return check::failures;
 }
