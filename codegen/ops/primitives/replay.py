@@ -97,9 +97,14 @@ def _redraw_position(op: Op, positions: dict, same: dict) -> list[Op]:
     return []
 
 
+def _onnx(g, op: Op, xs: list[str]):
+    """None: autodiff alone makes these, and an ONNX graph is an inference program."""
+    g.fail(f"`{op.prim}` is part of a gradient program")
+
+
 # `random`: it reads the host's count of a stream, so it is never moved, merged or
 # recomputed; it keeps its place before the loop it is asked for.
-primitive("rng_position", 0, random=True, grad=_no_grad, ref=_position_ref,
+primitive("rng_position", 0, random=True, grad=_no_grad, ref=_position_ref, onnx=_onnx,
           redraw=_redraw_position)(_position_rule)
-primitive("dropout_replay", 2, grad=_no_grad, ref=_replay_ref)(_replay_rule)
-primitive("rng_skip", 2, grad=_no_grad, ref=_skip_ref)(_skip_rule)
+primitive("dropout_replay", 2, grad=_no_grad, ref=_replay_ref, onnx=_onnx)(_replay_rule)
+primitive("rng_skip", 2, grad=_no_grad, ref=_skip_ref, onnx=_onnx)(_skip_rule)
