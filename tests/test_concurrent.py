@@ -214,3 +214,33 @@ def test_a_branch_yielding_a_value_from_outside_stays_after_what_makes_it(two, t
     case = {"xs": inputs(2, E=4)["xs"], "flag": np.bool_(flag)}
     graph = check_file(str(two_path), model="BranchYields").graph
     assert_training_matches(two.BranchYields(seed=3), graph, case, tol=1e-4, seed=3)
+
+
+def test_a_loop_does_not_run_before_a_kept_instruction_asking_its_streams_position():
+    """An `rng_position` asks where a stream stands before the loop that draws from it
+    (ops/structured/replay.py); nothing but the order ties the two. Where it must keep
+    its place after an earlier loop (their memory shared), the later loop that draws from
+    its stream joins no group with that earlier loop, which would run it first; a loop
+    drawing from another stream does."""
+    from codegen.backend.concurrent import _group
+    from codegen.backend.lower import Kernel, Structured
+    from codegen.ir.graph import Block, Op, Value
+    from codegen.ir.shapes import TensorType
+    f32 = TensorType.of("f32", (2,))
+
+    def loop(salt):
+        x = Value(f32)
+        body = Block([x], [Op("dropout_mask", [x], [Value(f32)], {"p": 0.5, "salt": salt})])
+        body.results = [body.ops[0].outputs[0]]
+        op = Op("for", [Value(TensorType.of("f32", (3, 2)))], [Value(TensorType.of(
+            "f32", (3, 2)))], {"n_seq": 1, "n_state": 0, "reversed": False,
+                               "has_lengths": False}, [body])
+        return Structured(op, [[]])
+    first, asked = loop(1), Kernel(Op("rng_position", [], [Value(TensorType.of("i32", (4,)))],
+                                      {"salt": 2}), [])
+    for salt, grouped in ((2, False), (3, True)):
+        later = loop(salt)
+        instrs = [first, asked, later]
+        touches = {id(first): ({1}, {2}), id(asked): (set(), {2}), id(later): ({3}, {4})}
+        out, _ = _group(instrs, 0, touches)
+        assert (len(out) == 2) == grouped, salt  # [group, asked] or the three as they were

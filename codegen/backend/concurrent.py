@@ -19,7 +19,10 @@ structured op reads what it copies out of its blocks too). The instructions betw
 them that are free to (no such conflict) move before the group, in their order. Loops
 that draw random numbers run at once only from streams of their own (the salts of their
 random ops; the renderer opens the streams first, so that no thread inserts into the
-model's map of them). A loop that learns a dim as it runs (a `while` keeping its trips
+model's map of them), and never before an instruction that keeps its place and draws
+from one of theirs or asks where it stands (an `rng_position` before the loop it is
+asked for, whose memory a group's loop happens to share: it reads the stream's count,
+which the loop moves, and is tied to the loop by nothing else). A loop that learns a dim as it runs (a `while` keeping its trips
 and tapes for the backward, in the model) is never an arm, and an instruction that
 learns a dim keeps its place. The memory plan keeps every value an arm touches alive
 until the group ends (plan.py), so no arm reuses memory another still uses.
@@ -56,13 +59,15 @@ def _group(instrs: list, i: int, touches: dict) -> tuple[list, int]:
     # (reads, writes) of the arms and of the instructions that must stay after them
     touched = [touches[id(instrs[i])]]
     free: list = []  # may run before the group
+    kept: set[int] = set()  # the streams of the instructions that stay after the group
     joined_at = i
     for j in range(i + 1, len(instrs)):
         ins = instrs[j]
         t = touches[id(ins)]
         if any(_conflict(t, u) for u in touched):
             touched.append(t)
-        elif _arm(ins) and not streams(ins.op) & drawn:
+            kept |= _streams(ins)
+        elif _arm(ins) and not streams(ins.op) & (drawn | kept):
             arms.append(ins)
             drawn |= streams(ins.op)
             touched.append(t)
@@ -77,6 +82,15 @@ def _group(instrs: list, i: int, touches: dict) -> tuple[list, int]:
     rest = [x for x in instrs[i + 1:joined_at + 1] if id(x) not in moved]
     head = instrs[:i] + before
     return head + [Concurrent(arms)] + rest + instrs[joined_at + 1:], len(head)
+
+
+def _streams(ins) -> set[int]:
+    """The random streams an instruction draws from or asks the position of: a loop's,
+    or a random kernel's own (a dropout, an rng_position)."""
+    op = getattr(ins, "op", None)
+    if op is None:
+        return set()
+    return streams(op) | ({op.attrs["salt"]} if entry(op).random else set())
 
 
 def _arm(ins) -> bool:
