@@ -430,8 +430,6 @@ class Expressions(Functions):
         return f"one_hot({self.int_input(('B',))}, {self.dim(shape[1])})"
 
     def form_dropout(self, shape, d):
-        if not self.dropout_allowed():
-            return None
         self.cover("dropout")
         if self.drawn_again():
             self.cover("dropout:drawn-again")

@@ -190,10 +190,6 @@ class Names:
         """Whether a while here keeps its tapes for the backward (keeps_tapes)."""
         return keeps_tapes([f for f in self.frames if f.kind in CONTROL])
 
-    def dropout_allowed(self) -> bool:
-        """A dropout may be anywhere but in a function's body."""
-        return not self.in_def
-
     def drawn_again(self) -> bool:
         """Whether a dropout here is drawn again in the backward (regions.py: a loop of
         run-time length, a while or a for with checkpoint, inside another loop or branch,
