@@ -22,8 +22,9 @@ random ops; the renderer opens the streams first, so that no thread inserts into
 model's map of them), and never before an instruction that keeps its place and draws
 from one of theirs or asks where it stands (an `rng_position` before the loop it is
 asked for, whose memory a group's loop happens to share: it reads the stream's count,
-which the loop moves, and is tied to the loop by nothing else). A loop that learns a dim as it runs (a `while` keeping its trips
-and tapes for the backward, in the model) is never an arm, and an instruction that
+which the loop moves, and is tied to the loop by nothing else). A loop that learns a
+dim as it runs (a `while` keeping its trips and tapes for the backward, in the model) is
+never an arm, and an instruction that
 learns a dim keeps its place. The memory plan keeps every value an arm touches alive
 until the group ends (plan.py), so no arm reuses memory another still uses.
 """

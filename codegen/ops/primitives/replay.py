@@ -75,8 +75,8 @@ def _skip_rule(types, attrs):
 
 
 def _skip_ref(ctx, attrs, position, x):
-    """(Its `salt` names the stream it moves: a padding step, whose draws do not count,
-    does not move it either: backend/control_flow.py's streams.)"""
+    """The position past x's numbers. (The op's `salt` names the stream it moves, so that
+    a padding step, whose draws do not count, does not move it: control_flow.streams.)"""
     counter, key = unpack(position)
     return pack((counter + int(np.size(x))) & MASK, key)
 

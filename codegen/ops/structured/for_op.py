@@ -12,11 +12,11 @@ from ...ir.graph import Block, Op, Value, rename, substitute, use_counts
 from ...ir.shapes import Dim, TensorType, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from ..entry import entry
+from . import replay
 from .for_fission import fission, fissionable
 from .for_hoist import hoist, movable
 from .for_sink import accumulations, sink_sums
 from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
-from . import replay
 from .regions import RECOMPUTE, STORE, differentiate_block
 from .table import BOOL, REQUIRED, StructuredOp, need, register, trim_outputs, types_of
 

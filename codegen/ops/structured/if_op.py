@@ -12,8 +12,8 @@ from ...ir.graph import Op, Value, has_dynamic, substitute
 from ...ir.shapes import Dim, TensorType, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import constant, entry, summed
-from .gradients import captured_floats
 from . import replay
+from .gradients import captured_floats
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs
 

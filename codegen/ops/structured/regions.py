@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ...ir.diagnostics import MdlGradientError
 from ...ir.graph import (Block, Op, Value, clone_ops, defined_here, free_values,
-                         has_dynamic, outer_reads, substitute, walk_ops)
+                         has_dynamic, outer_reads, substitute)
 from ...ir.shapes import known_at_call, ragged_rows, ragged_trips
 from ..builder import Builder
 from ..entry import entry
@@ -72,8 +72,9 @@ def differentiate_block(block: Block, with_ct: list[bool], captured: list[Value]
     if in the block does the same for its branches (the builder's `ragged`). `rows`:
     the caller can save a for's ragged yield too ([rows(trips), ...]: an `if` in no
     loop, outputting it), so a `for` in the block keeps its whiles' tapes (the builder's
-    `rows`), and a value of dims known at the call (a checkpoint's kept states). (In a for in a loop's body the for's ragged yields would have to be
-    recomputed there, the whole loop again, and could not be where it draws.)"""
+    `rows`), and a value of dims known at the call (a checkpoint's kept states). (In a
+    for in a loop's body the for's ragged yields would have to be recomputed there, the
+    whole loop again, drawing its dropouts again: replay.py.)"""
     bwd = Block()
     result_cts = [Value(r.type, f"d_{r.hint}") if flag else None
                   for r, flag in zip(block.results, with_ct)]
@@ -150,7 +151,7 @@ def _plan(block: Block, bwd: Block, policy: str, also: list[Value], ragged: bool
 def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
     if not op.inputs and not op.blocks and not entry(op).random:
         return False  # a constant: re-creating it costs nothing
-    random = any(entry(o).random for o in [op] + [x for b in op.blocks for x in walk_ops(b)])
+    random = bool(replay.draws(op))
     if ragged and ragged_trips(v.type) is not None:
         return True
     if rows and ragged_rows(v.type) is not None:
@@ -158,11 +159,4 @@ def _must_save(v: Value, op: Op, policy: str, ragged: bool, rows: bool) -> bool:
     if has_dynamic(v.type) and not (rows and known_at_call(v.type)):
         return False  # recomputed; if it draws, at the forward's positions (replay.py)
     # under RECOMPUTE a dropout's mask is drawn again too, from a position kept a step
-    return policy == STORE or (random and not _redrawn(op))
-
-
-def _redrawn(op: Op) -> bool:
-    """Whether each op in `op` that draws can draw again (replay.py)."""
-    return all(entry(o).redraw is not None for o in [op, *(x for b in op.blocks
-                                                             for x in walk_ops(b))]
-               if entry(o).random)
+    return policy == STORE or (random and not replay.can_draw_again(op))

@@ -15,15 +15,24 @@ step, in the order the forward did.
 """
 from __future__ import annotations
 
-from ...ir.graph import Block, Op, Value, substitute, walk_ops
+from ...ir.graph import Block, IRError, Op, Value, substitute, walk_ops
 from ..entry import entry
 from ..primitives.replay import POSITION
 
 
+def draws(op: Op) -> list[Op]:
+    """The ops that draw random numbers in `op`, itself included, at any depth."""
+    return [o for o in [op, *(x for b in op.blocks for x in walk_ops(b))] if entry(o).random]
+
+
 def salts(op: Op) -> list[int]:
-    """The streams `op` draws from (its random ops' salts, at any depth), in order."""
-    return sorted({o.attrs["salt"] for o in [op, *(x for b in op.blocks for x in walk_ops(b))]
-                   if entry(o).random})
+    """The streams `op` draws from (its random ops' salts), in order."""
+    return sorted({o.attrs["salt"] for o in draws(op)})
+
+
+def can_draw_again(op: Op) -> bool:
+    """Whether every op in `op` that draws can draw again (has a `redraw` rule)."""
+    return all(entry(o).redraw is not None for o in draws(op))
 
 
 def ask(block: Block, op: Op) -> dict[int, Value]:
@@ -56,7 +65,7 @@ def again(op: Op, positions: dict[int, Value], same: dict[int, Value]) -> list[O
         return [op]
     rule = entry(op).redraw
     if rule is None:
-        raise AssertionError(f"a `{op.prim}` that draws cannot draw again")
+        raise IRError(f"a `{op.prim}` that draws cannot draw again (it has no redraw rule)")
     return rule(op, positions, same)
 
 

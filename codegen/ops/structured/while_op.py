@@ -11,8 +11,8 @@ import numpy as np
 from ...ir.graph import Op, Value
 from ...ir.shapes import Dim, TripCount, ragged_rows, ragged_trips, stack_type
 from ..builder import Builder
-from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from . import replay
+from .gradients import add_tapes, captured_floats, loop_backward, result_seeds
 from .regions import STORE, differentiate_block
 from .table import BOOL, StructuredOp, need, register, trim_outputs, types_of
 
