@@ -465,12 +465,18 @@ void transpose(const T* x, const int64_t* shape, int rank, const int64_t* perm, 
 // Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p); `mask_only`
 // writes the mask itself (what the backward pass multiplies by). Element i draws
 // uniform01(key, first + i): `first` continues the op's stream across loop steps.
+// An element's factor: `scale` where its number is at least p, else 0 (every target's).
+template <class T>
+MDL_HOST_DEVICE inline T dropout_keep(uint64_t key, uint64_t counter, double p, T scale) {
+  return uniform01(key, counter) >= p ? scale : T(0);
+}
+
 template <class T>
 void dropout(bool mask_only, const T* x, int64_t n, double p, uint64_t key, uint64_t first,
              T* out) {
   T scale = T(1.0 / (1.0 - p));
   for (int64_t i = 0; i < n; ++i) {
-    T keep = uniform01(key, first + i) >= p ? scale : T(0);
+    T keep = dropout_keep(key, first + i, p, scale);
     out[i] = mask_only ? keep : x[i] * keep;
   }
 }
@@ -497,9 +503,7 @@ inline void rng_position(uint64_t counter, uint64_t key, int32_t* out) {
 // The mask dropout drew at `position`, the same numbers bit for bit.
 template <class T>
 void dropout_replay(const int32_t* position, int64_t n, double p, T* out) {
-  const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
-  T scale = T(1.0 / (1.0 - p));
-  for (int64_t i = 0; i < n; ++i) out[i] = uniform01(key, counter + i) >= p ? scale : T(0);
+  dropout(true, out, n, p, position_word(position, 1), position_word(position, 0), out);
 }
 
 // `position` moved past `n` numbers (`out` may be `position`).

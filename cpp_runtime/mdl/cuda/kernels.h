@@ -214,7 +214,7 @@ template <class T>
 __global__ void dropout_kernel(bool mask_only, const T* x, int64_t n, double p, T scale,
                                uint64_t key, uint64_t first, T* out) {
   for (int64_t i = first_item(); i < n; i += item_stride()) {
-    const T keep = uniform01(key, first + i) >= p ? scale : T(0);
+    const T keep = dropout_keep(key, first + i, p, scale);
     out[i] = mask_only ? keep : x[i] * keep;
   }
 }
@@ -245,7 +245,7 @@ __global__ void dropout_replay_kernel(const int32_t* position, int64_t n, double
                                       T* out) {
   const uint64_t counter = position_word(position, 0), key = position_word(position, 1);
   for (int64_t i = first_item(); i < n; i += item_stride())
-    out[i] = uniform01(key, counter + i) >= p ? scale : T(0);
+    out[i] = dropout_keep(key, counter + i, p, scale);
 }
 
 template <class T>
