@@ -212,6 +212,10 @@ class ControlFlow:
             raise MdlTypeError(f"with lengths, sequences are [T, B, ...]; got {first}",
                                s.bindings[0].seq.loc)
         batch = first.shape[1]
+        for b, x in zip(s.bindings[1:], seqs[1:]):  # each row runs its own steps
+            if x.type.rank < 2 or x.type.shape[1] != batch:
+                raise MdlTypeError(f"with lengths, every sequence is [T, {batch}, ...], a row "
+                                   f"a sequence: `{expr_text(b.seq)}` is {x.type}", b.seq.loc)
         if lengths.type != TensorType("i32", (batch,)):
             raise MdlTypeError(f"lengths must be i32[{batch}] (one per sequence), got "
                                f"{lengths.type}", e.loc)

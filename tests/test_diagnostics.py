@@ -105,6 +105,8 @@ BAD_PROGRAMS = [
      'zipped sequences need one length: `ys` is f32[S, B], `xs` is f32[T, B]', "1:80"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[T]; hs = for x in xs (lengths = n) { yield x }; output z = hs }',
      'lengths must be i32[B] (one per sequence), got i32[T]', "1:84"),
+    ('model M() { input xs : f32[T, B, 3]; input m : f32[T]; input n : i32[B]; for x in xs, y in m (lengths = n) { x = y }; output z = n }',
+     'with lengths, every sequence is [T, B, ...], a row a sequence: `m` is f32[T]', "1:92"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; k = 0; for x in xs (lengths = n) { k = k + 1 }; output z = k }',
      'with lengths, loop state and yields are rows per sequence: `k` is i32, its first dim should be B (each row stops at its own length, so a count or a flag is one per row: `full[B](0)`)', "1:63"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; f = 1.0; for x in xs (lengths = n) { f = 0.0 }; output z = f }',
