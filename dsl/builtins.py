@@ -11,7 +11,7 @@ import numpy as np
 from codegen.ir.diagnostics import Loc, MdlTypeError
 from codegen.ir.dtypes import DTYPES
 from codegen.ir.graph import PENALTIES, Value
-from codegen.ir.shapes import TensorType
+from codegen.ir.shapes import Dim, TensorType
 from codegen.ops.primitives import TABLE, ShapeError
 
 from . import nodes as n
@@ -292,6 +292,38 @@ def _one_hot(el, a, call):
     if count < 1:
         raise MdlTypeError(f"one_hot needs at least one class, got {count}", a["n"][1])
     return el.emit("one_hot", [tensor(el, a["ids"])], {"n": count, "dtype": el.float_dtype},
+                   call.loc)[0]
+
+
+@builtin("range", "start", "stop", "step", raw=("start", "stop", "step"), stop=None,
+         step=None)
+def _range(el, a, call):
+    """Python's range as an i32 tensor: `range(n)`, 0 to n - 1, n a dim (a literal, a
+    hyper-parameter, or a symbolic dim bound by the call, as in `zeros[n]`);
+    `range(start, stop, step = 1)` of compile-time integers."""
+    (start, loc), (stop, _), (step, step_loc) = a["start"], a["stop"], a["step"]
+    if stop is None:
+        if step is not None:
+            raise MdlTypeError("`range` with a step needs its start and stop too: "
+                               "range(start, stop, step)", step_loc)
+        n = el.eval_dim(start)
+        if n.is_const and n.value < 0:
+            raise MdlTypeError(f"`range` of {n.value} values", loc)
+        return el.emit("range", [], {"n": n, "start": 0, "step": 1}, call.loc)[0]
+    values: list[int] = []
+    for node, what in ((start, "start"), (stop, "stop"), (step, "step")):
+        d = Dim.of(1) if node is None else el.eval_dim(node)
+        if not d.is_const:
+            hint = "`range(n)` counts to a size the call binds"
+            if what == "stop" and step is None:
+                hint = f"from {values[0]} to {d} is `range({d - values[0]}) + {values[0]}`"
+            raise MdlTypeError(f"the {what} of `range(start, stop, step)` must be known at "
+                               f"compile time, not {d}; {hint}", node.loc)
+        values.append(d.value)
+    if values[2] == 0:
+        raise MdlTypeError("`range` needs a step other than 0", step.loc)
+    length = len(range(*values))
+    return el.emit("range", [], {"n": Dim.of(length), "start": values[0], "step": values[2]},
                    call.loc)[0]
 
 

@@ -165,18 +165,53 @@ class AstBuilder(Transformer_NonRecursive):
 
     def for_stmt(self, kw, *rest):
         *parts, body = rest
-        bindings = [p for p in parts if isinstance(p, n.Binding)]
-        options = [p for p in parts if isinstance(p, n.LoopOption)]
-        return self._node(n.For, self._loc(kw), bindings, options, body)
+        for binding, groups in parts[:-1]:
+            if groups:
+                raise MdlSyntaxError("loop options go after the last sequence: "
+                                     "`for x in xs, y in ys (...)`", groups[0][0].loc)
+        binding, groups = parts[-1]
+        if len(groups) > 1:
+            raise MdlSyntaxError("a loop takes one list of options", groups[1][0].loc)
+        options = [self._loop_option(a, binding) for a in groups[0]] if groups else []
+        return self._node(n.For, self._loc(kw), [p for p, _ in parts], options, body)
 
-    def seq_binding(self, var, kw, seq):
-        return n.Binding(self._loc(var), self._ident(var), seq, False)
+    def seq_binding(self, var, kw, seq, *groups):
+        seq, groups = self._sequence(seq, list(groups))
+        return n.Binding(self._loc(var), self._ident(var), seq, False), groups
 
-    def reversed_binding(self, var, kw, rev, seq):
-        return n.Binding(self._loc(var), self._ident(var), seq, True)
+    def reversed_binding(self, var, kw, rev, source, *groups):
+        seq, inner = source
+        if inner:
+            raise MdlSyntaxError("loop options go after the sequence: `for x in reversed(xs) "
+                                 "(...)`", inner[0][0].loc)
+        return n.Binding(self._loc(var), self._ident(var), seq, True), list(groups)
 
-    def loop_option(self, name, value):
-        return self._node(n.LoopOption, self._loc(name), str(name), value)
+    def reversed_source(self, seq, *groups):
+        return self._sequence(seq, list(groups))
+
+    def paren_group(self, *args):
+        return list(args)
+
+    def _sequence(self, seq, groups: list) -> tuple:
+        """A loop's sequence, `range(...)` made a call of its first parenthesized group
+        (`range` is a built-in, never a variable), and the groups left: loop options."""
+        if isinstance(seq, n.Name) and seq.id == "range" and groups:
+            args = groups.pop(0)
+            seq = self._node(n.Call, seq.loc, seq, [a for a in args if not isinstance(a, n.Kwarg)],
+                             [a for a in args if isinstance(a, n.Kwarg)], None)
+        return seq, groups
+
+    def _loop_option(self, arg, binding: n.Binding) -> n.LoopOption:
+        if isinstance(arg, n.Kwarg):
+            return self._node(n.LoopOption, arg.loc, arg.name, arg.value)
+        if isinstance(arg, n.Name):
+            return n.LoopOption(arg.loc, arg.id, None)
+        hint = ""
+        if isinstance(binding.seq, n.Name):
+            hint = (f"; to loop over a call's result, bind it to a name first: `ys = "
+                    f"{binding.seq.id}(...)`, then `for {binding.var.name} in ys`")
+        raise MdlSyntaxError("a loop option is a name or `name = value` (options are "
+                             f"lengths = L, recompute, checkpoint = k){hint}", arg.loc)
 
     # ---- expressions ----
     def binary(self, left, op, right):

@@ -2,10 +2,10 @@
 
 A program is one model, plus the functions it defines, written as source text so that
 the front end is exercised too. Its expressions come from tests/fuzz_expressions.py;
-its statements add the structured constructs: `for` (zipped, reversed, over rows,
-`lengths`, `recompute`, `checkpoint = k`, nested, with yields), `if` / `else if` /
-`else`, `while`, `scope` (re-entered: shared parameters), `share`, and the standard
-cells. tests/fuzz_scope.py keeps track of what is in scope, so that every program is
+its statements add the structured constructs: `for` (zipped, reversed, over rows, over
+a `range`, beside a step index `range(T)`, `lengths`, `recompute`, `checkpoint = k`,
+nested, with yields), `if` / `else if` / `else`, `while`, `scope` (re-entered: shared
+parameters), `share`, and the standard cells. tests/fuzz_scope.py keeps track of what is in scope, so that every program is
 well-typed by construction: a program the front end rejects is a bug here. Values stay
 finite: a loop's state is updated through a squashing function, so it grows at most
 linearly with the steps, and a while's trips are bounded by a counter.
@@ -154,7 +154,8 @@ class Generator(Integers):
     def s_for(self, depth: int) -> None:
         seqs, steps, dtypes, lead, tags = self.sequences()
         sequence = "rows" not in tags
-        lengths = sequence and "steps" not in tags and self.rng.random() < 0.4
+        lengths = (sequence and "steps" not in tags and "range" not in tags
+                   and self.rng.random() < 0.4)
         options = [f"lengths = {self.lengths()}"] if lengths else []
         r = self.rng.random()
         if r < 0.15:
@@ -217,6 +218,9 @@ class Generator(Integers):
             if rows:
                 v = self.pick(rows)
                 return [v.name], [v.shape[1:]], ["f32"], v.shape[0], ["rows"]
+        if self.rng.random() < 0.05:  # a count: `for i in range(n)`, a number of steps
+            n = self.pick(self.widths)
+            return [f"range({self.dim(n)})"], [()], ["i32"], n, ["rows", "range"]
         seqs, steps, dtypes, tags = [], [], [], []
         for _ in range(1 if self.rng.random() < 0.7 else 2):
             r = self.rng.random()
@@ -250,6 +254,11 @@ class Generator(Integers):
             steps.append(())
             dtypes.append("f32")
             tags.append("steps")
+        if self.rng.random() < 0.1:  # the step's index beside them
+            seqs.append("range(T)")
+            steps.append(())
+            dtypes.append("i32")
+            tags.append("range")
         if len(seqs) > 1:
             tags.append("zip")
         if self.rng.random() < 0.3:

@@ -1,7 +1,8 @@
 """i32 values in the fuzzer's programs (tests/fuzz_generate.py): integer inputs whose
 values reach i32's ends (tests/fuzz_compare.py draws them), arithmetic that wraps around
 past them, the elementwise functions and reductions the primitive table defines for
-i32, `argmax`, `topk`, comparisons, `where`, and the casts between i32, floats and bool.
+i32, `argmax`, `topk`, `range`, comparisons, `where`, and the casts between i32, floats
+and bool.
 Integers enter the float expressions through `f32(...)` and conditions, and leave them
 through `i32(...)` of a bounded float (a float near an integer boundary would truncate to
 either side in two builds); they are variables of their own, a loop's state and outputs."""
@@ -41,7 +42,8 @@ class Integers(Expressions):
 
     FORMS = Expressions.FORMS + (("integer", 1.5),)
     INT_FORMS = (("binary", 6), ("neg", 1), ("unary", 1.5), ("clip", 0.5), ("where", 1),
-                 ("reduce", 1.5), ("argmax", 1), ("topk", 0.5), ("cast", 1.5), ("truth", 0.5))
+                 ("reduce", 1.5), ("argmax", 1), ("topk", 0.5), ("cast", 1.5), ("truth", 0.5),
+                 ("range", 0.5))
 
     def ints(self, shape: tuple) -> list[Var]:
         return [v for v in self.visible().values()
@@ -135,6 +137,19 @@ class Integers(Expressions):
         self.define(Var(values, shape, "i32"))
         self.define(Var(indices, shape, "i32"))
         return self.pick([values, indices, f"({values} - {indices})"])
+
+    def int_range(self, shape, d):
+        """Python's range along the last axis: `range(n)` of a size or a symbolic dim, or
+        `range(start, stop, step)` of numbers."""
+        if not shape:
+            return None
+        n = shape[-1]
+        self.cover("int:range")
+        counts = f"range({self.dim(n)})"
+        if isinstance(n, int) and self.rng.random() < 0.5:
+            start, step = self.rng.randint(-3, 3), self.pick([1, 2, -1, -3])
+            counts = f"range({start}, {start + step * n}, {step})"
+        return f"({self.int_expr(shape, d)} + {counts})"
 
     def int_cast(self, shape, d):
         self.cover("int:cast")

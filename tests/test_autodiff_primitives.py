@@ -56,6 +56,8 @@ CASES: dict[str, list[tuple]] = {
     "cast": [([f(2, 3)], {"dtype": "f32"}), ([f(2, 3)], {"dtype": "i32"}, NONDIFF)],
     "full": [([], {"shape": (D(2), D(3)), "value": 0.5, "dtype": "f64"}, NONDIFF)],
     "one_hot": [([ints(4, 2, 3)], {"n": 4, "dtype": "f64"}, NONDIFF)],
+    "range": [([], {"n": D(4), "start": 0, "step": 1}, NONDIFF),
+              ([], {"n": D(3), "start": 5, "step": -2}, NONDIFF)],
     "matmul": [([f(2, 3), f(3, 4)], {}), ([f(2, 2, 3), f(3, 4)], {})],
     "sum": [([f(2, 3)], {"axes": (1,), "keepdims": False}),
             ([f(2, 3, 2)], {"axes": (0, 2), "keepdims": True})],

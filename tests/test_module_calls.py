@@ -67,6 +67,27 @@ def test_random_calls_on_the_cuda_target_raise_or_succeed():
     run_calls(module, 3, calls=150)
 
 
+SUBTRACTING = """
+model Shorter(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  for x in xs[1:], t in range(T - 1) { h = tanh(h @ W + x * f32(t)) }
+  output loss = sum(h) + sum(zeros[T - 3, B])
+  minimize loss
+}
+"""
+
+
+def test_random_calls_on_sizes_that_subtract_raise_or_succeed(tmp_path):
+    """Dims that make `T - 3` negative are refused: they once reached the memory plan (a
+    segmentation fault)."""
+    from codegen.pipeline import load
+    path = tmp_path / "shorter.mdl"
+    path.write_text(SUBTRACTING)
+    run_calls(load(path, name="shorter_calls"), 6, calls=150)
+
+
 def test_a_crash_is_reported_with_the_call_that_made_it(tmp_path):
     """The check fails on a crash, and names the call: a module whose forward aborts."""
     fake = tmp_path / "crashing.py"

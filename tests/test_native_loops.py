@@ -420,6 +420,24 @@ model DrawnAgain(H = 4) {
   minimize loss
 }
 
+# Counting with `range`: a step index beside the input (checkpointed), a count down, and
+# numbers from range's other forms.
+model Counting(H = 4, K = 3) {
+  input xs : f32[T, B, H]; input w : f32[T, B, H]
+  param U : f32[H, H] = uniform(-0.5, 0.5)
+  h = zeros[B, H]
+  hs = for x in xs, t in range(T) (checkpoint = 2) {
+    h = tanh(h @ U + x * (0.5 + 0.1 * f32(t)))
+    yield h
+  }
+  g = zeros[B, H]
+  for k in reversed(range(K)) { g = tanh(g @ U + f32(k) * 0.25 + h) }
+  odd = f32(range(1, 2 * H + 1, 2))                     # 1, 3, 5, 7
+  position = f32(reshape(range(T), [T, 1, 1]))
+  output loss = sum(hs * w * (1.0 + 0.1 * position)) + sum(g * odd * 0.1)
+  minimize loss
+}
+
 # Layers: each a loop of its own (loop fission by layers), over padded rows in reverse,
 # with a dropout between the side-by-side lower layers and the top one.
 model Layers(H = 5) {
@@ -439,7 +457,8 @@ model Layers(H = 5) {
 MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
           "BranchWeights", "BranchInputs", "TwiceAStep", "BranchDraws", "States",
           "InPlace", "WhileInPlace", "LengthOnly", "Layers", "WhileInFor", "WhileInIf",
-          "StateOperand", "WhileInTopIf", "ForInTopIf", "WhileInWhile", "DrawnAgain"]
+          "StateOperand", "WhileInTopIf", "ForInTopIf", "WhileInWhile", "DrawnAgain",
+          "Counting"]
 
 
 @pytest.fixture(scope="module")

@@ -155,6 +155,11 @@ statements("one_hot", lambda r, op, inputs, ins, outs: [
     f"{r.dim(Dim.of(op.attrs['n']))}, {outs[0]});"])  # n may be symbolic (a dim S)
 
 
+statements("range", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('range')}{r.dim(Dim.of(op.attrs['n']))}, {op.attrs['start']}, "
+    f"{op.attrs['step']}, {outs[0]});"])
+
+
 def _unindex(r, op, inputs, ins, outs):
     g, i = inputs
     out = op.outputs[0]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DTYPES
-from ..ir.graph import PENALTIES, Block, Graph, Value, reads, use_counts, walk_ops
+from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, signed_sizes, use_counts,
+                        walk_ops)
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
@@ -234,7 +235,9 @@ class ModuleGenerator:
             packs=self.pack_count, scratch=self.scratch_count, arenas=len(ARENAS),
             dtype=_dtype_spec(self.dtype),
             dynamic=len(self.names.dynamic), device=self.target.device,
-            profile_sites=self.sites)
+            profile_sites=self.sites,
+            sizes=[(str(d), self.names.expr(d)) for d in
+                   signed_sizes([g] + ([j] if j is not None else []), self.dims)])
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []

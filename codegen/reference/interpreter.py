@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.graph import Block, Graph, Op, Value, walk_ops
+from ..ir.graph import Block, Graph, Op, Value, negative_size, signed_sizes, walk_ops
 from ..ir.shapes import TensorType
 from ..ops.context import Context
 from ..ops.entry import entry
@@ -83,6 +83,9 @@ class Interpreter:
     def __init__(self, graph: Graph, inputs: dict, params: dict, training: bool, seed: int,
                  dtype):
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed)
+        refused = negative_size(signed_sizes([graph], self.ctx.dims), self.ctx.dims)
+        if refused:
+            raise ValueError(refused)
         self.env: dict[int, np.ndarray] = {}
         # a `for`'s ragged yield (value id): (first row, rows) of each step (for_op.py)
         self.ragged: dict[int, tuple[np.ndarray, np.ndarray]] = {}

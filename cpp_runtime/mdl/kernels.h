@@ -372,6 +372,11 @@ void one_hot(const int32_t* ids, int64_t count, int64_t classes, T* out) {
     if (ids[i] >= 0 && ids[i] < classes) out[i * classes + ids[i]] = T(1);
 }
 
+// The language's range: start, start + step, ... (n values; the rule keeps them in i32).
+inline void range(int64_t n, int64_t start, int64_t step, int32_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(start + i * step);
+}
+
 inline int64_t checked_index(int64_t i, int64_t n) {
   if (i < 0 || i >= n) raise_fault(FaultKind::ScatterIndex, i, 0, n, nullptr);
   return i;

@@ -154,6 +154,9 @@ struct Variant {
 using ShapeFunction = void (*)(int which, const int64_t* dims, const int64_t* dyn,
                                int64_t* shape);
 
+// The value of size `which` of a model's values from the user dims (ModelSpec::size_names).
+using SizeFunction = int64_t (*)(int which, const int64_t* dims);
+
 // Everything the runtime knows of a model: constant tables, so that a model's build
 // compiles no constructors (a spec of vectors and strings cost half a second).
 template <class T>
@@ -178,6 +181,9 @@ struct ModelSpec {
   const char* doc;             // its class's docstring (codegen/backend/interface.py)
   int n_profile_sites;         // a profiled build's sites (ProfileSite); else 0
   const ProfileSite* profile_sites;
+  int n_sizes;                    // sizes the dims could make negative (`T - 30`): a call
+  const char* const* size_names;  // whose dims make one negative is refused
+  SizeFunction size_value;
 };
 
 }  // namespace mdl

@@ -561,7 +561,24 @@ class Model {
       in.args.add(convert(spec_->inputs[i], given, in.call.dims), in.call.inputs);
     }
     if (py::len(kwargs) != std::size_t(known)) unknown_inputs(kwargs, training_flag);
+    check_sizes(in.call.dims);
     return in;
+  }
+
+  // Refuses dims that make a size of the model's values negative (`zeros[T - 30]` at
+  // T = 4), which no memory plan can hold.
+  void check_sizes(const std::vector<int64_t>& dims) const {
+    for (int k = 0; k < spec_->n_sizes; ++k) {
+      const int64_t size = spec_->size_value(k, dims.data());
+      if (size >= 0) continue;
+      std::string bound;
+      for (int i = 0; i < spec_->n_dims; ++i)
+        bound += std::string(i ? ", " : "") + spec_->dim_names[i] + " = " +
+                 std::to_string(dims[i]);
+      throw py::value_error("the inputs' dims (" + bound + ") make the size " +
+                            spec_->size_names[k] + " of this model's values " +
+                            std::to_string(size) + ": a size cannot be negative");
+    }
   }
 
   // Throws naming the first of `kwargs` that is no input (nor the `training` flag where

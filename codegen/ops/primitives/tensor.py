@@ -61,6 +61,35 @@ def _one_hot(types, attrs):
     return [TensorType(attrs["dtype"], ids.shape + (Dim.of(attrs["n"]),))]
 
 
+def _range_ref(ctx, attrs):
+    n = ctx.dim(attrs["n"])
+    return (attrs["start"] + attrs["step"] * np.arange(n, dtype=np.int64)).astype(np.int32)
+
+
+def _range_onnx(g, op, xs):
+    """Range(start, start + n * step, step): n values (n may be a dim bound at run time)."""
+    start, step, n = op.attrs["start"], op.attrs["step"], Dim.of(op.attrs["n"])
+    if n.is_const:
+        return g.const(start + step * np.arange(n.value, dtype=np.int64), "i32")
+    n = g.op("Cast", g.scalar(n), to=g.dtype("i32"))
+    end = g.op("Add", g.const(start, "i32"), g.op("Mul", n, g.const(step, "i32")))
+    return g.op("Range", g.const(start, "i32"), end, g.const(step, "i32"))
+
+
+# i32[n]: start, start + step, ..., start + (n - 1) * step (the language's `range`)
+@primitive("range", 0, grad=_no_grad, ref=_range_ref, onnx=_range_onnx)
+def _range(types, attrs):
+    n, start, step = Dim.of(attrs["n"]), attrs["start"], attrs["step"]
+    need(step != 0, "`range` needs a step other than 0")
+    if n.is_const:
+        need(n.value >= 0, f"`range` of {n.value} values")
+        need(n.value == 0 or (fits_i32(start) and fits_i32(start + (n.value - 1) * step)),
+             f"`range` from {start} by {step} for {n.value} values leaves i32")
+    else:
+        need(start == 0 and step == 1, "a `range` of run-time length counts from 0 by 1")
+    return [TensorType("i32", (n,))]
+
+
 # ---- matrix product ----------------------------------------------------------------
 def _weight_grad(b, x, g):
     """transpose(x) @ g, every leading dim of x and g a row of one big product: the

@@ -170,6 +170,17 @@ void one_hot(Context& g, const int32_t* ids, int64_t count, int64_t classes, T* 
   check_launch("one_hot");
 }
 
+__global__ void range_kernel(int64_t n, int64_t start, int64_t step, int32_t* out) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) out[i] = int32_t(start + i * step);
+}
+
+// The language's range: start, start + step, ... (n values; the rule keeps them in i32).
+inline void range(Context& g, int64_t n, int64_t start, int64_t step, int32_t* out) {
+  if (n <= 0) return;
+  launch(range_kernel, blocks(n), kThreads, g.stream, n, start, step, out);
+  check_launch("range");
+}
+
 // ---- sequences and dropout ------------------------------------------------------------
 
 template <class T>
