@@ -114,7 +114,8 @@ def unary(name: str) -> None:
     builtin(name, "x")(run)
 
 
-for _name in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos"):
+for _name in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos",
+              "stop_gradient"):
     unary(_name)
 
 

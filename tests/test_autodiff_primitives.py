@@ -12,6 +12,7 @@ from ir_helpers import EPS, TOLERANCE, check_coordinates, model, random_params, 
 from codegen.ir.graph import Block, Graph, Value
 from codegen.ir.shapes import Dim, TensorType
 from codegen.ops.builder import Builder
+from codegen.ops.context import Held
 from codegen.ops.primitives import TABLE
 from codegen.ops.verify import verify
 from codegen.reference import interpreter as reference
@@ -56,6 +57,7 @@ CASES: dict[str, list[tuple]] = {
     "cast": [([f(2, 3)], {"dtype": "f32"}), ([f(2, 3)], {"dtype": "i32"}, NONDIFF)],
     "full": [([], {"shape": (D(2), D(3)), "value": 0.5, "dtype": "f64"}, NONDIFF)],
     "one_hot": [([ints(4, 2, 3)], {"n": 4, "dtype": "f64"}, NONDIFF)],
+    "stop_gradient": [([f(2, 3)], {}, NONDIFF)],
     "range": [([], {"n": D(4), "start": 0, "step": 1}, NONDIFF),
               ([], {"n": D(3), "start": 5, "step": -2}, NONDIFF)],
     "matmul": [([f(2, 3), f(3, 4)], {}), ([f(2, 2, 3), f(3, 4)], {})],
@@ -158,13 +160,17 @@ def add_gradients(graph: Graph, output: str, wrt: list[str], prefix: str) -> Non
 
 
 def numeric(graph: Graph, arrays: dict, name: str, output: str, training: bool) -> np.ndarray:
+    """Central differences, what `stop_gradient` lets through held where it was (Held)."""
     out = np.zeros(np.shape(arrays[name]))
+    held = Held()
+    reference.run(graph, arrays, {}, training=training, seed=7, held=held)
     for idx in np.ndindex(out.shape):
         def at(step):
             moved = dict(arrays)
             moved[name] = np.array(arrays[name], copy=True)
             moved[name][idx] += step
-            return float(reference.run(graph, moved, {}, training=training, seed=7)[output])
+            return float(reference.run(graph, moved, {}, training=training, seed=7,
+                                       held=held.replay())[output])
         out[idx] = (at(EPS) - at(-EPS)) / (2 * EPS)
     return out
 

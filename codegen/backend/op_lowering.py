@@ -68,6 +68,7 @@ attach_lowering("neg", "elementwise",
 attach_lowering("relu", "elementwise",
            lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {ctype_of(op, r)}(0))")
 attach_lowering("not", "elementwise", lambda a, op, r: f"{ctype_of(op, r)}(!{a[0]})")
+attach_lowering("stop_gradient", "elementwise", lambda a, op, r: a[0])  # autodiff's alone
 for _name, _sym, _wrap in (("add", "+", "wrap_add"), ("sub", "-", "wrap_sub"),
                            ("mul", "*", "wrap_mul")):
     attach_lowering(_name, "elementwise", _arith(_sym, _wrap))

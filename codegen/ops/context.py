@@ -11,15 +11,44 @@ from ..ir.shapes import Dim, DimError
 from .rng import Stream, derive
 
 
-class Context:
-    """What references need besides their operands: dims, dtypes, training, RNG."""
+class Held:
+    """The values `stop_gradient` let through in one run, in the order they came, then
+    the same values in place of theirs in later runs (`replay`): finite differences of
+    a function whose stopped values stay put, what its gradient is the derivative of.
+    The runs must take the same path (branches, trips), as finite differences need."""
 
-    def __init__(self, dims: dict[str, int], dtype, training: bool, seed: int):
+    def __init__(self):
+        self.values: list[np.ndarray] = []
+        self.replaying = False
+        self.at = 0
+
+    def replay(self) -> Held:
+        self.replaying, self.at = True, 0
+        return self
+
+    def through(self, x: np.ndarray) -> np.ndarray:
+        if not self.replaying:
+            self.values.append(np.array(x, copy=True))
+            return x
+        if self.at >= len(self.values) or self.values[self.at].shape != np.shape(x):
+            raise ValueError("this run took another path than the one whose stopped values "
+                             "were held")
+        self.at += 1
+        return self.values[self.at - 1]
+
+
+class Context:
+    """What references need besides their operands: dims, dtypes, training, RNG, and
+    the values `stop_gradient` holds (`held`, a Held, or None: none held)."""
+
+    def __init__(self, dims: dict[str, int], dtype, training: bool, seed: int,
+                 held: Held | None = None):
         self.dims = dims
         self.float = np.dtype(dtype)
         self.training = training
         self.seed = seed
         self.streams: dict[int, Stream] = {}
+        self.held = held
 
     def dim(self, d, default=None) -> int:
         """The size a dim stands for; `default` for a dim known only at run time."""

@@ -1,7 +1,9 @@
 """`mdlc gradcheck`: a model built in f64, its gradients compared with central finite
 differences of its own forward pass on random inputs. Integer inputs are made valid for
 their use: lengths within the sequence, indices within their table, targets within the
-classes."""
+classes. A model whose `stop_gradient`s let values through has their derivative left out
+of its gradient: its finite differences are the reference interpreter's, those values
+held at the unperturbed point (ops/context.py, Held)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +12,10 @@ import numpy as np
 
 from ..ir.graph import Graph, Value, walk_ops
 from ..ir.shapes import Dim
+from ..ops.context import Held
 from ..ops.entry import entry
+from ..ops.rng import derive
+from . import interpreter
 
 DEFAULT_DIMS = {"T": 4, "B": 3}
 SAMPLES = 12       # elements checked per parameter
@@ -77,13 +82,22 @@ def check(module, graph: Graph, dims: dict[str, int], seed: int = 0) -> list[Res
     inputs = random_inputs(graph, dims, rng)
     params = {k: np.array(v) for k, v in model.params.items()}  # copies, set_params writes
 
-    def loss(name: str | None = None) -> float:
+    def native_loss(name: str | None = None) -> float:
         """The loss, with parameter `name` first set to its (perturbed) copy."""
         if name is not None:
             model.set_params({name: params[name]})
         model.rng_calls = 0  # the same dropout masks in every evaluation
         return float(model.forward(**inputs, training=True)[graph.loss])
-    noise = NOISE * max(abs(loss()), 1.0)
+
+    def held_loss(name: str | None = None) -> float:
+        """The reference's loss of the (perturbed) copies, the values stop_gradient let
+        through held at the unperturbed point."""
+        return float(interpreter.run(graph, inputs, params, training=True, seed=masks,
+                                     held=held.replay())[graph.loss])
+    held, masks = Held(), derive(seed, 1)  # the masks of the call after rng_calls = 0
+    interpreter.run(graph, inputs, params, training=True, seed=masks, held=held)
+    loss = held_loss if held.values else native_loss
+    noise = NOISE * max(abs(native_loss()), 1.0)
     grads = model.backward()
     results = []
     for name, grad in grads.items():

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..ir.graph import Block, Graph, Op, Value, negative_size, signed_sizes, walk_ops
 from ..ir.shapes import TensorType
-from ..ops.context import Context
+from ..ops.context import Context, Held
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
@@ -38,11 +38,13 @@ class Gradients:
 
 
 def run(graph: Graph, inputs: dict, params: dict, *, training: bool = False, seed: int = 0,
-        dtype=np.float64, cotangents: dict | None = None) -> dict[str, np.ndarray]:
+        dtype=np.float64, cotangents: dict | None = None,
+        held: Held | None = None) -> dict[str, np.ndarray]:
     """The graph's outputs (and, for a graph made by autodiff, its gradients under the
     names `grad:param:NAME` and `grad:input:NAME`). A vjp graph's backward takes
-    `cotangents`: {float output name: array of that output's shape}."""
-    interp = Interpreter(graph, inputs, params, training, seed, dtype)
+    `cotangents`: {float output name: array of that output's shape}. `held`: the values
+    `stop_gradient` lets through are recorded there, or replayed from it (ops/context.py)."""
+    interp = Interpreter(graph, inputs, params, training, seed, dtype, held)
     interp.block(graph.body, [])
     args = graph.backward.args
     if args:
@@ -81,8 +83,8 @@ class Interpreter:
     """Runs blocks over an environment of arrays keyed by value id."""
 
     def __init__(self, graph: Graph, inputs: dict, params: dict, training: bool, seed: int,
-                 dtype):
-        self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed)
+                 dtype, held: Held | None = None):
+        self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed, held)
         refused = negative_size(signed_sizes([graph], self.ctx.dims), self.ctx.dims)
         if refused:
             raise ValueError(refused)

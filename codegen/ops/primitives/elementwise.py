@@ -79,6 +79,17 @@ unary("relu", NUMERIC, lambda x: np.maximum(x, 0),
 unary("not", ("bool",), np.logical_not, onnx="Not")
 
 
+def _stop_gradient_ref(ctx, attrs, x):
+    """x; in a run that holds stopped values (Context.held), the value held for it."""
+    return x if ctx is None or ctx.held is None else ctx.held.through(x)
+
+
+# the identity through which no cotangent flows: what it reads is a constant to autodiff
+# (JAX's stop_gradient, PyTorch's detach)
+primitive("stop_gradient", 1, elementwise=True, grad=_no_grad, ref=_stop_gradient_ref,
+          onnx=onnx_node("Identity"))(lambda types, attrs: [types[0]])
+
+
 # ---- binary -----------------------------------------------------------------------
 def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | None = None,
            simplify=None, onnx=None, **facts) -> None:
