@@ -170,7 +170,7 @@ void one_hot(Context& g, const int32_t* ids, int64_t count, int64_t classes, T* 
   check_launch("one_hot");
 }
 
-__global__ void range_kernel(int64_t n, int64_t start, int64_t step, int32_t* out) {
+static __global__ void range_kernel(int64_t n, int64_t start, int64_t step, int32_t* out) {
   for (int64_t i = first_item(); i < n; i += item_stride()) out[i] = int32_t(start + i * step);
 }
 
