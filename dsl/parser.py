@@ -194,11 +194,12 @@ class AstBuilder(Transformer_NonRecursive):
 
     def _sequence(self, seq, groups: list) -> tuple:
         """A loop's sequence, `range(...)` made a call of its first parenthesized group
-        (`range` is a built-in, never a variable), and the groups left: loop options."""
+        (in a header, `range` is always the built-in), and the groups left: options."""
         if isinstance(seq, n.Name) and seq.id == "range" and groups:
             args = groups.pop(0)
-            seq = self._node(n.Call, seq.loc, seq, [a for a in args if not isinstance(a, n.Kwarg)],
-                             [a for a in args if isinstance(a, n.Kwarg)], None)
+            keywords = [a for a in args if isinstance(a, n.Kwarg)]
+            seq = self._node(n.Call, seq.loc, seq, [a for a in args if a not in keywords],
+                             keywords, None)
         return seq, groups
 
     def _loop_option(self, arg, binding: n.Binding) -> n.LoopOption:
