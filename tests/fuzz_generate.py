@@ -23,7 +23,7 @@ from fuzz_integers import INPUT_PREFIX, Integers
 from fuzz_scope import CONTROL, Var
 from fuzz_source import Program, Stmt
 
-CELLS = {"lstm": 2, "gru": 1, "milstm": 2}   # std/rnn.mdl: the states each one carries
+CELLS = {"lstm": 2, "gru": 1, "milstm": 2, "ln_lstm": 2}  # std/rnn.mdl: the states each carries
 SCOPES = ("s0", "s1", "s2")
 
 

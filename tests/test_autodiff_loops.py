@@ -16,7 +16,7 @@ from codegen.reference import interpreter as reference
 from codegen.transforms.autodiff import vjp
 
 CELLS = {"lstm": ("lstm(x, h, c)", "h, c"), "gru": ("gru(x, h)", "h"),
-         "milstm": ("milstm(x, h, c)", "h, c")}
+         "milstm": ("milstm(x, h, c)", "h, c"), "ln_lstm": ("ln_lstm(x, h, c)", "h, c")}
 OPTIONS = ["", "(lengths = lengths)", "(recompute)", "(checkpoint = 2)",
            "(lengths = lengths, recompute)", "(lengths = lengths, checkpoint = 2)"]
 T, B, E = 5, 3, 2

@@ -1,7 +1,7 @@
 """The cells of std/rnn.mdl, run by the reference interpreter in loops (with lengths,
 reversed), against independent NumPy implementations written here, which run each
-sequence of the batch on its own (a packed sequence); and against torch.nn.LSTM/GRU
-where torch is installed."""
+sequence of the batch on its own (a packed sequence); and against torch.nn.LSTM/GRU and
+torch.nn.LayerNorm where torch is installed."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +39,23 @@ def np_milstm(p, x, h, c):
     return sigmoid(o) * np.tanh(c2), c2
 
 
+def np_layer_norm(gamma, beta, x, eps=1e-5):
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps) \
+        * gamma + beta
+
+
+def np_ln_lstm(p, x, h, c):
+    def norm(scope, v):
+        return np_layer_norm(p[f"{scope}/gamma"], p[f"{scope}/beta"], v)
+    gates = norm("input_norm", x @ p["W"]) + norm("hidden_norm", h @ p["U"])
+    i, f, g, o = np.split(gates, 4, axis=-1)
+    c2 = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return sigmoid(o) * np.tanh(norm("cell_norm", c2)), c2
+
+
 CELLS = {"lstm": (np_lstm, "lstm(x, h, c)", "h, c"), "gru": (np_gru, "gru(x, h)", "h"),
+         "ln_lstm": (np_ln_lstm, "ln_lstm(x, h, c)", "h, c"),
          "milstm": (np_milstm, "milstm(x, h, c)", "h, c")}
 
 
@@ -83,12 +99,13 @@ def test_cell_matches_numpy(cell, with_lengths, reversed_):
     np_cell, call, state = CELLS[cell]
     graph = model(cell_model(call, state, "(lengths = lengths)" if with_lengths else "",
                              reversed_))
-    params = {k.split("/")[-1]: v for k, v in random_params(graph, 2).items()}
+    # names within the cell's scope: lstm/W is W, ln_lstm/input_norm/gamma input_norm/gamma
+    params = {k.split("/", 1)[1]: v for k, v in random_params(graph, 2).items()}
     rng = np.random.default_rng(5)
     xs = rng.normal(size=(T, B, E))
     lengths = np.array([5, 2, 0] if with_lengths else [T] * B, np.int32)
     out = reference.run(graph, {"xs": xs, "lengths": lengths},
-                        {k: params[k.split("/")[-1]] for k in graph.params})
+                        {k: params[k.split("/", 1)[1]] for k in graph.params})
     names = [s.strip() for s in state.split(",")]
     ys, finals = np_packed(np_cell, params, xs, lengths, len(names), reversed_)
     assert np.allclose(out["ys"], ys, rtol=1e-12, atol=1e-14)
@@ -131,3 +148,23 @@ def test_cell_matches_torch(cell):
     with torch.no_grad():
         ys, _ = net(torch.tensor(xs))
     assert np.allclose(out["ys"], ys.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_layer_norm_matches_torch():
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed; test_cell_matches_numpy covers ln_lstm")
+    graph = model('''
+import "std/rnn.mdl"
+model M(D = 5) {
+  input x : f32[N, D]
+  output y = layer_norm(x) as norm
+  output z = layer_norm(x, eps = 0.1) as wide
+}''')
+    params = random_params(graph, 4)
+    x = np.random.default_rng(8).normal(size=(4, 5)) * 3.0 + 1.0
+    out = reference.run(graph, {"x": x}, params)
+    for name, scope, eps in (("y", "norm", 1e-5), ("z", "wide", 0.1)):
+        want = torch.nn.functional.layer_norm(
+            torch.tensor(x), (5,), torch.tensor(params[f"{scope}/gamma"]),
+            torch.tensor(params[f"{scope}/beta"]), eps)
+        np.testing.assert_allclose(out[name], want.numpy(), rtol=1e-12, atol=1e-13)

@@ -171,7 +171,7 @@ def test_initial_values_are_those_of_model_seed_0(file, model):
 
 
 CELLS = {"LSTM": ("lstm(x, h, c)", "h, c"), "GRU": ("gru(x, h)", "h"),
-         "MILSTM": ("milstm(x, h, c)", "h, c")}
+         "MILSTM": ("milstm(x, h, c)", "h, c"), "LNLSTM": ("ln_lstm(x, h, c)", "h, c")}
 
 
 def _cell_models() -> str:
