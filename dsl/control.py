@@ -214,8 +214,12 @@ class ControlFlow:
         batch = first.shape[1]
         for b, x in zip(s.bindings[1:], seqs[1:]):  # each row runs its own steps
             if x.type.rank < 2 or x.type.shape[1] != batch:
+                hint = (f" (a row's own step count is a state: `i = full[{batch}](0)` before "
+                        "the loop, `i = i + 1` in it)" if x.type.dtype == "i32"
+                        and x.type.rank == 1 else "")
                 raise MdlTypeError(f"with lengths, every sequence is [T, {batch}, ...], a row "
-                                   f"a sequence: `{expr_text(b.seq)}` is {x.type}", b.seq.loc)
+                                   f"a sequence: `{expr_text(b.seq)}` is {x.type}{hint}",
+                                   b.seq.loc)
         if lengths.type != TensorType("i32", (batch,)):
             raise MdlTypeError(f"lengths must be i32[{batch}] (one per sequence), got "
                                f"{lengths.type}", e.loc)

@@ -107,6 +107,8 @@ BAD_PROGRAMS = [
      'lengths must be i32[B] (one per sequence), got i32[T]', "1:84"),
     ('model M() { input xs : f32[T, B, 3]; input m : f32[T]; input n : i32[B]; for x in xs, y in m (lengths = n) { x = y }; output z = n }',
      'with lengths, every sequence is [T, B, ...], a row a sequence: `m` is f32[T]', "1:92"),
+    ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; for x in xs, t in range(T) (lengths = n) { x = x }; output z = n }',
+     'with lengths, every sequence is [T, B, ...], a row a sequence: `range(T)` is i32[T] (a row\'s own step count is a state: `i = full[B](0)` before the loop, `i = i + 1` in it)', "1:74"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; k = 0; for x in xs (lengths = n) { k = k + 1 }; output z = k }',
      'with lengths, loop state and yields are rows per sequence: `k` is i32, its first dim should be B (each row stops at its own length, so a count or a flag is one per row: `full[B](0)`)', "1:63"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; f = 1.0; for x in xs (lengths = n) { f = 0.0 }; output z = f }',
