@@ -15,7 +15,7 @@ from fuzz_scope import Var
 
 from codegen.ir.shapes import TensorType
 from codegen.ops.primitives import BINARY_SYMBOLS, TABLE, ShapeError
-from dsl.builtins import BUILTINS
+from dsl.builtins import ACTIVATIONS, BUILTINS
 
 
 def _result_dtype(name: str, arity: int) -> str | None:
@@ -26,13 +26,15 @@ def _result_dtype(name: str, arity: int) -> str | None:
 
 
 def _finite(name: str, *args: float) -> bool:
+    if name in ACTIVATIONS:  # sugar, finite at every finite x
+        return True
     with np.errstate(all="ignore"):
         out = TABLE[name].ref(None, {}, *(np.float64(a) for a in args))
     return bool(np.all(np.isfinite(out)))
 
 
-UNARY = sorted(n for n in BUILTINS if n in TABLE and TABLE[n].elementwise
-               and TABLE[n].arity == 1 and _result_dtype(n, 1) == "f64")
+UNARY = sorted([n for n in BUILTINS if n in TABLE and TABLE[n].elementwise
+                and TABLE[n].arity == 1 and _result_dtype(n, 1) == "f64"] + list(ACTIVATIONS))
 ARITH = sorted(n for n in BINARY_SYMBOLS if _result_dtype(n, 2) == "f64")
 COMPARE = sorted(n for n in BINARY_SYMBOLS if _result_dtype(n, 2) == "bool")
 POSITIVE_ARG = {n for n in UNARY if not _finite(n, -1.0)}          # log, sqrt
@@ -43,11 +45,12 @@ BOUNDED_RIGHT = {n for n in ARITH if not _finite(n, 2.0, 1e4)}     # pow's expon
 REDUCTIONS = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis", "keepdims"])
 # A reduction that is sugar (norm: sqrt(sum(x * x))) has no gradient where its argument
 # is all zero, as a masked row of a loop with lengths is: give it positive arguments.
-POSITIVE_REDUCTION = {n for n in REDUCTIONS if n not in TABLE}
+# (min is max's mirror, exact, and defined everywhere max is.)
+POSITIVE_REDUCTION = {n for n in REDUCTIONS if n not in TABLE and n != "min"}
 # softmax and log_softmax: (x, axis) keeping x's type (argmax, of the same arguments,
 # gives integers: tests/fuzz_integers.py draws it)
 SOFTMAXES = sorted(n for n, b in BUILTINS.items() if b.sig.names == ["x", "axis"]
-                   and TABLE[n].infer([TensorType("f64", (2,))], {"axis": 0})[0].dtype == "f64")
+                   and n in TABLE and TABLE[n].infer([TensorType("f64", (2,))], {"axis": 0})[0].dtype == "f64")
 
 
 # The comparisons for equality. A float compared so meets a literal that no value a

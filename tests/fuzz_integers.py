@@ -28,7 +28,7 @@ INT_UNARY = sorted(n for n in BUILTINS if n in TABLE and TABLE[n].elementwise
                    and TABLE[n].arity == 1 and _takes_i32(n, 1))       # abs relu
 # The reductions that keep an i32 (`mean` and `logsumexp` are of floats; `norm` is sugar)
 INT_REDUCTIONS = [n for n in REDUCTIONS if n in TABLE
-                  and _takes_i32(n, 1, (2,), axes=(0,), keepdims=False)]
+                  and _takes_i32(n, 1, (2,), axes=(0,), keepdims=False)] + ["min"]  # max's mirror
 # Literals that meet i32's ends: 46341 squared and 65536 times 65536 are past them
 INT_LITERALS = ("1", "2", "3", "(-1)", "7", "46341", "65536", "2147483647", "(-2147483647)")
 # What a float is scaled by before `i32(tanh(x) * k)`: small, so that a float's last bits
@@ -119,14 +119,15 @@ class Integers(Expressions):
         return f"{red}({self.int_expr(big, d)}{axes})"
 
     def int_argmax(self, shape, d):
-        """argmax along one axis of integers: exact on both sides, where two floats a
+        """argmax or argmin along one axis of integers: exact on both sides, where two floats a
         rounding apart could tie in one build and not in the other."""
         wider = self.wider(shape)
         if wider is None or "[" in wider[1] or not (wider[1] or len(wider[0]) == 1):
             return None
-        self.cover("int:argmax")
+        f = self.pick(["argmax", "argmin"])
+        self.cover(f"int:{f}")
         big, axis = wider
-        return f"argmax({self.int_expr(big, d)}{axis or ', axis = 0'})"
+        return f"{f}({self.int_expr(big, d)}{axis or ', axis = 0'})"
 
     def int_topk(self, shape, d):
         """topk of integers: its values and indices, exact on both sides (as argmax's)."""

@@ -40,8 +40,10 @@ NONDIFF = "nondiff"       # its cotangents must be zero (or none)
 
 CASES: dict[str, list[tuple]] = {
     **{name: [([f(2, 3)], {})] for name in ("exp", "tanh", "sigmoid", "sin", "cos", "neg",
-                                            "abs", "relu")},
+                                            "abs", "relu", "expm1", "softplus", "erf",
+                                            "erfc")},
     "log": [([pos(2, 3)], {})],
+    "log1p": [([pos(2, 3)], {})],
     "sqrt": [([pos(2, 3)], {})],
     "sign": [([f(2, 3)], {}, NONDIFF)],
     "not": [([flags(2, 3)], {}, NONDIFF)],

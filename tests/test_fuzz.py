@@ -29,6 +29,7 @@ from codegen.ops.printer import format_graph
 from codegen.pipeline import BuildOptions, import_built, load
 from codegen.reference import interpreter as reference
 from dsl import MdlError, check_source
+from dsl.builtins import ACTIVATIONS
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11
@@ -348,12 +349,13 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
              "call:scalar-tensor", "call:tuple", "dim:S", "reshape:rows", "concat:time",
              "int:float", "int:cast", "int:truth", "int:compare", "int:branch", "int:where",
-             "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:topk",
+             "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:argmin",
+             "int:topk", *ACTIVATIONS,
              "topk", "for:ints",
              "for:int-yield", "softmax:masked",
              *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
-    table = {*UNARY, *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
+    table = {*(u for u in UNARY if u in TABLE), *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
              "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",
              "gather", "one_hot", "cross_entropy", "argmax", "topk", "where", "for", "if",
              "while"}

@@ -50,8 +50,10 @@ def _arith(symbol: str, wrap: str):
                              else f"({a[0]} {symbol} {a[1]})")
 
 
-for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos"):
+for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "log1p", "expm1", "erf",
+            "erfc"):
     attach_lowering(_fn, "elementwise", _call(_fn))
+attach_lowering("softplus", "elementwise", lambda a, op, r: f"mdl::softplus({a[0]})")
 attach_lowering("abs", "elementwise",
                 lambda a, op, r: f"mdl::wrap_abs({a[0]})" if _i32(op) else _call("abs")(a, op, r))
 attach_lowering("sigmoid", "elementwise",

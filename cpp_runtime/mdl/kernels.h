@@ -125,6 +125,17 @@ MDL_HOST_DEVICE inline T smaller(T a, T b) {
   return (b < a || b != b) ? b : a;
 }
 
+// softplus(x) = log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and
+// a large negative x keeps its tiny value exp(x) (log(1 + exp(x)) rounds it to 0). NaN
+// stays NaN. Generated code's `softplus` (backend/op_lowering.py).
+template <class T>
+MDL_HOST_DEVICE inline T softplus(T x) {
+  using std::exp;
+  using std::fabs;
+  using std::log1p;
+  return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
+}
+
 // i32(x) of a float: its integer part; 0 for NaN, and past i32's range the nearer end (as a
 // GPU converts, and Java and Rust): a static_cast is undefined there, and x86 gave
 // INT32_MIN for +inf as for NaN. Generated code's casts call it (backend/op_lowering.py).

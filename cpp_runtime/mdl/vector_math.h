@@ -21,6 +21,14 @@ MDL_SIMD_DECLARE(float, sinf)
 MDL_SIMD_DECLARE(double, sin)
 MDL_SIMD_DECLARE(float, cosf)
 MDL_SIMD_DECLARE(double, cos)
+MDL_SIMD_DECLARE(float, log1pf)
+MDL_SIMD_DECLARE(double, log1p)
+MDL_SIMD_DECLARE(float, expm1f)
+MDL_SIMD_DECLARE(double, expm1)
+MDL_SIMD_DECLARE(float, erff)
+MDL_SIMD_DECLARE(double, erf)
+MDL_SIMD_DECLARE(float, erfcf)
+MDL_SIMD_DECLARE(double, erfc)
 }
 #undef MDL_SIMD_DECLARE
 #endif

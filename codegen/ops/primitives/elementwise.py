@@ -4,6 +4,8 @@ gradient is g times a local derivative; a binary one is reduced back to each ope
 shape (broadcasting)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.dtypes import FLOATS, I32_MAX, I32_MIN, NUMERIC
@@ -64,6 +66,53 @@ unary("sqrt", FLOATS, np.sqrt,
 unary("sin", FLOATS, np.sin, lambda b, x, y, g: b.mul(g, b.cos(x)), onnx="Sin")
 unary("cos", FLOATS, np.cos, lambda b, x, y, g: b.neg(b.mul(g, b.sin(x))), onnx="Cos")
 unary("sign", FLOATS, np.sign, onnx="Sign")
+unary("log1p", FLOATS, np.log1p, lambda b, x, y, g: b.div(g, b.add(_one(b, x), x)),
+      onnx=lambda g, op, xs: g.op("Log", g.op("Add", xs[0], g.const(1, op.inputs[0].type.dtype))))
+unary("expm1", FLOATS, np.expm1, lambda b, x, y, g: b.mul(g, b.add(y, _one(b, y))),
+      onnx=lambda g, op, xs: g.op("Sub", g.op("Exp", xs[0]), g.const(1, op.inputs[0].type.dtype)))
+# log(1 + exp(x)) as np.logaddexp(0, x) computes it, never overflowing; its derivative is
+# sigmoid(x)
+unary("softplus", FLOATS, lambda x: np.logaddexp(np.zeros_like(x), x),
+      lambda b, x, y, g: b.mul(g, b.sigmoid(x)), onnx="Softplus")
+# NumPy has no erf nor erfc; math's are within an ulp or so
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def _erf_onnx(g, op, xs):
+    """Erf; of f64 written out, since onnxruntime has an Erf of f32 only: erf(x) =
+    2 / sqrt(pi) * x * exp(-x^2) * sum over n of (2x^2)^n / (1 * 3 * ... * (2n + 1)), a
+    series of positive terms (no cancellation), 100 of them in Horner's form, of x clipped
+    to [-6, 6] (erf(6) is 1 in f64): within 2e-15 of math.erf."""
+    dtype = op.inputs[0].type.dtype
+    if dtype != "f64":
+        return g.op("Erf", *xs)
+    x = g.op("Clip", xs[0], g.const(-6, dtype), g.const(6, dtype))
+    z = g.op("Mul", x, x)
+    total = g.const(1, dtype)
+    for k in range(100, 0, -1):
+        total = g.op("Add", g.const(1, dtype),
+                     g.op("Mul", g.op("Mul", z, total), g.const(2 / (2 * k + 1), dtype)))
+    scale = g.op("Mul", x, g.op("Exp", g.op("Neg", z)))
+    return g.op("Mul", g.op("Mul", scale, total), g.const(2 / math.sqrt(math.pi), dtype))
+
+
+def _erf_slope(sign: float):
+    """d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2); erfc's the negative."""
+    return lambda b, x, y, g: b.mul(g, b.mul(b.const(sign * 2 / math.sqrt(math.pi),
+                                                     x.type.dtype), b.exp(b.neg(b.mul(x, x)))))
+
+
+def _erfc_onnx(g, op, xs):
+    """1 - erf(x): ONNX has no Erfc (far right of 0 it rounds as that difference does)."""
+    return g.op("Sub", g.const(1, op.inputs[0].type.dtype), _erf_onnx(g, op, xs))
+
+
+unary("erf", FLOATS, lambda x: _erf(x).astype(np.asarray(x).dtype), _erf_slope(1),
+      onnx=_erf_onnx)
+# erfc(x) = 1 - erf(x), computed without the difference: precise where erf(x) is near 1
+unary("erfc", FLOATS, lambda x: _erfc(x).astype(np.asarray(x).dtype), _erf_slope(-1),
+      onnx=_erfc_onnx)
 
 
 def _neg_neg(b, op, facts):
