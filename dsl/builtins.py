@@ -150,7 +150,11 @@ def _clip(el, a, call):
 # ---- activations: sugar over the primitives (each is its formula's ops, fused) ----
 def _of_dtype(el, arg, name: str, allowed: tuple[str, ...]) -> Value:
     """The tensor argument of built-in `name`, checked here so that an error names it
-    (and not a primitive of its formula)."""
+    (and not a primitive of its formula). A number is one of the model's float type for a
+    function of floats (`silu(2)`, as `sigmoid(2)`)."""
+    value, loc = arg
+    if allowed == FLOATS and isinstance(value, Const) and value.kind in ("int", "float"):
+        return el.to_tensor(Const.of(float(value.value)), loc, TensorType(el.float_dtype, ()))
     x = tensor(el, arg)
     if x.type.dtype not in allowed:
         raise MdlTypeError(f"`{name}` is not defined for {x.type.dtype} "

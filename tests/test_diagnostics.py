@@ -184,6 +184,15 @@ BAD_PROGRAMS = [
      'the number of values `k` must be a compile-time int', "1:64"),
     ('model M() { input x : bool[B, 4]; v, i = topk(x, 2); output y = i }',
      '`topk` is not defined for bool', "1:42"),
+    ('model M() { input x : bool[B, 4]; output y = min(x, axis = 1) }',
+     '`min` is not defined for bool (needs f32 or f64 or i32)', "1:50"),
+    ('model M() { input x : i32[B, 4]; output y = gelu(x) }',
+     '`gelu` is not defined for i32 (needs f32 or f64)', "1:50"),
+    ('model M() { input x : f32[B, 4]; output y = elu(x, alpha = x) }',
+     "elu's `alpha` must be a compile-time float", "1:60"),
+    ('model M() { input x : f32[B, 4]; output y = argmin(sum(x)) }',
+     '`argmin` needs a tensor of rank 1 or more, got f32', "1:52"),
+    ('model M() { output y = log1p(-2) }', 'log1p(-2) has no finite value', "1:30"),
 ]
 
 
