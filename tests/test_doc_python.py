@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["training.md", "cuda.md", "onnx.md", "profiling.md"]
+PAGES = ["training.md", "cuda.md", "onnx.md", "profiling.md", "from_pytorch.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -22,6 +22,8 @@ def test_the_pages_python_runs(page, monkeypatch):
             toolkit()
         except MdlBuildError as exc:
             pytest.skip(f"no CUDA toolkit: {exc}")
+    if page == "from_pytorch.md":
+        pytest.importorskip("torch", reason="the page's model has a PyTorch twin")
     blocks = BLOCK.findall((ROOT / "docs" / page).read_text())
     assert blocks, f"docs/{page} has no python block"
     monkeypatch.chdir(ROOT)

@@ -1,0 +1,160 @@
+"""A PyTorch model's weights under mdl's parameter names, and back.
+
+`params_from_torch({name: module})` reads torch modules into `{full name: array}` for a
+model's `set_params`; `params_to_torch(params, {name: module})` writes a model's
+parameters into those modules. A key is a scope for a module that std/rnn.mdl computes
+(`nn.Linear` as `linear`, `nn.LSTMCell` or a layer of `nn.LSTM` as `lstm`, `nn.GRUCell`
+or a layer of `nn.GRU` as `gru`, `nn.LayerNorm` as `layer_norm`), and a full parameter
+name for an `nn.Embedding` or a tensor. PyTorch multiplies `x @ weight.T`, mdl `x @ W`:
+W is weight transposed. An LSTM's two biases are one in std's `lstm` (their sum; written
+back, all of it goes to `bias_ih` and `bias_hh` becomes 0). Without PyTorch, importing
+this module raises an ImportError saying how to install it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError("codegen.torch_weights reads and writes PyTorch modules: install "
+                      "PyTorch (pip install 'mdl[torch]', or torch==2.13.0)") from None
+
+__all__ = ["Layer", "params_from_torch", "params_to_torch"]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Layer `index` of an `nn.LSTM` or `nn.GRU`, its reverse direction if `reverse`
+    (of a bidirectional one): one std `lstm` or `gru` cell."""
+    module: torch.nn.Module
+    index: int = 0
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class _Part:
+    name: str                                  # the mdl parameter's full name
+    read: Callable[[], np.ndarray]
+    write: Callable[[np.ndarray], None]
+
+
+def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
+    """{full mdl name: array} of every module in `mapping` (key: its mdl scope, or the
+    full name of an embedding's or a tensor's parameter), for `model.set_params`."""
+    return {p.name: p.read() for key, value in mapping.items() for p in _parts(key, value)}
+
+
+def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
+    """Copy mdl parameters (`model.params`, or a checkpoint's arrays) into the modules of
+    `mapping`, as `params_from_torch` names them. Every name and shape is checked before
+    any module changes."""
+    parts = [p for key, value in mapping.items() for p in _parts(key, value)]
+    missing = [p.name for p in parts if p.name not in params]
+    if missing:
+        raise KeyError(f"no parameter {', '.join(missing)} among the model's "
+                       f"({', '.join(sorted(params))})")
+    for p in parts:
+        want, got = p.read().shape, np.shape(params[p.name])
+        if want != got:
+            raise ValueError(f"parameter {p.name} is {list(got)}, its torch module's "
+                             f"weight wants {list(want)}")
+    with torch.no_grad():
+        for p in parts:
+            p.write(np.asarray(params[p.name]))
+
+
+# ---- the layouts ------------------------------------------------------------------------
+def _array(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
+
+
+def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray], None]:
+    def write(a: np.ndarray) -> None:
+        t.copy_(torch.as_tensor(a.T if transposed else a, dtype=t.dtype))
+    return write
+
+
+def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
+    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed))
+
+
+def _need_bias(module: torch.nn.Module, what: str) -> None:
+    if getattr(module, "bias", True) is None or getattr(module, "bias", True) is False:
+        raise ValueError(f"{what} without a bias: std/rnn.mdl's has one (make it "
+                         "bias=True, or write the layer without it in .mdl)")
+
+
+def _linear(scope: str, m: torch.nn.Linear) -> list[_Part]:
+    _need_bias(m, "an nn.Linear")
+    return [_tensor_part(f"{scope}/W", m.weight, transposed=True),
+            _tensor_part(f"{scope}/b", m.bias)]
+
+
+def _cell_tensors(value: Any) -> tuple[str, dict[str, torch.Tensor]]:
+    """('lstm' or 'gru', {ih, hh, bias_ih, bias_hh}) of a cell or of one layer."""
+    if isinstance(value, (torch.nn.LSTMCell, torch.nn.GRUCell)):
+        kind = "lstm" if isinstance(value, torch.nn.LSTMCell) else "gru"
+        _need_bias(value, f"an nn.{type(value).__name__}")
+        return kind, {"ih": value.weight_ih, "hh": value.weight_hh,
+                      "bias_ih": value.bias_ih, "bias_hh": value.bias_hh}
+    layer = value if isinstance(value, Layer) else Layer(value)
+    m = layer.module
+    kind = "lstm" if isinstance(m, torch.nn.LSTM) else "gru"
+    if not layer.module.bias:
+        raise ValueError(f"an nn.{type(m).__name__} without a bias: std/rnn.mdl's "
+                         f"{kind} has one")
+    if getattr(m, "proj_size", 0):
+        raise ValueError("an nn.LSTM with proj_size: std/rnn.mdl's lstm has no projection")
+    if not 0 <= layer.index < m.num_layers or (layer.reverse and not m.bidirectional):
+        raise ValueError(f"the nn.{type(m).__name__} has {m.num_layers} layer(s)"
+                         f"{', both directions' if m.bidirectional else ', one direction'}:"
+                         f" no layer {layer.index}{' reversed' if layer.reverse else ''}")
+    if not isinstance(value, Layer) and (m.num_layers > 1 or m.bidirectional):
+        raise ValueError(f"an nn.{type(m).__name__} of {m.num_layers} layer(s)"
+                         f"{' in both directions' if m.bidirectional else ''} is several "
+                         "std cells: map each one's scope to Layer(module, index, reverse)")
+    suffix = f"_l{layer.index}" + ("_reverse" if layer.reverse else "")
+    return kind, {k: getattr(m, f"{w}{suffix}") for k, w in
+                  (("ih", "weight_ih"), ("hh", "weight_hh"), ("bias_ih", "bias_ih"),
+                   ("bias_hh", "bias_hh"))}
+
+
+def _cell(scope: str, value: Any) -> list[_Part]:
+    kind, t = _cell_tensors(value)
+    weights = [_tensor_part(f"{scope}/W", t["ih"], transposed=True),
+               _tensor_part(f"{scope}/U", t["hh"], transposed=True)]
+    if kind == "gru":
+        return weights + [_tensor_part(f"{scope}/bW", t["bias_ih"]),
+                          _tensor_part(f"{scope}/bU", t["bias_hh"])]
+
+    def write(a: np.ndarray) -> None:
+        _setter(t["bias_ih"])(a)
+        t["bias_hh"].zero_()
+    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]), write)]
+
+
+def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:
+    if len(m.normalized_shape) != 1 or m.weight is None or m.bias is None:
+        raise ValueError("an nn.LayerNorm over one dim with weight and bias is std's "
+                         f"layer_norm; this one is over {list(m.normalized_shape)}"
+                         f"{'' if m.weight is not None and m.bias is not None else ', without them'}")
+    return [_tensor_part(f"{scope}/gamma", m.weight), _tensor_part(f"{scope}/beta", m.bias)]
+
+
+def _parts(key: str, value: Any) -> list[_Part]:
+    if isinstance(value, torch.nn.Linear):
+        return _linear(key, value)
+    if isinstance(value, (torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.LSTM, torch.nn.GRU,
+                          Layer)):
+        return _cell(key, value)
+    if isinstance(value, torch.nn.LayerNorm):
+        return _layer_norm(key, value)
+    if isinstance(value, torch.nn.Embedding):
+        return [_tensor_part(key, value.weight)]
+    if isinstance(value, torch.Tensor):
+        return [_tensor_part(key, value)]
+    raise TypeError(f"{key!r}: no mdl layout for {type(value).__name__} (a Linear, "
+                    "LSTMCell, GRUCell, LSTM or GRU layer, LayerNorm, Embedding or a tensor)")

@@ -1,0 +1,164 @@
+"""codegen.torch_weights: a PyTorch model's weights under mdl's names and back. The
+BiLSTM tagger of examples/bidirectional.mdl against its PyTorch twin (nn.Embedding, a
+bidirectional nn.LSTM over packed sequences, nn.Linear), and a model of every layout
+(LSTMCell, GRU layers, GRUCell, LayerNorm, a tensor): the same loss and gradients from
+the same weights; trained weights written back give PyTorch the model's loss; wrong
+mappings are errors that say what to do."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen.pipeline import load  # noqa: E402
+from codegen.torch_weights import Layer, params_from_torch, params_to_torch  # noqa: E402
+
+F = torch.nn.functional
+TAGGER = Path(__file__).resolve().parents[1] / "examples" / "bidirectional.mdl"
+
+
+class BiTagger(torch.nn.Module):
+    def __init__(self, V=50, E=16, H=24, K=5):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(V, E)
+        self.lstm = torch.nn.LSTM(E, H, bidirectional=True)
+        self.out = torch.nn.Linear(2 * H, K)
+
+    def forward(self, tokens, tags, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(
+            self.embedding(tokens), lengths, enforce_sorted=False)
+        hs, _ = self.lstm(packed)
+        hs, _ = torch.nn.utils.rnn.pad_packed_sequence(hs, total_length=tokens.shape[0])
+        logits = self.out(hs)
+        real = torch.arange(tokens.shape[0])[:, None] < lengths[None, :]
+        return F.cross_entropy(logits[real], tags[real])
+
+
+def tagger_mapping(net):
+    return {"embedding": net.embedding, "forward/lstm": Layer(net.lstm),
+            "backward/lstm": Layer(net.lstm, reverse=True), "tagger": net.out}
+
+
+def batch(seed=0, T=7, B=4):
+    rng = np.random.default_rng(seed)
+    lengths = np.array([7, 3, 5, 1], np.int32)[:B]
+    return dict(tokens=rng.integers(0, 50, (T, B)).astype(np.int32),
+                tags=rng.integers(0, 5, (T, B)).astype(np.int32), lengths=lengths)
+
+
+def torch_loss(net, b):
+    return net(torch.as_tensor(b["tokens"], dtype=torch.long),
+               torch.as_tensor(b["tags"], dtype=torch.long), torch.as_tensor(b["lengths"]))
+
+
+def test_a_pytorch_taggers_weights_give_its_loss_and_gradients():
+    torch.manual_seed(0)
+    net = BiTagger().double()
+    m = load(TAGGER, dtype="f64").BiTagger(seed=1)
+    weights = params_from_torch(tagger_mapping(net))
+    assert sorted(weights) == sorted(m.params)          # every parameter, no other
+    m.set_params(weights)
+    b = batch()
+    out = m.forward(**b, training=True)
+    grads = m.backward()
+    loss = torch_loss(net, b)
+    loss.backward()
+    assert abs(float(out["loss"]) - loss.item()) < 1e-12
+    theirs = {"embedding": net.embedding.weight.grad, "tagger/W": net.out.weight.grad.T,
+              "tagger/b": net.out.bias.grad,
+              "forward/lstm/W": net.lstm.weight_ih_l0.grad.T,
+              "forward/lstm/U": net.lstm.weight_hh_l0.grad.T,
+              "forward/lstm/b": net.lstm.bias_ih_l0.grad,
+              "backward/lstm/W": net.lstm.weight_ih_l0_reverse.grad.T,
+              "backward/lstm/b": net.lstm.bias_hh_l0_reverse.grad}
+    for name, g in theirs.items():
+        np.testing.assert_allclose(grads[name], g.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=name)
+
+
+def test_trained_weights_written_back_give_pytorch_the_models_loss():
+    torch.manual_seed(1)
+    net = BiTagger()
+    m = load(TAGGER).BiTagger(seed=3)
+    m.set_optimizer("adam", lr=0.01)
+    for step in range(5):
+        m.train_step(**batch(step))
+    params_to_torch(m.params, tagger_mapping(net))
+    assert net.lstm.bias_hh_l0.abs().sum().item() == 0        # the bias went to bias_ih
+    b = batch(9)
+    with torch.no_grad():
+        assert abs(torch_loss(net, b).item() - float(m.forward(**b)["loss"])) < 1e-5
+    again = params_from_torch(tagger_mapping(net))
+    for name, value in m.params.items():
+        np.testing.assert_allclose(again[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+LAYOUTS = """
+import "std/rnn.mdl"
+model Layouts(I = 3, H = 4) {
+  input xs : f32[T, B, I]
+  param scale : f32[H] = ones
+  h = zeros[B, H]; c = zeros[B, H]; g1 = zeros[B, H]; g2 = zeros[B, H]; k = zeros[B, H]
+  m = zeros[B, H]
+  for x in xs {
+    h, c = lstm(x, h, c) as cell
+    g1 = gru(x, g1) as first
+    g2 = gru(g1, g2) as second
+    k = gru(x, k) as gcell
+  }
+  output loss = sum(layer_norm(h + g2 + k, eps = 1e-5) as norm * scale)
+  minimize loss
+}
+"""
+
+
+def test_every_layout(tmp_path):
+    path = tmp_path / "layouts.mdl"
+    path.write_text(LAYOUTS)
+    torch.manual_seed(2)
+    cell, gcell = torch.nn.LSTMCell(3, 4).double(), torch.nn.GRUCell(3, 4).double()
+    gru = torch.nn.GRU(3, 4, num_layers=2).double()
+    norm, scale = torch.nn.LayerNorm(4).double(), torch.nn.Parameter(torch.randn(4).double())
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    mapping = {"cell": cell, "first": Layer(gru, 0), "second": Layer(gru, 1),
+               "gcell": gcell, "norm": norm, "scale": scale}
+    m = load(path, dtype="f64").Layouts(seed=0)
+    m.set_params(params_from_torch(mapping))
+    xs = np.random.default_rng(5).normal(size=(6, 2, 3))
+    x = torch.as_tensor(xs)
+    h = c = k = torch.zeros(2, 4, dtype=torch.float64)
+    for t in range(6):
+        h, c = cell(x[t], (h, c))
+        k = gcell(x[t], k)
+    g2 = gru(x)[1][1]
+    want = (norm(h + g2 + k) * scale).sum().item()
+    assert abs(float(m.forward(xs=xs)["loss"]) - want) < 1e-12
+
+
+def test_wrong_mappings_say_what_to_do():
+    lstm2 = torch.nn.LSTM(3, 4, num_layers=2)
+    with pytest.raises(ValueError, match=r"map each one's scope to Layer\(module, index"):
+        params_from_torch({"enc/lstm": lstm2})
+    with pytest.raises(ValueError, match="no layer 2"):
+        params_from_torch({"enc/lstm": Layer(lstm2, 2)})
+    with pytest.raises(ValueError, match="no layer 0 reversed"):
+        params_from_torch({"enc/lstm": Layer(lstm2, 0, reverse=True)})
+    with pytest.raises(ValueError, match="without a bias"):
+        params_from_torch({"out": torch.nn.Linear(3, 4, bias=False)})
+    with pytest.raises(ValueError, match="proj_size"):
+        params_from_torch({"enc": torch.nn.LSTM(3, 4, proj_size=2)})
+    with pytest.raises(TypeError, match="no mdl layout for Conv1d"):
+        params_from_torch({"conv": torch.nn.Conv1d(3, 4, 2)})
+    lin = torch.nn.Linear(3, 4)
+    with pytest.raises(KeyError, match="no parameter out/b"):
+        params_to_torch({"out/W": np.zeros((3, 4))}, {"out": lin})
+    before = lin.weight.detach().clone()
+    with pytest.raises(ValueError, match=r"out/W is \[4, 3\], its torch module's weight "
+                                         r"wants \[3, 4\]"):
+        params_to_torch({"out/W": np.zeros((4, 3)), "out/b": np.zeros(4)}, {"out": lin})
+    assert torch.equal(lin.weight, before)                   # nothing changed
