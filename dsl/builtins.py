@@ -305,12 +305,45 @@ def _argmax(el, a, call):
     return el.emit("argmax", [x], {"axis": axis(a["axis"], x.type.rank)}, call.loc)[0]
 
 
-@builtin("cross_entropy", "logits", "targets", "lengths", lengths=None)
+@builtin("cross_entropy", "logits", "targets", "lengths", "label_smoothing", lengths=None,
+         label_smoothing=Const(0.0, "float"))
 def _cross_entropy(el, a, call):
+    """The mean negative log-likelihood of the targets, over the real tokens with
+    `lengths`; with `label_smoothing = e`, PyTorch's: (1 - e) times it plus e times the
+    mean over those tokens of -log p averaged over the classes (the loss against a
+    target spread uniformly over them)."""
+    smoothing = const(a["label_smoothing"], "float", "`label_smoothing`")
+    if not 0 <= smoothing <= 1:
+        raise MdlTypeError(f"`label_smoothing` must be in [0, 1], got {smoothing}",
+                           a["label_smoothing"][1])
     inputs = [tensor(el, a["logits"]), tensor(el, a["targets"])]
     if a["lengths"][0] is not None:
         inputs.append(tensor(el, a["lengths"]))
-    return el.emit("cross_entropy", inputs, {}, call.loc)[0]
+    loss = el.emit("cross_entropy", inputs, {}, call.loc)[0]
+    if smoothing == 0:
+        return loss
+    return _smoothed(el, loss, inputs, float(smoothing), call.loc)
+
+
+def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value:
+    """(1 - e) * loss + e * (the real tokens' mean of -mean(log_softmax(logits)))."""
+    logits, targets, *lengths = inputs
+    rank = logits.type.rank
+    per_token = el.emit("mean", [el.emit("log_softmax", [logits], {"axis": rank - 1}, loc)[0]],
+                        {"axes": (rank - 1,), "keepdims": False}, loc)[0]
+    every = {"axes": tuple(range(rank - 1)), "keepdims": False}
+    if lengths:  # a batch without real tokens gives 0, as cross_entropy's own mean
+        real = el.emit("cast", [el.emit("seq_mask", [targets, lengths[0]], {}, loc)[0]],
+                       {"dtype": logits.type.dtype}, loc)[0]
+        total = el.emit("sum", [el.emit("mul", [per_token, real], {}, loc)[0]], every, loc)[0]
+        count = el.emit("maximum", [el.emit("sum", [real], every, loc)[0],
+                                    _number(el, 1.0, logits, loc)], {}, loc)[0]
+        uniform = el.emit("div", [total, count], {}, loc)[0]
+    else:
+        uniform = el.emit("mean", [per_token], every, loc)[0]
+    kept = el.emit("mul", [loss, _number(el, 1.0 - e, logits, loc)], {}, loc)[0]
+    spread = el.emit("mul", [uniform, _number(el, e, logits, loc)], {}, loc)[0]
+    return el.emit("sub", [kept, spread], {}, loc)[0]
 
 
 @builtin("mse", "a", "b")
