@@ -73,9 +73,10 @@ def _log1p_onnx(g, op, xs):
     x, dtype = xs[0], op.inputs[0].type.dtype
     one, inf = g.const(1, dtype), g.const(np.inf, dtype)
     u = g.op("Add", x, one)
-    ratio = g.op("Mul", g.op("Log", u), g.op("Div", x, g.op("Sub", u, one)))
-    return g.op("Where", g.op("Equal", u, one), x,
-                g.op("Where", g.op("Equal", u, inf), u, ratio))
+    exact = g.op("Equal", u, one)  # (divided by 1 there: no 0 / 0 where it is not used)
+    ratio = g.op("Mul", g.op("Log", u),
+                 g.op("Div", x, g.op("Where", exact, one, g.op("Sub", u, one))))
+    return g.op("Where", exact, x, g.op("Where", g.op("Equal", u, inf), u, ratio))
 
 
 def _expm1_onnx(g, op, xs):
@@ -84,11 +85,12 @@ def _expm1_onnx(g, op, xs):
     x, dtype = xs[0], op.inputs[0].type.dtype
     one, inf = g.const(1, dtype), g.const(np.inf, dtype)
     u = g.op("Exp", x)
+    exact = g.op("Equal", u, one)
     less = g.op("Sub", u, one)
-    ratio = g.op("Mul", less, g.op("Div", x, g.op("Log", u)))
+    ratio = g.op("Mul", less, g.op("Div", x, g.op("Where", exact, one, g.op("Log", u))))
     out = g.op("Where", g.op("Equal", u, inf), u, ratio)
     out = g.op("Where", g.op("Equal", less, g.const(-1, dtype)), g.const(-1, dtype), out)
-    return g.op("Where", g.op("Equal", u, one), x, out)
+    return g.op("Where", exact, x, out)
 
 
 unary("log1p", FLOATS, np.log1p, lambda b, x, y, g: b.div(g, b.add(_one(b, x), x)),
