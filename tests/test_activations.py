@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.cli import main as mdlc
 from codegen.export import export_onnx
@@ -67,9 +68,7 @@ INTS = np.array([[2147483647, -2147483648, 0, 5, 5, -1, 3],
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    p = tmp_path_factory.mktemp("acts") / "acts.mdl"
-    p.write_text(SOURCE)
-    return p
+    return source_file(tmp_path_factory, "acts.mdl", SOURCE)
 
 
 def minima(x, n):
@@ -143,9 +142,7 @@ model Grads(A = 0.5, S = 0.2) {
 
 @pytest.fixture(scope="module")
 def grads(tmp_path_factory):
-    p = tmp_path_factory.mktemp("acts") / "grads.mdl"
-    p.write_text(GRADIENTS)
-    return p
+    return source_file(tmp_path_factory, "grads.mdl", GRADIENTS)
 
 
 def test_gradients_are_pytorchs(grads):

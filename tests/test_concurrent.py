@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.pipeline import load
 from dsl import check_file
@@ -95,9 +96,7 @@ def arms(function: str) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def two_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("concurrent") / "two.mdl"
-    path.write_text(TWO)
-    return path
+    return source_file(tmp_path_factory, "two.mdl", TWO)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.cli import main as mdlc
 from codegen.compile.options import BuildOptions
@@ -66,9 +67,7 @@ T, B, H = 7, 3, 8
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("conditions") / "conditions.mdl"
-    path.write_text(SOURCE)
-    return path
+    return source_file(tmp_path_factory, "conditions.mdl", SOURCE)
 
 
 def loop_if(source, model: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.cli import main as mdlc
 from codegen.export import export_onnx
@@ -30,9 +31,7 @@ model Smoothed(C = 6) {
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    p = tmp_path_factory.mktemp("smooth") / "smoothed.mdl"
-    p.write_text(SOURCE)
-    return p
+    return source_file(tmp_path_factory, "smoothed.mdl", SOURCE)
 
 
 def case(lengths=(5, 2, 4), T=5, C=6, seed=0):

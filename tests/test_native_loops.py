@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.pipeline import load
 from codegen.reference import gradcheck
@@ -463,9 +464,7 @@ MODELS = ["Recompute", "Checkpoint", "CheckpointReversed", "Nested", "Branches",
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("loops") / "loops.mdl"
-    path.write_text(SOURCE)
-    return path
+    return source_file(tmp_path_factory, "loops.mdl", SOURCE)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from source_files import source_file
 from test_onnx import EXAMPLES, TOLERANCE, inputs_for, rel_error, run_onnx
 
 from codegen.cli import main as mdlc
@@ -156,9 +157,7 @@ def loops(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("rnn") / "rnn.mdl"
-    path.write_text(SOURCE)
-    return path
+    return source_file(tmp_path_factory, "rnn.mdl", SOURCE)
 
 
 def test_the_models_here_are_all_checked():

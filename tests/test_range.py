@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.export import export_onnx
 from codegen.pipeline import load
@@ -45,9 +46,7 @@ model Shorter() {
 
 @pytest.fixture(scope="module")
 def forms(tmp_path_factory):
-    path = tmp_path_factory.mktemp("range") / "forms.mdl"
-    path.write_text(FORMS)
-    return path
+    return source_file(tmp_path_factory, "forms.mdl", FORMS)
 
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])

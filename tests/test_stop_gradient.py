@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ir_helpers import EPS, rel_error
+from source_files import source_file
 
 from codegen.cli import main as mdlc
 from codegen.export import export_onnx
@@ -38,9 +39,7 @@ model Stopped(H = 3, K = 2) {
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    p = tmp_path_factory.mktemp("stop") / "stopped.mdl"
-    p.write_text(SOURCE)
-    return p
+    return source_file(tmp_path_factory, "stopped.mdl", SOURCE)
 
 
 def case():

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+from source_files import source_file
 
 from codegen.pipeline import BuildOptions, load, sources
 
@@ -178,9 +179,7 @@ model Chain(N = 300) {
 
 @pytest.fixture(scope="module")
 def together(tmp_path_factory):
-    path = tmp_path_factory.mktemp("together") / "together.mdl"
-    path.write_text(TOGETHER)
-    return path
+    return source_file(tmp_path_factory, "together.mdl", TOGETHER)
 
 
 def infer_text(path, model):

@@ -1,0 +1,13 @@
+"""A test's .mdl source written to a file of its own: what a module-scoped fixture hands
+to `load`, `mdlc` or the exporter."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def source_file(tmp_path_factory, name: str, text: str) -> Path:
+    """`text` as the file `name` (its stem names the module `load` builds from it) in a
+    new folder of the session's temporary directory."""
+    path = tmp_path_factory.mktemp(Path(name).stem) / name
+    path.write_text(text)
+    return path
