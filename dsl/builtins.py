@@ -1,5 +1,6 @@
 """Built-in functions of the language: each binds its arguments, checks their kinds and
-emits primitives (sugar such as clip, norm and mse is lowered to primitives here)."""
+emits primitives (sugar such as clip, norm and mse is lowered to primitives here; the
+activations and the minima, formulas of primitives, in dsl/formulas.py)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from codegen.ir.diagnostics import Loc, MdlTypeError
-from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC
+from codegen.ir.dtypes import DTYPES, FLOATS
 from codegen.ir.graph import PENALTIES, Value
 from codegen.ir.shapes import Dim, TensorType
 from codegen.ops.primitives import TABLE, ShapeError
@@ -81,6 +82,25 @@ def tensor_list(el, arg) -> list[Value]:
     return [el.to_tensor(v, loc, first.type if first else None) for v in value]
 
 
+def of_dtype(el, arg, name: str, allowed: tuple[str, ...]) -> Value:
+    """The tensor argument of built-in `name`, checked here so that an error names it
+    (and not a primitive of its formula). A number is one of the model's float type for a
+    function of floats (`silu(2)`, as `sigmoid(2)`)."""
+    value, loc = arg
+    if allowed == FLOATS and isinstance(value, Const) and value.kind in ("int", "float"):
+        return el.to_tensor(Const.of(float(value.value)), loc, TensorType(el.float_dtype, ()))
+    x = tensor(el, arg)
+    if x.type.dtype not in allowed:
+        raise MdlTypeError(f"`{name}` is not defined for {x.type.dtype} "
+                           f"(needs {' or '.join(allowed)})", arg[1])
+    return x
+
+
+def number(el, value: float, like: Value, loc: Loc) -> Value:
+    """A constant of `like`'s dtype, for a formula's coefficients."""
+    return el.to_tensor(Const.of(value), loc, like.type)
+
+
 # ---- elementwise ----
 def fold_unary(name: str, value: Const, loc: Loc) -> Const:
     """A compile-time scalar through a unary primitive (1.0 / sqrt(H) is a constant): the
@@ -147,78 +167,6 @@ def _clip(el, a, call):
     return el.emit("minimum", [lo, tensor(el, a["hi"], x.type)], {}, call.loc)[0]
 
 
-# ---- activations: sugar over the primitives (each is its formula's ops, fused) ----
-def _of_dtype(el, arg, name: str, allowed: tuple[str, ...]) -> Value:
-    """The tensor argument of built-in `name`, checked here so that an error names it
-    (and not a primitive of its formula). A number is one of the model's float type for a
-    function of floats (`silu(2)`, as `sigmoid(2)`)."""
-    value, loc = arg
-    if allowed == FLOATS and isinstance(value, Const) and value.kind in ("int", "float"):
-        return el.to_tensor(Const.of(float(value.value)), loc, TensorType(el.float_dtype, ()))
-    x = tensor(el, arg)
-    if x.type.dtype not in allowed:
-        raise MdlTypeError(f"`{name}` is not defined for {x.type.dtype} "
-                           f"(needs {' or '.join(allowed)})", arg[1])
-    return x
-
-
-def _number(el, value: float, like: Value, loc: Loc) -> Value:
-    return el.to_tensor(Const.of(value), loc, like.type)
-
-
-# The activation functions written here of other primitives: float in, float out, defined
-# for every finite x (the fuzzer draws them with the unary primitives)
-ACTIVATIONS = ("silu", "gelu", "elu", "leaky_relu")
-
-
-# silu(x) = x * sigmoid(x) (torch.nn.SiLU, also called swish)
-@builtin("silu", "x")
-def _silu(el, a, call):
-    x = _of_dtype(el, a["x"], "silu", FLOATS)
-    return el.emit("mul", [x, el.emit("sigmoid", [x], {}, call.loc)[0]], {}, call.loc)[0]
-
-
-# gelu(x) = x / 2 * (1 + erf(x / sqrt(2))) (torch.nn.GELU, its exact form), computed as
-# x / 2 * erfc(-x / sqrt(2)): the same, without 1 + erf cancelling for x < -3 (where
-# PyTorch's f32 gelu and a direct formula lose most of the value's digits)
-@builtin("gelu", "x")
-def _gelu(el, a, call):
-    x = _of_dtype(el, a["x"], "gelu", FLOATS)
-    loc = call.loc
-    scaled = el.emit("mul", [x, _number(el, -math.sqrt(0.5), x, loc)], {}, loc)[0]
-    half = el.emit("mul", [x, _number(el, 0.5, x, loc)], {}, loc)[0]
-    return el.emit("mul", [half, el.emit("erfc", [scaled], {}, loc)[0]], {}, loc)[0]
-
-
-def _positive(el, x: Value, loc: Loc) -> Value:
-    return el.emit("gt", [x, _number(el, 0, x, loc)], {}, loc)[0]
-
-
-# elu(x, alpha) = x where x > 0, else alpha * (exp(x) - 1) (torch.nn.ELU). The exp reads 0
-# where x > 0, so that a large x (whose branch `where` drops) gives no infinity whose
-# cotangent, 0 times it, would be NaN.
-@builtin("elu", "x", "alpha", alpha=Const(1.0, "float"))
-def _elu(el, a, call):
-    x = _of_dtype(el, a["x"], "elu", FLOATS)
-    alpha = const(a["alpha"], "float", "elu's `alpha`")
-    loc = call.loc
-    pos = _positive(el, x, loc)
-    clipped = el.emit("where", [pos, _number(el, 0.0, x, loc), x], {}, loc)[0]
-    below = el.emit("mul", [_number(el, alpha, x, loc),
-                            el.emit("expm1", [clipped], {}, loc)[0]], {}, loc)[0]
-    return el.emit("where", [pos, x, below], {}, loc)[0]
-
-
-# leaky_relu(x, slope) = x where x > 0, else slope * x (torch.nn.LeakyReLU)
-@builtin("leaky_relu", "x", "slope", slope=Const(0.01, "float"))
-def _leaky_relu(el, a, call):
-    x = _of_dtype(el, a["x"], "leaky_relu", FLOATS)
-    slope = const(a["slope"], "float", "leaky_relu's `slope`")
-    loc = call.loc
-    below = el.emit("mul", [x, _number(el, slope, x, loc)], {}, loc)[0]
-    return el.emit("where", [_positive(el, x, loc), x, below], {}, loc)[0]
-
-
 def _cast(dtype: str) -> None:
     def run(el, a, call):
         target = el.dtype_of(dtype, call.loc)
@@ -244,36 +192,6 @@ def _reduction(name: str) -> None:
 
 for _name in ("sum", "mean", "max", "logsumexp"):
     _reduction(_name)
-
-
-def _order_reversed(el, x: Value, loc: Loc) -> Value:
-    """x with its order turned around, exactly: -x of floats (a NaN stays one), and
-    -1 - x of i32, which maps i32's lowest value to its highest (-x would wrap it to
-    itself)."""
-    if x.type.dtype == "i32":
-        return el.emit("sub", [_number(el, -1, x, loc), x], {}, loc)[0]
-    return el.emit("neg", [x], {}, loc)[0]
-
-
-# min and argmin: max and argmax of the values in reversed order (their gradient, ties,
-# NaN and empty axes follow: the min of nothing is +inf, or i32's highest value)
-@builtin("min", "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))
-def _min(el, a, call):
-    x = _of_dtype(el, a["x"], "min", NUMERIC)
-    attrs = {"axes": axes(a["axis"], x.type.rank),
-             "keepdims": const(a["keepdims"], "bool", "keepdims")}
-    top = el.emit("max", [_order_reversed(el, x, call.loc)], attrs, call.loc)[0]
-    return _order_reversed(el, top, call.loc)
-
-
-@builtin("argmin", "x", "axis", axis=Const(-1, "int"))
-def _argmin(el, a, call):
-    x = _of_dtype(el, a["x"], "argmin", NUMERIC)
-    if x.type.rank == 0:
-        raise MdlTypeError(f"`argmin` needs a tensor of rank 1 or more, got {x.type}",
-                           a["x"][1])
-    return el.emit("argmax", [_order_reversed(el, x, call.loc)],
-                   {"axis": axis(a["axis"], x.type.rank)}, call.loc)[0]
 
 
 @builtin("norm", "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))
@@ -337,12 +255,12 @@ def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value
                        {"dtype": logits.type.dtype}, loc)[0]
         total = el.emit("sum", [el.emit("mul", [per_token, real], {}, loc)[0]], every, loc)[0]
         count = el.emit("maximum", [el.emit("sum", [real], every, loc)[0],
-                                    _number(el, 1.0, logits, loc)], {}, loc)[0]
+                                    number(el, 1.0, logits, loc)], {}, loc)[0]
         uniform = el.emit("div", [total, count], {}, loc)[0]
     else:
         uniform = el.emit("mean", [per_token], every, loc)[0]
-    kept = el.emit("mul", [loss, _number(el, 1.0 - e, logits, loc)], {}, loc)[0]
-    spread = el.emit("mul", [uniform, _number(el, e, logits, loc)], {}, loc)[0]
+    kept = el.emit("mul", [loss, number(el, 1.0 - e, logits, loc)], {}, loc)[0]
+    spread = el.emit("mul", [uniform, number(el, e, logits, loc)], {}, loc)[0]
     return el.emit("sub", [kept, spread], {}, loc)[0]
 
 
@@ -476,3 +394,6 @@ def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:
 INITIALIZERS = {"zeros": 0, "ones": 0, "xavier": 0, "orthogonal": 0, "constant": 1,
                 "uniform": 2, "normal": 2}
 REGULARIZERS = PENALTIES  # l1(strength), l2(strength): a scope's regularizer
+
+
+from . import formulas  # noqa: E402,F401 (the built-ins written as formulas)

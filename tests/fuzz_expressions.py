@@ -15,7 +15,8 @@ from fuzz_scope import Var
 
 from codegen.ir.shapes import TensorType
 from codegen.ops.primitives import BINARY_SYMBOLS, TABLE, ShapeError
-from dsl.builtins import ACTIVATIONS, BUILTINS
+from dsl.builtins import BUILTINS
+from dsl.formulas import ACTIVATIONS
 
 
 def _result_dtype(name: str, arity: int) -> str | None:

@@ -29,7 +29,7 @@ from codegen.ops.printer import format_graph
 from codegen.pipeline import BuildOptions, import_built, load
 from codegen.reference import interpreter as reference
 from dsl import MdlError, check_source
-from dsl.builtins import ACTIVATIONS
+from dsl.formulas import ACTIVATIONS
 
 SEEDS = (0, 1)      # seed 0's module is specialized for T=4, B=3, seed 1's is not
 PER_SEED = 11
