@@ -9,7 +9,7 @@ from codegen.ir.diagnostics import Loc, MdlTypeError
 from codegen.ir.dtypes import FLOATS, NUMERIC
 from codegen.ir.graph import Value
 
-from .builtins import axes, axis, builtin, const, number, of_dtype
+from .registry import axes, axis, builtin, const, number, of_dtype
 from .env import Const
 
 # The activation functions here: float in, float out, defined for every finite x (the
