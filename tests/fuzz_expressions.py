@@ -448,18 +448,26 @@ class Expressions(Functions):
         return self.call_site("linear", ("linear", k, shape[1]),
                               f"linear({arg}, {self.dim(shape[1])})")
 
+    def smoothing(self) -> str:
+        """A cross_entropy's label smoothing, a third of the time."""
+        if self.rng.random() >= 1 / 3:
+            return ""
+        self.cover("cross_entropy:smoothing")
+        return f", label_smoothing = {self.pick(['0.1', '0.5', '1.0'])}"
+
     def form_loss(self, shape, d):
         if shape or self.in_def:
             return None
         r, c = self.rng.random(), self.pick(self.widths)
         if r < 0.35:
             self.cover("cross_entropy")
-            return f"cross_entropy({self.expr(('B', c), d)}, {self.int_input(('B',))})"
+            text = f"cross_entropy({self.expr(('B', c), d)}, {self.int_input(('B',))}"
+            return text + self.smoothing() + ")"
         if r < 0.6:
             self.cover("cross_entropy:lengths")
             logits = self.expr(("T", "B", c), d)
             return (f"cross_entropy({logits}, {self.int_input(('T', 'B'), 'tok')}, "
-                    f"lengths = {self.lengths()})")
+                    f"lengths = {self.lengths()}{self.smoothing()})")
         self.cover("mse")
         shape = self.pick([s for s in self.shapes() if s])
         return f"mse({self.expr(shape, d)}, {self.operand(shape, d)})"

@@ -351,7 +351,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "int:float", "int:cast", "int:truth", "int:compare", "int:branch", "int:where",
              "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:argmin",
              "int:topk", *ACTIVATIONS,
-             "topk", "for:ints",
+             "topk", "for:ints", "cross_entropy:smoothing",
              "for:int-yield", "softmax:masked",
              *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
