@@ -26,11 +26,20 @@ def _silu(el, a, call):
 
 # gelu(x) = x / 2 * (1 + erf(x / sqrt(2))) (torch.nn.GELU, its exact form), computed as
 # x / 2 * erfc(-x / sqrt(2)): the same, without 1 + erf cancelling for x < -3 (where
-# PyTorch's f32 gelu and a direct formula lose most of the value's digits)
-@builtin("gelu", "x")
+# PyTorch's f32 gelu and a direct formula lose most of the value's digits). With
+# `approximate = true`, GELU(approximate = "tanh"): x / 2 * (1 + tanh(u)), u =
+# sqrt(2 / pi) * (x + 0.044715 x^3), computed as x * sigmoid(2u), the same without the
+# cancellation.
+@builtin("gelu", "x", "approximate", approximate=Const(False, "bool"))
 def _gelu(el, a, call):
     x = of_dtype(el, a["x"], "gelu", FLOATS)
     loc = call.loc
+    if const(a["approximate"], "bool", "gelu's `approximate`"):
+        cube = el.emit("mul", [el.emit("mul", [x, x], {}, loc)[0], x], {}, loc)[0]
+        inner = el.emit("add", [x, el.emit("mul", [cube, number(el, 0.044715, x, loc)], {},
+                                           loc)[0]], {}, loc)[0]
+        u2 = el.emit("mul", [inner, number(el, 2 * math.sqrt(2 / math.pi), x, loc)], {}, loc)[0]
+        return el.emit("mul", [x, el.emit("sigmoid", [u2], {}, loc)[0]], {}, loc)[0]
     scaled = el.emit("mul", [x, number(el, -math.sqrt(0.5), x, loc)], {}, loc)[0]
     half = el.emit("mul", [x, number(el, 0.5, x, loc)], {}, loc)[0]
     return el.emit("mul", [half, el.emit("erfc", [scaled], {}, loc)[0]], {}, loc)[0]
