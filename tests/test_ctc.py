@@ -89,6 +89,29 @@ def test_an_impossible_alignment_costs_1e30(path):
     assert nll[0] == pytest.approx(1e30) and np.all(nll[1:] < 100)
 
 
+def test_zero_infinity_is_a_where(tmp_path):
+    """PyTorch's zero_infinity = True, as language.md writes it: the impossible row out of
+    the loss and the gradient, the others' gradient PyTorch's."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "zero.mdl").write_text(SOURCE.replace(
+        "output loss = mean(nll / f32(maximum(target_lengths, 1)))",
+        "output loss = mean(where(nll < 1e29, nll, 0.0))"))
+    graph = check_file(str(tmp_path / "zero.mdl"), dtype="f64").graph
+    inputs = case()
+    inputs["input_lengths"] = np.array([2, 5, 6, 2, 3], np.int32)
+    grad = reference.gradients(graph, inputs, {}).inputs["logits"]
+    x = torch.tensor(inputs["logits"], requires_grad=True)
+    real = np.arange(3)[None] < inputs["target_lengths"][:, None]
+    nll = torch.nn.functional.ctc_loss(
+        torch.log_softmax(x, 2), torch.tensor(np.where(real, inputs["targets"], 1)).long(),
+        torch.tensor(inputs["input_lengths"]).long(),
+        torch.tensor(inputs["target_lengths"]).long(), reduction="none", zero_infinity=True)
+    nll.mean().backward()
+    assert float(reference.run(graph, inputs, {})["loss"]) == pytest.approx(
+        nll.mean().item(), rel=1e-12)
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
 def test_it_is_pytorchs(path):
     torch = pytest.importorskip("torch")
     graph = check_file(str(path), dtype="f64").graph
