@@ -82,7 +82,10 @@ def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
 
 
 def _need_bias(module: torch.nn.Module, what: str) -> None:
-    if getattr(module, "bias", True) is None or getattr(module, "bias", True) is False:
+    """std's layers have biases: a module without them (`bias` None: a Linear's; False:
+    a cell's or an RNN's flag) has no layout there."""
+    bias = getattr(module, "bias", None)
+    if bias is None or bias is False:
         raise ValueError(f"{what} without a bias: std/rnn.mdl's has one (make it "
                          "bias=True, or write the layer without it in .mdl)")
 
@@ -103,9 +106,7 @@ def _cell_tensors(value: Any) -> tuple[str, dict[str, torch.Tensor]]:
     layer = value if isinstance(value, Layer) else Layer(value)
     m = layer.module
     kind = "lstm" if isinstance(m, torch.nn.LSTM) else "gru"
-    if not layer.module.bias:
-        raise ValueError(f"an nn.{type(m).__name__} without a bias: std/rnn.mdl's "
-                         f"{kind} has one")
+    _need_bias(m, f"an nn.{type(m).__name__}")
     if getattr(m, "proj_size", 0):
         raise ValueError("an nn.LSTM with proj_size: std/rnn.mdl's lstm has no projection")
     if not 0 <= layer.index < m.num_layers or (layer.reverse and not m.bidirectional):

@@ -150,6 +150,9 @@ def test_wrong_mappings_say_what_to_do():
         params_from_torch({"enc/lstm": Layer(lstm2, 0, reverse=True)})
     with pytest.raises(ValueError, match="without a bias"):
         params_from_torch({"out": torch.nn.Linear(3, 4, bias=False)})
+    for rnn in (torch.nn.GRU(3, 4, bias=False), torch.nn.LSTMCell(3, 4, bias=False)):
+        with pytest.raises(ValueError, match=f"an nn.{type(rnn).__name__} without a bias"):
+            params_from_torch({"cell": rnn})
     with pytest.raises(ValueError, match="proj_size"):
         params_from_torch({"enc": torch.nn.LSTM(3, 4, proj_size=2)})
     with pytest.raises(TypeError, match="no mdl layout for Conv1d"):
