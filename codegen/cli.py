@@ -379,6 +379,8 @@ def cmd_gradcheck(args) -> int:
         results = gradcheck.check(module, graph, dims, args.seed)
     except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # an assert the drawn inputs do not pass
+        raise UsageError(_undrawable(exc)) from None
     worst = max((r.error for r in results), default=0.0)
     width = max((len(r.name) for r in results), default=10)
     for r in results:
@@ -387,6 +389,12 @@ def cmd_gradcheck(args) -> int:
     print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e}) at "
           + ", ".join(f"{k}={v}" for k, v in dims.items()))
     return 0 if worst <= gradcheck.TOLERANCE else 1
+
+
+def _undrawable(exc: ValueError) -> str:
+    return (f"the random inputs fail the model's check: {exc}. They are drawn within "
+            "what its asserts compare each input with (`ids < R`, `scale > 0.0`); give "
+            "a check of another form inputs that pass it (mdlc profile --inputs)")
 
 
 def _one_model(file: str, models: list, name: str | None):
@@ -453,6 +461,8 @@ def cmd_profile(args) -> int:
         measured = measure(model, inputs, args.calls, train, plain=plain)
     except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
+            if isinstance(exc, ValueError):
+                raise UsageError(_undrawable(exc)) from None
             raise  # inputs drawn within their bounds: a bug of ours
         raise UsageError(f"--inputs {args.inputs}: {exc}") from None
     print(report(graph.name, dims, measured, bool(options.specialize)))

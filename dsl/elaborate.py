@@ -12,6 +12,7 @@ from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, Mdl
                                     UsageError, count, raise_all)
 from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32
 from codegen.ir.graph import Block, Graph, Init, Param, Regularizer, Value
+from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
 from codegen.ops.primitives import ShapeError
@@ -22,6 +23,7 @@ from .calls import Calls
 from .control import ControlFlow, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
+from .printer import expr_text
 from .program import Program
 from .scopes import Scopes
 
@@ -41,6 +43,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.param_of: dict[int, Param] = {}
         self.decl_call: dict[str, Loc | None] = {}  # the model-level call that declared it
         self.block = Block()
+        self.root = self.block  # the model's body: not a loop's or a branch's
         self.ctx = Ctx("model", {})
         self.call_stack: list[tuple[n.FuncDef, Loc]] = []
         self.errors: list[MdlError] = []
@@ -329,6 +332,30 @@ class Elaborator(Expressions, Calls, ControlFlow):
                 raise MdlNameError(f"`{'.'.join(p[0])}` is shared twice in one block", p[2])
         with self.scopes.share(pairs):
             self.run_block(s.body.stmts)
+
+    def stmt_Assert(self, s: n.Assert) -> None:
+        """A check of the call's data: an `assert` op the passes keep, which raises a
+        ValueError with the text made here (the condition, the message, the inputs it is
+        computed from) where any element of the condition is false."""
+        if self.block is not self.root:
+            raise MdlTypeError("`assert` cannot stand inside a `for`, `if` or `while` body "
+                               "(nor a function called there): check the values before or "
+                               "after the loop or branch", s.loc)
+        cond = self.eval_single(s.cond)
+        text = expr_text(s.cond)
+        said = f"{s.message}: `{text}`" if s.message else f"assertion `{text}`"
+        if isinstance(cond, Const) or cond.type.dtype != "bool":
+            got = cond.kind if isinstance(cond, Const) else cond.type
+            if isinstance(cond, Const) and cond.kind == "bool":
+                if cond.value:
+                    return
+                raise MdlTypeError(f"{said} is always false", s.cond.loc)
+            raise MdlTypeError(f"an `assert` condition must be bool (a comparison, as "
+                               f"`x > 0.0`), got {got}", s.cond.loc)
+        source = block_origins(self.inputs, [self.root]).inputs_of(cond)
+        where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
+        what = f"{where}{said} is false" + (f" (computed from {source})" if source else "")
+        self.emit("assert", [cond], {"what": what}, s.loc)
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "

@@ -92,10 +92,12 @@ class Expressions:
             self.note_use(v, loc)
             return v
         if name in self.ctx.dims:
-            if self.ctx.dims[name].is_const:
-                return Const(self.ctx.dims[name].value, "int")
-            raise MdlTypeError(f"`{name}` is a symbolic dim; it can be used in shapes only",
-                               loc)
+            dim = self.ctx.dims[name]
+            if dim.is_const:
+                return Const(dim.value, "int")
+            # its size in this call, an i32 scalar (`assert ids < R`, `f32(T)`)
+            return self.emit("full", [], {"shape": (), "value": dim, "dtype": "i32"}, loc,
+                             name)[0]
         if name in self.builtins or name in self.program.functions:
             raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
         raise MdlNameError(f"unknown name `{name}`" + self._suggest(name), loc)

@@ -27,7 +27,7 @@ from .expressions import CREATORS
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 DECLARATIONS = ("input", "output", "param")
 KEYWORDS = ("scope", "share", "for", "in", "reversed", "while", "if", "else", "yield",
-            "return", "minimize", "as")
+            "return", "minimize", "as", "assert")
 WORD_OPERATORS = ("and", "or", "not")
 CONSTANTS = ("true", "false")
 BUILTIN_NAMES = tuple(sorted((set(BUILTINS) | set(INITIALIZERS) | set(REGULARIZERS)

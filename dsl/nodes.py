@@ -183,6 +183,13 @@ class Minimize(Stmt):
 
 
 @dataclass(eq=False)
+class Assert(Stmt):
+    """`assert cond, "message"`: checked on every call (the message may be None)."""
+    cond: Expr
+    message: str | None
+
+
+@dataclass(eq=False)
 class Yield(Stmt):
     values: list[Expr]
 

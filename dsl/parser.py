@@ -21,7 +21,7 @@ OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {v: k for k, v in OPENERS.items()}
 KEYWORDS = {"IMPORT", "DEF", "MODEL", "INPUT", "OUTPUT", "PARAM", "SCOPE", "SHARE", "FOR", "IN",
             "REVERSED", "WHILE", "IF", "ELSE", "YIELD", "RETURN", "MINIMIZE", "AS", "AND", "OR",
-            "NOT", "TRUE", "FALSE"}
+            "NOT", "TRUE", "FALSE", "ASSERT"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,6 +129,10 @@ class AstBuilder(Transformer_NonRecursive):
 
     def minimize_stmt(self, kw, name):
         return n.Minimize(self._loc(name), self._ident(name))
+
+    def assert_stmt(self, kw, cond, message):
+        return self._node(n.Assert, self._loc(kw), cond,
+                          None if message is None else str(message)[1:-1])
 
     def yield_stmt(self, kw, *values):
         return self._node(n.Yield, self._loc(kw), list(values))

@@ -5,7 +5,7 @@ the front end is exercised too. Its expressions come from tests/fuzz_expressions
 its statements add the structured constructs: `for` (zipped, reversed, over rows, over
 a `range`, beside a step index `range(T)`, `lengths`, `recompute`, `checkpoint = k`,
 nested, with yields), `if` / `else if` / `else`, `while`, `scope` (re-entered: shared
-parameters), `share`, and the standard cells. tests/fuzz_scope.py keeps track of what is in scope, so that every program is
+parameters), `share`, the standard cells, and an `assert` that holds. tests/fuzz_scope.py keeps track of what is in scope, so that every program is
 well-typed by construction: a program the front end rejects is a bug here. Values stay
 finite: a loop's state is updated through a squashing function, so it grows at most
 linearly with the steps, and a while's trips are bounded by a counter.
@@ -50,13 +50,30 @@ class Generator(Integers):
         # reaches otherwise): its tapes are the for's too (if_op.py)
         self.nests = random.Random(f"nest:{name}")
         self.operands = random.Random(f"operand:{name}")  # a product's right operand
+        self.checks = random.Random(f"check:{name}")      # whether an assert ends the body
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
         for _ in range(self.rng.randint(*self.size.statements)):
             self.statement(depth=2)
         self.finish()
+        self.s_assert()
         return self.program
+
+    def s_assert(self) -> None:
+        """A third of the programs end their body with an assert that holds whatever a
+        value of theirs holds (NaN and inf too), drawn apart: the rest of a program is
+        the one its seed always made. Every build checks it on every call, the passes keep
+        it, and a build that judged it false would raise where the reference does not."""
+        if self.checks.random() >= 1 / 3:
+            return
+        values = [v for v in self.frames[0].vars.values() if v.dtype in ("f32", "i32", "bool")]
+        if not values:
+            return
+        v = values[self.checks.randrange(len(values))].name
+        said = ', "holds for every value"' if self.checks.random() < 0.5 else ""
+        self.emit(f"assert {v} == {v} or {v} != {v}{said}")
+        self.cover("assert")
 
     def finish(self) -> None:
         top = [v for v in self.frames[0].vars.values() if v.dtype == "f32" and not v.fixed]

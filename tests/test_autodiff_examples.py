@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from ir_helpers import TOLERANCE, check_model_grads, joint, random_params
 
+from codegen.reference import gradcheck
 from dsl import check_file
 from dsl.program import load_program, read_source
 
@@ -22,8 +23,11 @@ def models():
 
 
 def example_inputs(graph) -> dict:
-    """Floats at random, lengths from T down, other integers (ids, labels) 0 or 1."""
+    """Floats at random, lengths from T down, other integers (ids, labels) the two
+    smallest values their uses and asserts allow, 0 and 1 mostly."""
     rng = np.random.default_rng(0)
+    excluded: dict[str, set[int]] = {}
+    bounds = gradcheck.integer_bounds(graph, DIMS, excluded)
     out = {}
     for name, v in graph.inputs.items():
         shape = tuple(d.evaluate(DIMS) for d in v.type.shape)
@@ -32,7 +36,10 @@ def example_inputs(graph) -> dict:
         elif name == "lengths":
             out[name] = np.linspace(DIMS["T"], 1, num=shape[0]).astype(np.int32)
         else:
-            out[name] = rng.integers(0, 2, size=shape).astype(np.int32)
+            lo, hi = bounds.get(name, (0, 2))
+            lo = max(lo, 0)
+            allowed = [k for k in range(lo, min(hi, lo + 3)) if k not in excluded.get(name, ())]
+            out[name] = rng.choice(allowed[:2], size=shape).astype(np.int32)
     return out
 
 

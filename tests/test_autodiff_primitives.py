@@ -35,6 +35,10 @@ def flags(*shape):        # a bool input
     return ("b", shape)
 
 
+def holds(*shape):        # a bool input, every element true (an assert's condition)
+    return ("true", shape)
+
+
 D = Dim.of
 NONDIFF = "nondiff"       # its cotangents must be zero (or none)
 
@@ -47,6 +51,7 @@ CASES: dict[str, list[tuple]] = {
     "sqrt": [([pos(2, 3)], {})],
     "sign": [([f(2, 3)], {}, NONDIFF)],
     "not": [([flags(2, 3)], {}, NONDIFF)],
+    "assert": [([holds(2, 3)], {"what": "a check"}, NONDIFF)],
     **{name: [([f(2, 3), f(2, 3)], {}), ([f(2, 3), f(3)], {}), ([f(1, 3), f(2, 1)], {})]
        for name in ("add", "sub", "mul", "maximum", "minimum")},
     "div": [([f(2, 3), pos(3)], {}), ([f(3), pos(2, 3)], {})],
@@ -116,6 +121,8 @@ def _array(spec, rng):
         return rng.uniform(0.5, 2.0, size=shape)
     if kind == "b":
         return rng.random(shape) < 0.5
+    if kind == "true":
+        return np.ones(shape, bool)
     if kind == "idx":
         return np.asarray(rng.integers(spec[1]), np.int32)
     if kind == "len":  # lengths of a batch: each in [0, T], one of them T
@@ -126,7 +133,7 @@ def _array(spec, rng):
 
 
 def _type(spec, array) -> TensorType:
-    dtype = {"f": "f64", "pos": "f64", "b": "bool"}.get(spec[0], "i32")
+    dtype = {"f": "f64", "pos": "f64", "b": "bool", "true": "bool"}.get(spec[0], "i32")
     return TensorType.of(dtype, np.shape(array))
 
 

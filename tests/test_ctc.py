@@ -165,3 +165,36 @@ def test_gradcheck_and_onnx(path, tmp_path):
     got = dict(zip(names, session.run(None, inputs)))
     want = reference.run(graph, inputs, {})
     np.testing.assert_allclose(got["nll"], want["nll"], rtol=1e-12)
+
+
+COUNTS = r"^ctc_loss: each row's label count must lie in \[0, L\], L the width of targets: " \
+         r"`target_lengths >= 0 and target_lengths <= L` is false \(computed from the input " \
+         r"`target_lengths`\) at flat position 1$"
+LABELS = r"^ctc_loss: each label must be one of the C classes, not the blank: .* is false " \
+         r"\(computed from the inputs `target_lengths` and `targets`\) at flat position 4$"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(target_lengths=[3, 4, 0, 2, 1]), COUNTS),     # more labels than targets holds
+    (dict(target_lengths=[3, -1, 0, 2, 1]), COUNTS),
+    (dict(label=(1, 1, 0)), LABELS),                    # the blank as a label
+    (dict(label=(1, 1, 4)), LABELS),                    # past the C = 4 classes
+    (dict(label=(1, 1, -3)), LABELS)])
+def test_bad_labels_are_a_value_error_naming_the_inputs(path, change, message):
+    """What PyTorch's ctc_loss reads as some other number (or past its memory) is refused
+    by ctc_loss's asserts, in the reference and on both targets alike; a label past a
+    row's count is padding, never judged."""
+    graph = check_file(str(path), dtype="f64").graph
+    bad = case(0)
+    if "target_lengths" in change:
+        bad["target_lengths"] = np.array(change["target_lengths"], np.int32)
+    else:
+        b, i, value = change["label"]
+        bad["targets"][b, i] = value
+    with pytest.raises(ValueError, match=message):
+        reference.run(graph, bad, {})
+    for how in ({}, dict(target="cuda", emulate=True)):
+        m = load(path, dtype="f64", **how).CTC(seed=0)
+        with pytest.raises(ValueError, match=message):
+            m.forward(**bad)
+        assert np.all(np.isfinite(m.forward(**case(0))["nll"]))

@@ -77,7 +77,7 @@ def test_every_construct_is_documented(name):
 SECTIONS = ("Files and lexical rules", "Imports", "Models and hyper-parameters",
             "Types and dims", "Variables and assignment", "Parameters and initializers",
             "Scopes and attributes", "share", "Functions and call scoping",
-            "for: recurrence over a sequence", "if", "while", "Expressions",
+            "for: recurrence over a sequence", "if", "while", "assert", "Expressions",
             "Built-in functions", "The standard library", "Diagnostics")
 
 

@@ -1,8 +1,21 @@
-"""Dims and names as C++ expressions. User names never reach the C++ text: values are
-`v<id>`, dims `d<index>`, parameters and inputs are addressed by position."""
+"""Dims and names as C++ expressions. User names never reach the C++ text as code: values
+are `v<id>`, dims `d<index>`, parameters and inputs are addressed by position; the words
+of an error message (an input's name, an assert's) are string literals made by
+`c_string`."""
 from __future__ import annotations
 
 from ..ir.shapes import CeilDiv, Dim, Symbol, TripCount
+
+
+def c_string(text: str) -> str:
+    """`text` as a C++ string literal that means exactly it, whatever the user wrote (an
+    assert's message, a name): printable ASCII as it is but for `"`, `\\` and `?` (no
+    trigraph), every other byte of its UTF-8 as a three-digit octal escape."""
+    out = []
+    for byte in text.encode("utf-8", "surrogatepass"):
+        c = chr(byte)
+        out.append(c if 32 <= byte < 127 and c not in '"\\?' else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
 
 
 class DimNames:

@@ -8,11 +8,10 @@ kernel's statements (`Target.kernel`: the CPU's products of a packed operand).
 """
 from __future__ import annotations
 
-import json
-
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.primitives.core import TABLE
-from .op_lowering import ctype_of, matrix_order, offset_expr
+from .cexpr import c_string
+from .op_lowering import ctype_of, indices_named, matrix_order, offset_expr
 
 
 def statements(name: str, lines) -> None:
@@ -74,12 +73,6 @@ statements("topk", lambda r, op, inputs, ins, outs: [
     f"{outs[0]}, {outs[1]});"])
 
 
-def indices_named(v) -> str:
-    """A C++ string literal naming where integer indices came from, for an IndexError:
-    the input or variable they are (its name in the .mdl file), else "the indices"."""
-    return json.dumps(f"`{v.hint}`" if v.hint else "the indices")
-
-
 def _cross_entropy(r, op, inputs, ins, outs):
     """The mean loss into outs[0]: logits, targets, lengths (or nullptr), rows, classes,
     batch, the targets' name."""
@@ -88,7 +81,7 @@ def _cross_entropy(r, op, inputs, ins, outs):
     batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
     return [f"{r.target.call('cross_entropy')}{ins[0]}, {ins[1]}, {lengths}, "
             f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
-            f"{indices_named(op.inputs[1])}, {outs[0]});"]
+            f"{indices_named(r, op.inputs[1])}, {outs[0]});"]
 
 
 statements("cross_entropy", _cross_entropy)
@@ -136,7 +129,7 @@ def _gather(r, op, inputs, ins, outs):
     table, ids = inputs
     return [f"{r.target.call('gather')}{ins[0]}, {r.dim(table.type.shape[0])}, "
             f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
-            f"{outs[0]}, {indices_named(op.inputs[1])});"]
+            f"{outs[0]}, {indices_named(r, op.inputs[1])});"]
 
 
 statements("gather", _gather)
@@ -146,10 +139,15 @@ def _scatter_add(r, op, inputs, ins, outs):
     g, ids = inputs
     out = op.outputs[0]
     return [f"{r.target.call('scatter_add')}{ins[0]}, {r.dim(numel(out.type.shape[1:]))}, {ins[1]}, "
-            f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]});"]
+            f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]}, "
+            f"{indices_named(r, op.inputs[1])});"]
 
 
 statements("scatter_add", _scatter_add)
+# a check of the call's data (ops/primitives/checks.py): raises, or sets its result true
+statements("assert", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('check_all')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, "
+    f"{c_string(op.attrs['what'])}, {outs[0]});"])
 statements("one_hot", lambda r, op, inputs, ins, outs: [
     f"{r.target.call('one_hot')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, "
     f"{r.dim(Dim.of(op.attrs['n']))}, {outs[0]});"])  # n may be symbolic (a dim S)
@@ -166,7 +164,8 @@ def _unindex(r, op, inputs, ins, outs):
     size = r.dim(numel(g.type.shape))
     return [r.target.fill(outs[0], r.dim(numel(out.type.shape)), f"{ctype_of(op, r)}(0)"),
             r.target.copy(f"{outs[0]} + mdl::checked_index({r.scalar(i)}, "
-                          f"{r.dim(out.type.shape[0])}) * {size}", ins[0], size)]
+                          f"{r.dim(out.type.shape[0])}, {indices_named(r, op.inputs[1])}) * "
+                          f"{size}", ins[0], size)]
 
 
 statements("unindex", _unindex)
@@ -197,7 +196,7 @@ statements("stack", _gather_into)
 
 def _seq_order(r, op, inputs, ins, outs):
     x = inputs[0]
-    name = json.dumps(op.inputs[1].hint or "lengths")  # a C string literal, escaped
+    name = c_string(op.inputs[1].hint or "lengths")
     return [f"{r.target.call('seq_order')}{'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
             f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
             f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]}, {name});"]

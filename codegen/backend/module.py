@@ -14,6 +14,7 @@ import numpy as np
 from ..ir.dtypes import DTYPES
 from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, signed_sizes, use_counts,
                         walk_ops)
+from ..ir.origins import input_origins
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
@@ -75,6 +76,7 @@ class ModuleGenerator:
         self.tapes: list[int] = []
         self.tape_aliases: dict[int, int] = {}  # (Renderer.tape_aliases)
         self.sites: list[Site] = []  # a profiled build's, every function's (profile.py)
+        self.origins = input_origins(*(g for g in (graph, joint) if g is not None))
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
         # A parameter is reached through its index (it may live in another model's store,
@@ -188,7 +190,7 @@ class ModuleGenerator:
         """Pack and scratch buffers are reused by every function: one model's calls run
         one at a time, and a function fills them before it reads."""
         return Renderer(self.target, dims, spec, self.tapes, [], self.sites,
-                        self.tape_aliases)
+                        self.tape_aliases, self.origins)
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
         """One function's text, its memory planned alone."""

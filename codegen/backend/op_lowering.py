@@ -20,11 +20,18 @@ from __future__ import annotations
 import functools
 
 from ..ir.shapes import Dim, contiguous_strides, numel
+from .cexpr import c_string
 from ..ops.primitives.core import TABLE
 
 
 def attach_lowering(name: str, *hook) -> None:
     TABLE[name].extra["lower"] = hook
+
+
+def indices_named(r, v) -> str:
+    """A C++ string literal naming integer indices `v` for the IndexError of a call whose
+    indices are out of range (codegen/ir/origins.py words it)."""
+    return c_string(r.origins.indices(v))
 
 
 def ctype_of(op, r, i=None):
@@ -133,8 +140,8 @@ attach_lowering("segment", "view",
            lambda r, op, i, st: (None, contiguous_strides(op.outputs[0].type.shape)), True)
 TABLE["segment"].extra["ragged"] = lambda r, op: r.dim(numel(op.inputs[0].type.shape))
 attach_lowering("index", "view", lambda r, op, i, st: (
-    f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}) * "
-    f"{r.dim(st[0])}", st[1:]), False)
+    f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}, "
+    f"{indices_named(r, op.inputs[1])}) * {r.dim(st[0])}", st[1:]), False)
 attach_lowering("slice", "view",
            lambda r, op, i, st: (offset_expr(r, op.attrs["starts"], st), st), False)
 attach_lowering("transpose", "view",
@@ -222,5 +229,5 @@ for _name in ("unslice", "concat", "stack"):  # they write through views themsel
 for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
               "argmax", "topk", "cross_entropy", "gather", "scatter_add", "one_hot", "unindex",
               "seq_order", "seq_mask", "dropout", "dropout_mask", "rng_position",
-              "dropout_replay", "rng_skip", "range"):
+              "dropout_replay", "rng_skip", "range", "assert"):
     attach_lowering(_name, "kernel", False)

@@ -9,6 +9,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from ..ir.graph import Block, IRError, Value, walk_ops
+from ..ir.origins import Origins
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
 from .cexpr import DimNames
@@ -57,7 +58,7 @@ class FunctionSpec:
 class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
                  tapes: list[int], packs: list, sites: list[Site] | None = None,
-                 tape_aliases: dict[int, int] | None = None):
+                 tape_aliases: dict[int, int] | None = None, origins: Origins | None = None):
         self.target = target
         self.dims = dims
         self.spec = spec
@@ -93,6 +94,7 @@ class Renderer:
         # -> the for's output's): read through the for's tape (control_flow._render_if);
         # the module's, as `tapes` is: a train function's if, its backward's reads
         self.tape_aliases: dict[int, int] = {} if tape_aliases is None else tape_aliases
+        self.origins = origins or Origins()  # what indices are computed from, for faults
         # condition sequences the function computes from its inputs alone
         # (control_flow.early_conditions), and those of them whose kernel the target
         # launches before a CUDA graph's dry run reads them

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-import json
 
 import jinja2
 
+from .cexpr import c_string
 from .paths import TEMPLATES_DIR
 
 
@@ -15,5 +15,5 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["cstr"] = lambda s: json.dumps(str(s))  # a C++ string literal, escaped
+    env.filters["cstr"] = lambda s: c_string(str(s))  # a C++ string literal, escaped
     return env

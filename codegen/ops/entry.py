@@ -25,7 +25,9 @@ The questions (each kind of entry says more in its own module):
   loop state updated by it accumulates), `repeats` (runs its blocks more than once: a
   loop), `branches` (runs one of its blocks, chosen by its first operand, a bool scalar:
   an `if`), `reduces` (reduces its one operand along `attrs["axes"]`, keeping them as 1s
-  with `attrs["keepdims"]`: sum, mean, max, logsumexp);
+  with `attrs["keepdims"]`: sum, mean, max, logsumexp), `checks` (checks the call's data
+  and may raise: kept while nothing reads its result, never moved into a loop or a
+  branch; an `assert`);
 - `redraw(op, positions, same) -> [ops]`: for an op that draws random numbers (a
   dropout, a loop with one), the ops that draw them again from given stream positions in
   its place (ops/structured/replay.py says how);
@@ -64,6 +66,7 @@ class OpEntry(abc.ABC):
     repeats = False
     branches = False
     reduces = False
+    checks = False
     simplify: Callable | None = None
     step_sum: Callable | None = None
     step_rows: Callable | None = None

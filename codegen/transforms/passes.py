@@ -3,7 +3,8 @@ common-subexpression elimination and dead-code elimination. Each one rewrites a 
 place and knows no op by name: folding evaluates the table's NumPy references,
 simplification applies the table's identities, CSE merges ops that are equal by
 primitive, operands and attrs (random ops never), DCE drops unused ops and unused
-outputs of structured ops (the tapes nobody reads).
+outputs of structured ops (the tapes nobody reads), but not the checks of a call's data
+(an `assert`: its result is never read).
 
     optimize(graph, check=None)     all of them until nothing changes; `check(graph)`
                                     (the verifier, in tests) runs after every pass
@@ -209,7 +210,7 @@ def _dce_block(block: Block, live: set[int]) -> None:
     live = live | {v.id for v in block.results}
     kept = []
     for op in reversed(block.ops):
-        if not any(v.id in live for v in op.outputs):
+        if not any(v.id in live for v in op.outputs) and not entry(op).checks:
             continue
         entry(op).trim(op, live)
         if op.blocks:

@@ -14,13 +14,15 @@ enum class FaultKind : int {
   None = 0,
   GatherIndex,      // gather: an id outside the table's rows (IndexError)
   Target,           // cross_entropy: a target outside the classes (IndexError)
-  ScatterIndex,     // an index outside what it indexes: scatter_add's ids, a subscript
-                    // (RuntimeError)
+  ScatterIndex,     // scatter_add: an id outside the rows it adds into (IndexError)
   Length,           // a sequence length outside [0, steps] (ValueError)
+  Subscript,        // x[i]: a scalar index outside x's rows (IndexError)
+  Assert,           // an `assert` of the model's found an element false (ValueError)
 };
 
-// Throws the exception of fault `kind`: `value` found at `position` of the input `what`
-// names (null: unnamed), which had to lie within `bound`. In the runtime object
+// Throws the exception of fault `kind`: `value` found at `position` of the data `what`
+// names (null: unnamed; codegen/ir/origins.py words it: an input, or the variable and the
+// inputs it is computed from), which had to lie within `bound`. In the runtime object
 // (src/faults.cpp): generated code only calls it.
 [[noreturn]] void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
                               const char* what);

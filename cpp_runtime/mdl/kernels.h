@@ -388,8 +388,17 @@ inline void range(int64_t n, int64_t start, int64_t step, int32_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = int32_t(start + i * step);
 }
 
-inline int64_t checked_index(int64_t i, int64_t n) {
-  if (i < 0 || i >= n) raise_fault(FaultKind::ScatterIndex, i, 0, n, nullptr);
+// An `assert`: every one of the n elements of cond must be true, else the ValueError
+// `what` says (at the first false one's flat position, where n > 1); out[0] = true.
+inline void check_all(const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!cond[i]) raise_fault(FaultKind::Assert, 0, i, n, what);
+  out[0] = 1;
+}
+
+// x[i]'s row i of n; `what` names i (codegen/ir/origins.py).
+inline int64_t checked_index(int64_t i, int64_t n, const char* what) {
+  if (i < 0 || i >= n) raise_fault(FaultKind::Subscript, i, 0, n, what);
   return i;
 }
 
@@ -404,10 +413,11 @@ inline void check_lengths(const int32_t* lengths, int64_t batch, int64_t steps,
 // out [rows, row_size] = zeros, then out[ids[j]] += g[j] (the adjoint of gather).
 template <class T>
 void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count, int64_t rows,
-                 T* out) {
+                 T* out, const char* what) {
   std::fill(out, out + rows * row_size, T(0));
   for (int64_t j = 0; j < count; ++j) {
-    int64_t id = checked_index(ids[j], rows);
+    const int64_t id = ids[j];
+    if (id < 0 || id >= rows) raise_fault(FaultKind::ScatterIndex, id, j, rows, what);
     T* dst = out + id * row_size;
     const T* src = g + j * row_size;
     for (int64_t i = 0; i < row_size; ++i) dst[i] += src[i];

@@ -20,7 +20,13 @@ void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
       throw IndexError(input + " holds " + v + " at flat position " + at +
                        ": cross_entropy's targets lie in [0, " + n + "), one per class");
     case FaultKind::ScatterIndex:
-      throw Error("index " + v + " is outside [0, " + n + ")");
+      throw IndexError(input + " holds " + v + " at flat position " + at + ", outside [0, " +
+                       n + "): the rows of the gradient it adds into");
+    case FaultKind::Assert:  // what: the message, the condition, the inputs (its front end)
+      throw ValueError(bound > 1 ? input + " at flat position " + at : input);
+    case FaultKind::Subscript:
+      throw IndexError(input + " is " + v + ", outside [0, " + n +
+                       "): the rows of the value it indexes");
     case FaultKind::Length:
       throw ValueError(input + "[" + at + "] = " + v + " is outside [0, " + n +
                        "] (the sequence length)");

@@ -25,7 +25,8 @@ An entry declares a primitive once:
 - `integer_bounds(op, size) -> [(input, lo, hi)]`: the half-open ranges integer inputs
   must lie in (indices within their table); `size(dim)` evaluates a dim. Gradient checks
   draw valid inputs from them,
-- `product`, `accumulates`: declared facts (codegen/ops/entry.py says what they mean),
+- `product`, `accumulates`, `checks`: declared facts (codegen/ops/entry.py says what they
+  mean),
 - `step_sum(op, value, producers, stack, facts) -> emit(b) -> Value | None`: the sum
   over a loop's steps of `value`, one of the op's results, computed after the loop from
   operands kept for every step (`stack(v)`: v's value for every step, or None;
@@ -43,7 +44,9 @@ An entry declares a primitive once:
   `onnx(g, op, inputs) -> name or names`, its ONNX form in an inference graph (`training`
   off), written through the emitter `g` of codegen/export/onnx_graph.py (`inputs` are the
   operands' ONNX names); `onnx_node(type)` is the rule of a primitive that is one ONNX
-  node of the same operands.
+  node of the same operands. A comparison's `relation` (its symbol, `<`) and `and`'s and
+  `or`'s `connective` (all, any) say what a true result says of the operands (gradient
+  checks draw integer inputs that keep an `assert`: reference/gradcheck.py).
 Every entry answers what codegen/ops/entry.py lists; `entry(op)` finds it.
 """
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Primitive(OpEntry):
     product: bool = False
     accumulates: bool = False
     reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)
+    checks: bool = False         # checks the call's data (an assert): never dropped
     step_sum: Callable | None = None
     step_rows: Callable | None = None
     redraw: Callable | None = None

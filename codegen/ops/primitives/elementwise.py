@@ -9,7 +9,7 @@ import numpy as np
 from ...ir.dtypes import FLOATS, I32_MAX, I32_MIN, NUMERIC
 from ...ir.graph import has_dynamic
 from ...ir.shapes import TensorType
-from .core import broadcast, need, onnx_node, primitive, reduce_to, same_dtype
+from .core import TABLE, broadcast, need, onnx_node, primitive, reduce_to, same_dtype
 
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
                   "mod": "%", "pow": "**",
@@ -227,6 +227,13 @@ for _name, _ref, _onnx in (
            result="bool", onnx=_onnx)
 binary("and", ("bool",), np.logical_and, onnx="And")
 binary("or", ("bool",), np.logical_or, onnx="Or")
+# What a true result says of the operands, where an `assert` holds (gradient checks draw
+# integer inputs that keep it: reference/gradcheck.py)
+for _name, _symbol in BINARY_SYMBOLS.items():
+    if _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        TABLE[_name].extra["relation"] = _symbol
+TABLE["and"].extra["connective"] = all
+TABLE["or"].extra["connective"] = any
 
 
 # ---- where, cast ------------------------------------------------------------------

@@ -173,8 +173,17 @@ def _indexes_rows(op, size) -> list:
     return [(op.inputs[1], 0, size(op.inputs[0].type.shape[0]))]
 
 
+def _index_ref(ctx, attrs, x, i):
+    """Row i of x; an i outside x's rows is an IndexError, as in a generated module
+    (NumPy would read a negative i from the end)."""
+    if not 0 <= int(i) < x.shape[0]:
+        raise IndexError(f"index {int(i)} is outside [0, {x.shape[0]}): the rows of the value "
+                         f"it indexes")
+    return x[int(i)]
+
+
 @primitive("index", 2, grad=_index_grad, selects=True, integer_bounds=_indexes_rows,
-           ref=lambda ctx, attrs, x, i: x[int(i)], onnx=onnx_node("Gather", axis=0))
+           ref=_index_ref, onnx=onnx_node("Gather", axis=0))
 def _index(types, attrs):
     x, t = types
     need(x.rank >= 1, f"cannot index a scalar {x}")
@@ -210,8 +219,19 @@ def _gather_grad(b, op, cts):
     return [b.scatter_add(cts[0], ids, n=table.type.shape[0]), None]
 
 
+def _gather_ref(ctx, attrs, table, ids):
+    """Rows ids of table; an id outside them is an IndexError, as in a generated module
+    (np.take would read a negative id from the end)."""
+    bad = np.flatnonzero((ids < 0) | (ids >= table.shape[0]))
+    if bad.size:
+        at = int(bad[0])
+        raise IndexError(f"the indices hold {int(ids.flat[at])} at flat position {at}, outside "
+                         f"[0, {table.shape[0]}): the rows of the table it indexes")
+    return np.take(table, ids, axis=0)
+
+
 @primitive("gather", 2, grad=_gather_grad, selects=True, integer_bounds=_indexes_rows,
-           ref=lambda ctx, attrs, table, ids: np.take(table, ids, axis=0),
+           ref=_gather_ref,
            onnx=onnx_node("Gather", axis=0))
 def _gather(types, attrs):
     table, ids = types

@@ -135,10 +135,10 @@ void gather(Context& g, const T* table, int64_t rows, int64_t row_size, const in
 
 template <class T>
 __global__ void scatter_add_kernel(const T* grad, int64_t row_size, const int32_t* ids,
-                                   int64_t count, int64_t rows, T* out, Fault* fault) {
+                                   int64_t count, int64_t rows, T* out, HostText what,
+                                   Fault* fault) {
   for (int64_t j = first_item(); j < count; j += item_stride())
-    if (outside(ids[j], rows))
-      report(fault, FaultKind::ScatterIndex, ids[j], j, rows, HostText{nullptr});
+    if (outside(ids[j], rows)) report(fault, FaultKind::ScatterIndex, ids[j], j, rows, what);
   for (int64_t e = first_item(); e < count * row_size; e += item_stride()) {
     const int64_t j = e / row_size, id = ids[j];
     if (!outside(id, rows)) atomicAdd(out + id * row_size + e - j * row_size, grad[e]);
@@ -147,11 +147,11 @@ __global__ void scatter_add_kernel(const T* grad, int64_t row_size, const int32_
 
 template <class T>
 void scatter_add(Context& g, const T* grad, int64_t row_size, const int32_t* ids, int64_t count,
-                 int64_t rows, T* out) {
+                 int64_t rows, T* out, const char* what) {
   fill(g, out, rows * row_size, T(0));
   if (count <= 0) return;
   launch(scatter_add_kernel<T>, blocks(count * std::max<int64_t>(row_size, 1)), kThreads, g.stream,
-         grad, row_size, ids, count, rows, out, g.fault);
+         grad, row_size, ids, count, rows, out, HostText{what}, g.fault);
   check_launch("scatter_add");
 }
 

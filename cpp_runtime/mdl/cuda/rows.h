@@ -113,6 +113,37 @@ __device__ void add_across_block(T* total, T v) {
   if (threadIdx.x == 0) atomicAdd(total, v);
 }
 
+// ---- an assert --------------------------------------------------------------------------
+
+// The smaller: the first of two flat positions.
+struct Smaller {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+
+// An `assert` (mdl/kernels.h's check_all), one block: its threads find the first false
+// element together (a few microseconds for the lengths or labels a model checks), which
+// is recorded as the call's fault, as the CPU would find it. out[0] = true.
+static __global__ void check_all_kernel(const uint8_t* cond, int64_t n, HostText what, uint8_t* out,
+                                     Fault* fault) {
+  int64_t first = n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (!cond[i]) {
+      first = i;
+      break;
+    }
+  first = across<kThreads>(first, Smaller());
+  if (threadIdx.x == 0) {
+    if (first < n) report(fault, FaultKind::Assert, 0, first, n, what);
+    out[0] = 1;
+  }
+}
+
+inline void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
+  launch(check_all_kernel, 1, kThreads, g.stream, cond, n, HostText{what}, out, g.fault);
+  check_launch("check_all");
+}
+
 // ---- reduce ---------------------------------------------------------------------------
 
 // reduce's input as kept and reduced axes, each run of neighbours of one kind merged and

@@ -1,0 +1,76 @@
+"""Which of a model's inputs each value is computed from, and the words that name integer
+indices by it, for the error a call with indices out of range raises: a generated
+module's kernels (backend/kernels.py) and the reference interpreter word it alike.
+
+An index that is an input is named as the input (`tokens`); one the model computes is
+named by the inputs it comes from (`index` (computed from the input `labels`)), since
+those are what the caller can mend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .graph import Block, Graph, Value, outer_reads
+
+
+@dataclass
+class Origins:
+    inputs: dict[int, str] = field(default_factory=dict)  # an input's value id: its name
+    reach: dict[int, frozenset[str]] = field(default_factory=dict)  # id: inputs it reads
+
+    def of(self, v: Value) -> frozenset[str]:
+        return self.reach.get(v.id, frozenset())
+
+    def indices(self, v: Value) -> str:
+        """Integer indices `v`, named for an error: the input they are, or the variable
+        they are and the inputs they are computed from."""
+        if v.id in self.inputs:
+            return f"`{self.inputs[v.id]}`"
+        came = sorted(self.of(v))
+        if not came:
+            return f"`{v.hint}`" if v.hint else "the indices"
+        source = self.inputs_of(v)
+        return f"`{v.hint}` (computed from {source})" if v.hint else f"an index computed from {source}"
+
+    def inputs_of(self, v: Value) -> str:
+        """"the input `a`", "the inputs `a` and `b`": those `v` is computed from ("" if
+        none)."""
+        names = [f"`{n}`" for n in sorted(self.of(v))]
+        if not names:
+            return ""
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        return f"the input{'s' if len(names) > 1 else ''} {listed}"
+
+
+def input_origins(*graphs: Graph) -> Origins:
+    """The inputs every value of `graphs` is computed from (a joint graph's backward
+    included). A structured op's results and its blocks' arguments count all that the op
+    reads from outside (conservative: a loop's state may carry any of it)."""
+    out = Origins()
+    for g in graphs:
+        block_origins(g.inputs, g.blocks(), out)
+    return out
+
+
+def block_origins(inputs: dict[str, Value], blocks, out: Origins | None = None) -> Origins:
+    """The inputs every value of `blocks` (in the order they run) is computed from, added
+    to `out` (a new Origins if None): a graph's, or one the front end is still building."""
+    out = out if out is not None else Origins()
+    for name, v in inputs.items():
+        out.inputs[v.id] = name
+        out.reach[v.id] = frozenset([name])
+    for block in blocks:
+        _block(block, out.reach)
+    return out
+
+
+def _block(block: Block, reach: dict[int, frozenset[str]]) -> None:
+    for op in block.ops:
+        reads = outer_reads(op) if op.blocks else op.inputs
+        came = frozenset().union(*(reach.get(v.id, frozenset()) for v in reads))
+        for inner in op.blocks:
+            for v in inner.args:
+                reach[v.id] = came
+            _block(inner, reach)
+        for v in op.outputs:
+            reach[v.id] = came

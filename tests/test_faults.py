@@ -1,0 +1,76 @@
+"""Indices out of range found while a model runs: the IndexError names the input the
+caller can mend, also when the model computes the index from it (codegen/ir/origins.py),
+on the CPU and on the emulated device alike, and the reference interpreter raises too
+where NumPy would read a negative index from the end."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.pipeline import load
+from codegen.reference import interpreter as reference
+from dsl import check_file
+from source_files import source_file
+from test_cuda_emulated import EMULATE, SUFFIX
+
+PICKS = """
+model Picks(N = 4) {
+  input x : f32[R, N]
+  input i : i32
+  input n : i32
+  input ids : i32[K]
+  param W : f32[N] = normal(0, 0.1)
+  j = i + 1
+  row = x[j] * W
+  k = i + n
+  other = x[k]
+  output loss = sum(row) + sum(x[ids * 2] * W) + sum(other)
+  minimize loss
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def picks(tmp_path_factory):
+    path = source_file(tmp_path_factory, "picks.mdl", PICKS)
+    return path, {"cpu": load(path, name="picks_cpu"),
+                  "cuda": load(path, target="cuda", emulate=EMULATE, name=f"picks_{SUFFIX}")}
+
+
+def call(x_rows=5, i=0, n=0, ids=(0, 1)):
+    return dict(x=np.ones((x_rows, 4), np.float32), i=np.array(i, np.int32),
+                n=np.array(n, np.int32), ids=np.array(ids, np.int32))
+
+
+CASES = [
+    (dict(i=4), r"^`j` \(computed from the input `i`\) is 5, outside \[0, 5\): the rows of "
+                r"the value it indexes$"),
+    (dict(i=-2), r"^`j` \(computed from the input `i`\) is -1, outside \[0, 5\)"),
+    (dict(i=1, n=7), r"^`k` \(computed from the inputs `i` and `n`\) is 8, outside \[0, 5\)"),
+    (dict(ids=(2, 3)), r"^an index computed from the input `ids` holds 6 at flat position 1, "
+                       r"outside \[0, 5\): the rows of the table it indexes$"),
+    (dict(ids=(-1,)), r"^an index computed from the input `ids` holds -2 at flat position 0"),
+]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("bad, message", CASES)
+def test_a_computed_index_names_the_inputs_it_comes_from(picks, target, bad, message):
+    _, modules = picks
+    m = modules[target].Picks(seed=0)
+    m.set_optimizer("sgd", lr=0.1)
+    for run in (m.forward, m.train_step):
+        with pytest.raises(IndexError, match=message):
+            run(**call(**bad))
+    assert np.isfinite(m.train_step(**call())["loss"])  # the model goes on working
+
+
+@pytest.mark.parametrize("bad", [dict(i=4), dict(i=-2), dict(ids=(-1,)), dict(ids=(3,))])
+def test_the_reference_refuses_what_a_module_refuses(picks, bad):
+    """NumPy reads x[-1] and np.take(x, [-1]) from the end; mdl's indices do not wrap."""
+    path, _ = picks
+    graph = check_file(str(path)).graph
+    params = reference.init_params(graph)
+    with pytest.raises(IndexError, match=r"outside \[0, 5\): the rows of the (value|table)"):
+        reference.run(graph, call(**bad), params)
+    reference.run(graph, call(), params)
