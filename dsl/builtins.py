@@ -11,11 +11,13 @@ from codegen.ir.diagnostics import Loc, MdlTypeError
 from codegen.ir.dtypes import DTYPES
 from codegen.ir.graph import PENALTIES, Value
 from codegen.ir.shapes import Dim, TensorType
+from codegen.ops.builder import Builder
 from codegen.ops.primitives import TABLE, ShapeError
+from codegen.ops.primitives.nn import token_weights
 
 from . import nodes as n
 from .env import Const
-from .registry import BUILTINS, axes, axis, builtin, const, number, tensor, tensor_list
+from .registry import BUILTINS, axes, axis, builtin, const, tensor, tensor_list
 
 # The complete table (this module's built-ins and dsl/formulas.py's, which it imports
 # below), what the elaborator, the lexer and the tests read
@@ -165,24 +167,15 @@ def _cross_entropy(el, a, call):
 
 
 def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value:
-    """(1 - e) * loss + e * (the real tokens' mean of -mean(log_softmax(logits)))."""
+    """(1 - e) * loss + e * (the real tokens' mean of -mean(log_softmax(logits))), the
+    mean weighted as cross_entropy's own (token_weights). Its operands are typed
+    already: what it emits is ours to get right (a Builder, not the user's checks)."""
     logits, targets, *lengths = inputs
-    rank = logits.type.rank
-    per_token = el.emit("mean", [el.emit("log_softmax", [logits], {"axis": rank - 1}, loc)[0]],
-                        {"axes": (rank - 1,), "keepdims": False}, loc)[0]
-    every = {"axes": tuple(range(rank - 1)), "keepdims": False}
-    if lengths:  # a batch without real tokens gives 0, as cross_entropy's own mean
-        real = el.emit("cast", [el.emit("seq_mask", [targets, lengths[0]], {}, loc)[0]],
-                       {"dtype": logits.type.dtype}, loc)[0]
-        total = el.emit("sum", [el.emit("mul", [per_token, real], {}, loc)[0]], every, loc)[0]
-        count = el.emit("maximum", [el.emit("sum", [real], every, loc)[0],
-                                    number(el, 1.0, logits, loc)], {}, loc)[0]
-        uniform = el.emit("div", [total, count], {}, loc)[0]
-    else:
-        uniform = el.emit("mean", [per_token], every, loc)[0]
-    kept = el.emit("mul", [loss, number(el, 1.0 - e, logits, loc)], {}, loc)[0]
-    spread = el.emit("mul", [uniform, number(el, e, logits, loc)], {}, loc)[0]
-    return el.emit("sub", [kept, spread], {}, loc)[0]
+    b, rank, dtype = Builder(el.block, loc), logits.type.rank, logits.type.dtype
+    per_token = b.mean(b.log_softmax(logits, axis=rank - 1), axes=(rank - 1,), keepdims=False)
+    weights = token_weights(b, targets, lengths[0] if lengths else None, dtype)
+    uniform = b.sum(b.mul(per_token, weights), axes=tuple(range(rank - 1)), keepdims=False)
+    return b.sub(b.mul(loss, b.const(1.0 - e, dtype)), b.mul(uniform, b.const(e, dtype)))
 
 
 @builtin("mse", "a", "b")

@@ -28,19 +28,28 @@ def _cross_entropy_ref(ctx, attrs, logits, targets, lengths=None):
     return np.asarray(-np.sum(picked * mask) / max(int(np.sum(mask)), 1), logits.dtype)
 
 
+def token_weights(b, targets, lengths, dtype: str):
+    """Each token's weight in cross_entropy's mean over the real tokens, emitted through
+    the builder `b`: with lengths, [T, B] of 1 / count at real tokens (count at least 1:
+    no real token gives 0, not 0/0) and 0 at padding; without, the scalar 1 / numel.
+    cross_entropy's gradient and its label smoothing (dsl/builtins.py) weigh by it."""
+    if lengths is None:
+        count = numel(targets.type.shape)
+        return b.div(b.const(1, dtype),
+                     b.emit("full", [], {"shape": (), "value": count, "dtype": dtype})[0])
+    real = b.cast(b.seq_mask(targets, lengths), dtype=dtype)
+    count = b.maximum(b.sum(real, axes=(0, 1), keepdims=False), b.const(1, dtype))
+    return b.div(real, count)
+
+
 def _cross_entropy_grad(b, op, cts):
     logits, targets, *rest = op.inputs
     dtype, g = logits.type.dtype, cts[0]
     diff = b.sub(b.softmax(logits, axis=logits.type.rank - 1),
                  b.one_hot(targets, n=logits.type.shape[-1], dtype=dtype))
+    weight = token_weights(b, targets, rest[0] if rest else None, dtype)
     if rest:
-        real = b.cast(b.seq_mask(targets, rest[0]), dtype=dtype)
-        count = b.maximum(b.sum(real, axes=(0, 1), keepdims=False), b.const(1, dtype))
-        weight = b.reshape(b.div(real, count), shape=targets.type.shape + (Dim.of(1),))
-    else:
-        count = numel(targets.type.shape)
-        weight = b.div(b.const(1, dtype),
-                       b.emit("full", [], {"shape": (), "value": count, "dtype": dtype})[0])
+        weight = b.reshape(weight, shape=targets.type.shape + (Dim.of(1),))
     return [b.mul(diff, b.mul(weight, g)), None] + [None] * len(rest)
 
 
