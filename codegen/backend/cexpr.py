@@ -7,14 +7,18 @@ from __future__ import annotations
 from ..ir.shapes import CeilDiv, Dim, Symbol, TripCount
 
 
+_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("?"): "\\?", ord("\n"): "\\n",
+            ord("\t"): "\\t"}  # `?`: no trigraph
+
+
 def c_string(text: str) -> str:
     """`text` as a C++ string literal that means exactly it, whatever the user wrote (an
-    assert's message, a name): printable ASCII as it is but for `"`, `\\` and `?` (no
-    trigraph), every other byte of its UTF-8 as a three-digit octal escape."""
+    assert's message, a name): printable ASCII as it is, `"`, `\\`, `?`, a newline and a
+    tab escaped by name, every other byte of its UTF-8 as a three-digit octal escape."""
     out = []
     for byte in text.encode("utf-8", "surrogatepass"):
-        c = chr(byte)
-        out.append(c if 32 <= byte < 127 and c not in '"\\?' else f"\\{byte:03o}")
+        named = _ESCAPES.get(byte)
+        out.append(named or (chr(byte) if 32 <= byte < 127 else f"\\{byte:03o}"))
     return '"' + "".join(out) + '"'
 
 
