@@ -164,3 +164,32 @@ def test_conditions_print_as_they_parse(text):
         return model.body.stmts[0].value
     assert expr_text(parsed(text)) == text
     assert expr_text(parsed(expr_text(parsed(text)))) == text
+
+
+DIMS_AS_VALUES = """
+model Dims() {
+  input xs : f32[T, B]
+  if T > 2 { y = sum(xs[0:2]) } else { y = sum(xs) }
+  output z = y * f32(T * B)
+  output last = xs[T - 1]
+}
+"""
+
+
+def test_symbolic_dims_are_values(tmp_path):
+    """A dim in an expression is its size in the call: a runtime `if` on it, arithmetic,
+    an index; on both targets as in the reference."""
+    path = tmp_path / "dims.mdl"
+    path.write_text(DIMS_AS_VALUES)
+    graph = check_file(str(path), dtype="f64").graph
+    builds = [load(path, dtype="f64", name="dims_cpu").Dims(),
+              load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                   name=f"dims_{SUFFIX}").Dims()]
+    for steps in (1, 2, 3, 4):
+        xs = np.arange(steps * 2.0).reshape(steps, 2)
+        first = xs[:2].sum() if steps > 2 else xs.sum()
+        want = reference.run(graph, {"xs": xs}, {})
+        assert want["z"] == first * steps * 2 and np.array_equal(want["last"], xs[-1])
+        for m in builds:
+            got = m.forward(xs=xs)
+            assert got["z"] == want["z"] and np.array_equal(got["last"], want["last"])
