@@ -146,6 +146,18 @@ def _argmax(el, a, call):
     return el.emit("argmax", [x], {"axis": axis(a["axis"], x.type.rank)}, call.loc)[0]
 
 
+@builtin("cumsum", "x", "axis", "reverse", reverse=Const(False, "bool"))
+def _cumsum(el, a, call):
+    """Running sums along `axis` (torch.cumsum, jnp.cumsum); `reverse`: from its end."""
+    x = tensor(el, a["x"])
+    if x.type.rank == 0:
+        raise MdlTypeError(f"`cumsum` needs a tensor of rank 1 or more, got {x.type}",
+                           a["x"][1])
+    reverse = const(a["reverse"], "bool", "`reverse`")
+    return el.emit("cumsum", [x], {"axis": axis(a["axis"], x.type.rank),
+                                   "reverse": bool(reverse)}, call.loc)[0]
+
+
 @builtin("cross_entropy", "logits", "targets", "lengths", "label_smoothing", lengths=None,
          label_smoothing=Const(0.0, "float"))
 def _cross_entropy(el, a, call):

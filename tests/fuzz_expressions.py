@@ -93,7 +93,19 @@ class Expressions(Functions):
             return self.leaf(shape)
         if self.drawn_again() and self.rng.random() < 0.2:  # rare places: draw one often
             return self.form_dropout(shape, depth - 1) or self.leaf(shape)
-        return self.drawn(self.FORMS, "form_", shape, depth) or self.leaf(shape)
+        return self.scanned(self.drawn(self.FORMS, "form_", shape, depth) or self.leaf(shape),
+                            shape)
+
+    def scanned(self, text: str, shape: tuple) -> str:
+        """`text`, or now and then its running sums along one of its axes (from either
+        end), decided on a stream of its own (self.scans): the text changes, no other
+        draw of the program does. Sums of up to T values stay finite."""
+        if not shape or self.scans.random() >= 0.06:
+            return text
+        self.cover("cumsum")
+        axis = self.scans.randrange(-len(shape), len(shape))
+        reverse = ", reverse = true" if self.scans.random() < 0.5 else ""
+        return f"cumsum({text}, axis = {axis}{reverse})"
 
     def drawn(self, forms: tuple, prefix: str, shape: tuple, depth: int) -> str | None:
         """An expression of one of `forms` ((name, weight): the methods `prefix + name`),

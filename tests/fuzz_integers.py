@@ -53,7 +53,8 @@ class Integers(Expressions):
         """An i32 expression of exactly `shape`, always a primary."""
         self.cover("int")
         if depth > 0 and self.rng.random() > 0.25:
-            return self.drawn(self.INT_FORMS, "int_", shape, depth) or self.int_leaf(shape)
+            return self.scanned(self.drawn(self.INT_FORMS, "int_", shape, depth)
+                                or self.int_leaf(shape), shape)
         return self.int_leaf(shape)
 
     def int_leaf(self, shape: tuple) -> str:

@@ -65,6 +65,9 @@ class Names:
 
     def __init__(self, rng: random.Random, name: str):
         self.rng = rng
+        # whether an expression becomes its running sums (fuzz_expressions.py's
+        # `scanned`): draws of their own, so every other choice stays as it was
+        self.scans = random.Random(f"scan:{name}")
         self.program = Program(name)
         self.widths = sorted(rng.sample([2, 3, 4, 5], 2))
         self.program.hypers = self.draw_hypers()

@@ -52,6 +52,9 @@ CASES: dict[str, list[tuple]] = {
     "sign": [([f(2, 3)], {}, NONDIFF)],
     "not": [([flags(2, 3)], {}, NONDIFF)],
     "assert": [([holds(2, 3)], {"what": "a check"}, NONDIFF)],
+    "cumsum": [([f(2, 3)], {"axis": 1, "reverse": False}),
+               ([f(3, 2, 2)], {"axis": 0, "reverse": True}),
+               ([ints(9, 2, 3)], {"axis": 1, "reverse": False}, NONDIFF)],
     **{name: [([f(2, 3), f(2, 3)], {}), ([f(2, 3), f(3)], {}), ([f(1, 3), f(2, 1)], {})]
        for name in ("add", "sub", "mul", "maximum", "minimum")},
     "div": [([f(2, 3), pos(3)], {}), ([f(3), pos(2, 3)], {})],

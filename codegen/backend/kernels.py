@@ -66,6 +66,9 @@ def _softmax(log: bool):
 
 statements("softmax", _softmax(False))
 statements("log_softmax", _softmax(True))
+statements("cumsum", lambda r, op, inputs, ins, outs: [
+    f"{r.target.call('cumsum')}{'true' if op.attrs['reverse'] else 'false'}, {ins[0]}, "
+    f"{_rows(r, op, inputs)}, {outs[0]});"])
 statements("argmax", lambda r, op, inputs, ins, outs: [
     f"{r.target.call('argmax')}{ins[0]}, {_rows(r, op, inputs)}, {outs[0]});"])
 statements("topk", lambda r, op, inputs, ins, outs: [

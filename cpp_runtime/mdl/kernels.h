@@ -286,6 +286,25 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
   }
 }
 
+// Running sums along the middle dim of an [outer, n, inner] layout, from its end with
+// `reverse`: each sum is the one before it plus the next element, in that order on every
+// target (mdl/cuda/kernels.h), an i32's wrapping around (plus).
+template <class T>
+void cumsum(bool reverse, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = reverse ? n - 1 - k : k, at = (o * n + i) * inner;
+      const T* row = x + at;
+      T* sum = out + at;
+      if (k == 0) {
+        for (int64_t j = 0; j < inner; ++j) sum[j] = row[j];
+      } else {
+        const T* before = out + at + (reverse ? inner : -inner);
+        for (int64_t j = 0; j < inner; ++j) sum[j] = plus(before[j], row[j]);
+      }
+    }
+}
+
 // Whether v replaces `top` as a row's largest value when it comes later: larger, or the
 // row's first NaN (a NaN counts as the largest, as in NumPy's argmax). Ties keep the first.
 template <class T>

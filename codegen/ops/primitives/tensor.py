@@ -1,4 +1,4 @@
-"""Creation, matrix product, reductions and softmax."""
+"""Creation, matrix product, reductions, running sums and softmax."""
 from __future__ import annotations
 
 import warnings
@@ -294,6 +294,36 @@ def _argmax(types, attrs):
     need(x.rank >= 1, f"`argmax` needs a tensor of rank 1 or more, got {x}")
     axis = attrs["axis"]
     return [TensorType("i32", x.shape[:axis] + x.shape[axis + 1:])]
+
+
+# ---- cumsum ------------------------------------------------------------------------
+def _cumsum_ref(ctx, attrs, x):
+    """Running sums along `axis`, from its end with `reverse`, in order (NumPy's
+    accumulate; an i32 wraps around as the targets' do)."""
+    x, axis = np.asarray(x), attrs["axis"]
+    if attrs["reverse"]:
+        return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+    return np.cumsum(x, axis=axis, dtype=x.dtype)
+
+
+def _cumsum_grad(b, op, cts):
+    """Each element adds into every later sum: the cotangent's sums from the other end."""
+    return [b.cumsum(cts[0], axis=op.attrs["axis"], reverse=not op.attrs["reverse"])]
+
+
+def _cumsum_onnx(g, op, xs):
+    return g.op("CumSum", xs[0], g.const(op.attrs["axis"], "i32"),
+                reverse=int(op.attrs["reverse"]))
+
+
+@primitive("cumsum", 1, grad=_cumsum_grad, ref=_cumsum_ref, onnx=_cumsum_onnx)
+def _cumsum(types, attrs):
+    x, = types
+    same_dtype(types, "`cumsum`", NUMERIC)
+    need(x.rank >= 1, f"`cumsum` needs a tensor of rank 1 or more, got {x}")
+    need(0 <= attrs["axis"] < x.rank and isinstance(attrs["reverse"], bool),
+         "cumsum takes an axis of its operand and `reverse`")
+    return [x]
 
 
 # ---- topk --------------------------------------------------------------------------

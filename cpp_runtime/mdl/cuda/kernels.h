@@ -155,6 +155,31 @@ void scatter_add(Context& g, const T* grad, int64_t row_size, const int32_t* ids
   check_launch("scatter_add");
 }
 
+// mdl/kernels.h's cumsum: a thread a column of the [outer, n, inner] layout, adding its
+// n elements in the CPU's order.
+template <class T>
+__global__ void cumsum_kernel(bool reverse, const T* x, int64_t outer, int64_t n,
+                              int64_t inner, T* out) {
+  for (int64_t c = first_item(); c < outer * inner; c += item_stride()) {
+    const int64_t o = c / inner, at = o * n * inner + (c - o * inner);
+    T sum = T(0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = at + (reverse ? n - 1 - k : k) * inner;
+      sum = k ? plus(sum, x[i]) : x[i];
+      out[i] = sum;
+    }
+  }
+}
+
+template <class T>
+void cumsum(Context& g, bool reverse, const T* x, int64_t outer, int64_t n, int64_t inner,
+            T* out) {
+  if (outer * n * inner <= 0) return;
+  launch(cumsum_kernel<T>, blocks(outer * inner), kThreads, g.stream, reverse, x, outer, n,
+         inner, out);
+  check_launch("cumsum");
+}
+
 template <class T>
 __global__ void one_hot_kernel(const int32_t* ids, int64_t count, int64_t classes, T* out) {
   for (int64_t e = first_item(); e < count * classes; e += item_stride()) {
