@@ -282,6 +282,8 @@ def cmd_emit(args) -> int:
     if args.ir:
         return _print_ir(args)
     from .compile.cmake import render_cmakelists
+    from .compile.extension import compiled
+    from .compile.parts import build_jobs, part_files
     from .ir.diagnostics import writing
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
@@ -289,8 +291,12 @@ def cmd_emit(args) -> int:
                            args.specialize, vjp=args.vjp, emulate=args.emulate)
     name = module_name_for(args.file, args.name)
     _, files = sources(args.file, name, options)
-    files["CMakeLists.txt"] = render_cmakelists(list(files), name,
-                                                target(args.target, args.emulate))
+    chosen = target(args.target, args.emulate)
+    main = compiled(files)
+    parts = part_files(main[0], files[main[0]], build_jobs(), chosen.toolchain.part_bytes) \
+        if len(main) == 1 else {}
+    files.update(parts)   # the CMake project compiles the parts, or else the source whole
+    files["CMakeLists.txt"] = render_cmakelists(list(parts) or list(files), name, chosen)
     out = _output_folder(args.out)
     with writing(out):
         for file_name, text in files.items():
