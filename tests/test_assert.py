@@ -193,3 +193,10 @@ def test_symbolic_dims_are_values(tmp_path):
         for m in builds:
             got = m.forward(xs=xs)
             assert got["z"] == want["z"] and np.array_equal(got["last"], want["last"])
+
+
+def test_the_docstring_lists_the_checks(modules):
+    doc = modules["cpu"].Picked.__doc__
+    assert "A call whose data fails a check raises ValueError:\n" \
+           "    assertion `scale > 0.0`\n" \
+           f"    pick: {MESSAGE}: `ids >= 0 and ids < R`\n" in doc

@@ -7,7 +7,8 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
-from ..ir.graph import Graph
+from ..ir.graph import Graph, walk_ops
+from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
 from .templating import environment
 
@@ -28,6 +29,7 @@ class ModelInterface:
     param_numbers: int
     device: str
     dtype: str
+    checks: list[str]             # what its asserts say of a call's data
 
     def doc(self) -> str:
         """The class's docstring: how to make it and call it, its inputs and outputs."""
@@ -40,6 +42,9 @@ class ModelInterface:
         lines += ["and returns a dict of its outputs:"]
         lines += _table(self.outputs, {self.loss: "(minimized)"} if self.loss else {})
         lines += [""] + self._training()
+        if self.checks:
+            lines += ["", "A call whose data fails a check raises ValueError:"]
+            lines += [f"    {check}" for check in self.checks]
         if self.dims:
             fixed = "; ".join(", ".join(f"{k}={v}" for k, v in s.items())
                               for s in self.specializations)
@@ -75,7 +80,14 @@ def describe(graph: Graph, joint: Graph | None, vjp: bool,
         graph.name, {k: str(v.type) for k, v in graph.inputs.items()},
         {k: str(v.type) for k, v in graph.outputs.items()}, graph.loss, joint is not None,
         vjp, cotangent_names(joint) if joint is not None and vjp else [], dims,
-        specializations, dict(graph.hparams), len(graph.params), param_numbers, device, dtype)
+        specializations, dict(graph.hparams), len(graph.params), param_numbers, device, dtype,
+        _checks(graph))
+
+
+def _checks(graph: Graph) -> list[str]:
+    """Each assert of the model as its message says it, up to `is false`."""
+    return [op.attrs["what"].rpartition(" is false")[0] for op in walk_ops(graph.body)
+            if entry(op).checks]
 
 
 def stub(module_name: str, models: list[ModelInterface]) -> str:
