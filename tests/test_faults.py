@@ -65,12 +65,38 @@ def test_a_computed_index_names_the_inputs_it_comes_from(picks, target, bad, mes
     assert np.isfinite(m.train_step(**call())["loss"])  # the model goes on working
 
 
-@pytest.mark.parametrize("bad", [dict(i=4), dict(i=-2), dict(ids=(-1,)), dict(ids=(3,))])
-def test_the_reference_refuses_what_a_module_refuses(picks, bad):
-    """NumPy reads x[-1] and np.take(x, [-1]) from the end; mdl's indices do not wrap."""
-    path, _ = picks
+@pytest.mark.parametrize("bad, message", CASES)
+def test_the_reference_says_what_a_module_says(picks, bad, message):
+    """NumPy reads x[-1] and np.take(x, [-1]) from the end; mdl's indices do not wrap, and
+    the reference's IndexError is the module's, word for word."""
+    path, modules = picks
     graph = check_file(str(path)).graph
     params = reference.init_params(graph)
-    with pytest.raises(IndexError, match=r"outside \[0, 5\): the rows of the (value|table)"):
+    with pytest.raises(IndexError, match=message) as caught:
         reference.run(graph, call(**bad), params)
+    with pytest.raises(IndexError) as native:
+        modules["cpu"].Picks(seed=0).forward(**call(**bad))
+    assert str(caught.value) == str(native.value)
     reference.run(graph, call(), params)
+
+
+def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
+    """NumPy's take_along_axis read a target of -1 as the last class."""
+    path = tmp_path / "loss.mdl"
+    path.write_text("model Loss() {\n  input logits : f32[T, B, 4]\n  input targets : i32[T, B]\n"
+                    "  input lengths : i32[B]\n"
+                    "  output loss = cross_entropy(logits, targets, lengths = lengths)\n}\n")
+    graph = check_file(str(path)).graph
+    given = dict(logits=np.zeros((3, 2, 4), np.float32), targets=np.zeros((3, 2), np.int32),
+                 lengths=np.array([3, 1], np.int32))
+    given["targets"][2, 1] = -1            # padding (t >= lengths[1]): never read
+    reference.run(graph, given, {})
+    given["targets"][1, 0] = -1
+    message = ("`targets` holds -1 at flat position 2: cross_entropy's targets lie in [0, 4), "
+               "one per class")
+    with pytest.raises(IndexError) as caught:
+        reference.run(graph, given, {})
+    assert str(caught.value) == message
+    with pytest.raises(IndexError) as native:
+        load(path, name="loss_targets").Loss().forward(**given)
+    assert str(native.value) == message

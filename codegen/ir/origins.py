@@ -42,6 +42,19 @@ class Origins:
         return f"the input{'s' if len(names) > 1 else ''} {listed}"
 
 
+def out_of_range(kind: str, what: str, value: int, position: int, bound: int) -> str:
+    """The IndexError's message for data `what` names holding `value` at flat `position`,
+    outside [0, bound): as cpp_runtime/src/faults.cpp words it for a generated module, so
+    that the reference interpreter says the same."""
+    if kind == "subscript":
+        return f"{what} is {value}, outside [0, {bound}): the rows of the value it indexes"
+    if kind == "target":
+        return (f"{what} holds {value} at flat position {position}: cross_entropy's targets "
+                f"lie in [0, {bound}), one per class")
+    return (f"{what} holds {value} at flat position {position}, outside [0, {bound}): the "
+            "rows of the table it indexes")
+
+
 def input_origins(*graphs: Graph) -> Origins:
     """The inputs every value of `graphs` is computed from (a joint graph's backward
     included). A structured op's results and its blocks' arguments count all that the op

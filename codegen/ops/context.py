@@ -11,6 +11,18 @@ from ..ir.shapes import Dim, DimError
 from .rng import Stream, derive
 
 
+class OutOfRange(Exception):
+    """What a NumPy reference raises for data outside what it indexes: `value` at flat
+    `position` of operand `operand`, which had to lie in [0, `bound`). The interpreter
+    raises the IndexError a generated module raises for it (codegen/ir/origins.py words
+    both), naming the data by what it is computed from."""
+
+    def __init__(self, kind: str, operand: int, value: int, position: int, bound: int):
+        super().__init__(kind, operand, value, position, bound)
+        self.kind, self.operand = kind, operand
+        self.value, self.position, self.bound = int(value), int(position), int(bound)
+
+
 class Held:
     """The values `stop_gradient` let through in one run, in the order they came, then
     the same values in place of theirs in later runs (`replay`): finite differences of

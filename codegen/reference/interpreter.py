@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.graph import Block, Graph, Op, Value, negative_size, signed_sizes, walk_ops
+from ..ir.origins import Origins, input_origins, out_of_range
 from ..ir.shapes import TensorType
-from ..ops.context import Context, Held
+from ..ops.context import Context, Held, OutOfRange
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
@@ -85,6 +86,8 @@ class Interpreter:
     def __init__(self, graph: Graph, inputs: dict, params: dict, training: bool, seed: int,
                  dtype, held: Held | None = None):
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed, held)
+        self.graph = graph
+        self.origins: Origins | None = None  # made for the first index out of range
         refused = negative_size(signed_sizes([graph], self.ctx.dims), self.ctx.dims)
         if refused:
             raise ValueError(refused)
@@ -119,8 +122,15 @@ class Interpreter:
 
     def op(self, op: Op) -> None:
         args = [self.env[v.id] for v in op.inputs]
-        with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
-            outs = entry(op).evaluate(self, op, args)
+        try:
+            with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
+                outs = entry(op).evaluate(self, op, args)
+        except OutOfRange as bad:  # worded as a generated module words it
+            if self.origins is None:
+                self.origins = input_origins(self.graph)
+            what = self.origins.indices(op.inputs[bad.operand])
+            raise IndexError(out_of_range(bad.kind, what, bad.value, bad.position,
+                                          bad.bound)) from None
         for v, a in zip(op.outputs, outs):
             self.env[v.id] = self.conform(a, v)
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import FLOATS
 from ...ir.shapes import Dim, TensorType, ceil_div, numel
+from ..context import OutOfRange
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 from .replay import redraw_mask
@@ -21,6 +22,10 @@ def _token_mask(targets, lengths):
 
 def _cross_entropy_ref(ctx, attrs, logits, targets, lengths=None):
     mask = _token_mask(targets, lengths)
+    classes = logits.shape[-1]
+    bad = np.flatnonzero(mask & ((targets < 0) | (targets >= classes)))  # NumPy would wrap
+    if bad.size:
+        raise OutOfRange("target", 1, np.ravel(targets)[bad[0]], bad[0], classes)
     shifted = logits - np.max(logits, -1, keepdims=True)
     log_probs = shifted - np.log(np.sum(np.exp(shifted), -1, keepdims=True))
     picked = np.take_along_axis(log_probs, np.where(mask, targets, 0)[..., None], -1)[..., 0]

@@ -6,6 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import NUMERIC
 from ...ir.shapes import Dim, numel, ragged_trips
+from ..context import OutOfRange
 from ..entry import summed
 from .core import TABLE, ShapeError, need, onnx_node, primitive, same_dtype
 
@@ -177,8 +178,7 @@ def _index_ref(ctx, attrs, x, i):
     """Row i of x; an i outside x's rows is an IndexError, as in a generated module
     (NumPy would read a negative i from the end)."""
     if not 0 <= int(i) < x.shape[0]:
-        raise IndexError(f"index {int(i)} is outside [0, {x.shape[0]}): the rows of the value "
-                         f"it indexes")
+        raise OutOfRange("subscript", 1, int(i), 0, x.shape[0])
     return x[int(i)]
 
 
@@ -224,9 +224,7 @@ def _gather_ref(ctx, attrs, table, ids):
     (np.take would read a negative id from the end)."""
     bad = np.flatnonzero((ids < 0) | (ids >= table.shape[0]))
     if bad.size:
-        at = int(bad[0])
-        raise IndexError(f"the indices hold {int(ids.flat[at])} at flat position {at}, outside "
-                         f"[0, {table.shape[0]}): the rows of the table it indexes")
+        raise OutOfRange("gather", 1, ids.flat[bad[0]], bad[0], table.shape[0])
     return np.take(table, ids, axis=0)
 
 
