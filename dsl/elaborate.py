@@ -355,7 +355,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         source = block_origins(self.inputs, [self.root]).inputs_of(cond)
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
         what = f"{where}{said} is false" + (f" (computed from {source})" if source else "")
-        self.emit("assert", [cond], {"what": what}, s.loc)
+        self.emit("assert", [cond], {"what": what, "said": where + said}, s.loc)
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "

@@ -51,7 +51,7 @@ CASES: dict[str, list[tuple]] = {
     "sqrt": [([pos(2, 3)], {})],
     "sign": [([f(2, 3)], {}, NONDIFF)],
     "not": [([flags(2, 3)], {}, NONDIFF)],
-    "assert": [([holds(2, 3)], {"what": "a check"}, NONDIFF)],
+    "assert": [([holds(2, 3)], {"what": "a check is false", "said": "a check"}, NONDIFF)],
     "cumsum": [([f(2, 3)], {"axis": 1, "reverse": False}),
                ([f(3, 2, 2)], {"axis": 0, "reverse": True}),
                ([ints(9, 2, 3)], {"axis": 1, "reverse": False}, NONDIFF)],

@@ -85,9 +85,8 @@ def describe(graph: Graph, joint: Graph | None, vjp: bool,
 
 
 def _checks(graph: Graph) -> list[str]:
-    """Each assert of the model as its message says it, up to `is false`."""
-    return [op.attrs["what"].rpartition(" is false")[0] for op in walk_ops(graph.body)
-            if entry(op).checks]
+    """Each assert of the model: its message and condition (attrs["said"])."""
+    return [op.attrs["said"] for op in walk_ops(graph.body) if entry(op).checks]
 
 
 def stub(module_name: str, models: list[ModelInterface]) -> str:

@@ -26,10 +26,9 @@ class Origins:
         they are and the inputs they are computed from."""
         if v.id in self.inputs:
             return f"`{self.inputs[v.id]}`"
-        came = sorted(self.of(v))
-        if not came:
-            return f"`{v.hint}`" if v.hint else "the indices"
         source = self.inputs_of(v)
+        if not source:
+            return f"`{v.hint}`" if v.hint else "the indices"
         return f"`{v.hint}` (computed from {source})" if v.hint else f"an index computed from {source}"
 
     def inputs_of(self, v: Value) -> str:

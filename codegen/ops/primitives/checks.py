@@ -1,6 +1,7 @@
 """`assert`: a check of the call's data. Its operand is a bool tensor of any shape; a call
 in which an element of it is false raises a ValueError saying `attrs["what"]` (worded by
-the front end: the message, the condition, the inputs it is computed from) and, when the
+the front end: the message, the condition, the inputs it is computed from; `said`, the
+message and condition alone, is what a model's docstring lists) and, when the
 condition has more than one element, the flat position of the first false one. Its result,
 a bool scalar that is always true, is never read: the passes keep the op for `checks`."""
 from __future__ import annotations
@@ -36,5 +37,7 @@ def _assert_onnx(g, op, xs):
 def _assert(types, attrs):
     cond, = types
     need(cond.dtype == "bool", f"an assert's condition must be bool, got {cond}")
-    need(isinstance(attrs.get("what"), str), "an assert says what it checks (attrs['what'])")
+    need(isinstance(attrs.get("what"), str) and isinstance(attrs.get("said"), str),
+         "an assert says what it checks: its error (attrs['what']) and, for the model's "
+         "docstring, its message and condition (attrs['said'])")
     return [TensorType("bool", ())]
