@@ -21,7 +21,7 @@ from codegen.pipeline import sources
 ROOT = Path(__file__).resolve().parents[1]
 CHARLM = ROOT / "examples" / "charlm.mdl"
 MATH = r"std::(exp|tanh)\("
-SIGN = r"\? float\(1\) : "  # op_lowering.py's sign
+SIGN = r"std::copysign\(float\(1\), "  # op_lowering.py's sign
 
 
 def math_loops(text: str, pattern: str = MATH) -> list[int]:
