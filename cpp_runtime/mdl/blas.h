@@ -7,7 +7,8 @@
 // float product of up to small_gemm::kSmallRows rows (1024; with MKL on Intel one row, and
 // a weight of at most 8 MiB: MDL_OWN_ROWS, MDL_OWN_BYTES) runs mdl's own kernel on the packed operand
 // (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
-// kOwnKernelSplitWork multiply-adds. Other packed products are MKL's packed API, which
+// kOwnKernelSplitWork multiply-adds; one of one row reads b unpacked (row_gemm::one_row,
+// own_row_unpacked). Other packed products are MKL's packed API, which
 // skips re-packing the operand at every step (15-30% of a recurrent product), or with
 // OpenBLAS a plain `gemm`. The BLAS's own parallel parts run on OpenMP's threads too
 // (blas_init), so that all products share one pool.
@@ -266,6 +267,15 @@ inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
          m <= std::min(kOwnRows, small_gemm::kSmallRows) && own_operand(n, k);
 }
 
+// ... and of those, the ones of one row with b not transposed and of more than
+// row_gemm::kStreamBytes, which run on b as it lies, not packed (row_gemm::one_row, which
+// streams many of b's rows at once: greedy decoding's [1, 512] @ [512, 10000] projection
+// took 0.28x the packed kernel's time; row_gemm.h).
+inline bool own_row_unpacked(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  return m == 1 && !trans_b && n * k * int64_t(sizeof(float)) > row_gemm::kStreamBytes &&
+         own_kernel(m, n, k);
+}
+
 // Products OpenBLAS runs on the calling thread: a GEMM of up to this many multiply-adds,
 // a matrix-vector product of fewer than kOpenBlasRowWork (its interface's thresholds:
 // SMP_THRESHOLD_MIN times GEMM_MULTITHREAD_THRESHOLD, and 2304 times the latter).
@@ -366,6 +376,7 @@ template <class T>
 inline void pack_b(Arena& buffer, bool trans_b, int64_t m, int64_t n, int64_t k, const T* b,
                    int64_t ldb) {
   if constexpr (std::is_same_v<T, float>) {
+    if (own_row_unpacked(trans_b, m, n, k)) return;
     if (own_kernel(m, n, k)) {
       buffer.reserve(small_gemm::packed_bytes(n, k));
       small_gemm::pack(trans_b, n, k, b, ldb, reinterpret_cast<float*>(buffer.data()));
@@ -390,6 +401,12 @@ inline void gemm_packed(const Arena& buffer, bool trans_a, int64_t m, int64_t n,
                         T* c, int64_t ldc) {
   const void* packed = const_cast<Arena&>(buffer).data();
   if constexpr (std::is_same_v<T, float>) {
+#if MDL_OWN_KERNELS
+    if (own_row_unpacked(trans_b, m, n, k)) {
+      own_rows_product(trans_a, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+#endif
     if (own_kernel(m, n, k)) {
       own_product(trans_a, m, n, k, a, lda, static_cast<const float*>(packed), beta, c, ldc);
       return;

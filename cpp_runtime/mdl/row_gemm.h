@@ -3,9 +3,10 @@
 // independent products are split over the cores together (blas.h, `gemm_together`), and
 // for a product of up to 256 rows that is not a loop's (blas.h, `own_rows`).
 // The BLAS cannot be called there: OpenBLAS would hand each part to the same threads
-// again. With one row the product streams op(b) once at the cache's bandwidth, so a
-// strip keeps 8 vectors of sums (128 columns with AVX-512) to have loads enough in flight;
-// with more rows, 4 rows x 4 vectors share each load of b.
+// again. With one row the product streams op(b) once, many of its rows at a time
+// (`one_row`); with more, 4 rows x 4 vectors of sums share each load of b, and a row left
+// over keeps a strip of 8 vectors (128 columns with AVX-512) to have loads enough in
+// flight. A loop's one-row products run `one_row` too, on b unpacked (blas.h).
 #pragma once
 
 #include <algorithm>
@@ -107,6 +108,65 @@ inline void tail(int64_t m, int64_t k, const float* a, int64_t lda, const float*
   }
 }
 
+// Columns [j0, j1) of c = op(a) @ b + beta * c for one row of op(a) (its elements lda
+// apart when transposed): b streamed kDepth rows at a time, each a run of up to kChunk
+// contiguous columns, into sums kept in a buffer the L1 cache holds. A strip of 64 columns
+// (with AVX2) walked down b's rows reads one stream of 256 bytes a row, and a packed panel
+// one stream too; kDepth streams at once keep more of the memory's requests in flight.
+// [1, 512] @ [512, 10000], 35 times from one packing (greedy decoding's projection; AMD
+// EPYC of Zen 3, 2 threads): 0.28x the packed kernel's time; [1, 1024] @ [1024, 4096]
+// 0.31x; [1, 128] @ [128, 512] 0.81x; on one thread 0.41x, 0.36x and 0.77x.
+// A thread streams its columns of b by `one_row` past this many bytes of them; fewer stay
+// in the caches from call to call, where a strip's sums kept in registers do as well or
+// better: the `while` of the suite's ponder case at B = 1, H = 128 ([1, 128] @ [128, 128],
+// 64 KB) took 1.07x the time of its training step by `one_row`, and the generation step
+// at H = 128 (two threads' halves of [128, 512]: 128 KB each) 0.94-1.13x (Zen 3).
+constexpr int64_t kStreamBytes = int64_t(128) << 10;
+
+template <bool TransA>
+inline void one_row(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    float beta, float* c, int64_t j0, int64_t j1) {
+  constexpr int kDepth = 8;
+  constexpr int64_t kChunk = 4096;
+  alignas(64) float sums[kChunk];
+  const int64_t step = TransA ? lda : 1;
+  for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
+    const int64_t width = std::min(kChunk, j1 - c0), whole = width / kLanes * kLanes;
+    std::fill(sums, sums + width, 0.f);
+    int64_t p = 0;
+    for (; p + kDepth <= k; p += kDepth) {
+      float x[kDepth];
+      const float* row[kDepth];
+      for (int i = 0; i < kDepth; ++i) {
+        x[i] = a[(p + i) * step];
+        row[i] = b + (p + i) * ldb + c0;
+      }
+      for (int64_t j = 0; j < whole; j += kLanes) {
+        Vec sum;
+        std::memcpy(&sum, sums + j, sizeof(Vec));
+#pragma GCC unroll 8
+        for (int i = 0; i < kDepth; ++i) {
+          Vec v;
+          std::memcpy(&v, row[i] + j, sizeof(Vec));
+          sum += x[i] * v;
+        }
+        std::memcpy(sums + j, &sum, sizeof(Vec));
+      }
+      for (int64_t j = whole; j < width; ++j)
+        for (int i = 0; i < kDepth; ++i) sums[j] += x[i] * row[i][j];
+    }
+    for (; p < k; ++p) {
+      const float x = a[p * step], *row = b + p * ldb + c0;
+      for (int64_t j = 0; j < width; ++j) sums[j] += x * row[j];
+    }
+    float* out = c + c0;
+    if (beta == 0.f)
+      std::memcpy(out, sums, width * sizeof(float));
+    else
+      for (int64_t j = 0; j < width; ++j) out[j] = sums[j] + beta * out[j];
+  }
+}
+
 // Passes over b that `columns` makes for m rows: one per 4 rows, one per row left over.
 inline int64_t passes(int64_t m) { return m / 4 + m % 4; }
 
@@ -114,6 +174,8 @@ inline int64_t passes(int64_t m) { return m / 4 + m % 4; }
 template <bool TransA>
 inline void columns(int64_t m, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0, int64_t j1) {
+  if (m == 1 && (j1 - j0) * k * int64_t(sizeof(float)) > kStreamBytes)
+    return one_row<TransA>(k, a, lda, b, ldb, beta, c, j0, j1);
   auto at = [&](int64_t i) { return TransA ? a + i : a + i * lda; };
   const int64_t whole = j0 + (j1 - j0) / kLanes * kLanes;  // columns in whole vectors
   int64_t i = 0;

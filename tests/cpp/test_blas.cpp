@@ -98,6 +98,41 @@ void one_row_over_nan() {
     }
 }
 
+// A loop's products of one row against a b of at least row_gemm::kStreamBytes, b not
+// transposed, which with MDL_OWN_KERNELS read b unpacked (row_gemm::one_row): on one thread
+// (1000 x 37: 148 KB), split over two, each thread's columns past one chunk of 4096 (9000
+// x 20), columns past the last whole vector and depths past the last 8 rows (4133 x 37);
+// a read with a stride (a transposed), b's leading dim wider than its rows, beta 0 over
+// NaN and beta -0.5.
+void one_row_streamed() {
+  mdl::set_blas_threads(2);
+  struct Shape { int64_t n, k; };
+  for (const Shape shape : {Shape{1000, 37}, Shape{9000, 20}, Shape{4133, 37}})
+    for (bool ta : {false, true})
+      for (float beta : {0.0f, -0.5f}) {
+        const int64_t n = shape.n, k = shape.k, lda = ta ? 3 : k, ldb = n + 5;
+        std::vector<float> a(ta ? k * lda : k), b(k * ldb), c(n);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3) / 4;
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2) / 3;
+        for (std::size_t i = 0; i < c.size(); ++i)
+          c[i] = beta == 0.0f ? std::nanf("") : float(int(i % 3));
+        std::vector<float> expected = c, c0 = c;
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < k; ++p) sum += double(a[ta ? p * lda : p]) * b[p * ldb + j];
+          expected[j] = float(beta == 0.0f ? sum : sum + beta * expected[j]);
+        }
+        mdl::Arena packed;
+        mdl::pack_b(packed, false, 1, n, k, b.data(), ldb);
+        for (int twice = 0; twice < 2; ++twice) {
+          c = c0;
+          mdl::gemm_packed(packed, ta, 1, n, k, a.data(), lda, false, b.data(), ldb, beta,
+                           c.data(), n);
+          for (int64_t j = 0; j < n; ++j) CHECK_NEAR(c[j], expected[j], 1e-4);
+        }
+      }
+}
+
 // Products split over two threads: mdl's own kernel (OpenBLAS builds) and the BLAS's own
 // parts, which run on OpenMP's threads (blas_init); then the same from inside a parallel
 // region, where a BLAS part the nested team cannot hold gets a thread of its own.
@@ -234,6 +269,7 @@ int main() {
   check_all<double>(1e-12);
   empty_products();
   one_row_over_nan();
+  one_row_streamed();
   threaded_products();
   products_together();
   own_rows_products();
