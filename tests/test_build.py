@@ -105,6 +105,20 @@ def test_an_identical_build_comes_from_the_cache(tiny, monkeypatch):
     assert build_extension({"module.cpp": TINY}, "tiny", CPU) == tiny
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_model_generated_again_in_one_process_reads_the_same(target):
+    """Generated code names values by the order it meets them, not by their ids, which
+    count every value the process made: charlm generated after gru read differently, so
+    the same model missed the cache (a fuzz module was built four times in one run)."""
+    from codegen.compile.options import BuildOptions
+    from codegen.pipeline import sources
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    options = BuildOptions(target=target, specialize=[{"T": 6, "B": 3}])
+    first = sources(examples / "charlm.mdl", "charlm", options)[1]
+    sources(examples / "gru.mdl", "gru", options)
+    assert sources(examples / "charlm.mdl", "charlm", options)[1] == first
+
+
 def test_the_cache_directory_holds_the_module_its_sources_and_key(tiny, mdl_cache_dir):
     entry = tiny.parent
     assert (entry / "src" / "module.cpp").read_text() == TINY

@@ -76,6 +76,7 @@ class ModuleGenerator:
         self.tapes: list[int] = []
         self.tape_aliases: dict[int, int] = {}  # (Renderer.tape_aliases)
         self.sites: list[Site] = []  # a profiled build's, every function's (profile.py)
+        self.value_names: dict[int, str] = {}  # (Renderer.value_names)
         self.origins = input_origins(*(g for g in (graph, joint) if g is not None))
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
@@ -190,7 +191,7 @@ class ModuleGenerator:
         """Pack and scratch buffers are reused by every function: one model's calls run
         one at a time, and a function fills them before it reads."""
         return Renderer(self.target, dims, spec, self.tapes, [], self.sites,
-                        self.tape_aliases, self.origins)
+                        self.tape_aliases, self.origins, self.value_names)
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
         """One function's text, its memory planned alone."""

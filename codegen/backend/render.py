@@ -58,7 +58,8 @@ class FunctionSpec:
 class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
                  tapes: list[int], packs: list, sites: list[Site] | None = None,
-                 tape_aliases: dict[int, int] | None = None, origins: Origins | None = None):
+                 tape_aliases: dict[int, int] | None = None, origins: Origins | None = None,
+                 value_names: dict[int, str] | None = None):
         self.target = target
         self.dims = dims
         self.spec = spec
@@ -95,6 +96,8 @@ class Renderer:
         # the module's, as `tapes` is: a train function's if, its backward's reads
         self.tape_aliases: dict[int, int] = {} if tape_aliases is None else tape_aliases
         self.origins = origins or Origins()  # what indices are computed from, for faults
+        # C++ names of values (ptr): the model's functions' all, numbered as first named
+        self.value_names: dict[int, str] = {} if value_names is None else value_names
         # condition sequences the function computes from its inputs alone
         # (control_flow.early_conditions), and those of them whose kernel the target
         # launches before a CUDA graph's dry run reads them
@@ -127,7 +130,18 @@ class Renderer:
         return self.target.ctype(v.type.dtype)
 
     def ptr(self, v: Value) -> str:
-        return f"v{v.id}"
+        """The C++ name of a value's pointer: numbered in the order the model's functions
+        first name them, not by Value.id, which counts every value the process ever made:
+        the same model generated after another would read differently, and miss the build
+        cache (a fuzz module built four times in one test run, tests/test_build.py)."""
+        return self.name(v.id)
+
+    def name(self, vid: int) -> str:
+        """ptr's name of the value of id `vid`."""
+        name = self.value_names.get(vid)
+        if name is None:
+            name = self.value_names[vid] = f"v{len(self.value_names)}"
+        return name
 
     def layout(self, v: Value) -> Layout:
         return self.low.layouts[v.id]
@@ -219,7 +233,7 @@ class Renderer:
     def text(self) -> str:
         spec = self.spec
         for vid, access in spec.external.items():
-            self.emit(f"auto* v{vid} = {access.pointer};")
+            self.emit(f"auto* {self.name(vid)} = {access.pointer};")
         self.mark(self.plan.lifetimes.dead_at_entry(self.instrs), live=False)
         self.early = early_conditions(spec.block, set(spec.external))
         with self.timing("the whole function", ""):
