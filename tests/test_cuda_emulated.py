@@ -389,7 +389,8 @@ def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
     path = tmp_path / "loops.mdl"
     path.write_text(SOURCE)
-    module = load(path, target="cuda", emulate=EMULATE, dtype="f64", name=f"loops_f64_{SUFFIX}")
+    module = load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                  name=f"loops_models_f64_{SUFFIX}")  # loops_module's build
     for steps in (1, 2, 3, 4, 7):
         for model in ("Checkpoint", "CheckpointReversed"):
             graph = check_file(str(path), model=model, dtype="f64").graph
