@@ -377,20 +377,15 @@ def test_padding_steps_of_padded_copies_are_skipped(tmp_path, monkeypatch):
             assert all(np.isfinite(g).all() for g in grads.values()), model
 
 
-def test_checkpoint_segments_of_every_length(tmp_path, monkeypatch):
+def test_checkpoint_segments_of_every_length(loops_module, monkeypatch):
     """A checkpointed loop's segments, views of its sequences, on the device: the shorter
     last one is copied, zero-padded, into a buffer of one segment (a read past the
     sequence would leave the device allocation, which the emulator refuses)."""
-    from codegen.pipeline import load
     from codegen.reference import gradcheck
     from dsl import check_file
     from test_native import assert_training_matches
-    from test_native_loops import SOURCE
-    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
-    path = tmp_path / "loops.mdl"
-    path.write_text(SOURCE)
-    module = load(path, target="cuda", emulate=EMULATE, dtype="f64",
-                  name=f"loops_models_f64_{SUFFIX}")  # loops_module's build
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")  # read as the module runs
+    path, module = loops_module
     for steps in (1, 2, 3, 4, 7):
         for model in ("Checkpoint", "CheckpointReversed"):
             graph = check_file(str(path), model=model, dtype="f64").graph

@@ -62,7 +62,8 @@ def test_loss_and_viterbi_are_those_of_every_path_enumerated(scored):
 
 def test_trained_it_tags_new_sequences():
     """Tag = (word + the word before) mod 5: the backward direction alone cannot tell."""
-    module = load(EXAMPLE, name="tagger_f32")  # test_native.py's build of it
+    from test_native import native
+    module = native("tagger.mdl", "f32")  # test_native.py's build of it
     model = module.Tagger(seed=0)
     model.set_optimizer("adam", lr=0.02)
     rng = np.random.default_rng(1)
