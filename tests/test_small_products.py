@@ -1,11 +1,11 @@
 """Matrix products of a few rows (2 to 8: a beam's K rows at B=1, a small batch), which
 the cuda target runs in a kernel of its own instead of cuBLAS (mdl/cuda/gemm.h,
 `skinny`), against the reference: as written, with the first operand transposed, with a
-k that does not split evenly into the kernel's 8 slices (70, and 3: slices with no
-products), n past a tile of 32 columns, and through their gradients (x^T dy products of
-3 rows, gradients of one parameter used twice), and in a recompute loop's steps. Row
-counts of 1 and 9, and products added into what c holds (BLAS's beta = 1: a weight's
-gradient summed over a loop's steps), take cuBLAS."""
+k that does not split evenly into the kernel's slices (70; 3: one warp; 600: every warp of
+a block, each slice batches of loads and a rest), n past a tile of 32 columns, and through
+their gradients (x^T dy products of 3 rows, gradients of one parameter used twice), and in
+a recompute loop's steps. Row counts of 1 and 9, and products added into what c holds
+(BLAS's beta = 1: a weight's gradient summed over a loop's steps), take cuBLAS."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,6 +27,16 @@ model Products(K = 3, N = 70) {
   output ab = a + b
   output c = c
   output loss = sum(tanh(a) * b) + sum(c * c)
+  minimize loss
+}
+model Deep(K = 600, N = 40) {
+  input x : f32[B, K]
+  param w : f32[K, N] = normal(0, 0.05)
+  param v : f32[N, K] = normal(0, 0.2)
+  a = x @ w                      # k = 600: a block's every warp, slices of batches and a rest
+  c = tanh(a) @ v                # n = 600: 19 tiles of 32 columns, k = 40
+  output c = c
+  output loss = sum(c * c)
   minimize loss
 }
 model Steps(H = 3) {
@@ -64,6 +74,23 @@ def test_products_of_a_few_rows_and_their_gradients(module, rows):
     for k in ("x", "y"):
         np.testing.assert_allclose(np.asarray(grads[f"input:{k}"]), want.inputs[k], err_msg=k,
                                    **tolerance)
+
+
+@pytest.mark.parametrize("rows", [2, 5, 8])
+def test_products_of_a_few_rows_deep_and_wide(module, rows):
+    x = np.random.default_rng(rows).standard_normal((rows, 600))
+    model = module.Deep(seed=0)
+    params = {k: np.array(v) for k, v in model.params.items()}
+    got = model.forward(x=x, training=True)
+    grads = model.backward()
+    graph = check_source(SOURCE, model="Deep", dtype="f64").graph
+    want = interpreter.gradients(graph, {"x": x}, params, training=True)
+    for k in ("c", "loss"):
+        np.testing.assert_allclose(np.asarray(got[k]), want.outputs[k], rtol=1e-11,
+                                   atol=1e-12, err_msg=k)
+    for k in ("w", "v"):
+        np.testing.assert_allclose(np.asarray(grads[k]), want.params[k], rtol=1e-11,
+                                   atol=1e-12, err_msg=k)
 
 
 @pytest.mark.parametrize("rows", [2, 8])
