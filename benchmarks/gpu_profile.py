@@ -9,6 +9,10 @@ take the most GPU time.
     python3 -m benchmarks.gpu_profile                       # every LSTM row and generation
     python3 -m benchmarks.gpu_profile --only gpu-lstm-t35-b1-h128 --calls 50 --top 12
 
+`--plain` only calls each pass (`--calls` times, the data on the device, no CUDA graphs, so
+that each kernel is a launch of its own), for a profiler outside the process to watch:
+Nsight Compute's `ncu` reads the hardware counters of each launch (`.ci/gpu ncu`).
+
 Needs a CUDA GPU and PyTorch with CUDA; without them, a usage error (exit 2)."""
 from __future__ import annotations
 
@@ -102,6 +106,25 @@ def profile(case: Case, resident: bool, graphs: bool, calls: int, top: int) -> l
     return reports
 
 
+def call_plainly(case: Case, calls: int) -> None:
+    """Each of the case's mdl passes called `calls` times, the data on the device, each
+    kernel launched on its own (MDL_CUDA_GRAPHS=0): what an outside profiler sees."""
+    import torch
+    before = os.environ.get("MDL_CUDA_GRAPHS")
+    os.environ["MDL_CUDA_GRAPHS"] = "0"  # read when the model is made
+    try:
+        bench = setup(case, resident=True)
+    finally:
+        os.environ.pop("MDL_CUDA_GRAPHS")
+        if before is not None:
+            os.environ["MDL_CUDA_GRAPHS"] = before
+    for name, run in bench.passes.items():
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+        print(f"{case.name} {name}: {calls} calls", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_profile",
                                      description=__doc__.split("\n\n")[0])
@@ -110,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                              "lstm generation)")
     parser.add_argument("--calls", type=int, default=20, help="calls timed and profiled")
     parser.add_argument("--top", type=int, default=8, help="activities listed a pass")
+    parser.add_argument("--plain", action="store_true",
+                        help="only call each pass, the data on the device and no CUDA graphs, "
+                             "for ncu to watch (nothing timed or profiled here)")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -127,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m benchmarks.gpu_profile: error: {exc}", file=sys.stderr)
         return 2
     prebuild(chosen, len(os.sched_getaffinity(0)))
+    if args.plain:
+        for case in chosen:
+            call_plainly(case, args.calls)
+        return 0
     for case in chosen:
         for resident, graphs in WAYS:
             for report in profile(case, resident, graphs, args.calls, args.top):
