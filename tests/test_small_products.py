@@ -5,7 +5,8 @@ k that does not split evenly into the kernel's slices (70; 3: one warp; 600: eve
 a block, each slice batches of loads and a rest), n past a tile of 32 columns, and through
 their gradients (x^T dy products of 3 rows, gradients of one parameter used twice), and in
 a recompute loop's steps. Row counts of 1 and 9, and products added into what c holds
-(BLAS's beta = 1: a weight's gradient summed over a loop's steps), take cuBLAS."""
+(BLAS's beta = 1: a weight's gradient summed over a loop's steps), and k past 1024, take
+cuBLAS."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,12 +32,16 @@ model Products(K = 3, N = 70) {
 }
 model Deep(K = 600, N = 40) {
   input x : f32[B, K]
+  input z : f32[B, 1100]
   param w : f32[K, N] = normal(0, 0.05)
   param v : f32[N, K] = normal(0, 0.2)
+  param u : f32[1100, 8] = normal(0, 0.05)
   a = x @ w                      # k = 600: a block's every warp, slices of batches and a rest
   c = tanh(a) @ v                # n = 600: 19 tiles of 32 columns, k = 40
+  d = z @ u                      # k = 1100: deeper than the kernel takes, so cuBLAS
   output c = c
-  output loss = sum(c * c)
+  output d = d
+  output loss = sum(c * c) + sum(d * d)
   minimize loss
 }
 model Steps(H = 3) {
@@ -78,17 +83,18 @@ def test_products_of_a_few_rows_and_their_gradients(module, rows):
 
 @pytest.mark.parametrize("rows", [2, 5, 8])
 def test_products_of_a_few_rows_deep_and_wide(module, rows):
-    x = np.random.default_rng(rows).standard_normal((rows, 600))
+    rng = np.random.default_rng(rows)
+    inputs = {"x": rng.standard_normal((rows, 600)), "z": rng.standard_normal((rows, 1100))}
     model = module.Deep(seed=0)
     params = {k: np.array(v) for k, v in model.params.items()}
-    got = model.forward(x=x, training=True)
+    got = model.forward(**inputs, training=True)
     grads = model.backward()
     graph = check_source(SOURCE, model="Deep", dtype="f64").graph
-    want = interpreter.gradients(graph, {"x": x}, params, training=True)
-    for k in ("c", "loss"):
+    want = interpreter.gradients(graph, inputs, params, training=True)
+    for k in ("c", "d", "loss"):
         np.testing.assert_allclose(np.asarray(got[k]), want.outputs[k], rtol=1e-11,
                                    atol=1e-12, err_msg=k)
-    for k in ("w", "v"):
+    for k in ("w", "v", "u"):
         np.testing.assert_allclose(np.asarray(grads[k]), want.params[k], rtol=1e-11,
                                    atol=1e-12, err_msg=k)
 

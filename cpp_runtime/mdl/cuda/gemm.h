@@ -44,19 +44,23 @@ __global__ void scale_kernel(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
 // slices' sums then added in slice order (the same sum every run). b not transposed: its
 // rows are what a warp reads at once; beta 0: c is written, not added to.
 //
-// A slice is at most kSkinnyDepth rows of b, read kSkinnyBatch at a time, all of a batch's
-// loads issued before any is used, so a block has up to 32 warps. With 8 warps a block,
-// each running down its 64 of b's 512 rows a load after another, 4 x 512 times 512 x 2048
-// (an LSTM's product at H=512 in a beam of 4) took 12.5 us on an H200 (4 MB: 0.33 TB/s),
-// 4 x 128 times 128 x 512 took 3.9 us.
+// A slice is kSkinnyDepth rows of b while the block has warps to spare (up to 32), read
+// kSkinnyBatch at a time, all of a batch's loads issued before any is used. With 8 warps
+// a block, each running down its 64 of b's 512 rows a load after another, 4 x 512 times
+// 512 x 2048 (an LSTM's product at H=512 in a beam of 4) took 12.5 us on an H200 (4 MB:
+// 0.33 TB/s), 4 x 128 times 128 x 512 took 3.9 us.
 constexpr int64_t kSkinnyRows = 8;
 constexpr int64_t kSkinnyDepth = 16;
 constexpr int kSkinnyBatch = 8;
 template <class T>  // the most warps a block: their sums take 32 KB of shared memory
 constexpr int kSkinnySlices = int(32 * 1024 / (kSkinnyRows * 32 * sizeof(T)));
+// Deeper products take cuBLAS, which splits k across blocks: here a block is a tile of
+// columns, so a deep and narrow b (k = 16384, n = 64) would be read by 2 blocks.
+constexpr int64_t kSkinnyDeepest = 1024;
 template <class T>
 bool skinny(bool tb, int64_t m, int64_t n, int64_t k, T beta) {
-  return !tb && beta == T(0) && m >= 2 && m <= kSkinnyRows && n * k <= (int64_t(1) << 20);
+  return !tb && beta == T(0) && m >= 2 && m <= kSkinnyRows && k <= kSkinnyDeepest &&
+         n * k <= (int64_t(1) << 20);
 }
 
 // The warps of a block for k products: the fewest (a power of 2) whose slices are at most
