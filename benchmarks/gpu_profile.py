@@ -71,20 +71,26 @@ def summary(title: str, wall_us: list[float], activities: list[Activity], calls:
 WAYS = [(False, True), (True, True), (True, False)]  # (data on the device, CUDA graphs)
 
 
+def made(case: Case, resident: bool, graphs: bool):
+    """The case's mdl passes (benchmarks.mdl_models.setup), its model made with CUDA graphs
+    or without (MDL_CUDA_GRAPHS, read when a model is made)."""
+    before = os.environ.get("MDL_CUDA_GRAPHS")
+    os.environ["MDL_CUDA_GRAPHS"] = "1" if graphs else "0"
+    try:
+        return setup(case, resident=resident)
+    finally:
+        os.environ.pop("MDL_CUDA_GRAPHS")
+        if before is not None:
+            os.environ["MDL_CUDA_GRAPHS"] = before
+
+
 def profile(case: Case, resident: bool, graphs: bool, calls: int, top: int) -> list[str]:
     """The reports of each of the case's mdl passes, called one way."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    before = os.environ.get("MDL_CUDA_GRAPHS")
-    os.environ["MDL_CUDA_GRAPHS"] = "1" if graphs else "0"  # read when the model is made
-    try:
-        bench = setup(case, resident=resident)
-    finally:
-        os.environ.pop("MDL_CUDA_GRAPHS")
-        if before is not None:
-            os.environ["MDL_CUDA_GRAPHS"] = before
+    bench = made(case, resident, graphs)
     how = ("data on the device" if resident else "NumPy in and out") + \
         ("" if graphs else ", no CUDA graphs")
     reports = []
@@ -110,14 +116,7 @@ def call_plainly(case: Case, calls: int) -> None:
     """Each of the case's mdl passes called `calls` times, the data on the device, each
     kernel launched on its own (MDL_CUDA_GRAPHS=0): what an outside profiler sees."""
     import torch
-    before = os.environ.get("MDL_CUDA_GRAPHS")
-    os.environ["MDL_CUDA_GRAPHS"] = "0"  # read when the model is made
-    try:
-        bench = setup(case, resident=True)
-    finally:
-        os.environ.pop("MDL_CUDA_GRAPHS")
-        if before is not None:
-            os.environ["MDL_CUDA_GRAPHS"] = before
+    bench = made(case, resident=True, graphs=False)
     for name, run in bench.passes.items():
         for _ in range(calls):
             run()
