@@ -366,8 +366,11 @@ def test_the_gpu_profile_reads_the_gpus_work_from_the_profilers_events():
         f"    {35.0:9.1f} us  {17.5:6.1f}x  forward_0_k2"]
 
 
-def test_the_gpu_profile_without_a_gpu_says_so():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_profile"], cwd=REPO,
+@pytest.mark.parametrize("args", [[], ["--plain", "--calls", "1", "--only", "beam"]],
+                         ids=["profile", "plain"])
+def test_the_gpu_profile_without_a_gpu_says_so(args):
+    """Both ways (`--plain` is what `.ci/gpu ncu` runs): the usage error, not argparse's."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_profile", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert "no GPU that PyTorch can use" in done.stderr and "Traceback" not in done.stderr
