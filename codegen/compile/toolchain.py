@@ -195,12 +195,13 @@ class EmulatedCudaToolchain(HostToolchain):
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
         host = super().runtime(debug, sanitize, progress)
         sources = [RUNTIME_DIR / CUDA_RUNTIME_SOURCE, *sorted(EMULATOR_SOURCES.glob("*.cpp"))]
+        flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
         device = runtime_object(
             EMULATED_RUNTIME_OBJECT,
             {"product": "emulated cuda runtime", **self.fields(debug, False),
-             **environment_key()},
-            [host_compiler()["path"], *compile_flags(debug),
-             *(f"-I{d}" for d in self.includes()), "-x", "c++"],
+             "flags": flags, **environment_key()},
+            [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()), "-x",
+             "c++"],
             sources, "the mdl emulated cuda runtime", progress)
         return Linked((*host.objects, device), host.includes)
 
