@@ -67,7 +67,11 @@ if(MDL_NATIVE)
 else()
   set(_mdl_arch "")
 endif()
-target_compile_options(mdl_core PRIVATE ${_mdl_arch})
+# Without a build type CMake passes no -O at all: mdl's product kernels, the runtime and
+# each model are then compiled at -O3, as mdl's own builds are (a build type's flags
+# otherwise: -O0 -g for Debug).
+set(_mdl_optimize "$<$<STREQUAL:$<CONFIG>,>:-O3>")
+target_compile_options(mdl_core PRIVATE ${_mdl_arch} ${_mdl_optimize})
 
 add_library(mdl::runtime INTERFACE IMPORTED GLOBAL)
 set_target_properties(mdl::runtime PROPERTIES
@@ -82,6 +86,7 @@ add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/pyth
                                              "${MDL_ROOT}/cpp_runtime/src/checkpoint.cpp"
                                              "${MDL_ROOT}/cpp_runtime/src/host_device.cpp")
 target_link_libraries(mdl_python PUBLIC mdl::runtime pybind11::module)
+target_compile_options(mdl_python PRIVATE ${_mdl_optimize})
 set_target_properties(mdl_python PROPERTIES POSITION_INDEPENDENT_CODE ON
                                             CXX_VISIBILITY_PRESET hidden)
 add_library(mdl::python ALIAS mdl_python)
@@ -127,6 +132,5 @@ function(mdl_add_model)
     VERBATIM)
   pybind11_add_module(${ARG_TARGET} MODULE ${sources})
   target_link_libraries(${ARG_TARGET} PRIVATE mdl::python)
-  # Without a build type CMake passes no -O at all, and a model at -O0 runs many times slower.
-  target_compile_options(${ARG_TARGET} PRIVATE "$<$<STREQUAL:$<CONFIG>,>:-O3>")
+  target_compile_options(${ARG_TARGET} PRIVATE ${_mdl_optimize})  # as mdl_core's
 endfunction()

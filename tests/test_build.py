@@ -448,7 +448,8 @@ def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
 def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     """cmake/mdl.cmake as docs/build.md shows it: mdl_add_model compiles a model into a
     module that imports, runs, and saves a checkpoint (checkpoint.cpp in mdl::python: its
-    module failed to import without it, an undefined write_npz)."""
+    module failed to import without it, an undefined write_npz). With no build type, every
+    file is compiled at -O3 (mdl's product kernels were at CMake's none: -O0)."""
     import ninja
 
     import cmake
@@ -464,6 +465,12 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
                  [bin_dir / "cmake", "--build", build]):
         run = subprocess.run(step, capture_output=True, text=True)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    commands = subprocess.run([Path(ninja.BIN_DIR) / "ninja", "-C", build, "-t", "commands"],
+                              capture_output=True, text=True, check=True).stdout
+    compiles = [line.split() for line in commands.splitlines() if " -c " in line]
+    sources = {Path(c[c.index("-c") + 1]).name for c in compiles}
+    assert {"products.cpp", "python_module.cpp", "module.cpp"} <= sources
+    assert all("-O3" in c for c in compiles), [c[-1] for c in compiles if "-O3" not in c]
     script = ("import numpy as np, tinymod; m = tinymod.Tiny(seed=0); "
               "y = m.forward(x=np.ones((2, 3), np.float32))['y']; "
               f"m.save({str(tmp_path / 'tiny.npz')!r}); print(y.shape)")

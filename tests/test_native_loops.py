@@ -526,7 +526,8 @@ def test_products_of_many_rows_a_step_match_the_reference(source):
     """Per-step products of 130 rows in float32, forward and backward (mdl's kernel on the
     packed weights, small_gemm.h, up to 1024 rows since 2026-11-27; the BLAS's before):
     16 blocks of 8 rows and 2 more, H = 40's 5 panels of 32 columns or 10 of 16."""
-    module = load(source, dtype="f32", name="native_loops_rows", defines={"H": 40})
+    module = load(source, dtype="f32", name="native_loops_rows", defines={"H": 40},
+                  model="Layers")  # this model alone: the file's 23 took 34 s to compile
     graph = check_file(str(source), model="Layers", dtype="f32", defines={"H": 40}).graph
     m = module.Layers(seed=2)
     rng = np.random.default_rng(4)
