@@ -33,7 +33,20 @@ from codegen.targets.cuda import EMULATED_CUDA_TARGET
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = """#include <pybind11/pybind11.h>
+# An extension module in Python's C API: it compiles in a fraction of a second, where one
+# in pybind11 took ten (the cache's tests need a module, not pybind11)...
+TINY = """#include <Python.h>
+static long sum(long a, long b) { return a + b; }
+static PyObject* add(PyObject*, PyObject* args) {
+  long a, b;
+  return PyArg_ParseTuple(args, "ll", &a, &b) ? PyLong_FromLong(sum(a, b)) : nullptr;
+}
+static PyMethodDef methods[] = {{"add", add, METH_VARARGS, nullptr}, {}};
+static PyModuleDef tiny_module = {PyModuleDef_HEAD_INIT, "tiny", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_tiny() { return PyModule_Create(&tiny_module); }
+"""
+# ... but a build killed midway needs one that takes long enough to be caught compiling.
+SLOW_TINY = """#include <pybind11/pybind11.h>
 PYBIND11_MODULE(tiny, m) { m.def("add", [](int a, int b) { return a + b; }); }
 """
 
@@ -483,7 +496,7 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
 def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     """A process killed while compiling leaves a tmp- directory and a released lock; the
     next build of that key clears them and succeeds."""
-    source = TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
+    source = SLOW_TINY.replace("tiny", "killed") + f"// {uuid.uuid4()}\n"
     key = cache_key({"module.cpp": source}, "killed", CPU)
     code = ("from codegen.targets.cpu import CPU; from codegen.compile.extension import build_extension; "
             f"build_extension({{'module.cpp': {source!r}}}, 'killed', CPU)")
