@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/gemm.h"
 #include "mdl/cuda/launch.h"
+#include "mdl/cuda/rows.h"
 #include "mdl/device.h"
 #include "mdl/faults.h"
 
@@ -230,4 +232,15 @@ extern const Device cuda_device = {
     graph_counts,
 };
 
+}  // namespace mdl
+
+// The row kernels and the products every module calls, compiled here once for float and
+// double rather than in each module (mdl/cuda/rows.h, mdl/cuda/gemm.h declare them extern).
+namespace mdl {
+namespace cuda {
+MDL_CUDA_ROWS_OF(, float)
+MDL_CUDA_ROWS_OF(, double)
+MDL_CUDA_GEMM_OF(, float)
+MDL_CUDA_GEMM_OF(, double)
+}  // namespace cuda
 }  // namespace mdl

@@ -138,5 +138,12 @@ void gemm(Context& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha
         "cublas gemm");
 }
 
+// Compiled once, into the cuda runtime object, as the row kernels are (mdl/cuda/rows.h).
+#define MDL_CUDA_GEMM_OF(X, T)                                                              \
+  X template void gemm<T>(Context&, bool, bool, int64_t, int64_t, int64_t, T, const T*,    \
+                          int64_t, const T*, int64_t, T, T*, int64_t);
+MDL_CUDA_GEMM_OF(extern, float)
+MDL_CUDA_GEMM_OF(extern, double)
+
 }  // namespace cuda
 }  // namespace mdl
