@@ -22,7 +22,7 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; from codegen.compile.runtime import GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
@@ -30,9 +30,11 @@ list(GET _mdl_python 2 _mdl_blas_library)
 list(GET _mdl_python 3 _mdl_blas_defines)
 list(GET _mdl_python 4 _mdl_blas_system)
 list(GET _mdl_python 5 _mdl_code_flags)
+list(GET _mdl_python 6 _mdl_glue_flags)
 string(REPLACE "," ";" _mdl_blas_defines "${_mdl_blas_defines}")
 string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
 string(REPLACE "," ";" _mdl_code_flags "${_mdl_code_flags}")
+string(REPLACE "," ";" _mdl_glue_flags "${_mdl_glue_flags}")
 cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
 set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
 find_package(pybind11 CONFIG REQUIRED)
@@ -81,12 +83,17 @@ set_target_properties(mdl::runtime PROPERTIES
   INTERFACE_COMPILE_OPTIONS "${_mdl_code_flags};${_mdl_arch}"
   INTERFACE_COMPILE_FEATURES cxx_std_17)
 
-# Built only when a model needs it.
+# Built only when a model needs it. Its pybind11 glue, python_module.cpp, at what mdl's own
+# builds compile it with (codegen/compile/runtime.py's GLUE_OPTIMIZATION: -O1 and small
+# functions inlined, in two thirds of -O3's time) where the build type leaves it to mdl.
 add_library(mdl_python STATIC EXCLUDE_FROM_ALL "${MDL_ROOT}/cpp_runtime/src/python_module.cpp"
-                                             "${MDL_ROOT}/cpp_runtime/src/checkpoint.cpp"
                                              "${MDL_ROOT}/cpp_runtime/src/host_device.cpp")
 target_link_libraries(mdl_python PUBLIC mdl::runtime pybind11::module)
-target_compile_options(mdl_python PRIVATE ${_mdl_optimize})
+set_source_files_properties("${MDL_ROOT}/cpp_runtime/src/host_device.cpp"
+  TARGET_DIRECTORY mdl_python PROPERTIES COMPILE_OPTIONS "${_mdl_optimize}")
+set_source_files_properties("${MDL_ROOT}/cpp_runtime/src/python_module.cpp"
+  TARGET_DIRECTORY mdl_python PROPERTIES
+  COMPILE_OPTIONS "$<$<STREQUAL:$<CONFIG>,>:${_mdl_glue_flags}>")
 set_target_properties(mdl_python PROPERTIES POSITION_INDEPENDENT_CODE ON
                                             CXX_VISIBILITY_PRESET hidden)
 add_library(mdl::python ALIAS mdl_python)

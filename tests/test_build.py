@@ -157,6 +157,24 @@ def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo,
     assert runtime.runtime_fields(True, False) != runtime.runtime_fields(False, False)
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_runtimes_glue_is_compiled_at_its_own_level(tmp_path, monkeypatch, debug):
+    """python_module.cpp (pybind11's glue) at GLUE_OPTIMIZATION, the rest at the models'
+    -O3; a debug runtime all at -O0 (recorded here, not run)."""
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    commands: list[list[str]] = []
+    monkeypatch.setattr(runtime, "run_commands", lambda work, cmds, *_: commands.extend(cmds))
+    runtime.build_runtime(debug=debug)
+    compiled = {Path(c[c.index("-c") + 1]).as_posix(): c for c in commands if "-c" in c}
+    assert sorted(compiled) == sorted((RUNTIME_DIR / s).as_posix()
+                                      for s in runtime.RUNTIME_SOURCES)
+    for source, command in compiled.items():
+        levels = [f for f in command if f.startswith("-O") or f.startswith("-finline")]
+        glue = source.endswith(runtime.GLUE_SOURCE)
+        assert levels == (["-O0"] if debug else
+                          list(runtime.GLUE_OPTIMIZATION) if glue else ["-O3"]), source
+
+
 # What the runtime object defines once (src/products.cpp: mdl's own product kernels;
 # faults.cpp, call.cpp) and generated code only calls: defined in a header, each model's
 # compile instantiated them again (the char LM's module took 4.1-4.7 s to build, 2.7 s
@@ -362,6 +380,9 @@ def test_the_cmakelists_renders_each_variant():
     debug = render_cmakelists(["module.cpp"], "m", CPU, debug=True)
     assert f"PRIVATE {code} -O0 -g{define}{vector_math})" in debug
     assert "set(CMAKE_BUILD_TYPE Debug)" in debug
+    glue = (f'set_source_files_properties("{RUNTIME_DIR / runtime.GLUE_SOURCE}" TARGET_DIRECTORY '
+            f'm PROPERTIES COMPILE_OPTIONS "{";".join(runtime.GLUE_OPTIMIZATION)}")')
+    assert glue in release and "set_source_files_properties" not in debug
     sanitize = render_cmakelists(["module.cpp"], "m", CPU, sanitize=True)
     assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{define}{vector_math})" \
         in sanitize
@@ -460,9 +481,10 @@ def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
 
 def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     """cmake/mdl.cmake as docs/build.md shows it: mdl_add_model compiles a model into a
-    module that imports, runs, and saves a checkpoint (checkpoint.cpp in mdl::python: its
-    module failed to import without it, an undefined write_npz). With no build type, every
-    file is compiled at -O3 (mdl's product kernels were at CMake's none: -O0)."""
+    module that imports, runs, and saves a checkpoint (write_npz: a module failed to import
+    without it when it was a file mdl::python did not compile). With no build type, every
+    file is compiled at -O3 (mdl's product kernels were at CMake's none: -O0), but the
+    pybind11 glue, at what mdl's own builds give it (GLUE_OPTIMIZATION)."""
     import ninja
 
     import cmake
@@ -480,10 +502,14 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     commands = subprocess.run([Path(ninja.BIN_DIR) / "ninja", "-C", build, "-t", "commands"],
                               capture_output=True, text=True, check=True).stdout
-    compiles = [line.split() for line in commands.splitlines() if " -c " in line]
-    sources = {Path(c[c.index("-c") + 1]).name for c in compiles}
-    assert {"products.cpp", "python_module.cpp", "module.cpp"} <= sources
-    assert all("-O3" in c for c in compiles), [c[-1] for c in compiles if "-O3" not in c]
+    compiles = {Path(c[c.index("-c") + 1]).name: c for c in
+                (line.split() for line in commands.splitlines() if " -c " in line)}
+    assert {"products.cpp", "python_module.cpp", "module.cpp"} <= compiles.keys()
+    glue = compiles.pop(Path(runtime.GLUE_SOURCE).name)
+    assert [f for f in glue if f.startswith("-O")] == [runtime.GLUE_OPTIMIZATION[0]], glue
+    assert set(runtime.GLUE_OPTIMIZATION) <= set(glue)
+    assert all("-O3" in c for c in compiles.values()), \
+        [name for name, c in compiles.items() if "-O3" not in c]
     script = ("import numpy as np, tinymod; m = tinymod.Tiny(seed=0); "
               "y = m.forward(x=np.ones((2, 3), np.float32))['y']; "
               f"m.save({str(tmp_path / 'tiny.npz')!r}); print(y.shape)")

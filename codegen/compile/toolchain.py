@@ -152,8 +152,8 @@ class NvccToolchain(Toolchain):
         device = runtime_object(
             CUDA_RUNTIME_OBJECT,
             {"product": "cuda runtime", **self.fields(debug, False), **environment_key()},
-            [toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
-            [RUNTIME_DIR / CUDA_RUNTIME_SOURCE], "the mdl cuda runtime", progress)
+            [([toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
+              RUNTIME_DIR / CUDA_RUNTIME_SOURCE)], "the mdl cuda runtime", progress)
         return Linked((host.object, device))
 
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
@@ -196,13 +196,14 @@ class EmulatedCudaToolchain(HostToolchain):
         host = super().runtime(debug, sanitize, progress)
         sources = [RUNTIME_DIR / CUDA_RUNTIME_SOURCE, *sorted(EMULATOR_SOURCES.glob("*.cpp"))]
         flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
+        compiler = [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()),
+                    "-x", "c++"]
         device = runtime_object(
             EMULATED_RUNTIME_OBJECT,
             {"product": "emulated cuda runtime", **self.fields(debug, False),
              "flags": flags, **environment_key()},
-            [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()), "-x",
-             "c++"],
-            sources, "the mdl emulated cuda runtime", progress)
+            [(compiler, source) for source in sources], "the mdl emulated cuda runtime",
+            progress)
         return Linked((*host.objects, device), host.includes)
 
     def flags(self, debug: bool, sanitize: bool) -> list[str]:

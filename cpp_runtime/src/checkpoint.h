@@ -21,20 +21,13 @@
 #include "mdl/device.h"
 #include "mdl/model.h"
 #include "mdl/optimizer.h"
+#include "npz.h"
 
 namespace mdl {
 
 namespace py = pybind11;
 
 constexpr const char* CHECKPOINT_FORMAT = "mdl checkpoint 1";
-
-// Writes `arrays` to `path` so that a crash leaves either the old file or the new one: into
-// a temporary file in the same directory, flushed to disk, then renamed over `path`.
-void write_npz(py::handle path, const py::dict& arrays);
-
-// Every array of the .npz at `path`, read in full so that a damaged member shows now. A file
-// that is not a readable .npz is a ValueError naming it; a missing one, FileNotFoundError.
-py::dict read_npz(py::handle path);
 
 // The optimizer's numeric options, by their names in a checkpoint and in set_optimizer.
 struct OptionField {

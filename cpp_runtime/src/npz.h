@@ -1,13 +1,20 @@
 // Checkpoint files: written atomically, read in full, through NumPy's .npz format.
-#include "checkpoint.h"
+// Defined inline, and so compiled in python_module.cpp's unit, the only one that includes
+// it (through checkpoint.h): in a unit of their own these two functions parsed and
+// instantiated pybind11 again, 13 s of the runtime's build (docs/build.md).
+#pragma once
+
+#include <pybind11/pybind11.h>
 
 #include <string>
 
 namespace mdl {
 
-using namespace pybind11::literals;
+namespace py = pybind11;
 
-void write_npz(py::handle path, const py::dict& arrays) {
+// Writes `arrays` to `path` so that a crash leaves either the old file or the new one: into
+// a temporary file in the same directory, flushed to disk, then renamed over `path`.
+inline void write_npz(py::handle path, const py::dict& arrays) {
   py::module_ os = py::module_::import("os"), np = py::module_::import("numpy");
   py::object os_path = os.attr("path");
   py::object full = os_path.attr("abspath")(os.attr("fspath")(path));
@@ -18,7 +25,8 @@ void write_npz(py::handle path, const py::dict& arrays) {
   if (py::cast<bool>(os_path.attr("exists")(full)))
     mode = py::cast<int>(os.attr("stat")(full).attr("st_mode")) & 07777;
   py::tuple made = py::module_::import("tempfile").attr("mkstemp")(
-      "dir"_a = dir, "prefix"_a = py::str(".{}.").format(base), "suffix"_a = ".tmp");
+      py::arg("dir") = dir, py::arg("prefix") = py::str(".{}.").format(base),
+      py::arg("suffix") = ".tmp");
   py::object fd = made[0], temporary = made[1];
   try {
     py::object file = os.attr("fdopen")(fd, "wb");
@@ -49,7 +57,9 @@ void write_npz(py::handle path, const py::dict& arrays) {
   os.attr("close")(dir_fd);
 }
 
-py::dict read_npz(py::handle path) {
+// Every array of the .npz at `path`, read in full so that a damaged member shows now. A file
+// that is not a readable .npz is a ValueError naming it; a missing one, FileNotFoundError.
+inline py::dict read_npz(py::handle path) {
   py::module_ np = py::module_::import("numpy");
   py::object name = py::module_::import("os").attr("fspath")(path);
   py::dict out;
@@ -61,7 +71,7 @@ py::dict read_npz(py::handle path) {
     throw py::value_error(py::cast<std::string>(name) + ": not a checkpoint (" +
                           (py::len(head) ? "not an .npz archive" : "the file is empty") + ")");
   try {
-    py::object archive = np.attr("load")(name, "allow_pickle"_a = false);
+    py::object archive = np.attr("load")(name, py::arg("allow_pickle") = false);
     try {
       for (py::handle key : archive.attr("files")) out[key] = archive[key];
     } catch (...) {
