@@ -21,7 +21,8 @@ RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp",  # relative t
 # The Python face: pybind11 glue that runs once a call, around the model's code, and is
 # most of the runtime's build. At -O1 with small functions inlined it compiles in 30 s
 # instead of 47 at -O3 (one Zen 3 core), and a call takes what it took within 2-4% (0.1
-# us); -O1 alone was 10% slower (docs/build.md, "A runtime compiled once").
+# us); -O1 alone was 10% slower (docs/build.md, "A runtime compiled once"). Clang ignores
+# the second flag.
 GLUE_SOURCE = "src/python_module.cpp"
 GLUE_OPTIMIZATION = ("-O1", "-finline-small-functions")
 RUNTIME_OBJECT = "mdl_runtime.o"
