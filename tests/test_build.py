@@ -157,13 +157,25 @@ def test_the_runtime_is_built_once_and_linked_into_every_module(tiny, blas_demo,
     assert runtime.runtime_fields(True, False) != runtime.runtime_fields(False, False)
 
 
+def _recorded(monkeypatch) -> list[list[str]]:
+    """The compiler commands of the runtime's builds, not run: each makes an empty file of
+    the output it names."""
+    commands: list[list[str]] = []
+
+    def record(work, cmds, *_):
+        for command in cmds:
+            commands.append(command)
+            Path(command[command.index("-o") + 1]).touch()
+    monkeypatch.setattr(runtime, "run_commands", record)
+    return commands
+
+
 @pytest.mark.parametrize("debug", [False, True])
 def test_the_runtimes_glue_is_compiled_at_its_own_level(tmp_path, monkeypatch, debug):
-    """python_module.cpp (pybind11's glue) at GLUE_OPTIMIZATION, the rest at the models'
-    -O3; a debug runtime all at -O0 (recorded here, not run)."""
+    """python_module.cpp (pybind11's glue) at GLUE_OPTIMIZATION, without the BLAS's
+    defines and headers; the rest at the models' -O3; a debug runtime all at -O0."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
-    commands: list[list[str]] = []
-    monkeypatch.setattr(runtime, "run_commands", lambda work, cmds, *_: commands.extend(cmds))
+    commands = _recorded(monkeypatch)
     runtime.build_runtime(debug=debug)
     compiled = {Path(c[c.index("-c") + 1]).as_posix(): c for c in commands if "-c" in c}
     assert sorted(compiled) == sorted((RUNTIME_DIR / s).as_posix()
@@ -173,6 +185,41 @@ def test_the_runtimes_glue_is_compiled_at_its_own_level(tmp_path, monkeypatch, d
         glue = source.endswith(runtime.GLUE_SOURCE)
         assert levels == (["-O0"] if debug else
                           list(runtime.GLUE_OPTIMIZATION) if glue else ["-O3"]), source
+        has_blas = [f"-I{blas().include_dir}", *blas().defines]
+        assert all((f in command) != glue for f in has_blas), source
+
+
+def test_one_glue_serves_every_blas(tmp_path, monkeypatch):
+    """The glue's object is cached on its own, keyed without the BLAS: a runtime for
+    another BLAS variant compiles the rest and links that object (python_module.cpp
+    includes no BLAS header: its includes are followed here)."""
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    commands = _recorded(monkeypatch)
+    first = runtime.build_runtime()
+    assert any(c[-1].endswith("python_module.o") for c in commands)
+    glue = tmp_path / cache.digest(runtime.glue_fields(False, False)) / runtime.GLUE_OBJECT
+    assert glue.is_file() and str(glue) in commands[-1]  # linked into the runtime object
+    commands.clear()
+    monkeypatch.setenv("MDL_SMALL_PRODUCTS", "blas")
+    blas_module.blas.cache_clear()
+    try:
+        other = runtime.build_runtime()
+    finally:
+        monkeypatch.undo()
+        blas_module.blas.cache_clear()
+    assert other.object != first.object
+    assert not any(c[-1].endswith("python_module.o") for c in commands)
+    assert str(glue) in commands[-1]
+    seen, todo = set(), [RUNTIME_DIR / runtime.GLUE_SOURCE]
+    while todo:
+        path = todo.pop()
+        for name in re.findall(r'^#include "([^"]+)"', path.read_text(), re.M):
+            found = next((d / name for d in (path.parent, RUNTIME_DIR) if (d / name).is_file()))
+            if found not in seen:
+                seen.add(found)
+                todo.append(found)
+    names = {p.relative_to(RUNTIME_DIR).as_posix() for p in seen}
+    assert "mdl/module.h" in names and not names & {"mdl/blas.h", "mdl/runtime.h"}, names
 
 
 # What the runtime object defines once (src/products.cpp: mdl's own product kernels;
@@ -601,8 +648,7 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
     """cuda_device.cu and every source of the emulator, compiled as the generated code is,
     then linked into mdl_emulated_cuda.o (recorded here, not run)."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
-    commands: list[list[str]] = []
-    monkeypatch.setattr(runtime, "run_commands", lambda work, cmds, *_: commands.extend(cmds))
+    commands = _recorded(monkeypatch)
     linked = EMULATED_CUDA.runtime(False, False, False)
     assert [p.name for p in linked.objects] == ["mdl_runtime.o", "mdl_emulated_cuda.o"]
     assert linked.includes == (linked.objects[0].parent / runtime.PRECOMPILED,)

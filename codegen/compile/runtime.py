@@ -6,25 +6,30 @@ measurements behind this). `runtime_object` also builds the further runtime obje
 toolchain links (codegen/compile/toolchain.py)."""
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.paths import RUNTIME_DIR
-from .cache import cached, digest, write_key
+from .blas import blas
+from .cache import cache_dir, cached, digest, write_key
 from .commands import run_commands
 from .environment import environment_key
 from .flags import compile_flags, host_compiler, include_dirs
 
-RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp",  # relative to RUNTIME_DIR
-                   "src/products.cpp", "src/faults.cpp", "src/call.cpp")
+# relative to RUNTIME_DIR
+RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp", "src/products.cpp",
+                   "src/faults.cpp", "src/call.cpp")
 # The Python face: pybind11 glue that runs once a call, around the model's code, and is
 # most of the runtime's build. At -O1 with small functions inlined it compiles in 30 s
 # instead of 47 at -O3 (one Zen 3 core), and a call takes what it took within 2-4% (0.1
 # us); -O1 alone was 10% slower (docs/build.md, "A runtime compiled once"). Clang ignores
-# the second flag.
+# the second flag. It includes no BLAS header (src/blas_control.h), so its object, cached
+# on its own as GLUE_OBJECT, is one for every BLAS and set of product kernels.
 GLUE_SOURCE = "src/python_module.cpp"
 GLUE_OPTIMIZATION = ("-O1", "-finline-small-functions")
+GLUE_OBJECT = "mdl_glue.o"
 RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
 PRECOMPILED = "precompiled"
@@ -42,42 +47,66 @@ class Runtime:
 
 def build_runtime(*, debug: bool = False, sanitize: bool = False,
                   progress: bool = False) -> Runtime:
-    """The runtime for these flags, compiled once per cache."""
+    """The runtime for these flags, compiled once per cache. The glue's object, the same
+    for every BLAS, comes from its own cache entry; where that is not built yet, it is
+    compiled side by side with the rest and then cached there too."""
     compiler = [host_compiler()["path"], *compile_flags(debug, sanitize),
                 *(f"-I{d}" for d in include_dirs())]
-    glue = glue_flags(compiler)
+    glue = glue_fields(debug, sanitize)
+    cached_glue = cache_dir() / digest(glue) / GLUE_OBJECT
 
     def precompile(work: Path) -> list[list[str]]:
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
         return [[*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
                  "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]]
-    built = runtime_object(RUNTIME_OBJECT, runtime_fields(debug, sanitize),
-                           [(glue if source == GLUE_SOURCE else compiler, RUNTIME_DIR / source)
-                            for source in RUNTIME_SOURCES],
-                           "the mdl runtime", progress, precompile)
+
+    def keep_glue(objects: list[Path]) -> list[Path]:
+        """The glue's object, from `objects` (compiled here) or its cache entry."""
+        if not cached_glue.is_file():
+            compiled = next(o for o in objects if o.stem == Path(GLUE_SOURCE).stem)
+
+            def copy(work: Path, final: Path) -> None:
+                write_key(work, glue)
+                shutil.copyfile(compiled, work / GLUE_OBJECT)
+            cached(digest(glue), GLUE_OBJECT, copy)
+        return [o for o in objects if o.stem != Path(GLUE_SOURCE).stem] + [cached_glue]
+
+    units = [] if cached_glue.is_file() else [(glue["command"], RUNTIME_DIR / GLUE_SOURCE)]
+    units += [(compiler, RUNTIME_DIR / source) for source in RUNTIME_SOURCES
+              if source != GLUE_SOURCE]
+    built = runtime_object(RUNTIME_OBJECT, runtime_fields(debug, sanitize), units,
+                           "the mdl runtime", progress, precompile, keep_glue)
     return Runtime(built, built.parent / PRECOMPILED)
 
 
-def glue_flags(flags: list[str]) -> list[str]:
-    """`flags` with -O3 made GLUE_OPTIMIZATION: what GLUE_SOURCE is compiled with (a debug
-    build's -O0 stays)."""
-    return [f for flag in flags for f in (GLUE_OPTIMIZATION if flag == "-O3" else (flag,))]
+def glue_fields(debug: bool, sanitize: bool) -> dict:
+    """The glue's cache key: its command, the models' flags with -O3 made
+    GLUE_OPTIMIZATION (a debug build's -O0 stays) and without the BLAS's defines and
+    headers, and the environment but the BLAS."""
+    flags = [f for flag in compile_flags(debug, sanitize) if flag not in blas().defines
+             for f in (GLUE_OPTIMIZATION if flag == "-O3" else (flag,))]
+    dirs = [d for d in include_dirs() if d != blas().include_dir]
+    return {"product": "glue",
+            "command": [host_compiler()["path"], *flags, *(f"-I{d}" for d in dirs)],
+            **{k: v for k, v in environment_key().items() if k != "blas"}}
 
 
 def runtime_fields(debug: bool, sanitize: bool) -> dict:
     """What the key of the runtime for these flags hashes."""
-    flags = compile_flags(debug, sanitize)
-    return {"product": "runtime", "flags": flags, "glue_flags": glue_flags(flags),
-            **environment_key()}
+    return {"product": "runtime", "flags": compile_flags(debug, sanitize),
+            "glue": glue_fields(debug, sanitize), **environment_key()}
 
 
 def runtime_object(product: str, fields: dict, units: list[tuple[list[str], Path]],
                    what: str, progress: bool,
-                   beside: Callable[[Path], list[list[str]]] = lambda work: []) -> Path:
+                   beside: Callable[[Path], list[list[str]]] = lambda work: [],
+                   linked: Callable[[list[Path]], list[Path]] = lambda objects: objects
+                   ) -> Path:
     """`product`, compiled once per cache for `fields` (their "product" names it): each of
     `units`, a compiler (a command up to its input file) and a source, compiled side by
-    side with the commands `beside(work)` returns, then all linked into one relocatable
-    object, so that a model's link names a single file for them."""
+    side with the commands `beside(work)` returns, then the objects `linked` makes of
+    theirs linked into one relocatable object, so that a model's link names a single
+    file for them."""
     def make(work: Path, final: Path) -> None:
         write_key(work, fields)
         objects = [work / (source.stem + ".o") for _, source in units]
@@ -85,6 +114,7 @@ def runtime_object(product: str, fields: dict, units: list[tuple[list[str], Path
                               for (compiler, source), obj in zip(units, objects)),
                             *beside(work)],
                      f"building {what} (once per cache)", progress)
-        run_commands(work, [[host_compiler()["path"], "-r", "-nostdlib", *map(str, objects),
-                             "-o", str(work / product)]], f"linking {what}", progress)
+        run_commands(work, [[host_compiler()["path"], "-r", "-nostdlib",
+                             *map(str, linked(objects)), "-o", str(work / product)]],
+                     f"linking {what}", progress)
     return cached(digest(fields), product, make)

@@ -1,7 +1,8 @@
 // What a generated model hands the runtime: its tables (`ModelSpec`) and its functions,
 // which work on a `State` and a `Call`. Generated code and the runtime library (compiled
 // once, src/python_module.cpp) both include this header; it knows nothing of Python, so
-// a model's build never parses pybind11.
+// a model's build never parses pybind11, nor of the BLAS (mdl/runtime.h), so that the
+// Python face is compiled once for every BLAS.
 #pragma once
 
 #include <chrono>
@@ -13,8 +14,9 @@
 
 #include "mdl/arena.h"
 #include "mdl/device.h"
+#include "mdl/error.h"
+#include "mdl/init.h"
 #include "mdl/result_pool.h"
-#include "mdl/runtime.h"
 
 namespace mdl {
 

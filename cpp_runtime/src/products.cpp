@@ -1,11 +1,22 @@
 // mdl's own product kernels (mdl/small_gemm.h, mdl/row_gemm.h), compiled once into the
 // runtime object: the entry points blas.h's products call. Their templates stay in the
 // headers, where a model's compile parses them (from the precompiled header) but
-// instantiates none.
+// instantiates none. Also the BLAS's threads as the Python face sets them (blas_control.h).
+#include "blas_control.h"
+#include "mdl/blas.h"
 #include "mdl/row_gemm.h"
 #include "mdl/small_gemm.h"
 
 namespace mdl {
+
+namespace blas_control {
+
+void init() { blas_init(); }
+int threads() { return blas_threads(); }
+void set_threads(int n) { set_blas_threads(n); }
+bool forked_after_threads() { return mdl::forked_after_threads(); }
+
+}  // namespace blas_control
 
 namespace small_gemm {
 

@@ -12,7 +12,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "mdl/python.h"
+#include "blas_control.h"
+#include "mdl/module.h"
 #include "model_object.h"
 
 namespace mdl {
@@ -210,7 +211,7 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
         PyErr_SetString(PyExc_IndexError, e.what());
       }
     });
-    static const bool blas_ready = (blas_init(), true);  // before any product
+    static const bool blas_ready = (blas_control::init(), true);  // before any product
     (void)blas_ready;
     m.def("set_num_threads", [](py::handle count) {
       uint64_t requested = count_argument(count, "set_num_threads(n): n");
@@ -218,17 +219,18 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
         throw py::value_error("set_num_threads(n) needs 1 <= n <= 1024, got " +
                               std::to_string(requested));
       int n = static_cast<int>(requested);
-      if (n > 1 && forked_after_threads())
+      if (n > 1 && blas_control::forked_after_threads())
         throw std::runtime_error(
             "set_num_threads(" + std::to_string(n) + "): this process was forked after mdl's "
             "threads had started, and OpenMP cannot start threads again in a forked child, so "
             "its products run on one thread; start worker processes with multiprocessing's "
             "'spawn' or 'forkserver' method to give them threads");
-      set_blas_threads(n);
+      blas_control::set_threads(n);
     }, py::arg("n"), "set_num_threads(n: int) -> None\n\nThreads the matrix products of "
        "every mdl model in this process may use.");
-    m.def("get_num_threads", &blas_threads, "get_num_threads() -> int\n\nThreads the matrix "
-          "products of every mdl model in this process may use.");
+    m.def("get_num_threads", &blas_control::threads,
+          "get_num_threads() -> int\n\nThreads the matrix products of every mdl model in "
+          "this process may use.");
     bind_device_array(m);
     py::object base = bind_base<T>(m);
     for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
