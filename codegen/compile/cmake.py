@@ -15,7 +15,7 @@ from .blas import blas
 from .cuda_toolkit import toolkit
 from .extension import compiled
 from .flags import LANGUAGE_FLAGS, SANITIZE_FLAGS, compile_flags, libmvec
-from .runtime import CUDA_RUNTIME_SOURCE, GLUE_OPTIMIZATION, GLUE_SOURCE, RUNTIME_SOURCES
+from .runtime import CUDA_RUNTIME_SOURCE, GLUE_SOURCE, RUNTIME_SOURCES, glue_level
 
 if TYPE_CHECKING:
     from ..backend.target import Target
@@ -38,7 +38,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         # the runtime's pybind11 glue as mdl's own builds compile it (runtime.py), where
         # those are -O3: its flags come after the target's, and the last -O wins
         "glue": str(RUNTIME_DIR / GLUE_SOURCE),
-        "glue_flags": list(GLUE_OPTIMIZATION) if "-O3" in cxx_flags else [],
+        "glue_flags": [f for f in glue_level(cxx_flags) if f not in cxx_flags],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
         "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
         "libraries": [str(blas().library), *blas().system_libraries,

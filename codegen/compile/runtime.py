@@ -83,12 +83,18 @@ def glue_fields(debug: bool, sanitize: bool) -> dict:
     """The glue's cache key: its command, the models' flags with -O3 made
     GLUE_OPTIMIZATION (a debug build's -O0 stays) and without the BLAS's defines and
     headers, and the environment but the BLAS."""
-    flags = [f for flag in compile_flags(debug, sanitize) if flag not in blas().defines
-             for f in (GLUE_OPTIMIZATION if flag == "-O3" else (flag,))]
+    flags = glue_level([f for f in compile_flags(debug, sanitize)
+                        if f not in blas().defines])
     dirs = [d for d in include_dirs() if d != blas().include_dir]
     return {"product": "glue",
             "command": [host_compiler()["path"], *flags, *(f"-I{d}" for d in dirs)],
             **{k: v for k, v in environment_key().items() if k != "blas"}}
+
+
+def glue_level(flags: list[str]) -> list[str]:
+    """`flags` with -O3 made GLUE_OPTIMIZATION (a debug build's -O0 stays): the glue's
+    level wherever it is compiled (here, mdl.cmake, an emitted CMakeLists.txt)."""
+    return [f for flag in flags for f in (GLUE_OPTIMIZATION if flag == "-O3" else (flag,))]
 
 
 def runtime_fields(debug: bool, sanitize: bool) -> dict:
