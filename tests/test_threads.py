@@ -151,6 +151,26 @@ def test_a_process_forked_after_the_threads_started_runs_on_one_thread(wide, thr
     assert wide.get_num_threads() == 2
 
 
+def test_a_loop_split_over_the_threads_is_generated_once(tmp_path):
+    """A loop that may run on the threads or on one is one lambda of the split loop's range
+    (kept out of line: MDL_NOINLINE) that the threads' region and the one-thread way both
+    call; two copies of it made a quarter to two fifths of a model's compile
+    (docs/build.md)."""
+    path = tmp_path / "wide.mdl"
+    path.write_text(WIDE)
+    _, files = sources(path, "wide", BuildOptions())
+    code = files["module.cpp"]
+    parts = re.findall(r"const auto (part\d+) = \[=, &m, &c\]\(const int64_t \w+, "
+                       r"const int64_t \w+\) MDL_NOINLINE \{", code)
+    assert len(parts) >= 3  # z's loop; the step's tanh, forward and backward
+    # each called twice (names are a function's own: one may recur in the next)
+    assert all(code.count(f" {p}(") == 2 * code.count(f"auto {p} =") for p in parts)
+    regions = re.findall(r"#pragma omp parallel num_threads\(team\)\n( *)\{\n(.*?)\n\1\}",
+                         code, re.S)
+    assert len(regions) == len(parts)
+    assert not any("for (" in body for _, body in regions)
+
+
 # Products that read none of each other's results run together (codegen/backend/
 # products.py, mdl::gemm_together): with mdl's kernels split over the threads when there are
 # at least 2^16 multiply-adds and at most 8 rows each. t dies at its product, and the other

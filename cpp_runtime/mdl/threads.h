@@ -10,6 +10,11 @@
 
 #include "mdl/denormals.h"
 
+// A fused loop that runs either on the threads or on one is generated once, as a lambda
+// both ways call (codegen/targets/cpu.py): kept out of line, so that the compiler does not
+// copy it back into each.
+#define MDL_NOINLINE __attribute__((noinline))
+
 namespace mdl {
 
 // Whether this module opened a parallel region (a product or a loop on more than one
