@@ -43,12 +43,10 @@ def loop_body(function: str) -> str:
 
 
 def count_loops(text: str) -> int:
-    """The loops one thread runs: a large loop's copy for the threads
-    (codegen/targets/cpu.py's split, `if (const int team = ...) {...} else`) is not
-    counted, its one-thread copy is."""
-    one_thread = re.sub(r"if \(const int team = .*?\n(\s*)\} else \{", "{", text,
-                        flags=re.S)
-    return len(re.findall(r"for \(int64_t i\d+ = 0;", one_thread))
+    """The loops in `text`: a large loop that may run on the threads is there once, in the
+    lambda that the threads and the one-thread way both call (codegen/targets/cpu.py), its
+    split loop running from the lambda's `begin`."""
+    return len(re.findall(r"for \(int64_t i\d+ = (?:0|begin\d+);", text))
 
 
 @pytest.fixture(scope="module")
