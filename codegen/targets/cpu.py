@@ -234,14 +234,14 @@ class CpuTarget(Target):
         r.emit("{")
         r.depth += 1
         r.emit("mdl::flush_denormals();")
-        share = r.fresh("share")
+        share, extent = r.fresh("share"), r.dim(nest.dims[split])
         align = SHARE_ALIGN if split == len(nest.dims) - 1 else 1
-        r.emit(f"const mdl::Share {share}({r.dim(nest.dims[split])}, {align});")
+        r.emit(f"const mdl::Share {share}({extent}, {align});")
         r.emit(f"{part}({share}.begin, {share}.end);")
         r.close()
         r.close(" else {")
         r.depth += 1
-        r.emit(f"{part}(0, {r.dim(nest.dims[split])});")
+        r.emit(f"{part}(0, {extent});")
         r.close()
 
     def _loops(self, r, nest, body, sums: dict | None, bounds: tuple[str, str] | None,
