@@ -292,11 +292,12 @@ def cmd_emit(args) -> int:
     name = module_name_for(args.file, args.name)
     _, files = sources(args.file, name, options)
     chosen = target(args.target, args.emulate)
-    main = compiled(files)
-    parts = part_files(main[0], files[main[0]], build_jobs(), chosen.toolchain.part_bytes) \
-        if len(main) == 1 else {}
+    others = [n for n in compiled(files) if n != chosen.source]  # a GPU target's kernels
+    parts = part_files(chosen.source, files[chosen.source],
+                       max(1, build_jobs() - len(others)), chosen.toolchain.part_bytes)
     files.update(parts)   # the CMake project compiles the parts, or else the source whole
-    files["CMakeLists.txt"] = render_cmakelists(list(parts) or list(files), name, chosen)
+    files["CMakeLists.txt"] = render_cmakelists([*parts, *others] if parts else list(files),
+                                                name, chosen)
     out = _output_folder(args.out)
     with writing(out):
         for file_name, text in files.items():

@@ -626,14 +626,14 @@ def test_the_emulated_toolchain_compiles_the_generated_cuda_as_cpp(debug, optimi
     headers first; the runtime and the emulated device linked."""
     linked = Linked((Path("/c/mdl_runtime.o"), Path("/c/mdl_emulated_cuda.o")),
                     (Path("/c/precompiled"),))
-    command = EMULATED_CUDA.compile("/w/src/module.cu", [], linked, Path("/w/part0.o"),
+    command = EMULATED_CUDA.compile("/w/src/kernels.cu", [], linked, Path("/w/part0.o"),
                                     Path("/final"), debug, False)
     assert command[0] == flags.host_compiler()["path"]  # no nvcc
     host = [optimize if flag == "-O3" else flag for flag in flags.compile_flags(debug)]
     assert command[1:1 + len(host)] == host
     assert optimize in command and "-O3" not in command and ("-g" in command) == debug
     assert _includes(command)[:3] == [EMULATED, "/c/precompiled", str(RUNTIME_DIR)]
-    assert command[-6:] == ["-c", "-x", "c++", "/w/src/module.cu", "-o", "/w/part0.o"]
+    assert command[-6:] == ["-c", "-x", "c++", "/w/src/kernels.cu", "-o", "/w/part0.o"]
     link = EMULATED_CUDA.link([Path("/w/part0.o")], linked, Path("/w/m.so"), debug, False)
     assert link[0] == flags.host_compiler()["path"] and "-shared" in link
     objects = link.index("/w/part0.o")

@@ -100,10 +100,14 @@ def test_the_cli_builds_and_emits_for_cuda(tmp_path, cuda_modules, gpu):
                 str(tmp_path / "emitted"))
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "emitted").iterdir()) == [
-        "CMakeLists.txt", "module.cu", "towers.pyi"]
+        "CMakeLists.txt", "kernels.cu", "module.cpp", "towers.pyi"]
     cmake = (tmp_path / "emitted" / "CMakeLists.txt").read_text()
     assert "LANGUAGES CXX CUDA" in cmake and "cuda_device.cu" in cmake
-    assert "__global__" in (tmp_path / "emitted" / "module.cu").read_text()
+    # the kernels in kernels.cu; module.cpp, plain C++, declares and launches them
+    kernels = (tmp_path / "emitted" / "kernels.cu").read_text()
+    host = (tmp_path / "emitted" / "module.cpp").read_text()
+    assert "__global__" in kernels and "__global__" not in host
+    assert "void infer_0_k0(" in host and "mdl::cuda::launch(infer_0_k0," in host
 
 
 def test_gradcheck_on_cuda(cuda_modules, gpu):
@@ -154,20 +158,56 @@ def test_nvcc_builds_have_keys_of_their_own():
 
 
 def test_nvcc_builds_a_module_in_parts_and_links_them(monkeypatch, gpu):
-    """nvcc compiles each part with its own kernels (no relocatable device code: a part
-    launches only kernels it defines) and links the parts into a module whose models are
-    made, on a GPU, or refused for the want of one (codegen/compile/parts.py)."""
+    """The C++ compiler compiles module.cpp in parts beside nvcc's kernels.cu, each part
+    launching kernels of that other object (no relocatable device code: a launch names a
+    kernel by its host stub's address), and the objects link into a module whose models
+    are made, on a GPU, or refused for the want of one (codegen/compile/parts.py)."""
+    from codegen.compile.cuda_toolkit import toolkit
+    from codegen.compile.flags import host_compiler
     from codegen.compile.toolchain import NVCC
     from codegen.pipeline import load
-    monkeypatch.setenv("MDL_BUILD_JOBS", "2")
+    monkeypatch.setenv("MDL_BUILD_JOBS", "3")  # a core for kernels.cu, two for the parts
     monkeypatch.setattr(type(NVCC), "part_bytes", 1)  # every unit worth a part
     module = load(EXAMPLES / "gru.mdl", name="gru_nvcc_parts", target="cuda")
-    assert (Path(module.__file__).parent / "build.log").read_text().count("-DMDL_SPLIT") == 2
+    log = (Path(module.__file__).parent / "build.log").read_text().splitlines()
+    parts = [line for line in log if "-DMDL_SPLIT" in line]
+    assert len(parts) == 2
+    assert all(line.startswith(host_compiler()["path"]) for line in parts)
+    assert sum(line.startswith(toolkit().nvcc) and "kernels.cu -o" in line
+               for line in log) == 1
     if gpu:
         module.GRUClassifier(seed=0)
     else:
         with pytest.raises(RuntimeError, match=f"^{NO_DEVICE}"):
             module.GRUClassifier(seed=0)
+
+
+def test_the_kernels_go_to_nvcc_and_the_host_code_to_the_cpp_compiler():
+    """A module's two halves (docs/build.md, "The cuda target's two halves"): kernels.cu by
+    nvcc for the GPU's architectures, its host side (the kernels' stubs) at -O0; module.cpp
+    by the C++ compiler with the cpu target's flags, the precompiled header found first and
+    CUDA's headers after the runtime's."""
+    from codegen.backend.paths import RUNTIME_DIR
+    from codegen.compile import flags
+    from codegen.compile.cuda_toolkit import toolkit
+    from codegen.compile.toolchain import NVCC, Linked
+    linked = Linked((Path("/c/mdl_runtime.o"), Path("/c/mdl_cuda_runtime.o")),
+                    (Path("/c/precompiled"),))
+    host = NVCC.compile("/w/src/module.cpp", ["-DMDL_SPLIT", "-DMDL_IN_0"], linked,
+                        Path("/w/part0.o"), Path("/final"), False, False)
+    assert host[0] == flags.host_compiler()["path"]
+    assert host[1:1 + len(flags.compile_flags())] == flags.compile_flags()
+    includes = [f[2:] for f in host if f.startswith("-I")]
+    assert includes[:2] == ["/c/precompiled", str(RUNTIME_DIR)]
+    assert toolkit().cuda_include in includes and toolkit().cublas_include in includes
+    assert host[-6:] == ["-DMDL_SPLIT", "-DMDL_IN_0", "-c", "/w/src/module.cpp", "-o",
+                         "/w/part0.o"]
+    kernels = NVCC.compile("/w/src/kernels.cu", [], linked, Path("/w/part1.o"),
+                           Path("/final"), False, False)
+    assert kernels[0] == toolkit().nvcc and "/c/precompiled" not in " ".join(kernels)
+    assert "-O0" in kernels and "-O3" not in kernels
+    assert all(flag in kernels for flag in toolkit().arch_flags)
+    assert kernels[-4:] == ["-c", "/w/src/kernels.cu", "-o", "/w/part1.o"]
 
 
 def test_sanitizers_are_for_the_cpu_target(tmp_path):

@@ -99,7 +99,7 @@ def functions(source, model: str, out) -> dict[str, str]:
     """The generated cuda code of `model`'s functions: name -> body."""
     assert mdlc(["emit", str(source), "--target", "cuda", "--model", model,
                  "-o", str(out)]) == 0
-    code = (out / "module.cu").read_text()
+    code = (out / "module.cpp").read_text()
     return dict(re.findall(r"^void (\w+)\(Model& m, Call& c\) \{(.*?)\n\}\n", code,
                            re.S | re.M))
 

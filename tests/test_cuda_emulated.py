@@ -1,8 +1,9 @@
 """The cuda target's generated code executed on the emulated device (docs/cuda.md, "The
-emulated device"): every example's module.cu, the same text nvcc compiles, built by the
-host compiler and run on the CPU with every CUDA thread a checked fiber. Each example
-against the reference interpreter, under two thread orders, and in deferred mode; training
-and checkpoints against the cpu target; bad input data raises the CPU's exceptions.
+emulated device"): every example's module.cpp and kernels.cu, the same text a build for a
+GPU compiles, both built by the host compiler and run on the CPU with every CUDA thread a
+checked fiber. Each example against the reference interpreter, under two thread orders,
+and in deferred mode; training and checkpoints against the cpu target; bad input data
+raises the CPU's exceptions.
 
 With MDL_TEST_DEVICE=gpu the same tests run on a real GPU instead (docs/cuda.md, "On a
 machine with a GPU"): the modules are built by nvcc, and the emulator's own settings

@@ -143,11 +143,12 @@ def test_every_kernel_the_runtime_headers_define_can_be_in_every_part():
 
 
 def test_an_emulated_cuda_module_built_in_parts_runs(monkeypatch):
-    """The cuda target's code for the emulated device, its kernels in three parts: the
-    GRU classifier's training step as the cpu target computes it."""
+    """The cuda target's code for the emulated device, its module.cpp in three parts
+    beside its kernels.cu (which takes a fourth core): the GRU classifier's training step
+    as the cpu target computes it."""
     options = dict(dtype="f64", defines={"H": 8})
     cpu = load(EXAMPLES / "gru.mdl", name="gru_cpu_h8", **options)
-    _split_everything(monkeypatch, EMULATED_CUDA)
+    _split_everything(monkeypatch, EMULATED_CUDA, jobs=4)
     emulated = load(EXAMPLES / "gru.mdl", name="gru_emulated_parts", target="cuda",
                     emulate=True, **options)
     assert _build_log(emulated).count("-DMDL_SPLIT") == 3

@@ -91,5 +91,5 @@ def test_emulated_builds_compile_the_cuda_targets_sources_byte_for_byte(tmp_path
                                str(EXAMPLES / "charlm.mdl"), "--target", "cuda", *emulate,
                                "-o", str(tmp_path / out)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-    for name in ("module.cu", "CMakeLists.txt"):
+    for name in ("module.cpp", "kernels.cu", "CMakeLists.txt"):
         assert (tmp_path / "emulated" / name).read_text() == (tmp_path / "cuda" / name).read_text()

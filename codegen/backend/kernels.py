@@ -2,7 +2,7 @@
 primitive's lowering is shared too: backend/op_lowering.py): lines(r, op, inputs, in_ptrs,
 out_ptrs) -> C++ statements calling the target's runtime, whose functions have the same
 names and arguments on every target (cpp_runtime/mdl/kernels.h and mdl/blas.h on the CPU,
-mdl/cuda/kernels.h on the GPU); `r.target.call` spells the call. `inputs` are the values
+mdl/cuda/primitives.h on the GPU); `r.target.call` spells the call. `inputs` are the values
 the kernel reads, possibly contiguous copies of `op.inputs`. A target may replace a
 kernel's statements (`Target.kernel`: the CPU's products of a packed operand).
 """

@@ -80,6 +80,7 @@ class ModuleGenerator:
         self.origins = input_origins(*(g for g in (graph, joint) if g is not None))
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
+        self.kernels: list[str] = []  # each function's kernels (a GPU target's), in order
         # A parameter is reached through its index (it may live in another model's store,
         # shared); its offset places its optimizer state and, unshared, its values.
         self.param_index = {name: i for i, name in enumerate(graph.params)}
@@ -202,6 +203,7 @@ class ModuleGenerator:
 
     def _text(self, renderer: Renderer) -> str:
         text = renderer.text()
+        self.kernels.append("\n\n".join(renderer.kernels))  # beside its function's text
         self.pack_count = max(self.pack_count, len(renderer.packs))
         self.scratch_count = max(self.scratch_count, len(renderer.scratch))
         return text
@@ -223,7 +225,7 @@ class ModuleGenerator:
                 cotangents = cotangent_names(j)
         return dict(
             model_name=g.name, ctype=self.target.ctype(self.dtype),
-            functions=texts, variants=variants, dim_names=self.dims,
+            functions=texts, kernels=self.kernels, variants=variants, dim_names=self.dims,
             function_names=[name for v in variants for name in (v.infer, v.train, v.backward)
                             if name != "nullptr"],
             inputs=[self._tensor_spec(k, v.type) for k, v in g.inputs.items()],
@@ -307,10 +309,16 @@ def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
         generator = ModuleGenerator(graph, joint, dtype, specializations, target)
         contexts.append(generator.context())
         contexts[-1]["functions"] = [(next(units), text) for text in contexts[-1]["functions"]]
+        contexts[-1]["kernels"] = [(unit, kernels) for (unit, _), kernels
+                                   in zip(contexts[-1]["functions"], contexts[-1]["kernels"])]
         interfaces.append(describe(graph, joint, vjp, specializations, generator.dims,
                                    generator.param_count, target.name, dtype))
         contexts[-1]["doc"] = interfaces[-1].doc()
     text = environment().get_template("module.cpp.j2").render(
         module_name=module_name, ctype=target.ctype(dtype), models=contexts,
         target_headers=target.headers)
-    return {target.source: text, f"{module_name}.pyi": stub(module_name, interfaces)}
+    files = {target.source: text, f"{module_name}.pyi": stub(module_name, interfaces)}
+    if target.kernel_source:
+        files[target.kernel_source] = environment().get_template("kernels.cu.j2").render(
+            module_name=module_name, models=contexts)
+    return files

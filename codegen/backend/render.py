@@ -75,7 +75,9 @@ class Renderer:
         self.sites = sites if target.profiled else None
         self.open_sites: list[int] = []
         self.scratch: dict[int, int] = {}  # value id -> scratch buffer (sized when defined)
-        self.definitions: list[str] = []  # text before the function (a GPU target's kernels)
+        self.definitions: list[str] = []  # text before the function (a GPU target's kernels'
+        #                                   declarations)
+        self.kernels: list[str] = []  # a GPU target's kernels, for its device source
         self.dim_hook = None  # while set: how dims are spelled (inside a GPU kernel)
         self.handed_over: set[int] = set()  # roots of results handed over uncopied
         self.instrs: list = []                # lowered (lower)

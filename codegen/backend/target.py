@@ -32,6 +32,9 @@ class Target(abc.ABC):
     name: str
     toolchain: object  # the Toolchain building its code (codegen/compile/toolchain.py)
     source: str = "module.cpp"   # the generated file's name (its language)
+    # A GPU target's second source: the kernels its functions launch (r.kernels), compiled
+    # by the device compiler; None where there are none.
+    kernel_source: str | None = None
     headers: tuple[str, ...] = ()  # what generated code includes after mdl/python.h
     # The runtime's mdl::Device of its models (model.h): where their memory lives.
     device: str = "&mdl::host_device"

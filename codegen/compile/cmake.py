@@ -25,8 +25,9 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
                       debug: bool = False, sanitize: bool = False) -> str:
     """A CMakeLists.txt that builds `source_names`, generated for `target`, and the runtime
     into the extension `module_name` with the same flags as `build_extension` (what `mdlc
-    emit` writes). CMake compiles CUDA sources (a target's module.cu) with nvcc."""
-    cuda = target.source.endswith(".cu")
+    emit` writes). CMake compiles CUDA sources (a GPU target's kernels.cu) with nvcc, and
+    the host code that launches them (its module.cpp) with the C++ compiler."""
+    cuda = target.kernel_source is not None
     cxx_flags = compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):]
     context = {
         "name": module_name,
@@ -51,7 +52,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "cuda": _cmake_cuda(compile_flags(debug, sanitize)) if cuda else None,
     }
     if cuda:  # cuBLAS as the build links it (codegen/compile/cuda_toolkit.py), found by RPATH too
-        context["include_dirs"].append(toolkit().cublas_include)
+        context["include_dirs"] += [toolkit().cuda_include, toolkit().cublas_include]
         context["libraries"].append(str(toolkit().cublas_library))
         context["rpath"] += f";{toolkit().cublas_library.parent}"
     return environment().get_template("CMakeLists.txt.j2").render(context)

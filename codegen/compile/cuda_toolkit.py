@@ -25,6 +25,7 @@ DEFAULT_ARCH = "90"  # no GPU here to ask: the H100's, plus PTX for newer ones
 class CudaToolkit:
     nvcc: str
     version: str          # nvcc --version, last line
+    cuda_include: str     # cuda_runtime.h's directory, for the C++ compiler (nvcc knows it)
     cublas_include: str
     cublas_library: Path  # libcublas.so.N, linked by path and found by RPATH
     arch_flags: tuple[str, ...]
@@ -38,14 +39,27 @@ class CudaToolkit:
 def toolkit() -> CudaToolkit:
     nvcc = _nvcc()
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-    include, library = _cublas(_roots(nvcc))
+    roots = _roots(nvcc)
+    include, library = _cublas(roots)
     arches = _architectures()
     # no GPU to compile for: PTX as well, which a newer GPU compiles when it loads the module
     ptx = not gpu_capabilities() and not os.environ.get("MDL_CUDA_ARCH", "").strip()
     flags = tuple(f"-gencode=arch=compute_{a},code=sm_{a}" for a in arches) + (
         (f"-gencode=arch=compute_{arches[0]},code=compute_{arches[0]}",) if ptx else ())
     cmake = ";".join(f"{a}-real" for a in arches) + (f";{arches[0]}-virtual" if ptx else "")
-    return CudaToolkit(nvcc, version.strip().splitlines()[-1], include, library, flags, cmake)
+    return CudaToolkit(nvcc, version.strip().splitlines()[-1], _cuda_include(roots), include,
+                       library, flags, cmake)
+
+
+def _cuda_include(roots: list[Path]) -> str:
+    """The toolkit's include directory (cuda_runtime.h), which module.cpp's C++ compiler
+    is given: nvcc finds it by itself."""
+    for root in roots:
+        for sub in ("include", "targets/x86_64-linux/include", "targets/sbsa-linux/include"):
+            if (root / sub / "cuda_runtime.h").is_file():
+                return str(root / sub)
+    raise MdlBuildError(f"the cuda target needs the CUDA toolkit's headers (cuda_runtime.h): "
+                        f"none in {', '.join(map(str, roots))}; set CUDA_HOME to the toolkit")
 
 
 def _nvcc() -> str:

@@ -49,13 +49,14 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
     linked = toolchain.runtime(debug, sanitize, show)
     fields = _key_fields(sources, module_name, target, debug, sanitize)
     label = f"building {module_name}{toolchain.label}"
-    parts = _parts(sources, toolchain)
+    parts = _parts(sources, target.source, toolchain)
 
     def make(work: Path, final: Path) -> None:
         write_key(work, fields)
         paths = _write_sources(work, sources)
-        compiles = ([(paths[0], defines(part)) for part in parts] if len(parts) > 1
-                    else [(path, []) for path in paths])
+        compiles = [(path, []) for path in paths if Path(path).name != target.source]
+        compiles += [(path, defines(part) if len(parts) > 1 else [])
+                     for path in paths if Path(path).name == target.source for part in parts]
         objects = [work / f"part{k}.o" for k in range(len(compiles))]
         output = work / (module_name + EXT_SUFFIX)
         run_commands(work, [toolchain.compile(source, flags, linked, obj, final, debug, sanitize)
@@ -105,14 +106,16 @@ def _write_sources(work: Path, sources: Mapping[str, str]) -> list[str]:
     return [str(work / "src" / n) for n in compiled(sources)]
 
 
-def _parts(sources: Mapping[str, str], toolchain) -> list[list[str]]:
-    """The parts a module's one compiled source is compiled in, side by side
-    (codegen/compile/parts.py): one, compiled whole, unless it marks units worth several.
-    Sources of several files are each compiled whole."""
+def _parts(sources: Mapping[str, str], main: str, toolchain) -> list[list[str]]:
+    """The parts the target's main source (`main`: a module's module.cpp) is compiled in,
+    side by side (codegen/compile/parts.py): one, compiled whole, unless it marks units
+    worth several; each of the other sources (a GPU target's kernels) takes a core of its
+    own, compiled whole."""
     names = compiled(sources)
-    if len(names) != 1:
+    if main not in names:
         return [[]]
-    return split(units(sources[names[0]]), build_jobs(), toolchain.part_bytes)
+    jobs = max(1, build_jobs() - (len(names) - 1))
+    return split(units(sources[main]), jobs, toolchain.part_bytes)
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:

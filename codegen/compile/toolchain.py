@@ -121,14 +121,16 @@ class HostToolchain(Toolchain):
 
 
 class NvccToolchain(Toolchain):
-    """nvcc: the generated CUDA and the cuda target's runtime object
-    (cpp_runtime/src/cuda_device.cu), linked with the host's runtime object, cuBLAS by
-    RPATH and the CUDA runtime statically."""
+    """The cuda target's two halves (docs/build.md, "The cuda target's two halves"): a
+    module's kernels.cu by nvcc, with the device header alone; its module.cpp, the host
+    code that launches them, by the C++ compiler with the CPU target's flags and
+    precompiled header, and CUDA's and cuBLAS's headers; the cuda runtime object
+    (cpp_runtime/src/cuda_device.cu: the kernel primitives, compiled once) by nvcc. Linked
+    with the host's runtime object, cuBLAS by RPATH and the CUDA runtime statically."""
     name = "nvcc"
     label = " (cuda)"
-    # nvcc parses the headers again for each part, in about 3.7 s: about what 60 KB of a
-    # model's CUDA take to compile (docs/build.md, "Compiled in parts")
-    part_bytes = 60_000
+    # module.cpp is host code, compiled in parts as the cpu target's (HostToolchain)
+    part_bytes = HostToolchain.part_bytes
     no_sanitize = ("--sanitize builds are for the cpu target (the sanitizers instrument host "
                    "code); build the cuda target without it")
 
@@ -141,11 +143,19 @@ class NvccToolchain(Toolchain):
                 *(DEBUG_FLAGS if debug else ("-O3",)),
                 *(f for f in compile_flags(debug) if f.startswith("-D"))]
 
+    def kernel_flags(self, debug: bool) -> list[str]:
+        """nvcc's flags for a module's kernels.cu: the host side of that file is only the
+        kernels' stubs, whose addresses module.cpp launches and which never run, so it is
+        compiled at -O0 (the device code is the same at any host -O: nvcc's -O is the host
+        compiler's)."""
+        return ["-O0" if flag == "-O3" else flag for flag in self.flags(debug)]
+
     def fields(self, debug: bool, sanitize: bool) -> dict:
         tk = toolkit()
         return {"toolchain": self.name, "nvcc": tk.version, "nvcc_path": tk.nvcc,
                 "cublas": str(tk.cublas_library), "cuda_flags": self.flags(debug),
-                "link": self.linker_flags()}
+                "kernel_flags": self.kernel_flags(debug),
+                "host_flags": compile_flags(debug), "link": self.linker_flags()}
 
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
         host = build_runtime(debug=debug, progress=progress)
@@ -154,12 +164,19 @@ class NvccToolchain(Toolchain):
             {"product": "cuda runtime", **self.fields(debug, False), **environment_key()},
             [([toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
               RUNTIME_DIR / CUDA_RUNTIME_SOURCE)], "the mdl cuda runtime", progress)
-        return Linked((host.object, device))
+        return Linked((host.object, device), (host.precompiled,))
 
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
-        return [toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes()),
-                *flags, "-c", source, "-o", str(output)]
+        if source.endswith(".cu"):  # the kernels
+            return [toolkit().nvcc, *self.kernel_flags(debug),
+                    *(f"-I{d}" for d in self.includes()), *flags, "-c", source, "-o",
+                    str(output)]
+        # the host code, as the cpu target's is compiled, its precompiled header first
+        return [host_compiler()["path"], *compile_flags(debug),
+                f"-ffile-prefix-map={output.parent}={final}",
+                *(f"-I{d}" for d in [*map(str, linked.includes), *self.includes()]), *flags,
+                "-c", source, "-o", str(output)]
 
     def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
              sanitize: bool) -> list[str]:
@@ -167,7 +184,7 @@ class NvccToolchain(Toolchain):
                 *map(str, linked.objects), "-o", str(output), *self.linker_flags()]
 
     def includes(self) -> list[str]:
-        return [*include_dirs(), toolkit().cublas_include]
+        return [*include_dirs(), toolkit().cuda_include, toolkit().cublas_include]
 
     def linker_flags(self) -> list[str]:
         """cuBLAS and the BLAS the runtime calls, in nvcc's spelling of linker options."""

@@ -1,12 +1,16 @@
 """The CUDA target: the model's functions run on the host and queue work on the model's
 stream; its memory (arenas, parameters, inputs, tapes) is device memory. A fused
 elementwise group becomes a kernel (one thread per element of its merged index space, a
-grid-stride loop) and its launch; a strided copy too. Kernel primitives call
-cpp_runtime/mdl/cuda/kernels.h, products cuBLAS. A branch or loop condition is read back
-to the host (`mdl::cuda::scalar`); a loop's branch conditions that are steps of one of its
-sequences are read at once before it (`mdl::cuda::read_steps`). The runtime owns the context
-(mdl::cuda::Context: stream, cuBLAS handle, arenas, tapes) and checks after every
-function what device code found wrong with the inputs."""
+grid-stride loop) and its launch; a strided copy too. The kernels go to a source of their
+own, kernels.cu, which nvcc compiles with the device header alone (mdl/cuda/device.h); the
+functions that launch them, and the tables, to module.cpp, which the C++ compiler builds
+with the CPU target's precompiled header, declaring each kernel as a function. Kernel
+primitives call mdl/cuda/primitives.h (compiled into the runtime), products cuBLAS. A
+branch or loop condition is read back to the host (`mdl::cuda::scalar`); a loop's branch
+conditions that are steps of one of its sequences are read at once before it
+(`mdl::cuda::read_steps`). The runtime owns the context (mdl::cuda::Context: stream, cuBLAS
+handle, arenas, tapes) and checks after every function what device code found wrong with
+the inputs."""
 from __future__ import annotations
 
 from ..backend.element import assign as assign_element, compute, store
@@ -31,7 +35,8 @@ HOST_WORK = tuple(f"{call}(" for call in (SCALAR, READ_STEPS, TAPE, TAPE_PUSH, D
 
 class CudaTarget(Target):
     name = "cuda"
-    source = "module.cu"
+    source = "module.cpp"   # host code: the model's functions, which queue the kernels
+    kernel_source = "kernels.cu"
     headers = ("mdl/cuda/runtime.h",)
     device = "&mdl::cuda_device"
     preamble = ("mdl::cuda::Context& g = mdl::cuda::context(m);  // stream, cuBLAS, arenas",
@@ -115,7 +120,7 @@ class CudaTarget(Target):
         ids of the operands it stores into (the others are read through const pointers);
         `before` and `after`: each thread's statements around its loop over elements."""
         nest = merge(r, shape, operands, sums)
-        name = f"{r.spec.name}_k{len(r.definitions)}"
+        name = f"{r.spec.name}_k{len(r.kernels)}"
         args: dict[str, str] = {}  # host expression of a dim -> the kernel's argument
 
         def dim(d: Dim) -> str:
@@ -137,11 +142,13 @@ class CudaTarget(Target):
         params = ["const int64_t count"] + [
             f"{'' if v.id in written else 'const '}{r.ctype(v)}* {r.ptr(v)}" for v in pointers
         ] + [f"const int64_t {arg}" for arg in args.values()]
-        r.definitions.append("\n".join([
+        # the kernel in kernels.cu; module.cpp, which the C++ compiler builds, declares it
+        r.definitions.append(f"void {name}({', '.join(params)});")
+        r.kernels.append("\n".join([
             f"__global__ void __launch_bounds__(mdl::cuda::kThreads) {name}(",
             "    " + ", ".join(params) + ") {",
             *("  " + line for line in before),
-            # the grid-stride loop of every kernel (cpp_runtime/mdl/cuda/launch.h)
+            # the grid-stride loop of every kernel (cpp_runtime/mdl/cuda/device.h)
             "  for (int64_t at = mdl::cuda::first_item(); at < count; "
             "at += mdl::cuda::item_stride()) {",
             *lines, "  }",

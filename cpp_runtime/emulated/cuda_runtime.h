@@ -1,6 +1,6 @@
 // The CUDA runtime API as the emulated device provides it: the part of it mdl's cuda target
 // uses (memory, copies, streams, errors, launches, graphs captured from a stream), declared for the host compiler, which
-// then builds the target's generated module.cu and runtime as C++ (codegen/compile/toolchain.py).
+// then builds the target's generated module.cpp and kernels.cu and runtime as C++ (codegen/compile/toolchain.py).
 // The definitions are in src/emulator/; the kernel side is mdl_emulator.h. Every call
 // checks its pointers against the table of device allocations; what it finds wrong is an
 // error CUDA-style (a status, sticky once a kernel has failed) whose text says what.

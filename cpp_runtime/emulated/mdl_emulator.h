@@ -161,7 +161,7 @@ class SharedView {
   const char* name_;
 };
 
-// A `__shared__ T name[N]` of a kernel (MDL_SHARED_ARRAY in mdl/cuda/launch.h).
+// A `__shared__ T name[N]` of a kernel (MDL_SHARED_ARRAY in mdl/cuda/device.h).
 template <class T, int N>
 class SharedArray {
  public:

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/device.h"
 #include "mdl/cuda/gemm.h"
+#include "mdl/cuda/kernels.h"
 #include "mdl/cuda/launch.h"
 #include "mdl/cuda/rows.h"
+#include "mdl/cuda/transfers.h"
 #include "mdl/device.h"
 #include "mdl/faults.h"
 
@@ -234,13 +237,10 @@ extern const Device cuda_device = {
 
 }  // namespace mdl
 
-// The row kernels and the products every module calls, compiled here once for float and
-// double rather than in each module (mdl/cuda/rows.h, mdl/cuda/gemm.h declare them extern).
+// The kernel primitives every module's host code calls (mdl/cuda/primitives.h), compiled
+// here once for each element type it lists rather than in each module.
 namespace mdl {
 namespace cuda {
-MDL_CUDA_ROWS_OF(, float)
-MDL_CUDA_ROWS_OF(, double)
-MDL_CUDA_GEMM_OF(, float)
-MDL_CUDA_GEMM_OF(, double)
+MDL_CUDA_PRIMITIVES()
 }  // namespace cuda
 }  // namespace mdl

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "mdl/cuda/device.h"
 #include "mdl/cuda/launch.h"
 
 namespace py = pybind11;

@@ -1,5 +1,5 @@
 // A CUDA or cuBLAS call that failed, as the C++ exception the runtime turns into a Python
-// RuntimeError naming the call and CUDA's reason. Only nvcc compiles this header.
+// RuntimeError naming the call and CUDA's reason.
 #pragma once
 
 #include <cublas_v2.h>

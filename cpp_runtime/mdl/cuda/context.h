@@ -3,7 +3,8 @@
 // tapes of `while` loops, the functions' CUDA graphs, and the one fault record device code writes when it meets bad
 // input (a token id past the table). Generated code reaches it as `mdl::cuda::context(m)`;
 // src/cuda_device.cu makes it (Device::open) and checks its fault after every function
-// (Device::finish). Only nvcc compiles this header.
+// (Device::finish). Host code: a module's module.cpp includes it, compiled by the C++
+// compiler, as the runtime's .cu files do.
 #pragma once
 
 #include <cublas_v2.h>
@@ -20,6 +21,7 @@
 
 #include "mdl/arena.h"
 #include "mdl/cuda/check.h"
+#include "mdl/cuda/fault.h"
 #include "mdl/cuda/graph.h"
 #include "mdl/error.h"
 #include "mdl/faults.h"
@@ -90,35 +92,6 @@ class DeviceTape {
   std::unique_ptr<DeviceBuffer> buffer_ = std::make_unique<DeviceBuffer>();
   std::size_t used_ = 0;
 };
-
-// A host string (an input's name, a literal of the generated code) that device code carries
-// into a fault record without reading it: a value to the launch, not a pointer to check.
-struct HostText {
-  const char* text;
-};
-
-// What device code found wrong with the caller's data (mdl/faults.h); the first fault of
-// a call wins. `what` is the host string naming the input (a literal of the generated
-// code), carried through device memory untouched.
-struct Fault {
-  int kind;          // FaultKind; 0 while nothing was found
-  int64_t value;     // the bad id, target or length
-  int64_t position;  // its flat position in its input
-  int64_t bound;     // the rows, classes or steps it had to lie within
-  const char* what;  // the input's name, as the CPU's kernels word it
-};
-
-// Called by device code: records the first fault of the call.
-__device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
-                              int64_t bound, HostText what) {
-  if (atomicCAS(&f->kind, 0, -1) != 0) return;
-  f->value = value;
-  f->position = position;
-  f->bound = bound;
-  f->what = what.text;
-  __threadfence();
-  atomicExch(&f->kind, int(kind));
-}
 
 struct Context {
   cudaStream_t stream = nullptr;

@@ -7,7 +7,9 @@
 #include <cstdint>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/device.h"
 #include "mdl/cuda/launch.h"
+#include "mdl/cuda/primitives.h"
 
 namespace mdl {
 namespace cuda {
@@ -137,13 +139,6 @@ void gemm(Context& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha
   check(cublas_gemm(g.blas, op(tb), op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
         "cublas gemm");
 }
-
-// Compiled once, into the cuda runtime object, as the row kernels are (mdl/cuda/rows.h).
-#define MDL_CUDA_GEMM_OF(X, T)                                                              \
-  X template void gemm<T>(Context&, bool, bool, int64_t, int64_t, int64_t, T, const T*,    \
-                          int64_t, const T*, int64_t, T, T*, int64_t);
-MDL_CUDA_GEMM_OF(extern, float)
-MDL_CUDA_GEMM_OF(extern, double)
 
 }  // namespace cuda
 }  // namespace mdl

@@ -70,7 +70,7 @@ inline void host_work(const char* what) {
 
 // What a function running as a graph read on the host of memory it does not write (a
 // backward's branch conditions, which the training forward wrote: `read_steps_before` in
-// mdl/cuda/kernels.h): read once, in the dry run, and kept for the call's later pass, which
+// mdl/cuda/transfers.h): read once, in the dry run, and kept for the call's later pass, which
 // may be a capture, where no copy to the host may be queued. Null outside a GraphCall.
 struct KeptReads {
   std::vector<std::string> values;

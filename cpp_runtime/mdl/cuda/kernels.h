@@ -1,8 +1,10 @@
-// The GPU versions of mdl/kernels.h for the cuda target's generated code: host functions
-// that queue their kernels (or cuBLAS) on the model's stream and return at once, with the
-// CPU versions' results. Bad input data (an id past a table) never leads device code out
-// of bounds: the element is skipped or zeroed and the fault recorded (context.h); the host
-// raises the CPU's exception for it once the function's work is done.
+// The GPU versions of mdl/kernels.h's data movement, indexing, sequence and dropout
+// primitives: host functions that queue their kernels on the model's stream and return at
+// once, with the CPU versions' results. Bad input data (an id past a table) never leads
+// device code out of bounds: the element is skipped or zeroed and the fault recorded
+// (mdl/cuda/fault.h); the host raises the CPU's exception for it once the function's work
+// is done. Only src/cuda_device.cu includes this header, which compiles them once for every
+// element type mdl/cuda/primitives.h lists (a module's code sees those declarations).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,20 +13,18 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <string>
-#include <type_traits>
-#include <vector>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/device.h"
 #include "mdl/cuda/launch.h"
+#include "mdl/cuda/primitives.h"
 #include "mdl/kernels.h"
 #include "mdl/rng.h"
 
 namespace mdl {
 namespace cuda {
 
-// ---- data movement --------------------------------------------------------------------
+// ---- filling ---------------------------------------------------------------------------
 
 template <class T>
 __global__ void fill_kernel(T* out, int64_t n, T value) {
@@ -36,79 +36,6 @@ void fill(Context& g, T* out, int64_t n, T value) {
   if (n <= 0) return;
   launch(fill_kernel<T>, blocks(n), kThreads, g.stream, out, n, value);
   check_launch("fill");
-}
-
-template <class T>
-void copy(Context& g, T* out, const T* in, int64_t n) {
-  if (out == in || n <= 0) return;
-  if (Signature* dry = recording()) {  // mdl/cuda/graph.h
-    static const char copied = 0;
-    dry->add(&copied, g.stream, out, in, n * int64_t(sizeof(T)));
-    return;
-  }
-  check(cudaMemcpyAsync(out, in, sizeof(T) * n, cudaMemcpyDeviceToDevice, g.stream),
-        "cudaMemcpyAsync");
-}
-
-// Element 0 of device memory, on the host (a branch or loop condition): waits for the
-// stream's work up to here.
-template <class T>
-T scalar(Context& g, const T* p) {
-  host_work("reads a value back to the host");
-  T value;
-  check(cudaMemcpyAsync(&value, p, sizeof(T), cudaMemcpyDeviceToHost, g.stream),
-        "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(g.stream), "cudaStreamSynchronize");
-  return value;
-}
-
-// Elements 0, stride, 2 * stride, ... (n of them) of device memory, on the host: a loop's
-// branch conditions, read at once before it rather than one a step. Waits for the
-// stream's work up to here.
-template <class T>
-std::vector<T> copy_steps(Context& g, const T* p, int64_t n, int64_t stride) {
-  std::vector<T> out(std::size_t(std::max<int64_t>(n, 0)));
-  if (n <= 0) return out;
-  std::vector<T> span(std::size_t((n - 1) * stride + 1));
-  check(cudaMemcpyAsync(span.data(), p, sizeof(T) * span.size(), cudaMemcpyDeviceToHost,
-                        g.stream),
-        "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(g.stream), "cudaStreamSynchronize");
-  for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = span[std::size_t(i * stride)];
-  return out;
-}
-
-// copy_steps of memory the function writes itself (a condition it computed).
-template <class T>
-std::vector<T> read_steps(Context& g, const T* p, int64_t n, int64_t stride) {
-  host_work("reads values back to the host");
-  return copy_steps(g, p, n, stride);
-}
-
-// copy_steps of memory the function does not write (an input, or what the training
-// forward kept for the backward): a function that runs as a graph reads it in its dry
-// run, when its stream is not capturing, and its later pass takes the same values.
-template <class T>
-std::vector<T> read_steps_before(Context& g, const T* p, int64_t n, int64_t stride) {
-  KeptReads* kept = kept_reads();
-  if (!kept) return copy_steps(g, p, n, stride);
-  if (kept->next == kept->values.size()) {  // the first pass: read now
-    std::vector<T> values = copy_steps(g, p, n, stride);
-    kept->values.emplace_back(reinterpret_cast<const char*>(values.data()),
-                              values.size() * sizeof(T));
-  }
-  const std::string& bytes = kept->values[kept->next++];
-  std::vector<T> out(bytes.size() / sizeof(T));
-  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(out.data()));
-  return out;
-}
-
-inline void tape_push(Context& g, int k, const void* src, std::size_t bytes) {
-  host_work("pushes onto a tape");
-  char* at = g.tape(k).push(bytes, g.stream);
-  if (bytes)
-    check(cudaMemcpyAsync(at, src, bytes, cudaMemcpyDeviceToDevice, g.stream),
-          "cudaMemcpyAsync");
 }
 
 // ---- indexing -------------------------------------------------------------------------
@@ -200,7 +127,7 @@ static __global__ void range_kernel(int64_t n, int64_t start, int64_t step, int3
 }
 
 // The language's range: start, start + step, ... (n values; the rule keeps them in i32).
-inline void range(Context& g, int64_t n, int64_t start, int64_t step, int32_t* out) {
+void range(Context& g, int64_t n, int64_t start, int64_t step, int32_t* out) {
   if (n <= 0) return;
   launch(range_kernel, blocks(n), kThreads, g.stream, n, start, step, out);
   check_launch("range");
@@ -239,7 +166,7 @@ static __global__ void seq_mask_kernel(const int32_t* lengths, int64_t steps, in
     out[e] = e / batch < lengths[e % batch];
 }
 
-inline void seq_mask(Context& g, const int32_t* lengths, int64_t steps, int64_t batch,
+void seq_mask(Context& g, const int32_t* lengths, int64_t steps, int64_t batch,
                      uint8_t* out) {
   if (steps * batch <= 0) return;
   launch(seq_mask_kernel, blocks(steps * batch), kThreads, g.stream, lengths, steps, batch, out);
@@ -271,7 +198,7 @@ static __global__ void rng_position_kernel(uint64_t counter, uint64_t key, int32
   if (first_item() == 0) put_position(counter, key, out);
 }
 
-inline void rng_position(Context& g, uint64_t counter, uint64_t key, int32_t* out) {
+void rng_position(Context& g, uint64_t counter, uint64_t key, int32_t* out) {
   launch(rng_position_kernel, 1, 1, g.stream, counter, key, out);
   check_launch("rng_position");
 }
@@ -298,7 +225,7 @@ static __global__ void rng_skip_kernel(const int32_t* position, int64_t n, int32
   put_position(counter + uint64_t(n), key, out);
 }
 
-inline void rng_skip(Context& g, const int32_t* position, int64_t n, int32_t* out) {
+void rng_skip(Context& g, const int32_t* position, int64_t n, int32_t* out) {
   launch(rng_skip_kernel, 1, 1, g.stream, position, n, out);
   check_launch("rng_skip");
 }

@@ -1,50 +1,22 @@
-// Launching the cuda target's kernels (the runtime's and those generated code defines):
-// every block has kThreads threads (but those of a few long rows, mdl/cuda/rows.h's kWide),
-// every kernel loops over its items with a grid stride,
-// `for (int64_t i = first_item(); i < n; i += item_stride())`.
+// Launching the cuda target's kernels (the runtime's and those of a module's kernels.cu)
+// from host code: its blocks of kThreads threads (mdl/cuda/grid.h), recorded while a
+// function runs dry (mdl/cuda/graph.h). Host code only; what kernels themselves call is
+// mdl/cuda/device.h.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
+#include "mdl/cuda/check.h"
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/graph.h"
+#include "mdl/cuda/grid.h"
 
 namespace mdl {
 namespace cuda {
 
-constexpr int kThreads = 256;  // a launch's block size
-
-// The grid of a grid-stride loop over n items: a thread per item up to 65535 blocks (16.7M
-// threads, dozens of times what a GPU runs at once); past that, threads take several.
-inline unsigned blocks(int64_t n) {
-  return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
-}
-
-// The most blocks of a kernel that ends in one number (a loss, a norm): each block leaves
-// its partial sums, which one more step adds up in a fixed order.
-constexpr unsigned kPartials = 1024;
-
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
-
-// A __shared__ array of the block: declared with this macro, so that the emulated device
-// can hand each block its own, poisoned and checked for races between barriers.
-#if defined(MDL_CUDA_EMULATED)
-#define MDL_SHARED_ARRAY(T, name, n)                                          \
-  static thread_local ::mdl::emulated::SharedArray<T, (n)> name##_of_block; \
-  auto name = name##_of_block.view(#name)
-#else
-#define MDL_SHARED_ARRAY(T, name, n) __shared__ T name[n]
-#endif
-
-// Unrolls the loop it precedes under nvcc, so that a small array the loop indexes stays in
-// registers; nothing on the emulated device (a host compiler has no `#pragma unroll`).
-#if defined(__CUDACC__)
-#define MDL_UNROLL _Pragma("unroll")
-#else
-#define MDL_UNROLL
-#endif
 
 template <class T>
 struct As {  // keeps a launch's arguments out of deduction: they convert to the kernel's types
@@ -52,8 +24,11 @@ struct As {  // keeps a launch's arguments out of deduction: they convert to the
 };
 
 // Every kernel of the target starts here: `kernel<<<grid, block, 0, stream>>>(args...)`
-// under nvcc; the emulated device's launch (cpp_runtime/emulated/) when the host compiler
-// builds the same source for CI, which runs its threads on the CPU and checks them.
+// under nvcc (the runtime's .cu files); from a module's host code, which the C++ compiler
+// builds (a kernel of its kernels.cu being a function declared there), the launch that
+// `<<<...>>>` stands for, cudaLaunchKernel of the kernel's host-side address and its
+// arguments' addresses; the emulated device's launch (cpp_runtime/emulated/) when the host
+// compiler builds both halves for CI, which runs its threads on the CPU and checks them.
 // While a function runs dry (mdl/cuda/graph.h), the launch is recorded instead.
 template <class... P>
 void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream,
@@ -64,15 +39,20 @@ void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t st
   }
 #if defined(MDL_CUDA_EMULATED)
   ::mdl::emulated::launch(kernel, grid, block, stream, args...);
-#else
+#elif defined(__CUDACC__)
   kernel<<<grid, block, 0, stream>>>(args...);
+#else
+  void* addresses[sizeof...(P) + 1] = {static_cast<void*>(&args)...};
+  // A failed launch is also CUDA's last error, which check_launch reports by name.
+  (void)cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block),
+                         addresses, 0, stream);
 #endif
 }
 
 // A launch whose results the host reads before the rest of the function's work (a loop's
 // branch conditions, computed from the function's inputs alone): while the function runs
 // dry, it is recorded and queued too, so that the dry run can read them
-// (mdl/cuda/kernels.h's read_steps_before).
+// (mdl/cuda/transfers.h's read_steps_before).
 template <class... P>
 void launch_now(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream,
                 typename As<P>::type... args) {
@@ -82,11 +62,6 @@ void launch_now(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_
   launch(kernel, grid, block, stream, args...);
   recording() = dry;
 }
-
-__device__ inline int64_t first_item() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
-__device__ inline int64_t item_stride() { return int64_t(gridDim.x) * blockDim.x; }
-
-__device__ inline bool outside(int64_t i, int64_t n) { return i < 0 || i >= n; }
 
 }  // namespace cuda
 }  // namespace mdl

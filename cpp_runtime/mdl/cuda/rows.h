@@ -13,8 +13,10 @@
 #include <type_traits>
 
 #include "mdl/cuda/context.h"
+#include "mdl/cuda/device.h"
 #include "mdl/cuda/kernels.h"
 #include "mdl/cuda/launch.h"
+#include "mdl/cuda/primitives.h"
 #include "mdl/kernels.h"
 
 namespace mdl {
@@ -68,51 +70,11 @@ __device__ int64_t first_row() {
 template <int W>
 __device__ int64_t row_stride() { return int64_t(gridDim.x) * (kBlockOf<W> / W); }
 
-// a + b, wrapping for i32: mdl::plus (kernels.h), as the CPU adds.
-struct Plus {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return plus(a, b); }
-};
-
 // The larger, NaN if either is: mdl::larger (kernels.h), as the CPU folds it.
 struct Larger {
   template <class T>
   __device__ T operator()(T a, T b) const { return larger(a, b); }
 };
-
-// A thread's value from the lane `s` apart in its warp (xor): a number, or a Pick's two.
-template <class T>
-__device__ T shuffle_xor(T v, int s) {
-  return __shfl_xor_sync(0xffffffffu, v, s);
-}
-
-// `op` over the values of a row's W threads, returned to every one of them (so that a
-// branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
-// W is 1, 32 or a whole block's threads.
-template <int W, class T, class Op>
-__device__ T across(T v, Op op) {
-  if constexpr (W > 1)
-    for (int s = 16; s > 0; s >>= 1) v = op(v, shuffle_xor(v, s));
-  if constexpr (W >= kThreads) {
-    MDL_SHARED_ARRAY(T, partial, W / 32);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = partial[0];
-    for (int w = 1; w < W / 32; ++w) v = op(v, T(partial[w]));
-    __syncthreads();
-  }
-  return v;
-}
-
-// Adds the block's threads' `v` into `*total`: one atomic add a block. Generated kernels
-// that sum elements into one number (a loss) end in it, each thread having added up its
-// own elements first; an atomic add an element to one address ran one at a time (an LSTM
-// loss over 35 x 32 x 256 values took 0.5 ms on an H100). Every thread of the block calls it.
-template <class T>
-__device__ void add_across_block(T* total, T v) {
-  v = across<kThreads>(v, Plus());
-  if (threadIdx.x == 0) atomicAdd(total, v);
-}
 
 // ---- an assert --------------------------------------------------------------------------
 
@@ -140,7 +102,7 @@ static __global__ void check_all_kernel(const uint8_t* cond, int64_t n, HostText
   }
 }
 
-inline void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
+void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
   launch(check_all_kernel, 1, kThreads, g.stream, cond, n, HostText{what}, out, g.fault);
   check_launch("check_all");
 }
@@ -689,23 +651,6 @@ void cross_entropy(Context& g, const T* logits, const int32_t* targets, const in
   });
   check_launch("cross_entropy");
 }
-
-// These row kernels, for float and double, are compiled once, into the cuda runtime object
-// (src/cuda_device.cu instantiates them with X empty): a module's code calls them and
-// compiles none of their kernels, which were two thirds of the char LM's device code (14,700
-// of 21,700 lines of PTX, with the skinny product's: mdl/cuda/gemm.h). Integers' are
-// instantiated where they are used.
-#define MDL_CUDA_ROWS_OF(X, T)                                                              \
-  X template void reduce<T>(Context&, Reduction, const T*, const int64_t*, int, uint32_t,  \
-                            T*);                                                          \
-  X template void softmax<T>(Context&, bool, const T*, int64_t, int64_t, int64_t, T*);     \
-  X template void argmax<T>(Context&, const T*, int64_t, int64_t, int64_t, int32_t*);      \
-  X template void topk<T>(Context&, const T*, int64_t, int64_t, int64_t, int64_t, T*,      \
-                          int32_t*);                                                      \
-  X template void cross_entropy<T>(Context&, const T*, const int32_t*, const int32_t*,     \
-                                   int64_t, int64_t, int64_t, const char*, T*);
-MDL_CUDA_ROWS_OF(extern, float)
-MDL_CUDA_ROWS_OF(extern, double)
 
 }  // namespace cuda
 }  // namespace mdl

@@ -1,0 +1,97 @@
+// What device code of the cuda target calls: generated kernels (the module's kernels.cu
+// includes this header alone, codegen/targets/cuda.py) and the runtime's own (mdl/cuda/
+// kernels.h, rows.h, gemm.h). Every kernel loops over its items with a grid stride,
+// `for (int64_t i = first_item(); i < n; i += item_stride())`. Nothing here is host code,
+// so that nvcc parses little besides the kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "mdl/cuda/fault.h"
+#include "mdl/cuda/grid.h"
+#include "mdl/faults.h"
+#include "mdl/kernels.h"  // the scalar functions both targets' code calls (mdl::plus, larger)
+
+// A __shared__ array of the block: declared with this macro, so that the emulated device
+// can hand each block its own, poisoned and checked for races between barriers.
+#if defined(MDL_CUDA_EMULATED)
+#define MDL_SHARED_ARRAY(T, name, n)                                          \
+  static thread_local ::mdl::emulated::SharedArray<T, (n)> name##_of_block; \
+  auto name = name##_of_block.view(#name)
+#else
+#define MDL_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+#endif
+
+// Unrolls the loop it precedes under nvcc, so that a small array the loop indexes stays in
+// registers; nothing on the emulated device (a host compiler has no `#pragma unroll`).
+#if defined(__CUDACC__)
+#define MDL_UNROLL _Pragma("unroll")
+#else
+#define MDL_UNROLL
+#endif
+
+namespace mdl {
+namespace cuda {
+
+__device__ inline int64_t first_item() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t item_stride() { return int64_t(gridDim.x) * blockDim.x; }
+
+__device__ inline bool outside(int64_t i, int64_t n) { return i < 0 || i >= n; }
+
+// Records the first fault of the call.
+__device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
+                              int64_t bound, HostText what) {
+  if (atomicCAS(&f->kind, 0, -1) != 0) return;
+  f->value = value;
+  f->position = position;
+  f->bound = bound;
+  f->what = what.text;
+  __threadfence();
+  atomicExch(&f->kind, int(kind));
+}
+
+// a + b, wrapping for i32: mdl::plus (kernels.h), as the CPU adds.
+struct Plus {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return plus(a, b); }
+};
+
+// A thread's value from the lane `s` apart in its warp (xor): a number, or a Pick's two.
+template <class T>
+__device__ T shuffle_xor(T v, int s) {
+  return __shfl_xor_sync(0xffffffffu, v, s);
+}
+
+// `op` over the values of a row's W threads, returned to every one of them (so that a
+// branch on it is uniform). The block's last barrier lets the next call reuse `partial`.
+// W is 1, 32 or a whole block's threads.
+template <int W, class T, class Op>
+__device__ T across(T v, Op op) {
+  if constexpr (W > 1)
+    for (int s = 16; s > 0; s >>= 1) v = op(v, shuffle_xor(v, s));
+  if constexpr (W >= kThreads) {
+    MDL_SHARED_ARRAY(T, partial, W / 32);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = partial[0];
+    for (int w = 1; w < W / 32; ++w) v = op(v, T(partial[w]));
+    __syncthreads();
+  }
+  return v;
+}
+
+// Adds the block's threads' `v` into `*total`: one atomic add a block. Generated kernels
+// that sum elements into one number (a loss) end in it, each thread having added up its
+// own elements first; an atomic add an element to one address ran one at a time (an LSTM
+// loss over 35 x 32 x 256 values took 0.5 ms on an H100). Every thread of the block calls it.
+template <class T>
+__device__ void add_across_block(T* total, T v) {
+  v = across<kThreads>(v, Plus());
+  if (threadIdx.x == 0) atomicAdd(total, v);
+}
+
+}  // namespace cuda
+}  // namespace mdl
