@@ -6,8 +6,6 @@
 
 #include <cstdint>
 
-#include "mdl/error.h"
-
 namespace mdl {
 
 enum class FaultKind : int {

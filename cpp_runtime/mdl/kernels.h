@@ -12,6 +12,7 @@
 
 #include "mdl/faults.h"
 #include "mdl/rng.h"
+#include "mdl/scalar.h"
 
 namespace mdl {
 
@@ -96,95 +97,6 @@ void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&&
       idx[d] = 0;
     }
   }
-}
-
-// What a max starts from, and the max of nothing, on either target (cuda/rows.h): -inf, or
-// i32's lowest value (an integer's numeric_limits infinity() is 0, which made 0 the max of
-// all-negative i32 values).
-template <class T>
-MDL_HOST_DEVICE constexpr T max_identity() {
-  if constexpr (std::is_floating_point<T>::value) {
-    return -T(INFINITY);
-  } else {
-    static_assert(std::is_same<T, int32_t>::value, "max over floats and i32 only");
-    return INT32_MIN;
-  }
-}
-
-// The larger (smaller) of a and b, and NaN if either is, as NumPy's and PyTorch's: a NaN
-// among a model's values shows in a max of them instead of vanishing (std::max(a, b) drops
-// a NaN b). Every max of the runtime's, on either target (cuda/rows.h), and generated
-// code's `maximum`, `minimum` and `relu` (backend/op_lowering.py) are these.
-template <class T>
-MDL_HOST_DEVICE inline T larger(T a, T b) {
-  return (b > a || b != b) ? b : a;
-}
-
-template <class T>
-MDL_HOST_DEVICE inline T smaller(T a, T b) {
-  return (b < a || b != b) ? b : a;
-}
-
-// softplus(x) = log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and
-// a large negative x keeps its tiny value exp(x) (log(1 + exp(x)) rounds it to 0). NaN
-// stays NaN. Generated code's `softplus` (backend/op_lowering.py).
-template <class T>
-MDL_HOST_DEVICE inline T softplus(T x) {
-  using std::exp;
-  using std::fabs;
-  using std::log1p;
-  return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
-}
-
-// i32(x) of a float: its integer part; 0 for NaN, and past i32's range the nearer end (as a
-// GPU converts, and Java and Rust): a static_cast is undefined there, and x86 gave
-// INT32_MIN for +inf as for NaN. Generated code's casts call it (backend/op_lowering.py).
-template <class T>
-MDL_HOST_DEVICE inline int32_t to_i32(T x) {
-  return x != x ? 0
-         : x >= T(2147483648.0) ? INT32_MAX
-         : x < T(-2147483648.0) ? INT32_MIN
-                                : int32_t(x);
-}
-
-// i32 arithmetic wraps around, as NumPy's and the reference's do: a signed overflow is
-// undefined in C++, and GCC folded `(a + 1) > a` to true at INT32_MAX. The sums of i32
-// values here and on a GPU (cuda/rows.h), and generated code's i32 `+ - *`, unary `-` and
-// `abs` (backend/op_lowering.py), compute in uint32_t, whose overflow is defined.
-MDL_HOST_DEVICE inline int32_t wrap_add(int32_t a, int32_t b) {
-  return int32_t(uint32_t(a) + uint32_t(b));
-}
-MDL_HOST_DEVICE inline int32_t wrap_sub(int32_t a, int32_t b) {
-  return int32_t(uint32_t(a) - uint32_t(b));
-}
-MDL_HOST_DEVICE inline int32_t wrap_mul(int32_t a, int32_t b) {
-  return int32_t(uint32_t(a) * uint32_t(b));
-}
-MDL_HOST_DEVICE inline int32_t wrap_neg(int32_t a) { return int32_t(0u - uint32_t(a)); }
-MDL_HOST_DEVICE inline int32_t wrap_abs(int32_t a) { return a < 0 ? wrap_neg(a) : a; }
-
-// i32 `//` and `%` as NumPy's: the quotient rounds down, the remainder has the divisor's
-// sign; a 0 divisor gives 0, and i32's lowest value // -1 wraps to itself (C's `/` and `%`
-// leave both undefined, and x86 ends the process with a signal).
-MDL_HOST_DEVICE inline int32_t floor_div(int32_t a, int32_t b) {
-  if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
-  const int32_t q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-MDL_HOST_DEVICE inline int32_t floor_mod(int32_t a, int32_t b) {
-  if (b == 0 || b == -1) return 0;
-  const int32_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-// a + b, wrapping for i32: what a sum of either type adds with.
-template <class T>
-MDL_HOST_DEVICE inline T plus(T a, T b) {
-  if constexpr (std::is_integral<T>::value)
-    return wrap_add(a, b);
-  else
-    return a + b;
 }
 
 template <class T>

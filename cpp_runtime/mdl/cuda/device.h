@@ -13,7 +13,7 @@
 #include "mdl/cuda/fault.h"
 #include "mdl/cuda/grid.h"
 #include "mdl/faults.h"
-#include "mdl/kernels.h"  // the scalar functions both targets' code calls (mdl::plus, larger)
+#include "mdl/scalar.h"  // the scalar functions both targets' code calls (mdl::plus, larger)
 
 // A __shared__ array of the block: declared with this macro, so that the emulated device
 // can hand each block its own, poisoned and checked for races between barriers.
@@ -53,7 +53,7 @@ __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t p
   atomicExch(&f->kind, int(kind));
 }
 
-// a + b, wrapping for i32: mdl::plus (kernels.h), as the CPU adds.
+// a + b, wrapping for i32: mdl::plus (mdl/scalar.h), as the CPU adds.
 struct Plus {
   template <class T>
   __device__ T operator()(T a, T b) const { return plus(a, b); }

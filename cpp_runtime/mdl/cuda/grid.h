@@ -4,7 +4,6 @@
 // stride.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 namespace mdl {
@@ -15,7 +14,8 @@ constexpr int kThreads = 256;  // a launch's block size
 // The grid of a grid-stride loop over n items: a thread per item up to 65535 blocks (16.7M
 // threads, dozens of times what a GPU runs at once); past that, threads take several.
 inline unsigned blocks(int64_t n) {
-  return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
+  const int64_t wanted = (n + kThreads - 1) / kThreads;
+  return unsigned(wanted < 1 ? 1 : wanted > 65535 ? 65535 : wanted);
 }
 
 // The most blocks of a kernel that ends in one number (a loss, a norm): each block leaves
