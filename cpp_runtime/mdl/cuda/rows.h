@@ -70,7 +70,7 @@ __device__ int64_t first_row() {
 template <int W>
 __device__ int64_t row_stride() { return int64_t(gridDim.x) * (kBlockOf<W> / W); }
 
-// The larger, NaN if either is: mdl::larger (kernels.h), as the CPU folds it.
+// The larger, NaN if either is: mdl::larger (mdl/scalar.h), as the CPU folds it.
 struct Larger {
   template <class T>
   __device__ T operator()(T a, T b) const { return larger(a, b); }
