@@ -283,7 +283,7 @@ def cmd_emit(args) -> int:
         return _print_ir(args)
     from .compile.cmake import render_cmakelists
     from .compile.extension import compiled
-    from .compile.parts import build_jobs, part_files
+    from .compile.parts import jobs_beside, part_files
     from .ir.diagnostics import writing
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
@@ -293,8 +293,8 @@ def cmd_emit(args) -> int:
     _, files = sources(args.file, name, options)
     chosen = target(args.target, args.emulate)
     others = [n for n in compiled(files) if n != chosen.source]  # a GPU target's kernels
-    parts = part_files(chosen.source, files[chosen.source],
-                       max(1, build_jobs() - len(others)), chosen.toolchain.part_bytes)
+    parts = part_files(chosen.source, files[chosen.source], jobs_beside(len(others)),
+                       chosen.toolchain.part_bytes)
     files.update(parts)   # the CMake project compiles the parts, or else the source whole
     files["CMakeLists.txt"] = render_cmakelists([*parts, *others] if parts else list(files),
                                                 name, chosen)

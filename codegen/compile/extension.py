@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .cache import cached, digest, sha256, write_key
 from .commands import run_commands
 from .environment import EXT_SUFFIX, environment_key
-from .parts import build_jobs, defines, split, units
+from .parts import defines, jobs_beside, split, units
 
 if TYPE_CHECKING:  # a target names its toolchain, which builds through this file
     from ..backend.target import Target
@@ -114,8 +114,7 @@ def _parts(sources: Mapping[str, str], main: str, toolchain) -> list[list[str]]:
     names = compiled(sources)
     if main not in names:
         return [[]]
-    jobs = max(1, build_jobs() - (len(names) - 1))
-    return split(units(sources[main]), jobs, toolchain.part_bytes)
+    return split(units(sources[main]), jobs_beside(len(names) - 1), toolchain.part_bytes)
 
 
 def _check_names(sources: Mapping[str, str], module_name: str) -> None:

@@ -44,6 +44,12 @@ def build_jobs() -> int:
     return int(value)
 
 
+def jobs_beside(others: int) -> int:
+    """Parts a module's main source may be compiled in when `others` of its sources (a GPU
+    target's kernels.cu) are compiled beside it, each taking a core of its own."""
+    return max(1, build_jobs() - others)
+
+
 def split(sizes: dict[str, int], jobs: int, part_bytes: int) -> list[list[str]]:
     """The units of each part: as many parts as `jobs` allows with at least `part_bytes`
     of code each (one part holding every unit where that is one), the largest units dealt

@@ -173,10 +173,7 @@ class NvccToolchain(Toolchain):
                     *(f"-I{d}" for d in self.includes()), *flags, "-c", source, "-o",
                     str(output)]
         # the host code, as the cpu target's is compiled, its precompiled header first
-        return [host_compiler()["path"], *compile_flags(debug),
-                f"-ffile-prefix-map={output.parent}={final}",
-                *(f"-I{d}" for d in [*map(str, linked.includes), *self.includes()]), *flags,
-                "-c", source, "-o", str(output)]
+        return CUDA_HOST_CODE.compile(source, flags, linked, output, final, debug, False)
 
     def link(self, objects: list[Path], linked: Linked, output: Path, debug: bool,
              sanitize: bool) -> list[str]:
@@ -197,6 +194,14 @@ class NvccToolchain(Toolchain):
             else:
                 flags.append(flag)
         return flags
+
+
+class CudaHostCode(HostToolchain):
+    """How NvccToolchain compiles a module's module.cpp: the host toolchain's command, with
+    CUDA's and cuBLAS's headers after the runtime's."""
+
+    def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
+        return [*super().includes(first), toolkit().cuda_include, toolkit().cublas_include]
 
 
 class EmulatedCudaToolchain(HostToolchain):
@@ -245,5 +250,6 @@ class EmulatedCudaToolchain(HostToolchain):
 
 
 HOST = HostToolchain()
+CUDA_HOST_CODE = CudaHostCode()
 NVCC = NvccToolchain()
 EMULATED_CUDA = EmulatedCudaToolchain()
