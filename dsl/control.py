@@ -3,6 +3,7 @@ structured IR ops that own blocks."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
 from codegen.ir.graph import Block, Op, Value, use_counts
@@ -44,14 +45,19 @@ class ControlFlow:
     """Mixin of the Elaborator: structured control flow."""
 
     @contextmanager
-    def _in_block(self, block: Block, env: dict):
-        """Emit into `block` with `env` as the variables, then restore both."""
+    def _in_block(self, block: Block, env: dict, inside: str = ""):
+        """Emit into `block` with `env` as the variables, then restore both; `inside` says
+        where the block runs, for the errors of the asserts in it ("a step of the `for` at
+        m.mdl:6")."""
         saved = self.block, self.ctx.env
         self.block, self.ctx.env = block, env
+        self.enclosing.append(f"in {inside}" if inside else
+                              self.enclosing[-1] if self.enclosing else "")
         try:
             yield
         finally:
             self.block, self.ctx.env = saved
+            self.enclosing.pop()
 
     def _state(self, names: list[str], loc: Loc) -> dict[str, Value]:
         """The variables that exist before a loop and that its body assigns."""
@@ -127,7 +133,7 @@ class ControlFlow:
         env = dict(self.ctx.env)
         env.update(zip(loop_vars + list(state), body.args))
         yields: list[Value] = []
-        with self._in_block(body, env):
+        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}"):
             for stmt in s.body.stmts:
                 if isinstance(stmt, n.Yield):
                     yields = self._yield(stmt, targets, yields)
@@ -253,9 +259,9 @@ class ControlFlow:
         before = dict(self.ctx.env)
         results: list[dict] = []
         blocks = []
-        for stmts in branches:
+        for stmts, branch in zip(branches, ("the `if` branch", "the `else` branch")):
             block, env = Block(), dict(before)
-            with self._in_block(block, env):
+            with self._in_block(block, env, f"{branch} at {_place(s.loc)}"):
                 self.run_block(stmts)
             results.append(env)
             blocks.append(block)
@@ -308,7 +314,7 @@ class ControlFlow:
         body = Block([Value(v.type, k) for k, v in state.items()])
         env = dict(self.ctx.env)
         env.update(zip(state, body.args))
-        with self._in_block(body, env):
+        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}"):
             self.run_block(s.body.stmts)
             body.results = self._new_state(env, state, "while", s.loc)
         self._note_initial_uses(state, [body], body.args)
@@ -320,3 +326,8 @@ class ControlFlow:
         self._leave(names, set(state), before, "while body", s.loc)
         self.ctx.env.update(zip(state, outputs))
 
+
+def _place(loc: Loc) -> str:
+    """A statement's file name and line, as an assert's error names the loop or branch it
+    stands in."""
+    return f"{Path(loc.source.path).name}:{loc.line}"

@@ -11,7 +11,7 @@ from typing import Any
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
 from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32
-from codegen.ir.graph import Block, Graph, Init, Param, Regularizer, Value
+from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
@@ -44,6 +44,12 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.decl_call: dict[str, Loc | None] = {}  # the model-level call that declared it
         self.block = Block()
         self.root = self.block  # the model's body: not a loop's or a branch's
+        # the loops and branches the statement being elaborated stands in, outermost first
+        # (as an assert's error words them: "in a step of the `for` at m.mdl:6")
+        self.enclosing: list[str] = []
+        # each assert's op and its error but for the inputs it is computed from, which
+        # the model's whole body says (a loop's body alone does not)
+        self.asserts: list[tuple[Op, str]] = []
         self.ctx = Ctx("model", {})
         self.call_stack: list[tuple[n.FuncDef, Loc]] = []
         self.errors: list[MdlError] = []
@@ -86,6 +92,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.run_block(m.body.stmts)
         if not self.errors:
             self._final_checks(m)
+            self._word_asserts()
         raise_all(_unique(self.errors)[:MAX_ERRORS])
         self._warn_unused()
         return Graph(m.name.name, hparams, self.inputs, self.params, self.block, self.outputs,
@@ -122,6 +129,14 @@ class Elaborator(Expressions, Calls, ControlFlow):
         if not self.outputs:
             self.warnings.append(Diagnostic(f"model `{m.name.name}` has no outputs", m.loc,
                                             "warning"))
+
+    def _word_asserts(self) -> None:
+        """Each assert's error, now that the body is whole: with the inputs its condition
+        is computed from (through the loops and branches around it)."""
+        origins = block_origins(self.inputs, [self.root])
+        for op, what in self.asserts:
+            source = origins.inputs_of(op.inputs[0])
+            op.attrs["what"] = what + (f" (computed from {source})" if source else "")
 
     def _warn_unused(self) -> None:
         for name, value in self.inputs.items():
@@ -335,27 +350,28 @@ class Elaborator(Expressions, Calls, ControlFlow):
 
     def stmt_Assert(self, s: n.Assert) -> None:
         """A check of the call's data: an `assert` op the passes keep, which raises a
-        ValueError with the text made here (the condition, the message, the inputs it is
-        computed from) where any element of the condition is false."""
-        if self.block is not self.root:
-            raise MdlTypeError("`assert` cannot stand inside a `for`, `if` or `while` body "
-                               "(nor a function called there): check the values before or "
-                               "after the loop or branch", s.loc)
+        ValueError with the text made here (the condition, the message, where it stands,
+        the inputs it is computed from) where any element of the condition is false. In a
+        loop's or a branch's body it checks each step the body runs (a row's padding
+        steps are not run) and nothing where the body does not run."""
         cond = self.eval_single(s.cond)
         text = expr_text(s.cond)
         said = f"{s.message}: `{text}`" if s.message else f"assertion `{text}`"
+        inside = f" {self.enclosing[-1]}" if self.enclosing and self.enclosing[-1] else ""
+        if isinstance(cond, Const) and cond.kind == "bool":
+            if cond.value:
+                return
+            if not inside:  # it runs on every call
+                raise MdlTypeError(f"{said} is always false", s.cond.loc)
+            cond = self.to_tensor(cond, s.cond.loc)  # an error where the body runs
         if isinstance(cond, Const) or cond.type.dtype != "bool":
             got = cond.kind if isinstance(cond, Const) else cond.type
-            if isinstance(cond, Const) and cond.kind == "bool":
-                if cond.value:
-                    return
-                raise MdlTypeError(f"{said} is always false", s.cond.loc)
             raise MdlTypeError(f"an `assert` condition must be bool (a comparison, as "
                                f"`x > 0.0`), got {got}", s.cond.loc)
-        source = block_origins(self.inputs, [self.root]).inputs_of(cond)
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
-        what = f"{where}{said} is false" + (f" (computed from {source})" if source else "")
-        self.emit("assert", [cond], {"what": what, "said": where + said}, s.loc)
+        what = f"{where}{said} is false{inside}"
+        done, = self.emit("assert", [cond], {"what": what, "said": where + said + inside}, s.loc)
+        self.asserts.append((next(op for op in self.block.ops if done in op.outputs), what))
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "

@@ -51,6 +51,7 @@ class Generator(Integers):
         self.nests = random.Random(f"nest:{name}")
         self.operands = random.Random(f"operand:{name}")  # a product's right operand
         self.checks = random.Random(f"check:{name}")      # whether an assert ends the body
+        self.inner_checks = random.Random(f"inner-check:{name}")  # and a loop's or branch's
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -74,6 +75,20 @@ class Generator(Integers):
         said = ', "holds for every value"' if self.checks.random() < 0.5 else ""
         self.emit(f"assert {v} == {v} or {v} != {v}{said}")
         self.cover("assert")
+
+    def s_inner_assert(self, kind: str) -> None:
+        """A quarter of the bodies of loops and branches end with an assert that holds for
+        every value, as the body's last one does (drawn apart as well): each step, branch
+        or trip that runs checks it, and a pass that dropped or moved it wrongly would
+        make a build raise where the reference does not (or crash)."""
+        if self.inner_checks.random() >= 1 / 4:
+            return
+        values = [v for v in self.visible().values() if v.dtype in ("f32", "i32", "bool")]
+        if not values:
+            return
+        v = values[self.inner_checks.randrange(len(values))].name
+        self.emit(f"assert {v} == {v} or {v} != {v}, \"holds in the {kind}\"")
+        self.cover(f"assert:in-{kind}")
 
     def finish(self) -> None:
         top = [v for v in self.frames[0].vars.values() if v.dtype == "f32" and not v.fixed]
@@ -209,6 +224,7 @@ class Generator(Integers):
                 self.emit(f"{v.name} = {self.update(v)}")
             if self.rng.random() < 0.4:
                 self.statement(depth - 1)
+            self.s_inner_assert("for")
             shapes = [self.pick(self.yield_shapes(lengths)) for _ in range(yields)]
             kinds = ["i32" if self.rng.random() < 0.2 else "f32" for _ in shapes]
             values = [self.int_expr(s, 2) if k == "i32" else self.expr(s, 2)
@@ -347,6 +363,7 @@ class Generator(Integers):
                 self.s_update(depth, outer_only=True)
                 if joined:
                     self.emit(f"{joined} = {self.expr(shape, 2)}")
+                self.s_inner_assert("if")
             bodies.append(branch.block)
         if has_else and len(conds) == 1 and self.mirrors.random() < 0.25:
             bodies[1] = [mirrored(s) for s in bodies[0]]
@@ -448,6 +465,7 @@ class Generator(Integers):
             if state:
                 self.emit(f"{state.name} = {self.update(state)}")
             self.emit(f"{k} = {k} + 1")
+            self.s_inner_assert("while")
         self.emit(Stmt(f"while {cond} {{", [body.block], ["}"]))
         self.cover("while")
         if any(f.kind in CONTROL for f in self.frames):

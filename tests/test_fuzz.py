@@ -341,7 +341,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
              "if:step", "if:else-if", "for:steps", "if:joined", "while", "while:nested",
              "while:in-for", "while:in-if-in-for", "while:in-if", "while:in-for-in-if",
-             "while:in-while",
+             "while:in-while", "assert", "assert:in-for", "assert:in-if", "assert:in-while",
              "matmul:variable",
              "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",

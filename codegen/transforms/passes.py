@@ -4,7 +4,7 @@ place and knows no op by name: folding evaluates the table's NumPy references,
 simplification applies the table's identities, CSE merges ops that are equal by
 primitive, operands and attrs (random ops never), DCE drops unused ops and unused
 outputs of structured ops (the tapes nobody reads), but not the checks of a call's data
-(an `assert`: its result is never read).
+(an `assert`: its result is never read) nor the loops and branches they stand in.
 
     optimize(graph, check=None)     all of them until nothing changes; `check(graph)`
                                     (the verifier, in tests) runs after every pass
@@ -206,11 +206,17 @@ def dce(graph: Graph) -> None:
     _dce_block(graph.body, live | {v.id for v in free_values(graph.backward)})
 
 
+def holds_checks(op: Op) -> bool:
+    """Whether `op` checks the call's data (an assert), or is a loop or branch with such a
+    check in its body: kept with every output unread."""
+    return entry(op).checks or any(holds_checks(o) for sub in op.blocks for o in sub.ops)
+
+
 def _dce_block(block: Block, live: set[int]) -> None:
     live = live | {v.id for v in block.results}
     kept = []
     for op in reversed(block.ops):
-        if not any(v.id in live for v in op.outputs) and not entry(op).checks:
+        if not any(v.id in live for v in op.outputs) and not holds_checks(op):
             continue
         entry(op).trim(op, live)
         if op.blocks:

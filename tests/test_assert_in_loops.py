@@ -1,0 +1,273 @@
+"""`assert` in the body of a `for`, an `if` or a `while` (or of a function called there):
+it checks each step, branch or trip that runs, and nothing else: a row's padding steps
+(`lengths`) and a branch not taken are never judged. The reference interpreter and
+generated modules (CPU and the emulated device) raise the same ValueError, which names
+the loop or branch; one always false there (`assert 1 > 2`) is an error where the body
+runs, not when the model is checked; a loop that holds nothing but an assert is kept; the
+backward of a loop that recomputes its steps checks them again and passes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from source_files import source_file
+
+from codegen.ir.graph import walk_ops
+from codegen.pipeline import differentiate, for_backends, load
+from codegen.reference import interpreter as reference
+from dsl import check_file
+from test_cuda_emulated import EMULATE, SUFFIX
+
+SOURCE = """
+def settled(x : f32[B, N], g : f32[B, N]) -> f32[B, N] {
+  assert x + g > -100.0, "a step and the state above -100"
+  return tanh(x + g)
+}
+model Padded(N = 3) {
+  input xs : f32[T, B, N]
+  input lengths : i32[B]
+  param w : f32[N, N] = normal(0, 0.5)
+  h = zeros[B, N]
+  for x in reversed(xs) (lengths = lengths, checkpoint = 2) {
+    assert x > -100.0, "steps above -100"
+    h = tanh(x @ w + h)
+  }
+  output loss = mean(h)
+  minimize loss
+}
+model Branched(N = 3) {
+  input x : f32[B, N]
+  param w : f32[N, N] = normal(0, 0.5)
+  y = x @ w
+  if sum(x) > 0.0 {
+    assert x < 50.0, "below 50 where the sum is positive"
+    y = tanh(y)
+  } else {
+    assert x > -50.0
+  }
+  output loss = mean(y)
+  minimize loss
+}
+model Tripped(N = 3) {
+  input x : f32[B, N]
+  param w : f32[N, N] = normal(0, 0.5)
+  h = x @ w
+  k = 0
+  while k < 3 {
+    assert x * f32(k) < 10.0, "each trip below 10"
+    h = tanh(h @ w) + x
+    k = k + 1
+  }
+  output loss = mean(h)
+  minimize loss
+}
+model Called(N = 3) {
+  input xs : f32[T, B, N]
+  param w : f32[N, N] = normal(0, 0.5)
+  g = zeros[B, N]
+  for x in xs (recompute) {
+    for y in xs {
+      g = settled(y @ w, g)
+    }
+  }
+  output loss = mean(g)
+  minimize loss
+}
+model Unreachable() {
+  input x : f32[B, 3]
+  y = x
+  if sum(x) > 10.0 {
+    assert 1 > 2, "the sum never above 10"
+    y = x * 2.0
+  }
+  output loss = mean(y)
+  minimize loss
+}
+model Concurrent(N = 3) {
+  input xs : f32[T, B, N]
+  param w : f32[N, N] = normal(0, 0.5)
+  g = zeros[B, N]
+  for a in xs {
+    assert a < 10.0, "the first loop's steps below 10"
+    g = tanh(a @ w + g)
+  }
+  k = zeros[B, N]
+  for b in xs {
+    assert b > -10.0, "the second loop's steps above -10"
+    k = tanh(b @ w + k)
+  }
+  output loss = mean(g) + mean(k)
+  minimize loss
+}
+model Only(N = 3) {
+  input xs : f32[T, B, N]
+  for x in xs {
+    assert x < 100.0, "a loop of nothing but this"
+  }
+  output total = sum(xs)
+  minimize total
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    return source_file(tmp_path_factory, "looped.mdl", SOURCE)
+
+
+@pytest.fixture(scope="module")
+def modules(path):
+    return {"cpu": load(path, dtype="f64", name="looped_cpu"),
+            "cuda": load(path, target="cuda", emulate=EMULATE, dtype="f64",
+                         name=f"looped_{SUFFIX}")}
+
+
+def data(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"xs": rng.normal(size=(4, 3, 3)), "x": rng.normal(size=(3, 3)),
+            "lengths": np.array([4, 2, 3], np.int32)}
+
+
+def inputs(model: str, changes: dict) -> dict:
+    """The model's inputs, `changes` ({name: (index, value)}) written into them."""
+    names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
+             "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
+             "Concurrent": ("xs",)}[model]
+    got = {name: value.copy() for name, value in data().items() if name in names}
+    for name, (index, value) in changes.items():
+        got[name][index] = value
+    return got
+
+
+def place(line: str) -> str:
+    """Where in looped.mdl (file:line) the line that starts with `line` stands."""
+    number = next(k for k, text in enumerate(SOURCE.splitlines(), 1)
+                  if text.strip().startswith(line))
+    return f"looped.mdl:{number}"
+
+
+FOR = place("for x in reversed(xs)")
+IF = place("if sum(x) > 0.0")
+# a bad value, the error it gives (None: no error, the value is never judged), the position
+RAISING = [
+    ("Padded", {"xs": ((1, 1, 2), -300.0)},
+     f"steps above -100: `x > -100.0` is false in a step of the `for` at {FOR} (computed "
+     "from the inputs `lengths` and `xs`) at flat position 5"),
+    ("Padded", {"xs": ((3, 1, 2), -300.0)}, None),   # row 1 runs two steps: padding
+    ("Padded", {"xs": ((2, 1, 0), -300.0)}, None),
+    ("Branched", {"x": ((0, 1), 60.0)},
+     f"below 50 where the sum is positive: `x < 50.0` is false in the `if` branch at {IF} "
+     "(computed from the input `x`) at flat position 1"),
+    ("Branched", {"x": ((0, 1), -60.0)},
+     f"assertion `x > -50.0` is false in the `else` branch at {IF} (computed from the "
+     "input `x`) at flat position 1"),
+    ("Branched", {"x": ((2, 2), -40.0)}, None),      # the else branch: above -50
+    ("Tripped", {"x": ((1, 0), 7.0)},                # trip 2 (k = 2) is the first above 10
+     f"each trip below 10: `x * f32(k) < 10.0` is false in a trip of the `while` at "
+     f"{place('while k < 3')} (computed from the input `x`) at flat position 3"),
+    ("Tripped", {"x": ((1, 0), 4.0)}, None),
+    ("Called", {"xs": ((2, 0, 1), -1e5)},
+     f"settled: a step and the state above -100: `x + g > -100.0` is false in a step of "
+     f"the `for` at {place('for y in xs')} (computed from the input `xs`)"),
+    ("Unreachable", {"x": ((0, 0), 20.0)},          # false where it runs, not an error before
+     f"the sum never above 10: `1 > 2` is false in the `if` branch at "
+     f"{place('if sum(x) > 10.0')}"),
+    ("Unreachable", {"x": ((0, 0), 5.0)}, None),
+    ("Only", {"xs": ((3, 2, 2), 200.0)},
+     f"a loop of nothing but this: `x < 100.0` is false in a step of the `for` at "
+     f"{place('for x in xs {')} (computed from the input `xs`) at flat position 8"),
+]
+
+
+@pytest.mark.parametrize("model, changes, message", RAISING,
+                         ids=[f"{m}-{k}" for k, (m, _, _) in enumerate(RAISING)])
+def test_every_run_says_the_same(path, modules, model, changes, message):
+    """The reference and both targets raise the same error for a step, branch or trip
+    that runs, in forward and train_step alike, and compute the same outputs where the bad
+    value stands where nothing judges it; the model goes on working after an error."""
+    graph = check_file(str(path), model=model, dtype="f64").graph
+    params = reference.init_params(graph, 0)
+    bad = inputs(model, changes)
+    if message is None:
+        want = reference.run(graph, bad, params)
+    else:
+        with pytest.raises(ValueError) as caught:
+            reference.run(graph, bad, params)
+        assert str(caught.value).startswith(message)
+        message = str(caught.value)
+    for target, module in modules.items():
+        m = getattr(module, model)(seed=0)
+        m.set_params(params)
+        if message is None:
+            got = m.forward(**bad)
+            for name, value in want.items():
+                np.testing.assert_allclose(got[name], value, rtol=1e-12, err_msg=target)
+            continue
+        runs = [m.forward] + ([m.train_step] if graph.loss else [])
+        if graph.loss:
+            m.set_optimizer("sgd", lr=0.1)
+        for run in runs:
+            with pytest.raises(ValueError) as caught:
+                run(**bad)
+            assert str(caught.value) == message, target
+        good = m.forward(**inputs(model, {}))
+        for name, value in reference.run(graph, inputs(model, {}), params).items():
+            np.testing.assert_allclose(good[name], value, rtol=1e-12, err_msg=target)
+
+
+@pytest.mark.parametrize("model", ["Padded", "Branched", "Tripped", "Called"])
+def test_gradients_are_the_references(path, modules, model):
+    """A passing call trains as the reference differentiates it (the backward of a loop
+    that recomputes its steps, `checkpoint` and `recompute`, checks them again)."""
+    graph = check_file(str(path), model=model, dtype="f64").graph
+    params = reference.init_params(graph, 0)
+    want = reference.gradients(graph, inputs(model, {}), params)
+    for target, module in modules.items():
+        m = getattr(module, model)(seed=0)
+        m.set_params(params)
+        m.forward(**inputs(model, {}), training=True)
+        got = m.backward()
+        for name, value in got.items():
+            key = name.removeprefix("input:")
+            expected = want.params[key] if name == key else want.inputs[key]
+            np.testing.assert_allclose(value, expected, rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{target} {name}")
+
+
+def test_loops_run_at_once_raise_the_first_loops_error(path, modules):
+    """On the CPU two loops that share no memory run at once, on two threads: where both
+    fail, the error is the first loop's, as the reference (which runs them in turn) says,
+    every time."""
+    graph = check_file(str(path), model="Concurrent", dtype="f64").graph
+    params = reference.init_params(graph, 0)
+    bad = inputs("Concurrent", {})
+    bad["xs"][3, 1, 1], bad["xs"][0, 2, 0] = 20.0, -20.0  # the second loop fails sooner
+    with pytest.raises(ValueError) as caught:
+        reference.run(graph, bad, params)
+    assert str(caught.value).startswith("the first loop's steps below 10")
+    module = modules["cpu"]
+    threads = module.get_num_threads()
+    module.set_num_threads(2)
+    try:
+        m = module.Concurrent(seed=0)
+        m.set_params(params)
+        for _ in range(10):
+            with pytest.raises(ValueError) as again:
+                m.forward(**bad)
+            assert str(again.value) == str(caught.value)
+    finally:
+        module.set_num_threads(threads)
+
+
+def test_the_passes_keep_a_loop_of_nothing_but_an_assert(path):
+    """A loop (or branch) whose outputs nothing reads stays while an assert stands in it."""
+    graph = check_file(str(path), model="Only", dtype="f64").graph
+    for g in (for_backends(graph), differentiate(graph)):
+        assert [op.prim for op in g.body.ops if op.blocks] == ["for"]
+        assert [op.prim for op in walk_ops(g.body) if op.prim == "assert"] == ["assert"]
+
+
+def test_the_docstring_lists_the_checks_and_where_they_stand(modules):
+    doc = modules["cpu"].Branched.__doc__
+    assert "A call whose data fails a check raises ValueError:\n" \
+           f"    below 50 where the sum is positive: `x < 50.0` in the `if` branch at {IF}\n" \
+           f"    assertion `x > -50.0` in the `else` branch at {IF}\n" in doc
