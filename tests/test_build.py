@@ -23,6 +23,7 @@ from codegen.compile import (blas as blas_module, cache, environment, extension,
                              runtime)
 from codegen.compile.blas import blas
 from codegen.compile.cmake import render_cmakelists
+from codegen.compile.commands import side_by_side
 from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
@@ -661,9 +662,43 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
         assert _includes(command)[0] == EMULATED
         assert command.index("c++") == command.index("-x") + 1 < command.index("-c")
         assert "-O3" in command and "-march=native" in command
-    link = commands[-1]
-    assert link[1:3] == ["-r", "-nostdlib"] and link[-1].endswith("/mdl_emulated_cuda.o")
+    # (the host's runtime is built beside it, on another thread: its commands interleave)
+    link, = [c for c in commands if c[-1].endswith("/mdl_emulated_cuda.o")]
+    assert link[1:3] == ["-r", "-nostdlib"]
     assert len(link) == 3 + len(device) + 2
+
+
+def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
+    """A GPU target's runtime object compiles on a thread of its own while the host's
+    runtime compiles (neither needs the other); a failure of either is the build's error,
+    raised once both have ended."""
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    spans: dict[str, list[float]] = {}
+
+    def record(work, cmds, label, *_):
+        start = time.monotonic()
+        time.sleep(0.3)
+        for command in cmds:
+            Path(command[command.index("-o") + 1]).touch()
+        spans.setdefault(label, []).append(start)
+        spans[label].append(time.monotonic())
+    monkeypatch.setattr(runtime, "run_commands", record)
+    EMULATED_CUDA.runtime(False, False, False)
+    host = spans["building the mdl runtime (once per cache)"]
+    device = spans["building the mdl emulated cuda runtime (once per cache)"]
+    assert device[0] < host[1] and host[0] < device[1]  # at once
+    ended = []
+
+    def late():
+        time.sleep(0.3)
+        ended.append("late")
+        raise MdlBuildError("the device's object failed")
+    with pytest.raises(MdlBuildError, match="the device's object failed"):
+        side_by_side(late, lambda: "host", "waiting", False)
+    assert ended == ["late"]
+    with pytest.raises(ValueError, match="the host's"):
+        side_by_side(lambda: ended.append("device"), lambda: int("the host's"), "w", False)
+    assert ended == ["late", "device"]
 
 
 def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monkeypatch):

@@ -1,7 +1,8 @@
 """Running a build step's compiler commands: side by side, each one's output collected by a
 thread, a progress line on stderr while they run, everything they printed in the build
 directory's build.log, and a failure described by the compiler's first error (with the
-lines that say where it was reached from)."""
+lines that say where it was reached from). Two build steps side by side (side_by_side):
+a GPU target's runtime object beside the host's."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ..ir.diagnostics import count
 from .cache import Failed, read_key
@@ -38,6 +40,38 @@ def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) 
         file.write(log)
     if any(p.status for p in procs):
         raise Failed(log, _describe_failure)
+
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+def side_by_side(background: Callable[[], A], here: Callable[[], B], label: str,
+                 show: bool) -> tuple[A, B]:
+    """`background()` on a thread of its own while `here()` runs on this one (each runs
+    its own compilers: a GPU target's runtime object beside the host's), then waited for
+    under the progress line `label` if it has not ended; an exception of either is raised
+    here once both have ended."""
+    done: dict = {}
+
+    def run() -> None:
+        try:
+            done["value"] = background()
+        except BaseException as error:  # raised again on this thread
+            done["error"] = error
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        mine = here()
+    finally:
+        with _Progress(label, show and thread.is_alive(), started) as progress:
+            while thread.is_alive():
+                progress.draw()
+                thread.join(0.05)
+    if "error" in done:
+        raise done["error"]
+    return done["value"], mine
 
 
 class _Process:
@@ -73,9 +107,9 @@ class _Process:
 class _Progress:
     """`building charlm... 2s` on stderr, redrawn in place; nothing when disabled."""
 
-    def __init__(self, label: str, enabled: bool):
+    def __init__(self, label: str, enabled: bool, start: float | None = None):
         self.label, self.enabled = label, enabled
-        self.start = time.monotonic()
+        self.start = time.monotonic() if start is None else start  # counted from
         self.shown = ""
 
     def __enter__(self) -> _Progress:

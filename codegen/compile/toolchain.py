@@ -23,6 +23,7 @@ from .cuda_toolkit import toolkit
 from .environment import environment_key
 from .flags import (CODE_FLAGS, DEBUG_FLAGS, compile_flags, host_compiler, include_dirs,
                     link_flags, march)
+from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
 EMULATED_HEADERS = RUNTIME_DIR / "emulated"   # cuda_runtime.h, cublas_v2.h for the host compiler
@@ -158,13 +159,17 @@ class NvccToolchain(Toolchain):
                 "host_flags": compile_flags(debug), "link": self.linker_flags()}
 
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
-        host = build_runtime(debug=debug, progress=progress)
-        device = runtime_object(
-            CUDA_RUNTIME_OBJECT,
-            {"product": "cuda runtime", **self.fields(debug, False), **environment_key()},
-            [([toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
-              RUNTIME_DIR / CUDA_RUNTIME_SOURCE)], "the mdl cuda runtime", progress)
-        return Linked((host.object, device), (host.precompiled,))
+        """The host's runtime and the cuda runtime object, built side by side (neither
+        needs the other: nvcc's 30 s beside the glue's, not after them)."""
+        def device() -> Path:
+            return runtime_object(
+                CUDA_RUNTIME_OBJECT,
+                {"product": "cuda runtime", **self.fields(debug, False), **environment_key()},
+                [([toolkit().nvcc, *self.flags(debug), *(f"-I{d}" for d in self.includes())],
+                  RUNTIME_DIR / CUDA_RUNTIME_SOURCE)], "the mdl cuda runtime", False)
+        cuda, host = side_by_side(device, lambda: build_runtime(debug=debug, progress=progress),
+                                  "building the mdl cuda runtime (once per cache)", progress)
+        return Linked((host.object, cuda), (host.precompiled,))
 
     def compile(self, source: str, flags: list[str], linked: Linked, output: Path, final: Path,
                 debug: bool, sanitize: bool) -> list[str]:
@@ -215,18 +220,23 @@ class EmulatedCudaToolchain(HostToolchain):
                    "without it")
 
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
-        host = super().runtime(debug, sanitize, progress)
+        """The host's runtime and the emulated device's object, built side by side."""
         sources = [RUNTIME_DIR / CUDA_RUNTIME_SOURCE, *sorted(EMULATOR_SOURCES.glob("*.cpp"))]
         flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
         compiler = [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()),
                     "-x", "c++"]
-        device = runtime_object(
-            EMULATED_RUNTIME_OBJECT,
-            {"product": "emulated cuda runtime", **self.fields(debug, False),
-             "flags": flags, **environment_key()},
-            [(compiler, source) for source in sources], "the mdl emulated cuda runtime",
-            progress)
-        return Linked((*host.objects, device), host.includes)
+
+        def device() -> Path:
+            return runtime_object(
+                EMULATED_RUNTIME_OBJECT,
+                {"product": "emulated cuda runtime", **self.fields(debug, False),
+                 "flags": flags, **environment_key()},
+                [(compiler, source) for source in sources], "the mdl emulated cuda runtime",
+                False)
+        emulated, host = side_by_side(
+            device, lambda: super(EmulatedCudaToolchain, self).runtime(debug, sanitize, progress),
+            "building the mdl emulated cuda runtime (once per cache)", progress)
+        return Linked((*host.objects, emulated), host.includes)
 
     def flags(self, debug: bool, sanitize: bool) -> list[str]:
         """A model's code at -O1, not -O3: the emulated device is for checking kernels, not
