@@ -12,13 +12,13 @@ from source_files import source_file
 from codegen.cli import main as mdlc
 from codegen.export import export_onnx
 from codegen.ir.graph import walk_ops
-from codegen.pipeline import differentiate, for_backends, load
+from codegen.pipeline import differentiate, for_backends
 from codegen.reference import gradcheck
 from codegen.reference import interpreter as reference
 from dsl import check_file
 from dsl.parser import parse
 from dsl.printer import expr_text
-from test_cuda_emulated import EMULATE, SUFFIX
+from test_cuda_emulated import on_both_targets
 
 # docs/language.md's example, with a message of every kind of character C++ could misread
 MESSAGE = 'ids must index the rows of x \\ ??= ?? \t é ∑ %s %d'
@@ -46,9 +46,7 @@ def path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def modules(path):
-    return {"cpu": load(path, dtype="f64", name="picked_cpu"),
-            "cuda": load(path, target="cuda", emulate=EMULATE, dtype="f64",
-                         name=f"picked_{SUFFIX}")}
+    return on_both_targets(path, "picked", dtype="f64")
 
 
 def call(ids=(0, 2), scale=0.5):
@@ -182,9 +180,7 @@ def test_symbolic_dims_are_values(tmp_path):
     path = tmp_path / "dims.mdl"
     path.write_text(DIMS_AS_VALUES)
     graph = check_file(str(path), dtype="f64").graph
-    builds = [load(path, dtype="f64", name="dims_cpu").Dims(),
-              load(path, target="cuda", emulate=EMULATE, dtype="f64",
-                   name=f"dims_{SUFFIX}").Dims()]
+    builds = [module.Dims() for module in on_both_targets(path, "dims", dtype="f64").values()]
     for steps in (1, 2, 3, 4):
         xs = np.arange(steps * 2.0).reshape(steps, 2)
         first = xs[:2].sum() if steps > 2 else xs.sum()

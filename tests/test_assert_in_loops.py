@@ -12,10 +12,10 @@ import pytest
 from source_files import source_file
 
 from codegen.ir.graph import walk_ops
-from codegen.pipeline import differentiate, for_backends, load
+from codegen.pipeline import differentiate, for_backends
 from codegen.reference import interpreter as reference
 from dsl import check_file
-from test_cuda_emulated import EMULATE, SUFFIX
+from test_cuda_emulated import on_both_targets
 
 SOURCE = """
 def settled(x : f32[B, N], g : f32[B, N]) -> f32[B, N] {
@@ -116,9 +116,7 @@ def path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def modules(path):
-    return {"cpu": load(path, dtype="f64", name="looped_cpu"),
-            "cuda": load(path, target="cuda", emulate=EMULATE, dtype="f64",
-                         name=f"looped_{SUFFIX}")}
+    return on_both_targets(path, "looped", dtype="f64")
 
 
 def data(seed: int = 0) -> dict:

@@ -32,6 +32,16 @@ SUFFIX = "cuda" if ON_GPU else "emulated"  # module names: test_cuda.py builds t
 DEVICE = "cuda" if ON_GPU else "cuda-emulated"  # what a model's `device` says
 
 
+def on_both_targets(path, stem: str, **options) -> dict:
+    """The .mdl file `path` built for the cpu target and for the cuda target (the emulated
+    device, or the GPU), as the modules `<stem>_cpu` and `<stem>_emulated` (`_cuda`):
+    {"cpu": module, "cuda": module}."""
+    from codegen.pipeline import load
+    return {"cpu": load(path, name=f"{stem}_cpu", **options),
+            "cuda": load(path, target="cuda", emulate=EMULATE, name=f"{stem}_{SUFFIX}",
+                         **options)}
+
+
 @pytest.fixture(scope="session")
 def emulated_modules() -> dict:
     """Every example's emulated cuda module, in f32 and f64: {(file, dtype): module}."""

@@ -11,7 +11,7 @@ from codegen.pipeline import load
 from codegen.reference import interpreter as reference
 from dsl import check_file
 from source_files import source_file
-from test_cuda_emulated import EMULATE, SUFFIX
+from test_cuda_emulated import on_both_targets
 
 PICKS = """
 model Picks(N = 4) {
@@ -33,8 +33,7 @@ model Picks(N = 4) {
 @pytest.fixture(scope="module")
 def picks(tmp_path_factory):
     path = source_file(tmp_path_factory, "picks.mdl", PICKS)
-    return path, {"cpu": load(path, name="picks_cpu"),
-                  "cuda": load(path, target="cuda", emulate=EMULATE, name=f"picks_{SUFFIX}")}
+    return path, on_both_targets(path, "picks")
 
 
 def call(x_rows=5, i=0, n=0, ids=(0, 1)):
