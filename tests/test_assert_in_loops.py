@@ -256,6 +256,24 @@ def test_loops_run_at_once_raise_the_first_loops_error(path, modules):
         module.set_num_threads(threads)
 
 
+def test_a_replayed_cuda_graph_checks_its_steps(path, modules):
+    """Calls of the same dims on the device replay the CUDA graph the first captured: its
+    checks run in the replay, and a failed one leaves the model working."""
+    graph = check_file(str(path), model="Padded", dtype="f64").graph
+    bad = inputs("Padded", {"xs": ((1, 1, 2), -300.0)})
+    with pytest.raises(ValueError) as caught:
+        reference.run(graph, bad, reference.init_params(graph, 0))
+    m = modules["cuda"].Padded(seed=0)
+    good = [m.forward(**inputs("Padded", {}))["loss"] for _ in range(3)]
+    assert m.cuda_graphs["replayed"] >= 1
+    replayed = m.cuda_graphs["replayed"]
+    with pytest.raises(ValueError) as again:
+        m.forward(**bad)
+    assert str(again.value) == str(caught.value)
+    assert m.cuda_graphs["replayed"] == replayed + 1
+    assert m.forward(**inputs("Padded", {}))["loss"] == good[0]
+
+
 def test_the_passes_keep_a_loop_of_nothing_but_an_assert(path):
     """A loop (or branch) whose outputs nothing reads stays while an assert stands in it."""
     graph = check_file(str(path), model="Only", dtype="f64").graph
