@@ -23,7 +23,7 @@ from codegen.compile import (blas as blas_module, cache, environment, extension,
                              runtime)
 from codegen.compile.blas import blas
 from codegen.compile.cmake import render_cmakelists
-from codegen.compile.commands import side_by_side
+from codegen.compile.commands import run_commands, side_by_side
 from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
@@ -670,8 +670,9 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
 
 def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
     """A GPU target's runtime object compiles on a thread of its own while the host's
-    runtime compiles (neither needs the other); a failure of either is the build's error,
-    raised once both have ended."""
+    runtime compiles (neither needs the other); a failure of either is the build's error:
+    the device's raised once it has ended, the host's once the device's compilers are
+    killed."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
     spans: dict[str, list[float]] = {}
 
@@ -699,6 +700,13 @@ def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="the host's"):
         side_by_side(lambda: ended.append("device"), lambda: int("the host's"), "w", False)
     assert ended == ["late", "device"]
+    # the host's side failing (or Ctrl-C) kills the device's compilers, never waits on them
+    begun = time.monotonic()
+    with pytest.raises(ValueError, match="the host's"):
+        side_by_side(lambda: run_commands(tmp_path, [["sleep", "37.25"]], "s", False),
+                     lambda: time.sleep(0.3) or int("the host's"), "w", False)
+    assert time.monotonic() - begun < 10
+    assert subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).returncode == 1
 
 
 def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monkeypatch):

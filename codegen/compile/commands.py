@@ -22,14 +22,26 @@ FIRST_ERROR = re.compile(r"error:|undefined reference")
 CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
 
 
+class Stopped(Exception):
+    """A build step given up because the step beside it failed or was interrupted."""
+
+
+# a side_by_side background thread's `stop`: its compilers end when the other side fails
+_beside = threading.local()
+
+
 def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) -> None:
     """Run compiler commands side by side; their output goes to work/build.log. Raises
-    `Failed` (the cache keeps the directory) when one of them fails."""
+    `Failed` (the cache keeps the directory) when one of them fails, and `Stopped` (their
+    compilers killed) on a side_by_side background thread whose other side failed."""
+    stop = getattr(_beside, "stop", None)
     procs: list[_Process] = []
     try:
         with _Progress(label, show) as progress:
             procs = [_Process(command) for command in commands]
             while any(p.running() for p in procs):
+                if stop is not None and stop.is_set():
+                    raise Stopped(label)
                 progress.draw()
                 time.sleep(0.05)
     finally:
@@ -50,11 +62,14 @@ def side_by_side(background: Callable[[], A], here: Callable[[], B], label: str,
                  show: bool) -> tuple[A, B]:
     """`background()` on a thread of its own while `here()` runs on this one (each runs
     its own compilers: a GPU target's runtime object beside the host's), then waited for
-    under the progress line `label` if it has not ended; an exception of either is raised
-    here once both have ended."""
+    under the progress line `label` if it has not ended; its exception is raised here. If
+    `here()` fails or is interrupted (Ctrl-C), the background's compilers are killed
+    (`Stopped`) before its exception goes on: no build runs on unseen."""
     done: dict = {}
+    stop = threading.Event()
 
     def run() -> None:
+        _beside.stop = stop
         try:
             done["value"] = background()
         except BaseException as error:  # raised again on this thread
@@ -64,11 +79,14 @@ def side_by_side(background: Callable[[], A], here: Callable[[], B], label: str,
     thread.start()
     try:
         mine = here()
-    finally:
-        with _Progress(label, show and thread.is_alive(), started) as progress:
-            while thread.is_alive():
-                progress.draw()
-                thread.join(0.05)
+    except BaseException:
+        stop.set()
+        thread.join()
+        raise
+    with _Progress(label, show and thread.is_alive(), started) as progress:
+        while thread.is_alive():
+            progress.draw()
+            thread.join(0.05)
     if "error" in done:
         raise done["error"]
     return done["value"], mine
