@@ -280,7 +280,9 @@ def _one_hot(el, a, call):
 def _range(el, a, call):
     """Python's range as an i32 tensor: `range(n)`, 0 to n - 1, n a dim (a literal, a
     hyper-parameter, or a symbolic dim bound by the call, as in `zeros[n]`);
-    `range(start, stop, step = 1)` of compile-time integers."""
+    `range(start, stop)`, start to stop - 1, of dims (`range(1, T)`: T - 1 values, a size
+    the call must not make negative); `range(start, stop, step)` of compile-time
+    integers."""
     (start, loc), (stop, _), (step, step_loc) = a["start"], a["stop"], a["step"]
     if stop is None:
         if step is not None:
@@ -290,21 +292,26 @@ def _range(el, a, call):
         if n.is_const and n.value < 0:
             raise MdlTypeError(f"`range` of {n.value} values", loc)
         return el.emit("range", [], {"n": n, "start": 0, "step": 1}, call.loc)[0]
-    values: list[int] = []
-    for node, what in ((start, "start"), (stop, "stop"), (step, "step")):
-        d = Dim.of(1) if node is None else el.eval_dim(node)
-        if not d.is_const:
-            hint = "`range(n)` counts to a size the call binds"
-            if what == "stop" and step is None:
-                hint = f"from {values[0]} to {d} is `range({d - values[0]}) + {values[0]}`"
-            raise MdlTypeError(f"the {what} of `range(start, stop, step)` must be known at "
-                               f"compile time, not {d}; {hint}", node.loc)
-        values.append(d.value)
-    if values[2] == 0:
+    first, last = el.eval_dim(start), el.eval_dim(stop)
+    by = Dim.of(1) if step is None else el.eval_dim(step)
+    if by.is_const and by.value == 0:
         raise MdlTypeError("`range` needs a step other than 0", step.loc)
-    length = len(range(*values))
-    return el.emit("range", [], {"n": Dim.of(length), "start": values[0], "step": values[2]},
-                   call.loc)[0]
+    if first.is_const and last.is_const and by.is_const:
+        length = len(range(first.value, last.value, by.value))
+        return el.emit("range", [], {"n": Dim.of(length), "start": first.value,
+                                     "step": by.value}, call.loc)[0]
+    if not (by.is_const and by.value == 1):
+        begin = first.value if first.is_const else "start"
+        raise MdlTypeError(f"a `range` whose start or stop the call binds counts by 1, not "
+                           f"by {by} (its length would divide a size): `{begin} + {by} * "
+                           f"range(n)` takes n values by {by}", step.loc)
+    # stop - start values; a start the call binds is added to range(stop - start)
+    count = el.emit("range", [], {"n": last - first, "start": first.value if first.is_const
+                                  else 0, "step": 1}, call.loc)[0]
+    if first.is_const:
+        return count
+    offset = el.emit("full", [], {"shape": (), "value": first, "dtype": "i32"}, loc)[0]
+    return el.emit("add", [count, offset], {}, call.loc)[0]
 
 
 def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:

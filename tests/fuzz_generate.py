@@ -52,6 +52,7 @@ class Generator(Integers):
         self.operands = random.Random(f"operand:{name}")  # a product's right operand
         self.checks = random.Random(f"check:{name}")      # whether an assert ends the body
         self.inner_checks = random.Random(f"inner-check:{name}")  # and a loop's or branch's
+        self.starts = random.Random(f"range-start:{name}")  # range(start, stop) to a dim
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -287,8 +288,11 @@ class Generator(Integers):
             steps.append(())
             dtypes.append("f32")
             tags.append("steps")
-        if self.rng.random() < 0.1:  # the step's index beside them
-            seqs.append("range(T)")
+        if self.rng.random() < 0.1:  # the step's index beside them, or the index and k
+            k = self.starts.randint(-3, 3) if self.starts.random() < 0.5 else 0
+            seqs.append(f"range({k}, T {'-' if k < 0 else '+'} {abs(k)})" if k else "range(T)")
+            if k:
+                self.cover("for:range-from")
             steps.append(())
             dtypes.append("i32")
             tags.append("range")

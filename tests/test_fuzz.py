@@ -339,7 +339,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
     assert rejected == []
     drawn = {"for", "for:lengths", "for:reversed", "for:recompute", "for:checkpoint",
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
-             "if:step", "if:else-if", "for:steps", "if:joined", "while", "while:nested",
+             "if:step", "if:else-if", "for:steps", "for:range-from", "if:joined", "while", "while:nested",
              "while:in-for", "while:in-if-in-for", "while:in-if", "while:in-for-in-if",
              "while:in-while", "assert", "assert:in-for", "assert:in-if", "assert:in-while",
              "matmul:variable",

@@ -1,5 +1,6 @@
 """`range`, the built-in: its values in every form against Python's range, natively on
-both targets and in the reference and ONNX; and sizes that subtract (`range(T - 2)`,
+both targets and in the reference and ONNX (`range(start, stop)` of sizes the call binds
+too); and sizes that subtract (`range(T - 2)`, `range(1, T)`,
 `zeros[T - 30]`, `xs[1:]`) refused where the call's dims make them negative, rather than
 laid out in memory (a segmentation fault before)."""
 from __future__ import annotations
@@ -34,6 +35,28 @@ WANT = {"counts": lambda T, B: range(T), "rows": lambda T, B: range(2 * B + 1),
         "shifted": lambda T, B: range(7, T + 7),
         "digits": lambda T, B: int("".join(map(str, reversed(range(T)))) or 0)}
 
+# range(start, stop) of dims the call binds: stop - start values (T >= 1 here)
+STARTS = """
+model Starts() {
+  input xs : f32[T, B]
+  output from_one = range(1, T)
+  output around = range(-2, T)
+  output upper = range(B, 2 * B + 3)
+  output between = range(B, T + B)
+  s = 0
+  for t in range(1, T) { s = s * 10 + t }
+  output digits = s
+  r = 0
+  for t in reversed(range(1, T + 1)) { r = r * 10 + t }
+  output down = r
+}
+"""
+WANT_STARTS = {"from_one": lambda T, B: range(1, T), "around": lambda T, B: range(-2, T),
+               "upper": lambda T, B: range(B, 2 * B + 3),
+               "between": lambda T, B: range(B, T + B),
+               "digits": lambda T, B: int("".join(map(str, range(1, T))) or 0),
+               "down": lambda T, B: int("".join(map(str, reversed(range(1, T + 1)))))}
+
 NEGATIVE = """
 model Shorter() {
   input xs : f32[T, 3]
@@ -46,36 +69,48 @@ model Shorter() {
 
 @pytest.fixture(scope="module")
 def forms(tmp_path_factory):
-    return source_file(tmp_path_factory, "forms.mdl", FORMS)
+    return source_file(tmp_path_factory, "forms.mdl", FORMS + STARTS)
+
+
+def as_array(value) -> np.ndarray:
+    return np.asarray(list(value) if isinstance(value, range) else value).astype(np.int32)
 
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_range_gives_pythons_numbers(forms, target):
     how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    m = load(forms, **how).Forms(seed=0)
-    graph = check_file(str(forms)).graph
-    for T, B in ((0, 0), (1, 3), (6, 2)):
-        xs = np.zeros((T, B), np.float32)
-        got, ref = m.forward(xs=xs), reference.run(graph, {"xs": xs}, {})
-        for name, want in WANT.items():
-            expected = np.asarray(list(want(T, B)) if name != "digits" else want(T, B))
-            assert got[name].dtype == np.int32 and ref[name].dtype == np.int32, name
-            np.testing.assert_array_equal(got[name], expected.astype(np.int32), err_msg=name)
-            np.testing.assert_array_equal(ref[name], expected.astype(np.int32), err_msg=name)
+    module = load(forms, **how)
+    for model, want, cases in (("Forms", WANT, ((0, 0), (1, 3), (6, 2))),
+                               ("Starts", WANT_STARTS, ((1, 0), (1, 3), (6, 2)))):
+        m = getattr(module, model)(seed=0)
+        graph = check_file(str(forms), model=model).graph
+        for T, B in cases:
+            xs = np.zeros((T, B), np.float32)
+            got, ref = m.forward(xs=xs), reference.run(graph, {"xs": xs}, {})
+            for name, values in want.items():
+                expected = as_array(values(T, B))
+                assert got[name].dtype == np.int32 and ref[name].dtype == np.int32, name
+                np.testing.assert_array_equal(got[name], expected, err_msg=name)
+                np.testing.assert_array_equal(ref[name], expected, err_msg=name)
+    # range(1, T) at T = 0 would be -1 values: refused, as xs[1:] is (Python's is empty)
+    xs = np.zeros((0, 2), np.float32)
+    with pytest.raises(ValueError, match=r"\(T = 0, B = 2\) make the size T - 1 of"):
+        module.Starts(seed=0).forward(xs=xs)
+    with pytest.raises(ValueError, match=r"make the size T - 1 "):
+        reference.run(check_file(str(forms), model="Starts").graph, {"xs": xs}, {})
 
 
 def test_range_exports_to_onnx(forms, tmp_path):
     """A range of a size the call binds is a Range node; one known when compiling, a
     constant."""
     ort = pytest.importorskip("onnxruntime")
-    path = export_onnx(forms, tmp_path / "forms.onnx")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    xs = np.zeros((5, 2), np.float32)
-    for name, got in zip(names, session.run(names, {"xs": xs})):
-        want = WANT[name](5, 2)
-        np.testing.assert_array_equal(got, np.asarray(list(want) if name != "digits"
-                                                      else want, np.int32), err_msg=name)
+    for model, want in (("Forms", WANT), ("Starts", WANT_STARTS)):
+        path = export_onnx(forms, tmp_path / f"{model}.onnx", model=model)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        xs = np.zeros((5, 2), np.float32)
+        for name, got in zip(names, session.run(names, {"xs": xs})):
+            np.testing.assert_array_equal(got, as_array(want[name](5, 2)), err_msg=name)
 
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])

@@ -86,7 +86,8 @@ def _range(types, attrs):
         need(n.value == 0 or (fits_i32(start) and fits_i32(start + (n.value - 1) * step)),
              f"`range` from {start} by {step} for {n.value} values leaves i32")
     else:
-        need(start == 0 and step == 1, "a `range` of run-time length counts from 0 by 1")
+        need(step == 1 and fits_i32(start), "a `range` of run-time length counts by 1 "
+             "from an i32")
     return [TensorType("i32", (n,))]
 
 
