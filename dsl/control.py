@@ -7,13 +7,35 @@ from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
 from codegen.ir.graph import Block, Op, Value, use_counts
-from codegen.ir.shapes import TensorType
+from codegen.ir.shapes import Dim, TensorType
 
 from . import nodes as n
 from .env import Cascade, Const, Poisoned, Unavailable
 from .printer import expr_text
 
 LOOP_OPTIONS = ("lengths", "recompute", "checkpoint")
+
+
+class Counter:
+    """Which step of a `for` (its sequences' index t) or which trip of a `while` (0, 1,
+    ...) the loop's body runs, for the errors of the asserts in it: an i32 value of the
+    body, made when the first one asks (`value`), so that a loop without asserts is as it
+    was. `where` is the loop's place in an assert's error ("a step of the `for` at
+    m.mdl:6"), `counted` its words around the number ("step ", " of the `for` at
+    m.mdl:6"). With `lengths` it is one per row, `rows` of them (i32[B]: each row's own
+    t, reversed too)."""
+
+    def __init__(self, where: str, counted: tuple[str, str], make, rows: Dim | None = None,
+                 reversed_rows: bool = False):
+        self.where, self.counted = where, counted
+        self.rows, self.reversed_rows = rows, reversed_rows
+        self._make, self._value = make, None
+
+    @property
+    def value(self) -> Value:
+        if self._value is None:
+            self._value = self._make()
+        return self._value
 
 
 def assigned_names(stmts: list[n.Stmt], declarations: bool = False) -> list[str]:
@@ -133,13 +155,41 @@ class ControlFlow:
         env = dict(self.ctx.env)
         env.update(zip(loop_vars + list(state), body.args))
         yields: list[Value] = []
-        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}"):
-            for stmt in s.body.stmts:
-                if isinstance(stmt, n.Yield):
-                    yields = self._yield(stmt, targets, yields)
-                else:
-                    self.run_block([stmt])
-            new_state = self._new_state(env, state, "loop", s.loc)
+        hidden: list[Value] = []  # the step index, a sequence of the loop's if an assert asks
+        outer = self.block
+
+        def step_index() -> Value:
+            saved, self.block = self.block, outer
+            try:
+                index = self.emit("range", [], {"n": steps, "start": 0, "step": 1}, s.loc)[0]
+                if batch is not None:  # a row a sequence: each row's own t (lengths)
+                    column = self.emit("reshape", [index], {"shape": (steps, Dim.of(1))},
+                                       s.loc)[0]
+                    rows = self.emit("full", [], {"shape": (steps, batch), "value": 0,
+                                                  "dtype": "i32"}, s.loc)[0]
+                    index = self.emit("add", [column, rows], {}, s.loc)[0]
+            finally:
+                self.block = saved
+            hidden.append(index)
+            arg = Value(index.type.with_shape(index.type.shape[1:]), "step")
+            body.args.insert(len(seqs), arg)
+            return arg
+
+        where = f"a step of the `for` at {_place(s.loc)}"
+        self.counters.append(Counter(where, ("step ", f" of the `for` at {_place(s.loc)}"),
+                                     step_index, rows=batch,
+                                     reversed_rows=s.bindings[0].reversed))
+        try:
+            with self._in_block(body, env, where):
+                for stmt in s.body.stmts:
+                    if isinstance(stmt, n.Yield):
+                        yields = self._yield(stmt, targets, yields)
+                    else:
+                        self.run_block([stmt])
+                new_state = self._new_state(env, state, "loop", s.loc)
+        finally:
+            self.counters.pop()
+        seqs = seqs + hidden
         if targets is not None and not yields:
             raise MdlTypeError("this loop's values are assigned, so its body needs a `yield`",
                                s.loc)
@@ -155,7 +205,7 @@ class ControlFlow:
                                        f"sequence: `{what}` is {v.type}, its first dim should "
                                        f"be {batch}{hint}", s.loc)
         body.results = new_state + yields
-        self._note_initial_uses(state, [body], body.args[len(seqs):])
+        self._note_initial_uses(state, [body], body.args[len(seqs):])  # the hidden one too
         stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
         outputs = [Value(v.type, k) for k, v in state.items()] + stacked
         attrs = {"n_seq": len(seqs), "n_state": len(state),
@@ -314,13 +364,38 @@ class ControlFlow:
         body = Block([Value(v.type, k) for k, v in state.items()])
         env = dict(self.ctx.env)
         env.update(zip(state, body.args))
-        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}"):
-            self.run_block(s.body.stmts)
-            body.results = self._new_state(env, state, "while", s.loc)
+        first: list[Value] = []  # the trip count, a state of the loop's if an assert asks
+        outer = self.block
+
+        def trip_count() -> Value:
+            saved, self.block = self.block, outer
+            try:
+                first.append(self.emit("full", [], {"shape": (), "value": 0, "dtype": "i32"},
+                                       s.loc)[0])
+            finally:
+                self.block = saved
+            cond_block.args.append(Value(first[0].type, "trip"))
+            body.args.append(Value(first[0].type, "trip"))
+            return body.args[-1]
+
+        where = f"a trip of the `while` at {_place(s.loc)}"
+        self.counters.append(Counter(where, ("trip ", f" of the `while` at {_place(s.loc)}"),
+                                     trip_count))
+        try:
+            with self._in_block(body, env, where):
+                self.run_block(s.body.stmts)
+                body.results = self._new_state(env, state, "while", s.loc)
+                if first:  # the next trip's number, at the end of this one
+                    one = self.emit("full", [], {"shape": (), "value": 1, "dtype": "i32"},
+                                    s.loc)[0]
+                    body.results.append(self.emit("add", [body.args[-1], one], {}, s.loc)[0])
+        finally:
+            self.counters.pop()
         self._note_initial_uses(state, [body], body.args)
         self._note_initial_uses(state, [cond_block], cond_block.args)
         outputs = [Value(v.type, k) for k, v in state.items()]
-        self.block.ops.append(Op("while", list(state.values()), outputs, {},
+        trips = [Value(v.type, "trip") for v in first]
+        self.block.ops.append(Op("while", list(state.values()) + first, outputs + trips, {},
                                  [cond_block, body], s.loc))
         before = dict(self.ctx.env)
         self._leave(names, set(state), before, "while body", s.loc)

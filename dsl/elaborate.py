@@ -20,7 +20,7 @@ from codegen.ops.primitives import ShapeError
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
 from .calls import Calls
-from .control import ControlFlow, assigned_names
+from .control import ControlFlow, Counter, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .printer import expr_text
@@ -47,9 +47,11 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # the loops and branches the statement being elaborated stands in, outermost first
         # (as an assert's error words them: "in a step of the `for` at m.mdl:6")
         self.enclosing: list[str] = []
-        # each assert's op and its error but for the inputs it is computed from, which
-        # the model's whole body says (a loop's body alone does not)
-        self.asserts: list[tuple[Op, str]] = []
+        # the loops around it, innermost last: the step or trip an assert's error names
+        self.counters: list[Counter] = []
+        # each assert's op: its error lacks the inputs its condition is computed from
+        # until the model's whole body says them (a loop's body alone does not)
+        self.asserts: list[Op] = []
         self.ctx = Ctx("model", {})
         self.call_stack: list[tuple[n.FuncDef, Loc]] = []
         self.errors: list[MdlError] = []
@@ -134,9 +136,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
         """Each assert's error, now that the body is whole: with the inputs its condition
         is computed from (through the loops and branches around it)."""
         origins = block_origins(self.inputs, [self.root])
-        for op, what in self.asserts:
+        for op in self.asserts:
             source = origins.inputs_of(op.inputs[0])
-            op.attrs["what"] = what + (f" (computed from {source})" if source else "")
+            last = "after" if "after" in op.attrs else "what"  # the end of the error
+            op.attrs[last] += f" (computed from {source})" if source else ""
 
     def _warn_unused(self) -> None:
         for name, value in self.inputs.items():
@@ -370,8 +373,37 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                f"`x > 0.0`), got {got}", s.cond.loc)
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
         what = f"{where}{said} is false{inside}"
-        done, = self.emit("assert", [cond], {"what": what, "said": where + said + inside}, s.loc)
-        self.asserts.append((next(op for op in self.block.ops if done in op.outputs), what))
+        operands, attrs = [cond], {"what": what, "said": where + said + inside}
+        counted = self._counted(cond, s.loc)
+        if counted is not None:  # the step or trip goes between `what` and `after`
+            counter, (before, after) = counted
+            here = self.enclosing[-1]
+            if here == f"in {self.counters[-1].where}":  # the loop's body itself
+                what, after = f"{where}{said} is false in {before}", after
+            else:  # a branch in it: "in the `if` branch at m.mdl:7, in step 3 of the ..."
+                what, after = f"{where}{said} is false {here}, in {before}", after
+            # one string with a NUL between the two in generated code (mdl/faults.h)
+            what, after = what.replace("\0", "\\0"), after.replace("\0", "\\0")
+            operands.append(counter)
+            attrs.update(what=what, after=after)
+        done, = self.emit("assert", operands, attrs, s.loc)
+        self.asserts.append(next(op for op in self.block.ops if done in op.outputs))
+
+    def _counted(self, cond: Value, loc: Loc):
+        """The innermost loop's step or trip, for an assert of `cond` in its body (or in a
+        branch or a function there): (the i32 value, the words around it), or None where
+        there is no loop, or no one number says where (a row's own steps of a reversed
+        `for` with lengths, for a condition not of the rows)."""
+        if not self.counters:
+            return None
+        loop = self.counters[-1]
+        if loop.rows is None or (cond.type.rank and cond.type.shape[0] == loop.rows):
+            return loop.value, loop.counted
+        if loop.reversed_rows:
+            return None
+        # forward with lengths: every row that runs is at the loop's t (padding rows hold 0)
+        t = self.emit("max", [loop.value], {"axes": (0,), "keepdims": False}, loc)[0]
+        return t, loop.counted
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "

@@ -2,17 +2,21 @@
 it checks each step, branch or trip that runs, and nothing else: a row's padding steps
 (`lengths`) and a branch not taken are never judged. The reference interpreter and
 generated modules (CPU and the emulated device) raise the same ValueError, which names
-the loop or branch; one always false there (`assert 1 > 2`) is an error where the body
+the loop or branch and the innermost loop's step (its sequences' t: a row's own with
+`lengths`) or trip; one always false there (`assert 1 > 2`) is an error where the body
 runs, not when the model is checked; a loop that holds nothing but an assert is kept; the
 backward of a loop that recomputes its steps checks them again and passes."""
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from source_files import source_file
 
 from codegen.ir.graph import walk_ops
-from codegen.pipeline import differentiate, for_backends
+from codegen.pipeline import differentiate, for_backends, load
 from codegen.reference import interpreter as reference
 from dsl import check_file
 from test_cuda_emulated import on_both_targets
@@ -98,6 +102,25 @@ model Concurrent(N = 3) {
   output loss = mean(g) + mean(k)
   minimize loss
 }
+model Stepped(N = 3) {
+  input xs : f32[T, B, N]
+  input lengths : i32[B]
+  h = zeros[B, N]
+  for x in xs (lengths = lengths) {
+    assert sum(x) < 1000.0, "each step's sum below 1000"
+    if sum(x) < -50.0 {
+      assert x > -100.0, "far below only where the sum is"
+    }
+    h = h + x
+  }
+  g = zeros[B, N]
+  for x in reversed(xs) (lengths = lengths) {
+    assert sum(x) < 100.0, "each reversed step's sum below 100"
+    g = g + x
+  }
+  output loss = mean(h) + mean(g)
+  minimize loss
+}
 model Only(N = 3) {
   input xs : f32[T, B, N]
   for x in xs {
@@ -129,7 +152,7 @@ def inputs(model: str, changes: dict) -> dict:
     """The model's inputs, `changes` ({name: (index, value)}) written into them."""
     names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
              "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
-             "Concurrent": ("xs",)}[model]
+             "Concurrent": ("xs",), "Stepped": ("xs", "lengths")}[model]
     got = {name: value.copy() for name, value in data().items() if name in names}
     for name, (index, value) in changes.items():
         got[name][index] = value
@@ -145,11 +168,12 @@ def place(line: str) -> str:
 
 FOR = place("for x in reversed(xs)")
 IF = place("if sum(x) > 0.0")
+STEPPED = place("for x in xs (lengths")
 # a bad value, the error it gives (None: no error, the value is never judged), the position
 RAISING = [
     ("Padded", {"xs": ((1, 1, 2), -300.0)},
-     f"steps above -100: `x > -100.0` is false in a step of the `for` at {FOR} (computed "
-     "from the inputs `lengths` and `xs`) at flat position 5"),
+     f"steps above -100: `x > -100.0` is false in step 1 of the `for` at {FOR} (computed "
+     "from the inputs `lengths` and `xs`) at flat position 5"),   # row 1's own t, reversed
     ("Padded", {"xs": ((3, 1, 2), -300.0)}, None),   # row 1 runs two steps: padding
     ("Padded", {"xs": ((2, 1, 0), -300.0)}, None),
     ("Branched", {"x": ((0, 1), 60.0)},
@@ -160,18 +184,30 @@ RAISING = [
      "input `x`) at flat position 1"),
     ("Branched", {"x": ((2, 2), -40.0)}, None),      # the else branch: above -50
     ("Tripped", {"x": ((1, 0), 7.0)},                # trip 2 (k = 2) is the first above 10
-     f"each trip below 10: `x * f32(k) < 10.0` is false in a trip of the `while` at "
+     f"each trip below 10: `x * f32(k) < 10.0` is false in trip 2 of the `while` at "
      f"{place('while k < 3')} (computed from the input `x`) at flat position 3"),
     ("Tripped", {"x": ((1, 0), 4.0)}, None),
     ("Called", {"xs": ((2, 0, 1), -1e5)},
-     f"settled: a step and the state above -100: `x + g > -100.0` is false in a step of "
-     f"the `for` at {place('for y in xs')} (computed from the input `xs`)"),
+     f"settled: a step and the state above -100: `x + g > -100.0` is false in step 2 of "
+     f"the `for` at {place('for y in xs')} (computed from the input `xs`)"),  # the inner one
     ("Unreachable", {"x": ((0, 0), 20.0)},          # false where it runs, not an error before
      f"the sum never above 10: `1 > 2` is false in the `if` branch at "
      f"{place('if sum(x) > 10.0')}"),
     ("Unreachable", {"x": ((0, 0), 5.0)}, None),
+    # with lengths, a condition of the whole step (not one a row): the step that runs
+    ("Stepped", {"xs": ((2, 0, 0), 2000.0)},
+     f"each step's sum below 1000: `sum(x) < 1000.0` is false in step 2 of the `for` at "
+     f"{STEPPED}"),
+    ("Stepped", {"xs": ((1, 2, 1), -300.0)},         # a branch in a loop: both
+     f"far below only where the sum is: `x > -100.0` is false in the `if` branch at "
+     f"{place('if sum(x) < -50.0')}, in step 1 of the `for` at {STEPPED}"),
+    # reversed with lengths, each row at its own t: no one step for the whole of it
+    ("Stepped", {"xs": ((2, 0, 0), 500.0)},
+     f"each reversed step's sum below 100: `sum(x) < 100.0` is false in a step of the "
+     f"`for` at {place('for x in reversed(xs) (lengths = lengths) {')}"),
+    ("Stepped", {"xs": ((3, 1, 0), 2000.0)}, None),  # row 1 runs two steps: padding
     ("Only", {"xs": ((3, 2, 2), 200.0)},
-     f"a loop of nothing but this: `x < 100.0` is false in a step of the `for` at "
+     f"a loop of nothing but this: `x < 100.0` is false in step 3 of the `for` at "
      f"{place('for x in xs {')} (computed from the input `xs`) at flat position 8"),
 ]
 
@@ -212,7 +248,7 @@ def test_every_run_says_the_same(path, modules, model, changes, message):
             np.testing.assert_allclose(good[name], value, rtol=1e-12, err_msg=target)
 
 
-@pytest.mark.parametrize("model", ["Padded", "Branched", "Tripped", "Called"])
+@pytest.mark.parametrize("model", ["Padded", "Branched", "Tripped", "Called", "Stepped"])
 def test_gradients_are_the_references(path, modules, model):
     """A passing call trains as the reference differentiates it (the backward of a loop
     that recomputes its steps, `checkpoint` and `recompute`, checks them again)."""
@@ -287,3 +323,22 @@ def test_the_docstring_lists_the_checks_and_where_they_stand(modules):
     assert "A call whose data fails a check raises ValueError:\n" \
            f"    below 50 where the sum is positive: `x < 50.0` in the `if` branch at {IF}\n" \
            f"    assertion `x > -50.0` in the `else` branch at {IF}\n" in doc
+
+
+def test_the_languages_page_says_what_a_call_raises(tmp_path):
+    """docs/language.md's CheckedInLoop and the error it says a bad step gives: the
+    reference's and a CPU build's, word for word."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text()
+    source = re.search(r"```mdl\n(model CheckedInLoop\(\).*?\n})\n```", page, re.S).group(1)
+    said = re.search(r"a call says ``(.*?)``", page, re.S).group(1).replace("\n", " ")
+    path = tmp_path / "model.mdl"
+    path.write_text(source + "\n")
+    xs = np.ones((4, 3), np.float32)
+    xs[2, 1] = -1.0
+    data = {"xs": xs, "lengths": np.array([4, 3, 2], np.int32)}
+    with pytest.raises(ValueError) as caught:
+        reference.run(check_file(str(path)).graph, data, {})
+    assert str(caught.value) == said
+    with pytest.raises(ValueError) as built:
+        load(path).CheckedInLoop(seed=0).forward(**data)
+    assert str(built.value) == said

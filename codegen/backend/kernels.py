@@ -148,9 +148,19 @@ def _scatter_add(r, op, inputs, ins, outs):
 
 statements("scatter_add", _scatter_add)
 # a check of the call's data (ops/primitives/checks.py): raises, or sets its result true
-statements("assert", lambda r, op, inputs, ins, outs: [
-    f"{r.target.call('check_all')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, "
-    f"{c_string(op.attrs['what'])}, {outs[0]});"])
+def _assert(r, op, inputs, ins, outs):
+    n = r.dim(numel(inputs[0].type.shape))
+    if len(inputs) == 1:
+        return [f"{r.target.call('check_all')}{ins[0]}, {n}, {c_string(op.attrs['what'])}, "
+                f"{outs[0]});"]
+    # in a loop's body: the step between the two texts, a NUL between them (mdl/faults.h)
+    text = c_string(op.attrs["what"] + "\0" + op.attrs["after"])
+    rows = r.dim(numel(inputs[1].type.shape))
+    return [f"{r.target.call('check_all_at')}{ins[0]}, {n}, {text}, {outs[0]}, {ins[1]}, "
+            f"{rows});"]
+
+
+statements("assert", _assert)
 statements("one_hot", lambda r, op, inputs, ins, outs: [
     f"{r.target.call('one_hot')}{ins[0]}, {r.dim(numel(inputs[0].type.shape))}, "
     f"{r.dim(Dim.of(op.attrs['n']))}, {outs[0]});"])  # n may be symbolic (a dim S)

@@ -16,6 +16,8 @@ enum class FaultKind : int {
   Length,           // a sequence length outside [0, steps] (ValueError)
   Subscript,        // x[i]: a scalar index outside x's rows (IndexError)
   Assert,           // an `assert` of the model's found an element false (ValueError)
+  AssertAt,         // the same in a loop's body: `what` is the text before the step or
+                    // trip (`value`), a NUL, and the text after it (ValueError)
 };
 
 // Throws the exception of fault `kind`: `value` found at `position` of the data `what`

@@ -327,6 +327,16 @@ inline void check_all(const uint8_t* cond, int64_t n, const char* what, uint8_t*
   out[0] = 1;
 }
 
+// The same in a loop's body: `step` holds the step or trip it runs, one for all n (rows =
+// 1) or one a row of cond's leading dim; the error says the first false one's
+// (FaultKind::AssertAt: `what` is the text before it, a NUL, the text after).
+inline void check_all_at(const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
+                         const int32_t* step, int64_t rows) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!cond[i]) raise_fault(FaultKind::AssertAt, step[i / (n / rows)], i, n, what);
+  out[0] = 1;
+}
+
 // x[i]'s row i of n; `what` names i (codegen/ir/origins.py).
 inline int64_t checked_index(int64_t i, int64_t n, const char* what) {
   if (i < 0 || i >= n) raise_fault(FaultKind::Subscript, i, 0, n, what);

@@ -1,6 +1,7 @@
 // The exceptions of the faults kernels find (mdl/faults.h), worded once for every target.
 #include "mdl/faults.h"
 
+#include <cstring>
 #include <string>
 
 #include "mdl/error.h"
@@ -24,6 +25,10 @@ void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
                        n + "): the rows of the gradient it adds into");
     case FaultKind::Assert:  // what: the message, the condition, the inputs (its front end)
       throw ValueError(bound > 1 ? input + " at flat position " + at : input);
+    case FaultKind::AssertAt: {  // the step between the two texts: "in step 3 of the `for`"
+      const std::string said = input + v + (what ? what + std::strlen(what) + 1 : "");
+      throw ValueError(bound > 1 ? said + " at flat position " + at : said);
+    }
     case FaultKind::Subscript:
       throw IndexError(input + " is " + v + ", outside [0, " + n +
                        "): the rows of the value it indexes");
