@@ -15,6 +15,7 @@ from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
+from codegen.ops.entry import entry
 from codegen.ops.primitives import ShapeError
 
 from . import nodes as n
@@ -135,7 +136,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
     def _word_asserts(self) -> None:
         """Each assert's error, now that the body is whole: with the inputs its condition
         is computed from (through the loops and branches around it)."""
-        origins = block_origins(self.inputs, [self.root])
+        origins = block_origins(self.inputs, [self.root], steps=_steps)
         for op in self.asserts:
             source = origins.inputs_of(op.inputs[0])
             last = "after" if "after" in op.attrs else "what"  # the end of the error
@@ -459,3 +460,10 @@ def define_value(name: str, value: Any) -> bool | int | float:
     if isinstance(value, numbers.Real):
         return float(value)
     raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")
+
+
+def _steps(op: Op) -> list:
+    """A loop's sequences and its variables (a `for`'s): a step is computed from its
+    sequence alone."""
+    rules = entry(op)
+    return rules.steps(op) if rules.steps else []

@@ -173,7 +173,7 @@ STEPPED = place("for x in xs (lengths")
 RAISING = [
     ("Padded", {"xs": ((1, 1, 2), -300.0)},
      f"steps above -100: `x > -100.0` is false in step 1 of the `for` at {FOR} (computed "
-     "from the inputs `lengths` and `xs`) at flat position 5"),   # row 1's own t, reversed
+     "from the input `xs`) at flat position 5"),   # row 1's own t, reversed
     ("Padded", {"xs": ((3, 1, 2), -300.0)}, None),   # row 1 runs two steps: padding
     ("Padded", {"xs": ((2, 1, 0), -300.0)}, None),
     ("Branched", {"x": ((0, 1), 60.0)},

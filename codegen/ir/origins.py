@@ -9,8 +9,9 @@ those are what the caller can mend.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from .graph import Block, Graph, Value, outer_reads
+from .graph import Block, Graph, Op, Value, outer_reads
 
 
 @dataclass
@@ -64,25 +65,30 @@ def input_origins(*graphs: Graph) -> Origins:
     return out
 
 
-def block_origins(inputs: dict[str, Value], blocks, out: Origins | None = None) -> Origins:
+def block_origins(inputs: dict[str, Value], blocks, out: Origins | None = None,
+                  steps: Callable[[Op], list] | None = None) -> Origins:
     """The inputs every value of `blocks` (in the order they run) is computed from, added
-    to `out` (a new Origins if None): a graph's, or one the front end is still building."""
+    to `out` (a new Origins if None): a graph's, or one the front end is still building.
+    `steps(op)`, given, pairs a loop's sequences with its variables, each then computed
+    from its sequence alone (a step of `xs` from `xs`, not from the loop's `lengths`)."""
     out = out if out is not None else Origins()
     for name, v in inputs.items():
         out.inputs[v.id] = name
         out.reach[v.id] = frozenset([name])
     for block in blocks:
-        _block(block, out.reach)
+        _block(block, out.reach, steps)
     return out
 
 
-def _block(block: Block, reach: dict[int, frozenset[str]]) -> None:
+def _block(block: Block, reach: dict[int, frozenset[str]], steps) -> None:
     for op in block.ops:
         reads = outer_reads(op) if op.blocks else op.inputs
         came = frozenset().union(*(reach.get(v.id, frozenset()) for v in reads))
+        stepped = {arg.id: whole for whole, arg in (steps(op) if steps and op.blocks else ())}
         for inner in op.blocks:
             for v in inner.args:
-                reach[v.id] = came
-            _block(inner, reach)
+                whole = stepped.get(v.id)
+                reach[v.id] = came if whole is None else reach.get(whole.id, frozenset())
+            _block(inner, reach, steps)
         for v in op.outputs:
             reach[v.id] = came
