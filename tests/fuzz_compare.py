@@ -13,6 +13,7 @@ exact answer to what the build was asked, so what differs is the build's own rou
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -57,14 +58,15 @@ TOLERANCE = PRECISIONS["f64"].tolerance
 
 @dataclass
 class Outcome:
-    # ok, built (a cuda build where no GPU runs it), rejected, compiler, build, crash, hang,
-    # native, reference, domain, mismatch
+    # ok, built (a cuda build where no GPU runs it), refused (a call both sides refuse
+    # with the same error: an assert), rejected, compiler, build, crash, hang, native,
+    # reference, domain, mismatch
     kind: str
     detail: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.kind in ("ok", "built")
+        return self.kind in ("ok", "built", "refused")
 
 
 def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int = 0,
@@ -82,10 +84,15 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
                       for param, value in model.params.items()})
     cases = case_dims(seed, rows)
     other = cases[1]
+    refused = []
     for case in cases:
         outcome = compare_case(model, graph, case, lengths, seed % 1000, precision, vjp)
         if not outcome.ok:
             return Outcome(outcome.kind, f"at {case}: {outcome.detail}")
+        if outcome.kind == "refused":
+            refused.append(f"at {case}: {outcome.detail}")
+    if refused:  # its train_step and checkpoint would be refused too
+        return Outcome("refused", "; ".join(refused))
     if graph.loss is not None and not vjp:
         outcome = compare_step(model, graph, other, lengths, seed % 1000, precision)
         if not outcome.ok:
@@ -94,12 +101,14 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
                                      precision)
         if not outcome.ok:
             return Outcome(outcome.kind, f"checkpoint at {other}: {outcome.detail}")
+        if outcome.kind == "refused":  # its inputs (another seed's) fail an assert
+            refused.append(f"checkpoint at {other}: {outcome.detail}")
     empty = empty_dims(graph, other, seed)
     if empty is not None:
         outcome = compare_empty(model, graph, empty, lengths, seed % 1000, precision, vjp)
         if not outcome.ok:
             return Outcome(outcome.kind, f"at {empty}: {outcome.detail}")
-    return Outcome("ok")
+    return Outcome("refused", "; ".join(refused)) if refused else Outcome("ok")
 
 
 def empty_dims(graph, dims: dict, seed: int) -> dict | None:
@@ -164,6 +173,39 @@ def compare_empty(model, graph, dims: dict, lengths: set[str], seed: int,
     return Outcome("mismatch", "; ".join(diffs)) if diffs else Outcome("ok")
 
 
+# where an assert's loop or branch stands: the module's file and the line the program
+# has there, `<string>` and its own line where the reference checked it alone
+PLACE = re.compile(r" at (?:<string>|[\w.-]+\.mdl):\d+")
+
+
+def unplaced(message: str) -> str:
+    """An error without the places of the loops and branches it names (the step or trip,
+    the flat position and the rest stay): the same words from a module and alone."""
+    return PLACE.sub(" at <place>", message)
+
+
+def raised(error: Exception, graph, inputs: dict, params: dict, seed: int) -> Outcome:
+    """A build's call raised `error`: `refused` where the reference raises it too, word
+    for word (an assert both fail alike), else a finding."""
+    native = f"{type(error).__name__}: {error}"
+    said = refusal(graph, inputs, params, seed)
+    if said is not None and unplaced(said) == unplaced(native):
+        return Outcome("refused", native)
+    return Outcome("native", native + (f" (the reference: {said})" if said else ""))
+
+
+def refusal(graph, inputs: dict, params: dict, seed: int) -> str | None:
+    """The error the reference raises first for these inputs, in an inference forward,
+    then a training one (its dropout stream's `seed`), as a build raises it: None if
+    neither does."""
+    for training in (False, True):
+        try:
+            reference.run(graph, inputs, params, training=training, seed=seed)
+        except Exception as e:  # noqa: BLE001 -- what a build must say too
+            return f"{type(e).__name__}: {e}"
+    return None
+
+
 def numbers_differ(got: dict, want: dict, floor: float, tolerance: float) -> dict[str, str]:
     """`differences` where the reference may hold NaN (what a mean of nothing gives and
     passes on): names and shapes must agree, and each element the reference computes as
@@ -200,8 +242,9 @@ def compare_checkpoint(module, name: str, model, graph, dims: dict, lengths: set
             return Outcome("mismatch", f"optimizer {again.optimizer}, "
                                        f"saved {model.optimizer}")
         got, want = again.train_step(**inputs), model.train_step(**inputs)
-    except Exception as e:  # noqa: BLE001 -- a native error is a finding
-        return Outcome("native", f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 -- a native error is a finding, unless the same
+        params = {k: np.array(v) for k, v in model.params.items()}
+        return raised(e, graph, inputs, params, derive(seed, model.rng_calls))
     tolerance = 0.0 if model.device == "cpu" else precision.tolerance
     diffs = {**differences(got, want, tolerance=tolerance),
              **differences(dict(again.params), dict(model.params), tolerance=tolerance)}
@@ -269,8 +312,8 @@ def compare_case(model, graph, dims: dict, lengths: set[str], seed: int,
                 np.shape(got_train[k])).astype(precision.dtype.replace("f", "float"))
                 for k in model.cotangents}
         grads = model.backward(**(cotangents or {}))
-    except Exception as e:  # noqa: BLE001 -- a native error is a finding
-        return Outcome("native", f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 -- a native error is a finding, unless the same
+        return raised(e, graph, inputs, params, derive(seed, calls))
     try:
         want = reference.run(graph, inputs, params)
         want_train = reference.gradients(graph, inputs, params, training=True,

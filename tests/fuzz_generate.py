@@ -35,6 +35,9 @@ class Size:
 
 
 SIZES = {"small": Size((2, 3), 2, 1), "large": Size((3, 5), 3, 2)}
+# what a falsifiable assert bounds data by (inputs are drawn from N(0, 1)): no value a
+# computation lands on exactly, so a build in f32 and the reference agree which side
+BOUNDS = (1.3, 1.7, 2.2, 2.9)
 
 
 class Generator(Integers):
@@ -53,6 +56,7 @@ class Generator(Integers):
         self.checks = random.Random(f"check:{name}")      # whether an assert ends the body
         self.inner_checks = random.Random(f"inner-check:{name}")  # and a loop's or branch's
         self.starts = random.Random(f"range-start:{name}")  # range(start, stop) to a dim
+        self.falsifiable = random.Random(f"falsifiable:{name}")  # a body's assert may fail
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -78,17 +82,30 @@ class Generator(Integers):
         self.cover("assert")
 
     def s_inner_assert(self, kind: str) -> None:
-        """A quarter of the bodies of loops and branches end with an assert that holds for
-        every value, as the body's last one does (drawn apart as well): each step, branch
-        or trip that runs checks it, and a pass that dropped or moved it wrongly would
-        make a build raise where the reference does not (or crash)."""
+        """A quarter of the bodies of loops and branches end with an assert, most of them
+        one that holds for every value, as the body's last one does (drawn apart as
+        well): each step, branch or trip that runs checks it, and a pass that dropped or
+        moved it wrongly would make a build raise where the reference does not (or
+        crash). A third bound input data, and fail on some calls."""
         if self.inner_checks.random() >= 1 / 4:
             return
         values = [v for v in self.visible().values() if v.dtype in ("f32", "i32", "bool")]
         if not values:
             return
         v = values[self.inner_checks.randrange(len(values))].name
-        self.emit(f"assert {v} == {v} or {v} != {v}, \"holds in the {kind}\"")
+        # a third of them (a stream of their own) may fail: a bound on an input's values
+        # or on a step of them (abs: exact in f32 and f64), which the reference and the
+        # build must refuse alike, word for word (the same step or trip and position)
+        data = [u for u in self.visible().values()
+                if u.dtype == "f32" and u.fixed and not u.param]
+        if data and self.falsifiable.random() < 1 / 3:
+            u = data[self.falsifiable.randrange(len(data))].name
+            bound = self.falsifiable.choice(BOUNDS)
+            # abs: gradcheck's inputs would keep within a bound on the data itself
+            self.emit(f"assert abs({u}) < {bound}, \"within {bound} in the {kind}\"")
+            self.cover("assert:falsifiable")
+        else:
+            self.emit(f"assert {v} == {v} or {v} != {v}, \"holds in the {kind}\"")
         self.cover(f"assert:in-{kind}")
 
     def finish(self) -> None:

@@ -54,7 +54,10 @@ def run_program(program: Program, folder: Path, runtime: str = "onnxruntime",
         if narrow:
             inputs = {k: np.clip(v, -NARROW, NARROW).astype(v.dtype)
                       if v.dtype == np.int32 else v for k, v in inputs.items()}
-        want = reference.run(graph, inputs, params, dtype=float_type)
+        try:
+            want = reference.run(graph, inputs, params, dtype=float_type)
+        except ValueError:  # an assert this call fails: an ONNX model does not check
+            continue
         if not all(np.all(np.isfinite(a)) for a in want.values()):
             continue  # outside the program's domain (a log of a negative): nothing to say
         got = {k: v for k, v in run(inputs).items() if k in graph.outputs}

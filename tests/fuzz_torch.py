@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fuzz_compare import (PRECISIONS, Outcome, Precision, case_inputs, differences,
-                          stream)
+                          raised, stream)
 
 from codegen.ops.rng import derive
 from codegen.reference import interpreter as reference
@@ -42,8 +42,11 @@ def compare_torch(module, name: str, graph, dims: dict, lengths: set[str], seed:
             for k, o in outs.items()}
         bridge(**tensors)   # a third call: the second's backward must run it again
         sum((o * torch.from_numpy(cotangents[k])).sum() for k, o in outs.items()).backward()
-    except Exception as e:  # noqa: BLE001 -- the bridge's error is a finding
-        return Outcome("native", f"through as_module: {type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 -- the bridge's error is a finding, unless the
+        outcome = raised(e, graph, inputs, params, derive(seed, model.rng_calls))  # same
+        if outcome.ok:
+            return outcome
+        return Outcome("native", f"through as_module: {outcome.detail}")
     want = reference.gradients(graph, inputs, params, training=True,
                                seed=derive(seed, calls), cotangents=cotangents)
     got = {k: p.grad.numpy() for k, p in bridge.named_parameters() if p.grad is not None}

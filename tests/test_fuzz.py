@@ -182,6 +182,14 @@ def test_native_code_matches_the_reference(outcomes, seed, index):
     assert outcome.ok, f"{outcome.kind}: {outcome.detail}\n{program.source()}"
 
 
+def test_some_calls_are_refused_alike(outcomes):
+    """Asserts in loop and branch bodies that bound input data (`assert:falsifiable`)
+    fail on some calls of these programs: each such build raised the reference's error
+    word for word (the step or trip, the flat position), or it would not be ok."""
+    refused = sorted(name for name, o in outcomes.items() if o.kind == "refused")
+    assert refused, "no call failed an assert: the fuzzer's asserts check nothing here"
+
+
 @pytest.fixture(scope="module")
 def emulated_outcomes(tmp_path_factory):
     """A module of random programs for the cuda target, run on the emulated device with a
@@ -339,9 +347,11 @@ def test_the_generator_reaches_every_construct_and_primitive():
     assert rejected == []
     drawn = {"for", "for:lengths", "for:reversed", "for:recompute", "for:checkpoint",
              "for:nested", "for:zip", "for:rows", "for:gather", "for:yield", "if", "if:else",
-             "if:step", "if:else-if", "for:steps", "for:range-from", "if:joined", "while", "while:nested",
+             "if:step", "if:else-if", "for:steps", "for:range-from", "if:joined", "while",
+             "while:nested",
              "while:in-for", "while:in-if-in-for", "while:in-if", "while:in-for-in-if",
              "while:in-while", "assert", "assert:in-for", "assert:in-if", "assert:in-while",
+             "assert:falsifiable",
              "matmul:variable",
              "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
