@@ -25,10 +25,8 @@ class Counter:
     m.mdl:6"). With `lengths` it is one per row, `rows` of them (i32[B]: each row's own
     t, reversed too)."""
 
-    def __init__(self, where: str, counted: tuple[str, str], make, rows: Dim | None = None,
-                 reversed_rows: bool = False):
-        self.where, self.counted = where, counted
-        self.rows, self.reversed_rows = rows, reversed_rows
+    def __init__(self, where: str, counted: tuple[str, str], make, rows: Dim | None = None):
+        self.where, self.counted, self.rows = where, counted, rows
         self._make, self._value = make, None
 
     @property
@@ -177,8 +175,7 @@ class ControlFlow:
 
         where = f"a step of the `for` at {_place(s.loc)}"
         self.counters.append(Counter(where, ("step ", f" of the `for` at {_place(s.loc)}"),
-                                     step_index, rows=batch,
-                                     reversed_rows=s.bindings[0].reversed))
+                                     step_index, rows=batch))
         try:
             with self._in_block(body, env, where):
                 for stmt in s.body.stmts:
@@ -205,7 +202,7 @@ class ControlFlow:
                                        f"sequence: `{what}` is {v.type}, its first dim should "
                                        f"be {batch}{hint}", s.loc)
         body.results = new_state + yields
-        self._note_initial_uses(state, [body], body.args[len(seqs):])  # the hidden one too
+        self._note_initial_uses(state, [body], body.args[len(seqs):])  # seqs: the hidden too
         stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
         outputs = [Value(v.type, k) for k, v in state.items()] + stacked
         attrs = {"n_seq": len(seqs), "n_state": len(state),

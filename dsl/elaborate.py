@@ -375,7 +375,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
         what = f"{where}{said} is false{inside}"
         operands, attrs = [cond], {"what": what, "said": where + said + inside}
-        counted = self._counted(cond, s.loc)
+        counted = self._counted(cond)
         if counted is not None:  # the step or trip goes between `what` and `after`
             counter, (before, after) = counted
             here = self.enclosing[-1]
@@ -390,21 +390,19 @@ class Elaborator(Expressions, Calls, ControlFlow):
         done, = self.emit("assert", operands, attrs, s.loc)
         self.asserts.append(next(op for op in self.block.ops if done in op.outputs))
 
-    def _counted(self, cond: Value, loc: Loc):
+    def _counted(self, cond: Value):
         """The innermost loop's step or trip, for an assert of `cond` in its body (or in a
         branch or a function there): (the i32 value, the words around it), or None where
-        there is no loop, or no one number says where (a row's own steps of a reversed
-        `for` with lengths, for a condition not of the rows)."""
+        there is no loop, or no one number says where: in a `for` with lengths, a
+        condition not of the rows (each row is at a step of its own when reversed, and a
+        step past every row's length, which a condition of the whole step judges, holds
+        no row's step)."""
         if not self.counters:
             return None
         loop = self.counters[-1]
         if loop.rows is None or (cond.type.rank and cond.type.shape[0] == loop.rows):
             return loop.value, loop.counted
-        if loop.reversed_rows:
-            return None
-        # forward with lengths: every row that runs is at the loop's t (padding rows hold 0)
-        t = self.emit("max", [loop.value], {"axes": (0,), "keepdims": False}, loc)[0]
-        return t, loop.counted
+        return None
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "

@@ -121,6 +121,17 @@ model Stepped(N = 3) {
   output loss = mean(h) + mean(g)
   minimize loss
 }
+model Pad(N = 3) {
+  input xs : f32[T, B, N]
+  input lengths : i32[B]
+  h = zeros[B, N]
+  for x in xs (lengths = lengths) {  # Pad's
+    assert sum(x) != 0.0, "some row real"
+    h = h + x
+  }
+  output loss = mean(h)
+  minimize loss
+}
 model Only(N = 3) {
   input xs : f32[T, B, N]
   for x in xs {
@@ -152,7 +163,8 @@ def inputs(model: str, changes: dict) -> dict:
     """The model's inputs, `changes` ({name: (index, value)}) written into them."""
     names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
              "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
-             "Concurrent": ("xs",), "Stepped": ("xs", "lengths")}[model]
+             "Concurrent": ("xs",), "Stepped": ("xs", "lengths"),
+             "Pad": ("xs", "lengths")}[model]
     got = {name: value.copy() for name, value in data().items() if name in names}
     for name, (index, value) in changes.items():
         got[name][index] = value
@@ -194,9 +206,10 @@ RAISING = [
      f"the sum never above 10: `1 > 2` is false in the `if` branch at "
      f"{place('if sum(x) > 10.0')}"),
     ("Unreachable", {"x": ((0, 0), 5.0)}, None),
-    # with lengths, a condition of the whole step (not one a row): the step that runs
+    # with lengths, a condition of the whole step (not one a row) names no step: a step
+    # past every row's length runs too, its rows all padding (Pad below)
     ("Stepped", {"xs": ((2, 0, 0), 2000.0)},
-     f"each step's sum below 1000: `sum(x) < 1000.0` is false in step 2 of the `for` at "
+     f"each step's sum below 1000: `sum(x) < 1000.0` is false in a step of the `for` at "
      f"{STEPPED}"),
     ("Stepped", {"xs": ((1, 2, 1), -300.0)},         # a branch in a loop: both
      f"far below only where the sum is: `x > -100.0` is false in the `if` branch at "
@@ -206,6 +219,12 @@ RAISING = [
      f"each reversed step's sum below 100: `sum(x) < 100.0` is false in a step of the "
      f"`for` at {place('for x in reversed(xs) (lengths = lengths) {')}"),
     ("Stepped", {"xs": ((3, 1, 0), 2000.0)}, None),  # row 1 runs two steps: padding
+    # a step past every row's length (lengths 2, 2, 3 of T = 4): its rows all padding,
+    # zeros, which a condition of the whole step judges
+    ("Pad", {"lengths": (0, 2)},
+     f"some row real: `sum(x) != 0.0` is false in a step of the `for` at "
+     f"{place('for x in xs (lengths = lengths) {  # Pad')}"),
+    ("Pad", {}, None),
     ("Only", {"xs": ((3, 2, 2), 200.0)},
      f"a loop of nothing but this: `x < 100.0` is false in step 3 of the `for` at "
      f"{place('for x in xs {')} (computed from the input `xs`) at flat position 8"),
