@@ -107,7 +107,7 @@ model Stepped(N = 3) {
   input lengths : i32[B]
   h = zeros[B, N]
   for x in xs (lengths = lengths) {
-    assert sum(x) < 1000.0, "each step's sum below 1000"
+    assert sum(x) != 0.0 and sum(x) < 1000.0, "each step's sum nonzero, below 1000"
     if sum(x) < -50.0 {
       assert x > -100.0, "far below only where the sum is"
     }
@@ -119,17 +119,6 @@ model Stepped(N = 3) {
     g = g + x
   }
   output loss = mean(h) + mean(g)
-  minimize loss
-}
-model Pad(N = 3) {
-  input xs : f32[T, B, N]
-  input lengths : i32[B]
-  h = zeros[B, N]
-  for x in xs (lengths = lengths) {  # Pad's
-    assert sum(x) != 0.0, "some row real"
-    h = h + x
-  }
-  output loss = mean(h)
   minimize loss
 }
 model Only(N = 3) {
@@ -163,8 +152,7 @@ def inputs(model: str, changes: dict) -> dict:
     """The model's inputs, `changes` ({name: (index, value)}) written into them."""
     names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
              "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
-             "Concurrent": ("xs",), "Stepped": ("xs", "lengths"),
-             "Pad": ("xs", "lengths")}[model]
+             "Concurrent": ("xs",), "Stepped": ("xs", "lengths")}[model]
     got = {name: value.copy() for name, value in data().items() if name in names}
     for name, (index, value) in changes.items():
         got[name][index] = value
@@ -207,10 +195,10 @@ RAISING = [
      f"{place('if sum(x) > 10.0')}"),
     ("Unreachable", {"x": ((0, 0), 5.0)}, None),
     # with lengths, a condition of the whole step (not one a row) names no step: a step
-    # past every row's length runs too, its rows all padding (Pad below)
+    # past every row's length runs too, its rows all padding (below)
     ("Stepped", {"xs": ((2, 0, 0), 2000.0)},
-     f"each step's sum below 1000: `sum(x) < 1000.0` is false in a step of the `for` at "
-     f"{STEPPED}"),
+     f"each step's sum nonzero, below 1000: `sum(x) != 0.0 and sum(x) < 1000.0` is false "
+     f"in a step of the `for` at {STEPPED}"),
     ("Stepped", {"xs": ((1, 2, 1), -300.0)},         # a branch in a loop: both
      f"far below only where the sum is: `x > -100.0` is false in the `if` branch at "
      f"{place('if sum(x) < -50.0')}, in step 1 of the `for` at {STEPPED}"),
@@ -221,10 +209,9 @@ RAISING = [
     ("Stepped", {"xs": ((3, 1, 0), 2000.0)}, None),  # row 1 runs two steps: padding
     # a step past every row's length (lengths 2, 2, 3 of T = 4): its rows all padding,
     # zeros, which a condition of the whole step judges
-    ("Pad", {"lengths": (0, 2)},
-     f"some row real: `sum(x) != 0.0` is false in a step of the `for` at "
-     f"{place('for x in xs (lengths = lengths) {  # Pad')}"),
-    ("Pad", {}, None),
+    ("Stepped", {"lengths": (0, 2)},
+     f"each step's sum nonzero, below 1000: `sum(x) != 0.0 and sum(x) < 1000.0` is false "
+     f"in a step of the `for` at {STEPPED}"),
     ("Only", {"xs": ((3, 2, 2), 200.0)},
      f"a loop of nothing but this: `x < 100.0` is false in step 3 of the `for` at "
      f"{place('for x in xs {')} (computed from the input `xs`) at flat position 8"),
