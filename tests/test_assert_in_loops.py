@@ -26,6 +26,10 @@ def settled(x : f32[B, N], g : f32[B, N]) -> f32[B, N] {
   assert x + g > -100.0, "a step and the state above -100"
   return tanh(x + g)
 }
+def small(x : f32[B, N]) -> bool {
+  assert x < 50.0, "small enough"
+  return sum(x) < 10.0
+}
 model Padded(N = 3) {
   input xs : f32[T, B, N]
   input lengths : i32[B]
@@ -121,9 +125,22 @@ model Stepped(N = 3) {
   output loss = mean(h) + mean(g)
   minimize loss
 }
+model Conditioned(N = 3) {
+  input xs : f32[T, B, N]
+  h = zeros[B, N]
+  for x in xs {  # Conditioned
+    k = 0
+    while small(x * f32(k)) and k < 3 {
+      k = k + 1
+    }
+    h = h + x * f32(k)
+  }
+  output loss = mean(h)
+  minimize loss
+}
 model Only(N = 3) {
   input xs : f32[T, B, N]
-  for x in xs {
+  for x in xs {  # Only
     assert x < 100.0, "a loop of nothing but this"
   }
   output total = sum(xs)
@@ -152,7 +169,8 @@ def inputs(model: str, changes: dict) -> dict:
     """The model's inputs, `changes` ({name: (index, value)}) written into them."""
     names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
              "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
-             "Concurrent": ("xs",), "Stepped": ("xs", "lengths")}[model]
+             "Concurrent": ("xs",), "Stepped": ("xs", "lengths"),
+             "Conditioned": ("xs",)}[model]
     got = {name: value.copy() for name, value in data().items() if name in names}
     for name, (index, value) in changes.items():
         got[name][index] = value
@@ -212,9 +230,14 @@ RAISING = [
     ("Stepped", {"lengths": (0, 2)},
      f"each step's sum nonzero, below 1000: `sum(x) != 0.0 and sum(x) < 1000.0` is false "
      f"in a step of the `for` at {STEPPED}"),
+    # in a while's condition (through a function): the step of the for around it
+    ("Conditioned", {"xs": ((2, 1, 2), 60.0)},
+     f"small: small enough: `x < 50.0` is false in step 2 of the `for` at "
+     f"{place('for x in xs {  # Conditioned')} (computed from the input `xs`) at flat "
+     "position 5"),
     ("Only", {"xs": ((3, 2, 2), 200.0)},
      f"a loop of nothing but this: `x < 100.0` is false in step 3 of the `for` at "
-     f"{place('for x in xs {')} (computed from the input `xs`) at flat position 8"),
+     f"{place('for x in xs {  # Only')} (computed from the input `xs`) at flat position 8"),
 ]
 
 
