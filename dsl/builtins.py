@@ -301,6 +301,11 @@ def _range(el, a, call):
         return el.emit("range", [], {"n": Dim.of(length), "start": first.value,
                                      "step": by.value}, call.loc)[0]
     if not (by.is_const and by.value == 1):
+        if by.is_const and by.value == -1:  # counting down: the loop's own direction
+            raise MdlTypeError(f"a `range` whose start or stop the call binds counts up, by "
+                               f"1; a `for` counts down over `reversed(range({last + 1}, "
+                               f"{first + 1}))`: {first}, {first - 1}, ..., {last + 1}",
+                               step.loc)
         begin = first.value if first.is_const else "start"
         raise MdlTypeError(f"a `range` whose start or stop the call binds counts by 1, not "
                            f"by {by} (its length would divide a size): `{begin} + {by} * "

@@ -97,6 +97,12 @@ BAD_PROGRAMS = [
     ('model M() { input training : f32[B]; output y = training }',
      'an input cannot be named `training`: forward(training=...) says whether a call trains',
      "1:19"),
+    ('model M() { input xs : f32[T]; s = 0; for t in range(T, 0, -1) { s = s + t }; output y = s }',
+     "a `range` whose start or stop the call binds counts up, by 1; a `for` counts down over "
+     "`reversed(range(1, T + 1))`: T, T - 1, ..., 1", "1:60"),
+    ('model M() { input xs : f32[T]; output y = range(1, T, 2) }',
+     "a `range` whose start or stop the call binds counts by 1, not by 2 (its length would "
+     "divide a size): `1 + 2 * range(n)` takes n values by 2", "1:55"),
     ('model M(H = 4) { input x : f32[B]; output y = zeros[H / 3] }',
      '4 is not divisible by 3: `/` in dims must divide exactly', "1:55"),
     ('model M() { input x : f32[B]; param w : f32[B] ; output y = x }',
