@@ -319,22 +319,24 @@ inline void range(int64_t n, int64_t start, int64_t step, int32_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = int32_t(start + i * step);
 }
 
-// An `assert`: every one of the n elements of cond must be true, else the ValueError
-// `what` says (at the first false one's flat position, where n > 1); out[0] = true.
-inline void check_all(const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!cond[i]) raise_fault(FaultKind::Assert, 0, i, n, what);
-  out[0] = 1;
-}
-
-// The same in a loop's body: `step` holds the step or trip it runs, one for all n (rows =
-// 1) or one a row of cond's leading dim; the error says the first false one's
-// (FaultKind::AssertAt: `what` is the text before it, a NUL, the text after).
+// An `assert` in a loop's body: every one of the n elements of cond must be true, else
+// the ValueError `what` says (at the first false one's flat position, where n > 1), with
+// the step or trip it ran in: `step` holds it, one for all n (rows = 1) or one a row of
+// cond's leading dim (FaultKind::AssertAt: `what` is the text before it, a NUL, the text
+// after). out[0] = true.
 inline void check_all_at(const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
                          const int32_t* step, int64_t rows) {
   for (int64_t i = 0; i < n; ++i)
-    if (!cond[i]) raise_fault(FaultKind::AssertAt, step[i / (n / rows)], i, n, what);
+    if (!cond[i]) {
+      if (step) raise_fault(FaultKind::AssertAt, step[i / (n / rows)], i, n, what);
+      raise_fault(FaultKind::Assert, 0, i, n, what);
+    }
   out[0] = 1;
+}
+
+// An `assert` outside loops: the same with no step.
+inline void check_all(const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
+  check_all_at(cond, n, what, out, nullptr, 1);
 }
 
 // x[i]'s row i of n; `what` names i (codegen/ir/origins.py).
