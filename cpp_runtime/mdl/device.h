@@ -42,7 +42,9 @@ struct Device {
   // Waits for the context's work, then throws what device code found (an IndexError for a
   // token past the table, ...); called after every generated function.
   void (*finish)(void* context);
-  void* (*allocate)(std::size_t bytes);  // zeroed; throws std::bad_alloc
+  // Zeroed; throws std::bad_alloc. The host's and the GPU's are kAlign-aligned (the
+  // emulated device's end at a guard page instead).
+  void* (*allocate)(std::size_t bytes);
   void (*release)(void* p);
   // Copies between host and device memory, finished when they return.
   void (*upload)(void* context, void* dst, const void* src, std::size_t bytes);

@@ -15,6 +15,7 @@
 
 #include "arguments.h"
 #include "checkpoint.h"
+#include "mdl/arena.h"
 #include "mdl/device.h"
 #include "mdl/init.h"
 #include "mdl/model.h"
@@ -40,7 +41,7 @@ class Parameters {
     }
     int64_t own = 0;
     for (int i = 0; i < spec.n_params; ++i)
-      if (!state.param[i]) own += numel(spec.params[i]);
+      if (!state.param[i]) own += padded(numel(spec.params[i]));
     auto store = std::make_shared<Buffer<T>>(spec.device, own);
     stores_.push_back(store);
     std::vector<T> values(own);  // initialized on the host, then copied over
@@ -51,7 +52,7 @@ class Parameters {
       state.param[i] = store->data() + own;
       initialize(values.data() + own, std::vector<int64_t>(p.shape, p.shape + p.rank), p.init,
                  seed, i);
-      own += numel(p);
+      own += padded(numel(p));
     }
     upload(spec.device, context, store->data(), values.data(), own * sizeof(T));
   }
@@ -124,6 +125,13 @@ class Parameters {
   }
 
  private:
+  // `n` values and the padding after them that starts the next parameter at a kAlign
+  // boundary of the store (whose start the device aligns): a vector load of a weight then
+  // never straddles two cache lines (host_device.cpp, allocate).
+  static int64_t padded(int64_t n) {
+    return int64_t(align_up(std::size_t(n) * sizeof(T)) / sizeof(T));
+  }
+
   // Points this model's parameters that `share` also has at its memory (a ValueError where
   // a shape differs, or where no name is in both).
   void link(const Parameters& share) {
