@@ -327,8 +327,8 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
     """OpenBLAS for an AMD CPU, with AVX-512 or without, built for it or restricted to
     AVX2; MKL on Intel (MKL runs its generic code on AMD: docs/build.md); MDL_BLAS
     overrides either way. Small products run mdl's own kernels with OpenBLAS and on AMD,
-    with MKL on Intel those of one row and a weight of at most 8 MiB (MKL's packed API the
-    rest); MDL_SMALL_PRODUCTS overrides that."""
+    with MKL on Intel those of one row (MKL's packed API the rest); MDL_SMALL_PRODUCTS
+    overrides that."""
     if blas_module.installed_file("mkl", "libmkl_rt.so.") is None:
         pytest.skip("MKL is installed on x86-64 Linux only: OpenBLAS is the only choice")
     machine = Cpu(vendor=vendor, model=f"some {vendor} CPU", isa=isa)
@@ -338,22 +338,20 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
     monkeypatch.setenv("MDL_MARCH", march)
     blas.cache_clear()
     try:
-        def limits(name):  # the most rows and weight bytes mdl's kernels take
-            return (1024, 0) if name == "openblas" or vendor == "AMD" else (1, 8 << 20)
+        def limits(name):  # the most rows mdl's kernels take
+            return 1024 if name == "openblas" or vendor == "AMD" else 1
         assert blas().name == chosen
-        assert blas().own_kernels and (blas().own_rows, blas().own_bytes) == limits(chosen)
+        assert blas().own_kernels and blas().own_rows == limits(chosen)
         other = "openblas" if chosen == "mkl" else "mkl"
         monkeypatch.setenv("MDL_BLAS", other)
         blas.cache_clear()
         assert blas().name == other
-        assert blas().own_kernels and (blas().own_rows, blas().own_bytes) == limits(other)
-        for packed, own, rows, size in (("own", 1, 1024, 0), ("blas", 0, 0, 0),
-                                        ("8", 1, 8, 0)):
+        assert blas().own_kernels and blas().own_rows == limits(other)
+        for packed, own, rows in (("own", 1, 1024), ("blas", 0, 0), ("8", 1, 8)):
             monkeypatch.setenv("MDL_SMALL_PRODUCTS", packed)
             blas.cache_clear()
             assert blas().name == other and blas().own_kernels == bool(own)
-            assert {f"-DMDL_OWN_KERNELS={own}", f"-DMDL_OWN_ROWS={rows}",
-                    f"-DMDL_OWN_BYTES={size}"} <= set(blas().defines)
+            assert {f"-DMDL_OWN_KERNELS={own}", f"-DMDL_OWN_ROWS={rows}"} <= set(blas().defines)
     finally:
         monkeypatch.undo()
         blas.cache_clear()

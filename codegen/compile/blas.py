@@ -28,12 +28,14 @@ AMD EPYC of Zen 4 MKL with mdl's kernels took 0.52-0.93x MKL's time in every LST
 and MILSTM row tried and 0.39-0.75x in the generation step, with AVX-512 and restricted
 to AVX2; and `1` with MKL on Intel: on an Intel Xeon (AVX-512, 2026-11-28), builds
 alternating in one process, mdl's kernels on one-row products took 0.72-1.00x MKL's
-time in 21 of the suite's 22 rows at B=1 (the generation step 0.86x; the one loss, 1.12x,
-a 20 MB weight's product: greedy decoding with V=10000; an LSTM at H=1024, 16 MiB, lost
-too, so on Intel they take weights of up to 8 MiB), while on every product up to
-1024 rows they took 0.95-1.29x at B >= 20 (slower in 42 of 44 rows), and at B=1 taking
-products of 2 to 64 rows too (a hoisted input product) gained nothing more
-(docs/build.md, "On an Intel Xeon").
+time in 21 of the suite's 22 rows at B=1 (the generation step 0.86x), while on every
+product up to 1024 rows they took 0.95-1.29x at B >= 20 (slower in 42 of 44 rows), and
+at B=1 taking products of 2 to 64 rows too (a hoisted input product) gained nothing more
+(docs/build.md, "On an Intel Xeon"). One-row products of every size: until 2026-11-30
+those of a weight past 8 MiB were MKL's, which streamed them faster than the packed
+kernel; `row_gemm::one_row` streams them faster still (an LSTM at B=1, H=1024 and 2048
+in 0.78-0.88x the time, greedy decoding's 20 MB output product 0.92x; docs/build.md,
+"One row on an Intel Xeon").
 
 Both come from Python packages, not system directories: modules find the library by
 RPATH. cpp_runtime/mdl/blas.h reads the defines to call one or the other.
@@ -51,7 +53,6 @@ from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
 OWN_ROWS = 1024  # the most rows of a product mdl's kernels take (small_gemm.h, blas.h)
-INTEL_OWN_BYTES = 8 << 20  # with MKL on Intel, the largest weight they take (blas.h)
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,8 @@ class Blas:
     library: Path        # the shared library modules link and find by RPATH
     define: str          # tells cpp_runtime/mdl/blas.h which API to call
     # mdl's kernels take small products of at most this many rows (0: none, the BLAS takes
-    # them all) and a right operand of at most this many bytes (0: any): MDL_SMALL_PRODUCTS
+    # them all): MDL_SMALL_PRODUCTS
     own_rows: int = OWN_ROWS
-    own_bytes: int = 0
 
     @property
     def own_kernels(self) -> bool:
@@ -72,7 +72,7 @@ class Blas:
     @property
     def defines(self) -> tuple[str, ...]:
         return (self.define, f"-DMDL_OWN_KERNELS={int(self.own_kernels)}",
-                f"-DMDL_OWN_ROWS={self.own_rows}", f"-DMDL_OWN_BYTES={self.own_bytes}")
+                f"-DMDL_OWN_ROWS={self.own_rows}")
 
     @property
     def lib_dir(self) -> str:
@@ -97,11 +97,11 @@ def blas() -> Blas:
     if not small:
         return library
     if small == "own":
-        return replace(library, own_rows=OWN_ROWS, own_bytes=0)
+        return replace(library, own_rows=OWN_ROWS)
     if small == "blas":
-        return replace(library, own_rows=0, own_bytes=0)
+        return replace(library, own_rows=0)
     if small.isdigit() and 1 <= int(small) <= OWN_ROWS:
-        return replace(library, own_rows=int(small), own_bytes=0)
+        return replace(library, own_rows=int(small))
     raise MdlBuildError(f"MDL_SMALL_PRODUCTS={small!r}: expected own, blas, or the most "
                         f"rows of a product mdl's kernels take (1 to {OWN_ROWS})")
 
@@ -128,10 +128,10 @@ def _mkl() -> Blas | None:
     if library is None or header is None:
         return None
     # mdl's kernels where MKL's small products were measured slower: on AMD all of them,
-    # elsewhere (an Intel Xeon) those of one row with a weight of at most 8 MiB
+    # elsewhere (an Intel Xeon) those of one row
     amd = cpu().vendor == "AMD"
     return Blas("mkl", str(header.parent), library, "-DMDL_BLAS_MKL",
-                own_rows=OWN_ROWS if amd else 1, own_bytes=0 if amd else INTEL_OWN_BYTES)
+                own_rows=OWN_ROWS if amd else 1)
 
 
 def _openblas() -> Blas:

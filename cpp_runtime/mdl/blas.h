@@ -4,8 +4,8 @@
 // A right operand used by many products of one shape (a weight inside a time loop) can
 // be packed once before the loop (`pack_b`) and multiplied in its packed form
 // (`gemm_packed`). With MDL_OWN_KERNELS (by default; MDL_SMALL_PRODUCTS overrides), a
-// float product of up to small_gemm::kSmallRows rows (1024; with MKL on Intel one row, and
-// a weight of at most 8 MiB: MDL_OWN_ROWS, MDL_OWN_BYTES) runs mdl's own kernel on the packed operand
+// float product of up to small_gemm::kSmallRows rows (1024; with MKL on Intel one row:
+// MDL_OWN_ROWS) runs mdl's own kernel on the packed operand
 // (mdl/small_gemm.h), its panels shared out over OpenMP's threads from
 // kOwnKernelSplitWork multiply-adds; one of one row reads b unpacked (row_gemm::one_row,
 // own_row_unpacked). Other packed products are MKL's packed API, which
@@ -129,16 +129,6 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 #define MDL_OWN_ROWS 1024
 #endif
 constexpr int64_t kOwnRows = MDL_OWN_ROWS;
-// ... and the most bytes of their right operand (MDL_OWN_BYTES, 0: no limit): with MKL on
-// Intel 8 MiB, since a one-row product streaming a larger weight took 1.10-1.12x MKL's
-// time there (an LSTM at B = 1, H = 1024: 16 MiB; greedy decoding's V = 10000 output:
-// 20 MB), a smaller one 0.94x (H = 512: 4 MiB).
-#if !defined(MDL_OWN_BYTES)
-#define MDL_OWN_BYTES 0
-#endif
-inline bool own_operand(int64_t n, int64_t k) {
-  return MDL_OWN_BYTES == 0 || n * k * int64_t(sizeof(float)) <= int64_t(MDL_OWN_BYTES);
-}
 
 #if MDL_OWN_KERNELS
 // A float product of 2 to kOwnRowsMax rows, b not transposed, that is not a loop's (those
@@ -152,9 +142,7 @@ constexpr int64_t kRowKernelRows = 8;
 constexpr int64_t kOwnRowsMax = 256;
 
 inline bool own_rows(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
-  if (trans_b || alpha != 1.f || m < 2 || m > std::min(kOwnRowsMax, kOwnRows) ||
-      !own_operand(n, k))
-    return false;
+  if (trans_b || alpha != 1.f || m < 2 || m > std::min(kOwnRowsMax, kOwnRows)) return false;
   const int64_t passes = m <= kRowKernelRows ? row_gemm::passes(m) : small_gemm::passes(m);
   return passes * n * k * int64_t(sizeof(float)) <= kOwnRowsTraffic;
 }
@@ -264,7 +252,7 @@ inline int split_threads() {
 // ask, with the same m, n, k, so they agree.
 inline bool own_kernel(int64_t m, int64_t n, int64_t k) {
   return MDL_OWN_KERNELS && m != 0 && n != 0 && k != 0 &&
-         m <= std::min(kOwnRows, small_gemm::kSmallRows) && own_operand(n, k);
+         m <= std::min(kOwnRows, small_gemm::kSmallRows);
 }
 
 // ... and of those, the ones of one row with b not transposed and of more than
@@ -451,7 +439,7 @@ inline int together_threads(const Product<float>* p, int count) {
   int64_t work = 0;
   for (int i = 0; i < count; ++i) {
     if (p[i].trans_b || p[i].m == 0 || p[i].n == 0 || p[i].k == 0 ||
-        p[i].m > std::min(kTogetherRows, kOwnRows) || !own_operand(p[i].n, p[i].k))
+        p[i].m > std::min(kTogetherRows, kOwnRows))
       return 1;
     work += p[i].m * p[i].n * p[i].k;
   }
