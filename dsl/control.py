@@ -3,6 +3,7 @@ structured IR ops that own blocks."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
@@ -20,13 +21,12 @@ class Counter:
     """Which step of a `for` (its sequences' index t) or which trip of a `while` (0, 1,
     ...) the loop's body runs, for the errors of the asserts in it: an i32 value of the
     body, made when the first one asks (`value`), so that a loop without asserts is as it
-    was. `where` is the loop's place in an assert's error ("a step of the `for` at
-    m.mdl:6"), `counted` its words around the number ("step ", " of the `for` at
-    m.mdl:6"). With `lengths` it is one per row, `rows` of them (i32[B]: each row's own
-    t, reversed too)."""
+    was. `counted` is its words around the number ("step ", " of the `for` at m.mdl:6").
+    With `lengths` it is one per row, `rows` of them (i32[B]: each row's own t, reversed
+    too)."""
 
-    def __init__(self, where: str, counted: tuple[str, str], make, rows: Dim | None = None):
-        self.where, self.counted, self.rows = where, counted, rows
+    def __init__(self, counted: tuple[str, str], make, rows: Dim | None = None):
+        self.counted, self.rows = counted, rows
         self._make, self._value = make, None
 
     @property
@@ -34,6 +34,17 @@ class Counter:
         if self._value is None:
             self._value = self._make()
         return self._value
+
+
+@dataclass(frozen=True)
+class Enclosing:
+    """Where the statement being elaborated stands, as its asserts' errors word it: `text`
+    ("in a step of the `for` at m.mdl:6", "in the `if` branch at m.mdl:8"; "" at the
+    model's level), the innermost loop's `counter` around it (None outside loops), and
+    whether it stands in that loop's body itself (`in_body`) rather than in a branch there."""
+    text: str = ""
+    counter: Counter | None = None
+    in_body: bool = False
 
 
 def assigned_names(stmts: list[n.Stmt], declarations: bool = False) -> list[str]:
@@ -65,14 +76,19 @@ class ControlFlow:
     """Mixin of the Elaborator: structured control flow."""
 
     @contextmanager
-    def _in_block(self, block: Block, env: dict, inside: str = ""):
+    def _in_block(self, block: Block, env: dict, inside: str = "",
+                  counter: Counter | None = None):
         """Emit into `block` with `env` as the variables, then restore both; `inside` says
         where the block runs, for the errors of the asserts in it ("a step of the `for` at
-        m.mdl:6")."""
+        m.mdl:6"), and `counter` which step or trip, where the block is a loop's body."""
         saved = self.block, self.ctx.env
         self.block, self.ctx.env = block, env
-        self.enclosing.append(f"in {inside}" if inside else
-                              self.enclosing[-1] if self.enclosing else "")
+        around = self.enclosing[-1] if self.enclosing else Enclosing()
+        if counter is not None:
+            around = Enclosing(f"in {inside}", counter, in_body=True)
+        elif inside:
+            around = Enclosing(f"in {inside}", around.counter)
+        self.enclosing.append(around)
         try:
             yield
         finally:
@@ -173,19 +189,15 @@ class ControlFlow:
             body.args.insert(len(seqs), arg)
             return arg
 
-        where = f"a step of the `for` at {_place(s.loc)}"
-        self.counters.append(Counter(where, ("step ", f" of the `for` at {_place(s.loc)}"),
-                                     step_index, rows=batch))
-        try:
-            with self._in_block(body, env, where):
-                for stmt in s.body.stmts:
-                    if isinstance(stmt, n.Yield):
-                        yields = self._yield(stmt, targets, yields)
-                    else:
-                        self.run_block([stmt])
-                new_state = self._new_state(env, state, "loop", s.loc)
-        finally:
-            self.counters.pop()
+        counter = Counter(("step ", f" of the `for` at {_place(s.loc)}"), step_index,
+                          rows=batch)
+        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}", counter):
+            for stmt in s.body.stmts:
+                if isinstance(stmt, n.Yield):
+                    yields = self._yield(stmt, targets, yields)
+                else:
+                    self.run_block([stmt])
+            new_state = self._new_state(env, state, "loop", s.loc)
         seqs = seqs + hidden
         if targets is not None and not yields:
             raise MdlTypeError("this loop's values are assigned, so its body needs a `yield`",
@@ -375,19 +387,14 @@ class ControlFlow:
             body.args.append(Value(first[0].type, "trip"))
             return body.args[-1]
 
-        where = f"a trip of the `while` at {_place(s.loc)}"
-        self.counters.append(Counter(where, ("trip ", f" of the `while` at {_place(s.loc)}"),
-                                     trip_count))
-        try:
-            with self._in_block(body, env, where):
-                self.run_block(s.body.stmts)
-                body.results = self._new_state(env, state, "while", s.loc)
-                if first:  # the next trip's number, at the end of this one
-                    one = self.emit("full", [], {"shape": (), "value": 1, "dtype": "i32"},
-                                    s.loc)[0]
-                    body.results.append(self.emit("add", [body.args[-1], one], {}, s.loc)[0])
-        finally:
-            self.counters.pop()
+        counter = Counter(("trip ", f" of the `while` at {_place(s.loc)}"), trip_count)
+        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}", counter):
+            self.run_block(s.body.stmts)
+            body.results = self._new_state(env, state, "while", s.loc)
+            if first:  # the next trip's number, at the end of this one
+                one = self.emit("full", [], {"shape": (), "value": 1, "dtype": "i32"},
+                                s.loc)[0]
+                body.results.append(self.emit("add", [body.args[-1], one], {}, s.loc)[0])
         self._note_initial_uses(state, [body], body.args)
         self._note_initial_uses(state, [cond_block], cond_block.args)
         outputs = [Value(v.type, k) for k, v in state.items()]

@@ -21,7 +21,7 @@ from codegen.ops.primitives import ShapeError
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
 from .calls import Calls
-from .control import ControlFlow, Counter, assigned_names
+from .control import ControlFlow, Counter, Enclosing, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .printer import expr_text
@@ -45,11 +45,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.decl_call: dict[str, Loc | None] = {}  # the model-level call that declared it
         self.block = Block()
         self.root = self.block  # the model's body: not a loop's or a branch's
-        # the loops and branches the statement being elaborated stands in, outermost first
-        # (as an assert's error words them: "in a step of the `for` at m.mdl:6")
-        self.enclosing: list[str] = []
-        # the loops around it, innermost last: the step or trip an assert's error names
-        self.counters: list[Counter] = []
+        # the loops and branches the statement being elaborated stands in, innermost last:
+        # how an assert's error words where it stands, and the step or trip it names
+        self.enclosing: list[Enclosing] = []
         # each assert's op: its error lacks the inputs its condition is computed from
         # until the model's whole body says them (a loop's body alone does not)
         self.asserts: list[Op] = []
@@ -361,7 +359,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
         cond = self.eval_single(s.cond)
         text = expr_text(s.cond)
         said = f"{s.message}: `{text}`" if s.message else f"assertion `{text}`"
-        inside = f" {self.enclosing[-1]}" if self.enclosing and self.enclosing[-1] else ""
+        here = self.enclosing[-1] if self.enclosing else Enclosing()
+        inside = f" {here.text}" if here.text else ""
         if isinstance(cond, Const) and cond.kind == "bool":
             if cond.value:
                 return
@@ -375,14 +374,13 @@ class Elaborator(Expressions, Calls, ControlFlow):
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
         what = f"{where}{said} is false{inside}"
         operands, attrs = [cond], {"what": what, "said": where + said + inside}
-        counted = self._counted(cond)
+        counted = self._counted(cond, here.counter)
         if counted is not None:  # the step or trip goes between `what` and `after`
             counter, (before, after) = counted
-            here = self.enclosing[-1]
-            if here == f"in {self.counters[-1].where}":  # the loop's body itself
+            if here.in_body:  # the loop's body itself
                 what, after = f"{where}{said} is false in {before}", after
             else:  # a branch in it: "in the `if` branch at m.mdl:7, in step 3 of the ..."
-                what, after = f"{where}{said} is false {here}, in {before}", after
+                what, after = f"{where}{said} is false {here.text}, in {before}", after
             # one string with a NUL between the two in generated code (mdl/faults.h)
             what, after = what.replace("\0", "\\0"), after.replace("\0", "\\0")
             operands.append(counter)
@@ -390,16 +388,15 @@ class Elaborator(Expressions, Calls, ControlFlow):
         done, = self.emit("assert", operands, attrs, s.loc)
         self.asserts.append(next(op for op in self.block.ops if done in op.outputs))
 
-    def _counted(self, cond: Value):
-        """The innermost loop's step or trip, for an assert of `cond` in its body (or in a
-        branch or a function there): (the i32 value, the words around it), or None where
-        there is no loop, or no one number says where: in a `for` with lengths, a
-        condition not of the rows (each row is at a step of its own when reversed, and a
-        step past every row's length, which a condition of the whole step judges, holds
-        no row's step)."""
-        if not self.counters:
+    def _counted(self, cond: Value, loop: Counter | None):
+        """The step or trip of the innermost loop (`loop`), for an assert of `cond` in its
+        body (or in a branch or a function there): (the i32 value, the words around it),
+        or None where there is no loop, or no one number says where: in a `for` with
+        lengths, a condition not of the rows (each row is at a step of its own when
+        reversed, and a step past every row's length, which a condition of the whole step
+        judges, holds no row's step)."""
+        if loop is None:
             return None
-        loop = self.counters[-1]
         if loop.rows is None or (cond.type.rank and cond.type.shape[0] == loop.rows):
             return loop.value, loop.counted
         return None
