@@ -22,7 +22,7 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS; from codegen.compile.runtime import GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, WIDE_VECTORS; from codegen.compile.runtime import GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
@@ -31,6 +31,7 @@ list(GET _mdl_python 3 _mdl_blas_defines)
 list(GET _mdl_python 4 _mdl_blas_system)
 list(GET _mdl_python 5 _mdl_code_flags)
 list(GET _mdl_python 6 _mdl_glue_flags)
+list(GET _mdl_python 7 _mdl_wide_vectors)
 string(REPLACE "," ";" _mdl_blas_defines "${_mdl_blas_defines}")
 string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
 string(REPLACE "," ";" _mdl_code_flags "${_mdl_code_flags}")
@@ -64,8 +65,17 @@ set_target_properties(mdl_core PROPERTIES POSITION_INDEPENDENT_CODE ON
 # One instruction set for the kernels and everything that includes their headers: the
 # kernels' constants (a vector's lanes, a packed panel's width) differ between them, and a
 # buffer sized by one and filled by the other overflows.
+# With AVX-512, 512-bit vectors in loops too, as codegen/compile/flags.py's machine_flags.
 if(MDL_NATIVE)
   set(_mdl_arch -march=native)
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS -march=native)
+  check_cxx_source_compiles("#ifndef __AVX512F__\n#error no AVX-512\n#endif\nint main() {}"
+                            MDL_AVX512)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(MDL_AVX512)
+    list(APPEND _mdl_arch ${_mdl_wide_vectors})
+  endif()
 else()
   set(_mdl_arch "")
 endif()

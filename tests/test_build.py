@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import platform
 import re
 import shutil
 import signal
@@ -388,6 +389,24 @@ def test_the_key_changes_with_sources_names_and_flags(change):
     assert KEY_CHANGES[change]() != base
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AVX-512 is x86-64's")
+@pytest.mark.parametrize("march,wide", [("icelake-server", True), ("x86-64-v3", False)])
+def test_loops_take_512_bit_vectors_where_the_target_has_avx512(monkeypatch, tmp_path,
+                                                               march, wide):
+    """Intel's chips are tuned to 256-bit vectors (icelake-server, as -march=native on an
+    Intel Xeon): a release build for a target with AVX-512 asks for 512 (WIDE_VECTORS),
+    and a loop of floats then takes them; a target without AVX-512 keeps its tuning."""
+    monkeypatch.setenv("MDL_MARCH", march)
+    release = flags.release_flags()
+    assert (flags.WIDE_VECTORS in release) == wide
+    source = tmp_path / "loop.cpp"
+    source.write_text("void twice(float* a, long n) {\n"
+                      "  for (long i = 0; i < n; ++i) a[i] = 2.f * a[i] + 1.f;\n}\n")
+    subprocess.run([flags.host_compiler()["path"], *release, "-S", str(source), "-o",
+                    str(tmp_path / "loop.s")], check=True)
+    assert ("zmm" in (tmp_path / "loop.s").read_text()) == wide
+
+
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
     base = cache_key({"module.cpp": TINY}, "tiny", CPU)
     monkeypatch.setattr(flags, "release_flags", lambda: ("-O2", "-march=native", "-DNDEBUG"))
@@ -415,7 +434,8 @@ def test_the_cmakelists_renders_each_variant():
     vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
     define = "".join(" " + d for d in blas().defines)
     code = "-fopenmp -fno-math-errno -fno-tree-sink"
-    assert f"target_compile_options(m PRIVATE {code} -O3 -march=native -DNDEBUG{define}" \
+    machine = " ".join(flags.machine_flags())  # -march=native, with AVX-512 WIDE_VECTORS
+    assert f"target_compile_options(m PRIVATE {code} -O3 {machine} -DNDEBUG{define}" \
         f"{vector_math})" in release
     assert f'"{RUNTIME_DIR}"' in release and str(blas().library) in release
     # `cmake -S DIR -B DIR/build` needs no -D: the emitting Python and its pybind11

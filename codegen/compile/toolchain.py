@@ -22,7 +22,7 @@ from ..ir.diagnostics import MdlBuildError
 from .cuda_toolkit import toolkit
 from .environment import environment_key
 from .flags import (CODE_FLAGS, DEBUG_FLAGS, compile_flags, host_compiler, include_dirs,
-                    link_flags, march)
+                    link_flags, machine_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
@@ -139,7 +139,7 @@ class NvccToolchain(Toolchain):
         """nvcc's flags for the cuda runtime and models: the GPU architectures, and the host
         compiler's flags as for the cpu target."""
         host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS,
-                *(() if debug else (march(),))]
+                *(() if debug else machine_flags())]
         return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
                 *(DEBUG_FLAGS if debug else ("-O3",)),
                 *(f for f in compile_flags(debug) if f.startswith("-D"))]
