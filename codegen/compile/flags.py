@@ -60,16 +60,7 @@ WIDE_VECTORS = "-mprefer-vector-width=512"
 def machine_flags() -> tuple[str, ...]:
     """The flags that choose the instructions of every release compile, the cuda target's
     host code too: `-march`, and WIDE_VECTORS where it has AVX-512."""
-    return (march(), *((WIDE_VECTORS,) if _avx512(os.environ.get("CXX") or "c++", march())
-                       else ()))
-
-
-@functools.cache
-def _avx512(name: str, march_flag: str) -> bool:
-    """Whether the compiler `name` targets AVX-512 under `march_flag` (its macros)."""
-    path = shutil.which(name)
-    return path is not None and "__AVX512F__ " in _output(
-        [path, march_flag, "-dM", "-E", "-x", "c++", os.devnull])
+    return (march(), *((WIDE_VECTORS,) if host_compiler()["avx512"] else ()))
 
 
 def release_flags() -> tuple[str, ...]:
@@ -106,21 +97,21 @@ def libmvec() -> bool:
 
 
 def host_compiler() -> dict:
-    """The C++ compiler, and its identity: `--version` and what the release flags'
-    `-march` means on this machine (a shared cache may serve several CPUs)."""
-    return _host_compiler(os.environ.get("CXX") or "c++", release_flags())
+    """The C++ compiler, and its identity: `--version` and what `-march` means on this
+    machine, the compiler's own command and the macros it defines (a shared cache may
+    serve several CPUs); and whether that target has AVX-512 (`avx512`)."""
+    return _host_compiler(os.environ.get("CXX") or "c++", march())
 
 
 @functools.cache
-def _host_compiler(name: str, release: tuple[str, ...]) -> dict:
+def _host_compiler(name: str, march_flag: str) -> dict:
     path = shutil.which(name)
     if path is None:
         raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
     version = _output([path, "--version"])
-    native = _output([path, *release, "-E", "-v", "-x", "c++", os.devnull, "-o",
-                      os.devnull])
+    native = _output([path, march_flag, "-dM", "-E", "-v", "-x", "c++", os.devnull])
     return {"path": path, "version": version.splitlines()[0],
-            "identity": sha256(version + native)}
+            "identity": sha256(version + native), "avx512": "__AVX512F__ " in native}
 
 
 def _output(cmd: list[str]) -> str:
