@@ -50,10 +50,10 @@ def march() -> str:
 # otherwise tune Intel's chips to 256 (-march=native on an Intel Xeon: GCC's
 # prefer-vector-width=256; AMD's Zen 4 and 5 already take 512), which halves what a fused
 # loop does an instruction and a call of libmvec's exp and tanh. On an Intel Xeon (family
-# 6 model 167, 2026-12-01), builds alternating in one process: forwards 0.84-0.96x the
-# time (an LSTM at B=1 and B=32, the MILSTM, the GRU with `if`, attention), training steps
-# 0.90-1.02x (docs/build.md, "512-bit vectors on Intel"). f64 modules' own code stays at
-# 256 (mdl/f64_vectors.h). Targets without AVX-512 are left as their tuning has them.
+# 6 model 167, 2026-12-01), builds alternating in one process over 21 of the suite's cases:
+# forwards 0.84-1.01x the time (most 0.90-0.96), training steps 0.90-1.03x (docs/build.md,
+# "512-bit vectors on Intel"). f64 modules' own code stays at 256 (mdl/f64_vectors.h).
+# Targets without AVX-512 are left as their tuning has them.
 WIDE_VECTORS = "-mprefer-vector-width=512"
 
 
