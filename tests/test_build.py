@@ -550,7 +550,8 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     module that imports, runs, and saves a checkpoint (write_npz: a module failed to import
     without it when it was a file mdl::python did not compile). With no build type, every
     file is compiled at -O3 (mdl's product kernels were at CMake's none: -O0), but the
-    pybind11 glue, at what mdl's own builds give it (GLUE_OPTIMIZATION)."""
+    pybind11 glue, at what mdl's own builds give it (GLUE_OPTIMIZATION); every file for
+    this CPU as mdl's own builds are (machine_flags)."""
     import ninja
 
     import cmake
@@ -571,6 +572,8 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     compiles = {Path(c[c.index("-c") + 1]).name: c for c in
                 (line.split() for line in commands.splitlines() if " -c " in line)}
     assert {"products.cpp", "python_module.cpp", "module.cpp"} <= compiles.keys()
+    # MDL_NATIVE: -march=native, and with AVX-512 its 512-bit vectors, as mdl's own builds
+    assert all(set(flags.machine_flags()) <= set(c) for c in compiles.values()), compiles
     glue = compiles.pop(Path(runtime.GLUE_SOURCE).name)
     assert [f for f in glue if f.startswith("-O")] == [runtime.GLUE_OPTIMIZATION[0]], glue
     assert set(runtime.GLUE_OPTIMIZATION) <= set(glue)
