@@ -319,6 +319,21 @@ def test_each_blas_variant_multiplies_as_its_products_test_checks(choice, packed
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_the_arena_test_passes_compiled_as_models_are(tmp_path):
+    """tests/cpp/test_arena.cpp, which ctest runs under the sanitizers (a redzone after
+    every slot), compiled with a model's flags: the layout without redzones, whose slots
+    of sizes that are multiples of 512 bytes step past each other's 4 KiB offsets
+    (mdl::slot_bytes), passes it too."""
+    program = tmp_path / "test_arena"
+    run = subprocess.run([flags.host_compiler()["path"], *flags.compile_flags(),
+                          *(f"-I{d}" for d in flags.include_dirs()),
+                          str(REPO / "tests" / "cpp" / "test_arena.cpp"), "-o", str(program),
+                          *flags.link_flags(False)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run([program], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("vendor,isa,march,chosen", [
     ("Intel", "AVX-512", "", "mkl"), ("Intel", "AVX2", "", "mkl"),
     ("Intel", "AVX-512", "x86-64-v3", "mkl"), ("AMD", "AVX-512", "", "openblas"),

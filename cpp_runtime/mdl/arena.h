@@ -51,8 +51,20 @@ inline void check_memory(double bytes) {
                    "elements (a 0 in its shape) is too large");
 }
 
+// Past a slot whose size is a multiple of 512 bytes, kStagger bytes no value owns, where
+// there is no redzone (which does the same). Slots of one such size ([32, 256] floats: 32
+// KiB) otherwise all started at one offset modulo 4 KiB, where a core takes a load for
+// one of a store before it to the same offset ("4K aliasing") and waits for it: the ponder
+// case's `while` body (tanh and abs over three [32, 256] values into two) took 4.64 ms a
+// call, 2.62 with the slots stepped by a cache line (Intel Xeon, docs/build.md, "Slots off
+// each other's 4 KiB offsets"). 256 bytes: slots up to 16 apart start at distinct offsets.
+constexpr std::size_t kStagger = 256;
+
 // The bytes a plan's slot of `bytes` takes in its arena.
-inline std::size_t slot_bytes(std::size_t bytes) { return align_up(bytes) + kRedzone; }
+inline std::size_t slot_bytes(std::size_t bytes) {
+  const std::size_t aligned = align_up(bytes);
+  return aligned + (kRedzone ? kRedzone : aligned % 512 == 0 ? kStagger : 0);
+}
 
 // A sanitized build's code marks the plan's slots `ks` (of `n` at `off` in `arena`, `total`
 // bytes) dead as their values die and live just before their next values are computed

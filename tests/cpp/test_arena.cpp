@@ -27,6 +27,21 @@ void arena_grows_aligned_and_keeps_a_large_enough_buffer() {
   std::memset(arena.data(), 2, 1 << 20);
 }
 
+// Slots of one size laid out one after another (a plan's [32, 256] floats, 32 KiB each)
+// start at distinct offsets modulo 4 KiB, so that a loop streaming several of them does not
+// find its loads and stores to the same 4 KiB offset taken for one another.
+void equal_slots_start_at_distinct_offsets_modulo_4k() {
+  for (std::size_t bytes : {std::size_t(512), std::size_t(1) << 10, std::size_t(2) << 10,
+                            std::size_t(4) << 10, std::size_t(32) << 10, std::size_t(1) << 20}) {
+    bool seen[4096 / mdl::kAlign] = {};
+    std::size_t off = 0;
+    for (int k = 0; k < 16; ++k, off += mdl::slot_bytes(bytes)) {
+      CHECK(off % mdl::kAlign == 0 && !seen[off % 4096 / mdl::kAlign]);
+      seen[off % 4096 / mdl::kAlign] = true;
+    }
+  }
+}
+
 void arena_maps_large_buffers_at_huge_page_boundaries() {
   const std::size_t bytes = 5 * mdl::kHugeBytes / 2 + 64;  // not a whole number of pages
   mdl::Arena arena;
@@ -103,6 +118,7 @@ void tape_keeps_records_in_push_order_across_growth() {
 int main() {
   arena_grows_aligned_and_keeps_a_large_enough_buffer();
   arena_maps_large_buffers_at_huge_page_boundaries();
+  equal_slots_start_at_distinct_offsets_modulo_4k();
   result_pool_reuses_blocks_let_go_within_its_bounds();
   tape_keeps_records_in_push_order_across_growth();
   return check::failures;
