@@ -110,6 +110,8 @@ def damaged(tmp_path, good, how: str):
             arrays["optimizer/name"] = np.array("adagrad")
         elif how == "bad option":
             arrays["optimizer/lr"] = np.array(-1.0)
+        elif how == "infinite option":
+            arrays["optimizer/lr"] = np.array(np.inf)
         elif how == "missing moments":
             del arrays["optimizer/second/lstm/b"]
         elif how == "other format":
@@ -131,6 +133,7 @@ PROBLEMS = {
     "wrong dtype": "'param/embedding' should be float64[96, 32], the file has float32[96, 32]",
     "bad optimizer": "unknown optimizer 'adagrad'",
     "bad option": "the optimizer's options are invalid: lr must be > 0",
+    "infinite option": "the optimizer's options are invalid: lr must be finite, got inf",
     "missing moments": "no 'optimizer/second/lstm/b' in the checkpoint",
     "other format": "format 'something else 2' is not 'mdl checkpoint 1'",
 }

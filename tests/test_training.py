@@ -92,6 +92,20 @@ def test_the_learning_rate_can_change_between_steps(module):
      "momentum must be a number, got list"),
     (lambda m: m.set_optimizer("sgd", lr=1, momentum=0.9, nesterov="yes"), TypeError,
      "nesterov must be True or False, got str"),
+    # values that pass the signs' checks but would make every parameter inf or NaN
+    (lambda m: m.set_optimizer("sgd", lr=float("inf")), ValueError,
+     "lr must be finite, got inf"),
+    (lambda m: m.set_optimizer("sgd", lr=0.1, weight_decay=float("inf")), ValueError,
+     "weight_decay must be finite"),
+    (lambda m: m.set_optimizer("adam", lr=0.1, clip_norm=float("inf")), ValueError,
+     "clip_norm must be finite"),
+    (lambda m: m.set_optimizer("sgd", lr=0.1, momentum=float("nan")), ValueError,
+     "momentum must be >= 0"),
+    (lambda m: m.set_optimizer("adam", lr=0.1, eps=1e-320), ValueError,
+     re.escape("eps = 9.99989e-321 is too small for an f64 model: its code flushes numbers "
+               "below 2.2e-308 to zero")),
+    (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", float("inf"))), ValueError,
+     "lr must be finite, got inf"),
 ])
 def test_bad_optimizer_calls_raise(module, call, error, message):
     with pytest.raises(error, match=message):

@@ -16,6 +16,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mdl/device.h"
@@ -30,8 +34,13 @@ struct OptimizerConfig {
   bool nesterov = false, decoupled = false;
 };
 
-// What is wrong with a configuration, or null: checked by set_optimizer and on load.
-inline const char* invalid(const OptimizerConfig& c) {
+// What is wrong with a configuration for a model whose numbers are T, or "": checked by
+// set_optimizer, lr's setter and on load. Every value must be finite and, where it is not
+// 0, a normal T: 1e300 is inf in an f32 model, and eps = 1e-40 a denormal its code flushes
+// to zero (mdl/denormals.h), which would turn every parameter into inf or NaN at the
+// first step.
+template <class T>
+std::string invalid(const OptimizerConfig& c) {
   if (!(c.lr > 0)) return "lr must be > 0";
   if (!(c.weight_decay >= 0)) return "weight_decay must be >= 0";
   if (!(c.clip_norm >= 0)) return "clip_norm must be > 0 (or None)";
@@ -40,7 +49,26 @@ inline const char* invalid(const OptimizerConfig& c) {
   if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
     return "beta1 and beta2 must lie in [0, 1)";
   if (!(c.eps > 0)) return "eps must be > 0";
-  return nullptr;
+  const std::pair<const char*, double> values[] = {
+      {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"clip_norm", c.clip_norm},
+      {"momentum", c.momentum}, {"eps", c.eps}};
+  const double largest = double(std::numeric_limits<T>::max());
+  const double smallest = double(std::numeric_limits<T>::min());  // the smallest normal
+  const char* model = sizeof(T) == 4 ? "an f32 model" : "an f64 model";
+  char text[200];
+  for (const auto& [name, value] : values) {
+    if (value == 0 || (value >= smallest && value <= largest)) continue;
+    if (!std::isfinite(value))
+      std::snprintf(text, sizeof text, "%s must be finite, got %g", name, value);
+    else if (value > largest)
+      std::snprintf(text, sizeof text, "%s = %g is too large for %s (its largest number is "
+                    "%.2g)", name, value, model, largest);
+    else
+      std::snprintf(text, sizeof text, "%s = %g is too small for %s: its code flushes "
+                    "numbers below %.2g to zero", name, value, model, smallest);
+    return text;
+  }
+  return "";
 }
 
 template <class T>

@@ -390,7 +390,7 @@ class Model {
     if (!PyUnicode_Check(name.ptr()))
       throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
                            type_name(name));
-    OptimizerConfig c = configure(name.cast<std::string>(), kwargs);
+    OptimizerConfig c = configure<T>(name.cast<std::string>(), kwargs);
     // the lock is taken without the GIL, as every call takes it: a call holding it may be
     // waiting for the GIL to hand back its results
     std::unique_lock<std::mutex> guard = hold_lock();
@@ -409,7 +409,10 @@ class Model {
     double lr = number_argument(value, "lr");
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("no optimizer is set: call set_optimizer(...) first");
-    if (!(lr > 0)) throw py::value_error("lr must be > 0, got " + std::to_string(lr));
+    OptimizerConfig c = opt_.config;
+    c.lr = lr;
+    if (std::string problem = invalid<T>(c); !problem.empty())
+      throw py::value_error(problem);
     std::unique_lock<std::mutex> guard = hold_lock();
     opt_.config.lr = lr;
   }
@@ -530,7 +533,7 @@ class Model {
   void restore_from(const py::dict& arrays, const std::string& where) {
     Checkpoint<T> ck = check_checkpoint(*spec_, arrays, where);
     if (ck.config.kind != OptimizerConfig::NONE)
-      if (const char* problem = invalid(ck.config))
+      if (std::string problem = invalid<T>(ck.config); !problem.empty())
         throw py::value_error(where + ": the optimizer's options are invalid: " + problem);
     std::unique_lock<std::mutex> guard = hold_lock();
     restore(*spec_, ck, state_, opt_);

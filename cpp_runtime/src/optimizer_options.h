@@ -14,9 +14,10 @@ namespace mdl {
 
 namespace py = pybind11;
 
-// The configuration set_optimizer(name, **kwargs) asks for: a ValueError or TypeError
-// says what is wrong with it.
-inline OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
+// The configuration set_optimizer(name, **kwargs) asks for, for a model whose numbers are
+// T: a ValueError or TypeError says what is wrong with it.
+template <class T>
+OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
   OptimizerConfig c;
   if (name == "sgd") c.kind = OptimizerConfig::SGD;
   else if (name == "adam") c.kind = OptimizerConfig::ADAM;
@@ -41,11 +42,11 @@ inline OptimizerConfig configure(const std::string& name, const py::kwargs& kwar
     else throw py::type_error("set_optimizer(\"" + name + "\") got an unknown option '" +
                               key + "' (options are " + known + ")");
   }
-  const char* problem = invalid(c);
+  std::string problem = invalid<T>(c);
   if (!kwargs.contains("lr")) problem = "lr is required";
   if (kwargs.contains("clip_norm") && !kwargs["clip_norm"].is_none() && c.clip_norm == 0)
     problem = "clip_norm must be > 0 (or None)";
-  if (problem) throw py::value_error("set_optimizer(\"" + name + "\"): " + problem);
+  if (!problem.empty()) throw py::value_error("set_optimizer(\"" + name + "\"): " + problem);
   return c;
 }
 
