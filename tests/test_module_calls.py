@@ -98,3 +98,69 @@ def test_a_crash_is_reported_with_the_call_that_made_it(tmp_path):
     module.__file__ = str(fake)
     with pytest.raises(AssertionError, match=r"ended with status -6"):
         run_calls(module, 0, calls=5)
+
+
+def run_child(module, body: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`body` run in a child process after `M = <module>`: a crash there is its status."""
+    script = ("import importlib.util, sys, threading, time\nimport numpy as np\n"
+              f"spec = importlib.util.spec_from_file_location({module.__name__!r}, "
+              f"{module.__file__!r})\n"
+              "M = importlib.util.module_from_spec(spec); spec.loader.exec_module(M)\n" + body)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("use", ["repr(m)", "m.params", "m.inputs", "m.rng_calls",
+                                 "m.forward()", "m.set_optimizer('sgd', lr=0.1)",
+                                 "m.__setstate__(M.CharLM().__reduce__()[2])"])
+def test_an_instance_whose_init_never_ran_raises_a_type_error(cpu_module, use):
+    """`cls.__new__(cls)` (as copyreg and some serializers make instances): pybind11 hands
+    over the model's memory unbuilt, and every use of it once crashed the process."""
+    done = run_child(cpu_module, "m = M.CharLM.__new__(M.CharLM)\n"
+                                 f"try:\n    {use}\nexcept TypeError as e:\n    print(e)\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("CharLM object was never initialized (its __init__ did not "
+                                   "run): make one by calling its class, CharLM(seed=0)")
+
+
+def test_a_device_array_made_without_a_model_raises_a_type_error(cpu_module):
+    done = run_child(cpu_module, "a = M.DeviceArray.__new__(M.DeviceArray)\n"
+                                 "for use in (repr, lambda a: a.shape, lambda a: a.numpy()):\n"
+                                 "    try:\n        use(a)\n"
+                                 "    except TypeError as e:\n        print(e)\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["DeviceArray object was never initialized (its "
+                                        "__init__ did not run): DeviceArrays come from a device "
+                                        "model (outputs_on_device, to_device, device_params)"] * 3
+
+
+def test_the_models_base_class_refuses_a_capsule_of_another_kind(cpu_module):
+    import datetime
+    with pytest.raises(TypeError, match="_Model is the base of this module's model classes"):
+        cpu_module._Model(datetime.datetime_CAPI)
+
+
+def test_optimizer_options_past_the_models_float_range_raise(cpu_module):
+    """An f32 model: lr = 1e300 is inf in its code, eps = 1e-40 a denormal it flushes."""
+    m = cpu_module.CharLM(seed=0)
+    with pytest.raises(ValueError, match=r"lr = 1e\+300 is too large for an f32 model"):
+        m.set_optimizer("adam", lr=1e300)
+    with pytest.raises(ValueError, match="eps = 1e-40 is too small for an f32 model"):
+        m.set_optimizer("adam", lr=0.1, eps=1e-40)
+    assert m.optimizer is None
+
+
+def test_the_interpreter_exits_while_a_daemon_thread_trains(cpu_module):
+    """The main thread returns while a daemon thread is inside train_step: the exit waits
+    for the call (released_gil.h) instead of aborting ("terminate called without an
+    active exception": Python ending the thread as it took the GIL back) or destroying
+    what the call uses."""
+    body = ("m = M.CharLM(seed=0); m.set_optimizer('adam', lr=0.01)\n"
+            "ids = np.random.default_rng(0).integers(0, 96, (301, 16)).astype(np.int32)\n"
+            "batch = dict(tokens=ids[:-1], targets=ids[1:], lengths=np.full(16, 300, np.int32))\n"
+            "def loop():\n    while True:\n        m.train_step(**batch)\n"
+            "for _ in range(2):\n    threading.Thread(target=loop, daemon=True).start()\n"
+            "time.sleep(0.3)\nprint('returns')\n")
+    for _ in range(4):
+        done = run_child(cpu_module, body)
+        assert (done.returncode, done.stdout) == (0, "returns\n"), done.stderr[-2000:]

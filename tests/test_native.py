@@ -165,6 +165,9 @@ def test_set_params_writes_checked_weights(towers):
         towers.set_params({name: old, "nope": old})
     with pytest.raises(ValueError, match=r"'fc0/two_level_fc/level0/W' is f32\[20, 20\], got"):
         towers.set_params({name: old[:, :3]})
+    with pytest.raises(ValueError, match=f"'{name}' is not an array of numbers in host memory, "
+                                         "got object"):
+        towers.set_params({name: object()})
     assert np.array_equal(towers.params[name], old + 1.0)  # nothing changed by a bad call
     towers.set_params({name: old})
     assert np.array_equal(towers.params[name], old)

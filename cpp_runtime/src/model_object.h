@@ -29,6 +29,7 @@
 #include "mdl/optimizer.h"
 #include "optimizer_options.h"
 #include "parameters.h"
+#include "released_gil.h"
 
 namespace mdl {
 
@@ -212,7 +213,7 @@ class Model {
     // arena, so another thread's call cannot overwrite them first.
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
-      py::gil_scoped_release release;
+      ReleasedGil release;
       guard.lock();
       if (training) {
         place(in.args, in.call.inputs, train_args_);
@@ -239,7 +240,7 @@ class Model {
     for (const Cotangent& c : given) args.add(c.arg, call.inputs);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
-      py::gil_scoped_release release;
+      ReleasedGil release;
       guard.lock();
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
@@ -257,7 +258,7 @@ class Model {
     const Variant<T>& v = choose(in.call.dims);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
-      py::gil_scoped_release release;
+      ReleasedGil release;
       guard.lock();
       if (opt_.config.kind == OptimizerConfig::NONE)
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
@@ -281,7 +282,7 @@ class Model {
     const Variant<T>& v = choose(in.call.dims);
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
     {
-      py::gil_scoped_release release;
+      ReleasedGil release;
       guard.lock();
       cotangents_.need_minimized("forward_backward()");
       place(in.args, in.call.inputs, train_args_);
@@ -364,7 +365,7 @@ class Model {
   // The optimizer's update from the flat buffer, as train_step would make it.
   void apply_gradients() {
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
-    py::gil_scoped_release release;
+    ReleasedGil release;
     guard.lock();
     settle();
     if (opt_.config.kind == OptimizerConfig::NONE)
@@ -633,7 +634,7 @@ class Model {
   // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
   std::unique_lock<std::mutex> hold_lock() {
     std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
-    py::gil_scoped_release release;
+    ReleasedGil release;
     guard.lock();
     settle();
     return guard;

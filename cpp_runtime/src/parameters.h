@@ -99,7 +99,10 @@ class Parameters {
                             " has no parameter '" + name + "'");
       const ParamSpec& p = spec_->params[index];
       auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(item.second);
-      if (!a) throw py::value_error("set_params: '" + name + "' is not a numeric array");
+      if (!a)
+        throw py::value_error("set_params: '" + name + "' is not an array of numbers in host "
+                              "memory, got " + type_name(item.second) +
+                              " (a DeviceArray's numpy() makes one)");
       bool same = a.ndim() == p.rank;
       for (int d = 0; same && d < p.rank; ++d) same = a.shape(d) == p.shape[d];
       if (!same)

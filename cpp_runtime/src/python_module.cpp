@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -26,11 +27,62 @@ constexpr const char* capsule_name() {
   return sizeof(T) == 4 ? "mdl.ModelSpec<float>" : "mdl.ModelSpec<double>";
 }
 
+// What an instance of a bound class is, and how one comes to be, for built's TypeErrors.
+template <class C>
+struct Made;
+template <class T>
+struct Made<Model<T>> {
+  static constexpr const char* what = "an mdl model";
+  static std::string how(const std::string& cls) {
+    return "make one by calling its class, " + cls + "(seed=0)";
+  }
+};
+template <>
+struct Made<DeviceArray> {
+  static constexpr const char* what = "a DeviceArray";
+  static std::string how(const std::string&) {
+    return "DeviceArrays come from a device model (outputs_on_device, to_device, "
+           "device_params)";
+  }
+};
+
+// The C behind `self`: a TypeError where there is none, as for an instance whose __init__
+// never ran (`cls.__new__(cls)`, copyreg), whose memory pybind11 would hand over unbuilt.
+template <class C>
+C& built(py::handle self) {
+  if (!py::isinstance<C>(self))
+    throw py::type_error("expected " + std::string(Made<C>::what) + ", got " + type_name(self));
+  auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
+  for (const auto& part : py::detail::values_and_holders(instance))
+    if (!part.holder_constructed()) {
+      std::string cls = py::str(py::type::handle_of(self).attr("__name__"));
+      throw py::type_error(cls + " object was never initialized (its __init__ did not run): " +
+                           Made<C>::how(cls));
+    }
+  return self.cast<C&>();
+}
+
+// A binding of `method` that refuses an instance that is not built (see built).
+template <class C, class R, class... A>
+auto checked(R (C::*method)(A...)) {
+  return [method](py::handle self, A... args) -> R {
+    return (built<C>(self).*method)(std::forward<A>(args)...);
+  };
+}
+
+template <class C, class R, class... A>
+auto checked(R (C::*method)(A...) const) {
+  return [method](py::handle self, A... args) -> R {
+    return (built<C>(self).*method)(std::forward<A>(args)...);
+  };
+}
+
 // A method that takes its arguments by name, as one overload: given positional ones, a
 // TypeError saying how to call it instead of pybind11's "incompatible function arguments".
 template <class M>
 auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
-  return [method, name](M& m, py::args args, py::kwargs kwargs) -> py::dict {
+  return [method, name](py::handle self, py::args args, py::kwargs kwargs) -> py::dict {
+    M& m = built<M>(self);
     if (!args.empty()) m.positional(name);
     return (m.*method)(std::move(kwargs));
   };
@@ -53,44 +105,47 @@ py::object bind_base(py::module_& m) {
                      "got " + std::string(py::repr(py::type::handle_of(params))));
                share = &params.cast<const M&>();
              }
+             if (!spec.name() || std::strcmp(spec.name(), capsule_name<T>()) != 0)
+               throw py::type_error("_Model is the base of this module's model classes: make a "
+                                    "model by calling one of them, with its seed");
              return new M(spec.get_pointer<const ModelSpec<T>>(), seed, share);
            }),
            py::arg("spec"), py::arg("seed") = 0, py::arg("params") = py::none())
       .def_property_readonly("params", [](py::object self) {
-        return self.cast<M&>().params(self);
+        return built<M>(self).params(self);
       }, "{full name: array}: the live weights (NumPy views on the CPU, copies on a GPU).")
       .def_property_readonly("device_params", [](py::object self) {
-        return self.cast<M&>().device_params(self);
+        return built<M>(self).device_params(self);
       }, "{full name: DeviceArray}: cuda target: the live weights in the GPU's memory, read "
          "and\nwritten in place through DLPack (torch.from_dlpack); once they are out, "
          "every\ncall first waits for the whole GPU, since any stream may write them.")
-      .def("set_params", &M::set_params, py::arg("values"),
+      .def("set_params", checked(&M::set_params), py::arg("values"),
            "set_params(values: dict) -> None\n\nCopy arrays into the named parameters; every "
            "name and shape\nis checked before anything changes.")
-      .def_property_readonly("device", &M::device,
+      .def_property_readonly("device", checked(&M::device),
                              "Where the model's memory lives and its code runs: cpu or cuda.")
-      .def_property("outputs_on_device", &M::outputs_on_device, &M::set_outputs_on_device,
+      .def_property("outputs_on_device", checked(&M::outputs_on_device), checked(&M::set_outputs_on_device),
                     "cuda target: True keeps outputs and gradients in the GPU's memory.")
-      .def("to_device", &M::to_device, py::arg("array"),
+      .def("to_device", checked(&M::to_device), py::arg("array"),
            "to_device(array) -> DeviceArray\n\ncuda target: a copy of an input in the GPU's "
            "memory,\nread there by every call it is given to.")
-      .def_property_readonly("cuda_graphs", &M::cuda_graphs,
+      .def_property_readonly("cuda_graphs", checked(&M::cuda_graphs),
                              "{captured, replayed}: calls run as CUDA graphs (0 on the CPU).")
-      .def("profile", &M::profile,
+      .def("profile", checked(&M::profile),
            "profile() -> list[dict]\n\nA build with --profile: the time each piece of the "
            "model's code took\nin this model's calls, one dict a site (codegen.profile.table "
            "prints\nthem); a RuntimeError for other builds.")
-      .def("reset_profile", &M::reset_profile,
+      .def("reset_profile", checked(&M::reset_profile),
            "reset_profile() -> None\n\nA build with --profile: profile()'s counts back to "
            "zero.")
-      .def_property_readonly("specializations", &M::specializations,
+      .def_property_readonly("specializations", checked(&M::specializations),
                              "The fixed dims of each compiled specialization.")
-      .def_property_readonly("shared", &M::shared, "The names this model takes from share.")
-      .def_property_readonly("inputs", &M::input_types,
+      .def_property_readonly("shared", checked(&M::shared), "The names this model takes from share.")
+      .def_property_readonly("inputs", checked(&M::input_types),
                              "{name: type}: the declared inputs, in order.")
-      .def_property_readonly("cotangents", &M::cotangents,
+      .def_property_readonly("cotangents", checked(&M::cotangents),
                              "The outputs whose cotangents a vjp build's backward takes.")
-      .def_property("rng_calls", &M::rng_calls, &M::set_rng_calls,
+      .def_property("rng_calls", checked(&M::rng_calls), checked(&M::set_rng_calls),
                     "Training calls so far; call k draws its dropout masks from (seed, k).")
       .def("forward", by_name(&M::forward, "forward"),
            "forward(*, <inputs>, training=False) -> dict\n\nRun the model on its inputs, "
@@ -106,35 +161,35 @@ py::object bind_base(py::module_& m) {
       .def("forward_backward", by_name(&M::forward_backward, "forward_backward"),
            "forward_backward(*, <inputs>) -> dict\n\nA training forward and its backward, "
            "the gradients left in\ngradient_buffer for apply_gradients(); the outputs.")
-      .def("apply_gradients", &M::apply_gradients,
+      .def("apply_gradients", checked(&M::apply_gradients),
            "apply_gradients() -> None\n\nThe optimizer's update from gradient_buffer.")
       .def_property_readonly("gradient_buffer", [](py::object self) {
-        return self.cast<M&>().gradient_buffer(self);
+        return built<M>(self).gradient_buffer(self);
       }, "The flat gradients of the last forward_backward, a writable view.")
       .def_property_readonly("device_gradient_buffer", [](py::object self) {
-        return self.cast<M&>().device_gradient_buffer(self);
+        return built<M>(self).device_gradient_buffer(self);
       }, "A device model's flat gradients in the device's memory, a DeviceArray view\n"
          "(DLPack) that forward_backward fills and apply_gradients steps from from then\n"
          "on: what DataParallel reduces with NCCL.")
-      .def_property_readonly("gradient_layout", &M::gradient_layout,
+      .def_property_readonly("gradient_layout", checked(&M::gradient_layout),
                              "{name: (offset, shape)}: each gradient's place in gradient_buffer.")
-      .def("set_optimizer", &M::set_optimizer, py::arg("name"),
+      .def("set_optimizer", checked(&M::set_optimizer), py::arg("name"),
            "set_optimizer(name, **options) -> None\n\nThe update train_step makes: \"sgd\" or "
            "\"adam\", with the options\ndocs/training.md lists (lr, clip_norm, ...).")
-      .def("save", &M::save, py::arg("path"),
+      .def("save", checked(&M::save), py::arg("path"),
            "save(path) -> None\n\nParameters, optimizer state and the dropout stream's place, "
            "as .npz.")
-      .def("load", &M::load, py::arg("path"),
+      .def("load", checked(&M::load), py::arg("path"),
            "load(path) -> None\n\nWhat save wrote, checked in full before anything changes.")
-      .def_property_readonly("optimizer", &M::optimizer,
+      .def_property_readonly("optimizer", checked(&M::optimizer),
                              "The optimizer and its options, or None.")
-      .def_property("lr", &M::lr, &M::set_lr, "The optimizer's learning rate.")
+      .def_property("lr", checked(&M::lr), checked(&M::set_lr), "The optimizer's learning rate.")
       .def("__repr__", [](py::object self) {
-        return self.cast<const M&>().repr(py::str(py::type::handle_of(self).attr("__module__")));
+        return built<M>(self).repr(py::str(py::type::handle_of(self).attr("__module__")));
       })
       // pickle and copy.copy/deepcopy: the class called with the seed, then the checkpoint
       .def("__reduce__", [](py::object self) {
-        py::tuple state = self.cast<M&>().reduced();
+        py::tuple state = built<M>(self).reduced();
         return py::make_tuple(py::type::of(self), py::make_tuple(state[0]),
                               py::make_tuple(state[1], state[2]));
       }, "__reduce__() -> tuple\n\nFor pickle and copy: the class, the seed, and what a "
@@ -143,7 +198,8 @@ py::object bind_base(py::module_& m) {
   // pybind11 takes a method named __setstate__ for a constructor, which it skips on an
   // instance already made (as __reduce__'s is): so the function has another name
   cls.attr("__setstate__") = py::cpp_function(
-      [](M& self, py::handle state) { self.set_state(state); }, py::name("set_state"),
+      [](py::handle self, py::handle state) { built<M>(self).set_state(state); },
+      py::name("set_state"),
       py::is_method(cls), py::arg("state"),
       py::doc("__setstate__(state) -> None\n\nWhat __reduce__ kept (pickle, copy.deepcopy)."));
   return cls;
@@ -153,15 +209,17 @@ py::object bind_base(py::module_& m) {
 void bind_device_array(py::module_& m) {
   py::class_<DeviceArray>(m, "DeviceArray", py::module_local())
       .def("__dlpack__", [](py::object self, py::kwargs) {  // any stream: the work is done
-        return self.cast<const DeviceArray&>().dlpack(self);
+        return built<DeviceArray>(self).dlpack(self);
       })
-      .def("__dlpack_device__", &DeviceArray::dlpack_device)
-      .def("numpy", &DeviceArray::numpy, "numpy() -> numpy.ndarray\n\nA copy in host memory.")
-      .def_property_readonly("shape", [](const DeviceArray& a) {
-        return py::tuple(py::cast(a.shape));
+      .def("__dlpack_device__", checked(&DeviceArray::dlpack_device))
+      .def("numpy", checked(&DeviceArray::numpy), "numpy() -> numpy.ndarray\n\nA copy in host memory.")
+      .def_property_readonly("shape", [](py::handle self) {
+        return py::tuple(py::cast(built<DeviceArray>(self).shape));
       })
-      .def_property_readonly("dtype", [](const DeviceArray& a) { return py::dtype(a.dtype.numpy); })
-      .def("__repr__", &DeviceArray::repr);
+      .def_property_readonly("dtype", [](py::handle self) {
+        return py::dtype(built<DeviceArray>(self).dtype.numpy);
+      })
+      .def("__repr__", checked(&DeviceArray::repr));
 }
 
 // `class NAME(_Model)` whose __init__(seed=0, params=None) passes the spec to the base.
@@ -213,6 +271,8 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     });
     static const bool blas_ready = (blas_control::init(), true);  // before any product
     (void)blas_ready;
+    // the interpreter's exit waits for calls running on other threads (released_gil.h)
+    py::module_::import("atexit").attr("register")(py::cpp_function(&close_calls));
     m.def("set_num_threads", [](py::handle count) {
       uint64_t requested = count_argument(count, "set_num_threads(n): n");
       if (requested < 1 || requested > 1024)
