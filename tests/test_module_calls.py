@@ -112,7 +112,8 @@ def run_child(module, body: str, timeout: int = 120) -> subprocess.CompletedProc
 
 @pytest.mark.parametrize("use", ["repr(m)", "m.params", "m.inputs", "m.rng_calls",
                                  "m.forward()", "m.set_optimizer('sgd', lr=0.1)",
-                                 "m.__setstate__(M.CharLM().__reduce__()[2])"])
+                                 "m.__setstate__(M.CharLM().__reduce__()[2])",
+                                 "M.CharLM(params=m)"])
 def test_an_instance_whose_init_never_ran_raises_a_type_error(cpu_module, use):
     """`cls.__new__(cls)` (as copyreg and some serializers make instances): pybind11 hands
     over the model's memory unbuilt, and every use of it once crashed the process."""

@@ -103,7 +103,7 @@ py::object bind_base(py::module_& m) {
                  throw py::type_error(
                      "params= takes a model of the same module to share parameters with, "
                      "got " + std::string(py::repr(py::type::handle_of(params))));
-               share = &params.cast<const M&>();
+               share = &built<M>(params);
              }
              if (!spec.name() || std::strcmp(spec.name(), capsule_name<T>()) != 0)
                throw py::type_error("_Model is the base of this module's model classes: make a "
