@@ -15,6 +15,9 @@ from .printer import expr_text
 from .signature import Signature
 
 MAX_CALL_DEPTH = 64
+# Every call inlines its function's body, so a function calling another twice, nested,
+# doubles a model's size at each level; the examples' models inline at most 14 calls.
+MAX_INLINED_CALLS = 5000
 SCALAR_KINDS = {"int": ("int",), "bool": ("bool",), "i32": ("int",),
                 **{name: ("int", "float") for name in FLOATS}}
 
@@ -60,6 +63,7 @@ class Calls:
                                "recursion is not supported", call.loc)
         if len(self.call_stack) >= MAX_CALL_DEPTH:
             raise MdlTypeError(f"calls are nested more than {MAX_CALL_DEPTH} deep", call.loc)
+        self._count_inlined(name, call.loc)
         sig = Signature([a.name.name for a in fn.args],
                         {a.name.name: a.default for a in fn.args if a.default is not None})
         bound = sig.bind(f"`{name}`", call, self.eval)
@@ -84,6 +88,18 @@ class Calls:
         finally:
             self.call_stack.pop()
             self.ctx, self.top_level = outer_ctx, outer_top
+
+    def _count_inlined(self, name: str, loc: Loc) -> None:
+        """Count one more inlined call; the call that crosses the limit is the error, and
+        every call after it stops its statement silently (its error is reported)."""
+        self.inlined_calls += 1
+        if self.inlined_calls > MAX_INLINED_CALLS + 1:
+            raise Cascade
+        if self.inlined_calls > MAX_INLINED_CALLS:
+            raise MdlTypeError(f"this call of `{name}` takes the model past "
+                               f"{MAX_INLINED_CALLS} inlined calls: functions are inlined at "
+                               "every call, so a function calling another twice doubles the "
+                               "model at each level of calls", loc)
 
     def _bind_arg(self, fn: n.FuncDef, arg: n.Arg, value, loc: Loc):
         t = arg.type

@@ -53,6 +53,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.asserts: list[Op] = []
         self.ctx = Ctx("model", {})
         self.call_stack: list[tuple[n.FuncDef, Loc]] = []
+        self.inlined_calls = 0  # every call of a function the model inlines, nested or not
         self.errors: list[MdlError] = []
         self.warnings: list[Diagnostic] = []
         self.inputs: dict[str, Value] = {}

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from codegen.compile.options import BuildOptions
 from codegen.pipeline import sources
 from dsl import MdlError, UsageError, check_source
+from dsl.calls import MAX_INLINED_CALLS
 
 SEEDS = [
     """import "std/rnn.mdl"
@@ -162,3 +163,18 @@ def test_deep_inputs_end_in_a_diagnostic(name):
 def test_deep_parentheses_and_long_files_check():
     check_source("model M() { input x : f32[B]; output y = " + "(" * N + "x" + ")" * N + " }")
     check_source("model M() { input x : f32[B]; " + "y = x * 2.0; " * 5000 + "output z = y }")
+
+
+def test_a_doubling_chain_of_calls_stops_at_the_inlining_limit():
+    """f{k}(a) = f{k-1}(f{k-1}(a)): calling f12 inlines 8191 calls, each level twice the
+    last; the call past the limit is the error, found long before the whole chain is."""
+    defs = ["def f0(a : f32[N]) -> f32[N] { return a * 2.0 }"] + [
+        f"def f{k}(a : f32[N]) -> f32[N] {{ return f{k - 1}(f{k - 1}(a)) }}"
+        for k in range(1, 13)]
+    source = "\n".join(defs + ["model M() { input x : f32[3]; output y = sum(f12(x)) }"])
+    with pytest.raises(MdlError) as info:
+        check_source(source, "chain.mdl")
+    first = info.value.diagnostics[0]
+    assert first.message.startswith(f"this call of `f4` takes the model past "
+                                    f"{MAX_INLINED_CALLS} inlined calls")
+    assert (first.loc.line, first.loc.col) == (6, 42) and len(info.value.diagnostics) == 1
