@@ -249,7 +249,7 @@ def _reshape(el, a, call):
     node, loc = a["shape"]
     if not isinstance(node, n.ListLit):
         raise MdlTypeError("reshape needs a list of dims: reshape(x, [T*B, H])", loc)
-    return el.emit("reshape", [x], {"shape": tuple(el.eval_dim(d) for d in node.items)},
+    return el.emit("reshape", [x], {"shape": tuple(el.eval_size(d) for d in node.items)},
                    call.loc)[0]
 
 
@@ -288,10 +288,8 @@ def _range(el, a, call):
         if step is not None:
             raise MdlTypeError("`range` with a step needs its start and stop too: "
                                "range(start, stop, step)", step_loc)
-        n = el.eval_dim(start)
-        if n.is_const and n.value < 0:
-            raise MdlTypeError(f"`range` of {n.value} values", loc)
-        return el.emit("range", [], {"n": n, "start": 0, "step": 1}, call.loc)[0]
+        return el.emit("range", [], {"n": el.eval_size(start), "start": 0, "step": 1},
+                       call.loc)[0]
     first, last = el.eval_dim(start), el.eval_dim(stop)
     by = Dim.of(1) if step is None else el.eval_dim(step)
     if by.is_const and by.value == 0:
@@ -311,8 +309,12 @@ def _range(el, a, call):
                            f"by {by} (its length would divide a size): `{begin} + {by} * "
                            f"range(n)` takes n values by {by}", step.loc)
     # stop - start values; a start the call binds is added to range(stop - start)
-    count = el.emit("range", [], {"n": last - first, "start": first.value if first.is_const
-                                  else 0, "step": 1}, call.loc)[0]
+    length = last - first
+    if length.is_const and length.value < 0:  # Python's would be empty at every call
+        raise MdlTypeError(f"`range` of {length} values: its stop is below its start",
+                           call.loc)
+    count = el.emit("range", [], {"n": length, "start": first.value if first.is_const else 0,
+                                  "step": 1}, call.loc)[0]
     if first.is_const:
         return count
     offset = el.emit("full", [], {"shape": (), "value": first, "dtype": "i32"}, loc)[0]
@@ -324,7 +326,7 @@ def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:
     value, vloc = arg
     if not isinstance(value, Const):
         raise MdlTypeError("full[...](v) needs a compile-time value", vloc)
-    shape = tuple(el.eval_dim(d) for d in dims)
+    shape = tuple(el.eval_size(d) for d in dims)
     dtype = el.const_dtype(value, None, vloc)
     return el.emit("full", [], {"shape": shape, "value": value.value, "dtype": dtype}, loc)[0]
 

@@ -185,7 +185,7 @@ class Expressions:
         if isinstance(e.base, n.Name) and e.base.id in CREATORS and e.base.id not in self.ctx.env:
             if e.base.id == "full":
                 raise MdlTypeError("`full[...]` needs its value: `full[B, H](0.5)`", e.loc)
-            shape = tuple(self.eval_dim(d) for d in e.subscripts)
+            shape = tuple(self.eval_size(d) for d in e.subscripts)
             value = CREATORS[e.base.id]
             return self.emit("full", [], {"shape": shape, "value": value,
                                           "dtype": self.float_dtype}, e.loc)[0]
@@ -274,6 +274,10 @@ class Expressions:
         raise MdlTypeError("a dim must be an integer known at compile time (a literal, a "
                            "hyper-parameter or a symbolic dim)", e.loc)
 
+    def eval_size(self, e: n.Expr) -> Dim:
+        """A dim that sizes a tensor (`zeros[...]`, `reshape`'s shape, `range(n)`)."""
+        return positive(self.eval_dim(e), e.loc)
+
     def dtype_of(self, name: str, loc: Loc) -> str:
         if name not in DTYPES:
             raise MdlTypeError(f"unknown type `{name}` (types are {', '.join(DTYPES)})", loc)
@@ -290,9 +294,16 @@ class Expressions:
                 shape.append(bind_unknown(d.id, axis, d.loc))
             else:
                 shape.append(self.eval_dim(d))
-            if shape[-1].is_const and shape[-1].value <= 0:
-                raise MdlTypeError(f"dims must be positive, got {shape[-1]}", d.loc)
+            positive(shape[-1], d.loc)
         declared = TensorType(dtype, tuple(shape))
         if (why := declared.too_large()) is not None:
             raise MdlTypeError(why, t.loc)
         return declared
+
+
+def positive(size: Dim, loc: Loc) -> Dim:
+    """`size`, a dim written to size a tensor: one known when compiling must be 1 or more
+    (a symbolic one may be 0 in a call; one made by subtracting is checked at the call)."""
+    if size.is_const and size.value < 1:
+        raise MdlTypeError(f"dims must be positive, got {size}", loc)
+    return size

@@ -190,3 +190,11 @@ model M(V = 5, E = 3) {
   output total = sum(s) + sum(ys)
 }""", "t.mdl").graph
     assert graph.outputs["total"].type.rank == 0
+
+
+def test_sizes_the_call_binds_are_not_refused_when_compiling():
+    """Only a size known when compiling must be positive: T may be 0 in a call, and a
+    size made by subtracting is checked when the model is called."""
+    cm = check_source("model M() { input x : f32[T]; a = zeros[T - 30]; b = range(1, T)\n"
+                      "  output y = sum(x) + sum(a) + f32(sum(b)) + sum(full[T, 2](0.5)) }")
+    assert str(cm.graph.outputs["y"].type) == "f32"
