@@ -79,6 +79,8 @@ class Calls:
                     value = self.eval_single(value)
                 self.ctx = inner
                 inner.env[arg.name.name] = self._bind_arg(fn, arg, value, loc)
+                # after its type, which may bind a dim of its name (`a : f32[a]`)
+                self.check_bindable(arg.name.name, arg.name.loc, "name an argument")
             with self.scopes.enter(scope_name):
                 self.run_block(fn.body.stmts[:-1])
                 return self._returned(fn, fn.body.stmts[-1])
@@ -132,6 +134,7 @@ class Calls:
             raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}], got {actual}", loc)
 
         def bind(dim_name: str, axis: int, dloc: Loc) -> Dim:
+            self.check_bindable(dim_name, dloc, "name a symbolic dim")
             self.ctx.dims[dim_name] = actual.shape[axis]
             return actual.shape[axis]
         declared = self.eval_type(t, bind)

@@ -158,6 +158,8 @@ class ControlFlow:
                 raise MdlTypeError(f"zipped sequences need one length: `{expr_text(b.seq)}` "
                                    f"is {x.type}, `{expr_text(s.bindings[0].seq)}` is "
                                    f"{seqs[0].type}", b.seq.loc)
+        for b in s.bindings:
+            self.check_bindable(b.var.name, b.var.loc, "name a loop variable")
         loop_vars = [b.var.name for b in s.bindings]
         if len(set(loop_vars)) != len(loop_vars):
             raise MdlTypeError("loop variables must differ", s.bindings[0].loc)

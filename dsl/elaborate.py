@@ -111,6 +111,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
             name = h.name.name
             if name in values:
                 raise MdlNameError(f"hyper-parameter `{name}` is declared twice", h.loc)
+            self.check_bindable(name, h.name.loc, "name a hyper-parameter")
             self.ctx = Ctx("model", {k: Const.of(v) for k, v in values.items()})
             default = self.eval_single(h.value)
             if not isinstance(default, Const):
@@ -174,7 +175,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
 
     def stmt_Assign(self, s: n.Assign) -> None:
         for t in s.targets:
-            self._check_assignable(t)
+            self.check_bindable(t.name, t.loc)
         if isinstance(s.value, n.For):
             self.loop(s.value, s.targets)
             return
@@ -191,11 +192,15 @@ class Elaborator(Expressions, Calls, ControlFlow):
                 v.hint = t.name
             self.ctx.env[t.name] = v
 
-    def _check_assignable(self, t: n.Ident) -> None:
-        if t.name in BUILTINS or t.name in self.program.functions:
-            raise MdlNameError(f"`{t.name}` is a function and cannot be assigned", t.loc)
-        if t.name in self.ctx.dims:
-            raise MdlNameError(f"`{t.name}` is a symbolic dim and cannot be assigned", t.loc)
+    def check_bindable(self, name: str, loc: Loc, what: str = "be assigned") -> None:
+        """The one rule of every binding (an assignment, an input, a parameter, a
+        hyper-parameter, a function's argument, a loop variable, a new symbolic dim): a
+        name of a built-in, a function or a symbolic dim cannot be bound; `what` says which
+        binding (`be assigned`, `name an input`, ...)."""
+        if name in BUILTINS or name in self.program.functions:
+            raise MdlNameError(f"`{name}` is a function and cannot {what}", loc)
+        if name in self.ctx.dims:
+            raise MdlNameError(f"`{name}` is a symbolic dim and cannot {what}", loc)
 
     def stmt_InputDecl(self, s: n.InputDecl) -> None:
         name = s.name.name
@@ -206,9 +211,11 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                s.name.loc)
 
         def new_dim(dim_name: str, axis: int, loc: Loc) -> Dim:
+            self.check_bindable(dim_name, loc, "name a symbolic dim")
             self.ctx.dims[dim_name] = Dim.of(dim_name)
             return self.ctx.dims[dim_name]
         value = Value(self.eval_type(s.type, new_dim), name)
+        self.check_bindable(name, s.name.loc, "name an input")  # after the dims its type binds
         self.inputs[name] = value
         self.input_locs[name] = s.name.loc
         self.ctx.env[name] = value
@@ -220,7 +227,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         if name in self.inputs:
             raise MdlNameError(f"output `{name}` has the name of an input", s.name.loc)
         if s.value is not None:
-            self._check_assignable(s.name)
+            self.check_bindable(name, s.name.loc, "name an output")
             value = self.eval_single(s.value)
         else:
             value = self.lookup(name, s.name.loc)
@@ -277,7 +284,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
                 f"the first declaration's ({existing.init}, "
                 f"{str(existing.trainable).lower()}, {existing.regularizer or 'none'}) applies",
                 s.name.loc, "warning", notes=[("first declared here", existing.decl)]))
-        self._check_assignable(s.name)
+        self.check_bindable(s.name.name, s.name.loc, "name a parameter")
         self.ctx.env[s.name.name] = existing.value
 
     def _param_conflict(self, full: str, ptype, existing: Param, loc: Loc) -> MdlError:
