@@ -4,6 +4,7 @@ checked by the primitive table's shape rules. Errors are collected per statement
 that one run reports several independent ones."""
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from typing import Any
@@ -314,9 +315,13 @@ class Elaborator(Expressions, Calls, ControlFlow):
         return Init(name, values)
 
     def _number(self, e: n.Expr) -> float:
+        """An initializer's or a regularizer's argument: a finite compile-time number (the
+        module's tables hold it, and an inf or nan would fill or decay every weight)."""
         v = self.eval_single(e)
         if not (isinstance(v, Const) and v.kind in ("int", "float")):
             raise MdlTypeError("expected a number known at compile time", e.loc)
+        if not math.isfinite(v.value):
+            raise MdlTypeError(f"expected a finite number, got {v}", e.loc)
         return v.value
 
     def stmt_ScopeStmt(self, s: n.ScopeStmt) -> None:

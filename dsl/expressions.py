@@ -3,6 +3,7 @@ here; everything else becomes IR ops through `emit`, checked by the primitive ta
 from __future__ import annotations
 
 import difflib
+import math
 
 import numpy as np
 
@@ -163,17 +164,16 @@ class Expressions:
             if b.value == 0:
                 raise MdlTypeError("division by zero", loc)
             exact = a.kind == b.kind == "int" and a.value % b.value == 0
-            return Const(a.value // b.value, "int") if exact else Const(a.value / b.value,
-                                                                          "float")
-        try:  # the primitive's NumPy reference on Python numbers: exact integers
-            with np.errstate(all="ignore"):
-                value = TABLE[BINARY_PRIMS[op]].ref(None, {}, np.asarray(a.value, dtype=object),
-                                                    np.asarray(b.value, dtype=object))
-            value = value.item() if isinstance(value, np.generic) else value
-        except (OverflowError, ZeroDivisionError, ValueError) as exc:
-            raise MdlTypeError(f"cannot compute {a} {op} {b} at compile time: {exc}", loc)
-        if isinstance(value, complex) or (isinstance(value, int) and abs(value) > 2**62):
-            raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
+            value = a.value // b.value if exact else a.value / b.value
+        else:
+            value = _fold_by_table(op, a, b, loc)
+        # Overflow (1e308 * 10.0) is refused where it happens, as log(0) is (fold_unary):
+        # a non-finite number has no C++ literal in a table and no use as a size or an
+        # initializer's argument. An operand that is already inf or nan (-D C=inf) may go
+        # on: the places that need a finite number refuse it.
+        if (isinstance(value, float) and not math.isfinite(value)
+                and math.isfinite(a.value) and math.isfinite(b.value)):
+            raise MdlTypeError(f"{a} {op} {b} has no finite value", loc)
         return Const.of(value)
 
     def _const_kind(self, c: Const, kinds: tuple[str, ...], what: str, loc: Loc) -> None:
@@ -307,3 +307,18 @@ def positive(size: Dim, loc: Loc) -> Dim:
     if size.is_const and size.value < 1:
         raise MdlTypeError(f"dims must be positive, got {size}", loc)
     return size
+
+
+def _fold_by_table(op: str, a: Const, b: Const, loc: Loc):
+    """`a op b` of two compile-time numbers by the primitive's NumPy reference on Python
+    numbers (exact integers)."""
+    try:
+        with np.errstate(all="ignore"):
+            value = TABLE[BINARY_PRIMS[op]].ref(None, {}, np.asarray(a.value, dtype=object),
+                                                np.asarray(b.value, dtype=object))
+        value = value.item() if isinstance(value, np.generic) else value
+    except (OverflowError, ZeroDivisionError, ValueError) as exc:
+        raise MdlTypeError(f"cannot compute {a} {op} {b} at compile time: {exc}", loc)
+    if isinstance(value, complex) or (isinstance(value, int) and abs(value) > 2**62):
+        raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
+    return value

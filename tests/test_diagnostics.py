@@ -241,6 +241,10 @@ BAD_PROGRAMS = [
     ('model M() { input x : f32[B, 4]; output y = argmin(sum(x)) }',
      '`argmin` needs a tensor of rank 1 or more, got f32', "1:52"),
     ('model M() { output y = log1p(-2) }', 'log1p(-2) has no finite value', "1:30"),
+    ('model M() { param w : f32[3] = constant(1e308 * 10.0); output y = w }',
+     '1e+308 * 10.0 has no finite value', "1:47"),
+    ('model M() { scope a (regularizer = l2(1e308 / 1e-10)) { param w : f32[3] }; '
+     'output y = w }', '1e+308 / 1e-10 has no finite value', "1:45"),
     ('model M() { input xs : f32[T, B]; for x in xs { assert x }; output y = xs }',
      'an `assert` condition must be bool (a comparison, as `x > 0.0`), got f32[B]', "1:56"),
     ('def f(x : f32[N]) -> f32[N] { assert 1 > 2, "no"; return x }\n'
@@ -263,6 +267,24 @@ def test_bad_program_is_located(source, message, where):
         check_source(source, "t.mdl")
     first = info.value.diagnostics[0]
     assert message in first.message
+    assert f"{first.loc.line}:{first.loc.col}" == where
+
+
+@pytest.mark.parametrize("define", [{"C": float("nan")}, {"S": float("inf")},
+                                    {"R": float("nan")}, {"U": -float("inf")}])
+def test_an_initializer_or_regularizer_takes_finite_numbers(define):
+    """A hyper-parameter may be inf or nan (`-D C=nan`), but an initializer's argument or a
+    regularizer's strength must be finite: refused at the argument."""
+    source = ("model M(C = 1.0, S = 0.5, R = 0.1, U = 1.0) {\n"
+              "  scope s (regularizer = l2(R)) { param w : f32[3] = normal(0, S) }\n"
+              "  param b : f32[3] = constant(C); param u : f32[3] = uniform(U, 2)\n"
+              "  output y = w + b + u }")
+    (name, value), = define.items()
+    where = {"C": "3:31", "S": "2:64", "R": "2:29", "U": "3:62"}[name]
+    with pytest.raises(MdlError) as info:
+        check_source(source, "t.mdl", defines=define)
+    first = info.value.diagnostics[0]
+    assert first.message == f"expected a finite number, got {value}"
     assert f"{first.loc.line}:{first.loc.col}" == where
 
 

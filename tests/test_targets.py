@@ -4,6 +4,7 @@ that exist; each target is built by its toolchain, and `--emulate` builds the cu
 target's very code for the CPU."""
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -13,14 +14,16 @@ from types import SimpleNamespace
 import pytest
 
 from codegen.backend.lower import lowering_hook
+from codegen.backend.module import generate
 from codegen.backend.target import Target
 from codegen.compile import toolchain
 from codegen.cli import parser
-from codegen.ir.graph import Op
+from codegen.pipeline import differentiate, for_backends
+from codegen.ir.graph import Init, Op, Regularizer
 from codegen.ops.primitives import TABLE
 from codegen.targets.cuda import CudaTarget
 from codegen.targets.registry import TARGETS, target
-from dsl import UsageError
+from dsl import UsageError, check_source
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -46,6 +49,24 @@ def test_every_target_emits_every_kernel(target):
     for n in sorted(kernels):
         ins = SimpleNamespace(op=Op(n, [], []), accumulate=False, pack=None)
         assert callable(TARGETS[target].kernel(ins)), n
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_every_number_in_a_table_is_cpp_on_every_target(name):
+    """A parameter's initializer and regularizer reach the module's table as C++ that means
+    them, inf and nan too (the checker refuses those in a .mdl file; the emitter still
+    writes no bare `inf`, which does not compile)."""
+    graph = check_source("model M() { input x : f32[B, 3]; param w : f32[3]\n"
+                         "output loss = mean(x * w); minimize loss }").graph
+    param = graph.params["w"]
+    param.init, param.regularizer = Init("uniform", (-math.inf, math.nan)), Regularizer(
+        "l2", math.inf)
+    sources = generate([(for_backends(graph), differentiate(graph), [])], "m", "f32",
+                       target(name))
+    table = next(line for text in sources.values() for line in text.splitlines()
+                 if line.lstrip().startswith('{ "w", 1, param_'))
+    assert '{ "uniform", -double(INFINITY), double(NAN) }' in table
+    assert table.endswith("double(0x0.0p+0), double(INFINITY) },")
 
 
 def test_the_cli_offers_the_registered_targets():

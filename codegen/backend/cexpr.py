@@ -1,7 +1,7 @@
 """Dims and names as C++ expressions. User names never reach the C++ text as code: values
 are `v<id>`, dims `d<index>`, parameters and inputs are addressed by position; the words
 of an error message (an input's name, an assert's) are string literals made by
-`c_string`."""
+`c_string`, and numbers are written by `c_float`."""
 from __future__ import annotations
 
 from ..ir.shapes import CeilDiv, Dim, Symbol, TripCount
@@ -20,6 +20,18 @@ def c_string(text: str) -> str:
         named = _ESCAPES.get(byte)
         out.append(named or (chr(byte) if 32 <= byte < 127 else f"\\{byte:03o}"))
     return '"' + "".join(out) + '"'
+
+
+def c_float(value: float, ctype: str = "double") -> str:
+    """`value` as a C++ expression of type `ctype` that means exactly it: a hex float
+    (which round-trips), or NAN or INFINITY, which have no literal. Every number the
+    generated code holds goes through here: an expression's constant, a table's."""
+    value = float(value)
+    if value != value:
+        return f"{ctype}(NAN)"
+    if value in (float("inf"), float("-inf")):
+        return f"{'-' if value < 0 else ''}{ctype}(INFINITY)"
+    return f"{ctype}({value.hex()})"
 
 
 class DimNames:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.primitives.core import TABLE
-from .cexpr import c_string
+from .cexpr import c_float, c_string
 from .op_lowering import ctype_of, indices_named, matrix_order, offset_expr
 
 
@@ -251,7 +251,7 @@ def _dropout_like(mask_only: bool):
         salt = f"uint64_t({op.attrs['salt']})"
         drawn = n if r.drawing is None else f"({r.drawing} ? {n} : 0)"
         return [f"{r.target.call('dropout')}{'true' if mask_only else 'false'}, {ins[0]}, {n}, "
-                f"{float(op.attrs['p'])!r}, mdl::derive(m.dropout_key, {salt}), "
+                f"{c_float(op.attrs['p'])}, mdl::derive(m.dropout_key, {salt}), "
                 f"{DRAW}({salt}, {drawn}), {outs[0]});"]
     return lines
 
@@ -277,7 +277,7 @@ def _dropout_replay(r, op, inputs, ins, outs):
     n = r.dim(numel(inputs[0].type.shape))
     if not r.spec.training:
         return [r.target.fill(outs[0], n, f"{ctype_of(op, r)}(1)")]
-    return [f"{r.target.call('dropout_replay')}{ins[1]}, {n}, {float(op.attrs['p'])!r}, "
+    return [f"{r.target.call('dropout_replay')}{ins[1]}, {n}, {c_float(op.attrs['p'])}, "
             f"{outs[0]});"]
 
 

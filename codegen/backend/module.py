@@ -18,7 +18,7 @@ from ..ir.origins import input_origins
 from ..ir.shapes import TensorType, contiguous_strides, numel
 from ..ops.entry import entry
 from ..transforms.autodiff import cotangent_names
-from .cexpr import DimNames
+from .cexpr import DimNames, c_float
 from .interface import describe, stub
 from .lower import Layout
 from .plan import left_dead, plan
@@ -265,10 +265,10 @@ class ModuleGenerator:
         args = list(p.init.args) + [0.0, 0.0]
         reg = p.regularizer
         return {"name": name, "shape": [d.value for d in p.value.type.shape],
-                "kind": p.init.kind, "a": args[0], "b": args[1],
+                "kind": p.init.kind, "a": c_float(args[0]), "b": c_float(args[1]),
                 "offset": self.param_offsets[name],
                 "grad": grad_names.index(name) if name in grad_names else -1,
-                **{kind: repr(float(reg.strength)) if reg and reg.kind == kind else "0.0"
+                **{kind: c_float(reg.strength if reg and reg.kind == kind else 0.0)
                    for kind in PENALTIES}}
 
 

@@ -26,6 +26,7 @@ from ..ir.graph import Value
 from ..ir.shapes import numel
 from ..ops.primitives import TABLE
 from . import kernels as _kernels  # noqa: F401  (attaches extra["statements"])
+from .cexpr import c_float
 
 
 class Target(abc.ABC):
@@ -76,12 +77,7 @@ class Target(abc.ABC):
             return "1" if value else "0"
         if dtype == "i32":
             return f"int32_t({int(value)})"
-        value = float(value)
-        if value != value:
-            return f"{self.ctype(dtype)}(NAN)"
-        if value in (float("inf"), float("-inf")):
-            return f"{'-' if value < 0 else ''}{self.ctype(dtype)}(INFINITY)"
-        return f"{self.ctype(dtype)}({value.hex()})"
+        return c_float(value, self.ctype(dtype))
 
     # ---- kernels ----
     def kernel(self, ins) -> Callable:
