@@ -17,11 +17,17 @@ def _define(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
         raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
-    for convert in (int, float):
-        try:
-            return key, convert(value)
-        except ValueError:
-            pass
+    from codegen.ir.dtypes import decimal_int
+    try:
+        return key, decimal_int(value)
+    except OverflowError as exc:
+        raise argparse.ArgumentTypeError(f"-D {key}: {exc} is out of range")
+    except ValueError:
+        pass
+    try:
+        return key, float(value)
+    except ValueError:
+        pass
     if value in ("true", "false"):
         return key, value == "true"
     raise argparse.ArgumentTypeError(f"-D {key}: {value!r} is not a number, true or false")

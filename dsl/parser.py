@@ -12,7 +12,7 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedInput, UnexpectedTo
                              VisitError)
 
 from codegen.ir.diagnostics import Loc, MdlSyntaxError, Source
-from codegen.ir.dtypes import I32_MAX
+from codegen.ir.dtypes import I32_MAX, decimal_int
 
 from . import nodes as n
 
@@ -250,7 +250,10 @@ class AstBuilder(Transformer_NonRecursive):
         return n.Name(self._loc(tok), str(tok))
 
     def int_lit(self, tok):
-        value = int(tok)
+        try:
+            value = decimal_int(str(tok))
+        except OverflowError as exc:
+            raise MdlSyntaxError(f"{exc} does not fit in i32", self._loc(tok))
         if value > I32_MAX + 1:  # 2**31 only as `-2147483648` (unary minus checks the rest)
             raise MdlSyntaxError(f"integer literal {tok} does not fit in i32", self._loc(tok))
         return n.IntLit(self._loc(tok), value)

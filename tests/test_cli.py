@@ -107,6 +107,7 @@ def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
     (["-D", "Q=1"], "has no hyper-parameter Q"),
     (["-D", "H=1.5"], "`H` is int"),
     (["-D", "H=2147483648"], "an integer hyper-parameter must fit in i32"),
+    (["-D", "H=" + "9" * 4400], "-D H: an integer of 4400 digits is out of range"),
     (["--model", "Nope"], "has no model `Nope`"),
     (["-D", "H"], "expected K=V"),
 ])

@@ -89,10 +89,12 @@ def test_sections():
 LITERALS = {  # the lexical rules the page states, at their edges
     "2147483647": None, "-2147483648": None, "2147483648": "does not fit in i32",
     "1e308": None, "1e309": "out of range", "1.": None, ".5": None, "2E5": None,
+    "0" * 4400 + "7": None, "9" * 4400: "an integer of 4400 digits does not fit in i32",
 }
 
 
-@pytest.mark.parametrize("literal", list(LITERALS))
+@pytest.mark.parametrize("literal", list(LITERALS),
+                         ids=[t if len(t) < 20 else f"{t[0]}x{len(t)}" for t in LITERALS])
 def test_literal_limits(literal):
     source = f"model L() {{\n  input x : f32[3]\n  n = {literal}\n  output y = sum(x)\n}}\n"
     expected = LITERALS[literal]

@@ -31,3 +31,21 @@ I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
 def fits_i32(value: int) -> bool:
     return I32_MIN <= value <= I32_MAX
+
+
+# No dtype holds an integer of more significant digits (i64's most is 19): one is refused
+# before Python converts it, which it does for at most 4300 digits
+MAX_INT_DIGITS = 19
+
+
+def decimal_int(text: str) -> int:
+    """The integer that `text` writes in decimal: an optional sign, then digits, leading
+    zeros allowed (any number of them). ValueError where it is not such a text,
+    OverflowError where it has more significant digits than any dtype holds."""
+    digits = text[1:] if text[:1] in "+-" else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"{text!r} is not a decimal integer")
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > MAX_INT_DIGITS:
+        raise OverflowError(f"an integer of {len(significant)} digits")
+    return -int(significant) if text[:1] == "-" else int(significant)
