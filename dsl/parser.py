@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from pathlib import Path as FsPath
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
@@ -132,7 +133,18 @@ class AstBuilder(Transformer_NonRecursive):
 
     def assert_stmt(self, kw, cond, message):
         return self._node(n.Assert, self._loc(kw), cond,
-                          None if message is None else str(message)[1:-1])
+                          None if message is None else self._message(message))
+
+    def _message(self, tok: Token) -> str:
+        """An assert's message: no control characters but a tab. The error's text and the
+        class's docstring (a NUL cuts the one and is no Python in the other) hold it."""
+        text = str(tok)[1:-1]
+        for i, ch in enumerate(text):
+            if unicodedata.category(ch) == "Cc" and ch != "\t":
+                raise MdlSyntaxError("an assert's message cannot hold the control character "
+                                     f"U+{ord(ch):04X}", Loc(self.src, tok.line,
+                                                             tok.column + 1 + i))
+        return text
 
     def yield_stmt(self, kw, *values):
         return self._node(n.Yield, self._loc(kw), list(values))

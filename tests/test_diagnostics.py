@@ -255,6 +255,10 @@ BAD_PROGRAMS = [
      'H splits in 4: `H % 4 == 0` is always false', "1:49"),
     ('model M() { input x : f32[B]; assert 2, "two"; output y = x }',
      'an `assert` condition must be bool (a comparison, as `x > 0.0`), got int', "1:38"),
+    ('model M() { input x : f32[B]; assert sum(x) > 0.0, "top\0level"; output y = x }',
+     "an assert's message cannot hold the control character U+0000", "1:56"),
+    ('model M() { input x : f32[B]; assert sum(x) > 0.0, "\x1b[2J"; output y = x }',
+     "an assert's message cannot hold the control character U+001B", "1:53"),
     ('model M() { input x : f32[B]; assert = 2; output y = x }',
      '`assert` is a keyword', "1:31"),
 ]
@@ -300,6 +304,17 @@ def test_rendering_has_location_line_and_caret():
         "m.mdl:3:18: error: unknown name `z`",
         " 3 |   output y = x + z",
         "   |                  ^",
+    ]
+
+
+def test_control_characters_of_the_source_are_shown_as_replacement_characters():
+    """The excerpt shows a NUL or an escape of the line as U+FFFD, column for column,
+    rather than sending it to the terminal."""
+    with pytest.raises(MdlError) as info:
+        check_source('model M() {\n  assert 1 > 0, "a\x1b[2Jb"\n}', "m.mdl")
+    assert info.value.render().splitlines()[1:] == [
+        ' 2 |   assert 1 > 0, "a\ufffd[2Jb"',
+        "   |                   ^",
     ]
 
 

@@ -82,9 +82,13 @@ class Diagnostic:
 
 EXCERPT_WIDTH = 100
 
+# A control character of the source (a NUL, an escape) shown as one replacement
+# character: the terminal then prints what the file holds, column for column
+_SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0)] if c != ord("\t")}
+
 
 def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
-    line = loc.source.line(loc.line).rstrip("\n").expandtabs(1)
+    line = loc.source.line(loc.line).rstrip("\n").expandtabs(1).translate(_SHOWN)
     if not line and loc.line > len(loc.source.text.splitlines()):
         return []
     gutter = " " * len(str(loc.line))
