@@ -38,7 +38,7 @@ def parse(text: str, path: str = "<string>") -> n.Module:
     """Parse one .mdl source into a Module, or raise MdlSyntaxError."""
     source = Source(path, text)
     try:
-        tree = lark_parser().parse(text)
+        tree = lark_parser().parse(source.text)
     except UnexpectedInput as exc:
         raise _syntax_error(source, exc) from None
     try:
@@ -405,5 +405,5 @@ def _open_brackets(source: Source, stop: Token) -> list[tuple[str, Loc]]:
 
 
 def _end_loc(source: Source) -> Loc:
-    lines = source.text.splitlines() or [""]
+    lines = source.lines() or [""]
     return Loc(source, len(lines), len(lines[-1]) + 1)

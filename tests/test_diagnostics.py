@@ -307,6 +307,23 @@ def test_rendering_has_location_line_and_caret():
     ]
 
 
+@pytest.mark.parametrize("source", [
+    "model M() {\f input x : f32[3]\n  output y = sum(xx)\n}",  # a form feed, U+2028,
+    "# a\u2028b\nmodel M() {\n  output y = sum(xx)\n}",       # U+0085: inside a line
+    "# a\x85b\nmodel M() {\n  output y = sum(xx)\n}",
+    "# a\r\nmodel M() {\r\n  output y = sum(xx)\r\n}",      # CRLF, a lone CR: a break
+    "# a\rmodel M() {\r  output y = sum(xx)\r}",
+], ids=["formfeed", "u2028", "u0085", "crlf", "cr"])
+def test_the_excerpt_is_the_line_the_lexer_counts(source):
+    """The renderer's lines are the lexer's: a line ends at a line feed, a CRLF or a lone
+    CR (as Python reads a file), not at the other breaks str.splitlines knows."""
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    first = info.value.diagnostics[0]
+    assert "unknown name `xx`" in first.message
+    assert info.value.render().splitlines()[1] == f" {first.loc.line} |   output y = sum(xx)"
+
+
 def test_control_characters_of_the_source_are_shown_as_replacement_characters():
     """The excerpt shows a NUL or an escape of the line as U+FFFD, column for column,
     rather than sending it to the terminal."""

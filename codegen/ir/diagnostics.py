@@ -13,13 +13,25 @@ from typing import Iterator
 
 @dataclass(frozen=True, eq=False)
 class Source:
-    """One source text and the name it is reported under."""
+    """One source text and the name it is reported under. The text is kept as the lexer
+    reads it: its line breaks "\n" (a "\r\n" or a lone "\r" becomes one, as Python's
+    reading of a file makes them)."""
 
     path: str
     text: str
 
+    def __post_init__(self):
+        text = self.text.replace("\r\n", "\n").replace("\r", "\n")
+        object.__setattr__(self, "text", text)
+
+    def lines(self) -> list[str]:
+        """The lines as the lexer counts them: a line ends at "\n" alone (str.splitlines
+        also ends one at a form feed, U+0085 or U+2028, which the lexer reads inside a
+        line)."""
+        return self.text.removesuffix("\n").split("\n") if self.text else []
+
     def line(self, number: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.lines()
         return lines[number - 1] if 0 < number <= len(lines) else ""
 
 
@@ -89,7 +101,7 @@ _SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0)] if c != ord("\
 
 def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
     line = loc.source.line(loc.line).rstrip("\n").expandtabs(1).translate(_SHOWN)
-    if not line and loc.line > len(loc.source.text.splitlines()):
+    if not line and loc.line > len(loc.source.lines()):
         return []
     gutter = " " * len(str(loc.line))
     col = loc.col
