@@ -94,6 +94,14 @@ def test_check_json_matches_the_interface(good):
     }
 
 
+def test_a_file_that_starts_with_a_byte_order_mark_is_checked(tmp_path):
+    """Editors on Windows write one: it is skipped, not an unexpected character."""
+    path = tmp_path / "bom.mdl"
+    path.write_text(GOOD, encoding="utf-8-sig")
+    r = mdlc("check", str(path))
+    assert r.returncode == 0 and r.stdout.startswith("model M"), r.stderr
+
+
 def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
     bad = tmp_path / "bad.mdl"
     bad.write_text("model M() {\n  input x : f32[B]\n  output y = x @ x\n}\n")

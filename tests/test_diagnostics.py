@@ -313,10 +313,12 @@ def test_rendering_has_location_line_and_caret():
     "# a\x85b\nmodel M() {\n  output y = sum(xx)\n}",
     "# a\r\nmodel M() {\r\n  output y = sum(xx)\r\n}",      # CRLF, a lone CR: a break
     "# a\rmodel M() {\r  output y = sum(xx)\r}",
-], ids=["formfeed", "u2028", "u0085", "crlf", "cr"])
+    "\ufeff# a\nmodel M() {\n  output y = sum(xx)\n}",           # a byte order mark
+], ids=["formfeed", "u2028", "u0085", "crlf", "cr", "bom"])
 def test_the_excerpt_is_the_line_the_lexer_counts(source):
     """The renderer's lines are the lexer's: a line ends at a line feed, a CRLF or a lone
-    CR (as Python reads a file), not at the other breaks str.splitlines knows."""
+    CR (as Python reads a file), not at the other breaks str.splitlines knows; a leading
+    byte order mark is no character of the text."""
     with pytest.raises(MdlError) as info:
         check_source(source, "m.mdl")
     first = info.value.diagnostics[0]

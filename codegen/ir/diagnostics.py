@@ -14,14 +14,14 @@ from typing import Iterator
 @dataclass(frozen=True, eq=False)
 class Source:
     """One source text and the name it is reported under. The text is kept as the lexer
-    reads it: its line breaks "\n" (a "\r\n" or a lone "\r" becomes one, as Python's
-    reading of a file makes them)."""
+    reads it: without a leading byte order mark, its line breaks "\n" (a "\r\n" or a
+    lone "\r" becomes one, as Python's reading of a file makes them)."""
 
     path: str
     text: str
 
     def __post_init__(self):
-        text = self.text.replace("\r\n", "\n").replace("\r", "\n")
+        text = self.text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
         object.__setattr__(self, "text", text)
 
     def lines(self) -> list[str]:
