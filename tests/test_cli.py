@@ -17,7 +17,7 @@ from codegen.compile.environment import EXT_SUFFIX, environment_key
 from codegen.compile.index import lookup
 from codegen.compile.options import BuildOptions
 from codegen.compile.toolchain import HOST
-from dsl import imports
+from dsl import UsageError, imports
 
 GOOD = """model M(H = 4) {
   input x : f32[B, H]
@@ -182,6 +182,20 @@ def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path):
     path.write_text(GOOD)
     r = mdlc("build", str(path), "-o", str(tmp_path))
     assert r.returncode == 0 and r.stdout.strip().endswith(f"m_class{EXT_SUFFIX}")
+
+
+def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
+    """Python would look for `PyInitU_` and the name's punycode, not the `PyInit_é` the
+    module exports: every way to a module name refuses it, saying what to do."""
+    path = tmp_path / "é.mdl"
+    path.write_text(GOOD)
+    for args in (["emit", path, "-o", tmp_path], ["build", path, "-o", tmp_path],
+                 ["build", good, "--name", "é", "-o", tmp_path]):
+        r = mdlc(*map(str, args))
+        assert r.returncode == 2 and "is not ASCII" in r.stderr, r.stderr
+        assert "pass --name with an ASCII identifier" in r.stderr
+    with pytest.raises(UsageError, match="pass --name with an ASCII identifier"):
+        load(path)
 
 
 def test_missing_file_is_an_error_not_a_crash(tmp_path):

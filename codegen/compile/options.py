@@ -48,12 +48,21 @@ class BuildOptions:
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
-    """The Python module name: `name`, or the file's stem made an identifier."""
+    """The Python module name: `name`, or the file's stem made an identifier. Either must
+    be ASCII: CPython finds the init function of a module named otherwise by another
+    symbol (`PyInitU_` and its punycode) than the `PyInit_<name>` the module exports."""
     if name is not None:
         if not name.isidentifier() or keyword.iskeyword(name):
             raise UsageError(f"--name {name!r} is not a valid Python module name"
                              + (" (a keyword: `import` cannot name it)"
                                 if keyword.iskeyword(name) else ""))
+        if not name.isascii():
+            raise UsageError(f"--name {name!r} is not ASCII, and Python imports no compiled "
+                             "module of such a name: pass --name with an ASCII identifier")
         return name
     stem = re.sub(r"\W", "_", Path(path).stem)
+    if not stem.isascii():
+        raise UsageError(f"the module of `{path}` would be named {stem!r}, which is not ASCII, "
+                         "and Python imports no compiled module of such a name: pass --name "
+                         "with an ASCII identifier (or rename the file)")
     return stem if stem.isidentifier() and not keyword.iskeyword(stem) else f"m_{stem}"
