@@ -368,7 +368,7 @@ def cmd_build(args) -> int:
 def cmd_gradcheck(args) -> int:
     from dsl import UsageError
 
-    from .pipeline import BuildOptions, check, import_built, module_name_for
+    from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
     from .reference import gradcheck
 
     # every model of the file in one f64 module, named like any other f64 build of it
@@ -394,6 +394,8 @@ def cmd_gradcheck(args) -> int:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # an assert the drawn inputs do not pass
         raise UsageError(_undrawable(exc)) from None
+    except MemoryError as exc:
+        raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
     worst = max((r.error for r in results), default=0.0)
     width = max((len(r.name) for r in results), default=10)
     for r in results:
@@ -408,6 +410,13 @@ def _undrawable(exc: ValueError) -> str:
     return (f"the random inputs fail the model's check: {exc}. They are drawn within "
             "what its asserts compare each input with (`ids < R`, `scale > 0.0`); give "
             "a check of another form inputs that pass it (mdlc profile --inputs)")
+
+
+def _too_large(given: str, exc: MemoryError) -> str:
+    """What a MemoryError of a model run on the inputs `given` (random ones at `--dims`,
+    or a file's) means: sizes this machine cannot hold, the user's to change."""
+    return (f"{given}: the model's inputs and values at these sizes need more memory than "
+            f"this machine gives ({exc or 'out of memory'}); give smaller sizes")
 
 
 def _one_model(file: str, models: list, name: str | None):
@@ -427,7 +436,7 @@ def cmd_profile(args) -> int:
     import numpy as np
     from dsl import UsageError
 
-    from .pipeline import BuildOptions, check, import_built, module_name_for
+    from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
     from .profile import measure, report
     from .reference.gradcheck import random_inputs
 
@@ -460,8 +469,12 @@ def cmd_profile(args) -> int:
         if args.specialize and dims:
             options.specialize = [dims]
         float_type = np.float32 if args.dtype == "f32" else np.float64
+        try:
+            drawn = random_inputs(graph, dims, np.random.default_rng(args.seed))
+        except MemoryError as exc:
+            raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
-                  for k, v in random_inputs(graph, dims, np.random.default_rng(args.seed)).items()}
+                  for k, v in drawn.items()}
     module = import_built(args.file, module_name_for(args.file) + "_profile", options)
     model = getattr(module, graph.name)(seed=args.seed)
     # the plain build beside it, timed in turns: a profiled build's parts are compiled
@@ -472,6 +485,10 @@ def cmd_profile(args) -> int:
     train = graph.loss is not None and not args.forward
     try:
         measured = measure(model, inputs, args.calls, train, plain=plain)
+    except MemoryError as exc:
+        given = (f"--inputs {args.inputs}" if args.inputs is not None
+                 else f"--dims {dims_text(dims)}")
+        raise UsageError(_too_large(given, exc)) from None
     except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
             if isinstance(exc, ValueError):

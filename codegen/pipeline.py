@@ -53,7 +53,7 @@ def check(path: str | Path, options: BuildOptions) -> list[Graph]:
                              f"of model `{graph.name}` (it has {known})")
         has = "; ".join(f"`{g.name}` has {', '.join(sorted(_symbolic_dims(g))) or 'none'}"
                         for g in out)
-        raise UsageError(f"--specialize {_spec_text(spec)} fits no model: none has all of "
+        raise UsageError(f"--specialize {dims_text(spec)} fits no model: none has all of "
                          f"{', '.join(spec)} as symbolic dims ({has})")
     return out
 
@@ -68,7 +68,8 @@ def _fits(spec: dict[str, int], graph: Graph) -> bool:
     return set(spec) <= _symbolic_dims(graph)
 
 
-def _spec_text(spec: dict[str, int]) -> str:
+def dims_text(spec: dict[str, int]) -> str:
+    """Sizes of dims as the command line writes them: `T=35,B=8`."""
     return ",".join(f"{k}={v}" for k, v in spec.items())
 
 

@@ -81,6 +81,14 @@ def test_inputs_stepped_through_by_a_loop_keep_the_bounds_of_their_steps(tmp_pat
     assert cli.main(["gradcheck", str(path), "--dims", "C=2"]) == 0, capsys.readouterr()
 
 
+def test_dims_too_large_for_the_memory_are_a_usage_error(capsys):
+    """The inputs drawn at these sizes would take 218 TiB: the user's dims, not our bug."""
+    assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM",
+                     "--dims", "T=100000,B=100000000"]) == 2
+    assert ("--dims T=100000,B=100000000: the model's inputs and values at these sizes need "
+            "more memory than this machine gives" in capsys.readouterr().err)
+
+
 def test_dims_the_model_does_not_have_are_a_usage_error(capsys):
     """A typo in --dims (t for T) would check other dims than asked for, saying nothing."""
     assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "--dims", "t=2"]) == 2
