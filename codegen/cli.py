@@ -33,6 +33,18 @@ def _define(text: str) -> tuple[str, object]:
     raise argparse.ArgumentTypeError(f"-D {key}: {value!r} is not a number, true or false")
 
 
+def _seed(text: str) -> int:
+    """A seed as a model takes it (`Model(seed=...)`, an unsigned 64-bit integer), which
+    also seeds the random inputs."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"{value}: a seed is 0 to 2**64 - 1")
+    return value
+
+
 def _version() -> str:
     """The installed distribution's version, and the code generator's."""
     from importlib.metadata import PackageNotFoundError, version
@@ -141,13 +153,13 @@ def parser() -> argparse.ArgumentParser:
     profile.add_argument("--forward", action="store_true",
                          help="time forward() alone, not forward(training=True) and "
                          "backward(), of a model that trains")
-    profile.add_argument("--seed", type=int, default=0,
+    profile.add_argument("--seed", type=_seed, default=0,
                          help="the parameters' and random inputs' seed")
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     _target_option(gradcheck)
     gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
-    gradcheck.add_argument("--seed", type=int, default=0)
+    gradcheck.add_argument("--seed", type=_seed, default=0)
     export = command("export", "write a model's inference program as an ONNX file "
                      "(onnxruntime, TensorRT, OpenVINO, netron)")
     _model_options(export)
@@ -155,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--params", metavar="CHECKPOINT.npz",
                         help="the parameters: a checkpoint written by `save` (default: the "
                         "initial values of --seed, as Model(seed=...) has them)")
-    export.add_argument("--seed", type=int, default=0, help="without --params: the seed")
+    export.add_argument("--seed", type=_seed, default=0, help="without --params: the seed")
     export.add_argument("--specialize", type=_dims, default={}, metavar="B=1,T=35",
                         help="dims fixed in the graph (the others stay symbolic)")
     export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",

@@ -136,6 +136,21 @@ model Decode(H = 4, L = 3) {
 """
 
 
+@pytest.mark.parametrize("command", ["gradcheck", "profile", "export"])
+@pytest.mark.parametrize("seed, message", [
+    ("-1", "-1: a seed is 0 to 2**64 - 1"),
+    (str(2**64), f"{2**64}: a seed is 0 to 2**64 - 1"),
+    ("x", "expected an integer, got 'x'"),
+])
+def test_a_seed_a_model_cannot_take_is_a_usage_error(good, command, seed, message, capsys):
+    """Checked as the command line is read, before anything is built or drawn (a
+    negative seed was the random inputs' error), and before what else is missing."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, str(good), "--seed", seed])
+    assert exited.value.code == 2
+    assert f"argument --seed: {message}" in capsys.readouterr().err
+
+
 def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
     """Checked or built together, the models of a file each take the hyper-parameters
     they declare (only the decoder has a step count L); a name none of them has is a
