@@ -325,15 +325,21 @@ def cmd_emit(args) -> int:
 
 
 def _print_ir(args) -> int:
-    from dsl import check_file
+    from dsl import UsageError, check_file
 
     from .ops.printer import format_graph
-    from .pipeline import differentiate
+    from .pipeline import BuildOptions, differentiate, trains
     cm = check_file(args.file, defines=dict(args.defines), model=args.model, dtype=args.dtype)
     for w in cm.warnings:
         _report(w)
     graph = cm.graph
     if args.grad or args.vjp:
+        # a backward asked of a model without one: a usage error, as gradcheck's and
+        # graph --backward's are
+        if not trains(graph, BuildOptions(vjp=args.vjp)):
+            raise UsageError(f"model `{graph.name}` " + (
+                "has no float output: it has no vector-Jacobian product to print" if args.vjp
+                else "minimizes nothing: it has no backward pass to print"))
         graph = differentiate(graph, args.vjp)
     print(format_graph(graph))
     return 0

@@ -151,6 +151,19 @@ def test_a_seed_a_model_cannot_take_is_a_usage_error(good, command, seed, messag
     assert f"argument --seed: {message}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, message", [
+    ("--grad", "model `M` minimizes nothing: it has no backward pass to print"),
+    ("--vjp", "model `M` has no float output: it has no vector-Jacobian product to print"),
+])
+def test_the_ir_of_a_backward_the_model_has_not_is_a_usage_error(tmp_path, flag, message,
+                                                                  capsys):
+    """As gradcheck and graph --backward say (it was an error of the file, unlocated)."""
+    path = tmp_path / "m.mdl"
+    path.write_text("model M() {\n  input x : i32[B]\n  output y = x + 1\n}\n")
+    assert cli.main(["emit", "--ir", flag, str(path)]) == 2
+    assert f"mdlc: error: {message}" in capsys.readouterr().err
+
+
 def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
     """Checked or built together, the models of a file each take the hyper-parameters
     they declare (only the decoder has a step count L); a name none of them has is a
