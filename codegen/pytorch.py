@@ -58,15 +58,19 @@ class CompiledModule(torch.nn.Module):
 
     def __init__(self, model: Any):
         super().__init__()
+        if isinstance(model, type):
+            raise TypeError(f"as_module takes a compiled mdl model, an instance: got the class "
+                            f"{model.__name__} itself (make one: {model.__name__}(seed=0))")
         if not all(hasattr(model, a) for a in ("params", "cotangents", "inputs",
                                                "gradient_layout")):
             raise TypeError("as_module takes a compiled mdl model (an instance of a class of "
                             "a module built by codegen.load or mdlc build), got "
                             f"{type(model).__name__}")
         if not model.cotangents:
-            raise ValueError(f"model {type(model).__name__} was built without vjp, so its "
-                             "backward cannot take PyTorch's gradients: build it with "
-                             "load(..., vjp=True) or mdlc build --vjp")
+            raise ValueError(f"model {type(model).__name__}'s backward takes no gradients of "
+                             "its outputs: it was built without vjp (build it with "
+                             "load(..., vjp=True) or mdlc build --vjp), or it has no float "
+                             "output to differentiate")
         self.model = model
         self.input_names = list(model.inputs)
         self.output_names = list(model.cotangents)
@@ -155,7 +159,7 @@ class _Call(torch.autograd.Function):
     @staticmethod
     def forward(ctx, bridge: CompiledModule, training: bool, names: list[str], *values):
         n = len(bridge._trainable)
-        arrays = {k: _array(f"input '{k}'", v, bridge._on_device)
+        arrays = {k: _array(f"input '{k}'", v, bridge._on_device, bridge.model.inputs[k])
                   for k, v in zip(names, values[n:])}
         model = bridge.model
         out = model.forward(**arrays, training=training)
@@ -170,9 +174,12 @@ class _Call(torch.autograd.Function):
         return tuple(_tensor(out[k]) for k in bridge.output_names)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
         bridge = ctx.bridge
+        if torch.is_grad_enabled():  # a backward with create_graph=True
+            raise RuntimeError(f"{type(bridge.model).__name__}'s backward is native code, "
+                               "which PyTorch cannot differentiate again: gradients of "
+                               "gradients through it (create_graph=True) are not supported")
         if not ctx.training:
             raise RuntimeError(f"{type(bridge.model).__name__} ran its inference forward "
                                "(eval mode), which keeps nothing to differentiate: call "
@@ -213,14 +220,19 @@ def _tensor(array: Any) -> torch.Tensor:
     return torch.from_numpy(array) if isinstance(array, np.ndarray) else torch.from_dlpack(array)
 
 
-def _array(what: str, value: Any, on_device: bool = False) -> Any:
+def _array(what: str, value: Any, on_device: bool = False, expected: str = "") -> Any:
     """What the native model takes for `value`: a tensor's memory as a NumPy array (no
     copy) where it is on the CPU, a CUDA tensor itself for a cuda model (read in place
-    through `__dlpack__`), anything else as it is (NumPy arrays, `__dlpack__` objects)."""
+    through `__dlpack__`), anything else as it is (NumPy arrays, `__dlpack__` objects).
+    `expected`: the type the model declares, for the error of a dtype NumPy has not."""
     if not isinstance(value, torch.Tensor):
         return value
     if value.device.type == "cpu":
-        return value.detach().numpy()
+        try:
+            return value.detach().numpy()
+        except TypeError:  # bfloat16, float8, ...
+            raise TypeError(f"{what}: expected {expected or 'a NumPy dtype'}, got a "
+                            f"{value.dtype} tensor, which NumPy cannot hold") from None
     if not on_device:
         raise ValueError(f"{what} is on {value.device}: the compiled model runs on the CPU")
     return value.detach().contiguous()

@@ -490,6 +490,25 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
     with pytest.raises(UsageError, match="has no parameter `decoder/b`"):
         export_onnx(path, tmp_path / "x.onnx", model="CharLMStep",
                     params={k: v for k, v in lm.params.items() if k != "decoder/b"})
+    with pytest.raises(UsageError, match="parameter `decoder/b` holds complex64 values, model "
+                                         "`CharLMStep` needs real numbers"):
+        export_onnx(path, tmp_path / "x.onnx", model="CharLMStep",
+                    params={**lm.params, "decoder/b": lm.params["decoder/b"] + 1j})
+
+
+@pytest.mark.parametrize("argument, message", [
+    ({"seed": "1"}, "seed: expected an int, got str '1'"),
+    ({"seed": 1.5}, "seed: expected an int, got float 1.5"),
+    ({"seed": -1}, "seed: -1 is not a seed (0 to 2**64 - 1)"),
+    ({"opset": "19"}, "opset: expected an int, got str '19'"),
+    ({"outputs": "loss"}, "outputs: expected a list of output names, got 'loss'"),
+])
+def test_export_onnx_refuses_arguments_of_the_wrong_kind(tmp_path, argument, message):
+    """Once an internal TypeError from deep inside (`seed="1"`), or a wrong message
+    (`outputs="loss"` read as the outputs l, o, s)."""
+    with pytest.raises(UsageError, match=re.escape(message)):
+        export_onnx(EXAMPLES / "charlm.mdl", tmp_path / "x.onnx", model="CharLMStep",
+                    **argument)
 
 
 def test_an_op_without_an_onnx_form_is_an_error_at_its_line(tmp_path, monkeypatch):

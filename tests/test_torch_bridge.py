@@ -309,6 +309,19 @@ def test_only_what_requires_grad_gets_a_gradient(core64):
     assert core.get_parameter("lstm/W").grad is not None
 
 
+@pytest.mark.parametrize("loss", [lambda hs: hs.sum(), lambda hs: (hs * hs).sum()])
+def test_gradients_of_gradients_through_the_model_are_refused(core64, loss):
+    """create_graph=True: refused even where the gradients given to the model need none
+    (hs.sum()), where once_differentiable let the second-order terms through the model
+    drop without a word (a gradient penalty trained without them)."""
+    core = as_module(core64.Core(seed=0))
+    xs, h0 = inputs(6)
+    hs, _ = core(xs, h0)
+    with pytest.raises(RuntimeError, match="Core's backward is native code, which PyTorch "
+                                           "cannot differentiate again"):
+        torch.autograd.grad(loss(hs), xs, create_graph=True)
+
+
 def test_eval_mode_runs_the_inference_forward(core64):
     core = as_module(core64.Core(seed=0)).eval()
     with torch.no_grad():
@@ -330,6 +343,10 @@ def test_a_step_between_forward_and_backward_is_refused(core64):
 
 BAD = [
     (lambda m: as_module(object()), TypeError, "as_module takes a compiled mdl model"),
+    (lambda m: as_module(type(m.model)), TypeError,
+     "as_module takes a compiled mdl model, an instance: got the class Core itself"),
+    (lambda m: m(inputs(0)[0].bfloat16(), inputs(0)[1]), TypeError,
+     "input 'xs': expected f64[T, B, 6], got a torch.bfloat16 tensor, which NumPy cannot hold"),
     (lambda m: m.float()(*inputs(0)), RuntimeError,
      "parameter 'lstm/W' no longer shares memory with the compiled model"),
     (lambda m: m(*inputs(0), inputs(0)[0]), TypeError, "takes 2 inputs (xs, h0), got 3"),
@@ -351,8 +368,8 @@ def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
     module, _ = compiled(tmp_path_factory, CORE.replace("output last_c = c", "output last_c = c\n"
                                                         "  output loss = sum(hs)\n  minimize loss"),
                          "f64", vjp=False)
-    with pytest.raises(ValueError, match=r"built without vjp.*load\(\.\.\., vjp=True\) or "
-                                         r"mdlc build --vjp"):
+    with pytest.raises(ValueError, match=r"built without vjp \(build it with "
+                                         r"load\(\.\.\., vjp=True\) or mdlc build --vjp\)"):
         as_module(module.Core(seed=0))
 
 

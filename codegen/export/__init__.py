@@ -32,7 +32,9 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     onnx = _onnx()
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
 
-    opset = DEFAULT_OPSET if opset is None else opset
+    opset = DEFAULT_OPSET if opset is None else _integer("opset", opset)
+    if isinstance(outputs, str) or not all(isinstance(k, str) for k in outputs or []):
+        raise UsageError(f"outputs: expected a list of output names, got {outputs!r}")
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET <= opset <= newest:
         raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "
@@ -70,6 +72,13 @@ def verify_onnx(path: str | Path, exported: str | Path, *, runtimes=("onnxruntim
     return compare(exported, graph, values, fixed, list(runtimes), dtype, seed)
 
 
+def _integer(what: str, value: Any) -> int:
+    """`value`, an int argument (not a bool, a float or a string), or a UsageError."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise UsageError(f"{what}: expected an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
 def _onnx():
     try:
         import onnx
@@ -80,6 +89,8 @@ def _onnx():
 
 def _model(path, model, params, defines, specialize, dtype, seed):
     """(the checked graph of `model`, its parameters' values, the fixed dims)."""
+    if not 0 <= _integer("seed", seed) < 2**64:  # as Model(seed=...) takes it
+        raise UsageError(f"seed: {seed} is not a seed (0 to 2**64 - 1)")
     from ..compile.options import BuildOptions
     from ..pipeline import check
     from .parameters import parameter_values

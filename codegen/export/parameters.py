@@ -87,6 +87,9 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
             raise UsageError(f"{source} has no parameter `{name}` (model `{graph.name}` "
                              f"needs it; it has {', '.join(sorted(values)) or 'none'})")
         array = np.asarray(values[name])
+        if array.dtype.kind not in "biuf":  # complex, strings, objects
+            raise UsageError(f"{source}: parameter `{name}` holds {array.dtype} values, "
+                             f"model `{graph.name}` needs real numbers")
         shape = tuple(d.value for d in p.value.type.shape)
         if array.shape != shape:
             raise UsageError(f"{source}: parameter `{name}` has shape {list(array.shape)}, "
