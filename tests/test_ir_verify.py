@@ -138,13 +138,6 @@ def test_mdlc_emit_ir(tmp_path, capsys):
     assert "grad input xs = %" in capsys.readouterr().out
 
 
-def test_mdlc_emit_grad_of_a_model_without_loss(tmp_path, capsys):
-    path = tmp_path / "m.mdl"
-    path.write_text("model M() {\n  input x : f32[3]\n  output y = x * 2.0\n}\n")
-    assert cli.main(["emit", "--ir", "--grad", str(path)]) == 1
-    assert "minimizes no output" in capsys.readouterr().err
-
-
 def test_values_print_with_their_hint_and_id():
     v = Value(TensorType.of("f32", (2,)), "h")
     assert repr(v) == f"%h{v.id}: f32[2]"
