@@ -50,16 +50,21 @@ struct Made<DeviceArray> {
 // never ran (`cls.__new__(cls)`, copyreg), whose memory pybind11 would hand over unbuilt.
 template <class C>
 C& built(py::handle self) {
-  if (!py::isinstance<C>(self))
+  py::detail::make_caster<C> caster;  // as pybind11 reads an argument of type C&
+  if (!caster.load(self, false))
     throw py::type_error("expected " + std::string(Made<C>::what) + ", got " + type_name(self));
+  // a C's instance, whose parts (one in a simple layout) each say whether they were made
   auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
-  for (const auto& part : py::detail::values_and_holders(instance))
-    if (!part.holder_constructed()) {
-      std::string cls = py::str(py::type::handle_of(self).attr("__name__"));
-      throw py::type_error(cls + " object was never initialized (its __init__ did not run): " +
-                           Made<C>::how(cls));
-    }
-  return self.cast<C&>();
+  bool made = instance->simple_layout ? instance->simple_holder_constructed : true;
+  if (!instance->simple_layout)
+    for (const auto& part : py::detail::values_and_holders(instance))
+      made &= part.holder_constructed();
+  if (!made) {
+    std::string cls = py::str(py::type::handle_of(self).attr("__name__"));
+    throw py::type_error(cls + " object was never initialized (its __init__ did not run): " +
+                         Made<C>::how(cls));
+  }
+  return py::detail::cast_op<C&>(caster);
 }
 
 // A binding of `method` that refuses an instance that is not built (see built).
