@@ -165,3 +165,19 @@ def test_the_interpreter_exits_while_a_daemon_thread_trains(cpu_module):
     for _ in range(4):
         done = run_child(cpu_module, body)
         assert (done.returncode, done.stdout) == (0, "returns\n"), done.stderr[-2000:]
+
+
+def test_a_child_forked_while_a_thread_is_in_a_call_exits(cpu_module):
+    """The child has no such thread to count its call out: its exit must not wait for it
+    (released_gil.h starts a count of its own in a forked child)."""
+    body = ("m = M.CharLM(seed=0); m.set_optimizer('adam', lr=0.01)\n"
+            "ids = np.random.default_rng(0).integers(0, 96, (301, 16)).astype(np.int32)\n"
+            "batch = dict(tokens=ids[:-1], targets=ids[1:], lengths=np.full(16, 300, np.int32))\n"
+            "def loop():\n    while True:\n        m.train_step(**batch)\n"
+            "threading.Thread(target=loop, daemon=True).start()\n"
+            "import os, warnings\nwarnings.simplefilter('ignore')  # forking with threads\n"
+            "time.sleep(0.3)\n"
+            "if os.fork() == 0:\n    sys.exit(0)\n"
+            "print('child', os.wait()[1])\n")
+    done = run_child(cpu_module, body, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "child 0\n"), done.stderr[-2000:]

@@ -11,6 +11,7 @@
 // without the GIL until the process ends, as Python 3.14 leaves daemon threads.
 #pragma once
 
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -32,9 +33,19 @@ struct RunningCalls {
   std::thread::id closer;      // the thread that exits it, whose calls still run
 };
 
-inline RunningCalls& running_calls() {
+inline RunningCalls*& running_calls_here() {
   static RunningCalls* calls = new RunningCalls();
-  return *calls;
+  return calls;
+}
+
+// A child forked while another thread was in a call has neither that thread nor a way to
+// count its call out (and its lock may be held): it starts a count of its own.
+inline RunningCalls& running_calls() {
+  static const bool forks_count_anew = pthread_atfork(nullptr, nullptr, [] {
+    running_calls_here() = new RunningCalls();
+  }) == 0;
+  (void)forks_count_anew;
+  return *running_calls_here();
 }
 
 class ReleasedGil {
