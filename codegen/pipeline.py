@@ -134,7 +134,8 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
     backward takes cotangents of the float outputs (what codegen.pytorch needs); `emulate`:
     the cuda target's code built for mdl's emulated device, which runs it on the CPU;
     `profile`: its code times itself (a model's `profile()`, codegen.profile)."""
-    options = BuildOptions(target, dtype, dict(defines or {}), model,
+    options = BuildOptions(target, dtype, dict(defines) if isinstance(defines, dict) else
+                           (defines or {}), model,
                            specialize if isinstance(specialize, dict) else list(specialize or []),
                            vjp=vjp, emulate=emulate, profile=profile)
     return import_built(path, module_name_for(path, name), options)

@@ -485,9 +485,18 @@ def test_bad_names_are_refused_before_building(sources, name):
     (dict(dtype="f16"), "dtype 'f16': expected one of f32, f64"),
     (dict(defines={"H": "big"}), "-D H='big': a hyper-parameter takes a number, true or false"),
     (dict(specialize=[{"T": 0, "B": 2}]), "specialize 'T': 0: a dim is a name and its size "
-     "an int >= 1"),
+     "an int in [1, 2**62]"),
     (dict(specialize=[{"T": "35"}]), "specialize 'T': '35'"),
     (dict(specialize={"T": 35, "B": 8}), "specialize takes a list of {dim: size} dicts"),
+    # once taken: a size C++ truncated, an empty specialization, a string taken as true,
+    # and raw TypeError / ValueError / AttributeError from inside
+    (dict(specialize=[{"B": 10**23}]), f"specialize 'B': {10**23}"),
+    (dict(specialize=[{}]), "a specialization fixes one dim or more"),
+    (dict(vjp="no"), "vjp takes True or False, got 'no'"),
+    (dict(profile="no"), "profile takes True or False, got 'no'"),
+    (dict(defines={3: 4}), "defines takes a {name: value} dict"),
+    (dict(defines="H=4"), "defines takes a {name: value} dict"),
+    (dict(name=3), "name takes a module name (a str), got 3"),
 ])
 def test_bad_arguments_of_load_are_usage_errors_naming_them(arguments, message):
     """load()'s arguments are checked as the command line's are, before anything builds."""

@@ -384,3 +384,50 @@ def test_an_entry_of_an_older_mdl_is_no_answer(remembered):
     entry = index._entry(remembered, "m", BuildOptions())
     entry.write_text(json.loads(entry.read_text())["built"])  # a bare path, as before
     assert lookup(remembered, "m", BuildOptions()) is None
+
+
+def _with_env(command: list[str], cwd, **env) -> subprocess.CompletedProcess:
+    base = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *command],
+                          capture_output=True, text=True, cwd=cwd, env={**base, **env})
+
+
+@pytest.mark.parametrize("cxx, message", [
+    ("/nonexistent/g++", "CXX='/nonexistent/g++' names no program on the PATH"),
+    ("true", "does not answer as a C++ compiler"),  # once an IndexError, or the cache blamed
+])
+def test_a_compiler_that_is_none_is_named(good, tmp_path, cxx, message):
+    done = _with_env(["build", str(good), "-o", str(tmp_path / "out")], tmp_path,
+                     CXX=cxx, MDL_CACHE_DIR=str(tmp_path / "cache"))
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+def test_emit_replaces_its_own_files_but_no_others(good, tmp_path):
+    """Its default folder is the current one: it once replaced a project's CMakeLists.txt
+    (mdl's own, run from the repository's root)."""
+    assert mdlc("emit", str(good), cwd=tmp_path).returncode == 0
+    assert mdlc("emit", str(good), cwd=tmp_path).returncode == 0  # its own: replaced
+    (tmp_path / "CMakeLists.txt").write_text("project(mine)\n")
+    done = mdlc("emit", str(good), cwd=tmp_path)
+    assert done.returncode == 2 and "CMakeLists.txt` exists and mdl did not write it" in \
+        done.stderr
+    assert (tmp_path / "CMakeLists.txt").read_text() == "project(mine)\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--grad"], "--grad prints the backward pass with --ir"),
+    (["--ir", "-o", "out"], "-o names a folder for the sources, and --ir prints the IR"),
+])
+def test_emit_options_that_would_do_nothing_are_usage_errors(good, tmp_path, args, message):
+    done = mdlc("emit", str(good), *args, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr
+    assert not list(tmp_path.glob("*.cpp"))
+
+
+def test_ctrl_c_ends_a_command_without_a_traceback(good, monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setitem(cli.COMMANDS, "build", interrupted)
+    assert cli.main(["build", str(good)]) == 130
+    assert capsys.readouterr().err == "mdlc: interrupted\n"

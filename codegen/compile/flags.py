@@ -106,10 +106,17 @@ def host_compiler() -> dict:
 @functools.cache
 def _host_compiler(name: str, march_flag: str) -> dict:
     path = shutil.which(name)
+    if path is None and "CXX" in os.environ:
+        raise MdlBuildError(f"CXX={name!r} names no program on the PATH: set CXX to one C++ "
+                            "compiler's command (g++, clang++ or a path to one)")
     if path is None:
         raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
     version = _output([path, "--version"])
     native = _output([path, march_flag, "-dM", "-E", "-v", "-x", "c++", os.devnull])
+    if not version.strip() or "#define __cplusplus " not in native:
+        raise MdlBuildError(f"{path} does not answer as a C++ compiler (its `--version` "
+                            "printed nothing, or its preprocessor defines no __cplusplus): "
+                            "set CXX to g++ or clang++")
     return {"path": path, "version": version.splitlines()[0],
             "identity": sha256(version + native), "avx512": "__AVX512F__ " in native}
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..ir.diagnostics import UsageError
 
 DTYPES = ("f32", "f64")
+MAX_SIZE = 2**62  # a size the generated code's int64_t holds, with room for sums
 
 
 @dataclass
@@ -33,16 +34,26 @@ class BuildOptions:
         UsageError naming the argument, not a failure deep in the build."""
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        for flag in ("debug", "sanitize", "vjp", "emulate", "profile"):
+            if not isinstance(getattr(self, flag), bool):  # "no" would be true
+                raise UsageError(f"{flag} takes True or False, got {getattr(self, flag)!r}")
+        if not isinstance(self.defines, dict) or not all(isinstance(k, str)
+                                                         for k in self.defines):
+            raise UsageError(f"defines takes a {{name: value}} dict, e.g. {{'H': 128}}, got "
+                             f"{self.defines!r}")
         if not isinstance(self.specialize, (list, tuple)) or not all(
                 isinstance(s, dict) for s in self.specialize):
             raise UsageError(f"specialize takes a list of {{dim: size}} dicts, e.g. "
                              f"[{{'T': 35, 'B': 8}}], got {self.specialize!r}")
         for spec in self.specialize:
+            if not spec:
+                raise UsageError("specialize: a specialization fixes one dim or more, got {}")
             for dim, size in spec.items():
                 if not (isinstance(dim, str) and dim.isidentifier()) or isinstance(
-                        size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+                        size, bool) or not isinstance(size, numbers.Integral) or not (
+                            1 <= size <= MAX_SIZE):
                     raise UsageError(f"specialize {dim!r}: {size!r}: a dim is a name and its "
-                                     "size an int >= 1")
+                                     "size an int in [1, 2**62]")
         self.specialize = [{dim: int(size) for dim, size in s.items()}
                            for s in self.specialize]
 
@@ -52,6 +63,8 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
     be ASCII: CPython finds the init function of a module named otherwise by another
     symbol (`PyInitU_` and its punycode) than the `PyInit_<name>` the module exports."""
     if name is not None:
+        if not isinstance(name, str):
+            raise UsageError(f"name takes a module name (a str), got {name!r}")
         if not name.isidentifier() or keyword.iskeyword(name):
             raise UsageError(f"--name {name!r} is not a valid Python module name"
                              + (" (a keyword: `import` cannot name it)"
