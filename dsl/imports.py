@@ -1,11 +1,36 @@
-"""Where `import "path"` finds a file: next to the importing file, else in the standard
-library (dsl/std/). Kept apart from the parser so that the build index
-(codegen/compile/index.py) follows imports as the front end does without loading it."""
+"""Which files a file imports (`import "path"`) and where each is found: next to the
+importing file, else in the standard library (dsl/std/). Kept apart from the parser so
+that the build index (codegen/compile/index.py) follows imports as the front end does
+without loading it."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl
+
+# grammar.lark's tokens that may hold the text `import` or a quote without being the
+# keyword or a string (a name, a number, a string, a comment); any other character is a
+# token of its own. Whitespace and comments are ignored, as the lexer ignores them.
+TOKEN = re.compile(r'"[^"\n]*"|#[^\n]*|[A-Za-z_][A-Za-z0-9_]*'
+                   r'|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+'
+                   r'|[0-9]+|\S')
+
+
+def imported_paths(text: str) -> list[str]:
+    """The paths of a file's `import "path"` declarations, read token by token as the
+    parser's lexer reads them (anywhere on a line, across comments), without the parser:
+    what the parsed module's `imports` hold for a file that parses."""
+    paths: list[str] = []
+    after_import = False
+    for match in TOKEN.finditer(text):
+        token = match.group()
+        if token.startswith("#"):
+            continue
+        if after_import and token.startswith('"'):
+            paths.append(token[1:-1])
+        after_import = token == "import"
+    return paths
 
 
 def find_import(target: str, directory: Path | None) -> Path | None:

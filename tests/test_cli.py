@@ -18,6 +18,7 @@ from codegen.compile.index import lookup
 from codegen.compile.options import BuildOptions
 from codegen.compile.toolchain import HOST
 from dsl import UsageError, imports
+from dsl.parser import parse
 
 GOOD = """model M(H = 4) {
   input x : f32[B, H]
@@ -333,14 +334,20 @@ def remembered(tmp_path, monkeypatch):
     (project / "layers.mdl").write_text("fn double(x) { return 2 * x }\n")
     path = project / "m.mdl"
     path.write_text(IMPORTING)
-    built = tmp_path / "built" / ("m" + EXT_SUFFIX)
+    _remember(path, tmp_path / "built")
+    return path
+
+
+def _remember(path: Path, directory: Path) -> Path:
+    """An index entry for `path` naming a stand-in module in `directory`, current."""
+    built = directory / (path.stem + EXT_SUFFIX)
     built.parent.mkdir()
     built.write_text("")
     write_key(built.parent, {"product": "module", **HOST.fields(False, False),
                              **environment_key()})
-    index.remember(path, "m", BuildOptions(), built, HOST)
-    assert lookup(path, "m", BuildOptions()) == built
-    return path
+    index.remember(path, path.stem, BuildOptions(), built, HOST)
+    assert lookup(path, path.stem, BuildOptions()) == built
+    return built
 
 
 def _edit(path: Path) -> None:
@@ -431,3 +438,28 @@ def test_ctrl_c_ends_a_command_without_a_traceback(good, monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "build", interrupted)
     assert cli.main(["build", str(good)]) == 130
     assert capsys.readouterr().err == "mdlc: interrupted\n"
+
+
+# Imports where the parser reads them: newlines are insignificant (docs/language.md).
+IMPORT_LAYOUTS = {
+    "two on a line": 'import "a.mdl" import "b.mdl"\n',
+    "after a definition's brace": 'def f(x: f32[3]) -> f32[3] { return x } import "b.mdl"\n',
+    "a comment between": 'import "a.mdl" # and import "c.mdl"\nimport\n# why\n"b.mdl"\n',
+    "after a string": 'import "a.mdl"import"b.mdl"\n',
+}
+
+
+@pytest.mark.parametrize("layout", IMPORT_LAYOUTS)
+def test_the_index_follows_every_import_the_parser_reads(tmp_path, layout):
+    """The index reads a file's imports as the parser does (the parser is the oracle), so
+    editing any of them is a miss, not the old module."""
+    text = IMPORT_LAYOUTS[layout] + GOOD
+    assert imports.imported_paths(text) == [i.path for i in parse(text).imports]
+    assert "b.mdl" in imports.imported_paths(text)
+    for name in ("a.mdl", "b.mdl"):
+        (tmp_path / name).write_text("")
+    path = tmp_path / "m.mdl"
+    path.write_text(text)
+    _remember(path, tmp_path / "built")
+    _edit(tmp_path / "b.mdl")
+    assert lookup(path, "m", BuildOptions()) is None

@@ -15,11 +15,10 @@ import functools
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 
 import dsl
-from dsl.imports import find_import
+from dsl.imports import find_import, imported_paths
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import MdlBuildError
@@ -28,7 +27,6 @@ from .environment import environment_key
 from .options import BuildOptions
 from .toolchain import EMULATED_CUDA, HOST, NVCC, Toolchain
 
-IMPORT = re.compile(r'^\s*import\s+"([^"\n]*)"', re.M)
 COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
 TOOLCHAINS = {t.name: t for t in (HOST, NVCC, EMULATED_CUDA)}
 
@@ -88,7 +86,7 @@ def _closure(path: Path) -> dict[str, str] | None:
         if str(p) in texts:
             continue
         texts[str(p)] = p.read_text(encoding="utf-8")
-        for target in IMPORT.findall(texts[str(p)]):
+        for target in imported_paths(texts[str(p)]):
             found = find_import(target, p.parent)
             if found is None:
                 return None
