@@ -33,6 +33,14 @@ def imported_paths(text: str) -> list[str]:
     return paths
 
 
+def main_directory(path: str | Path) -> Path:
+    """Where the main file's imports are found from: the directory of its path as given (a
+    file named through a symbolic link imports next to the link), or the working directory
+    for a text that names no file."""
+    p = Path(path)
+    return p.parent if p.exists() else Path.cwd()
+
+
 def find_import(target: str, directory: Path | None) -> Path | None:
     """The file `import "target"` names from a file in `directory`: next to it, else in
     the standard library; None when neither has it."""

@@ -9,7 +9,7 @@ from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, ra
 
 from . import nodes as n
 from .builtins import BUILTINS
-from .imports import find_import
+from .imports import find_import, main_directory
 from .parser import parse
 
 # What a generated module holds besides its model classes (cpp_runtime/src/python_module.cpp)
@@ -38,7 +38,7 @@ def load_program(text: str, path: str) -> Program:
     program = Program(main)
     errors: list[MdlError] = []
     seen: set[Path] = set()
-    pending: list[tuple[n.Module, Path | None]] = [(main, _file_dir(path))]
+    pending: list[tuple[n.Module, Path | None]] = [(main, main_directory(path))]
     while pending:
         module, directory = pending.pop(0)
         for fn in module.functions:
@@ -64,11 +64,6 @@ def load_program(text: str, path: str) -> Program:
         program.models[model.name.name] = model
     raise_all(errors)
     return program
-
-
-def _file_dir(path: str) -> Path | None:
-    p = Path(path)
-    return p.parent if p.exists() else Path.cwd()
 
 
 def _resolved(path: str) -> Path | None:

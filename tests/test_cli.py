@@ -19,6 +19,7 @@ from codegen.compile.options import BuildOptions
 from codegen.compile.toolchain import HOST
 from dsl import UsageError, imports
 from dsl.parser import parse
+from dsl.program import load_program
 
 GOOD = """model M(H = 4) {
   input x : f32[B, H]
@@ -463,3 +464,19 @@ def test_the_index_follows_every_import_the_parser_reads(tmp_path, layout):
     _remember(path, tmp_path / "built")
     _edit(tmp_path / "b.mdl")
     assert lookup(path, "m", BuildOptions()) is None
+
+
+def test_a_symlinked_file_imports_next_to_the_link_in_the_index_too(tmp_path):
+    """The front end finds a symlinked main file's imports next to the link, and so does
+    the index: editing the helper beside the link is a miss."""
+    for folder, name in (("real", "unused"), ("project", "used")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helper.mdl").write_text(
+            f"def {name}(x: f32[3]) -> f32[3] {{\n  return x\n}}\n")
+    (tmp_path / "real" / "m.mdl").write_text('import "helper.mdl"\n' + GOOD)
+    link = tmp_path / "project" / "m.mdl"
+    link.symlink_to(tmp_path / "real" / "m.mdl")
+    assert "used" in load_program(link.read_text(), str(link)).functions
+    _remember(link, tmp_path / "built")
+    _edit(tmp_path / "project" / "helper.mdl")
+    assert lookup(link, "m", BuildOptions()) is None

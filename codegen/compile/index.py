@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import dsl
-from dsl.imports import find_import, imported_paths
+from dsl.imports import find_import, imported_paths, main_directory
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import MdlBuildError
@@ -77,20 +77,21 @@ def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
 
 def _closure(path: Path) -> dict[str, str] | None:
     """The text of a .mdl file and of everything it imports, by resolved path, found as
-    the front end finds imports (an import it cannot find is left to the full build to
-    report)."""
+    the front end finds imports (dsl/program.py: the main file's next to its path as given,
+    a symbolic link's own directory); an import it cannot find is left to the full build to
+    report."""
     texts: dict[str, str] = {}
-    pending = [path.resolve()]
+    pending = [(path.resolve(), main_directory(path))]
     while pending:
-        p = pending.pop()
+        p, directory = pending.pop()
         if str(p) in texts:
             continue
         texts[str(p)] = p.read_text(encoding="utf-8")
         for target in imported_paths(texts[str(p)]):
-            found = find_import(target, p.parent)
+            found = find_import(target, directory)
             if found is None:
                 return None
-            pending.append(found)
+            pending.append((found, found.parent))
     return texts
 
 
