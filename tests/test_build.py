@@ -632,6 +632,26 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     assert not list(mdl_cache_dir.glob(f"tmp-{key}-*"))
 
 
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_module_in_the_cache_is_built_again(tmp_path, damage):
+    """key.json records the module's size and sha256: a module truncated (which crashed
+    its importer with SIGBUS) or overwritten since is a miss, built again, and imports."""
+    source = TINY.replace("tiny", "damaged") + f"// {uuid.uuid4()}\n"
+    built = build_extension({"module.cpp": source}, "damaged", CPU)
+    whole = built.read_bytes()
+    if damage == "truncated":
+        os.truncate(built, 1000)
+    else:
+        built.write_bytes(bytes(len(whole)))
+    assert not cache.intact(built)
+    assert build_extension({"module.cpp": source}, "damaged", CPU) == built
+    assert cache.intact(built) and built.stat().st_size == len(whole)
+    shutil.copyfile(built, tmp_path / built.name)  # imported apart: a bad one kills Python
+    run = subprocess.run([sys.executable, "-c", "import damaged; print(damaged.add(2, 3))"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == "5\n", run.stderr
+
+
 @pytest.mark.parametrize("error, why", [
     (errno.ENOSPC, "the disk is full"),
     (errno.EROFS, "it is on a read-only file system"),

@@ -12,7 +12,7 @@ import pytest
 
 from codegen import cli, load
 from codegen.compile import environment, flags, index
-from codegen.compile.cache import write_key
+from codegen.compile.cache import record_product, write_key
 from codegen.compile.environment import EXT_SUFFIX, environment_key
 from codegen.compile.index import lookup
 from codegen.compile.options import BuildOptions
@@ -346,6 +346,7 @@ def _remember(path: Path, directory: Path) -> Path:
     built.write_text("")
     write_key(built.parent, {"product": "module", **HOST.fields(False, False),
                              **environment_key()})
+    record_product(built)
     index.remember(path, path.stem, BuildOptions(), built, HOST)
     assert lookup(path, path.stem, BuildOptions()) == built
     return built
@@ -369,6 +370,8 @@ CHANGES = {
         HOST, "fields", lambda debug, sanitize: {"toolchain": "host", "flags": ["-O1"]}),
     "the module, deleted": lambda path, mp: (
         path.parents[1] / "built" / ("m" + EXT_SUFFIX)).unlink(),
+    "the module, truncated": lambda path, mp: (
+        path.parents[1] / "built" / ("m" + EXT_SUFFIX)).write_text("#"),
 }
 
 

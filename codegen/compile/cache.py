@@ -58,24 +58,48 @@ def read_key(directory: Path) -> dict:
     return json.loads((directory / "key.json").read_text())
 
 
+def record_product(product: Path) -> None:
+    """Add the product's size and sha256 to its directory's key.json, by which `intact`
+    knows it later."""
+    fields = read_key(product.parent)
+    fields["verify"] = {"file": product.name, "size": product.stat().st_size,
+                        "sha256": sha256(product.read_bytes())}
+    write_key(product.parent, fields)
+
+
+def intact(product: Path) -> bool:
+    """Whether a cached product is still the file that was built: its size and sha256
+    those key.json recorded. A truncated module would crash the process that loads it
+    (SIGBUS), so anything else (no record, an older mdl's entry) is a miss."""
+    try:
+        recorded = read_key(product.parent)["verify"]
+        return (recorded["file"] == product.name
+                and product.stat().st_size == recorded["size"]
+                and sha256(product.read_bytes()) == recorded["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
     """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
-    that is renamed to `final` once complete. A cache directory that cannot be written
-    (read-only, full) is an MdlBuildError naming it; so is a `Failed` build, whose
-    directory is kept as `failed-<key>`."""
+    that is renamed to `final` once complete (`make` writes its key.json; the product's
+    size and sha256 are added to it). A product damaged since (`intact`) is built again.
+    A cache directory that cannot be written (read-only, full) is an MdlBuildError naming
+    it; so is a `Failed` build, whose directory is kept as `failed-<key>`."""
     root = cache_dir()
     built = root / key / product
-    if built.is_file():  # complete: a key directory only ever appears by rename
+    if intact(built):  # complete: a key directory only ever appears by rename
         return built
     try:
         with _locked(root / "locks" / f"{key}.lock"):
-            if built.is_file():  # another process finished it while we waited
+            if intact(built):  # another process finished it while we waited
                 return built
             _discard_leftovers(root, key)
             work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
             work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
             try:
                 make(work, root / key)
+                record_product(work / product)
                 work.rename(root / key)
             except Failed as failed:
                 raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", failed)) from None
@@ -108,7 +132,7 @@ def _unusable_cache(root: Path, error: OSError) -> str:
 
 def _discard_leftovers(root: Path, key: str) -> None:
     """Under the key's lock: temporary directories of builds that died (only the lock holder
-    builds this key), and a key directory someone emptied by hand."""
+    builds this key), and a key directory someone emptied or damaged by hand."""
     for stale in root.glob(f"tmp-{key}-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if (root / key).exists():

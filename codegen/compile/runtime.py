@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..backend.paths import RUNTIME_DIR
 from .blas import blas
-from .cache import cache_dir, cached, digest, write_key
+from .cache import cache_dir, cached, digest, intact, write_key
 from .commands import run_commands
 from .environment import environment_key
 from .flags import compile_flags, host_compiler, include_dirs
@@ -62,7 +62,7 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
 
     def keep_glue(objects: list[Path]) -> list[Path]:
         """The glue's object, from `objects` (compiled here) or its cache entry."""
-        if not cached_glue.is_file():
+        if not intact(cached_glue):
             compiled = next(o for o in objects if o.stem == Path(GLUE_SOURCE).stem)
 
             def copy(work: Path, final: Path) -> None:
@@ -71,7 +71,7 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
             cached(digest(glue), GLUE_OBJECT, copy)
         return [o for o in objects if o.stem != Path(GLUE_SOURCE).stem] + [cached_glue]
 
-    units = [] if cached_glue.is_file() else [(glue["command"], RUNTIME_DIR / GLUE_SOURCE)]
+    units = [] if intact(cached_glue) else [(glue["command"], RUNTIME_DIR / GLUE_SOURCE)]
     units += [(compiler, RUNTIME_DIR / source) for source in RUNTIME_SOURCES
               if source != GLUE_SOURCE]
     built = runtime_object(RUNTIME_OBJECT, runtime_fields(debug, sanitize), units,
