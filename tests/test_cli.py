@@ -1,5 +1,6 @@
 """`mdlc` as a user runs it: output, exit statuses, JSON, no tracebacks; a cached `mdlc
 build` answered by the index, and everything that must make it build again."""
+import errno
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from codegen.compile.cache import record_product, write_key
 from codegen.compile.environment import EXT_SUFFIX, environment_key
 from codegen.compile.index import lookup
 from codegen.compile.options import BuildOptions
+from codegen.pipeline import build
 from codegen.compile.toolchain import HOST
 from dsl import UsageError, imports
 from dsl.parser import parse
@@ -483,3 +485,30 @@ def test_a_symlinked_file_imports_next_to_the_link_in_the_index_too(tmp_path):
     _remember(link, tmp_path / "built")
     _edit(tmp_path / "project" / "helper.mdl")
     assert lookup(link, "m", BuildOptions()) is None
+
+
+def test_an_index_that_is_a_file_is_done_without(tmp_path, monkeypatch):
+    """The index only saves work: `index` being a file is no entry to read, and writing
+    one is skipped, not an internal error."""
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "index").write_text("")
+    path = tmp_path / "m.mdl"
+    path.write_text(GOOD)
+    built = tmp_path / "built" / ("m" + EXT_SUFFIX)
+    index.remember(path, "m", BuildOptions(), built, HOST)
+    assert lookup(path, "m", BuildOptions()) is None
+
+
+def test_a_read_only_cache_holding_the_module_answers_without_an_index(good, monkeypatch):
+    """A cache on a read-only file system that holds the module but no index entry (one
+    shipped without index/, or built by an older mdl) still builds: from the module."""
+    built = build(good)
+    index._entry(good, "good", BuildOptions()).unlink()
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+    for method in ("mkdir", "write_text", "write_bytes", "touch"):
+        monkeypatch.setattr(Path, method, read_only)
+    assert build(good) == built
+    assert lookup(good, "good", BuildOptions()) is None

@@ -11,6 +11,7 @@ and cuBLAS for the cuda target) must still be those in the module's key.json: th
 toolchain is known only once the target is, which the index does without."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -51,14 +52,20 @@ def lookup(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
 
 def remember(path: str | Path, module_name: str, options: BuildOptions, built: Path,
              toolchain: Toolchain) -> None:
-    """Record that `toolchain` built `built` from these .mdl files and options."""
+    """Record that `toolchain` built `built` from these .mdl files and options, where the
+    cache lets us: the index only saves work, so a cache that cannot hold it (read-only,
+    `index` not a directory) goes without, and the next build checks in full."""
     entry = _entry(path, module_name, options)
     if entry is None:
         return
-    entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = entry.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name}))
-    tmp.replace(entry)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name}))
+        tmp.replace(entry)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
