@@ -118,3 +118,29 @@ def test_after_a_train_step_backward_needs_a_new_forward(module):
     m.train_step(**batch(0))
     with pytest.raises(RuntimeError, match="needs a forward"):
         m.backward()
+
+
+@pytest.mark.parametrize("change", ["train_step", "set_params", "load"])
+def test_apply_gradients_refuses_gradients_of_parameters_since_changed(module, tmp_path,
+                                                                       change):
+    """forward_backward's gradients belong to the parameters it ran at: after an update, a
+    set_params or a checkpoint's load they were once applied to the new ones, silently."""
+    m = module.Regularized(seed=0)
+    m.set_optimizer("sgd", lr=0.1)
+    m.save(tmp_path / "m.npz")
+    m.forward_backward(**batch(0))
+    if change == "train_step":
+        m.train_step(**batch(1))
+    elif change == "set_params":
+        m.set_params({k: np.array(v) for k, v in m.params.items()})
+    else:
+        m.load(tmp_path / "m.npz")
+    before = {k: np.array(v) for k, v in m.params.items()}
+    with pytest.raises(RuntimeError, match="needs a forward_backward.*since the parameters "
+                                           "last changed"):
+        m.apply_gradients()
+    for k, v in m.params.items():
+        assert np.array_equal(v, before[k]), k
+    m.forward_backward(**batch(2))
+    m.set_optimizer("adam", lr=0.01)  # the optimizer changes nothing the gradients belong to
+    m.apply_gradients()

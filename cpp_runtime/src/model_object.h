@@ -121,7 +121,7 @@ class Model {
     typename Parameters<T>::Values given = params_.checked(values.cast<py::dict>());
     std::unique_lock<std::mutex> guard = hold_lock();
     params_.write(given);
-    trained_ = nullptr;  // the saved forward values belong to the old parameters
+    parameters_changed();
   }
 
   // Whether calls hand back outputs and gradients as DeviceArrays (DLPack) in the device's
@@ -371,7 +371,8 @@ class Model {
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
     if (!pending_)
-      throw std::runtime_error("apply_gradients() needs a forward_backward(...) first");
+      throw std::runtime_error("apply_gradients() needs a forward_backward(...) first, since "
+                               "the parameters last changed");
     T* flat = flat_.data();
     if (!spec_->device->in_place) {  // the optimizer reads the gradients where the parameters are
       device_flat();
@@ -538,7 +539,7 @@ class Model {
         throw py::value_error(where + ": the optimizer's options are invalid: " + problem);
     std::unique_lock<std::mutex> guard = hold_lock();
     restore(*spec_, ck, state_, opt_);
-    trained_ = nullptr;  // the saved forward values belong to the old parameters
+    parameters_changed();
   }
 
   struct Inputs {
@@ -628,7 +629,15 @@ class Model {
   void update(void* const* grads) {
     opt_.step(*spec_, state_.device, state_.param.data(), grads);
     spec_->device->finish(state_.device);
-    trained_ = nullptr;  // the saved forward values belong to the old parameters
+    parameters_changed();
+  }
+
+  // Under the lock, after the parameters changed (an update, set_params, a checkpoint):
+  // the saved forward values and forward_backward's gradients belong to the old ones, so
+  // neither backward() nor apply_gradients() may use them.
+  void parameters_changed() {
+    trained_ = nullptr;
+    pending_ = false;
   }
 
   // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
