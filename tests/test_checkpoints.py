@@ -207,3 +207,19 @@ def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, 
         assert len(values) == 1 and min(values) >= 1  # one whole version
         assert m.optimizer["name"] == "adam"
     assert midway, "no kill landed inside a save"
+
+
+@pytest.mark.parametrize("where, error", [
+    ("missing/ck.npz", FileNotFoundError), ("folder", IsADirectoryError),
+    ("", IsADirectoryError)])
+def test_a_save_that_cannot_be_written_names_the_callers_path(charlm64, tmp_path,
+                                                              monkeypatch, where, error):
+    """It once named its hidden temporary file (`.ck.npz.p3mpwbzx.tmp`), and save("")
+    tried to rename it over the current folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(error) as raised:
+        charlm64.CharLM().save(where)
+    assert ".tmp" not in str(raised.value) and str(raised.value.filename) in (
+        str(tmp_path / "missing"), str(tmp_path / "folder"), str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # nothing left behind

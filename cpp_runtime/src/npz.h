@@ -6,6 +6,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cerrno>
 #include <string>
 
 namespace mdl {
@@ -20,6 +21,16 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   py::object full = os_path.attr("abspath")(os.attr("fspath")(path));
   py::object dir = os_path.attr("dirname")(full);
   py::object base = os_path.attr("basename")(full);
+  // errors name what the caller gave, not the temporary file that would have failed
+  py::module_ builtins = py::module_::import("builtins");
+  auto refuse = [&](const char* type, int number, const std::string& why, py::object name) {
+    PyErr_SetObject(builtins.attr(type).ptr(), builtins.attr(type)(number, why, name).ptr());
+    throw py::error_already_set();
+  };
+  if (py::cast<bool>(os_path.attr("isdir")(full)))
+    refuse("IsADirectoryError", EISDIR, "a checkpoint is a file, and this is a folder", full);
+  if (!py::cast<bool>(os_path.attr("isdir")(dir)))
+    refuse("FileNotFoundError", ENOENT, "no folder to write the checkpoint into", dir);
   // mkstemp's file is private (0600): the checkpoint keeps the old file's mode, or 0644
   int mode = 0644;
   if (py::cast<bool>(os_path.attr("exists")(full)))
