@@ -14,6 +14,7 @@ with (seed, s), so a resumed run trains on exactly the batches an unbroken run w
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import sysconfig
 import time
@@ -158,7 +159,11 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--distributed", action="store_true", help="data-parallel over the "
                     "processes torchrun starts (torch.distributed, gloo): each takes an equal "
                     "share of every batch")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.distributed and "RANK" not in os.environ:  # before a build and the corpus
+        ap.error("--distributed runs in the processes torchrun starts, which tell it their "
+                 "ranks: torchrun --nproc_per_node=2 examples/train_charlm.py --distributed")
+    return args
 
 
 class Local:

@@ -4,6 +4,7 @@ examples/sample_onnx.py, the same text in onnxruntime), and a run stopped and re
 exactly where an unbroken run does."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,13 @@ def test_the_main_job_trains_saves_and_samples(tmp_path):
         for key in a.files:
             assert np.array_equal(a[key], b[key]), key
     assert (tmp_path / "resumed" / "samples.txt").read_text() == sample
+
+
+def test_distributed_outside_torchrun_says_how_to_start_it(tmp_path):
+    """Once a torch traceback (no RANK) after the build and the corpus."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_charlm.py"),
+                           "--distributed", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "torchrun --nproc_per_node=2 examples/train_charlm.py --distributed" in done.stderr
