@@ -373,6 +373,19 @@ def test_the_blas_follows_the_cpu_unless_told(monkeypatch, vendor, isa, march, c
         blas.cache_clear()
 
 
+def test_the_blas_follows_its_variables_as_they_change_in_a_process(monkeypatch):
+    """Once the first answer held for the process: MDL_BLAS=openblas set after a build
+    still built with MKL, and MDL_BLAS=garbage was never reported."""
+    monkeypatch.setenv("MDL_BLAS", "openblas")
+    assert blas().name == "openblas"
+    monkeypatch.setenv("MDL_BLAS", "garbage")
+    with pytest.raises(MdlBuildError, match="MDL_BLAS='garbage'"):
+        blas()
+    monkeypatch.setenv("MDL_BLAS", "openblas")
+    monkeypatch.setenv("MDL_SMALL_PRODUCTS", "blas")
+    assert blas().own_rows == 0
+
+
 @pytest.mark.parametrize("variable,value,expected", [
     ("MDL_BLAS", "atlas", "MDL_BLAS='atlas': expected one of mkl, openblas"),
     ("MDL_SMALL_PRODUCTS", "mine", "MDL_SMALL_PRODUCTS='mine': expected own, blas, or the "

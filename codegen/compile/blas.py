@@ -89,11 +89,18 @@ class Blas:
                 *(f"-l{lib}" for lib in self.system_libraries)]
 
 
-@functools.cache
 def blas() -> Blas:
-    """The BLAS of this installation and CPU (see the module's docstring for the choice)."""
-    library = _library()
-    small = os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower()
+    """The BLAS of this installation and CPU (see the module's docstring for the choice),
+    for MDL_BLAS and MDL_SMALL_PRODUCTS as they are now: a process that changes them
+    between builds gets what they say (and an error for a bad value) then."""
+    return _blas(os.environ.get("MDL_BLAS", "").strip().lower(),
+                 os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower())
+
+
+@functools.cache
+def _blas(wanted: str, small: str) -> Blas:
+    """blas() for these values (cached: what is installed does not change)."""
+    library = _library(wanted)
     if not small:
         return library
     if small == "own":
@@ -106,8 +113,10 @@ def blas() -> Blas:
                         f"rows of a product mdl's kernels take (1 to {OWN_ROWS})")
 
 
-def _library() -> Blas:
-    wanted = os.environ.get("MDL_BLAS", "").strip().lower()
+blas.cache_clear = _blas.cache_clear  # for a CPU the tests stand in
+
+
+def _library(wanted: str) -> Blas:
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
     if not wanted and cpu().vendor == "AMD":
