@@ -478,6 +478,7 @@ def cmd_profile(args) -> int:
     import numpy as np
     from dsl import UsageError
 
+    from .npz import read_npz
     from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
     from .profile import measure, report
     from .reference.gradcheck import random_inputs
@@ -493,11 +494,8 @@ def cmd_profile(args) -> int:
     symbols = list(dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                                  for s in d.symbols))
     if args.inputs is not None:
-        try:
-            with np.load(args.inputs) as saved:
-                inputs = {k: saved[k] for k in saved.files}
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--inputs {args.inputs}: {exc}") from None
+        inputs = read_npz(args.inputs, "an .npz of the model's inputs",
+                          f"--inputs {args.inputs}")
         dims = {}
     else:
         unknown = sorted(set(args.dims) - set(symbols))

@@ -239,3 +239,35 @@ def test_mdlc_profile_names_inputs_that_do_not_fit(built, tmp_path):
                 "--inputs", str(tmp_path / "ids.npz"), cwd=ROOT)
     assert done.returncode == 2 and (f"mdlc: error: --inputs {tmp_path / 'ids.npz'}: `tokens` "
                                      "holds 500") in done.stderr, done.stderr
+
+
+def _bad_npz(kind: str, path: Path) -> Path:
+    """A file given where an .npz is wanted that is none: an .npy, a cut archive, a damaged
+    member, text."""
+    np.savez(whole := path.with_suffix(".whole.npz"), xs=np.ones((5, 3, 4), np.float32))
+    data = whole.read_bytes()
+    if kind == "npy":
+        np.save(path.with_suffix(".npy"), np.ones(3))
+        path.write_bytes(path.with_suffix(".npy").read_bytes())
+    elif kind == "cut":
+        path.write_bytes(data[:len(data) // 2])
+    elif kind == "damaged":
+        path.write_bytes(data[:100] + bytes(b ^ 0xFF for b in data[100:110]) + data[110:])
+    else:
+        path.write_text("not an archive\n")
+    return path
+
+
+@pytest.mark.parametrize("kind, detail", [
+    ("npy", "it holds one array, an .npy"), ("cut", "BadZipFile"),
+    ("damaged", "BadZipFile: Bad CRC-32"), ("text", "ValueError")])
+def test_a_file_that_is_no_npz_is_named_not_a_crash(built, tmp_path, kind, detail):
+    bad = _bad_npz(kind, tmp_path / "bad.npz")
+    done = mdlc("profile", str(built[0]), "--inputs", str(bad))
+    assert done.returncode == 2 and (f"mdlc: error: --inputs {bad}: not an .npz of the "
+                                     f"model's inputs (") in done.stderr, done.stderr
+    assert detail in done.stderr, done.stderr
+    done = mdlc("export", str(built[0]), "--onnx", str(tmp_path / "m.onnx"), "--params", str(bad))
+    assert done.returncode == 2 and (f"mdlc: error: {bad}: not a checkpoint written by `save` "
+                                     "(an .npz) (") in done.stderr, done.stderr
+    assert detail in done.stderr, done.stderr

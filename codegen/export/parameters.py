@@ -12,6 +12,7 @@ import numpy as np
 
 from ..ir.diagnostics import UsageError
 from ..ir.graph import Graph
+from ..npz import read_npz
 from ..ops.rng import derive, uniform01
 
 
@@ -101,8 +102,5 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
 def _checkpoint(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise UsageError(f"{path}: no such checkpoint file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k[len("param/"):]: data[k] for k in data.files if k.startswith("param/")}
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path} is not a checkpoint written by `save` ({exc})") from None
+    data = read_npz(path, "a checkpoint written by `save` (an .npz)")
+    return {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
