@@ -515,19 +515,22 @@ def cmd_profile(args) -> int:
             raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
                   for k, v in drawn.items()}
+    given = " ".join([f"-D {k}={v}" for k, v in args.defines] + [
+        f"--inputs {args.inputs}" if args.inputs is not None else f"--dims {dims_text(dims)}"])
     module = import_built(args.file, module_name_for(args.file) + "_profile", options)
-    model = getattr(module, graph.name)(seed=args.seed)
-    # the plain build beside it, timed in turns: a profiled build's parts are compiled
-    # apart, and a loop can run at another speed there (docs/profiling.md)
-    plain_options = dataclasses.replace(options, profile=False)
-    plain = getattr(import_built(args.file, module_name_for(args.file), plain_options),
-                    graph.name)(seed=args.seed)
+    try:  # parameters too large for this machine (-D H=100000)
+        model = getattr(module, graph.name)(seed=args.seed)
+        # the plain build beside it, timed in turns: a profiled build's parts are compiled
+        # apart, and a loop can run at another speed there (docs/profiling.md)
+        plain_options = dataclasses.replace(options, profile=False)
+        plain = getattr(import_built(args.file, module_name_for(args.file), plain_options),
+                        graph.name)(seed=args.seed)
+    except MemoryError as exc:
+        raise UsageError(_too_large(given, exc)) from None
     train = graph.loss is not None and not args.forward
     try:
         measured = measure(model, inputs, args.calls, train, plain=plain)
     except MemoryError as exc:
-        given = (f"--inputs {args.inputs}" if args.inputs is not None
-                 else f"--dims {dims_text(dims)}")
         raise UsageError(_too_large(given, exc)) from None
     except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
