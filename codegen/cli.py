@@ -580,11 +580,18 @@ COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": c
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from .ir.diagnostics import MdlError, UsageError
+    stdout, sys.stdout = sys.stdout, _Stdout(sys.stdout)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a write error here, not in Python's exit
+        return code
     except BrokenPipeError:  # `mdlc check F | head`: the reader left; leave quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 0
+    except _OutputError as exc:  # `> /dev/full`, a full disk: the user's to fix
+        _drop_stdout()
+        print(f"mdlc: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
     except MdlError as exc:
         _report(exc)
         return 1
@@ -594,13 +601,54 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: the builds stopped and cleaned up on the way out
         print("mdlc: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug of ours: say so, never a raw traceback by default
-        print(f"mdlc: internal error: {type(exc).__name__}: {exc}\n"
-              f"This is a bug in mdlc; please report it to {REPORT_URL} with the input file"
-              " (set MDL_DEBUG=1 for the traceback).", file=sys.stderr)
-        if os.environ.get("MDL_DEBUG"):
-            traceback.print_exc()
-        return 3
+    except Exception as exc:
+        return _internal_error(exc)
+    finally:
+        sys.stdout = stdout
+
+
+def _internal_error(exc: Exception) -> int:
+    """A bug of ours: say so, never a raw traceback by default."""
+    print(f"mdlc: internal error: {type(exc).__name__}: {exc}\n"
+          f"This is a bug in mdlc; please report it to {REPORT_URL} with the input file"
+          " (set MDL_DEBUG=1 for the traceback).", file=sys.stderr)
+    if os.environ.get("MDL_DEBUG"):
+        traceback.print_exc()
+    return 3
+
+
+class _OutputError(OSError):
+    """stdout refused what was written to it (an OSError could be any file's)."""
+
+
+class _Stdout:
+    """stdout, whose write errors other than a closed pipe raise _OutputError."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text):
+        return self._guard(self._stream.write, text)
+
+    def flush(self):
+        return self._guard(self._stream.flush)
+
+    @staticmethod
+    def _guard(call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputError(exc.errno, exc.strerror) from exc
+
+
+def _drop_stdout() -> None:
+    """Points stdout at the null device, so that Python's exit flushes nothing that fails."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

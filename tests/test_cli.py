@@ -512,3 +512,14 @@ def test_a_read_only_cache_holding_the_module_answers_without_an_index(good, mon
         monkeypatch.setattr(Path, method, read_only)
     assert build(good) == built
     assert lookup(good, "good", BuildOptions()) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("command", ["check", "graph"])
+def test_an_output_that_cannot_be_written_is_said_not_a_bug(tmp_path, command):
+    (path := tmp_path / "ok.mdl").write_text("model M() {\n  input x : f32[B]\n  output y = x\n}\n")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "codegen.cli", command, str(path)],
+                              stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "mdlc: error: cannot write the output: No space left on device\n"
