@@ -260,6 +260,8 @@ def _dims(text: str) -> dict[str, int]:
         key, sep, value = part.partition("=")
         if not sep or not key.isidentifier() or not value.isdigit() or int(value) < 1:
             raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
+        if key in out:  # which of the two was meant is not ours to guess
+            raise argparse.ArgumentTypeError(f"{key} is given twice in {text!r}")
         out[key] = int(value)
     return out
 

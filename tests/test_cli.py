@@ -523,3 +523,9 @@ def test_an_output_that_cannot_be_written_is_said_not_a_bug(tmp_path, command):
                               stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "mdlc: error: cannot write the output: No space left on device\n"
+
+
+def test_a_dim_named_twice_in_one_list_is_refused(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["profile", "x.mdl", "--dims", "T=3,T=4"])
+    assert done.value.code == 2 and "T is given twice in 'T=3,T=4'" in capsys.readouterr().err
