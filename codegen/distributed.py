@@ -13,14 +13,17 @@ cross to the host: under NCCL each rank's GPU reduces them in place.
     dp = DataParallel(model)                         # same model everywhere, rank 0's weights
     out = dp.train_step(**my_shard_of_the_batch)
 
-Averaging: each rank's gradient is weighted by its number of real tokens (the sum of its
-`lengths` input when it has one, else by `shard_weight=`, else equally), so shards of any
-sizes give the update one process would make from the whole batch, for a loss that is a
-mean over tokens (cross_entropy with lengths is). PyTorch stays optional: without it,
+Averaging: each rank's gradient is weighted by `shard_weight=` when given, else by its
+number of real tokens (the sum of its `lengths` input), else by its rows along the one dim
+the ranks' shards differ in, so that shards of any sizes give the update one process would
+make from the whole batch, for a loss that is a mean over tokens or rows; every step also
+checks that the ranks' optimizers agree. PyTorch stays optional: without it,
 importing this module raises an ImportError saying how to install it.
 """
 from __future__ import annotations
 
+import math
+import zlib
 from typing import Any
 
 import numpy as np
@@ -71,23 +74,41 @@ class DataParallel:
 
     def train_step(self, shard_weight: float | None = None, **inputs) -> dict:
         """Forward and backward on this rank's shard, gradients averaged over the ranks
-        (weighted by real tokens), the update; this shard's outputs."""
+        (weighted as `shard_weights` says), the update; this shard's outputs."""
+        if shard_weight is not None:
+            shard_weight = _checked_weight(shard_weight, self.rank)
+        elif "lengths" in inputs:
+            shard_weight = float(np.sum(inputs["lengths"]))
         out = self.model.forward_backward(**inputs)
-        weight = shard_weight
-        if weight is None:
-            weight = float(np.sum(inputs["lengths"])) if "lengths" in inputs else 1.0
-        total = torch.tensor([weight], dtype=torch.float64, device=self.where)
-        dist.all_reduce(total)
-        if total.item() <= 0:
-            raise ValueError("the ranks' weights (real tokens) sum to zero: nothing to learn")
+        # one small gather tells every rank every rank's weight, shapes and optimizer
+        mine = torch.tensor([np.nan if shard_weight is None else shard_weight,
+                             _optimizer_hash(self.model), *_axes(inputs, self.model)],
+                            dtype=torch.float64, device=self.where)
+        every = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(every, mine)
+        every = [row.cpu().numpy() for row in every]
+        if len({row[1] for row in every}) > 1:
+            self._refuse_different_optimizers()
+        weights = shard_weights(every, self.model)
+        total = float(sum(weights))
+        if total <= 0:
+            raise ValueError("the ranks' weights sum to zero: nothing to learn")
         grads = self.grads  # the native buffer itself, on the device or the host
         if grads is None:
             grads = torch.from_numpy(self.model.gradient_buffer)
-        grads.mul_(weight / total.item())
+        grads.mul_(weights[self.rank] / total)
         for bucket in grads.split(BUCKET):  # views: reduced in place
             dist.all_reduce(bucket)
         self.model.apply_gradients()
         return out
+
+    def _refuse_different_optimizers(self) -> None:
+        """Every rank must step the same optimizer (name, options, steps so far)."""
+        every: list = [None] * self.world
+        dist.all_gather_object(every, self.model.optimizer)
+        rank = next(r for r, theirs in enumerate(every) if theirs != every[0])
+        raise RuntimeError(f"rank {rank} has a different optimizer than rank 0: "
+                           f"{_optimizer_difference(every[0], every[rank])}")
 
     def save(self, path) -> None:
         """Rank 0 writes the checkpoint; the others wait until it is complete."""
@@ -115,3 +136,56 @@ def _first_difference(a: dict, b: dict) -> str:
         if x != y:
             return f"parameter {y[0]} is {y[1]}{list(y[2])}, rank 0 has {x[0]} {x[1]}{list(x[2])}"
     return f"{len(b['params'])} parameters instead of {len(a['params'])}"
+
+
+def _checked_weight(value, rank: int) -> float:
+    """shard_weight= as a float: a finite number >= 0 (NaN or a negative weight would
+    corrupt every rank's update)."""
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        weight = math.nan
+    if not math.isfinite(weight) or weight < 0:
+        raise ValueError(f"shard_weight must be a finite number >= 0: rank {rank} "
+                         f"passed {value!r}")
+    return weight
+
+
+def _axes(inputs: dict, model: Any) -> list[int]:
+    """The sizes of every declared input's axes, in the model's order."""
+    return [size for name in model.inputs for size in np.shape(inputs.get(name, ()))]
+
+
+def _declared_axes(model: Any) -> list[str]:
+    """Each input axis's declared dim (`T`, `B`, `3`), in `_axes`' order."""
+    return [dim.strip() for t in model.inputs.values()
+            for dim in (t[t.index("[") + 1:-1].split(",") if "[" in t else [])]
+
+
+def shard_weights(every: list, model: Any) -> list[float]:
+    """Each rank's weight from the gathered rows [weight or NaN, optimizer, axes...]: a
+    rank's own (shard_weight=, or its real tokens), else, when the ranks' shards differ in
+    the size of one symbolic dim only, that size (the shard's rows along it), else 1."""
+    axes = np.array([row[2:] for row in every])
+    differ = {dim for dim, sizes in zip(_declared_axes(model), axes.T)
+              if len(set(sizes)) > 1}
+    if any(np.isnan(row[0]) for row in every) and differ:
+        if len(differ) > 1 or not next(iter(differ)).isidentifier():
+            raise ValueError(f"the ranks' shards differ in {', '.join(sorted(differ))}: "
+                             "pass shard_weight= (each shard's share of the loss's mean)")
+        where = _declared_axes(model).index(next(iter(differ)))
+        return [row[0] if not np.isnan(row[0]) else float(row[2 + where]) for row in every]
+    return [1.0 if np.isnan(row[0]) else float(row[0]) for row in every]
+
+
+def _optimizer_hash(model: Any) -> float:
+    """A checksum of the optimizer's settings and steps (exact in a float64)."""
+    return float(zlib.crc32(repr(model.optimizer).encode()))
+
+
+def _optimizer_difference(a: dict | None, b: dict | None) -> str:
+    if a is None or b is None or a["name"] != b["name"]:
+        return f"{'none' if b is None else b['name']} instead of " + \
+            f"{'none' if a is None else a['name']}"
+    key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+    return f"{key} {b.get(key)!r}, rank 0 has {key} {a.get(key)!r}"

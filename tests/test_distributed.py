@@ -5,6 +5,7 @@ ranks seeded differently start from rank 0's weights; a rank that dies stops the
 with an error instead of a hang."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -55,7 +56,7 @@ def shard(batch: dict, rank: int, world: int) -> dict:
 
 
 WORKER = textwrap.dedent("""
-    import datetime, os, sys
+    import datetime, json, os, sys
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -78,6 +79,42 @@ WORKER = textwrap.dedent("""
         dist.destroy_process_group()
         sys.exit(0)
     charlm, seq = modules()
+    if mode == "checks":  # each case raises on both ranks at once, so they stay in step
+        said, rows = {}, slice(0, 1) if rank == 0 else slice(1, 4)
+        def tried(case, make, opts=({"name": "sgd", "lr": 0.3, "momentum": 0.9},) * 2,
+                  weight=(None, None), cut=lambda k, v: v[:, rows]):
+            m = make(seed=0)
+            if opts[rank] is not None:
+                m.set_optimizer(**opts[rank])
+            dp = DataParallel(m)
+            try:
+                for step in range(STEPS):
+                    dp.train_step(**{k: cut(k, v) for k, v in seq_batch(step).items()},
+                                  shard_weight=weight[rank])
+                np.savez(f"{out}/{case}_{rank}.npz", **m.params)
+            except (RuntimeError, ValueError) as e:
+                said[case] = f"{type(e).__name__}: {e}"
+        tried("uneven", seq.Seq)
+        tried("two_dims", seq.Seq, cut=lambda k, v: v[rank:, rows])
+        for bad in (float("nan"), float("inf"), -1.0, "x"):
+            tried(f"weight_{bad}", seq.Seq, weight=(bad, bad))
+        adam = {"name": "adam", "lr": 0.05}
+        tried("adam_sgd", seq.Seq, opts=(adam, {"name": "sgd", "lr": 0.05}))
+        tried("adam_none", seq.Seq, opts=(adam, None))
+        tried("adam_lr", seq.Seq, opts=(adam, {**adam, "lr": 0.01}))
+        m = seq.Seq(seed=0)
+        m.set_optimizer("adam", lr=0.05)
+        if rank == 0:  # restored with a step taken: its Adam state is not rank 1's
+            m.train_step(**seq_batch(9))
+        dp = DataParallel(m)
+        try:
+            dp.train_step(**seq_batch(0))
+        except RuntimeError as e:
+            said["adam_steps"] = f"{type(e).__name__}: {e}"
+        with open(f"{out}/said_{rank}.json", "w") as f:
+            json.dump(said, f)
+        dist.destroy_process_group()
+        sys.exit(0)
     if mode == "die":
         m = charlm.CharLM(seed=0)
         m.set_optimizer("sgd", lr=0.1)
@@ -226,3 +263,38 @@ def test_the_main_job_trains_under_torchrun(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step 6: loss" in done.stdout and (tmp_path / "checkpoint.npz").exists()
+
+
+def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp_path):
+    """Two ranks: shards of unequal rows without shard_weight= weigh by their rows (as one
+    process on the whole batch); shards differing in two dims, a shard_weight= that is not a
+    finite number >= 0, and different optimizers (name, options, steps) are refused on
+    every rank, naming the rank and the difference."""
+    modules()
+    for p in run_ranks(tmp_path, "checks"):
+        assert p.returncode == 0, p.stderr[-3000:]
+    _, seq = modules()
+    one = seq.Seq(seed=0)
+    one.set_optimizer("sgd", lr=0.3, momentum=0.9)
+    for step in range(STEPS):
+        one.train_step(**seq_batch(step))
+    for rank in range(2):
+        with np.load(tmp_path / f"uneven_{rank}.npz") as got:
+            for k, want in one.params.items():
+                assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
+        said = json.loads((tmp_path / f"said_{rank}.json").read_text())
+        assert "uneven" not in said
+        assert said["two_dims"] == ("ValueError: the ranks' shards differ in B, T: pass "
+                                    "shard_weight= (each shard's share of the loss's mean)")
+        for bad in ("nan", "inf", "-1.0", "'x'"):
+            case = f"weight_{bad.strip(chr(39))}"
+            assert said[case] == ("ValueError: shard_weight must be a finite number "
+                                  f">= 0: rank {rank} passed {bad}"), case
+        assert said["adam_sgd"] == ("RuntimeError: rank 1 has a different optimizer than "
+                                    "rank 0: sgd instead of adam")
+        assert said["adam_none"] == ("RuntimeError: rank 1 has a different optimizer than "
+                                     "rank 0: none instead of adam")
+        assert said["adam_lr"] == ("RuntimeError: rank 1 has a different optimizer than "
+                                   "rank 0: lr 0.01, rank 0 has lr 0.05")
+        assert said["adam_steps"] == ("RuntimeError: rank 1 has a different optimizer than "
+                                      "rank 0: steps 0, rank 0 has steps 1")
