@@ -136,7 +136,8 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
     `profile`: its code times itself (a model's `profile()`, codegen.profile)."""
     options = BuildOptions(target, dtype, dict(defines) if isinstance(defines, dict) else
                            (defines or {}), model,
-                           specialize if isinstance(specialize, dict) else list(specialize or []),
+                           specialize if isinstance(specialize, (dict, str))
+                           else list(specialize or []),
                            vjp=vjp, emulate=emulate, profile=profile)
     return import_built(path, module_name_for(path, name), options)
 

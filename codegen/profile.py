@@ -50,7 +50,12 @@ def rows(profile: list[dict]) -> list[Row]:
 def table(profile: list[dict], calls: int | None = None) -> str:
     """`profile()`'s counts as a table: each function, then what ran inside it, indented
     under the loops and branches holding it, with its runs, its time (per call, given how
-    many `calls` there were) and its share of its function's time."""
+    many `calls` there were: None for totals) and its share of its function's time."""
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, int)):
+        raise TypeError(f"table(calls=...) takes an int or None, got {calls!r}")
+    if calls is not None and calls < 1:
+        raise ValueError(f"table(calls=...) takes the number of calls profiled (>= 1) or None "
+                         f"for totals, got {calls}")
     per = f"ms/call ({calls} calls)" if calls else "ms"
     scale = 1e3 / calls if calls else 1e3
     lines: list[tuple[str, str, str, str, str]] = []

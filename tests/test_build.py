@@ -505,6 +505,8 @@ def test_bad_names_are_refused_before_building(sources, name):
     # and raw TypeError / ValueError / AttributeError from inside
     (dict(specialize=[{"B": 10**23}]), f"specialize 'B': {10**23}"),
     (dict(specialize=[{}]), "a specialization fixes one dim or more"),
+    (dict(specialize="T=3"), "specialize takes a list of {dim: size} dicts, e.g. "
+     "[{'T': 35, 'B': 8}], got 'T=3'"),
     (dict(vjp="no"), "vjp takes True or False, got 'no'"),
     (dict(profile="no"), "profile takes True or False, got 'no'"),
     (dict(defines={3: 4}), "defines takes a {name: value} dict"),

@@ -137,6 +137,10 @@ def test_sites_of_the_same_place_in_two_variants_are_one_row():
     assert text[4].startswith("    matmul") and text[4].split()[2:] == ["35", "208.3333",
                                                                          "41.7"]
     assert Row("f", "", "x", 0).children == []
+    # once negative runs and times (-1), totals without a word (0), a raw TypeError ("3")
+    for calls, error in ((-1, ValueError), (0, ValueError), ("3", TypeError)):
+        with pytest.raises(error, match="table\\(calls=...\\) takes"):
+            table(profile, calls=calls)
 
 
 def test_reset_and_builds_without_profiling(built):
