@@ -75,18 +75,26 @@ class DataParallel:
     def train_step(self, shard_weight: float | None = None, **inputs) -> dict:
         """Forward and backward on this rank's shard, gradients averaged over the ranks
         (weighted as `shard_weights` says), the update; this shard's outputs."""
-        if shard_weight is not None:
-            shard_weight = _checked_weight(shard_weight, self.rank)
+        given = shard_weight
+        if shard_weight is not None:  # inf: not a weight, which every rank refuses below
+            shard_weight = _weight(shard_weight)
         elif "lengths" in inputs:
             shard_weight = float(np.sum(inputs["lengths"]))
         out = self.model.forward_backward(**inputs)
-        # one small gather tells every rank every rank's weight, shapes and optimizer
+        # one small gather tells every rank every rank's weight, shapes and optimizer, so
+        # that all refuse what is wrong together (one rank alone would leave the others
+        # waiting in a collective)
         mine = torch.tensor([np.nan if shard_weight is None else shard_weight,
                              _optimizer_hash(self.model), *_axes(inputs, self.model)],
                             dtype=torch.float64, device=self.where)
         every = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(every, mine)
         every = [row.cpu().numpy() for row in every]
+        bad = [r for r, row in enumerate(every) if np.isinf(row[0])]
+        if bad:
+            rank = self.rank if self.rank in bad else bad[0]
+            raise ValueError(f"shard_weight must be a finite number >= 0: rank {rank} passed "
+                             + (repr(given) if rank == self.rank else "one that is not"))
         if len({row[1] for row in every}) > 1:
             self._refuse_different_optimizers()
         weights = shard_weights(every, self.model)
@@ -138,17 +146,14 @@ def _first_difference(a: dict, b: dict) -> str:
     return f"{len(b['params'])} parameters instead of {len(a['params'])}"
 
 
-def _checked_weight(value, rank: int) -> float:
-    """shard_weight= as a float: a finite number >= 0 (NaN or a negative weight would
-    corrupt every rank's update)."""
+def _weight(value) -> float:
+    """shard_weight= as a float, or inf where it is no finite number >= 0 (NaN or a
+    negative weight would corrupt every rank's update)."""
     try:
         weight = float(value)
     except (TypeError, ValueError):
-        weight = math.nan
-    if not math.isfinite(weight) or weight < 0:
-        raise ValueError(f"shard_weight must be a finite number >= 0: rank {rank} "
-                         f"passed {value!r}")
-    return weight
+        return math.inf
+    return weight if math.isfinite(weight) and weight >= 0 else math.inf
 
 
 def _axes(inputs: dict, model: Any) -> list[int]:

@@ -98,6 +98,7 @@ WORKER = textwrap.dedent("""
         tried("two_dims", seq.Seq, cut=lambda k, v: v[rank:, rows])
         for bad in (float("nan"), float("inf"), -1.0, "x"):
             tried(f"weight_{bad}", seq.Seq, weight=(bad, bad))
+        tried("weight_one_rank", seq.Seq, weight=(1.0, -1.0))  # rank 0 once waited on
         adam = {"name": "adam", "lr": 0.05}
         tried("adam_sgd", seq.Seq, opts=(adam, {"name": "sgd", "lr": 0.05}))
         tried("adam_none", seq.Seq, opts=(adam, None))
@@ -290,6 +291,9 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
             case = f"weight_{bad.strip(chr(39))}"
             assert said[case] == ("ValueError: shard_weight must be a finite number "
                                   f">= 0: rank {rank} passed {bad}"), case
+        assert said["weight_one_rank"] == ("ValueError: shard_weight must be a finite number "
+                                           ">= 0: rank 1 passed " +
+                                           ("one that is not" if rank == 0 else "-1.0"))
         assert said["adam_sgd"] == ("RuntimeError: rank 1 has a different optimizer than "
                                     "rank 0: sgd instead of adam")
         assert said["adam_none"] == ("RuntimeError: rank 1 has a different optimizer than "
