@@ -480,7 +480,7 @@ def cmd_profile(args) -> int:
     import numpy as np
     from dsl import UsageError
 
-    from .npz import read_npz
+    from .ir.npz import read_npz
     from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
     from .profile import measure, report
     from .reference.gradcheck import random_inputs

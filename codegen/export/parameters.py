@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir.diagnostics import UsageError
 from ..ir.graph import Graph
-from ..npz import read_npz
+from ..ir.npz import read_npz
 from ..ops.rng import derive, uniform01
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ir.diagnostics import UsageError
+from .diagnostics import UsageError
 
 
 def read_npz(path: str | Path, what: str, name: str | None = None) -> dict[str, np.ndarray]:
