@@ -80,16 +80,22 @@ class DataParallel:
             shard_weight = _weight(shard_weight)
         elif "lengths" in inputs:
             shard_weight = float(np.sum(inputs["lengths"]))
-        out = self.model.forward_backward(**inputs)
-        # one small gather tells every rank every rank's weight, shapes and optimizer, so
-        # that all refuse what is wrong together (one rank alone would leave the others
-        # waiting in a collective)
+        try:
+            out, failed = self.model.forward_backward(**inputs), None
+        except Exception as error:  # raised on every rank below, after the gather
+            out, failed = None, error
+        # one small gather tells every rank every rank's weight, shapes, optimizer and
+        # whether its step ran, so that all refuse what is wrong together (one rank alone
+        # would leave the others waiting in a collective)
         mine = torch.tensor([np.nan if shard_weight is None else shard_weight,
-                             _optimizer_hash(self.model), *_axes(inputs, self.model)],
+                             _optimizer_hash(self.model), failed is not None,
+                             *_axes(inputs, self.model)],
                             dtype=torch.float64, device=self.where)
         every = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(every, mine)
         every = [row.cpu().numpy() for row in every]
+        if any(row[2] for row in every):
+            self._refuse_failed_steps(failed)
         bad = [r for r, row in enumerate(every) if np.isinf(row[0])]
         if bad:
             rank = self.rank if self.rank in bad else bad[0]
@@ -109,6 +115,17 @@ class DataParallel:
             dist.all_reduce(bucket)
         self.model.apply_gradients()
         return out
+
+    def _refuse_failed_steps(self, failed: Exception | None) -> None:
+        """A rank's forward and backward raised: it raises that again, the others say
+        which rank failed and why."""
+        every: list = [None] * self.world
+        dist.all_gather_object(every, None if failed is None
+                               else f"{type(failed).__name__}: {failed}")
+        if failed is not None:
+            raise failed
+        rank = next(r for r, said in enumerate(every) if said is not None)
+        raise RuntimeError(f"rank {rank} could not run its step: {every[rank]}")
 
     def _refuse_different_optimizers(self) -> None:
         """Every rank must step the same optimizer (name, options, steps so far)."""
@@ -157,21 +174,34 @@ def _weight(value) -> float:
 
 
 def _axes(inputs: dict, model: Any) -> list[int]:
-    """The sizes of every declared input's axes, in the model's order."""
-    return [size for name in model.inputs for size in np.shape(inputs.get(name, ()))]
+    """The sizes of every declared input's axes, in the model's order (-1 for an input
+    missing or of another rank: as many numbers on every rank, as the gather needs)."""
+    sizes = []
+    for name, dims in zip(model.inputs, _input_dims(model)):
+        try:
+            shape = np.shape(inputs[name])
+        except (KeyError, ValueError):
+            shape = ()
+        sizes += shape if len(shape) == len(dims) else [-1] * len(dims)
+    return sizes
+
+
+def _input_dims(model: Any) -> list[list[str]]:
+    """Each input's declared dims (`T`, `B`, `3`), in the model's order."""
+    return [[dim.strip() for dim in t[t.index("[") + 1:-1].split(",")] if "[" in t else []
+            for t in model.inputs.values()]
 
 
 def _declared_axes(model: Any) -> list[str]:
-    """Each input axis's declared dim (`T`, `B`, `3`), in `_axes`' order."""
-    return [dim.strip() for t in model.inputs.values()
-            for dim in (t[t.index("[") + 1:-1].split(",") if "[" in t else [])]
+    """Each input axis's declared dim, in `_axes`' order."""
+    return [dim for dims in _input_dims(model) for dim in dims]
 
 
 def shard_weights(every: list, model: Any) -> list[float]:
-    """Each rank's weight from the gathered rows [weight or NaN, optimizer, axes...]: a
+    """Each rank's weight from the gathered rows [weight or NaN, optimizer, failed, axes...]: a
     rank's own (shard_weight=, or its real tokens), else, when the ranks' shards differ in
     the size of one symbolic dim only, that size (the shard's rows along it), else 1."""
-    axes = np.array([row[2:] for row in every])
+    axes = np.array([row[3:] for row in every])
     differ = {dim for dim, sizes in zip(_declared_axes(model), axes.T)
               if len(set(sizes)) > 1}
     if any(np.isnan(row[0]) for row in every) and differ:
@@ -179,7 +209,7 @@ def shard_weights(every: list, model: Any) -> list[float]:
             raise ValueError(f"the ranks' shards differ in {', '.join(sorted(differ))}: "
                              "pass shard_weight= (each shard's share of the loss's mean)")
         where = _declared_axes(model).index(next(iter(differ)))
-        return [row[0] if not np.isnan(row[0]) else float(row[2 + where]) for row in every]
+        return [row[0] if not np.isnan(row[0]) else float(row[3 + where]) for row in every]
     return [1.0 if np.isnan(row[0]) else float(row[0]) for row in every]
 
 

@@ -103,6 +103,9 @@ WORKER = textwrap.dedent("""
         tried("adam_sgd", seq.Seq, opts=(adam, {"name": "sgd", "lr": 0.05}))
         tried("adam_none", seq.Seq, opts=(adam, None))
         tried("adam_lr", seq.Seq, opts=(adam, {**adam, "lr": 0.01}))
+        # rank 1's xs have 2 features, not 3: its call raises, rank 0 must not wait
+        tried("bad_input", seq.Seq,
+              cut=lambda k, v: v[:, rows, :2] if rank == 1 and k == "xs" else v[:, rows])
         m = seq.Seq(seed=0)
         m.set_optimizer("adam", lr=0.05)
         if rank == 0:  # restored with a step taken: its Adam state is not rank 1's
@@ -269,8 +272,8 @@ def test_the_main_job_trains_under_torchrun(tmp_path):
 def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp_path):
     """Two ranks: shards of unequal rows without shard_weight= weigh by their rows (as one
     process on the whole batch); shards differing in two dims, a shard_weight= that is not a
-    finite number >= 0, and different optimizers (name, options, steps) are refused on
-    every rank, naming the rank and the difference."""
+    finite number >= 0, different optimizers (name, options, steps) and one rank's bad
+    input are refused on every rank, naming the rank and the difference."""
     modules()
     for p in run_ranks(tmp_path, "checks"):
         assert p.returncode == 0, p.stderr[-3000:]
@@ -302,3 +305,7 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
                                    "rank 0: lr 0.01, rank 0 has lr 0.05")
         assert said["adam_steps"] == ("RuntimeError: rank 1 has a different optimizer than "
                                       "rank 0: steps 0, rank 0 has steps 1")
+        bad_input = said["bad_input"]
+        assert bad_input.startswith("ValueError: " if rank == 1 else
+                                    "RuntimeError: rank 1 could not run its step: ValueError: ")
+        assert "xs" in bad_input and "3" in bad_input, bad_input
