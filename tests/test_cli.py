@@ -408,6 +408,9 @@ def _with_env(command: list[str], cwd, **env) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("cxx, message", [
     ("/nonexistent/g++", "CXX='/nonexistent/g++' names no program on the PATH"),
     ("true", "does not answer as a C++ compiler"),  # once an IndexError, or the cache blamed
+    # the C driver: it built modules that Python could not import (undefined symbol)
+    ("gcc", "does not link C++ into a shared object, so modules it links could not be "
+            "imported"),
 ])
 def test_a_compiler_that_is_none_is_named(good, tmp_path, cxx, message):
     done = _with_env(["build", str(good), "-o", str(tmp_path / "out")], tmp_path,

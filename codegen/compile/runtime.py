@@ -6,12 +6,15 @@ measurements behind this). `runtime_object` also builds the further runtime obje
 toolchain links (codegen/compile/toolchain.py)."""
 from __future__ import annotations
 
+import ctypes
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.paths import RUNTIME_DIR
+from ..ir.diagnostics import MdlBuildError
 from .blas import blas
 from .cache import cache_dir, cached, digest, intact, write_key
 from .commands import run_commands
@@ -56,6 +59,8 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
     cached_glue = cache_dir() / digest(glue) / GLUE_OBJECT
 
     def precompile(work: Path) -> list[list[str]]:
+        if not sanitize:  # a sanitized object loads only into a sanitized process
+            check_links_cxx(work)
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
         return [[*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
                  "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]]
@@ -77,6 +82,36 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
     built = runtime_object(RUNTIME_OBJECT, runtime_fields(debug, sanitize), units,
                            "the mdl runtime", progress, precompile, keep_glue)
     return Runtime(built, built.parent / PRECOMPILED)
+
+
+# throws, so its shared object needs the C++ runtime (gcc, clang: the C drivers link none)
+LINK_PROBE = """#include <stdexcept>
+extern "C" int mdl_links_cxx(int n) {
+  try { if (n > 0) throw std::runtime_error("probe"); } catch (const std::exception&) { return 1; }
+  return 0;
+}
+"""
+
+
+def check_links_cxx(work: Path) -> None:
+    """Before the runtime's first build: the compiler must link C++'s own library into a
+    shared object, as it links modules (CXX=gcc linked modules Python could not import,
+    `undefined symbol: _ZTVN10__cxxabiv...`)."""
+    source, shared = work / "links_cxx.cpp", work / "links_cxx.so"
+    source.write_text(LINK_PROBE)
+    cxx = host_compiler()["path"]
+    done = subprocess.run([cxx, "-shared", "-fPIC", str(source), "-o", str(shared)],
+                          capture_output=True, text=True, errors="replace")
+    try:
+        if done.returncode != 0:
+            raise OSError(done.stdout + done.stderr)
+        ctypes.CDLL(str(shared))
+    except OSError as failed:
+        said = str(failed).replace(f"{shared}: ", "").strip().splitlines()
+        raise MdlBuildError(f"{cxx} does not link C++ into a shared object, so modules it "
+                            f"links could not be imported ({said[-1] if said else 'failed'}):"
+                            " set CXX to a C++ driver (g++ or clang++, not gcc or clang)"
+                            ) from None
 
 
 def glue_fields(debug: bool, sanitize: bool) -> dict:
