@@ -48,13 +48,18 @@ def test_the_flags_of_a_part():
     assert parts.defines(["3", "tables"]) == ["-DMDL_SPLIT", "-DMDL_IN_3", "-DMDL_IN_tables"]
 
 
-@pytest.mark.parametrize("value, jobs", [("3", 3), ("1", 1)])
+@pytest.mark.parametrize("value, jobs", [("3", 3), ("1", 1), (" 2 ", 2)])
 def test_mdl_build_jobs_sets_the_compiles_at_once(monkeypatch, value, jobs):
     monkeypatch.setenv("MDL_BUILD_JOBS", value)
     assert parts.build_jobs() == jobs
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "two", ""])
+def test_an_empty_mdl_build_jobs_is_the_default_as_other_variables(monkeypatch):
+    monkeypatch.setenv("MDL_BUILD_JOBS", "")
+    assert parts.build_jobs() == len(__import__("os").sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "\u00b3"])
 def test_a_bad_mdl_build_jobs_is_refused(monkeypatch, value):
     monkeypatch.setenv("MDL_BUILD_JOBS", value)
     with pytest.raises(MdlBuildError, match="MDL_BUILD_JOBS=.*expected a whole number"):

@@ -33,12 +33,12 @@ def units(text: str) -> dict[str, int]:
 
 
 def build_jobs() -> int:
-    """Compiles a build may run at once: `MDL_BUILD_JOBS`, else the cores this process may
-    run on."""
-    value = os.environ.get(JOBS_VARIABLE)
-    if value is None:
+    """Compiles a build may run at once: `MDL_BUILD_JOBS`, else (unset or empty, as
+    the other MDL_ variables) the cores this process may run on."""
+    value = os.environ.get(JOBS_VARIABLE, "").strip()
+    if not value:
         return len(os.sched_getaffinity(0))
-    if not value.isdigit() or int(value) < 1:
+    if not value.isascii() or not value.isdigit() or int(value) < 1:  # not '³'
         raise MdlBuildError(f"{JOBS_VARIABLE}={value!r}: expected a whole number of compiles "
                             f"to run at once, 1 or more")
     return int(value)
