@@ -43,6 +43,9 @@ def load_program(text: str, path: str) -> Program:
         module, directory = pending.pop(0)
         for fn in module.functions:
             _add_function(program, fn, errors)
+        own = {fn.name.name for fn in module.functions}
+        for fn in module.functions:
+            _check_arguments(fn, own, errors)
         for imp in module.imports:
             try:
                 target = _resolve_import(imp, directory)
@@ -77,6 +80,28 @@ def _resolve_import(imp: n.Import, directory: Path | None) -> Path:
         return found
     where = f"{directory} or the standard library" if directory else "the standard library"
     raise MdlNameError(f"cannot find `{imp.path}` (looked in {where})", imp.loc)
+
+
+def _check_arguments(fn: n.FuncDef, own: set[str], errors: list[MdlError]) -> None:
+    """The binding rule of a call (elaborate.py's `check_bindable`) checked where the
+    function is defined, so that one never called is checked too: no argument is named
+    like a built-in, a function of its own file, or a dim its signature binds before it
+    (`def f(a : f32[N], N : int)`; `def f(N : int, a : f32[N])` reads the argument N).
+    Functions of other files may be named like its arguments: those depend on what else
+    a program imports, and are checked at calls."""
+    dims: set[str] = set()
+    earlier: set[str] = set()
+    for arg in fn.args:
+        name = arg.name.name
+        # its type first, which may bind a dim of its own name (`a : f32[a]`)
+        dims |= {d.id for d in arg.type.dims or () if isinstance(d, n.Name)} - earlier
+        if name in BUILTINS or name in own:
+            errors.append(MdlNameError(f"`{name}` is a function and cannot name an argument",
+                                       arg.name.loc))
+        elif name in dims:
+            errors.append(MdlNameError(f"`{name}` is a symbolic dim and cannot name an "
+                                       "argument", arg.name.loc))
+        earlier.add(name)
 
 
 def _add_function(program: Program, fn: n.FuncDef, errors: list[MdlError]) -> None:

@@ -159,6 +159,18 @@ BAD_PROGRAMS = [
     ('def g(a : f32[N]) -> f32[N] { return a }\ndef f(g : f32[N]) -> f32[N] { return g }\n'
      'model M() { input x : f32[B]; output y = f(x) }',
      '`g` is a function and cannot name an argument', "2:7"),
+    # never called: checked where defined (once only at calls)
+    ('def f(a : f32[N], N : int) -> f32[N] { return a }\n'
+     'model M() { input x : f32[B]; output y = x }',
+     '`N` is a symbolic dim and cannot name an argument', "1:19"),
+    ('def f(a : f32[a]) -> f32[a] { return a }\nmodel M() { input x : f32[B]; output y = x }',
+     '`a` is a symbolic dim and cannot name an argument', "1:7"),
+    ('def f(exp : f32[N]) -> f32[N] { return exp }\n'
+     'model M() { input x : f32[B]; output y = x }',
+     '`exp` is a function and cannot name an argument', "1:7"),
+    ('def f(a : f32[N]) -> f32[N] { return a }\ndef g(f : f32[N]) -> f32[N] { return f }\n'
+     'model M() { input x : f32[B]; output y = x }',
+     '`f` is a function and cannot name an argument', "2:7"),
     ('model M() { input x : f32[max]; output y = x }',
      '`max` is a function and cannot name a symbolic dim', "1:27"),
     ('model M() { input x : f32[T]; param T : f32[3]; output y = x }',
