@@ -38,13 +38,15 @@ def _define(text: str) -> tuple[str, object]:
 def _seed(text: str) -> int:
     """A seed as a model takes it (`Model(seed=...)`, an unsigned 64-bit integer), which
     also seeds the random inputs."""
+    from codegen.ir.dtypes import checked_seed
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value < 2**64:
-        raise argparse.ArgumentTypeError(f"{value}: a seed is 0 to 2**64 - 1")
-    return value
+    try:
+        return checked_seed(value)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def _version() -> str:

@@ -142,8 +142,8 @@ model Decode(H = 4, L = 3) {
 
 @pytest.mark.parametrize("command", ["gradcheck", "profile", "export"])
 @pytest.mark.parametrize("seed, message", [
-    ("-1", "-1: a seed is 0 to 2**64 - 1"),
-    (str(2**64), f"{2**64}: a seed is 0 to 2**64 - 1"),
+    ("-1", "-1 is not a seed (0 to 2**64 - 1)"),
+    (str(2**64), f"{2**64} is not a seed (0 to 2**64 - 1)"),
     ("x", "expected an integer, got 'x'"),
 ])
 def test_a_seed_a_model_cannot_take_is_a_usage_error(good, command, seed, message, capsys):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.diagnostics import UsageError, writing
+from ..ir.dtypes import checked_seed
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
 
@@ -89,8 +90,10 @@ def _onnx():
 
 def _model(path, model, params, defines, specialize, dtype, seed):
     """(the checked graph of `model`, its parameters' values, the fixed dims)."""
-    if not 0 <= _integer("seed", seed) < 2**64:  # as Model(seed=...) takes it
-        raise UsageError(f"seed: {seed} is not a seed (0 to 2**64 - 1)")
+    try:
+        checked_seed(_integer("seed", seed))
+    except ValueError as bad:
+        raise UsageError(f"seed: {bad}") from None
     from ..compile.options import BuildOptions
     from ..pipeline import check
     from .parameters import parameter_values

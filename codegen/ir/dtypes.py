@@ -38,6 +38,14 @@ def fits_i32(value: int) -> bool:
 MAX_INT_DIGITS = 19
 
 
+def checked_seed(value: int) -> int:
+    """`value` as a seed, as a model takes it (`Model(seed=...)`, an unsigned 64-bit
+    integer, which the command line's and the export's seeds are too), or a ValueError."""
+    if not 0 <= value < 2**64:
+        raise ValueError(f"{value} is not a seed (0 to 2**64 - 1)")
+    return value
+
+
 def decimal_int(text: str) -> int:
     """The integer that `text` writes in decimal: an optional sign, then digits, leading
     zeros allowed (any number of them). ValueError where it is not such a text,
