@@ -667,6 +667,27 @@ def test_a_damaged_module_in_the_cache_is_built_again(tmp_path, damage):
     assert run.returncode == 0 and run.stdout == "5\n", run.stderr
 
 
+def test_a_truncated_file_beside_a_product_is_a_miss(mdl_cache_dir):
+    """The runtime's precompiled header (57 MB: too large to hash at every build) is
+    recorded by its size: truncated, it failed every model's build ("while reading
+    precompiled header") until someone found the cache entry; now the runtime is a miss."""
+    made = []
+
+    def make(work: Path, final: Path) -> None:
+        cache.write_key(work, {"product": "runtime-like"})
+        (work / "runtime.o").write_bytes(b"o" * 10)
+        (work / "pre").mkdir()
+        (work / "pre" / "h.gch").write_bytes(b"h" * 1000)
+        made.append(work)
+    key, also = uuid.uuid4().hex, ("pre/h.gch",)
+    built = cache.cached(key, "runtime.o", make, also)
+    assert cache.cached(key, "runtime.o", make, also) == built and len(made) == 1
+    os.truncate(built.parent / "pre" / "h.gch", 100)
+    assert not cache.intact(built)
+    assert cache.cached(key, "runtime.o", make, also) == built and len(made) == 2
+    assert (built.parent / "pre" / "h.gch").stat().st_size == 1000 and cache.intact(built)
+
+
 @pytest.mark.parametrize("error, why", [
     (errno.ENOSPC, "the disk is full"),
     (errno.EROFS, "it is on a read-only file system"),

@@ -58,32 +58,40 @@ def read_key(directory: Path) -> dict:
     return json.loads((directory / "key.json").read_text())
 
 
-def record_product(product: Path) -> None:
+def record_product(product: Path, also: tuple[str, ...] = ()) -> None:
     """Add the product's size and sha256 to its directory's key.json, by which `intact`
-    knows it later."""
+    knows it later, and the sizes of the files `also` names (relative to it: the runtime's
+    precompiled header, 57 MB, too large to hash at every build)."""
     fields = read_key(product.parent)
     fields["verify"] = {"file": product.name, "size": product.stat().st_size,
-                        "sha256": sha256(product.read_bytes())}
+                        "sha256": sha256(product.read_bytes()),
+                        "also": {name: (product.parent / name).stat().st_size for name in also}}
     write_key(product.parent, fields)
 
 
 def intact(product: Path) -> bool:
     """Whether a cached product is still the file that was built: its size and sha256
-    those key.json recorded. A truncated module would crash the process that loads it
-    (SIGBUS), so anything else (no record, an older mdl's entry) is a miss."""
+    those key.json recorded, and the sizes recorded of the files beside it. A truncated
+    module would crash the process that loads it (SIGBUS), and a truncated precompiled
+    header failed every build, so anything else (no record, an older mdl's entry) is a
+    miss."""
     try:
         recorded = read_key(product.parent)["verify"]
         return (recorded["file"] == product.name
                 and product.stat().st_size == recorded["size"]
+                and all((product.parent / name).stat().st_size == size
+                        for name, size in recorded.get("also", {}).items())
                 and sha256(product.read_bytes()) == recorded["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
-def cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
+def cached(key: str, product: str, make: Callable[[Path, Path], None],
+           also: tuple[str, ...] = ()) -> Path:
     """`cache/<key>/<product>`, made by `make(work, final)` in a temporary directory `work`
     that is renamed to `final` once complete (`make` writes its key.json; the product's
-    size and sha256 are added to it). A product damaged since (`intact`) is built again.
+    size and sha256 are added to it, and the sizes of the files `also` names). A product
+    damaged since (`intact`) is built again.
     A cache directory that cannot be written (read-only, full) is an MdlBuildError naming
     it; so is a `Failed` build, whose directory is kept as `failed-<key>`."""
     root = cache_dir()
@@ -99,7 +107,7 @@ def cached(key: str, product: str, make: Callable[[Path, Path], None]) -> Path:
             work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
             try:
                 make(work, root / key)
-                record_product(work / product)
+                record_product(work / product, also)
                 work.rename(root / key)
             except Failed as failed:
                 raise MdlBuildError(_keep_failed(work, root / f"failed-{key}", failed)) from None

@@ -80,7 +80,8 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
     units += [(compiler, RUNTIME_DIR / source) for source in RUNTIME_SOURCES
               if source != GLUE_SOURCE]
     built = runtime_object(RUNTIME_OBJECT, runtime_fields(debug, sanitize), units,
-                           "the mdl runtime", progress, precompile, keep_glue)
+                           "the mdl runtime", progress, precompile, keep_glue,
+                           also=(f"{PRECOMPILED}/{MODEL_HEADER}.gch",))
     return Runtime(built, built.parent / PRECOMPILED)
 
 
@@ -141,13 +142,13 @@ def runtime_fields(debug: bool, sanitize: bool) -> dict:
 def runtime_object(product: str, fields: dict, units: list[tuple[list[str], Path]],
                    what: str, progress: bool,
                    beside: Callable[[Path], list[list[str]]] = lambda work: [],
-                   linked: Callable[[list[Path]], list[Path]] = lambda objects: objects
-                   ) -> Path:
+                   linked: Callable[[list[Path]], list[Path]] = lambda objects: objects,
+                   also: tuple[str, ...] = ()) -> Path:
     """`product`, compiled once per cache for `fields` (their "product" names it): each of
     `units`, a compiler (a command up to its input file) and a source, compiled side by
     side with the commands `beside(work)` returns, then the objects `linked` makes of
     theirs linked into one relocatable object, so that a model's link names a single
-    file for them."""
+    file for them; `also`: files beside it that `intact` checks too."""
     def make(work: Path, final: Path) -> None:
         write_key(work, fields)
         objects = [work / (source.stem + ".o") for _, source in units]
@@ -158,4 +159,4 @@ def runtime_object(product: str, fields: dict, units: list[tuple[list[str], Path
         run_commands(work, [[host_compiler()["path"], "-r", "-nostdlib",
                              *map(str, linked(objects)), "-o", str(work / product)]],
                      f"linking {what}", progress)
-    return cached(digest(fields), product, make)
+    return cached(digest(fields), product, make, also)
