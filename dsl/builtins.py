@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from codegen.ir.diagnostics import Loc, MdlTypeError
-from codegen.ir.dtypes import DTYPES
+from codegen.ir.dtypes import DTYPES, FLOATS
 from codegen.ir.graph import PENALTIES, Value
 from codegen.ir.shapes import Dim, TensorType
 from codegen.ops.builder import Builder
@@ -17,7 +17,8 @@ from codegen.ops.primitives.nn import token_weights
 
 from . import nodes as n
 from .env import Const
-from .registry import BUILTINS, axes, axis, builtin, const, tensor, tensor_list
+from .registry import (BUILTINS, axes, axis, builtin, const, number, of_dtype, tensor,
+                       tensor_list)
 
 # The complete table (this module's built-ins and dsl/formulas.py's, which it imports
 # below), what the elaborator, the lexer and the tests read
@@ -119,11 +120,19 @@ for _name in ("sum", "mean", "max", "logsumexp"):
 
 @builtin("norm", "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))
 def _norm(el, a, call):
-    x = tensor(el, a["x"])
+    """sqrt(sum(x * x)), whose derivative at x = 0 is 0 (PyTorch's), not NaN: sqrt's
+    infinite slope at 0 times the squares' 0 made a zero row's gradient NaN, and an
+    optimizer step with it every weight. The root reads 1 where the sum is 0, and the
+    result there is 0; a NaN sum stays NaN."""
+    x = of_dtype(el, a["x"], "norm", FLOATS)
+    loc = call.loc
     attrs = {"axes": axes(a["axis"], x.type.rank),
              "keepdims": const(a["keepdims"], "bool", "keepdims")}
-    squares = el.emit("mul", [x, x], {}, call.loc)[0]
-    return el.emit("sqrt", [el.emit("sum", [squares], attrs, call.loc)[0]], {}, call.loc)[0]
+    squares = el.emit("sum", [el.emit("mul", [x, x], {}, loc)[0]], attrs, loc)[0]
+    zero = el.emit("eq", [squares, number(el, 0.0, squares, loc)], {}, loc)[0]
+    safe = el.emit("where", [zero, number(el, 1.0, squares, loc), squares], {}, loc)[0]
+    root = el.emit("sqrt", [safe], {}, loc)[0]
+    return el.emit("where", [zero, number(el, 0.0, squares, loc), root], {}, loc)[0]
 
 
 def _softmax(name: str) -> None:
