@@ -159,7 +159,8 @@ class _Call(torch.autograd.Function):
     @staticmethod
     def forward(ctx, bridge: CompiledModule, training: bool, names: list[str], *values):
         n = len(bridge._trainable)
-        arrays = {k: _array(f"input '{k}'", v, bridge._on_device, bridge.model.inputs[k])
+        declared = bridge.model.inputs  # an unknown name: the native forward says so
+        arrays = {k: _array(f"input '{k}'", v, bridge._on_device, declared.get(k, ""))
                   for k, v in zip(names, values[n:])}
         model = bridge.model
         out = model.forward(**arrays, training=training)

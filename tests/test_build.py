@@ -29,7 +29,7 @@ from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
 from codegen.compile.toolchain import EMULATED_CUDA, Linked
-from codegen.ir.diagnostics import MdlBuildError
+from codegen.ir.diagnostics import MdlBuildError, UsageError
 from codegen.targets.cpu import CPU
 from codegen.targets.cuda import EMULATED_CUDA_TARGET
 
@@ -815,7 +815,7 @@ def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monke
         raise AssertionError("compiled")
     monkeypatch.setattr(extension, "run_commands", no_compile)
     monkeypatch.setattr(runtime, "run_commands", no_compile)
-    with pytest.raises(MdlBuildError, match="^error: --sanitize is not available for emulated cuda "
+    with pytest.raises(UsageError, match="^--sanitize is not available for emulated cuda "
                        "builds: the emulator runs CUDA threads as fibers, which the sanitizers "
                        "do not follow; build without it$"):
         build_extension({"module.cu": ""}, "m", EMULATED_CUDA_TARGET, sanitize=True)

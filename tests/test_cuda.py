@@ -213,6 +213,6 @@ def test_the_kernels_go_to_nvcc_and_the_host_code_to_the_cpp_compiler():
 def test_sanitizers_are_for_the_cpu_target(tmp_path):
     done = mdlc("build", str(EXAMPLES / "towers.mdl"), "--target", "cuda", "--sanitize",
                 "-o", str(tmp_path))
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "--sanitize builds are for the cpu target" in done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr  # a usage error, as --profile's
+    assert "mdlc: error: --sanitize builds are for the cpu target" in done.stderr
     assert "Traceback" not in done.stderr

@@ -157,10 +157,16 @@ def test_reset_and_builds_without_profiling(built):
             getattr(plain.Profiled(seed=0), method)()
 
 
-def test_profiling_is_for_the_cpu_target():
+def test_profiling_is_for_the_cpu_target(built):
     assert target("cpu", profile=True).profiled
     with pytest.raises(UsageError, match="--profile times the cpu target's code only"):
         target("cuda", profile=True)
+    # a cuda model's profile() once said to build it with --profile, which is refused
+    device = load(built[0], target="cuda", emulate=True).Profiled(seed=0)
+    with pytest.raises(RuntimeError, match=r"profile\(\): model Profiled runs on "
+                       "cuda-emulated, and only the cpu target profiles: build it for the "
+                       "cpu with `mdlc build --profile`"):
+        device.profile()
 
 
 def mdlc(*args, cwd=None):

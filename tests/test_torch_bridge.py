@@ -353,6 +353,9 @@ BAD = [
     (lambda m: m(*inputs(0), xs=inputs(0)[0]), TypeError,
      "input 'xs' given both by position and by name"),
     (lambda m: m(inputs(0)[0]), TypeError, "missing input 'h0'"),
+    # once a bare KeyError: 'foo', from the bridge before the native forward's check
+    (lambda m: m(*inputs(0), foo=inputs(0)[0]), TypeError,
+     "unknown input 'foo' (inputs are xs, h0)"),
     (lambda m: m(inputs(0)[0].float(), inputs(0)[1]), ValueError,
      "input 'xs': expected f64[T, B, 6], got float32[7, 3, 6] (wrong dtype)"),
 ]

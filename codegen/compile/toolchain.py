@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.paths import RUNTIME_DIR
-from ..ir.diagnostics import MdlBuildError
+from ..ir.diagnostics import UsageError
 from .cuda_toolkit import toolkit
 from .environment import environment_key
 from .flags import (CODE_FLAGS, DEBUG_FLAGS, compile_flags, host_compiler, include_dirs,
@@ -51,9 +51,10 @@ class Toolchain(abc.ABC):
     part_bytes: int
 
     def check(self, sanitize: bool) -> None:
-        """Refuse what this toolchain cannot build, before anything is compiled."""
+        """Refuse what this toolchain cannot build, before anything is compiled: a
+        request's options that do not go together (exit 2, as --profile with cuda)."""
         if sanitize and self.no_sanitize:
-            raise MdlBuildError(self.no_sanitize)
+            raise UsageError(self.no_sanitize)
 
     @abc.abstractmethod
     def fields(self, debug: bool, sanitize: bool) -> dict:

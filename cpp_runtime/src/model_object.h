@@ -525,10 +525,13 @@ class Model {
  private:
   // A RuntimeError from `method` of a model built without --profile.
   void profiled(const char* method) const {
-    if (spec_->n_profile_sites == 0)
-      throw std::runtime_error(std::string(method) + "(): model " + spec_->name +
-                               " was built without profiling: build it with `mdlc build "
-                               "--profile` or load(..., profile=True)");
+    if (spec_->n_profile_sites > 0) return;
+    const std::string what = std::string(method) + "(): model " + spec_->name;
+    if (device() != "cpu")  // the cuda target refuses --profile
+      throw std::runtime_error(what + " runs on " + device() + ", and only the cpu target "
+                               "profiles: build it for the cpu with `mdlc build --profile`");
+    throw std::runtime_error(what + " was built without profiling: build it with `mdlc "
+                             "build --profile` or load(..., profile=True)");
   }
 
   // A checkpoint's arrays (read from `where`) checked in full, then written into the model.
