@@ -279,7 +279,10 @@ class ControlFlow:
             raise MdlTypeError(f"with lengths, sequences are [T, B, ...]; got {first}",
                                s.bindings[0].seq.loc)
         batch = first.shape[1]
-        for b, x in zip(s.bindings[1:], seqs[1:]):  # each row runs its own steps
+        rows = lengths.type.shape[0] if lengths.type.rank == 1 else None
+        if rows != batch and any(x.type.rank > 1 and x.type.shape[1] == rows for x in seqs):
+            batch = rows  # lengths and another sequence agree: the first one is wrong
+        for b, x in zip(s.bindings, seqs):  # each row runs its own steps
             if x.type.rank < 2 or x.type.shape[1] != batch:
                 hint = (f" (a row's own step count is a state: `i = full[{batch}](0)` before "
                         "the loop, `i = i + 1` in it)" if x.type.dtype == "i32"

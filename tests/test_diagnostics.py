@@ -135,6 +135,12 @@ BAD_PROGRAMS = [
      'with lengths, loop state and yields are rows per sequence: `k` is i32, its first dim should be B (each row stops at its own length, so a count or a flag is one per row: `full[B](0)`)', "1:63"),
     ('model M() { input xs : f32[T, B, 3]; input n : i32[B]; f = 1.0; for x in xs (lengths = n) { f = 0.0 }; output z = f }',
      'a count or a flag is one per row: `zeros[B]`)', "1:65"),
+    # lengths and the second sequence agree on B: the first, [T, C, B], is the wrong one
+    ('model M() { input xs : f32[T, C, B]; input ms : f32[T, B]; input n : i32[B]; '
+     's = zeros[B]; for x in xs, m in ms (lengths = n) { s = s + sum(x, axis = 0) * m }; '
+     'output y = s }',
+     'with lengths, every sequence is [T, B, ...], a row a sequence: `xs` is f32[T, C, B]',
+     "1:101"),
     ('model M() { input x : f32[B]; sum = x; output z = x }',
      '`sum` is a function and cannot be assigned', "1:31"),
     ('def f(a : f32[N], N : int) -> f32 { return sum(ones[N]) + f32(N) }\n'
