@@ -159,6 +159,7 @@ def _render_for(r, ins: Structured) -> None:
     r.open(f"for (int64_t {s} = 0; {s} < {steps}; ++{s})")
     r.emit(f"const int64_t {t} = {f'{steps} - 1 - {s}' if op.attrs['reversed'] else s};")
     r.emit(f"(void){t};")
+    _poll_interrupt(r)
     _ragged_steps(r, ins, t)
     for arg in body.args:
         if not r.layout(arg).is_const:  # a step of a uniform sequence needs no memory
@@ -447,6 +448,12 @@ def _render_if(r, ins: Structured) -> None:
     r.close()
 
 
+def _poll_interrupt(r) -> None:
+    """A loop's step or trip starts by polling for Ctrl-C where the target does."""
+    if r.target.polls_interrupts:
+        r.emit("mdl::poll_interrupt();")
+
+
 def _render_while(r, ins: Structured) -> None:
     op = ins.op
     n_state = len(op.inputs)
@@ -470,6 +477,7 @@ def _render_while(r, ins: Structured) -> None:
         if ragged_rows(v.type):  # each trip's rows noted as it ends
             r.emit(f"{tg.tape_steps(tape_ids[j])}.reset(0);")
     r.open("while (true)")
+    _poll_interrupt(r)
     for arg in op.blocks[0].args + op.blocks[1].args:
         r.view(arg)
     r.instructions(ins.blocks[0])

@@ -7,6 +7,7 @@
 #include "mdl/concurrent.h"
 #include "mdl/error.h"
 #include "mdl/init.h"
+#include "mdl/interrupts.h"
 #include "mdl/kernels.h"
 #include "mdl/rng.h"
 #include "mdl/vector_math.h"

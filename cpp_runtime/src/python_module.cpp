@@ -14,6 +14,7 @@
 #include <string>
 
 #include "blas_control.h"
+#include "interrupts.h"
 #include "mdl/module.h"
 #include "model_object.h"
 
@@ -276,6 +277,7 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     });
     static const bool blas_ready = (blas_control::init(), true);  // before any product
     (void)blas_ready;
+    chain_interrupt_handler();  // Ctrl-C stops a loop between steps (mdl/interrupts.h)
     // the interpreter's exit waits for calls running on other threads (released_gil.h)
     py::module_::import("atexit").attr("register")(py::cpp_function(&close_calls));
     m.def("set_num_threads", [](py::handle count) {

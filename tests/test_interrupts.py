@@ -1,0 +1,126 @@
+"""Ctrl-C stops a call between a loop's steps (cpp_runtime/mdl/interrupts.h): a `while`
+whose condition stays true (in a forward, in a training step), or 2**40 steps of an empty
+batch, ran on for ever or for hours before, deaf to Ctrl-C. Each case runs in a process of its
+own that sends itself SIGINT once the call is under way: the call raises KeyboardInterrupt
+(or what a SIGINT handler of the user's raises), a training step
+interrupted changes no weight, and the model works after it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from source_files import source_file
+
+from codegen.pipeline import load
+
+SOURCE = """
+model Forever() {
+  input x : f32[3]
+  h = x
+  while sum(h) > -1.0 { h = h + 1.0 }
+  output y = sum(h)
+}
+
+model Empty() {
+  input xs : f32[T, B, 8]
+  s = zeros[B, 8]
+  for x in xs { s = s + x }
+  output y = s
+}
+
+model Spin() {
+  input x : f32[1, 8]
+  input n : i32
+  param w : f32[8, 8] = normal(0, 0.3)
+  k = n
+  while k > -1 { k = abs(k) }
+  y = x @ w
+  output left = k
+  output loss = mean(y * y)
+  minimize loss
+}
+"""
+
+# After the import (which chains the handler) and before the call, as a user's script
+PRELUDE = """
+import os, signal, sys, threading, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import {module} as built
+def interrupt_soon():
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    return time.monotonic()
+"""
+
+CASES = {
+    "while": """
+        m = built.Forever(seed=0)
+        start = interrupt_soon()
+        try:
+            m.forward(x=np.zeros(3, np.float32))
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - start < 10)
+        print(m.forward(x=np.full(3, -5.0, np.float32))["y"])
+    """,
+    "empty batch": """
+        m = built.Empty(seed=0)
+        start = interrupt_soon()
+        try:
+            m.forward(xs=np.zeros((2**40, 0, 8), np.float32))
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - start < 10)
+        print(m.forward(xs=np.ones((3, 2, 8), np.float32))["y"][1, 7])
+    """,
+    "training": """
+        m = built.Spin(seed=0)
+        m.set_optimizer("sgd", lr=0.1)
+        before = m.params["w"].copy()
+        x = np.ones((1, 8), np.float32)
+        start = interrupt_soon()
+        try:
+            m.train_step(x=x, n=np.int32(3))  # k stays 3: for ever
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - start < 10)
+        print("unchanged", bool(np.array_equal(m.params["w"], before)))
+        m.train_step(x=x, n=np.int32(-5))
+        print("trained", not np.array_equal(m.params["w"], before))
+    """,
+    "own handler": """
+        def stop(signum, frame):
+            raise RuntimeError("stopped by my handler")
+        signal.signal(signal.SIGINT, stop)  # before the import of another module
+        import importlib
+        again = importlib.import_module(sys.argv[2])
+        m = again.Forever(seed=0)
+        start = interrupt_soon()
+        try:
+            m.forward(x=np.zeros(3, np.float32))
+        except RuntimeError as e:
+            print("interrupted", time.monotonic() - start < 10, e)
+    """,
+}
+EXPECTED = {"while": "interrupted True\n-15.0\n", "empty batch": "interrupted True\n3.0\n",
+            "training": "interrupted True\nunchanged True\ntrained True\n",
+            "own handler": "interrupted True stopped by my handler\n"}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    path = source_file(tmp_path_factory, "interrupted.mdl", SOURCE)
+    other = source_file(tmp_path_factory, "interrupted_too.mdl", SOURCE)
+    return load(path), load(other)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ctrl_c_stops_a_loop_between_steps(modules, case):
+    first, second = modules
+    script = PRELUDE.format(module=first.__name__) + textwrap.dedent(CASES[case])
+    folder = str(__import__("pathlib").Path(first.__file__).parent)
+    sys_path = [folder, str(__import__("pathlib").Path(second.__file__).parent)]
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = {sys_path!r}\n"
+                           + script, folder, second.__name__],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == EXPECTED[case], done.stdout + done.stderr[-2000:]
