@@ -86,9 +86,13 @@ def _where(el, a, call):
 
 @builtin("clip", "x", "lo", "hi")
 def _clip(el, a, call):
+    """minimum(maximum(x, lo), hi) with PyTorch's clamp's gradient: all of it to x at a
+    bound (maximum and minimum share a tie's), to lo or hi past them; NaN stays NaN."""
     x = tensor(el, a["x"])
-    lo = el.emit("maximum", [x, tensor(el, a["lo"], x.type)], {}, call.loc)[0]
-    return el.emit("minimum", [lo, tensor(el, a["hi"], x.type)], {}, call.loc)[0]
+    lo, hi = tensor(el, a["lo"], x.type), tensor(el, a["hi"], x.type)
+    loc = call.loc
+    raised = el.emit("where", [el.emit("lt", [x, lo], {}, loc)[0], lo, x], {}, loc)[0]
+    return el.emit("where", [el.emit("gt", [raised, hi], {}, loc)[0], hi, raised], {}, loc)[0]
 
 
 def _cast(dtype: str) -> None:

@@ -785,6 +785,8 @@ def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
         spans.setdefault(label, []).append(start)
         spans[label].append(time.monotonic())
     monkeypatch.setattr(runtime, "run_commands", record)
+    # (the host's probe of its compiler, a real compile and link, would start it late)
+    monkeypatch.setattr(runtime, "check_links_cxx", lambda work: None)
     EMULATED_CUDA.runtime(False, False, False)
     host = spans["building the mdl runtime (once per cache)"]
     device = spans["building the mdl emulated cuda runtime (once per cache)"]

@@ -163,9 +163,18 @@ binary("mul", NUMERIC, np.multiply, lambda b, x, y, out, g: (b.mul(g, y), b.mul(
 binary("div", FLOATS, np.divide,
        lambda b, x, y, out, g: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        simplify=_simplify_div, onnx="Div")
-binary("pow", FLOATS, np.power,
-       lambda b, x, y, out, g: (b.mul(b.mul(g, y), b.pow(x, b.sub(y, _one(b, y)))),
-                                b.mul(b.mul(g, out), b.log(x))), onnx="Pow")
+def _pow_local(b, x, y, out, g):
+    """PyTorch's: d/dx = y * x ** (y - 1), 0 where y = 0 (at x = 0 that was 0 * inf,
+    NaN); d/dy = x ** y * log(x), 0 where x = 0 and y >= 0 (0 * log(0) was NaN: one SGD
+    step of `relu(x) ** p`, p a parameter, made p NaN)."""
+    zero = b.const(0, g.type.dtype)
+    dx = b.mul(b.mul(g, y), b.pow(x, b.sub(y, _one(b, y))))
+    dy = b.mul(b.mul(g, out), b.log(x))
+    at_zero = b.emit("and", [b.eq(x, zero), b.ge(y, zero)])[0]
+    return b.where(b.eq(y, zero), zero, dx), b.where(at_zero, zero, dy)
+
+
+binary("pow", FLOATS, np.power, _pow_local, onnx="Pow")
 
 
 # i32 floor division and remainder, as NumPy's (and Python's): the quotient rounds down and
@@ -208,16 +217,20 @@ binary("mod", ("i32",), _quietly(np.remainder), onnx=_mod_onnx)
 
 
 def _select(test: str):
-    """Cotangents of maximum/minimum: ties go to the first operand."""
+    """Cotangents of maximum/minimum: to the operand that wins, half to each at a tie
+    (PyTorch's and JAX's, and the `max` reduction's ties share too; all to the first made
+    `maximum(a, b)` and `maximum(b, a)` differ)."""
     def local(b, x, y, out, g):
-        first = b.emit(test, [x, y])[0]
         zero = b.const(0, g.type.dtype)
-        return b.where(first, g, zero), b.where(first, zero, g)
+        half = b.mul(g, b.const(0.5, g.type.dtype))
+        first, second = b.emit(test, [x, y])[0], b.emit(test, [y, x])[0]
+        return (b.where(first, g, b.where(second, zero, half)),
+                b.where(second, g, b.where(first, zero, half)))
     return local
 
 
-binary("maximum", NUMERIC, np.maximum, _select("ge"), onnx="Max")
-binary("minimum", NUMERIC, np.minimum, _select("le"), onnx="Min")
+binary("maximum", NUMERIC, np.maximum, _select("gt"), onnx="Max")
+binary("minimum", NUMERIC, np.minimum, _select("lt"), onnx="Min")
 for _name, _ref, _onnx in (
         ("lt", np.less, "Less"), ("le", np.less_equal, "LessOrEqual"),
         ("gt", np.greater, "Greater"), ("ge", np.greater_equal, "GreaterOrEqual"),
