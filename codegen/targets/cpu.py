@@ -255,8 +255,9 @@ class CpuTarget(Target):
         inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
         for n, (var, d) in enumerate(zip(idx, dims)):
             if n == len(dims) - 1:
-                for k, acc in inner.items():
-                    r.emit(f"{r.ctype(values[k])} {acc} = 0;")
+                for k, acc in inner.items():  # a float's sum in double (kernels.h's Wide)
+                    wide = "double" if r.ctype(values[k]) == "float" else r.ctype(values[k])
+                    r.emit(f"{wide} {acc} = 0;")
                 r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
                        if inner else VECTORIZE)
             begin, end = bounds if bounds and n == split else ("0", r.dim(d))

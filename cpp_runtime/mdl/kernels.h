@@ -99,6 +99,12 @@ void for_each_run(const T* x, const int64_t* shape, int rank, uint32_t mask, F&&
   }
 }
 
+// What a float sum adds in: double for f32 (16.8M values of 0.1f added in float came to
+// 1% off, and a mean over a large tensor's elements is a loss that users read), the type
+// itself for f64 and i32 (whose sums wrap around).
+template <class T>
+using Wide = typename std::conditional<std::is_same<T, float>::value, double, T>::type;
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;
@@ -107,6 +113,8 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
   bool maximum = kind == Reduction::Max || kind == Reduction::LogSumExp;
   std::fill(out, out + nout, maximum ? lowest : T(0));
   if (kind == Reduction::Sum || kind == Reduction::Mean) {
+    thread_local std::vector<Wide<T>> wide;  // floats' sums, rounded to T once at the end
+    if constexpr (!std::is_integral<T>::value) wide.assign(nout, Wide<T>(0));
     for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
       if constexpr (std::is_integral<T>::value) {  // i32: wrapping (plus)
         T* dst = out + o;
@@ -118,17 +126,19 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
           for (int64_t i = 0; i < n; ++i) dst[i] = plus(dst[i], run[i]);
         }
       } else if (red) {
-        T s = 0;
+        Wide<T> s = 0;
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += run[i];
-        out[o] += s;
+        wide[o] += s;
       } else {
-        T* dst = out + o;
+        Wide<T>* dst = wide.data() + o;
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) dst[i] += run[i];
       }
     });
-    if (kind == Reduction::Mean) for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
+    if constexpr (!std::is_integral<T>::value)
+      for (int64_t i = 0; i < nout; ++i)
+        out[i] = T(kind == Reduction::Mean ? wide[i] / Wide<T>(count) : wide[i]);
     return;
   }
   for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
@@ -203,18 +213,32 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
 // target (mdl/cuda/kernels.h), an i32's wrapping around (plus).
 template <class T>
 void cumsum(bool reverse, const T* x, int64_t outer, int64_t n, int64_t inner, T* out) {
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t i = reverse ? n - 1 - k : k, at = (o * n + i) * inner;
-      const T* row = x + at;
-      T* sum = out + at;
-      if (k == 0) {
-        for (int64_t j = 0; j < inner; ++j) sum[j] = row[j];
-      } else {
-        const T* before = out + at + (reverse ? inner : -inner);
-        for (int64_t j = 0; j < inner; ++j) sum[j] = plus(before[j], row[j]);
+  if constexpr (std::is_integral<T>::value) {  // i32: wrapping (plus)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = reverse ? n - 1 - k : k, at = (o * n + i) * inner;
+        const T* row = x + at;
+        T* sum = out + at;
+        if (k == 0) {
+          for (int64_t j = 0; j < inner; ++j) sum[j] = row[j];
+        } else {
+          const T* before = out + at + (reverse ? inner : -inner);
+          for (int64_t j = 0; j < inner; ++j) sum[j] = plus(before[j], row[j]);
+        }
+      }
+  } else {  // the running sums in Wide<T>, each rounded to T as it is written
+    thread_local std::vector<Wide<T>> running;
+    for (int64_t o = 0; o < outer; ++o) {
+      running.assign(inner, Wide<T>(0));
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t at = (o * n + (reverse ? n - 1 - k : k)) * inner;
+        for (int64_t j = 0; j < inner; ++j) {
+          running[j] += x[at + j];
+          out[at + j] = T(running[j]);
+        }
       }
     }
+  }
 }
 
 // Whether v replaces `top` as a row's largest value when it comes later: larger, or the

@@ -83,17 +83,20 @@ void scatter_add(Context& g, const T* grad, int64_t row_size, const int32_t* ids
 }
 
 // mdl/kernels.h's cumsum: a thread a column of the [outer, n, inner] layout, adding its
-// n elements in the CPU's order.
+// n elements in the CPU's order, floats in Wide<T> (f32's in double) as there.
 template <class T>
 __global__ void cumsum_kernel(bool reverse, const T* x, int64_t outer, int64_t n,
                               int64_t inner, T* out) {
   for (int64_t c = first_item(); c < outer * inner; c += item_stride()) {
     const int64_t o = c / inner, at = o * n * inner + (c - o * inner);
-    T sum = T(0);
+    Wide<T> sum = Wide<T>(0);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = at + (reverse ? n - 1 - k : k) * inner;
-      sum = k ? plus(sum, x[i]) : x[i];
-      out[i] = sum;
+      if constexpr (std::is_integral<T>::value)
+        sum = k ? plus(sum, x[i]) : x[i];
+      else
+        sum += x[i];
+      out[i] = T(sum);
     }
   }
 }
