@@ -581,10 +581,33 @@ COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": c
             "bench": cmd_bench}
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, systemd, Kubernetes and Slurm send): the builds stop and
+    clean up on the way out as at Ctrl-C (it left a compiler running and a temporary
+    directory in the cache)."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated()
+
+
+def _catch_sigterm():
+    """SIGTERM raises _Terminated while main runs (on the main thread; tests call main in
+    their process): the handler to put back after."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _terminate)
+    return signal.SIG_DFL if previous is None else previous
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from .ir.diagnostics import MdlError, UsageError
     stdout, sys.stdout = sys.stdout, _Stdout(sys.stdout)
+    previous = _catch_sigterm()
     try:
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a write error here, not in Python's exit
@@ -602,13 +625,17 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"mdlc: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: the builds stopped and cleaned up on the way out
-        print("mdlc: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C: the builds stopped and cleaned up on the way out
+        terminated = isinstance(stop, _Terminated)
+        print(f"mdlc: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:
         return _internal_error(exc)
     finally:
         sys.stdout = stdout
+        if previous is not None:
+            import signal
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _internal_error(exc: Exception) -> int:

@@ -647,6 +647,48 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     assert not list(mdl_cache_dir.glob(f"tmp-{key}-*"))
 
 
+def _commands_naming(text: str) -> list[int]:
+    """The processes whose command line holds `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how, status, said", [(signal.SIGINT, 130, "mdlc: interrupted"),
+                                               (signal.SIGTERM, 143, "mdlc: terminated")])
+def test_a_build_signalled_alone_ends_its_compilers_and_cleans_up(mdl_cache_dir, tmp_path,
+                                                                  how, status, said):
+    """SIGINT or SIGTERM sent to mdlc alone (not its process group: an IDE's stop, a
+    notebook's interrupt, `timeout`): its compilers end with it, and no temporary directory
+    stays in the cache. Killing the driver alone once left cc1plus compiling for seconds,
+    and SIGTERM left the directory too."""
+    hidden = 40 + uuid.uuid4().int % 1000  # a key of its own
+    proc = subprocess.Popen([sys.executable, "-m", "codegen.cli", "build",
+                             str(REPO / "examples" / "charlm.mdl"), "--model", "CharLM",
+                             "-D", f"H={hidden}", "-o", str(tmp_path)],
+                            env={**os.environ, "PYTHONPATH": str(REPO), "MDL_BUILD_JOBS": "1"},
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while True:  # until a compiler of the module runs
+        work = [w for w in mdl_cache_dir.glob("tmp-*/src/module.cpp")
+                if any(pid != proc.pid for pid in _commands_naming(str(w.parent)))]
+        if work:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "no compile was seen"
+        time.sleep(0.01)
+    os.kill(proc.pid, how)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status and err.strip().endswith(said), err
+    time.sleep(0.2)
+    assert _commands_naming(str(work[0].parent.parent)) == []
+    assert not work[0].parent.parent.exists()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])
 def test_a_damaged_module_in_the_cache_is_built_again(tmp_path, damage):
     """key.json records the module's size and sha256: a module truncated (which crashed
@@ -665,6 +707,50 @@ def test_a_damaged_module_in_the_cache_is_built_again(tmp_path, damage):
     run = subprocess.run([sys.executable, "-c", "import damaged; print(damaged.add(2, 3))"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout == "5\n", run.stderr
+
+
+def _product(made: list):
+    def make(work: Path, final: Path) -> None:
+        cache.write_key(work, {"product": "test"})
+        (work / "p.o").write_bytes(b"o")
+        made.append(work)
+    return make
+
+
+def test_abandoned_temporary_directories_of_other_keys_are_swept(tmp_path, monkeypatch):
+    """A build killed (SIGKILL) leaves tmp-KEY-*; once an edit changed the key, nothing
+    removed it. A miss sweeps those whose key's lock nobody holds; a running build's stays."""
+    import fcntl
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    (tmp_path / "locks").mkdir()
+    dead, running = uuid.uuid4().hex, uuid.uuid4().hex
+    (tmp_path / f"tmp-{dead}-abc" / "src").mkdir(parents=True)
+    (tmp_path / f"tmp-{running}-def" / "src").mkdir(parents=True)
+    with open(tmp_path / "locks" / f"{running}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        cache.cached(uuid.uuid4().hex, "p.o", _product([]))
+        assert not (tmp_path / f"tmp-{dead}-abc").exists()
+        assert (tmp_path / f"tmp-{running}-def" / "src").is_dir()
+
+
+def test_a_wait_for_another_build_says_so(tmp_path, monkeypatch, capsys):
+    """Behind a build that holds the key's lock (stopped with Ctrl-Z, say), a build once
+    waited without a word."""
+    import fcntl
+    import threading
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    key, made = uuid.uuid4().hex, []
+    (tmp_path / "locks").mkdir()
+    with open(tmp_path / "locks" / f"{key}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=cache.cached, args=(key, "p.o", _product(made)))
+        waiting.start()
+        time.sleep(1.5)
+        assert made == [] and waiting.is_alive()
+    waiting.join(30)
+    assert len(made) == 1
+    assert "mdl: waiting for another process's build of the same product (it holds " \
+        f"{tmp_path / 'locks' / key}.lock)" in capsys.readouterr().err
 
 
 def test_a_truncated_file_beside_a_product_is_a_miss(mdl_cache_dir):

@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,6 +105,7 @@ def cached(key: str, product: str, make: Callable[[Path, Path], None],
             if intact(built):  # another process finished it while we waited
                 return built
             _discard_leftovers(root, key)
+            _sweep_abandoned(root, key)
             work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
             work.chmod(0o755)  # mkdtemp's 0700 would hide the entry from a cache's other users
             try:
@@ -119,14 +122,44 @@ def cached(key: str, product: str, make: Callable[[Path, Path], None],
     return built
 
 
+LOCK_PATIENCE = 20  # tries 50 ms apart before a wait for a lock says so
+
+
 @contextlib.contextmanager
 def _locked(path: Path):
     """Hold an exclusive flock on `path` (created if needed); released when the file closes,
-    also when the process dies, so a crashed build never blocks the next one."""
+    also when the process dies, so a crashed build never blocks the next one. Waiting for
+    another process's build more than a second says so on stderr, once (behind a stopped
+    one, Ctrl-Z, a build waited silently for ever)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        for _ in range(LOCK_PATIENCE):
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+        else:
+            print(f"mdl: waiting for another process's build of the same product (it holds "
+                  f"{path})", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         yield
+
+
+def _sweep_abandoned(root: Path, key: str) -> None:
+    """Temporary directories of other keys whose builds died (SIGKILL, a power cut): a
+    key's lock that nobody holds means no build of it runs. Once an edit changed the key,
+    nothing else ever removed them."""
+    for stale in root.glob("tmp-*"):
+        other = stale.name.split("-")[1]
+        if other == key:
+            continue
+        try:
+            with open(root / "locks" / f"{other}.lock", "a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:  # held: that build is running
+            continue
 
 
 def _unusable_cache(root: Path, error: OSError) -> str:

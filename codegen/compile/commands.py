@@ -5,7 +5,9 @@ lines that say where it was reached from). Two build steps side by side (side_by
 a GPU target's runtime object beside the host's."""
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -117,9 +119,30 @@ class _Process:
         return "".join(self.lines)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:  # interrupted: do not leave a compiler running
-            self.proc.kill()
-            self.proc.wait()
+        """Interrupted: end the driver and the compilers it runs (killing the driver alone
+        left cc1plus compiling on into a deleted directory, where the signal reached this
+        process only: an IDE's stop, a notebook's interrupt, SIGTERM). The driver is
+        stopped first, so that it starts nothing new while its children are found."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
+        self.proc.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (Linux's /proc/PID/task/TID/children)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(c) for c in children.read_text().split()]
+        except OSError:
+            continue
+    return [d for child in found for d in (child, *_descendants(child))]
 
 
 class _Progress:
