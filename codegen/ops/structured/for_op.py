@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.graph import Block, Op, Value, rename, substitute, use_counts
+from ...ir.dtypes import FLOATS
+from ...ir.graph import Block, Op, Value, rename, substitute, use_counts, walk_ops
 from ...ir.shapes import Dim, TensorType, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from ..entry import entry
@@ -325,7 +326,8 @@ def in_blocks(b: Builder, loop: Op, k: int = BLOCK) -> None:
     there the sums over the steps (the weights' gradients) become one product per block
     (for_sink.py) instead of a rank-B update at every step, and the products of the
     re-run forward that read only a block's sequences (x_t @ W, and h_{t-1} @ U from the
-    saved states) one product per block (for_hoist.py). Steps past the end (the last
+    saved states) one product per block (for_hoist.py), unless the body decides from
+    floats (`_decides`). Steps past the end (the last
     block's padding) read zeros: the body reads its states (the cotangents) masked to
     zeros there, so that every gradient it adds up is zero, and passes them on unchanged;
     their yields are dropped."""
@@ -349,10 +351,22 @@ def in_blocks(b: Builder, loop: Op, k: int = BLOCK) -> None:
     b.block.ops.remove(loop)
     outer = _nest(b, loop, k, attrs, {**attrs, "lean": False}).blocks[0]
     block_loop = outer.ops.pop()
-    if movable(block_loop, autodiff=False):
+    if movable(block_loop, autodiff=False) and not _decides(block_loop.blocks[0]):
         hoist(Builder(outer, loop.loc), block_loop)
     else:
         outer.ops.append(block_loop)
+
+
+def _decides(body: Block) -> bool:
+    """Whether the re-run forward makes a decision from floats (a comparison, a cast to
+    i32, an argmax: a float in, something else out), which must see the forward's own
+    bits: a block's products hoisted into one (16 steps' rows) round unlike the forward's
+    step by step (f32's own kernels), and an `if`, a `where` or a `while` near its
+    threshold took the other branch in the backward, which then differentiated a forward
+    that never ran. Such a body's products stay in its steps, as the forward's."""
+    return any(any(v.type.dtype in FLOATS for v in op.inputs)
+               and any(v.type.dtype not in FLOATS for v in op.outputs)
+               for op in walk_ops(body))
 
 
 def _integer_bounds(op: Op, size) -> list:
