@@ -146,8 +146,11 @@ class Expressions:
         if isinstance(a, Const) and isinstance(b, Const):
             return self.fold(e.op, a, b, e.loc)
         like = a.type if isinstance(a, Value) else b.type
-        return self.emit(BINARY_PRIMS[e.op], [self.to_tensor(a, e.left.loc, like),
-                                              self.to_tensor(b, e.right.loc, like)], {}, e.loc)[0]
+        prim = BINARY_PRIMS[e.op]
+        if prim == "matmul" and isinstance(b, Value) and b.type.rank > 2:
+            prim = "bmm"  # a batch of matrices on the right: one product a matrix
+        return self.emit(prim, [self.to_tensor(a, e.left.loc, like),
+                                self.to_tensor(b, e.right.loc, like)], {}, e.loc)[0]
 
     def fold(self, op: str, a: Const, b: Const, loc: Loc) -> Const:
         if op in ("and", "or"):

@@ -271,6 +271,12 @@ class Expressions(Functions):
             self.cover("matmul:variable")
             return f"({self.expr(shape[:-1] + (v.shape[0],), d)} @ {v.name})"
         k = self.pick(self.widths)
+        if len(shape) >= 3 and self.operands.random() < 0.3:
+            # a batch of matrices by a batch of as many (attention's q @ k, bmm): both
+            # operands computed, so that both get gradients
+            self.cover("matmul:batched")
+            right = self.expr(shape[:-2] + (k, shape[-1]), d)
+            return f"({self.expr(shape[:-1] + (k,), d)} @ {right})"
         left = self.expr(shape[:-1] + (k,), d)
         return f"({left} @ {self.param((k, shape[-1]))})"
 

@@ -71,6 +71,7 @@ CASES: dict[str, list[tuple]] = {
     "range": [([], {"n": D(4), "start": 0, "step": 1}, NONDIFF),
               ([], {"n": D(3), "start": 5, "step": -2}, NONDIFF)],
     "matmul": [([f(2, 3), f(3, 4)], {}), ([f(2, 2, 3), f(3, 4)], {})],
+    "bmm": [([f(2, 2, 3), f(2, 3, 4)], {}), ([f(2, 1, 2, 3), f(2, 1, 3, 2)], {})],
     "sum": [([f(2, 3)], {"axes": (1,), "keepdims": False}),
             ([f(2, 3, 2)], {"axes": (0, 2), "keepdims": True})],
     "mean": [([f(2, 3)], {"axes": (0, 1), "keepdims": False}),

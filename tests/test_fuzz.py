@@ -352,7 +352,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "while:in-for", "while:in-if-in-for", "while:in-if", "while:in-for-in-if",
              "while:in-while", "assert", "assert:in-for", "assert:in-if", "assert:in-while",
              "assert:falsifiable",
-             "matmul:variable",
+             "matmul:variable", "matmul:batched",
              "scope", "scope:attrs",
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
              "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",
@@ -366,7 +366,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
     table = {*(u for u in UNARY if u in TABLE), *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
-             "matmul", "concat", "stack", "split", "reshape", "transpose", "index", "slice",
+             "matmul", "bmm", "concat", "stack", "split", "reshape", "transpose", "index", "slice",
              "gather", "one_hot", "cross_entropy", "argmax", "topk", "where", "for", "if",
              "while"}
     assert table - set(prims) == set()

@@ -128,6 +128,17 @@ def _matmul(r, op, inputs, ins, outs, accumulate=False):
 statements("matmul", _matmul)
 
 
+def _bmm(r, op, inputs, ins, outs):
+    """batch, m, n, k, a, b, c of `@` of two batches of matrices (each contiguous)."""
+    a, b = inputs
+    m, k = a.type.shape[-2:]
+    return [f"{r.target.call('batched_gemm')}{r.dim(numel(a.type.shape[:-2]))}, {r.dim(m)}, "
+            f"{r.dim(b.type.shape[-1])}, {r.dim(k)}, {ins[0]}, {ins[1]}, {outs[0]});"]
+
+
+statements("bmm", _bmm)
+
+
 def _gather(r, op, inputs, ins, outs):
     table, ids = inputs
     return [f"{r.target.call('gather')}{ins[0]}, {r.dim(table.type.shape[0])}, "

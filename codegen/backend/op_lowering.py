@@ -232,5 +232,5 @@ for _name in ("unslice", "concat", "stack"):  # they write through views themsel
 for _name in ("sum", "max", "mean", "logsumexp", "sum_to", "softmax", "log_softmax",
               "argmax", "topk", "cross_entropy", "gather", "scatter_add", "one_hot", "unindex",
               "seq_order", "seq_mask", "dropout", "dropout_mask", "rng_position",
-              "dropout_replay", "rng_skip", "range", "assert", "cumsum"):
+              "dropout_replay", "rng_skip", "range", "assert", "cumsum", "bmm"):
     attach_lowering(_name, "kernel", False)

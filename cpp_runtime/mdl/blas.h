@@ -182,6 +182,16 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
   blas_gemm(trans(trans_a), trans(trans_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// c[i] = a[i] @ b[i] for i < batch: `@` of two batches of matrices (row-major, each
+// contiguous: a [batch, m, k], b [batch, k, n], c [batch, m, n]), one product a matrix.
+template <class T>
+inline void batched_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
+                         const T* b, T* c) {
+  for (int64_t i = 0; i < batch; ++i)
+    gemm(false, false, m, n, k, T(1), a + i * m * k, std::max<int64_t>(k, 1), b + i * k * n,
+         std::max<int64_t>(n, 1), T(0), c + i * m * n, std::max<int64_t>(n, 1));
+}
+
 #if defined(MDL_BLAS_MKL)
 inline std::size_t pack_size(float*, int64_t m, int64_t n, int64_t k) {
   return cblas_sgemm_pack_get_size(CblasBMatrix, m, n, k);

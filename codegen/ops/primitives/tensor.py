@@ -132,9 +132,35 @@ def _matmul(types, attrs):
     a, b = types
     same_dtype(types, "`@`", FLOATS)
     need(a.rank >= 2 and b.rank == 2,
-         f"`@` multiplies a matrix (or a batch of them) by a matrix, got {a} @ {b}")
+         f"`@` multiplies a matrix (or a batch of them) by a matrix, or a batch of matrices "
+         f"by as many, got {a} @ {b}")
     need(a.shape[-1] == b.shape[0], f"`@` needs matching inner dims, got {a} @ {b}")
     return [a.with_shape(a.shape[:-1] + b.shape[1:])]
+
+
+def _swapped(b, v):
+    """A batch of matrices each transposed."""
+    rank = v.type.rank
+    return b.transpose(v, perm=tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+
+def _bmm_grad(b, op, cts):
+    x, w = op.inputs
+    g = cts[0]
+    return [b.bmm(g, _swapped(b, w)), b.bmm(_swapped(b, x), g)]
+
+
+# `@` of two batches of matrices, [..., M, K] @ [..., K, N] with the same batch dims (the
+# scores of dot-product attention, q @ transpose(k)); `matmul` takes a matrix on the right
+@primitive("bmm", 2, grad=_bmm_grad, ref=lambda ctx, attrs, x, w: np.matmul(x, w),
+           onnx=onnx_node("MatMul"))
+def _bmm(types, attrs):
+    a, b = types
+    same_dtype(types, "`@`", FLOATS)
+    need(a.rank >= 3 and b.rank == a.rank and a.shape[:-2] == b.shape[:-2],
+         f"`@` of two batches of matrices needs the same batch dims, got {a} @ {b}")
+    need(a.shape[-1] == b.shape[-2], f"`@` needs matching inner dims, got {a} @ {b}")
+    return [a.with_shape(a.shape[:-1] + b.shape[-1:])]
 
 
 # ---- reductions --------------------------------------------------------------------

@@ -65,6 +65,15 @@ template <class T>
 void gemm(Context& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
+// mdl/blas.h's batched_gemm: c[i] = a[i] @ b[i], one product a matrix, on the stream.
+template <class T>
+inline void batched_gemm(Context& g, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         const T* a, const T* b, T* c) {
+  for (int64_t i = 0; i < batch; ++i)
+    gemm(g, false, false, m, n, k, T(1), a + i * m * k, k > 1 ? k : 1, b + i * k * n,
+         n > 1 ? n : 1, T(0), c + i * m * n, n > 1 ? n : 1);
+}
+
 // The element types each is compiled for (`X template` with X `extern` here, empty in
 // src/cuda_device.cu): every type a program can give it. A call for another type fails to
 // link, where it would have failed to compile, so each list is every type that compiles.
