@@ -11,3 +11,11 @@ def source_file(tmp_path_factory, name: str, text: str) -> Path:
     path = tmp_path_factory.mktemp(Path(name).stem) / name
     path.write_text(text)
     return path
+
+
+def built_for(path: Path, target: str, **options):
+    """The module of `path` for `target`: "cpu", or "emulated" (the cuda target on the
+    emulated device)."""
+    from codegen.pipeline import load
+    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
+    return load(path, **how, **options)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from source_files import source_file
+from source_files import built_for, source_file
 
-from codegen.pipeline import load
 from codegen.reference import interpreter as reference
 from dsl import MdlError, check_file, check_source
 
@@ -60,8 +59,7 @@ def test_gradients_are_pytorchs(path):
 @pytest.mark.parametrize("target, dtype", [("cpu", "f64"), ("cpu", "f32"),
                                            ("emulated", "f64")])
 def test_builds_compute_the_references_values_and_gradients(path, target, dtype):
-    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    module = load(path, dtype=dtype, **how)
+    module = built_for(path, target, dtype=dtype)
     real = np.float64 if dtype == "f64" else np.float32
     rtol = 1e-12 if dtype == "f64" else 2e-5
     graph = check_file(str(path), dtype=dtype, model="Attention").graph

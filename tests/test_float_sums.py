@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from source_files import source_file
+from source_files import built_for, source_file
 
-from codegen.pipeline import load
 
 SOURCE = """
 model Sums() {
@@ -30,8 +29,7 @@ def path(tmp_path_factory):
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_f32_sums_of_millions_keep_their_digits(path, target):
-    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    m = load(path, dtype="f32", **how).Sums(seed=0)
+    m = built_for(path, target, dtype="f32").Sums(seed=0)
     x = np.full((N, 4), 0.1, np.float32)
     out = m.forward(x=x)
     tenth = float(np.float32(0.1))  # what each element is

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from source_files import source_file
+from source_files import built_for, source_file
 
-from codegen.pipeline import load
 from codegen.reference import interpreter as reference
 from dsl import check_file
 
@@ -58,8 +57,7 @@ def test_the_reference_differentiates_as_pytorch(path):
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_builds_differentiate_as_the_reference(path, target):
-    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    m = load(path, dtype="f64", **how).Kinks(seed=0)
+    m = built_for(path, target, dtype="f64").Kinks(seed=0)
     m.set_params(PARAMS)
     m.forward(**INPUTS, training=True)
     got = m.backward()

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from source_files import source_file
+from source_files import built_for, source_file
 
-from codegen.pipeline import load
 from codegen.reference import interpreter as reference
 from dsl import check_file
 
@@ -57,8 +56,7 @@ def test_the_reference_gives_a_zero_row_a_zero_gradient(path):
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_builds_give_a_zero_row_a_zero_gradient(path, target):
-    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    m = load(path, dtype="f64", **how).Norms(seed=0)
+    m = built_for(path, target, dtype="f64").Norms(seed=0)
     w = np.array([0.5, 2.0, -1.0])
     m.set_params({"w": w})
     out = m.forward(x=X, training=True)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from source_files import source_file
+from source_files import built_for, source_file
 
-from codegen.pipeline import load
 
 SOURCE = """
 model Recomputed(H = 16, SCALE = 1e7) {
@@ -55,8 +54,7 @@ def path(tmp_path_factory):
 
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_the_backward_differentiates_the_forward_that_ran(path, target):
-    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
-    module = load(path, dtype="f32", **how)
+    module = built_for(path, target, dtype="f32")
     rng = np.random.default_rng(0)
     wrong = []
     for trial in range(20):
