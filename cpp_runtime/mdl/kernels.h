@@ -113,8 +113,18 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
   bool maximum = kind == Reduction::Max || kind == Reduction::LogSumExp;
   std::fill(out, out + nout, maximum ? lowest : T(0));
   if (kind == Reduction::Sum || kind == Reduction::Mean) {
-    thread_local std::vector<Wide<T>> wide;  // floats' sums, rounded to T once at the end
-    if constexpr (!std::is_integral<T>::value) wide.assign(nout, Wide<T>(0));
+    // f32's sums in double, in `near` (on the stack: most reductions keep a few values)
+    // or `far`, rounded to T once at the end; f64's and i32's in `out` itself
+    constexpr bool widened = !std::is_same<Wide<T>, T>::value;
+    constexpr int64_t kNear = 64;
+    Wide<T> near[kNear];
+    thread_local std::vector<Wide<T>> far;
+    Wide<T>* acc = reinterpret_cast<Wide<T>*>(out);
+    if constexpr (widened) {
+      if (nout > kNear) far.resize(nout);
+      acc = nout > kNear ? far.data() : near;
+      std::fill(acc, acc + nout, Wide<T>(0));
+    }
     for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
       if constexpr (std::is_integral<T>::value) {  // i32: wrapping (plus)
         T* dst = out + o;
@@ -129,16 +139,18 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
         Wide<T> s = 0;
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += run[i];
-        wide[o] += s;
+        acc[o] += s;
       } else {
-        Wide<T>* dst = wide.data() + o;
+        Wide<T>* dst = acc + o;
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) dst[i] += run[i];
       }
     });
-    if constexpr (!std::is_integral<T>::value)
+    if constexpr (widened)
       for (int64_t i = 0; i < nout; ++i)
-        out[i] = T(kind == Reduction::Mean ? wide[i] / Wide<T>(count) : wide[i]);
+        out[i] = T(kind == Reduction::Mean ? acc[i] / Wide<T>(count) : acc[i]);
+    else if (kind == Reduction::Mean)
+      for (int64_t i = 0; i < nout; ++i) out[i] /= T(count);
     return;
   }
   for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
