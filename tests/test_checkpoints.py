@@ -182,10 +182,12 @@ WRITER = textwrap.dedent("""
 def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, tmp_path):
     """A process saving over and over is killed (SIGKILL) at odd moments: the file it
     leaves always loads, whole, as one of the versions it wrote. At least one kill must
-    land inside a save (its temporary file is left behind), or the test proves nothing."""
+    land inside a save (its temporary file is left behind), or the test proves nothing.
+    The next save removes what the killed ones left (each file as large as a checkpoint:
+    they once piled up)."""
     from conftest import CHARLM
     path = tmp_path / "ckpt.npz"
-    midway = 0
+    midway, seen = 0, set()
     for attempt in range(12):
         if attempt >= 4 and midway:
             break
@@ -197,16 +199,31 @@ def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, 
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        left = [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
-        midway += bool(left)
-        for p in left:
-            p.unlink()
+        left = {p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"}
+        midway += bool(left - seen)
+        seen |= left
         m = charlm64_generic.CharLM(seed=5)
         m.load(path)
         values = {float(w.flat[0]) for w in m.params.values()}
         assert len(values) == 1 and min(values) >= 1  # one whole version
         assert m.optimizer["name"] == "adam"
     assert midway, "no kill landed inside a save"
+    m.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.npz"]
+
+
+def test_a_save_removes_only_temporary_files_of_processes_gone(charlm64, tmp_path):
+    """`.NAME.PID.XXXXXXXX.tmp`: removed where no process PID runs; kept where one does
+    (it may be saving now), and kept where the name holds no PID (not mdl's to judge)."""
+    path = tmp_path / "ck.npz"
+    gone, running, unnamed = (tmp_path / f".ck.npz.{n}.abcdefgh.tmp"
+                              for n in ("999999999", "1", "x3"))
+    other = tmp_path / ".other.npz.999999999.abcdefgh.tmp"
+    for p in (gone, running, unnamed, other):
+        p.write_bytes(b"half a checkpoint")
+    charlm64.CharLM(seed=0).save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["ck.npz", running.name, unnamed.name, other.name])
 
 
 @pytest.mark.parametrize("where, error", [

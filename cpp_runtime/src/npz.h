@@ -6,6 +6,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <string>
 
@@ -13,8 +16,36 @@ namespace mdl {
 
 namespace py = pybind11;
 
+// The temporary files of saves to `base` in `dir` by processes that ended without removing
+// them (SIGKILL, a power cut), each as large as a checkpoint: `.BASE.PID.XXXXXXXX.tmp`
+// whose PID runs no more. Best effort: a file it cannot judge or remove stays.
+inline void sweep_abandoned_saves(py::module_& os, py::object dir, py::object base) {
+  try {
+    py::module_ glob = py::module_::import("glob");
+    py::str prefix = py::str(".{}.").format(base);
+    py::object pattern = os.attr("path").attr("join")(
+        glob.attr("escape")(dir), py::str("{}*.tmp").format(glob.attr("escape")(prefix)));
+    const std::size_t skip = py::len(prefix);
+    for (py::handle name : glob.attr("glob")(pattern)) {
+      std::string rest = py::cast<std::string>(os.attr("path").attr("basename")(name));
+      rest = rest.substr(skip);
+      const std::size_t dot = rest.find('.');
+      if (dot == 0 || dot == std::string::npos || dot > 9 ||
+          rest.find_first_not_of("0123456789") != dot)
+        continue;  // not a PID: an older mdl's name, or not ours
+      const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
+      if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // it runs
+      os.attr("unlink")(name);
+    }
+  } catch (py::error_already_set&) {  // a name it cannot read (bytes), a file gone since
+  } catch (std::exception&) {
+  }
+}
+
 // Writes `arrays` to `path` so that a crash leaves either the old file or the new one: into
-// a temporary file in the same directory, flushed to disk, then renamed over `path`.
+// a temporary file in the same directory, flushed to disk, then renamed over `path`. The
+// temporary file's name holds this process's id, so that a later save can tell one whose
+// process was killed (sweep_abandoned_saves).
 inline void write_npz(py::handle path, const py::dict& arrays) {
   py::module_ os = py::module_::import("os"), np = py::module_::import("numpy");
   py::object os_path = os.attr("path");
@@ -36,7 +67,7 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   if (py::cast<bool>(os_path.attr("exists")(full)))
     mode = py::cast<int>(os.attr("stat")(full).attr("st_mode")) & 07777;
   py::tuple made = py::module_::import("tempfile").attr("mkstemp")(
-      py::arg("dir") = dir, py::arg("prefix") = py::str(".{}.").format(base),
+      py::arg("dir") = dir, py::arg("prefix") = py::str(".{}.{}.").format(base, getpid()),
       py::arg("suffix") = ".tmp");
   py::object fd = made[0], temporary = made[1];
   try {
@@ -66,6 +97,7 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   } catch (py::error_already_set&) {  // some file systems cannot sync a directory
   }
   os.attr("close")(dir_fd);
+  sweep_abandoned_saves(os, dir, base);
 }
 
 // Every array of the .npz at `path`, read in full so that a damaged member shows now. A file
