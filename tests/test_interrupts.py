@@ -6,6 +6,7 @@ own that sends itself SIGINT once the call is under way: the call raises Keyboar
 interrupted changes no weight, and the model works after it."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -106,6 +107,13 @@ EXPECTED = {"while": "interrupted True\n-15.0\n", "empty batch": "interrupted Tr
             "own handler": "interrupted True stopped by my handler\n"}
 
 
+def sigint_as_in_a_terminal() -> None:
+    """The child's SIGINT at its default, so that Python installs its handler: a job run
+    in the background (`cmd &`, as CI may run the suite) starts with SIGINT ignored, and
+    its children would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory):
     path = source_file(tmp_path_factory, "interrupted.mdl", SOURCE)
@@ -121,6 +129,7 @@ def test_ctrl_c_stops_a_loop_between_steps(modules, case):
     sys_path = [folder, str(__import__("pathlib").Path(second.__file__).parent)]
     done = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = {sys_path!r}\n"
                            + script, folder, second.__name__],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_as_in_a_terminal)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == EXPECTED[case], done.stdout + done.stderr[-2000:]

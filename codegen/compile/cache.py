@@ -129,8 +129,8 @@ LOCK_PATIENCE = 20  # tries 50 ms apart before a wait for a lock says so
 def _locked(path: Path):
     """Hold an exclusive flock on `path` (created if needed); released when the file closes,
     also when the process dies, so a crashed build never blocks the next one. Waiting for
-    another process's build more than a second says so on stderr, once (behind a stopped
-    one, Ctrl-Z, a build waited silently for ever)."""
+    another process's build more than a second says so on a terminal's stderr, once
+    (behind a stopped one, Ctrl-Z, a build waited silently for ever)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         for _ in range(LOCK_PATIENCE):
@@ -140,8 +140,9 @@ def _locked(path: Path):
             except BlockingIOError:
                 time.sleep(0.05)
         else:
-            print(f"mdl: waiting for another process's build of the same product (it holds "
-                  f"{path})", file=sys.stderr, flush=True)
+            if sys.stderr.isatty():  # as the progress line: logs stay as they were
+                print(f"mdl: waiting for another process's build of the same product (it "
+                      f"holds {path})", file=sys.stderr, flush=True)
             fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
