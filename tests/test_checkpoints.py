@@ -213,7 +213,7 @@ def test_a_write_killed_midway_leaves_the_previous_checkpoint(charlm64_generic, 
 
 
 def test_a_save_removes_only_temporary_files_of_processes_gone(charlm64, tmp_path):
-    """`.NAME.PID.XXXXXXXX.tmp`: removed where no process PID runs; kept where one does
+    """`.NAME.PID.<random>.tmp`: removed where no process PID runs; kept where one does
     (it may be saving now), and kept where the name holds no PID (not mdl's to judge)."""
     path = tmp_path / "ck.npz"
     gone, running, unnamed = (tmp_path / f".ck.npz.{n}.abcdefgh.tmp"

@@ -17,7 +17,7 @@ namespace mdl {
 namespace py = pybind11;
 
 // The temporary files of saves to `base` in `dir` by processes that ended without removing
-// them (SIGKILL, a power cut), each as large as a checkpoint: `.BASE.PID.XXXXXXXX.tmp`
+// them (SIGKILL, a power cut), each as large as a checkpoint: `.BASE.PID.<random>.tmp`
 // whose PID runs no more. Best effort: a file it cannot judge or remove stays.
 inline void sweep_abandoned_saves(py::module_& os, py::object dir, py::object base) {
   try {
