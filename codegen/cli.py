@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -105,6 +106,11 @@ EXAMPLES = {
               "mdlc bench --quick",
               "mdlc bench --isa avx2 --skip-compile --out bench-avx2",
               "mdlc bench --device cuda --skip-compile --out bench-gpu"],
+    "cache": ["mdlc cache",
+              "mdlc cache list",
+              "mdlc cache prune",
+              "mdlc cache prune --older-than 7 --max-size 2G --dry-run",
+              "mdlc cache clear"],
 }
 
 
@@ -205,7 +211,39 @@ def parser() -> argparse.ArgumentParser:
                        help="leave out torch.compile (about a minute of compiling per case)")
     bench.add_argument("--out", default="bench-results",
                        help="directory for results.md, results.json, ratios.png and logs")
+    cache = command("cache", "show what the build cache holds, and remove what builds no "
+                    "longer use")
+    cache.add_argument("action", nargs="?", choices=("info", "list", "prune", "clear"),
+                       default="info", help="info (the default): its place, and its entries "
+                       "by kind; list: an entry a line, least recently used first; prune: "
+                       "remove entries no build has used lately; clear: remove every entry")
+    cache.add_argument("--older-than", type=_days, metavar="DAYS",
+                       help="prune: entries no build has used for DAYS days (default 30, "
+                       "unless --max-size alone is given)")
+    cache.add_argument("--max-size", type=_size, metavar="SIZE",
+                       help="prune: then the least recently used entries until the cache "
+                       "takes at most SIZE on disk (bytes, or 500M, 2G, ...)")
+    cache.add_argument("--dry-run", action="store_true",
+                       help="prune, clear: say what would be removed, and remove nothing")
     return top
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days >= 0 or days == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}")
+    return days
+
+
+def _size(text: str) -> int:
+    from codegen.compile.cache_entries import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def _model_options(p: argparse.ArgumentParser, dtype: bool = True) -> None:
@@ -576,9 +614,48 @@ def cmd_bench(args) -> int:
     return run(args)
 
 
+def cmd_cache(args) -> int:
+    """Reports on the cache, or removes entries from it: each under its key's lock, so an
+    entry a build is making or reading stays (codegen/compile/cache_entries.py)."""
+    from .compile import cache_entries as cache
+    from .ir.diagnostics import UsageError
+    given = [flag for flag, value in (("--older-than", args.older_than),
+                                      ("--max-size", args.max_size),
+                                      ("--dry-run", args.dry_run or None)) if value is not None]
+    if args.action in ("info", "list") and given:
+        raise UsageError(f"{given[0]} is for `mdlc cache prune` (and --dry-run for `clear`)")
+    if args.action == "clear" and given[:1] not in ([], ["--dry-run"]):
+        raise UsageError(f"{given[0]} is for `mdlc cache prune`: `clear` removes every entry")
+    root, chosen_by = cache.where()
+    found = cache.entries(root)
+    now = time.time()
+    if args.action == "info":
+        print(cache.summary(root, chosen_by, found, now))
+        return 0
+    if args.action == "list":
+        if found:
+            print(cache.listing(found))
+        return 0
+    if args.action == "clear":
+        chosen = found
+    else:
+        days = args.older_than
+        if days is None and args.max_size is None:
+            days = cache.DEFAULT_DAYS
+        chosen = cache.choose(found, None if days is None else days * cache.DAY,
+                              args.max_size, now)
+    try:
+        pruned = cache.remove(root, chosen, args.dry_run)
+    except OSError as error:  # a cache on a read-only file system, not ours to change
+        raise UsageError(f"cannot change the build cache {root}: {error.strerror} "
+                         f"({error.filename or root})") from None
+    print(cache.pruned_text(pruned, args.dry_run))
+    return 0
+
+
 COMMANDS = {"check": cmd_check, "emit": cmd_emit, "graph": cmd_graph, "build": cmd_build,
             "gradcheck": cmd_gradcheck, "profile": cmd_profile, "export": cmd_export,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "cache": cmd_cache}
 
 
 class _Terminated(KeyboardInterrupt):

@@ -15,14 +15,17 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from ..ir.diagnostics import MdlBuildError
 
 # Part of every build-cache key: bump it when generated code changes in a way that the
 # key's other parts (the sources, runtime headers, flags, compiler) would not show.
 CODEGEN_VERSION = 1
+
+T = TypeVar("T")
 
 
 class Failed(Exception):
@@ -99,11 +102,11 @@ def cached(key: str, product: str, make: Callable[[Path, Path], None],
     root = cache_dir()
     built = root / key / product
     if intact(built):  # complete: a key directory only ever appears by rename
-        return built
+        return used(built)
     try:
-        with _locked(root / "locks" / f"{key}.lock"):
+        with _locked(lock_path(root, key)):
             if intact(built):  # another process finished it while we waited
-                return built
+                return used(built)
             _discard_leftovers(root, key)
             _sweep_abandoned(root, key)
             work = Path(tempfile.mkdtemp(prefix=f"tmp-{key}-", dir=root))
@@ -125,26 +128,84 @@ def cached(key: str, product: str, make: Callable[[Path, Path], None],
 LOCK_PATIENCE = 20  # tries 50 ms apart before a wait for a lock says so
 
 
+def lock_path(root: Path, key: str) -> Path:
+    return root / "locks" / f"{key}.lock"
+
+
+def used(product: Path) -> Path:
+    """Mark a cached product's entry used now (its directory's time, which `mdlc cache
+    prune` goes by: docs/build.md), where the cache lets us; the product."""
+    with contextlib.suppress(OSError):
+        os.utime(product.parent)
+    return product
+
+
+def take_lock(path: Path, mode: int, wait: bool = True):
+    """An open lock file, flocked with `mode` (LOCK_EX or LOCK_SH), or None where `wait` is
+    False and another process holds it. The lock is on the file that `path` names once it
+    is held: a prune (cache_entries.py) removes a key's lock file while holding it, so a
+    process that opened it before then took a lock on a file nobody else will open, and
+    opens the path again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a")
+        try:
+            if wait:
+                fcntl.flock(handle, mode)
+            else:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None
+        except BaseException:
+            handle.close()
+            raise
+        try:
+            same = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return handle
+        handle.close()
+
+
 @contextlib.contextmanager
 def _locked(path: Path):
     """Hold an exclusive flock on `path` (created if needed); released when the file closes,
     also when the process dies, so a crashed build never blocks the next one. Waiting for
     another process's build more than a second says so on a terminal's stderr, once
     (behind a stopped one, Ctrl-Z, a build waited silently for ever)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        for _ in range(LOCK_PATIENCE):
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(0.05)
-        else:
-            if sys.stderr.isatty():  # as the progress line: logs stay as they were
-                print(f"mdl: waiting for another process's build of the same product (it "
-                      f"holds {path})", file=sys.stderr, flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    for _ in range(LOCK_PATIENCE):
+        handle = take_lock(path, fcntl.LOCK_EX, wait=False)
+        if handle is not None:
+            break
+        time.sleep(0.05)
+    else:
+        if sys.stderr.isatty():  # as the progress line: logs stay as they were
+            print(f"mdl: waiting for another process's build of the same product (it "
+                  f"holds {path})", file=sys.stderr, flush=True)
+        handle = take_lock(path, fcntl.LOCK_EX)
+    with handle:
         yield
+
+
+@contextlib.contextmanager
+def reading(find: Callable[[], T], products: Callable[[T], Iterable[Path]]):
+    """What `find()` returns (the runtime a module links), built or found in the cache,
+    while a build reads its `products` (a module's compile and link read the runtime's
+    object and precompiled header): a shared lock on each one's key, which a prune
+    (cache_entries.py) needs exclusively to remove the entry. One removed before its lock
+    was taken is found (built) again."""
+    root = cache_dir()
+    while True:
+        found = find()
+        paths = list(products(found))
+        with contextlib.ExitStack() as held:
+            for key in sorted({p.relative_to(root).parts[0] for p in paths}):
+                held.enter_context(take_lock(lock_path(root, key), fcntl.LOCK_SH))
+            if all(p.exists() for p in paths):
+                yield found
+                return
 
 
 def _sweep_abandoned(root: Path, key: str) -> None:
@@ -156,11 +217,13 @@ def _sweep_abandoned(root: Path, key: str) -> None:
         if other == key:
             continue
         try:
-            with open(root / "locks" / f"{other}.lock", "a") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                shutil.rmtree(stale, ignore_errors=True)
-        except OSError:  # held: that build is running
+            handle = take_lock(lock_path(root, other), fcntl.LOCK_EX, wait=False)
+        except OSError:
             continue
+        if handle is None:  # held: that build is running
+            continue
+        with handle:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _unusable_cache(root: Path, error: OSError) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cache import cached, digest, sha256, write_key
+from .cache import cached, digest, reading, sha256, write_key
 from .commands import run_commands
 from .environment import EXT_SUFFIX, environment_key
 from .parts import defines, jobs_beside, split, units
@@ -46,12 +46,16 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
     toolchain = target.toolchain
     toolchain.check(sanitize)
     show = sys.stderr.isatty() if progress is None else progress
-    linked = toolchain.runtime(debug, sanitize, show)
     fields = _key_fields(sources, module_name, target, debug, sanitize)
     label = f"building {module_name}{toolchain.label}"
     parts = _parts(sources, target.source, toolchain)
 
     def make(work: Path, final: Path) -> None:
+        with reading(lambda: toolchain.runtime(debug, sanitize, show),
+                     lambda linked: (*linked.objects, *linked.includes)) as linked:
+            compile_and_link(work, final, linked)
+
+    def compile_and_link(work: Path, final: Path, linked) -> None:
         write_key(work, fields)
         paths = _write_sources(work, sources)
         compiles = [(path, []) for path in paths if Path(path).name != target.source]

@@ -23,7 +23,7 @@ from dsl.imports import find_import, imported_paths, main_directory
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import MdlBuildError
-from .cache import cache_dir, digest, intact, read_key
+from .cache import cache_dir, digest, intact, read_key, used
 from .environment import environment_key
 from .options import BuildOptions
 from .toolchain import EMULATED_CUDA, HOST, NVCC, Toolchain
@@ -47,7 +47,7 @@ def lookup(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
     except (OSError, ValueError, KeyError, TypeError, MdlBuildError):
         return None  # an older mdl's entry, a module deleted by hand, nvcc gone, ...
     fresh = all(stored.get(k) == v for k, v in json.loads(json.dumps(current)).items())
-    return built if fresh and intact(built) else None  # a damaged module: built again
+    return used(built) if fresh and intact(built) else None  # a damaged module: built again
 
 
 def remember(path: str | Path, module_name: str, options: BuildOptions, built: Path,
