@@ -36,6 +36,9 @@ except ImportError:  # pragma: no cover - depends on the environment
                       "(pip install 'mdl[distributed]', or torch==2.13.0)") from None
 
 BUCKET = 1 << 22  # elements per all_reduce call: one call for models up to 4M weights
+# Where rank r's dropout stream starts (its `rng_calls`, r * RANK_STREAM): ranks made with
+# one seed drew the same masks for their shards; 2**40 training calls apart, they never meet.
+RANK_STREAM = 1 << 40
 
 
 class DataParallel:
@@ -61,6 +64,13 @@ class DataParallel:
             dist.broadcast(tensor, src=0)
             weights[name] = tensor.cpu().numpy()
         model.set_params(weights)
+        self._own_dropout_stream()
+
+    def _own_dropout_stream(self) -> None:
+        """Rank r's dropout masks from call r * RANK_STREAM on: its own, where the ranks
+        share a seed (and after every rank loaded rank 0's checkpoint, its stream goes on
+        where it was)."""
+        self.model.rng_calls = self.model.rng_calls % RANK_STREAM + self.rank * RANK_STREAM
 
     def _check_same_model(self) -> None:
         """Every rank must have built the same model: its name, dtype and parameters."""
@@ -142,8 +152,10 @@ class DataParallel:
         dist.barrier()
 
     def load(self, path) -> None:
-        """Every rank loads the same checkpoint (so every rank holds the same state)."""
+        """Every rank loads the same checkpoint (so every rank holds the same state, but
+        for its own dropout stream)."""
         self.model.load(path)
+        self._own_dropout_stream()
         dist.barrier()
 
 

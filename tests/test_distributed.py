@@ -138,7 +138,10 @@ WORKER = textwrap.dedent("""
             for step in range(STEPS):
                 b = batch(step, B=4) if data == "plain" else batch(step, T=6, B=4)
                 dp.train_step(**shard(b, rank, world))
-            np.savez(f"{out}/{name}_{data}_{rank}.npz",
+            calls = m.rng_calls
+            dp.save(f"{out}/{name}_{data}.ckpt.npz")  # rank 0's, loaded by both
+            dp.load(f"{out}/{name}_{data}.ckpt.npz")
+            np.savez(f"{out}/{name}_{data}_{rank}.npz", rng_calls=[calls, m.rng_calls],
                      **{"first/" + k: v for k, v in first.items()},
                      **{"last/" + k: v for k, v in m.params.items()})
     dist.destroy_process_group()  # gloo's threads would abort the exit otherwise
@@ -235,6 +238,16 @@ def test_ranks_seeded_differently_start_from_rank_0s_weights(ranks_trained):
         with np.load(ranks_trained / f"adam_lengths_{rank}.npz") as got:
             for k, v in want.items():
                 assert np.array_equal(got["first/" + k], v)
+
+
+def test_each_rank_draws_its_own_dropout_masks(ranks_trained):
+    """Ranks made with one seed (as the docs' example makes them) drew the same dropout
+    masks for their shards: rank r's stream now starts at call r * 2**40, and goes on
+    there after every rank loaded rank 0's checkpoint."""
+    from codegen.distributed import RANK_STREAM
+    for rank in range(2):
+        with np.load(ranks_trained / f"sgd_plain_{rank}.npz") as got:
+            assert list(got["rng_calls"]) == [rank * RANK_STREAM + STEPS] * 2  # and loaded
 
 
 def test_a_dead_rank_stops_the_other_with_an_error(tmp_path):

@@ -54,6 +54,15 @@ class DeviceContext {
   void* handle_ = nullptr;
 };
 
+// What models that share parameters (`params=`) share besides them: the lock they take
+// turns under, and a count of the changes any of them made to the parameters (an update,
+// set_params, a checkpoint), by which each knows that its saved forward and its pending
+// gradients belong to weights that are gone.
+struct Sharing {
+  std::mutex lock;
+  uint64_t changes = 0;
+};
+
 // One instance of a model: its parameters (its own, and those it shares with the model it
 // was made from), arenas, optimizer and the saved forward a backward needs.
 template <class T>
@@ -65,7 +74,7 @@ class Model {
   Model(const ModelSpec<T>* spec, uint64_t seed, const Model* share)
       : spec_(spec),
         context_(spec->device),
-        lock_(share ? share->lock_ : std::make_shared<std::mutex>()),  // sharers take turns
+        sharing_(share ? share->sharing_ : std::make_shared<Sharing>()),  // sharers take turns
         params_(*spec, state_, context_.get(), seed, share ? &share->params_ : nullptr),
         cotangents_(*spec),
         inputs_py_(spec->inputs, spec->n_inputs),
@@ -211,7 +220,7 @@ class Model {
     const Variant<T>& v = choose(in.call.dims);
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     {
       ReleasedGil release;
       guard.lock();
@@ -238,12 +247,16 @@ class Model {
     Call call;
     call.fresh = true;  // its results go to Python
     for (const Cotangent& c : given) args.add(c.arg, call.inputs);
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     {
       ReleasedGil release;
       guard.lock();
       if (!trained_)
         throw std::runtime_error("backward() needs a forward(..., training=True) first");
+      if (changed_by_sharer())
+        throw std::runtime_error(
+            "backward(): a model that shares this one's parameters (params=) changed them "
+            "since its forward(..., training=True); run that forward again");
       cotangents_.check(given, dims_.data(), state_.dyn.data());
       place(args, call.inputs, cotangent_args_);
       gradients(call);
@@ -256,7 +269,7 @@ class Model {
     Inputs in = inputs(kwargs, false);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     {
       ReleasedGil release;
       guard.lock();
@@ -280,7 +293,7 @@ class Model {
     Inputs in = inputs(kwargs, false);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     {
       ReleasedGil release;
       guard.lock();
@@ -364,7 +377,7 @@ class Model {
 
   // The optimizer's update from the flat buffer, as train_step would make it.
   void apply_gradients() {
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     ReleasedGil release;
     guard.lock();
     settle();
@@ -373,6 +386,10 @@ class Model {
     if (!pending_)
       throw std::runtime_error("apply_gradients() needs a forward_backward(...) first, since "
                                "the parameters last changed");
+    if (changed_by_sharer())
+      throw std::runtime_error(
+          "apply_gradients(): a model that shares this one's parameters (params=) changed "
+          "them since its forward_backward(...); run that again");
     T* flat = flat_.data();
     if (!spec_->device->in_place) {  // the optimizer reads the gradients where the parameters are
       device_flat();
@@ -641,11 +658,16 @@ class Model {
   void parameters_changed() {
     trained_ = nullptr;
     pending_ = false;
+    seen_changes_ = ++sharing_->changes;  // the sharers' saved forwards are stale now
   }
+
+  // Under the lock: whether a model sharing the parameters changed them since this one's
+  // last training forward (whose saved values and gradients are then of the old weights).
+  bool changed_by_sharer() const { return seen_changes_ != sharing_->changes; }
 
   // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
   std::unique_lock<std::mutex> hold_lock() {
-    std::unique_lock<std::mutex> guard(*lock_, std::defer_lock);
+    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
     ReleasedGil release;
     guard.lock();
     settle();
@@ -679,6 +701,7 @@ class Model {
     trained_ = nullptr;
     run(v.train, call);
     trained_ = &v;
+    seen_changes_ = sharing_->changes;
     dims_ = call.dims;
   }
 
@@ -780,7 +803,8 @@ class Model {
   DeviceContext context_;  // first made, last closed: everything below may use it
   State<T> state_;
   Optimizer<T> opt_;
-  std::shared_ptr<std::mutex> lock_;  // shared with the models it shares parameters with
+  std::shared_ptr<Sharing> sharing_;  // with the models it shares parameters with
+  uint64_t seen_changes_ = 0;  // sharing_->changes at its last training forward
   Parameters<T> params_;  // fills state_.param
   Cotangents<T> cotangents_;
   bool outputs_on_device_ = false;
