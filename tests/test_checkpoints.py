@@ -112,6 +112,8 @@ def damaged(tmp_path, good, how: str):
             arrays["optimizer/lr"] = np.array(-1.0)
         elif how == "infinite option":
             arrays["optimizer/lr"] = np.array(np.inf)
+        elif how == "negative moments":
+            arrays["optimizer/second/decoder/b"] = -arrays["optimizer/second/decoder/b"] - 1
         elif how == "missing moments":
             del arrays["optimizer/second/lstm/b"]
         elif how == "other format":
@@ -135,6 +137,7 @@ PROBLEMS = {
     "bad option": "the optimizer's options are invalid: lr must be > 0",
     "infinite option": "the optimizer's options are invalid: lr must be finite, got inf",
     "missing moments": "no 'optimizer/second/lstm/b' in the checkpoint",
+    "negative moments": "'optimizer/second/decoder/b' holds -1.0",
     "other format": "format 'something else 2' is not 'mdl checkpoint 1'",
 }
 
@@ -240,3 +243,37 @@ def test_a_save_that_cannot_be_written_names_the_callers_path(charlm64, tmp_path
     assert ".tmp" not in str(raised.value) and str(raised.value.filename) in (
         str(tmp_path / "missing"), str(tmp_path / "folder"), str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # nothing left behind
+
+
+def test_a_save_through_a_symbolic_link_writes_its_target(charlm64, tmp_path):
+    """The rename replaced the link with a file and left the target as it was."""
+    target, link = tmp_path / "real.npz", tmp_path / "link.npz"
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    m = charlm64.CharLM(seed=3)
+    m.save(link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    again = charlm64.CharLM(seed=0)
+    assert not np.array_equal(again.params["lstm/W"], m.params["lstm/W"])
+    again.load(target)
+    assert np.array_equal(again.params["lstm/W"], m.params["lstm/W"])
+
+
+def test_a_save_to_what_is_no_regular_file_is_refused(charlm64, tmp_path):
+    """Saved as root, /dev/full became a regular file (the rename replaced the device)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"pipe is not a regular file, and a checkpoint "
+                                         r"replaces the file at its path whole"):
+        charlm64.CharLM().save(fifo)
+    assert fifo.exists() and not fifo.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_save_takes_a_bytes_path_and_a_failure_names_the_path(charlm64, tmp_path):
+    path = tmp_path / "ck.npz"
+    charlm64.CharLM().save(os.fsencode(path))  # once: "Can't mix bytes and non-bytes"
+    charlm64.CharLM().load(path)
+    with pytest.raises(OSError) as raised:  # the folder is there, a file cannot be made in it
+        charlm64.CharLM().save("/proc/ck.npz")
+    assert raised.value.filename == "/proc/ck.npz" and ".tmp" not in str(raised.value)

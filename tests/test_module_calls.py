@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from conftest import CHARLM
+
+from codegen.pipeline import load
 
 FUZZ = Path(__file__).resolve().parent / "fuzz_calls.py"
 CALLS = 300
@@ -181,3 +184,42 @@ def test_a_child_forked_while_a_thread_is_in_a_call_exits(cpu_module):
             "print('child', os.wait()[1])\n")
     done = run_child(cpu_module, body, timeout=60)
     assert (done.returncode, done.stdout) == (0, "child 0\n"), done.stderr[-2000:]
+
+
+REVERSED = """
+model Rev(H = 4) {
+  input xs : f32[T, B, H]
+  input lengths : i32[B]
+  h = zeros[B, H]
+  ys = for x in reversed(xs) (lengths = lengths) { h = tanh(x + h); yield h }
+  output y = sum(ys)
+}
+"""
+
+
+def test_lengths_changed_by_another_thread_during_a_call_never_crash(tmp_path):
+    """The cpu target reads inputs where the caller keeps them: a thread writing `lengths`
+    between the check of a length and the copy its reversed order made sent the copy
+    outside `xs` (a segfault within seconds). Each length is read once now: a call raises
+    or returns."""
+    path = tmp_path / "rev.mdl"
+    path.write_text(REVERSED)
+    module = load(path, name="reversed_raced")
+    done = run_child(module, textwrap.dedent("""
+        m = M.Rev(seed=0)
+        T, B = 2000, 64
+        xs, lengths = np.ones((T, B, 4), np.float32), np.full(B, T, np.int32)
+        def flip():
+            while True:
+                lengths[:] = 2 ** 30
+                lengths[:] = T
+        threading.Thread(target=flip, daemon=True).start()
+        ended = time.monotonic() + 3
+        while time.monotonic() < ended:
+            try:
+                m.forward(xs=xs, lengths=lengths)
+            except ValueError:
+                pass
+        print("done")
+        """))
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]

@@ -266,6 +266,41 @@ def test_other_bad_calls_name_what_they_take(towers, call, error, message):
     assert towers.rng_calls == before
 
 
+class _Exported:
+    """A `__dlpack__` object whose producer refuses to export (torch's tensor that requires
+    grad says BufferError; a bfloat16 one, RuntimeError), or whose `__dlpack_device__` says
+    something that is not (type, id)."""
+
+    def __init__(self, refusal=None, device=(1, 0)):
+        self.refusal, self.device = refusal, device
+
+    def __dlpack__(self, **kwargs):
+        raise self.refusal
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+@pytest.mark.parametrize("given, error, message", [
+    (_Exported(BufferError("Can't export tensors that require gradient")), ValueError,
+     "input 'a1': NumPy cannot read it as an array: BufferError: Can't export tensors that "
+     "require gradient"),
+    (_Exported(RuntimeError("Unsupported dtype in DLTensor.")), ValueError,
+     "input 'a1': NumPy cannot read it as an array: RuntimeError: Unsupported dtype"),
+    (_Exported(device="cuda"), TypeError, "input 'a1': its __dlpack_device__() must return "
+     "(device type, device id), two ints, got 'cuda'"),
+    (_Exported(device=(2,)), TypeError, "two ints, got (2,)"),
+    (_Exported(device=(2, 2 ** 40)), ValueError, "__dlpack_device__() (2, 1099511627776) is "
+     "out of range"),
+])
+def test_what_a_dlpack_producer_refuses_names_the_input(towers, given, error, message):
+    """These came out unnamed: `RuntimeError: Unsupported dtype in DLTensor.`, `IndexError:
+    tuple index out of range`, pybind11's `Unable to cast Python instance`."""
+    x = {f"a{i}": np.zeros((8, 20), np.float32) for i in range(2, 5)}
+    with pytest.raises(error, match=re.escape(message)):
+        towers.forward(a1=given, **x)
+
+
 def test_training_takes_numpy_bools_too(towers):
     x = {f"a{i}": np.ones((8, 20), np.float32) for i in range(1, 5)}
     assert towers.forward(**x, training=np.bool_(True))["s"] == towers.forward(**x)["s"]
@@ -296,7 +331,8 @@ def test_dims_whose_memory_would_overflow_are_a_value_error(tmp_path, n):
         assert m.forward(x=x, w=w)["y"] == 0
         return
     with pytest.raises(ValueError, match=r"the dims of this call would need [0-9.e+]+ bytes of "
-                       r"working memory, more than 2\*\*60"):
+                       r"working memory, more than 2\*\*60, which no machine has: an input's "
+                       r"dims are too large"):
         m.forward(x=x, w=w)
 
 

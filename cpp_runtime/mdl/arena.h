@@ -47,8 +47,9 @@ inline void check_memory(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3g", bytes);
   throw ValueError(std::string("the dims of this call would need ") + text +
-                   " bytes of working memory, more than 2**60: a dim of an input with no "
-                   "elements (a 0 in its shape) is too large");
+                   " bytes of working memory, more than 2**60, which no machine has: an "
+                   "input's dims are too large (one with no elements, a 0 in its shape, or "
+                   "a broadcast view holds large dims at no cost)");
 }
 
 // Past a slot whose size is a multiple of 512 bytes, kStagger bytes no value owns, where
@@ -129,8 +130,9 @@ class Arena {
     size_ = align_up(bytes);
     data_ = allocate(size_);
     if (!data_) {
+      const std::size_t asked = size_;
       size_ = 0;
-      throw std::bad_alloc();
+      throw OutOfMemory(asked);
     }
   }
 

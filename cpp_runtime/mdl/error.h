@@ -1,6 +1,9 @@
 // Errors raised by generated code and the runtime; the Python glue maps them to exceptions.
 #pragma once
 
+#include <cstddef>
+#include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -20,6 +23,23 @@ struct ValueError : std::runtime_error {
 // table, a target past the classes): IndexError in Python, as NumPy and PyTorch raise.
 struct IndexError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// Memory the machine would not give (MemoryError in Python, whose text pybind11 takes
+// from what()): how much a call asked for, where std::bad_alloc said only its own name.
+class OutOfMemory : public std::bad_alloc {
+ public:
+  // `memory`: whose ("memory", "the GPU's memory")
+  explicit OutOfMemory(std::size_t bytes, const char* memory = "memory") {
+    std::snprintf(text_, sizeof text_,
+                  "this call needs %.3g GB more of %s (%zu bytes) at these sizes than this "
+                  "machine would give: give smaller inputs",
+                  double(bytes) / 1e9, memory, bytes);
+  }
+  const char* what() const noexcept override { return text_; }
+
+ private:
+  char text_[200];
 };
 
 }  // namespace mdl

@@ -404,7 +404,9 @@ void scatter_add(const T* g, int64_t row_size, const int32_t* ids, int64_t count
 }
 
 // x [T, B, row] in the step order of a loop with lengths: out[i, b] = x[t, b] with
-// t = L[b]-1-i (reversed) or t = i, for i < L[b]; zeros after.
+// t = L[b]-1-i (reversed) or t = i, for i < L[b]; zeros after. Each length is read once
+// for the check and the address it makes: an input is read where the caller keeps it, and
+// another thread changing it between two reads sent a copy outside x (a segfault).
 template <class T>
 void seq_order(bool reversed, const T* x, const int32_t* lengths, int64_t steps, int64_t batch,
                int64_t row, T* out, const char* name) {
@@ -412,8 +414,10 @@ void seq_order(bool reversed, const T* x, const int32_t* lengths, int64_t steps,
   for (int64_t i = 0; i < steps; ++i)
     for (int64_t b = 0; b < batch; ++b) {
       T* dst = out + (i * batch + b) * row;
-      if (i < lengths[b]) {
-        int64_t t = reversed ? lengths[b] - 1 - i : i;
+      const int64_t length = lengths[b];
+      if (length < 0 || length > steps) raise_fault(FaultKind::Length, length, b, steps, name);
+      if (i < length) {
+        int64_t t = reversed ? length - 1 - i : i;
         std::memcpy(dst, x + (t * batch + b) * row, sizeof(T) * row);
       } else {
         std::fill(dst, dst + row, T(0));

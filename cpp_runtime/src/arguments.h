@@ -186,12 +186,17 @@ inline py::array as_array(py::handle obj, const char* kind, const char* name = n
       arr = py::hasattr(arr, "__dlpack__") ? np.attr("from_dlpack")(arr)
                                            : np.attr("asarray")(arr);
     } catch (py::error_already_set& e) {
+      // what the producer of a __dlpack__ says too (torch: a bfloat16 tensor, one that
+      // requires grad, a meta tensor), named; not an interrupt or a lack of memory
+      if (!e.matches(PyExc_Exception) || e.matches(PyExc_MemoryError)) throw;
       const std::string why = std::string(kind) + (name ? " '" + std::string(name) + "'" : "") +
                               ": NumPy cannot read it as an array: " +
+                              (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)
+                                   ? ""
+                                   : type_name(e.value()) + ": ") +
                               std::string(py::str(e.value()));
       if (e.matches(PyExc_TypeError)) throw py::type_error(why);
-      if (e.matches(PyExc_ValueError)) throw py::value_error(why);
-      throw;
+      throw py::value_error(why);
     }
   }
   constexpr char swapped = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '>' : '<';
@@ -241,7 +246,7 @@ inline Argument on_host(py::array a) {
 template <class T>
 bool on_cuda(py::handle obj, const char* role, const char* name, const ModelSpec<T>& model) {
   if (py::isinstance<py::array>(obj)) return false;
-  DLDevice where = dlpack_device(obj);
+  DLDevice where = dlpack_device(obj, role, name);
   if (where.device_type != kDLCUDA) return false;
   if (model.device->in_place)
     throw py::value_error(std::string(role) + " '" + name + "' is a tensor on CUDA device " +

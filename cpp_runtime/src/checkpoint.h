@@ -178,8 +178,18 @@ Checkpoint<T> check_checkpoint(const ModelSpec<T>& spec, const py::dict& arrays,
       const ParamSpec& p = spec.params[i];
       if (p.grad < 0) continue;
       out.first[i] = get("optimizer/first/" + std::string(p.name), VALUES<T>, param_shape(p));
-      if (out.config.kind == OptimizerConfig::ADAM)
-        out.second[i] = get("optimizer/second/" + std::string(p.name), VALUES<T>, param_shape(p));
+      if (out.config.kind == OptimizerConfig::ADAM) {
+        const std::string key = "optimizer/second/" + std::string(p.name);
+        out.second[i] = get(key, VALUES<T>, param_shape(p));
+        // averages of squares: a negative one (a file edited or made elsewhere) would make
+        // the next step's square root NaN, and the parameter with it
+        py::array_t<T, py::array::c_style | py::array::forcecast> v(out.second[i]);
+        for (py::ssize_t k = 0; k < v.size(); ++k)
+          if (v.data()[k] < T(0))
+            throw fail("'" + key + "' holds " + std::string(py::str(py::float_(v.data()[k]))) +
+                       " (element " + std::to_string(k) + "): Adam's second moments are "
+                       "averages of squares, never negative");
+      }
     }
   }
   out.seed = py::cast<uint64_t>(scalar("rng/seed", U64));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mdl/cuda/context.h"
+#include "mdl/error.h"
 #include "mdl/cuda/device.h"
 #include "mdl/cuda/gemm.h"
 #include "mdl/cuda/kernels.h"
@@ -115,12 +116,12 @@ void* allocate(std::size_t bytes) {
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     cudaGetLastError();
-    throw std::bad_alloc();
+    throw OutOfMemory(bytes, "the GPU's memory");
   }
   if (zero(p, bytes) != cudaSuccess) {
     cudaGetLastError();
     cudaFree(p);
-    throw std::bad_alloc();
+    throw OutOfMemory(bytes, "the GPU's memory");
   }
   return p;
 }

@@ -46,11 +46,23 @@ struct DLManagedTensor {
 };
 
 // The DLPack device of `obj` ((type, id) from `__dlpack_device__`), or type -1 where it
-// has none.
-inline DLDevice dlpack_device(py::handle obj) {
+// has none; anything but two ints is a TypeError naming it (the `role` `name`).
+inline DLDevice dlpack_device(py::handle obj, const char* role, const char* name) {
   if (!py::hasattr(obj, "__dlpack_device__")) return {-1, 0};
-  py::tuple device = obj.attr("__dlpack_device__")();
-  return {py::cast<int32_t>(device[0]), py::cast<int32_t>(device[1])};
+  py::object device = obj.attr("__dlpack_device__")();
+  auto is_int = [](py::handle v) { return PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr()); };
+  if (!PyTuple_Check(device.ptr()) || PyTuple_Size(device.ptr()) != 2 ||
+      !is_int(PyTuple_GET_ITEM(device.ptr(), 0)) || !is_int(PyTuple_GET_ITEM(device.ptr(), 1)))
+    throw py::type_error(std::string(role) + " '" + name + "': its __dlpack_device__() must "
+                         "return (device type, device id), two ints, got " +
+                         std::string(py::repr(device)));
+  try {
+    return {py::cast<int32_t>(PyTuple_GET_ITEM(device.ptr(), 0)),
+            py::cast<int32_t>(PyTuple_GET_ITEM(device.ptr(), 1))};
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(role) + " '" + name + "': its __dlpack_device__() " +
+                          std::string(py::repr(device)) + " is out of range");
+  }
 }
 
 // A tensor taken from a `__dlpack__` object: `owner` holds it (and hands it back to its

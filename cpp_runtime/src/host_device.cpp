@@ -28,9 +28,9 @@ void finish(void*) {}
 // before the aligned pointer, for `release`.
 void* allocate(std::size_t bytes) {
   if (!bytes) return nullptr;
-  if (bytes > SIZE_MAX - kAlign - sizeof(void*)) throw std::bad_alloc();
+  if (bytes > SIZE_MAX - kAlign - sizeof(void*)) throw OutOfMemory(bytes);
   void* block = std::calloc(bytes + kAlign + sizeof(void*), 1);
-  if (!block) throw std::bad_alloc();
+  if (!block) throw OutOfMemory(bytes);
   const auto start = reinterpret_cast<std::uintptr_t>(block) + sizeof(void*);
   void** p = reinterpret_cast<void**>((start + kAlign - 1) / kAlign * kAlign);
   p[-1] = block;

@@ -46,29 +46,54 @@ inline void sweep_abandoned_saves(py::module_& os, py::object dir, py::object ba
 // a temporary file in the same directory, flushed to disk, then renamed over `path`. The
 // temporary file's name holds this process's id, so that a later save can tell one whose
 // process was killed (sweep_abandoned_saves).
+// A symbolic link's target is written (the link stays a link); a path that is there and
+// no regular file (a device, a pipe), which the rename would replace, is refused.
 inline void write_npz(py::handle path, const py::dict& arrays) {
   py::module_ os = py::module_::import("os"), np = py::module_::import("numpy");
   py::object os_path = os.attr("path");
-  py::object full = os_path.attr("abspath")(os.attr("fspath")(path));
+  // bytes too (os.fsdecode): the temporary file's name is a str
+  py::object full = os_path.attr("realpath")(os.attr("fsdecode")(os.attr("fspath")(path)));
   py::object dir = os_path.attr("dirname")(full);
   py::object base = os_path.attr("basename")(full);
   // errors name what the caller gave, not the temporary file that would have failed
   py::module_ builtins = py::module_::import("builtins");
   auto refuse = [&](const char* type, int number, const std::string& why, py::object name) {
-    PyErr_SetObject(builtins.attr(type).ptr(), builtins.attr(type)(number, why, name).ptr());
+    // OSError(errno, ...) makes the subclass of its errno: raised as its own type
+    py::object error = builtins.attr(type)(number, why, name);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
     throw py::error_already_set();
   };
   if (py::cast<bool>(os_path.attr("isdir")(full)))
     refuse("IsADirectoryError", EISDIR, "a checkpoint is a file, and this is a folder", full);
   if (!py::cast<bool>(os_path.attr("isdir")(dir)))
     refuse("FileNotFoundError", ENOENT, "no folder to write the checkpoint into", dir);
+  if (py::cast<bool>(os_path.attr("exists")(full)) && !py::cast<bool>(os_path.attr("isfile")(full)))
+    throw py::value_error("save(path): " + py::cast<std::string>(full) + " is not a regular "
+                          "file, and a checkpoint replaces the file at its path whole: give "
+                          "the path of a file, or of a new one");
+  // an error of the temporary file's (a folder not writable, a full disk) names the path
+  auto renamed = [&](py::error_already_set& e) {
+    if (!e.matches(PyExc_OSError)) return;
+    py::object error = e.value();
+    py::object number = error.attr("errno");
+    if (number.is_none()) return;
+    // OSError(errno, ...) is the subclass its errno makes (PermissionError, ...)
+    refuse("OSError", py::cast<int>(number),
+           py::cast<std::string>(py::str(error.attr("strerror"))), full);
+  };
   // mkstemp's file is private (0600): the checkpoint keeps the old file's mode, or 0644
   int mode = 0644;
   if (py::cast<bool>(os_path.attr("exists")(full)))
     mode = py::cast<int>(os.attr("stat")(full).attr("st_mode")) & 07777;
-  py::tuple made = py::module_::import("tempfile").attr("mkstemp")(
-      py::arg("dir") = dir, py::arg("prefix") = py::str(".{}.{}.").format(base, getpid()),
-      py::arg("suffix") = ".tmp");
+  py::tuple made;
+  try {
+    made = py::module_::import("tempfile").attr("mkstemp")(
+        py::arg("dir") = dir, py::arg("prefix") = py::str(".{}.{}.").format(base, getpid()),
+        py::arg("suffix") = ".tmp");
+  } catch (py::error_already_set& e) {
+    renamed(e);
+    throw;
+  }
   py::object fd = made[0], temporary = made[1];
   try {
     py::object file = os.attr("fdopen")(fd, "wb");
@@ -83,6 +108,13 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
     file.attr("close")();
     os.attr("chmod")(temporary, mode);
     os.attr("replace")(temporary, full);
+  } catch (py::error_already_set& e) {
+    try {
+      os.attr("unlink")(temporary);
+    } catch (py::error_already_set&) {
+    }
+    renamed(e);
+    throw;
   } catch (...) {
     try {
       os.attr("unlink")(temporary);
