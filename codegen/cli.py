@@ -20,6 +20,10 @@ def _define(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
         raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
+    if not value.isascii() or "_" in value or value.strip() != value:
+        # Python's int() and float() take 1_000, " 3" and Arabic-Indic digits, and the
+        # error then showed a value never written (`-D H=1000.0: H is int`)
+        raise argparse.ArgumentTypeError(f"-D {key}: {value!r} is not a number, true or false")
     from codegen.ir.dtypes import decimal_int
     try:
         return key, decimal_int(value)
@@ -586,7 +590,8 @@ def cmd_profile(args) -> int:
 
 def cmd_export(args) -> int:
     from .export import export_onnx, verify_onnx
-    from .export.verify import known_runtimes
+    from .export.verify import Undrawable, known_runtimes
+    from .ir.diagnostics import UsageError
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
@@ -595,7 +600,11 @@ def cmd_export(args) -> int:
     print(out)
     if args.verify is None:
         return 0
-    verdicts = verify_onnx(args.file, out, runtimes=args.verify or ["onnxruntime"], **common)
+    try:
+        verdicts = verify_onnx(args.file, out, runtimes=args.verify or ["onnxruntime"],
+                               **common)
+    except Undrawable as exc:
+        raise UsageError(_undrawable(exc)) from None
     for verdict in verdicts:
         print(verdict)
     return 0 if all(v.agrees for v in verdicts) else 1

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 
-from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError
+from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, count
 from codegen.ir.dtypes import FLOATS
 from codegen.ir.graph import Value
 from codegen.ir.shapes import Dim, TensorType
@@ -153,8 +153,8 @@ class Calls:
                 raise Cascade
             values.append((v, e.loc))
         if fn.returns and len(fn.returns) != len(values):
-            raise MdlTypeError(f"`{fn.name.name}` declares {len(fn.returns)} results but "
-                               f"returns {len(values)}", ret.loc)
+            raise MdlTypeError(f"`{fn.name.name}` declares {count(len(fn.returns), 'result')} "
+                               f"but returns {len(values)}", ret.loc)
         out = []
         for i, (v, loc) in enumerate(values):
             if fn.returns:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
-from codegen.ir.graph import Block, Op, Value, use_counts
+from codegen.ir.graph import Block, Op, Value, outer_reads, use_counts
 from codegen.ir.shapes import Dim, TensorType
 
 from . import nodes as n
@@ -374,6 +374,11 @@ class ControlFlow:
                 got = cond.type if isinstance(cond, Value) else cond
                 raise MdlTypeError(f"a `while` condition must be a bool scalar that depends on "
                                    f"the loop state, got {got}", s.cond.loc)
+            if not _depends_on(cond_block, cond, cond_block.args):
+                raise MdlTypeError(
+                    f"this `while` condition reads none of the variables its body assigns "
+                    f"({', '.join(state)}), so no trip can change it: once true, the loop "
+                    "would never end", s.cond.loc)
         cond_block.results = [cond]
         body = Block([Value(v.type, k) for k, v in state.items()])
         env = dict(self.ctx.env)
@@ -409,6 +414,16 @@ class ControlFlow:
         before = dict(self.ctx.env)
         self._leave(names, set(state), before, "while body", s.loc)
         self.ctx.env.update(zip(state, outputs))
+
+
+def _depends_on(block: Block, value: Value, args: list[Value]) -> bool:
+    """Whether `value`, made in `block`, is computed from any of `args` (the ops' inputs
+    and what their own blocks read from outside them)."""
+    derived = {a.id for a in args}
+    for op in block.ops:
+        if any(v.id in derived for v in outer_reads(op)):
+            derived.update(v.id for v in op.outputs)
+    return value.id in derived
 
 
 def _place(loc: Loc) -> str:

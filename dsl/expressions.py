@@ -234,8 +234,12 @@ class Expressions:
                 start = self._bound(s, size, None)
                 stop = start + 1
                 drop.append(axis)
-            if (start.is_const and stop.is_const and size.is_const
-                    and not 0 <= start.value <= stop.value <= size.value):
+            # out of range whatever the dims (1:B+1, B:2*B of an axis of length B, inside it
+            # only where B is 0); what depends on them is checked at the call
+            # (ops/entry.py, call_bounds)
+            if any(all(c <= 0 for _, c in d.terms) and d.terms
+                   and not (d.is_const and d.value >= 0)
+                   for d in (start, stop - start, size - stop)):
                 raise MdlTypeError(f"slice {start}:{stop} is out of range for axis {axis} of "
                                    f"{x.type}", s.loc)
             starts.append(start)
@@ -254,6 +258,10 @@ class Expressions:
             if not size.is_const:
                 raise MdlTypeError(f"a negative bound needs a known length, not {size}", e.loc)
             d = d + size
+        elif not d.is_const and all(c <= 0 for _, c in d.terms):
+            raise MdlTypeError(f"a bound that is never positive ({d}) would count from the "
+                               f"end, as only a constant one does: write it from the start "
+                               f"(the axis has length {size})", e.loc)
         return d
 
     # ---- dims and types ----
@@ -315,6 +323,10 @@ def positive(size: Dim, loc: Loc) -> Dim:
 def _fold_by_table(op: str, a: Const, b: Const, loc: Loc):
     """`a op b` of two compile-time numbers by the primitive's NumPy reference on Python
     numbers (exact integers)."""
+    if (op == "**" and isinstance(a.value, int) and isinstance(b.value, int)
+            and abs(a.value) > 1 and b.value * math.log2(abs(a.value)) > 64):
+        # out of range before it is computed: 10 ** 10 ** 10 took memory without end
+        raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
     try:
         with np.errstate(all="ignore"):
             value = TABLE[BINARY_PRIMS[op]].ref(None, {}, np.asarray(a.value, dtype=object),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codegen.ir.diagnostics import Loc, MdlError, MdlNameError, MdlTypeError, raise_all
+from codegen.ir.diagnostics import (Loc, MdlError, MdlNameError, MdlTypeError, Source,
+                                    raise_all)
 
 from . import nodes as n
 from .builtins import BUILTINS
@@ -26,10 +27,20 @@ class Program:
 def read_source(path: str | Path, loc: Loc | None = None) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise MdlNameError(f"`{path}` is not UTF-8 text", loc) from None
+    except UnicodeDecodeError as bad:
+        raise MdlNameError(f"`{path}` is not UTF-8 text", loc or _byte_at(path, bad)) from None
     except OSError as exc:
         raise MdlNameError(f"cannot read `{path}`: {exc.strerror or exc}", loc) from None
+
+
+def _byte_at(path: str | Path, bad: UnicodeDecodeError) -> Loc:
+    """Where in the file the first byte that is not UTF-8 stands (its line shown with
+    replacement characters), as a main file's error names it."""
+    data = bad.object
+    line = data.count(b"\n", 0, bad.start) + 1
+    start = data.rfind(b"\n", 0, bad.start) + 1
+    col = len(data[start:bad.start].decode("utf-8", "replace")) + 1
+    return Loc(Source(str(path), data.decode("utf-8", "replace")), line, col)
 
 
 def load_program(text: str, path: str) -> Program:

@@ -584,6 +584,24 @@ def test_the_runtime_cpp_tests_pass_under_sanitizers(tmp_path):
     assert "runtime.test_blas" in run.stdout and "runtime.test_arena" in run.stdout
 
 
+def test_a_module_named_as_a_cmake_target_configures(tmp_path):
+    """all.mdl's emitted CMakeLists.txt named its target `all`, which CMake refuses
+    (`The target name "all" is reserved`): the target is mdl_all, the module still all."""
+    import ninja
+
+    import cmake
+    text = render_cmakelists(["module.cpp"], "all", CPU)
+    assert "pybind11_add_module(mdl_all MODULE" in text and "OUTPUT_NAME all)" in text
+    (tmp_path / "module.cpp").write_text("")
+    (tmp_path / "CMakeLists.txt").write_text(text)
+    run = subprocess.run([Path(cmake.CMAKE_BIN_DIR) / "cmake", "-S", tmp_path, "-B",
+                          tmp_path / "build", "-G", "Ninja",
+                          f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "pybind11_add_module(m MODULE" in render_cmakelists(["module.cpp"], "m", CPU)
+
+
 def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     """cmake/mdl.cmake as docs/build.md shows it: mdl_add_model compiles a model into a
     module that imports, runs, and saves a checkpoint (write_npz: a module failed to import

@@ -122,6 +122,9 @@ def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
     (["-D", "H=" + "9" * 4400], "-D H: an integer of 4400 digits is out of range"),
     (["--model", "Nope"], "has no model `Nope`"),
     (["-D", "H"], "expected K=V"),
+    (["-D", "H=1_000"], "-D H: '1_000' is not a number, true or false"),  # once: H=1000.0
+    (["-D", "H= 3"], "-D H: ' 3' is not a number"),
+    (["-D", "H=\u0663"], "-D H: '\u0663' is not a number"),
 ])
 def test_usage_errors_exit_2(good, args, message):
     r = mdlc("check", str(good), *args)

@@ -279,6 +279,11 @@ BAD_PROGRAMS = [
      "an assert's message cannot hold the control character U+001B", "1:53"),
     ('model M() { input x : f32[B]; assert = 2; output y = x }',
      '`assert` is a keyword', "1:31"),
+    ('model M(A = 10 ** 10 ** 10) { input x : f32[3]; output z = sum(x) }',
+     '10 ** 10000000000 is out of range', "1:16"),
+    ('model M() { input x : f32[B, 4]; y = x; while sum(x) > 0.0 { y = y * 0.5 }; '
+     'output z = sum(y) }',
+     'this `while` condition reads none of the variables its body assigns (y)', "1:54"),
 ]
 
 
@@ -392,3 +397,32 @@ def test_long_lines_are_cut_around_the_caret():
         check_source(source, "m.mdl")
     excerpt = info.value.render().splitlines()[1]
     assert len(excerpt) < 120 and "zz" in excerpt
+
+
+def test_a_message_names_a_control_character_by_its_code_point():
+    """`unexpected character` quoted the raw escape, which the terminal then acted on."""
+    with pytest.raises(MdlError) as info:
+        check_source('model M() {\n  input x : f32[3]\n  y = x\x1b[31m + 1.0\n}', "m.mdl")
+    first = info.value.render().splitlines()[0]
+    assert first == "m.mdl:3:8: error: unexpected character `U+001B`"
+
+
+def test_the_caret_stands_under_its_spot_after_wide_characters():
+    """A terminal shows each CJK character two columns wide; the caret counted them one."""
+    with pytest.raises(MdlError) as info:
+        check_source('model M() {\n  input x : f32[3]\n  assert sum(x) > 0.0, "中文"; '
+                     'y = qq\n  output z = sum(y)\n}', "m.mdl")
+    line, caret = info.value.render().splitlines()[1:3]
+    assert line.endswith('"中文"; y = qq')
+    assert caret.index("^") == len(line) and caret.endswith("^^")  # 2 wide: +2, qq: -2
+
+
+def test_a_main_file_that_is_not_utf8_is_located(tmp_path):
+    from dsl import check_file
+    path = tmp_path / "surr.mdl"
+    path.write_bytes(b"model M() {\n  input x : f32[3] # \xed\xa0\x80\n  output z = sum(x)\n}\n")
+    with pytest.raises(MdlError) as info:
+        check_file(str(path))
+    rendered = info.value.render().splitlines()
+    assert rendered[0] == f"{path}:2:22: error: `{path}` is not UTF-8 text"
+    assert rendered[2] == "   |                      ^"

@@ -144,7 +144,7 @@ def test_a_vjp_build_s_backward_takes_the_cotangents_by_name():
 
 def test_a_cuda_module_s_results_may_stay_on_the_device():
     _, files = sources(CHARLM, "charlm", BuildOptions(target="cuda", emulate=True))
-    assert "_Result = dict[str, Any]" in files["charlm.pyi"]
+    assert "_Result = dict[str, _Any]" in files["charlm.pyi"]
     assert "the mdl model CharLM (cuda, f32)." in files["charlm.pyi"]
 
 
@@ -200,3 +200,30 @@ def test_a_type_checker_reads_the_stub(tmp_path, charlm64):
     assert status == 1
     assert 'Unexpected keyword argument "target" for "forward" of "CharLM"' in out
     assert '"CharLMStep" has no attribute "train_step"' in out
+
+
+STUB_CLASHES = """
+model os() { input self : f32[B, 3]; output y = sum(self) }
+model Any() { input x : f32[B, 3]; output y = sum(x) }
+model _Array() { input x : f32[B, 3]; output y = sum(x) }
+model dict() { input x : f32[B, 3]; output y = sum(x) }
+"""
+
+
+def test_names_the_stub_itself_uses_leave_it_valid(tmp_path):
+    """An input `self` made `def forward(self, *, self: _Array)` (a SyntaxError), and a
+    model `os`, `Any` or `_Array` hid the stub's own names (mypy: `Name "os" already
+    defined`)."""
+    path = tmp_path / "clashes.mdl"
+    path.write_text(STUB_CLASHES)
+    _, files = sources(path, "clashes", BuildOptions())
+    stub = files["clashes.pyi"]
+    declared = classes(stub)  # parses: no duplicate argument
+    assert {"os", "Any"} <= set(declared) and not {"_Array", "dict"} & set(declared)
+    assert members(declared["os"])["forward"].args.kwarg.arg == "inputs"
+    assert '# The model _Array is getattr(module, "_Array")' in stub
+    api = pytest.importorskip("mypy.api", reason="mypy (an optional peer) is not installed")
+    (tmp_path / "clashes.pyi").write_text(stub)
+    out, _, status = api.run(["--strict", "--no-incremental", "--cache-dir",
+                              str(tmp_path / "cache"), str(tmp_path / "clashes.pyi")])
+    assert status == 0, out

@@ -651,3 +651,44 @@ def test_random_programs_run_in_the_onnx_reference_evaluator_like_the_reference(
     program = generate(seed, index, "small")
     failures = run_program(program, tmp_path, "onnx-reference", "f64")
     assert not failures, (failures, module_source([program]))
+
+
+def test_a_split_into_one_part_runs_in_the_reference_and_onnxruntime(tmp_path):
+    """The reference made split(x, 1) a [1, B, 4] (np.split's list of one) and `--verify`
+    stopped with an internal error; the native build and onnxruntime were right."""
+    path = tmp_path / "one.mdl"
+    path.write_text("model M() {\n  input x : f32[B, 4]\n  a = split(x, 1, axis = 1)\n"
+                    "  output y = a\n}\n")
+    x = np.arange(12.0).reshape(3, 4)
+    got = reference.run(check_file(str(path)).graph, {"x": x}, {})["y"]
+    np.testing.assert_array_equal(got, x)
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "one.onnx"), "--verify"]) == 0
+
+
+def test_verify_with_inputs_that_fail_an_assert_is_a_usage_error(tmp_path, capsys):
+    """It was an internal error (exit 3); gradcheck said what to do, as export now does."""
+    path = tmp_path / "checked.mdl"
+    path.write_text("model M() {\n  input x : f32[B, 4]\n  assert B > 3\n"
+                    "  output z = sum(x)\n}\n")
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "c.onnx"), "--verify"]) == 2
+    assert "the random inputs fail the model's check: assertion `B > 3` is false" in \
+        capsys.readouterr().err
+
+
+def test_a_parameter_named_as_an_input_or_output_keeps_its_own_initializer(tmp_path):
+    """`param x` after `input x` (which it shadows) made an initializer `x`, and
+    onnxruntime fed the input in its place (60 for 33); `output w` of `param w` was
+    refused by ONNX's checker. Such a parameter is `param:NAME` in the file."""
+    path = tmp_path / "named.mdl"
+    path.write_text("model M() {\n  input x : f32[3]\n  a = sum(x)\n"
+                    "  param x : f32[3] = ones\n  output z = a + sum(x)\n}\n"
+                    "model W() {\n  input y : f32[3]\n  param w : f32[3] = ones\n"
+                    "  output w = y * w\n}\n")
+    for model, inputs, want in (("M", {"x": np.full(3, 10.0, np.float32)}, {"z": 33.0}),
+                                ("W", {"y": np.full(3, 2.0, np.float32)}, {"w": 2.0})):
+        out = tmp_path / f"{model}.onnx"
+        export_onnx(str(path), str(out), model=model)
+        names = [i.name for i in onnx.load(str(out)).graph.initializer]
+        assert names == ["param:" + ("x" if model == "M" else "w")]
+        got = ort.InferenceSession(str(out)).run(None, inputs)[0]
+        np.testing.assert_allclose(got, next(iter(want.values())))

@@ -96,9 +96,17 @@ def stub(module_name: str, models: list[ModelInterface]) -> str:
         device=models[0].device, models=[_stub_class(m) for m in models])
 
 
+# Names the stub itself uses (templates/module.pyi.j2): a model class of one would hide
+# what its later annotations mean (`int`), or the stub's own names, so it is not declared
+STUB_NAMES = {"_np", "_npt", "_os", "_Any", "_Protocol", "_DLPack", "_Array", "_Result",
+              "DeviceArray", "_Model", "set_num_threads", "get_num_threads",
+              "int", "str", "float", "bool", "dict", "list", "tuple", "property"}
+
+
 def _stub_class(m: ModelInterface) -> dict:
     """What the stub's template writes of one model class: its methods' keyword arguments."""
-    return dict(name=m.name, declared=_declarable(m.name), trains=m.trains, vjp=m.vjp,
+    declared = _declarable(m.name) and m.name not in STUB_NAMES
+    return dict(name=m.name, declared=declared, trains=m.trains, vjp=m.vjp,
                 doc=m.doc().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
                 .replace("\n", "\n    ").replace("\n    \n", "\n\n") + "\n    ",
                 forward=_keywords(list(m.inputs), ", training: bool = False"),
@@ -107,10 +115,10 @@ def _stub_class(m: ModelInterface) -> dict:
 
 def _keywords(names: list[str], extra: str = "") -> str:
     """`, *, a: Array, b: Array` and `extra`; names Python cannot declare as arguments
-    (`class`) are taken as `**inputs`."""
+    (`class`, or `self`, the method's own) are taken as `**inputs`."""
     if not names and not extra:
         return ""
-    if all(_declarable(k) for k in names):
+    if all(_declarable(k) and k != "self" for k in names):
         return ", *" + "".join(f", {k}: _Array" for k in names) + extra
     return (", *" + extra if extra else "") + ", **inputs: _Array"
 

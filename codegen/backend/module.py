@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DTYPES
-from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, signed_sizes, use_counts,
+from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, use_counts,
                         walk_ops)
 from ..ir.origins import input_origins
 from ..ir.shapes import TensorType, contiguous_strides, numel
-from ..ops.entry import entry
+from ..ops.entry import call_bounds, entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames, c_float
 from .interface import describe, stub
@@ -241,8 +241,8 @@ class ModuleGenerator:
             dtype=_dtype_spec(self.dtype),
             dynamic=len(self.names.dynamic), device=self.target.device,
             profile_sites=self.sites,
-            sizes=[(str(d), self.names.expr(d)) for d in
-                   signed_sizes([g] + ([j] if j is not None else []), self.dims)])
+            sizes=[(text, self.names.expr(d)) for text, d in
+                   call_bounds([g] + ([j] if j is not None else []), self.dims)])
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from ..backend.target import Target
 
 
+# Target names CMake refuses (policy CMP0037, and its generators' own targets): a module
+# of such a name (all.mdl) is built by the target mdl_NAME, its file still NAME
+CMAKE_RESERVED = {"all", "clean", "help", "install", "test", "package", "package_source",
+                  "edit_cache", "rebuild_cache", "list_install_components", "preinstall",
+                  "ALL_BUILD", "ZERO_CHECK", "RUN_TESTS", "INSTALL", "PACKAGE",
+                  "NIGHTLY", "EXPERIMENTAL", "CONTINUOUS"}
+
+
 def render_cmakelists(source_names: Iterable[str], module_name: str, target: Target, *,
                       debug: bool = False, sanitize: bool = False) -> str:
     """A CMakeLists.txt that builds `source_names`, generated for `target`, and the runtime
@@ -31,6 +39,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
     cxx_flags = compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):]
     context = {
         "name": module_name,
+        "target": f"mdl_{module_name}" if module_name in CMAKE_RESERVED else module_name,
         "sources": compiled(source_names),
         "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
             [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),

@@ -46,13 +46,20 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
                 bindings.setdefault(symbol, (name, axis))
     inputs = {k: v for k, v in graph.inputs.items()
               if v.id in read or any(b[0] == k for b in bindings.values())}
-    names = Names([*graph.inputs, *graph.params, *graph.outputs])
+    # a parameter named as an input or an output (`param x` after `input x`, which it
+    # shadows) is `param:x`: ONNX would feed the input in its place, or refuse the file
+    taken = {*graph.inputs, *graph.outputs}
+    stored = {}
+    for name in graph.params:
+        stored[name] = name if name not in taken else f"param:{name}"
+        taken.add(stored[name])
+    names = Names([*graph.inputs, *stored.values(), *graph.outputs])
     root = Root(names, bindings, dict(fixed))
     top = root.graph = OnnxGraph(root)
     for name, v in graph.inputs.items():
         top.bind(v, name)
     for name, p in graph.params.items():
-        top.bind(p.value, name)
+        top.bind(p.value, stored[name])
     for op in graph.body.ops:
         try:
             top.emit(op)
@@ -68,8 +75,8 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
                                                   _shape(v.type.shape, fixed)))
     nodes = live(top.nodes, graph.outputs)
     used = reads(nodes)  # a parameter only dead nodes read is left out too
-    initializers = [numpy_helper.from_array(np.array(params[name], order="C"), name)
-                    for name in graph.params if name in used]
+    initializers = [numpy_helper.from_array(np.array(params[name], order="C"), stored[name])
+                    for name in graph.params if stored[name] in used]
     onnx_inputs = [helper.make_tensor_value_info(name, element(v.type.dtype),
                                                  _shape(v.type.shape, fixed))
                    for name, v in inputs.items()]

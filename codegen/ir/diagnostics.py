@@ -6,6 +6,7 @@ as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
 """
 from __future__ import annotations
 
+import unicodedata
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -83,11 +84,13 @@ class Diagnostic:
 
     def render(self, palette: Plain = PLAIN) -> str:
         where = palette.location(f"{self.loc}:") + " " if self.loc else ""
-        out = [f"{where}{palette.severity(self.severity + ':', self.severity)} {self.message}"]
+        out = [f"{where}{palette.severity(self.severity + ':', self.severity)} "
+               f"{_printable(self.message)}"]
         if self.loc:
             out += _excerpt(self.loc, self.label, palette)
         note = palette.severity("note:", "note")
         for text, loc in self.notes:
+            text = _printable(text)
             out.append(f"  {note} {loc}: {text}" if loc else f"  {note} {text}")
         return "\n".join(out)
 
@@ -97,6 +100,20 @@ EXCERPT_WIDTH = 100
 # A control character of the source (a NUL, an escape) shown as one replacement
 # character: the terminal then prints what the file holds, column for column
 _SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0)] if c != ord("\t")}
+
+
+# A control character a message quotes from the source (`unexpected character` of an
+# escape) written as its code point: printed raw, it was the terminal's to act on
+_NAMED = {c: f"U+{c:04X}" for c in _SHOWN if c not in (ord("\n"), ord("\r"))}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_NAMED)
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a terminal: a wide character (CJK) two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
@@ -110,7 +127,9 @@ def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
         line = ("..." if start else "") + line[start:start + EXCERPT_WIDTH] + "..."
         col = col - start + (3 if start else 0)
     width = max(1, min(loc.length, len(line) - col + 1, EXCERPT_WIDTH))
-    caret = " " * (col - 1) + "^" * width + (f" {label}" if label else "")
+    # under the characters as a terminal shows them: wide ones take two columns
+    caret = (" " * _width(line[:col - 1]) + "^" * max(1, _width(line[col - 1:col - 1 + width]))
+             + (f" {label}" if label else ""))
     return [f" {loc.line} | {palette.source(line)}", f" {gutter} | {palette.caret(caret)}"]
 
 

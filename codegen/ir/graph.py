@@ -172,8 +172,8 @@ def walk_ops(block: Block) -> Iterator[Op]:
 def signed_sizes(graphs: list[Graph], dims) -> list[Dim]:
     """The sizes of the graphs' values that the call's dims could make negative (`T - 30`
     is for T < 30): made of the user dims `dims` alone, with a term subtracted. A call
-    whose dims make one negative is refused before anything runs, by the reference
-    (`negative_size`) and a generated module (ModelSpec::size_value) alike."""
+    whose dims make one negative is refused before anything runs (ops.entry.call_bounds
+    says how)."""
     sizes: set[Dim] = set()
     for g in graphs:
         for block in (g.body, g.backward):
@@ -182,17 +182,6 @@ def signed_sizes(graphs: list[Graph], dims) -> list[Dim]:
                     sizes.update(d for d in v.type.shape
                                  if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims))
     return sorted(sizes, key=str)
-
-
-def negative_size(sizes: list[Dim], dims: dict) -> str | None:
-    """What refuses a call whose bound `dims` make one of `sizes` negative; None if none."""
-    for d in sizes:
-        size = d.evaluate(dims)
-        if size < 0:
-            bound = ", ".join(f"{k} = {v}" for k, v in dims.items())
-            return (f"the inputs' dims ({bound}) make the size {d} of this model's values "
-                    f"{size}: a size cannot be negative")
-    return None
 
 
 def reads(op: Op) -> list[Value]:

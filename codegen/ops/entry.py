@@ -11,6 +11,10 @@ The questions (each kind of entry says more in its own module):
 - `rewrite(op, autodiff) -> rule(b, op) or None`: a rewrite into simpler ops before
   autodiff or a backend (codegen/transforms/prepare.py);
 - `simplify(b, op, facts) -> values or None`, `trim(op, live)`: what the passes offer it;
+- `bounds(op) -> [(text, dim)]`: dims the call's dims must keep >= 0 for the op to stay
+  inside its operand (a slice's start, the room its end leaves: `B - 6` for `[:, 5]` of
+  an axis of length B), each with the refusal's text, `{}` where its value goes
+  (`refused`, below);
 - `integer_bounds(op, size)`, `steps(op)` (the block arguments that each take one step of
   an operand, paired with it: a `for`'s loop variables and its sequences),
   `sets_dims(op)`, `uniform(op)`, `blocks` (block names),
@@ -38,7 +42,8 @@ from __future__ import annotations
 import abc
 from typing import Callable
 
-from ..ir.graph import IRError, Op
+from ..ir.graph import IRError, Op, signed_sizes, walk_ops
+from ..ir.shapes import Dim
 
 
 class Broken(Exception):
@@ -71,6 +76,7 @@ class OpEntry(abc.ABC):
     step_sum: Callable | None = None
     step_rows: Callable | None = None
     integer_bounds: Callable | None = None
+    bounds: Callable | None = None
     steps: Callable | None = None
     uniform: Callable | None = None
     redraw: Callable | None = None
@@ -119,3 +125,32 @@ def constant(op: Op) -> bool:
     """Whether `op` fills its one output with a number known from the op alone (`full`,
     `zeros[B, H]`, a literal)."""
     return entry(op).uniform is not None and not op.inputs and len(op.outputs) == 1
+
+
+def call_bounds(graphs: list, dims) -> list[tuple[str, Dim]]:
+    """What a call's dims must keep >= 0, with the refusal's text (`{}`: the value): the
+    sizes of the graphs' values that they could make negative (`T - 30`), and the ops'
+    `bounds` made of them alone (a slice of an axis of length B at [:, 5] needs B >= 6).
+    A call whose dims break one is refused before anything runs, by the reference and a
+    generated module (ModelSpec::size_value) alike: the slice read and its gradient wrote
+    outside its operand."""
+    found = {f"the size {d} of this model's values {{}}: a size cannot be negative": d
+             for d in signed_sizes(graphs, dims)}
+    for g in graphs:
+        for block in (g.body, g.backward):
+            for op in walk_ops(block):
+                rule = entry(op).bounds
+                for text, d in (rule(op) if rule is not None else ()):
+                    if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims):
+                        found.setdefault(text, d)
+    return sorted(found.items())
+
+
+def refused(bounds: list[tuple[str, Dim]], dims: dict) -> str | None:
+    """What refuses a call whose bound `dims` break one of `bounds`; None if none."""
+    for text, d in bounds:
+        value = d.evaluate(dims)
+        if value < 0:
+            bound = ", ".join(f"{k} = {v}" for k, v in dims.items())
+            return f"the inputs' dims ({bound}) make " + text.replace("{}", str(value))
+    return None

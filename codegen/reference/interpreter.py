@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.graph import Block, Graph, Op, Value, negative_size, signed_sizes, walk_ops
+from ..ir.graph import Block, Graph, Op, Value, walk_ops
 from ..ir.origins import Origins, input_origins, out_of_range
 from ..ir.shapes import TensorType
 from ..ops.context import Context, Held, OutOfRange
-from ..ops.entry import entry
+from ..ops.entry import call_bounds, entry, refused
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
 
@@ -88,9 +88,9 @@ class Interpreter:
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed, held)
         self.graph = graph
         self.origins: Origins | None = None  # made for the first index out of range
-        refused = negative_size(signed_sizes([graph], self.ctx.dims), self.ctx.dims)
-        if refused:
-            raise ValueError(refused)
+        refusal = refused(call_bounds([graph], self.ctx.dims), self.ctx.dims)
+        if refusal:
+            raise ValueError(refusal)
         self.env: dict[int, np.ndarray] = {}
         # a `for`'s ragged yield (value id): (first row, rows) of each step (for_op.py)
         self.ragged: dict[int, tuple[np.ndarray, np.ndarray]] = {}

@@ -183,8 +183,9 @@ struct ModelSpec {
   const char* doc;             // its class's docstring (codegen/backend/interface.py)
   int n_profile_sites;         // a profiled build's sites (ProfileSite); else 0
   const ProfileSite* profile_sites;
-  int n_sizes;                    // sizes the dims could make negative (`T - 30`): a call
-  const char* const* size_names;  // whose dims make one negative is refused
+  int n_sizes;                    // sizes the dims could make negative (`T - 30`), and
+  const char* const* size_names;  // slices' bounds: a call whose dims make one negative is
+                                  // refused with its text (`{}` where its value goes)
   SizeFunction size_value;
 };
 

@@ -591,7 +591,9 @@ class Model {
   }
 
   // Refuses dims that make a size of the model's values negative (`zeros[T - 30]` at
-  // T = 4), which no memory plan can hold.
+  // T = 4), which no memory plan can hold, or put a slice outside its axis (`[:, 5]` of
+  // an axis of length B at B = 3): codegen/ops/entry.py, call_bounds. Each one's text
+  // has `{}` where its value goes.
   void check_sizes(const std::vector<int64_t>& dims) const {
     for (int k = 0; k < spec_->n_sizes; ++k) {
       const int64_t size = spec_->size_value(k, dims.data());
@@ -600,9 +602,10 @@ class Model {
       for (int i = 0; i < spec_->n_dims; ++i)
         bound += std::string(i ? ", " : "") + spec_->dim_names[i] + " = " +
                  std::to_string(dims[i]);
-      throw py::value_error("the inputs' dims (" + bound + ") make the size " +
-                            spec_->size_names[k] + " of this model's values " +
-                            std::to_string(size) + ": a size cannot be negative");
+      std::string text = spec_->size_names[k];
+      const std::size_t at = text.find("{}");
+      if (at != std::string::npos) text.replace(at, 2, std::to_string(size));
+      throw py::value_error("the inputs' dims (" + bound + ") make " + text);
     }
   }
 

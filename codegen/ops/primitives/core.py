@@ -81,6 +81,7 @@ class Primitive(OpEntry):
     selects: bool = False
     uniform: Callable | None = None
     integer_bounds: Callable | None = None
+    bounds: Callable | None = None   # dims the call must keep >= 0 (ops/entry.py)
     product: bool = False
     accumulates: bool = False
     reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)

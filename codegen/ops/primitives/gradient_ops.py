@@ -10,7 +10,7 @@ from ...ir.shapes import Dim, broadcast_shapes
 from ..entry import summed
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
-from .structure import slices
+from .structure import inside, slices
 
 
 def _shape_attr(types, attrs):
@@ -166,7 +166,14 @@ def _unslice_onnx(g, op, xs):
     return g.op("Pad", xs[0], pads, g.const(0, op.outputs[0].type.dtype))
 
 
-@primitive("unslice", 1, ref=_unslice_ref, grad=_unslice_grad, onnx=_unslice_onnx)
+def _unslice_bounds(op):
+    g, starts = op.inputs[0].type, op.attrs["starts"]
+    whole = g.with_shape(tuple(op.attrs["shape"]))
+    return inside(whole, starts, [a + n for a, n in zip(starts, g.shape)])
+
+
+@primitive("unslice", 1, ref=_unslice_ref, grad=_unslice_grad, bounds=_unslice_bounds,
+           onnx=_unslice_onnx)
 def _unslice(types, attrs):
     """Zeros of `shape` with g placed at `starts` (the adjoint of slice)."""
     g, = types

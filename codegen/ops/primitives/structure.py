@@ -92,7 +92,9 @@ def _split_simplify(b, op, facts):
 
 
 @primitive("split", 1, grad=lambda b, op, cts: [b.concat(*cts, axis=op.attrs["axis"])],
-           ref=lambda ctx, attrs, x: np.split(x, attrs["parts"], attrs["axis"]),
+           # one part is one output, the array itself (not a list of one)
+           ref=lambda ctx, attrs, x: (lambda parts: parts if len(parts) > 1 else parts[0])(
+               np.split(x, attrs["parts"], attrs["axis"])),
            simplify=_split_simplify, selects=True,
            onnx=lambda g, op, xs: g.ops("Split", xs, op.attrs["parts"], axis=op.attrs["axis"],
                                         num_outputs=op.attrs["parts"]))
@@ -205,8 +207,22 @@ def _slice_onnx(g, op, xs):
     return g.op("Slice", xs[0], g.dims(starts), g.dims(stops), g.ints(range(len(starts))))
 
 
+def inside(x, starts, stops) -> list[tuple[str, Dim]]:
+    """What keeps the box `starts`:`stops` of `x`'s leading axes inside it: each start,
+    and what each stop leaves of its axis (a slice's, and its gradient's `unslice`)."""
+    out = []
+    for axis, (start, stop) in enumerate(zip(starts, stops)):
+        size = x.shape[axis]
+        out.append((f"the start {start} of the slice {start}:{stop} of axis {axis} of {x} "
+                    "{}: a slice starts at 0 or after", start))
+        out.append((f"{size - stop}, what the slice {start}:{stop} leaves of axis {axis} of "
+                    f"{x} after its end, {{}}: a slice ends inside its axis", size - stop))
+    return out
+
+
 @primitive("slice", 1, grad=_slice_grad, simplify=_same_shape, selects=True,
            ref=lambda ctx, attrs, x: x[slices(ctx, attrs["starts"], attrs["stops"])],
+           bounds=lambda op: inside(op.inputs[0].type, op.attrs["starts"], op.attrs["stops"]),
            onnx=_slice_onnx)
 def _slice(types, attrs):
     x, = types

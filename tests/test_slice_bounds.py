@@ -1,0 +1,81 @@
+"""Slices whose bounds depend on the call's dims stay inside their axis: `x[:, 5]` of an
+axis of length B, or `y[0:B]` of an axis of length T, once read memory before or after
+the input (and the backward wrote the gradient there) when the call's dims put them
+outside. A call whose dims do is refused before anything runs, with the same words on
+the reference, the cpu target and the emulated device; bounds outside for any dims are
+errors at check."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from codegen.ir.diagnostics import MdlTypeError
+from codegen.reference import interpreter as reference
+from dsl import check_file
+from source_files import built_for
+
+SLICES = """
+model Column() {
+  input x : f32[B, 4]
+  output b = transpose(x)[:, 5]
+}
+model Window() {
+  input y : f32[T, 4]
+  input z : f32[B]
+  param w : f32[4] = ones
+  output a = sum(y[0:B] * w) + sum(z)
+  minimize a
+}
+"""
+COLUMN = ("the inputs' dims (B = 3) make B - 6, what the slice 5:6 leaves of axis 1 of "
+          "f32[4, B] after its end, -3: a slice ends inside its axis")
+WINDOW = ("the inputs' dims (T = 2, B = 3) make T - B, what the slice 0:B leaves of axis 0 "
+          "of f32[T, 4] after its end, -1: a slice ends inside its axis")
+
+
+@pytest.fixture(scope="module")
+def slices(tmp_path_factory):
+    path = tmp_path_factory.mktemp("slices") / "slices.mdl"
+    path.write_text(SLICES)
+    return path
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_dims_that_put_a_slice_outside_its_axis_are_refused(slices, target):
+    module = built_for(slices, target, name=f"slice_bounds_{target}")
+    column = module.Column()
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    np.testing.assert_array_equal(column.forward(x=x)["b"], x[5])
+    with pytest.raises(ValueError, match=re.escape(COLUMN)):
+        column.forward(x=x[:3])
+    window = module.Window()
+    window.set_optimizer("sgd", lr=0.1)
+    with pytest.raises(ValueError, match=re.escape(WINDOW)):
+        window.train_step(y=np.ones((2, 4), np.float32), z=np.ones(3, np.float32))
+    before = window.params["w"].copy()
+    window.train_step(y=np.ones((4, 4), np.float32), z=np.ones(3, np.float32))
+    np.testing.assert_allclose(window.params["w"], before - 0.1 * 3)
+
+
+def test_the_reference_refuses_them_alike(slices):
+    column = check_file(str(slices), model="Column").graph
+    with pytest.raises(ValueError, match=re.escape(COLUMN)):
+        reference.run(column, {"x": np.zeros((3, 4))}, {})
+    window = check_file(str(slices), model="Window").graph
+    with pytest.raises(ValueError, match=re.escape(WINDOW)):
+        reference.run(window, {"y": np.zeros((2, 4)), "z": np.zeros(3)}, {"w": np.ones(4)})
+
+
+@pytest.mark.parametrize("body, message", [
+    ("output a = x[1:B+1]", "slice 1:B + 1 is out of range for axis 0 of f32[B, 4]"),
+    ("output a = x[B:2*B]", "slice B:2*B is out of range for axis 0 of f32[B, 4]"),
+    ("output a = x[-B:]", "a bound that is never positive (-B) would count from the end, "
+                          "as only a constant one does"),
+])
+def test_bounds_outside_for_any_dims_are_errors_at_check(tmp_path, body, message):
+    path = tmp_path / "bad.mdl"
+    path.write_text(f"model M() {{\n  input x : f32[B, 4]\n  {body}\n}}\n")
+    with pytest.raises(MdlTypeError, match=re.escape(message)):
+        check_file(str(path))
