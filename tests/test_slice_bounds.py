@@ -68,6 +68,20 @@ def test_the_reference_refuses_them_alike(slices):
         reference.run(window, {"y": np.zeros((2, 4)), "z": np.zeros(3)}, {"w": np.ones(4)})
 
 
+def test_a_slice_in_a_branch_the_dims_keep_from_running_is_not_refused(tmp_path):
+    """`if T > 2 { y = sum(xs[0:2]) }` at T = 1: the branch does not run, and the call
+    is not refused (only what every call runs is checked before it; see the docs)."""
+    path = tmp_path / "branch.mdl"
+    path.write_text("model M() {\n  input xs : f32[T, B]\n"
+                    "  if T > 2 { y = sum(xs[0:2]) } else { y = sum(xs) }\n"
+                    "  output z = y\n}\n")
+    graph = check_file(str(path)).graph
+    xs = np.ones((1, 2))
+    assert reference.run(graph, {"xs": xs}, {})["z"] == 2
+    assert built_for(path, "cpu", name="slice_in_branch").M().forward(
+        xs=xs.astype(np.float32))["z"] == 2
+
+
 @pytest.mark.parametrize("body, message", [
     ("output a = x[1:B+1]", "slice 1:B + 1 is out of range for axis 0 of f32[B, 4]"),
     ("output a = x[B:2*B]", "slice B:2*B is out of range for axis 0 of f32[B, 4]"),

@@ -42,7 +42,7 @@ from __future__ import annotations
 import abc
 from typing import Callable
 
-from ..ir.graph import IRError, Op, signed_sizes, walk_ops
+from ..ir.graph import IRError, Op, signed_sizes
 from ..ir.shapes import Dim
 
 
@@ -129,16 +129,18 @@ def constant(op: Op) -> bool:
 
 def call_bounds(graphs: list, dims) -> list[tuple[str, Dim]]:
     """What a call's dims must keep >= 0, with the refusal's text (`{}`: the value): the
-    sizes of the graphs' values that they could make negative (`T - 30`), and the ops'
-    `bounds` made of them alone (a slice of an axis of length B at [:, 5] needs B >= 6).
-    A call whose dims break one is refused before anything runs, by the reference and a
-    generated module (ModelSpec::size_value) alike: the slice read and its gradient wrote
-    outside its operand."""
+    sizes of the graphs' values that they could make negative (`T - 30`), and the
+    `bounds` made of them alone of the ops that every call runs, those outside any
+    branch or loop (a slice of an axis of length B at [:, 5] needs B >= 6; in a branch
+    the dims may keep it from running: `if T > 2 { y = xs[0:2] }`). A call whose dims
+    break one is refused before anything runs, by the reference and a generated module
+    (ModelSpec::size_value) alike: the slice read and its gradient wrote outside its
+    operand."""
     found = {f"the size {d} of this model's values {{}}: a size cannot be negative": d
              for d in signed_sizes(graphs, dims)}
     for g in graphs:
         for block in (g.body, g.backward):
-            for op in walk_ops(block):
+            for op in block.ops:
                 rule = entry(op).bounds
                 for text, d in (rule(op) if rule is not None else ()):
                     if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims):
