@@ -177,8 +177,7 @@ class CpuTarget(Target):
             names = compute(r, ins, index, hoisted)
             store(r, ins, index, names)
             for x, total, _ in ins.sums:
-                target = accumulators.get(total.id) or f"{r.ptr(total)}[{index[total.id]}]"
-                r.emit(f"{target} += {names[x.id]};")
+                r.emit(f"{accumulators[total.id]} += {names[x.id]};")
         self._loop_nest(r, ins.shape, operands + [t for _, t, _ in ins.sums], body, sums,
                         ops_per_element=len(ins.ops))
 
@@ -204,19 +203,23 @@ class CpuTarget(Target):
         """Nested loops over `shape`, neighbouring dims merged where every operand's
         strides allow; `body(index, accumulators)` gets each operand's index expression
         by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
-        adds into: one summed along the innermost loop gets a local accumulator there
-        (`accumulators`: value id -> its name), so that loop still vectorizes.
+        adds into (`accumulators`: value id -> what the body adds to): one summed along
+        the innermost loop gets a local accumulator there, so that loop still vectorizes;
+        an f32 one summed along an outer loop adds up in doubles (mdl::WideSums), rounded
+        into it after the loops.
         `ops_per_element` (none: 0) weighs the loop's work: at PARALLEL_WORK and more,
         where the process has threads, its outermost loop that every sum keeps (none adds
         along it) is shared out over them: each total is then a thread's alone, added in
         the order one thread adds it (two threads adding into one would race)."""
         nest = merge(r, shape, operands, sums)
+        wide = self._wide_sums(r, nest, sums or {})
         work = numel(shape) * ops_per_element
         split = next((n for n in range(len(nest.dims))
                       if all(nest.strides[k][n] != Dim.of(0) for k in sums or {})), None)
         if split is None or not ops_per_element or (
                 work.is_const and work.value < PARALLEL_WORK):
-            self._loops(r, nest, body, sums, None)
+            self._loops(r, nest, body, sums, wide, None)
+            self._round_wide_sums(r, nest, wide)
             return
         team = ("mdl::split_threads()" if work.is_const else
                 f"{r.dim(work)} >= {PARALLEL_WORK} ? mdl::split_threads() : 1")
@@ -228,7 +231,7 @@ class CpuTarget(Target):
         part, begin, end = r.fresh("part"), r.fresh("begin"), r.fresh("end")
         r.open(f"const auto {part} = [=, &m, &c](const int64_t {begin}, "
                f"const int64_t {end}) MDL_NOINLINE")
-        self._loops(r, nest, body, sums, (begin, end), split)
+        self._loops(r, nest, body, sums, wide, (begin, end), split)
         r.close(";")
         r.open(f"if (const int team = {team}; team > 1)")
         r.emit("#pragma omp parallel num_threads(team)")
@@ -244,33 +247,59 @@ class CpuTarget(Target):
         r.depth += 1
         r.emit(f"{part}(0, {extent});")
         r.close()
+        self._round_wide_sums(r, nest, wide)
 
-    def _loops(self, r, nest, body, sums: dict | None, bounds: tuple[str, str] | None,
-               split: int = 0) -> None:
-        """The loops of a merged `nest` (see _loop_nest); `bounds`: the names of the first
-        and past-the-last index that loop `split` runs over (a thread's part), else every
-        loop runs whole."""
+    @staticmethod
+    def _wide_sums(r, nest, sums: dict) -> dict[int, str]:
+        """Value id -> the name of its doubles, for each f32 sum that adds along an outer
+        loop (declared here, zeroed: one mdl::WideSums for them all)."""
+        wide = {k: r.fresh("wide") for k in sums if r.ctype(nest.values[k]) == "float"
+                and any(s == Dim.of(0) for s in nest.strides[k][:-1])}
+        if wide:
+            sizes = [f"({r.dim(numel(nest.values[k].type.shape))})" for k in wide]
+            held = r.fresh("held")
+            r.emit(f"const mdl::WideSums {held}({' + '.join(sizes)});")
+            for n, name in enumerate(wide.values()):
+                r.emit(f"double* const {name} = {held}.data() + {' + '.join(sizes[:n]) or 0};")
+        return wide
+
+    @staticmethod
+    def _round_wide_sums(r, nest, wide: dict[int, str]) -> None:
+        """Each wide sum's doubles rounded into its f32 total (contiguous, as sums are)."""
+        for k, name in wide.items():
+            i, total = r.fresh("i"), nest.values[k]
+            r.emit(VECTORIZE)
+            r.open(f"for (int64_t {i} = 0; {i} < {r.dim(numel(total.type.shape))}; ++{i})")
+            r.emit(f"{r.ptr(total)}[{i}] = float({name}[{i}]);")
+            r.close()
+
+    def _loops(self, r, nest, body, sums: dict | None, wide: dict[int, str],
+               bounds: tuple[str, str] | None, split: int = 0) -> None:
+        """The loops of a merged `nest` (see _loop_nest); `wide`: the sums added up in
+        doubles (_wide_sums); `bounds`: the names of the first and past-the-last index
+        that loop `split` runs over (a thread's part), else every loop runs whole."""
         dims, merged, values = nest.dims, nest.strides, nest.values
         idx = [r.fresh("i") for _ in dims]
         inner = {k: r.fresh("acc") for k in sums or {} if dims and merged[k][-1] == Dim.of(0)}
         for n, (var, d) in enumerate(zip(idx, dims)):
             if n == len(dims) - 1:
                 for k, acc in inner.items():  # a float's sum in double (kernels.h's Wide)
-                    wide = "double" if r.ctype(values[k]) == "float" else r.ctype(values[k])
-                    r.emit(f"{wide} {acc} = 0;")
+                    kind = "double" if r.ctype(values[k]) == "float" else r.ctype(values[k])
+                    r.emit(f"{kind} {acc} = 0;")
                 r.emit(f"#pragma omp simd reduction(+ : {', '.join(inner.values())})"
                        if inner else VECTORIZE)
             begin, end = bounds if bounds and n == split else ("0", r.dim(d))
             r.open(f"for (int64_t {var} = {begin}; {var} < {end}; ++{var})")
         if not dims:
             r.open("")
-        body({k: _index(r, s, idx) for k, s in merged.items()}, inner)
+        base = {k: wide.get(k) or r.ptr(values[k]) for k in sums or {}}
+        index = {k: _index(r, s, idx) for k, s in merged.items()}
+        body(index, {k: inner.get(k) or f"{base[k]}[{index[k]}]" for k in sums or {}})
         for n in range(max(1, len(dims))):
             r.close()
             if n == 0:  # the innermost loop closed: its accumulators are added in
                 for k, acc in inner.items():
-                    r.emit(f"{r.ptr(values[k])}[{_index(r, merged[k][:-1], idx[:-1])}] "
-                           f"+= {acc};")
+                    r.emit(f"{base[k]}[{_index(r, merged[k][:-1], idx[:-1])}] += {acc};")
 
 
 CPU = CpuTarget()
