@@ -1,9 +1,10 @@
-"""Ctrl-C stops a call between a loop's steps (cpp_runtime/mdl/interrupts.h): a `while`
-whose condition stays true (in a forward, in a training step), or 2**40 steps of an empty
-batch, ran on for ever or for hours before, deaf to Ctrl-C. Each case runs in a process of its
-own that sends itself SIGINT once the call is under way: the call raises KeyboardInterrupt
-(or what a SIGINT handler of the user's raises), a training step
-interrupted changes no weight, and the model works after it."""
+"""Ctrl-C stops a call between a loop's steps (cpp_runtime/mdl/interrupts.h), on both
+targets (the cuda target's on the emulated device): a `while` whose condition stays true
+(in a forward, in a training step), or 2**40 steps of an empty batch, ran on for ever or for
+hours before, deaf to Ctrl-C. Each case runs in a process of its own that sends itself
+SIGINT once the call is under way: the call raises KeyboardInterrupt (or what a SIGINT
+handler of the user's raises), a training step interrupted changes no weight, and the model
+works after it."""
 from __future__ import annotations
 
 import signal
@@ -12,9 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from source_files import source_file
-
-from codegen.pipeline import load
+from source_files import built_for, source_file
 
 SOURCE = """
 model Forever() {
@@ -114,11 +113,11 @@ def sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.fixture(scope="module")
-def modules(tmp_path_factory):
+@pytest.fixture(scope="module", params=["cpu", "emulated"])
+def modules(tmp_path_factory, request):
     path = source_file(tmp_path_factory, "interrupted.mdl", SOURCE)
     other = source_file(tmp_path_factory, "interrupted_too.mdl", SOURCE)
-    return load(path), load(other)
+    return built_for(path, request.param), built_for(other, request.param)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

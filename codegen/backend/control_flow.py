@@ -449,9 +449,11 @@ def _render_if(r, ins: Structured) -> None:
 
 
 def _poll_interrupt(r) -> None:
-    """A loop's step or trip starts by polling for Ctrl-C where the target does."""
-    if r.target.polls_interrupts:
-        r.emit("mdl::poll_interrupt();")
+    """A loop's step or trip starts by polling for Ctrl-C (mdl::poll_interrupt,
+    cpp_runtime/mdl/interrupts.h), which throws KeyboardInterrupt out of the call: on the
+    cuda target, out of a CUDA graph's dry run or capture too, which GraphCall's
+    destructor ends (mdl/cuda/graph.h)."""
+    r.emit("mdl::poll_interrupt();")
 
 
 def _render_while(r, ins: Structured) -> None:

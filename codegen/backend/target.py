@@ -55,12 +55,6 @@ class Target(abc.ABC):
     # target's `concurrent` writes them.
     runs_loops_concurrently: bool = False
 
-    # Whether every step of a loop (a `for`'s step, a `while`'s trip) first polls for
-    # Ctrl-C (mdl::poll_interrupt, cpp_runtime/mdl/interrupts.h), which throws
-    # KeyboardInterrupt out of the call. Not where the host launches a step's device work
-    # (cuda: a throw between the launches of a captured CUDA graph is not handled yet).
-    polls_interrupts: bool = False
-
     # Whether a loop reads a step's flag on the host to skip the step (a `for`'s `skip`)
     # where the host cannot tell a padding step from the segment's view: where flags live
     # in device memory, reading one costs a wait, and the step runs.

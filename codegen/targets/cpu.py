@@ -84,7 +84,6 @@ class CpuTarget(Target):
     skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
     groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
     runs_loops_concurrently = True  # one a thread (mdl::Arms, concurrent.h)
-    polls_interrupts = True  # Ctrl-C between a loop's steps (mdl/interrupts.h)
     preamble = ("mdl::FlushDenormals flush_denormals;  // while it runs: mdl/denormals.h",
                 "mdl::ProductThreads product_threads;  // MKL's threads: blas.h")
 

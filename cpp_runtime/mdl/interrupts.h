@@ -2,10 +2,11 @@
 // which only marks the signal for the interpreter to act on, could not stop a call until
 // it returned: a `while` whose condition stays true, or 2**40 empty steps, never did. Each
 // module chains a handler in front of Python's when it is imported (src/interrupts.h): it
-// sets `interrupt_pending` and calls Python's. Every step of a loop in generated code (the
-// cpu target's) then polls the flag, one relaxed load; the main thread, which Python's
-// signal handlers run on, runs them there (`PyErr_CheckSignals`) and throws the exception
-// one raised (KeyboardInterrupt) out of the call.
+// sets `interrupt_pending` and calls Python's. Every step of a loop in generated code (on
+// the cuda target, the host's loop between launches) then polls the flag, one relaxed
+// load; the main thread, which Python's signal handlers run on, runs them there
+// (`PyErr_CheckSignals`) and throws the exception one raised (KeyboardInterrupt) out of
+// the call.
 #pragma once
 
 #include <atomic>
