@@ -170,12 +170,9 @@ class Target(abc.ABC):
         (the memory plan's `slots` slots lie at `off[...]` in it)."""
 
     def fused(self, r, ins) -> None:
-        """Emit a lower.Fused group: its memory, its sums zeroed, then `elementwise`."""
+        """Emit a lower.Fused group: its memory, then `elementwise`."""
         for v in ins.allocs + ins.written:
             r.define_owned(v)
-        for _, total, _ in ins.sums:
-            r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
-                             r.literal(0, total.type.dtype)))
         produced = ins.produced
         inputs = list({x.id: x for op in ins.ops for x in op.inputs
                        if x.id not in produced}.values())
@@ -184,7 +181,8 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def elementwise(self, r, ins, inputs: list[Value]) -> None:
         """Compute every element of the fused group `ins` (backend/element.py's `compute`),
-        store `ins.stores` and add into its sums; `inputs`: the values it reads."""
+        store `ins.stores` and add into its sums, which it zeroes first (or adds up apart,
+        in doubles, and writes once done); `inputs`: the values it reads."""
 
     @abc.abstractmethod
     def assign(self, r, dst: Value, src: Value) -> None:

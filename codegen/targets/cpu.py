@@ -202,16 +202,21 @@ class CpuTarget(Target):
         """Nested loops over `shape`, neighbouring dims merged where every operand's
         strides allow; `body(index, accumulators)` gets each operand's index expression
         by value id. `sums` (value id -> strides, 0 on summed axes) are operands the body
-        adds into (`accumulators`: value id -> what the body adds to): one summed along
-        the innermost loop gets a local accumulator there, so that loop still vectorizes;
-        an f32 one summed along an outer loop adds up in doubles (mdl::WideSums), rounded
-        into it after the loops.
+        adds into (`accumulators`: value id -> what the body adds to), zeroed first: one
+        summed along the innermost loop gets a local accumulator there, so that loop still
+        vectorizes; an f32 one summed along an outer loop adds up in doubles
+        (mdl::WideSums), rounded into it after the loops.
         `ops_per_element` (none: 0) weighs the loop's work: at PARALLEL_WORK and more,
         where the process has threads, its outermost loop that every sum keeps (none adds
         along it) is shared out over them: each total is then a thread's alone, added in
         the order one thread adds it (two threads adding into one would race)."""
         nest = merge(r, shape, operands, sums)
         wide = self._wide_sums(r, nest, sums or {})
+        for k in sums or {}:  # (the wide ones are written whole from their doubles)
+            if k not in wide:
+                total = nest.values[k]
+                r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
+                                 r.literal(0, total.type.dtype)))
         work = numel(shape) * ops_per_element
         split = next((n for n in range(len(nest.dims))
                       if all(nest.strides[k][n] != Dim.of(0) for k in sums or {})), None)

@@ -67,28 +67,49 @@ class CudaTarget(Target):
 
     def elementwise(self, r, ins: Fused, inputs: list) -> None:
         totals = [total for _, total, _ in ins.sums]
+        # f32 totals add up in doubles (mdl/kernels.h's Wide, as the CPU's): a zeroed buffer
+        # of them in g.staging, rounded into the totals once the kernel has run (added in
+        # float, a column sum over 4M rows came out 4% short). Others are zeroed themselves.
+        wide = {t.id: r.fresh("wide") for t in totals if r.ctype(t) == "float"}
+        sizes = {t.id: f"({r.dim(numel(t.type.shape))})" for t in totals}
+        if wide:
+            held = r.fresh("held")
+            r.emit(f"double* const {held} = reinterpret_cast<double*>(g.staging.hold("
+                   f"sizeof(double) * ({' + '.join(sizes[k] for k in wide)})));")
+            r.emit(self.fill(held, " + ".join(sizes[k] for k in wide), "0.0"))
+            for n, (k, name) in enumerate(wide.items()):
+                before_it = " + ".join(sizes[j] for j in list(wide)[:n]) or "0"
+                r.emit(f"double* const {name} = {held} + {before_it};")
+        for t in totals:
+            if t.id not in wide:
+                r.emit(self.fill(r.ptr(t), sizes[t.id], r.literal(0, t.type.dtype)))
         # A sum into one number is added up by each thread, then across its block, which
         # adds it into the total (mdl::cuda::add_across_block): one atomic add a block.
         # Other totals take an atomic add an element, spread over their elements.
-        whole = {n: f"part{n}" for n, (_, total, _) in enumerate(ins.sums)
+        whole = {n: f"part{n}" for n, total in enumerate(totals)
                  if numel(total.type.shape) == Dim.of(1)}
+        into = {t.id: wide.get(t.id) or r.ptr(t) for t in totals}
 
         def body(index):
             names = compute(r, ins, index, {})
             store(r, ins, index, names)
             for n, (x, total, _) in enumerate(ins.sums):
+                added = f"double({names[x.id]})" if total.id in wide else names[x.id]
                 if n in whole:
-                    r.emit(f"{whole[n]} = mdl::plus({whole[n]}, {names[x.id]});")
+                    r.emit(f"{whole[n]} = mdl::plus({whole[n]}, {added});")
                 else:  # threads of many elements add into one element of the total
-                    r.emit(f"atomicAdd({r.ptr(total)} + {index[total.id]}, {names[x.id]});")
-        before = [f"{r.ctype(total)} {whole[n]} = 0;"
-                  for n, (_, total, _) in enumerate(ins.sums) if n in whole]
-        after = [f"mdl::cuda::add_across_block({r.ptr(total)}, {whole[n]});"
-                 for n, (_, total, _) in enumerate(ins.sums) if n in whole]
+                    r.emit(f"atomicAdd({into[total.id]} + {index[total.id]}, {added});")
+        before = [f"{'double' if total.id in wide else r.ctype(total)} {whole[n]} = 0;"
+                  for n, total in enumerate(totals) if n in whole]
+        after = [f"mdl::cuda::add_across_block({into[total.id]}, {whole[n]});"
+                 for n, total in enumerate(totals) if n in whole]
         self._launch(r, ins.shape, inputs + ins.written + totals, body,
                      {v.id for v in ins.written + totals},
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums},
-                     before, after)
+                     before, after, wide)
+        for k, name in wide.items():
+            total = next(t for t in totals if t.id == k)
+            r.emit(f"mdl::cuda::round_wide(g, {name}, {sizes[k]}, {r.ptr(total)});")
 
     def assign(self, r, dst, src) -> None:
         self._launch(r, dst.type.shape, [dst, src],
@@ -113,12 +134,14 @@ class CudaTarget(Target):
     # ---- kernels ----
     def _launch(self, r, shape: tuple[Dim, ...], operands: list, body, written: set[int],
                 sums: dict | None = None, before: list[str] = (),
-                after: list[str] = ()) -> None:
+                after: list[str] = (), wide: dict[int, str] | None = None) -> None:
         """A kernel computing `body(index)` at every element of `shape` (index: value id
         -> the operand's element index), and its launch on the model's stream. Dims the
         kernel needs that are known only at run time become its arguments; `written`:
         ids of the operands it stores into (the others are read through const pointers);
-        `before` and `after`: each thread's statements around its loop over elements."""
+        `before` and `after`: each thread's statements around its loop over elements;
+        `wide`: value id -> the doubles it passes in that operand's place (its sums')."""
+        wide = wide or {}
         nest = merge(r, shape, operands, sums)
         name = f"{r.spec.name}_k{len(r.kernels)}"
         args: dict[str, str] = {}  # host expression of a dim -> the kernel's argument
@@ -140,6 +163,7 @@ class CudaTarget(Target):
             body({k: _index(r, s, idx) for k, s in nest.strides.items()})
         pointers = [v for v in nest.values.values() if not r.layout(v).is_const]
         params = ["const int64_t count"] + [
+            f"double* {wide[v.id]}" if v.id in wide else
             f"{'' if v.id in written else 'const '}{r.ctype(v)}* {r.ptr(v)}" for v in pointers
         ] + [f"const int64_t {arg}" for arg in args.values()]
         # the kernel in kernels.cu; module.cpp, which the C++ compiler builds, declares it
@@ -154,7 +178,7 @@ class CudaTarget(Target):
             *lines, "  }",
             *("  " + line for line in after), "}"]))
         count = r.fresh("count")
-        call_args = [count] + [r.ptr(v) for v in pointers] + list(args)
+        call_args = [count] + [wide.get(v.id) or r.ptr(v) for v in pointers] + list(args)
         r.emit("{")
         r.depth += 1
         r.emit(f"const int64_t {count} = {r.dim(numel(shape))};")

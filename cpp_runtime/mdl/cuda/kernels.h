@@ -38,6 +38,18 @@ void fill(Context& g, T* out, int64_t n, T value) {
   check_launch("fill");
 }
 
+// A fused kernel's f32 totals, added up in doubles (Wide<float>, as the CPU's:
+// mdl::WideSums) and rounded into them once it has run (codegen/targets/cuda.py).
+__global__ void round_wide_kernel(const double* wide, int64_t n, float* out) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) out[i] = float(wide[i]);
+}
+
+void round_wide(Context& g, const double* wide, int64_t n, float* out) {
+  if (n <= 0) return;
+  launch(round_wide_kernel, blocks(n), kThreads, g.stream, wide, n, out);
+  check_launch("round_wide");
+}
+
 // ---- indexing -------------------------------------------------------------------------
 
 template <class T>

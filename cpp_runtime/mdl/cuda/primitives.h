@@ -18,6 +18,8 @@ namespace cuda {
 // ---- data movement, indexing, sequences, dropout: mdl/cuda/kernels.h --------------------
 template <class T>
 void fill(Context& g, T* out, int64_t n, T value);
+// A fused kernel's f32 totals, added up in doubles: out[i] = float(wide[i]).
+void round_wide(Context& g, const double* wide, int64_t n, float* out);
 template <class T>
 void gather(Context& g, const T* table, int64_t rows, int64_t row_size, const int32_t* ids,
             int64_t count, T* out, const char* what);

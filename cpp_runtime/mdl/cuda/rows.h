@@ -203,11 +203,11 @@ __global__ void __launch_bounds__(kBlockOf<W>)
   const int lane = threadIdx.x % W;
   for (int64_t o = first_row<W>(); o < a.nout; o += row_stride<W>()) {
     const T* base = x + kept_offset(a, o);
-    if (kind == Reduction::Sum || kind == Reduction::Mean) {
-      T s = 0;
-      visit<W>(a, base, lane, [&](T v) { s = Plus()(s, v); });
+    if (kind == Reduction::Sum || kind == Reduction::Mean) {  // f32's in double, as the CPU's
+      Wide<T> s = 0;
+      visit<W>(a, base, lane, [&](T v) { s = Plus()(s, Wide<T>(v)); });
       s = across<W>(s, Plus());
-      if (lane == 0) out[o] = kind == Reduction::Mean ? s / T(a.count) : s;
+      if (lane == 0) out[o] = T(kind == Reduction::Mean ? s / Wide<T>(a.count) : s);
       continue;
     }
     T m = max_identity<T>();
@@ -228,10 +228,11 @@ __global__ void __launch_bounds__(kBlockOf<W>)
 // inputs (a bias gradient's column sums: [T*B, 4H] summed over its rows): the reduced
 // elements of each output are cut into `slices` runs, one thread a run and an output,
 // neighbouring threads on neighbouring outputs; each run's sum goes to partial[s][o], and
-// the second kernel adds an output's runs in order (the same sum from run to run).
+// the second kernel adds an output's runs in order (the same sum from run to run). f32's
+// add in double (Wide), rounded once into the output, as the CPU's.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    reduce_runs_kernel(const T* x, ReduceAxes a, int64_t slices, int64_t run, T* partial) {
+    reduce_runs_kernel(const T* x, ReduceAxes a, int64_t slices, int64_t run, Wide<T>* partial) {
   for (int64_t v = first_item(); v < a.nout * slices; v += item_stride()) {
     const int64_t o = v % a.nout, first = v / a.nout * run;
     const int64_t last = first + run < a.count ? first + run : a.count;
@@ -242,9 +243,9 @@ __global__ void __launch_bounds__(kThreads)
       k /= a.rdim[d];
     }
     const T* base = x + kept_offset(a, o);
-    T s = 0;
+    Wide<T> s = 0;
     for (int64_t k = first; k < last; ++k) {
-      s = Plus()(s, base[off]);
+      s = Plus()(s, Wide<T>(base[off]));
       next_reduced(a, a.summed, idx, off);
     }
     partial[v] = s;
@@ -253,11 +254,11 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    add_runs_kernel(bool mean, const T* partial, int64_t slices, ReduceAxes a, T* out) {
+    add_runs_kernel(bool mean, const Wide<T>* partial, int64_t slices, ReduceAxes a, T* out) {
   for (int64_t o = first_item(); o < a.nout; o += item_stride()) {
-    T s = 0;
+    Wide<T> s = 0;
     for (int64_t r = 0; r < slices; ++r) s = Plus()(s, partial[r * a.nout + o]);
-    out[o] = mean ? s / T(a.count) : s;
+    out[o] = T(mean ? s / Wide<T>(a.count) : s);
   }
 }
 
@@ -286,7 +287,8 @@ void reduce(Context& g, Reduction kind, const T* x, const int64_t* shape, int ra
   const int width = row_width(a.rstride[last] == 1, a.rdim[last], a.count, a.nout);
   const int64_t slices = reduce_slices(a.nout, a.count);
   if (width == 1 && slices > 1 && (kind == Reduction::Sum || kind == Reduction::Mean)) {
-    T* partial = reinterpret_cast<T*>(g.staging.hold(std::size_t(slices * a.nout) * sizeof(T)));
+    auto* partial = reinterpret_cast<Wide<T>*>(
+        g.staging.hold(std::size_t(slices * a.nout) * sizeof(Wide<T>)));
     const int64_t run = (a.count + slices - 1) / slices;
     launch(reduce_runs_kernel<T>, blocks(slices * a.nout), kThreads, g.stream, x, a, slices,
            run, partial);
