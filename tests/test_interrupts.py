@@ -1,10 +1,10 @@
 """Ctrl-C stops a call between a loop's steps (cpp_runtime/mdl/interrupts.h), on both
 targets (the cuda target's on the emulated device): a `while` whose condition stays true
-(in a forward, in a training step), or 2**40 steps of an empty batch, ran on for ever or for
-hours before, deaf to Ctrl-C. Each case runs in a process of its own that sends itself
-SIGINT once the call is under way: the call raises KeyboardInterrupt (or what a SIGINT
-handler of the user's raises), a training step interrupted changes no weight, and the model
-works after it."""
+(in a forward, in a training step, in a child process a thread forked), or 2**40 steps of an
+empty batch, ran on for ever or for hours before, deaf to Ctrl-C. Each case runs in a
+process of its own that sends itself SIGINT once the call is under way: the call raises
+KeyboardInterrupt (or what a SIGINT handler of the user's raises), a training step
+interrupted changes no weight, and the model works after it."""
 from __future__ import annotations
 
 import signal
@@ -100,8 +100,31 @@ CASES = {
         except RuntimeError as e:
             print("interrupted", time.monotonic() - start < 10, e)
     """,
+    "forked by a thread": """
+        def child():
+            m = built.Forever(seed=0)
+            start = interrupt_soon()
+            try:
+                m.forward(x=np.zeros(3, np.float32))
+            except KeyboardInterrupt:
+                print("interrupted", time.monotonic() - start < 10, flush=True)
+            os._exit(0)
+        def fork_here():  # the child's one thread, its main thread, is not the parent's
+            pid = os.fork()
+            if pid == 0:
+                child()
+            for _ in range(600):  # 30 s, then the child is ended (not left running)
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    return
+                time.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            print("the child ran on")
+        forker = threading.Thread(target=fork_here)
+        forker.start()
+        forker.join()
+    """,
 }
-EXPECTED = {"while": "interrupted True\n-15.0\n", "empty batch": "interrupted True\n3.0\n",
+EXPECTED = {"forked by a thread": "interrupted True\n", "while": "interrupted True\n-15.0\n", "empty batch": "interrupted True\n3.0\n",
             "training": "interrupted True\nunchanged True\ntrained True\n",
             "own handler": "interrupted True stopped by my handler\n"}
 

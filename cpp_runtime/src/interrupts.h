@@ -3,6 +3,7 @@
 // step does when it finds the flag set.
 #pragma once
 
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 #include <signal.h>
 
@@ -19,9 +20,13 @@ namespace {
 namespace py = pybind11;
 
 // The handler that was there (Python's, or another module's that chains to it), and
-// Python's main thread, whose signal handlers these are.
+// Python's main thread, whose signal handlers these are. A child forked by another thread
+// has that thread alone, which Python makes its main thread: the child's signal thread
+// (its Ctrl-C was noted and never taken: a `while` run on for ever).
 struct sigaction chained_handler;
 unsigned long signal_thread = 0;
+
+void forked_child() { signal_thread = PyThread_get_thread_ident(); }
 
 void on_sigint(int signal, siginfo_t* info, void* context) {
   interrupt_pending.store(true, std::memory_order_relaxed);
@@ -41,6 +46,8 @@ inline void chain_interrupt_handler() {
                       .attr("main_thread")()
                       .attr("ident")
                       .cast<unsigned long>();
+  static const bool follows_forks = pthread_atfork(nullptr, nullptr, &forked_child) == 0;
+  (void)follows_forks;
   struct sigaction current;
   if (sigaction(SIGINT, nullptr, &current) != 0) return;
   const bool function = (current.sa_flags & SA_SIGINFO) ||
