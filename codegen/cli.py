@@ -97,7 +97,8 @@ EXAMPLES = {
                 "mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=1 --forward "
                 "--specialize",
                 "mdlc profile examples/charlm.mdl --model CharLM --inputs batch.npz "
-                "--calls 50"],
+                "--calls 50",
+                "mdlc profile examples/charlm.mdl --model CharLM --dims T=35,B=8 --target cuda"],
     "export": ["mdlc export examples/charlm.mdl --model CharLM --onnx charlm.onnx",
                "mdlc export examples/charlm.mdl --model CharLMStep -D H=128 "
                "--params runs/charlm/checkpoint.npz --onnx step.onnx",
@@ -169,6 +170,7 @@ def parser() -> argparse.ArgumentParser:
                          "backward(), of a model that trains")
     profile.add_argument("--seed", type=_seed, default=0,
                          help="the parameters' and random inputs' seed")
+    _target_option(profile)
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     _target_option(gradcheck)
@@ -533,8 +535,8 @@ def cmd_profile(args) -> int:
         raise UsageError(f"--calls {args.calls}: at least 1")
     if args.specialize and args.inputs is not None:
         raise UsageError("--specialize takes the sizes of --dims, not of --inputs")
-    options = BuildOptions(dtype=args.dtype, defines=dict(args.defines), model=args.model,
-                           profile=True)
+    options = BuildOptions(target=args.target, dtype=args.dtype, defines=dict(args.defines),
+                           model=args.model, emulate=args.emulate, profile=True)
     graph = _one_model(args.file, check(args.file, options), args.model)
     options.model = graph.name
     symbols = list(dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape

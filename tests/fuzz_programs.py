@@ -329,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         find_target(args.target, args.emulate)
     except UsageError as e:
         parser.error(str(e))
-    if (args.sanitize or args.profile) and args.target != "cpu":
-        parser.error("--sanitize and --profile build for the cpu target only")
+    if args.sanitize and args.target != "cpu":
+        parser.error("--sanitize builds for the cpu target only")
     if args.rows < 1:
         parser.error(f"--rows must be at least 1, got {args.rows}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -149,6 +149,21 @@ def test_a_call_cuda_refuses_during_capture_invalidates_it(kernels, unsafe, refu
     assert seen == [0, 0, 0]
 
 
+def test_an_event_not_reached_yet_has_no_time(kernels, monkeypatch):
+    """cudaEventElapsedTime of events the stream has not reached is cudaErrorNotReady (a
+    profiled build's missing wait would show), of an event never recorded an error."""
+    never = ("emulated CUDA device: cudaEventElapsedTime: an event that is not live or was "
+             "never recorded")
+    for wait in (True, False):  # at once: the stream reached both before the call
+        assert kernels.event_times(wait) == (" | " + never, [1.0])
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    assert kernels.event_times(True) == (" | " + never, [1.0])
+    error, seen = kernels.event_times(False)
+    assert error == ("emulated CUDA device: cudaEventElapsedTime: an event whose stream has "
+                     "not reached it (synchronize the stream first) | " + never), error
+    assert seen == [0.0]
+
+
 def test_an_unknown_setting_is_an_error(kernels, monkeypatch):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "order=sideways")
     fails(kernels.host_pointer(True), "MDL_CUDA_EMULATOR: order=sideways",

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from codegen import load
-from codegen.ir.diagnostics import UsageError
+from codegen.compile.options import BuildOptions
+from codegen.pipeline import sources
 from codegen.profile import Measured, Row, report, rows, table
 from codegen.targets.registry import target
 
@@ -58,12 +59,10 @@ def run(model, inputs, calls=CALLS):
     return model.profile()
 
 
-def test_a_profiled_build_computes_what_a_plain_one_does(built):
-    _, profiled, plain, inputs = built
-    a, b = profiled.Profiled(seed=3), plain.Profiled(seed=3)
+def computes_alike(a, b, inputs) -> None:
+    """Models `a` and `b` give the same outputs, bit for bit, and gradients."""
     for training in (False, True):
-        out_a, out_b = a.forward(**inputs, training=training), b.forward(**inputs,
-                                                                         training=training)
+        out_a, out_b = (m.forward(**inputs, training=training) for m in (a, b))
         assert out_a.keys() == out_b.keys()
         for k in out_a:
             np.testing.assert_array_equal(out_a[k], out_b[k])
@@ -72,21 +71,24 @@ def test_a_profiled_build_computes_what_a_plain_one_does(built):
         np.testing.assert_array_equal(grads_a[k], grads_b[k])
 
 
-def test_each_site_counts_its_runs_inside_its_parent(built):
-    path, profiled, _, inputs = built
-    model = profiled.Profiled(seed=0)
+def counted_sites(model, inputs, slack: float = 0.0) -> tuple[list[dict], dict]:
+    """The sites that ran in CALLS training steps, and every site by id, each checked
+    against its parent: its runs (a loop's steps, a while's trips) and its time within the
+    parent's (`slack`: what rounding may add)."""
     trips = int(model.forward(**inputs)["trips"])
     sites = run(model, inputs)
     by_id = {s["site"]: s for s in sites}
     ran = [s for s in sites if s["runs"]]
     assert {s["function"] for s in ran} == {"training forward", "backward"}
     for s in ran:
+        assert s["seconds"] >= 0
         if s["parent"] < 0:
             assert s["what"] == "the whole function" and s["runs"] == CALLS
             continue
         parent = by_id[s["parent"]]
         assert s["function"] == parent["function"]
-        assert s["seconds"] <= parent["seconds"]  # timed inside it, by the same clock
+        # timed inside it, by the same clock
+        assert s["seconds"] <= parent["seconds"] * (1 + slack) + slack, (s, parent)
         if parent["what"] == "for":  # over the steps; in the backward also the while's trips
             assert s["runs"] in ((CALLS * T,) if s["function"] == "training forward" else
                                  (CALLS * T, CALLS * trips)), s
@@ -94,6 +96,17 @@ def test_each_site_counts_its_runs_inside_its_parent(built):
             assert s["runs"] in (CALLS * trips, CALLS * (trips + 1)), s  # + the last test
         elif parent["what"] in ("if", "the whole function"):
             assert s["runs"] <= CALLS
+    return ran, by_id
+
+
+def test_a_profiled_build_computes_what_a_plain_one_does(built):
+    _, profiled, plain, inputs = built
+    computes_alike(profiled.Profiled(seed=3), plain.Profiled(seed=3), inputs)
+
+
+def test_each_site_counts_its_runs_inside_its_parent(built):
+    path, profiled, _, inputs = built
+    ran, by_id = counted_sites(profiled.Profiled(seed=0), inputs)
     forward = [s for s in ran if s["function"] == "training forward"]
     # the lstm's and gru's loops share no memory: they run at once, each a site inside it
     together = [s for s in forward if s["what"] == "2 loops at once"]
@@ -157,16 +170,47 @@ def test_reset_and_builds_without_profiling(built):
             getattr(plain.Profiled(seed=0), method)()
 
 
-def test_profiling_is_for_the_cpu_target(built):
-    assert target("cpu", profile=True).profiled
-    with pytest.raises(UsageError, match="--profile times the cpu target's code only"):
-        target("cuda", profile=True)
-    # a cuda model's profile() once said to build it with --profile, which is refused
-    device = load(built[0], target="cuda", emulate=True).Profiled(seed=0)
-    with pytest.raises(RuntimeError, match=r"profile\(\): model Profiled runs on "
-                       "cuda-emulated, and only the cpu target profiles: build it for the "
-                       "cpu with `mdlc build --profile`"):
-        device.profile()
+@pytest.fixture(scope="module")
+def on_device(built):
+    """The file's profiled module and plain one for the cuda target, on the emulated
+    device."""
+    path = built[0]
+    return (load(path, target="cuda", emulate=True, profile=True),
+            load(path, target="cuda", emulate=True))
+
+
+def test_the_cuda_target_times_its_sites_on_its_stream(built, on_device):
+    """A profiled cuda build times each site by two events on the model's stream (the GPU's
+    time: mdl/cuda/profile.h), counted as the cpu's are, computing what the plain build does;
+    it runs no CUDA graph."""
+    assert target("cuda", profile=True).profiled
+    assert target("cuda", emulate=True, profile=True).profiled
+    inputs = built[3]
+    profiled, plain = on_device
+    a, b = profiled.Profiled(seed=3), plain.Profiled(seed=3)
+    computes_alike(a, b, inputs)
+    # (float milliseconds, each pair rounded: a slack)
+    ran, _ = counted_sites(a, inputs, slack=1e-6)
+    assert all(s["seconds"] > 0 for s in ran if s["parent"] < 0)
+    forward = [s for s in ran if s["function"] == "training forward"]
+    assert [s["where"] for s in forward if s["what"] == "for"] == [
+        f"{built[0]}:6:8", f"{built[0]}:10:8"]  # one after the other: no loops at once
+    assert a.cuda_graphs == {"captured": 0, "replayed": 0}
+    with pytest.raises(RuntimeError, match=r"profile\(\): model Profiled was built without "
+                       "profiling"):
+        b.profile()
+
+
+def test_a_profiled_cuda_build_captures_no_graph(tmp_path):
+    """A function whose host code only queues work runs as a CUDA graph in the plain build;
+    a profiled build's events time each launch, so it runs as it is."""
+    (path := tmp_path / "straight.mdl").write_text(
+        "model Straight() { input x : f32[B, 4]; output y = tanh(x) * 2.0 }\n")
+    for profile, graphs in ((False, 1), (True, 0)):
+        _, text = sources(path, "straight", BuildOptions(target="cuda", emulate=True,
+                                                         profile=profile))
+        assert text["module.cpp"].count("mdl::cuda::GraphCall run(") == graphs
+        assert text["module.cpp"].count("g.profiler.mark(g.stream)") == 2 * profile
 
 
 def mdlc(*args, cwd=None):

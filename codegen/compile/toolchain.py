@@ -52,7 +52,7 @@ class Toolchain(abc.ABC):
 
     def check(self, sanitize: bool) -> None:
         """Refuse what this toolchain cannot build, before anything is compiled: a
-        request's options that do not go together (exit 2, as --profile with cuda)."""
+        request's options that do not go together (exit 2, as --sanitize with cuda)."""
         if sanitize and self.no_sanitize:
             raise UsageError(self.no_sanitize)
 

@@ -42,9 +42,18 @@ class CudaTarget(Target):
     preamble = ("mdl::cuda::Context& g = mdl::cuda::context(m);  // stream, cuBLAS, arenas",
                 "(void)g;")
 
-    def __init__(self, emulate: bool = False):
+    def __init__(self, emulate: bool = False, profiled: bool = False):
         # The same code either way: `emulate` builds it for the CPU (codegen/compile/toolchain.py).
         self.toolchain = EMULATED_CUDA if emulate else NVCC
+        # a profiled build times its sites by events on the model's stream, the GPU's time
+        # (mdl/cuda/profile.h), and runs no function as a CUDA graph
+        self.profiled = profiled
+
+    def time_start(self, start: str) -> list[str]:
+        return [f"const std::size_t {start} = g.profiler.mark(g.stream);"]
+
+    def time_stop(self, site: int, start: str) -> list[str]:
+        return [f"g.profiler.add(m.profile[{site}], {start}, g.stream);"]
 
     def call(self, name: str) -> str:
         return f"mdl::cuda::{name}(g, "
@@ -57,7 +66,7 @@ class CudaTarget(Target):
         repeats the last one's work (cpp_runtime/mdl/cuda/graph.h): its body runs dry
         first, then again or not at all, so it must neither read the device from the host
         nor change the host's state but by assignments it repeats alike."""
-        if any(call in line for line in body for call in HOST_WORK):
+        if self.profiled or any(call in line for line in body for call in HOST_WORK):
             return super().function(r, body)
         wrapped = ["  static const char graph_site = 0;  // this function's graph in g.graphs",
                    "  for (mdl::cuda::GraphCall run(g.graphs, &graph_site, g.stream); "

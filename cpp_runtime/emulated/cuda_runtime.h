@@ -1,5 +1,5 @@
 // The CUDA runtime API as the emulated device provides it: the part of it mdl's cuda target
-// uses (memory, copies, streams, errors, launches, graphs captured from a stream), declared for the host compiler, which
+// uses (memory, copies, streams, errors, launches, graphs captured from a stream, events), declared for the host compiler, which
 // then builds the target's generated module.cpp and kernels.cu and runtime as C++ (codegen/compile/toolchain.py).
 // The definitions are in src/emulator/; the kernel side is mdl_emulator.h. Every call
 // checks its pointers against the table of device allocations; what it finds wrong is an
@@ -21,6 +21,7 @@ enum cudaError_t {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalState = 401,
   cudaErrorIllegalAddress = 700,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
@@ -43,6 +44,8 @@ struct CUgraph_st;      // a captured graph (src/emulator/streams.cpp)
 struct CUgraphExec_st;  // an instantiated one
 typedef CUgraph_st* cudaGraph_t;
 typedef CUgraphExec_st* cudaGraphExec_t;
+struct CUevent_st;      // an event: when its stream reached it (src/emulator/streams.cpp)
+typedef CUevent_st* cudaEvent_t;
 
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
@@ -97,3 +100,13 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
+// Events: cudaEventRecord queues a mark that notes the host's steady clock when its stream
+// runs it; cudaEventElapsedTime gives the milliseconds between two marks, and refuses
+// events never recorded (cudaErrorInvalidResourceHandle) or whose mark has not run yet
+// (cudaErrorNotReady: a missing synchronization shows). The profiled cuda build times its
+// sites so (mdl/cuda/profile.h).
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);

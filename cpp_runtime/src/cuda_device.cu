@@ -102,8 +102,10 @@ void finish(void* context) {
   if (status == cudaSuccess) status = cudaGetLastError();  // a launch that never ran
   if (status != cudaSuccess) {
     cudaGetLastError();
+    c.profiler.forget();
     check(status, "running the model on the GPU");
   }
+  c.profiler.settle();  // a profiled build's sites' times (mdl/cuda/profile.h)
   if (!f.kind) return;
   check(cudaMemsetAsync(c.fault, 0, sizeof(Fault), c.stream), "cudaMemsetAsync");
   check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");

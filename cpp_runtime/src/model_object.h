@@ -544,9 +544,6 @@ class Model {
   void profiled(const char* method) const {
     if (spec_->n_profile_sites > 0) return;
     const std::string what = std::string(method) + "(): model " + spec_->name;
-    if (device() != "cpu")  // the cuda target refuses --profile
-      throw std::runtime_error(what + " runs on " + device() + ", and only the cpu target "
-                               "profiles: build it for the cpu with `mdlc build --profile`");
     throw std::runtime_error(what + " was built without profiling: build it with `mdlc "
                              "build --profile` or load(..., profile=True)");
   }

@@ -271,6 +271,35 @@ Result graph(int unsafe) {
 
 }  // namespace
 
+// The time between two events around a kernel on stream s; `wait`: synchronizes the stream
+// before asking. The error texts of that, and of asking about an event never recorded.
+Result event_times(bool wait) {
+  Device d;
+  double* x = d.array({1, 2, 3});
+  double* out = d.array({0, 0, 0});
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaEvent_t start, stop, never;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventCreate(&never);
+  cudaEventRecord(start, s);
+  launch(scale, 1, kThreads, s, x, int64_t(3), out);
+  cudaEventRecord(stop, s);
+  if (wait) cudaStreamSynchronize(s);
+  float ms = -1;
+  cudaError_t timed = cudaEventElapsedTime(&ms, start, stop);
+  std::string error = timed == cudaSuccess ? "" : cudaGetErrorString(timed);
+  float unused = 0;
+  cudaError_t unrecorded = cudaEventElapsedTime(&unused, start, never);
+  cudaGetLastError();
+  error += std::string(" | ") + cudaGetErrorString(unrecorded);
+  cudaStreamSynchronize(s);
+  for (cudaEvent_t e : {start, stop, never}) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  return {error, {double(ms >= 0)}};
+}
+
 PYBIND11_MODULE(wrong_kernels, m) {
   m.def("shared_race", &shared_race);
   m.def("divergent_barrier", &divergent_barrier);
@@ -283,4 +312,5 @@ PYBIND11_MODULE(wrong_kernels, m) {
   m.def("copy_back", &copy_back);
   m.def("zeroed_then_filled", &zeroed_then_filled);
   m.def("graph", &graph);
+  m.def("event_times", &event_times);
 }

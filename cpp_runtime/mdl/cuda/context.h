@@ -23,6 +23,7 @@
 #include "mdl/cuda/check.h"
 #include "mdl/cuda/fault.h"
 #include "mdl/cuda/graph.h"
+#include "mdl/cuda/profile.h"
 #include "mdl/error.h"
 #include "mdl/faults.h"
 #include "mdl/model.h"
@@ -102,6 +103,7 @@ struct Context {
   std::vector<std::unique_ptr<DeviceTape>> tapes;
   DeviceBuffer staging;    // per-block partial sums of kernels that end in one number
   GraphTable graphs;       // the functions captured as CUDA graphs (graph.h)
+  Profiler profiler;       // a profiled build's sites' events (profile.h)
 
   // Arena k (the memory plan of one kind of function: codegen/backend/module.py's ARENAS).
   DeviceBuffer& arena(int k) {

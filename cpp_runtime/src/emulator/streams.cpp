@@ -10,6 +10,7 @@
 // again, the same operations on the same arguments, as often as it is launched.
 #include <cxxabi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,12 @@ struct CUgraphExec_st {
   std::vector<std::function<void()>> work;
 };
 
+struct CUevent_st {
+  bool recorded = false;  // cudaEventRecord was called on it
+  bool reached = false;   // its latest record's mark has run
+  std::chrono::steady_clock::time_point at;  // when it ran
+};
+
 struct CUstream_st {
   std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // (when it was queued, work)
   bool blocking = true;  // ordered with the legacy stream (not cudaStreamNonBlocking)
@@ -51,6 +58,7 @@ uint64_t queued = 0;        // how much work was ever queued: the order of the q
 std::set<CUstream_st*> streams;
 std::set<CUgraph_st*> graphs;
 std::set<CUgraphExec_st*> execs;
+std::set<CUevent_st*> events;
 
 cudaError_t sticky_code = cudaSuccess;
 std::string sticky_text;
@@ -75,6 +83,8 @@ const char* generic(cudaError_t code) {
       return "invalid resource handle";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
+    case cudaErrorNotReady:
+      return "device not ready";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
     case cudaErrorIllegalState:
@@ -327,6 +337,8 @@ cudaError_t cudaDeviceReset() {
   graphs.clear();
   for (CUgraphExec_st* e : execs) delete e;
   execs.clear();
+  for (CUevent_st* e : events) delete e;
+  events.clear();
   release_all();
   clear_errors();
   return cudaSuccess;
@@ -564,4 +576,48 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return destroy(graphs, graph, "cudaGraphDestroy: not a live graph");
+}
+
+// ---- events ---------------------------------------------------------------------------
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!event) return refuse(cudaErrorInvalidValue, "cudaEventCreate: the result pointer is null");
+  *event = new CUevent_st();
+  events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (events.count(event)) drain_all();  // a mark still queued would note into freed memory
+  return destroy(events, event, "cudaEventDestroy: not a live event");
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (sticky_code != cudaSuccess) return sticky_code;
+  if (!events.count(event))
+    return refuse(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+  event->recorded = true;
+  event->reached = false;
+  enqueue(stream, [event] {
+    event->at = std::chrono::steady_clock::now();
+    event->reached = true;
+  });
+  return last != cudaSuccess ? last : sticky_code;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!ms) return refuse(cudaErrorInvalidValue, "cudaEventElapsedTime: ms is null");
+  for (CUevent_st* e : {start, end})
+    if (!events.count(e) || !e->recorded)
+      return refuse(cudaErrorInvalidResourceHandle,
+                    "cudaEventElapsedTime: an event that is not live or was never recorded");
+  if (!start->reached || !end->reached)
+    return refuse(cudaErrorNotReady, "cudaEventElapsedTime: an event whose stream has not "
+                                     "reached it (synchronize the stream first)");
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
 }
