@@ -40,7 +40,7 @@ void fill(Context& g, T* out, int64_t n, T value) {
 
 // A fused kernel's f32 totals, added up in doubles (Wide<float>, as the CPU's:
 // mdl::WideSums) and rounded into them once it has run (codegen/targets/cuda.py).
-__global__ void round_wide_kernel(const double* wide, int64_t n, float* out) {
+static __global__ void round_wide_kernel(const double* wide, int64_t n, float* out) {
   for (int64_t i = first_item(); i < n; i += item_stride()) out[i] = float(wide[i]);
 }
 
