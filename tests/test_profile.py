@@ -59,16 +59,16 @@ def run(model, inputs, calls=CALLS):
     return model.profile()
 
 
-def computes_alike(a, b, inputs) -> None:
-    """Models `a` and `b` give the same outputs, bit for bit, and gradients."""
+def computes_alike(a, b, inputs, rtol: float = 0.0) -> None:
+    """Models `a` and `b` give the same outputs and gradients (bit for bit, by default)."""
     for training in (False, True):
         out_a, out_b = (m.forward(**inputs, training=training) for m in (a, b))
         assert out_a.keys() == out_b.keys()
         for k in out_a:
-            np.testing.assert_array_equal(out_a[k], out_b[k])
+            np.testing.assert_allclose(out_a[k], out_b[k], rtol=rtol, atol=rtol)
     grads_a, grads_b = a.backward(), b.backward()
     for k in grads_a:
-        np.testing.assert_array_equal(grads_a[k], grads_b[k])
+        np.testing.assert_allclose(grads_a[k], grads_b[k], rtol=rtol, atol=rtol)
 
 
 def counted_sites(model, inputs, slack: float = 0.0) -> tuple[list[dict], dict]:
@@ -170,35 +170,24 @@ def test_reset_and_builds_without_profiling(built):
             getattr(plain.Profiled(seed=0), method)()
 
 
-@pytest.fixture(scope="module")
-def on_device(built):
-    """The file's profiled module and plain one for the cuda target, on the emulated
-    device."""
-    path = built[0]
-    return (load(path, target="cuda", emulate=True, profile=True),
-            load(path, target="cuda", emulate=True))
-
-
-def test_the_cuda_target_times_its_sites_on_its_stream(built, on_device):
-    """A profiled cuda build times each site by two events on the model's stream (the GPU's
-    time: mdl/cuda/profile.h), counted as the cpu's are, computing what the plain build does;
-    it runs no CUDA graph."""
+def test_the_cuda_target_times_its_sites_on_its_stream(built):
+    """A profiled cuda build (on the emulated device) times each site by two events on the
+    model's stream (the GPU's time: mdl/cuda/profile.h), counted as the cpu's are,
+    computing what the cpu's plain build does (to f32's rounding: the device's sums add in
+    another order); it runs no CUDA graph. (Its code is the plain cuda build's with the
+    events between: the fuzzer's --profile compares such builds with the reference.)"""
     assert target("cuda", profile=True).profiled
     assert target("cuda", emulate=True, profile=True).profiled
-    inputs = built[3]
-    profiled, plain = on_device
-    a, b = profiled.Profiled(seed=3), plain.Profiled(seed=3)
-    computes_alike(a, b, inputs)
+    path, _, plain, inputs = built
+    a = load(path, target="cuda", emulate=True, profile=True).Profiled(seed=3)
+    computes_alike(a, plain.Profiled(seed=3), inputs, rtol=1e-5)
     # (float milliseconds, each pair rounded: a slack)
     ran, _ = counted_sites(a, inputs, slack=1e-6)
     assert all(s["seconds"] > 0 for s in ran if s["parent"] < 0)
     forward = [s for s in ran if s["function"] == "training forward"]
     assert [s["where"] for s in forward if s["what"] == "for"] == [
-        f"{built[0]}:6:8", f"{built[0]}:10:8"]  # one after the other: no loops at once
+        f"{path}:6:8", f"{path}:10:8"]  # one after the other: no loops at once
     assert a.cuda_graphs == {"captured": 0, "replayed": 0}
-    with pytest.raises(RuntimeError, match=r"profile\(\): model Profiled was built without "
-                       "profiling"):
-        b.profile()
 
 
 def test_a_profiled_cuda_build_captures_no_graph(tmp_path):
