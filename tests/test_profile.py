@@ -48,7 +48,8 @@ INPUTS = {"xs": np.random.default_rng(0).standard_normal((T, B, 4)).astype(np.fl
 def built(tmp_path_factory):
     """The file, its profiled module and its plain one, and inputs."""
     (path := tmp_path_factory.mktemp("profile") / "profiled.mdl").write_text(SOURCE)
-    return path, load(path, profile=True), load(path), INPUTS
+    # (two modules of one name in one process: the second import found the first's classes)
+    return path, load(path, profile=True), load(path, name="profiled_plain"), INPUTS
 
 
 def run(model, inputs, calls=CALLS):
@@ -179,7 +180,8 @@ def test_the_cuda_target_times_its_sites_on_its_stream(built):
     assert target("cuda", profile=True).profiled
     assert target("cuda", emulate=True, profile=True).profiled
     path, _, plain, inputs = built
-    a = load(path, target="cuda", emulate=True, profile=True).Profiled(seed=3)
+    a = load(path, target="cuda", emulate=True, profile=True,
+             name="profiled_on_device").Profiled(seed=3)
     computes_alike(a, plain.Profiled(seed=3), inputs, rtol=1e-5)
     # (float milliseconds, each pair rounded: a slack)
     ran, _ = counted_sites(a, inputs, slack=1e-6)

@@ -178,6 +178,11 @@ class Target(abc.ABC):
                        if x.id not in produced}.values())
         self.elementwise(r, ins, inputs)
 
+    def zero(self, r, totals: list[Value]) -> None:
+        """Each of `totals` (sums a fused group adds into) set to 0 before it is added to."""
+        for t in totals:
+            r.emit(self.fill(r.ptr(t), r.dim(numel(t.type.shape)), r.literal(0, t.type.dtype)))
+
     @abc.abstractmethod
     def elementwise(self, r, ins, inputs: list[Value]) -> None:
         """Compute every element of the fused group `ins` (backend/element.py's `compute`),

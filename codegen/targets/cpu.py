@@ -212,11 +212,8 @@ class CpuTarget(Target):
         the order one thread adds it (two threads adding into one would race)."""
         nest = merge(r, shape, operands, sums)
         wide = self._wide_sums(r, nest, sums or {})
-        for k in sums or {}:  # (the wide ones are written whole from their doubles)
-            if k not in wide:
-                total = nest.values[k]
-                r.emit(self.fill(r.ptr(total), r.dim(numel(total.type.shape)),
-                                 r.literal(0, total.type.dtype)))
+        # (the wide ones are written whole from their doubles)
+        self.zero(r, [nest.values[k] for k in sums or {} if k not in wide])
         work = numel(shape) * ops_per_element
         split = next((n for n in range(len(nest.dims))
                       if all(nest.strides[k][n] != Dim.of(0) for k in sums or {})), None)

@@ -78,7 +78,7 @@ class CudaTarget(Target):
         totals = [total for _, total, _ in ins.sums]
         # f32 totals add up in doubles (mdl/kernels.h's Wide, as the CPU's): a zeroed buffer
         # of them in g.staging, rounded into the totals once the kernel has run (added in
-        # float, a column sum over 4M rows came out 4% short). Others are zeroed themselves.
+        # float, a column sum over 1M rows came out 1% short). Others are zeroed themselves.
         wide = {t.id: r.fresh("wide") for t in totals if r.ctype(t) == "float"}
         sizes = {t.id: f"({r.dim(numel(t.type.shape))})" for t in totals}
         if wide:
@@ -89,9 +89,7 @@ class CudaTarget(Target):
             for n, (k, name) in enumerate(wide.items()):
                 before_it = " + ".join(sizes[j] for j in list(wide)[:n]) or "0"
                 r.emit(f"double* const {name} = {held} + {before_it};")
-        for t in totals:
-            if t.id not in wide:
-                r.emit(self.fill(r.ptr(t), sizes[t.id], r.literal(0, t.type.dtype)))
+        self.zero(r, [t for t in totals if t.id not in wide])
         # A sum into one number is added up by each thread, then across its block, which
         # adds it into the total (mdl::cuda::add_across_block): one atomic add a block.
         # Other totals take an atomic add an element, spread over their elements.
@@ -116,9 +114,9 @@ class CudaTarget(Target):
                      {v.id for v in ins.written + totals},
                      {total.id: sum_strides(x, axes) for x, total, axes in ins.sums},
                      before, after, wide)
-        for k, name in wide.items():
-            total = next(t for t in totals if t.id == k)
-            r.emit(f"mdl::cuda::round_wide(g, {name}, {sizes[k]}, {r.ptr(total)});")
+        for t in totals:
+            if t.id in wide:
+                r.emit(f"mdl::cuda::round_wide(g, {wide[t.id]}, {sizes[t.id]}, {r.ptr(t)});")
 
     def assign(self, r, dst, src) -> None:
         self._launch(r, dst.type.shape, [dst, src],

@@ -1,6 +1,7 @@
 // The CUDA runtime API as the emulated device provides it: the part of it mdl's cuda target
-// uses (memory, copies, streams, errors, launches, graphs captured from a stream, events), declared for the host compiler, which
-// then builds the target's generated module.cpp and kernels.cu and runtime as C++ (codegen/compile/toolchain.py).
+// uses (memory, copies, streams, errors, launches, graphs captured from a stream, events),
+// declared for the host compiler, which then builds the target's generated module.cpp and
+// kernels.cu and runtime as C++ (codegen/compile/toolchain.py).
 // The definitions are in src/emulator/; the kernel side is mdl_emulator.h. Every call
 // checks its pointers against the table of device allocations; what it finds wrong is an
 // error CUDA-style (a status, sticky once a kernel has failed) whose text says what.
@@ -20,8 +21,8 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalState = 401,
-  cudaErrorIllegalAddress = 700,
   cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
