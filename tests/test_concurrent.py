@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from source_files import source_file
 
-from codegen.pipeline import load
+from codegen.compile.options import BuildOptions
+from codegen.pipeline import load, sources
+from codegen.reference import interpreter as reference
 from dsl import check_file
 from test_lowering import function_texts, functions
 from test_native import assert_training_matches
@@ -77,6 +79,20 @@ model Dropped(E = 4, H = 5) {
   for x in reversed(xs) { g = tanh(dropout(x @ w, 0.5) + g) }
   output loss = sum(h * g)
   minimize loss
+}
+
+model Checked(H = 4) {
+  input xs : f32[T, B, H]
+  input limit : f32
+  k = 0
+  while k < 2 {
+    k = k + 1
+    assert abs(xs[0]) < limit, "first, in the while"
+  }
+  assert abs(xs) < limit + 1.0, "second, after the while"
+  h = zeros[B, H]
+  for x in xs { h = tanh(x + h) }
+  output y = sum(h)
 }
 """
 
@@ -204,6 +220,24 @@ def test_an_index_error_inside_an_arm_is_raised_after_the_group(two, shifts):
         two.set_num_threads(before)
 
 
+def test_of_two_checks_that_fail_the_first_in_the_program_is_raised(two, two_path):
+    """The `while` (an assert in its body) and the `for` share no memory: they run at
+    once, and the assert between them, which may raise too, stays after the group, not
+    before it (where it raised its own error where the `while`'s comes first: fuzz seed
+    1051). Each error alone is raised as the reference raises it."""
+    _, files = sources(two_path, "checked", BuildOptions(model="Checked"))
+    assert files["module.cpp"].count("mdl::Arms ") == 1  # its one function, inference
+    graph = check_file(str(two_path), model="Checked").graph
+    xs = np.zeros((3, 2, 4), np.float32)
+    for first, second, said in ((1, 1, "first, in the while"), (0, 1, "second, after"),
+                                (1, 0, "first, in the while")):
+        xs[0, 1, 2], xs[2, 0, 3] = 0.9 * first, 1.9 * second
+        with pytest.raises(ValueError, match=said):
+            two.Checked(seed=0).forward(xs=xs, limit=np.float32(0.5))
+        with pytest.raises(ValueError, match=said):
+            reference.run(graph, {"xs": xs, "limit": np.float32(0.5)}, {})
+
+
 @pytest.mark.parametrize("flag", [True, False])
 def test_a_branch_yielding_a_value_from_outside_stays_after_what_makes_it(two, two_path,
                                                                           flag):
@@ -241,5 +275,51 @@ def test_a_loop_does_not_run_before_a_kept_instruction_asking_its_streams_positi
         later = loop(salt)
         instrs = [first, asked, later]
         touches = {id(first): ({1}, {2}), id(asked): (set(), {2}), id(later): ({3}, {4})}
-        out, _ = _group(instrs, 0, touches)
+        out, _ = _group(instrs, 0, touches, set())
         assert (len(out) == 2) == grouped, salt  # [group, asked] or the three as they were
+
+
+def test_an_instruction_that_may_raise_is_not_moved_past_another():
+    """Of two instructions that may raise (an assert, an index), a call raises the one
+    the program runs first: one between two loops is moved before their group only where
+    no arm before it may raise, and a loop that may raise joins no group past one that
+    may raise and stays after the group."""
+    from codegen.backend.concurrent import _group
+    from codegen.backend.lower import Concurrent, Kernel, Structured
+    from codegen.ir.graph import Block, Op, Value
+    from codegen.ir.shapes import TensorType
+    f32, flag = TensorType.of("f32", (2,)), TensorType.of("bool", ())
+
+    def check():
+        return Op("assert", [Value(TensorType.of("bool", (2,)))], [Value(flag)],
+                  {"what": "w", "said": "s"})
+
+    def loop(raises):
+        x = Value(f32)
+        body = Block([x], [Op("tanh", [x], [Value(f32)])] + ([check()] if raises else []))
+        body.results = [body.ops[0].outputs[0]]
+        op = Op("for", [Value(TensorType.of("f32", (3, 2)))], [Value(TensorType.of(
+            "f32", (3, 2)))], {"n_seq": 1, "n_state": 0, "reversed": False,
+                               "has_lengths": False}, [body])
+        return Structured(op, [[]])
+
+    def grouped(a, k, b, k_clashes=False):
+        """The order after grouping [a, k, b]: each named, a group as a tuple."""
+        touches = {id(a): ({1}, {2}), id(k): ({2} if k_clashes else {5}, {6}),
+                   id(b): ({3}, {4})}
+        instrs = [a, k, b]
+        faults = {id(x) for x, raises in ((a, ra), (k, True), (b, rb)) if raises}
+        out, _ = _group(instrs, 0, touches, faults)
+        names = {id(a): "a", id(k): "k", id(b): "b"}
+        return [tuple(names[id(x)] for x in ins.arms) if isinstance(ins, Concurrent)
+                else names[id(ins)] for ins in out]
+
+    for ra, rb, clashes, want in ((True, False, False, [("a", "b"), "k"]),
+                                  (False, True, False, ["k", ("a", "b")]),
+                                  (False, False, False, ["k", ("a", "b")]),
+                                  (True, True, False, ["a", "k", "b"]),
+                                  (False, True, True, ["a", "k", "b"]),
+                                  (False, False, True, [("a", "b"), "k"])):
+        a, b = loop(ra), loop(rb)
+        k = Kernel(check(), [])
+        assert grouped(a, k, b, clashes) == want, (ra, rb, clashes)

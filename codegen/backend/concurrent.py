@@ -16,7 +16,10 @@ grouping products. A later loop joins an earlier one's group when it writes no m
 that the group's loops, or the instructions that must stay after them, read or write,
 and reads none they write (memory as the roots of views: a view is its buffer; a
 structured op reads what it copies out of its blocks too). The instructions between
-them that are free to (no such conflict) move before the group, in their order. Loops
+them that are free to (no such conflict) move before the group, in their order. Of two
+that may raise (an assert, an index: `_faults`), a call raises the first in the
+program's order, so neither moves past the other: the arms raise in their order, and one
+between them that may raise stays after the group unless no arm before it may. Loops
 that draw random numbers run at once only from streams of their own (the salts of their
 random ops; the renderer opens the streams first, so that no thread inserts into the
 model's map of them), and never before an instruction that keeps its place and draws
@@ -42,37 +45,45 @@ def run_concurrently(instrs: list, layouts: dict[int, Layout]) -> list:
     """`instrs` with each group of independent loops as one `Concurrent`, the
     instructions the later loops need moved before it."""
     touches = {id(ins): _touches(ins, layouts) for ins in instrs}  # once each
+    faults = {id(ins) for ins in instrs if _faults(ins)}
     out = list(instrs)
     i = 0
     while i < len(out):
         if _arm(out[i]):
-            out, i = _group(out, i, touches)
+            out, i = _group(out, i, touches, faults)
         i += 1
     return out
 
 
-def _group(instrs: list, i: int, touches: dict) -> tuple[list, int]:
+def _group(instrs: list, i: int, touches: dict, faults: set[int]) -> tuple[list, int]:
     """Gathers the loops after `instrs[i]` that can run beside it (`touches`: each
-    instruction's (reads, writes), by id); returns the new list and the index of the
-    group in it."""
+    instruction's (reads, writes), by id; `faults`: the ids of those that may raise);
+    returns the new list and the index of the group in it."""
     arms = [instrs[i]]
     drawn = streams(instrs[i].op)
     # (reads, writes) of the arms and of the instructions that must stay after them
     touched = [touches[id(instrs[i])]]
     free: list = []  # may run before the group
     kept: set[int] = set()  # the streams of the instructions that stay after the group
+    # whether an arm may raise, and whether an instruction that stays after the group
+    # may: a later one that may raise too is not moved before them
+    armed, stays = id(instrs[i]) in faults, False
     joined_at = i
     for j in range(i + 1, len(instrs)):
         ins = instrs[j]
         t = touches[id(ins)]
-        if any(_conflict(t, u) for u in touched):
-            touched.append(t)
-            kept |= _streams(ins)
-        elif _arm(ins) and not streams(ins.op) & (drawn | kept):
+        raises, clash = id(ins) in faults, any(_conflict(t, u) for u in touched)
+        if (not clash and _arm(ins) and not streams(ins.op) & (drawn | kept)
+                and not (raises and stays)):
             arms.append(ins)
             drawn |= streams(ins.op)
             touched.append(t)
+            armed |= raises
             joined_at = j
+        elif clash or raises and (armed or stays):
+            touched.append(t)
+            kept |= _streams(ins)
+            stays |= raises
         else:
             free.append(ins)
     if len(arms) == 1:
@@ -83,6 +94,21 @@ def _group(instrs: list, i: int, touches: dict) -> tuple[list, int]:
     rest = [x for x in instrs[i + 1:joined_at + 1] if id(x) not in moved]
     head = instrs[:i] + before
     return head + [Concurrent(arms)] + rest + instrs[joined_at + 1:], len(head)
+
+
+def _faults(ins) -> bool:
+    """Whether `ins` may raise on the call's data (an op of it `faults`: an index out of
+    range, an assert): of two such, a call raises the first in the program's order, so
+    the pass never moves one past the other (the arms of a group raise in their order)."""
+    if isinstance(ins, Structured):
+        ops = _ops(ins.op)
+    elif isinstance(ins, Products):
+        return any(map(_faults, ins.kernels))
+    elif isinstance(ins, Fused):
+        ops = ins.ops
+    else:
+        ops = [getattr(ins, "op", None)]
+    return any(entry(op).faults for op in ops if op is not None)
 
 
 def _streams(ins) -> set[int]:

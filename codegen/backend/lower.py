@@ -93,6 +93,7 @@ class Kernel:
 @dataclass(eq=False)
 class View:
     value: Value                       # a pointer into another value's buffer
+    op: Op | None = None               # the op it is the output of (`index` checks its row)
 
 
 @dataclass(eq=False)
@@ -362,7 +363,7 @@ class Lowering:
                 offset, strides = lowering_hook(op)[1](self.cx, op, i, base_lay.strides)
                 valid = ragged(self.cx, op) if ragged else None
                 self.layouts[v.id] = Layout(src, offset, strides, None, valid)
-                out.append(View(v))
+                out.append(View(v, op))
         else:
             self._kernel(op, lowering_hook(op)[1], out)
 

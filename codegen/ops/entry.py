@@ -31,7 +31,9 @@ The questions (each kind of entry says more in its own module):
   an `if`), `reduces` (reduces its one operand along `attrs["axes"]`, keeping them as 1s
   with `attrs["keepdims"]`: sum, mean, max, logsumexp), `checks` (checks the call's data
   and may raise: kept while nothing reads its result, never moved into a loop or a
-  branch; an `assert`);
+  branch; an `assert`), `faults` (may raise on the call's data: an index outside its
+  rows, a length outside the steps, an assert; of two that fail, a call raises the one
+  the program runs first, so the backend keeps their order);
 - `redraw(op, positions, same) -> [ops]`: for an op that draws random numbers (a
   dropout, a loop with one), the ops that draw them again from given stream positions in
   its place (ops/structured/replay.py says how);
@@ -72,6 +74,7 @@ class OpEntry(abc.ABC):
     branches = False
     reduces = False
     checks = False
+    faults = False
     simplify: Callable | None = None
     step_sum: Callable | None = None
     step_rows: Callable | None = None

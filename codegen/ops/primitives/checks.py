@@ -41,7 +41,7 @@ def _assert_onnx(g, op, xs):
     return g.const(True, "bool")
 
 
-@primitive("assert", None, checks=True, grad=_no_grad, ref=_assert_ref, onnx=_assert_onnx)
+@primitive("assert", None, checks=True, faults=True, grad=_no_grad, ref=_assert_ref, onnx=_assert_onnx)
 def _assert(types, attrs):
     need(len(types) in (1, 2), f"an assert takes a condition and a step, got {len(types)} "
          "operands")

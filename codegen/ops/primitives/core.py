@@ -86,6 +86,7 @@ class Primitive(OpEntry):
     accumulates: bool = False
     reduces: bool = False        # reduces its one operand along attrs["axes"] (keepdims)
     checks: bool = False         # checks the call's data (an assert): never dropped
+    faults: bool = False         # may raise on the call's data (ops/entry.py)
     step_sum: Callable | None = None
     step_rows: Callable | None = None
     redraw: Callable | None = None

@@ -129,7 +129,7 @@ def _unindex_onnx(g, op, xs):
     return g.op("ScatterND", zeros, at, g.op("Unsqueeze", xs[0], g.ints([0])))
 
 
-@primitive("unindex", 2, ref=_unindex_ref, onnx=_unindex_onnx,
+@primitive("unindex", 2, faults=True, ref=_unindex_ref, onnx=_unindex_onnx,
            grad=lambda b, op, cts: [b.index(cts[0], op.inputs[1]), None])
 def _unindex(types, attrs):
     """Zeros of [n, ...] with g at row i (the adjoint of index)."""
@@ -196,7 +196,7 @@ def _scatter_add_onnx(g, op, xs):
     return g.op("ScatterND", zeros, at, xs[0], reduction="add")
 
 
-@primitive("scatter_add", 2, ref=_scatter_add_ref, onnx=_scatter_add_onnx,
+@primitive("scatter_add", 2, faults=True, ref=_scatter_add_ref, onnx=_scatter_add_onnx,
            grad=lambda b, op, cts: [b.gather(cts[0], op.inputs[1]), None])
 def _scatter_add(types, attrs):
     """Zeros of [n, ...] with each row g[j] added at row ids[j] (the adjoint of gather)."""

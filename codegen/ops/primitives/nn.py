@@ -99,7 +99,7 @@ def _cross_entropy_onnx(g, op, xs):
     return g.op("Neg", g.op("Div", total, g.op("Max", count, g.const(1, dtype))))
 
 
-@primitive("cross_entropy", None, grad=_cross_entropy_grad, ref=_cross_entropy_ref,
+@primitive("cross_entropy", None, faults=True, grad=_cross_entropy_grad, ref=_cross_entropy_ref,
            integer_bounds=_cross_entropy_bounds, onnx=_cross_entropy_onnx)
 def _cross_entropy(types, attrs):
     logits, targets, *rest = types
@@ -191,7 +191,7 @@ def _seq_order_onnx(g, op, xs):
     return g.op("Where", keep, picked, g.const(0, op.inputs[0].type.dtype))
 
 
-@primitive("seq_order", 2, ref=_seq_order_ref, onnx=_seq_order_onnx,
+@primitive("seq_order", 2, faults=True, ref=_seq_order_ref, onnx=_seq_order_onnx,
            grad=lambda b, op, cts: [b.seq_order(cts[0], op.inputs[1], **op.attrs), None])
 def _seq_order(types, attrs):
     """x [T, B, ...] in the step order of a loop with lengths: row b of step i holds

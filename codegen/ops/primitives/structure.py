@@ -184,7 +184,7 @@ def _index_ref(ctx, attrs, x, i):
     return x[int(i)]
 
 
-@primitive("index", 2, grad=_index_grad, selects=True, integer_bounds=_indexes_rows,
+@primitive("index", 2, faults=True, grad=_index_grad, selects=True, integer_bounds=_indexes_rows,
            ref=_index_ref, onnx=onnx_node("Gather", axis=0))
 def _index(types, attrs):
     x, t = types
@@ -244,7 +244,7 @@ def _gather_ref(ctx, attrs, table, ids):
     return np.take(table, ids, axis=0)
 
 
-@primitive("gather", 2, grad=_gather_grad, selects=True, integer_bounds=_indexes_rows,
+@primitive("gather", 2, faults=True, grad=_gather_grad, selects=True, integer_bounds=_indexes_rows,
            ref=_gather_ref,
            onnx=onnx_node("Gather", axis=0))
 def _gather(types, attrs):
