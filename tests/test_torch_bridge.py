@@ -309,6 +309,22 @@ def test_only_what_requires_grad_gets_a_gradient(core64):
     assert core.get_parameter("lstm/W").grad is not None
 
 
+def test_with_nothing_to_differentiate_the_outputs_need_no_gradient(core64):
+    """Frozen weights and inputs that need no gradient: the outputs need none either, as
+    a PyTorch module's would, and hold the model's forward (the differential fuzzer's
+    programs of integer inputs and no parameter: tests/fuzz_torch.py differentiates only
+    a total that needs a gradient)."""
+    core = as_module(core64.Core(seed=0)).train()
+    for p in core.parameters():
+        p.requires_grad_(False)
+    xs, h0 = inputs(6, requires_grad=False)
+    hs, c = core(xs, h0)
+    assert not hs.requires_grad and not c.requires_grad
+    want = core64.Core(seed=0).forward(xs=xs.numpy(), h0=h0.numpy())
+    np.testing.assert_array_equal(hs.numpy(), want["hs"])
+    np.testing.assert_array_equal(c.numpy(), want["last_c"])
+
+
 @pytest.mark.parametrize("loss", [lambda hs: hs.sum(), lambda hs: (hs * hs).sum()])
 def test_gradients_of_gradients_through_the_model_are_refused(core64, loss):
     """create_graph=True: refused even where the gradients given to the model need none
