@@ -99,3 +99,62 @@ def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
     with pytest.raises(IndexError) as native:
         load(path, name="loss_targets").Loss().forward(**given)
     assert str(native.value) == message
+
+
+MANY = """
+model Many(V = 5, H = 3) {
+  input ids : i32[N]
+  input tokens : i32[T, N]
+  input targets : i32[N]
+  param emb : f32[V, H] = normal(0, 1)
+  param u : f32[H, H] = normal(0, 0.5)
+  h = zeros[N, H]
+  for t in tokens {
+    h = tanh(emb[t + i32(h[:, 0] > 5.0)] + h @ u)
+  }
+  output y = sum(emb[ids]) + sum(h)
+  output l = cross_entropy(emb[ids * 0], targets)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def many_modules(tmp_path_factory):
+    path = source_file(tmp_path_factory, "many.mdl", MANY)
+    return path, on_both_targets(path, "many")
+
+
+def many(bad: str):
+    """4000 rows (16 blocks of the device's kernels), three bad ones in `bad`."""
+    ids, tokens, targets = (np.zeros(4000, np.int32), np.zeros((3, 4000), np.int32),
+                            np.zeros(4000, np.int32))
+    if bad == "ids":
+        ids[[100, 3000, 3500]] = 7, 9, -1
+    if bad == "targets":
+        targets[[50, 2000, 3999]] = 3, 5, -2
+    if bad == "tokens":  # step 0's two, and step 1's, at a position before them
+        tokens[0, [2000, 2500]], tokens[1, 10] = (-3, 8), 6
+    return dict(ids=ids, tokens=tokens, targets=targets)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("ids", r"^`ids` holds 7 at flat position 100, outside \[0, 5\)"),
+    ("targets", r"^`targets` holds 3 at flat position 50: cross_entropy's targets"),
+    ("tokens", r"^an index computed from the input `tokens` holds -3 at flat position 2000,")])
+def test_of_many_bad_elements_the_first_is_named_whatever_order_blocks_run_in(
+        many_modules, monkeypatch, bad, message):
+    """A GPU runs a kernel's blocks in any order, and several may find a bad element: the
+    error names the first, as the CPU's loop and the reference do, and a later launch (the
+    next step of a loop) replaces nothing, even at a lesser position (mdl/cuda/device.h's
+    report; the emulated device runs the blocks in reverse and shuffled)."""
+    path, modules = many_modules
+    graph = check_file(str(path)).graph
+    model = modules["cpu"].Many(seed=0)
+    with pytest.raises(IndexError, match=message):
+        reference.run(graph, many(bad), {k: np.array(v) for k, v in model.params.items()})
+    with pytest.raises(IndexError, match=message):
+        model.forward(**many(bad))
+    for order in ("order=forward", "order=reverse", "blocks=shuffle,seed=4"):
+        monkeypatch.setenv("MDL_CUDA_EMULATOR", order)
+        with pytest.raises(IndexError, match=message):
+            modules["cuda"].Many(seed=0).forward(**many(bad))

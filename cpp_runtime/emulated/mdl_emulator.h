@@ -30,10 +30,12 @@ typedef CUstream_st* cudaStream_t;
 namespace mdl {
 namespace emulated {
 
-// Where the running CUDA thread is: what threadIdx, blockIdx, blockDim and gridDim read.
+// Where the running CUDA thread is: what threadIdx, blockIdx, blockDim and gridDim read,
+// and which launch it is of (a GPU's %gridid: distinct for every grid the process runs).
 struct Coordinates {
   uint3 thread, block;
   dim3 block_dim, grid_dim;
+  unsigned long long launch = 0;
 };
 
 extern thread_local const Coordinates* running;
@@ -213,6 +215,11 @@ inline int atomicCAS(int* p, int compare, int value) {
 inline int atomicExch(int* p, int value) {
   int old = *p;
   *p = value;
+  return old;
+}
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long value) {
+  unsigned long long old = *p;
+  if (value > old) *p = value;
   return old;
 }
 inline void __threadfence() {}

@@ -110,6 +110,7 @@ void finish(void* context) {
   check(cudaMemsetAsync(c.fault, 0, sizeof(Fault), c.stream), "cudaMemsetAsync");
   check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
   // the exception the CPU's kernels throw for the same input
+  least_report(f, &f.value, &f.position);
   raise_fault(FaultKind(f.kind), f.value, f.position, f.bound, f.what);
 }
 

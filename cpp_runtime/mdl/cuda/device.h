@@ -41,16 +41,51 @@ __device__ inline int64_t item_stride() { return int64_t(gridDim.x) * blockDim.x
 
 __device__ inline bool outside(int64_t i, int64_t n) { return i < 0 || i >= n; }
 
-// Records the first fault of the call.
+// The grid the running thread is of: a number no other launch of the process has (the
+// emulated device numbers its grids alike).
+__device__ inline unsigned long long launch_id() {
+#if defined(MDL_CUDA_EMULATED)
+  return ::mdl::emulated::running->launch;
+#else
+  unsigned long long id;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(id));
+  return id;
+#endif
+}
+
+// Records the first fault of the call (mdl/cuda/fault.h): the first launch to report one
+// claims the record, and its every report keeps the least position, since its blocks run
+// in any order and the CPU (and the reference) name the first bad element. A launch after
+// it changes nothing: the stream runs them one after another, so a report that finds the
+// record being written (-1) is of the claiming launch. The values reported are 32-bit
+// (ids, targets, lengths, steps).
 __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
                               int64_t bound, HostText what) {
-  if (atomicCAS(&f->kind, 0, -1) != 0) return;
-  f->value = value;
-  f->position = position;
-  f->bound = bound;
-  f->what = what.text;
-  __threadfence();
-  atomicExch(&f->kind, int(kind));
+  const unsigned long long launch = launch_id();
+  const unsigned long long least =
+      position >= 0 && position < 0xffffffffll
+          ? ~(static_cast<unsigned long long>(position) << 32 | uint32_t(value))
+          : 0;
+  if (atomicCAS(&f->kind, 0, -1) == 0) {
+    f->value = value;
+    f->position = position;
+    f->bound = bound;
+    f->what = what.text;
+    f->launch = launch;
+    atomicMax(&f->least, least);
+    __threadfence();
+    atomicExch(&f->kind, int(kind));
+    return;
+  }
+  const volatile Fault* seen = f;
+  const int claimed = seen->kind;
+  if (claimed != -1) {
+    __threadfence();
+    if (claimed != int(kind) || seen->launch != launch || seen->what != what.text ||
+        seen->bound != bound)
+      return;  // an earlier launch's fault
+  }
+  atomicMax(&f->least, least);
 }
 
 // a + b, wrapping for i32: mdl::plus (mdl/scalar.h), as the CPU adds.

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -73,6 +74,7 @@ struct Block {
   std::vector<Thread> threads;
   Thread* current = nullptr;
   uint32_t epoch = 0;     // barriers passed
+  unsigned long long launch = 0;  // the grid's number among the process's (Coordinates)
   bool fibers = false;    // else the fast path
   bool met_sync = false;  // a thread waited at a barrier or shuffle
   ucontext_t scheduler;
@@ -93,6 +95,7 @@ thread_local std::vector<std::unique_ptr<Fiber>>
 thread_local sigjmp_buf* recovery = nullptr;  // where a fault inside a kernel lands
 thread_local const void* fault_address = nullptr;
 thread_local uint64_t grids_run = 0;
+std::atomic<unsigned long long> launches{0};  // every grid the process runs, numbered
 
 std::string where(const Block& b, const Thread* t) {
   std::string text = "kernel " + kernel_name(b.grid->kernel) + ", block " + std::to_string(b.index);
@@ -336,6 +339,7 @@ void run_block(Block& b, unsigned index, const Settings& s, std::mt19937_64& rng
     t = Thread();
     t.id = i;
     t.at = coordinates(*b.grid, index, i);
+    t.at.launch = b.launch;
   }
   sigjmp_buf landing;
   if (sigsetjmp(landing, 1)) {
@@ -439,6 +443,7 @@ void run_grid(const Grid& g) {
   }
   Block b;
   b.grid = &g;
+  b.launch = ++launches;
   b.threads.resize(threads);
   b.fibers = s.fibers || known != 0;
   Block* outer = block;
