@@ -99,16 +99,12 @@ def _group(instrs: list, i: int, touches: dict, faults: set[int]) -> tuple[list,
 def _faults(ins) -> bool:
     """Whether `ins` may raise on the call's data (an op of it `faults`: an index out of
     range, an assert): of two such, a call raises the first in the program's order, so
-    the pass never moves one past the other (the arms of a group raise in their order)."""
-    if isinstance(ins, Structured):
-        ops = _ops(ins.op)
-    elif isinstance(ins, Products):
+    the pass never moves one past the other (the arms of a group raise in their order).
+    A fused group's ops are elementwise and a copy has none: neither may."""
+    if isinstance(ins, Products):
         return any(map(_faults, ins.kernels))
-    elif isinstance(ins, Fused):
-        ops = ins.ops
-    else:
-        ops = [getattr(ins, "op", None)]
-    return any(entry(op).faults for op in ops if op is not None)
+    op = getattr(ins, "op", None)  # a kernel's, a view's (an `index`), a loop's or branch's
+    return op is not None and any(entry(x).faults for x in _ops(op))
 
 
 def _streams(ins) -> set[int]:
