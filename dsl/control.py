@@ -38,13 +38,17 @@ class Counter:
 
 @dataclass(frozen=True)
 class Enclosing:
-    """Where the statement being elaborated stands, as its asserts' errors word it: `text`
-    ("in a step of the `for` at m.mdl:6", "in the `if` branch at m.mdl:8"; "" at the
-    model's level), the innermost loop's `counter` around it (None outside loops), and
-    whether it stands in that loop's body itself (`in_body`) rather than in a branch there."""
-    text: str = ""
-    counter: Counter | None = None
-    in_body: bool = False
+    """Where the statement being elaborated stands, as its asserts' errors word it: the
+    loops and branches around it, innermost first (`levels`), each its words ("a step of
+    the `for` at m.mdl:6", "the `if` branch at m.mdl:8") and, for a loop, its `counter`
+    (None for a branch). Empty at the model's level."""
+    levels: tuple[tuple[str, Counter | None], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """All of them, no step numbered: "in the `if` branch at m.mdl:8, in a step of
+        the `for` at m.mdl:6"; "" at the model's level."""
+        return ", ".join(f"in {words}" for words, _ in self.levels)
 
 
 def assigned_names(stmts: list[n.Stmt], declarations: bool = False) -> list[str]:
@@ -84,10 +88,8 @@ class ControlFlow:
         saved = self.block, self.ctx.env
         self.block, self.ctx.env = block, env
         around = self.enclosing[-1] if self.enclosing else Enclosing()
-        if counter is not None:
-            around = Enclosing(f"in {inside}", counter, in_body=True)
-        elif inside:
-            around = Enclosing(f"in {inside}", around.counter)
+        if inside:
+            around = Enclosing(((inside, counter),) + around.levels)
         self.enclosing.append(around)
         try:
             yield

@@ -18,6 +18,7 @@ from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
 from codegen.ops.entry import entry
 from codegen.ops.primitives import ShapeError
+from codegen.ops.primitives.checks import MAX_STEPS
 
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
@@ -385,34 +386,38 @@ class Elaborator(Expressions, Calls, ControlFlow):
             raise MdlTypeError(f"an `assert` condition must be bool (a comparison, as "
                                f"`x > 0.0`), got {got}", s.cond.loc)
         where = f"{self.call_stack[-1][0].name.name}: " if self.call_stack else ""
-        what = f"{where}{said} is false{inside}"
-        operands, attrs = [cond], {"what": what, "said": where + said + inside}
-        counted = self._counted(cond, here.counter)
-        if counted is not None:  # the step or trip goes between `what` and `after`
-            counter, (before, after) = counted
-            if here.in_body:  # the loop's body itself
-                what, after = f"{where}{said} is false in {before}", after
-            else:  # a branch in it: "in the `if` branch at m.mdl:7, in step 3 of the ..."
-                what, after = f"{where}{said} is false {here.text}, in {before}", after
-            # one string with a NUL between the two in generated code (mdl/faults.h)
-            what, after = what.replace("\0", "\\0"), after.replace("\0", "\\0")
-            operands.append(counter)
-            attrs.update(what=what, after=after)
+        attrs = {"what": f"{where}{said} is false{inside}", "said": where + said + inside}
+        numbered = _numbered(cond, here)
+        operands = [cond]
+        if numbered:  # the loops' steps or trips go between `what` and `after`'s parts
+            parts, steps = [f"{where}{said} is false "], []
+            for k, (words, counter) in enumerate(here.levels):
+                parts[-1] += ", in " if k else "in "
+                if counter in numbered:  # "step ", then " of the `for` at m.mdl:6"
+                    parts[-1] += counter.counted[0]
+                    parts.append(counter.counted[1])
+                    steps.append(counter.value)
+                else:
+                    parts[-1] += words
+            # one string with a NUL before each number's text in generated code
+            # (mdl/faults.h): a NUL in a part would end it early, so it is spelt out
+            parts = [part.replace("\0", "\\0") for part in parts]
+            operands.append(self._steps(steps, numbered, s.loc))
+            attrs.update(what=parts[0], after="\0".join(parts[1:]))
         done, = self.emit("assert", operands, attrs, s.loc)
         self.asserts.append(next(op for op in self.block.ops if done in op.outputs))
 
-    def _counted(self, cond: Value, loop: Counter | None):
-        """The step or trip of the innermost loop (`loop`), for an assert of `cond` in its
-        body (or in a branch or a function there): (the i32 value, the words around it),
-        or None where there is no loop, or no one number says where: in a `for` with
-        lengths, a condition not of the rows (each row is at a step of its own when
-        reversed, and a step past every row's length, which a condition of the whole step
-        judges, holds no row's step)."""
-        if loop is None:
-            return None
-        if loop.rows is None or (cond.type.rank and cond.type.shape[0] == loop.rows):
-            return loop.value, loop.counted
-        return None
+    def _steps(self, steps: list[Value], counters: list[Counter], loc: Loc) -> Value:
+        """The steps or trips of an assert's loops, innermost first, as one operand: the
+        one itself, or stacked on a last axis (a row's each, where a `for` has lengths:
+        the others' broadcast to its rows)."""
+        if len(steps) == 1:
+            return steps[0]
+        rows = next((c.rows for c in counters if c.rows is not None), None)
+        if rows is not None:
+            steps = [v if v.type.rank else self.emit("broadcast_to", [v], {"shape": (rows,)},
+                                                     loc)[0] for v in steps]
+        return self.emit("stack", steps, {"axis": steps[0].type.rank}, loc)[0]
 
     def stmt_Yield(self, s: n.Yield) -> None:
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "
@@ -420,6 +425,17 @@ class Elaborator(Expressions, Calls, ControlFlow):
 
     def stmt_Return(self, s: n.Return) -> None:
         raise MdlTypeError("`return` must be the last statement of a function", s.loc)
+
+
+def _numbered(cond: Value, here: Enclosing) -> list[Counter]:
+    """The loops around an assert of `cond` whose step or trip its error numbers,
+    innermost first, at most MAX_STEPS of them: each loop but a `for` with lengths whose
+    condition is not of its rows (reversed, each row is at a step of its own, and a step
+    past every row's length, which a condition of the whole step judges, holds no row's
+    step): that one is "a step of the `for` at ...", unnumbered."""
+    loops = [c for _, c in here.levels if c is not None and (
+        c.rows is None or (cond.type.rank and cond.type.shape[0] == c.rows))]
+    return loops[:MAX_STEPS]
 
 
 def _keyword(stmt: n.Stmt) -> str:

@@ -2,8 +2,8 @@
 it checks each step, branch or trip that runs, and nothing else: a row's padding steps
 (`lengths`) and a branch not taken are never judged. The reference interpreter and
 generated modules (CPU and the emulated device) raise the same ValueError, which names
-the loop or branch and the innermost loop's step (its sequences' t: a row's own with
-`lengths`) or trip; one always false there (`assert 1 > 2`) is an error where the body
+the loops and branches around it and the steps (a loop's sequences' t: a row's own with
+`lengths`) or trips of up to four loops, innermost first; one always false there (`assert 1 > 2`) is an error where the body
 runs, not when the model is checked; a loop that holds nothing but an assert is kept; the
 backward of a loop that recomputes its steps checks them again and passes."""
 from __future__ import annotations
@@ -138,6 +138,43 @@ model Conditioned(N = 3) {
   output loss = mean(h)
   minimize loss
 }
+model Nested(N = 3) {
+  input xs : f32[T, B, N]
+  input lengths : i32[B]
+  h = zeros[B, N]
+  for x in xs {  # Nested
+    k = 0
+    while k < 2 {
+      for y in xs (lengths = lengths) {
+        assert sum(y) < 1000.0, "each step's sum below 1000"
+        if sum(y) > -1000.0 {
+          assert y + x * f32(k) < 50.0, "nested below 50"
+        }
+        h = tanh(h + y)
+      }
+      k = k + 1
+    }
+  }
+  output loss = mean(h)
+  minimize loss
+}
+model Deep() {
+  input xs : f32[T, B, 3]
+  h = zeros[B, 3]
+  for u1 in xs {  # Deep
+    for u2 in xs {
+      for u3 in xs {
+        for u4 in xs {
+          for e in xs {
+            assert e < 50.0, "deep"
+            h = h + e
+          }
+        }
+      }
+    }
+  }
+  output total = sum(h)
+}
 model Only(N = 3) {
   input xs : f32[T, B, N]
   for x in xs {  # Only
@@ -170,7 +207,7 @@ def inputs(model: str, changes: dict) -> dict:
     names = {"Padded": ("xs", "lengths"), "Branched": ("x",), "Tripped": ("x",),
              "Called": ("xs",), "Only": ("xs",), "Unreachable": ("x",),
              "Concurrent": ("xs",), "Stepped": ("xs", "lengths"),
-             "Conditioned": ("xs",)}[model]
+             "Conditioned": ("xs",), "Nested": ("xs", "lengths"), "Deep": ("xs",)}[model]
     got = {name: value.copy() for name, value in data().items() if name in names}
     for name, (index, value) in changes.items():
         got[name][index] = value
@@ -187,6 +224,8 @@ def place(line: str) -> str:
 FOR = place("for x in reversed(xs)")
 IF = place("if sum(x) > 0.0")
 STEPPED = place("for x in xs (lengths")
+NESTED = place("for x in xs {  # Nested")
+NESTED_Y = place("for y in xs (lengths")
 # a bad value, the error it gives (None: no error, the value is never judged), the position
 RAISING = [
     ("Padded", {"xs": ((1, 1, 2), -300.0)},
@@ -205,9 +244,35 @@ RAISING = [
      f"each trip below 10: `x * f32(k) < 10.0` is false in trip 2 of the `while` at "
      f"{place('while k < 3')} (computed from the input `x`) at flat position 3"),
     ("Tripped", {"x": ((1, 0), 4.0)}, None),
-    ("Called", {"xs": ((2, 0, 1), -1e5)},
+    ("Called", {"xs": ((2, 0, 1), -1e5)},          # both loops' steps, the inner's first
      f"settled: a step and the state above -100: `x + g > -100.0` is false in step 2 of "
-     f"the `for` at {place('for y in xs')} (computed from the input `xs`)"),  # the inner one
+     f"the `for` at {place('for y in xs')}, in step 0 of the `for` at "
+     f"{place('for x in xs (recompute)')} (computed from the input `xs`) at flat position 0"),
+    # four loops deep, a branch inside: every loop's step or trip, the outer for's too
+    ("Nested", {"xs": ((0, 1, 2), 30.0)},            # 30 + 30 at the while's trip 1
+     f"nested below 50: `y + x * f32(k) < 50.0` is false in the `if` branch at "
+     f"{place('if sum(y) > -1000.0')}, in step 0 of the `for` at {NESTED_Y}, in trip 1 of "
+     f"the `while` at {place('while k < 2')}, in step 0 of the `for` at {NESTED} (computed "
+     "from the inputs `lengths` and `xs`) at flat position 5"),
+    ("Nested", {"xs": ((2, 0, 0), 30.0)},            # the outer for's step 2 reads it too
+     f"nested below 50: `y + x * f32(k) < 50.0` is false in the `if` branch at "
+     f"{place('if sum(y) > -1000.0')}, in step 2 of the `for` at {NESTED_Y}, in trip 1 of "
+     f"the `while` at {place('while k < 2')}, in step 2 of the `for` at {NESTED} (computed "
+     "from the inputs `lengths` and `xs`) at flat position 0"),
+    ("Nested", {"xs": ((3, 1, 0), 30.0)}, None),     # row 1 runs two steps: padding
+    # a condition of the whole step in a `for` with lengths: that loop unnumbered, the
+    # loops around it numbered
+    ("Nested", {"xs": ((1, 0, 0), 2000.0)},
+     f"each step's sum below 1000: `sum(y) < 1000.0` is false in a step of the `for` at "
+     f"{NESTED_Y}, in trip 0 of the `while` at {place('while k < 2')}, in step 0 of the "
+     f"`for` at {NESTED}"),
+    # five loops deep: the four innermost numbered
+    ("Deep", {"xs": ((3, 0, 1), 60.0)},
+     f"deep: `e < 50.0` is false in step 3 of the `for` at {place('for e in xs')}, in step 0 "
+     f"of the `for` at {place('for u4 in xs')}, in step 0 of the `for` at "
+     f"{place('for u3 in xs')}, in step 0 of the `for` at {place('for u2 in xs')}, in a step "
+     f"of the `for` at {place('for u1 in xs {  # Deep')} (computed from the input `xs`) at "
+     "flat position 1"),
     ("Unreachable", {"x": ((0, 0), 20.0)},          # false where it runs, not an error before
      f"the sum never above 10: `1 > 2` is false in the `if` branch at "
      f"{place('if sum(x) > 10.0')}"),
@@ -277,7 +342,8 @@ def test_every_run_says_the_same(path, modules, model, changes, message):
             np.testing.assert_allclose(good[name], value, rtol=1e-12, err_msg=target)
 
 
-@pytest.mark.parametrize("model", ["Padded", "Branched", "Tripped", "Called", "Stepped"])
+@pytest.mark.parametrize("model", ["Padded", "Branched", "Tripped", "Called", "Stepped",
+                                   "Nested"])
 def test_gradients_are_the_references(path, modules, model):
     """A passing call trains as the reference differentiates it (the backward of a loop
     that recomputes its steps, `checkpoint` and `recompute`, checks them again)."""

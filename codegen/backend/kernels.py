@@ -164,11 +164,14 @@ def _assert(r, op, inputs, ins, outs):
     if len(inputs) == 1:
         return [f"{r.target.call('check_all')}{ins[0]}, {n}, {c_string(op.attrs['what'])}, "
                 f"{outs[0]});"]
-    # in a loop's body: the step between the two texts, a NUL between them (mdl/faults.h)
+    # in a loop's body: each step before its part of `after`, a NUL before each part
+    # (mdl/faults.h); k steps a row, on a last axis of k where k > 1
     text = c_string(op.attrs["what"] + "\0" + op.attrs["after"])
-    rows = r.dim(numel(inputs[1].type.shape))
+    k = op.attrs["after"].count("\0") + 1
+    shape = inputs[1].type.shape
+    rows = r.dim(numel(shape if k == 1 else shape[:-1]))
     return [f"{r.target.call('check_all_at')}{ins[0]}, {n}, {text}, {outs[0]}, {ins[1]}, "
-            f"{rows});"]
+            f"{rows}{f', {k}' if k > 1 else ''});"]
 
 
 statements("assert", _assert)

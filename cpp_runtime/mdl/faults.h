@@ -16,15 +16,22 @@ enum class FaultKind : int {
   Length,           // a sequence length outside [0, steps] (ValueError)
   Subscript,        // x[i]: a scalar index outside x's rows (IndexError)
   Assert,           // an `assert` of the model's found an element false (ValueError)
-  AssertAt,         // the same in a loop's body: `what` is the text before the step or
-                    // trip (`value`), a NUL, and the text after it (ValueError)
+  AssertAt,         // the same in a loop's body: `what` is the text before the innermost
+                    // loop's step or trip (`value`), then for it and each outer loop's
+                    // (`outer`) a NUL and the text after it (ValueError)
 };
+
+// The loops an assert's error numbers the steps or trips of, at most (the innermost and
+// kAssertSteps - 1 outer ones; codegen/ops/primitives/checks.py's MAX_STEPS).
+constexpr int kAssertSteps = 4;
 
 // Throws the exception of fault `kind`: `value` found at `position` of the data `what`
 // names (null: unnamed; codegen/ir/origins.py words it: an input, or the variable and the
-// inputs it is computed from), which had to lie within `bound`. In the runtime object
+// inputs it is computed from), which had to lie within `bound`; for AssertAt, `outer`
+// holds the `outers` outer loops' steps, innermost first. In the runtime object
 // (src/faults.cpp): generated code only calls it.
 [[noreturn]] void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
-                              const char* what);
+                              const char* what, const int32_t* outer = nullptr,
+                              int outers = 0);
 
 }  // namespace mdl

@@ -382,14 +382,18 @@ inline void range(int64_t n, int64_t start, int64_t step, int32_t* out) {
 
 // An `assert` in a loop's body: every one of the n elements of cond must be true, else
 // the ValueError `what` says (at the first false one's flat position, where n > 1), with
-// the step or trip it ran in: `step` holds it, one for all n (rows = 1) or one a row of
-// cond's leading dim (FaultKind::AssertAt: `what` is the text before it, a NUL, the text
-// after). out[0] = true.
+// the steps or trips of the `levels` loops it ran in, innermost first: `step` holds them,
+// `levels` for all n (rows = 1) or `levels` a row of cond's leading dims
+// (FaultKind::AssertAt: `what` is the text before the first, then before each the next a
+// NUL and the text after it). out[0] = true.
 inline void check_all_at(const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
-                         const int32_t* step, int64_t rows) {
+                         const int32_t* step, int64_t rows, int levels = 1) {
   for (int64_t i = 0; i < n; ++i)
     if (!cond[i]) {
-      if (step) raise_fault(FaultKind::AssertAt, step[i / (n / rows)], i, n, what);
+      if (step) {
+        const int32_t* at = step + i / (n / rows) * levels;
+        raise_fault(FaultKind::AssertAt, at[0], i, n, what, at + 1, levels - 1);
+      }
       raise_fault(FaultKind::Assert, 0, i, n, what);
     }
   out[0] = 1;

@@ -111,7 +111,7 @@ void finish(void* context) {
   check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
   // the exception the CPU's kernels throw for the same input
   least_report(f, &f.value, &f.position);
-  raise_fault(FaultKind(f.kind), f.value, f.position, f.bound, f.what);
+  raise_fault(FaultKind(f.kind), f.value, f.position, f.bound, f.what, f.outer, f.outers);
 }
 
 void* allocate(std::size_t bytes) {

@@ -9,7 +9,7 @@
 namespace mdl {
 
 void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
-                 const char* what) {
+                 const char* what, const int32_t* outer, int outers) {
   const std::string input = what ? what : "an input";
   const std::string v = std::to_string(value), at = std::to_string(position),
                     n = std::to_string(bound);
@@ -25,8 +25,15 @@ void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
                        n + "): the rows of the gradient it adds into");
     case FaultKind::Assert:  // what: the message, the condition, the inputs (its front end)
       throw ValueError(bound > 1 ? input + " at flat position " + at : input);
-    case FaultKind::AssertAt: {  // the step between the two texts: "in step 3 of the `for`"
-      const std::string said = input + v + (what ? what + std::strlen(what) + 1 : "");
+    case FaultKind::AssertAt: {  // each step before its text: "in step 3 of the `for`"
+      std::string said = input + v;
+      const char* part = what ? what + std::strlen(what) + 1 : "";
+      for (int k = 0; k < outers; ++k) {
+        said += part;
+        said += std::to_string(outer[k]);
+        part += std::strlen(part) + 1;
+      }
+      said += part;
       throw ValueError(bound > 1 ? said + " at flat position " + at : said);
     }
     case FaultKind::Subscript:

@@ -3,17 +3,23 @@ in which an element of it is false raises a ValueError saying `attrs["what"]` (w
 the front end: the message, the condition, where it stands, the inputs it is computed
 from; `said`, the message, condition and place alone, is what a model's docstring lists)
 and, when the condition has more than one element, the flat position of the first false
-one. In a loop's body a second operand, i32, is the step or trip the body runs (a scalar,
-or one a row of the condition's leading dim: a `for` with lengths), written between
-`what` and `attrs["after"]`. Its result, a bool scalar that is always true, is never read:
-the passes keep the op for `checks`."""
+one. In a loop's body a second operand, i32, holds the steps or trips of the loops around
+it that the error numbers, innermost first: the one, a scalar; or k of them (up to
+MAX_STEPS), on a last axis of k. Its leading dims are a prefix of the condition's (one a
+row of its leading dim: a `for` with lengths; more where a pass stacked the assert over a
+loop's steps). The error is `what`, then each number followed by its part of
+`attrs["after"]` (k parts, NUL between them). Its result, a bool scalar that is always
+true, is never read: the passes keep the op for `checks`."""
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir.shapes import TensorType
+from ...ir.shapes import Dim, TensorType
 from .core import need, primitive
 from .elementwise import _no_grad
+
+
+MAX_STEPS = 4  # the loops an error numbers at most: mdl/faults.h's kAssertSteps
 
 
 def failed(attrs: dict, cond: np.ndarray, counter: np.ndarray | None = None) -> str | None:
@@ -23,9 +29,11 @@ def failed(attrs: dict, cond: np.ndarray, counter: np.ndarray | None = None) -> 
         return None
     first = int(false[0])
     what = attrs["what"]
-    if counter is not None:  # the first false element's row's step
-        steps = np.asarray(counter).reshape(-1)
-        what += f"{int(steps[first // (np.size(cond) // steps.size)])}{attrs['after']}"
+    if counter is not None:  # the first false element's row's steps
+        parts = attrs["after"].split("\0")
+        steps = np.asarray(counter).reshape(-1, len(parts))
+        row = steps[first // (np.size(cond) // len(steps))]
+        what += "".join(f"{int(step)}{part}" for step, part in zip(row, parts))
     return what + (f" at flat position {first}" if np.size(cond) > 1 else "")
 
 
@@ -51,11 +59,12 @@ def _assert(types, attrs):
          "an assert says what it checks: its error (attrs['what']) and, for the model's "
          "docstring, its message and condition (attrs['said'])")
     if len(types) == 2:
-        step = types[1]
-        need(step.dtype == "i32" and (step.rank == 0 or (
-            step.rank == 1 and cond.rank >= 1 and step.shape[0] == cond.shape[0])),
-             f"an assert's step is an i32 scalar or one a row of its condition {cond}, "
-             f"got {step}")
-        need(isinstance(attrs.get("after"), str), "an assert with a step says what follows "
-             "it (attrs['after'])")
+        need(isinstance(attrs.get("after"), str), "an assert with steps says what follows "
+             "each (attrs['after'])")
+        step, k = types[1], attrs["after"].count("\0") + 1
+        rows = step.shape if k == 1 else step.shape[:-1]
+        need(step.dtype == "i32" and k <= MAX_STEPS and (k == 1 or (
+            step.rank and step.shape[-1] == Dim.of(k))) and cond.shape[:len(rows)] == rows,
+             f"an assert's steps are i32, {k} of them (at most {MAX_STEPS}) for each of "
+             f"leading dims of its condition {cond}, got {step}")
     return [TensorType("bool", ())]

@@ -58,9 +58,11 @@ __device__ inline unsigned long long launch_id() {
 // in any order and the CPU (and the reference) name the first bad element. A launch after
 // it changes nothing: the stream runs them one after another, so a report that finds the
 // record being written (-1) is of the claiming launch. The values reported are 32-bit
-// (ids, targets, lengths, steps).
+// (ids, targets, lengths, steps). An assert's reports carry the steps of its outer loops
+// too (`outers` of them at `outer`): one report a launch, the first false element's.
 __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t position,
-                              int64_t bound, HostText what) {
+                              int64_t bound, HostText what, const int32_t* outer = nullptr,
+                              int outers = 0) {
   const unsigned long long launch = launch_id();
   const unsigned long long least =
       position >= 0 && position < 0xffffffffll
@@ -72,6 +74,8 @@ __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t p
     f->bound = bound;
     f->what = what.text;
     f->launch = launch;
+    f->outers = outers;
+    for (int k = 0; k < outers; ++k) f->outer[k] = outer[k];
     atomicMax(&f->least, least);
     __threadfence();
     atomicExch(&f->kind, int(kind));

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "mdl/faults.h"
+
 namespace mdl {
 namespace cuda {
 
@@ -30,6 +32,8 @@ struct Fault {
   // complement of (position << 32 | the value's 32 bits), so that atomicMax keeps it;
   // 0: none (the other fields then hold the fault)
   unsigned long long least;
+  int outers;                          // AssertAt: the outer loops' steps, innermost first
+  int32_t outer[kAssertSteps - 1];
 };
 
 // The position and value `least` holds, where it holds one (Fault::least).

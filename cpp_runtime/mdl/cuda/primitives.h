@@ -60,7 +60,7 @@ void cross_entropy(Context& g, const T* logits, const int32_t* targets, const in
                    int64_t rows, int64_t classes, int64_t batch, const char* what, T* out);
 void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out);
 void check_all_at(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
-                  const int32_t* step, int64_t rows);
+                  const int32_t* step, int64_t rows, int levels = 1);
 
 // ---- products: mdl/cuda/gemm.h -----------------------------------------------------------
 template <class T>

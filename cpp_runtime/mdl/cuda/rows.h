@@ -87,10 +87,11 @@ struct Smaller {
 // An `assert` (mdl/kernels.h's check_all), one block: its threads find the first false
 // element together (a few microseconds for the lengths or labels a model checks), which
 // is recorded as the call's fault, as the CPU would find it. out[0] = true. In a loop's
-// body (check_all_at) `step` holds the step or trip, one for all n (rows = 1) or one a
-// row: the fault's value is the first false element's.
+// body (check_all_at) `step` holds the steps or trips of its `levels` loops, innermost
+// first, for all n (rows = 1) or a row: the fault's are the first false element's.
 static __global__ void check_all_kernel(const uint8_t* cond, int64_t n, HostText what, uint8_t* out,
-                                        Fault* fault, const int32_t* step, int64_t rows) {
+                                        Fault* fault, const int32_t* step, int64_t rows,
+                                        int levels) {
   int64_t first = n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     if (!cond[i]) {
@@ -100,9 +101,10 @@ static __global__ void check_all_kernel(const uint8_t* cond, int64_t n, HostText
   first = across<kThreads>(first, Smaller());
   if (threadIdx.x == 0) {
     if (first < n) {
-      if (step)
-        report(fault, FaultKind::AssertAt, step[first / (n / rows)], first, n, what);
-      else
+      if (step) {
+        const int32_t* at = step + first / (n / rows) * levels;
+        report(fault, FaultKind::AssertAt, at[0], first, n, what, at + 1, levels - 1);
+      } else
         report(fault, FaultKind::Assert, 0, first, n, what);
     }
     out[0] = 1;
@@ -111,14 +113,14 @@ static __global__ void check_all_kernel(const uint8_t* cond, int64_t n, HostText
 
 void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out) {
   launch(check_all_kernel, 1, kThreads, g.stream, cond, n, HostText{what}, out, g.fault,
-         static_cast<const int32_t*>(nullptr), int64_t(1));
+         static_cast<const int32_t*>(nullptr), int64_t(1), 1);
   check_launch("check_all");
 }
 
 void check_all_at(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
-                  const int32_t* step, int64_t rows) {
+                  const int32_t* step, int64_t rows, int levels) {
   launch(check_all_kernel, 1, kThreads, g.stream, cond, n, HostText{what}, out, g.fault, step,
-         rows);
+         rows, levels);
   check_launch("check_all_at");
 }
 
