@@ -16,6 +16,7 @@ import pytest
 from source_files import source_file
 
 from codegen.ir.graph import walk_ops
+from codegen.ops.primitives.checks import MAX_STEPS
 from codegen.pipeline import differentiate, for_backends, load
 from codegen.reference import interpreter as reference
 from dsl import check_file
@@ -437,3 +438,11 @@ def test_the_languages_page_says_what_a_call_raises(tmp_path):
     with pytest.raises(ValueError) as built:
         load(path).CheckedInLoop(seed=0).forward(**data)
     assert str(built.value) == said
+
+
+def test_the_runtime_has_room_for_the_steps_an_error_numbers():
+    """The front end numbers at most MAX_STEPS loops; the runtime's fault record (the cuda
+    target's) holds that many: kAssertSteps in mdl/faults.h."""
+    header = (Path(__file__).resolve().parents[1] / "cpp_runtime" / "mdl" / "faults.h")
+    room = re.search(r"constexpr int kAssertSteps = (\d+);", header.read_text())
+    assert room and int(room.group(1)) == MAX_STEPS

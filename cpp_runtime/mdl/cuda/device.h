@@ -74,8 +74,8 @@ __device__ inline void report(Fault* f, FaultKind kind, int64_t value, int64_t p
     f->bound = bound;
     f->what = what.text;
     f->launch = launch;
-    f->outers = outers;
-    for (int k = 0; k < outers; ++k) f->outer[k] = outer[k];
+    f->outers = outers < kAssertSteps ? outers : kAssertSteps - 1;  // the record's room
+    for (int k = 0; k < f->outers; ++k) f->outer[k] = outer[k];
     atomicMax(&f->least, least);
     __threadfence();
     atomicExch(&f->kind, int(kind));
