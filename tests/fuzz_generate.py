@@ -107,6 +107,8 @@ class Generator(Integers):
         else:
             self.emit(f"assert {v} == {v} or {v} != {v}, \"holds in the {kind}\"")
         self.cover(f"assert:in-{kind}")
+        if sum(f.kind in ("for", "while") for f in self.frames) > 1:
+            self.cover("assert:nested-loops")  # its error numbers each loop's step or trip
 
     def finish(self) -> None:
         top = [v for v in self.frames[0].vars.values() if v.dtype == "f32" and not v.fixed]
