@@ -22,20 +22,37 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, WIDE_VECTORS; from codegen.compile.runtime import GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), ','.join(b.system_libraries), ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, GCC_CODE_FLAGS, WIDE_VECTORS, openmp; from codegen.compile.runtime import GLUE_OPTIMIZATION, GCC_GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), openmp(True).linked + ',' + openmp(False).linked, ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, ','.join(GCC_CODE_FLAGS), ','.join(GCC_GLUE_OPTIMIZATION), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
 list(GET _mdl_python 2 _mdl_blas_library)
 list(GET _mdl_python 3 _mdl_blas_defines)
-list(GET _mdl_python 4 _mdl_blas_system)
+list(GET _mdl_python 4 _mdl_openmp)
 list(GET _mdl_python 5 _mdl_code_flags)
 list(GET _mdl_python 6 _mdl_glue_flags)
 list(GET _mdl_python 7 _mdl_wide_vectors)
+list(GET _mdl_python 8 _mdl_gcc_code_flags)
+list(GET _mdl_python 9 _mdl_gcc_glue_flags)
 string(REPLACE "," ";" _mdl_blas_defines "${_mdl_blas_defines}")
-string(REPLACE "," ";" _mdl_blas_system "${_mdl_blas_system}")
+# the OpenMP runtime of this project's C++ compiler (GCC's, or Clang's, which with MKL is
+# Intel's libiomp5: flags.py's openmp), on which MKL runs its threads too
+string(REPLACE "," ";" _mdl_openmp "${_mdl_openmp}")
+list(GET _mdl_openmp 0 _mdl_gomp)
+list(GET _mdl_openmp 1 _mdl_omp)
 string(REPLACE "," ";" _mdl_code_flags "${_mdl_code_flags}")
 string(REPLACE "," ";" _mdl_glue_flags "${_mdl_glue_flags}")
+# GCC's own flags (codegen/compile/flags.py's GCC_CODE_FLAGS, runtime.py's
+# GCC_GLUE_OPTIMIZATION), given only where this project's C++ compiler is GCC: Clang
+# refuses -fno-tree-sink
+string(REPLACE "," ";" _mdl_gcc_code_flags "${_mdl_gcc_code_flags}")
+string(REPLACE "," ";" _mdl_gcc_glue_flags "${_mdl_gcc_glue_flags}")
+foreach(_mdl_flag IN LISTS _mdl_gcc_code_flags)
+  list(APPEND _mdl_code_flags "$<$<CXX_COMPILER_ID:GNU>:${_mdl_flag}>")
+endforeach()
+foreach(_mdl_flag IN LISTS _mdl_gcc_glue_flags)
+  list(APPEND _mdl_glue_flags "$<$<CXX_COMPILER_ID:GNU>:${_mdl_flag}>")
+endforeach()
 cmake_path(GET _mdl_blas_library PARENT_PATH _mdl_blas_lib_dir)
 set(pybind11_DIR "${_mdl_pybind11_dir}" CACHE PATH "pybind11's CMake package (from Python)")
 find_package(pybind11 CONFIG REQUIRED)
@@ -46,7 +63,7 @@ set_target_properties(mdl::blas PROPERTIES
   IMPORTED_LOCATION "${_mdl_blas_library}"
   INTERFACE_INCLUDE_DIRECTORIES "${_mdl_blas_include}"
   INTERFACE_COMPILE_OPTIONS "${_mdl_blas_defines}"
-  INTERFACE_LINK_LIBRARIES "${_mdl_blas_system}"
+  INTERFACE_LINK_LIBRARIES "$<IF:$<CXX_COMPILER_ID:GNU>,${_mdl_gomp},${_mdl_omp}>"
   # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
   INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
 

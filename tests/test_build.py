@@ -174,8 +174,9 @@ def _recorded(monkeypatch) -> list[list[str]]:
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_the_runtimes_glue_is_compiled_at_its_own_level(tmp_path, monkeypatch, debug):
-    """python_module.cpp (pybind11's glue) at GLUE_OPTIMIZATION, without the BLAS's
-    defines and headers; the rest at the models' -O3; a debug runtime all at -O0."""
+    """python_module.cpp (pybind11's glue) at its own level (glue_optimization), without
+    the BLAS's defines and headers; the rest at the models' -O3; a debug runtime all at
+    -O0."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
     commands = _recorded(monkeypatch)
     runtime.build_runtime(debug=debug)
@@ -186,7 +187,7 @@ def test_the_runtimes_glue_is_compiled_at_its_own_level(tmp_path, monkeypatch, d
         levels = [f for f in command if f.startswith("-O") or f.startswith("-finline")]
         glue = source.endswith(runtime.GLUE_SOURCE)
         assert levels == (["-O0"] if debug else
-                          list(runtime.GLUE_OPTIMIZATION) if glue else ["-O3"]), source
+                          list(runtime.glue_optimization()) if glue else ["-O3"]), source
         has_blas = [f"-I{blas().include_dir}", *blas().defines]
         assert all((f in command) != glue for f in has_blas), source
 
@@ -475,7 +476,7 @@ def test_the_cmakelists_renders_each_variant():
     assert f"PRIVATE {code} -O0 -g{define}{vector_math})" in debug
     assert "set(CMAKE_BUILD_TYPE Debug)" in debug
     glue = (f'set_source_files_properties("{RUNTIME_DIR / runtime.GLUE_SOURCE}" TARGET_DIRECTORY '
-            f'm PROPERTIES COMPILE_OPTIONS "{";".join(runtime.GLUE_OPTIMIZATION)}")')
+            f'm PROPERTIES COMPILE_OPTIONS "{";".join(runtime.glue_optimization())}")')
     assert glue in release and "set_source_files_properties" not in debug
     sanitize = render_cmakelists(["module.cpp"], "m", CPU, sanitize=True)
     assert f"-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer{define}{vector_math})" \
@@ -633,7 +634,7 @@ def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     assert all(set(flags.machine_flags()) <= set(c) for c in compiles.values()), compiles
     glue = compiles.pop(Path(runtime.GLUE_SOURCE).name)
     assert [f for f in glue if f.startswith("-O")] == [runtime.GLUE_OPTIMIZATION[0]], glue
-    assert set(runtime.GLUE_OPTIMIZATION) <= set(glue)
+    assert set(runtime.glue_optimization()) <= set(glue)  # CMake's c++ is mdl's here
     assert all("-O3" in c for c in compiles.values()), \
         [name for name, c in compiles.items() if "-O3" not in c]
     script = ("import numpy as np, tinymod; m = tinymod.Tiny(seed=0); "
@@ -903,7 +904,7 @@ def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
         spans[label].append(time.monotonic())
     monkeypatch.setattr(runtime, "run_commands", record)
     # (the host's probe of its compiler, a real compile and link, would start it late)
-    monkeypatch.setattr(runtime, "check_links_cxx", lambda work: None)
+    monkeypatch.setattr(runtime, "check_compiler", lambda work: None)
     EMULATED_CUDA.runtime(False, False, False)
     host = spans["building the mdl runtime (once per cache)"]
     device = spans["building the mdl emulated cuda runtime (once per cache)"]
@@ -984,3 +985,14 @@ def test_the_emitted_cmake_project_compiles_in_parts(tmp_path, monkeypatch):
     own = load(charlm).CharLM(seed=3).forward(tokens=t, targets=t,
                                                lengths=np.full(3, 4, np.int32))["loss"]
     assert np.load(tmp_path / "loss.npy") == own
+
+
+def test_a_compiler_without_the_openmp_runtime_a_module_needs_is_named(monkeypatch, tmp_path):
+    """A compiler that cannot build and link OpenMP code with the runtime a module links
+    (Clang without its libomp package, docs/build.md "Compilers") is refused before the
+    runtime's build, saying what to install."""
+    missing = flags.OpenMP("-fopenmp", "mdl_no_such_omp")
+    monkeypatch.setattr(runtime, "openmp", lambda: missing)
+    with pytest.raises(MdlBuildError, match="does not build OpenMP code with -fopenmp and "
+                                            "libmdl_no_such_omp .*: install"):
+        runtime.check_compiler(tmp_path)

@@ -78,15 +78,10 @@ class Blas:
     def lib_dir(self) -> str:
         return str(self.library.parent)
 
-    @property
-    def system_libraries(self) -> tuple[str, ...]:
-        """Libraries the compiler finds itself: MKL's threads run on GNU OpenMP
-        (cpp_runtime/mdl/blas.h, blas_init), which it expects the process to have loaded."""
-        return ("gomp",)
-
     def link_flags(self) -> list[str]:
-        return [str(self.library), f"-Wl,-rpath,{self.lib_dir}",
-                *(f"-l{lib}" for lib in self.system_libraries)]
+        """The library, found by RPATH. MKL's threads run on the OpenMP runtime generated
+        code links (cpp_runtime/mdl/blas.h, blas_init; flags.openmp)."""
+        return [str(self.library), f"-Wl,-rpath,{self.lib_dir}"]
 
 
 def blas() -> Blas:

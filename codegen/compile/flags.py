@@ -11,25 +11,29 @@ import re
 import shutil
 import subprocess
 import sysconfig
+from dataclasses import dataclass
 
 import pybind11
 
 from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import MdlBuildError
-from .blas import blas
+from .blas import blas, installed_file
 from .cache import sha256
 
 LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
-# -fopenmp: `#pragma omp simd` (reductions that may vectorize), and OpenMP's threads for
-# products and large elementwise loops split over the cores (mdl/threads.h).
+# -fopenmp (openmp() chooses its runtime): `#pragma omp simd` (reductions that may
+# vectorize), and OpenMP's threads for products and large elementwise loops split over
+# the cores (mdl/threads.h).
 # -fno-math-errno: nothing reads errno, so calls to exp, tanh, sqrt, ... have no side
 # effect: a loop calling them vectorizes even where a `where` uses only one of its arms
 # (with errno, GCC computes each arm under its condition, and control flow stops it).
+CODE_FLAGS = ("-fopenmp", "-fno-math-errno")
+# GCC's own, where the host compiler is GCC (Clang has no such option and refuses it):
 # -fno-tree-sink: GCC otherwise moves a value that only one arm of a `where` reads into a
 # branch of its own (an LSTM step with lengths: its gates' exp and tanh, read only where
 # the row is real), and the loop, no longer straight, stays scalar: the char LM's forward
 # at B=32 took 2.3x as long, its training step 1.6x.
-CODE_FLAGS = ("-fopenmp", "-fno-math-errno", "-fno-tree-sink")
+GCC_CODE_FLAGS = ("-fno-tree-sink",)
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
 
@@ -63,6 +67,19 @@ def machine_flags() -> tuple[str, ...]:
     return (march(), *((WIDE_VECTORS,) if host_compiler()["avx512"] else ()))
 
 
+# Clang's way to libmvec (GCC's is mdl/vector_math.h's declarations): a loop calling exp,
+# log, pow, sin or cos calls its vector variant (Clang 14 has no mapping for tanh, expm1,
+# log1p, erf: those loops stay scalar).
+CLANG_LIBMVEC = ("-fveclib=libmvec",)
+
+
+def code_flags() -> tuple[str, ...]:
+    """What every compile of the runtime and of generated code passes the host compiler:
+    CODE_FLAGS with its OpenMP (openmp), and GCC_CODE_FLAGS where it is GCC."""
+    gcc = host_compiler()["gcc"]
+    return (openmp(gcc).flag, *CODE_FLAGS[1:], *(GCC_CODE_FLAGS if gcc else ()))
+
+
 def release_flags() -> tuple[str, ...]:
     return ("-O3", *machine_flags(), "-DNDEBUG")
 
@@ -71,16 +88,57 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
     """The C++ compiler's flags for the runtime and for models (sanitizer reports want
     line numbers and honest frames, so sanitize implies debug)."""
     debug = debug or sanitize
-    return [*LANGUAGE_FLAGS, *CODE_FLAGS, *(DEBUG_FLAGS if debug else release_flags()),
+    return [*LANGUAGE_FLAGS, *code_flags(), *(DEBUG_FLAGS if debug else release_flags()),
             *(SANITIZE_FLAGS if sanitize else ()), *blas().defines,
-            *(("-DMDL_LIBMVEC",) if libmvec() else ())]
+            *(("-DMDL_LIBMVEC", *(() if host_compiler()["gcc"] else CLANG_LIBMVEC))
+              if libmvec() else ())]
+
+
+@dataclass(frozen=True)
+class OpenMP:
+    """An OpenMP runtime: the flag that compiles and links for it, its library, and where
+    that is found (None: the compiler's own directories)."""
+    flag: str
+    library: str
+    lib_dir: str | None = None
+
+    def link_flags(self) -> list[str]:
+        return ([f"-L{self.lib_dir}", f"-l{self.library}", f"-Wl,-rpath,{self.lib_dir}"]
+                if self.lib_dir else [f"-l{self.library}"])
+
+    @property
+    def linked(self) -> str:
+        """What CMake's target_link_libraries takes: the library's name, or its path."""
+        return f"{self.lib_dir}/lib{self.library}.so" if self.lib_dir else self.library
+
+
+def openmp(gcc: bool | None = None) -> OpenMP:
+    """The OpenMP runtime generated code and the runtime run their threads on
+    (mdl/threads.h), for the host compiler (`gcc`: whether it is GCC; None: ask it), and
+    MKL's too: one pool of threads for both, where two would spin against each other on
+    the same cores. GCC's GNU OpenMP (libgomp), on which MKL runs its GNU threading
+    layer; Clang's LLVM OpenMP (libomp); Clang's with MKL, Intel's build of it (libiomp5,
+    installed with MKL), on which MKL runs its Intel threading layer (mdl/blas.h's
+    blas_init): beside libomp, MKL's GNU layer would have loaded libgomp."""
+    if host_compiler()["gcc"] if gcc is None else gcc:
+        return OpenMP("-fopenmp", "gomp")
+    if blas().name == "mkl":
+        found = installed_file("intel-openmp", "libiomp5.so")
+        if found is None:
+            raise MdlBuildError("Clang with MKL runs MKL's threads on Intel's OpenMP "
+                                "runtime, which is not installed: pip install intel-openmp")
+        return OpenMP("-fopenmp=libiomp5", "iomp5", str(found.parent))
+    return OpenMP("-fopenmp", "omp")
 
 
 def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
-    RPATH (codegen/compile/blas.py)."""
+    RPATH (codegen/compile/blas.py). Then the one OpenMP runtime (openmp): generated
+    code's calls into OpenMP (omp_get_thread_num) must reach the runtime that runs its
+    parallel regions (a Clang build that linked libgomp beside libomp split every loop
+    wrongly on two threads: each thread took all of it)."""
     return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
-            *(("-lmvec",) if libmvec() else ())]
+            *openmp().link_flags(), *(("-lmvec",) if libmvec() else ())]
 
 
 def include_dirs() -> list[str]:
@@ -99,7 +157,9 @@ def libmvec() -> bool:
 def host_compiler() -> dict:
     """The C++ compiler, and its identity: `--version` and what `-march` means on this
     machine, the compiler's own command and the macros it defines (a shared cache may
-    serve several CPUs); and whether that target has AVX-512 (`avx512`)."""
+    serve several CPUs); whether that target has AVX-512 (`avx512`), and whether the
+    compiler is GCC (`gcc`: not Clang, nor a compiler built on it, which define
+    __GNUC__ too)."""
     return _host_compiler(os.environ.get("CXX") or "c++", march())
 
 
@@ -118,7 +178,8 @@ def _host_compiler(name: str, march_flag: str) -> dict:
                             "printed nothing, or its preprocessor defines no __cplusplus): "
                             "set CXX to g++ or clang++")
     return {"path": path, "version": version.splitlines()[0],
-            "identity": sha256(version + native), "avx512": "__AVX512F__ " in native}
+            "identity": sha256(version + native), "avx512": "__AVX512F__ " in native,
+            "gcc": "#define __GNUC__ " in native and "#define __clang__ " not in native}
 
 
 def _output(cmd: list[str]) -> str:

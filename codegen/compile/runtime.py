@@ -7,6 +7,7 @@ toolchain links (codegen/compile/toolchain.py)."""
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from .blas import blas
 from .cache import cache_dir, cached, digest, intact, write_key
 from .commands import run_commands
 from .environment import environment_key
-from .flags import compile_flags, host_compiler, include_dirs
+from .flags import compile_flags, host_compiler, include_dirs, openmp
 
 # relative to RUNTIME_DIR
 RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp", "src/products.cpp",
@@ -27,11 +28,13 @@ RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp", "src/products
 # The Python face: pybind11 glue that runs once a call, around the model's code, and is
 # most of the runtime's build. At -O1 with small functions inlined it compiles in 30 s
 # instead of 47 at -O3 (one Zen 3 core), and a call takes what it took within 2-4% (0.1
-# us); -O1 alone was 10% slower (docs/build.md, "A runtime compiled once"). Clang ignores
-# the second flag. It includes no BLAS header (src/blas_control.h), so its object, cached
-# on its own as GLUE_OBJECT, is one for every BLAS and set of product kernels.
+# us); -O1 alone was 10% slower (docs/build.md, "A runtime compiled once"). The second flag
+# is GCC's: Clang ignores it, with a warning, so only GCC is given it. The glue includes
+# no BLAS header (src/blas_control.h), so its object, cached on its own as GLUE_OBJECT, is
+# one for every BLAS and set of product kernels.
 GLUE_SOURCE = "src/python_module.cpp"
-GLUE_OPTIMIZATION = ("-O1", "-finline-small-functions")
+GLUE_OPTIMIZATION = ("-O1",)
+GCC_GLUE_OPTIMIZATION = ("-finline-small-functions",)
 GLUE_OBJECT = "mdl_glue.o"
 RUNTIME_OBJECT = "mdl_runtime.o"
 MODEL_HEADER = "mdl/python.h"   # what generated code includes first (precompiled)
@@ -60,7 +63,7 @@ def build_runtime(*, debug: bool = False, sanitize: bool = False,
 
     def precompile(work: Path) -> list[list[str]]:
         if not sanitize:  # a sanitized object loads only into a sanitized process
-            check_links_cxx(work)
+            check_compiler(work)
         (work / PRECOMPILED / "mdl").mkdir(parents=True)
         return [[*compiler, "-x", "c++-header", str(RUNTIME_DIR / MODEL_HEADER),
                  "-o", str(work / PRECOMPILED / f"{MODEL_HEADER}.gch")]]
@@ -92,32 +95,61 @@ extern "C" int mdl_links_cxx(int n) {
   return 0;
 }
 """
+OPENMP_PROBE = """#include <omp.h>
+extern "C" int mdl_links_openmp() {
+  int threads = 0;
+  #pragma omp parallel num_threads(2)
+  { if (omp_get_thread_num() == 0) threads = omp_get_num_threads(); }
+  return threads;
+}
+"""
 
 
-def check_links_cxx(work: Path) -> None:
+def check_compiler(work: Path) -> None:
     """Before the runtime's first build: the compiler must link C++'s own library into a
     shared object, as it links modules (CXX=gcc linked modules Python could not import,
-    `undefined symbol: _ZTVN10__cxxabiv...`)."""
-    source, shared = work / "links_cxx.cpp", work / "links_cxx.so"
-    source.write_text(LINK_PROBE)
+    `undefined symbol: _ZTVN10__cxxabiv...`), and build OpenMP code with the runtime a
+    module links (flags.openmp: Clang's needs its OpenMP package)."""
     cxx = host_compiler()["path"]
-    done = subprocess.run([cxx, "-shared", "-fPIC", str(source), "-o", str(shared)],
-                          capture_output=True, text=True, errors="replace")
+    said = _probe(work, "links_cxx", LINK_PROBE, [])
+    if said is not None:
+        raise MdlBuildError(f"{cxx} does not link C++ into a shared object, so modules it "
+                            f"links could not be imported ({said}): set CXX to a C++ "
+                            "driver (g++ or clang++, not gcc or clang)")
+    runtime = openmp()
+    said = _probe(work, "links_openmp", OPENMP_PROBE, [runtime.flag, *runtime.link_flags()])
+    if said is not None:
+        where = ("install Clang's OpenMP runtime (Debian and Ubuntu: libomp-dev; "
+                 "MKL's builds use Intel's, pip install intel-openmp)"
+                 if not host_compiler()["gcc"] else "install GCC's OpenMP runtime (libgomp)")
+        raise MdlBuildError(f"{cxx} does not build OpenMP code with {runtime.flag} and "
+                            f"lib{runtime.library} ({said}), which generated code runs its "
+                            f"threads on: {where}, or set CXX to another compiler")
+
+
+def _probe(work: Path, name: str, text: str, flags: list[str]) -> str | None:
+    """Compiles `text` into a shared object with `flags` and loads it: None, or what
+    failed: the compiler's or linker's first error, else the last line it said."""
+    source, shared = work / f"{name}.cpp", work / f"{name}.so"
+    source.write_text(text)
+    done = subprocess.run([host_compiler()["path"], "-shared", "-fPIC", *flags, str(source),
+                           "-o", str(shared)], capture_output=True, text=True, errors="replace")
     try:
         if done.returncode != 0:
             raise OSError(done.stdout + done.stderr)
         ctypes.CDLL(str(shared))
     except OSError as failed:
-        said = str(failed).replace(f"{shared}: ", "").strip().splitlines()
-        raise MdlBuildError(f"{cxx} does not link C++ into a shared object, so modules it "
-                            f"links could not be imported ({said[-1] if said else 'failed'}):"
-                            " set CXX to a C++ driver (g++ or clang++, not gcc or clang)"
-                            ) from None
+        lines = str(failed).replace(f"{shared}: ", "").replace(f"{work}/", "").strip()
+        lines = lines.splitlines()
+        first = next((line for line in lines if re.search(
+            r"error|cannot find|undefined", line, re.IGNORECASE)), None)
+        return (first or (lines[-1] if lines else "failed")).strip()
+    return None
 
 
 def glue_fields(debug: bool, sanitize: bool) -> dict:
     """The glue's cache key: its command, the models' flags with -O3 made
-    GLUE_OPTIMIZATION (a debug build's -O0 stays) and without the BLAS's defines and
+    its level (a debug build's -O0 stays) and without the BLAS's defines and
     headers, and the environment but the BLAS."""
     flags = glue_level([f for f in compile_flags(debug, sanitize)
                         if f not in blas().defines])
@@ -127,10 +159,16 @@ def glue_fields(debug: bool, sanitize: bool) -> dict:
             **{k: v for k, v in environment_key().items() if k != "blas"}}
 
 
+def glue_optimization() -> tuple[str, ...]:
+    """The glue's level: GLUE_OPTIMIZATION, and GCC_GLUE_OPTIMIZATION where the host
+    compiler is GCC."""
+    return GLUE_OPTIMIZATION + (GCC_GLUE_OPTIMIZATION if host_compiler()["gcc"] else ())
+
+
 def glue_level(flags: list[str]) -> list[str]:
-    """`flags` with -O3 made GLUE_OPTIMIZATION (a debug build's -O0 stays): the glue's
-    level wherever it is compiled (here, mdl.cmake, an emitted CMakeLists.txt)."""
-    return [f for flag in flags for f in (GLUE_OPTIMIZATION if flag == "-O3" else (flag,))]
+    """`flags` with -O3 made the glue's level (a debug build's -O0 stays), wherever it is
+    compiled (here, an emitted CMakeLists.txt; mdl.cmake spells the same in CMake)."""
+    return [f for flag in flags for f in (glue_optimization() if flag == "-O3" else (flag,))]
 
 
 def runtime_fields(debug: bool, sanitize: bool) -> dict:

@@ -21,8 +21,8 @@ from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import UsageError
 from .cuda_toolkit import toolkit
 from .environment import environment_key
-from .flags import (CODE_FLAGS, DEBUG_FLAGS, compile_flags, host_compiler, include_dirs,
-                    link_flags, machine_flags)
+from .flags import (CODE_FLAGS, DEBUG_FLAGS, GCC_CODE_FLAGS, compile_flags, host_compiler,
+                    include_dirs, link_flags, machine_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
@@ -139,7 +139,8 @@ class NvccToolchain(Toolchain):
     def flags(self, debug: bool) -> list[str]:
         """nvcc's flags for the cuda runtime and models: the GPU architectures, and the host
         compiler's flags as for the cpu target."""
-        host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS,
+        # nvcc's host compiler is GCC (its default, whatever $CXX is)
+        host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS, *GCC_CODE_FLAGS,
                 *(() if debug else machine_flags())]
         return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
                 *(DEBUG_FLAGS if debug else ("-O3",)),
