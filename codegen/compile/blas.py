@@ -1,8 +1,17 @@
 """Which BLAS the CPU target links, chosen by the CPU that builds (a module is built for
 the machine it runs on: -march=native): OpenBLAS (the `scipy-openblas32` wheel, a
-dependency everywhere) on an AMD CPU and where MKL is not installed, else Intel MKL (the
-`mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or `MDL_BLAS=openblas` chooses
-explicitly.
+dependency everywhere) on an AMD CPU, where MKL is not installed and with Clang, else
+Intel MKL (the `mkl` and `mkl-include` wheels). `MDL_BLAS=mkl` or `MDL_BLAS=openblas`
+chooses explicitly.
+
+With Clang, whose code runs on LLVM's OpenMP, MKL would run its threads on a second
+runtime: its GNU threading layer on GNU OpenMP, two pools of threads spinning against
+each other (the char LM's B=32 training step 22.2 ms, 15.4 with MKL on Intel's OpenMP,
+17.6 with OpenBLAS, whose parallel parts run on mdl's own pool); and its Intel layer, on
+Intel's build of LLVM's OpenMP, takes `omp_get_thread_num` from whatever GNU OpenMP a
+process has loaded globally (PyTorch does): every thread of its products then took the
+whole product, and gradients came out twice what they are (docs/build.md, "Compilers:
+GCC and Clang").
 
 Why, measured with the benchmark suite's models (docs/build.md, "The BLAS"): on Intel,
 MKL's products were 1.3 to 3x faster than OpenBLAS's on a recurrent step's shapes, and
@@ -88,14 +97,16 @@ def blas() -> Blas:
     """The BLAS of this installation and CPU (see the module's docstring for the choice),
     for MDL_BLAS and MDL_SMALL_PRODUCTS as they are now: a process that changes them
     between builds gets what they say (and an error for a bad value) then."""
+    from .flags import host_compiler  # (flags.py builds on this module)
     return _blas(os.environ.get("MDL_BLAS", "").strip().lower(),
-                 os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower())
+                 os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower(),
+                 host_compiler()["gcc"])
 
 
 @functools.cache
-def _blas(wanted: str, small: str) -> Blas:
+def _blas(wanted: str, small: str, gcc: bool = True) -> Blas:
     """blas() for these values (cached: what is installed does not change)."""
-    library = _library(wanted)
+    library = _library(wanted, gcc)
     if not small:
         return library
     if small == "own":
@@ -111,10 +122,10 @@ def _blas(wanted: str, small: str) -> Blas:
 blas.cache_clear = _blas.cache_clear  # for a CPU the tests stand in
 
 
-def _library(wanted: str) -> Blas:
+def _library(wanted: str, gcc: bool = True) -> Blas:
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
-    if not wanted and cpu().vendor == "AMD":
+    if not wanted and (cpu().vendor == "AMD" or not gcc):
         return _openblas()
     if wanted != "openblas":
         found = _mkl()

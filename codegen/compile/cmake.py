@@ -51,9 +51,9 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "glue_flags": [f for f in glue_level(cxx_flags) if f not in cxx_flags],
         "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
         "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
-        "libraries": [str(blas().library), openmp().linked,
+        "libraries": [str(blas().library), openmp().library,
                       *(["mvec"] if libmvec() else [])],
-        "rpath": ";".join(dict.fromkeys(d for d in (blas().lib_dir, openmp().lib_dir) if d)),
+        "rpath": blas().lib_dir,
         # the Python that emitted it, whose pybind11 and BLAS the paths above name: the
         # defaults, so that `cmake -S DIR -B DIR/build` finds them with no -D
         "python": sys.executable,

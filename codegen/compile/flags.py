@@ -17,7 +17,7 @@ import pybind11
 
 from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import MdlBuildError
-from .blas import blas, installed_file
+from .blas import blas
 from .cache import sha256
 
 LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
@@ -96,38 +96,19 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
 
 @dataclass(frozen=True)
 class OpenMP:
-    """An OpenMP runtime: the flag that compiles and links for it, its library, and where
-    that is found (None: the compiler's own directories)."""
+    """An OpenMP runtime: the flag that compiles and links for it, and its library."""
     flag: str
     library: str
-    lib_dir: str | None = None
-
-    def link_flags(self) -> list[str]:
-        return ([f"-L{self.lib_dir}", f"-l{self.library}", f"-Wl,-rpath,{self.lib_dir}"]
-                if self.lib_dir else [f"-l{self.library}"])
-
-    @property
-    def linked(self) -> str:
-        """What CMake's target_link_libraries takes: the library's name, or its path."""
-        return f"{self.lib_dir}/lib{self.library}.so" if self.lib_dir else self.library
 
 
 def openmp(gcc: bool | None = None) -> OpenMP:
     """The OpenMP runtime generated code and the runtime run their threads on
-    (mdl/threads.h), for the host compiler (`gcc`: whether it is GCC; None: ask it), and
-    MKL's too: one pool of threads for both, where two would spin against each other on
-    the same cores. GCC's GNU OpenMP (libgomp), on which MKL runs its GNU threading
-    layer; Clang's LLVM OpenMP (libomp); Clang's with MKL, Intel's build of it (libiomp5,
-    installed with MKL), on which MKL runs its Intel threading layer (mdl/blas.h's
-    blas_init): beside libomp, MKL's GNU layer would have loaded libgomp."""
+    (mdl/threads.h), for the host compiler (`gcc`: whether it is GCC; None: ask it): GCC's
+    GNU OpenMP (libgomp), on which MKL runs its threads too (its GNU threading layer:
+    mdl/blas.h's blas_init), one pool for both; Clang's LLVM OpenMP (libomp), whose
+    builds take OpenBLAS, which runs its parallel parts there (blas.py says why not MKL)."""
     if host_compiler()["gcc"] if gcc is None else gcc:
         return OpenMP("-fopenmp", "gomp")
-    if blas().name == "mkl":
-        found = installed_file("intel-openmp", "libiomp5.so")
-        if found is None:
-            raise MdlBuildError("Clang with MKL runs MKL's threads on Intel's OpenMP "
-                                "runtime, which is not installed: pip install intel-openmp")
-        return OpenMP("-fopenmp=libiomp5", "iomp5", str(found.parent))
     return OpenMP("-fopenmp", "omp")
 
 
@@ -138,7 +119,7 @@ def link_flags(sanitize: bool) -> list[str]:
     parallel regions (a Clang build that linked libgomp beside libomp split every loop
     wrongly on two threads: each thread took all of it)."""
     return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
-            *openmp().link_flags(), *(("-lmvec",) if libmvec() else ())]
+            f"-l{openmp().library}", *(("-lmvec",) if libmvec() else ())]
 
 
 def include_dirs() -> list[str]:

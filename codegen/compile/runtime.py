@@ -117,10 +117,9 @@ def check_compiler(work: Path) -> None:
                             f"links could not be imported ({said}): set CXX to a C++ "
                             "driver (g++ or clang++, not gcc or clang)")
     runtime = openmp()
-    said = _probe(work, "links_openmp", OPENMP_PROBE, [runtime.flag, *runtime.link_flags()])
+    said = _probe(work, "links_openmp", OPENMP_PROBE, [runtime.flag, f"-l{runtime.library}"])
     if said is not None:
-        where = ("install Clang's OpenMP runtime (Debian and Ubuntu: libomp-dev; "
-                 "MKL's builds use Intel's, pip install intel-openmp)"
+        where = ("install Clang's OpenMP runtime (Debian and Ubuntu: libomp-dev)"
                  if not host_compiler()["gcc"] else "install GCC's OpenMP runtime (libgomp)")
         raise MdlBuildError(f"{cxx} does not build OpenMP code with {runtime.flag} and "
                             f"lib{runtime.library} ({said}), which generated code runs its "

@@ -515,18 +515,20 @@ inline void run_openblas_parts(int, openblas_dojob_callback part, int jobs,
 }
 #endif
 
-// Called once before the first product. MKL runs its threads on the OpenMP runtime
-// generated code links (codegen/compile/flags.py's openmp), not on a second one of its
-// own: GCC's GNU OpenMP (libgomp), or with Clang Intel's (libiomp5, LLVM's OpenMP as MKL
-// ships it). OpenBLAS runs its own threads' work on OpenMP's too (run_openblas_parts):
-// with a pool of its own, its threads and OpenMP's (mdl's own kernel) would spin against
-// each other on the same cores.
+// Called once before the first product. MKL runs its threads on GNU OpenMP (libgomp,
+// which generated code links with GCC), not on a second OpenMP runtime of its own; OpenBLAS
+// runs its own threads' work on OpenMP's too (run_openblas_parts): with a pool of its own,
+// its threads and OpenMP's (mdl's own kernel) would spin against each other on the same
+// cores. A Clang build runs on LLVM's OpenMP (codegen/compile/flags.py's openmp) and takes
+// OpenBLAS unless MDL_BLAS=mkl: then MKL's threads are GNU OpenMP's, a second pool, and
+// LLVM's threads sleep as soon as a region ends (blocktime 0) rather than spin beside them.
 // A child forked after threads had started gets one thread (forked_after_threads).
 inline void blas_init() {
-#if defined(MDL_BLAS_MKL) && defined(__clang__)
-  mkl_set_threading_layer(MKL_THREADING_INTEL);
-#elif defined(MDL_BLAS_MKL)
+#if defined(MDL_BLAS_MKL)
   mkl_set_threading_layer(MKL_THREADING_GNU);
+#if defined(__clang__)
+  kmp_set_blocktime(0);
+#endif
 #else
   scipy_openblas_set_threads_callback_function(run_openblas_parts);
 #endif
