@@ -458,11 +458,14 @@ def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypa
 def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m", CPU)
     assert "project(m LANGUAGES CXX)" in release
+    # the compiler its flags are for, unless CMake is told another
+    assert f'set(CMAKE_CXX_COMPILER "{flags.host_compiler()["path"]}")' in release
     sources = " ".join(f'"{RUNTIME_DIR / s}"' for s in runtime.RUNTIME_SOURCES)
     assert f'pybind11_add_module(m MODULE module.cpp {sources})' in release
-    vector_math = " -DMDL_LIBMVEC" if flags.libmvec() else ""
+    vector_math = "".join(" " + f for f in flags.compile_flags()
+                          if f == "-DMDL_LIBMVEC" or f in flags.CLANG_LIBMVEC)
     define = "".join(" " + d for d in blas().defines)
-    code = "-fopenmp -fno-math-errno -fno-tree-sink"
+    code = " ".join(flags.code_flags())  # GCC's: -fopenmp -fno-math-errno -fno-tree-sink
     machine = " ".join(flags.machine_flags())  # -march=native, with AVX-512 WIDE_VECTORS
     assert f"target_compile_options(m PRIVATE {code} -O3 {machine} -DNDEBUG{define}" \
         f"{vector_math})" in release

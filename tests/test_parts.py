@@ -121,7 +121,7 @@ def test_a_part_that_does_not_compile_is_reported_as_a_whole_build_is(monkeypatc
               "#define MDL_PART(unit) 1\n#endif\n"
               "#if MDL_PART(0)\nint fine() { return 1; }\n#endif\n"
               "#if MDL_PART(1)\nint broken() { return nothing; }\n#endif\n")
-    with pytest.raises(MdlBuildError, match=r"module\.cpp:11:\d+: error: .nothing."):
+    with pytest.raises(MdlBuildError, match=r"module\.cpp:11:\d+: error: .*nothing"):
         build_extension({"module.cpp": broken}, "broken_part", CPU)
 
 

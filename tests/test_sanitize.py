@@ -113,7 +113,7 @@ def test_mdlc_build_says_how_to_import_a_sanitized_module(tmp_path):
     note = r.stderr.strip().splitlines()[-1]
     assert note.startswith("note: import it from a Python started as: LD_PRELOAD=")
     env = dict(word.split("=", 1) for word in shlex.split(note.split("started as: ", 1)[1])[:-1])
-    assert "libasan" in env["LD_PRELOAD"] and "libstdc++" in env["LD_PRELOAD"]
+    assert "asan" in env["LD_PRELOAD"] and "libstdc++" in env["LD_PRELOAD"]  # GCC's or Clang's
     run = subprocess.run([sys.executable, "-c", "import gru_asan_cli, numpy as np; "
                           "m = gru_asan_cli.GRUClassifier(seed=0); print(sorted(m.params)[0])"],
                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env})

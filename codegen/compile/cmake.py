@@ -14,7 +14,8 @@ from ..backend.templating import environment
 from .blas import blas
 from .cuda_toolkit import toolkit
 from .extension import compiled
-from .flags import LANGUAGE_FLAGS, SANITIZE_FLAGS, compile_flags, libmvec, openmp
+from .flags import (LANGUAGE_FLAGS, compile_flags, host_compiler, libmvec, openmp,
+                    sanitize_link_flags)
 from .runtime import CUDA_RUNTIME_SOURCE, GLUE_SOURCE, RUNTIME_SOURCES, glue_level
 
 if TYPE_CHECKING:
@@ -44,12 +45,13 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
             [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
         "build_type": "Debug" if debug or sanitize else "Release",
+        "cxx": host_compiler()["path"],
         "cxx_flags": cxx_flags,
         # the runtime's pybind11 glue as mdl's own builds compile it (runtime.py), where
         # those are -O3: its flags come after the target's, and the last -O wins
         "glue": str(RUNTIME_DIR / GLUE_SOURCE),
         "glue_flags": [f for f in glue_level(cxx_flags) if f not in cxx_flags],
-        "link_flags": SANITIZE_FLAGS[:1] if sanitize else [],
+        "link_flags": sanitize_link_flags() if sanitize else [],
         "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
         "libraries": [str(blas().library), openmp().library,
                       *(["mvec"] if libmvec() else [])],

@@ -112,13 +112,20 @@ def openmp(gcc: bool | None = None) -> OpenMP:
     return OpenMP("-fopenmp", "omp")
 
 
+def sanitize_link_flags() -> list[str]:
+    """A sanitized module links the sanitizers' runtime as a shared library (GCC's
+    default; Clang's with -shared-libsan), which the importing process preloads
+    (sanitizers.py)."""
+    return [*SANITIZE_FLAGS[:1], *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
+
+
 def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
     RPATH (codegen/compile/blas.py). Then the one OpenMP runtime (openmp): generated
     code's calls into OpenMP (omp_get_thread_num) must reach the runtime that runs its
     parallel regions (a Clang build that linked libgomp beside libomp split every loop
     wrongly on two threads: each thread took all of it)."""
-    return [*(SANITIZE_FLAGS[:1] if sanitize else ()), *blas().link_flags(),
+    return [*(sanitize_link_flags() if sanitize else ()), *blas().link_flags(),
             f"-l{openmp().library}", *(("-lmvec",) if libmvec() else ())]
 
 

@@ -8,6 +8,7 @@ its first report."""
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import subprocess
 
@@ -22,7 +23,11 @@ def compiler_file(name: str) -> str:
 
 
 def asan_runtime() -> str:
-    return compiler_file("libasan.so")
+    """GCC's libasan, or Clang's shared runtime (which a Clang module links with
+    -shared-libsan: flags.link_flags; it holds UBSan's handlers too)."""
+    if host_compiler()["gcc"]:
+        return compiler_file("libasan.so")
+    return compiler_file(f"libclang_rt.asan-{platform.machine()}.so")
 
 
 def has_runtime() -> bool:

@@ -17,7 +17,16 @@
 #include <unistd.h>
 #endif
 
+// Under AddressSanitizer: GCC says so by __SANITIZE_ADDRESS__, Clang by a feature.
 #if defined(__SANITIZE_ADDRESS__)
+#define MDL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MDL_ASAN 1
+#endif
+#endif
+
+#if defined(MDL_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -33,7 +42,7 @@ inline std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / k
 // by kRedzone bytes that no value owns, poisoned when the plan is laid out (Arena::guard):
 // the slots lie in one allocation, whose inside ASan does not see, so a kernel reading or
 // writing up to kRedzone bytes past a value's aligned end would go unreported.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MDL_ASAN)
 constexpr std::size_t kRedzone = 64;
 #else
 constexpr std::size_t kRedzone = 0;
@@ -75,7 +84,7 @@ inline std::size_t slot_bytes(std::size_t bytes) {
 // otherwise.
 inline void mark_slots(char* arena, const std::size_t* off, int n, std::size_t total,
                        std::initializer_list<int> ks, bool live) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MDL_ASAN)
   for (const int k : ks) {
     const std::size_t end = (k + 1 < n ? off[k + 1] : total) - kRedzone;
     if (live)
@@ -142,7 +151,7 @@ class Arena {
   // Under AddressSanitizer: the redzones of a plan's `n` slots at `off` (of `total`
   // bytes, slot_bytes apart) poisoned, the rest of the buffer not. Nothing otherwise.
   void guard(const std::size_t* off, int n, std::size_t total) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MDL_ASAN)
     ASAN_UNPOISON_MEMORY_REGION(data_, size_);
     for (int i = 0; i < n; ++i) {
       const std::size_t end = i + 1 < n ? off[i + 1] : total;
@@ -206,7 +215,7 @@ class Arena {
   // Frees what `allocate(bytes)` returned (null: nothing).
   static void release(char* p, std::size_t bytes) {
     if (!p) return;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MDL_ASAN)
     ASAN_UNPOISON_MEMORY_REGION(p, bytes);  // memory mapped there later starts clean
 #endif
 #if defined(__unix__) || defined(__APPLE__)

@@ -53,7 +53,7 @@ struct Thread {
   int id = 0;  // linear within the block
   State state = State::Runnable;
   Site site{};                    // where it waits
-  const void* address = nullptr;  // the wait's call site (tells two waits apart)
+  const void* address = nullptr;  // the wait's call (with site: same_wait)
   unsigned mask = 0;
   int lane_mask = 0, width = kWarp;
   uint64_t value = 0, result = 0;
@@ -111,6 +111,14 @@ std::string hex_mask(unsigned mask) {
 
 std::string site(const Thread& t) {
   return std::string(t.site.file) + ":" + std::to_string(t.site.line);
+}
+
+// Whether two waiting threads wait at the same barrier or shuffle: the same call (its
+// return address) of the same source line. Either alone may not tell two apart: Clang
+// merges a barrier in each arm of an `if` into one call whose line argument it selects.
+bool same_wait(const Thread& a, const Thread& b) {
+  return a.address == b.address && a.site.line == b.site.line &&
+         std::strcmp(a.site.file, b.site.file) == 0;
 }
 
 Block& running_block(const char* what) {
@@ -216,7 +224,7 @@ bool resolve_shuffles(Block& b) {
     for (int l = 0; l < lanes && wrong.empty(); ++l) {
       const Thread& t = b.threads[w0 + l];
       const bool named = (mask >> l) & 1;
-      if (t.state == State::Shuffle && t.address == first->address && !named)
+      if (t.state == State::Shuffle && same_wait(t, *first) && !named)
         wrong = where(b, &t) + " arrives at the shuffle at " + site(t) + " but the mask " +
                 hex_mask(mask) + " of lane " + std::to_string(first->id % kWarp) +
                 " leaves its lane " + std::to_string(l) + " out";
@@ -224,7 +232,7 @@ bool resolve_shuffles(Block& b) {
         wrong = where(b, &t) + " " + doing(t) + " while lane " + std::to_string(first->id % kWarp) +
                 " waits for it at the shuffle at " + site(*first) + " (its mask names lane " +
                 std::to_string(l) + ")";
-      else if (named && (t.address != first->address || t.mask != mask))
+      else if (named && (!same_wait(t, *first) || t.mask != mask))
         wrong = where(b, &t) + " waits at the shuffle at " + site(t) + " with mask " +
                 hex_mask(t.mask) + ", lane " + std::to_string(first->id % kWarp) +
                 " at the one at " + site(*first) + " with mask " + hex_mask(mask) +
@@ -269,7 +277,7 @@ void resolve_barrier(Block& b) {
       throw Violation(where(b, &t) + " has exited while thread " + std::to_string(at->id) +
                       " waits at __syncthreads at " + site(*at) +
                       ": barrier divergence (every thread of the block must reach it)");
-    if (t.address != at->address)
+    if (!same_wait(t, *at))
       throw Violation(where(b, &t) + " waits at __syncthreads at " + site(t) + ", thread " +
                       std::to_string(at->id) + " at the one at " + site(*at) +
                       ": barrier divergence (the threads of a block must meet at the same "
