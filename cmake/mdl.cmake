@@ -65,7 +65,9 @@ set_target_properties(mdl::blas PROPERTIES
   INTERFACE_COMPILE_OPTIONS "${_mdl_blas_defines}"
   INTERFACE_LINK_LIBRARIES "$<IF:$<CXX_COMPILER_ID:GNU>,${_mdl_gomp},${_mdl_omp}>"
   # The BLAS lives in a Python package, not a system directory: users find it by RPATH.
-  INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_mdl_blas_lib_dir}")
+  # (Clang finds its own libomp only where it links with -fopenmp.)
+  INTERFACE_LINK_OPTIONS
+    "LINKER:-rpath,${_mdl_blas_lib_dir};$<$<NOT:$<CXX_COMPILER_ID:GNU>>:-fopenmp>")
 
 # What generated code calls out of line (mdl's own product kernels, the faults kernels
 # raise, results' memory), compiled once for every target that links mdl::runtime, for

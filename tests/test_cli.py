@@ -34,7 +34,8 @@ GOOD = """model M(H = 4) {
 
 def mdlc(*args, cwd=None):
     env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
-           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"]}  # the session's cache (conftest)
+           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"],  # the session's cache (conftest)
+           **{k: os.environ[k] for k in ("CXX",) if k in os.environ}}  # the session's compiler
     return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True,
                           text=True, cwd=cwd, env=env)
 

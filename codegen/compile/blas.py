@@ -58,6 +58,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..ir.diagnostics import MdlBuildError
+from .compiler import host_compiler
 from .cpu import cpu
 
 CHOICES = ("mkl", "openblas")
@@ -97,7 +98,6 @@ def blas() -> Blas:
     """The BLAS of this installation and CPU (see the module's docstring for the choice),
     for MDL_BLAS and MDL_SMALL_PRODUCTS as they are now: a process that changes them
     between builds gets what they say (and an error for a bad value) then."""
-    from .flags import host_compiler  # (flags.py builds on this module)
     return _blas(os.environ.get("MDL_BLAS", "").strip().lower(),
                  os.environ.get("MDL_SMALL_PRODUCTS", "").strip().lower(),
                  host_compiler()["gcc"])

@@ -14,8 +14,9 @@ from ..backend.templating import environment
 from .blas import blas
 from .cuda_toolkit import toolkit
 from .extension import compiled
-from .flags import (LANGUAGE_FLAGS, compile_flags, host_compiler, libmvec, openmp,
-                    sanitize_link_flags)
+from .compiler import host_compiler
+from .flags import (CLANG_LIBMVEC, GCC_CODE_FLAGS, LANGUAGE_FLAGS, compile_flags, libmvec,
+                    openmp, openmp_dir, sanitize_link_flags)
 from .runtime import CUDA_RUNTIME_SOURCE, GLUE_SOURCE, RUNTIME_SOURCES, glue_level
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         # those are -O3: its flags come after the target's, and the last -O wins
         "glue": str(RUNTIME_DIR / GLUE_SOURCE),
         "glue_flags": [f for f in glue_level(cxx_flags) if f not in cxx_flags],
-        "link_flags": sanitize_link_flags() if sanitize else [],
+        "link_flags": [*(sanitize_link_flags() if sanitize else ()), *openmp_dir()],
         "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
         "libraries": [str(blas().library), openmp().library,
                       *(["mvec"] if libmvec() else [])],
@@ -72,7 +73,10 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
 def _cmake_cuda(cxx_flags: list[str]) -> dict:
     """CUDA_ARCHITECTURES and the CUDA sources' own flags (the host compiler's go through
     -Xcompiler), for an emitted CMakeLists.txt."""
-    host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):] if not f.startswith(("-D", "-O"))]
+    host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):]
+            if not f.startswith(("-D", "-O")) and f not in CLANG_LIBMVEC]
+    if not host_compiler()["gcc"]:  # nvcc's host compiler is GCC (its default) all the same
+        host += GCC_CODE_FLAGS
     defines = [f for f in cxx_flags if f.startswith("-D")]
     return {"architectures": toolkit().architectures,
             "flags": [*defines, "-Xcompiler=" + ",".join(host)]}

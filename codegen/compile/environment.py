@@ -13,7 +13,7 @@ import pybind11
 from ..backend.paths import RUNTIME_DIR
 from .blas import blas
 from .cache import CODEGEN_VERSION, sha256
-from .flags import host_compiler
+from .compiler import host_compiler
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 

@@ -1,24 +1,20 @@
-"""The host C++ compiler and the flags every build passes it: which compiler (`c++`, or
-$CXX) and what identifies it in a cache key, the flags of each variant (release, debug,
-sanitized), the include directories and what a module links. Toolchains
+"""The flags every build passes the host C++ compiler (codegen/compile/compiler.py): the
+flags of each variant (release, debug, sanitized), GCC's and Clang's, the include
+directories and what a module links. Toolchains
 (codegen/compile/toolchain.py) assemble their commands from these; the emitted
 CMakeLists.txt (codegen/compile/cmake.py) renders the same lists."""
 from __future__ import annotations
 
 import functools
 import os
-import re
-import shutil
-import subprocess
 import sysconfig
 from dataclasses import dataclass
 
 import pybind11
 
 from ..backend.paths import RUNTIME_DIR
-from ..ir.diagnostics import MdlBuildError
 from .blas import blas
-from .cache import sha256
+from .compiler import host_compiler, march, printed
 
 LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
 # -fopenmp (openmp() chooses its runtime): `#pragma omp simd` (reductions that may
@@ -36,18 +32,6 @@ CODE_FLAGS = ("-fopenmp", "-fno-math-errno")
 GCC_CODE_FLAGS = ("-fno-tree-sink",)
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
-
-
-def march() -> str:
-    """The instruction set generated code is built for: `-march=native` (this machine's
-    own), or `-march=$MDL_MARCH` (`x86-64-v3`: AVX2 and FMA, the x86 machines without
-    AVX-512; what `mdlc bench --isa avx2` builds). Part of every cache key (the compiler's
-    identity)."""
-    wanted = os.environ.get("MDL_MARCH", "").strip() or "native"
-    if not re.fullmatch(r"[\w.-]+", wanted):
-        raise MdlBuildError(f"MDL_MARCH={wanted!r}: expected an -march value such as "
-                            "x86-64-v3 or native")
-    return f"-march={wanted}"
 
 
 # Where the target has AVX-512, loops vectorize with its 512-bit vectors: GCC and Clang
@@ -126,7 +110,19 @@ def link_flags(sanitize: bool) -> list[str]:
     parallel regions (a Clang build that linked libgomp beside libomp split every loop
     wrongly on two threads: each thread took all of it)."""
     return [*(sanitize_link_flags() if sanitize else ()), *blas().link_flags(),
-            f"-l{openmp().library}", *(("-lmvec",) if libmvec() else ())]
+            *openmp_dir(), f"-l{openmp().library}", *(("-lmvec",) if libmvec() else ())]
+
+
+def openmp_dir() -> list[str]:
+    """Where Clang's OpenMP runtime lies (-L), for a link by another driver: nvcc links a
+    cuda module with GCC, which does not look in Clang's own library directory (the one
+    above its resource directory: /usr/lib/llvm-14/lib)."""
+    if host_compiler()["gcc"]:
+        return []
+    resources = printed([host_compiler()["path"], "-print-resource-dir"]).strip()
+    lib = os.path.dirname(os.path.dirname(resources))
+    found = os.path.isabs(lib) and os.path.exists(f"{lib}/lib{openmp().library}.so")
+    return [f"-L{lib}"] if found else []
 
 
 def include_dirs() -> list[str]:
@@ -138,38 +134,5 @@ def include_dirs() -> list[str]:
 def libmvec() -> bool:
     """Whether the compiler links glibc's vector math library (cpp_runtime/mdl/vector_math.h
     then lets loops call its SIMD exp, tanh, ...)."""
-    found = _output([host_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
+    found = printed([host_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
     return os.path.isabs(found) and os.path.exists(found)
-
-
-def host_compiler() -> dict:
-    """The C++ compiler, and its identity: `--version` and what `-march` means on this
-    machine, the compiler's own command and the macros it defines (a shared cache may
-    serve several CPUs); whether that target has AVX-512 (`avx512`), and whether the
-    compiler is GCC (`gcc`: not Clang, nor a compiler built on it, which define
-    __GNUC__ too)."""
-    return _host_compiler(os.environ.get("CXX") or "c++", march())
-
-
-@functools.cache
-def _host_compiler(name: str, march_flag: str) -> dict:
-    path = shutil.which(name)
-    if path is None and "CXX" in os.environ:
-        raise MdlBuildError(f"CXX={name!r} names no program on the PATH: set CXX to one C++ "
-                            "compiler's command (g++, clang++ or a path to one)")
-    if path is None:
-        raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
-    version = _output([path, "--version"])
-    native = _output([path, march_flag, "-dM", "-E", "-v", "-x", "c++", os.devnull])
-    if not version.strip() or "#define __cplusplus " not in native:
-        raise MdlBuildError(f"{path} does not answer as a C++ compiler (its `--version` "
-                            "printed nothing, or its preprocessor defines no __cplusplus): "
-                            "set CXX to g++ or clang++")
-    return {"path": path, "version": version.splitlines()[0],
-            "identity": sha256(version + native), "avx512": "__AVX512F__ " in native,
-            "gcc": "#define __GNUC__ " in native and "#define __clang__ " not in native}
-
-
-def _output(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-    return done.stdout + done.stderr

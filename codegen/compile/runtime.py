@@ -20,7 +20,8 @@ from .blas import blas
 from .cache import cache_dir, cached, digest, intact, write_key
 from .commands import run_commands
 from .environment import environment_key
-from .flags import compile_flags, host_compiler, include_dirs, openmp
+from .compiler import host_compiler
+from .flags import compile_flags, include_dirs, openmp
 
 # relative to RUNTIME_DIR
 RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp", "src/products.cpp",

@@ -12,7 +12,7 @@ import platform
 import shlex
 import subprocess
 
-from .flags import host_compiler
+from .compiler import host_compiler
 
 
 def compiler_file(name: str) -> str:

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import UsageError
+from .compiler import host_compiler
 from .cuda_toolkit import toolkit
 from .environment import environment_key
-from .flags import (CODE_FLAGS, DEBUG_FLAGS, GCC_CODE_FLAGS, compile_flags, host_compiler,
-                    include_dirs, link_flags, machine_flags)
+from .flags import (CODE_FLAGS, DEBUG_FLAGS, GCC_CODE_FLAGS, compile_flags, include_dirs,
+                    link_flags, machine_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
