@@ -22,7 +22,7 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, GCC_CODE_FLAGS, WIDE_VECTORS, openmp; from codegen.compile.runtime import GLUE_OPTIMIZATION, GCC_GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), openmp(True).library + ',' + openmp(False).library, ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, ','.join(GCC_CODE_FLAGS), ','.join(GCC_GLUE_OPTIMIZATION), sep=';')"
+    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, GCC_CODE_FLAGS, OPENMP_LIBRARIES, WIDE_VECTORS; from codegen.compile.runtime import GLUE_OPTIMIZATION, GCC_GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), OPENMP_LIBRARIES['gcc'] + ',' + OPENMP_LIBRARIES['clang'], ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, ','.join(GCC_CODE_FLAGS), ','.join(GCC_GLUE_OPTIMIZATION), sep=';')"
   OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
@@ -35,7 +35,7 @@ list(GET _mdl_python 7 _mdl_wide_vectors)
 list(GET _mdl_python 8 _mdl_gcc_code_flags)
 list(GET _mdl_python 9 _mdl_gcc_glue_flags)
 string(REPLACE "," ";" _mdl_blas_defines "${_mdl_blas_defines}")
-# the OpenMP runtime of this project's C++ compiler (GCC's or Clang's: flags.py's openmp),
+# the OpenMP runtime of this project's C++ compiler (GCC's or Clang's: flags.py's OPENMP_LIBRARIES),
 # on which MKL (with GCC) and OpenBLAS run their threads too
 string(REPLACE "," ";" _mdl_openmp "${_mdl_openmp}")
 list(GET _mdl_openmp 0 _mdl_gomp)

@@ -995,8 +995,7 @@ def test_a_compiler_without_the_openmp_runtime_a_module_needs_is_named(monkeypat
     """A compiler that cannot build and link OpenMP code with the runtime a module links
     (Clang without its libomp package, docs/build.md "Compilers") is refused before the
     runtime's build, saying what to install."""
-    missing = flags.OpenMP("-fopenmp", "mdl_no_such_omp")
-    monkeypatch.setattr(runtime, "openmp", lambda: missing)
+    monkeypatch.setattr(runtime, "openmp_library", lambda: "mdl_no_such_omp")
     with pytest.raises(MdlBuildError, match="does not build OpenMP code with -fopenmp and "
                                             "libmdl_no_such_omp .*: install"):
         runtime.check_compiler(tmp_path)

@@ -90,7 +90,7 @@ class Blas:
 
     def link_flags(self) -> list[str]:
         """The library, found by RPATH. MKL's threads run on the OpenMP runtime generated
-        code links (cpp_runtime/mdl/blas.h, blas_init; flags.openmp)."""
+        code links (cpp_runtime/mdl/blas.h, blas_init; flags.openmp_library)."""
         return [str(self.library), f"-Wl,-rpath,{self.lib_dir}"]
 
 
@@ -104,7 +104,7 @@ def blas() -> Blas:
 
 
 @functools.cache
-def _blas(wanted: str, small: str, gcc: bool = True) -> Blas:
+def _blas(wanted: str, small: str, gcc: bool) -> Blas:
     """blas() for these values (cached: what is installed does not change)."""
     library = _library(wanted, gcc)
     if not small:
@@ -122,7 +122,7 @@ def _blas(wanted: str, small: str, gcc: bool = True) -> Blas:
 blas.cache_clear = _blas.cache_clear  # for a CPU the tests stand in
 
 
-def _library(wanted: str, gcc: bool = True) -> Blas:
+def _library(wanted: str, gcc: bool) -> Blas:
     if wanted and wanted not in CHOICES:
         raise MdlBuildError(f"MDL_BLAS={wanted!r}: expected one of {', '.join(CHOICES)}")
     if not wanted and (cpu().vendor == "AMD" or not gcc):

@@ -15,8 +15,8 @@ from .blas import blas
 from .cuda_toolkit import toolkit
 from .extension import compiled
 from .compiler import host_compiler
-from .flags import (CLANG_LIBMVEC, GCC_CODE_FLAGS, LANGUAGE_FLAGS, compile_flags, libmvec,
-                    openmp, openmp_dir, sanitize_link_flags)
+from .flags import (CLANG_LIBMVEC, LANGUAGE_FLAGS, NVCC_HOST_CODE_FLAGS, code_flags,
+                    compile_flags, libmvec, openmp_dir, openmp_library, sanitize_link_flags)
 from .runtime import CUDA_RUNTIME_SOURCE, GLUE_SOURCE, RUNTIME_SOURCES, glue_level
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
         "glue_flags": [f for f in glue_level(cxx_flags) if f not in cxx_flags],
         "link_flags": [*(sanitize_link_flags() if sanitize else ()), *openmp_dir()],
         "include_dirs": [str(RUNTIME_DIR), blas().include_dir],
-        "libraries": [str(blas().library), openmp().library,
+        "libraries": [str(blas().library), openmp_library(),
                       *(["mvec"] if libmvec() else [])],
         "rpath": blas().lib_dir,
         # the Python that emitted it, whose pybind11 and BLAS the paths above name: the
@@ -73,10 +73,9 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
 def _cmake_cuda(cxx_flags: list[str]) -> dict:
     """CUDA_ARCHITECTURES and the CUDA sources' own flags (the host compiler's go through
     -Xcompiler), for an emitted CMakeLists.txt."""
-    host = [f for f in cxx_flags[len(LANGUAGE_FLAGS):]
-            if not f.startswith(("-D", "-O")) and f not in CLANG_LIBMVEC]
-    if not host_compiler()["gcc"]:  # nvcc's host compiler is GCC (its default) all the same
-        host += GCC_CODE_FLAGS
+    own = set(code_flags()) | set(CLANG_LIBMVEC)  # the host compiler's, not nvcc's GCC's
+    host = [*NVCC_HOST_CODE_FLAGS, *(f for f in cxx_flags[len(LANGUAGE_FLAGS):]
+                                     if not f.startswith(("-D", "-O")) and f not in own)]
     defines = [f for f in cxx_flags if f.startswith("-D")]
     return {"architectures": toolkit().architectures,
             "flags": [*defines, "-Xcompiler=" + ",".join(host)]}

@@ -57,3 +57,9 @@ def printed(cmd: list[str]) -> str:
     """What `cmd` printed, on stdout and stderr."""
     done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     return done.stdout + done.stderr
+
+
+def compiler_file(name: str) -> str:
+    """Where the host compiler's own library `name` lies (not an absolute path where it
+    ships none)."""
+    return printed([host_compiler()["path"], f"-print-file-name={name}"]).strip()

@@ -8,16 +8,15 @@ from __future__ import annotations
 import functools
 import os
 import sysconfig
-from dataclasses import dataclass
 
 import pybind11
 
 from ..backend.paths import RUNTIME_DIR
 from .blas import blas
-from .compiler import host_compiler, march, printed
+from .compiler import compiler_file, host_compiler, march, printed
 
 LANGUAGE_FLAGS = ("-std=c++17", "-fPIC", "-fvisibility=hidden")  # CMake spells these itself
-# -fopenmp (openmp() chooses its runtime): `#pragma omp simd` (reductions that may
+# -fopenmp (OPENMP_LIBRARIES: its runtime by compiler): `#pragma omp simd` (reductions that may
 # vectorize), and OpenMP's threads for products and large elementwise loops split over
 # the cores (mdl/threads.h).
 # -fno-math-errno: nothing reads errno, so calls to exp, tanh, sqrt, ... have no side
@@ -30,6 +29,8 @@ CODE_FLAGS = ("-fopenmp", "-fno-math-errno")
 # the row is real), and the loop, no longer straight, stays scalar: the char LM's forward
 # at B=32 took 2.3x as long, its training step 1.6x.
 GCC_CODE_FLAGS = ("-fno-tree-sink",)
+# nvcc compiles host code with GCC (its default), whatever $CXX is
+NVCC_HOST_CODE_FLAGS = CODE_FLAGS + GCC_CODE_FLAGS
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
 
@@ -59,9 +60,8 @@ CLANG_LIBMVEC = ("-fveclib=libmvec",)
 
 def code_flags() -> tuple[str, ...]:
     """What every compile of the runtime and of generated code passes the host compiler:
-    CODE_FLAGS with its OpenMP (openmp), and GCC_CODE_FLAGS where it is GCC."""
-    gcc = host_compiler()["gcc"]
-    return (openmp(gcc).flag, *CODE_FLAGS[1:], *(GCC_CODE_FLAGS if gcc else ()))
+    CODE_FLAGS, and GCC_CODE_FLAGS where it is GCC."""
+    return CODE_FLAGS + (GCC_CODE_FLAGS if host_compiler()["gcc"] else ())
 
 
 def release_flags() -> tuple[str, ...]:
@@ -78,22 +78,16 @@ def compile_flags(debug: bool = False, sanitize: bool = False) -> list[str]:
               if libmvec() else ())]
 
 
-@dataclass(frozen=True)
-class OpenMP:
-    """An OpenMP runtime: the flag that compiles and links for it, and its library."""
-    flag: str
-    library: str
+# The OpenMP runtime generated code and the runtime run their threads on (mdl/threads.h),
+# by compiler: GCC's GNU OpenMP, on which MKL runs its threads too (its GNU threading
+# layer: mdl/blas.h's blas_init), one pool for both; Clang's LLVM OpenMP, whose builds
+# take OpenBLAS, which runs its parallel parts there (blas.py says why not MKL).
+OPENMP_LIBRARIES = {"gcc": "gomp", "clang": "omp"}
 
 
-def openmp(gcc: bool | None = None) -> OpenMP:
-    """The OpenMP runtime generated code and the runtime run their threads on
-    (mdl/threads.h), for the host compiler (`gcc`: whether it is GCC; None: ask it): GCC's
-    GNU OpenMP (libgomp), on which MKL runs its threads too (its GNU threading layer:
-    mdl/blas.h's blas_init), one pool for both; Clang's LLVM OpenMP (libomp), whose
-    builds take OpenBLAS, which runs its parallel parts there (blas.py says why not MKL)."""
-    if host_compiler()["gcc"] if gcc is None else gcc:
-        return OpenMP("-fopenmp", "gomp")
-    return OpenMP("-fopenmp", "omp")
+def openmp_library() -> str:
+    """The host compiler's OpenMP runtime (OPENMP_LIBRARIES)."""
+    return OPENMP_LIBRARIES["gcc" if host_compiler()["gcc"] else "clang"]
 
 
 def sanitize_link_flags() -> list[str]:
@@ -105,12 +99,12 @@ def sanitize_link_flags() -> list[str]:
 
 def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
-    RPATH (codegen/compile/blas.py). Then the one OpenMP runtime (openmp): generated
+    RPATH (codegen/compile/blas.py). Then the one OpenMP runtime (openmp_library): generated
     code's calls into OpenMP (omp_get_thread_num) must reach the runtime that runs its
     parallel regions (a Clang build that linked libgomp beside libomp split every loop
     wrongly on two threads: each thread took all of it)."""
     return [*(sanitize_link_flags() if sanitize else ()), *blas().link_flags(),
-            *openmp_dir(), f"-l{openmp().library}", *(("-lmvec",) if libmvec() else ())]
+            *openmp_dir(), f"-l{openmp_library()}", *(("-lmvec",) if libmvec() else ())]
 
 
 def openmp_dir() -> list[str]:
@@ -121,7 +115,7 @@ def openmp_dir() -> list[str]:
         return []
     resources = printed([host_compiler()["path"], "-print-resource-dir"]).strip()
     lib = os.path.dirname(os.path.dirname(resources))
-    found = os.path.isabs(lib) and os.path.exists(f"{lib}/lib{openmp().library}.so")
+    found = os.path.isabs(lib) and os.path.exists(f"{lib}/lib{openmp_library()}.so")
     return [f"-L{lib}"] if found else []
 
 
@@ -134,5 +128,5 @@ def include_dirs() -> list[str]:
 def libmvec() -> bool:
     """Whether the compiler links glibc's vector math library (cpp_runtime/mdl/vector_math.h
     then lets loops call its SIMD exp, tanh, ...)."""
-    found = printed([host_compiler()["path"], "-print-file-name=libmvec.so"]).strip()
+    found = compiler_file("libmvec.so")
     return os.path.isabs(found) and os.path.exists(found)

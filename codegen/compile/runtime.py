@@ -21,7 +21,7 @@ from .cache import cache_dir, cached, digest, intact, write_key
 from .commands import run_commands
 from .environment import environment_key
 from .compiler import host_compiler
-from .flags import compile_flags, include_dirs, openmp
+from .flags import compile_flags, include_dirs, openmp_library
 
 # relative to RUNTIME_DIR
 RUNTIME_SOURCES = ("src/python_module.cpp", "src/host_device.cpp", "src/products.cpp",
@@ -110,20 +110,20 @@ def check_compiler(work: Path) -> None:
     """Before the runtime's first build: the compiler must link C++'s own library into a
     shared object, as it links modules (CXX=gcc linked modules Python could not import,
     `undefined symbol: _ZTVN10__cxxabiv...`), and build OpenMP code with the runtime a
-    module links (flags.openmp: Clang's needs its OpenMP package)."""
+    module links (flags.openmp_library: Clang's needs its OpenMP package)."""
     cxx = host_compiler()["path"]
     said = _probe(work, "links_cxx", LINK_PROBE, [])
     if said is not None:
         raise MdlBuildError(f"{cxx} does not link C++ into a shared object, so modules it "
                             f"links could not be imported ({said}): set CXX to a C++ "
                             "driver (g++ or clang++, not gcc or clang)")
-    runtime = openmp()
-    said = _probe(work, "links_openmp", OPENMP_PROBE, [runtime.flag, f"-l{runtime.library}"])
+    library = openmp_library()
+    said = _probe(work, "links_openmp", OPENMP_PROBE, ["-fopenmp", f"-l{library}"])
     if said is not None:
         where = ("install Clang's OpenMP runtime (Debian and Ubuntu: libomp-dev)"
                  if not host_compiler()["gcc"] else "install GCC's OpenMP runtime (libgomp)")
-        raise MdlBuildError(f"{cxx} does not build OpenMP code with {runtime.flag} and "
-                            f"lib{runtime.library} ({said}), which generated code runs its "
+        raise MdlBuildError(f"{cxx} does not build OpenMP code with -fopenmp and "
+                            f"lib{library} ({said}), which generated code runs its "
                             f"threads on: {where}, or set CXX to another compiler")
 
 

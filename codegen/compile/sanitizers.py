@@ -10,16 +10,8 @@ from __future__ import annotations
 import os
 import platform
 import shlex
-import subprocess
 
-from .compiler import host_compiler
-
-
-def compiler_file(name: str) -> str:
-    """Where the host compiler's own library `name` lies (not an absolute path where it
-    ships none)."""
-    return subprocess.run([host_compiler()["path"], f"-print-file-name={name}"],
-                          capture_output=True, text=True).stdout.strip()
+from .compiler import compiler_file, host_compiler
 
 
 def asan_runtime() -> str:

@@ -22,7 +22,7 @@ from ..ir.diagnostics import UsageError
 from .compiler import host_compiler
 from .cuda_toolkit import toolkit
 from .environment import environment_key
-from .flags import (CODE_FLAGS, DEBUG_FLAGS, GCC_CODE_FLAGS, compile_flags, include_dirs,
+from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, compile_flags, include_dirs,
                     link_flags, machine_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
@@ -140,8 +140,7 @@ class NvccToolchain(Toolchain):
     def flags(self, debug: bool) -> list[str]:
         """nvcc's flags for the cuda runtime and models: the GPU architectures, and the host
         compiler's flags as for the cpu target."""
-        # nvcc's host compiler is GCC (its default, whatever $CXX is)
-        host = ["-fPIC", "-fvisibility=hidden", *CODE_FLAGS, *GCC_CODE_FLAGS,
+        host = ["-fPIC", "-fvisibility=hidden", *NVCC_HOST_CODE_FLAGS,
                 *(() if debug else machine_flags())]
         return ["-std=c++17", *toolkit().arch_flags, "-Xcompiler", ",".join(host),
                 *(DEBUG_FLAGS if debug else ("-O3",)),
