@@ -57,9 +57,16 @@ def _arith(symbol: str, wrap: str):
                              else f"({a[0]} {symbol} {a[1]})")
 
 
-for _fn in ("exp", "log", "tanh", "sqrt", "sin", "cos", "log1p", "expm1", "erf",
-            "erfc"):
+def _read(r, a: str) -> str:
+    """An argument of log or pow as the target's arithmetic reads it: libm takes it apart
+    by its bits, so where the code flushes denormals, a denormal is made 0 first
+    (mdl::flushed, denormals.h)."""
+    return f"mdl::flushed({a})" if r.target.flushes_denormals else a
+
+
+for _fn in ("exp", "tanh", "sqrt", "sin", "cos", "log1p", "expm1", "erf", "erfc"):
     attach_lowering(_fn, "elementwise", _call(_fn))
+attach_lowering("log", "elementwise", lambda a, op, r: f"{r.target.math('log')}({_read(r, a[0])})")
 attach_lowering("softplus", "elementwise", lambda a, op, r: f"mdl::softplus({a[0]})")
 attach_lowering("abs", "elementwise",
                 lambda a, op, r: f"mdl::wrap_abs({a[0]})" if _i32(op) else _call("abs")(a, op, r))
@@ -92,7 +99,8 @@ for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq",
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
     attach_lowering(_name, "elementwise",
                     lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
-attach_lowering("pow", "elementwise", lambda a, op, r: f"{r.target.math('pow')}({a[0]}, {a[1]})")
+attach_lowering("pow", "elementwise", lambda a, op, r:
+                f"{r.target.math('pow')}({_read(r, a[0])}, {_read(r, a[1])})")
 attach_lowering("maximum", "elementwise",
            lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {a[1]})")
 attach_lowering("minimum", "elementwise",

@@ -60,6 +60,11 @@ class Target(abc.ABC):
     # in device memory, reading one costs a wait, and the step runs.
     skips_steps: bool = False
 
+    # Whether its code flushes denormals (cpp_runtime/mdl/denormals.h): then the arguments
+    # of log and pow, which libm reads by their bits, are flushed as the arithmetic reads
+    # them (mdl::flushed).
+    flushes_denormals: bool = False
+
     # Whether its code times each site (a profiled build: backend/profile.py), as the
     # target's `time_start` and `time_stop` write it.
     profiled: bool = False

@@ -84,6 +84,7 @@ class CpuTarget(Target):
     skips_steps = True  # a loop's padding steps are not run (control_flow._skip_padding)
     groups_products = True  # split over the cores together (mdl::gemm_together, blas.h)
     runs_loops_concurrently = True  # one a thread (mdl::Arms, concurrent.h)
+    flushes_denormals = True  # FTZ and DAZ while its code runs (mdl/denormals.h)
     preamble = ("mdl::FlushDenormals flush_denormals;  // while it runs: mdl/denormals.h",
                 "mdl::ProductThreads product_threads;  // MKL's threads: blas.h")
 

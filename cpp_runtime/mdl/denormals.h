@@ -8,6 +8,9 @@
 // result 0 and its DAZ bit reads such an input as 0; the mode is the thread's own.
 #pragma once
 
+#include <cmath>
+#include <limits>
+
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -43,6 +46,16 @@ class FlushDenormals {
  private:
   unsigned saved_;
 };
+
+// The argument of log and pow as the flushed arithmetic reads it: a denormal is 0 of its
+// sign. glibc's log and pow (and libmvec's) take a denormal apart by its bits, which DAZ
+// does not reach: under it, log(1e-310) was -745.1 (neither log(0) = -inf nor NumPy's
+// -713.8), log(-1e-310) NaN and pow(1e-310, 0.5) 1.6e-162 instead of 0. A comparison and
+// a select, vectorized with the call (codegen/backend/op_lowering.py).
+template <class T>
+inline T flushed(T x) {
+  return std::fabs(x) < std::numeric_limits<T>::min() ? std::copysign(T(0), x) : x;
+}
 #else
 // Elsewhere (no SSE control register) denormals are kept, as IEEE 754 has them.
 inline void flush_denormals() {}
@@ -50,6 +63,11 @@ class FlushDenormals {
  public:
   FlushDenormals() {}  // (a constructor of its own: no unused-variable warning)
 };
+
+template <class T>
+inline T flushed(T x) {
+  return x;
+}
 #endif
 
 }  // namespace mdl
