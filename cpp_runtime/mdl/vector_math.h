@@ -29,6 +29,12 @@ MDL_SIMD_DECLARE(float, erff)
 MDL_SIMD_DECLARE(double, erf)
 MDL_SIMD_DECLARE(float, erfcf)
 MDL_SIMD_DECLARE(double, erfc)
+// pow, of two arguments: a loop of `x ** 1.5` over [256, 1024] f32 took 0.69 ms with
+// scalar powf and 0.20 with libmvec's (Intel Xeon, AVX-512); over 200,000 random and
+// every pair of 23 special arguments (0, -0, +-1, +-inf, NaN, ...) its results were
+// libm's, but for 1 ulp in finite ones
+float powf(float, float) noexcept __attribute__((simd("notinbranch")));
+double pow(double, double) noexcept __attribute__((simd("notinbranch")));
 }
 #undef MDL_SIMD_DECLARE
 #endif
