@@ -25,12 +25,12 @@ SIGN = r"std::copysign\(float\(1\), "  # op_lowering.py's sign
 
 
 def math_loops(text: str, pattern: str = MATH) -> list[int]:
-    """The line numbers (1-based) of the innermost `#pragma GCC ivdep` loops whose body
+    """The line numbers (1-based) of the innermost `MDL_VECTORIZE` loops whose body
     matches `pattern` (calls std::exp or std::tanh)."""
     lines = text.splitlines()
     found = []
     for i, line in enumerate(lines):
-        if line.strip() != "#pragma GCC ivdep" or not lines[i + 1].lstrip().startswith("for ("):
+        if line.strip() != "MDL_VECTORIZE" or not lines[i + 1].lstrip().startswith("for ("):
             continue
         depth, body = 0, []
         for j in range(i + 1, len(lines)):

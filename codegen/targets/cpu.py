@@ -17,7 +17,7 @@ from ..compile.toolchain import HOST
 from ..ir.shapes import Dim, numel
 from ..ops.entry import entry
 
-VECTORIZE = "#pragma GCC ivdep"  # an innermost loop without a local accumulator
+VECTORIZE = "MDL_VECTORIZE"  # an innermost loop without a local accumulator (vector_math.h)
 
 # A fused loop of at least this many op-elements (elements x its ops) is split over the
 # products' threads (mdl::split_threads, one pool: cpp_runtime/mdl/threads.h), its

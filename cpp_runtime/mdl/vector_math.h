@@ -8,6 +8,17 @@
 
 #include <cmath>
 
+// What the cpu target's code puts before an innermost loop whose iterations it knows to be
+// independent (codegen/targets/cpu.py): each compiler's way to vectorize it without
+// checking its pointers for overlap at run time. Clang ignores GCC's `ivdep`, and its cost
+// model judged the checks of a loop that reads and writes many arrays (an LSTM step's
+// backward: 13 pointers) not worth it, so that loop stayed scalar.
+#if defined(__clang__)
+#define MDL_VECTORIZE _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define MDL_VECTORIZE _Pragma("GCC ivdep")
+#endif
+
 #if defined(MDL_LIBMVEC) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MDL_SIMD_DECLARE(type, fn) type fn(type) noexcept __attribute__((simd("notinbranch")));
 extern "C" {
