@@ -53,8 +53,9 @@ def machine_flags() -> tuple[str, ...]:
 
 
 # Clang's way to libmvec (GCC's is mdl/vector_math.h's declarations): a loop calling exp,
-# log, pow, sin or cos calls its vector variant (Clang 14 has no mapping for tanh, expm1,
-# log1p, erf: those loops stay scalar).
+# log, pow, sin or cos calls its vector variant. Clang 14 has no mapping for tanh, expm1,
+# log1p or erf: mdl/vector_math.h builds the first three from exp and log under Clang
+# (simd_tanh, ...), and loops calling erf stay scalar.
 CLANG_LIBMVEC = ("-fveclib=libmvec",)
 
 
