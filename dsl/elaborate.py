@@ -12,7 +12,7 @@ from typing import Any
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
 from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32
-from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value
+from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value, use_counts
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
@@ -61,6 +61,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.inputs: dict[str, Value] = {}
         self.input_locs: dict[str, Loc] = {}
         self.used: set[int] = set()
+        # (name, value, where) of every single-name assignment of a tensor, for the warning
+        # of one never used (_warn_unused)
+        self.assigned: list[tuple[str, Value, Loc]] = []
         self.outputs: dict[str, Value] = {}
         self.loss: str | None = None
         self.top_level = False
@@ -153,6 +156,29 @@ class Elaborator(Expressions, Calls, ControlFlow):
             if not p.uses:
                 self.warnings.append(Diagnostic(f"parameter `{p.name}` is never used", p.decl,
                                                 "warning"))
+        self._warn_unused_values()
+
+    def _warn_unused_values(self) -> None:
+        """A tensor assigned to a name that nothing reads: no op, no loop's or branch's
+        result, no output. Where a function's value is its caller's too, the caller's
+        assignment is named; an assignment in a function that runs at several calls is
+        named once, and only where no call reads it."""
+        read = set(use_counts(self.root)) | {v.id for v in self.outputs.values()
+                                             if isinstance(v, Value)}
+        last: dict[int, tuple[str, Loc]] = {}
+        for name, value, loc in self.assigned:  # in order: a caller's after its callee's
+            last[value.id] = (name, loc)
+        unused: dict[Loc, str] = {}
+        read_at: set[Loc] = set()
+        for vid, (name, loc) in last.items():
+            if vid in read:
+                read_at.add(loc)
+            else:
+                unused.setdefault(loc, name)
+        for loc, name in unused.items():
+            if loc not in read_at:
+                self.warnings.append(Diagnostic(f"`{name}` is assigned but never used", loc,
+                                                "warning"))
 
     # ---- statements ----
     def run_block(self, stmts: list[n.Stmt]) -> None:
@@ -180,6 +206,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
             self.check_bindable(t.name, t.loc)
         if isinstance(s.value, n.For):
             self.loop(s.value, s.targets)
+            self._note_assigned(s.targets)
             return
         value = self.eval(s.value)
         if isinstance(value, list):
@@ -193,6 +220,15 @@ class Elaborator(Expressions, Calls, ControlFlow):
             if isinstance(v, Value) and not v.hint:
                 v.hint = t.name
             self.ctx.env[t.name] = v
+        self._note_assigned(s.targets)
+
+    def _note_assigned(self, targets: list[n.Ident]) -> None:
+        """Remember a tensor assigned to one name (not `_name`: the way to say a value is
+        left unused on purpose), for the warning of a value never used. Unpacking (`i, f, g,
+        o = split(...)`) takes what it is given, and is not checked."""
+        value = self.ctx.env.get(targets[0].name)
+        if len(targets) == 1 and not targets[0].name.startswith("_") and isinstance(value, Value):
+            self.assigned.append((targets[0].name, value, targets[0].loc))
 
     def check_bindable(self, name: str, loc: Loc, what: str = "be assigned") -> None:
         """The one rule of every binding (an assignment, an input, a parameter, a

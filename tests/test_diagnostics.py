@@ -391,6 +391,50 @@ def test_an_input_that_starts_a_loops_state_is_used(body, unused):
     assert sorted(w.message for w in cm.warnings) == unused
 
 
+UNUSED = """
+def twice(x : f32[N]) -> f32[N] {
+  spare = tanh(x)
+  kept = 2.0 * x
+  return kept
+}
+model M() {
+  input xs : f32[T, 4]
+  h = zeros[4]
+  hs = for x in xs {
+    h = tanh(h + x)
+    yield h
+  }
+  a = twice(h)
+  b = twice(2.0 * h)
+  c = exp(b)
+  _d = exp(b)
+  i, j = split(c, 2, axis = 0)
+  e = sum(b)
+  assert e > -1.0
+  g = sin(b)
+  for x in xs {
+    g = g + x
+  }
+  output y = sum(i) + sum(g)
+}
+"""
+
+
+def test_a_value_assigned_and_never_used_is_a_warning():
+    """Where nothing reads it: no op, no loop or branch, no output. Named once where a
+    function's local is unused at every call, at the caller where a function's result is
+    the unused value; `_d` says it is unused on purpose, `i, j = ...` takes what it is
+    given, and a loop's state (`g`) is read by its next step."""
+    cm = check_source(UNUSED, "m.mdl")
+    found = sorted((w.loc.line, w.loc.col, w.message) for w in cm.warnings)
+    assert found == [(3, 3, "`spare` is assigned but never used"),
+                     (10, 3, "`hs` is assigned but never used"),
+                     (14, 3, "`a` is assigned but never used")]
+    rendered = next(w for w in cm.warnings if "`hs`" in w.message).render()
+    assert rendered.splitlines()[:3] == ["m.mdl:10:3: warning: `hs` is assigned but never used",
+                                         " 10 |   hs = for x in xs {", "    |   ^^"]
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
