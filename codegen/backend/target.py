@@ -76,6 +76,11 @@ class Target(abc.ABC):
     def math(self, fn: str) -> str:
         return "std::" + fn
 
+    def simd_math(self, fn: str) -> str:
+        """The libm function `fn` as a loop calls it where a compiler may have no vector
+        version of it (op_lowering.py says which)."""
+        return self.math(fn)
+
     def literal(self, value, dtype: str) -> str:
         """A C++ literal of `value` in `dtype`, exact for floats (hex floats round-trip)."""
         if dtype == "bool":

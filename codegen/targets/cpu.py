@@ -19,11 +19,6 @@ from ..ops.entry import entry
 
 VECTORIZE = "MDL_VECTORIZE"  # an innermost loop without a local accumulator (vector_math.h)
 
-# The functions a loop calls through mdl/vector_math.h's own vector versions where the
-# compiler has no vector version of libm's (Clang 14's -fveclib=libmvec maps exp and log,
-# not these)
-SIMD_FALLBACKS = ("tanh", "expm1", "log1p")
-
 # A fused loop of at least this many op-elements (elements x its ops) is split over the
 # products' threads (mdl::split_threads, one pool: cpp_runtime/mdl/threads.h), its
 # outermost loop shared out; below it, waking the second thread costs more than it saves
@@ -100,10 +95,10 @@ class CpuTarget(Target):
         # a profiled build times its sites by the host's steady clock (Target.time_start)
         self.profiled = profiled
 
-    def math(self, fn: str) -> str:
-        """tanh, expm1 and log1p through mdl/vector_math.h's simd_ functions, which Clang
-        vectorizes too (std::'s under GCC)."""
-        return f"mdl::simd_{fn}" if fn in SIMD_FALLBACKS else super().math(fn)
+    def simd_math(self, fn: str) -> str:
+        """mdl/vector_math.h's simd_ version, which Clang vectorizes too (std::'s under
+        GCC)."""
+        return f"mdl::simd_{fn}"
 
     def give_back(self, slot: str, size: str) -> list[str]:
         return [f"if (c.fresh) mdl::give_back({slot}, {size});"]
