@@ -18,13 +18,17 @@ model Tiny() {
 """
 
 
+def by_dtype(tmp_path_factory, text: str, stem: str, model: str) -> dict:
+    """The model of `text` built in f32 and in f64: {dtype: instance}."""
+    source = tmp_path_factory.mktemp("denormals") / f"{stem}.mdl"
+    source.write_text(text)
+    return {dtype: getattr(load(source, name=f"{stem}_{dtype}", dtype=dtype), model)(seed=0)
+            for dtype in ("f32", "f64")}
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict:
-    """Tiny built in f32 and in f64 (by dtype)."""
-    source = tmp_path_factory.mktemp("denormals") / "tiny.mdl"
-    source.write_text(SOURCE)
-    return {dtype: load(source, name=f"denormals_{dtype}", dtype=dtype).Tiny(seed=0)
-            for dtype in ("f32", "f64")}
+    return by_dtype(tmp_path_factory, SOURCE, "denormals", "Tiny")
 
 
 def test_the_cpu_target_flushes_denormal_results_and_inputs(tiny):
@@ -65,19 +69,15 @@ model Libm() {
 
 @pytest.fixture(scope="module")
 def libm(tmp_path_factory) -> dict:
-    """Libm built in f32 and in f64 (by dtype)."""
-    source = tmp_path_factory.mktemp("denormals") / "libm.mdl"
-    source.write_text(LIBM)
-    return {dtype: load(source, name=f"denormals_libm_{dtype}", dtype=dtype).Libm(seed=0)
-            for dtype in ("f32", "f64")}
+    return by_dtype(tmp_path_factory, LIBM, "denormals_libm", "Libm")
 
 
-@pytest.mark.parametrize("dtype, tiny", [("f32", 1e-39), ("f64", 1e-310)])
-def test_log_and_pow_read_a_denormal_as_0(libm, dtype, tiny):
+@pytest.mark.parametrize("dtype, small", [("f32", 1e-39), ("f64", 1e-310)])
+def test_log_and_pow_read_a_denormal_as_0(libm, dtype, small):
     """glibc's log and pow take their argument apart by its bits, which DAZ does not
     reach: log(1e-310) was -745.1 and pow(1e-310, 0.5) 1.6e-162. Now a denormal argument
     is 0 of its sign there too (mdl::flushed), as the arithmetic reads it."""
-    x = np.array([tiny, -tiny, 1.0, 0.0, 4.0], dtype={"f32": np.float32, "f64": np.float64}[dtype])
+    x = np.array([small, -small, 1.0, 0.0, 4.0], {"f32": np.float32, "f64": np.float64}[dtype])
     out = libm[dtype].forward(x=x)
     inf = np.inf
     np.testing.assert_array_equal(out["logs"], [-inf, -inf, 0.0, -inf, np.log(x[4])])
