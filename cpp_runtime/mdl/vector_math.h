@@ -51,8 +51,8 @@ double pow(double, double) noexcept __attribute__((simd("notinbranch")));
 #undef MDL_SIMD_DECLARE
 #endif
 
-// tanh, expm1 and log1p as the cpu target's loops call them (codegen/targets/cpu.py). Under
-// GCC, std::'s, whose libmvec variants are declared above. Clang 14's -fveclib=libmvec
+// tanh, expm1 and log1p as the cpu target's loops call them (codegen/backend/op_lowering.py,
+// Target.simd_math). Under GCC, std::'s, whose libmvec variants are declared above. Clang 14's -fveclib=libmvec
 // maps exp and log but not these three, so a loop calling one stayed scalar: a char LM's
 // forward at B=32 (T=35, H=256) took 10.0 ms with Clang against 3.3 with GCC, its LSTM
 // gates calling scalar tanhf. Under Clang they are built here from exp and log, which
