@@ -1,4 +1,10 @@
-"""mdl's compiler back half: IR, primitives, autodiff, reference interpreter, backends."""
+"""mdl's compiler back half: IR, primitives, autodiff, reference interpreter, backends.
+The checker's warnings of a file that `load` or `export_onnx` reads are issued as
+`MdlWarning`s (Python's warnings) at the caller's line."""
+from .ir.diagnostics import MdlWarning
+
+__all__ = ["MdlWarning", "export_onnx", "load"]
+
 
 def load(path, target="cpu", defines=None, dtype="f32", model=None, specialize=None,
          name=None, vjp=False, *, emulate=False, profile=False):
@@ -17,6 +23,10 @@ def export_onnx(path, out, *, model=None, params=None, defines=None, specialize=
     `export_onnx("charlm.mdl", "lm.onnx", model="CharLM", params="checkpoint.npz")`.
     See codegen.export and docs/onnx.md."""
     from .export import export_onnx as export
-    return export(path, out, model=model, params=params, defines=defines,
-                  specialize=specialize, opset=opset, outputs=outputs, dtype=dtype, seed=seed,
-                  rnn_ops=rnn_ops)
+    from .ir.diagnostics import warn_caller
+    found = []
+    written = export(path, out, model=model, params=params, defines=defines,
+                     specialize=specialize, opset=opset, outputs=outputs, dtype=dtype,
+                     seed=seed, rnn_ops=rnn_ops, warn=found.append)
+    warn_caller(found)
+    return written

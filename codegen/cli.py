@@ -321,10 +321,13 @@ def cmd_check(args) -> int:
         raise UsageError(f"{args.file} defines several models ({', '.join(names)}); --json "
                          "describes one: choose it with --model NAME")
     defines = source.defines_by_model(names, dict(args.defines))
+    said: set[str] = set()  # a function's warning, found in each model calling it
     for i, name in enumerate(names):
         cm = source.check(name, defines[name], args.dtype)
         for w in cm.warnings:
-            _report(w)
+            if w.render() not in said:
+                said.add(w.render())
+                _report(w)
         if args.json:
             print(json.dumps(to_json(cm), indent=2))
             continue
@@ -364,7 +367,7 @@ def cmd_emit(args) -> int:
     options = BuildOptions(args.target, args.dtype, dict(args.defines), args.model,
                            args.specialize, vjp=args.vjp, emulate=args.emulate)
     name = module_name_for(args.file, args.name)
-    _, files = sources(args.file, name, options)
+    _, files = sources(args.file, name, options, _report)
     chosen = target(args.target, args.emulate)
     others = [n for n in compiled(files) if n != chosen.source]  # a GPU target's kernels
     parts = part_files(chosen.source, files[chosen.source], jobs_beside(len(others)),
@@ -443,10 +446,10 @@ def cmd_build(args) -> int:
     name = module_name_for(args.file, args.name)
     args.out = args.out or "."
     _output_folder(args.out)  # before a build of seconds, not after
-    built = lookup(args.file, name, options)
+    built = lookup(args.file, name, options, _report)
     if built is None:
         from .pipeline import build
-        built = build(args.file, name, options)
+        built = build(args.file, name, options, warn=_report)
     with writing(args.out):
         print(install(built, args.out, name))
     if args.sanitize:  # importing it without the runtime preloaded aborts Python
@@ -465,7 +468,7 @@ def cmd_gradcheck(args) -> int:
     options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines),
                            emulate=args.emulate)
     name = module_name_for(args.file) + "_f64"
-    graph = _one_model(args.file, check(args.file, options), args.model)
+    graph = _one_model(args.file, check(args.file, options, _report), args.model)
     if graph.loss is None:
         print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
               file=sys.stderr)
@@ -537,7 +540,7 @@ def cmd_profile(args) -> int:
         raise UsageError("--specialize takes the sizes of --dims, not of --inputs")
     options = BuildOptions(target=args.target, dtype=args.dtype, defines=dict(args.defines),
                            model=args.model, emulate=args.emulate, profile=True)
-    graph = _one_model(args.file, check(args.file, options), args.model)
+    graph = _one_model(args.file, check(args.file, options, _report), args.model)
     options.model = graph.name
     symbols = list(dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                                  for s in d.symbols))
@@ -598,7 +601,7 @@ def cmd_export(args) -> int:
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
     out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs,
-                      rnn_ops=not args.loops, **common)
+                      rnn_ops=not args.loops, warn=_report, **common)
     print(out)
     if args.verify is None:
         return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,21 +27,27 @@ from .backend.module import generate
 from .compile.extension import build_extension
 from .compile.index import lookup, remember
 from .compile.options import BuildOptions, module_name_for
+from .ir.diagnostics import Diagnostic, distinct, warn_caller
 from .ir.graph import Graph, clone_graph
 from .targets.registry import target
 from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 from .transforms.passes import optimize
 from .transforms.prepare import prepare
 
+Warn = Callable[[Diagnostic], None]  # where a stage's warnings go (cli: stderr)
 
-def check(path: str | Path, options: BuildOptions) -> list[Graph]:
+
+def check(path: str | Path, options: BuildOptions, warn: Warn | None = None) -> list[Graph]:
     """The checked graphs of the models to build: `options.model`, else every model of
-    the file (one class each in the module). Each `--specialize` set must fit (name only
-    symbolic dims of) at least one of them."""
+    the file (one class each in the module), each warning of theirs given to `warn` once.
+    Each `--specialize` set must fit (name only symbolic dims of) at least one of them."""
     source = SourceFile(path)
     names = [options.model] if options.model else source.model_names()
     defines = source.defines_by_model(names, options.defines)
-    out = [source.check(name, defines[name], options.dtype).graph for name in names]
+    checked = [source.check(name, defines[name], options.dtype) for name in names]
+    for w in distinct(w for cm in checked for w in cm.warnings) if warn else ():
+        warn(w)
+    out = [cm.graph for cm in checked]
     for spec in options.specialize:
         if any(_fits(spec, graph) for graph in out):
             continue
@@ -99,30 +106,38 @@ def for_backends(graph: Graph) -> Graph:
     return ready
 
 
-def sources(path: str | Path, module_name: str, options: BuildOptions) -> tuple[
-        list[Graph], dict[str, str]]:
-    """The checked graphs and the generated sources {file name: text}."""
+def sources(path: str | Path, module_name: str, options: BuildOptions,
+            warn: Warn | None = None) -> tuple[list[Graph], dict[str, str]]:
+    """The checked graphs and the generated sources {file name: text}; the checker's
+    warnings go to `warn`."""
     chosen = target(options.target, options.emulate, options.sanitize, options.profile)
-    models = check(path, options)
+    models = check(path, options, warn)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
     return models, generate(built, module_name, options.dtype, chosen, options.vjp)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,
-          progress: bool | None = None) -> Path:
+          progress: bool | None = None, warn: Warn | None = None) -> Path:
     """Build (or take from the cache) the module of a .mdl file; the extension's path.
     A build seen before is found from the .mdl sources alone (the index), without
-    generating code."""
+    generating code. The checker's warnings go to `warn`, a cached build's as the index
+    recorded them."""
     options = options or BuildOptions()
     chosen = target(options.target, options.emulate, options.sanitize, options.profile)
     module_name = module_name_for(path, name)
-    built = lookup(path, module_name, options)
+    built = lookup(path, module_name, options, warn)
     if built is None:
-        _, srcs = sources(path, module_name, options)
+        found: list[Diagnostic] = []
+
+        def seen(w: Diagnostic) -> None:  # said before the compiler's seconds, not after
+            found.append(w)
+            if warn:
+                warn(w)
+        _, srcs = sources(path, module_name, options, seen)
         built = build_extension(srcs, module_name, chosen, debug=options.debug,
                                 sanitize=options.sanitize, progress=progress)
-        remember(path, module_name, options, built, chosen.toolchain)
+        remember(path, module_name, options, built, chosen.toolchain, found)
     return built
 
 
@@ -139,7 +154,10 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
                            specialize if isinstance(specialize, (dict, str))
                            else list(specialize or []),
                            vjp=vjp, emulate=emulate, profile=profile)
-    return import_built(path, module_name_for(path, name), options)
+    found: list[Diagnostic] = []
+    module = import_built(path, module_name_for(path, name), options, found.append)
+    warn_caller(found)
+    return module
 
 
 # The names import_built has left in sys.modules: a later load of the same name replaces
@@ -147,14 +165,15 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
 _LOADED: set[str] = set()
 
 
-def import_built(path: str | Path, module_name: str, options: BuildOptions) -> ModuleType:
-    """Build (through the cache) and import the module `module_name` of a .mdl file. It
-    is in sys.modules, as an import's would be, so that pickle finds its classes by name,
-    unless that name was another module's (a model file json.mdl must not hide the json
-    package)."""
+def import_built(path: str | Path, module_name: str, options: BuildOptions,
+                 warn: Warn | None = None) -> ModuleType:
+    """Build (through the cache) and import the module `module_name` of a .mdl file, its
+    warnings given to `warn`. It is in sys.modules, as an import's would be, so that
+    pickle finds its classes by name, unless that name was another module's (a model file
+    json.mdl must not hide the json package)."""
     held = sys.modules.get(module_name)
-    spec = importlib.util.spec_from_file_location(module_name,
-                                                  build(path, module_name, options))
+    spec = importlib.util.spec_from_file_location(
+        module_name, build(path, module_name, options, warn=warn))
     module = importlib.util.module_from_spec(spec)  # CPython puts it into sys.modules
     spec.loader.exec_module(module)
     if held is None or module_name in _LOADED:

@@ -102,7 +102,6 @@ model Layouts(I = 3, H = 4) {
   input xs : f32[T, B, I]
   param scale : f32[H] = ones
   h = zeros[B, H]; c = zeros[B, H]; g1 = zeros[B, H]; g2 = zeros[B, H]; k = zeros[B, H]
-  m = zeros[B, H]
   for x in xs {
     h, c = lstm(x, h, c) as cell
     g1 = gru(x, g1) as first

@@ -223,7 +223,8 @@ def test_vjp_is_part_of_the_build_and_its_cache_key(monkeypatch, capsys):
     path = EXAMPLES / "charlm.mdl"
     assert index._entry(path, "m", BuildOptions(vjp=True)) != index._entry(path, "m", BuildOptions())
     seen = []
-    monkeypatch.setattr("codegen.pipeline.build", lambda f, n, options: seen.append(options))
+    monkeypatch.setattr("codegen.pipeline.build",
+                        lambda f, n, options, **kwargs: seen.append(options))
     monkeypatch.setattr("codegen.compile.index.lookup", lambda *args: None)
     monkeypatch.setattr("codegen.compile.extension.install", lambda *args: "built")
     assert cli.main(["build", str(path), "--vjp"]) == 0

@@ -103,9 +103,12 @@ class _Process:
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace")
         self.lines: list[str] = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
-                                       daemon=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+
+    def _read(self) -> None:
+        with self.proc.stdout as pipe:  # closed here: left open, Python warned of it
+            self.lines.extend(pipe)
 
     def running(self) -> bool:
         return self.reader.is_alive() or self.proc.poll() is None

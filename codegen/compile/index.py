@@ -16,13 +16,14 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dsl
 from dsl.imports import find_import, imported_paths, main_directory
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
-from ..ir.diagnostics import MdlBuildError
+from ..ir.diagnostics import Diagnostic, Loc, MdlBuildError, Source
 from .cache import cache_dir, digest, intact, read_key, used
 from .environment import environment_key
 from .options import BuildOptions
@@ -32,9 +33,11 @@ COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
 TOOLCHAINS = {t.name: t for t in (HOST, NVCC, EMULATED_CUDA)}
 
 
-def lookup(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:
+def lookup(path: str | Path, module_name: str, options: BuildOptions,
+           warn: Callable[[Diagnostic], None] | None = None) -> Path | None:
     """The module an earlier build of these .mdl files and options made, if it is still
-    current; None sends the caller to the full build."""
+    current, its checker's warnings given to `warn` as that build found them; None sends
+    the caller to the full build."""
     entry = _entry(path, module_name, options)
     if entry is None or not entry.is_file():
         return None
@@ -44,28 +47,69 @@ def lookup(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
         toolchain = TOOLCHAINS[recorded["toolchain"]]
         stored = read_key(built.parent)
         current = toolchain.fields(options.debug, options.sanitize)
+        said = replayed(recorded["warnings"], str(path))
     except (OSError, ValueError, KeyError, TypeError, MdlBuildError):
         return None  # an older mdl's entry, a module deleted by hand, nvcc gone, ...
     fresh = all(stored.get(k) == v for k, v in json.loads(json.dumps(current)).items())
-    return used(built) if fresh and intact(built) else None  # a damaged module: built again
+    if not (fresh and intact(built)):
+        return None  # a damaged module: built again
+    for w in said if warn else ():
+        warn(w)
+    return used(built)
 
 
 def remember(path: str | Path, module_name: str, options: BuildOptions, built: Path,
-             toolchain: Toolchain) -> None:
-    """Record that `toolchain` built `built` from these .mdl files and options, where the
-    cache lets us: the index only saves work, so a cache that cannot hold it (read-only,
-    `index` not a directory) goes without, and the next build checks in full."""
+             toolchain: Toolchain, warnings: Sequence[Diagnostic] = ()) -> None:
+    """Record that `toolchain` built `built` from these .mdl files and options, with these
+    warnings of the checker, where the cache lets us: the index only saves work, so a
+    cache that cannot hold it (read-only, `index` not a directory) goes without, and the
+    next build checks in full."""
     entry = _entry(path, module_name, options)
     if entry is None:
         return
     tmp = entry.with_suffix(f".{os.getpid()}.tmp")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name}))
+        tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name,
+                                   "warnings": recorded(warnings, str(path))}))
         tmp.replace(entry)
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def recorded(diagnostics: Sequence[Diagnostic], main: str) -> dict:
+    """Diagnostics as JSON: each with its place, and the text of each source they quote
+    once. The main file is named by `main`, the path it was given as: a later build may
+    give it otherwise (`./m.mdl`), and is told by its own name (imports are named by
+    their resolved paths, the same from anywhere)."""
+    texts: dict[str, str] = {}
+
+    def place(loc: Loc | None) -> list | None:
+        if loc is None:
+            return None
+        name = None if loc.source.path == main else loc.source.path
+        texts.setdefault(name or "", loc.source.text)
+        return [name, loc.line, loc.col, loc.length]
+    return {"sources": texts,
+            "diagnostics": [{"message": d.message, "severity": d.severity, "label": d.label,
+                             "loc": place(d.loc),
+                             "notes": [[text, place(loc)] for text, loc in d.notes]}
+                            for d in diagnostics]}
+
+
+def replayed(data: dict, main: str) -> list[Diagnostic]:
+    """The diagnostics `recorded` wrote, the main file named by `main`."""
+    sources = {name: Source(name or main, text) for name, text in data["sources"].items()}
+
+    def place(where: list | None) -> Loc | None:
+        if where is None:
+            return None
+        name, line, col, length = where
+        return Loc(sources[name or ""], int(line), int(col), int(length))
+    return [Diagnostic(str(d["message"]), place(d["loc"]), str(d["severity"]),
+                       str(d["label"]), [(str(text), place(loc)) for text, loc in d["notes"]])
+            for d in data["diagnostics"]]
 
 
 def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | None:

@@ -3,12 +3,13 @@ inference program as an ONNX graph that onnxruntime, TensorRT or OpenVINO run an
 shows (docs/onnx.md). Needs the `onnx` extra: `pip install "mdl[onnx]"`."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import UsageError, writing
+from ..ir.diagnostics import Diagnostic, UsageError, writing
 from ..ir.dtypes import checked_seed
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
@@ -18,7 +19,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
                 params: Any = None, defines: dict[str, Any] | None = None,
                 specialize: dict[str, int] | None = None, opset: int | None = None,
                 outputs: list[str] | None = None, dtype: str = "f32", seed: int = 0,
-                rnn_ops: bool = True) -> Path:
+                rnn_ops: bool = True, warn: Callable[[Diagnostic], None] | None = None) -> Path:
     """Write the ONNX model of `model` (of the .mdl file `path`) to `out`; its path.
 
     params: a checkpoint file (`model.save`), a model instance (its current parameters),
@@ -29,6 +30,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     opset: the ONNX opset (default 18, the lowest mdl writes).
     rnn_ops: a `for` whose body is one step of an LSTM or GRU (std/rnn.mdl's `lstm`,
         `gru`) as ONNX's `LSTM` or `GRU` node (f32 only); False: every `for` a `Loop`.
+    warn: where the checker's warnings of the file go.
     Raises MdlError (an op without a faithful ONNX form, at its line) or UsageError."""
     onnx = _onnx()
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
@@ -41,7 +43,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
         raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "
                          f"opset {DEFAULT_OPSET} or later, and the installed onnx knows up "
                          f"to {newest}")
-    graph, values, fixed = _model(path, model, params, defines, specialize, dtype, seed)
+    graph, values, fixed = _model(path, model, params, defines, specialize, dtype, seed, warn)
     unknown = [k for k in outputs or [] if k not in graph.outputs]
     if unknown:
         raise UsageError(f"model `{graph.name}` has no output {', '.join(unknown)} (its "
@@ -88,7 +90,7 @@ def _onnx():
     return onnx
 
 
-def _model(path, model, params, defines, specialize, dtype, seed):
+def _model(path, model, params, defines, specialize, dtype, seed, warn=None):
     """(the checked graph of `model`, its parameters' values, the fixed dims)."""
     try:
         checked_seed(_integer("seed", seed))
@@ -99,7 +101,7 @@ def _model(path, model, params, defines, specialize, dtype, seed):
     from .parameters import parameter_values
     fixed = dict(specialize or {})
     graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
-                                      specialize=[fixed] if fixed else []))
+                                      specialize=[fixed] if fixed else []), warn)
     if len(graphs) > 1:
         raise UsageError(f"{path} defines several models ({', '.join(g.name for g in graphs)});"
                          " choose one with --model NAME")

@@ -6,8 +6,12 @@ as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
 """
 from __future__ import annotations
 
+import os
+import sys
 import unicodedata
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -131,6 +135,47 @@ def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
     caret = (" " * _width(line[:col - 1]) + "^" * max(1, _width(line[col - 1:col - 1 + width]))
              + (f" {label}" if label else ""))
     return [f" {loc.line} | {palette.source(line)}", f" {gutter} | {palette.caret(caret)}"]
+
+
+def distinct(diagnostics) -> list[Diagnostic]:
+    """The diagnostics without repeats, in order: a function's warning is found again in
+    each model of a file that calls it, and is said once."""
+    seen: dict[str, Diagnostic] = {}
+    for d in diagnostics:
+        seen.setdefault(d.render(), d)
+    return list(seen.values())
+
+
+class MdlWarning(UserWarning):
+    """A checker's warning (`Diagnostic`, severity "warning") of a .mdl file that
+    `codegen.load` built, issued through Python's warnings: its text is the rendered
+    diagnostic, `diagnostic` the Diagnostic."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic)  # its only argument: it pickles, and is made again
+
+    @property
+    def diagnostic(self) -> Diagnostic:
+        return self.args[0]
+
+    def __str__(self) -> str:
+        return self.diagnostic.render()
+
+
+def warn_caller(diagnostics: list[Diagnostic]) -> None:
+    """Issue each diagnostic as an MdlWarning at the first frame outside mdl's compiler
+    (the user's line that called `codegen.load`, or codegen.pytorch's caller): Python's
+    filters then show each there once, and `-W error` or `filterwarnings` apply."""
+    for d in diagnostics:
+        level, frame = 2, sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_COMPILER):
+            level, frame = level + 1, frame.f_back
+        warnings.warn(MdlWarning(d), stacklevel=level)
+
+
+# the packages whose frames warn_caller passes over: codegen/ and dsl/
+_COMPILER = tuple(str(Path(__file__).parents[2] / name) + os.sep
+                  for name in ("codegen", "dsl"))
 
 
 def count(number: int, noun: str) -> str:
