@@ -144,3 +144,45 @@ def test_apply_gradients_refuses_gradients_of_parameters_since_changed(module, t
     m.forward_backward(**batch(2))
     m.set_optimizer("adam", lr=0.01)  # the optimizer changes nothing the gradients belong to
     m.apply_gradients()
+
+
+# A parameter of more elements than the runtime's kSplitStep (1 << 14, host_device.cpp),
+# whose step is split over the threads, of a size no vector or share divides
+WIDE = """model Wide(N = 131) {
+  input x : f64[B, 130]
+  input target : f64[B, N]
+  param W : f64[130, N] = normal(0, 0.1)
+  param b : f64[N] = zeros
+  output loss = mse(tanh(x @ W + b), target)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("config", ["sgd momentum", "adam", "adamw", "adam clipped"])
+def test_a_wide_parameters_step_on_the_threads_matches_numpy(tmp_path, config):
+    """Its step on two threads and on one, and the clipping norm's sum in its running
+    sums, each as the NumPy formulas make them."""
+    path = tmp_path / "wide.mdl"
+    path.write_text(WIDE)
+    module = load(path, dtype="f64", name="wide_f64")
+    graph = check_file(str(path), dtype="f64").graph
+    name, options = CONFIGS[config]
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((5, 130)), "target": rng.standard_normal((5, 131))}
+    told = module.get_num_threads()
+    try:
+        for threads in (2, 1):
+            module.set_num_threads(threads)
+            m = module.Wide(seed=1)
+            ref = Reference(graph, {k: np.array(v) for k, v in m.params.items()}, name,
+                            options)
+            m.set_optimizer(name, **options)
+            for step in range(3):
+                grads = (m.forward(**inputs, training=True), m.backward())[1]
+                m.train_step(**inputs)
+                ref.step(grads)
+                for k, w in m.params.items():
+                    assert np.allclose(w, ref.w[k], rtol=1e-12, atol=1e-14), (threads, step, k)
+    finally:
+        module.set_num_threads(told)

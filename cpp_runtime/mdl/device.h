@@ -28,7 +28,8 @@ struct UpdateStep {
   double l1, l2, wd;        // penalties and weight decay added to the gradient
   double momentum;          // SGD
   bool start, nesterov;     // SGD: the first step sets the buffer
-  double beta1, beta2, c1, c2, eps, decay;  // Adam (decay: AdamW's lr * weight_decay)
+  double beta1, beta2, eps, decay;  // Adam (decay: AdamW's lr * weight_decay)
+  double step, inv_c2;  // Adam: lr / (1 - beta1^t), 1 / (1 - beta2^t) (bias corrections)
 };
 
 struct Device {
@@ -163,7 +164,7 @@ MDL_HOST_DEVICE inline void update_element(const UpdateStep& s, T& w, T grad, T&
   double q = s.beta2 * double(v) + (1 - s.beta2) * g * g;
   b = T(m);
   v = T(q);
-  w = T(x - s.lr * (m / s.c1) / (std::sqrt(q / s.c2) + s.eps));
+  w = T(x - s.step * m / (std::sqrt(q * s.inv_c2) + s.eps));
 }
 
 }  // namespace mdl
