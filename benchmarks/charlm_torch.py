@@ -115,7 +115,12 @@ def main() -> None:
 
 
 def plot(rows, path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed: {path} is not drawn "
+              "(python3 -m pip install matplotlib)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     data = np.array(rows)

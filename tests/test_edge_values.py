@@ -105,6 +105,13 @@ model Shifted() {
   output loss = sum(logsumexp(x * w, axis = 1))
   minimize loss
 }
+model Classes() {
+  input x : f32[B, N]
+  input t : i32[B]
+  output sm = softmax(x, axis = 1)
+  output lsm = log_softmax(x, axis = 1)
+  output ce = cross_entropy(x, t)
+}
 model Picks() {
   input x : f32[B, N]
   input n : i32[B, N]
@@ -306,6 +313,27 @@ def test_softmax_keeps_its_precision_far_from_zero(module):
     np.testing.assert_allclose(far.inputs["x"], want["sm"], **tolerance)  # the reference's
     for k in ("sm", "lsm", "ce"):
         np.testing.assert_allclose(far.outputs[k], want[k], err_msg=k, **tolerance)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 300])
+def test_rows_of_classes_with_nans_and_infinities(module, n):
+    """softmax, log_softmax and cross_entropy of one row at a time, of lengths about the
+    CPU's 16 lanes and 256-element chunks (mdl/kernels.h's row_exp_sum): a NaN anywhere
+    makes the row NaN (the max the CPU shifts by skips NaNs; the sum of exponentials
+    carries it), an infinity as in the reference, and large values keep their precision."""
+    rng = np.random.default_rng(n)
+    rows = [rng.standard_normal(n) for _ in range(6)]
+    rows[1][-1] = np.nan
+    rows[2][0], rows[2][-1] = np.inf, np.nan
+    rows[3][n // 2] = np.inf
+    rows[4][:] = -np.inf
+    rows[5] += 1e9
+    for i, row in enumerate(rows):
+        got = matches_the_reference(module, "Classes", rtol=1e-12, x=row[None, :],
+                                    t=np.array([n - 1], np.int32))
+        assert np.isnan(got["ce"]) == np.isnan(got["sm"]).all() == (i in (1, 2, 3, 4)), i
+        if i in (0, 5):
+            np.testing.assert_allclose(got["sm"].sum(), 1.0, rtol=1e-12)
 
 
 def test_argmax_picks_the_first_largest_and_the_first_nan(module):
