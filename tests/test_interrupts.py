@@ -3,8 +3,9 @@ targets (the cuda target's on the emulated device): a `while` whose condition st
 (in a forward, in a training step, in a child process a thread forked), or 2**40 steps of an
 empty batch, ran on for ever or for hours before, deaf to Ctrl-C. Each case runs in a
 process of its own that sends itself SIGINT once the call is under way: the call raises
-KeyboardInterrupt (or what a SIGINT handler of the user's raises), a training step
-interrupted changes no weight, and the model works after it."""
+KeyboardInterrupt (or what a SIGINT handler of the user's raises, one installed after the
+import too: the loops ran to their end under one before a call chained the handler
+again), a training step interrupted changes no weight, and the model works after it."""
 from __future__ import annotations
 
 import signal
@@ -101,6 +102,37 @@ CASES = {
         except RuntimeError as e:
             print("interrupted", time.monotonic() - start < 10, e)
     """,
+    "own handler after the import": """
+        def stop(signum, frame):
+            raise RuntimeError("stopped by my handler")
+        signal.signal(signal.SIGINT, stop)  # replaces the handler the import chained
+        m = built.Forever(seed=0)
+        start = interrupt_soon()
+        try:
+            m.forward(x=np.zeros(3, np.float32))
+        except RuntimeError as e:
+            print("interrupted", time.monotonic() - start < 10, e)
+    """,
+    "own handler after two imports": """
+        import importlib
+        again = importlib.import_module(sys.argv[2])
+        def stop(signum, frame):
+            raise RuntimeError("stopped by my handler")
+        signal.signal(signal.SIGINT, stop)
+        for module in (again, built, again):
+            m = module.Forever(seed=0)
+            start = interrupt_soon()
+            try:
+                m.forward(x=np.zeros(3, np.float32))
+            except RuntimeError as e:
+                print("interrupted", time.monotonic() - start < 10, e)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own again
+        start = interrupt_soon()
+        try:
+            built.Forever(seed=0).forward(x=np.zeros(3, np.float32))
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - start < 10)
+    """,
     "forked by a thread": """
         def child():
             m = built.Forever(seed=0)
@@ -127,7 +159,10 @@ CASES = {
 }
 EXPECTED = {"forked by a thread": "interrupted True\n", "while": "interrupted True\n-15.0\n", "empty batch": "interrupted True\n3.0\n",
             "training": "interrupted True\nunchanged True\ntrained True\n",
-            "own handler": "interrupted True stopped by my handler\n"}
+            "own handler": "interrupted True stopped by my handler\n",
+            "own handler after the import": "interrupted True stopped by my handler\n",
+            "own handler after two imports": "interrupted True stopped by my handler\n" * 3
+            + "interrupted True\n"}
 
 
 def sigint_as_in_a_terminal() -> None:
@@ -137,11 +172,11 @@ def sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-# The chained handler is the runtime's glue, the same for both targets: the case of a
-# second module chaining in front of a handler of the user's runs on the cpu alone
-SECOND_MODULE = "own handler"
+# The chained handler is the runtime's glue, the same for both targets: the cases of a
+# second module (which shares the first one's handler) run on the cpu alone
+SECOND_MODULE = {"own handler", "own handler after two imports"}
 RUNS = [(target, case) for target in ("cpu", "emulated") for case in sorted(CASES)
-        if target == "cpu" or case != SECOND_MODULE]
+        if target == "cpu" or case not in SECOND_MODULE]
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +195,7 @@ def module_of(tmp_path_factory):
 def test_ctrl_c_stops_a_loop_between_steps(module_of, target, case):
     first = module_of("interrupted.mdl", target)
     folders, second = [Path(first.__file__).parent], ""
-    if case == SECOND_MODULE:
+    if case in SECOND_MODULE:
         other = module_of("interrupted_too.mdl", target)
         folders.append(Path(other.__file__).parent)
         second = other.__name__

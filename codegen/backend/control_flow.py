@@ -509,9 +509,26 @@ def _render_while(r, ins: Structured) -> None:
 
 
 # (kind, lower, render): how each lowers (backend/lower.py asks every op's entry alike)
-STRUCTURED["for"].extra["lower"] = ("structured", _lower_for, _render_for)
+def _outermost_chains_interrupts(render):
+    """A loop with none around it starts by chaining the Ctrl-C handler again where a
+    handler installed after the module's import replaced it (mdl::keep_interrupt_handler:
+    one sigaction call, 94 ns, once a loop rather than once a step)."""
+    def rendered(r, ins: Structured) -> None:
+        if r.loops_open == 0:
+            r.emit("mdl::keep_interrupt_handler();")
+        r.loops_open += 1
+        try:
+            render(r, ins)
+        finally:
+            r.loops_open -= 1
+    return rendered
+
+
+STRUCTURED["for"].extra["lower"] = ("structured", _lower_for,
+                                    _outermost_chains_interrupts(_render_for))
 STRUCTURED["for"].extra["states"] = update_for  # its states written in place (states.py)
 STRUCTURED["if"].extra["lower"] = ("structured", _lower_if, _render_if)
-STRUCTURED["while"].extra["lower"] = ("structured", _lower_while, _render_while)
+STRUCTURED["while"].extra["lower"] = ("structured", _lower_while,
+                                      _outermost_chains_interrupts(_render_while))
 STRUCTURED["while"].extra["states"] = update_while
 STRUCTURED["while"].extra["pushes"] = True  # its tapes, trip by trip (onto a loop's: _pushed_onto)

@@ -88,6 +88,7 @@ class Renderer:
         # while set: whether this step's random draws count (a C++ bool; a padding step
         # that runs draws nothing: control_flow._skip_padding)
         self.drawing: str | None = None
+        self.loops_open = 0  # for and while loops around what is rendered (control_flow)
         self.predefined: set[int] = set()  # values whose pointers are defined already
         self.on_host: dict[int, str] = {}  # value id -> its host copy (a step's condition)
         # a while's tape (value id) that a loop around it yields ragged, and nothing else
