@@ -66,13 +66,13 @@ def _read(r, a: str) -> str:
 
 for _fn in ("exp", "sqrt", "sin", "cos", "erf", "erfc"):
     attach_lowering(_fn, "elementwise", _call(_fn))
-# Clang 14 vectorizes no call of these (its -fveclib=libmvec maps exp and log, not them):
-# the cpu target calls mdl/vector_math.h's simd_ versions, built from exp and log there
-for _fn in ("tanh", "expm1", "log1p"):
+# Clang 14 vectorizes no call of these (its -fveclib=libmvec maps exp and log, not them;
+# softplus calls log1p): the cpu target calls mdl/vector_math.h's simd_ versions, built
+# from exp and log there
+for _fn in ("tanh", "expm1", "log1p", "softplus"):
     attach_lowering(_fn, "elementwise",
                     lambda a, op, r, fn=_fn: f"{r.target.simd_math(fn)}({a[0]})")
 attach_lowering("log", "elementwise", lambda a, op, r: f"{r.target.math('log')}({_read(r, a[0])})")
-attach_lowering("softplus", "elementwise", lambda a, op, r: f"mdl::softplus({a[0]})")
 attach_lowering("abs", "elementwise",
                 lambda a, op, r: f"mdl::wrap_abs({a[0]})" if _i32(op) else _call("abs")(a, op, r))
 attach_lowering("sigmoid", "elementwise",

@@ -77,9 +77,9 @@ class Target(abc.ABC):
         return "std::" + fn
 
     def simd_math(self, fn: str) -> str:
-        """The libm function `fn` as a loop calls it where a compiler may have no vector
-        version of it (op_lowering.py says which)."""
-        return self.math(fn)
+        """The libm function `fn` (or mdl/scalar.h's `softplus`) as a loop calls it where a
+        compiler may have no vector version of it (op_lowering.py says which)."""
+        return "mdl::softplus" if fn == "softplus" else self.math(fn)
 
     def literal(self, value, dtype: str) -> str:
         """A C++ literal of `value` in `dtype`, exact for floats (hex floats round-trip)."""

@@ -110,4 +110,11 @@ inline T simd_tanh(T x) {
   return std::tanh(x);
 }
 #endif
+
+// softplus as the cpu target's loops call it: mdl::softplus (scalar.h, which CUDA kernels
+// share) with simd_log1p, so that Clang vectorizes it too (std::log1p kept it scalar).
+template <class T>
+inline T simd_softplus(T x) {
+  return (x > T(0) ? x : T(0)) + simd_log1p(std::exp(-std::fabs(x)));
+}
 }  // namespace mdl
