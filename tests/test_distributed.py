@@ -138,6 +138,7 @@ WORKER = textwrap.dedent("""
             for step in range(STEPS):
                 b = batch(step, B=4) if data == "plain" else batch(step, T=6, B=4)
                 dp.train_step(**shard(b, rank, world))
+            m.save(f"{out}/{name}_{data}_{rank}.own.npz")  # its own moments, not rank 0's
             calls = m.rng_calls
             dp.save(f"{out}/{name}_{data}.ckpt.npz")  # rank 0's, loaded by both
             dp.load(f"{out}/{name}_{data}.ckpt.npz")
@@ -196,7 +197,10 @@ def ranks_trained(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("data", ["lengths", "plain"])
-def test_two_ranks_on_halves_equal_one_process_on_the_whole(ranks_trained, name, data):
+def test_two_ranks_on_halves_equal_one_process_on_the_whole(ranks_trained, name, data,
+                                                           tmp_path):
+    """The weights, and each rank's optimizer state (SGD's momentum, Adam's moments and
+    step count, which each rank keeps for itself from the reduced gradients)."""
     charlm, seq = modules()
     opt, options = CONFIGS[name]
     one = (charlm.CharLM if data == "lengths" else seq.Seq)(seed=10)
@@ -209,6 +213,21 @@ def test_two_ranks_on_halves_equal_one_process_on_the_whole(ranks_trained, name,
             for k, want in one.params.items():
                 assert np.abs(got["last/" + k] - want).max() <= 1e-12 * max(
                     1.0, np.abs(want).max()), (rank, k)
+    one.save(tmp_path / "one.npz")
+    with np.load(tmp_path / "one.npz") as whole:
+        state = {k: whole[k] for k in whole.files if k.startswith("optimizer/")}
+    assert any(k.startswith("optimizer/first/") for k in state), sorted(state)
+    if name == "adam":
+        assert any(k.startswith("optimizer/second/") for k in state), sorted(state)
+    for rank in range(2):
+        with np.load(ranks_trained / f"{name}_{data}_{rank}.own.npz") as got:
+            assert sorted(k for k in got.files if k.startswith("optimizer/")) == sorted(state)
+            for k, want in state.items():
+                if want.dtype.kind != "f":  # the name, the step count
+                    assert np.array_equal(got[k], want), (rank, k, got[k], want)
+                elif want.size:
+                    assert np.abs(got[k] - want).max() <= 1e-12 * max(
+                        1.0, np.abs(want).max()), (rank, k)
 
 
 def test_a_device_model_s_gradients_are_reduced_in_its_memory(tmp_path):
