@@ -54,6 +54,14 @@ import {module} as built
 def interrupt_soon():
     threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     return time.monotonic()
+def stop(signum, frame):  # a SIGINT handler of the user's
+    raise RuntimeError("stopped by my handler")
+def forever_interrupted(module):
+    start = interrupt_soon()
+    try:
+        module.Forever(seed=0).forward(x=np.zeros(3, np.float32))
+    except (KeyboardInterrupt, RuntimeError) as e:
+        print("interrupted", time.monotonic() - start < 10, repr(e))
 """
 
 CASES = {
@@ -90,48 +98,22 @@ CASES = {
         print("trained", not np.array_equal(m.params["w"], before))
     """,
     "own handler": """
-        def stop(signum, frame):
-            raise RuntimeError("stopped by my handler")
         signal.signal(signal.SIGINT, stop)  # before the import of another module
         import importlib
-        again = importlib.import_module(sys.argv[2])
-        m = again.Forever(seed=0)
-        start = interrupt_soon()
-        try:
-            m.forward(x=np.zeros(3, np.float32))
-        except RuntimeError as e:
-            print("interrupted", time.monotonic() - start < 10, e)
+        forever_interrupted(importlib.import_module(sys.argv[2]))
     """,
     "own handler after the import": """
-        def stop(signum, frame):
-            raise RuntimeError("stopped by my handler")
         signal.signal(signal.SIGINT, stop)  # replaces the handler the import chained
-        m = built.Forever(seed=0)
-        start = interrupt_soon()
-        try:
-            m.forward(x=np.zeros(3, np.float32))
-        except RuntimeError as e:
-            print("interrupted", time.monotonic() - start < 10, e)
+        forever_interrupted(built)
     """,
     "own handler after two imports": """
         import importlib
         again = importlib.import_module(sys.argv[2])
-        def stop(signum, frame):
-            raise RuntimeError("stopped by my handler")
         signal.signal(signal.SIGINT, stop)
         for module in (again, built, again):
-            m = module.Forever(seed=0)
-            start = interrupt_soon()
-            try:
-                m.forward(x=np.zeros(3, np.float32))
-            except RuntimeError as e:
-                print("interrupted", time.monotonic() - start < 10, e)
+            forever_interrupted(module)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own again
-        start = interrupt_soon()
-        try:
-            built.Forever(seed=0).forward(x=np.zeros(3, np.float32))
-        except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - start < 10)
+        forever_interrupted(built)
     """,
     "forked by a thread": """
         def child():
@@ -157,12 +139,13 @@ CASES = {
         forker.join()
     """,
 }
+STOPPED = "RuntimeError('stopped by my handler')\n"
 EXPECTED = {"forked by a thread": "interrupted True\n", "while": "interrupted True\n-15.0\n", "empty batch": "interrupted True\n3.0\n",
             "training": "interrupted True\nunchanged True\ntrained True\n",
-            "own handler": "interrupted True stopped by my handler\n",
-            "own handler after the import": "interrupted True stopped by my handler\n",
-            "own handler after two imports": "interrupted True stopped by my handler\n" * 3
-            + "interrupted True\n"}
+            "own handler": "interrupted True " + STOPPED,
+            "own handler after the import": "interrupted True " + STOPPED,
+            "own handler after two imports": ("interrupted True " + STOPPED) * 3
+            + "interrupted True KeyboardInterrupt()\n"}
 
 
 def sigint_as_in_a_terminal() -> None:
