@@ -1,6 +1,7 @@
 // mdl::gemm and mdl::gemm_packed against a naive triple loop: every transpose combination,
 // leading dims wider than the matrices (views into larger buffers), alpha and beta (zero
 // too), the shapes of mdl's own packed kernel, and the empty cases.
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <vector>
@@ -261,6 +262,44 @@ void products_in_a_parallel_region() {
 #endif
 }
 
+// MKL builds: packed products of few columns run as two halves of their rows on two
+// threads (mdl::mkl_halves): every transpose, f32 and f64, beta 0 and -0.5 (check_gemm),
+// and inside a parallel region, where the halves run one after the other; the pack made
+// on two threads serves a call on one.
+void packed_halves() {
+#if defined(MDL_BLAS_MKL)
+  mdl::set_blas_threads(2);
+  CHECK(mdl::mkl_halves(32, 128, 512) && !mdl::mkl_halves(32, 512, 128) &&
+        !mdl::mkl_halves(31, 128, 512) && !mdl::mkl_halves(32, 128, 1024));
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, -0.5}) {
+        check_gemm<float>(ta, tb, 32, 128, 512, 1e-3, beta);
+        check_gemm<double>(ta, tb, 16, 100, 200, 1e-10, beta);
+      }
+  const int64_t m = 32, n = 128, k = 512;
+  std::vector<float> a(m * k), b(k * n), c(m * n), in_region(m * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3) / 4;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2) / 3;
+  mdl::Arena pack;
+  mdl::pack_b(pack, false, m, n, k, b.data(), n);
+  mdl::gemm_packed(pack, false, m, n, k, a.data(), k, false, b.data(), n, 0.0f, c.data(), n);
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    mdl::gemm_packed(pack, false, m, n, k, a.data(), k, false, b.data(), n, 0.0f,
+                     in_region.data(), n);
+  }
+  CHECK(c == in_region);  // the same sums, to the bit
+  mdl::set_blas_threads(1);
+  std::fill(in_region.begin(), in_region.end(), 0.0f);
+  mdl::gemm_packed(pack, false, m, n, k, a.data(), k, false, b.data(), n, 0.0f,
+                   in_region.data(), n);
+  CHECK(c == in_region);
+  mdl::set_blas_threads(2);
+#endif
+}
+
 }  // namespace
 
 int main() {
@@ -274,5 +313,6 @@ int main() {
   products_together();
   own_rows_products();
   products_in_a_parallel_region();
+  packed_halves();
   return check::failures;
 }
