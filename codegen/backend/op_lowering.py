@@ -110,7 +110,9 @@ attach_lowering("maximum", "elementwise",
            lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {a[1]})")
 attach_lowering("minimum", "elementwise",
            lambda a, op, r: f"mdl::smaller<{ctype_of(op, r)}>({a[0]}, {a[1]})")
-attach_lowering("where", "elementwise", lambda a, op, r: f"({a[0]} ? {a[1]} : {a[2]})")
+# both arms read, as bits masked by the condition (mdl/scalar.h says why)
+attach_lowering("where", "elementwise",
+                lambda a, op, r: f"mdl::select<{ctype_of(op, r)}>({a[0]} != 0, {a[1]}, {a[2]})")
 def _cast(a, op, r) -> str:
     """A value converted to the output's type; to bool, whether it is not 0 (NaN is true,
     as in NumPy): bool is stored as uint8_t, and static_cast<uint8_t>(0.5f) was 0 and

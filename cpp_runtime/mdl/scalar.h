@@ -1,5 +1,5 @@
 // The scalar functions both targets' code calls, on the host and in CUDA kernels alike
-// (MDL_HOST_DEVICE): NaN-aware max and min, softplus, i32 casts and wrapping arithmetic,
+// (MDL_HOST_DEVICE): NaN-aware max and min, softplus, `where`, i32 casts and wrapping arithmetic,
 // NumPy's integer `//` and `%`, and the sum's add. Generated elementwise code calls them
 // (backend/op_lowering.py), as the runtime's kernels do (mdl/kernels.h, mdl/cuda/rows.h);
 // a cuda module's kernels.cu reaches them through mdl/cuda/device.h, which includes this
@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "mdl/device.h"  // MDL_HOST_DEVICE
@@ -61,6 +62,33 @@ MDL_HOST_DEVICE inline int32_t to_i32(T x) {
          : x >= T(2147483648.0) ? INT32_MAX
          : x < T(-2147483648.0) ? INT32_MIN
                                 : int32_t(x);
+}
+
+// where(c, a, b): a if c, else b, with both read. On the host as bits masked by c: GCC turned
+// `c ? a : 0.0f`, where `a` was a load only that arm read and `c` the same for the whole
+// loop (a step's flag), into a masked load it would not vectorize ("data ref analysis
+// failed"), which left `recompute`'s backward step loop of an LSTM scalar (T = 1000, B =
+// 16, H = 256: 122 us a step against 15 for the stored loop's; docs/build.md). In a CUDA
+// kernel, the select. Generated code's `where` (backend/op_lowering.py).
+template <class T>
+MDL_HOST_DEVICE inline T select(bool c, T a, T b) {
+#if defined(__CUDA_ARCH__)
+  return c ? a : b;
+#else
+  using Bits = std::conditional_t<
+      sizeof(T) == 8, uint64_t,
+      std::conditional_t<sizeof(T) == 4, uint32_t,
+                         std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
+  static_assert(sizeof(Bits) == sizeof(T), "where of 1, 2, 4 or 8-byte values");
+  Bits x, y;
+  std::memcpy(&x, &a, sizeof(T));
+  std::memcpy(&y, &b, sizeof(T));
+  const Bits mask = Bits(Bits(0) - Bits(c));  // every bit set where c
+  const Bits r = Bits((x & mask) | (y & Bits(~mask)));
+  T out;
+  std::memcpy(&out, &r, sizeof(T));
+  return out;
+#endif
 }
 
 // i32 arithmetic wraps around, as NumPy's and the reference's do: a signed overflow is
