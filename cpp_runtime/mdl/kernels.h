@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mdl/faults.h"
+#include "mdl/lane_sums.h"
 #include "mdl/rng.h"
 #include "mdl/scalar.h"
 
@@ -242,16 +243,14 @@ inline T row_max_but_nan(const T* x, int64_t n) {
 // cross_entropy's f32 rows, whose exponentials are then taken in double too); with `keep`,
 // each exp(x[i] - shift) rounded to T is also stored in keep[i]. Vectorized: the
 // exponentials of up to kChunk elements at a time into a buffer, a loop GCC calls libmvec's
-// exp for, then that buffer added into kRowLanes running sums in a fixed order (element i
-// into lane i % kRowLanes), so the sum is the same on every machine and vector width. Softmax's
-// and cross_entropy's rows (a char LM's [T * B, V] logits: 2048 rows of 96) run here.
-constexpr int kRowLanes = 16;
-
+// exp for, then that buffer added into running sums in a fixed order (mdl/lane_sums.h), so
+// the sum is the same on every machine and vector width. Softmax's and cross_entropy's rows
+// (a char LM's [T * B, V] logits: 2048 rows of 96) run here.
 template <class S, class T>
 inline S row_exp_sum(const T* x, int64_t n, T shift, T* keep) {
-  constexpr int64_t kChunk = 256;  // a multiple of kRowLanes
+  constexpr int64_t kChunk = 256;  // a multiple of kSumLanes
   S e[kChunk];
-  S lanes[kRowLanes] = {};
+  S lanes[kSumLanes] = {};
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t m = std::min(kChunk, n - at);
     const T* xs = x + at;
@@ -259,14 +258,9 @@ inline S row_exp_sum(const T* x, int64_t n, T shift, T* keep) {
     for (int64_t i = 0; i < m; ++i) e[i] = std::exp(S(xs[i] - shift));
     if (keep)
       for (int64_t i = 0; i < m; ++i) keep[at + i] = T(e[i]);
-    int64_t i = 0;
-    for (; i + kRowLanes <= m; i += kRowLanes)
-      for (int j = 0; j < kRowLanes; ++j) lanes[j] += e[i + j];
-    for (int j = 0; j < m - i; ++j) lanes[j] += e[i + j];  // m - i < kRowLanes
+    add_in_lanes(lanes, m, [&](int64_t i) { return e[i]; });
   }
-  S sum = 0;
-  for (S lane : lanes) sum += lane;
-  return sum;
+  return lanes_total(lanes);
 }
 
 // softmax (or log_softmax) over the middle dim of an [outer, n, inner] layout. A

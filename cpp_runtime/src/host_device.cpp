@@ -11,6 +11,7 @@
 #include "mdl/blas.h"
 #include "mdl/denormals.h"
 #include "mdl/device.h"
+#include "mdl/lane_sums.h"
 #include "mdl/optimizer.h"
 
 namespace mdl {
@@ -88,22 +89,15 @@ void update(void*, const UpdateStep& s, T* w, const T* grad, T* first, T* second
   else update_loop<T, SGD, true>(s, w, grad, first, first, n);
 }
 
-// The sum of squares in kLanes running sums, element k into sum k % kLanes, which then
-// add up in order: a vector's adds (one sum in order made each add wait for the last,
-// about 1 ns an element), and the same result on any machine and any count of threads,
-// as data-parallel ranks clipping the same gradients need.
+// The sum of squares in fixed-order running sums (mdl/lane_sums.h): vectorized, and the
+// same result on any machine and any count of threads, as data-parallel ranks clipping the
+// same gradients need.
 template <class T>
 double sum_squares(void*, const T* g, int64_t n) {
   FlushDenormals flush;  // a denormal gradient's square is far below any norm that clips
-  constexpr int kLanes = 16;
-  double lanes[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes)
-    for (int j = 0; j < kLanes; ++j) lanes[j] += double(g[k + j]) * g[k + j];
-  for (int j = 0; k < n; ++j, ++k) lanes[j] += double(g[k]) * g[k];
-  double total = 0;
-  for (double lane : lanes) total += lane;
-  return total;
+  double lanes[kSumLanes] = {};
+  add_in_lanes(lanes, n, [g](int64_t k) { return double(g[k]) * g[k]; });
+  return lanes_total(lanes);
 }
 
 void synchronize() {}
