@@ -46,6 +46,13 @@ model Floats() {
   output lsm = log_softmax(x, axis = 1)
   output row_lse = logsumexp(x, axis = 1)
 }
+model Wide() {
+  input x : f32[B, N]
+  output m = max(x)
+  output rows = max(x, axis = 1)
+  output low = min(x, axis = 1)
+  output lse = logsumexp(x, axis = 1)
+}
 model Columns() {
   input x : f32[T, B, 3]
   input k : i32[T, B]
@@ -334,6 +341,29 @@ def test_rows_of_classes_with_nans_and_infinities(module, n):
         assert np.isnan(got["ce"]) == np.isnan(got["sm"]).all() == (i in (1, 2, 3, 4)), i
         if i in (0, 5):
             np.testing.assert_allclose(got["sm"].sum(), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 300])
+def test_max_and_logsumexp_of_rows_keep_a_nan_anywhere(module, n):
+    """max, min and logsumexp over contiguous rows, of lengths about the CPU's vectors (4
+    doubles with AVX2, 8 with AVX-512): the CPU takes a row's max but for NaNs and whether
+    it has one in one vectorized pass (mdl/kernels.h's row_max), where mdl::larger one
+    element after another was scalar. A NaN anywhere makes the row's max, min and
+    logsumexp NaN; infinities and rows of -inf give the reference's values."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((8, n))
+    x[1, 0] = np.nan
+    x[2, -1] = np.nan
+    x[3, n // 2] = np.nan
+    x[4, n // 3] = np.inf
+    x[5, :] = -np.inf
+    x[6, -1], x[6, 0] = -np.inf, np.nan
+    x[7, n // 2] = -np.inf
+    got = matches_the_reference(module, "Wide", rtol=1e-12, x=x)
+    nan = np.array([False, True, True, True, False, False, True, False])
+    for k in ("rows", "low", "lse"):
+        assert (np.isnan(got[k]) == nan).all(), k
+    assert got["rows"][4] == np.inf and got["rows"][5] == -np.inf and np.isnan(got["m"])
 
 
 def test_argmax_picks_the_first_largest_and_the_first_nan(module):

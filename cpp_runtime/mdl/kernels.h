@@ -131,6 +131,40 @@ class WideSums {
 inline thread_local std::vector<std::vector<double>> WideSums::held_;
 inline thread_local size_t WideSums::depth_ = 0;
 
+// A contiguous row's largest value but for NaNs: a max reduction, which vectorizes (exact in
+// any order) where mdl::larger's NaN test made it 10 times slower. For softmax and
+// cross_entropy: a NaN in the row makes its sum of exponentials (row_exp_sum), so every
+// result of the row, NaN, as a NaN shift did; for `max` and `logsumexp`, row_max.
+template <class T>
+inline T row_max_but_nan(const T* x, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
+// A contiguous run's largest value, NaN if any element is (mdl::larger's answer, one
+// element after another, which GCC left scalar: a chain of compares and selects): the max
+// but for NaNs and whether there is one, in one vectorized pass. An i32 run's max needs
+// no NaN test: larger is std::max there, which vectorizes as it is.
+template <class T>
+inline T row_max(const T* x, int64_t n) {
+  if constexpr (std::is_floating_point<T>::value) {
+    T mx = -std::numeric_limits<T>::infinity();
+    int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+    for (int64_t i = 0; i < n; ++i) {
+      mx = x[i] > mx ? x[i] : mx;
+      nan |= x[i] != x[i];
+    }
+    return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
+  } else {
+    T mx = std::numeric_limits<T>::lowest();
+    for (int64_t i = 0; i < n; ++i) mx = larger(mx, x[i]);
+    return mx;
+  }
+}
+
 template <class T>
 void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t mask, T* out) {
   int64_t nout = 1, count = 1;
@@ -181,9 +215,7 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
   }
   for_each_run(x, shape, rank, mask, [&](const T* run, int64_t o, int64_t n, bool red) {
     if (red) {
-      T m = out[o];
-      for (int64_t i = 0; i < n; ++i) m = larger(m, run[i]);
-      out[o] = m;
+      out[o] = larger(out[o], row_max(run, n));
     } else {
       T* dst = out + o;
       for (int64_t i = 0; i < n; ++i) dst[i] = larger(dst[i], run[i]);
@@ -227,17 +259,6 @@ MDL_HOST_DEVICE inline T normalized(bool log, T shifted, T norm) {
   return log ? shifted - norm : std::exp(shifted) * norm;
 }
 
-// A contiguous row's largest value but for NaNs: a max reduction, which vectorizes (exact in
-// any order) where mdl::larger's NaN test made it 10 times slower. For softmax and
-// cross_entropy only: a NaN in the row makes its sum of exponentials (row_exp_sum), so
-// every result of the row, NaN, as a NaN shift did.
-template <class T>
-inline T row_max_but_nan(const T* x, int64_t n) {
-  T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  return mx;
-}
 
 // The sum over a contiguous row of exp(x[i] - shift), in S (T, or double for
 // cross_entropy's f32 rows, whose exponentials are then taken in double too); with `keep`,
