@@ -52,6 +52,7 @@ model Wide() {
   output rows = max(x, axis = 1)
   output low = min(x, axis = 1)
   output lse = logsumexp(x, axis = 1)
+  output cols = logsumexp(x, axis = 0)
 }
 model Columns() {
   input x : f32[T, B, 3]
@@ -349,7 +350,9 @@ def test_max_and_logsumexp_of_rows_keep_a_nan_anywhere(module, n):
     doubles with AVX2, 8 with AVX-512): the CPU takes a row's max but for NaNs and whether
     it has one in one vectorized pass (mdl/kernels.h's row_max), where mdl::larger one
     element after another was scalar. A NaN anywhere makes the row's max, min and
-    logsumexp NaN; infinities and rows of -inf give the reference's values."""
+    logsumexp NaN; infinities and rows of -inf give the reference's values. logsumexp
+    over the columns (runs across the outputs, which add exp(x - max) by a select where
+    the column's max is finite, and take the log likewise) too."""
     rng = np.random.default_rng(n)
     x = rng.standard_normal((8, n))
     x[1, 0] = np.nan
@@ -364,6 +367,7 @@ def test_max_and_logsumexp_of_rows_keep_a_nan_anywhere(module, n):
     for k in ("rows", "low", "lse"):
         assert (np.isnan(got[k]) == nan).all(), k
     assert got["rows"][4] == np.inf and got["rows"][5] == -np.inf and np.isnan(got["m"])
+    assert np.isnan(got["cols"][0]) and np.isnan(got["cols"][n // 2])
 
 
 def test_argmax_picks_the_first_largest_and_the_first_nan(module):

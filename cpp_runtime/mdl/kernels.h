@@ -233,13 +233,19 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < n; ++i) s += std::exp(run[i] - m);
       sums[o] += s;
-    } else {
+    } else {  // a run across the outputs: each adds where its max is finite (m - m is 0)
+      const T* m = out + o;
+      T* sum = sums.data() + o;
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i)
-        if (std::isfinite(out[o + i])) sums[o + i] += std::exp(run[i] - out[o + i]);
+        sum[i] += select<T>(m[i] - m[i] == T(0), T(std::exp(run[i] - m[i])), T(0));
     }
   });
+  // selects, not branches: with `if`s around exp and log these two loops stayed scalar
+  // (logsumexp over the first dim of [96, 2048] f32: 1.07 ms); a finite max's sum is >= 1
+#pragma omp simd
   for (int64_t i = 0; i < nout; ++i)
-    out[i] = std::isfinite(out[i]) ? std::log(sums[i]) + out[i] : out[i];
+    out[i] = select<T>(out[i] - out[i] == T(0), T(std::log(sums[i]) + out[i]), out[i]);
 }
 
 // What softmax subtracts before exp: the row's max; for log_softmax of a row whose max is
