@@ -131,22 +131,12 @@ class WideSums {
 inline thread_local std::vector<std::vector<double>> WideSums::held_;
 inline thread_local size_t WideSums::depth_ = 0;
 
-// A contiguous row's largest value but for NaNs: a max reduction, which vectorizes (exact in
-// any order) where mdl::larger's NaN test made it 10 times slower. For softmax and
-// cross_entropy: a NaN in the row makes its sum of exponentials (row_exp_sum), so every
-// result of the row, NaN, as a NaN shift did; for `max` and `logsumexp`, row_max.
-template <class T>
-inline T row_max_but_nan(const T* x, int64_t n) {
-  T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  return mx;
-}
-
 // A contiguous run's largest value, NaN if any element is (mdl::larger's answer, one
 // element after another, which GCC left scalar: a chain of compares and selects): the max
 // but for NaNs and whether there is one, in one vectorized pass. An i32 run's max needs
-// no NaN test: larger is std::max there, which vectorizes as it is.
+// no NaN test: larger is std::max there, which vectorizes as it is. `max`, `logsumexp`,
+// and the shift of softmax's and cross_entropy's rows, where a NaN max makes every result
+// of the row NaN, as the NaN in its sum of exponentials (row_exp_sum) would.
 template <class T>
 inline T row_max(const T* x, int64_t n) {
   if constexpr (std::is_floating_point<T>::value) {
@@ -299,7 +289,7 @@ void softmax(bool log, const T* x, int64_t outer, int64_t n, int64_t inner, T* o
     for (int64_t o = 0; o < outer; ++o) {
       const T* xs = x + o * n;
       T* ys = out + o * n;
-      const T shift = log_shift(log, row_max_but_nan(xs, n));
+      const T shift = log_shift(log, row_max(xs, n));
       if (log) {
         const T norm = std::log(row_exp_sum<T>(xs, n, shift, static_cast<T*>(nullptr)));
         for (int64_t i = 0; i < n; ++i) ys[i] = normalized(true, xs[i] - shift, norm);
@@ -429,7 +419,7 @@ void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengt
     int32_t target = targets[r];
     if (target < 0 || target >= classes) raise_fault(FaultKind::Target, target, r, classes, what);
     const T* row = logits + r * classes;
-    const T mx = row_max_but_nan(row, classes);
+    const T mx = row_max(row, classes);
     const double sum = row_exp_sum<double>(row, classes, mx, static_cast<T*>(nullptr));
     total += (double(mx) - double(row[target])) + std::log(sum);  // difference first: precise
     ++count;

@@ -42,14 +42,23 @@ MDL_HOST_DEVICE inline T smaller(T a, T b) {
   return (b < a || b != b) ? b : a;
 }
 
+// libm's log1p, for softplus below (the cpu target's loops pass mdl/vector_math.h's
+// simd_log1p instead).
+struct Log1p {
+  template <class T>
+  MDL_HOST_DEVICE T operator()(T x) const {
+    using std::log1p;
+    return log1p(x);
+  }
+};
+
 // softplus(x) = log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and
 // a large negative x keeps its tiny value exp(x) (log(1 + exp(x)) rounds it to 0). NaN
-// stays NaN. Generated code's `softplus` (backend/op_lowering.py).
-template <class T>
-MDL_HOST_DEVICE inline T softplus(T x) {
+// stays NaN. Generated code's `softplus` (backend/op_lowering.py), with the log1p `log1p`.
+template <class T, class L = Log1p>
+MDL_HOST_DEVICE inline T softplus(T x, L log1p = {}) {
   using std::exp;
   using std::fabs;
-  using std::log1p;
   return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
 }
 

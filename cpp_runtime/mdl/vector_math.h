@@ -9,6 +9,8 @@
 #include <cmath>
 #include <limits>
 
+#include "mdl/scalar.h"  // softplus
+
 // What the cpu target's code puts before an innermost loop whose iterations it knows to be
 // independent (codegen/targets/cpu.py): each compiler's way to vectorize it without
 // checking its pointers for overlap at run time. Clang ignores GCC's `ivdep`, and its cost
@@ -115,6 +117,6 @@ inline T simd_tanh(T x) {
 // share) with simd_log1p, so that Clang vectorizes it too (std::log1p kept it scalar).
 template <class T>
 inline T simd_softplus(T x) {
-  return (x > T(0) ? x : T(0)) + simd_log1p(std::exp(-std::fabs(x)));
+  return softplus(x, [](T y) { return simd_log1p(y); });
 }
 }  // namespace mdl
