@@ -22,7 +22,18 @@ from .registry import (BUILTINS, axes, axis, builtin, const, number, of_dtype, t
 
 # The complete table (this module's built-ins and dsl/formulas.py's, which it imports
 # below), what the elaborator, the lexer and the tests read
-__all__ = ["BUILTINS", "INITIALIZERS", "REGULARIZERS", "fold_unary", "full_of"]
+__all__ = ["BUILTINS", "CREATORS", "INITIALIZERS", "REGULARIZERS", "fold_unary", "full_of",
+           "reserved"]
+
+# The built-ins written with brackets, `zeros[B, H]`, `ones[H]`, `full[B, H](v)`, and
+# their fill value (full's is its argument): dsl/expressions.py evaluates them.
+CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
+
+
+def reserved(name: str) -> bool:
+    """Whether `name` is a built-in's, which no binding and no function may take (a
+    variable named `zeros` made `zeros[B, H]` index it instead)."""
+    return name in BUILTINS or name in CREATORS
 
 
 # ---- elementwise ----

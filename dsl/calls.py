@@ -28,7 +28,7 @@ class Calls:
     def eval_Call(self, e: n.Call):
         func = e.func
         if (isinstance(func, n.Index) and isinstance(func.base, n.Name)
-                and func.base.id == "full" and "full" not in self.ctx.env):
+                and func.base.id == "full"):
             if len(e.args) != 1 or e.kwargs or e.as_name:
                 raise MdlTypeError("`full[dims](v)` takes one value", e.loc)
             return full_of(self, func.subscripts, (self.eval_single(e.args[0]), e.args[0].loc),

@@ -21,7 +21,7 @@ from codegen.ops.primitives import ShapeError
 from codegen.ops.primitives.checks import MAX_STEPS
 
 from . import nodes as n
-from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
+from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, reserved
 from .calls import Calls
 from .control import ControlFlow, Counter, Enclosing, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
@@ -235,7 +235,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         hyper-parameter, a function's argument, a loop variable, a new symbolic dim): a
         name of a built-in, a function or a symbolic dim cannot be bound; `what` says which
         binding (`be assigned`, `name an input`, ...)."""
-        if name in BUILTINS or name in self.program.functions:
+        if reserved(name) or name in self.program.functions:
             raise MdlNameError(f"`{name}` is a function and cannot {what}", loc)
         if name in self.ctx.dims:
             raise MdlNameError(f"`{name}` is a symbolic dim and cannot {what}", loc)

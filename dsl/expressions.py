@@ -14,13 +14,13 @@ from codegen.ir.shapes import Dim, DimError, TensorType
 from codegen.ops.primitives import TABLE
 
 from . import nodes as n
+from .builtins import CREATORS
 from .env import Cascade, Const, Poisoned, Unavailable
 
 BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
                 "**": "pow", "@": "matmul",
                 "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
                 "and": "and", "or": "or"}
-CREATORS = {"zeros": 0.0, "ones": 1.0, "full": None}
 
 
 class Expressions:
@@ -185,7 +185,7 @@ class Expressions:
 
     # ---- indexing ----
     def eval_Index(self, e: n.Index):
-        if isinstance(e.base, n.Name) and e.base.id in CREATORS and e.base.id not in self.ctx.env:
+        if isinstance(e.base, n.Name) and e.base.id in CREATORS:
             if e.base.id == "full":
                 raise MdlTypeError("`full[...]` needs its value: `full[B, H](0.5)`", e.loc)
             shape = tuple(self.eval_size(d) for d in e.subscripts)

@@ -21,8 +21,7 @@ from pygments.token import (Comment, Keyword, Name, Number, Operator, Punctuatio
 from codegen.ir.diagnostics import Plain
 from codegen.ir.dtypes import DTYPES
 
-from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS
-from .expressions import CREATORS
+from .builtins import BUILTINS, CREATORS, INITIALIZERS, REGULARIZERS
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 DECLARATIONS = ("input", "output", "param")

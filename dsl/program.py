@@ -9,7 +9,7 @@ from codegen.ir.diagnostics import (Loc, MdlError, MdlNameError, MdlTypeError, S
                                     raise_all)
 
 from . import nodes as n
-from .builtins import BUILTINS
+from .builtins import reserved
 from .imports import find_import, main_directory
 from .parser import parse
 
@@ -106,7 +106,7 @@ def _check_arguments(fn: n.FuncDef, own: set[str], errors: list[MdlError]) -> No
         name = arg.name.name
         # its type first, which may bind a dim of its own name (`a : f32[a]`)
         dims |= {d.id for d in arg.type.dims or () if isinstance(d, n.Name)} - earlier
-        if name in BUILTINS or name in own:
+        if reserved(name) or name in own:
             errors.append(MdlNameError(f"`{name}` is a function and cannot name an argument",
                                        arg.name.loc))
         elif name in dims:
@@ -117,7 +117,7 @@ def _check_arguments(fn: n.FuncDef, own: set[str], errors: list[MdlError]) -> No
 
 def _add_function(program: Program, fn: n.FuncDef, errors: list[MdlError]) -> None:
     name = fn.name.name
-    if name in BUILTINS:
+    if reserved(name):
         errors.append(MdlNameError(f"`{name}` is a built-in function; choose another name",
                                    fn.name.loc))
         return

@@ -143,6 +143,16 @@ BAD_PROGRAMS = [
      "1:101"),
     ('model M() { input x : f32[B]; sum = x; output z = x }',
      '`sum` is a function and cannot be assigned', "1:31"),
+    # `zeros`, `ones` and `full` too: a variable `zeros` made `zeros[B, H]` index it
+    ('model M() { input x : f32[B]; zeros = x; output z = zeros[1] }',
+     '`zeros` is a function and cannot be assigned', "1:31"),
+    ('model M(full = 2) { input x : f32[4]; output y = x + full[4](1.0) }',
+     '`full` is a function and cannot name a hyper-parameter', "1:9"),
+    ('model M() { input ones : f32[4]; output y = ones + zeros[4] }',
+     '`ones` is a function and cannot name an input', "1:19"),
+    ('def zeros(x : f32[N]) -> f32[N] { return x }\n'
+     'model M() { input x : f32[4]; output y = zeros(x) }',
+     '`zeros` is a built-in function; choose another name', "1:5"),
     ('def f(a : f32[N], N : int) -> f32 { return sum(ones[N]) + f32(N) }\n'
      'model M() { input x : f32[3]; output y = f(x, 5) }',
      '`N` is a symbolic dim and cannot name an argument', "1:19"),
