@@ -20,7 +20,7 @@ from ..ops.entry import entry
 VECTORIZE = "MDL_VECTORIZE"  # an innermost loop without a local accumulator (vector_math.h)
 
 # A fused loop of at least this many op-elements (elements x its ops) is split over the
-# products' threads (mdl::split_threads, one pool: cpp_runtime/mdl/threads.h), its
+# products' threads (mdl::split_threads in cpp_runtime/mdl/blas.h, one pool), its
 # outermost loop shared out; below it, waking the second thread costs more than it saves
 # (docs/build.md, "The BLAS").
 PARALLEL_WORK = 1 << 16

@@ -210,8 +210,8 @@ def _rewrite(op: Op, autodiff: bool):
       cotangent through them unchanged, and their yields get none; a backend needs no
       row-by-row code of its own (one implementation of lengths besides the reference);
     - with `checkpoint = k`, for autodiff: a `for` over ceil(T/k) segments whose body
-      runs a `for` over the k steps of one segment (padding steps masked), both marked
-      `recompute`: the backward keeps the state at each segment start only, and re-runs
+      runs a `for` over the k steps of one segment (padding steps masked), the outer one
+      marked `recompute` (`_nest_checkpoint`): the backward keeps the state at each segment start only, and re-runs
       one segment at a time, keeping its activations for the segment's backward
       (memory O(T/k + k)). Inference needs no checkpoint;
     - a plain loop with a branch that reads no state, whose result a product reads: the
