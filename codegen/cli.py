@@ -1,5 +1,6 @@
-"""`mdlc`: the command line. Exit 0 on success, 1 for errors in the .mdl file, 2 for
-usage errors, 3 for internal errors (our bugs)."""
+"""`mdlc`: the command line. Exit 0 on success, 1 for errors in the .mdl file (and a
+gradcheck that fails, an export that --verify finds to differ), 2 for usage errors, 3 for
+internal errors (our bugs), 130 / 143 when interrupted (Ctrl-C, SIGTERM)."""
 from __future__ import annotations
 
 import argparse
@@ -129,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
                               epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     check = command("check", "parse and check a .mdl file")
-    _model_options(check)
+    _model_options(check, every=True)
     check.add_argument("--params", action="store_true", help="print the parameter table")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     emit = command("emit", "write the generated sources (or print the IR)")
@@ -141,14 +142,14 @@ def parser() -> argparse.ArgumentParser:
     _model_options(graph, dtype=False)
     graph.add_argument("-o", dest="out", metavar="FILE",
                        help="the picture: .svg, .png or .pdf (need Graphviz's `dot`), or "
-                       ".dot (default: DOT text on stdout)")
+                       ".dot or .gv (default: DOT text on stdout)")
     graph.add_argument("--backward", action="store_true",
                        help="draw the generated gradient program (forward and backward)")
     build = command("build", "compile a .mdl file to an importable module (and its type "
                     "stub MOD.pyi beside it)")
     _generation_options(build, "directory of the module and its stub")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
-    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers")
+    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers (the cpu target only; implies --debug)")
     build.add_argument("--profile", action="store_true",
                        help="the code times each of its parts: a model's profile() "
                        "(docs/profiling.md)")
@@ -174,8 +175,11 @@ def parser() -> argparse.ArgumentParser:
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     _target_option(gradcheck)
-    gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3")
-    gradcheck.add_argument("--seed", type=_seed, default=0)
+    gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3",
+                           help="sizes of the inputs' symbolic dims (default T=4, B=3, 3 for "
+                           "any other)")
+    gradcheck.add_argument("--seed", type=_seed, default=0,
+                           help="the parameters' and random inputs' seed (default 0)")
     export = command("export", "write a model's inference program as an ONNX file "
                      "(onnxruntime, TensorRT, OpenVINO, netron)")
     _model_options(export)
@@ -183,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--params", metavar="CHECKPOINT.npz",
                         help="the parameters: a checkpoint written by `save` (default: the "
                         "initial values of --seed, as Model(seed=...) has them)")
-    export.add_argument("--seed", type=_seed, default=0, help="without --params: the seed")
+    export.add_argument("--seed", type=_seed, default=0, help="the parameters' seed without --params, and the seed of "
+                        "--verify's random inputs (default 0)")
     export.add_argument("--specialize", type=_dims, default={}, metavar="B=1,T=35",
                         help="dims fixed in the graph (the others stay symbolic)")
     export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
@@ -200,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
                     "(the suite in benchmarks/ of a source checkout)")
     bench.add_argument("--reps", type=int, help="timed repetitions of each pass in each "
                        "framework (default 20, 2 with --quick)")
-    bench.add_argument("--threads", type=int, default=2, help="threads of every framework")
+    bench.add_argument("--threads", type=int, default=2, help="threads of every framework (default 2)")
     bench.add_argument("--device", choices=_TargetNames(), default="cpu", metavar="TARGET",
                        help="where every framework runs: the CPU rows, or the GPU rows "
                        "(mdl's cuda target against cuDNN and JAX on an NVIDIA GPU)")
@@ -209,8 +214,9 @@ def parser() -> argparse.ArgumentParser:
                        "(mdl's code with -march=x86-64-v3, MKL, oneDNN, OpenBLAS and XLA "
                        "told so), to see on an AVX-512 machine what one without runs")
     bench.add_argument("--only", nargs="+", default=[], metavar="NAME",
-                       help="cases to run: groups (lstm, generation, milstm, gru_if, "
-                       "attention, crf, memory), case names or patterns such as 'lstm-*-b32-*'")
+                       help="cases to run: groups (lstm, stacked, generation, milstm, gru_if, "
+                       "tied, ponder, attention, crf, greedy, beam, memory), case names or "
+                       "patterns such as 'lstm-*-b32-*'")
     bench.add_argument("--quick", action="store_true",
                        help="tiny sizes and few reps: a check that the suite works")
     bench.add_argument("--skip-compile", action="store_true",
@@ -252,22 +258,27 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(bad)) from None
 
 
-def _model_options(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+def _model_options(p: argparse.ArgumentParser, dtype: bool = True, every: bool = False) -> None:
+    """The file and its model; `every`: without --model, the command takes every model
+    of the file (check, emit, build), else it needs one (--model where there are several)."""
     p.add_argument("file")
     p.add_argument("-D", dest="defines", action="append", type=_define, default=[],
                    metavar="K=V", help="override a hyper-parameter")
-    p.add_argument("--model", help="the model to use when the file has several")
+    p.add_argument("--model", help="only this model (default: every model of the file)"
+                   if every else "the model to use (required when the file has several)")
     if dtype:
         p.add_argument("--dtype", choices=("f32", "f64"), default="f32")
 
 
 def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
-    _model_options(p)
+    _model_options(p, every=True)
     p.add_argument("-o", dest="out", help=out_help + " (default: the current one)")
-    p.add_argument("--name", help="the module's name (default: the file's stem)")
+    p.add_argument("--name", help="the module's name (default: the file's stem made an "
+                   "identifier: m_class for class.mdl)")
     _target_option(p)
     p.add_argument("--specialize", action="append", type=_dims, default=[],
-                   metavar="B=32,T=35", help="also compile code with these dims fixed")
+                   metavar="B=32,T=35", help="also compile code with these dims fixed "
+                   "(repeatable: one compiled variant each)")
     p.add_argument("--vjp", action="store_true",
                    help="the backward takes a cotangent per float output (a vector-Jacobian "
                    "product, for codegen.pytorch) instead of differentiating the minimized one")

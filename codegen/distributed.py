@@ -84,7 +84,7 @@ class DataParallel:
 
     def train_step(self, shard_weight: float | None = None, **inputs) -> dict:
         """Forward and backward on this rank's shard, gradients averaged over the ranks
-        (weighted as `shard_weights` says), the update; this shard's outputs."""
+        (weighted by `shard_weight`, else as `shard_weights` decides), the update; this shard's outputs."""
         given = shard_weight
         if shard_weight is not None:  # inf: not a weight, which every rank refuses below
             shard_weight = _weight(shard_weight)

@@ -63,8 +63,8 @@ class ModelInterface:
             why = "it has no float output" if self.vjp else "it minimizes nothing"
             return [f"It does not train ({why}): no backward, train_step or forward_backward."]
         if self.vjp:
-            return [f"backward({', '.join(self.cotangents)}) after a training forward: "
-                    "the gradients of sum(cotangent * output) (a vjp build)."]
+            return [f"backward(*, {', '.join(self.cotangents)}) after forward(..., "
+                    "training=True): the gradients of sum(cotangent * output) (a vjp build)."]
         return [f"backward() after forward(..., training=True): the gradients of "
                 f"{self.loss}.",
                 "train_step(...) runs forward, backward and the optimizer's update "

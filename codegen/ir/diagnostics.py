@@ -148,7 +148,7 @@ def distinct(diagnostics) -> list[Diagnostic]:
 
 class MdlWarning(UserWarning):
     """A checker's warning (`Diagnostic`, severity "warning") of a .mdl file that
-    `codegen.load` built, issued through Python's warnings: its text is the rendered
+    `codegen.load` built or `codegen.export_onnx` exported, issued through Python's warnings: its text is the rendered
     diagnostic, `diagnostic` the Diagnostic."""
 
     def __init__(self, diagnostic: Diagnostic):

@@ -179,10 +179,12 @@ class Model {
     return out;
   }
 
-  // Where the model's memory lives and its code runs: its device's name ("cpu", "cuda").
+  // Where the model's memory lives and its code runs: its device's name ("cpu", "cuda",
+  // "cuda-emulated").
   std::string device() const { return spec_->device->name; }
 
-  // The names this model takes from `share` (where it shares none, a ValueError).
+  // The parameter names this model takes from `share`, the model given as params= (none
+  // without it; a model that would share no name is refused when it is made).
   py::list shared() const { return params_.shared(); }
 
   // The declared inputs, in order: {name: type as written, e.g. f32[T, B, 16]}.

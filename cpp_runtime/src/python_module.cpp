@@ -129,7 +129,7 @@ py::object bind_base(py::module_& m) {
            "set_params(values: dict) -> None\n\nCopy arrays into the named parameters; every "
            "name and shape\nis checked before anything changes.")
       .def_property_readonly("device", checked(&M::device),
-                             "Where the model's memory lives and its code runs: cpu or cuda.")
+                             "Where the model's memory lives and its code runs: cpu, cuda, or\ncuda-emulated (a --target cuda --emulate build).")
       .def_property("outputs_on_device", checked(&M::outputs_on_device), checked(&M::set_outputs_on_device),
                     "cuda target: True keeps outputs and gradients in the GPU's memory.")
       .def("to_device", checked(&M::to_device), py::arg("array"),
@@ -146,7 +146,7 @@ py::object bind_base(py::module_& m) {
            "zero.")
       .def_property_readonly("specializations", checked(&M::specializations),
                              "The fixed dims of each compiled specialization.")
-      .def_property_readonly("shared", checked(&M::shared), "The names this model takes from share.")
+      .def_property_readonly("shared", checked(&M::shared), "The parameter names this model shares with the model given as\nparams= ([] for a model made without it).")
       .def_property_readonly("inputs", checked(&M::input_types),
                              "{name: type}: the declared inputs, in order.")
       .def_property_readonly("cotangents", checked(&M::cotangents),
@@ -293,11 +293,11 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
             "its products run on one thread; start worker processes with multiprocessing's "
             "'spawn' or 'forkserver' method to give them threads");
       blas_control::set_threads(n);
-    }, py::arg("n"), "set_num_threads(n: int) -> None\n\nThreads the matrix products of "
-       "every mdl model in this process may use.");
+    }, py::arg("n"), "set_num_threads(n: int) -> None\n\nThreads every mdl model in this "
+       "process may use for its matrix products\nand its parallel loops.");
     m.def("get_num_threads", &blas_control::threads,
-          "get_num_threads() -> int\n\nThreads the matrix products of every mdl model in "
-          "this process may use.");
+          "get_num_threads() -> int\n\nThreads every mdl model in this process may use "
+          "for its matrix products\nand its parallel loops.");
     bind_device_array(m);
     py::object base = bind_base<T>(m);
     for (auto s = specs; *s; ++s) bind_model<T>(m, base, *s);
