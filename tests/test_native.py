@@ -359,10 +359,18 @@ def test_after_a_failed_training_forward_backward_is_a_runtime_error():
     m.forward(tokens=small, targets=small, lengths=np.full(1, 2, np.int32), training=True)
     bad = np.zeros((5, 3), np.int32)
     bad[0, 1] = -1
+    calls = m.rng_calls
     with pytest.raises(IndexError):
         m.forward(tokens=bad, targets=bad * 0, lengths=np.full(3, 5, np.int32), training=True)
     with pytest.raises(RuntimeError, match="training=True"):
         m.backward()
+    # it counts no more than a call its arguments' checks refuse: the next call draws what
+    # it would have drawn had the failed one not been made
+    assert m.rng_calls == calls
+    with pytest.raises(ValueError):
+        m.forward(tokens=bad.astype(np.int64), targets=bad * 0,
+                  lengths=np.full(3, 5, np.int32), training=True)
+    assert m.rng_calls == calls
 
 
 def test_bad_indices_are_an_index_error_naming_their_input():

@@ -453,7 +453,8 @@ class Model {
            std::to_string(opt_.steps) + (opt_.steps == 1 ? " step>" : " steps>");
   }
 
-  // Training calls so far: the next one draws dropout masks from stream calls + 1.
+  // Training calls so far that succeeded: the next one draws dropout masks from stream
+  // calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
   void set_rng_calls(py::handle n) {
     uint64_t calls = count_argument(n, "rng_calls");
@@ -696,12 +697,17 @@ class Model {
       throw std::runtime_error("model " + std::string(spec_->name) + " minimizes no output: "
                                "training needs `minimize NAME`");
     call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
-    state_.dropout_key = derive(state_.seed, ++state_.calls);
+    // call k draws from the stream (seed, k); a call that fails (an index its run finds out
+    // of range) counts no more than one its arguments' checks refused: the next one draws
+    // what it would have drawn had the failed one not been made
+    const uint64_t number = state_.calls + 1;
+    state_.dropout_key = derive(state_.seed, number);
     state_.drawn.clear();
     // the run overwrites what the last training forward saved (and, failing, may leave it
     // half written, or in memory it grew into): no backward until one succeeds
     trained_ = nullptr;
     run(v.train, call);
+    state_.calls = number;
     trained_ = &v;
     seen_changes_ = sharing_->changes;
     dims_ = call.dims;
