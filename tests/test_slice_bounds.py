@@ -1,9 +1,9 @@
 """Slices whose bounds depend on the call's dims stay inside their axis: `x[:, 5]` of an
 axis of length B, or `y[0:B]` of an axis of length T, once read memory before or after
 the input (and the backward wrote the gradient there) when the call's dims put them
-outside. A call whose dims do is refused before anything runs, with the same words on
-the reference, the cpu target and the emulated device; bounds outside for any dims are
-errors at check."""
+outside. A call whose dims do is refused before anything runs (where the slice runs, for
+one in a branch or a loop's body), with the same words on the reference, the cpu target
+and the emulated device; bounds outside for any dims are errors at check."""
 from __future__ import annotations
 
 import re
@@ -80,6 +80,64 @@ def test_a_slice_in_a_branch_the_dims_keep_from_running_is_not_refused(tmp_path)
     assert reference.run(graph, {"xs": xs}, {})["z"] == 2
     assert built_for(path, "cpu", name="slice_in_branch").M().forward(
         xs=xs.astype(np.float32))["z"] == 2
+
+
+BLOCKS = """
+model InBranch() {
+  input x : f32[B, N]
+  param w : f32[1] = ones
+  y = x[:, 0] * w
+  if sum(x) > -1000000.0 { y = x[:, 5] * w }
+  output loss = sum(y * y)
+  minimize loss
+}
+model InLoop() {
+  input xs : f32[T, B]
+  input x : f32[B, N]
+  param w : f32[1] = ones
+  h = zeros[B]
+  for s in xs { h = h + s + x[:, 5] * w }
+  output loss = sum(h * h)
+  minimize loss
+}
+"""
+IN_BLOCK = ("the inputs' dims ({dims}) make N - 6, what the slice 5:6 leaves of axis 1 of "
+            "f32[B, N] after its end, -3: a slice ends inside its axis")
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu", "emulated"])
+def test_a_slice_in_a_branch_or_a_loop_is_refused_where_it_runs(tmp_path_factory, target):
+    """The check before the call leaves out a slice in a block (its branch may not run);
+    there the cpu target read and wrote outside the operand (garbage, a heap write in the
+    backward), and the emulated device faulted. It is refused where it runs, with the
+    words the same slice outside any block has, on every target; a loop of no steps, or
+    dims that fit, run."""
+    path = tmp_path_factory.mktemp("blocks") / "blocks.mdl"
+    path.write_text(BLOCKS)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    xs = np.ones((4, 2), np.float32)
+    if target == "reference":
+        def call(model, **inputs):
+            graph = check_file(str(path), model=model).graph
+            return reference.run(graph, inputs, {"w": np.ones(1)}, training=True)
+    else:
+        module = built_for(path, target, name=f"slice_blocks_{target}")
+        models = {}
+
+        def call(model, **inputs):
+            m = models.setdefault(model, getattr(module, model)())
+            out = m.forward(**inputs, training=True)
+            m.backward()
+            return out
+    with pytest.raises(ValueError, match=re.escape(IN_BLOCK.format(dims="B = 2, N = 3"))):
+        call("InBranch", x=x)
+    with pytest.raises(ValueError,
+                       match=re.escape(IN_BLOCK.format(dims="T = 4, B = 2, N = 3"))):
+        call("InLoop", xs=xs, x=x)
+    assert call("InLoop", xs=xs[:0], x=x)["loss"] == 0  # no step: nothing refused
+    wide = np.ones((2, 6), np.float32)
+    assert float(call("InBranch", x=wide)["loss"]) == 2.0
+    assert float(call("InLoop", xs=xs, x=wide)["loss"]) == 2 * 8.0 ** 2
 
 
 @pytest.mark.parametrize("body, message", [

@@ -21,6 +21,7 @@ import functools
 
 from ..ir.shapes import Dim, contiguous_strides, numel
 from .cexpr import c_string
+from ..ops.entry import call_bounds_of
 from ..ops.primitives.core import TABLE
 
 
@@ -160,8 +161,22 @@ TABLE["segment"].extra["ragged"] = lambda r, op: r.dim(numel(op.inputs[0].type.s
 attach_lowering("index", "view", lambda r, op, i, st: (
     f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}, "
     f"{indices_named(r, op.inputs[1])}) * {r.dim(st[0])}", st[1:]), False)
-attach_lowering("slice", "view",
-           lambda r, op, i, st: (offset_expr(r, op.attrs["starts"], st), st), False)
+def _slice_view(r, op, i, st):
+    """A slice's offset; where the call's dims may put it outside its axis (`x[:, 5]` of
+    an axis of length B), `mdl::slice_fits` of each bound first, which refuses such dims
+    where the slice runs: one in a branch or a loop's body, which the check before the
+    call leaves out (ops/entry.py, call_bounds), once read and wrote outside its operand."""
+    offset = offset_expr(r, op.attrs["starts"], st)
+    user = r.dims.user
+    names = ", ".join(c_string(n) for n in user)
+    values = ", ".join(r.dim(Dim.of(n)) for n in user)
+    fits = [f"mdl::slice_fits({r.dim(d)}, {c_string(text)}, {{{names}}}, {{{values}}})"
+            for text, d in call_bounds_of(op, user)]
+    return " + ".join(fits + [offset]) if fits and offset else (
+        " + ".join(fits) or offset), st
+
+
+attach_lowering("slice", "view", _slice_view, False)
 attach_lowering("transpose", "view",
            lambda r, op, i, st: (None, tuple(st[p] for p in op.attrs["perm"])), False)
 

@@ -135,20 +135,28 @@ def call_bounds(graphs: list, dims) -> list[tuple[str, Dim]]:
     sizes of the graphs' values that they could make negative (`T - 30`), and the
     `bounds` made of them alone of the ops that every call runs, those outside any
     branch or loop (a slice of an axis of length B at [:, 5] needs B >= 6; in a branch
-    the dims may keep it from running: `if T > 2 { y = xs[0:2] }`). A call whose dims
-    break one is refused before anything runs, by the reference and a generated module
-    (ModelSpec::size_value) alike: the slice read and its gradient wrote outside its
-    operand."""
+    the dims may keep it from running: `if T > 2 { y = xs[0:2] }`, so one there is
+    checked where it runs: call_bounds_of). A call whose dims break one is refused before
+    anything runs, by the reference and a generated module (ModelSpec::size_value) alike:
+    the slice read and its gradient wrote outside its operand."""
     found = {f"the size {d} of this model's values {{}}: a size cannot be negative": d
              for d in signed_sizes(graphs, dims)}
     for g in graphs:
         for block in (g.body, g.backward):
             for op in block.ops:
-                rule = entry(op).bounds
-                for text, d in (rule(op) if rule is not None else ()):
-                    if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims):
-                        found.setdefault(text, d)
+                for text, d in call_bounds_of(op, dims):
+                    found.setdefault(text, d)
     return sorted(found.items())
+
+
+def call_bounds_of(op, dims) -> list[tuple[str, Dim]]:
+    """`op`'s `bounds` made of the call's dims alone that some dims could break: what
+    call_bounds checks before a call of the ops every call runs, and what the reference
+    and generated code (mdl::slice_fits) check of one in a branch or a loop's body where
+    it runs."""
+    rule = entry(op).bounds
+    return [(text, d) for text, d in (rule(op) if rule is not None else ())
+            if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims)]
 
 
 def refused(bounds: list[tuple[str, Dim]], dims: dict) -> str | None:

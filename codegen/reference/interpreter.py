@@ -27,7 +27,7 @@ from ..ir.graph import Block, Graph, Op, Value, walk_ops
 from ..ir.origins import Origins, input_origins, out_of_range
 from ..ir.shapes import TensorType
 from ..ops.context import Context, Held, OutOfRange
-from ..ops.entry import call_bounds, entry, refused
+from ..ops.entry import call_bounds, call_bounds_of, entry, refused
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
 
@@ -122,6 +122,10 @@ class Interpreter:
 
     def op(self, op: Op) -> None:
         args = [self.env[v.id] for v in op.inputs]
+        if entry(op).bounds is not None:  # a slice in a branch or a loop's body, where it runs
+            refusal = refused(call_bounds_of(op, self.ctx.dims), self.ctx.dims)
+            if refusal:
+                raise ValueError(refusal)
         try:
             with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
                 outs = entry(op).evaluate(self, op, args)

@@ -34,4 +34,11 @@ constexpr int kAssertSteps = 4;
                               const char* what, const int32_t* outer = nullptr,
                               int outers = 0);
 
+// Throws the ValueError of a call whose dims (`names` and their `values`, n of them) make
+// a size of the model's values, or what a slice leaves of its axis, `value`, negative:
+// "the inputs' dims (T = 1, B = 3) make " and `text` with its {} replaced by `value`, the
+// reference's words (codegen/ops/entry.py, refused). In the runtime object (src/faults.cpp).
+[[noreturn]] void refuse_dims(const char* const* names, const int64_t* values, int n,
+                              const char* text, int64_t value);
+
 }  // namespace mdl

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -477,6 +478,18 @@ inline void check_all(const uint8_t* cond, int64_t n, const char* what, uint8_t*
 inline int64_t checked_index(int64_t i, int64_t n, const char* what) {
   if (i < 0 || i >= n) raise_fault(FaultKind::Subscript, i, 0, n, what);
   return i;
+}
+
+// 0, where `left`, what a slice in a branch or a loop's body leaves of its axis past its
+// start or its end, is >= 0; else the call's dims (`names`, `values`) put the slice outside
+// its axis, and it is refused as the same slice outside any block would have been before
+// anything ran (refuse_dims; codegen/ops/entry.py, call_bounds), where the slice runs. A
+// view's offset adds it (backend/op_lowering.py).
+inline int64_t slice_fits(int64_t left, const char* text,
+                          std::initializer_list<const char*> names,
+                          std::initializer_list<int64_t> values) {
+  if (left < 0) refuse_dims(names.begin(), values.begin(), int(names.size()), text, left);
+  return 0;
 }
 
 // Sequence lengths must lie in [0, steps]; `name` is the input they came from.

@@ -47,4 +47,15 @@ void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
   }
 }
 
+void refuse_dims(const char* const* names, const int64_t* values, int n, const char* text,
+                 int64_t value) {
+  std::string bound;
+  for (int i = 0; i < n; ++i)
+    bound += std::string(i ? ", " : "") + names[i] + " = " + std::to_string(values[i]);
+  std::string said = text;
+  const std::size_t at = said.find("{}");
+  if (at != std::string::npos) said.replace(at, 2, std::to_string(value));
+  throw ValueError("the inputs' dims (" + bound + ") make " + said);
+}
+
 }  // namespace mdl

@@ -26,6 +26,7 @@
 #include "device_array.h"
 #include "dlpack.h"
 #include "mdl/device.h"
+#include "mdl/faults.h"  // refuse_dims
 #include "mdl/optimizer.h"
 #include "optimizer_options.h"
 #include "parameters.h"
@@ -597,15 +598,8 @@ class Model {
   void check_sizes(const std::vector<int64_t>& dims) const {
     for (int k = 0; k < spec_->n_sizes; ++k) {
       const int64_t size = spec_->size_value(k, dims.data());
-      if (size >= 0) continue;
-      std::string bound;
-      for (int i = 0; i < spec_->n_dims; ++i)
-        bound += std::string(i ? ", " : "") + spec_->dim_names[i] + " = " +
-                 std::to_string(dims[i]);
-      std::string text = spec_->size_names[k];
-      const std::size_t at = text.find("{}");
-      if (at != std::string::npos) text.replace(at, 2, std::to_string(size));
-      throw py::value_error("the inputs' dims (" + bound + ") make " + text);
+      if (size < 0)
+        refuse_dims(spec_->dim_names, dims.data(), spec_->n_dims, spec_->size_names[k], size);
     }
   }
 
