@@ -114,7 +114,7 @@ def sources(path: str | Path, module_name: str, options: BuildOptions,
     models = check(path, options, warn)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
-    return models, generate(built, module_name, options.dtype, chosen, options.vjp)
+    return models, generate(built, module_name, options.dtype, chosen, options.vjp, models)
 
 
 def build(path: str | Path, name: str | None = None, options: BuildOptions | None = None,

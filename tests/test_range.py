@@ -133,3 +133,34 @@ def test_a_size_the_dims_make_negative_is_refused(tmp_path, target):
         with pytest.raises(ValueError, match=rf"make the size {size} "):
             reference.run(graph, {"xs": xs}, {})
     assert m.forward(xs=np.ones((3, 3), np.float32))["y"] == 6  # the model still runs
+
+
+BATCHED = """
+model Batched(H = 3) {
+  input xs : f32[T, B, H]
+  param W : f32[H, H] = normal(0, 0.5)
+  h = zeros[B, H]
+  for t in range(1, T) { h = tanh(xs[t - 1] @ W + h) }
+  output loss = sum(h * h)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_a_module_words_a_refusal_as_the_reference_does(tmp_path, target):
+    """The passes batch `xs[t - 1] @ W` over the steps, whose rows B*T - B the dims make
+    negative too: a module refused T = 0 naming that size, where the reference names the
+    source's T - 1. The checked graph's sizes are now checked first."""
+    path = tmp_path / "batched.mdl"
+    path.write_text(BATCHED)
+    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
+    m = load(path, name=f"batched_{target}", **how).Batched(seed=0)
+    graph = check_file(str(path)).graph
+    xs = np.zeros((0, 2, 3), np.float32)
+    said = r"\(T = 0, B = 2\) make the size T - 1 of this model's values -1"
+    for training in (False, True):
+        with pytest.raises(ValueError, match=said):
+            m.forward(xs=xs, training=training)
+    with pytest.raises(ValueError, match=said):
+        reference.run(graph, {"xs": xs}, reference.init_params(graph))

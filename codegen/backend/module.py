@@ -15,7 +15,7 @@ from ..ir.dtypes import DTYPES
 from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, use_counts,
                         walk_ops)
 from ..ir.origins import input_origins
-from ..ir.shapes import TensorType, contiguous_strides, numel
+from ..ir.shapes import Dim, TensorType, contiguous_strides, numel
 from ..ops.entry import call_bounds, entry
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames, c_float
@@ -67,8 +67,10 @@ def _defined(ops: list) -> dict[int, Value]:
 
 class ModuleGenerator:
     def __init__(self, graph: Graph, joint: Graph | None, dtype: str,
-                 specializations: list[dict[str, int]], target: Target):
+                 specializations: list[dict[str, int]], target: Target,
+                 checked: Graph | None = None):
         self.graph, self.joint, self.dtype, self.target = graph, joint, dtype, target
+        self.checked = checked  # the graph as checked, before any pass (its sizes first)
         self.dims = user_dims(graph)
         self.names = DimNames(self.dims)  # one for every function: m.dyn indices agree
         self.specializations = specializations
@@ -241,8 +243,18 @@ class ModuleGenerator:
             dtype=_dtype_spec(self.dtype),
             dynamic=len(self.names.dynamic), device=self.target.device,
             profile_sites=self.sites,
-            sizes=[(text, self.names.expr(d)) for text, d in
-                   call_bounds([g] + ([j] if j is not None else []), self.dims)])
+            sizes=[(text, self.names.expr(d)) for text, d in self._sizes()])
+
+    def _sizes(self) -> list[tuple[str, Dim]]:
+        """What the call's dims must keep >= 0 (ops/entry.py, call_bounds): the graph's as
+        checked first, in the reference's order, so that a call both refuse gets its words
+        (`range(1, T)` at T = 0: "the size T - 1", not the batched product's "B*T - B"),
+        then those only the prepared and differentiated graphs have."""
+        ready = call_bounds([self.graph] + ([self.joint] if self.joint else []), self.dims)
+        if self.checked is None:
+            return ready
+        first = call_bounds([self.checked], self.dims)
+        return first + [b for b in ready if b[0] not in dict(first)]
 
     def _tensor_spec(self, name: str, t: TensorType) -> dict:
         dims = []
@@ -299,14 +311,17 @@ def _own(t: TensorType) -> Layout:
 
 
 def generate(models: list[tuple[Graph, Graph | None, list[dict[str, int]]]],
-             module_name: str, dtype: str, target: Target, vjp: bool = False) -> dict[str, str]:
+             module_name: str, dtype: str, target: Target, vjp: bool = False,
+             checked: list[Graph] | None = None) -> dict[str, str]:
     """The generated sources of one module holding `models` (graph, joint graph or None,
     specializations; one class each) for `target` (`vjp`: backwards take cotangents), and
-    its type stub: {file name: text}."""
+    its type stub: {file name: text}. `checked`: each model's graph as checked, whose
+    refusals of a call's dims a module words first, as the reference does."""
     contexts, interfaces = [], []
     units = itertools.count()  # each function a part of its own (templates/module.cpp.j2)
-    for graph, joint, specializations in models:
-        generator = ModuleGenerator(graph, joint, dtype, specializations, target)
+    for k, (graph, joint, specializations) in enumerate(models):
+        generator = ModuleGenerator(graph, joint, dtype, specializations, target,
+                                    checked[k] if checked else None)
         contexts.append(generator.context())
         contexts[-1]["functions"] = [(next(units), text) for text in contexts[-1]["functions"]]
         contexts[-1]["kernels"] = [(unit, kernels) for (unit, _), kernels
