@@ -92,8 +92,8 @@ def _onnx():
 
 def _model(path, model, params, defines, specialize, dtype, seed, warn=None):
     """(the checked graph of `model`, its parameters' values, the fixed dims)."""
-    try:
-        checked_seed(_integer("seed", seed))
+    try:  # a NumPy integer as the int it is (derive's C long overflowed on np.int64)
+        seed = int(checked_seed(_integer("seed", seed)))
     except ValueError as bad:
         raise UsageError(f"seed: {bad}") from None
     from ..compile.options import BuildOptions

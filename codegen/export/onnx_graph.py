@@ -127,6 +127,8 @@ class OnnxGraph:
         return outs
 
     def op(self, op_type: str, *inputs: str, **attrs) -> str:
+        if op_type == "Reshape":  # a 0 in the shape is a dim of 0 (a batch of none), not
+            attrs.setdefault("allowzero", 1)  # "the input's dim here", ONNX's default
         return self.ops(op_type, list(inputs), 1, **attrs)[0]
 
     def isnan(self, x: str) -> str:

@@ -82,15 +82,11 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
             with np.errstate(all="ignore"):
                 got = run(inputs)
             for output in outputs:
-                error = _difference(np.asarray(got[output]), want[output]) \
-                    if output in got else float("inf")
+                error, how = _difference(np.asarray(got[output]), want[output]) \
+                    if output in got else (float("inf"), "is missing")
                 if not error <= worst:  # a NaN error counts as the worst
                     at = f"output `{output}` in call {k}" + (f" ({label})" if label else "")
-                    worst, where = error, (
-                        f"{at} is missing" if output not in got else
-                        f"{at} has another shape, or NaN or infinity elsewhere"
-                        if error == float("inf") else
-                        f"{at} is {error:.3g} of its largest value off")
+                    worst, where = error, f"{at} {how}"
         verdicts.append(Verdict(version, worst, where,
                                 [label for label, _, _ in cases], TOLERANCE[dtype]))
     return verdicts
@@ -111,22 +107,27 @@ def _named(size: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in size.items())
 
 
-def _difference(got: np.ndarray, want: np.ndarray) -> float:
-    """The largest difference of the finite values, of the largest finite one; infinity
-    when the shapes differ or a NaN or infinity is not where the reference has it."""
+def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, str]:
+    """The largest difference of the finite values, of the largest finite one, and how
+    the verdict words it; infinity when the shapes differ, an integer differs, or a NaN or
+    infinity is not where the reference has it, each said so."""
     want = np.asarray(want)
     if got.shape != want.shape:
-        return float("inf")
+        return float("inf"), f"has shape {list(got.shape)}, not {list(want.shape)}"
     if want.dtype.kind != "f":
-        return 0.0 if np.array_equal(got, want) else float("inf")
+        wrong = int(np.count_nonzero(got != want))
+        return (0.0, "") if not wrong else (
+            float("inf"), f"has other integers than the reference at {wrong} of its "
+                          f"{want.size} places")
     finite = np.isfinite(want)
     if not (np.array_equal(np.isnan(got), np.isnan(want))
             and np.array_equal(np.where(finite, 0, got), np.where(finite, 0, want),
                                equal_nan=True)):
-        return float("inf")
+        return float("inf"), "has NaN or infinity where the reference has not, or not where it has"
     wanted = want[finite].astype(np.float64)
     scale = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
-    return float(np.abs(got[finite].astype(np.float64) - wanted).max(initial=0.0)) / scale
+    error = float(np.abs(got[finite].astype(np.float64) - wanted).max(initial=0.0)) / scale
+    return error, f"is {error:.3g} of its largest value off"
 
 
 def session(path: Path, runtime: str, threads: int | None = None):

@@ -226,6 +226,18 @@ def _reduce_onnx(op_type: str):
     return rule
 
 
+def _mean_onnx(g, op, xs):
+    """ReduceMean; over dims a call binds, which may be 0, the sum over their count: the
+    mean of nothing is NaN, as the language's is, where onnxruntime's and OpenVINO's
+    ReduceMean of nothing is 0."""
+    count = numel(op.inputs[0].type.shape[a] for a in op.attrs["axes"])
+    if not op.attrs["axes"] or count.is_const:
+        return _reduce_onnx("ReduceMean")(g, op, xs)
+    total = _reduce_onnx("ReduceSum")(g, op, xs)
+    return g.op("Div", total, g.op("Cast", g.scalar(count),
+                                   to=g.dtype(op.inputs[0].type.dtype)))
+
+
 def _sum_onnx(g, op, xs):
     """ReduceSum; of i32 values summed in i64 and cast back, which wraps around as the
     language's i32 sum does (onnxruntime's i32 ReduceSum stopped at i32's ends)."""
@@ -263,7 +275,7 @@ REDUCERS = {
             lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
             _sum_onnx),
     "max": (NUMERIC, _max_grad, _max_ref, _reduce_onnx("ReduceMax")),
-    "mean": (FLOATS, _mean_grad, _mean_ref, _reduce_onnx("ReduceMean")),
+    "mean": (FLOATS, _mean_grad, _mean_ref, _mean_onnx),
     "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
 }
 

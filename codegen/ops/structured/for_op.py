@@ -423,6 +423,12 @@ def _onnx(g, op: Op, xs: list[str]) -> list[str]:
     if op.attrs["reversed"]:
         outs[n_state:] = [g.op("Slice", y, g.ints([-1]), g.ints([-2**63]), g.ints([0]),
                                g.ints([-1])) for y in outs[n_state:]]
+    # a Loop of no trips knows no step's shape: its stacked yields came out [0, 0, ...]
+    # (onnxruntime, OpenVINO) where [0, B, ...] is due; they are reshaped to their type
+    for k, v in enumerate(op.outputs[n_state:], n_state):
+        if all(s in g.root.bindings or s in g.root.fixed
+               for d in v.type.shape for s in d.symbols):
+            outs[k] = g.op("Reshape", outs[k], g.dims(v.type.shape))
     return outs
 
 
