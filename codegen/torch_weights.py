@@ -68,7 +68,10 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
 
 # ---- the layouts ------------------------------------------------------------------------
 def _array(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy().copy()
+    """A weight's values; bfloat16, which NumPy has no type for, widened to float32
+    (exactly)."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy().copy()
 
 
 def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray], None]:

@@ -502,6 +502,9 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
     ({"seed": -1}, "seed: -1 is not a seed (0 to 2**64 - 1)"),
     ({"opset": "19"}, "opset: expected an int, got str '19'"),
     ({"outputs": "loss"}, "outputs: expected a list of output names, got 'loss'"),
+    ({"outputs": [""]}, "outputs: expected a list of output names, got ['']"),
+    ({"specialize": "B=2"}, "specialize: expected a dict {dim name: size} such as {'B': 1}, "
+                            "got 'B=2'"),
 ])
 def test_export_onnx_refuses_arguments_of_the_wrong_kind(tmp_path, argument, message):
     """Once an internal TypeError from deep inside (`seed="1"`), or a wrong message

@@ -139,6 +139,17 @@ def test_every_layout(tmp_path):
     assert abs(float(m.forward(xs=xs)["loss"]) - want) < 1e-12
 
 
+def test_bfloat16_weights_are_read_as_their_float32_values():
+    """NumPy has no bfloat16: torch's .numpy() raised without naming the weight."""
+    torch.manual_seed(3)
+    cell = torch.nn.LSTMCell(3, 4)
+    want = params_from_torch({"cell": cell})
+    got = params_from_torch({"cell": cell.to(torch.bfloat16)})
+    for name, values in want.items():
+        assert got[name].dtype == np.float32
+        np.testing.assert_allclose(got[name], values, rtol=2 ** -7)
+
+
 def test_wrong_mappings_say_what_to_do():
     lstm2 = torch.nn.LSTM(3, 4, num_layers=2)
     with pytest.raises(ValueError, match=r"map each one's scope to Layer\(module, index"):

@@ -36,7 +36,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
 
     opset = DEFAULT_OPSET if opset is None else _integer("opset", opset)
-    if isinstance(outputs, str) or not all(isinstance(k, str) for k in outputs or []):
+    if isinstance(outputs, str) or not all(isinstance(k, str) and k for k in outputs or []):
         raise UsageError(f"outputs: expected a list of output names, got {outputs!r}")
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET <= opset <= newest:
@@ -99,6 +99,10 @@ def _model(path, model, params, defines, specialize, dtype, seed, warn=None):
     from ..compile.options import BuildOptions
     from ..pipeline import check
     from .parameters import parameter_values
+    if specialize is not None and not (isinstance(specialize, dict) and all(
+            isinstance(k, str) and isinstance(v, int) for k, v in specialize.items())):
+        raise UsageError(f"specialize: expected a dict {{dim name: size}} such as "
+                         f"{{'B': 1}}, got {specialize!r}")
     fixed = dict(specialize or {})
     graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
                                       specialize=[fixed] if fixed else []), warn)
