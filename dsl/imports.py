@@ -46,6 +46,9 @@ def find_import(target: str, directory: Path | None) -> Path | None:
     the standard library; None when neither has it."""
     for root in ([directory] if directory else []) + [STD_ROOT]:
         candidate = (root / target)
-        if candidate.is_file():
-            return candidate.resolve()
+        try:
+            if candidate.is_file():
+                return candidate.resolve()
+        except OSError:  # a name too long for the file system (ENAMETOOLONG): not there
+            continue
     return None

@@ -52,9 +52,10 @@ def axis(arg, rank: int) -> int:
     if isinstance(arg[0], list):  # softmax, argmax, concat, ...: reductions take lists
         raise MdlTypeError("this `axis` is one axis, not a list", arg[1])
     a = const(arg, "int", "axis")
-    if not -rank <= a < max(rank, 1):
+    if not -rank <= a < rank:  # a rank-0 value has none: `softmax(s, axis = 0)` of a
+        # scalar passed here, and then failed in the backend
         raise MdlTypeError(f"axis {a} is out of range for rank {rank}", arg[1])
-    return a % max(rank, 1)
+    return a % rank
 
 
 def axes(arg, rank: int) -> tuple[int, ...]:

@@ -208,6 +208,14 @@ BAD_PROGRAMS = [
      '`for x in reversed(xs) (...)`', "1:53"),
     ('model M() { input x : f32[B, 4]; output y = softmax(x, axis = [0, 1]) }',
      'this `axis` is one axis, not a list', "1:63"),
+    # a rank-0 value has no axis 0: these passed the checker and failed in the backend
+    ('model M() { input s : f32; output y = sum(concat([s, s])) }',
+     'axis 0 is out of range for rank 0', "1:43"),
+    ('model M() { input s : f32; output z = softmax(s, axis = 0) }',
+     'axis 0 is out of range for rank 0', "1:57"),
+    # a path too long for the file system is not found, not an internal OSError
+    ('import "' + 'a' * 300 + '.mdl"\nmodel M() { input x : f32[3]; output y = sum(x) }',
+     'cannot find `' + 'a' * 300 + '.mdl`', "1:8"),
     ('model M() { input x : f32[B]; output y = f(reversed) }',
      '`reversed` is a keyword and cannot be used as a name here', "1:44"),
     ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
