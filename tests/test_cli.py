@@ -132,6 +132,17 @@ def test_usage_errors_exit_2(good, args, message):
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_default_a_define_pushes_past_i32_is_located(tmp_path):
+    """`G = H + 1` at -D H=2147483647: the error blamed a `-D G=2147483648` never given."""
+    path = tmp_path / "derived.mdl"
+    path.write_text("model A(H = 8, G = H + 1) {\n  input x : f32[B]\n"
+                    "  output y = sum(x) * f32(G)\n}\n")
+    r = mdlc("check", str(path), "-D", "H=2147483647")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{path}:1:22: error: `G` is 2147483648 with these -D values: "
+                               "an integer hyper-parameter must fit in i32")
+
+
 TWO_MODELS = """
 model Train(H = 4) {
   input x : f32[B, H]
