@@ -314,26 +314,45 @@ class Expressions:
 
 def positive(size: Dim, loc: Loc) -> Dim:
     """`size`, a dim written to size a tensor: one known when compiling must be 1 or more
-    (a symbolic one may be 0 in a call; one made by subtracting is checked at the call)."""
+    (a symbolic one may be 0 in a call; one made by subtracting is checked at the call,
+    unless it has no positive term: `-T` is never above 0)."""
     if size.is_const and size.value < 1:
         raise MdlTypeError(f"dims must be positive, got {size}", loc)
+    if not size.is_const and all(c <= 0 for _, c in size.terms):
+        # symbols are 0 or more, so a dim of no positive term is never above 0
+        names = ", ".join(sorted(str(s) for s in size.symbols))
+        raise MdlTypeError(f"dims must be positive, got {size} (0 or less whatever "
+                           f"{names} is)", loc)
     return size
 
 
 def _fold_by_table(op: str, a: Const, b: Const, loc: Loc):
     """`a op b` of two compile-time numbers by the primitive's NumPy reference on Python
     numbers (exact integers)."""
+    text = f"{_operand(a)} {op} {_operand(b)}"
     if (op == "**" and isinstance(a.value, int) and isinstance(b.value, int)
             and abs(a.value) > 1 and b.value * math.log2(abs(a.value)) > 64):
         # out of range before it is computed: 10 ** 10 ** 10 took memory without end
-        raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
+        raise MdlTypeError(f"{text} is out of range", loc)
     try:
         with np.errstate(all="ignore"):
             value = TABLE[BINARY_PRIMS[op]].ref(None, {}, np.asarray(a.value, dtype=object),
                                                 np.asarray(b.value, dtype=object))
         value = value.item() if isinstance(value, np.generic) else value
-    except (OverflowError, ZeroDivisionError, ValueError) as exc:
-        raise MdlTypeError(f"cannot compute {a} {op} {b} at compile time: {exc}", loc)
-    if isinstance(value, complex) or (isinstance(value, int) and abs(value) > 2**62):
-        raise MdlTypeError(f"{a} {op} {b} is out of range", loc)
+    except OverflowError:
+        raise MdlTypeError(f"{text} is out of range", loc) from None
+    except ZeroDivisionError:
+        raise MdlTypeError("division by zero", loc) from None
+    except ValueError as exc:
+        raise MdlTypeError(f"cannot compute {text} at compile time: {exc}", loc) from None
+    if isinstance(value, complex):
+        raise MdlTypeError(f"{text} is not a real number", loc)
+    if isinstance(value, int) and abs(value) > 2**62:
+        raise MdlTypeError(f"{text} is out of range", loc)
     return value
+
+
+def _operand(c: Const) -> str:
+    """A compile-time number as an operand of a binary operator: a negative one in
+    parentheses, as `(-8.0) ** 0.5` is written (`-8.0 ** 0.5` is -(8.0 ** 0.5))."""
+    return f"({c})" if isinstance(c.value, (int, float)) and c.value < 0 else str(c)

@@ -18,16 +18,19 @@ class Node:
     depth: int = field(default=1, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        deepest = 0
+        self.depth = max((child.depth for child in self.children()), default=0) + 1
+
+    def children(self) -> list[Node]:
+        """The nodes this one holds, in its fields' order (lists and pairs opened)."""
+        out: list[Node] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            items = value if isinstance(value, (list, tuple)) else (value,)
-            for item in items:
+            for item in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(item, Node):
-                    deepest = max(deepest, item.depth)
+                    out.append(item)
                 elif isinstance(item, tuple):
-                    deepest = max([deepest] + [x.depth for x in item if isinstance(x, Node)])
-        self.depth = deepest + 1
+                    out += [x for x in item if isinstance(x, Node)]
+        return out
 
 
 @dataclass(eq=False)

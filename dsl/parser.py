@@ -34,6 +34,20 @@ def lark_parser(strict: bool = False) -> Lark:
                 propagate_positions=True, maybe_placeholders=True, cache=not strict)
 
 
+def _too_deep_at(node: n.Node) -> Loc:
+    """Where a node past MAX_DEPTH is shown: the statement holding its deepest part, or,
+    for an expression (refused before its statement exists), where the expression starts."""
+    while not isinstance(node, (n.Stmt, n.Expr)) and node.children():
+        node = max(node.children(), key=lambda child: child.depth)
+    place = lambda x: (x.loc.line, x.loc.col)  # noqa: E731
+    while isinstance(node, n.Expr):
+        earlier = [child for child in node.children() if place(child) < place(node)]
+        if not earlier:
+            break
+        node = min(earlier, key=place)
+    return node.loc
+
+
 def parse(text: str, path: str = "<string>") -> n.Module:
     """Parse one .mdl source into a Module, or raise MdlSyntaxError."""
     source = Source(path, text)
@@ -67,8 +81,9 @@ class AstBuilder(Transformer_NonRecursive):
     def _node(self, cls, loc: Loc, *args):
         node = cls(loc, *args)
         if node.depth > n.MAX_DEPTH:
-            raise MdlSyntaxError(f"this is nested too deeply (more than {n.MAX_DEPTH} levels); "
-                                 "split it into several statements", loc)
+            raise MdlSyntaxError(f"this is nested too deeply (more than {n.MAX_DEPTH} levels, "
+                                 "each operator of a chain like `a + b + c` one); split it "
+                                 "into several statements", _too_deep_at(node))
         return node
 
     # ---- top level ----

@@ -24,13 +24,25 @@ class Program:
     models: dict[str, n.ModelDef] = field(default_factory=dict)  # the main file's
 
 
+# The most a source file may hold: /dev/zero (or a runaway generated file) was read
+# until memory ran out
+MAX_SOURCE_BYTES = 64 << 20
+
+
 def read_source(path: str | Path, loc: Loc | None = None) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as bad:
-        raise MdlNameError(f"`{path}` is not UTF-8 text", loc or _byte_at(path, bad)) from None
+        with open(path, "rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)
     except OSError as exc:
         raise MdlNameError(f"cannot read `{path}`: {exc.strerror or exc}", loc) from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise MdlNameError(f"`{path}` holds more than {MAX_SOURCE_BYTES >> 20} MiB; "
+                           "a source file must be smaller", loc)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise MdlNameError(f"`{path}` is not UTF-8 text", loc or _byte_at(path, bad)) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads it
 
 
 def _byte_at(path: str | Path, bad: UnicodeDecodeError) -> Loc:

@@ -250,6 +250,21 @@ def test_missing_file_is_an_error_not_a_crash(tmp_path):
     assert r.returncode == 1 and "cannot read" in r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_source_without_end_is_refused_not_read_until_memory_runs_out():
+    r = mdlc("check", "/dev/zero")
+    assert r.returncode == 1 and "holds more than 64 MiB" in r.stderr, r.stderr
+
+
+def test_a_source_read_as_text_mode_reads_it(tmp_path):
+    path = tmp_path / "crlf.mdl"
+    path.write_bytes(b"model M() {\r\n  input x : f32[3]\r\n  output y = x * 2.0\r\n}\r\n")
+    assert mdlc("check", str(path)).returncode == 0
+    path.write_bytes(b"model M() {\r  input x : f32[3]\r  output y = xx\r}")
+    r = mdlc("check", str(path))
+    assert r.returncode == 1 and "crlf.mdl:3:14: error:" in r.stderr, r.stderr
+
+
 def test_internal_errors_exit_3_and_say_so(good, monkeypatch, capsys):
     def broken(args):
         raise KeyError("boom")

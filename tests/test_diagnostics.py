@@ -14,7 +14,15 @@ BAD_PROGRAMS = [
     ('model M() { input x : f32[B]; output y = x // x }',
      '`//` is not defined for f32 (needs i32)', "1:44"),
     ('model M() { input x : i32[B]; output y = x % (7 // 0) }',
-     'cannot compute 7 // 0 at compile time', "1:49"),
+     'division by zero', "1:49"),
+    ('model M() { input x : f32[B]; output y = x * 10.0 ** 400.0 }',
+     '10.0 ** 400.0 is out of range', "1:51"),
+    ('model M() { input x : f32[B]; output y = x * (-8.0) ** 0.5 }',
+     '(-8.0) ** 0.5 is not a real number', "1:53"),
+    ('model M() { input x : f32[T, -T]; output y = x }',
+     'dims must be positive, got -T (0 or less whatever T is)', "1:30"),
+    ('model M() { input a : f32[T, B]; input x : f32[-T * B - B]; output y = x }',
+     'dims must be positive, got -B*T - B (0 or less whatever B, T is)', "1:55"),
     ('model M() { input x : i32[B]; output y = x + 7.5 % 2 }',
      '`%` is not defined for float 7.5', "1:50"),
     ('model M() { input x : i32[B]; output y = x * 0.5 }',
@@ -488,3 +496,22 @@ def test_a_main_file_that_is_not_utf8_is_located(tmp_path):
     rendered = info.value.render().splitlines()
     assert rendered[0] == f"{path}:2:22: error: `{path}` is not UTF-8 text"
     assert rendered[2] == "   |                      ^"
+
+
+@pytest.mark.parametrize("terms, where", [
+    (150, None),            # deep, within the limit: checked
+    (199, "3:10"),          # the expression fits, its statement does not: the statement
+    (260, "3:14"),          # the expression alone is too deep: where it starts
+])
+def test_a_source_nested_too_deeply_is_located(terms, where):
+    """The limit keeps the checker's recursive walks off Python's stack limit; the error
+    pointed at the model's `{` and did not say that a flat chain counts."""
+    source = "model M() {\n  input x : f32[3]\n  output y = " + " + ".join(["x"] * terms) + "\n}"
+    if where is None:
+        check_source(source, "m.mdl")
+        return
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    first = info.value.render().splitlines()[0]
+    assert first.startswith(f"m.mdl:{where}: error: this is nested too deeply (more than 200 "
+                            "levels, each operator of a chain like `a + b + c` one)"), first
