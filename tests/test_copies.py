@@ -68,6 +68,20 @@ def test_a_copy_has_parameters_of_its_own(charlm64, way):
     assert not same_params(a, b)
 
 
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_copy_keeps_the_attributes_set_on_the_model(charlm64, way):
+    """As Python's own objects do: a run's label or best loss set on the model was lost."""
+    a = trained(charlm64)
+    a.label, a.history = "run 7", [3.5, 2.25]
+    b = WAYS[way](a)
+    assert (b.label, b.history) == ("run 7", [3.5, 2.25])
+    assert (b.history is a.history) == (way == "copy")  # a shallow copy shares them
+    # a pickle made before attributes were kept: (arrays, outputs_on_device)
+    old = charlm64.CharLM(seed=1)
+    old.__setstate__(a.__reduce__()[2][:2])
+    assert same_params(a, old) and not hasattr(old, "label")
+
+
 def test_a_copy_of_a_sharing_model_owns_what_it_shared(charlm64):
     """CharLMStep(params=m) uses m's weights; its copy has them as they were."""
     m = trained(charlm64)
@@ -112,11 +126,14 @@ def test_a_model_file_named_as_a_module_does_not_hide_it(tmp_path):
 
 
 @pytest.mark.parametrize("state, error, message", [
-    (None, TypeError, r"takes \(checkpoint arrays: dict, outputs_on_device: bool\)"),
+    (None, TypeError, r"takes \(checkpoint arrays: dict, outputs_on_device: bool\[, "
+     r"attributes: dict\]\)"),
     (({},), TypeError, "what __reduce__ gives; got tuple"),
     (({}, "no"), TypeError, "outputs_on_device must be True or False"),
     (({}, True), ValueError, "outputs_on_device is True, but the model runs on the CPU"),
     (({}, False), ValueError, "not an mdl checkpoint"),
+    (({}, False, "x"), TypeError, "the state's attributes must be a dict, got str"),
+    (({}, False, {}, 4), TypeError, "what __reduce__ gives; got tuple"),
 ])
 def test_a_bad_state_is_refused_and_changes_nothing(charlm64, state, error, message):
     m = trained(charlm64)
@@ -128,7 +145,7 @@ def test_a_bad_state_is_refused_and_changes_nothing(charlm64, state, error, mess
 
 def test_a_state_checked_as_a_checkpoint_is(charlm64):
     m = charlm64.CharLM(seed=0)
-    arrays, on_device = m.__reduce__()[2]
+    arrays, on_device, attributes = m.__reduce__()[2]
     del arrays["param/embedding"]
     with pytest.raises(ValueError, match="__setstate__ of model CharLM: no 'param/embedding'"):
         m.__setstate__((arrays, on_device))

@@ -480,6 +480,10 @@ def test_training_a_model_without_a_loss_is_a_runtime_error(tmp_path):
         m.forward(x=np.ones(2, np.float32), training=True)
     with pytest.raises(RuntimeError, match="training=True"):
         m.backward()
+    with pytest.raises(RuntimeError, match=r"set_optimizer\(\): model NoLoss minimizes no "
+                       "output, so there is nothing to train"):
+        m.set_optimizer("sgd", lr=0.1)
+    assert m.optimizer is None
 
 
 @pytest.mark.parametrize("bad", [[9, 1, 2], [3, -1, 2]])

@@ -412,6 +412,10 @@ class Model {
     if (!PyUnicode_Check(name.ptr()))
       throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
                            type_name(name));
+    if (!spec_->variants[0].train)
+      throw std::runtime_error("set_optimizer(): model " + std::string(spec_->name) +
+                               " minimizes no output, so there is nothing to train: an "
+                               "optimizer needs `minimize NAME`");
     OptimizerConfig c = configure<T>(name.cast<std::string>(), kwargs);
     // the lock is taken without the GIL, as every call takes it: a call holding it may be
     // waiting for the GIL to hand back its results
@@ -492,7 +496,7 @@ class Model {
     std::string what = "__setstate__ of model " + std::string(spec_->name);
     if (!PyTuple_Check(state.ptr()) || py::len(state) != 2 ||
         !PyDict_Check(PyTuple_GET_ITEM(state.ptr(), 0)))
-      throw py::type_error(what + " takes (checkpoint arrays: dict, outputs_on_device: bool), "
+      throw py::type_error(what + " takes (checkpoint arrays: dict, outputs_on_device: bool[, attributes: dict]), "
                            "what __reduce__ gives; got " + type_name(state));
     py::tuple given = py::reinterpret_borrow<py::tuple>(state);
     bool on_device = bool_argument(given[1], what + ": outputs_on_device");

@@ -194,17 +194,36 @@ py::object bind_base(py::module_& m) {
         return built<M>(self).repr(py::str(py::type::handle_of(self).attr("__module__")));
       })
       // pickle and copy.copy/deepcopy: the class called with the seed, then the checkpoint
+      // and the attributes the user set on the instance (as Python's own objects keep them)
       .def("__reduce__", [](py::object self) {
         py::tuple state = built<M>(self).reduced();
+        py::object attributes = py::getattr(self, "__dict__", py::dict());
         return py::make_tuple(py::type::of(self), py::make_tuple(state[0]),
-                              py::make_tuple(state[1], state[2]));
+                              py::make_tuple(state[1], state[2], attributes));
       }, "__reduce__() -> tuple\n\nFor pickle and copy: the class, the seed, and what a "
          "checkpoint holds\n(parameters, optimizer state, dropout stream) with "
-         "outputs_on_device.");
+         "outputs_on_device\nand the instance's own attributes.");
   // pybind11 takes a method named __setstate__ for a constructor, which it skips on an
   // instance already made (as __reduce__'s is): so the function has another name
   cls.attr("__setstate__") = py::cpp_function(
-      [](py::handle self, py::handle state) { built<M>(self).set_state(state); },
+      [](py::handle self, py::handle state) {
+        // (arrays, outputs_on_device) as pickles before the attributes were kept, or
+        // (arrays, outputs_on_device, attributes); the model's part is checked whole first
+        bool attributes = PyTuple_Check(state.ptr()) && py::len(state) == 3;
+        if (attributes && !PyDict_Check(PyTuple_GET_ITEM(state.ptr(), 2)))
+          throw py::type_error("__setstate__: the state's attributes must be a dict, got " +
+                               type_name(PyTuple_GET_ITEM(state.ptr(), 2)));
+        py::handle model_state = state;
+        py::tuple head;
+        if (attributes) {
+          head = py::make_tuple(py::handle(PyTuple_GET_ITEM(state.ptr(), 0)),
+                                py::handle(PyTuple_GET_ITEM(state.ptr(), 1)));
+          model_state = head;
+        }
+        built<M>(self).set_state(model_state);
+        if (attributes && py::hasattr(self, "__dict__"))
+          self.attr("__dict__").attr("update")(py::handle(PyTuple_GET_ITEM(state.ptr(), 2)));
+      },
       py::name("set_state"),
       py::is_method(cls), py::arg("state"),
       py::doc("__setstate__(state) -> None\n\nWhat __reduce__ kept (pickle, copy.deepcopy)."));
