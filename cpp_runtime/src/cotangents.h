@@ -97,10 +97,10 @@ class Cotangents {
   // `what` runs the backward without cotangents, which a vjp build has not.
   void need_minimized(const char* what) const {
     if (!outputs_.empty())
-      throw std::runtime_error(std::string(what) + " differentiates the minimized output, but "
-                               "model " + spec_->name + " was built with vjp: its backward "
-                               "takes cotangents (backward(**cotangents)); build it without "
-                               "vjp to train it natively");
+      throw std::runtime_error(std::string(what) + ": model " + spec_->name + " was built "
+                               "with vjp: its backward takes cotangents (backward(**cotangents)), "
+                               "not the minimized output; build it without vjp to train it "
+                               "natively");
   }
 
  private:

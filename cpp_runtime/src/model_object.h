@@ -276,10 +276,10 @@ class Model {
     {
       ReleasedGil release;
       guard.lock();
+      need_training("train_step()");  // before the optimizer, which such a model cannot set
       if (opt_.config.kind == OptimizerConfig::NONE)
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
                                  "or \"adam\", lr=...) first");
-      cotangents_.need_minimized("train_step()");
       place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
@@ -300,7 +300,7 @@ class Model {
     {
       ReleasedGil release;
       guard.lock();
-      cotangents_.need_minimized("forward_backward()");
+      need_training("forward_backward()");
       place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
       Call grads;
@@ -384,6 +384,7 @@ class Model {
     ReleasedGil release;
     guard.lock();
     settle();
+    need_training("apply_gradients()");
     if (opt_.config.kind == OptimizerConfig::NONE)
       throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
     if (!pending_)
@@ -412,10 +413,7 @@ class Model {
     if (!PyUnicode_Check(name.ptr()))
       throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
                            type_name(name));
-    if (!spec_->variants[0].train)
-      throw std::runtime_error("set_optimizer(): model " + std::string(spec_->name) +
-                               " minimizes no output, so there is nothing to train: an "
-                               "optimizer needs `minimize NAME`");
+    need_training("set_optimizer()");
     OptimizerConfig c = configure<T>(name.cast<std::string>(), kwargs);
     // the lock is taken without the GIL, as every call takes it: a call holding it may be
     // waiting for the GIL to hand back its results
@@ -689,11 +687,24 @@ class Model {
       flat_device_ = Buffer<T>(spec_->device, spec_->param_count);
   }
 
+  [[noreturn]] void no_minimized(const char* what) const {
+    throw std::runtime_error(std::string(what) + ": model " + spec_->name + " minimizes no "
+                             "output, so there is nothing to train: training needs "
+                             "`minimize NAME`");
+  }
+
+  // `what` trains natively, from the gradients of the minimized output: a model without
+  // `minimize` has none, and a vjp build's backward takes cotangents instead.
+  void need_training(const char* what) const {
+    if (!spec_->variants[0].train)
+      no_minimized(what);
+    cotangents_.need_minimized(what);
+  }
+
   // Under the lock: a training forward, keeping what the backward needs.
   void train(const Variant<T>& v, Call& call) {
     if (!v.train)
-      throw std::runtime_error("model " + std::string(spec_->name) + " minimizes no output: "
-                               "training needs `minimize NAME`");
+      no_minimized("forward(..., training=True)");
     call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
     // call k draws from the stream (seed, k); a call that fails (an index its run finds out
     // of range) counts no more than one its arguments' checks refused: the next one draws
