@@ -492,14 +492,15 @@ def cmd_gradcheck(args) -> int:
                          f"`{graph.name}` (it has {', '.join(symbols) or 'none'})")
     module = import_built(args.file, name, options)
     dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3)) for s in symbols}
+    given = _given(args.defines, f"--dims {dims_text(dims)}")
     try:
         results = gradcheck.check(module, graph, dims, args.seed)
     except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)
         raise UsageError(str(exc)) from None
-    except ValueError as exc:  # an assert the drawn inputs do not pass
-        raise UsageError(_undrawable(exc)) from None
+    except (ValueError, IndexError) as exc:  # an assert or a computed index, or the sizes
+        raise UsageError(_undrawable(exc, given)) from None
     except MemoryError as exc:
-        raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
+        raise UsageError(_too_large(given, exc)) from None
     worst = max((r.error for r in results), default=0.0)
     width = max((len(r.name) for r in results), default=10)
     for r in results:
@@ -510,10 +511,21 @@ def cmd_gradcheck(args) -> int:
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 
-def _undrawable(exc: ValueError) -> str:
-    return (f"the random inputs fail the model's check: {exc}. They are drawn within "
-            "what its asserts compare each input with (`ids < R`, `scale > 0.0`); give "
-            "a check of another form inputs that pass it (mdlc profile --inputs)")
+def _given(defines: list, inputs: str) -> str:
+    """The options a model's run was given, as a message names them: `-D H=8 --dims T=4`."""
+    return " ".join([f"-D {k}={v}" for k, v in defines] + [inputs])
+
+
+def _undrawable(exc: ValueError | IndexError, given: str) -> str:
+    """What the model's refusal of random inputs drawn at `given` means: an assert or an
+    index computed from an input that the draws do not satisfy (the user's to give inputs
+    that do), or sizes the model cannot take (the user's to change)."""
+    if not isinstance(exc, IndexError) and " is false" not in str(exc):
+        return f"{given}: {exc}"
+    return (f"the random inputs fail the model's check: {exc}. They are drawn within what "
+            "its asserts compare each input with (`ids < R`, `scale > 0.0`) and the rows "
+            "of what it indexes with an input (`emb[ids]`): for a check or an index of "
+            "another form, give inputs that pass (mdlc profile --inputs)")
 
 
 def _too_large(given: str, exc: MemoryError) -> str:
@@ -577,8 +589,8 @@ def cmd_profile(args) -> int:
             raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
                   for k, v in drawn.items()}
-    given = " ".join([f"-D {k}={v}" for k, v in args.defines] + [
-        f"--inputs {args.inputs}" if args.inputs is not None else f"--dims {dims_text(dims)}"])
+    given = _given(args.defines, f"--inputs {args.inputs}" if args.inputs is not None
+                   else f"--dims {dims_text(dims)}")
     module = import_built(args.file, module_name_for(args.file) + "_profile", options)
     try:  # parameters too large for this machine (-D H=100000)
         model = getattr(module, graph.name)(seed=args.seed)
@@ -589,6 +601,8 @@ def cmd_profile(args) -> int:
                         graph.name)(seed=args.seed)
     except MemoryError as exc:
         raise UsageError(_too_large(given, exc)) from None
+    except RuntimeError as exc:  # the model cannot run here (no CUDA device, ...)
+        raise UsageError(str(exc)) from None
     train = graph.loss is not None and not args.forward
     try:
         measured = measure(model, inputs, args.calls, train, plain=plain)
@@ -596,9 +610,9 @@ def cmd_profile(args) -> int:
         raise UsageError(_too_large(given, exc)) from None
     except (TypeError, ValueError, IndexError) as exc:  # what a model says of its inputs
         if args.inputs is None:
-            if isinstance(exc, ValueError):
-                raise UsageError(_undrawable(exc)) from None
-            raise  # inputs drawn within their bounds: a bug of ours
+            if isinstance(exc, TypeError):
+                raise  # inputs drawn as declared: a bug of ours
+            raise UsageError(_undrawable(exc, given)) from None
         raise UsageError(f"--inputs {args.inputs}: {exc}") from None
     print(report(graph.name, dims, measured, bool(options.specialize)))
     return 0
@@ -611,8 +625,11 @@ def cmd_export(args) -> int:
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
-    out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs,
-                      rnn_ops=not args.loops, warn=_report, **common)
+    try:
+        out = export_onnx(args.file, args.onnx, opset=args.opset, outputs=args.outputs,
+                          rnn_ops=not args.loops, warn=_report, **common)
+    except MemoryError as exc:  # parameters too large for this machine (-D H=100000000)
+        raise UsageError(_too_large(_given(args.defines, "the model"), exc)) from None
     print(out)
     if args.verify is None:
         return 0
@@ -620,7 +637,7 @@ def cmd_export(args) -> int:
         verdicts = verify_onnx(args.file, out, runtimes=args.verify or ["onnxruntime"],
                                **common)
     except Undrawable as exc:
-        raise UsageError(_undrawable(exc)) from None
+        raise UsageError(_undrawable(exc.__cause__ or exc, "--verify's random inputs")) from None
     for verdict in verdicts:
         print(verdict)
     return 0 if all(v.agrees for v in verdicts) else 1

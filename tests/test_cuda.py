@@ -110,9 +110,12 @@ def test_the_cli_builds_and_emits_for_cuda(tmp_path, cuda_modules, gpu):
     assert "void infer_0_k0(" in host and "mdl::cuda::launch(infer_0_k0," in host
 
 
-def test_gradcheck_on_cuda(cuda_modules, gpu):
-    """Without a GPU a clean error (exit 2, no traceback); with one, the gradients check."""
-    done = mdlc("gradcheck", str(EXAMPLES / "gru.mdl"), "--target", "cuda")
+@pytest.mark.parametrize("command", [["gradcheck"], ["profile", "--dims", "T=3,B=2",
+                                                      "--calls", "1"]])
+def test_gradcheck_and_profile_on_cuda(cuda_modules, gpu, command):
+    """Without a GPU a clean error (exit 2, no traceback; profile's was an internal error);
+    with one, the gradients check and the profile is made."""
+    done = mdlc(command[0], str(EXAMPLES / "gru.mdl"), "--target", "cuda", *command[1:])
     if gpu:
         assert done.returncode == 0, done.stdout + done.stderr
         return

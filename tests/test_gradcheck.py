@@ -94,3 +94,41 @@ def test_dims_the_model_does_not_have_are_a_usage_error(capsys):
     assert cli.main(["gradcheck", str(EXAMPLES / "charlm.mdl"), "--model", "CharLM", "--dims", "t=2"]) == 2
     assert ("--dims names t, not a symbolic dim of model `CharLM` (it has T, B)"
             in capsys.readouterr().err)
+
+
+COMPUTED_INDEX = """
+model Ix(V = 5, E = 2) {
+  input ids : i32[B]
+  param emb : f32[V, E] = normal(0, 1)
+  y = emb[ids + 1]
+  output loss = sum(y * y)
+  minimize loss
+}
+"""
+
+SHORT = """
+model Sb(H = 3) {
+  input xs : f32[T, B, H]
+  z = zeros[T - 2, B]
+  output loss = sum(xs[2:] * xs[2:]) + sum(z)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("source, args, message", [
+    # ids drawn in [0, V) index emb as ids + 1: an internal error (exit 3) before
+    (COMPUTED_INDEX, ["--dims", "B=50"], "the random inputs fail the model's check: an index "
+     "computed from the input `ids` holds 5"),
+    # sizes the model refuses are the --dims' fault, not an assert's (it said so)
+    (SHORT, ["--dims", "T=1"], "mdlc: error: --dims T=1,B=3: the inputs' dims (T = 1, B = 3) "
+     "make the size T - 2 of this model's values -1"),
+    (SHORT, ["-D", "H=2", "--dims", "T=1"], "mdlc: error: -D H=2 --dims T=1,B=3: "),
+])
+def test_random_inputs_the_model_refuses_are_a_usage_error(tmp_path, capsys, source, args,
+                                                          message):
+    path = tmp_path / "refused.mdl"
+    path.write_text(source)
+    assert cli.main(["gradcheck", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and ("asserts" in err) == ("random inputs" in message), err

@@ -668,6 +668,32 @@ def test_a_split_into_one_part_runs_in_the_reference_and_onnxruntime(tmp_path):
     assert mdlc(["export", str(path), "--onnx", str(tmp_path / "one.onnx"), "--verify"]) == 0
 
 
+def test_verify_with_an_index_computed_past_the_table_is_a_usage_error(tmp_path, capsys):
+    """ids drawn within emb's rows, indexing it as ids + 1: it was an internal error."""
+    path = tmp_path / "shifted.mdl"
+    path.write_text("model M(V = 5) {\n  input ids : i32[B]\n  param emb : f32[V, 2]\n"
+                    "  output y = emb[ids + 1]\n}\n")
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "s.onnx"), "--verify"]) == 2
+    assert "the random inputs fail the model's check: an index computed from the input " \
+        "`ids` holds 5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source, message", [
+    ("model M() {}", "model `M` has no outputs: an ONNX graph computes at least one"),
+    ("model M(H = 24000) {\n  input x : f32[B, H]\n  param w : f32[H, H]\n"
+     "  output y = x @ w\n}\n", "model `M`'s parameters take 2.1 GiB, more than the 2 GiB "
+     "one ONNX file holds"),
+])
+def test_a_model_no_onnx_file_can_hold_is_refused(tmp_path, capsys, source, message):
+    """No outputs: a file onnxruntime cannot load (and --verify's internal error); weights
+    past protobuf's 2 GiB: its EncodeError after a minute and 18 GB of memory."""
+    path = tmp_path / "m.mdl"
+    path.write_text(source)
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "m.onnx")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_verify_with_inputs_that_fail_an_assert_is_a_usage_error(tmp_path, capsys):
     """It was an internal error (exit 3); gradcheck said what to do, as export now does."""
     path = tmp_path / "checked.mdl"

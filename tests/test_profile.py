@@ -318,3 +318,14 @@ def test_a_file_that_is_no_npz_is_named_not_a_crash(built, tmp_path, kind, detai
     assert done.returncode == 2 and (f"mdlc: error: {bad}: not a checkpoint written by `save` "
                                      "(an .npz) (") in done.stderr, done.stderr
     assert detail in done.stderr, done.stderr
+
+
+def test_mdlc_profile_with_an_index_computed_past_the_table_is_a_usage_error(tmp_path):
+    """ids drawn within emb's rows index it as ids + 1: an internal error (exit 3) before."""
+    path = tmp_path / "shifted.mdl"
+    path.write_text("model M(V = 5) {\n  input ids : i32[B]\n  param emb : f32[V, 2]\n"
+                    "  output y = emb[ids + 1]\n}\n")
+    done = mdlc("profile", str(path), "--dims", "B=50", "--calls", "1")
+    assert done.returncode == 2 and ("mdlc: error: the random inputs fail the model's check: "
+                                     "an index computed from the input `ids` holds 5") \
+        in done.stderr, done.stderr

@@ -3,6 +3,7 @@ inference program as an ONNX graph that onnxruntime, TensorRT or OpenVINO run an
 shows (docs/onnx.md). Needs the `onnx` extra: `pip install "mdl[onnx]"`."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from ..ir.diagnostics import Diagnostic, UsageError, writing
 from ..ir.dtypes import checked_seed
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
+
+# The most weights one .onnx file holds: protobuf refuses a message of 2 GiB (a model of
+# 2.5 GiB failed in serialization after a minute and 20 GB of memory), less room for the
+# graph itself
+ONNX_FILE_LIMIT = 2**31 - 2**26
 
 
 def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
@@ -48,6 +54,9 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     if unknown:
         raise UsageError(f"model `{graph.name}` has no output {', '.join(unknown)} (its "
                          f"outputs: {', '.join(graph.outputs)})")
+    if not graph.outputs:
+        raise UsageError(f"model `{graph.name}` has no outputs: an ONNX graph computes at "
+                         "least one")
     ready = inference_graph(graph, outputs)
     made = to_onnx(ready, values, fixed, opset,
                    doc=f"model {graph.name} of {Path(path).name}, exported by mdlc",
@@ -110,6 +119,14 @@ def _model(path, model, params, defines, specialize, dtype, seed, warn=None):
         raise UsageError(f"{path} defines several models ({', '.join(g.name for g in graphs)});"
                          " choose one with --model NAME")
     graph = graphs[0]
+    # before the weights are drawn: 2.1 GiB of them took a minute and 18 GB of memory
+    size = np.dtype(np.float32 if dtype == "f32" else np.float64).itemsize
+    weights = sum(math.prod(d.value for d in p.value.type.shape) * size
+                  for p in graph.params.values())
+    if weights >= ONNX_FILE_LIMIT:
+        raise UsageError(f"model `{graph.name}`'s parameters take {weights / 2**30:.1f} GiB, "
+                         f"more than the 2 GiB one ONNX file holds (protobuf's limit); mdlc "
+                         "does not write the weights to files beside it: export smaller sizes")
     values = parameter_values(graph, params, seed, np.float32 if dtype == "f32"
                               else np.float64)
     return graph, values, fixed
