@@ -43,7 +43,11 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in its place or on its path, a read-only place
+        raise UsageError(f"--out {args.out}: cannot make the folder the results go to: "
+                         f"{exc.strerror or exc}") from None
     if args.device == "cuda":  # a GPU machine's cores build the modules side by side
         print("building the mdl models", file=sys.stderr)
         prebuild([c for c in selected if c.group != "memory"], cpus)

@@ -513,7 +513,8 @@ def cmd_gradcheck(args) -> int:
 
 def _given(defines: list, inputs: str) -> str:
     """The options a model's run was given, as a message names them: `-D H=8 --dims T=4`."""
-    return " ".join([f"-D {k}={v}" for k, v in defines] + [inputs])
+    from dsl.env import Const
+    return " ".join([f"-D {k}={Const.of(v)}" for k, v in defines] + [inputs])
 
 
 def _undrawable(exc: ValueError | IndexError, given: str) -> str:

@@ -11,6 +11,7 @@ from codegen.ir.graph import Graph
 from codegen.ir.shapes import numel
 
 from .elaborate import elaborate
+from .env import Const
 from .program import load_program, read_source
 
 
@@ -114,7 +115,7 @@ def to_json(cm: CheckedModel) -> dict:
 
 def summary(cm: CheckedModel) -> str:
     g = cm.graph
-    hp = ", ".join(f"{k}={v}" for k, v in g.hparams.items())
+    hp = ", ".join(f"{k}={Const.of(v)}" for k, v in g.hparams.items())  # `true`, as written
     lines = [f"model {g.name}({hp}): ok"]
     for k, v in g.inputs.items():
         lines.append(f"  input  {k} : {v.type}")

@@ -4,10 +4,33 @@ that the build index (codegen/compile/index.py) follows imports as the front end
 without loading it."""
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 STD_ROOT = Path(__file__).parent  # `import "std/rnn.mdl"` finds dsl/std/rnn.mdl
+
+# The most a source file may hold: /dev/zero (or a runaway generated file) was read
+# until memory ran out
+MAX_SOURCE_BYTES = 64 << 20
+
+# What a source that is no regular file held (a pipe: `mdlc graph <(gen.py)`), by its path
+# as given: a command reads its file more than once (to check, then to draw), and the
+# second read of a pipe finds it empty
+_READ_ONCE: dict[str, bytes] = {}
+
+
+def source_bytes(path: str | Path) -> bytes:
+    """The bytes of the source file at `path`, at most MAX_SOURCE_BYTES + 1 of them (the
+    caller refuses more); OSError as open raises it."""
+    if str(path) in _READ_ONCE:
+        return _READ_ONCE[str(path)]
+    with open(path, "rb") as f:
+        data = f.read(MAX_SOURCE_BYTES + 1)
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            _READ_ONCE[str(path)] = data
+    return data
 
 # grammar.lark's tokens that may hold the text `import` or a quote without being the
 # keyword or a string (a name, a number, a string, a comment); any other character is a

@@ -10,7 +10,7 @@ from codegen.ir.diagnostics import (Loc, MdlError, MdlNameError, MdlTypeError, S
 
 from . import nodes as n
 from .builtins import reserved
-from .imports import find_import, main_directory
+from .imports import MAX_SOURCE_BYTES, find_import, main_directory, source_bytes
 from .parser import parse
 
 # What a generated module holds besides its model classes (cpp_runtime/src/python_module.cpp)
@@ -24,15 +24,9 @@ class Program:
     models: dict[str, n.ModelDef] = field(default_factory=dict)  # the main file's
 
 
-# The most a source file may hold: /dev/zero (or a runaway generated file) was read
-# until memory ran out
-MAX_SOURCE_BYTES = 64 << 20
-
-
 def read_source(path: str | Path, loc: Loc | None = None) -> str:
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SOURCE_BYTES + 1)
+        data = source_bytes(path)
     except OSError as exc:
         raise MdlNameError(f"cannot read `{path}`: {exc.strerror or exc}", loc) from None
     if len(data) > MAX_SOURCE_BYTES:

@@ -393,3 +393,14 @@ def test_the_onnx_speed_rows_run_and_agree():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == (11 if "--openvino" in args else 7)
         assert float(cells[-1]) < 1e-5  # the largest logits difference
+
+
+def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path):
+    """A file in --out's place or on its path was an internal error (FileExistsError)."""
+    (tmp_path / "afile").touch()
+    for out in ["afile", "afile/sub"]:
+        done = subprocess.run([sys.executable, "-m", "codegen.cli", "bench", "--quick",
+                               "--only", "lstm-*", "--out", str(tmp_path / out)], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert f"--out {tmp_path / out}: cannot make the folder" in done.stderr

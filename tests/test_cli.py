@@ -256,6 +256,35 @@ def test_a_source_without_end_is_refused_not_read_until_memory_runs_out():
     assert r.returncode == 1 and "holds more than 64 MiB" in r.stderr, r.stderr
 
 
+FLAGGED = """
+model F(S = 0.5, USE = true) {
+  input x : f32[B, 4]
+  if USE { y = S * x } else { y = x }
+  output loss = sum(y * y)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdin"), reason="needs /dev/stdin")
+def test_a_source_from_a_pipe_is_read_once(tmp_path):
+    """A pipe (`mdlc graph <(gen.py)`) holds its text for one read: graph read it to check
+    and again to draw (an internal error, KeyError), gradcheck said "defines no model"."""
+    def piped(*args):
+        env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
+               "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"],
+               **{k: os.environ[k] for k in ("CXX",) if k in os.environ}}
+        return subprocess.run([sys.executable, "-m", "codegen.cli", *args], input=FLAGGED,
+                              capture_output=True, text=True, env=env)
+    r = piped("graph", "/dev/stdin", "-o", str(tmp_path / "f.dot"))
+    assert r.returncode == 0 and (tmp_path / "f.dot").is_file(), r.stderr
+    r = piped("gradcheck", "/dev/stdin")
+    assert r.returncode == 0 and "worst relative error" in r.stdout, r.stderr
+    # hyper-parameters are shown as written: `true`, not Python's `True`
+    r = piped("check", "/dev/stdin", "-D", "USE=false")
+    assert r.stdout.startswith("model F(S=0.5, USE=false): ok"), r.stdout
+
+
 def test_a_source_read_as_text_mode_reads_it(tmp_path):
     path = tmp_path / "crlf.mdl"
     path.write_bytes(b"model M() {\r\n  input x : f32[3]\r\n  output y = x * 2.0\r\n}\r\n")

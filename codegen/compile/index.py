@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dsl
-from dsl.imports import find_import, imported_paths, main_directory
+from dsl.imports import find_import, imported_paths, main_directory, source_bytes
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import Diagnostic, Loc, MdlBuildError, Source
@@ -137,7 +137,7 @@ def _closure(path: Path) -> dict[str, str] | None:
         p, directory = pending.pop()
         if str(p) in texts:
             continue
-        texts[str(p)] = p.read_text(encoding="utf-8")
+        texts[str(p)] = source_bytes(p).decode("utf-8")
         for target in imported_paths(texts[str(p)]):
             found = find_import(target, directory)
             if found is None:
