@@ -157,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
                       "parts of its code and their place in the .mdl source")
     _model_options(profile)
     given = profile.add_mutually_exclusive_group()
-    given.add_argument("--dims", type=_dims, default={}, metavar="T=35,B=8",
+    given.add_argument("--dims", type=_dims, action=_MergedDims, default={}, metavar="T=35,B=8",
                        help="the size of each dim of the inputs, drawn at random")
     given.add_argument("--inputs", metavar="FILE.npz",
                        help="the inputs instead, by name (numpy.savez)")
@@ -175,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
     gradcheck = command("gradcheck", "compare gradients with finite differences")
     _model_options(gradcheck, dtype=False)
     _target_option(gradcheck)
-    gradcheck.add_argument("--dims", type=_dims, default={}, metavar="T=4,B=3",
+    gradcheck.add_argument("--dims", type=_dims, action=_MergedDims, default={}, metavar="T=4,B=3",
                            help="sizes of the inputs' symbolic dims (default T=4, B=3, 3 for "
                            "any other)")
     gradcheck.add_argument("--seed", type=_seed, default=0,
@@ -189,7 +189,8 @@ def parser() -> argparse.ArgumentParser:
                         "initial values of --seed, as Model(seed=...) has them)")
     export.add_argument("--seed", type=_seed, default=0, help="the parameters' seed without --params, and the seed of "
                         "--verify's random inputs (default 0)")
-    export.add_argument("--specialize", type=_dims, default={}, metavar="B=1,T=35",
+    export.add_argument("--specialize", type=_dims, action=_MergedDims, default={},
+                        metavar="B=1,T=35",
                         help="dims fixed in the graph (the others stay symbolic)")
     export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
                         help="the outputs to compute (default: all)")
@@ -315,12 +316,25 @@ def _dims(text: str) -> dict[str, int]:
     out = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
-        if not sep or not key.isidentifier() or not value.isdigit() or int(value) < 1:
+        if (not sep or not (key + value).isascii() or not key.isidentifier()
+                or not value.isdigit() or int(value) < 1):  # isdigit alone takes `٣`, `²`
             raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
         if key in out:  # which of the two was meant is not ours to guess
             raise argparse.ArgumentTypeError(f"{key} is given twice in {text!r}")
         out[key] = int(value)
     return out
+
+
+class _MergedDims(argparse.Action):
+    """An option of dims given more than once (`--dims T=2 --dims B=2`) means all of them,
+    as one `--dims T=2,B=2`; the later one dropped the earlier without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        merged = dict(getattr(namespace, self.dest) or {})
+        for key in values:
+            if key in merged:  # which of the two was meant is not ours to guess
+                parser.error(f"argument {option_string}: {key} is given twice")
+        setattr(namespace, self.dest, {**merged, **values})
 
 
 def cmd_check(args) -> int:
@@ -433,6 +447,9 @@ def _print_ir(args) -> int:
 def cmd_graph(args) -> int:
     """Draws one model (`--backward`: its gradient program) into -o, else DOT on stdout."""
     from .drawing import picture, write
+    from .ir.diagnostics import not_the_source
+    if args.out is not None:
+        not_the_source(args.out, args.file, "-o")
     dot, warnings = picture(args.file, dict(args.defines), args.model, args.backward)
     for w in warnings:
         _report(w)
@@ -622,8 +639,9 @@ def cmd_profile(args) -> int:
 def cmd_export(args) -> int:
     from .export import export_onnx, verify_onnx
     from .export.verify import Undrawable, known_runtimes
-    from .ir.diagnostics import UsageError
+    from .ir.diagnostics import UsageError, not_the_source
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
+    not_the_source(args.onnx, args.file, "--onnx")
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
     try:

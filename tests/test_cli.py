@@ -598,3 +598,41 @@ def test_a_dim_named_twice_in_one_list_is_refused(capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["profile", "x.mdl", "--dims", "T=3,T=4"])
     assert done.value.code == 2 and "T is given twice in 'T=3,T=4'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, option", [("profile", "--dims"), ("gradcheck", "--dims"),
+                                             ("export", "--specialize")])
+def test_dims_given_in_two_options_are_merged(command, option):
+    """`--dims T=2 --dims B=2` dropped T=2 without a word (argparse keeps the last)."""
+    args = ["x.mdl", option, "T=2", option, "B=5"] + (["--onnx", "x.onnx"]
+                                                      if command == "export" else [])
+    parsed = cli.parser().parse_args([command, *args])
+    assert getattr(parsed, "dims" if option == "--dims" else "specialize") == {"T": 2, "B": 5}
+
+
+@pytest.mark.parametrize("given, message", [
+    (["--dims", "T=2", "--dims", "T=3"], "argument --dims: T is given twice"),
+    (["--dims", "T=٣"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=٣'"),  # not 3
+    (["--dims", "T=²"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=²'"),  # not `_dims value`
+])
+def test_dims_that_are_not_plain_sizes_are_refused(capsys, given, message):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["gradcheck", "x.mdl", *given])
+    assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["export", "{src}", "--onnx", "{src}"],
+                                  ["graph", "{src}", "-o", "{src}"],
+                                  ["export", "{link}", "--onnx", "{src}"]])
+def test_an_output_over_the_models_own_source_is_refused(tmp_path, capsys, args):
+    """`mdlc export m.mdl --onnx m.mdl` replaced the model with ONNX bytes, exit 0."""
+    if args[0] == "export":
+        pytest.importorskip("onnx")
+    src = tmp_path / "m.mdl"
+    src.write_text(FLAGGED)
+    (tmp_path / "link.mdl").symlink_to(src)
+    given = [a.format(src=src, link=tmp_path / "link.mdl") for a in args]
+    assert cli.main(given) == 2
+    assert "is the model's source file: writing it would replace the model" in \
+        capsys.readouterr().err
+    assert src.read_text() == FLAGGED

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import Diagnostic, UsageError, writing
+from ..ir.diagnostics import Diagnostic, UsageError, not_the_source, writing
 from ..ir.dtypes import checked_seed
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'
@@ -44,6 +44,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     opset = DEFAULT_OPSET if opset is None else _integer("opset", opset)
     if isinstance(outputs, str) or not all(isinstance(k, str) and k for k in outputs or []):
         raise UsageError(f"outputs: expected a list of output names, got {outputs!r}")
+    not_the_source(out, path, "out")  # before a minute of export, not after
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET <= opset <= newest:
         raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "

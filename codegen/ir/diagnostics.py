@@ -254,6 +254,18 @@ class UsageError(Exception):
     status 2."""
 
 
+def not_the_source(out, source, option: str) -> None:
+    """Refuse to write `out` (given as `option`) where it would replace the .mdl file
+    `source` it is made from (`mdlc export m.mdl --onnx m.mdl` overwrote the model)."""
+    try:
+        same = os.path.exists(out) and os.path.samefile(out, source)
+    except (OSError, ValueError):  # a source that is no file (a text): nothing to replace
+        same = False
+    if same:
+        raise UsageError(f"{option} {out} is the model's source file: writing it would "
+                         "replace the model; give another path")
+
+
 @contextmanager
 def writing(path) -> Iterator[None]:
     """A failure to write `path` (a folder that cannot be made, a file over a folder, no
