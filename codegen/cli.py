@@ -402,10 +402,11 @@ def cmd_emit(args) -> int:
                                                 name, chosen)
     out = _output_folder(args.out or ".")
     _refuse_overwriting(out, files)
-    with writing(out):
+    with writing(out):  # a full stdout is not the folder's fault: printed after
         for file_name, text in files.items():
             (out / file_name).write_text(text)
-            print(out / file_name)
+    for file_name in files:
+        print(out / file_name)
     return 0
 
 
@@ -479,7 +480,8 @@ def cmd_build(args) -> int:
         from .pipeline import build
         built = build(args.file, name, options, warn=_report)
     with writing(args.out):
-        print(install(built, args.out, name))
+        installed = install(built, args.out, name)
+    print(installed)  # a full stdout is not the folder's fault
     if args.sanitize:  # importing it without the runtime preloaded aborts Python
         from .compile.sanitizers import how_to_run
         print(f"note: import it from a Python started as: {how_to_run()}", file=sys.stderr)
@@ -497,10 +499,12 @@ def cmd_gradcheck(args) -> int:
                            emulate=args.emulate)
     name = module_name_for(args.file) + "_f64"
     graph = _one_model(args.file, check(args.file, options, _report), args.model)
+    unknown = sorted({k for k, _ in args.defines} - set(graph.hparams))
+    if unknown:  # the file's other models may have them: the module holds them all
+        raise UsageError(f"model `{graph.name}` has no hyper-parameter {', '.join(unknown)} "
+                         f"(it has {', '.join(graph.hparams) or 'none'})")
     if graph.loss is None:
-        print(f"mdlc: model `{graph.name}` minimizes nothing: no gradients to check",
-              file=sys.stderr)
-        return 2
+        raise UsageError(f"model `{graph.name}` minimizes nothing: no gradients to check")
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)   # in the order the inputs name them
     unknown = sorted(set(args.dims) - set(symbols))

@@ -62,7 +62,21 @@ def check(path: str | Path, options: BuildOptions, warn: Warn | None = None) -> 
                         for g in out)
         raise UsageError(f"--specialize {dims_text(spec)} fits no model: none has all of "
                          f"{', '.join(spec)} as symbolic dims ({has})")
+    for graph in out:
+        for spec in specializations_of(graph, options):
+            _runs_at(graph, spec)
     return out
+
+
+def _runs_at(graph: Graph, spec: dict[str, int]) -> None:
+    """Refuse a specialization every call of which the model would refuse (`zeros[T - 2]`
+    at T = 1): code compiled for dims no call can have, or an ONNX graph that fails."""
+    from .ops.entry import call_bounds
+    for text, d in call_bounds([graph], _symbolic_dims(graph)):
+        if d.symbols <= set(spec) and (value := d.evaluate(spec)) < 0:
+            raise UsageError(f"--specialize {dims_text(spec)}: model `{graph.name}` refuses "
+                             f"every call at these dims: they make "
+                             + text.replace("{}", str(value)))
 
 
 def specializations_of(graph: Graph, options: BuildOptions) -> list[dict[str, int]]:

@@ -197,6 +197,9 @@ def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
                                   "(`Train` has H; `Decode` has H, L)" in r.stderr)
     r = mdlc("check", str(path), "--model", "Train", "-D", "L=7")
     assert r.returncode == 2 and "model `Train` has no hyper-parameter L (it has H)" in r.stderr
+    # gradcheck builds the file's models together, and took another model's L unsaid
+    r = mdlc("gradcheck", str(path), "--model", "Train", "-D", "L=7")
+    assert r.returncode == 2 and "model `Train` has no hyper-parameter L (it has H)" in r.stderr
     built = load(path, defines={"L": 5}, name="two_models")
     assert built.Decode().forward(x=np.ones((2, 4), np.float32))["y"] == 40.0
 
@@ -205,9 +208,14 @@ def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
     (["build", "GOOD", "-o", "FILE"], "-o takes a folder, and `FILE` is a file"),
     (["build", "GOOD", "-o", "FILE/sub"], "cannot write `FILE/sub`: Not a directory"),
     (["emit", "GOOD", "-o", "FILE/sub"], "cannot write `FILE/sub`: Not a directory"),
-    (["export", "GOOD", "--onnx", "FILE/m.onnx"], "cannot write `FILE/m.onnx`"),
+    # a folder to make with a file in its place said "File exists"
+    (["export", "GOOD", "--onnx", "FILE/m.onnx"], "cannot write `FILE/m.onnx`: `FILE` is a "
+     "file, not a folder"),
     (["export", "GOOD", "--onnx", "DIR"], "cannot write `DIR`: Is a directory"),
-    (["graph", "GOOD", "-o", "FILE/m.dot"], "cannot write `FILE/m.dot`"),
+    (["graph", "GOOD", "-o", "FILE/m.dot"], "cannot write `FILE/m.dot`: `FILE` is a file, "
+     "not a folder"),
+    # the file that failed, not the folder it goes in
+    (["emit", "GOOD", "-o", "DIR"], "cannot write `DIR/module.cpp`: Is a directory"),
     (["build", "GOOD", "--name", "class"], "--name 'class' is not a valid Python module "
      "name (a keyword"),
 ])
@@ -216,6 +224,7 @@ def test_outputs_that_cannot_be_written_are_usage_errors(good, tmp_path, args, m
     exit 2 naming it (it was an internal error, exit 3, saying to report a bug)."""
     (tmp_path / "file").write_text("")
     (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "module.cpp").mkdir()
     names = {"GOOD": str(good), "FILE": str(tmp_path / "file"), "DIR": str(tmp_path / "dir")}
     for k, v in names.items():
         args = [a.replace(k, v) for a in args]
@@ -224,11 +233,13 @@ def test_outputs_that_cannot_be_written_are_usage_errors(good, tmp_path, args, m
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path):
-    path = tmp_path / "class.mdl"
+@pytest.mark.parametrize("stem", ["class", "os"])
+def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path, stem):
+    """`import os` finds Python's own os (frozen, or imported already) before an os.so."""
+    path = tmp_path / f"{stem}.mdl"
     path.write_text(GOOD)
     r = mdlc("build", str(path), "-o", str(tmp_path))
-    assert r.returncode == 0 and r.stdout.strip().endswith(f"m_class{EXT_SUFFIX}")
+    assert r.returncode == 0 and r.stdout.strip().endswith(f"m_{stem}{EXT_SUFFIX}")
 
 
 def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
@@ -584,11 +595,14 @@ def test_a_read_only_cache_holding_the_module_answers_without_an_index(good, mon
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
-@pytest.mark.parametrize("command", ["check", "graph"])
+@pytest.mark.parametrize("command", [["check"], ["graph"], ["build", "-o", "{out}"],
+                                     ["emit", "-o", "{out}"]])
 def test_an_output_that_cannot_be_written_is_said_not_a_bug(tmp_path, command):
+    """build and emit blamed a full stdout on their -o folder ("cannot write `out`")."""
     (path := tmp_path / "ok.mdl").write_text("model M() {\n  input x : f32[B]\n  output y = x\n}\n")
+    args = [command[0], str(path), *(a.format(out=tmp_path / "out") for a in command[1:])]
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "codegen.cli", command, str(path)],
+        done = subprocess.run([sys.executable, "-m", "codegen.cli", *args],
                               stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "mdlc: error: cannot write the output: No space left on device\n"
@@ -636,3 +650,27 @@ def test_an_output_over_the_models_own_source_is_refused(tmp_path, capsys, args)
     assert "is the model's source file: writing it would replace the model" in \
         capsys.readouterr().err
     assert src.read_text() == FLAGGED
+
+
+SHORTENED = """
+model Sb(H = 3) {
+  input xs : f32[T, B, H]
+  z = zeros[T - 2, B]
+  output loss = sum(xs[2:] * xs[2:]) + sum(z)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("command", [["build", "-o", "{out}"],
+                                     ["export", "--onnx", "{out}/s.onnx"]])
+def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
+    """Compiled (or exported) for T = 1, where `zeros[T - 2]` refuses every call."""
+    if command[0] == "export":
+        pytest.importorskip("onnx")
+    path = tmp_path / "sb.mdl"
+    path.write_text(SHORTENED)
+    args = [a.format(out=tmp_path) for a in command]
+    assert cli.main([args[0], str(path), *args[1:], "--specialize", "T=1"]) == 2
+    assert ("--specialize T=1: model `Sb` refuses every call at these dims: they make the size "
+            "T - 2 of this model's values -1") in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import keyword
 import numbers
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,4 +79,6 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
         raise UsageError(f"the module of `{path}` would be named {stem!r}, which is not ASCII, "
                          "and Python imports no compiled module of such a name: pass --name "
                          "with an ASCII identifier (or rename the file)")
-    return stem if stem.isidentifier() and not keyword.iskeyword(stem) else f"m_{stem}"
+    importable = (stem.isidentifier() and not keyword.iskeyword(stem)
+                  and stem not in sys.stdlib_module_names)  # `import os` finds Python's
+    return stem if importable else f"m_{stem}"

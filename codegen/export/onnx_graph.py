@@ -146,7 +146,8 @@ class OnnxGraph:
 
     # ---- constants and dims (made in the model's graph) --------------------------------
     def const(self, value, dtype: str) -> str:
-        array = np.asarray(value, NUMPY[dtype])
+        with np.errstate(over="ignore"):  # -D S=1e300 in f32 is inf, as the module's is
+            array = np.asarray(value, NUMPY[dtype])
         key = (dtype, array.shape, array.tobytes())
         top = self.root.graph
         if key not in top.root.consts:

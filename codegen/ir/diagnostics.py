@@ -273,4 +273,12 @@ def writing(path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise UsageError(f"cannot write `{path}`: {exc.strerror or exc}") from None
+        # the file that failed, where the OS names one (em1/module.cpp, not em1)
+        failed = exc.filename if isinstance(exc.filename, str) and exc.filename else path
+        why = exc.strerror or exc
+        if isinstance(exc, FileExistsError):  # a folder to make, with a file in its place
+            blocking = next((p for p in [Path(failed), *Path(failed).parents]
+                             if p.exists() and not p.is_dir()), None)
+            if blocking is not None:
+                failed, why = path, f"`{blocking}` is a file, not a folder"
+        raise UsageError(f"cannot write `{failed}`: {why}") from None

@@ -22,4 +22,7 @@ def read_npz(path: str | Path, what: str, name: str | None = None) -> dict[str, 
         with loaded:
             return {k: loaded[k] for k in loaded.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        if isinstance(exc, ValueError) and "pickled" in str(exc):  # NumPy's last guess
+            raise UsageError(f"{name}: not {what} (neither an .npz archive nor an .npy: a "
+                             "text, or a file of another kind)") from None
         raise UsageError(f"{name}: not {what} ({type(exc).__name__}: {exc})") from None
