@@ -265,10 +265,19 @@ def _model_options(p: argparse.ArgumentParser, dtype: bool = True, every: bool =
     p.add_argument("file")
     p.add_argument("-D", dest="defines", action="append", type=_define, default=[],
                    metavar="K=V", help="override a hyper-parameter")
-    p.add_argument("--model", help="only this model (default: every model of the file)"
+    p.add_argument("--model", type=_model_name,
+                   help="only this model (default: every model of the file)"
                    if every else "the model to use (required when the file has several)")
     if dtype:
         p.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+
+
+def _model_name(text: str) -> str:
+    """--model's name: an empty one meant every model to build and emit, and "no model
+    named ``" to the other commands."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a model's name, got ''")
+    return text
 
 
 def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
@@ -527,8 +536,8 @@ def cmd_gradcheck(args) -> int:
     for r in results:
         flag = "ok" if r.error <= gradcheck.TOLERANCE else "FAILED"
         print(f"{r.name.ljust(width)}  {r.error:.2e}  ({r.checked} elements)  {flag}")
-    print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e}) at "
-          + ", ".join(f"{k}={v}" for k, v in dims.items()))
+    print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e})"
+          + (" at " + ", ".join(f"{k}={v}" for k, v in dims.items()) if dims else ""))
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 

@@ -674,3 +674,13 @@ def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
     assert cli.main([args[0], str(path), *args[1:], "--specialize", "T=1"]) == 2
     assert ("--specialize T=1: model `Sb` refuses every call at these dims: they make the size "
             "T - 2 of this model's values -1") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["check", "build", "emit", "graph", "gradcheck"])
+def test_an_empty_model_name_is_refused(capsys, command):
+    """build and emit took `--model ""` for every model, export for the one, the others
+    looked for a model named ``."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "x.mdl", "--model", ""])
+    assert done.value.code == 2
+    assert "argument --model: expected a model's name, got ''" in capsys.readouterr().err

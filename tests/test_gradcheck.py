@@ -132,3 +132,13 @@ def test_random_inputs_the_model_refuses_are_a_usage_error(tmp_path, capsys, sou
     assert cli.main(["gradcheck", str(path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and ("asserts" in err) == ("random inputs" in message), err
+
+
+def test_a_model_of_no_symbolic_dims_is_checked_and_said_so(tmp_path, capsys):
+    """The last line ended "... at " with nothing after it."""
+    path = tmp_path / "fixed.mdl"
+    path.write_text("model N() {\n  param w : f32[3] = ones\n  output loss = sum(w * w)\n"
+                    "  minimize loss\n}\n")
+    assert cli.main(["gradcheck", str(path)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("worst relative error") and last.endswith("(tolerance 1e-04)")
