@@ -135,7 +135,9 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON object")
     emit = command("emit", "write the generated sources (or print the IR)")
     _generation_options(emit, "directory for the sources")
-    emit.add_argument("--ir", action="store_true", help="print the IR instead")
+    emit.add_argument("--ir", action="store_true",
+                      help="print the IR of one model instead (--model where the file has "
+                      "several): what every target and specialization starts from")
     emit.add_argument("--grad", action="store_true",
                       help="with --ir: with the backward pass of the minimized output")
     graph = command("graph", "draw a model: scopes, shared parameters, loops and branches")
@@ -391,6 +393,13 @@ def cmd_emit(args) -> int:
         raise UsageError("--grad prints the backward pass with --ir; the sources always "
                          "hold every pass a build needs")
     if args.ir:
+        ignored = [flag for flag, given in [
+            ("--target", args.target != "cpu"), ("--emulate", args.emulate),
+            ("--specialize", bool(args.specialize)), ("--name", args.name is not None)]
+            if given]
+        if ignored:  # they were dropped without a word
+            raise UsageError(f"--ir prints the IR that every target and specialization "
+                             f"starts from: {', '.join(ignored)} would change nothing of it")
         return _print_ir(args)
     from .compile.cmake import render_cmakelists
     from .compile.extension import compiled
@@ -543,8 +552,8 @@ def cmd_gradcheck(args) -> int:
 
 def _given(defines: list, inputs: str) -> str:
     """The options a model's run was given, as a message names them: `-D H=8 --dims T=4`."""
-    from dsl.env import Const
-    return " ".join([f"-D {k}={Const.of(v)}" for k, v in defines] + [inputs])
+    from .ir.dtypes import literal
+    return " ".join([f"-D {k}={literal(v)}" for k, v in defines] + [inputs])
 
 
 def _undrawable(exc: ValueError | IndexError, given: str) -> str:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from codegen.ir.diagnostics import Diagnostic, Loc, MdlError, MdlNameError, Source, UsageError
+from codegen.ir.dtypes import literal
 from codegen.ir.graph import Graph
 from codegen.ir.shapes import numel
 
 from .elaborate import elaborate
-from .env import Const
 from .program import load_program, read_source
 
 
@@ -115,7 +115,7 @@ def to_json(cm: CheckedModel) -> dict:
 
 def summary(cm: CheckedModel) -> str:
     g = cm.graph
-    hp = ", ".join(f"{k}={Const.of(v)}" for k, v in g.hparams.items())  # `true`, as written
+    hp = ", ".join(f"{k}={literal(v)}" for k, v in g.hparams.items())
     lines = [f"model {g.name}({hp}): ok"]
     for k, v in g.inputs.items():
         lines.append(f"  input  {k} : {v.type}")

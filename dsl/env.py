@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from codegen.ir.diagnostics import Loc
+from codegen.ir.dtypes import literal
 from codegen.ir.graph import Value
 from codegen.ir.shapes import Dim
 
@@ -30,7 +31,7 @@ class Const:
         return Const(float(value), "float")
 
     def __str__(self) -> str:
-        return str(self.value).lower() if self.kind == "bool" else str(self.value)
+        return literal(bool(self.value) if self.kind == "bool" else self.value)
 
 
 @dataclass(frozen=True)

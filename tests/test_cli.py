@@ -511,6 +511,10 @@ def test_emit_replaces_its_own_files_but_no_others(good, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--grad"], "--grad prints the backward pass with --ir"),
     (["--ir", "-o", "out"], "-o names a folder for the sources, and --ir prints the IR"),
+    # they were dropped without a word
+    (["--ir", "--target", "cuda", "--specialize", "B=2"], "--ir prints the IR that every "
+     "target and specialization starts from: --target, --specialize would change nothing"),
+    (["--ir", "--name", "other"], "--name would change nothing of it"),
 ])
 def test_emit_options_that_would_do_nothing_are_usage_errors(good, tmp_path, args, message):
     done = mdlc("emit", str(good), *args, cwd=tmp_path)

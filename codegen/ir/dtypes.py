@@ -29,6 +29,12 @@ NUMERIC = tuple(n for n in DTYPES if n != "bool")
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
 
+def literal(value: int | float | bool) -> str:
+    """A compile-time number as mdl writes it: `true` and `false` for bools (messages,
+    summaries and the IR's header showed Python's `True`)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def fits_i32(value: int) -> bool:
     return I32_MIN <= value <= I32_MAX
 

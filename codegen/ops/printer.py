@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ..ir.dtypes import literal
 from ..ir.graph import Block, Graph, Op, Value
 from ..ir.shapes import Dim
 from .entry import entry
@@ -59,7 +60,7 @@ def format_block(block: Block, label: str, depth: int) -> list[str]:
 
 def format_graph(graph: Graph) -> str:
     """A whole model: header, inputs, parameters, body, outputs, loss and gradients."""
-    hp = ", ".join(f"{k}={v}" for k, v in graph.hparams.items())
+    hp = ", ".join(f"{k}={literal(v)}" for k, v in graph.hparams.items())
     lines = [f"model {graph.name}({hp})"]
     lines += [f"{INDENT}input {k} = {typed(v)}" for k, v in graph.inputs.items()]
     lines += [f"{INDENT}param {k} = {typed(p.value)}" for k, p in graph.params.items()]
