@@ -428,9 +428,10 @@ def cmd_emit(args) -> int:
     return 0
 
 
-def _refuse_overwriting(out: Path, names) -> None:
-    """emit replaces the files it wrote before, never others: a file of a name it writes
-    that mdl did not generate (a project's own CMakeLists.txt) is a usage error."""
+def _refuse_overwriting(out: Path, names, command: str = "emit") -> None:
+    """emit (and build, its stub) replaces the files it wrote before, never others: a file
+    of a name it writes that mdl did not generate (a project's own CMakeLists.txt, a .pyi
+    written by hand) is a usage error."""
     from .ir.diagnostics import UsageError
     for name in names:
         path = out / name
@@ -438,8 +439,8 @@ def _refuse_overwriting(out: Path, names) -> None:
             with open(path, "rb") as f:
                 head = f.read(512)
             if GENERATED not in head:
-                raise UsageError(f"`{path}` exists and mdl did not write it, and emit would "
-                                 "replace it: pass -o with a folder of the sources' own")
+                raise UsageError(f"`{path}` exists and mdl did not write it, and {command} "
+                                 "would replace it: pass -o with another folder")
 
 
 def _print_ir(args) -> int:
@@ -493,6 +494,7 @@ def cmd_build(args) -> int:
     name = module_name_for(args.file, args.name)
     args.out = args.out or "."
     _output_folder(args.out)  # before a build of seconds, not after
+    _refuse_overwriting(Path(args.out), [name + ".pyi"], "build")  # its type stub
     built = lookup(args.file, name, options, _report)
     if built is None:
         from .pipeline import build

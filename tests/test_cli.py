@@ -508,6 +508,17 @@ def test_emit_replaces_its_own_files_but_no_others(good, tmp_path):
     assert (tmp_path / "CMakeLists.txt").read_text() == "project(mine)\n"
 
 
+def test_build_replaces_its_own_stub_never_one_written_by_hand(good, tmp_path):
+    (tmp_path / "good.pyi").write_text("def mine() -> int: ...\n")
+    done = mdlc("build", str(good), "-o", str(tmp_path))
+    assert done.returncode == 2 and "good.pyi` exists and mdl did not write it, and build " \
+        "would replace it" in done.stderr, done.stderr
+    assert (tmp_path / "good.pyi").read_text() == "def mine() -> int: ...\n"
+    (tmp_path / "good.pyi").unlink()
+    for _ in range(2):  # its own, written before, it replaces
+        assert mdlc("build", str(good), "-o", str(tmp_path)).returncode == 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--grad"], "--grad prints the backward pass with --ir"),
     (["--ir", "-o", "out"], "-o names a folder for the sources, and --ir prints the IR"),
