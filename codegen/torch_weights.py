@@ -11,6 +11,7 @@ back, all of it goes to `bias_ih` and `bias_hh` becomes 0). Without PyTorch, imp
 this module raises an ImportError saying how to install it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,6 +34,17 @@ class Layer:
     index: int = 0
     reverse: bool = False
 
+    def __post_init__(self):
+        # an nn.RNN's weights came out under gru's names; Layer(lstm, True) was layer 1
+        if not isinstance(self.module, (torch.nn.LSTM, torch.nn.GRU)):
+            raise TypeError(f"Layer takes an nn.LSTM or an nn.GRU, got "
+                            f"{type(self.module).__name__} (a cell, nn.Linear and the "
+                            "others are mapped as they are)")
+        if isinstance(self.index, bool) or not isinstance(self.index, int):
+            raise TypeError(f"Layer's index takes an int, got {self.index!r}")
+        if not isinstance(self.reverse, bool):
+            raise TypeError(f"Layer's reverse takes True or False, got {self.reverse!r}")
+
 
 @dataclass(frozen=True)
 class _Part:
@@ -44,6 +56,7 @@ class _Part:
 def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
     """{full mdl name: array} of every module in `mapping` (key: its mdl scope, or the
     full name of an embedding's or a tensor's parameter), for `model.set_params`."""
+    _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
     return {p.name: p.read() for key, value in mapping.items() for p in _parts(key, value)}
 
 
@@ -51,19 +64,42 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     """Copy mdl parameters (`model.params`, or a checkpoint's arrays) into the modules of
     `mapping`, as `params_from_torch` names them. Every name and shape is checked before
     any module changes."""
+    _names(params, "params", "{full name: array}, as model.params")
+    _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
     parts = [p for key, value in mapping.items() for p in _parts(key, value)]
     missing = [p.name for p in parts if p.name not in params]
     if missing:
         raise KeyError(f"no parameter {', '.join(missing)} among the model's "
                        f"({', '.join(sorted(params))})")
+    values = {p.name: _numbers(p.name, params[p.name]) for p in parts}
     for p in parts:
-        want, got = p.read().shape, np.shape(params[p.name])
+        want, got = p.read().shape, values[p.name].shape
         if want != got:
             raise ValueError(f"parameter {p.name} is {list(got)}, its torch module's "
                              f"weight wants {list(want)}")
     with torch.no_grad():
         for p in parts:
-            p.write(np.asarray(params[p.name]))
+            p.write(values[p.name])
+
+
+def _names(mapping: Any, what: str, takes: str) -> None:
+    if not isinstance(mapping, Mapping) or not all(isinstance(k, str) for k in mapping):
+        raise TypeError(f"{what} takes a dict {takes}, got {type(mapping).__name__}"
+                        + (" with a key that is no str" if isinstance(mapping, Mapping) else ""))
+
+
+def _numbers(name: str, value: Any) -> np.ndarray:
+    """A parameter's values as an array of real numbers, checked before any module changes
+    (a str array failed in torch after other modules were written; complex lost its
+    imaginary part)."""
+    try:
+        array = _array(value) if isinstance(value, torch.Tensor) else np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"parameter {name}: not an array of numbers ({exc})") from None
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"parameter {name} holds {array.dtype.name} values; a weight takes "
+                        "real numbers")
+    return array
 
 
 # ---- the layouts ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 describe the result as a summary, a parameter table or JSON."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ def check_source(text: str, path: str = "<string>", defines: dict[str, Any] | No
                  model: str | None = None, dtype: str = "f32") -> CheckedModel:
     """Check one model of a source text; raise MdlError on errors in it, UsageError on a
     bad request (unknown model or hyper-parameter)."""
+    if not isinstance(text, str):  # None read a file named `<string>`
+        raise TypeError(f"check_source takes the source as a str, got {type(text).__name__}")
     return SourceFile(path, text).check(model, defines, dtype)
 
 
@@ -48,6 +51,12 @@ class SourceFile:
     import parsed once instead of five times: a quarter second of a build)."""
 
     def __init__(self, path: str | Path, text: str | None = None):
+        # a descriptor (check_file(0)) was read, then closed; None read a file `<string>`
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path takes a file's path (a str or a Path), got "
+                            f"{type(path).__name__}")
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"text takes the source as a str, got {type(text).__name__}")
         self.path = str(path)
         self.text = read_source(path) if text is None else text
         self.program = load_program(self.text, self.path)
@@ -80,6 +89,8 @@ class SourceFile:
               dtype: str = "f32") -> CheckedModel:
         """Check one model; raise MdlError on errors in it, UsageError on a bad request
         (unknown model or hyper-parameter)."""
+        from codegen.compile.options import BuildOptions
+        BuildOptions(dtype=dtype, defines=defines or {}, model=model)  # their kinds, as load's
         models = self.program.models
         if not models:
             raise self._no_model()

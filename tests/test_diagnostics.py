@@ -515,3 +515,25 @@ def test_a_source_nested_too_deeply_is_located(terms, where):
     first = info.value.render().splitlines()[0]
     assert first.startswith(f"m.mdl:{where}: error: this is nested too deeply (more than 200 "
                             "levels, each operator of a chain like `a + b + c` one)"), first
+
+
+def test_the_checkers_python_arguments_of_the_wrong_kind_are_refused(tmp_path):
+    """QA: check_file(0) read stdin and closed it; check_source(None) read a file named
+    `<string>`; a dtype or defines of the wrong kind raised KeyError or TypeError deep in."""
+    import os
+
+    from dsl import UsageError, check_file
+    path = tmp_path / "m.mdl"
+    path.write_text("model M(H = 2) { input x : f32[H]; output y = x }")
+    with pytest.raises(TypeError, match="path takes a file's path"):
+        check_file(0)
+    os.fstat(0)  # still open
+    with pytest.raises(TypeError, match="takes the source as a str, got NoneType"):
+        check_source(None)
+    for options, message in [({"dtype": "f16"}, "dtype 'f16': expected one of f32, f64"),
+                             ({"defines": "H=5"}, "defines takes a {name: value} dict"),
+                             ({"defines": {3: 1}}, "defines takes a {name: value} dict"),
+                             ({"model": ["M"]}, "model takes a model's name")]:
+        with pytest.raises(UsageError) as info:
+            check_file(str(path), **options)
+        assert message in str(info.value)

@@ -175,3 +175,31 @@ def test_wrong_mappings_say_what_to_do():
                                          r"wants \[3, 4\]"):
         params_to_torch({"out/W": np.zeros((4, 3)), "out/b": np.zeros(4)}, {"out": lin})
     assert torch.equal(lin.weight, before)                   # nothing changed
+
+
+def test_arguments_of_the_wrong_kind_are_refused_before_any_module_changes():
+    """QA: a str array failed inside torch after the weight was written, complex values
+    lost their imaginary part, nn.RNN came out under gru's names, Layer(lstm, True) read
+    layer 1, and a list for a dict raised AttributeError."""
+    lin = torch.nn.Linear(4, 3)
+    before = lin.weight.detach().clone()
+    for bad, message in [(np.array(["a", "b", "c"]), "out/b holds str32 values"),
+                         (np.ones(3, np.complex64), "out/b holds complex64 values"),
+                         ([None, None, None], "out/b holds object values")]:
+        with pytest.raises(TypeError, match=message):
+            params_to_torch({"out/W": np.ones((4, 3)), "out/b": bad}, {"out": lin})
+        assert torch.equal(lin.weight, before)
+    for call, message in [
+            (lambda: params_from_torch([lin]), "mapping takes a dict"),
+            (lambda: params_to_torch([1], {"out": lin}), "params takes a dict"),
+            (lambda: params_from_torch({"s": Layer(torch.nn.RNN(3, 4))}),
+             "Layer takes an nn.LSTM or an nn.GRU, got RNN"),
+            (lambda: Layer(torch.nn.LSTM(3, 4, 2), True), "index takes an int, got True"),
+            (lambda: Layer(torch.nn.LSTM(3, 4, bidirectional=True), 0, "no"),
+             "reverse takes True or False")]:
+        with pytest.raises(TypeError, match=message):
+            call()
+    # a tensor that requires grad is read as its values
+    params_to_torch({"out/W": torch.ones(4, 3, requires_grad=True), "out/b": np.zeros(3)},
+                    {"out": lin})
+    assert lin.weight.sum().item() == 12.0

@@ -33,7 +33,9 @@ class BuildOptions:
     def __post_init__(self) -> None:
         """What `load(...)` is given is checked as the command line's options are: a
         UsageError naming the argument, not a failure deep in the build."""
-        if self.dtype not in DTYPES:
+        if self.model is not None and not isinstance(self.model, str):
+            raise UsageError(f"model takes a model's name (a str), got {self.model!r}")
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise UsageError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
         for flag in ("debug", "sanitize", "vjp", "emulate", "profile"):
             if not isinstance(getattr(self, flag), bool):  # "no" would be true
