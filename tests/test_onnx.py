@@ -503,8 +503,13 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
     ({"opset": "19"}, "opset: expected an int, got str '19'"),
     ({"outputs": "loss"}, "outputs: expected a list of output names, got 'loss'"),
     ({"outputs": [""]}, "outputs: expected a list of output names, got ['']"),
-    ({"specialize": "B=2"}, "specialize: expected a dict {dim name: size} such as {'B': 1}, "
-                            "got 'B=2'"),
+    ({"specialize": "B=2"}, "specialize: expected a dict {dim name: int size} such as "
+                            "{'B': 1}, got 'B=2'"),
+    ({"rnn_ops": "no"}, "rnn_ops: expected True or False, got 'no'"),
+    ({"params": {3: 1}}, "has no parameter `embedding` (model `CharLMStep` needs it; it has "
+                         "3)"),
+    ({"params": {"embedding": [1, [2], 3]}}, "the given parameters: parameter `embedding` is "
+                                             "not an array of numbers"),
 ])
 def test_export_onnx_refuses_arguments_of_the_wrong_kind(tmp_path, argument, message):
     """Once an internal TypeError from deep inside (`seed="1"`), or a wrong message
@@ -512,6 +517,29 @@ def test_export_onnx_refuses_arguments_of_the_wrong_kind(tmp_path, argument, mes
     with pytest.raises(UsageError, match=re.escape(message)):
         export_onnx(EXAMPLES / "charlm.mdl", tmp_path / "x.onnx", model="CharLMStep",
                     **argument)
+
+
+def test_export_and_verify_take_what_load_takes_and_refuse_the_rest(tmp_path):
+    """QA: specialize={"B": np.int64(1)} (which load takes) was refused with a wrong
+    message; verify_onnx read runtimes="onnxruntime" as runtimes o, n, n, ...; a file that
+    is no ONNX raised protobuf's DecodeError, another model's export onnxruntime's
+    "Required inputs ... are missing"."""
+    path = EXAMPLES / "charlm.mdl"
+    out = export_onnx(path, tmp_path / "b1.onnx", model="CharLMStep",
+                      specialize={"B": np.int64(1)})
+    inputs = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
+              for i in onnx.load(str(out)).graph.input}
+    assert all(dims[0] == 1 for dims in inputs.values()), inputs
+    for call, message in [
+            (lambda: verify_onnx(path, out, model="CharLMStep", runtimes="onnxruntime"),
+             "runtimes: expected a list of runtime names, such as ['onnxruntime'], got "
+             "'onnxruntime'"),
+            (lambda: verify_onnx(path, path, model="CharLMStep"), "not an ONNX file"),
+            (lambda: verify_onnx(path, out, model="CharLM"), "is no export of model `CharLM`"),
+            (lambda: export_onnx(path, None, model="CharLMStep"),
+             "out: expected a file's path, got NoneType")]:
+        with pytest.raises(UsageError, match=re.escape(message)):
+            call()
 
 
 def test_an_op_without_an_onnx_form_is_an_error_at_its_line(tmp_path, monkeypatch):

@@ -4,6 +4,8 @@ shows (docs/onnx.md). Needs the `onnx` extra: `pip install "mdl[onnx]"`."""
 from __future__ import annotations
 
 import math
+import numbers
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,9 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     onnx = _onnx()
     from .onnx_model import DEFAULT_OPSET, inference_graph, to_onnx
 
+    _paths(path=path, out=out)
+    if not isinstance(rnn_ops, bool):  # "no" would be true
+        raise UsageError(f"rnn_ops: expected True or False, got {rnn_ops!r}")
     opset = DEFAULT_OPSET if opset is None else _integer("opset", opset)
     if isinstance(outputs, str) or not all(isinstance(k, str) and k for k in outputs or []):
         raise UsageError(f"outputs: expected a list of output names, got {outputs!r}")
@@ -81,8 +86,19 @@ def verify_onnx(path: str | Path, exported: str | Path, *, runtimes=("onnxruntim
     interpreter; a Verdict each (`.agrees`, `str()` says what was found)."""
     _onnx()
     from .verify import compare
+    if isinstance(runtimes, str) or not isinstance(runtimes, (list, tuple)) or not all(
+            isinstance(r, str) for r in runtimes):
+        raise UsageError(f"runtimes: expected a list of runtime names, such as "
+                         f"['onnxruntime'], got {runtimes!r}")
+    _paths(path=path, exported=exported)
     graph, values, fixed = _model(path, model, params, defines, specialize, dtype, seed)
     return compare(exported, graph, values, fixed, list(runtimes), dtype, seed)
+
+
+def _paths(**paths: Any) -> None:
+    for what, value in paths.items():
+        if not isinstance(value, (str, os.PathLike)):
+            raise UsageError(f"{what}: expected a file's path, got {type(value).__name__}")
 
 
 def _integer(what: str, value: Any) -> int:
@@ -110,10 +126,11 @@ def _model(path, model, params, defines, specialize, dtype, seed, warn=None):
     from ..pipeline import check
     from .parameters import parameter_values
     if specialize is not None and not (isinstance(specialize, dict) and all(
-            isinstance(k, str) and isinstance(v, int) for k, v in specialize.items())):
-        raise UsageError(f"specialize: expected a dict {{dim name: size}} such as "
+            isinstance(k, str) and isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            for k, v in specialize.items())):
+        raise UsageError(f"specialize: expected a dict {{dim name: int size}} such as "
                          f"{{'B': 1}}, got {specialize!r}")
-    fixed = dict(specialize or {})
+    fixed = {k: int(v) for k, v in (specialize or {}).items()}  # np.int64(1) as 1
     graphs = check(path, BuildOptions(dtype=dtype, defines=dict(defines or {}), model=model,
                                       specialize=[fixed] if fixed else []), warn)
     if len(graphs) > 1:

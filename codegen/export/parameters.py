@@ -86,8 +86,8 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
     for name, p in graph.params.items():
         if name not in values:
             raise UsageError(f"{source} has no parameter `{name}` (model `{graph.name}` "
-                             f"needs it; it has {', '.join(sorted(values)) or 'none'})")
-        array = np.asarray(values[name])
+                             f"needs it; it has {', '.join(sorted(map(str, values))) or 'none'})")
+        array = _numbers(source, name, values[name])
         if array.dtype.kind not in "biuf":  # complex, strings, objects
             raise UsageError(f"{source}: parameter `{name}` holds {array.dtype} values, "
                              f"model `{graph.name}` needs real numbers")
@@ -97,6 +97,20 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
                              f"model `{graph.name}` needs {list(shape)}")
         out[name] = array.astype(dtype)
     return out
+
+
+def _numbers(source: str, name: str, value) -> np.ndarray:
+    """A parameter's values as an array: a torch tensor's detached (bfloat16 widened to
+    float32, exactly: NumPy has no such type), anything NumPy cannot read a UsageError
+    naming the parameter, not torch's or NumPy's words."""
+    try:
+        if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+            value = value.detach().cpu()
+            value = value.float() if str(value.dtype) == "torch.bfloat16" else value
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise UsageError(f"{source}: parameter `{name}` is not an array of numbers "
+                         f"({exc})") from None
 
 
 def _checkpoint(path: Path) -> dict[str, np.ndarray]:

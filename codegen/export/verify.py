@@ -56,6 +56,7 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
     """Each runtime's verdict on the file `onnx_path` exported from `graph` (checked, with
     its parameter `params`; dims `fixed` by --specialize)."""
     known_runtimes(runtimes, dtype)
+    outputs = _outputs_of(Path(onnx_path), graph)
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)
     sizes = [{s: fixed.get(s, 5 if s == "T" else 3) for s in symbols},
@@ -73,8 +74,6 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
             # (`assert B > 3`), an index computed from them (`emb[ids + 1]`)
             raise Undrawable(str(exc)) from exc
         cases.append((_named(size), inputs, want))
-    import onnx
-    outputs = [o.name for o in onnx.load(str(onnx_path)).graph.output]
     verdicts = []
     for name in runtimes:
         run, version = session(Path(onnx_path), name)
@@ -102,6 +101,28 @@ def known_runtimes(runtimes: list[str], dtype: str) -> None:
     if dtype == "f64" and "openvino" in runtimes:
         raise UsageError("--verify openvino: OpenVINO's CPU plugin computes in f32; verify "
                          "an f32 export (--dtype f32) there")
+
+
+def _outputs_of(onnx_path: Path, graph: Graph) -> list[str]:
+    """The outputs of the ONNX file exported from `graph`; a UsageError for a file that is
+    none (protobuf's DecodeError) or another model's export (onnxruntime's "Required
+    inputs ... are missing" after the reference had run)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+    try:
+        exported = onnx.load(str(onnx_path))
+    except (OSError, DecodeError) as exc:
+        raise UsageError(f"{onnx_path}: not an ONNX file ({type(exc).__name__}: "
+                         f"{exc})") from None
+    inputs = [i.name for i in exported.graph.input]
+    outputs = [o.name for o in exported.graph.output]
+    foreign = [k for k in inputs if k not in graph.inputs] + [
+        k for k in outputs if k not in graph.outputs]
+    if foreign:
+        raise UsageError(f"{onnx_path} is no export of model `{graph.name}`: it has "
+                         f"{', '.join(foreign)}, which the model has not (its inputs: "
+                         f"{', '.join(graph.inputs)}; outputs: {', '.join(graph.outputs)})")
+    return outputs
 
 
 def _named(size: dict[str, int]) -> str:
