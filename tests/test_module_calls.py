@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import CHARLM
@@ -125,6 +126,17 @@ def test_an_instance_whose_init_never_ran_raises_a_type_error(cpu_module, use):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ("CharLM object was never initialized (its __init__ did not "
                                    "run): make one by calling its class, CharLM(seed=0)")
+
+
+def test_a_second_init_is_refused_not_ignored(cpu_module):
+    """pybind11 let `m.__init__(seed=1)` pass and ignored its arguments, bad ones too."""
+    m = cpu_module.CharLM(seed=0)
+    before = {k: v.copy() for k, v in m.params.items()}
+    for args in ({"seed": 1}, {"seed": "x"}, {"params": cpu_module.CharLM(seed=2)}):
+        with pytest.raises(TypeError, match="CharLM object is already initialized: make "
+                                            r"another by calling CharLM\(seed=...\)"):
+            m.__init__(**args)
+    assert all(np.array_equal(v, before[k]) for k, v in m.params.items())
 
 
 def test_a_device_array_made_without_a_model_raises_a_type_error(cpu_module):

@@ -77,8 +77,9 @@ def test_the_thread_count_is_set_and_read(wide, threads):
     assert wide.get_num_threads() == 2
     with pytest.raises(ValueError, match="needs 1 <= n <= 1024, got 0"):
         wide.set_num_threads(0)
-    with pytest.raises(ValueError, match=r"set_num_threads\(n\): n must be in \[0, 2\*\*64\)"):
-        wide.set_num_threads(-1)
+    for n in (-1, 2**70):  # one message for the range (it was "must be in [0, 2**64)")
+        with pytest.raises(ValueError, match=f"needs 1 <= n <= 1024, got {n}"):
+            wide.set_num_threads(n)
     with pytest.raises(TypeError, match=r"set_num_threads\(n\): n must be an int, got str"):
         wide.set_num_threads("2")
     assert wide.get_num_threads() == 2

@@ -255,7 +255,11 @@ class Model {
       ReleasedGil release;
       guard.lock();
       if (!trained_)
-        throw std::runtime_error("backward() needs a forward(..., training=True) first");
+        throw std::runtime_error(
+            stale_forward_ ? "backward(): this model's parameters changed (set_params, load, "
+                             "an optimizer's step) since its forward(..., training=True); "
+                             "run that forward again"
+                           : "backward() needs a forward(..., training=True) first");
       if (changed_by_sharer())
         throw std::runtime_error(
             "backward(): a model that shares this one's parameters (params=) changed them "
@@ -655,6 +659,7 @@ class Model {
   // the saved forward values and forward_backward's gradients belong to the old ones, so
   // neither backward() nor apply_gradients() may use them.
   void parameters_changed() {
+    stale_forward_ = stale_forward_ || trained_ != nullptr;
     trained_ = nullptr;
     pending_ = false;
     seen_changes_ = ++sharing_->changes;  // the sharers' saved forwards are stale now
@@ -715,6 +720,7 @@ class Model {
     // the run overwrites what the last training forward saved (and, failing, may leave it
     // half written, or in memory it grew into): no backward until one succeeds
     trained_ = nullptr;
+    stale_forward_ = false;
     run(v.train, call);
     state_.calls = number;
     trained_ = &v;
@@ -832,6 +838,7 @@ class Model {
   bool grads_shared_ = false;  // device_gradient_buffer handed out (settle)
   bool pending_ = false;  // forward_backward's gradients not applied yet
   const Variant<T>* trained_ = nullptr;
+  bool stale_forward_ = false;  // the parameters changed since the last training forward
   std::vector<py::object> trained_inputs_;  // what the last forward(training=True) read
   // A device model's copies of host arguments, by position: a training forward's inputs
   // (which its backward reads later), an inference's, and a vjp backward's cotangents.

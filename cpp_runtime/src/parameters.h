@@ -98,7 +98,15 @@ class Parameters {
         throw py::key_error("set_params: model " + std::string(spec_->name) +
                             " has no parameter '" + name + "'");
       const ParamSpec& p = spec_->params[index];
-      auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(item.second);
+      // complex values lost their imaginary part, None became a scalar, strings went on to
+      // a message about device memory: real numbers only, read as every argument is
+      py::array raw = as_array(item.second, "set_params: parameter", name.c_str());
+      const char kind = raw.dtype().kind();
+      if (kind != 'f' && kind != 'i' && kind != 'u')
+        throw py::type_error("set_params: '" + name + "' holds " +
+                             std::string(py::str(raw.dtype())) + " values, got " +
+                             type_name(item.second) + "; a parameter takes real numbers");
+      auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(raw);
       if (!a)
         throw py::value_error("set_params: '" + name + "' is not an array of numbers in host "
                               "memory, got " + type_name(item.second) +

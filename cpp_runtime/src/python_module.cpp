@@ -47,6 +47,17 @@ struct Made<DeviceArray> {
   }
 };
 
+// Whether the pybind11 instance `self` (of a bound class) was made: each of its parts (one
+// in a simple layout) says so.
+inline bool constructed(py::handle self) {
+  auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
+  bool made = instance->simple_layout ? instance->simple_holder_constructed : true;
+  if (!instance->simple_layout)
+    for (const auto& part : py::detail::values_and_holders(instance))
+      made &= part.holder_constructed();
+  return made;
+}
+
 // The C behind `self`: a TypeError where there is none, as for an instance whose __init__
 // never ran (`cls.__new__(cls)`, copyreg), whose memory pybind11 would hand over unbuilt.
 template <class C>
@@ -54,13 +65,7 @@ C& built(py::handle self) {
   py::detail::make_caster<C> caster;  // as pybind11 reads an argument of type C&
   if (!caster.load(self, false))
     throw py::type_error("expected " + std::string(Made<C>::what) + ", got " + type_name(self));
-  // a C's instance, whose parts (one in a simple layout) each say whether they were made
-  auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
-  bool made = instance->simple_layout ? instance->simple_holder_constructed : true;
-  if (!instance->simple_layout)
-    for (const auto& part : py::detail::values_and_holders(instance))
-      made &= part.holder_constructed();
-  if (!made) {
+  if (!constructed(self)) {
     std::string cls = py::str(py::type::handle_of(self).attr("__name__"));
     throw py::type_error(cls + " object was never initialized (its __init__ did not run): " +
                          Made<C>::how(cls));
@@ -259,11 +264,17 @@ void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
   py::object base_init = base.attr("__init__");
   cls.attr("__init__") = py::cpp_function(
       [base_init, handle, spec](py::object self, py::object seed, py::object params) {
+        // a second __init__ would be ignored, its seed and params too, good or bad: pybind11
+        // skips a function named __init__ on an instance already made (hence the name below)
+        if (constructed(self))
+          throw py::type_error(std::string(spec->name) + " object is already initialized: "
+                               "make another by calling " + spec->name + "(seed=...), or "
+                               "copy one with copy.deepcopy");
         base_init(self, handle,
                   count_argument(seed, std::string(spec->name) + "(seed=...): the seed"),
                   params);
       },
-      py::name("__init__"), py::is_method(cls), py::arg("seed") = 0,
+      py::name("init"), py::is_method(cls), py::arg("seed") = 0,
       py::arg("params") = py::none(),
       py::doc("__init__(seed=0, params=None)\n\nParameters initialized from the seed, or "
               "shared with params=,\na model of the same module."));
@@ -300,7 +311,13 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     // the interpreter's exit waits for calls running on other threads (released_gil.h)
     py::module_::import("atexit").attr("register")(py::cpp_function(&close_calls));
     m.def("set_num_threads", [](py::handle count) {
-      uint64_t requested = count_argument(count, "set_num_threads(n): n");
+      uint64_t requested = 0;
+      try {
+        requested = count_argument(count, "set_num_threads(n): n");
+      } catch (const py::value_error&) {  // below 0 or past 2**64: one message for the range
+        throw py::value_error("set_num_threads(n) needs 1 <= n <= 1024, got " +
+                              std::string(py::str(count)));
+      }
       if (requested < 1 || requested > 1024)
         throw py::value_error("set_num_threads(n) needs 1 <= n <= 1024, got " +
                               std::to_string(requested));
