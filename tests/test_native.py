@@ -280,6 +280,8 @@ class _Exported:
         raise self.refusal
 
     def __dlpack_device__(self):
+        if isinstance(self.device, Exception):
+            raise self.device
         return self.device
 
 
@@ -294,6 +296,9 @@ class _Exported:
     (_Exported(device=(2,)), TypeError, "two ints, got (2,)"),
     (_Exported(device=(2, 2 ** 40)), ValueError, "__dlpack_device__() (2, 1099511627776) is "
      "out of range"),
+    # torch's meta tensor: its words came out naming no input
+    (_Exported(device=ValueError("Unknown device type meta for Dlpack")), ValueError,
+     "input 'a1': its __dlpack_device__() raised ValueError: Unknown device type meta"),
 ])
 def test_what_a_dlpack_producer_refuses_names_the_input(towers, given, error, message):
     """These came out unnamed: `RuntimeError: Unsupported dtype in DLTensor.`, `IndexError:

@@ -49,7 +49,17 @@ struct DLManagedTensor {
 // has none; anything but two ints is a TypeError naming it (the `role` `name`).
 inline DLDevice dlpack_device(py::handle obj, const char* role, const char* name) {
   if (!py::hasattr(obj, "__dlpack_device__")) return {-1, 0};
-  py::object device = obj.attr("__dlpack_device__")();
+  py::object device;
+  try {
+    device = obj.attr("__dlpack_device__")();
+  } catch (py::error_already_set& e) {  // torch's meta tensor: "Unknown device type meta"
+    if (!e.matches(PyExc_Exception) || e.matches(PyExc_MemoryError)) throw;
+    throw py::value_error(std::string(role) + " '" + name + "': its __dlpack_device__() "
+                          "raised " +
+                          std::string(py::str(py::type::handle_of(e.value()).attr("__name__"))) +
+                          ": " +
+                          std::string(py::str(e.value())));
+  }
   auto is_int = [](py::handle v) { return PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr()); };
   if (!PyTuple_Check(device.ptr()) || PyTuple_Size(device.ptr()) != 2 ||
       !is_int(PyTuple_GET_ITEM(device.ptr(), 0)) || !is_int(PyTuple_GET_ITEM(device.ptr(), 1)))
