@@ -249,6 +249,9 @@ def test_positional_inputs_and_bad_seeds_raise_saying_what_to_write(towers, call
      "set_params(values) takes a dict {parameter full name: array}, got list"),
     (lambda m: m.set_optimizer(3, lr=0.1), TypeError,
      'set_optimizer(name): name must be "sgd" or "adam", got int'),
+    (lambda m: m.set_optimizer("sgd", 0.1), TypeError,  # pybind11's "incompatible ..."
+     "set_optimizer(name, **options) takes its options by name (lr=0.1), got 1 more "
+     "positional argument(s)"),
     (lambda m: setattr(m, "outputs_on_device", "yes"), TypeError,
      "outputs_on_device must be True or False, got str"),
     (lambda m: m.save(3), TypeError, "save(path): path must be a str or an os.PathLike, got int"),

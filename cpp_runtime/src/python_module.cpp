@@ -184,7 +184,15 @@ py::object bind_base(py::module_& m) {
          "on: what DataParallel reduces with NCCL.")
       .def_property_readonly("gradient_layout", checked(&M::gradient_layout),
                              "{name: (offset, shape)}: each gradient's place in gradient_buffer.")
-      .def("set_optimizer", checked(&M::set_optimizer), py::arg("name"),
+      .def("set_optimizer", [](py::handle self, py::handle name, py::args more,
+                                py::kwargs options) {
+             // set_optimizer("sgd", 0.1): pybind11's "incompatible function arguments"
+             if (!more.empty())
+               throw py::type_error("set_optimizer(name, **options) takes its options by "
+                                    "name (lr=0.1), got " + std::to_string(more.size()) +
+                                    " more positional argument(s)");
+             built<M>(self).set_optimizer(name, std::move(options));
+           }, py::arg("name"),
            "set_optimizer(name, **options) -> None\n\nThe update train_step makes: \"sgd\" or "
            "\"adam\", with the options\ndocs/training.md lists (lr, clip_norm, ...).")
       .def("save", checked(&M::save), py::arg("path"),
