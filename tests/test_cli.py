@@ -22,6 +22,7 @@ from codegen.compile.toolchain import HOST
 from dsl import UsageError, imports
 from dsl.parser import parse
 from dsl.program import load_program
+from source_files import NEEDS_TWO_STEPS
 
 GOOD = """model M(H = 4) {
   input x : f32[B, H]
@@ -667,16 +668,6 @@ def test_an_output_over_the_models_own_source_is_refused(tmp_path, capsys, args)
     assert src.read_text() == FLAGGED
 
 
-SHORTENED = """
-model Sb(H = 3) {
-  input xs : f32[T, B, H]
-  z = zeros[T - 2, B]
-  output loss = sum(xs[2:] * xs[2:]) + sum(z)
-  minimize loss
-}
-"""
-
-
 @pytest.mark.parametrize("command", [["build", "-o", "{out}"],
                                      ["export", "--onnx", "{out}/s.onnx"]])
 def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
@@ -684,7 +675,7 @@ def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
     if command[0] == "export":
         pytest.importorskip("onnx")
     path = tmp_path / "sb.mdl"
-    path.write_text(SHORTENED)
+    path.write_text(NEEDS_TWO_STEPS)
     args = [a.format(out=tmp_path) for a in command]
     assert cli.main([args[0], str(path), *args[1:], "--specialize", "T=1"]) == 2
     assert ("--specialize T=1: model `Sb` refuses every call at these dims: they make the size "

@@ -7,6 +7,7 @@ import pytest
 from codegen import cli
 from codegen.ops.primitives import TABLE
 from dsl import check_file
+from source_files import NEEDS_TWO_STEPS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # every example model that minimizes an output (a generation model has no gradients)
@@ -106,24 +107,14 @@ model Ix(V = 5, E = 2) {
 }
 """
 
-SHORT = """
-model Sb(H = 3) {
-  input xs : f32[T, B, H]
-  z = zeros[T - 2, B]
-  output loss = sum(xs[2:] * xs[2:]) + sum(z)
-  minimize loss
-}
-"""
-
-
 @pytest.mark.parametrize("source, args, message", [
     # ids drawn in [0, V) index emb as ids + 1: an internal error (exit 3) before
     (COMPUTED_INDEX, ["--dims", "B=50"], "the random inputs fail the model's check: an index "
      "computed from the input `ids` holds 5"),
     # sizes the model refuses are the --dims' fault, not an assert's (it said so)
-    (SHORT, ["--dims", "T=1"], "mdlc: error: --dims T=1,B=3: the inputs' dims (T = 1, B = 3) "
+    (NEEDS_TWO_STEPS, ["--dims", "T=1"], "mdlc: error: --dims T=1,B=3: the inputs' dims (T = 1, B = 3) "
      "make the size T - 2 of this model's values -1"),
-    (SHORT, ["-D", "H=2", "--dims", "T=1"], "mdlc: error: -D H=2 --dims T=1,B=3: "),
+    (NEEDS_TWO_STEPS, ["-D", "H=2", "--dims", "T=1"], "mdlc: error: -D H=2 --dims T=1,B=3: "),
 ])
 def test_random_inputs_the_model_refuses_are_a_usage_error(tmp_path, capsys, source, args,
                                                           message):
