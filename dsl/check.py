@@ -10,6 +10,7 @@ from typing import Any
 from codegen.ir.diagnostics import Diagnostic, Loc, MdlError, MdlNameError, Source, UsageError
 from codegen.ir.dtypes import literal
 from codegen.ir.graph import Graph
+from codegen.ir.requests import check_request
 from codegen.ir.shapes import numel
 
 from .elaborate import elaborate
@@ -89,8 +90,7 @@ class SourceFile:
               dtype: str = "f32") -> CheckedModel:
         """Check one model; raise MdlError on errors in it, UsageError on a bad request
         (unknown model or hyper-parameter)."""
-        from codegen.compile.options import BuildOptions
-        BuildOptions(dtype=dtype, defines=defines or {}, model=model)  # their kinds, as load's
+        check_request(model, {} if defines is None else defines, dtype)  # as load's
         models = self.program.models
         if not models:
             raise self._no_model()

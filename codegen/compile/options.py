@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..ir.diagnostics import UsageError
+from ..ir.requests import check_request
 
-DTYPES = ("f32", "f64")
 MAX_SIZE = 2**62  # a size the generated code's int64_t holds, with room for sums
 
 
@@ -33,17 +33,10 @@ class BuildOptions:
     def __post_init__(self) -> None:
         """What `load(...)` is given is checked as the command line's options are: a
         UsageError naming the argument, not a failure deep in the build."""
-        if self.model is not None and not isinstance(self.model, str):
-            raise UsageError(f"model takes a model's name (a str), got {self.model!r}")
-        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
-            raise UsageError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        check_request(self.model, self.defines, self.dtype)
         for flag in ("debug", "sanitize", "vjp", "emulate", "profile"):
             if not isinstance(getattr(self, flag), bool):  # "no" would be true
                 raise UsageError(f"{flag} takes True or False, got {getattr(self, flag)!r}")
-        if not isinstance(self.defines, dict) or not all(isinstance(k, str)
-                                                         for k in self.defines):
-            raise UsageError(f"defines takes a {{name: value}} dict, e.g. {{'H': 128}}, got "
-                             f"{self.defines!r}")
         if not isinstance(self.specialize, (list, tuple)) or not all(
                 isinstance(s, dict) for s in self.specialize):
             raise UsageError(f"specialize takes a list of {{dim: size}} dicts, e.g. "
