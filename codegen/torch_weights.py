@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .ir.weights import host_values
+
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the environment
@@ -93,7 +95,7 @@ def _numbers(name: str, value: Any) -> np.ndarray:
     (a str array failed in torch after other modules were written; complex lost its
     imaginary part)."""
     try:
-        array = _array(value) if isinstance(value, torch.Tensor) else np.asarray(value)
+        array = host_values(value)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"parameter {name}: not an array of numbers ({exc})") from None
     if array.dtype.kind not in "fiu":
@@ -104,10 +106,8 @@ def _numbers(name: str, value: Any) -> np.ndarray:
 
 # ---- the layouts ------------------------------------------------------------------------
 def _array(t: torch.Tensor) -> np.ndarray:
-    """A weight's values; bfloat16, which NumPy has no type for, widened to float32
-    (exactly)."""
-    t = t.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy().copy()
+    """A copy of a weight's values (host_values: bfloat16 widened to float32)."""
+    return host_values(t).copy()
 
 
 def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray], None]:

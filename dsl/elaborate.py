@@ -11,7 +11,7 @@ from typing import Any
 
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
-from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32
+from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32, literal
 from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value, use_counts
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
@@ -132,14 +132,14 @@ class Elaborator(Expressions, Calls, ControlFlow):
             value = define_value(name, defines[name]) if name in defines else default.value
             if Const.of(value).kind != default.kind and not (
                     default.kind == "float" and Const.of(value).kind == "int"):
-                raise UsageError(f"-D {name}={Const.of(value)}: `{name}` is {default.kind} "
+                raise UsageError(f"-D {name}={literal(value)}: `{name}` is {default.kind} "
                                  f"(default {default})")
             if default.kind == "int" and not fits_i32(value):  # as a literal must
                 if name not in defines:  # a default computed from a -D (`G = H + 1`)
                     raise MdlTypeError(f"`{name}` is {value} with these -D values: an "
                                        f"integer hyper-parameter must fit in i32 ({I32_MIN} "
                                        f"to {I32_MAX})", h.value.loc)
-                raise UsageError(f"-D {name}={Const.of(value)}: an integer hyper-parameter "
+                raise UsageError(f"-D {name}={literal(value)}: an integer hyper-parameter "
                                  f"must fit in i32 ({I32_MIN} to {I32_MAX})")
             values[name] = float(value) if default.kind == "float" else value
         return values

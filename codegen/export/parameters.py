@@ -13,6 +13,7 @@ import numpy as np
 from ..ir.diagnostics import UsageError
 from ..ir.graph import Graph
 from ..ir.npz import read_npz
+from ..ir.weights import host_values
 from ..ops.rng import derive, uniform01
 
 
@@ -104,10 +105,7 @@ def _numbers(source: str, name: str, value) -> np.ndarray:
     float32, exactly: NumPy has no such type), anything NumPy cannot read a UsageError
     naming the parameter, not torch's or NumPy's words."""
     try:
-        if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
-            value = value.detach().cpu()
-            value = value.float() if str(value.dtype) == "torch.bfloat16" else value
-        return np.asarray(value)
+        return host_values(value)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise UsageError(f"{source}: parameter `{name}` is not an array of numbers "
                          f"({exc})") from None
