@@ -271,6 +271,49 @@ def test_other_bad_calls_name_what_they_take(towers, call, error, message):
     assert towers.rng_calls == before
 
 
+# Arguments bound as Python binds them, in Python's words: pybind11's own TypeError said
+# "incompatible function arguments", listed `self: object` and, in a constructor,
+# `<repr raised Error>`.
+@pytest.mark.parametrize("call, message", [
+    (lambda m, mod: m.apply_gradients(1), "apply_gradients() takes no arguments (1 given)"),
+    (lambda m, mod: m.save(), "save(path) missing required argument 'path'"),
+    (lambda m, mod: m.load("a", "b"), "load(path) takes 1 argument (2 given)"),
+    (lambda m, mod: m.set_params({}, values={}),
+     "set_params(values) got multiple values for argument 'values'"),
+    (lambda m, mod: m.to_device(x=1), "to_device(array) got an unexpected keyword argument 'x'"),
+    (lambda m, mod: m.profile(0), "profile() takes no arguments (1 given)"),
+    (lambda m, mod: m.set_optimizer(lr=0.1),
+     "set_optimizer(name, **options) missing required argument 'name'"),
+    (lambda m, mod: m.set_optimizer("sgd", name="adam"),
+     "set_optimizer(name, **options) got multiple values for argument 'name'"),
+    (lambda m, mod: type(m)(foo=1),
+     "Towers(seed=0, params=None) got an unexpected keyword argument 'foo'"),
+    (lambda m, mod: type(m)(1, m, 3), "Towers(seed=0, params=None) takes 2 arguments (3 given)"),
+    (lambda m, mod: type(m)(params=type(m)), "params= takes a model of the same module to "
+     "share parameters with, got the class Towers: give a model made by calling it"),
+    (lambda m, mod: mod.set_num_threads(), "set_num_threads(n) missing required argument 'n'"),
+    (lambda m, mod: mod.get_num_threads(2), "get_num_threads() takes no arguments (1 given)"),
+    (lambda m, mod: mod.DeviceArray(), "DeviceArray cannot be made by calling it: DeviceArrays "
+     "come from a device model"),
+])
+def test_wrong_counts_and_names_of_arguments_say_the_signature(towers, call, message):
+    module = sys.modules[type(towers).__module__]
+    with pytest.raises(TypeError, match=re.escape(message)):
+        call(towers, module)
+
+
+def test_arguments_by_name_and_defaults_still_bind(towers, tmp_path):
+    cls = type(towers)
+    shared = cls(seed=3, params=towers)
+    assert shared.shared and cls(7, towers).shared == shared.shared
+    assert repr(cls()).endswith("seed 0, no optimizer>")
+    path = str(tmp_path / "m.npz")
+    shared.save(path=path)
+    shared.load(path)
+    shared.set_optimizer(name="sgd", lr=0.1)
+    assert shared.optimizer["name"] == "sgd"
+
+
 class _Exported:
     """A `__dlpack__` object whose producer refuses to export (torch's tensor that requires
     grad says BufferError; a bfloat16 one, RuntimeError), or whose `__dlpack_device__` says

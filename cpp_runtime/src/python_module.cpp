@@ -10,13 +10,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "blas_control.h"
 #include "interrupts.h"
 #include "mdl/module.h"
 #include "model_object.h"
+#include "signature.h"
 
 namespace mdl {
 namespace {
@@ -88,6 +91,26 @@ auto checked(R (C::*method)(A...) const) {
   };
 }
 
+// A binding of `method` (whose parameters are handles) that refuses an instance that is
+// not built, its arguments bound as Python binds them (signature.h).
+template <class C, class R, class... A>
+auto plain(R (C::*method)(A...), Signature<sizeof...(A)> sig) {
+  return [method, sig](py::handle self, py::args args, py::kwargs kwargs) -> R {
+    auto values = sig.bind(args, kwargs);
+    C& c = built<C>(self);
+    return std::apply([&](const auto&... v) -> R { return (c.*method)(v...); }, values);
+  };
+}
+
+template <class C, class R, class... A>
+auto plain(R (C::*method)(A...) const, Signature<sizeof...(A)> sig) {
+  return [method, sig](py::handle self, py::args args, py::kwargs kwargs) -> R {
+    auto values = sig.bind(args, kwargs);
+    const C& c = built<C>(self);
+    return std::apply([&](const auto&... v) -> R { return (c.*method)(v...); }, values);
+  };
+}
+
 // A method that takes its arguments by name, as one overload: given positional ones, a
 // TypeError saying how to call it instead of pybind11's "incompatible function arguments".
 template <class M>
@@ -113,7 +136,10 @@ py::object bind_base(py::module_& m) {
                if (!py::isinstance<M>(params))
                  throw py::type_error(
                      "params= takes a model of the same module to share parameters with, "
-                     "got " + std::string(py::repr(py::type::handle_of(params))));
+                     "got " + (PyType_Check(params.ptr())
+                                   ? "the class " + std::string(py::str(params.attr("__name__"))) +
+                                         ": give a model made by calling it"
+                                   : type_name(params)));
                share = &built<M>(params);
              }
              if (!spec.name() || std::strcmp(spec.name(), capsule_name<T>()) != 0)
@@ -130,23 +156,23 @@ py::object bind_base(py::module_& m) {
       }, "{full name: DeviceArray}: cuda target: the live weights in the GPU's memory, read "
          "and\nwritten in place through DLPack (torch.from_dlpack); once they are out, "
          "every\ncall first waits for the whole GPU, since any stream may write them.")
-      .def("set_params", checked(&M::set_params), py::arg("values"),
+      .def("set_params", plain(&M::set_params, signature("set_params(values)", "values")),
            "set_params(values: dict) -> None\n\nCopy arrays into the named parameters; every "
            "name and shape\nis checked before anything changes.")
       .def_property_readonly("device", checked(&M::device),
                              "Where the model's memory lives and its code runs: cpu, cuda, or\ncuda-emulated (a --target cuda --emulate build).")
       .def_property("outputs_on_device", checked(&M::outputs_on_device), checked(&M::set_outputs_on_device),
                     "cuda target: True keeps outputs and gradients in the GPU's memory.")
-      .def("to_device", checked(&M::to_device), py::arg("array"),
+      .def("to_device", plain(&M::to_device, signature("to_device(array)", "array")),
            "to_device(array) -> DeviceArray\n\ncuda target: a copy of an input in the GPU's "
            "memory,\nread there by every call it is given to.")
       .def_property_readonly("cuda_graphs", checked(&M::cuda_graphs),
                              "{captured, replayed}: calls run as CUDA graphs (0 on the CPU).")
-      .def("profile", checked(&M::profile),
+      .def("profile", plain(&M::profile, signature("profile()")),
            "profile() -> list[dict]\n\nA build with --profile: the time each piece of the "
            "model's code took\nin this model's calls, one dict a site (codegen.profile.table "
            "prints\nthem); a RuntimeError for other builds.")
-      .def("reset_profile", checked(&M::reset_profile),
+      .def("reset_profile", plain(&M::reset_profile, signature("reset_profile()")),
            "reset_profile() -> None\n\nA build with --profile: profile()'s counts back to "
            "zero.")
       .def_property_readonly("specializations", checked(&M::specializations),
@@ -172,7 +198,7 @@ py::object bind_base(py::module_& m) {
       .def("forward_backward", by_name(&M::forward_backward, "forward_backward"),
            "forward_backward(*, <inputs>) -> dict\n\nA training forward and its backward, "
            "the gradients left in\ngradient_buffer for apply_gradients(); the outputs.")
-      .def("apply_gradients", checked(&M::apply_gradients),
+      .def("apply_gradients", plain(&M::apply_gradients, signature("apply_gradients()")),
            "apply_gradients() -> None\n\nThe optimizer's update from gradient_buffer.")
       .def_property_readonly("gradient_buffer", [](py::object self) {
         return built<M>(self).gradient_buffer(self);
@@ -184,21 +210,28 @@ py::object bind_base(py::module_& m) {
          "on: what DataParallel reduces with NCCL.")
       .def_property_readonly("gradient_layout", checked(&M::gradient_layout),
                              "{name: (offset, shape)}: each gradient's place in gradient_buffer.")
-      .def("set_optimizer", [](py::handle self, py::handle name, py::args more,
-                                py::kwargs options) {
+      .def("set_optimizer", [](py::handle self, py::args args, py::kwargs options) {
              // set_optimizer("sgd", 0.1): pybind11's "incompatible function arguments"
-             if (!more.empty())
-               throw py::type_error("set_optimizer(name, **options) takes its options by "
-                                    "name (lr=0.1), got " + std::to_string(more.size()) +
+             const char* shown = "set_optimizer(name, **options)";
+             if (args.size() > 1)
+               throw py::type_error(std::string(shown) + " takes its options by name "
+                                    "(lr=0.1), got " + std::to_string(args.size() - 1) +
                                     " more positional argument(s)");
+             bool named = options.contains("name");
+             if (args.size() == 1 && named)
+               throw py::type_error(std::string(shown) +
+                                    " got multiple values for argument 'name'");
+             if (args.empty() && !named)
+               throw py::type_error(std::string(shown) + " missing required argument 'name'");
+             py::object name = named ? options.attr("pop")("name") : args[0];
              built<M>(self).set_optimizer(name, std::move(options));
-           }, py::arg("name"),
+           },
            "set_optimizer(name, **options) -> None\n\nThe update train_step makes: \"sgd\" or "
            "\"adam\", with the options\ndocs/training.md lists (lr, clip_norm, ...).")
-      .def("save", checked(&M::save), py::arg("path"),
+      .def("save", plain(&M::save, signature("save(path)", "path")),
            "save(path) -> None\n\nParameters, optimizer state and the dropout stream's place, "
            "as .npz.")
-      .def("load", checked(&M::load), py::arg("path"),
+      .def("load", plain(&M::load, signature("load(path)", "path")),
            "load(path) -> None\n\nWhat save wrote, checked in full before anything changes.")
       .def_property_readonly("optimizer", checked(&M::optimizer),
                              "The optimizer and its options, or None.")
@@ -246,11 +279,15 @@ py::object bind_base(py::module_& m) {
 // The class of outputs a device model hands back in its memory (device_array.h).
 void bind_device_array(py::module_& m) {
   py::class_<DeviceArray>(m, "DeviceArray", py::module_local())
+      .def(py::init([](py::args, py::kwargs) -> DeviceArray* {  // not "No constructor defined!"
+        throw py::type_error("DeviceArray cannot be made by calling it: " +
+                             Made<DeviceArray>::how(""));
+      }))
       .def("__dlpack__", [](py::object self, py::kwargs) {  // any stream: the work is done
         return built<DeviceArray>(self).dlpack(self);
       })
-      .def("__dlpack_device__", checked(&DeviceArray::dlpack_device))
-      .def("numpy", checked(&DeviceArray::numpy), "numpy() -> numpy.ndarray\n\nA copy in host memory.")
+      .def("__dlpack_device__", plain(&DeviceArray::dlpack_device, signature("__dlpack_device__()")))
+      .def("numpy", plain(&DeviceArray::numpy, signature("numpy()")), "numpy() -> numpy.ndarray\n\nA copy in host memory.")
       .def_property_readonly("shape", [](py::handle self) {
         return py::tuple(py::cast(built<DeviceArray>(self).shape));
       })
@@ -270,8 +307,12 @@ void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
       spec->name, py::make_tuple(base), namespace_);
   py::capsule handle(static_cast<const void*>(spec), capsule_name<T>());
   py::object base_init = base.attr("__init__");
+  // how messages write the call (signature.h); shared, as the function outlives this scope
+  auto shown = std::make_shared<const std::string>(std::string(spec->name) +
+                                                   "(seed=0, params=None)");
   cls.attr("__init__") = py::cpp_function(
-      [base_init, handle, spec](py::object self, py::object seed, py::object params) {
+      [base_init, handle, spec, shown](py::object self, py::args args, py::kwargs kwargs) {
+        auto [seed, params] = Signature<2>{shown->c_str(), {"seed", "params"}, 0}.bind(args, kwargs);
         // a second __init__ would be ignored, its seed and params too, good or bad: pybind11
         // skips a function named __init__ on an instance already made (hence the name below)
         if (constructed(self))
@@ -279,11 +320,11 @@ void bind_model(py::module_& m, py::object base, const ModelSpec<T>* spec) {
                                "make another by calling " + spec->name + "(seed=...), or "
                                "copy one with copy.deepcopy");
         base_init(self, handle,
-                  count_argument(seed, std::string(spec->name) + "(seed=...): the seed"),
-                  params);
+                  count_argument(seed ? seed : py::int_(0),
+                                 std::string(spec->name) + "(seed=...): the seed"),
+                  params ? params : py::none());
       },
-      py::name("init"), py::is_method(cls), py::arg("seed") = 0,
-      py::arg("params") = py::none(),
+      py::name("init"), py::is_method(cls),
       py::doc("__init__(seed=0, params=None)\n\nParameters initialized from the seed, or "
               "shared with params=,\na model of the same module."));
   m.attr(spec->name) = cls;
@@ -318,7 +359,8 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
     chain_interrupt_handler();  // Ctrl-C stops a loop between steps (mdl/interrupts.h)
     // the interpreter's exit waits for calls running on other threads (released_gil.h)
     py::module_::import("atexit").attr("register")(py::cpp_function(&close_calls));
-    m.def("set_num_threads", [](py::handle count) {
+    m.def("set_num_threads", [](py::args args, py::kwargs kwargs) {
+      auto [count] = signature("set_num_threads(n)", "n").bind(args, kwargs);
       uint64_t requested = 0;
       try {
         requested = count_argument(count, "set_num_threads(n): n");
@@ -337,9 +379,12 @@ _object* make_module(const char* name, const ModelSpec<T>* const* specs) {
             "its products run on one thread; start worker processes with multiprocessing's "
             "'spawn' or 'forkserver' method to give them threads");
       blas_control::set_threads(n);
-    }, py::arg("n"), "set_num_threads(n: int) -> None\n\nThreads every mdl model in this "
+    }, "set_num_threads(n: int) -> None\n\nThreads every mdl model in this "
        "process may use for its matrix products\nand its parallel loops.");
-    m.def("get_num_threads", &blas_control::threads,
+    m.def("get_num_threads", [](py::args args, py::kwargs kwargs) {
+            signature("get_num_threads()").bind(args, kwargs);
+            return blas_control::threads();
+          },
           "get_num_threads() -> int\n\nThreads every mdl model in this process may use "
           "for its matrix products\nand its parallel loops.");
     bind_device_array(m);
