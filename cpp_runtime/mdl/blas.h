@@ -21,6 +21,8 @@
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -220,12 +222,22 @@ inline void blas_compute(bool ta, int64_t m, int64_t n, int64_t k, const double*
 }
 #endif
 
-// Threads the BLAS may use (every model of the process shares them).
+// The CPUs this process may run on (its affinity mask), at least 1.
+inline int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// Threads the BLAS may use (every model of the process shares them). MKL takes no more
+// than the cores; OpenBLAS would take up to its build's limit (64 on 2 cores), so it gets
+// no more than the CPUs the process may use, as its own start reads OMP_NUM_THREADS.
 inline void set_blas_threads(int n) {
 #if defined(MDL_BLAS_MKL)
   mkl_set_num_threads(n);
 #else
-  scipy_openblas_set_num_threads(n);
+  scipy_openblas_set_num_threads(std::min(n, usable_cpus()));
 #endif
 }
 
