@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -33,9 +34,15 @@ def _define(text: str) -> tuple[str, object]:
     except ValueError:
         pass
     try:
-        return key, float(value)
+        number = float(value)
     except ValueError:
-        pass
+        number = None
+    if number is not None and math.isfinite(number):
+        return key, number
+    if number is not None and value.lstrip("+-")[:1] in "0123456789.":
+        # 1e400: float() made it inf, and messages showed a value never written (inf and
+        # nan, which float() reads too, are no number mdl writes: refused below)
+        raise argparse.ArgumentTypeError(f"-D {key}: {value} is out of range of f64")
     if value in ("true", "false"):
         return key, value == "true"
     raise argparse.ArgumentTypeError(f"-D {key}: {value!r} is not a number, true or false")
@@ -55,6 +62,14 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(str(bad)) from None
 
 
+def _path(text: str) -> str:
+    """A file or directory to write or read: an empty name was the current directory
+    (`-o ""` wrote a build there, `--onnx ""` said "cannot write `.`")."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return text
+
+
 def _version() -> str:
     """The installed distribution's version, and the code generator's."""
     from importlib.metadata import PackageNotFoundError, version
@@ -69,9 +84,11 @@ def _version() -> str:
 
 def _report(problem) -> None:
     """Print a Diagnostic or an MdlError on stderr, coloured when stderr is a terminal
-    (NO_COLOR and FORCE_COLOR respected: dsl/highlight.py)."""
+    (NO_COLOR and FORCE_COLOR respected: dsl/highlight.py). One of no place in a file (a
+    file that cannot be read) starts `mdlc: `, as usage errors do."""
     from dsl.highlight import palette_for
-    print(problem.render(palette_for(sys.stderr)), file=sys.stderr)
+    text = problem.render(palette_for(sys.stderr))
+    print(text if problem.loc else f"mdlc: {text}", file=sys.stderr)
 
 
 EXAMPLES = {
@@ -142,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
                       help="with --ir: with the backward pass of the minimized output")
     graph = command("graph", "draw a model: scopes, shared parameters, loops and branches")
     _model_options(graph, dtype=False)
-    graph.add_argument("-o", dest="out", metavar="FILE",
+    graph.add_argument("-o", dest="out", metavar="FILE", type=_path,
                        help="the picture: .svg, .png or .pdf (need Graphviz's `dot`), or "
                        ".dot or .gv (default: DOT text on stdout)")
     graph.add_argument("--backward", action="store_true",
@@ -185,8 +202,8 @@ def parser() -> argparse.ArgumentParser:
     export = command("export", "write a model's inference program as an ONNX file "
                      "(onnxruntime, TensorRT, OpenVINO, netron)")
     _model_options(export)
-    export.add_argument("--onnx", required=True, metavar="OUT.onnx", help="the file to write")
-    export.add_argument("--params", metavar="CHECKPOINT.npz",
+    export.add_argument("--onnx", required=True, metavar="OUT.onnx", type=_path, help="the file to write")
+    export.add_argument("--params", metavar="CHECKPOINT.npz", type=_path,
                         help="the parameters: a checkpoint written by `save` (default: the "
                         "initial values of --seed, as Model(seed=...) has them)")
     export.add_argument("--seed", type=_seed, default=0, help="the parameters' seed without --params, and the seed of "
@@ -224,7 +241,7 @@ def parser() -> argparse.ArgumentParser:
                        help="tiny sizes and few reps: a check that the suite works")
     bench.add_argument("--skip-compile", action="store_true",
                        help="leave out torch.compile (about a minute of compiling per case)")
-    bench.add_argument("--out", default="bench-results",
+    bench.add_argument("--out", default="bench-results", type=_path,
                        help="directory for results.md, results.json, ratios.png and logs")
     cache = command("cache", "show what the build cache holds, and remove what builds no "
                     "longer use")
@@ -284,7 +301,7 @@ def _model_name(text: str) -> str:
 
 def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
     _model_options(p, every=True)
-    p.add_argument("-o", dest="out", help=out_help + " (default: the current one)")
+    p.add_argument("-o", dest="out", type=_path, help=out_help + " (default: the current one)")
     p.add_argument("--name", help="the module's name (default: the file's stem made an "
                    "identifier: m_class for class.mdl)")
     _target_option(p)

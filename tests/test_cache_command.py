@@ -90,6 +90,13 @@ def test_an_empty_or_missing_cache_says_so(tmp_path, monkeypatch, capsys):
     assert code == 0 and "removed 0 entries" in out
 
 
+def test_a_cache_that_is_a_file_says_so(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")  # it said "is empty"
+    code, out, _ = mdlc_cache(monkeypatch, capsys, tmp_path / "file")
+    assert (code, out) == (0, f"the build cache {tmp_path / 'file'} ($MDL_CACHE_DIR) is a "
+                              "file, not a directory\n")
+
+
 def test_prune_removes_what_no_build_used_for_30_days_with_its_index_and_lock(
         filled, monkeypatch, capsys):
     root, made = filled

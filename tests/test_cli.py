@@ -127,6 +127,9 @@ def test_errors_exit_1_with_location_and_no_traceback(tmp_path):
     (["-D", "H=1_000"], "-D H: '1_000' is not a number, true or false"),  # once: H=1000.0
     (["-D", "H= 3"], "-D H: ' 3' is not a number"),
     (["-D", "H=\u0663"], "-D H: '\u0663' is not a number"),
+    (["-D", "H=1e400"], "-D H: 1e400 is out of range of f64"),  # once: shown as inf
+    (["-D", "H=inf"], "-D H: 'inf' is not a number, true or false"),
+    (["-D", "H=nan"], "-D H: 'nan' is not a number, true or false"),
 ])
 def test_usage_errors_exit_2(good, args, message):
     r = mdlc("check", str(good), *args)
@@ -259,7 +262,19 @@ def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
 
 def test_missing_file_is_an_error_not_a_crash(tmp_path):
     r = mdlc("check", str(tmp_path / "missing.mdl"))
-    assert r.returncode == 1 and "cannot read" in r.stderr
+    assert r.returncode == 1
+    # no place in a file to name: the tool's name starts the line, as a usage error's
+    assert r.stderr.startswith(f"mdlc: error: cannot read `{tmp_path / 'missing.mdl'}`")
+
+
+@pytest.mark.parametrize("args", [["build", "-o", ""], ["emit", "-o", ""],
+                                  ["graph", "-o", ""], ["export", "--onnx", ""]])
+def test_an_empty_output_name_is_refused(good, tmp_path, args):
+    """`-o ""` wrote a build into the current directory; `--onnx ""` said "cannot write `.`"."""
+    (tmp_path / "here").mkdir()
+    r = mdlc(args[0], str(good), *args[1:], cwd=tmp_path / "here")
+    assert r.returncode == 2 and "expected a path, got ''" in r.stderr
+    assert list((tmp_path / "here").iterdir()) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")

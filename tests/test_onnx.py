@@ -580,6 +580,9 @@ def test_mdlc_export(tmp_path, capsys):
     assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
                  "--params", str(tmp_path / "missing.npz")]) == 2
     assert "no such checkpoint file" in capsys.readouterr().err
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--params", str(tmp_path)]) == 2
+    assert "is a directory, not a checkpoint file" in capsys.readouterr().err
 
 
 def test_mdlc_export_verify_runs_the_file_against_the_reference(tmp_path, capsys):

@@ -112,6 +112,9 @@ def _numbers(source: str, name: str, value) -> np.ndarray:
 
 
 def _checkpoint(path: Path) -> dict[str, np.ndarray]:
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not a checkpoint file (an .npz `save` "
+                         f"wrote)")
     if not path.is_file():
         raise UsageError(f"{path}: no such checkpoint file")
     data = read_npz(path, "a checkpoint written by `save` (an .npz)")
