@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .models import check_model
+
 try:
     import torch
     import torch.distributed as dist
@@ -46,6 +48,7 @@ class DataParallel:
     default process group on its own shard of each batch."""
 
     def __init__(self, model: Any):
+        check_model(model, "DataParallel")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DataParallel needs torch.distributed.init_process_group(...) "
                                "first (under torchrun: init_process_group('gloo'))")
@@ -82,16 +85,21 @@ class DataParallel:
                 raise RuntimeError(f"rank {rank} built a different model than rank 0: "
                                    f"{_first_difference(every[0], theirs)}")
 
-    def train_step(self, shard_weight: float | None = None, **inputs) -> dict:
+    def train_step(self, *given: Any, shard_weight: float | None = None, **inputs) -> dict:
         """Forward and backward on this rank's shard, gradients averaged over the ranks
         (weighted by `shard_weight`, else as `shard_weights` decides), the update; this shard's outputs."""
-        given = shard_weight
+        if given:  # as the model's own train_step: inputs by name (the first was taken
+            # for shard_weight, and the message then said an input was missing)
+            raise TypeError(f"DataParallel.train_step takes its inputs by name "
+                            f"({', '.join(f'{k}=' for k in self.model.inputs)}) and "
+                            f"shard_weight= by name, got {len(given)} positional")
+        asked = shard_weight
         if shard_weight is not None:  # inf: not a weight, which every rank refuses below
             shard_weight = _weight(shard_weight)
-        elif "lengths" in inputs:
-            shard_weight = float(np.sum(inputs["lengths"]))
         try:
             out, failed = self.model.forward_backward(**inputs), None
+            if shard_weight is None and "lengths" in inputs:  # checked by the call: i32[B]
+                shard_weight = _tokens(inputs["lengths"])
         except Exception as error:  # raised on every rank below, after the gather
             out, failed = None, error
         # one small gather tells every rank every rank's weight, shapes, optimizer and
@@ -110,7 +118,7 @@ class DataParallel:
         if bad:
             rank = self.rank if self.rank in bad else bad[0]
             raise ValueError(f"shard_weight must be a finite number >= 0: rank {rank} passed "
-                             + (repr(given) if rank == self.rank else "one that is not"))
+                             + (repr(asked) if rank == self.rank else "one that is not"))
         if len({row[1] for row in every}) > 1:
             self._refuse_different_optimizers()
         weights = shard_weights(every, self.model)
@@ -178,11 +186,23 @@ def _first_difference(a: dict, b: dict) -> str:
 def _weight(value) -> float:
     """shard_weight= as a float, or inf where it is no finite number >= 0 (NaN or a
     negative weight would corrupt every rank's update)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):  # float("2") and float(True) read
+        return math.inf
     try:
         weight = float(value)
     except (TypeError, ValueError):
         return math.inf
     return weight if math.isfinite(weight) and weight >= 0 else math.inf
+
+
+def _tokens(lengths: Any) -> float:
+    """The sum of a `lengths` input the model took: an array or list, or a tensor (on a
+    GPU too) or another DLPack object."""
+    if isinstance(lengths, torch.Tensor):
+        return float(lengths.sum())
+    if hasattr(lengths, "__dlpack__") and not isinstance(lengths, np.ndarray):
+        return float(torch.from_dlpack(lengths).sum())
+    return float(np.sum(np.asarray(lengths, np.int64)))
 
 
 def _axes(inputs: dict, model: Any) -> list[int]:

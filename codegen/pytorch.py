@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .models import check_model
+
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the environment
@@ -58,14 +60,7 @@ class CompiledModule(torch.nn.Module):
 
     def __init__(self, model: Any):
         super().__init__()
-        if isinstance(model, type):
-            raise TypeError(f"as_module takes a compiled mdl model, an instance: got the class "
-                            f"{model.__name__} itself (make one: {model.__name__}(seed=0))")
-        if not all(hasattr(model, a) for a in ("params", "cotangents", "inputs",
-                                               "gradient_layout")):
-            raise TypeError("as_module takes a compiled mdl model (an instance of a class of "
-                            "a module built by codegen.load or mdlc build), got "
-                            f"{type(model).__name__}")
+        check_model(model, "as_module")
         if not model.cotangents:
             raise ValueError(f"model {type(model).__name__}'s backward takes no gradients of "
                              "its outputs: it was built without vjp (build it with "
@@ -228,6 +223,9 @@ def _array(what: str, value: Any, on_device: bool = False, expected: str = "") -
     `expected`: the type the model declares, for the error of a dtype NumPy has not."""
     if not isinstance(value, torch.Tensor):
         return value
+    if value.layout != torch.strided:  # its numpy() fails as for a dtype NumPy has not
+        raise TypeError(f"{what}: expected {expected or 'a dense tensor'}, got a tensor of "
+                        f"layout {value.layout}: give a dense one (.to_dense())")
     if value.device.type == "cpu":
         try:
             return value.detach().numpy()

@@ -53,6 +53,7 @@ class _Part:
     name: str                                  # the mdl parameter's full name
     read: Callable[[], np.ndarray]
     write: Callable[[np.ndarray], None]
+    tensors: tuple[torch.Tensor, ...]          # what `write` changes
 
 
 def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -65,7 +66,8 @@ def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
 def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     """Copy mdl parameters (`model.params`, or a checkpoint's arrays) into the modules of
     `mapping`, as `params_from_torch` names them. Every name and shape is checked before
-    any module changes."""
+    any module changes; a tensor that cannot be written (one made in inference mode, an
+    expanded one) leaves every module as it was."""
     _names(params, "params", "{full name: array}, as model.params")
     _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
     parts = [p for key, value in mapping.items() for p in _parts(key, value)]
@@ -79,9 +81,29 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
         if want != got:
             raise ValueError(f"parameter {p.name} is {list(got)}, its torch module's "
                              f"weight wants {list(want)}")
+    for p in parts:
+        _fits(p, values[p.name])
+    written: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tensor, its values before)
     with torch.no_grad():
         for p in parts:
-            p.write(values[p.name])
+            before = [(t, t.detach().clone()) for t in p.tensors]
+            try:
+                p.write(values[p.name])
+            except RuntimeError as exc:  # torch's: the tensor refuses in-place writes
+                for t, saved in reversed(written):  # put back, the last written first
+                    t.copy_(saved)
+                raise RuntimeError(f"parameter {p.name}: its torch tensor cannot be "
+                                   f"written ({exc}); no module was changed") from None
+            written += before
+
+
+def _fits(part: _Part, values: np.ndarray) -> None:
+    """Values an integer tensor would truncate (1.7 written as 1) are refused first."""
+    for t in part.tensors:
+        if (not (t.dtype.is_floating_point or t.dtype.is_complex)
+                and values.dtype.kind == "f" and not np.all(np.mod(values, 1) == 0)):
+            raise ValueError(f"parameter {part.name} holds fractions, and its torch tensor "
+                             f"is {t.dtype}: it would be truncated")
 
 
 def _names(mapping: Any, what: str, takes: str) -> None:
@@ -117,7 +139,7 @@ def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray],
 
 
 def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
-    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed))
+    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed), (t,))
 
 
 def _need_bias(module: torch.nn.Module, what: str) -> None:
@@ -173,7 +195,8 @@ def _cell(scope: str, value: Any) -> list[_Part]:
     def write(a: np.ndarray) -> None:
         _setter(t["bias_ih"])(a)
         t["bias_hh"].zero_()
-    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]), write)]
+    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]), write,
+                            (t["bias_ih"], t["bias_hh"]))]
 
 
 def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:

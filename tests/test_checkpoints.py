@@ -231,17 +231,18 @@ def test_a_save_removes_only_temporary_files_of_processes_gone(charlm64, tmp_pat
 
 @pytest.mark.parametrize("where, error", [
     ("missing/ck.npz", FileNotFoundError), ("folder", IsADirectoryError),
-    ("", IsADirectoryError)])
+    ("", FileNotFoundError)])
 def test_a_save_that_cannot_be_written_names_the_callers_path(charlm64, tmp_path,
                                                               monkeypatch, where, error):
     """It once named its hidden temporary file (`.ck.npz.p3mpwbzx.tmp`), and save("")
-    tried to rename it over the current folder."""
+    tried to rename it over the current folder, then named that folder; now it is
+    open("")'s error, naming the empty path."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder").mkdir()
     with pytest.raises(error) as raised:
         charlm64.CharLM().save(where)
     assert ".tmp" not in str(raised.value) and str(raised.value.filename) in (
-        str(tmp_path / "missing"), str(tmp_path / "folder"), str(tmp_path))
+        str(tmp_path / "missing"), str(tmp_path / "folder"), "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # nothing left behind
 
 

@@ -96,7 +96,7 @@ WORKER = textwrap.dedent("""
                 said[case] = f"{type(e).__name__}: {e}"
         tried("uneven", seq.Seq)
         tried("two_dims", seq.Seq, cut=lambda k, v: v[rank:, rows])
-        for bad in (float("nan"), float("inf"), -1.0, "x"):
+        for bad in (float("nan"), float("inf"), -1.0, "x", "2", True):  # float() reads "2"
             tried(f"weight_{bad}", seq.Seq, weight=(bad, bad))
         tried("weight_one_rank", seq.Seq, weight=(1.0, -1.0))  # rank 0 once waited on
         adam = {"name": "adam", "lr": 0.05}
@@ -106,6 +106,23 @@ WORKER = textwrap.dedent("""
         # rank 1's xs have 2 features, not 3: its call raises, rank 0 must not wait
         tried("bad_input", seq.Seq,
               cut=lambda k, v: v[:, rows, :2] if rank == 1 and k == "xs" else v[:, rows])
+        dp = DataParallel(seq.Seq(seed=0))
+        for case, call in (("class", lambda: DataParallel(seq.Seq)),
+                           ("positional", lambda: dp.train_step(*seq_batch(0).values()))):
+            try:
+                call()
+            except TypeError as e:
+                said[case] = str(e)
+        # rank 1's lengths cannot be read: once summed before the guard (a raw NumPy
+        # error on rank 1, rank 0 waiting in the gather until the timeout)
+        m = charlm.CharLM(seed=0)
+        m.set_optimizer("sgd", lr=0.1)
+        dp = DataParallel(m)
+        try:
+            batch = shard(charlm_batch(0, B=4), rank, world)
+            dp.train_step(**{**batch, "lengths": [[1, 2], [3]] if rank else batch["lengths"]})
+        except (RuntimeError, ValueError) as e:
+            said["bad_lengths"] = f"{type(e).__name__}: {e}"
         m = seq.Seq(seed=0)
         m.set_optimizer("adam", lr=0.05)
         if rank == 0:  # restored with a step taken: its Adam state is not rank 1's
@@ -322,7 +339,7 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
         assert "uneven" not in said
         assert said["two_dims"] == ("ValueError: the ranks' shards differ in B, T: pass "
                                     "shard_weight= (each shard's share of the loss's mean)")
-        for bad in ("nan", "inf", "-1.0", "'x'"):
+        for bad in ("nan", "inf", "-1.0", "'x'", "'2'", "True"):
             case = f"weight_{bad.strip(chr(39))}"
             assert said[case] == ("ValueError: shard_weight must be a finite number "
                                   f">= 0: rank {rank} passed {bad}"), case
@@ -341,3 +358,10 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
         assert bad_input.startswith("ValueError: " if rank == 1 else
                                     "RuntimeError: rank 1 could not run its step: ValueError: ")
         assert "xs" in bad_input and "3" in bad_input, bad_input
+        assert said["class"] == ("DataParallel takes a compiled mdl model, an instance: got "
+                                 "the class Seq itself (make one: Seq(seed=0))")
+        assert said["positional"] == ("DataParallel.train_step takes its inputs by name (xs=, "
+                                      "ys=) and shard_weight= by name, got 2 positional")
+        assert said["bad_lengths"].startswith(
+            "ValueError: input 'lengths': NumPy cannot read it" if rank == 1 else
+            "RuntimeError: rank 1 could not run its step: ValueError: input 'lengths'")

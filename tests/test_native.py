@@ -255,6 +255,8 @@ def test_positional_inputs_and_bad_seeds_raise_saying_what_to_write(towers, call
     (lambda m: setattr(m, "outputs_on_device", "yes"), TypeError,
      "outputs_on_device must be True or False, got str"),
     (lambda m: m.save(3), TypeError, "save(path): path must be a str or an os.PathLike, got int"),
+    (lambda m: m.set_params({3: np.ones(3)}), TypeError,  # once "no parameter '3'"
+     "takes its parameters by full name (a str), got the key 3 of type int"),
     (lambda m: m.load(None), TypeError,
      "load(path): path must be a str or an os.PathLike, got NoneType"),
     (lambda m: setattr(m, "rng_calls", np.array([1, 2])), TypeError,

@@ -363,6 +363,10 @@ BAD = [
      "as_module takes a compiled mdl model, an instance: got the class Core itself"),
     (lambda m: m(inputs(0)[0].bfloat16(), inputs(0)[1]), TypeError,
      "input 'xs': expected f64[T, B, 6], got a torch.bfloat16 tensor, which NumPy cannot hold"),
+    # once "a torch.float64 tensor, which NumPy cannot hold": the layout was the cause
+    (lambda m: m(inputs(0)[0].to_sparse(), inputs(0)[1]), TypeError,
+     "input 'xs': expected f64[T, B, 6], got a tensor of layout torch.sparse_coo: give a "
+     "dense one (.to_dense())"),
     (lambda m: m.float()(*inputs(0)), RuntimeError,
      "parameter 'lstm/W' no longer shares memory with the compiled model"),
     (lambda m: m(*inputs(0), inputs(0)[0]), TypeError, "takes 2 inputs (xs, h0), got 3"),

@@ -203,3 +203,25 @@ def test_arguments_of_the_wrong_kind_are_refused_before_any_module_changes():
     params_to_torch({"out/W": torch.ones(4, 3, requires_grad=True), "out/b": np.zeros(3)},
                     {"out": lin})
     assert lin.weight.sum().item() == 12.0
+
+
+def test_a_tensor_that_cannot_be_written_leaves_every_module_as_it_was():
+    """QA: the first module was written, then torch refused the second (an inference
+    tensor, an expanded one); and fractions written into an integer tensor were cut."""
+    lin = torch.nn.Linear(5, 3)
+    before = lin.weight.detach().clone()
+    with torch.inference_mode():
+        frozen = torch.zeros(3)
+    for target, words in ((frozen, "Inplace update to inference tensor"),
+                          (torch.zeros(1).expand(3), "more than one element")):
+        with pytest.raises(RuntimeError, match=f"parameter x: its torch tensor cannot be "
+                                               f"written \\(.*{words}.*no module was changed"):
+            params_to_torch({"a/W": np.ones((5, 3)), "a/b": np.ones(3), "x": np.ones(3)},
+                            {"a": lin, "x": target})
+        assert torch.equal(lin.weight, before)
+    ints = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="x holds fractions, and its torch tensor is "
+                                         "torch.int64"):
+        params_to_torch({"x": np.array([1.7, -2.9, 3.5])}, {"x": ints})
+    params_to_torch({"x": np.array([1.0, -2.0, 3.0])}, {"x": ints})  # whole numbers fit
+    assert ints.tolist() == [1, -2, 3]

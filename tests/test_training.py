@@ -88,6 +88,10 @@ def test_the_learning_rate_can_change_between_steps(module):
     (lambda m: m.set_optimizer("adam", lr="0.1"), TypeError,
      re.escape('set_optimizer("adam"): lr must be a number, got str')),
     (lambda m: m.set_optimizer("sgd", lr=True), TypeError, "lr must be a number, got bool"),
+    # an int past a double's range is too large, not "no number" (it said "got int")
+    (lambda m: m.set_optimizer("sgd", lr=10**400), ValueError, "lr must be finite, got inf"),
+    (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", -2**1024)), ValueError,
+     "lr must be > 0"),
     (lambda m: m.set_optimizer("sgd", lr=1, momentum=[0.9]), TypeError,
      "momentum must be a number, got list"),
     (lambda m: m.set_optimizer("sgd", lr=1, momentum=0.9, nesterov="yes"), TypeError,

@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -141,7 +142,17 @@ inline bool bool_argument(py::handle v, const std::string& what) {
   throw py::type_error(what + " must be True or False, got " + type_name(v));
 }
 
+// An int past a double's range (10**400) is that infinity, as float("1e400") is: the
+// caller's range check then refuses it as too large (it was "must be a number, got int").
 inline double number_argument(py::handle v, const std::string& what) {
+  if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) {
+    double d = PyLong_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return v < py::int_(0) ? -HUGE_VAL : HUGE_VAL;
+    }
+    return d;
+  }
   try {
     if (!PyBool_Check(v.ptr())) return py::cast<double>(v);
   } catch (py::cast_error&) {

@@ -52,7 +52,8 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   py::module_ os = py::module_::import("os"), np = py::module_::import("numpy");
   py::object os_path = os.attr("path");
   // bytes too (os.fsdecode): the temporary file's name is a str
-  py::object full = os_path.attr("realpath")(os.attr("fsdecode")(os.attr("fspath")(path)));
+  py::object given = os.attr("fsdecode")(os.attr("fspath")(path));
+  py::object full = os_path.attr("realpath")(given);
   py::object dir = os_path.attr("dirname")(full);
   py::object base = os_path.attr("basename")(full);
   // errors name what the caller gave, not the temporary file that would have failed
@@ -63,6 +64,9 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
     throw py::error_already_set();
   };
+  if (py::len(given) == 0)  // as open(""): realpath("") is the current folder, once named
+    refuse("FileNotFoundError", ENOENT, "a checkpoint needs a file name, got an empty path",
+           given);
   if (py::cast<bool>(os_path.attr("isdir")(full)))
     refuse("IsADirectoryError", EISDIR, "a checkpoint is a file, and this is a folder", full);
   if (!py::cast<bool>(os_path.attr("isdir")(dir)))

@@ -90,6 +90,11 @@ class Parameters {
   Values checked(const py::dict& values) const {
     Values given;
     for (auto item : values) {
+      if (!PyUnicode_Check(item.first.ptr()))  // 3 read as '3', a name it could never be
+        throw py::type_error("set_params: model " + std::string(spec_->name) + " takes its "
+                            "parameters by full name (a str), got the key " +
+                            std::string(py::repr(item.first)) + " of type " +
+                            type_name(item.first));
       std::string name = py::str(item.first);
       int index = -1;
       for (int i = 0; i < spec_->n_params; ++i)
