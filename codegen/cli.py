@@ -345,8 +345,11 @@ def _dims(text: str) -> dict[str, int]:
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if (not sep or not (key + value).isascii() or not key.isidentifier()
-                or not value.isdigit() or int(value) < 1):  # isdigit alone takes `٣`, `²`
+                or not value.isdigit()):  # isdigit alone takes `٣`, `²`
             raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
+        from codegen.ir.dtypes import I32_MAX
+        if not 1 <= int(value) <= I32_MAX:  # a dim's value is an i32 in the generated code
+            raise argparse.ArgumentTypeError(f"{key}={value}: a size is 1 to {I32_MAX}")
         if key in out:  # which of the two was meant is not ours to guess
             raise argparse.ArgumentTypeError(f"{key} is given twice in {text!r}")
         out[key] = int(value)

@@ -109,7 +109,11 @@ def _clip(el, a, call):
 def _cast(dtype: str) -> None:
     def run(el, a, call):
         target = el.dtype_of(dtype, call.loc)
-        x = tensor(el, a["x"], None)
+        # an integer constant cast to a float is that float: f32(2 ** 31) went through
+        # i32 first, where it does not fit
+        given = a["x"][0]
+        float_of_int = isinstance(given, Const) and given.kind == "int" and target in FLOATS
+        x = tensor(el, a["x"], TensorType(target, ()) if float_of_int else None)
         return x if x.type.dtype == target else el.emit("cast", [x], {"dtype": target},
                                                         call.loc)[0]
     builtin(dtype, "x")(run)
@@ -217,6 +221,9 @@ def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value
 @builtin("mse", "a", "b")
 def _mse(el, a, call):
     x, y = _pair(el, a["a"], a["b"])
+    if x.type.dtype != y.type.dtype:  # its `-`'s words named no `-` of the user's
+        raise MdlTypeError(f"`mse` takes two tensors of one dtype, got {x.type} and "
+                           f"{y.type} (cast one with f32(...), i32(...))", call.loc)
     diff = el.emit("sub", [x, y], {}, call.loc)[0]
     sq = el.emit("mul", [diff, diff], {}, call.loc)[0]
     return el.emit("mean", [sq], {"axes": tuple(range(sq.type.rank)), "keepdims": False},

@@ -11,7 +11,7 @@ from typing import Any
 
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
-from codegen.ir.dtypes import I32_MAX, I32_MIN, fits_i32, literal
+from codegen.ir.dtypes import I32_MAX, I32_MIN, finite_in, fits_i32, literal
 from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value, use_counts
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
@@ -312,6 +312,11 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                f"{ptype}", (s.init or s.type).loc)
         if not ptype.is_float:
             raise MdlTypeError(f"parameters are float tensors, got {ptype}", s.type.loc)
+        past = [a for a in init.args if not finite_in(a, ptype.dtype)]
+        if past:  # every weight was inf (or the draws half inf)
+            raise MdlTypeError(f"`{init}` holds {literal(past[0])}, past the range of "
+                               f"{ptype.dtype}: the weights of this {ptype} would be inf",
+                               (s.init or s.name).loc)
         if not all(d.is_const for d in ptype.shape):
             raise MdlTypeError(f"a parameter's shape must be known at compile time, got "
                                f"{ptype}", s.type.loc)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from codegen.ir.diagnostics import Loc, MdlNameError, MdlTypeError
-from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC, fits_i32
+from codegen.ir.dtypes import DTYPES, FLOATS, NUMERIC, finite_in, fits_i32
 from codegen.ir.graph import Value
 from codegen.ir.shapes import Dim, DimError, TensorType
 from codegen.ops.primitives import TABLE
@@ -54,6 +54,9 @@ class Expressions:
         if isinstance(v, Value):
             return v
         dtype = self.const_dtype(v, like, loc)
+        if v.kind == "float" and not finite_in(v.value, dtype):  # it was inf, silently
+            raise MdlTypeError(f"{v} is past the range of {dtype}, where it would be inf",
+                               loc)
         return self.emit("full", [], {"shape": (), "value": v.value, "dtype": dtype}, loc)[0]
 
     def const_dtype(self, c: Const, like: TensorType | None, loc: Loc) -> str:
@@ -61,7 +64,7 @@ class Expressions:
             return {"int": "i32", "float": self.float_dtype, "bool": "bool"}[c.kind]
         ok = {"int": NUMERIC, "float": FLOATS, "bool": ("bool",)}[c.kind]
         if like.dtype not in ok:
-            raise MdlTypeError(f"{c.kind} literal {c} cannot combine with {like}", loc)
+            raise MdlTypeError(f"the {c.kind} constant {c} cannot combine with {like}", loc)
         return like.dtype
 
     # ---- leaves ----
@@ -237,11 +240,15 @@ class Expressions:
             # out of range whatever the dims (1:B+1, B:2*B of an axis of length B, inside it
             # only where B is 0); what depends on them is checked at the call
             # (ops/entry.py, call_bounds)
-            if any(all(c <= 0 for _, c in d.terms) and d.terms
-                   and not (d.is_const and d.value >= 0)
-                   for d in (start, stop - start, size - stop)):
+            below = [all(c <= 0 for _, c in d.terms) and d.terms
+                     and not (d.is_const and d.value >= 0)
+                     for d in (start, stop - start, size - stop)]
+            if below[0] or below[2]:
                 raise MdlTypeError(f"slice {start}:{stop} is out of range for axis {axis} of "
                                    f"{x.type}", s.loc)
+            if below[1]:  # both bounds in range (it said "out of range" too)
+                raise MdlTypeError(f"slice {start}:{stop} of axis {axis} of {x.type} ends "
+                                   f"before it starts (an empty slice is written a:a)", s.loc)
             starts.append(start)
             stops.append(stop)
         out = self.emit("slice", [x], {"starts": tuple(starts), "stops": tuple(stops)}, loc)[0]

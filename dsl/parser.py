@@ -323,6 +323,10 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
         char = source.text[exc.pos_in_stream]
         if char == '"':
             return MdlSyntaxError("unterminated string", loc)
+        if char.isspace() or not char.isprintable():  # a no-break or zero-width space
+            name = unicodedata.name(char, "")
+            return MdlSyntaxError(f"unexpected character U+{ord(char):04X}"
+                                  + (f" ({name.lower()})" if name else ""), loc)
         return MdlSyntaxError(f"unexpected character `{char}`", loc)
     assert isinstance(exc, UnexpectedToken)
     tok = exc.token
@@ -343,6 +347,12 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if tok.type == "COMPARE" and exc.state is not None and "COMPARE" not in exc.expected:
         return MdlSyntaxError("comparisons do not chain: write `a < b and b < c`", loc)
     before = _tokens_before(source, tok)
+    glued = _number_into_name(before + [tok])
+    if glued is not None:
+        number, name = glued
+        return MdlSyntaxError(f"`{number}{name}` is no number: mdl writes numbers in decimal, "
+                              "without `0x`, `_` or a suffix (`16`, `1000`, `1e-3`)",
+                              _tok_loc(source, number))
     if tok.type == "EQUAL" and before and before[-1].type in KEYWORDS:
         return MdlSyntaxError(f"`{before[-1]}` is a keyword and cannot be used as a name here",
                               _tok_loc(source, before[-1]))
@@ -357,6 +367,10 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
             return MdlSyntaxError("a statement cannot be a bare expression; assign its "
                                   "value: `y = ...`", name_loc)
     if tok.type.isupper() and text.isidentifier() and tok.type != "NAME" and "NAME" in exc.expected:
+        if (text == "as" and before and before[-1].line == tok.line
+                and before[-1].type in ("NAME", "RSQB", "INT", "FLOAT")):  # `x as foo`
+            return MdlSyntaxError("`as` names the scope of a function call (`lstm(x, h, c) "
+                                  "as layer1`): it may follow a call only", loc)
         if text == "reversed" and _in_for_header(before):  # among the loop's options
             return MdlSyntaxError("`reversed` is not a loop option: it goes around the "
                                   "sequence, `for x in reversed(xs) (...)`", loc)
@@ -367,6 +381,15 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if len(expected) <= 4:
         return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+def _number_into_name(tokens: list[Token]) -> tuple[Token, Token] | None:
+    """A number with a name written against it among the last tokens (`0x10`, `1_000`,
+    `1e`): the lexer read them as two, and the error came later, as a bare expression."""
+    for a, b in zip(tokens[-3:], tokens[-2:]):
+        if a.type in ("INT", "FLOAT") and b.type == "NAME" and a.end_pos == b.start_pos:
+            return a, b
+    return None
 
 
 def _in_for_header(before: list[Token]) -> bool:

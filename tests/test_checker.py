@@ -90,6 +90,16 @@ def test_dtype_f64_turns_every_float_into_f64():
     assert str(cm.graph.params["w"].value.type) == "f64[3]"
 
 
+def test_an_integer_constant_cast_to_a_float_is_that_float():
+    """f32(2 ** 31) went through i32 first: "the integer 2147483648 does not fit in i32"."""
+    cm = check_source("model M() { input x : f32[3]; output y = x + f32(2 ** 31) }")
+    fills = [op.attrs["value"] for op in cm.graph.body.ops if op.prim == "full"]
+    assert fills == [2**31] and str(cm.graph.outputs["y"].type) == "f32[3]"
+    f64 = check_source("model M() { input x : f32[3]; output y = x + f32(2 ** 31) }",
+                       dtype="f64")
+    assert str(f64.graph.outputs["y"].type) == "f64[3]"
+
+
 def test_scope_attributes_are_inherited_and_overridden():
     src = """
 model M() {

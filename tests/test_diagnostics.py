@@ -26,7 +26,7 @@ BAD_PROGRAMS = [
     ('model M() { input x : i32[B]; output y = x + 7.5 % 2 }',
      '`%` is not defined for float 7.5', "1:50"),
     ('model M() { input x : i32[B]; output y = x * 0.5 }',
-     'float literal 0.5 cannot combine with i32[B]', "1:46"),
+     'the float constant 0.5 cannot combine with i32[B]', "1:46"),
     ('model M() { input x : f32[B]; output y = tanh(x, x) }',
      '`tanh` takes at most 1 argument (x), got 2', "1:50"),
     ('model M() { input x : f32[B]; output y = foo(x) }',
@@ -200,7 +200,7 @@ BAD_PROGRAMS = [
     ('model M() { input x : f32[T]; param T : f32[3]; output y = x }',
      '`T` is a symbolic dim and cannot name a parameter', "1:37"),
     ('model M() { input x : f32[B]; output z = x + true }',
-     'bool literal true cannot combine with f32[B]', "1:46"),
+     'the bool constant true cannot combine with f32[B]', "1:46"),
     ('model M() { input x : f32[B]; output z = where(x, x, x) }',
      '`where` needs a bool condition, got f32[B]', "1:42"),
     ('model A() { input x : f32[B]; output z = x }\nmodel A() { input x : f32[B]; output z = x }',
@@ -310,6 +310,28 @@ BAD_PROGRAMS = [
     ('model M() { input x : f32[B, 4]; y = x; while sum(x) > 0.0 { y = y * 0.5 }; '
      'output z = sum(y) }',
      'this `while` condition reads none of the variables its body assigns (y)', "1:54"),
+    # found by a QA pass (2026-12-04): each was silent, or named what the user never wrote
+    ('model M() { input x : f32[3]; param w : f32[3] = constant(1e39); output y = x * w }',
+     '`constant(1e+39)` holds 1e+39, past the range of f32: the weights of this f32[3] '
+     'would be inf', "1:50"),  # every weight was inf
+    ('model M() { input x : f32[3]; output y = 1e39 * x }',
+     '1e+39 is past the range of f32, where it would be inf', "1:42"),
+    ('model M() { input x : i32[3]; k = 7 / 2; output y = x + k }',
+     'the float constant 3.5 cannot combine with i32[3]', "1:57"),  # "float literal 3.5"
+    ('model M() { input x : bool[3]; output y = -x }',
+     'unary `-` is not defined for bool', "1:43"),  # "`neg` is not defined"
+    ('model M() { input x : f32[4]; input t : i32[4]; output y = mse(x, t) }',
+     '`mse` takes two tensors of one dtype, got f32[4] and i32[4]', "1:60"),  # "`-` needs"
+    ('model M() { input x : f32[3]; y = x as foo; output z = y }',
+     '`as` names the scope of a function call', "1:37"),  # "`as` is a keyword"
+    ('model M() { input x : f32[3]; output y = x + 0x10 }',
+     '`0x10` is no number: mdl writes numbers in decimal', "1:46"),  # "a bare expression"
+    ('model M() { input x : f32[3]; output y = x + 1_000 }',
+     '`1_000` is no number', "1:46"),
+    ('model M() { input a : f32[4]; output y = a[2:1] }',
+     'slice 2:1 of axis 0 of f32[4] ends before it starts', "1:45"),  # "out of range"
+    ('model M() { input x : f32[3]; output y = 2.0 *\u00a0x }',
+     'unexpected character U+00A0 (no-break space)', "1:47"),  # printed raw
 ]
 
 
@@ -474,7 +496,7 @@ def test_a_message_names_a_control_character_by_its_code_point():
     with pytest.raises(MdlError) as info:
         check_source('model M() {\n  input x : f32[3]\n  y = x\x1b[31m + 1.0\n}', "m.mdl")
     first = info.value.render().splitlines()[0]
-    assert first == "m.mdl:3:8: error: unexpected character `U+001B`"
+    assert first == "m.mdl:3:8: error: unexpected character U+001B"
 
 
 def test_the_caret_stands_under_its_spot_after_wide_characters():

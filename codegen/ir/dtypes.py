@@ -39,6 +39,14 @@ def fits_i32(value: int) -> bool:
     return I32_MIN <= value <= I32_MAX
 
 
+def finite_in(value: float, dtype: str) -> bool:
+    """Whether a finite number stays finite rounded to the float dtype `dtype` (1e39 is
+    inf in f32)."""
+    import numpy as np
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.dtype(DTYPES[dtype].numpy).type(value)))
+
+
 # No dtype holds an integer of more significant digits (i64's most is 19): one is refused
 # before Python converts it, which it does for at most 4300 digits
 MAX_INT_DIGITS = 19

@@ -27,8 +27,8 @@ def unary(name: str, allowed: tuple[str, ...], ref, local=None, simplify=None,
           onnx=None) -> None:
     """A unary elementwise primitive; `local(b, x, y, g)` is the cotangent of x; `onnx`
     its ONNX rule, or the name of the one ONNX node it is."""
-    def rule(types, attrs):
-        same_dtype(types, f"`{name}`", allowed)
+    def rule(types, attrs):  # `neg` is what the user wrote as `-x`
+        same_dtype(types, "unary `-`" if name == "neg" else f"`{name}`", allowed)
         return [types[0]]
 
     def grad(b, op, cts):
