@@ -14,7 +14,8 @@ cross to the host: under NCCL each rank's GPU reduces them in place.
     out = dp.train_step(**my_shard_of_the_batch)
 
 Averaging: each rank's gradient is weighted by `shard_weight=` when given, else by its
-number of real tokens (the sum of its `lengths` input), else by its rows along the one dim
+number of real tokens when the loss is a mean over them (the sum of the input
+`model.loss_tokens` names: a minimized `cross_entropy`'s lengths), else by its rows along the one dim
 the ranks' shards differ in, so that shards of any sizes give the update one process would
 make from the whole batch, for a loss that is a mean over tokens or rows; every step also
 checks that the ranks' optimizers agree. PyTorch stays optional: without it,
@@ -98,8 +99,9 @@ class DataParallel:
             shard_weight = _weight(shard_weight)
         try:
             out, failed = self.model.forward_backward(**inputs), None
-            if shard_weight is None and "lengths" in inputs:  # checked by the call: i32[B]
-                shard_weight = _tokens(inputs["lengths"])
+            tokens = self.model.loss_tokens  # the compiler's word, not a guess by name
+            if shard_weight is None and tokens is not None:  # checked by the call: i32[B]
+                shard_weight = _tokens(inputs[tokens])
         except Exception as error:  # raised on every rank below, after the gather
             out, failed = None, error
         # one small gather tells every rank every rank's weight, shapes, optimizer and

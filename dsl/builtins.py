@@ -201,9 +201,11 @@ def _cross_entropy(el, a, call):
     if a["lengths"][0] is not None:
         inputs.append(tensor(el, a["lengths"]))
     loss = el.emit("cross_entropy", inputs, {}, call.loc)[0]
-    if smoothing == 0:
-        return loss
-    return _smoothed(el, loss, inputs, float(smoothing), call.loc)
+    if smoothing != 0:
+        loss = _smoothed(el, loss, inputs, float(smoothing), call.loc)
+    if len(inputs) == 3:  # a mean over the real tokens: what data-parallel shards weigh by
+        el.token_means[loss.id] = inputs[2]
+    return loss
 
 
 def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value:

@@ -69,6 +69,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.assigned: list[tuple[str, Value, Loc]] = []
         self.outputs: dict[str, Value] = {}
         self.loss: str | None = None
+        # value id -> the lengths of the tokens it is a mean over (cross_entropy's), for
+        # Graph.loss_tokens
+        self.token_means: dict[int, Value] = {}
         self.top_level = False
 
     # ---- emission ----
@@ -110,7 +113,12 @@ class Elaborator(Expressions, Calls, ControlFlow):
         raise_all(_unique(self.errors)[:MAX_ERRORS])
         self._warn_unused()
         return Graph(m.name.name, hparams, self.inputs, self.params, self.block, self.outputs,
-                     self.loss, self.input_locs)
+                     self.loss, self.input_locs, loss_tokens=self._loss_tokens())
+
+    def _loss_tokens(self) -> str | None:
+        """The input the minimized output is a mean over the tokens of (Graph.loss_tokens)."""
+        lengths = self.token_means.get(self.outputs[self.loss].id) if self.loss else None
+        return next((k for k, v in self.inputs.items() if v is lengths), None)
 
     def _hparams(self, m: n.ModelDef, defines: dict[str, Any]) -> dict[str, Any]:
         names = [h.name.name for h in m.hparams]

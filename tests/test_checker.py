@@ -1,5 +1,7 @@
 """The checker's positive rules: every built-in's shape rule, dims unified across inputs
 and calls, hyper-parameters, scope attributes, imports, --dtype."""
+from pathlib import Path
+
 import pytest
 
 from dsl import MdlError, check_source
@@ -208,3 +210,28 @@ def test_sizes_the_call_binds_are_not_refused_when_compiling():
     cm = check_source("model M() { input x : f32[T]; a = zeros[T - 30]; b = range(1, T)\n"
                       "  output y = sum(x) + sum(a) + f32(sum(b)) + sum(full[T, 2](0.5)) }")
     assert str(cm.graph.outputs["y"].type) == "f32"
+
+
+@pytest.mark.parametrize("path, model, tokens", [
+    ("charlm.mdl", "CharLM", "lengths"), ("attention.mdl", "Translator", "target_lengths"),
+    ("bidirectional.mdl", "BiTagger", "lengths"),
+    # a `lengths` input, but a mean over rows: DataParallel once weighed these by tokens
+    ("gru.mdl", "GRUClassifier", None), ("tagger.mdl", "Tagger", None),
+    ("recognizer.mdl", "Recognizer", None), ("towers.mdl", "Towers", None)])
+def test_the_loss_names_the_input_counting_its_tokens(path, model, tokens):
+    """Graph.loss_tokens (a model's `loss_tokens`, what data-parallel shards weigh by)."""
+    from dsl.check import SourceFile
+    examples = Path(__file__).parents[1] / "examples"
+    assert SourceFile(examples / path).check(model=model).graph.loss_tokens == tokens
+
+
+@pytest.mark.parametrize("loss, tokens", [
+    ("cross_entropy(x, t, lengths = L)", "L"),
+    ("cross_entropy(x, t, lengths = L, label_smoothing = 0.1)", "L"),
+    ("cross_entropy(x, t)", None),
+    ("cross_entropy(x, t, lengths = L) + 0.1 * sum(x)", None),  # not a token mean
+    ("cross_entropy(x, t, lengths = L + 0)", None)])  # not an input
+def test_only_a_token_mean_over_an_input_names_it(loss, tokens):
+    src = ("model M() { input x : f32[T, B, 5]; input t : i32[T, B]; input L : i32[B]; "
+           f"output loss = {loss}; minimize loss }}")
+    assert check_source(src).graph.loss_tokens == tokens

@@ -323,7 +323,9 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
     process on the whole batch); shards differing in two dims, a shard_weight= that is not a
     finite number >= 0, different optimizers (name, options, steps) and one rank's bad
     input are refused on every rank, naming the rank and the difference."""
-    modules()
+    charlm, seq = modules()
+    # what the shards weigh by: the compiler's word, not an input's name
+    assert (charlm.CharLM(seed=0).loss_tokens, seq.Seq(seed=0).loss_tokens) == ("lengths", None)
     for p in run_ranks(tmp_path, "checks"):
         assert p.returncode == 0, p.stderr[-3000:]
     _, seq = modules()

@@ -243,7 +243,8 @@ class ModuleGenerator:
             dtype=_dtype_spec(self.dtype),
             dynamic=len(self.names.dynamic), device=self.target.device,
             profile_sites=self.sites,
-            sizes=[(text, self.names.expr(d)) for text, d in self._sizes()])
+            sizes=[(text, self.names.expr(d)) for text, d in self._sizes()],
+            loss_tokens=g.loss_tokens)
 
     def _sizes(self) -> list[tuple[str, Dim]]:
         """What the call's dims must keep >= 0 (ops/entry.py, call_bounds): the graph's as

@@ -151,6 +151,10 @@ class Graph:
     param_grads: dict[str, Value] = field(default_factory=dict)  # set by autodiff
     input_grads: dict[str, Value] = field(default_factory=dict)
     backward: Block = field(default_factory=Block)
+    # the input whose sum counts what the loss is a mean over: `cross_entropy(...,
+    # lengths = L)` minimized, L an input (a model's `loss_tokens`, which data-parallel
+    # training weighs each shard by); None for any other loss
+    loss_tokens: str | None = None
 
     def blocks(self) -> tuple[Block, Block]:
         """The forward body and the backward block, in the order they run."""
@@ -284,7 +288,7 @@ def clone_graph(graph: Graph) -> Graph:
         return {k: mapping.get(v.id, v) for k, v in values.items()}
     return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
                  graph.loss, dict(graph.input_locs), remap(graph.param_grads),
-                 remap(graph.input_grads), backward)
+                 remap(graph.input_grads), backward, graph.loss_tokens)
 
 
 def substitute(block: Block, mapping: dict[int, Value]) -> None:

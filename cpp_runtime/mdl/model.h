@@ -187,6 +187,8 @@ struct ModelSpec {
   const char* const* size_names;  // slices' bounds: a call whose dims make one negative is
                                   // refused with its text (`{}` where its value goes)
   SizeFunction size_value;
+  const char* loss_tokens;  // the input the loss is a mean over the tokens of (the
+                            // lengths of a minimized cross_entropy), or nullptr
 };
 
 }  // namespace mdl

@@ -196,6 +196,12 @@ class Model {
     return out;
   }
 
+  // The input whose sum counts the tokens the minimized loss is a mean over (a
+  // cross_entropy's lengths), else None.
+  py::object loss_tokens() const {
+    return spec_->loss_tokens ? py::object(py::str(spec_->loss_tokens)) : py::object(py::none());
+  }
+
   // The outputs whose cotangents backward takes (a vjp build: every float output), in order.
   py::list cotangents() const { return cotangents_.names(); }
 

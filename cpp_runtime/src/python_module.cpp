@@ -180,6 +180,10 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("shared", checked(&M::shared), "The parameter names this model shares with the model given as\nparams= ([] for a model made without it).")
       .def_property_readonly("inputs", checked(&M::input_types),
                              "{name: type}: the declared inputs, in order.")
+      .def_property_readonly("loss_tokens", checked(&M::loss_tokens),
+                             "The input whose sum counts the tokens the minimized loss is a "
+                             "mean over\n(cross_entropy's lengths), or None: what "
+                             "DataParallel weighs each shard by.")
       .def_property_readonly("cotangents", checked(&M::cotangents),
                              "The outputs whose cotangents a vjp build's backward takes.")
       .def_property("rng_calls", checked(&M::rng_calls), checked(&M::set_rng_calls),
