@@ -286,9 +286,20 @@ class Expressions:
                 raise MdlTypeError(f"{exc}: `/` in dims must divide exactly", e.loc)
         if isinstance(e, n.Unary) and e.op == "-":
             return -self.eval_dim(e.operand)
+        if isinstance(e, n.Binary) and e.op in ("//", "%", "**"):
+            a, b = self.eval_single(e.left), self.eval_single(e.right)
+            if not (isinstance(a, Const) and isinstance(b, Const)):  # `B // 2`: B named a dim
+                raise MdlTypeError(f"`{e.op}` does not apply to symbolic dims: a dim is made "
+                                   "with +, -, * and a / that divides exactly (`2 * B / 2`)",
+                                   e.loc)
         v = self.eval_single(e)
         if isinstance(v, Const) and v.kind == "int":
             return Dim.of(v.value)
+        if isinstance(v, Value):  # `a[:, i]`: the error called i "a dim"
+            raise MdlTypeError(f"this needs an integer known at compile time (a literal, a "
+                               f"hyper-parameter or a symbolic dim), not a value the model "
+                               f"computes ({v.type}); such a value indexes the first axis "
+                               f"only (`a[i]`, `a[i, 1:3]`)", e.loc)
         raise MdlTypeError("a dim must be an integer known at compile time (a literal, a "
                            "hyper-parameter or a symbolic dim)", e.loc)
 

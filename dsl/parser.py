@@ -81,9 +81,10 @@ class AstBuilder(Transformer_NonRecursive):
     def _node(self, cls, loc: Loc, *args):
         node = cls(loc, *args)
         if node.depth > n.MAX_DEPTH:
-            raise MdlSyntaxError(f"this is nested too deeply (more than {n.MAX_DEPTH} levels, "
-                                 "each operator of a chain like `a + b + c` one); split it "
-                                 "into several statements", _too_deep_at(node))
+            raise MdlSyntaxError(f"this is nested too deeply (more than {n.MAX_DEPTH} levels: "
+                                 "each operator of a chain like `a + b + c` one, each "
+                                 "block `{ ... }` in another two); split it into several "
+                                 "statements or functions", _too_deep_at(node))
         return node
 
     # ---- top level ----

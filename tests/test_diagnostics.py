@@ -328,6 +328,11 @@ BAD_PROGRAMS = [
      '`0x10` is no number: mdl writes numbers in decimal', "1:46"),  # "a bare expression"
     ('model M() { input x : f32[3]; output y = x + 1_000 }',
      '`1_000` is no number', "1:46"),
+    ('model M() { input a : f32[B, 3]; input i : i32; output y = a[:, i] }',
+     'not a value the model computes (i32); such a value indexes the first axis only',
+     "1:65"),  # "a dim must be an integer known at compile time"
+    ('model M() { input a : f32[B, 3]; output z = zeros[B // 2] }',
+     '`//` does not apply to symbolic dims', "1:53"),  # B is one: "a dim must be ..."
     ('model M() { input a : f32[4]; output y = a[2:1] }',
      'slice 2:1 of axis 0 of f32[4] ends before it starts', "1:45"),  # "out of range"
     ('model M() { input x : f32[3]; output y = 2.0 *\u00a0x }',
@@ -536,7 +541,21 @@ def test_a_source_nested_too_deeply_is_located(terms, where):
         check_source(source, "m.mdl")
     first = info.value.render().splitlines()[0]
     assert first.startswith(f"m.mdl:{where}: error: this is nested too deeply (more than 200 "
-                            "levels, each operator of a chain like `a + b + c` one)"), first
+                            "levels: each operator of a chain like `a + b + c` one, each "
+                            "block `{ ... }` in another two)"), first
+
+
+@pytest.mark.parametrize("depth, fits", [(98, True), (99, False)])
+def test_blocks_nest_99_deep_at_most(depth, fits):
+    """99 scopes said "more than 200 levels, each operator of a chain ... one", naming no
+    block: each counts two."""
+    body = "scope a { " * depth + "y = x" + " }" * depth
+    source = f"model M() {{\n  input x : f32[3]\n  {body}\n  output z = x\n}}"
+    if fits:
+        check_source(source, "m.mdl")
+        return
+    with pytest.raises(MdlError, match="each block `{ ... }` in another two"):
+        check_source(source, "m.mdl")
 
 
 def test_the_checkers_python_arguments_of_the_wrong_kind_are_refused(tmp_path):
