@@ -39,6 +39,7 @@
 #elif defined(MDL_BLAS_OPENBLAS)
 #include <cblas.h>
 
+#include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -99,9 +100,52 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 #else
+// Calls into OpenBLAS, kept out of a fork: OpenBLAS's own prepare handler, which shuts its
+// threads down, hung joining one of them when os.fork() ran while another thread was
+// inside an OpenBLAS call (tests/test_module_calls.py's forked child: 8 of 30 forks with
+// both cores busy). A fork waits, from its prepare handler (blas_init), until no call is
+// inside; calls wait while it forks. Atomics, not a pthread rwlock: in the child the
+// forking thread has another id, and glibc would not take its unlock for the writer's.
+// One gate a module: each module's handler closes its own.
+class OpenBlasGate {
+ public:
+  void enter() {
+    for (;;) {
+      while (forking_.load()) std::this_thread::yield();
+      inside_.fetch_add(1);
+      if (!forking_.load()) return;
+      inside_.fetch_sub(1);
+    }
+  }
+  void leave() { inside_.fetch_sub(1); }
+  void close() {  // a fork's prepare handler
+    forking_.store(true);
+    while (inside_.load() != 0) std::this_thread::yield();
+  }
+  void open() { forking_.store(false); }  // its parent and child handlers
+
+ private:
+  std::atomic<int> inside_{0};
+  std::atomic<bool> forking_{false};
+};
+
+inline OpenBlasGate& openblas_gate() {
+  static OpenBlasGate gate;
+  return gate;
+}
+
+// Held for the length of one call into OpenBLAS.
+struct OpenBlasCall {
+  OpenBlasCall() { openblas_gate().enter(); }
+  ~OpenBlasCall() { openblas_gate().leave(); }
+  OpenBlasCall(const OpenBlasCall&) = delete;
+  OpenBlasCall& operator=(const OpenBlasCall&) = delete;
+};
+
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                       float beta, float* c, int64_t ldc) {
+  OpenBlasCall calling;
   scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 // c[0, :n] = alpha * x @ op(b) + beta * c, x the k elements x[0], x[incx], ...: a product
@@ -111,6 +155,7 @@ inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
 inline void blas_row_product(bool tb, int64_t n, int64_t k, float alpha, const float* x,
                              int64_t incx, const float* b, int64_t ldb, float beta, float* c) {
   if (beta == 0.f) std::fill(c, c + n, 0.f);
+  OpenBlasCall calling;
   if (tb)  // op(b) = b^T, b n x k: c = b @ x
     scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, x, incx, beta, c, 1);
   else     // b k x n: c = b^T @ x
@@ -119,6 +164,7 @@ inline void blas_row_product(bool tb, int64_t n, int64_t k, float alpha, const f
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                       double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                       double beta, double* c, int64_t ldc) {
+  OpenBlasCall calling;
   scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 #endif
@@ -237,6 +283,7 @@ inline void set_blas_threads(int n) {
 #if defined(MDL_BLAS_MKL)
   mkl_set_num_threads(n);
 #else
+  OpenBlasCall calling;
   scipy_openblas_set_num_threads(std::min(n, usable_cpus()));
 #endif
 }
@@ -584,6 +631,10 @@ inline void blas_init() {
 #endif
 #else
   scipy_openblas_set_threads_callback_function(run_openblas_parts);
+  // registered after OpenBLAS's own handlers (its library loaded first), so its prepare
+  // handler runs first: OpenBLAS shuts its threads down with no call of ours inside it
+  pthread_atfork([] { openblas_gate().close(); }, [] { openblas_gate().open(); },
+                 [] { openblas_gate().open(); });
 #endif
   pthread_atfork(nullptr, nullptr, [] {
     if (!threads_started()) return;
