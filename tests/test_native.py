@@ -683,3 +683,22 @@ def test_results_in_memory_python_let_go_are_written_whole(file, model):
             if a.dtype.kind == "f" and a.flags.writeable:
                 a[...] = np.nan
         del results
+
+
+def test_lists_and_numbers_are_read_as_the_declared_dtype(tmp_path):
+    """A list has no dtype of its own: `ids=[0, 1]` for an i32 input said "expected i32[B],
+    got int64[2] (wrong dtype)", a dtype the user never chose. Numbers go into a float,
+    integers that fit into i32; an array keeps its dtype, checked as before."""
+    path = tmp_path / "lists.mdl"
+    path.write_text("model L() { input ids : i32[B]; input y : f32[B]; input s : f32\n"
+                    "  output z = f32(ids) * y + s }")
+    m = load(path).L()
+    got = m.forward(ids=[0, 1], y=[0.5, 2], s=3)["z"]
+    assert got.dtype == np.float32 and got.tolist() == [3.0, 5.0]
+    assert m.forward(ids=(2,), y=(1.0,), s=0.25)["z"].tolist() == [2.25]
+    for ids, why in [([2**31], "got int64[1] (wrong dtype)"),  # does not fit: refused
+                     ([1.0], "got float64[1] (wrong dtype)"),  # a float is no index
+                     ([True], "got bool[1] (wrong dtype)"),
+                     (np.array([1], np.int64), "got int64[1] (wrong dtype)")]:  # an array's own
+        with pytest.raises(ValueError, match=re.escape(f"input 'ids': expected i32[B], {why}")):
+            m.forward(ids=ids, y=[1.0], s=0)

@@ -217,6 +217,26 @@ inline py::array as_array(py::handle obj, const char* kind, const char* name = n
   return a;
 }
 
+// A list, a tuple or a Python number has no dtype of its own: NumPy's reading `a` of it
+// (int64 or float64) is taken as the declared dtype `d` where that loses nothing a user
+// wrote: numbers into a float (as torch.tensor([0.1]) is float32), integers that fit into
+// i32 (`ids=[0, 1]` was "expected i32[B], got int64[2]"). Anything else stays `a`, which
+// the dtype check then refuses.
+inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec& d) {
+  bool plain = PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) ||
+               PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr());
+  char kind = a.dtype().kind();
+  if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'O' || kind == 'c') return a;
+  py::module_ np = py::module_::import("numpy");
+  if (d.kind == 'f' && (kind == 'i' || kind == 'u' || kind == 'f'))
+    return a.attr("astype")(np.attr("dtype")(d.numpy));
+  if (d.kind == 'i' && (kind == 'i' || kind == 'u')) {
+    py::array cast = a.attr("astype")(np.attr("dtype")(d.numpy));
+    if (py::cast<bool>(np.attr("array_equal")(cast, a))) return cast;
+  }
+  return a;
+}
+
 // Checks an input's dtype and shape against `s` (its model's `dim_names`), binding user dims; `got()` says what came
 // (called for a message only).
 template <class Dim, class Got>

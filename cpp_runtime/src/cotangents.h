@@ -71,6 +71,7 @@ class Cotangents {
         continue;
       }
       py::array a = as_array(obj, "cotangent", s.name);
+      if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
       out.push_back({on_host(a), std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
                      has_dtype(a, s.dtype), shape_text(a)});
     }

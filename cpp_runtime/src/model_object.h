@@ -769,6 +769,7 @@ class Model {
       return in_place(t, "input", s.name);
     }
     py::array a = as_array(obj, "input", s.name);
+    if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
                [&] { return shape_text(a); }, dims);
     return on_host(a);
