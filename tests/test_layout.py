@@ -22,6 +22,7 @@ STAGES = [
     "codegen.pipeline",     # the stages in order, for every entry point
     "codegen.drawing",      # mdlc graph
     "codegen.export",       # mdlc export: ONNX
+    "codegen.models",       # what as_module and DataParallel ask of a model argument
     "codegen.pytorch",
     "codegen.distributed",
     "codegen.profile",      # a profiled build's report, mdlc profile
