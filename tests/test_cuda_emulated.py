@@ -225,9 +225,24 @@ def test_a_call_too_big_for_the_device_s_memory_raises_memory_error(charlms, mon
     T, B = 2000, 100  # its logits alone are 2000 * 100 * 96 doubles: 146 MiB
     big = {"tokens": np.zeros((T, B), np.int32), "targets": np.zeros((T, B), np.int32),
            "lengths": np.full(B, T, np.int32)}
-    with pytest.raises(MemoryError):
+    with pytest.raises(MemoryError, match="more of the GPU's memory"):  # once std::bad_alloc
         m.forward(**big)
     assert m.forward(**small)["loss"] == before  # the device goes on working
+
+
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory is the host's: views of it")
+def test_views_of_the_emulated_device_s_memory_are_read_in_place(charlms):
+    """np.from_dlpack (or torch's) of a DeviceArray, kDLCPU here, as an input or to
+    set_params: copied as host memory, the emulator refused it ("is device memory, not
+    host memory"), and the next call failed too, with those words."""
+    emulated, _ = charlms
+    a, b = emulated.CharLM(seed=0), emulated.CharLM(seed=1)
+    batch = charlm_batch(1)
+    want = a.forward(**batch)["loss"]
+    tokens = np.from_dlpack(a.to_device(batch["tokens"]))
+    assert a.forward(**{**batch, "tokens": tokens})["loss"] == want
+    b.set_params({k: np.from_dlpack(v) for k, v in a.device_params.items()})
+    assert b.forward(**batch)["loss"] == want
 
 
 @pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")

@@ -60,6 +60,24 @@ enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusInvalidated = 2,
 };
 
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+
+// What memory `pointer` is in: the emulated device's (within one of its allocations) or
+// none it knows (host memory, cudaMemoryTypeUnregistered), as CUDA 11+ answers.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer);
+
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();

@@ -71,6 +71,11 @@ struct Device {
   // How many of a context's calls were captured as CUDA graphs and replayed from them
   // (mdl/cuda/graph.h); null for a device without graphs.
   void (*graph_counts)(void* context, int64_t* captured, int64_t* replayed) = nullptr;
+  // Whether a host pointer is this device's memory: the emulated GPU's is the host's, so a
+  // NumPy or torch view of a DeviceArray (DLPack's kDLCPU there) is read in place, as a
+  // CUDA tensor is on a GPU (copied as host memory, the emulator refused it). Null where
+  // no host pointer can be (a GPU's, the host's own).
+  bool (*holds)(const void* p) = nullptr;
 };
 
 // The cpu target's table (src/host_device.cpp, in the runtime every module links).

@@ -272,6 +272,18 @@ inline Argument on_host(py::array a) {
   return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
 }
 
+// A host array over `device`'s own memory (a NumPy or torch view of an emulated device's
+// DeviceArray): read in place, as a CUDA tensor is; else none (an ordinary host array).
+inline bool device_view(const Device& device, const py::array& a, const char* role,
+                        const char* name, Argument& out) {
+  if (!device.holds || a.nbytes() == 0 || !device.holds(a.data())) return false;
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(std::string(role) + " '" + name + "': a view of the device's "
+                          "memory is read in place and must be C-contiguous");
+  out = {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), true};
+  return true;
+}
+
 // Whether argument `name` (an input or a cotangent, the `role`) lives in CUDA memory
 // (`__dlpack_device__`), which only a device model reads (`model` says which runs where).
 template <class T>

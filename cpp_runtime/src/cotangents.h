@@ -72,7 +72,10 @@ class Cotangents {
       }
       py::array a = as_array(obj, "cotangent", s.name);
       if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
-      out.push_back({on_host(a), std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
+      Argument view;  // a view of the emulated device's memory is read there
+      out.push_back({device_view(*spec_->device, a, "cotangent", s.name, view) ? view
+                                                                              : on_host(a),
+                     std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
                      has_dtype(a, s.dtype), shape_text(a)});
     }
     return out;

@@ -211,6 +211,17 @@ void graph_counts(void* context, int64_t* captured, int64_t* replayed) {
   *replayed = graphs.replayed;
 }
 
+#if defined(MDL_CUDA_EMULATED)
+bool holds(const void* p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+#endif
+
 }  // namespace
 
 extern const Device cuda_device = {
@@ -237,6 +248,11 @@ extern const Device cuda_device = {
     synchronize,
     false,  // its memory is the GPU's
     graph_counts,
+#if defined(MDL_CUDA_EMULATED)
+    holds,
+#else
+    nullptr,  // no host pointer is a GPU's memory
+#endif
 };
 
 }  // namespace mdl

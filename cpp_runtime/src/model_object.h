@@ -772,6 +772,8 @@ class Model {
     if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
                [&] { return shape_text(a); }, dims);
+    Argument view;
+    if (device_view(*spec_->device, a, "input", s.name, view)) return view;
     return on_host(a);
   }
 

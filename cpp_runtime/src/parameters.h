@@ -128,9 +128,16 @@ class Parameters {
 
   // Copies checked values into their parameters (under the lock).
   void write(const Values& given) {
-    for (const auto& [index, a] : given)
-      upload(spec_->device, state_->device, state_->param[index], a.data(),
-             numel(spec_->params[index]) * sizeof(T));
+    for (const auto& [index, a] : given) {
+      const std::size_t bytes = numel(spec_->params[index]) * sizeof(T);
+      const Device& device = *spec_->device;
+      if (device.holds && bytes && device.holds(a.data())) {  // a view of a DeviceArray
+        device.copy(state_->device, state_->param[index], a.data(), bytes);
+        device.finish(state_->device);
+      } else {
+        upload(spec_->device, state_->device, state_->param[index], a.data(), bytes);
+      }
+    }
   }
 
   // The names this model takes from the model it shares with.

@@ -15,6 +15,9 @@ namespace cuda {
 
 inline void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
+  // the error is also CUDA's last one: left there, the next call's first check took it for
+  // its own ("gemm: ... cudaMemcpy ..." after a refused copy); a sticky one stays anyway
+  cudaGetLastError();
   if (status == cudaErrorMemoryAllocation) throw std::bad_alloc();
   throw Error(std::string(what) + ": " + cudaGetErrorString(status));
 }

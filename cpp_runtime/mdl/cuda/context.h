@@ -44,7 +44,13 @@ class DeviceBuffer {
       check(cudaFree(data_), "cudaFree");  // waits for work that may still read it
       data_ = nullptr;
       size_ = 0;
-      check(cudaMalloc(&data_, align_up(bytes)), "cudaMalloc");
+      const cudaError_t got = cudaMalloc(&data_, align_up(bytes));
+      if (got == cudaErrorMemoryAllocation) {  // what the call needed, as the cpu target
+        cudaGetLastError();                    // says it (it was "std::bad_alloc")
+        data_ = nullptr;
+        throw OutOfMemory(bytes, "the GPU's memory");
+      }
+      check(got, "cudaMalloc");
       size_ = align_up(bytes);
     }
     return static_cast<char*>(data_);

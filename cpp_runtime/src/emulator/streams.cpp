@@ -363,6 +363,18 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   return cudaSuccess;
 }
 
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  std::lock_guard<std::recursive_mutex> hold(lock);
+  if (!attributes)
+    return refuse(cudaErrorInvalidValue, "cudaPointerGetAttributes: the result pointer is null");
+  const bool device = pointer && on_device(pointer);
+  attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  attributes->device = device ? 0 : -2;
+  attributes->devicePointer = device ? const_cast<void*>(pointer) : nullptr;
+  attributes->hostPointer = nullptr;
+  return cudaSuccess;
+}
+
 cudaError_t cudaFree(void* pointer) {
   std::lock_guard<std::recursive_mutex> hold(lock);
   if (cudaError_t e = unsafe_during_capture("cudaFree")) return e;
