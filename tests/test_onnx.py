@@ -536,6 +536,14 @@ def test_export_and_verify_take_what_load_takes_and_refuse_the_rest(tmp_path):
              "'onnxruntime'"),
             (lambda: verify_onnx(path, path, model="CharLMStep"), "not an ONNX file"),
             (lambda: verify_onnx(path, out, model="CharLM"), "is no export of model `CharLM`"),
+            # exported at the default H = 256 and f32: the runtimes' own errors, or a
+            # TypeError from onnx's evaluator, before these
+            (lambda: verify_onnx(path, out, model="CharLMStep", defines={"H": 16}),
+             "b1.onnx was exported with other options than these: its input `h` is [1, 256], "
+             "the model's f32[B, 16]"),
+            (lambda: verify_onnx(path, out, model="CharLMStep", dtype="f64",
+                                 runtimes=["onnx-reference"]),
+             "its input `h` holds float, the model f64"),
             (lambda: export_onnx(path, None, model="CharLMStep"),
              "out: expected a file's path, got NoneType")]:
         with pytest.raises(UsageError, match=re.escape(message)):

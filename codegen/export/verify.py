@@ -56,7 +56,7 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
     """Each runtime's verdict on the file `onnx_path` exported from `graph` (checked, with
     its parameter `params`; dims `fixed` by --specialize)."""
     known_runtimes(runtimes, dtype)
-    outputs = _outputs_of(Path(onnx_path), graph)
+    outputs = _outputs_of(Path(onnx_path), graph, dtype)
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)
     sizes = [{s: fixed.get(s, 5 if s == "T" else 3) for s in symbols},
@@ -103,10 +103,12 @@ def known_runtimes(runtimes: list[str], dtype: str) -> None:
                          "an f32 export (--dtype f32) there")
 
 
-def _outputs_of(onnx_path: Path, graph: Graph) -> list[str]:
-    """The outputs of the ONNX file exported from `graph`; a UsageError for a file that is
-    none (protobuf's DecodeError) or another model's export (onnxruntime's "Required
-    inputs ... are missing" after the reference had run)."""
+def _outputs_of(onnx_path: Path, graph: Graph, dtype: str) -> list[str]:
+    """The outputs of the ONNX file exported from `graph` at `dtype`; a UsageError for a
+    file that is none (protobuf's DecodeError), another model's export (onnxruntime's
+    "Required inputs ... are missing" after the reference had run), or one exported with
+    other -D values or another dtype (the runtime's own "invalid dimensions", or a
+    TypeError from onnx's evaluator)."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -122,7 +124,31 @@ def _outputs_of(onnx_path: Path, graph: Graph) -> list[str]:
         raise UsageError(f"{onnx_path} is no export of model `{graph.name}`: it has "
                          f"{', '.join(foreign)}, which the model has not (its inputs: "
                          f"{', '.join(graph.inputs)}; outputs: {', '.join(graph.outputs)})")
+    for i in exported.graph.input:
+        differs = _other_type(i.type.tensor_type, graph.inputs[i.name].type, dtype)
+        if differs:
+            raise UsageError(f"{onnx_path} was exported with other options than these: its "
+                             f"input `{i.name}` {differs} (give the -D values and dtype of "
+                             "the export)")
     return outputs
+
+
+def _other_type(tensor_type, declared, dtype: str) -> str:
+    """How an ONNX input's element type or fixed sizes differ from an mdl input's type at
+    the float dtype `dtype` (a size symbolic on either side is not compared); "" if not."""
+    from .onnx_graph import element
+    want = dtype if declared.is_float else declared.dtype
+    if tensor_type.elem_type != element(want):
+        import onnx
+        return (f"holds {onnx.TensorProto.DataType.Name(tensor_type.elem_type).lower()}, "
+                f"the model {want}")
+    sizes = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    ours = [d.value if d.is_const else None for d in declared.shape]
+    if len(sizes) != len(ours) or any(a is not None and b is not None and a != b
+                                      for a, b in zip(sizes, ours)):
+        shown = [str(a) if a is not None else "?" for a in sizes]
+        return f"is [{', '.join(shown)}], the model's {declared}"
+    return ""
 
 
 def _named(size: dict[str, int]) -> str:
