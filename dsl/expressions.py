@@ -197,6 +197,8 @@ class Expressions:
                                           "dtype": self.float_dtype}, e.loc)[0]
         x = self.eval_tensor(e.base)
         subs = e.subscripts
+        if not isinstance(subs[0], n.Slice):
+            self._check_dim_index(subs[0], x)
         if len(subs) == 1 and not isinstance(subs[0], n.Slice):
             i = self.eval_single(subs[0])
             if isinstance(i, Value) and i.type.rank > 0:
@@ -208,6 +210,37 @@ class Expressions:
                 x = self.emit("index", [x, first], {}, e.loc)[0]
                 return self._slices(x, subs[1:], e.loc)
         return self._slices(x, subs, e.loc)
+
+    def _check_dim_index(self, e: n.Expr, x: Value) -> None:
+        """`a[B]` of an axis of length B: an index of dims only, out of range whatever the
+        dims are (it passed, and every call raised the IndexError)."""
+        d = self._dim_expression(e)
+        if d is None or d.is_const or not x.type.rank:
+            return
+        size = x.type.shape[0]
+        past = size - d  # the index is in range where this is positive; with no term of
+        # dims that grows, it is largest where every dim is 1
+        if all(c <= 0 for m, c in past.terms if m) and sum(c for _, c in past.terms) <= 0:
+            raise MdlTypeError(f"index {d} is out of range for {x.type}: its first axis has "
+                               f"length {size}, indices 0 to {size - 1}", e.loc)
+
+    def _dim_expression(self, e: n.Expr) -> Dim | None:
+        """The dim `e` is when it is written of literals and dims only (`B - 1`), else
+        None."""
+        if isinstance(e, n.IntLit):
+            return Dim.of(e.value)
+        if isinstance(e, n.Name):
+            known = e.id not in self.ctx.env and e.id in self.ctx.dims
+            return self.ctx.dims[e.id] if known else None
+        if isinstance(e, n.Unary) and e.op == "-":
+            d = self._dim_expression(e.operand)
+            return None if d is None else -d
+        if isinstance(e, n.Binary) and e.op in "+-*":
+            a, b = self._dim_expression(e.left), self._dim_expression(e.right)
+            if a is None or b is None:
+                return None
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
+        return None
 
     def _index_value(self, i, x: Value, loc: Loc) -> Value:
         if isinstance(i, Const):

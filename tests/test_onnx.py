@@ -501,8 +501,13 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
     ({"seed": 1.5}, "seed: expected an int, got float 1.5"),
     ({"seed": -1}, "seed: -1 is not a seed (0 to 2**64 - 1)"),
     ({"opset": "19"}, "opset: expected an int, got str '19'"),
-    ({"outputs": "loss"}, "outputs: expected a list of output names, got 'loss'"),
-    ({"outputs": [""]}, "outputs: expected a list of output names, got ['']"),
+    ({"outputs": "loss"}, "outputs: expected a list of output names (None: all of them), "
+                          "got 'loss'"),
+    ({"outputs": [""]}, "outputs: expected a list of output names (None: all of them), "
+                        "got ['']"),
+    # once all of them, as if None; the CLI refuses `--outputs ""`
+    ({"outputs": []}, "outputs: expected a list of output names (None: all of them), "
+                      "got []"),
     ({"specialize": "B=2"}, "specialize: expected a dict {dim name: int size} such as "
                             "{'B': 1}, got 'B=2'"),
     ({"rnn_ops": "no"}, "rnn_ops: expected True or False, got 'no'"),
@@ -534,6 +539,9 @@ def test_export_and_verify_take_what_load_takes_and_refuse_the_rest(tmp_path):
             (lambda: verify_onnx(path, out, model="CharLMStep", runtimes="onnxruntime"),
              "runtimes: expected a list of runtime names, such as ['onnxruntime'], got "
              "'onnxruntime'"),
+            # once [] and a verdict of nothing checked
+            (lambda: verify_onnx(path, out, model="CharLMStep", runtimes=[]),
+             "runtimes: expected a list of runtime names, such as ['onnxruntime'], got []"),
             (lambda: verify_onnx(path, path, model="CharLMStep"), "not an ONNX file"),
             (lambda: verify_onnx(path, out, model="CharLM"), "is no export of model `CharLM`"),
             # exported at the default H = 256 and f32: the runtimes' own errors, or a

@@ -145,9 +145,29 @@ def test_a_slice_in_a_branch_or_a_loop_is_refused_where_it_runs(tmp_path_factory
     ("output a = x[B:2*B]", "slice B:2*B is out of range for axis 0 of f32[B, 4]"),
     ("output a = x[-B:]", "a bound that is never positive (-B) would count from the end, "
                           "as only a constant one does"),
+    # indices of dims only: they passed, and every call raised the IndexError
+    ("output a = x[B]", "index B is out of range for f32[B, 4]: its first axis has "
+                        "length B, indices 0 to B - 1"),
+    ("output a = x[B, 1:3]", "index B is out of range for f32[B, 4]"),
+    ("output a = x[2 * B - 1]", "index 2*B - 1 is out of range for f32[B, 4]"),
 ])
 def test_bounds_outside_for_any_dims_are_errors_at_check(tmp_path, body, message):
     path = tmp_path / "bad.mdl"
     path.write_text(f"model M() {{\n  input x : f32[B, 4]\n  {body}\n}}\n")
     with pytest.raises(MdlTypeError, match=re.escape(message)):
         check_file(str(path))
+
+
+def test_indices_of_dims_that_may_be_in_range_are_checked_at_the_call(tmp_path):
+    """`x[3 - B]` is in range for B = 2 or 3 only; a call outside names it "an index" (it
+    was "the indices is -2")."""
+    path = tmp_path / "dims.mdl"
+    path.write_text("model M() {\n  input x : f32[B, 4]\n  output a = x[3 - B]\n"
+                    "  output b = x[B - 1]\n}\n")
+    graph = check_file(str(path)).graph
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    out = reference.run(graph, {"x": x[:2]}, {})
+    np.testing.assert_array_equal(out["a"], x[1])
+    np.testing.assert_array_equal(out["b"], x[1])
+    with pytest.raises(IndexError, match=re.escape("an index is -2, outside [0, 5)")):
+        reference.run(graph, {"x": x}, {})

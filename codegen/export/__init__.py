@@ -47,8 +47,10 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
     if not isinstance(rnn_ops, bool):  # "no" would be true
         raise UsageError(f"rnn_ops: expected True or False, got {rnn_ops!r}")
     opset = DEFAULT_OPSET if opset is None else _integer("opset", opset)
-    if isinstance(outputs, str) or not all(isinstance(k, str) and k for k in outputs or []):
-        raise UsageError(f"outputs: expected a list of output names, got {outputs!r}")
+    if outputs is not None and (isinstance(outputs, str) or not outputs or not all(
+            isinstance(k, str) and k for k in outputs)):  # [] would read as "all"
+        raise UsageError(f"outputs: expected a list of output names (None: all of them), "
+                         f"got {outputs!r}")
     not_the_source(out, path, "out")  # before a minute of export, not after
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET <= opset <= newest:
@@ -86,8 +88,8 @@ def verify_onnx(path: str | Path, exported: str | Path, *, runtimes=("onnxruntim
     interpreter; a Verdict each (`.agrees`, `str()` says what was found)."""
     _onnx()
     from .verify import compare
-    if isinstance(runtimes, str) or not isinstance(runtimes, (list, tuple)) or not all(
-            isinstance(r, str) for r in runtimes):
+    if isinstance(runtimes, str) or not isinstance(runtimes, (list, tuple)) or not runtimes \
+            or not all(isinstance(r, str) for r in runtimes):  # [] would check nothing
         raise UsageError(f"runtimes: expected a list of runtime names, such as "
                          f"['onnxruntime'], got {runtimes!r}")
     _paths(path=path, exported=exported)

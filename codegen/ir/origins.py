@@ -29,7 +29,7 @@ class Origins:
             return f"`{self.inputs[v.id]}`"
         source = self.inputs_of(v)
         if not source:
-            return f"`{v.hint}`" if v.hint else "the indices"
+            return f"`{v.hint}`" if v.hint else "an index"
         return f"`{v.hint}` (computed from {source})" if v.hint else f"an index computed from {source}"
 
     def inputs_of(self, v: Value) -> str:
