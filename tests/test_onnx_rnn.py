@@ -62,6 +62,28 @@ model OwnGRU(E = 3, H = 4) {
   output hs
 }
 """
+# the LSTM step written out as one would: c assigned before h, so that the Loop's states
+# are (c, h) (it stayed a Loop); the final c read after it
+OWN_LSTM = """
+model OwnLSTM(E = 3, H = 4) {
+  input xs : f32[T, B, E]
+  input h0 : f32[B, H]
+  input c0 : f32[B, H]
+  param W : f32[E, 4*H] = uniform(-0.5, 0.5)
+  param U : f32[H, 4*H] = uniform(-0.5, 0.5)
+  param b : f32[4*H] = uniform(-0.5, 0.5)
+  c = c0; h = h0
+  hs = for x in xs {
+    i, f, g, o = split(x @ W + h @ U + b, 4, axis = 1)
+    c = sigmoid(f) * c + sigmoid(i) * tanh(g)
+    h = sigmoid(o) * tanh(c)
+    yield h
+  }
+  output hs
+  output h_last = h
+  output c_last = c
+}
+"""
 # dropout's steps stay in the loop, and are `Identity`s in an inference graph
 DROPOUT = """
 model Dropout(E = 3, H = 4) {
@@ -130,7 +152,10 @@ SOURCE = "\n".join([
     std_loop("Forward"), std_loop("Backward", reverse=True),
     std_loop("GRUBackward", "gru", reverse=True),
     std_loop("Lengths", lengths=True, outputs="hs, h_last = h"),
-    std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU, DROPOUT,
+    std_loop("GRULengths", "gru", reverse=True, lengths=True), OWN_GRU, OWN_LSTM,
+    OWN_LSTM.replace("OwnLSTM", "OwnLSTMLengths").replace("for x in xs", "for x in "
+        "reversed(xs) (lengths = lengths)").replace("  output c_last = c\n", "").replace(
+        "input h0", "input lengths : i32[B]\n  input h0"), DROPOUT,
     # near misses: a yield other than h, a final c of a loop with lengths, z's roles
     # swapped, a product of another value than h
     std_loop("YieldsC", yields="c", outputs="hs"),
@@ -141,6 +166,7 @@ SOURCE = "\n".join([
     NEAR_MISSES])
 NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
          "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"], "Dropout": ["LSTM"],
+         "OwnLSTM": ["LSTM"], "OwnLSTMLengths": ["LSTM"],
          "ZSwapped": ["Loop"], "GatesSwapped": ["Loop"], "InputOfTheState": ["Loop"],
          "ProductOfC": ["Loop"], "ProductOfTanh": ["Loop"],
          "YieldsC": ["Loop"], "FinalCWithLengths": ["Loop"]}
@@ -186,7 +212,7 @@ def test_each_form_computes_what_the_reference_does(tmp_path, source, model):
             assert verdict.agrees, str(verdict)
 
 
-@pytest.mark.parametrize("model", ["Lengths", "GRULengths"])
+@pytest.mark.parametrize("model", ["Lengths", "GRULengths", "OwnLSTMLengths"])
 def test_rows_of_no_steps_keep_their_initial_state(tmp_path, source, model):
     """Lengths 0 and T among others, initial states not zeros: a row of no steps ends in
     its initial h and yields zeros, which `Y` of a node run over every step does not

@@ -42,7 +42,11 @@ def fuse_rnn_loops(top: OnnxGraph, outputs: set[str]) -> None:
             loop = _Loop(top, node, outputs)
             loop.emit(_LSTM(loop) if loop.n_state == 2 else _GRU(loop))
         except _NoMatch:
-            continue
+            try:  # the states as (c, h): a step that assigns c before h
+                loop = _Loop(top, node, outputs, swap=True)
+                loop.emit(_LSTM(loop))
+            except _NoMatch:
+                continue
         top.nodes = [n for n in top.nodes if n is not node]
         fused = True
     if fused:
@@ -56,9 +60,11 @@ def _need(ok: bool) -> None:
 
 class _Loop:
     """A `Loop` node read as a recurrence: its steps' slices of sequences around it, its
-    states, their new values with the lengths' mask taken off, and its yields."""
+    states, their new values with the lengths' mask taken off, and its yields. The states
+    are in the Loop's order (that of the step's first assignments), or with `swap` of two
+    the other way round: an LSTM's h comes first."""
 
-    def __init__(self, top: OnnxGraph, node, outputs: set[str]):
+    def __init__(self, top: OnnxGraph, node, outputs: set[str], swap: bool = False):
         self.top, self.node = top, node
         self.types = top.root.types
         self.outer = {o: n for n in top.nodes for o in n.output}
@@ -78,6 +84,12 @@ class _Loop:
         results = [self.source(v.name) for v in body.output]
         _need(trips != "" and self.holds(go, True) and results[0] == body.input[1].name)
         _need(self.n_state in (1, 2) and len(self.initial) == self.n_state)
+        self.finals = list(node.output[:self.n_state])  # the states' values after it
+        if swap:
+            _need(self.n_state == 2)
+            for listed in (self.states, self.initial, self.finals):
+                listed.reverse()
+            results[1:3] = results[2:0:-1]
         self.reverse: bool | None = None
         self.mask = self.keep = self.lengths = None
         self.new = [self._unmask(r, s) for r, s in zip(results[1:], self.states)]
@@ -271,7 +283,7 @@ class _Loop:
         appended to the model's graph under the Loop's output names."""
         g, n_state, loop = self.top, self.n_state, self.node
         if self.mask and n_state == 2:
-            _need(loop.output[1] not in self.read)  # the final c of a masked loop: not in Y
+            _need(self.finals[1] not in self.read)  # the final c of a masked loop: not in Y
         # a reversed Loop's stacked yields are in trip order, turned by a Slice after it
         turns = [self._turned(y) if self.reverse else None for y in loop.output[n_state:]]
         g.hint = cell.node.lower()  # the new values' names: lstm, lstm_2, ...
@@ -290,9 +302,9 @@ class _Loop:
             last[0] = _at_length(g, every, self.lengths, self.initial[0])
             every = g.op("Where", g.op("Unsqueeze", self.mask, g.ints([2])), every,
                          g.const(0, "f32"))
-        made = dict(zip(loop.output, last))
+        made = dict(zip(self.finals, last))
         if self.mask and n_state == 2:
-            del made[loop.output[1]]  # nothing reads it
+            del made[self.finals[1]]  # nothing reads it
         for stacked, turn in zip(loop.output[n_state:], turns):
             if turn is None:
                 made[stacked] = every
