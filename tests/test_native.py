@@ -15,6 +15,7 @@ from codegen.ops.rng import derive
 from codegen.pipeline import load
 from codegen.reference import gradcheck, interpreter as reference
 from dsl import check_file
+from source_files import built_for
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MODELS = [(path.name, name) for path in sorted(EXAMPLES.glob("*.mdl"))
@@ -397,6 +398,48 @@ def test_dims_must_agree_between_inputs():
     with pytest.raises(ValueError, match=re.escape("input 'targets': expected i32[T, B], got "
                                                    "int32[4, 3] (T = 5 from an earlier input)")):
         m.forward(tokens=t, targets=t[:4], lengths=np.ones(3, np.int32))
+
+
+DERIVED_DIMS = """
+model Derived(H = 3) {
+  input a : f32[T]
+  input x : f32[T, 2 * T]
+  input y : f32[T + 1, H]
+  param w : f32[H] = uniform(-1.0, 1.0)
+  output z = y * w
+  output loss = sum(x) + sum(a) + sum(z * z)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_inputs_of_dims_made_of_others(tmp_path, target):
+    """QA: an input of dim T + 1 (or 2 * T) ended the process at every call: the runtime
+    bound the dim of index 999999 of a table of two. Such a dim is checked against the
+    dims bound before it, and named as written."""
+    path = tmp_path / "derived.mdl"
+    path.write_text(DERIVED_DIMS)
+    m = built_for(path, target, name=f"derived_dims_{target}", dtype="f64").Derived(seed=1)
+    assert m.inputs == {"a": "f64[T]", "x": "f64[T, 2*T]", "y": "f64[T + 1, 3]"}
+    rng = np.random.default_rng(0)
+    given = {"a": rng.normal(size=3), "x": rng.normal(size=(3, 6)),
+             "y": rng.normal(size=(4, 3))}
+    graph = check_file(str(path), dtype="f64").graph
+    want = reference.run(graph, given, m.params, training=True)
+    got = m.forward(**given, training=True)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
+    grads = reference.gradients(graph, given, m.params)
+    np.testing.assert_allclose(m.backward()["w"], grads.params["w"], rtol=1e-12)
+    for name, shape, why in [("x", (3, 5), "dim 1 must be 2*T = 6"),
+                             ("y", (3, 3), "dim 0 must be T + 1 = 4")]:
+        with pytest.raises(ValueError, match=re.escape(
+                f"input '{name}': expected {m.inputs[name]}, got float64{list(shape)} "
+                f"({why})")):
+            m.forward(**{**given, name: np.zeros(shape)})
+    empty = m.forward(a=np.zeros(0), x=np.zeros((0, 0)), y=np.ones((1, 3)))
+    assert empty["z"].shape == (1, 3)
 
 
 def test_backward_before_a_training_forward_is_a_runtime_error():

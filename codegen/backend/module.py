@@ -34,8 +34,9 @@ from .templating import environment
 # makes as many as the spec says (ModelSpec::arenas) and generated code names them by
 # index.
 ARENAS = ("inference", "training", "backward")
-# A dim of an output's declared shape made of others (T*B, T+1): the runtime never checks
-# an output's shape against it (model.h's TensorSpec).
+# A dim of a declared shape made of others (T*B, T+1): an input's is checked against its
+# value from the dims bound before it (model.h's TensorSpec, ModelSpec::input_shape), an
+# output's is not.
 DERIVED_DIM = -(10**6)
 
 
@@ -236,6 +237,7 @@ class ModuleGenerator:
             cotangents=[list(g.outputs).index(k) for k in cotangents],
             output_shapes=[self._shape_exprs(v.type) for v in g.outputs.values()],
             grad_shapes=[self._shape_exprs(v.type) for _, v in grads],
+            input_shapes=[self._shape_exprs(v.type) for v in g.inputs.values()],
             params=[self._param_spec(name, p, [k for k, _ in grads])
                     for name, p in g.params.items()],
             param_count=self.param_count, saved=self.saved_count, tapes=len(self.tapes),
@@ -267,7 +269,8 @@ class ModuleGenerator:
                 dims.append(-(self.dims.index(d.terms[0][0][0]) + 1))
             else:
                 dims.append(DERIVED_DIM)
-        return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims}
+        texts = [str(d) for d in t.shape] if DERIVED_DIM in dims else None
+        return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims, "texts": texts}
 
     def _shape_exprs(self, t: TensorType) -> list[str]:
         return [self.names.expr(d) for d in t.shape]

@@ -29,14 +29,20 @@ struct DTypeSpec {
   int itemsize;
 };
 
-// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1); an
-// output's dim made of others (T*B) is below every user dim's (codegen/backend/module.py's
-// DERIVED_DIM) and never checked.
+// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1); a
+// dim made of others (T*B, T + 1) is kDerivedDim (codegen/backend/module.py's
+// DERIVED_DIM): an input's is checked against ModelSpec::input_shape once the dims it is
+// made of are bound (the checker has them bound by the inputs declared before it, or by
+// its own axes before it), an output's never.
+constexpr int64_t kDerivedDim = -1000000;
+
 struct TensorSpec {
   const char* name;
   DTypeSpec dtype;
   int rank;
   const int64_t* dims;
+  const char* const* texts;  // each dim as the checker writes it (`T + 1`) where one is
+                             // derived; else nullptr
 };
 
 struct ParamSpec {
@@ -151,8 +157,8 @@ struct Variant {
   Function<T> infer, train, backward;  // train and backward are null without `minimize`
 };
 
-// Writes the shape of output (or gradient) `which` from the user dims and the sizes known
-// only at run time.
+// Writes the shape of output (gradient, input) `which` from the user dims and the sizes
+// known only at run time (none in an input's).
 using ShapeFunction = void (*)(int which, const int64_t* dims, const int64_t* dyn,
                                int64_t* shape);
 
@@ -176,7 +182,7 @@ struct ModelSpec {
   DTypeSpec dtype;             // its float dtype (f32 or f64)
   int n_variants;
   const Variant<T>* variants;  // variants[0] is the generic code
-  ShapeFunction output_shape, grad_shape;
+  ShapeFunction output_shape, grad_shape, input_shape;
   int n_cotangents;            // a vjp build: backward takes a cotangent of these outputs
   const int* cotangents;       // (their indexes); an ordinary build: none
   const Device* device;        // where its memory lives and its code runs (host_device, ...)

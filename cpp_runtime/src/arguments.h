@@ -31,7 +31,8 @@ inline std::string type_text(const TensorSpec& s, const char* const* dim_names) 
   out += "[";
   for (int i = 0; i < s.rank; ++i) {
     if (i) out += ", ";
-    out += s.dims[i] >= 0 ? std::to_string(s.dims[i]) : dim_names[-s.dims[i] - 1];
+    const int64_t d = s.dims[i];
+    out += d >= 0 ? std::to_string(d) : d == kDerivedDim ? s.texts[i] : dim_names[-d - 1];
   }
   return out + "]";
 }
@@ -237,11 +238,13 @@ inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec
   return a;
 }
 
-// Checks an input's dtype and shape against `s` (its model's `dim_names`), binding user dims; `got()` says what came
+// Checks input `which`'s dtype and shape against `s` (its model's `dim_names`), binding
+// user dims, then its dims made of others against `shape_of`'s; `got()` says what came
 // (called for a message only).
 template <class Dim, class Got>
 void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok, int64_t rank,
-                const Dim* shape, Got got, std::vector<int64_t>& dims) {
+                const Dim* shape, Got got, std::vector<int64_t>& dims,
+                ShapeFunction shape_of, int which) {
   auto bad = [&](const std::string& why) {
     return py::value_error("input '" + std::string(s.name) + "': expected " +
                            type_text(s, dim_names) + ", got " + got() + " (" + why +
@@ -253,7 +256,7 @@ void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok
     int64_t n = shape[i], d = s.dims[i];
     if (d >= 0 && n != d)
       throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
-    if (d < 0) {
+    if (d < 0 && d != kDerivedDim) {
       int64_t& bound = dims[-d - 1];
       if (bound >= 0 && bound != n)
         throw bad(std::string(dim_names[-d - 1]) + " = " + std::to_string(bound) +
@@ -261,6 +264,15 @@ void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok
       bound = n;
     }
   }
+  bool derived = false;
+  for (int i = 0; i < s.rank; ++i) derived |= s.dims[i] == kDerivedDim;
+  if (!derived) return;
+  std::vector<int64_t> want(std::size_t(s.rank));
+  shape_of(which, dims.data(), nullptr, want.data());
+  for (int i = 0; i < s.rank; ++i)
+    if (s.dims[i] == kDerivedDim && int64_t(shape[i]) != want[i])
+      throw bad("dim " + std::to_string(i) + " must be " + s.texts[i] + " = " +
+                std::to_string(want[i]));
 }
 
 // A host array as an argument, made C-contiguous (a copy where it is not).

@@ -596,7 +596,7 @@ class Model {
                              input_list() + ")");
       }
       ++known;
-      in.args.add(convert(spec_->inputs[i], given, in.call.dims), in.call.inputs);
+      in.args.add(convert(i, given, in.call.dims), in.call.inputs);
     }
     if (py::len(kwargs) != std::size_t(known)) unknown_inputs(kwargs, training_flag);
     check_sizes(in.call.dims);
@@ -749,8 +749,9 @@ class Model {
     return out;
   }
 
-  // Input `s` of the declared dtype, rank and dims, C-contiguous; binds user dims.
-  Argument convert(const TensorSpec& s, py::handle obj, std::vector<int64_t>& dims) {
+  // Input `which` of the declared dtype, rank and dims, C-contiguous; binds user dims.
+  Argument convert(int which, py::handle obj, std::vector<int64_t>& dims) {
+    const TensorSpec& s = spec_->inputs[which];
     const DeviceArray* d = spec_->device->in_place ? nullptr  // a CPU model makes none
                                                    : DeviceArray::of(obj, spec_->device);
     if (d) {
@@ -758,20 +759,21 @@ class Model {
                  d->dtype.kind == s.dtype.kind && d->dtype.itemsize == s.dtype.itemsize,
                  int64_t(d->shape.size()), d->shape.data(),
                  [&] { return shape_text(d->dtype.numpy, d->shape.size(), d->shape.data()); },
-                 dims);
+                 dims, spec_->input_shape, which);
       return {py::reinterpret_borrow<py::object>(obj), d->data(), std::size_t(d->bytes()), true,
               d->may_be_written()};
     }
     if (on_cuda(obj, "input", s.name, *spec_)) {
       DLPackTensor t = take_dlpack(obj);
       check_type(s, spec_->dim_names, has_dtype(*t.tensor, s.dtype), t.tensor->ndim,
-                 t.tensor->shape, [&] { return shape_text(t); }, dims);
+                 t.tensor->shape, [&] { return shape_text(t); }, dims, spec_->input_shape,
+                 which);
       return in_place(t, "input", s.name);
     }
     py::array a = as_array(obj, "input", s.name);
     if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
-               [&] { return shape_text(a); }, dims);
+               [&] { return shape_text(a); }, dims, spec_->input_shape, which);
     Argument view;
     if (device_view(*spec_->device, a, "input", s.name, view)) return view;
     return on_host(a);
