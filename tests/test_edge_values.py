@@ -3,7 +3,8 @@ values that are all negative (the CPU's started from an integer's infinity(), wh
 and returned 0); `max`, `logsumexp`, `softmax` and `mean` over no elements (a batch of
 none): max's identity (-inf, or i32's lowest value) where NumPy itself would raise; and
 NaN, which `max`, `maximum`, `minimum`, `relu` and `clip` keep, as NumPy and PyTorch do
-(they dropped it: a diverged model's NaN could vanish behind a relu), and infinities,
+(they dropped it: a diverged model's NaN could vanish behind a relu), and NaN or inf
+times 0 (folded to 0 once), and infinities,
 which log_softmax meets as logsumexp does; and `bool(x)`, true
 where x is not 0 (it was a truncation to uint8_t: bool(0.5) false, bool(256) false, and
 bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (its
@@ -45,6 +46,7 @@ model Floats() {
   output row_sm = softmax(x, axis = 1)
   output lsm = log_softmax(x, axis = 1)
   output row_lse = logsumexp(x, axis = 1)
+  output zero = x * 0.0
 }
 model Wide() {
   input x : f32[B, N]
@@ -250,6 +252,9 @@ def test_nan_is_kept_as_numpy_keeps_it(module):
     assert np.isnan(got["up_first"][0, 1]) and got["r"][2, 2] == 0
     # log_softmax of [inf, 1, 2] is [NaN, -inf, -inf], as in PyTorch (it was all NaN)
     assert np.isnan(got["lsm"][3, 0]) and (got["lsm"][3, 1:] == -np.inf).all()
+    # NaN and inf times 0 are NaN (x * 0.0 was folded to zeros)
+    assert np.isnan(got["zero"][0, 1]) and np.isnan(got["zero"][3, 0])
+    assert got["zero"][2, 2] == 0
 
 
 def test_casts_of_numbers_are_defined_everywhere(module):

@@ -140,12 +140,15 @@ def _simplify_sub(b, op, facts):
 
 
 def _simplify_mul(b, op, facts):
-    # x * 0 -> 0 assumes finite x, as every fast-math compiler does
+    # x * 0 -> 0 for integers only: a float x may be NaN or inf, whose product with 0 is
+    # NaN, as in the reference, NumPy and PyTorch (it was folded: `LAMBDA * penalty` at
+    # -D LAMBDA=0 hid a penalty gone NaN)
+    exact = op.outputs[0].type.dtype not in FLOATS
     for i in (0, 1):
         c = facts.const(op.inputs[i])
         if c == 1:
             return _keep(op, 1 - i)
-        if c == 0:
+        if c == 0 and exact:
             return _zeros_for(b, op)
     return None
 
