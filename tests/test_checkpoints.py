@@ -73,6 +73,25 @@ def test_a_model_without_optimizer_saves_and_loads(charlm64, tmp_path):
         assert np.array_equal(value, b.params[name])
 
 
+def test_a_model_that_cannot_train_takes_a_training_models_checkpoint(charlm64, tmp_path):
+    """QA: CharLMStep (no `minimize`) refused CharLM's checkpoint for its first optimizer
+    entry ("'optimizer/first/embedding' is not part of a checkpoint of model
+    CharLMStep"); it takes the parameters and the dropout stream, and no optimizer."""
+    a = trained(charlm64, "adam", 2)
+    a.save(tmp_path / "lm.npz")
+    step = charlm64.CharLMStep(seed=5)
+    step.load(tmp_path / "lm.npz")
+    assert step.optimizer is None and step.rng_calls == a.rng_calls
+    for name, value in a.params.items():
+        assert np.array_equal(step.params[name], value), name
+    # its own parameters are still checked as strictly as ever
+    with np.load(tmp_path / "lm.npz") as z:
+        np.savez(tmp_path / "extra.npz", **z, **{"param/extra": np.zeros(2)})
+    with pytest.raises(ValueError, match="'param/extra' is not part of a checkpoint of model "
+                                         "CharLMStep"):
+        step.load(tmp_path / "extra.npz")
+
+
 def entries(path) -> dict:
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}

@@ -165,6 +165,17 @@ Checkpoint<T> check_checkpoint(const ModelSpec<T>& spec, const py::dict& arrays,
   if (name == "sgd") out.config.kind = OptimizerConfig::SGD;
   else if (name == "adam") out.config.kind = OptimizerConfig::ADAM;
   else if (name != "none") throw fail("unknown optimizer '" + name + "'");
+  // a model that cannot train (no `minimize`, as a generation step; a vjp build) takes a
+  // training model's checkpoint: its parameters and dropout stream, not the optimizer it
+  // could never step (it refused the file for its first optimizer entry)
+  const bool trains = spec.variants[0].train && spec.n_cotangents == 0;
+  if (!trains && out.config.kind != OptimizerConfig::NONE) {
+    for (auto item : arrays) {
+      std::string key = py::str(item.first);
+      if (key.rfind("optimizer/", 0) == 0) expected.push_back(key);
+    }
+    out.config.kind = OptimizerConfig::NONE;
+  }
   if (out.config.kind != OptimizerConfig::NONE) {
     out.steps = py::cast<int64_t>(scalar("optimizer/steps", I64));
     if (out.steps < 0) throw fail("'optimizer/steps' is negative");
