@@ -26,7 +26,7 @@ from dsl import SourceFile, UsageError
 from .backend.module import generate
 from .compile.extension import build_extension
 from .compile.index import lookup, remember
-from .compile.options import BuildOptions, module_name_for
+from .compile.options import BuildOptions, dims_text, module_name_for
 from .ir.diagnostics import Diagnostic, distinct, warn_caller
 from .ir.graph import Graph, clone_graph
 from .targets.registry import target
@@ -56,11 +56,11 @@ def check(path: str | Path, options: BuildOptions, warn: Warn | None = None) -> 
         if len(out) == 1:
             unknown = ", ".join(sorted(set(spec) - dims))
             known = ", ".join(sorted(dims)) or "none"
-            raise UsageError(f"--specialize names {unknown}, not a symbolic dim "
-                             f"of model `{graph.name}` (it has {known})")
+            raise UsageError(f"the specialization {dims_text(spec)} names {unknown}, not a "
+                             f"symbolic dim of model `{graph.name}` (it has {known})")
         has = "; ".join(f"`{g.name}` has {', '.join(sorted(_symbolic_dims(g))) or 'none'}"
                         for g in out)
-        raise UsageError(f"--specialize {dims_text(spec)} fits no model: none has all of "
+        raise UsageError(f"the specialization {dims_text(spec)} fits no model: none has all of "
                          f"{', '.join(spec)} as symbolic dims ({has})")
     for graph in out:
         for spec in specializations_of(graph, options):
@@ -74,7 +74,7 @@ def _runs_at(graph: Graph, spec: dict[str, int]) -> None:
     from .ops.entry import call_bounds
     for text, d in call_bounds([graph], _symbolic_dims(graph)):
         if d.symbols <= set(spec) and (value := d.evaluate(spec)) < 0:
-            raise UsageError(f"--specialize {dims_text(spec)}: model `{graph.name}` refuses "
+            raise UsageError(f"the specialization {dims_text(spec)}: model `{graph.name}` refuses "
                              f"every call at these dims: they make "
                              + text.replace("{}", str(value)))
 
@@ -87,11 +87,6 @@ def specializations_of(graph: Graph, options: BuildOptions) -> list[dict[str, in
 
 def _fits(spec: dict[str, int], graph: Graph) -> bool:
     return set(spec) <= _symbolic_dims(graph)
-
-
-def dims_text(spec: dict[str, int]) -> str:
-    """Sizes of dims as the command line writes them: `T=35,B=8`."""
-    return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
 def differentiate(graph: Graph, vjp: bool = False) -> Graph:

@@ -503,7 +503,12 @@ def test_bad_names_are_refused_before_building(sources, name):
     (dict(dtype="f16"), "dtype 'f16': expected one of f32, f64"),
     (dict(defines={"H": "big"}), "-D H='big': a hyper-parameter takes a number, true or false"),
     (dict(specialize=[{"T": 0, "B": 2}]), "specialize 'T': 0: a dim is a name and its size "
-     "an int in [1, 2**62]"),
+     "an int from 1 to 2147483647"),
+    # once built, though mdlc --specialize refuses it: a dim is an i32 in generated code
+    (dict(specialize=[{"B": 2**31}]), "specialize 'B': 2147483648: a dim is a name"),
+    # once compiled twice, and "compiled for B=3; B=3 too" in help()
+    (dict(specialize=[{"B": 3}, {"B": 3}]), "specialize: B=3 is given twice"),
+    (dict(name="a-b"), "module name 'a-b' is not a valid Python module name"),
     (dict(specialize=[{"T": "35"}]), "specialize 'T': '35'"),
     (dict(specialize={"T": 35, "B": 8}), "specialize takes a list of {dim: size} dicts"),
     # once taken: a size C++ truncated, an empty specialization, a string taken as true,

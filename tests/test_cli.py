@@ -220,7 +220,7 @@ def test_a_define_sets_the_models_of_the_file_that_have_it(tmp_path):
      "not a folder"),
     # the file that failed, not the folder it goes in
     (["emit", "GOOD", "-o", "DIR"], "cannot write `DIR/module.cpp`: Is a directory"),
-    (["build", "GOOD", "--name", "class"], "--name 'class' is not a valid Python module "
+    (["build", "GOOD", "--name", "class"], "module name 'class' is not a valid Python module "
      "name (a keyword"),
 ])
 def test_outputs_that_cannot_be_written_are_usage_errors(good, tmp_path, args, message):
@@ -255,8 +255,9 @@ def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
                  ["build", good, "--name", "é", "-o", tmp_path]):
         r = mdlc(*map(str, args))
         assert r.returncode == 2 and "is not ASCII" in r.stderr, r.stderr
-        assert "pass --name with an ASCII identifier" in r.stderr
-    with pytest.raises(UsageError, match="pass --name with an ASCII identifier"):
+        assert "give the module an ASCII identifier as its name (mdlc's --name, load's " \
+            "name=)" in r.stderr
+    with pytest.raises(UsageError, match="give the module an ASCII identifier as its name"):
         load(path)
 
 
@@ -339,7 +340,7 @@ def test_warnings_go_to_stderr(tmp_path):
 
 def test_specializing_an_unknown_dim_is_a_usage_error(good, capsys):
     assert cli.main(["build", str(good), "--specialize", "Q=3"]) == 2
-    assert "--specialize names Q, not a symbolic dim of model `M` (it has B)" in \
+    assert "the specialization Q=3 names Q, not a symbolic dim of model `M` (it has B)" in \
         capsys.readouterr().err
 
 
@@ -372,7 +373,7 @@ def test_a_specialization_applies_to_the_models_with_its_dims(tmp_path, capsys):
     path.write_text(GOOD + "model Tiny() { input x : f32[3]; output y = sum(x) }\n")
     assert cli.main(["emit", str(path), "--specialize", "B=2", "-o", str(tmp_path)]) == 0
     assert cli.main(["build", str(path), "--specialize", "Q=2"]) == 2
-    assert ("--specialize Q=2 fits no model: none has all of Q as symbolic dims "
+    assert ("the specialization Q=2 fits no model: none has all of Q as symbolic dims "
             "(`M` has B; `Tiny` has none)") in capsys.readouterr().err
 
 
@@ -695,7 +696,7 @@ def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
     path.write_text(NEEDS_TWO_STEPS)
     args = [a.format(out=tmp_path) for a in command]
     assert cli.main([args[0], str(path), *args[1:], "--specialize", "T=1"]) == 2
-    assert ("--specialize T=1: model `Sb` refuses every call at these dims: they make the size "
+    assert ("the specialization T=1: model `Sb` refuses every call at these dims: they make the size "
             "T - 2 of this model's values -1") in capsys.readouterr().err
 
 

@@ -171,6 +171,14 @@ def test_set_params_writes_checked_weights(towers):
                       (np.full(old.shape, "a"), "<U1")]:
         with pytest.raises(TypeError, match=f"'{name}' holds {kind} values, got "):
             towers.set_params({name: bad})
+    # a list NumPy reads as objects: "holds object values" of numbers
+    with pytest.raises(TypeError, match=f"'{name}' is no array of numbers NumPy holds in "
+                       "one dtype, got list read as objects"):
+        towers.set_params({name: [[2**70] * 20] * 20})
+    # finite values past f32's range were stored as inf (NumPy's warning only)
+    with pytest.raises(ValueError, match=re.escape(
+            f"'{name}' holds 1e+300 (element 0), past the range of the model's f32")):
+        towers.set_params({name: np.full(old.shape, 1e300)})
     assert np.array_equal(towers.params[name], old + 1.0)  # nothing changed by a bad call
     towers.set_params({name: old})
     assert np.array_equal(towers.params[name], old)

@@ -88,10 +88,12 @@ def test_the_learning_rate_can_change_between_steps(module):
     (lambda m: m.set_optimizer("adam", lr="0.1"), TypeError,
      re.escape('set_optimizer("adam"): lr must be a number, got str')),
     (lambda m: m.set_optimizer("sgd", lr=True), TypeError, "lr must be a number, got bool"),
-    # an int past a double's range is too large, not "no number" (it said "got int")
-    (lambda m: m.set_optimizer("sgd", lr=10**400), ValueError, "lr must be finite, got inf"),
+    # an int past a double's range is too large, not "no number" (it said "got int"),
+    # nor inf, which the caller never wrote
+    (lambda m: m.set_optimizer("sgd", lr=10**400), ValueError,
+     re.escape('set_optimizer("sgd"): lr is an int past the range of any float')),
     (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", -2**1024)), ValueError,
-     "lr must be > 0"),
+     "lr is an int past the range of any float"),
     (lambda m: m.set_optimizer("sgd", lr=1, momentum=[0.9]), TypeError,
      "momentum must be a number, got list"),
     (lambda m: m.set_optimizer("sgd", lr=1, momentum=0.9, nesterov="yes"), TypeError,
@@ -103,8 +105,13 @@ def test_the_learning_rate_can_change_between_steps(module):
      "weight_decay must be finite"),
     (lambda m: m.set_optimizer("adam", lr=0.1, clip_norm=float("inf")), ValueError,
      "clip_norm must be finite"),
+    # a NaN is no number (it said "momentum must be >= 0", "lr must be > 0")
     (lambda m: m.set_optimizer("sgd", lr=0.1, momentum=float("nan")), ValueError,
-     "momentum must be >= 0"),
+     "momentum must be a number, got nan"),
+    (lambda m: m.set_optimizer("adam", lr=float("nan")), ValueError,
+     "lr must be a number, got nan"),
+    (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", float("nan"))), ValueError,
+     "lr must be a number, got nan"),
     (lambda m: m.set_optimizer("adam", lr=0.1, eps=1e-320), ValueError,
      re.escape("eps = 9.99989e-321 is too small for an f64 model: its code flushes numbers "
                "below 2.2e-308 to zero")),

@@ -14,7 +14,10 @@ from typing import Any
 from ..ir.diagnostics import UsageError
 from ..ir.requests import check_request
 
-MAX_SIZE = 2**62  # a size the generated code's int64_t holds, with room for sums
+from ..ir.dtypes import I32_MAX
+
+MAX_SIZE = I32_MAX  # a dim's value is an i32 in the generated code (`f32(T)`), as mdlc's
+                    # --specialize and --dims say
 
 
 @dataclass
@@ -49,9 +52,20 @@ class BuildOptions:
                         size, bool) or not isinstance(size, numbers.Integral) or not (
                             1 <= size <= MAX_SIZE):
                     raise UsageError(f"specialize {dim!r}: {size!r}: a dim is a name and its "
-                                     "size an int in [1, 2**62]")
+                                     f"size an int from 1 to {MAX_SIZE}")
         self.specialize = [{dim: int(size) for dim, size in s.items()}
                            for s in self.specialize]
+        for k, spec in enumerate(self.specialize):
+            if spec in self.specialize[:k]:  # compiled twice, and listed twice in help()
+                raise UsageError(f"specialize: {dims_text(spec)} is given twice")
+
+
+ASCII_NAME = "give the module an ASCII identifier as its name (mdlc's --name, load's name=)"
+
+
+def dims_text(spec: dict[str, int]) -> str:
+    """Sizes of dims as the command line writes them: `T=35,B=8`."""
+    return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
@@ -62,18 +76,18 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
         if not isinstance(name, str):
             raise UsageError(f"name takes a module name (a str), got {name!r}")
         if not name.isidentifier() or keyword.iskeyword(name):
-            raise UsageError(f"--name {name!r} is not a valid Python module name"
+            raise UsageError(f"module name {name!r} is not a valid Python module name"
                              + (" (a keyword: `import` cannot name it)"
                                 if keyword.iskeyword(name) else ""))
         if not name.isascii():
-            raise UsageError(f"--name {name!r} is not ASCII, and Python imports no compiled "
-                             "module of such a name: pass --name with an ASCII identifier")
+            raise UsageError(f"module name {name!r} is not ASCII, and Python imports no "
+                             f"compiled module of such a name: {ASCII_NAME}")
         return name
     stem = re.sub(r"\W", "_", Path(path).stem)
     if not stem.isascii():
         raise UsageError(f"the module of `{path}` would be named {stem!r}, which is not ASCII, "
-                         "and Python imports no compiled module of such a name: pass --name "
-                         "with an ASCII identifier (or rename the file)")
+                         f"and Python imports no compiled module of such a name: {ASCII_NAME} "
+                         "(or rename the file)")
     importable = (stem.isidentifier() and not keyword.iskeyword(stem)
                   and stem not in sys.stdlib_module_names)  # `import os` finds Python's
     return stem if importable else f"m_{stem}"

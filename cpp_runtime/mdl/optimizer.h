@@ -41,6 +41,12 @@ struct OptimizerConfig {
 // first step.
 template <class T>
 std::string invalid(const OptimizerConfig& c) {
+  // a NaN fails every comparison below: it was "lr must be > 0"
+  const std::pair<const char*, double> all[] = {
+      {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"clip_norm", c.clip_norm},
+      {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}};
+  for (const auto& [name, value] : all)
+    if (std::isnan(value)) return std::string(name) + " must be a number, got nan";
   if (!(c.lr > 0)) return "lr must be > 0";
   if (!(c.weight_decay >= 0)) return "weight_decay must be >= 0";
   if (!(c.clip_norm >= 0)) return "clip_norm must be > 0 (or None)";

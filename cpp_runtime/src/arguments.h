@@ -148,9 +148,9 @@ inline bool bool_argument(py::handle v, const std::string& what) {
 inline double number_argument(py::handle v, const std::string& what) {
   if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) {
     double d = PyLong_AsDouble(v.ptr());
-    if (d == -1.0 && PyErr_Occurred()) {
+    if (d == -1.0 && PyErr_Occurred()) {  // it was taken as inf: "must be finite, got inf"
       PyErr_Clear();
-      return v < py::int_(0) ? -HUGE_VAL : HUGE_VAL;
+      throw py::value_error(what + " is an int past the range of any float");
     }
     return d;
   }

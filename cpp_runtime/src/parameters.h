@@ -6,8 +6,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -107,10 +110,16 @@ class Parameters {
       // a message about device memory: real numbers only, read as every argument is
       py::array raw = as_array(item.second, "set_params: parameter", name.c_str());
       const char kind = raw.dtype().kind();
+      const bool listed = PyList_Check(item.second.ptr()) || PyTuple_Check(item.second.ptr());
+      if (kind == 'O' && listed)  // [2**70] said "holds object values ...; real numbers"
+        throw py::type_error("set_params: '" + name + "' is no array of numbers NumPy holds "
+                             "in one dtype, got " + type_name(item.second) + " read as "
+                             "objects (an int past 64 bits, or values of mixed kinds)");
       if (kind != 'f' && kind != 'i' && kind != 'u')
         throw py::type_error("set_params: '" + name + "' holds " +
                              std::string(py::str(raw.dtype())) + " values, got " +
                              type_name(item.second) + "; a parameter takes real numbers");
+      if (sizeof(T) == 4 && kind == 'f' && raw.dtype().itemsize() > 4) past_range(raw, name);
       auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(raw);
       if (!a)
         throw py::value_error("set_params: '" + name + "' is not an array of numbers in host "
@@ -124,6 +133,23 @@ class Parameters {
       given.emplace_back(index, std::move(a));
     }
     return given;
+  }
+
+  // Refuses finite values past the model's range before the cast, which made them inf
+  // (1e300 into an f32 model was stored as inf, with NumPy's warning only).
+  static void past_range(const py::array& raw, const std::string& name) {
+    auto wide = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(raw);
+    if (!wide) return;  // the cast that follows says what is wrong
+    const double largest = double(std::numeric_limits<T>::max());
+    const double* v = wide.data();
+    for (py::ssize_t k = 0; k < wide.size(); ++k) {
+      if (!(std::fabs(v[k]) > largest) || std::isinf(v[k])) continue;  // an inf is the caller's
+      char text[160];
+      std::snprintf(text, sizeof text, "set_params: '%s' holds %g (element %zd), past the "
+                    "range of the model's f32 (its largest number is %.2g)", name.c_str(),
+                    v[k], k, largest);
+      throw py::value_error(text);
+    }
   }
 
   // Copies checked values into their parameters (under the lock).
