@@ -70,6 +70,15 @@ def _path(text: str) -> str:
     return text
 
 
+def _names(text: str) -> list[str]:
+    """NAME[,NAME...]: `--outputs ""` was refused in load()'s words ("expected a list of
+    output names (None: all of them), got ['']")."""
+    names = text.split(",")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected NAME[,NAME...], got {text!r}")
+    return names
+
+
 def _version() -> str:
     """The installed distribution's version, and the code generator's."""
     from importlib.metadata import PackageNotFoundError, version
@@ -211,7 +220,7 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--specialize", type=_dims, action=_MergedDims, default={},
                         metavar="B=1,T=35",
                         help="dims fixed in the graph (the others stay symbolic)")
-    export.add_argument("--outputs", type=lambda t: t.split(","), metavar="NAME[,NAME...]",
+    export.add_argument("--outputs", type=_names, metavar="NAME[,NAME...]",
                         help="the outputs to compute (default: all)")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
     export.add_argument("--loops", action="store_true",
@@ -412,6 +421,9 @@ def cmd_emit(args) -> int:
     if args.grad and not args.ir:
         raise UsageError("--grad prints the backward pass with --ir; the sources always "
                          "hold every pass a build needs")
+    if args.grad and args.vjp:  # the vjp's was printed, saying nothing of --grad
+        raise UsageError("--grad prints the minimized output's backward, --vjp the "
+                         "vector-Jacobian product's: give one")
     if args.ir:
         ignored = [flag for flag, given in [
             ("--target", args.target != "cpu"), ("--emulate", args.emulate),
@@ -732,6 +744,8 @@ def cmd_cache(args) -> int:
     if args.action == "clear" and given[:1] not in ([], ["--dry-run"]):
         raise UsageError(f"{given[0]} is for `mdlc cache prune`: `clear` removes every entry")
     root, chosen_by = cache.where()
+    if root.exists() and not root.is_dir():  # it said so and exited 0; `clear` "removed 0"
+        raise UsageError(f"the build cache {root} ({chosen_by}) is a file, not a directory")
     found = cache.entries(root)
     now = time.time()
     if args.action == "info":

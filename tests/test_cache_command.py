@@ -90,11 +90,14 @@ def test_an_empty_or_missing_cache_says_so(tmp_path, monkeypatch, capsys):
     assert code == 0 and "removed 0 entries" in out
 
 
-def test_a_cache_that_is_a_file_says_so(tmp_path, monkeypatch, capsys):
-    (tmp_path / "file").write_text("")  # it said "is empty"
-    code, out, _ = mdlc_cache(monkeypatch, capsys, tmp_path / "file")
-    assert (code, out) == (0, f"the build cache {tmp_path / 'file'} ($MDL_CACHE_DIR) is a "
-                              "file, not a directory\n")
+@pytest.mark.parametrize("action", [(), ("list",), ("clear",), ("prune",)])
+def test_a_cache_that_is_a_file_is_a_usage_error(tmp_path, monkeypatch, capsys, action):
+    """It said "is empty"; then said so and exited 0, and `clear` "removed 0 entries"."""
+    (tmp_path / "file").write_text("")
+    code, out, err = mdlc_cache(monkeypatch, capsys, tmp_path / "file", *action)
+    assert (code, out) == (2, "")
+    assert err == (f"mdlc: error: the build cache {tmp_path / 'file'} ($MDL_CACHE_DIR) is a "
+                   "file, not a directory\n")
 
 
 def test_prune_removes_what_no_build_used_for_30_days_with_its_index_and_lock(

@@ -543,6 +543,8 @@ def test_build_replaces_its_own_stub_never_one_written_by_hand(good, tmp_path):
     (["--ir", "--target", "cuda", "--specialize", "B=2"], "--ir prints the IR that every "
      "target and specialization starts from: --target, --specialize would change nothing"),
     (["--ir", "--name", "other"], "--name would change nothing of it"),
+    (["--ir", "--grad", "--vjp"], "--grad prints the minimized output's backward, --vjp the "
+     "vector-Jacobian product's: give one"),
 ])
 def test_emit_options_that_would_do_nothing_are_usage_errors(good, tmp_path, args, message):
     done = mdlc("emit", str(good), *args, cwd=tmp_path)

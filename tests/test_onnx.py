@@ -593,6 +593,10 @@ def test_mdlc_export(tmp_path, capsys):
     assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
                  "--outputs", "nothing"]) == 2
     assert "has no output nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # it was refused in load()'s words: "(None: ..."
+        mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out), "--outputs", ""])
+    assert exit_.value.code == 2
+    assert "argument --outputs: expected NAME[,NAME...], got ''" in capsys.readouterr().err
     assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
                  "--params", str(tmp_path / "missing.npz")]) == 2
     assert "no such checkpoint file" in capsys.readouterr().err

@@ -54,8 +54,9 @@ class ModelInterface:
         if self.hparams:
             values = ", ".join(f"{k}={_value(v)}" for k, v in self.hparams.items())
             lines += [f"Hyper-parameters: {values}."]
-        lines += [f"Parameters: {self.param_arrays} arrays, {self.param_numbers:,} numbers "
-                  "(.params)."]
+        arrays = "1 array" if self.param_arrays == 1 else f"{self.param_arrays} arrays"
+        numbers = "1 number" if self.param_numbers == 1 else f"{self.param_numbers:,} numbers"
+        lines += [f"Parameters: {arrays}, {numbers} (.params)."]
         return "\n".join(lines)
 
     def _training(self) -> list[str]:

@@ -227,8 +227,6 @@ def where() -> tuple[Path, str]:
 
 def summary(root: Path, chosen_by: str, found: list[Entry], now: float) -> str:
     """`mdlc cache`: where the cache is, and what it holds by kind."""
-    if root.exists() and not root.is_dir():
-        return f"the build cache {root} ({chosen_by}) is a file, not a directory"
     if not found and not index_entries(root):
         return f"the build cache {root} ({chosen_by}) is empty"
     lines = [f"the build cache {root} ({chosen_by}):"]
