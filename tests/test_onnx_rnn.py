@@ -231,6 +231,30 @@ def test_rows_of_no_steps_keep_their_initial_state(tmp_path, source, model):
         np.testing.assert_array_equal(got["h_last"][0], inputs["h0"][0])
 
 
+@pytest.mark.parametrize("model", sorted(m for m, kinds in NODES.items() if "Loop" not in kinds))
+def test_no_steps_and_no_rows_run_as_the_loop_does(tmp_path, source, model):
+    """QA: at T = 0 onnxruntime's LSTM node left its final h and c unset (zeros, or other
+    values each call) and its GRU node ended the process ("terminate called without an
+    active exception"), as both did at B = 0; the node runs one step (row) of zeros
+    there, its results dropped."""
+    graph = check_file(str(source), model=model).graph
+    params = initial_values(graph, 5, np.float32)
+    out = export_onnx(source, tmp_path / "m.onnx", model=model, params=params)
+    assert loops(out) == NODES[model]
+    for steps, rows in ((0, 3), (2, 0), (0, 0), (2, 3)):
+        inputs = inputs_for(graph, {"T": steps, "B": 3}, seed=steps)
+        for name, v in graph.inputs.items():  # the first `rows` rows
+            axis = [str(d) for d in v.type.shape].index("B")
+            inputs[name] = np.take(inputs[name], range(rows), axis=axis)
+        got = run_onnx(out, inputs)
+        want = reference.run(graph, inputs, params, dtype=np.float32)
+        for name in graph.outputs:
+            assert got[name].shape == want[name].shape, (steps, name)
+            assert rel_error(got[name], want[name]) < TOLERANCE, (steps, name)
+        if steps == 0 and rows and "h_last" in got:
+            np.testing.assert_array_equal(got["h_last"], inputs["h0"])
+
+
 def test_f64_exports_keep_the_loop(tmp_path, source):
     """onnxruntime's LSTM and GRU kernels are f32 only."""
     out = export_onnx(source, tmp_path / "m.onnx", model="Forward", dtype="f64")

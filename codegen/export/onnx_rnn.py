@@ -293,11 +293,26 @@ class _Loop:
         b = g.op("Unsqueeze", g.op("Concat", _bias(g, cell.bx, cell.order, self.hidden),
                                    _bias(g, cell.bh, cell.order, self.hidden), axis=0),
                  g.ints([0]))
-        outs = g.ops(cell.node, [cell.xs, w, r, b, "", *initial], 1 + n_state,
+        # no steps or no rows: onnxruntime's LSTM left its final states unset at T = 0
+        # (other values each call), and both nodes ended the process at T = 0 or B = 0
+        # ("terminate called without an active exception"); the node runs one step (row)
+        # of zeros there, and what it made of them is dropped
+        steps, rows = g.size(cell.xs, 0), g.size(cell.xs, 1)
+        no_steps = g.op("Equal", steps, g.ints([0]))
+        added = [g.op("Cast", g.op("Equal", n, g.ints([0])), to=g.dtype("i64"))
+                 for n in (steps, rows)]
+        zero = g.ints([0])
+        xs = g.op("Pad", cell.xs, g.op("Concat", zero, zero, zero, *added, zero, axis=0))
+        initial = [g.op("Pad", i, g.op("Concat", zero, zero, zero, zero, added[1], zero,
+                                       axis=0)) for i in initial]
+        outs = g.ops(cell.node, [xs, w, r, b, "", *initial], 1 + n_state,
                      hidden_size=self.hidden,
                      direction="reverse" if self.reverse else "forward", **cell.attrs)
-        every = g.op("Squeeze", outs[0], g.ints([1]))              # [T, B, H]
-        last = [g.op("Squeeze", o, g.ints([0])) for o in outs[1:]]
+        every = g.op("Slice", g.op("Squeeze", outs[0], g.ints([1])), g.ints([0, 0]),
+                     g.op("Concat", steps, rows, axis=0), g.ints([0, 1]))   # [T, B, H]
+        last = [g.op("Where", no_steps, s,
+                     g.op("Slice", g.op("Squeeze", o, g.ints([0])), zero, rows, zero))
+                for s, o in zip(self.initial, outs[1:])]
         if self.mask:
             last[0] = _at_length(g, every, self.lengths, self.initial[0])
             every = g.op("Where", g.op("Unsqueeze", self.mask, g.ints([2])), every,
