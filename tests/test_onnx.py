@@ -633,6 +633,23 @@ def test_verify_finds_a_file_that_computes_something_else(tmp_path):
                      str(verdict))
 
 
+def test_a_runtime_that_cannot_run_the_file_fails_its_verdict(tmp_path, capsys):
+    """QA: a file onnxruntime refused (f64 Softplus at opset 22, which it has no kernel
+    of) made `mdlc export --verify` an internal error, "a bug in mdlc", exit 3; it is
+    that runtime's verdict, and exit 1."""
+    path = EXAMPLES / "towers.mdl"
+    out = export_onnx(path, tmp_path / "towers.onnx")
+    model = onnx.load(str(out))
+    node = next(n for n in model.graph.node if n.op_type == "MatMul")
+    node.op_type, node.domain = "MatMulOfItsOwn", "mdl.qa"
+    model.opset_import.append(onnx.helper.make_opsetid("mdl.qa", 1))
+    onnx.save(model, str(out))
+    verdict, = verify_onnx(path, out)
+    assert not verdict.agrees
+    assert str(verdict).startswith("onnxruntime: FAILS: it refuses the file: ")
+    assert "MatMulOfItsOwn" in str(verdict)
+
+
 OPENVINO_FAULTS = {  # docs/onnx.md, "OpenVINO on random programs"
     "abs of a parameter's max": ("""
 model Fault() {

@@ -36,12 +36,15 @@ class Verdict:
     worst: str         # where, and how: "output `loss` in call 2 (T=2, B=2) is 0.1 of ..."
     calls: list[str]   # the symbolic sizes of each call ("T=5, B=3"), in order
     tolerance: float
+    failed: str = ""   # the runtime's refusal of the file, or its error in a call
 
     @property
     def agrees(self) -> bool:
-        return self.error <= self.tolerance
+        return not self.failed and self.error <= self.tolerance
 
     def __str__(self) -> str:
+        if self.failed:
+            return f"{self.runtime}: FAILS: {self.failed}"
         if self.agrees:
             sizes = f" ({'; '.join(self.calls)})" if any(self.calls) else ""
             return (f"{self.runtime}: agrees with mdl's reference in {len(self.calls)} calls"
@@ -76,20 +79,38 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
         cases.append((_named(size), inputs, want))
     verdicts = []
     for name in runtimes:
-        run, version = session(Path(onnx_path), name)
-        worst, where = 0.0, ""
+        labels = [label for label, _, _ in cases]
+        try:
+            run, version = session(Path(onnx_path), name)
+        except UsageError:
+            raise
+        except Exception as exc:  # a file it cannot run (an op it lacks): it was a
+            # traceback, "internal error ... a bug in mdlc"
+            verdicts.append(Verdict(RUNTIMES[name][1], float("inf"), "", labels,
+                                    TOLERANCE[dtype], f"it refuses the file: {_first(exc)}"))
+            continue
+        worst, where, failed = 0.0, "", ""
         for k, (label, inputs, want) in enumerate(cases, 1):
-            with np.errstate(all="ignore"):
-                got = run(inputs)
+            try:
+                with np.errstate(all="ignore"):
+                    got = run(inputs)
+            except Exception as exc:
+                failed = f"call {k}" + (f" ({label})" if label else "") + f": {_first(exc)}"
+                break
             for output in outputs:
                 error, how = _difference(np.asarray(got[output]), want[output]) \
                     if output in got else (float("inf"), "is missing")
                 if not error <= worst:  # a NaN error counts as the worst
                     at = f"output `{output}` in call {k}" + (f" ({label})" if label else "")
                     worst, where = error, f"{at} {how}"
-        verdicts.append(Verdict(version, worst, where,
-                                [label for label, _, _ in cases], TOLERANCE[dtype]))
+        verdicts.append(Verdict(version, worst, where, labels, TOLERANCE[dtype], failed))
     return verdicts
+
+
+def _first(exc: Exception) -> str:
+    """The first line of a runtime's error, without onnxruntime's status prefix."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text.split(" : ", 2)[-1] if text.startswith("[ONNXRuntimeError]") else text
 
 
 def known_runtimes(runtimes: list[str], dtype: str) -> None:

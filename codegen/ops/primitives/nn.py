@@ -10,6 +10,7 @@ from ..context import OutOfRange
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
 from .replay import redraw_mask
+from .tensor import log_softmax_onnx
 
 
 # ---- cross entropy --------------------------------------------------------------------
@@ -81,7 +82,7 @@ def _cross_entropy_onnx(g, op, xs):
     if lengths:
         real = _steps_real_onnx(g, targets, lengths[0])
         targets = g.op("Where", real, targets, g.const(0, "i32"))
-    log_probs = g.op("LogSoftmax", logits, axis=-1)
+    log_probs = log_softmax_onnx(g, logits, op.inputs[0].type.rank - 1, dtype)
     # picked from rows of C (onnx's reference evaluator gathers from more than 64 classes
     # only so, and mistakes a negative axis)
     rank = op.inputs[0].type.rank
@@ -176,8 +177,10 @@ def _seq_order_onnx(g, op, xs):
     steps = g.op("Cast", g.op("Squeeze", g.size(x, 0), g.ints([0])), to=g.dtype("i32"))
     i = g.op("Unsqueeze", g.op("Range", g.const(0, "i32"), steps, g.const(1, "i32")),
              g.ints([1]))
-    if op.attrs["reversed"]:
-        last = g.op("Sub", g.op("Unsqueeze", lengths, g.ints([0])), g.const(1, "i32"))
+    if op.attrs["reversed"]:  # from min(L, T) - 1: a length above T runs all T steps
+        # (the module refuses it; the graph checks no lengths), not a GatherND past x
+        last = g.op("Sub", g.op("Unsqueeze", g.op("Min", lengths, steps), g.ints([0])),
+                    g.const(1, "i32"))
         i = g.op("Sub", last, i)
     t = g.op("Where", real, i, g.const(0, "i32"))
     batch = g.op("Cast", g.op("Squeeze", g.size(x, 1), g.ints([0])), to=g.dtype("i32"))

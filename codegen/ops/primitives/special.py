@@ -13,10 +13,13 @@ from .elementwise import _one, unary
 
 
 def _log1p_onnx(g, op, xs):
+    return _log1p(g, xs[0], op.inputs[0].type.dtype)
+
+
+def _log1p(g, x: str, dtype: str) -> str:
     """ONNX has no Log1p. Goldberg's: u = 1 + x; x where u is 1, else log(u) * (x / (u - 1)),
     whose rounding of u cancels (log(1 + x) alone gives 0 for x = 1e-8 in f32); u
     infinite gives itself."""
-    x, dtype = xs[0], op.inputs[0].type.dtype
     one, inf = g.const(1, dtype), g.const(np.inf, dtype)
     u = g.op("Add", x, one)
     exact = g.op("Equal", u, one)  # (divided by 1 there: no 0 / 0 where it is not used)
@@ -45,8 +48,19 @@ unary("expm1", FLOATS, np.expm1, lambda b, x, y, g: b.mul(g, b.add(y, _one(b, y)
       onnx=_expm1_onnx)
 # log(1 + exp(x)) as np.logaddexp(0, x) computes it, never overflowing; its derivative is
 # sigmoid(x)
+def _softplus_onnx(g, op, xs):
+    """Softplus of f32; of f64 written out as max(x, 0) + log1p(exp(-|x|)), which never
+    overflows: onnxruntime's f64 Softplus gave inf from x = 710 on, and it has none at
+    opset 22 or later."""
+    x, dtype = xs[0], op.inputs[0].type.dtype
+    if dtype == "f32":
+        return g.op("Softplus", x)
+    return g.op("Add", g.op("Relu", x),
+                _log1p(g, g.op("Exp", g.op("Neg", g.op("Abs", x))), dtype))
+
+
 unary("softplus", FLOATS, lambda x: np.logaddexp(np.zeros_like(x), x),
-      lambda b, x, y, g: b.mul(g, b.sigmoid(x)), onnx="Softplus")
+      lambda b, x, y, g: b.mul(g, b.sigmoid(x)), onnx=_softplus_onnx)
 # NumPy has no erf nor erfc; math's are within an ulp or so
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])

@@ -229,23 +229,53 @@ def _reduce_onnx(op_type: str):
 def _mean_onnx(g, op, xs):
     """ReduceMean; over dims a call binds, which may be 0, the sum over their count: the
     mean of nothing is NaN, as the language's is, where onnxruntime's and OpenVINO's
-    ReduceMean of nothing is 0."""
+    ReduceMean of nothing is 0. Of f32 values in f64, as the sum."""
+    dtype = op.inputs[0].type.dtype
+    if not op.attrs["axes"]:
+        return g.op("Identity", *xs)
+    wide = "f64" if dtype == "f32" else dtype
+    x = g.op("Cast", xs[0], to=g.dtype(wide)) if wide != dtype else xs[0]
     count = numel(op.inputs[0].type.shape[a] for a in op.attrs["axes"])
-    if not op.attrs["axes"] or count.is_const:
-        return _reduce_onnx("ReduceMean")(g, op, xs)
-    total = _reduce_onnx("ReduceSum")(g, op, xs)
-    return g.op("Div", total, g.op("Cast", g.scalar(count),
-                                   to=g.dtype(op.inputs[0].type.dtype)))
+    if count.is_const:
+        out = _reduce_onnx("ReduceMean")(g, op, [x])
+    else:
+        out = g.op("Div", _reduce_onnx("ReduceSum")(g, op, [x]),
+                   g.op("Cast", g.scalar(count), to=g.dtype(wide)))
+    return g.op("Cast", out, to=g.dtype(dtype)) if wide != dtype else out
 
 
 def _sum_onnx(g, op, xs):
     """ReduceSum; of i32 values summed in i64 and cast back, which wraps around as the
-    language's i32 sum does (onnxruntime's i32 ReduceSum stopped at i32's ends)."""
+    language's i32 sum does (onnxruntime's i32 ReduceSum stopped at i32's ends); of f32
+    values in f64, as the targets add them (onnxruntime's f32 sum of 100,000 times 0.1
+    was 9998.735)."""
     reduce = _reduce_onnx("ReduceSum")
-    if op.inputs[0].type.dtype != "i32" or not op.attrs["axes"]:
+    wide = {"i32": "i64", "f32": "f64"}.get(op.inputs[0].type.dtype)
+    if wide is None or not op.attrs["axes"]:
         return reduce(g, op, xs)
-    return g.op("Cast", reduce(g, op, [g.op("Cast", xs[0], to=g.dtype("i64"))]),
-                to=g.dtype("i32"))
+    return g.op("Cast", reduce(g, op, [g.op("Cast", xs[0], to=g.dtype(wide))]),
+                to=g.dtype(op.inputs[0].type.dtype))
+
+
+def _max_onnx(g, op, xs):
+    """ReduceMax; of floats NaN where the reduced values hold one, as the reference and
+    the targets (onnxruntime's passes over a NaN anywhere but first: max([1, nan, 2, 3])
+    was 2)."""
+    out = _reduce_onnx("ReduceMax")(g, op, xs)
+    dtype = op.inputs[0].type.dtype
+    if dtype not in FLOATS or not op.attrs["axes"]:
+        return out
+    nan = g.op("Cast", g.isnan(xs[0]), to=g.dtype(dtype))
+    any_nan = g.op("Greater", _reduce_onnx("ReduceMax")(g, op, [nan]), g.const(0, dtype))
+    return g.op("Where", any_nan, g.const(np.nan, dtype), out)
+
+
+def _wide_sum(x: np.ndarray, axis, keepdims: bool) -> np.ndarray:
+    """The language's sum: f32 added in double and rounded once, as the targets add it
+    (NumPy's f32 sum adds in f32); i32 wrapping around."""
+    if x.dtype == np.float32:
+        return np.sum(x, axis, keepdims=keepdims, dtype=np.float64).astype(np.float32)
+    return np.sum(x, axis, keepdims=keepdims, dtype=x.dtype)
 
 
 def _max_ref(x, axis, keepdims):
@@ -260,7 +290,8 @@ def _mean_ref(x, axis, keepdims):
     NumPy's warning about it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.mean(x, axis, keepdims=keepdims)
+        wide = np.float64 if x.dtype == np.float32 else None  # added in double, as _wide_sum
+        return np.mean(x, axis, keepdims=keepdims, dtype=wide).astype(x.dtype)
 
 
 def _logsumexp_ref(x, axis, keepdims):
@@ -271,10 +302,8 @@ def _logsumexp_ref(x, axis, keepdims):
 
 
 REDUCERS = {
-    "sum": (NUMERIC, _sum_grad,
-            lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims, dtype=x.dtype),
-            _sum_onnx),
-    "max": (NUMERIC, _max_grad, _max_ref, _reduce_onnx("ReduceMax")),
+    "sum": (NUMERIC, _sum_grad, _wide_sum, _sum_onnx),
+    "max": (NUMERIC, _max_grad, _max_ref, _max_onnx),
     "mean": (FLOATS, _mean_grad, _mean_ref, _mean_onnx),
     "logsumexp": (FLOATS, _logsumexp_grad, _logsumexp_ref, _logsumexp_onnx),
 }
@@ -340,9 +369,10 @@ def _cumsum_ref(ctx, attrs, x):
     """Running sums along `axis`, from its end with `reverse`, in order (NumPy's
     accumulate; an i32 wraps around as the targets' do)."""
     x, axis = np.asarray(x), attrs["axis"]
+    wide = np.float64 if x.dtype == np.float32 else x.dtype  # f32 added in double
     if attrs["reverse"]:
-        return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
-    return np.cumsum(x, axis=axis, dtype=x.dtype)
+        return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=wide), axis).astype(x.dtype)
+    return np.cumsum(x, axis=axis, dtype=wide).astype(x.dtype)
 
 
 def _cumsum_grad(b, op, cts):
@@ -351,8 +381,12 @@ def _cumsum_grad(b, op, cts):
 
 
 def _cumsum_onnx(g, op, xs):
-    return g.op("CumSum", xs[0], g.const(op.attrs["axis"], "i32"),
-                reverse=int(op.attrs["reverse"]))
+    """CumSum; of f32 in f64, as the targets add (the last of onnxruntime's f32 running
+    sums of 1e8, 4096 ones and -1e8 was 0)."""
+    dtype = op.inputs[0].type.dtype
+    x = g.op("Cast", xs[0], to=g.dtype("f64")) if dtype == "f32" else xs[0]
+    out = g.op("CumSum", x, g.const(op.attrs["axis"], "i32"), reverse=int(op.attrs["reverse"]))
+    return g.op("Cast", out, to=g.dtype(dtype)) if dtype == "f32" else out
 
 
 @primitive("cumsum", 1, grad=_cumsum_grad, ref=_cumsum_ref, onnx=_cumsum_onnx)
@@ -459,13 +493,27 @@ def _log_softmax_grad(b, op, cts):
     return [b.sub(g, b.mul(b.exp(y), total))]
 
 
-def _softmax_rule(name: str, grad, ref, onnx: str) -> None:
+def log_softmax_onnx(g, x: str, axis: int, dtype: str) -> str:
+    """As the reference: (x - m) - log(sum(exp(x - m))), m the max where it is finite,
+    else 0. Not onnxruntime's LogSoftmax, whose f64 kernel gave a row holding a NaN
+    finite values, and whose f32 one a row holding +inf NaN everywhere (-inf but there)."""
+    axes = g.ints([axis])
+    m = g.op("ReduceMax", x, axes, keepdims=1)
+    finite = g.op("Less", g.op("Abs", m), g.const(np.inf, dtype))  # not NaN
+    shifted = g.op("Sub", x, g.op("Where", finite, m, g.const(0, dtype)))
+    total = g.op("ReduceSum", g.op("Exp", shifted), axes, keepdims=1)
+    return g.op("Sub", shifted, g.op("Log", total))
+
+
+def _softmax_rule(name: str, grad, ref, onnx) -> None:
     def rule(types, attrs):
         same_dtype(types, f"`{name}`", FLOATS)
         return [types[0]]
-    primitive(name, 1, grad=grad, ref=ref,
-              onnx=lambda g, op, xs: g.op(onnx, *xs, axis=op.attrs["axis"]))(rule)
+    primitive(name, 1, grad=grad, ref=ref, onnx=onnx)(rule)
 
 
-_softmax_rule("softmax", _softmax_grad, _softmax_ref, "Softmax")
-_softmax_rule("log_softmax", _log_softmax_grad, _log_softmax_ref, "LogSoftmax")
+_softmax_rule("softmax", _softmax_grad, _softmax_ref,
+              lambda g, op, xs: g.op("Softmax", *xs, axis=op.attrs["axis"]))
+_softmax_rule("log_softmax", _log_softmax_grad, _log_softmax_ref,
+              lambda g, op, xs: log_softmax_onnx(g, xs[0], op.attrs["axis"],
+                                                 op.inputs[0].type.dtype))
