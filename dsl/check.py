@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codegen.ir.diagnostics import Diagnostic, Loc, MdlError, MdlNameError, Source, UsageError
+from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, Source,
+                                     UsageError, printable)
 from codegen.ir.dtypes import literal
 from codegen.ir.graph import Graph
 from codegen.ir.requests import check_request
@@ -100,7 +101,7 @@ class SourceFile:
                                  "choose one with --model NAME")
             model = next(iter(models))
         if model not in models:
-            raise UsageError(f"{self.path} has no model `{model}` (it has "
+            raise UsageError(f"{self.path} has no model `{printable(model)}` (it has "
                              f"{', '.join(models)})")
         graph, warnings = elaborate(self.program, models[model], defines or {}, dtype)
         return CheckedModel(self.path, graph, warnings)
@@ -133,8 +134,12 @@ def summary(cm: CheckedModel) -> str:
     for k, v in g.outputs.items():
         lines.append(f"  output {k} : {v.type}" + ("   (minimized)" if k == g.loss else ""))
     count = sum(numel(p.value.type.shape).value for p in g.params.values())
-    lines.append(f"  {len(g.params)} parameters, {count} weights")
+    lines.append(f"  {_counted(len(g.params), 'parameter')}, {_counted(count, 'weight')}")
     return "\n".join(lines)
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 SHORT = 6  # significant digits of the numbers in the parameter table (--json has all)

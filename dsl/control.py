@@ -431,4 +431,4 @@ def _depends_on(block: Block, value: Value, args: list[Value]) -> bool:
 def _place(loc: Loc) -> str:
     """A statement's file name and line, as an assert's error names the loop or branch it
     stands in."""
-    return f"{Path(loc.source.path).name}:{loc.line}"
+    return f"{Path(loc.source.shown).name}:{loc.line}"

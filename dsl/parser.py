@@ -444,5 +444,5 @@ def _open_brackets(source: Source, stop: Token) -> list[tuple[str, Loc]]:
 
 
 def _end_loc(source: Source) -> Loc:
-    lines = source.lines() or [""]
+    lines = source.lines() or ("",)
     return Loc(source, len(lines), len(lines[-1]) + 1)

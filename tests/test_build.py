@@ -509,6 +509,9 @@ def test_bad_names_are_refused_before_building(sources, name):
     # once compiled twice, and "compiled for B=3; B=3 too" in help()
     (dict(specialize=[{"B": 3}, {"B": 3}]), "specialize: B=3 is given twice"),
     (dict(name="a-b"), "module name 'a-b' is not a valid Python module name"),
+    # an internal error (OSError: File name too long) once
+    (dict(name="a" * 300), "module name: a name of 300 characters is too long; the "
+     "module's file"),
     (dict(specialize=[{"T": "35"}]), "specialize 'T': '35'"),
     (dict(specialize={"T": 35, "B": 8}), "specialize takes a list of {dim: size} dicts"),
     # once taken: a size C++ truncated, an empty specialization, a string taken as true,

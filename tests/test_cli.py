@@ -246,6 +246,24 @@ def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path, ste
     assert r.returncode == 0 and r.stdout.strip().endswith(f"m_{stem}{EXT_SUFFIX}")
 
 
+def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path, capsys):
+    """QA: loop\xff.mdl with an assert in a `for` (whose message names the file) was an
+    internal error writing the stub (UnicodeEncodeError), after an empty .pyi that the next
+    emit refused to replace; a profiled build's sites gave profile() a UnicodeDecodeError."""
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/loop\xff.mdl"))
+    path.write_text("model L() {\n  input xs : f32[T, B]\n  h = zeros[B]\n  for x in xs {\n"
+                    "    assert x >= 0.0, \"nonneg\"\n    h = h + x\n  }\n"
+                    "  output y = sum(h)\n}\n")
+    for _ in range(2):
+        assert cli.main(["emit", str(path), "-o", str(tmp_path / "out"), "--name", "m"]) == 0
+    # the docstring's escape of the escape: the text says loop\xff.mdl
+    assert "of the `for` at loop\\\\xff.mdl:4" in (tmp_path / "out" / "m.pyi").read_text()
+    capsys.readouterr()
+    path.write_text("model L() {\n  output y = 1.0 +\n}\n")
+    assert cli.main(["check", str(path)]) == 1
+    assert "loop\\xff.mdl:3:1: error:" in capsys.readouterr().err
+
+
 def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
     """Python would look for `PyInitU_` and the name's punycode, not the `PyInit_é` the
     module exports: every way to a module name refuses it, saying what to do."""

@@ -514,6 +514,22 @@ def test_the_caret_stands_under_its_spot_after_wide_characters():
     assert caret.index("^") == len(line) and caret.endswith("^^")  # 2 wide: +2, qq: -2
 
 
+def test_the_caret_counts_no_column_for_accents_and_marks_turn_no_text():
+    """QA: combining accents and zero-width spaces took a column each (the caret stood 5
+    to the right); a right-to-left override in a quoted message or the source line was
+    printed raw, which made the text read otherwise."""
+    with pytest.raises(MdlError) as info:
+        check_source('model M() {\n  input x : f32[3]\n  assert sum(x) > 0.0, "e\u0301\u0301'
+                     '\u200b"; y = qq\n  output z = sum(y)\n}', "m.mdl")
+    line, caret = info.value.render().splitlines()[1:3]
+    assert caret.index("^") == line.index("qq") - 3 and caret.endswith("^^")  # e + 3 marks
+    with pytest.raises(MdlError) as info:
+        check_source('model M(H = 3) {\n  assert H > 4, "\u202e}eurt{"\n}', "m.mdl")
+    rendered = info.value.render()
+    assert "\u202e" not in rendered
+    assert "error: U+202E}eurt{: `H > 4` is always false" in rendered
+
+
 def test_a_main_file_that_is_not_utf8_is_located(tmp_path):
     from dsl import check_file
     path = tmp_path / "surr.mdl"

@@ -34,6 +34,10 @@ model Ok() {
   output loss = sum(y)
   minimize loss
 }
+model Debug() {
+  input __debug__ : f32[B, 4]
+  output y = sum(__debug__)
+}
 """
 
 
@@ -153,7 +157,9 @@ def test_names_python_cannot_declare_are_still_typed(tmp_path):
     path.write_text(KEYWORD_NAMES)
     _, files = sources(path, "keywords", BuildOptions())
     stub = files["keywords.pyi"]
-    assert set(classes(stub)) == {"_DLPack", "DeviceArray", "_Model", "Ok"}
+    assert set(classes(stub)) == {"_DLPack", "DeviceArray", "_Model", "Ok", "Debug"}
+    compile(stub, "keywords.pyi", "exec")  # `__debug__: _Array` parsed but did not compile
+    assert members(classes(stub)["Debug"])["forward"].args.kwarg.arg == "inputs"
     assert '# The model lambda is getattr(module, "lambda")' in stub
     ok = members(classes(stub)["Ok"])
     assert ok["forward"].args.kwarg.arg == "inputs" and keywords(ok["forward"]) == ["training"]

@@ -125,7 +125,9 @@ def _keywords(names: list[str], extra: str = "") -> str:
 
 
 def _declarable(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name)
+    """A name a stub can declare as a keyword argument: not a keyword, nor `__debug__`,
+    which parses but does not compile (`cannot assign to __debug__`)."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name != "__debug__"
 
 
 def _table(types: dict[str, str], notes: dict[str, str]) -> list[str]:

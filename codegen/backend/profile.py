@@ -58,6 +58,6 @@ def _where(locs) -> str:
             try:
                 shown = "std/" + path.resolve().relative_to(STD).as_posix()
             except ValueError:
-                shown = str(loc.source.path)
+                shown = loc.source.shown
             return f"{shown}:{loc.line}:{loc.col}"
     return ""

@@ -82,7 +82,7 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
         if not name.isascii():
             raise UsageError(f"module name {name!r} is not ASCII, and Python imports no "
                              f"compiled module of such a name: {ASCII_NAME}")
-        return name
+        return _short(name, "module name")
     stem = re.sub(r"\W", "_", Path(path).stem)
     if not stem.isascii():
         raise UsageError(f"the module of `{path}` would be named {stem!r}, which is not ASCII, "
@@ -90,4 +90,17 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
                          "(or rename the file)")
     importable = (stem.isidentifier() and not keyword.iskeyword(stem)
                   and stem not in sys.stdlib_module_names)  # `import os` finds Python's
-    return stem if importable else f"m_{stem}"
+    return _short(stem if importable else f"m_{stem}", f"the module of `{path}`")
+
+
+def _short(name: str, what: str) -> str:
+    """`name`, if its extension's file name fits in a directory entry (255 bytes): a longer
+    one was an internal error (OSError: File name too long) or a linker's failure."""
+    import sysconfig  # the suffix environment.py names EXT_SUFFIX, without its imports
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    most = 255 - len(suffix)
+    if len(name) > most:
+        raise UsageError(f"{what}: a name of {len(name)} characters is too long; the module's "
+                         f"file, the name and {suffix}, holds at most {most} (a file name's "
+                         "255 bytes): give a shorter one (mdlc's --name, load's name=)")
+    return name

@@ -6,6 +6,7 @@ as plain text or, through a palette (dsl/highlight.py), coloured for a terminal.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import unicodedata
@@ -29,15 +30,39 @@ class Source:
         text = self.text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
         object.__setattr__(self, "text", text)
 
-    def lines(self) -> list[str]:
+    @property
+    def shown(self) -> str:
+        """The path as messages and generated text write it: a file name that is not UTF-8
+        (`loop\xff.mdl`, read by Python with surrogates) with its bytes escaped; writing
+        it raw into a module's stub failed with UnicodeEncodeError."""
+        return printable_path(self.path)
+
+    def lines(self) -> tuple[str, ...]:
         """The lines as the lexer counts them: a line ends at "\n" alone (str.splitlines
         also ends one at a form feed, U+0085 or U+2028, which the lexer reads inside a
-        line)."""
-        return self.text.removesuffix("\n").split("\n") if self.text else []
+        line). Split once: a file of 40,000 warnings took 106 s splitting it again for
+        each."""
+        return self._lines
+
+    @functools.cached_property
+    def _lines(self) -> tuple[str, ...]:
+        return tuple(self.text.removesuffix("\n").split("\n")) if self.text else ()
 
     def line(self, number: int) -> str:
         lines = self.lines()
         return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def printable_path(path: str) -> str:
+    """`path` with the bytes of a name that is not UTF-8 escaped (`\xff`)."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        try:
+            return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+            return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -50,7 +75,7 @@ class Loc:
     length: int = 1
 
     def __str__(self) -> str:
-        return f"{self.source.path}:{self.line}:{self.col}"
+        return f"{self.source.shown}:{self.line}:{self.col}"
 
     def __repr__(self) -> str:
         return f"Loc({self})"
@@ -89,12 +114,12 @@ class Diagnostic:
     def render(self, palette: Plain = PLAIN) -> str:
         where = palette.location(f"{self.loc}:") + " " if self.loc else ""
         out = [f"{where}{palette.severity(self.severity + ':', self.severity)} "
-               f"{_printable(self.message)}"]
+               f"{printable(self.message)}"]
         if self.loc:
             out += _excerpt(self.loc, self.label, palette)
         note = palette.severity("note:", "note")
         for text, loc in self.notes:
-            text = _printable(text)
+            text = printable(text)
             out.append(f"  {note} {loc}: {text}" if loc else f"  {note} {text}")
         return "\n".join(out)
 
@@ -102,8 +127,11 @@ class Diagnostic:
 EXCERPT_WIDTH = 100
 
 # A control character of the source (a NUL, an escape) shown as one replacement
-# character: the terminal then prints what the file holds, column for column
-_SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0)] if c != ord("\t")}
+# character: the terminal then prints what the file holds, column for column. So is a
+# mark that turns the direction of text (U+202E), which made the line read otherwise
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0), *_BIDI]
+          if c != ord("\t")}
 
 
 # A control character a message quotes from the source (`unexpected character` of an
@@ -111,13 +139,17 @@ _SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0)] if c != ord("\
 _NAMED = {c: f"U+{c:04X}" for c in _SHOWN if c not in (ord("\n"), ord("\r"))}
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """`text` with the control and direction characters it quotes from a source named
+    (U+001B), not printed raw for the terminal to act on."""
     return text.translate(_NAMED)
 
 
 def _width(text: str) -> int:
-    """Columns `text` takes in a terminal: a wide character (CJK) two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    """Columns `text` takes in a terminal: a wide character (CJK) two, a combining accent or
+    a zero-width one (U+200B) none."""
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Me", "Cf")
+               else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _excerpt(loc: Loc, label: str, palette: Plain) -> list[str]:
