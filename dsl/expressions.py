@@ -295,8 +295,9 @@ class Expressions:
             return default
         d = self.eval_dim(e)
         if d.is_const and d.value < 0:
-            if not size.is_const:
-                raise MdlTypeError(f"a negative bound needs a known length, not {size}", e.loc)
+            if not size.is_const:  # an index has no default (`x[:, -1]`)
+                what = "bound" if default is not None else "index"
+                raise MdlTypeError(f"a negative {what} needs a known length, not {size}", e.loc)
             d = d + size
         elif not d.is_const and all(c <= 0 for _, c in d.terms):
             raise MdlTypeError(f"a bound that is never positive ({d}) would count from the "

@@ -513,7 +513,7 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
     ({"rnn_ops": "no"}, "rnn_ops: expected True or False, got 'no'"),
     ({"params": {3: 1}}, "has no parameter `embedding` (model `CharLMStep` needs it; it has "
                          "3)"),
-    ({"params": {"embedding": [1, [2], 3]}}, "the given parameters: parameter `embedding` is "
+    ({"params": {"embedding": [1, [2], 3]}}, "the given dict: parameter `embedding` is "
                                              "not an array of numbers"),
 ])
 def test_export_onnx_refuses_arguments_of_the_wrong_kind(tmp_path, argument, message):

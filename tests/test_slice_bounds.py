@@ -150,6 +150,8 @@ def test_a_slice_in_a_branch_or_a_loop_is_refused_where_it_runs(tmp_path_factory
                         "length B, indices 0 to B - 1"),
     ("output a = x[B, 1:3]", "index B is out of range for f32[B, 4]"),
     ("output a = x[2 * B - 1]", "index 2*B - 1 is out of range for f32[B, 4]"),
+    # it said "a negative bound" of an index
+    ("output a = x[-1, 0:2]", "a negative index needs a known length, not B"),
 ])
 def test_bounds_outside_for_any_dims_are_errors_at_check(tmp_path, body, message):
     path = tmp_path / "bad.mdl"

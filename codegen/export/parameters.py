@@ -77,7 +77,7 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
     if isinstance(params, (str, os.PathLike)):
         source, values = str(params), _checkpoint(Path(params))
     elif isinstance(params, Mapping):
-        source, values = "the given parameters", dict(params)
+        source, values = "the given dict", dict(params)
     elif isinstance(getattr(params, "params", None), Mapping):
         source, values = f"the {type(params).__name__} instance", dict(params.params)
     else:
