@@ -102,22 +102,6 @@ model Dropout(E = 3, H = 4) {
 """
 # near misses: each a recurrence of its own, not a std cell's step
 NEAR_MISSES = """
-model GatesSwapped(E = 3, H = 4) {
-  input xs : f32[T, B, E]
-  input h0 : f32[B, H]
-  input c0 : f32[B, H]
-  param W : f32[E, 4*H] = uniform(-0.5, 0.5)
-  param U : f32[H, 4*H] = uniform(-0.5, 0.5)
-  h = h0; c = c0
-  hs = for x in xs {
-    i, f, g, o = split(x @ W + h @ U, 4, axis = 1)
-    c = sigmoid(i) * c + sigmoid(f) * tanh(g)
-    h = sigmoid(o) * tanh(c)
-    yield h
-  }
-  output hs
-}
-
 model ProductOfC(E = 3, H = 4) {       # with lengths, so that the mask reads h
   input xs : f32[T, B, E]
   input lengths : i32[B]
@@ -163,6 +147,9 @@ SOURCE = "\n".join([
     OWN_GRU.replace("OwnGRU", "ZSwapped").replace("h = h * z + n * (1.0 - z)",
                                                   "h = z * n + (1.0 - z) * h"),
     OWN_GRU.replace("OwnGRU", "ProductOfTanh").replace("split(h @ U", "split(tanh(h) @ U"),
+    # the roles of the gates i and f swapped
+    OWN_LSTM.replace("OwnLSTM", "GatesSwapped").replace("sigmoid(f) * c + sigmoid(i)",
+                                                        "sigmoid(i) * c + sigmoid(f)"),
     NEAR_MISSES])
 NODES = {"Forward": ["LSTM"], "Backward": ["LSTM"], "GRUBackward": ["GRU"],
          "Lengths": ["LSTM"], "GRULengths": ["GRU"], "OwnGRU": ["GRU"], "Dropout": ["LSTM"],
