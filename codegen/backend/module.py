@@ -34,9 +34,10 @@ from .templating import environment
 # makes as many as the spec says (ModelSpec::arenas) and generated code names them by
 # index.
 ARENAS = ("inference", "training", "backward")
-# A dim of a declared shape made of others (T*B, T+1): an input's is checked against its
-# value from the dims bound before it (model.h's TensorSpec, ModelSpec::input_shape), an
-# output's is not.
+# A dim of a declared shape made of others (T*B, T+1), in the tables as this marker and
+# its text, by which the runtime knows it (model.h's TensorSpec): an input's is checked
+# against its value from the dims bound before it (ModelSpec::input_shape), an output's
+# is not.
 DERIVED_DIM = -(10**6)
 
 
@@ -269,7 +270,9 @@ class ModuleGenerator:
                 dims.append(-(self.dims.index(d.terms[0][0][0]) + 1))
             else:
                 dims.append(DERIVED_DIM)
-        texts = [str(d) for d in t.shape] if DERIVED_DIM in dims else None
+        # the runtime tells a derived dim by its text, never by the marker
+        texts = [str(d) if k == DERIVED_DIM else None for d, k in zip(t.shape, dims)] \
+            if DERIVED_DIM in dims else None
         return {"name": name, "dtype": _dtype_spec(t.dtype), "dims": dims, "texts": texts}
 
     def _shape_exprs(self, t: TensorType) -> list[str]:

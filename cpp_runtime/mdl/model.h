@@ -29,20 +29,20 @@ struct DTypeSpec {
   int itemsize;
 };
 
-// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1); a
-// dim made of others (T*B, T + 1) is kDerivedDim (codegen/backend/module.py's
-// DERIVED_DIM): an input's is checked against ModelSpec::input_shape once the dims it is
-// made of are bound (the checker has them bound by the inputs declared before it, or by
-// its own axes before it), an output's never.
-constexpr int64_t kDerivedDim = -1000000;
-
+// A dim of a declared shape: >= 0 a constant, < 0 the user dim with index -(d + 1),
+// unless it is made of others (T*B, T + 1), which its text says (`derived`): an input's
+// is checked against ModelSpec::input_shape once the dims it is made of are bound (the
+// checker has them bound by the inputs declared before it, or by its own axes before
+// it), an output's never.
 struct TensorSpec {
   const char* name;
   DTypeSpec dtype;
   int rank;
   const int64_t* dims;
-  const char* const* texts;  // each dim as the checker writes it (`T + 1`) where one is
-                             // derived; else nullptr
+  const char* const* texts;  // where a dim is derived, each derived one's text as the
+                             // checker writes it (`T + 1`), the others' nullptr; else nullptr
+
+  bool derived(int i) const { return texts && texts[i]; }
 };
 
 struct ParamSpec {

@@ -32,7 +32,7 @@ inline std::string type_text(const TensorSpec& s, const char* const* dim_names) 
   for (int i = 0; i < s.rank; ++i) {
     if (i) out += ", ";
     const int64_t d = s.dims[i];
-    out += d >= 0 ? std::to_string(d) : d == kDerivedDim ? s.texts[i] : dim_names[-d - 1];
+    out += s.derived(i) ? s.texts[i] : d >= 0 ? std::to_string(d) : dim_names[-d - 1];
   }
   return out + "]";
 }
@@ -256,7 +256,7 @@ void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok
     int64_t n = shape[i], d = s.dims[i];
     if (d >= 0 && n != d)
       throw bad("dim " + std::to_string(i) + " must be " + std::to_string(d));
-    if (d < 0 && d != kDerivedDim) {
+    if (d < 0 && !s.derived(i)) {
       int64_t& bound = dims[-d - 1];
       if (bound >= 0 && bound != n)
         throw bad(std::string(dim_names[-d - 1]) + " = " + std::to_string(bound) +
@@ -264,13 +264,11 @@ void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok
       bound = n;
     }
   }
-  bool derived = false;
-  for (int i = 0; i < s.rank; ++i) derived |= s.dims[i] == kDerivedDim;
-  if (!derived) return;
+  if (!s.texts) return;  // no dim made of others
   std::vector<int64_t> want(std::size_t(s.rank));
   shape_of(which, dims.data(), nullptr, want.data());
   for (int i = 0; i < s.rank; ++i)
-    if (s.dims[i] == kDerivedDim && int64_t(shape[i]) != want[i])
+    if (s.derived(i) && int64_t(shape[i]) != want[i])
       throw bad("dim " + std::to_string(i) + " must be " + s.texts[i] + " = " +
                 std::to_string(want[i]));
 }
