@@ -214,8 +214,10 @@ class Expressions:
     def _check_dim_index(self, e: n.Expr, x: Value) -> None:
         """`a[B]` of an axis of length B: an index of dims only, out of range whatever the
         dims are (it passed, and every call raised the IndexError)."""
-        d = self._dim_expression(e)
-        if d is None or d.is_const or not x.type.rank:
+        if not self._of_dims_only(e):
+            return
+        d = self.eval_dim(e)
+        if d.is_const or not x.type.rank:
             return
         size = x.type.shape[0]
         past = size - d  # the index is in range where this is positive; with no term of
@@ -224,23 +226,18 @@ class Expressions:
             raise MdlTypeError(f"index {d} is out of range for {x.type}: its first axis has "
                                f"length {size}, indices 0 to {size - 1}", e.loc)
 
-    def _dim_expression(self, e: n.Expr) -> Dim | None:
-        """The dim `e` is when it is written of literals and dims only (`B - 1`), else
-        None."""
+    def _of_dims_only(self, e: n.Expr) -> bool:
+        """Whether `e` is written of literals and dims only (`B - 1`), so that eval_dim
+        reads it without evaluating anything the model computes."""
         if isinstance(e, n.IntLit):
-            return Dim.of(e.value)
+            return True
         if isinstance(e, n.Name):
-            known = e.id not in self.ctx.env and e.id in self.ctx.dims
-            return self.ctx.dims[e.id] if known else None
+            return e.id not in self.ctx.env and e.id in self.ctx.dims
         if isinstance(e, n.Unary) and e.op == "-":
-            d = self._dim_expression(e.operand)
-            return None if d is None else -d
+            return self._of_dims_only(e.operand)
         if isinstance(e, n.Binary) and e.op in "+-*":
-            a, b = self._dim_expression(e.left), self._dim_expression(e.right)
-            if a is None or b is None:
-                return None
-            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
-        return None
+            return self._of_dims_only(e.left) and self._of_dims_only(e.right)
+        return False
 
     def _index_value(self, i, x: Value, loc: Loc) -> Value:
         if isinstance(i, Const):
