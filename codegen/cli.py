@@ -436,6 +436,7 @@ def cmd_emit(args) -> int:
     from .compile.cmake import render_cmakelists
     from .compile.extension import compiled
     from .compile.parts import jobs_beside, part_files
+    from .compile.replacing import write_over
     from .ir.diagnostics import writing
     from .pipeline import BuildOptions, module_name_for, sources
     from .targets.registry import target
@@ -454,7 +455,7 @@ def cmd_emit(args) -> int:
     _refuse_overwriting(out, files)
     with writing(out):  # a full stdout is not the folder's fault: printed after
         for file_name, text in files.items():
-            (out / file_name).write_text(text)
+            write_over(out / file_name, text)
     for file_name in files:
         print(out / file_name)
     return 0

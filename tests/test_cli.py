@@ -554,6 +554,30 @@ def test_build_replaces_its_own_stub_never_one_written_by_hand(good, tmp_path):
         assert mdlc("build", str(good), "-o", str(tmp_path)).returncode == 0
 
 
+def test_a_build_over_a_module_a_python_runs_leaves_that_python_running(good, tmp_path):
+    """The new module was written into the old one's file, which the Python that imported
+    it maps: its next call crashed (a segfault). It is renamed over it now."""
+    assert mdlc("build", str(good), "-o", str(tmp_path)).returncode == 0
+    script = f"""
+import subprocess, sys
+import numpy as np
+sys.path.insert(0, {str(tmp_path)!r})
+import good
+m = good.M()
+before = m.forward(x=np.ones((2, 4), np.float32))["y"]
+rebuilt = subprocess.run({[sys.executable, "-m", "codegen.cli", "build", str(good), "-o",
+                           str(tmp_path), "-D", "H=8"]!r}, capture_output=True, text=True)
+assert rebuilt.returncode == 0, rebuilt.stderr
+assert m.forward(x=np.ones((2, 4), np.float32))["y"] == before == 8.0
+print("ran on")
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env)
+    assert ran.returncode == 0 and "ran on" in ran.stdout, ran.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 @pytest.mark.parametrize("args, message", [
     (["--grad"], "--grad prints the backward pass with --ir"),
     (["--ir", "-o", "out"], "-o names a folder for the sources, and --ir prints the IR"),

@@ -17,6 +17,7 @@ from .cache import cached, digest, reading, sha256, write_key
 from .commands import run_commands
 from .environment import EXT_SUFFIX, environment_key
 from .parts import defines, jobs_beside, split, units
+from .replacing import copy_over
 
 if TYPE_CHECKING:  # a target names its toolchain, which builds through this file
     from ..backend.target import Target
@@ -80,10 +81,10 @@ def install(built: Path, directory: str | Path, module_name: str) -> Path:
     stub to DIR/MOD.pyi."""
     target = Path(directory) / f"{module_name}{EXT_SUFFIX}"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(built, target)
+    copy_over(built, target)  # not in place: a Python that imported the old one runs it
     stub = built.with_name(module_name + STUB_SUFFIX)
     if stub.is_file():
-        shutil.copyfile(stub, target.with_name(stub.name))
+        copy_over(stub, target.with_name(stub.name))
     return target
 
 

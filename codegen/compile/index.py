@@ -15,7 +15,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..ir.diagnostics import Diagnostic, Loc, MdlBuildError, Source
 from .cache import cache_dir, digest, intact, read_key, used
 from .environment import environment_key
 from .options import BuildOptions
+from .replacing import write_over
 from .toolchain import EMULATED_CUDA, HOST, NVCC, Toolchain
 
 COMPILER_SOURCES = [Path(dsl.__file__).parent, PACKAGE, TEMPLATES_DIR]
@@ -67,15 +67,10 @@ def remember(path: str | Path, module_name: str, options: BuildOptions, built: P
     entry = _entry(path, module_name, options)
     if entry is None:
         return
-    tmp = entry.with_suffix(f".{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(OSError):
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"built": str(built), "toolchain": toolchain.name,
-                                   "warnings": recorded(warnings, str(path))}))
-        tmp.replace(entry)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        write_over(entry, json.dumps({"built": str(built), "toolchain": toolchain.name,
+                                      "warnings": recorded(warnings, str(path))}))
 
 
 def recorded(diagnostics: Sequence[Diagnostic], main: str) -> dict:
