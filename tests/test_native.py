@@ -753,3 +753,10 @@ def test_lists_and_numbers_are_read_as_the_declared_dtype(tmp_path):
                      (np.array([1], np.int64), "got int64[1] (wrong dtype)")]:  # an array's own
         with pytest.raises(ValueError, match=re.escape(f"input 'ids': expected i32[B], {why}")):
             m.forward(ids=ids, y=[1.0], s=0)
+    # a number past f32's range became inf, with NumPy's warning only; an inf is the caller's
+    for y, s, what in [([1.0, -1e39], 0, "input 'y': holds -1e+39 (element 1)"),
+                       ([1.0], 1e300, "input 's': holds 1e+300 (element 0)")]:
+        with pytest.raises(ValueError, match=re.escape(f"{what}, past the range of the "
+                                                       "model's f32")):
+            m.forward(ids=[0] * len(y), y=y, s=s)
+    assert m.forward(ids=[1], y=[float("inf")], s=0)["z"].tolist() == [float("inf")]

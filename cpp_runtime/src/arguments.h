@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -218,19 +220,42 @@ inline py::array as_array(py::handle obj, const char* kind, const char* name = n
   return a;
 }
 
+// The index of the first finite element of `raw` whose magnitude is past `largest` (a
+// narrower float's largest number), or -1: a cast to that float makes it inf.
+inline py::ssize_t past_range(const py::array& raw, double largest) {
+  auto wide = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(raw);
+  if (!wide) return -1;  // the cast that follows says what is wrong
+  const double* v = wide.data();
+  for (py::ssize_t k = 0; k < wide.size(); ++k)
+    if (std::fabs(v[k]) > largest && !std::isinf(v[k])) return k;  // an inf is the caller's
+  return -1;
+}
+
 // A list, a tuple or a Python number has no dtype of its own: NumPy's reading `a` of it
 // (int64 or float64) is taken as the declared dtype `d` where that loses nothing a user
-// wrote: numbers into a float (as torch.tensor([0.1]) is float32), integers that fit into
-// i32 (`ids=[0, 1]` was "expected i32[B], got int64[2]"). Anything else stays `a`, which
-// the dtype check then refuses.
-inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec& d) {
+// wrote: numbers into a float (as torch.tensor([0.1]) is float32) within its range (1e40
+// into an f32 became inf, with NumPy's warning only: a ValueError naming `kind` and
+// `name`), integers that fit into i32 (`ids=[0, 1]` was "expected i32[B], got
+// int64[2]"). Anything else stays `a`, which the dtype check then refuses.
+inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec& d,
+                             const char* kind_of_argument, const char* name) {
   bool plain = PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) ||
                PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr());
   char kind = a.dtype().kind();
   if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'O' || kind == 'c') return a;
   py::module_ np = py::module_::import("numpy");
-  if (d.kind == 'f' && (kind == 'i' || kind == 'u' || kind == 'f'))
+  if (d.kind == 'f' && (kind == 'i' || kind == 'u' || kind == 'f')) {
+    const double largest = double(std::numeric_limits<float>::max());
+    if (py::ssize_t k = d.itemsize == 4 ? past_range(a, largest) : -1; k >= 0) {
+      const double value = py::cast<double>(a.attr("ravel")()[py::int_(k)]);
+      char text[200];
+      std::snprintf(text, sizeof text, "%s '%s': holds %g (element %zd), past the range of "
+                    "the model's %s (its largest number is %.2g)", kind_of_argument, name,
+                    value, k, d.name, largest);
+      throw py::value_error(text);
+    }
     return a.attr("astype")(np.attr("dtype")(d.numpy));
+  }
   if (d.kind == 'i' && (kind == 'i' || kind == 'u')) {
     py::array cast = a.attr("astype")(np.attr("dtype")(d.numpy));
     if (py::cast<bool>(np.attr("array_equal")(cast, a))) return cast;

@@ -771,7 +771,7 @@ class Model {
       return in_place(t, "input", s.name);
     }
     py::array a = as_array(obj, "input", s.name);
-    if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype);
+    if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype, "input", s.name);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
                [&] { return shape_text(a); }, dims, spec_->input_shape, which);
     Argument view;

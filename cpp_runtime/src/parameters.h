@@ -138,18 +138,15 @@ class Parameters {
   // Refuses finite values past the model's range before the cast, which made them inf
   // (1e300 into an f32 model was stored as inf, with NumPy's warning only).
   static void past_range(const py::array& raw, const std::string& name) {
-    auto wide = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(raw);
-    if (!wide) return;  // the cast that follows says what is wrong
     const double largest = double(std::numeric_limits<T>::max());
-    const double* v = wide.data();
-    for (py::ssize_t k = 0; k < wide.size(); ++k) {
-      if (!(std::fabs(v[k]) > largest) || std::isinf(v[k])) continue;  // an inf is the caller's
-      char text[160];
-      std::snprintf(text, sizeof text, "set_params: '%s' holds %g (element %zd), past the "
-                    "range of the model's f32 (its largest number is %.2g)", name.c_str(),
-                    v[k], k, largest);
-      throw py::value_error(text);
-    }
+    const py::ssize_t k = mdl::past_range(raw, largest);
+    if (k < 0) return;
+    const double value = py::cast<double>(raw.attr("ravel")()[py::int_(k)]);
+    char text[160];
+    std::snprintf(text, sizeof text, "set_params: '%s' holds %g (element %zd), past the "
+                  "range of the model's f32 (its largest number is %.2g)", name.c_str(),
+                  value, k, largest);
+    throw py::value_error(text);
   }
 
   // Copies checked values into their parameters (under the lock).
