@@ -132,6 +132,9 @@ class CompiledModule(torch.nn.Module):
         for name, value in kwargs.items():
             if name in given:
                 raise TypeError(f"input '{name}' given both by position and by name")
+            if name == "training":  # the native forward's flag: it said "multiple values"
+                raise TypeError("unknown input 'training': the module's mode chooses the "
+                                "forward, .train() the training one, .eval() inference")
             given[name] = value
         return given
 
@@ -223,15 +226,21 @@ def _array(what: str, value: Any, on_device: bool = False, expected: str = "") -
     `expected`: the type the model declares, for the error of a dtype NumPy has not."""
     if not isinstance(value, torch.Tensor):
         return value
+    if value.is_nested:  # torch's "Internal error: NestedTensorImpl doesn't support sizes"
+        raise TypeError(f"{what}: expected {expected or 'a dense tensor'}, got a nested "
+                        "tensor: give a dense one (.to_padded_tensor(0.0))")
     if value.layout != torch.strided:  # its numpy() fails as for a dtype NumPy has not
         raise TypeError(f"{what}: expected {expected or 'a dense tensor'}, got a tensor of "
                         f"layout {value.layout}: give a dense one (.to_dense())")
+    runs_on = "cuda" if on_device else "cpu"
+    if value.device.type not in ("cpu", runs_on):  # a meta tensor went on to DLPack's error
+        raise ValueError(f"{what} is on {value.device}: the compiled model runs on "
+                         f"{'the GPU (cuda)' if on_device else 'the CPU'}")
+    value = value.detach().resolve_conj().resolve_neg()  # numpy() refuses those lazy bits
     if value.device.type == "cpu":
         try:
-            return value.detach().numpy()
+            return value.numpy()
         except TypeError:  # bfloat16, float8, ...
             raise TypeError(f"{what}: expected {expected or 'a NumPy dtype'}, got a "
                             f"{value.dtype} tensor, which NumPy cannot hold") from None
-    if not on_device:
-        raise ValueError(f"{what} is on {value.device}: the compiled model runs on the CPU")
-    return value.detach().contiguous()
+    return value.contiguous()

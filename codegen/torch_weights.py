@@ -54,13 +54,14 @@ class _Part:
     read: Callable[[], np.ndarray]
     write: Callable[[np.ndarray], None]
     tensors: tuple[torch.Tensor, ...]          # what `write` changes
+    transposed: bool = False                   # read as tensors[0].T (x @ W, not x @ W.T)
 
 
 def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
     """{full mdl name: array} of every module in `mapping` (key: its mdl scope, or the
     full name of an embedding's or a tensor's parameter), for `model.set_params`."""
     _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
-    return {p.name: p.read() for key, value in mapping.items() for p in _parts(key, value)}
+    return {p.name: p.read() for p in _all_parts(mapping)}
 
 
 def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
@@ -70,7 +71,7 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     expanded one) leaves every module as it was."""
     _names(params, "params", "{full name: array}, as model.params")
     _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
-    parts = [p for key, value in mapping.items() for p in _parts(key, value)]
+    parts = _all_parts(mapping)
     missing = [p.name for p in parts if p.name not in params]
     if missing:
         raise KeyError(f"no parameter {', '.join(missing)} among the model's "
@@ -78,9 +79,11 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     values = {p.name: _numbers(p.name, params[p.name]) for p in parts}
     for p in parts:
         want, got = p.read().shape, values[p.name].shape
-        if want != got:
+        if want != got:  # torch's tensor [4H, I] wanted [I, 4H] of mdl's W
+            torch_shape = (f" (its torch tensor is {list(p.tensors[0].shape)}, read "
+                           "transposed)" if p.transposed else "")
             raise ValueError(f"parameter {p.name} is {list(got)}, its torch module's "
-                             f"weight wants {list(want)}")
+                             f"weight wants {list(want)}{torch_shape}")
     for p in parts:
         _fits(p, values[p.name])
     written: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tensor, its values before)
@@ -95,6 +98,18 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
                 raise RuntimeError(f"parameter {p.name}: its torch tensor cannot be "
                                    f"written ({exc}); no module was changed") from None
             written += before
+
+
+def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
+    """The parameters `mapping` names, each of torch tensors that hold values (a module
+    on the meta device gave torch's "Cannot copy out of meta tensor", naming none)."""
+    parts = [p for key, value in mapping.items() for p in _parts(key, value)]
+    for p in parts:
+        if any(t.is_meta for t in p.tensors):
+            raise ValueError(f"parameter {p.name}: its torch tensor is on the meta device, "
+                             "with a shape and no values (to_empty() and an initialization "
+                             "give it some)")
+    return parts
 
 
 def _fits(part: _Part, values: np.ndarray) -> None:
@@ -139,7 +154,8 @@ def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray],
 
 
 def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
-    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed), (t,))
+    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed), (t,),
+                 transposed)
 
 
 def _need_bias(module: torch.nn.Module, what: str) -> None:
@@ -216,6 +232,10 @@ def _parts(key: str, value: Any) -> list[_Part]:
     if isinstance(value, torch.nn.LayerNorm):
         return _layer_norm(key, value)
     if isinstance(value, torch.nn.Embedding):
+        if value.max_norm is not None:  # its forward rescales rows: the outputs differed
+            raise ValueError(f"{key!r}: an nn.Embedding with max_norm rescales the rows it "
+                             "reads (and its weight); mdl's `table[ids]` reads them as "
+                             "they are: give one with max_norm=None")
         return [_tensor_part(key, value.weight)]
     if isinstance(value, torch.Tensor):
         return [_tensor_part(key, value)]

@@ -378,10 +378,25 @@ BAD = [
      "unknown input 'foo' (inputs are xs, h0)"),
     (lambda m: m(inputs(0)[0].float(), inputs(0)[1]), ValueError,
      "input 'xs': expected f64[T, B, 6], got float32[7, 3, 6] (wrong dtype)"),
+    # QA: pybind11's "got multiple values for keyword argument 'training'"
+    (lambda m: m(*inputs(0), training=False), TypeError,
+     "unknown input 'training': the module's mode chooses the forward, .train() the "
+     "training one, .eval() inference"),
+    # QA: "got object[] (wrong dtype)"; torch's internal error of a nested tensor and its
+    # refusal of a conjugated one's numpy(), neither naming the input; a meta tensor on a
+    # cuda model went on to DLPack's error
+    (lambda m: m(inputs(0)[0], None), TypeError, "input 'h0': expected f64[B, 5], got None"),
+    (lambda m: m(torch.nested.nested_tensor(list(inputs(0)[0])), inputs(0)[1]), TypeError,
+     "input 'xs': expected f64[T, B, 6], got a nested tensor: give a dense one"),
+    (lambda m: m(inputs(0)[0].to(torch.complex128).conj(), inputs(0)[1]), ValueError,
+     "input 'xs': expected f64[T, B, 6], got complex128[7, 3, 6] (wrong dtype)"),
+    (lambda m: m(inputs(0)[0].to("meta"), inputs(0)[1]), ValueError,
+     "input 'xs' is on meta: the compiled model runs on the CPU"),
 ]
 
 
 @pytest.mark.parametrize("call, error, message", BAD)
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_bad_uses_raise(core64, call, error, message):
     with pytest.raises(error, match=re.escape(message)):
         call(as_module(core64.Core(seed=0)))

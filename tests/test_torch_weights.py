@@ -6,6 +6,7 @@ the same weights; trained weights written back give PyTorch the model's loss; wr
 mappings are errors that say what to do."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -171,10 +172,22 @@ def test_wrong_mappings_say_what_to_do():
     with pytest.raises(KeyError, match="no parameter out/b"):
         params_to_torch({"out/W": np.zeros((3, 4))}, {"out": lin})
     before = lin.weight.detach().clone()
-    with pytest.raises(ValueError, match=r"out/W is \[4, 3\], its torch module's weight "
-                                         r"wants \[3, 4\]"):
+    with pytest.raises(ValueError, match=re.escape(
+            "out/W is [4, 3], its torch module's weight wants [3, 4] (its torch tensor is "
+            "[4, 3], read transposed)")):
         params_to_torch({"out/W": np.zeros((4, 3)), "out/b": np.zeros(4)}, {"out": lin})
     assert torch.equal(lin.weight, before)                   # nothing changed
+    # QA: max_norm rescales the rows an nn.Embedding reads, which mdl's indexing does not
+    # (outputs differed by 0.017); a module on the meta device gave torch's "Cannot copy
+    # out of meta tensor", naming no parameter
+    with pytest.raises(ValueError, match="'emb': an nn.Embedding with max_norm rescales"):
+        params_from_torch({"emb": torch.nn.Embedding(5, 3, max_norm=1.0)})
+    meta = torch.nn.GRU(3, 4, device="meta")
+    for call in (lambda: params_from_torch({"l0/gru": meta}),
+                 lambda: params_to_torch({}, {"l0/gru": meta})):
+        with pytest.raises(ValueError, match="parameter l0/gru/W: its torch tensor is on the "
+                                             "meta device"):
+            call()
 
 
 def test_arguments_of_the_wrong_kind_are_refused_before_any_module_changes():

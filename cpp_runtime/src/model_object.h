@@ -770,6 +770,9 @@ class Model {
                  which);
       return in_place(t, "input", s.name);
     }
+    if (obj.is_none())  // NumPy reads None as an object scalar: "got object[]"
+      throw py::type_error("input '" + std::string(s.name) + "': expected " +
+                           type_text(s, spec_->dim_names) + ", got None");
     py::array a = as_array(obj, "input", s.name);
     if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype, "input", s.name);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
