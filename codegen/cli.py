@@ -353,8 +353,9 @@ def _dims(text: str) -> dict[str, int]:
     out = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
+        digits = value[1:] if value.startswith("-") else value  # B=-1: "a size is 1 to"
         if (not sep or not (key + value).isascii() or not key.isidentifier()
-                or not value.isdigit()):  # isdigit alone takes `٣`, `²`
+                or not digits.isdigit()):  # isdigit alone takes `٣`, `²`
             raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
         from codegen.ir.dtypes import I32_MAX
         if not 1 <= int(value) <= I32_MAX:  # a dim's value is an i32 in the generated code
@@ -651,9 +652,10 @@ def cmd_profile(args) -> int:
         missing = [s for s in symbols if s not in args.dims]
         if unknown or missing:
             raise UsageError(f"--dims takes the size of each dim of model `{graph.name}`'s "
-                             f"inputs ({', '.join(symbols)})" + (
-                                 f": {', '.join(missing)} missing" if missing else
-                                 f": {', '.join(unknown)} is none of them"))
+                             f"inputs ({', '.join(symbols)})" + "".join(
+                                 [f": {', '.join(unknown)} is none of them"] * bool(unknown) +
+                                 [f"{';' if unknown else ':'} {', '.join(missing)} missing"]
+                                 * bool(missing)))
         dims = {s: args.dims[s] for s in symbols}
         if args.specialize and dims:
             options.specialize = [dims]
@@ -741,7 +743,9 @@ def cmd_cache(args) -> int:
                                       ("--max-size", args.max_size),
                                       ("--dry-run", args.dry_run or None)) if value is not None]
     if args.action in ("info", "list") and given:
-        raise UsageError(f"{given[0]} is for `mdlc cache prune` (and --dry-run for `clear`)")
+        users = "`mdlc cache prune` and `clear`" if given[0] == "--dry-run" else \
+            "`mdlc cache prune`"
+        raise UsageError(f"{given[0]} is for {users}, not `{args.action}`")
     if args.action == "clear" and given[:1] not in ([], ["--dry-run"]):
         raise UsageError(f"{given[0]} is for `mdlc cache prune`: `clear` removes every entry")
     root, chosen_by = cache.where()

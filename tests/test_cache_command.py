@@ -172,7 +172,11 @@ def test_a_runtime_read_by_a_build_stays(filled, monkeypatch, capsys):
 
 def test_usage_errors(filled, monkeypatch, capsys):
     root, _ = filled
-    for args, said in [(["list", "--older-than", "3"], "--older-than is for `mdlc cache prune`"),
+    # the hint "(and --dry-run for `clear`)" was glued to every option's
+    for args, said in [(["list", "--older-than", "3"],
+                        "--older-than is for `mdlc cache prune`, not `list`"),
+                       (["info", "--dry-run"],
+                        "--dry-run is for `mdlc cache prune` and `clear`, not `info`"),
                        (["clear", "--max-size", "1G"], "`clear` removes every entry")]:
         code, _, err = mdlc_cache(monkeypatch, capsys, root, *args)
         assert code == 2 and said in err

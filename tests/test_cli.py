@@ -705,6 +705,7 @@ def test_dims_given_in_two_options_are_merged(command, option):
     (["--dims", "T=٣"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=٣'"),  # not 3
     (["--dims", "T=²"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=²'"),  # not `_dims value`
     (["--dims", "T=0"], "T=0: a size is 1 to 2147483647"),  # once "expected NAME=SIZE"
+    (["--dims", "T=-1"], "T=-1: a size is 1 to 2147483647"),
     (["--dims", "T=99999999999"], "T=99999999999: a size is 1 to 2147483647"),  # once built
 ])
 def test_dims_that_are_not_plain_sizes_are_refused(capsys, given, message):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["training.md", "cuda.md", "onnx.md", "profiling.md", "from_pytorch.md"]
+PAGES = ["training.md", "cuda.md", "onnx.md", "profiling.md", "from_pytorch.md", "ir.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

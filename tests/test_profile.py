@@ -257,6 +257,8 @@ def test_the_report_compares_the_plain_builds_time(plain, said):
     (["--dims", "T=6"], "--dims takes the size of each dim of model `Profiled`'s inputs "
                         "(T, B): B missing"),
     (["--dims", "T=6,B=2,S=3"], "(T, B): S is none of them"),
+    # it said "B missing" only, of a typo for B
+    (["--dims", "T=6,Z=2"], "(T, B): Z is none of them; B missing"),
     (["--dims", "T=6,B=2", "--calls", "0"], "--calls 0: at least 1"),
     (["--dims", "T=100000,B=100000000", "--calls", "1"], "--dims T=100000,B=100000000: the "
      "model's inputs and values at these sizes need more memory than this machine gives"),
