@@ -30,6 +30,7 @@
 #include "mdl/optimizer.h"
 #include "optimizer_options.h"
 #include "parameters.h"
+#include "model_lock.h"
 #include "released_gil.h"
 
 namespace mdl {
@@ -60,7 +61,7 @@ class DeviceContext {
 // set_params, a checkpoint), by which each knows that its saved forward and its pending
 // gradients belong to weights that are gone.
 struct Sharing {
-  std::mutex lock;
+  CallLock lock;
   uint64_t changes = 0;
 };
 
@@ -97,7 +98,7 @@ class Model {
   // copies (writing to them would change nothing).
   py::dict params(py::object self) {
     if (spec_->device->in_place) return params_.views(self);
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("params()", Use::READS);
     return params_.copies();
   }
 
@@ -109,7 +110,7 @@ class Model {
     if (spec_->device->in_place)
       throw py::value_error("device_params: model " + std::string(spec_->name) +
                             " runs on the CPU, whose params are views of its weights already");
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("device_params()", Use::CALL);
     params_shared_ = true;
     py::dict out;
     for (int i = 0; i < spec_->n_params; ++i) {
@@ -129,7 +130,7 @@ class Model {
       throw py::type_error("set_params(values) takes a dict {parameter full name: array}, got " +
                            type_name(values));
     typename Parameters<T>::Values given = params_.checked(values.cast<py::dict>());
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("set_params()", Use::CALL);
     params_.write(given);
     parameters_changed();
   }
@@ -158,7 +159,7 @@ class Model {
     for (int i = 0; i < spec_->n_inputs; ++i) {
       const DTypeSpec& d = spec_->inputs[i].dtype;
       if (has_dtype(a, d)) {
-        std::unique_lock<std::mutex> guard = hold_lock();
+        Holding guard = hold_lock("to_device()", Use::CALL);
         return DeviceArray::from_host(spec_->device, state_.device, a, d);
       }
       if (dtypes.find(d.numpy) == std::string::npos)
@@ -229,10 +230,10 @@ class Model {
     const Variant<T>& v = choose(in.call.dims);
     // The lock is taken without the GIL and kept until the results are copied out of the
     // arena, so another thread's call cannot overwrite them first.
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+    Holding guard(sharing_->lock);
     {
       ReleasedGil release;
-      guard.lock();
+      guard.lock("forward()", spec_->name, Use::CALL);
       if (training) {
         place(in.args, in.call.inputs, train_args_);
         train(v, in.call);
@@ -256,10 +257,10 @@ class Model {
     Call call;
     call.fresh = true;  // its results go to Python
     for (const Cotangent& c : given) args.add(c.arg, call.inputs);
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+    Holding guard(sharing_->lock);
     {
       ReleasedGil release;
-      guard.lock();
+      guard.lock("backward()", spec_->name, Use::CALL);
       if (!trained_)
         throw std::runtime_error(
             stale_forward_ ? "backward(): this model's parameters changed (set_params, load, "
@@ -282,10 +283,10 @@ class Model {
     Inputs in = inputs(kwargs, false);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+    Holding guard(sharing_->lock);
     {
       ReleasedGil release;
-      guard.lock();
+      guard.lock("train_step()", spec_->name, Use::CALL);
       need_training("train_step()");  // before the optimizer, which such a model cannot set
       if (opt_.config.kind == OptimizerConfig::NONE)
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
@@ -306,10 +307,10 @@ class Model {
     Inputs in = inputs(kwargs, false);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+    Holding guard(sharing_->lock);
     {
       ReleasedGil release;
-      guard.lock();
+      guard.lock("forward_backward()", spec_->name, Use::CALL);
       need_training("forward_backward()");
       place(in.args, in.call.inputs, train_args_);
       train(v, in.call);
@@ -347,7 +348,7 @@ class Model {
   // apply_gradients steps from here again.
   py::array_t<T> gradient_buffer(py::object self) {
     if (!grads_on_host_) {
-      std::unique_lock<std::mutex> guard = hold_lock();
+      Holding guard = hold_lock("gradient_buffer()", Use::CALL);
       flat_.resize(std::size_t(spec_->param_count));
       download(spec_->device, state_.device, flat_.data(), flat_device_.data(),
                flat_.size() * sizeof(T));
@@ -366,7 +367,7 @@ class Model {
     if (spec_->device->in_place)
       throw py::value_error("device_gradient_buffer: model " + std::string(spec_->name) +
                             " runs on the CPU: its gradient_buffer is in its memory already");
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("device_gradient_buffer()", Use::CALL);
     device_flat();
     if (pending_ && grads_on_host_)  // the gradients of the last forward_backward, here too
       upload(spec_->device, state_.device, flat_device_.data(), flat_.data(),
@@ -390,9 +391,9 @@ class Model {
 
   // The optimizer's update from the flat buffer, as train_step would make it.
   void apply_gradients() {
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+    Holding guard(sharing_->lock);
     ReleasedGil release;
-    guard.lock();
+    guard.lock("apply_gradients()", spec_->name, Use::CALL);
     settle();
     need_training("apply_gradients()");
     if (opt_.config.kind == OptimizerConfig::NONE)
@@ -427,7 +428,7 @@ class Model {
     OptimizerConfig c = configure<T>(name.cast<std::string>(), kwargs);
     // the lock is taken without the GIL, as every call takes it: a call holding it may be
     // waiting for the GIL to hand back its results
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("set_optimizer()", Use::CALL);
     opt_.reset(c, spec_->param_count, spec_->device);
   }
 
@@ -447,7 +448,7 @@ class Model {
     c.lr = lr;
     if (std::string problem = invalid<T>(c); !problem.empty())
       throw py::value_error(problem);
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("set_lr()", Use::CALL);
     opt_.config.lr = lr;
   }
 
@@ -471,14 +472,14 @@ class Model {
   uint64_t rng_calls() const { return state_.calls; }
   void set_rng_calls(py::handle n) {
     uint64_t calls = count_argument(n, "rng_calls");
-    std::unique_lock<std::mutex> guard = hold_lock();  // a training call may be counting
+    Holding guard = hold_lock("set_rng_calls()", Use::CALL);  // a training call may be counting
     state_.calls = calls;
   }
 
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
     path_argument(path, "save(path): path");
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("save()", Use::READS);
     py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
     guard.unlock();
     write_npz(path, arrays);
@@ -494,7 +495,7 @@ class Model {
   // arrays and where its outputs go. The seed comes first: the class called with it makes
   // the instance that __setstate__ then fills.
   py::tuple reduced() {
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("a copy of the model", Use::READS);
     py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
     return py::make_tuple(state_.seed, arrays, outputs_on_device_);
   }
@@ -520,7 +521,7 @@ class Model {
   // makes a table of them).
   py::list profile() {
     profiled("profile");
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("profile()", Use::READS);
     py::list rows;
     for (int i = 0; i < spec_->n_profile_sites; ++i) {
       const ProfileSite& site = spec_->profile_sites[i];
@@ -539,7 +540,7 @@ class Model {
 
   void reset_profile() {
     profiled("reset_profile");
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("reset_profile()", Use::CALL);
     state_.profile.assign(spec_->n_profile_sites, ProfileCount{});
   }
 
@@ -570,7 +571,7 @@ class Model {
     if (ck.config.kind != OptimizerConfig::NONE)
       if (std::string problem = invalid<T>(ck.config); !problem.empty())
         throw py::value_error(where + ": the optimizer's options are invalid: " + problem);
-    std::unique_lock<std::mutex> guard = hold_lock();
+    Holding guard = hold_lock("load()", Use::CALL);
     restore(*spec_, ck, state_, opt_);
     parameters_changed();
   }
@@ -676,10 +677,10 @@ class Model {
   bool changed_by_sharer() const { return seen_changes_ != sharing_->changes; }
 
   // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
-  std::unique_lock<std::mutex> hold_lock() {
-    std::unique_lock<std::mutex> guard(sharing_->lock, std::defer_lock);
+  Holding hold_lock(const char* what, Use use) {
+    Holding guard(sharing_->lock);
     ReleasedGil release;
-    guard.lock();
+    guard.lock(what, spec_->name, use);
     settle();
     return guard;
   }
