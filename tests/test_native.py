@@ -736,6 +736,20 @@ def test_results_in_memory_python_let_go_are_written_whole(file, model):
         del results
 
 
+def test_an_input_too_large_to_copy_says_how_much_memory_it_needed(tmp_path):
+    """QA: the C-contiguous copy of a broadcast view of 2**48 elements raised
+    MemoryError('std::bad_alloc'), saying nothing of how much it asked for. (Beyond any
+    address space, so no machine gives it, whatever its overcommit.)"""
+    path = tmp_path / "big.mdl"
+    path.write_text("model Big() { input x : f32[T, B]\n  output y = sum(x) }")
+    m = load(path).Big()
+    x = np.broadcast_to(np.float32(1), (2**24, 2**24))
+    with pytest.raises(MemoryError, match=re.escape(
+            "this call needs 1.13e+06 GB more of memory (1125899906842624 bytes)")):
+        m.forward(x=x)
+    assert m.forward(x=np.ones((2, 3), np.float32))["y"] == 6.0
+
+
 def test_lists_and_numbers_are_read_as_the_declared_dtype(tmp_path):
     """A list has no dtype of its own: `ids=[0, 1]` for an i32 input said "expected i32[B],
     got int64[2] (wrong dtype)", a dtype the user never chose. Numbers go into a float,

@@ -17,6 +17,7 @@
 
 #include "dlpack.h"
 #include "mdl/device.h"
+#include "mdl/error.h"
 #include "mdl/model.h"
 
 namespace mdl {
@@ -298,11 +299,13 @@ void check_type(const TensorSpec& s, const char* const* dim_names, bool dtype_ok
                 std::to_string(want[i]));
 }
 
-// A host array as an argument, made C-contiguous (a copy where it is not).
+// A host array as an argument, made C-contiguous (a copy where it is not: one NumPy
+// could not allocate said only "std::bad_alloc", of a broadcast view of 1e11 elements).
 inline Argument on_host(py::array a) {
   if (!(a.flags() & py::array::c_style)) {
+    const std::size_t bytes = std::size_t(a.nbytes());
     a = py::array::ensure(a, py::array::c_style);
-    if (!a) throw std::bad_alloc();
+    if (!a) throw OutOfMemory(bytes);
   }
   return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
 }

@@ -153,8 +153,9 @@ class Model {
     if (spec_->device->in_place)
       throw py::value_error("to_device: model " + std::string(spec_->name) +
                             " runs on the CPU, which reads NumPy arrays where they are");
-    py::array a = py::array::ensure(as_array(array, "to_device(array)"), py::array::c_style);
-    if (!a) throw std::bad_alloc();
+    py::array given = as_array(array, "to_device(array)");
+    py::array a = py::array::ensure(given, py::array::c_style);
+    if (!a) throw OutOfMemory(std::size_t(given.nbytes()));
     std::string dtypes;  // the inputs' dtypes, the ones an array on the device may have
     for (int i = 0; i < spec_->n_inputs; ++i) {
       const DTypeSpec& d = spec_->inputs[i].dtype;
