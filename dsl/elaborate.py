@@ -16,7 +16,7 @@ from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value, 
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
-from codegen.ops.entry import entry
+from codegen.ops.entry import loop_steps
 from codegen.ops.primitives import ShapeError
 from codegen.ops.primitives.checks import MAX_STEPS
 
@@ -160,7 +160,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
     def _word_asserts(self) -> None:
         """Each assert's error, now that the body is whole: with the inputs its condition
         is computed from (through the loops and branches around it)."""
-        origins = block_origins(self.inputs, [self.root], steps=_steps)
+        origins = block_origins(self.inputs, [self.root], steps=loop_steps)
         for op in self.asserts:
             source = origins.inputs_of(op.inputs[0])
             last = "after" if "after" in op.attrs else "what"  # the end of the error
@@ -546,8 +546,3 @@ def define_value(name: str, value: Any) -> bool | int | float:
     raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")
 
 
-def _steps(op: Op) -> list:
-    """A loop's sequences and its variables (a `for`'s): a step is computed from its
-    sequence alone."""
-    rules = entry(op)
-    return rules.steps(op) if rules.steps else []

@@ -79,6 +79,34 @@ def test_the_reference_says_what_a_module_says(picks, bad, message):
     reference.run(graph, call(), params)
 
 
+STEPS = """
+model Steps() {
+  input x : f32[B, 3]
+  input ids : i32[S]
+  ys = for t in range(3) { yield x[t] }
+  zs = for i in ids { yield x[i + 1] }
+  output o = sum(ys) + sum(zs)
+}
+"""
+
+
+@pytest.mark.parametrize("given, message", [
+    (dict(B=2), r"^`t` is 2, outside \[0, 2\): the rows of the value it indexes$"),
+    (dict(ids=(0, 3)), r"^an index computed from the input `ids` is 4, outside \[0, 4\)")])
+def test_a_loop_variable_is_computed_from_its_sequence_alone(tmp_path_factory, given, message):
+    """A `for`'s variable is a step of its sequence (a range's counter: of no input), not
+    of everything the loop reads: the loop indexing `x` does not make `x` the index's
+    source (the caller would mend the wrong input)."""
+    path = source_file(tmp_path_factory, "steps.mdl", STEPS)
+    call = dict(x=np.ones((given.get("B", 4), 3), np.float32),
+                ids=np.array(given.get("ids", (0, 1)), np.int32))
+    with pytest.raises(IndexError, match=message):
+        reference.run(check_file(str(path)).graph, call, {})
+    for target, module in on_both_targets(path, "steps").items():
+        with pytest.raises(IndexError, match=message):
+            module.Steps().forward(**call)
+
+
 def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
     """NumPy's take_along_axis read a target of -1 as the last class."""
     path = tmp_path / "loss.mdl"
@@ -89,7 +117,8 @@ def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
     given = dict(logits=np.zeros((3, 2, 4), np.float32), targets=np.zeros((3, 2), np.int32),
                  lengths=np.array([3, 1], np.int32))
     given["targets"][2, 1] = -1            # padding (t >= lengths[1]): never read
-    reference.run(graph, given, {})
+    model = load(path, name="loss_targets").Loss()
+    assert np.isclose(reference.run(graph, given, {})["loss"], model.forward(**given)["loss"])
     given["targets"][1, 0] = -1
     message = ("`targets` holds -1 at flat position 2: cross_entropy's targets lie in [0, 4), "
                "one per class")
@@ -97,7 +126,7 @@ def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
         reference.run(graph, given, {})
     assert str(caught.value) == message
     with pytest.raises(IndexError) as native:
-        load(path, name="loss_targets").Loss().forward(**given)
+        model.forward(**given)
     assert str(native.value) == message
 
 

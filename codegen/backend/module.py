@@ -16,7 +16,7 @@ from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, use_counts,
                         walk_ops)
 from ..ir.origins import input_origins
 from ..ir.shapes import Dim, TensorType, contiguous_strides, numel
-from ..ops.entry import call_bounds, entry
+from ..ops.entry import call_bounds, entry, loop_steps
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames, c_float
 from .interface import describe, stub
@@ -81,7 +81,8 @@ class ModuleGenerator:
         self.tape_aliases: dict[int, int] = {}  # (Renderer.tape_aliases)
         self.sites: list[Site] = []  # a profiled build's, every function's (profile.py)
         self.value_names: dict[int, str] = {}  # (Renderer.value_names)
-        self.origins = input_origins(*(g for g in (graph, joint) if g is not None))
+        self.origins = input_origins(*(g for g in (graph, joint) if g is not None),
+                                     steps=loop_steps)
         self.pack_count = 0     # pack buffers: the most any one function packs into
         self.scratch_count = 0  # scratch buffers: the most any one function needs
         self.kernels: list[str] = []  # each function's kernels (a GPU target's), in order

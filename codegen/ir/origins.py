@@ -55,13 +55,14 @@ def out_of_range(kind: str, what: str, value: int, position: int, bound: int) ->
             "rows of the table it indexes")
 
 
-def input_origins(*graphs: Graph) -> Origins:
+def input_origins(*graphs: Graph, steps: Callable[[Op], list] | None = None) -> Origins:
     """The inputs every value of `graphs` is computed from (a joint graph's backward
     included). A structured op's results and its blocks' arguments count all that the op
-    reads from outside (conservative: a loop's state may carry any of it)."""
+    reads from outside (conservative: a loop's state may carry any of it), but for the
+    loop variables that `steps` pairs with their sequences (block_origins)."""
     out = Origins()
     for g in graphs:
-        block_origins(g.inputs, g.blocks(), out)
+        block_origins(g.inputs, g.blocks(), out, steps)
     return out
 
 

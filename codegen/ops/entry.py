@@ -124,6 +124,14 @@ def summed(v, producers: dict, stack, facts):
     return rule(made, v, producers, stack, facts) if rule is not None else None
 
 
+def loop_steps(op: Op) -> list:
+    """(sequence, loop variable) pairs of a loop that steps through sequences (a `for`'s):
+    each variable is a step of its sequence and computed from it alone; [] for any other
+    op. What `origins.block_origins` takes as `steps`."""
+    rule = entry(op).steps
+    return rule(op) if rule is not None else []
+
+
 def constant(op: Op) -> bool:
     """Whether `op` fills its one output with a number known from the op alone (`full`,
     `zeros[B, H]`, a literal)."""

@@ -27,7 +27,7 @@ from ..ir.graph import Block, Graph, Op, Value, walk_ops
 from ..ir.origins import Origins, input_origins, out_of_range
 from ..ir.shapes import TensorType
 from ..ops.context import Context, Held, OutOfRange
-from ..ops.entry import call_bounds, call_bounds_of, entry, refused
+from ..ops.entry import call_bounds, call_bounds_of, entry, loop_steps, refused
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
 
@@ -131,7 +131,7 @@ class Interpreter:
                 outs = entry(op).evaluate(self, op, args)
         except OutOfRange as bad:  # worded as a generated module words it
             if self.origins is None:
-                self.origins = input_origins(self.graph)
+                self.origins = input_origins(self.graph, steps=loop_steps)
             what = self.origins.indices(op.inputs[bad.operand])
             raise IndexError(out_of_range(bad.kind, what, bad.value, bad.position,
                                           bad.bound)) from None
