@@ -300,8 +300,8 @@ def test_other_bad_calls_name_what_they_take(towers, call, error, message):
     (lambda m, mod: type(m)(foo=1),
      "Towers(seed=0, params=None) got an unexpected keyword argument 'foo'"),
     (lambda m, mod: type(m)(1, m, 3), "Towers(seed=0, params=None) takes 2 arguments (3 given)"),
-    (lambda m, mod: type(m)(params=type(m)), "params= takes a model of the same module to "
-     "share parameters with, got the class Towers: give a model made by calling it"),
+    (lambda m, mod: type(m)(params=type(m)), "params= takes a model of the same module "
+     "(`towers_f32`) to share parameters with, got the class Towers: give a model made by calling it"),
     (lambda m, mod: mod.set_num_threads(), "set_num_threads(n) missing required argument 'n'"),
     (lambda m, mod: mod.get_num_threads(2), "get_num_threads() takes no arguments (1 given)"),
     (lambda m, mod: mod.DeviceArray(), "DeviceArray cannot be made by calling it: DeviceArrays "

@@ -90,8 +90,14 @@ def test_own_parameters_are_initialized_as_unshared(tmp_path):
     with pytest.raises(TypeError, match="params= takes a model of the same module"):
         module.B(params=a.params)
     other = load(path, dtype="f64", name="partly_again")
-    with pytest.raises(TypeError, match="params= takes a model of the same module"):
+    with pytest.raises(TypeError, match=r"^params= takes a model of the same module "
+                       r"\(`partly`\) to share parameters with, got model `A` of the module "
+                       r"`partly_again`: models of two builds share no memory; copy the "
+                       r"weights instead \(model.set_params\(other.params\)\)$"):
         module.B(params=other.A())
+    copied = module.A(seed=5)  # what the message says to do
+    copied.set_params(other.A(seed=1).params)
+    assert np.array_equal(copied.params["w"], a.params["w"])
 
 
 def test_models_sharing_parameters_take_turns(charlm64):

@@ -122,6 +122,21 @@ auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
   };
 }
 
+// What a params= argument that is no model of this module is, for the TypeError: a class
+// (to call), a model of another module (another build: another file, target or dtype,
+// whose weights set_params copies), or any other object, by its type.
+inline std::string not_shareable(py::handle params) {
+  if (PyType_Check(params.ptr()))
+    return "the class " + std::string(py::str(params.attr("__name__"))) +
+           ": give a model made by calling it";
+  py::object owner = py::getattr(py::type::handle_of(params), "__module__", py::none());
+  if (py::hasattr(params, "set_params") && py::isinstance<py::str>(owner))
+    return "model `" + type_name(params) + "` of the module `" + std::string(py::str(owner)) +
+           "`: models of two builds share no memory; copy the weights instead "
+           "(model.set_params(other.params))";
+  return type_name(params);
+}
+
 // The class every model class of this module derives from. Its constructor takes the
 // model's spec (a capsule), which each model class's own __init__ supplies. Each model
 // class's own docstring lists its inputs and outputs (codegen/backend/interface.py).
@@ -129,17 +144,15 @@ template <class T>
 py::object bind_base(py::module_& m) {
   using M = Model<T>;
   py::class_<M> cls(m, "_Model", py::module_local());
+  const std::string module_name = py::str(m.attr("__name__"));
   cls
-      .def(py::init([](py::capsule spec, uint64_t seed, py::object params) {
+      .def(py::init([module_name](py::capsule spec, uint64_t seed, py::object params) {
              const M* share = nullptr;
              if (!params.is_none()) {
                if (!py::isinstance<M>(params))
                  throw py::type_error(
-                     "params= takes a model of the same module to share parameters with, "
-                     "got " + (PyType_Check(params.ptr())
-                                   ? "the class " + std::string(py::str(params.attr("__name__"))) +
-                                         ": give a model made by calling it"
-                                   : type_name(params)));
+                     "params= takes a model of the same module (`" + module_name +
+                     "`) to share parameters with, got " + not_shareable(params));
                share = &built<M>(params);
              }
              if (!spec.name() || std::strcmp(spec.name(), capsule_name<T>()) != 0)
