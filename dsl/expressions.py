@@ -15,6 +15,7 @@ from codegen.ops.primitives import TABLE
 
 from . import nodes as n
 from .builtins import CREATORS
+from .printer import expr_text
 from .env import Cascade, Const, Poisoned, Unavailable
 
 BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
@@ -353,12 +354,32 @@ class Expressions:
                     and d.id not in self.ctx.env):
                 shape.append(bind_unknown(d.id, axis, d.loc))
             else:
+                if bind_unknown:
+                    self._unbound_in_dim(d)
                 shape.append(self.eval_dim(d))
             positive(shape[-1], d.loc)
         declared = TensorType(dtype, tuple(shape))
         if (why := declared.too_large()) is not None:
             raise MdlTypeError(why, t.loc)
         return declared
+
+    def _unbound_in_dim(self, d: n.Expr) -> None:
+        """An input's dim made of others (`B * 2`) that names, first, a new symbolic dim:
+        the error says where one is introduced (not an "unknown name", which reads as a
+        typo; a name close to a known one stays that, with its suggestion)."""
+        stack = [d]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, (n.Binary, n.Unary)):
+                stack.extend(reversed(e.children()))
+            elif (isinstance(e, n.Name) and e.id not in self.ctx.dims
+                  and e.id not in self.ctx.env and not self._suggest(e.id)):
+                self.check_bindable(e.id, e.loc, "name a symbolic dim")
+                raise MdlNameError(
+                    f"unknown name `{e.id}`: a symbolic dim is introduced where it stands "
+                    f"alone as a dim of an input (`f32[{e.id}, ...]`); a dim made of others "
+                    f"(`{expr_text(d)}`) uses those of an earlier input or an earlier axis",
+                    e.loc)
 
 
 def positive(size: Dim, loc: Loc) -> Dim:

@@ -5,6 +5,12 @@ from dsl import MdlError, check_source
 
 # (source, a substring of the first message, "LINE:COL" it must point at)
 BAD_PROGRAMS = [
+    ('model M() { input x : f32[B * 2]; output y = sum(x) }',
+     'unknown name `B`: a symbolic dim is introduced where it stands alone as a dim of an '
+     'input (`f32[B, ...]`); a dim made of others (`B * 2`) uses those of an earlier input',
+     "1:27"),
+    ('model M() { input x : f32[2 * relu]; output y = sum(x) }',
+     '`relu` is a function and cannot name a symbolic dim', "1:31"),
     ('model M() { input x : f32[B]; output y = x + z }',
      'unknown name `z`', "1:46"),
     ('model M() { input x : f32[B, 4]; param W : f32[5, 3]; output y = x @ W }',
