@@ -151,6 +151,11 @@ class Expressions:
             return self.fold(e.op, a, b, e.loc)
         like = a.type if isinstance(a, Value) else b.type
         prim = BINARY_PRIMS[e.op]
+        if (prim == "pow" and isinstance(b, Const) and b.value == 0.5
+                and isinstance(a, Value) and a.type.is_float):
+            # sqrt, as PyTorch's and NumPy's `x ** 0.5` and what GCC makes of a vectorized
+            # pow(x, 0.5), but not of a scalar one: pow(-inf, 0.5) is inf, sqrt's NaN
+            return self.emit("sqrt", [a], {}, e.loc)[0]
         if prim == "matmul" and isinstance(b, Value) and b.type.rank > 2:
             prim = "bmm"  # a batch of matrices on the right: one product a matrix
         return self.emit(prim, [self.to_tensor(a, e.left.loc, like),

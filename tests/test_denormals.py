@@ -61,6 +61,7 @@ model Libm() {
   input x : f32[5]
   output logs = log(x)
   output roots = x ** 0.5
+  output powers_of_x = x ** 1.5
   output inverses = x ** -1.0
   output powers = 2.0 ** x
 }
@@ -76,11 +77,13 @@ def libm(tmp_path_factory) -> dict:
 def test_log_and_pow_read_a_denormal_as_0(libm, dtype, small):
     """glibc's log and pow take their argument apart by its bits, which DAZ does not
     reach: log(1e-310) was -745.1 and pow(1e-310, 0.5) 1.6e-162. Now a denormal argument
-    is 0 of its sign there too (mdl::flushed), as the arithmetic reads it."""
+    is 0 of its sign there too (mdl::flushed), as the arithmetic reads it (`x ** 0.5` is
+    sqrt, the processor's: `x ** 1.5` is pow's)."""
     x = np.array([small, -small, 1.0, 0.0, 4.0], {"f32": np.float32, "f64": np.float64}[dtype])
     out = libm[dtype].forward(x=x)
     inf = np.inf
     np.testing.assert_array_equal(out["logs"], [-inf, -inf, 0.0, -inf, np.log(x[4])])
-    np.testing.assert_array_equal(out["roots"], [0.0, 0.0, 1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(out["roots"], [0.0, 0.0, 1.0, 0.0, 2.0])  # sqrt
+    np.testing.assert_array_equal(out["powers_of_x"], [0.0, 0.0, 1.0, 0.0, 8.0])
     np.testing.assert_array_equal(out["inverses"], [inf, -inf, 1.0, inf, 0.25])
     np.testing.assert_array_equal(out["powers"], [1.0, 1.0, 2.0, 1.0, 16.0])

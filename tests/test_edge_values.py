@@ -11,7 +11,9 @@ bool(2.0) a bool holding 2); and `i32(x)` of a NaN (0) or of a float past i32 (i
 nearer end), which C++'s cast leaves undefined (x86 gave INT32_MIN for both, a GPU
 saturates); and i32 `+ - *`, unary `-`, `abs` and `sum`, which wrap around past i32's
 range as NumPy's do (a signed overflow is undefined in C++: GCC folded `(x + 1) > x` to
-true at i32's largest value); and i32 `//` and `%` by 0 or -1."""
+true at i32's largest value); and i32 `//` and `%` by 0 or -1; and `x ** 0.5`, sqrt on every
+target (GCC made pow(x, 0.5) sqrt only in loops it vectorized), and `x ** y`, C's pow in
+the reference too (NumPy's `power` took an exponent of one number for sqrt)."""
 from __future__ import annotations
 
 import os
@@ -146,6 +148,12 @@ model Pointers() {
   param w : f32[3] = ones
   output loss = cross_entropy(transpose(sum(xs * w, axis = 2)), picks)
   minimize loss
+}
+model Powers() {
+  input x : f32[N]
+  input y : f32[N]
+  output half = x ** 0.5
+  output given = x ** y
 }
 model Counts() {
   input xs : f32[T, B, 3]
@@ -469,3 +477,21 @@ def test_gradients_at_nan_are_the_references(module):
     np.testing.assert_allclose(got["input:x"], want.inputs["x"], rtol=1e-12)
     np.testing.assert_allclose(got["w"], want.params["w"], rtol=1e-12)
     assert np.isnan(got["input:x"][0]) and np.isnan(got["w"][0])
+
+
+@pytest.mark.parametrize("n", [6, 40])
+def test_a_power_of_one_half(module, n):
+    """`x ** 0.5` is sqrt (NaN at -inf, -0.0 at -0.0: PyTorch's and NumPy's), and `x ** y`
+    of an input y C's pow (inf, 0.0), on every target and in the reference: the cpu
+    target's pow(x, 0.5) was sqrt where GCC vectorized its loop (40 elements) and pow
+    where it did not (6), and the reference's was sqrt or pow as NumPy's `power` took its
+    exponent (one number, or one an element)."""
+    x = np.resize([-np.inf, -0.0, -4.0, np.inf, 4.0, 0.0], n)
+    got = matches_the_reference(module, "Powers", x=x, y=np.full(n, 0.5))
+    wants = {"half": np.resize([np.nan, -0.0, np.nan, np.inf, 2.0, 0.0], n),
+             "given": np.resize([np.inf, 0.0, np.nan, np.inf, 2.0, 0.0], n)}
+    for k, want in wants.items():
+        np.testing.assert_array_equal(got[k], want, err_msg=k)
+        numbers = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got[k][numbers]), np.signbit(want[numbers]),
+                                      err_msg=k)

@@ -177,7 +177,17 @@ def _pow_local(b, x, y, out, g):
     return b.where(b.eq(y, zero), zero, dx), b.where(at_zero, zero, dy)
 
 
-binary("pow", FLOATS, np.power, _pow_local, onnx="Pow")
+def _c_pow(x, y):
+    """C's pow (IEEE 754's), which every target calls: NumPy's power takes an exponent of
+    0.5 given as one number for sqrt, which is NaN at -inf and -0.0 at -0.0 where pow is
+    inf and 0.0, also as a 0-d array (an exponent given element by element takes pow's
+    path)."""
+    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
+    flat = [np.broadcast_to(v, shape).reshape(-1).copy() for v in (x, y)]
+    return np.power(*flat).reshape(shape)[()]  # [()]: a 0-d result as NumPy's scalar
+
+
+binary("pow", FLOATS, _c_pow, _pow_local, onnx="Pow")
 
 
 # i32 floor division and remainder, as NumPy's (and Python's): the quotient rounds down and
