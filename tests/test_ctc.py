@@ -81,6 +81,24 @@ def test_it_sums_every_path(path, tmp_path, blank):
             assert abs(got[b] - want) < 1e-12 * max(1, abs(want)), (b, got[b], want)
 
 
+@pytest.mark.parametrize("target", ["reference", "cpu", "emulated"])
+def test_targets_of_no_columns(path, target):
+    """L = 0 (every row's target empty, as PyTorch takes it): the blank's path alone. Its
+    slices of 2L - 1 columns made a call refuse the size -1."""
+    inputs = {"logits": np.random.default_rng(3).normal(size=(4, 3, 3)),
+              "targets": np.zeros((3, 0), np.int32),
+              "input_lengths": np.array([4, 1, 0], np.int32),
+              "target_lengths": np.zeros(3, np.int32)}
+    if target == "reference":
+        got = reference.run(check_file(str(path), dtype="f64").graph, inputs, {})["nll"]
+    else:
+        how = dict(target="cuda", emulate=True) if target == "emulated" else {}
+        got = np.asarray(load(path, dtype="f64", **how).CTC(seed=0).forward(**inputs)["nll"])
+    logp = log_softmax(inputs["logits"])
+    want = [enumerated(logp[:, b], [], n) for b, n in enumerate(inputs["input_lengths"])]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
 def test_an_impossible_alignment_costs_1e30(path):
     graph = check_file(str(path), dtype="f64").graph
     inputs = case()
