@@ -567,7 +567,7 @@ def cmd_gradcheck(args) -> int:
                          f"`{graph.name}` (it has {', '.join(symbols) or 'none'})")
     module = import_built(args.file, name, options)
     dims = {s: args.dims.get(s, gradcheck.DEFAULT_DIMS.get(s, 3)) for s in symbols}
-    given = _given(args.defines, f"--dims {dims_text(dims)}")
+    given = _given(args.defines, f"--dims {dims_text(dims)}" if dims else "")
     try:
         results = gradcheck.check(module, graph, dims, args.seed)
     except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)
@@ -583,13 +583,19 @@ def cmd_gradcheck(args) -> int:
         print(f"{r.name.ljust(width)}  {r.error:.2e}  ({r.checked} elements)  {flag}")
     print(f"worst relative error {worst:.2e} (tolerance {gradcheck.TOLERANCE:.0e})"
           + (" at " + ", ".join(f"{k}={v}" for k, v in dims.items()) if dims else ""))
+    if worst == float("inf"):
+        print("(inf: a gradient or a finite difference of the loss is NaN or infinite at "
+              "these inputs, which no comparison checks)")
     return 0 if worst <= gradcheck.TOLERANCE else 1
 
 
 def _given(defines: list, inputs: str) -> str:
-    """The options a model's run was given, as a message names them: `-D H=8 --dims T=4`."""
+    """The options a model's run was given, as a message names them: `-D H=8 --dims T=4`
+    (`inputs` "" where there are none: a model of no symbolic dims), then ": "; "" if
+    none."""
     from .ir.dtypes import literal
-    return " ".join([f"-D {k}={literal(v)}" for k, v in defines] + [inputs])
+    given = " ".join([f"-D {k}={literal(v)}" for k, v in defines] + [inputs] * bool(inputs))
+    return given + ": " if given else ""
 
 
 def _undrawable(exc: ValueError | IndexError, given: str) -> str:
@@ -597,7 +603,7 @@ def _undrawable(exc: ValueError | IndexError, given: str) -> str:
     index computed from an input that the draws do not satisfy (the user's to give inputs
     that do), or sizes the model cannot take (the user's to change)."""
     if not isinstance(exc, IndexError) and " is false" not in str(exc):
-        return f"{given}: {exc}"
+        return f"{given}{exc}"
     return (f"the random inputs fail the model's check: {exc}. They are drawn within what "
             "its asserts compare each input with (`ids < R`, `scale > 0.0`) and the rows "
             "of what it indexes with an input (`emb[ids]`): for a check or an index of "
@@ -607,7 +613,7 @@ def _undrawable(exc: ValueError | IndexError, given: str) -> str:
 def _too_large(given: str, exc: MemoryError) -> str:
     """What a MemoryError of a model run on the inputs `given` (random ones at `--dims`,
     or a file's) means: sizes this machine cannot hold, the user's to change."""
-    return (f"{given}: the model's inputs and values at these sizes need more memory than "
+    return (f"{given}the model's inputs and values at these sizes need more memory than "
             f"this machine gives ({exc or 'out of memory'}); give smaller sizes")
 
 
@@ -659,15 +665,16 @@ def cmd_profile(args) -> int:
         dims = {s: args.dims[s] for s in symbols}
         if args.specialize and dims:
             options.specialize = [dims]
+    given = _given(args.defines, f"--inputs {args.inputs}" if args.inputs is not None
+                   else f"--dims {dims_text(dims)}" if dims else "")
+    if args.inputs is None:
         float_type = np.float32 if args.dtype == "f32" else np.float64
         try:
             drawn = random_inputs(graph, dims, np.random.default_rng(args.seed))
         except MemoryError as exc:
-            raise UsageError(_too_large(f"--dims {dims_text(dims)}", exc)) from None
+            raise UsageError(_too_large(given, exc)) from None
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
                   for k, v in drawn.items()}
-    given = _given(args.defines, f"--inputs {args.inputs}" if args.inputs is not None
-                   else f"--dims {dims_text(dims)}")
     module = import_built(args.file, module_name_for(args.file) + "_profile", options)
     try:  # parameters too large for this machine (-D H=100000)
         model = getattr(module, graph.name)(seed=args.seed)
@@ -715,7 +722,11 @@ def cmd_export(args) -> int:
         verdicts = verify_onnx(args.file, out, runtimes=args.verify or ["onnxruntime"],
                                **common)
     except Undrawable as exc:
-        raise UsageError(_undrawable(exc.__cause__ or exc, "--verify's random inputs")) from None
+        raise UsageError(_undrawable(exc.__cause__ or exc, "--verify's random inputs: ")) \
+            from None
+    except MemoryError as exc:  # inputs too large for this machine (--specialize B=10**8)
+        raise UsageError(_too_large(_given(args.defines, "--verify's random inputs"), exc)) \
+            from None
     for verdict in verdicts:
         print(verdict)
     return 0 if all(v.agrees for v in verdicts) else 1

@@ -36,6 +36,20 @@ def test_gradcheck_fails_on_a_corrupted_gradient(tmp_path, monkeypatch, capsys):
     assert "FAILED" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("loss", ["sum(sqrt(x * w))", "sum(exp(w * -1e30) * x)"],
+                         ids=["nan", "inf"])
+def test_a_loss_gone_nan_or_inf_fails(tmp_path, capsys, loss):
+    """A NaN (inf) loss made every gradient and difference NaN (inf), and max(0.0, nan)
+    is 0.0: such a model passed with a worst error of 0."""
+    path = tmp_path / "diverged.mdl"
+    path.write_text(f"model N() {{\n  input x : f32[B, 4]\n  param w : f32[4] = "
+                    f"constant(-1.0)\n  output y = {loss}\n  minimize y\n}}\n")
+    assert cli.main(["gradcheck", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "w        inf  (4 elements)  FAILED" in out
+    assert "worst relative error inf" in out and "NaN or infinite" in out
+
+
 def test_gradients_below_the_rounding_of_the_loss_are_compared_at_its_scale(
         tmp_path, monkeypatch, capsys):
     """A difference quotient of a loss near 3 is no finer than ~1e-11: a right gradient

@@ -622,6 +622,16 @@ def test_mdlc_export_verify_runs_the_file_against_the_reference(tmp_path, capsys
     assert capsys.readouterr().out.splitlines()[1].startswith("onnxruntime ")
 
 
+def test_verify_of_inputs_too_large_for_the_machine_is_a_usage_error(tmp_path, capsys):
+    """QA: a MemoryError drawing --verify's inputs was an internal error (exit 3)."""
+    path = tmp_path / "big.mdl"
+    path.write_text("model Big() {\n  input x : f32[1000000, 1000000]\n"
+                    "  output y = sum(x)\n}\n")
+    assert mdlc(["export", str(path), "--onnx", str(tmp_path / "big.onnx"), "--verify"]) == 2
+    assert ("mdlc: error: --verify's random inputs: the model's inputs and values at these "
+            "sizes need more memory than this machine gives") in capsys.readouterr().err
+
+
 def test_verify_finds_a_file_that_computes_something_else(tmp_path):
     """A file exported from other parameters than those verified against: it differs, and
     the verdict names the output, the sizes and the call."""

@@ -275,6 +275,17 @@ def test_mdlc_profile_says_what_is_wrong(built, args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+def test_a_model_of_no_dims_too_large_names_no_dims(tmp_path):
+    """QA: the error began "--dims :" where the model has no symbolic dim."""
+    path = tmp_path / "big.mdl"
+    path.write_text("model Big() {\n  input x : f32[1000000, 1000000]\n"
+                    "  output y = sum(x)\n}\n")
+    done = mdlc("profile", str(path))
+    assert done.returncode == 2 and done.stderr.startswith(
+        "mdlc: error: the model's inputs and values at these sizes need more memory"), \
+        done.stderr
+
+
 def test_mdlc_profile_names_inputs_that_do_not_fit(built, tmp_path):
     np.savez(tmp_path / "wrong.npz", x=np.zeros((7, 2, 4), np.float32))
     done = mdlc("profile", str(built[0]), "--inputs", str(tmp_path / "wrong.npz"))

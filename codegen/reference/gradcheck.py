@@ -215,5 +215,8 @@ def _compare(name: str, target: np.ndarray, grad: np.ndarray, loss, rng,
         flat[i] = old
         numeric = (up - down) / (2 * EPS)
         scale = max(abs(numeric), abs(g[i]), floor)
-        worst = max(worst, abs(numeric - g[i]) / scale)
+        error = abs(numeric - g[i]) / scale
+        # NaN or inf on either side (a loss gone NaN) is no agreement: max(0.0, nan) is
+        # 0.0, and such a gradient passed with an error of 0
+        worst = max(worst, error if np.isfinite(error) else np.inf)
     return Result(name, worst, len(picks))
