@@ -544,5 +544,3 @@ def define_value(name: str, value: Any) -> bool | int | float:
     if isinstance(value, numbers.Real):
         return float(value)
     raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")
-
-

@@ -55,22 +55,23 @@ def out_of_range(kind: str, what: str, value: int, position: int, bound: int) ->
             "rows of the table it indexes")
 
 
-def input_origins(*graphs: Graph, steps: Callable[[Op], list] | None = None) -> Origins:
+def input_origins(*graphs: Graph, steps: Callable[[Op], list]) -> Origins:
     """The inputs every value of `graphs` is computed from (a joint graph's backward
     included). A structured op's results and its blocks' arguments count all that the op
     reads from outside (conservative: a loop's state may carry any of it), but for the
-    loop variables that `steps` pairs with their sequences (block_origins)."""
+    loop variables that `steps` pairs with their sequences (block_origins; every caller
+    passes ops/entry.loop_steps, which this module, knowing no op, cannot import)."""
     out = Origins()
     for g in graphs:
-        block_origins(g.inputs, g.blocks(), out, steps)
+        block_origins(g.inputs, g.blocks(), out, steps=steps)
     return out
 
 
-def block_origins(inputs: dict[str, Value], blocks, out: Origins | None = None,
-                  steps: Callable[[Op], list] | None = None) -> Origins:
+def block_origins(inputs: dict[str, Value], blocks, out: Origins | None = None, *,
+                  steps: Callable[[Op], list]) -> Origins:
     """The inputs every value of `blocks` (in the order they run) is computed from, added
     to `out` (a new Origins if None): a graph's, or one the front end is still building.
-    `steps(op)`, given, pairs a loop's sequences with its variables, each then computed
+    `steps(op)` pairs a loop's sequences with its variables, each then computed
     from its sequence alone (a step of `xs` from `xs`, not from the loop's `lengths`)."""
     out = out if out is not None else Origins()
     for name, v in inputs.items():
@@ -85,7 +86,7 @@ def _block(block: Block, reach: dict[int, frozenset[str]], steps) -> None:
     for op in block.ops:
         reads = outer_reads(op) if op.blocks else op.inputs
         came = frozenset().union(*(reach.get(v.id, frozenset()) for v in reads))
-        stepped = {arg.id: whole for whole, arg in (steps(op) if steps and op.blocks else ())}
+        stepped = {arg.id: whole for whole, arg in (steps(op) if op.blocks else ())}
         for inner in op.blocks:
             for v in inner.args:
                 whole = stepped.get(v.id)
