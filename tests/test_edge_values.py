@@ -13,7 +13,9 @@ saturates); and i32 `+ - *`, unary `-`, `abs` and `sum`, which wrap around past 
 range as NumPy's do (a signed overflow is undefined in C++: GCC folded `(x + 1) > x` to
 true at i32's largest value); and i32 `//` and `%` by 0 or -1; and `x ** 0.5`, sqrt on every
 target (GCC made pow(x, 0.5) sqrt only in loops it vectorized), and `x ** y`, C's pow in
-the reference too (NumPy's `power` took an exponent of one number for sqrt)."""
+the reference too (NumPy's `power` took an exponent of one number for sqrt); and the
+sign of a zero, the same on every target and in the reference (NumPy's vectorized
+`maximum` took a tie's second operand, and its `sign`, which abs's gradient is, and `cumsum` kept a -0.0)."""
 from __future__ import annotations
 
 import os
@@ -154,6 +156,19 @@ model Powers() {
   input y : f32[N]
   output half = x ** 0.5
   output given = x ** y
+}
+model Zeros() {
+  input x : f32[N]
+  input y : f32[N]
+  input g : f32[N]
+  output r = relu(x)
+  output up = maximum(x, y)
+  output down = minimum(x, y)
+  output c = clip(x, -1.0, 1.0)
+  output run = cumsum(x, axis = 0)
+  output back = cumsum(x, axis = 0, reverse = true)
+  output loss = sum(abs(x) * g)
+  minimize loss
 }
 model Counts() {
   input xs : f32[T, B, 3]
@@ -495,3 +510,41 @@ def test_a_power_of_one_half(module, n):
         numbers = ~np.isnan(want)
         np.testing.assert_array_equal(np.signbit(got[k][numbers]), np.signbit(want[numbers]),
                                       err_msg=k)
+
+
+@pytest.mark.parametrize("n", [4, 40])
+def test_the_sign_of_a_zero_is_pytorchs(module, n):
+    """relu(-0.0) is -0.0, a running sum of -0.0s is 0.0 and abs's gradient at -0.0 is
+    0.0, as in PyTorch, and a tie of maximum or minimum is its first operand, on every
+    target and in the reference, in loops GCC vectorizes (40 elements) and in ones it
+    does not (4): the reference gave relu(-0.0) 0.0 and maximum(-0.0, 0.0) 0.0, and the
+    targets abs's gradient -0.0. (PyTorch's and NumPy's maximum of a tie is one operand
+    or the other as their loops are vectorized or not.)"""
+    x = np.resize([-0.0, 0.0, -0.0, 0.0], n)
+    y = np.resize([0.0, -0.0, -0.0, 0.0], n)
+    inputs = {"x": x, "y": y, "g": np.ones(n)}
+    got = matches_the_reference(module, "Zeros", **inputs)
+    negative = np.resize([True, False, True, False], n)
+    wants = {"r": negative, "c": negative, "up": negative, "down": negative,
+             "run": np.zeros(n, bool), "back": np.zeros(n, bool)}
+    graph = check_source(SOURCE, model="Zeros", dtype="f64").graph
+    reference = interpreter.run(graph, inputs, {})
+    for k, want in wants.items():
+        assert np.signbit(got[k]).tolist() == want.tolist(), k
+        assert np.signbit(reference[k]).tolist() == want.tolist(), k
+    model = module.Zeros()
+    model.forward(**inputs, training=True)
+    slope = np.asarray(model.backward()["input:x"])
+    want_slope = interpreter.gradients(graph, inputs, {}, training=True).inputs["x"]
+    assert not np.signbit(slope).any() and not np.signbit(want_slope).any()
+    try:
+        import torch
+    except ImportError:
+        return
+    tx = torch.from_numpy(x).requires_grad_()
+    torch.abs(tx).sum().backward()
+    theirs = {"r": torch.relu(tx), "c": torch.clamp(tx, -1, 1), "run": torch.cumsum(tx, 0),
+              "back": torch.cumsum(tx.flip(0), 0).flip(0)}
+    for k, value in theirs.items():
+        assert torch.signbit(value).tolist() == wants[k].tolist(), k
+    assert not torch.signbit(tx.grad).any()

@@ -78,13 +78,15 @@ attach_lowering("abs", "elementwise",
                 lambda a, op, r: f"mdl::wrap_abs({a[0]})" if _i32(op) else _call("abs")(a, op, r))
 attach_lowering("sigmoid", "elementwise",
            lambda a, op, r: f"({ctype_of(op, r)}(1) / ({ctype_of(op, r)}(1) + {r.target.math('exp')}(-{a[0]})))")
-# sign keeps a NaN (and 0 stays 0), as np.sign: abs's gradient at a NaN is NaN, not 0. One
-# comparison and one select: `x > 0 ? 1 : x < 0 ? -1 : x` made GCC leave the loop scalar
-# without AVX-512's masks (its second comparison, which may raise on a NaN, only runs where
-# the first is false, so it cannot be computed for every lane).
+# sign keeps a NaN, as np.sign: abs's gradient at a NaN is NaN, not 0; and either zero is
+# 0.0, as in NumPy and PyTorch (`+ 0` makes -0.0 0.0 and keeps a NaN). One comparison and
+# one select: `x > 0 ? 1 : x < 0 ? -1 : x` made GCC leave the loop scalar without AVX-512's
+# masks (its second comparison, which may raise on a NaN, only runs where the first is
+# false, so it cannot be computed for every lane).
 attach_lowering("sign", "elementwise",
            lambda a, op, r: f"({r.target.math('fabs')}({a[0]}) > {ctype_of(op, r)}(0) ? "
-                            f"{r.target.math('copysign')}({ctype_of(op, r)}(1), {a[0]}) : {a[0]})")
+                            f"{r.target.math('copysign')}({ctype_of(op, r)}(1), {a[0]}) : "
+                            f"({a[0]} + {ctype_of(op, r)}(0)))")
 attach_lowering("neg", "elementwise",
                 lambda a, op, r: f"mdl::wrap_neg({a[0]})" if _i32(op) else f"(-{a[0]})")
 # relu, maximum and minimum keep a NaN, as NumPy and PyTorch do (`x > 0 ? x : 0` made a

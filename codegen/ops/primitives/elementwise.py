@@ -17,6 +17,23 @@ BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/
                   "and": "and", "or": "or", "maximum": "maximum", "minimum": "minimum"}
 
 
+def _larger(a, b):
+    """b where it is larger or NaN, else a: the targets' mdl::larger (mdl/scalar.h), so a
+    tie of 0.0 and -0.0 keeps a's sign as they and PyTorch do (NumPy's vectorized
+    `maximum` keeps b's, its scalar one a's)."""
+    return np.where((b > a) | (b != b), b, a)
+
+
+def _smaller(a, b):
+    return np.where((b < a) | (b != b), b, a)
+
+
+def _sign(x):
+    """-1, 1, NaN for NaN, and 0.0 for either zero (PyTorch's and NumPy's), as the
+    targets' lowering computes it."""
+    return np.where(np.abs(x) > 0, np.sign(x), np.where(x != x, x, 0)).astype(x.dtype)
+
+
 def _sigmoid(x):
     e = np.exp(-np.abs(x))  # never overflows
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
@@ -63,7 +80,7 @@ unary("sqrt", FLOATS, np.sqrt,
       lambda b, x, y, g: b.div(g, b.mul(b.const(2, y.type.dtype), y)), onnx="Sqrt")
 unary("sin", FLOATS, np.sin, lambda b, x, y, g: b.mul(g, b.cos(x)), onnx="Sin")
 unary("cos", FLOATS, np.cos, lambda b, x, y, g: b.neg(b.mul(g, b.sin(x))), onnx="Cos")
-unary("sign", FLOATS, np.sign, onnx="Sign")
+unary("sign", FLOATS, _sign, onnx="Sign")
 def _neg_neg(b, op, facts):
     inner = facts.producer(op.inputs[0])
     return [inner.inputs[0]] if inner is not None and inner.prim == "neg" else None
@@ -71,7 +88,7 @@ def _neg_neg(b, op, facts):
 
 unary("neg", NUMERIC, np.negative, lambda b, x, y, g: b.neg(g), _neg_neg, onnx="Neg")
 unary("abs", NUMERIC, np.abs, lambda b, x, y, g: b.mul(g, b.sign(x)), onnx="Abs")
-unary("relu", NUMERIC, lambda x: np.maximum(x, 0),
+unary("relu", NUMERIC, lambda x: _larger(x, np.zeros((), x.dtype)),
       lambda b, x, y, g: b.where(b.gt(x, b.const(0, x.type.dtype)), g,
                                  b.const(0, g.type.dtype)), onnx=_relu_onnx)
 unary("not", ("bool",), np.logical_not, onnx="Not")
@@ -242,8 +259,8 @@ def _select(test: str):
     return local
 
 
-binary("maximum", NUMERIC, np.maximum, _select("gt"), onnx="Max")
-binary("minimum", NUMERIC, np.minimum, _select("lt"), onnx="Min")
+binary("maximum", NUMERIC, _larger, _select("gt"), onnx="Max")
+binary("minimum", NUMERIC, _smaller, _select("lt"), onnx="Min")
 for _name, _ref, _onnx in (
         ("lt", np.less, "Less"), ("le", np.less_equal, "LessOrEqual"),
         ("gt", np.greater, "Greater"), ("ge", np.greater_equal, "GreaterOrEqual"),

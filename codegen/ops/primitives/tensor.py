@@ -367,12 +367,15 @@ def _argmax(types, attrs):
 # ---- cumsum ------------------------------------------------------------------------
 def _cumsum_ref(ctx, attrs, x):
     """Running sums along `axis`, from its end with `reverse`, in order (NumPy's
-    accumulate; an i32 wraps around as the targets' do)."""
+    accumulate; an i32 wraps around as the targets' do). A float sum starts from 0.0, as
+    the targets' and PyTorch's do: a run of -0.0s sums to 0.0 (NumPy's keeps -0.0)."""
     x, axis = np.asarray(x), attrs["axis"]
     wide = np.float64 if x.dtype == np.float32 else x.dtype  # f32 added in double
     if attrs["reverse"]:
-        return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=wide), axis).astype(x.dtype)
-    return np.cumsum(x, axis=axis, dtype=wide).astype(x.dtype)
+        sums = np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=wide), axis)
+    else:
+        sums = np.cumsum(x, axis=axis, dtype=wide)
+    return (sums + 0 if x.dtype.kind == "f" else sums).astype(x.dtype)
 
 
 def _cumsum_grad(b, op, cts):
