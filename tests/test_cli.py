@@ -264,6 +264,17 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path, capsys):
     assert "loop\\xff.mdl:3:1: error:" in capsys.readouterr().err
 
 
+def test_control_characters_of_a_file_name_are_written_escaped(tmp_path, capsys):
+    """QA: a newline in a file's name split `FILE:LINE:COL: error:` over two lines (and an
+    escape character reached the terminal): they are written as Python writes them."""
+    path = tmp_path / "two\nlines\x1b.mdl"
+    path.write_text("model L() {\n  output y = 1.0 +\n}\n")
+    assert cli.main(["check", str(path)]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(str(tmp_path)) and first.endswith(
+        "two\\nlines\\x1b.mdl:3:1: error: expected an expression, found `}`")
+
+
 def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
     """Python would look for `PyInitU_` and the name's punycode, not the `PyInit_é` the
     module exports: every way to a module name refuses it, saying what to do."""

@@ -54,15 +54,17 @@ class Source:
 
 
 def printable_path(path: str) -> str:
-    """`path` with the bytes of a name that is not UTF-8 escaped (`\xff`)."""
+    """`path` with the bytes of a name that is not UTF-8 escaped (`\xff`), and so its
+    control and direction characters (`\n`, `\x1b`, `\u202e`): a newline in a file's name
+    split `FILE:LINE:COL: error:` over two lines, and an escape was the terminal's."""
     try:
         path.encode("utf-8")
-        return path
     except UnicodeEncodeError:
         try:
-            return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            path = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
-            return path.encode("utf-8", "backslashreplace").decode("utf-8")
+            path = path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return path.translate(_ESCAPED)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ _SHOWN = {c: "\ufffd" for c in [*range(0x20), *range(0x7f, 0xa0), *_BIDI]
 # A control character a message quotes from the source (`unexpected character` of an
 # escape) written as its code point: printed raw, it was the terminal's to act on
 _NAMED = {c: f"U+{c:04X}" for c in _SHOWN if c not in (ord("\n"), ord("\r"))}
+
+
+# ... and in a file's name, as Python writes it in a string (`\n`, `\x1b`, `\u202e`)
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7f, 0xa0), *_BIDI]}
 
 
 def printable(text: str) -> str:
