@@ -20,6 +20,7 @@ importing this module raises an ImportError saying how to install it.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import namedtuple
 from typing import Any
@@ -40,6 +41,22 @@ __all__ = ["CompiledModule", "as_module"]
 # rng_calls right after it). A model keeps only its latest; any other training call moves
 # rng_calls on, so the pair tells a backward whether it must replay its own forward.
 _SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+# Per model: a lock held from a training forward's call to its record in _SAVED, and from a
+# backward's look at _SAVED through its replay and vjp. The native calls each take the
+# model's own lock, but not the three steps as one: another thread's training forward
+# landing between the look and the vjp gave the vjp that forward's saved values (wrong
+# gradients, silently).
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock(model: Any) -> threading.Lock:
+    with _LOCKS_LOCK:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.Lock()
+        return lock
 
 
 def as_module(model: Any) -> CompiledModule:
@@ -161,12 +178,15 @@ class _Call(torch.autograd.Function):
         arrays = {k: _array(f"input '{k}'", v, bridge._on_device, declared.get(k, ""))
                   for k, v in zip(names, values[n:])}
         model = bridge.model
-        out = model.forward(**arrays, training=training)
         ctx.bridge, ctx.training, ctx.names = bridge, training, names
-        if training:
+        if not training:
+            out = model.forward(**arrays, training=False)
+        else:
+            with _lock(model):
+                out = model.forward(**arrays, training=True)
+                ctx.token, ctx.call = object(), model.rng_calls
+                _SAVED[model] = (ctx.token, ctx.call)
             ctx.arrays = arrays  # views of the inputs, for a replay
-            ctx.token, ctx.call = object(), model.rng_calls
-            _SAVED[model] = (ctx.token, ctx.call)
             # saved so that torch refuses a backward after they changed in place (an
             # optimizer step): the native saved forward belongs to their old values
             ctx.save_for_backward(*(v for v in values if isinstance(v, torch.Tensor)))
@@ -185,11 +205,12 @@ class _Call(torch.autograd.Function):
                                ".train() on the module for gradients")
         ctx.saved_tensors  # noqa: B018 - raises if a parameter or input changed since
         model = bridge.model
-        if _SAVED.get(model, (None, None)) != (ctx.token, model.rng_calls):
-            _replay(model, ctx)
-        grads = model.backward(**{k: _array(f"the gradient of output '{k}'", c,
-                                             bridge._on_device)
-                                  for k, c in zip(bridge.output_names, cotangents)})
+        given = {k: _array(f"the gradient of output '{k}'", c, bridge._on_device)
+                 for k, c in zip(bridge.output_names, cotangents)}
+        with _lock(model):
+            if _SAVED.get(model, (None, None)) != (ctx.token, model.rng_calls):
+                _replay(model, ctx)
+            grads = model.backward(**given)
         n = len(bridge._trainable)
         wanted = ctx.needs_input_grad[3:]
         params = [_tensor(grads[k]) if w else None

@@ -293,6 +293,30 @@ def test_a_backward_after_other_forwards_replays_its_own(core64):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
 
 
+def test_threads_training_through_one_module_get_their_own_gradients(core64):
+    """QA: two threads each running forward and backward through one module got wrong
+    input gradients (0.064 off, every run): another thread's training forward landed
+    between a backward's look at which forward the model kept and its vjp. The bridge now
+    holds a lock of the model's over each forward's record and each look, replay and vjp."""
+    import threading
+    core = as_module(core64.Core(seed=5))
+    given = [inputs(10 + i) for i in range(2)]
+    want = [grads_of(core, *xs) for xs in given]
+    worst = [0.0, 0.0]
+
+    def work(i):
+        for _ in range(30):
+            got = grads_of(core, *given[i])
+            worst[i] = max([worst[i], *((a - b).abs().max().item()
+                                        for a, b in zip(got, want[i]))])
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert worst == [0.0, 0.0]
+
+
 def test_torch_gradcheck_through_the_compiled_core(core64):
     core = as_module(core64.Core(seed=3))
     assert torch.autograd.gradcheck(lambda xs, h0: tuple(core(xs, h0)), inputs(4))
