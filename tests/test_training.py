@@ -82,6 +82,8 @@ def test_the_learning_rate_can_change_between_steps(module):
     (lambda m: m.set_optimizer("sgd"), ValueError, "lr is required"),
     (lambda m: m.set_optimizer("sgd", lr=0), ValueError, "lr must be > 0"),
     (lambda m: m.set_optimizer("sgd", lr=1, beta1=0.5), TypeError, "unknown option 'beta1'"),
+    (lambda m: m.set_optimizer("adam", lr=0.1, foo=1, bar=2), TypeError,
+     "got unknown options 'foo', 'bar' \\(options are lr, beta1"),
     (lambda m: m.set_optimizer("sgd", lr=1, nesterov=True), ValueError, "nesterov needs"),
     (lambda m: m.set_optimizer("adam", lr=1, beta2=1.0), ValueError, "beta1 and beta2"),
     (lambda m: m.set_optimizer("adam", lr=1, clip_norm=0), ValueError, "clip_norm must be"),

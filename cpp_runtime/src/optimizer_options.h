@@ -25,6 +25,19 @@ OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
   bool sgd = c.kind == OptimizerConfig::SGD;
   const char* known = sgd ? "lr, momentum, nesterov, weight_decay, clip_norm"
                           : "lr, beta1, beta2, eps, weight_decay, decoupled, clip_norm";
+  // every unknown option named at once (one at a time, a caller fixed them one by one)
+  std::string unknown;
+  int unknowns = 0;
+  for (auto item : kwargs) {
+    std::string key = py::str(item.first), list = std::string(", ") + known + ", ";
+    if (list.find(", " + key + ", ") == std::string::npos) {
+      unknown += (unknowns++ ? ", '" : "'") + key + "'";
+    }
+  }
+  if (unknowns)
+    throw py::type_error("set_optimizer(\"" + name + "\") got " +
+                         (unknowns > 1 ? "unknown options " : "an unknown option ") +
+                         unknown + " (options are " + known + ")");
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
     py::handle value = item.second;
