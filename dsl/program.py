@@ -73,7 +73,12 @@ def load_program(text: str, path: str) -> Program:
             except MdlError as exc:
                 errors.append(exc)
     for model in main.models:
-        if model.name.name in MODULE_NAMES or model.name.name.startswith("__"):
+        if model.name.name.startswith("__"):  # Python's own names (__name__, __doc__)
+            errors.append(MdlNameError(
+                f"a model cannot be named `{model.name.name}`: a model's name cannot start "
+                "with `__`, which Python keeps for a module's own attributes",
+                model.name.loc))
+        elif model.name.name in MODULE_NAMES:
             errors.append(MdlNameError(
                 f"a model cannot be named `{model.name.name}`: the generated module has "
                 "an attribute of that name", model.name.loc))

@@ -108,6 +108,9 @@ BAD_PROGRAMS = [
     ('model DeviceArray() { input x : f32[B]; output y = x }',
      'a model cannot be named `DeviceArray`: the generated module has an attribute of that '
      'name', "1:7"),
+    ('model __M() { input x : f32[B]; output y = x }',
+     "a model cannot be named `__M`: a model's name cannot start with `__`, which Python "
+     "keeps for a module's own attributes", "1:7"),
     ('model M() { input training : f32[B]; output y = training }',
      'an input cannot be named `training`: forward(training=...) says whether a call trains',
      "1:19"),
