@@ -59,6 +59,21 @@ def _lock(model: Any) -> threading.Lock:
         return lock
 
 
+# The nn.Parameter over each piece of native memory that one lives over: models sharing
+# parameters (`params=`), or one model wrapped twice, get the same Parameter, so a torch
+# optimizer steps it once (two Parameters over one memory were stepped twice) and an
+# in-place step bumps the version every call that saved it checks.
+_PARAMETERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _parameter(tensor: torch.Tensor, requires_grad: bool) -> torch.nn.Parameter:
+    key = (str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+    shared = _PARAMETERS.get(key)
+    if shared is None:
+        shared = _PARAMETERS[key] = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    return shared
+
+
 def as_module(model: Any) -> CompiledModule:
     """`model`, a compiled model built with vjp (`load(..., vjp=True)`, `mdlc build
     --vjp`), as a torch.nn.Module sharing its parameters' memory."""
@@ -108,8 +123,7 @@ class CompiledModule(torch.nn.Module):
                 self.register_buffer(name, tensor)
                 continue
             old = self._parameters.get(name)
-            self.register_parameter(name, torch.nn.Parameter(
-                tensor, requires_grad=old is None or old.requires_grad))
+            self.register_parameter(name, _parameter(tensor, old is None or old.requires_grad))
 
     def _output_tuple(self) -> type:
         return namedtuple(f"{type(self.model).__name__}Outputs", self.output_names,

@@ -317,6 +317,31 @@ def test_threads_training_through_one_module_get_their_own_gradients(core64):
     assert worst == [0.0, 0.0]
 
 
+def test_models_sharing_parameters_share_their_torch_parameters(core64):
+    """QA: two models sharing weights (`params=`), or one model wrapped twice, had two
+    nn.Parameters over one memory: torch.optim stepped each shared weight twice (Adam
+    0.1 off a tied PyTorch twin after one step), and a step through one left the other's
+    saved forward unchecked (a stale gradient, silently). They now get one Parameter."""
+    a = core64.Core(seed=1)
+    b = core64.Core(seed=2, params=a)
+    first, second, again = as_module(a), as_module(b), as_module(a)
+    net = torch.nn.ModuleList([first, second, again])
+    assert [id(p) for p in net.parameters()] == [id(p) for p in first.parameters()]
+    assert all(p is q for p, q in zip(first.parameters(), second.parameters()))
+    before = [p.detach().clone() for p in first.parameters()]
+    xs, h0 = inputs(20, requires_grad=False)
+    loss = sum((m(xs, h0).hs ** 2).sum() for m in net)
+    loss.backward()
+    grads = [p.grad.clone() for p in first.parameters()]
+    torch.optim.SGD(net.parameters(), lr=0.01).step()
+    for p, was, g in zip(first.parameters(), before, grads):
+        torch.testing.assert_close(p.detach(), was - 0.01 * g, rtol=1e-12, atol=1e-15)
+    hs, _ = second(xs, h0)
+    torch.optim.SGD(first.parameters(), lr=0.01).step()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        hs.sum().backward()
+
+
 def test_torch_gradcheck_through_the_compiled_core(core64):
     core = as_module(core64.Core(seed=3))
     assert torch.autograd.gradcheck(lambda xs, h0: tuple(core(xs, h0)), inputs(4))
