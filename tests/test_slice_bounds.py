@@ -152,6 +152,9 @@ def test_a_slice_in_a_branch_or_a_loop_is_refused_where_it_runs(tmp_path_factory
     ("output a = x[2 * B - 1]", "index 2*B - 1 is out of range for f32[B, 4]"),
     # it said "a negative bound" of an index
     ("output a = x[-1, 0:2]", "a negative index needs a known length, not B"),
+    # an index of a later axis: it said "slice -1:0" and "slice 4:5"
+    ("output a = x[:, -5]", "index -5 is out of range for axis 1 of f32[B, 4], of length 4"),
+    ("output a = x[0:1, 4]", "index 4 is out of range for axis 1 of f32[B, 4], of length 4"),
 ])
 def test_bounds_outside_for_any_dims_are_errors_at_check(tmp_path, body, message):
     path = tmp_path / "bad.mdl"
