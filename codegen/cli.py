@@ -266,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
                        "takes at most SIZE on disk (bytes, or 500M, 2G, ...)")
     cache.add_argument("--dry-run", action="store_true",
                        help="prune, clear: say what would be removed, and remove nothing")
+    top.set_defaults(commands=sub.choices)  # each command's parser, for main's errors
     return top
 
 
@@ -816,7 +817,9 @@ def _catch_sigterm():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args, unknown = parser().parse_known_args(argv)
+    if unknown:  # the command's usage, not mdlc's (`mdlc build F --bogus`)
+        args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     from .ir.diagnostics import MdlError, UsageError
     stdout, sys.stdout = sys.stdout, _Stdout(sys.stdout)
     previous = _catch_sigterm()

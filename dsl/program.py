@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codegen.ir.diagnostics import (Loc, MdlError, MdlNameError, MdlTypeError, Source,
+                                    UsageError, printable_path,
                                     raise_all)
 
 from . import nodes as n
@@ -28,7 +29,10 @@ def read_source(path: str | Path, loc: Loc | None = None) -> str:
     try:
         data = source_bytes(path)
     except OSError as exc:
-        raise MdlNameError(f"cannot read `{path}`: {exc.strerror or exc}", loc) from None
+        what = f"cannot read `{printable_path(str(path))}`: {exc.strerror or exc}"
+        if loc is None:  # the file asked for (mdlc's FILE, load's path): a usage error
+            raise UsageError(what) from None
+        raise MdlNameError(what, loc) from None  # an import's, an error in the importer
     if len(data) > MAX_SOURCE_BYTES:
         raise MdlNameError(f"`{path}` holds more than {MAX_SOURCE_BYTES >> 20} MiB; "
                            "a source file must be smaller", loc)

@@ -290,9 +290,20 @@ def test_a_module_name_that_is_not_ascii_is_a_usage_error(tmp_path, good):
         load(path)
 
 
+def test_an_unknown_option_shows_its_commands_usage(tmp_path, good):
+    """QA: `mdlc build F --bogus` printed mdlc's own usage (the list of commands), where
+    every other bad option of a command shows that command's."""
+    r = mdlc("build", str(good), "--bogus", "-o", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.startswith("usage: mdlc build ")
+    assert "mdlc build: error: unrecognized arguments: --bogus" in r.stderr
+
+
 def test_missing_file_is_an_error_not_a_crash(tmp_path):
+    """A FILE that cannot be read is a usage error, exit 2 (it was 1, an error in a file,
+    while a missing --inputs file was 2); a directory given as FILE too."""
     r = mdlc("check", str(tmp_path / "missing.mdl"))
-    assert r.returncode == 1
+    assert r.returncode == 2
+    assert mdlc("build", str(tmp_path)).returncode == 2
     # no place in a file to name: the tool's name starts the line, as a usage error's
     assert r.stderr.startswith(f"mdlc: error: cannot read `{tmp_path / 'missing.mdl'}`")
 

@@ -247,7 +247,7 @@ BAD = "model M() {\n  input x : f32[B, 3]\n  output y = x @ x\n}\n"
     (["{charlm}", "--model", "CharLMStep", "--backward"], 2, "minimizes nothing"),
     (["{sharing}", "-o", "{tmp}/x.jpg"], 2, "cannot tell the format of"),
     (["{sharing}", "-D", "H=3"], 2, "has no hyper-parameter H"),
-    (["{tmp}/missing.mdl"], 1, "cannot read"),
+    (["{tmp}/missing.mdl"], 2, "cannot read"),
 ])
 def test_bad_requests_exit_with_a_message_and_no_traceback(args, code, message, tmp_path,
                                                            capsys):

@@ -183,7 +183,7 @@ BROKEN = [  # (a page, what its failure says)
      "<!-- error: unknown name -->\n", "this mdl-error block checks"),
     ("```mdl-error\nmodel M() { input x : f32[3]; output y = sum(xx) }\n```\n"
      "<!-- error: another message -->\n", "expected 'another message'"),
-    ("```sh\nmdlc check missing.mdl\n```\n", "exited 1"),
+    ("```sh\nmdlc check missing.mdl\n```\n", "exited 2"),
     ("```mdl\n# file: m.mdl\nmodel M() { input x : f32[3]; output y = sum(x) }\n```\n"
      "```sh\nmdlc check m.mdl\n```\n\n```text\nmodel M(): ok\n...\n  output z : f32\n```\n",
      "the page shows '  output z : f32'"),
