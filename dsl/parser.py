@@ -359,6 +359,9 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
                               _tok_loc(source, before[-1]))
     if tok.type == "ELSE":
         return MdlSyntaxError("`else` without a matching `if` block before it", loc)
+    if tok.type == "COLON" and unclosed and unclosed[-1][0] == "[" and _in_slice(before):
+        return MdlSyntaxError("a slice takes no step: write `x[a:b]` (to run over a "
+                              "sequence backwards, `for x in reversed(xs)`)", loc)
     if set(exc.expected) <= {"COMMA", "EQUAL"} and before and before[-1].type == "NAME":
         name_loc = _tok_loc(source, before[-1])
         if _in_model_header(before):
@@ -382,6 +385,24 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if len(expected) <= 4:
         return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+def _in_slice(before: list[Token]) -> bool:
+    """Whether the subscript the tokens before end in already has its `:` (`x[0:4` or
+    `x[:`), so that another `:` would be a step (`x[0:4:2]`, `x[::-1]`)."""
+    depth = 0
+    for t in reversed(before):
+        if t.type in ("RPAR", "RSQB", "RBRACE"):
+            depth += 1
+        elif t.type in ("LPAR", "LSQB", "LBRACE"):
+            if depth == 0:
+                return False
+            depth -= 1
+        elif depth == 0 and t.type == "COMMA":
+            return False
+        elif depth == 0 and t.type == "COLON":
+            return True
+    return False
 
 
 def _number_into_name(tokens: list[Token]) -> tuple[Token, Token] | None:

@@ -237,6 +237,11 @@ BAD_PROGRAMS = [
      '`reversed` is a keyword and cannot be used as a name here', "1:44"),
     ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
      'comparisons do not chain: write `a < b and b < c`', "1:50"),
+    # a step: it said "expected an expression, found `:`" and "unexpected `:`"
+    ('model M() { input x : f32[B]; output y = x[::-1] }',
+     'a slice takes no step: write `x[a:b]`', "1:45"),
+    ('model M() { input x : f32[B, 4]; output y = x[0:2, 0:4:2] }',
+     'a slice takes no step: write `x[a:b]`', "1:55"),
     ('model M() { input x : f32[B]; output y = x ? x }',
      'unexpected character `?`', "1:44"),
     ('model M() { input x : f32[B]; output y = x * 3000000000 }',
