@@ -75,7 +75,13 @@ for _name in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "co
 
 
 def _pair(el, a, b):
+    """Two operands of one dtype: a tensor's, else, for two numbers of which one is a float
+    (`maximum(0.5, 1)`), the model's float type, as `0.5 + 1` is a float (the int was
+    made an i32 and the pair refused, naming dtypes the user never wrote)."""
     like = a[0].type if isinstance(a[0], Value) else b[0].type if isinstance(b[0], Value) else None
+    if like is None and {getattr(a[0], "kind", None), getattr(b[0], "kind", None)} == {
+            "int", "float"}:
+        like = TensorType(el.float_dtype, ())
     return tensor(el, a, like), tensor(el, b, like)
 
 

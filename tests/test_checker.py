@@ -102,6 +102,22 @@ def test_an_integer_constant_cast_to_a_float_is_that_float():
     assert str(f64.graph.outputs["y"].type) == "f64[3]"
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_a_float_and_an_int_number_meeting_in_a_builtin_are_floats(dtype):
+    """QA: `where(c, 0.5, 1)` and `maximum(0.5, 1)` were refused ("operands of one dtype,
+    got f32 and i32"), while `0.5 + 1` is 1.5: numbers are weakly typed."""
+    import numpy as np
+    from codegen.reference import interpreter
+    src = ("model M() { input x : f32[3]; output a = where(x > 0.0, 0.5, 1) * x; "
+           "output b = maximum(0.5, 1) * x; output c = minimum(2, 0.25) + x }")
+    graph = check_source(src, dtype=dtype).graph
+    x = np.array([-1.0, 2.0, 4.0], {"f32": np.float32, "f64": np.float64}[dtype])
+    out = interpreter.run(graph, {"x": x}, {})
+    assert out["a"].tolist() == [-1.0, 1.0, 2.0] and out["b"].tolist() == x.tolist()
+    assert out["c"].tolist() == [-0.75, 2.25, 4.25]
+    assert {str(graph.outputs[k].type) for k in "abc"} == {f"{dtype}[3]"}
+
+
 def test_scope_attributes_are_inherited_and_overridden():
     src = """
 model M() {
