@@ -123,7 +123,8 @@ class Calls:
                 raise MdlTypeError(f"{what} is {expected}, got {value.type}", loc)
             return value
         if isinstance(value, Const):
-            raise MdlTypeError(f"{what} is a tensor {t.name}[...], got the scalar {value}", loc)
+            raise MdlTypeError(f"{what} is a tensor {t.name}[{_dims_text(t)}], got the scalar "
+                               f"{value}", loc)
         self._match_type(what, t, value.type, loc)
         return value
 

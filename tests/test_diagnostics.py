@@ -237,6 +237,10 @@ BAD_PROGRAMS = [
      '`reversed` is a keyword and cannot be used as a name here', "1:44"),
     ('model M() { input x : f32[B]; output y = 0.0 < x < 1.0 }',
      'comparisons do not chain: write `a < b and b < c`', "1:50"),
+    # a number for a tensor argument: it said "a tensor i32[...]"
+    ('def f(x : f32[N], n : i32[]) -> f32[N] { return x * f32(n) }\n'
+     'model M() { input x : f32[3]; output y = sum(f(x, 2)) }',
+     'argument `n` of `f` is a tensor i32[], got the scalar 2', "2:51"),
     # a step: it said "expected an expression, found `:`" and "unexpected `:`"
     ('model M() { input x : f32[B]; output y = x[::-1] }',
      'a slice takes no step: write `x[a:b]`', "1:45"),
