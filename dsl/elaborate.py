@@ -340,14 +340,26 @@ class Elaborator(Expressions, Calls, ControlFlow):
         elif ((s.init is not None and init != existing.init)
               or (existing.trainable, existing.regularizer) != (attrs.trainable,
                                                                 attrs.regularizer)):
+            where, notes = self._redeclared_at(full, existing, s.name.loc)
             self.warnings.append(Diagnostic(
                 f"parameter `{full}` is declared again with init {init}, trainable "
                 f"{str(attrs.trainable).lower()}, regularizer {attrs.regularizer or 'none'}; "
                 f"the first declaration's ({existing.init}, "
                 f"{str(existing.trainable).lower()}, {existing.regularizer or 'none'}) applies",
-                s.name.loc, "warning", notes=[("first declared here", existing.decl)]))
+                where, "warning", notes=notes))
         self.check_bindable(s.name.name, s.name.loc, "name a parameter")
         self.ctx.env[s.name.name] = existing.value
+
+    def _redeclared_at(self, full: str, existing: Param, loc: Loc) -> tuple[Loc, list]:
+        """Where a second declaration of `full` is reported, and its notes: a function's
+        `param` is the same line at both calls, so the user's calls are named (the note
+        pointed at the very line the warning did)."""
+        first_call = self.decl_call.get(full)
+        this_call = self.call_stack[0][1] if self.call_stack else None
+        if this_call is None:
+            return loc, [("first declared here", existing.decl)]
+        return this_call, [("the declaration, in the function", loc),
+                           ("first declared by the call here", first_call or existing.decl)]
 
     def _param_conflict(self, full: str, ptype, existing: Param, loc: Loc) -> MdlError:
         """Two declarations of one parameter disagree; point at the user's call sites."""

@@ -207,6 +207,19 @@ def test_a_redeclaration_asking_for_other_attributes_is_warned():
                         "regularizer none; the first declaration's (ones, true, none) applies"]
 
 
+def test_a_redeclaration_by_a_function_names_its_two_calls():
+    """QA: a function's `param` reached again from a scope of other attributes was warned
+    at the `param` line, with a note pointing at that same line: the calls are named."""
+    src = ("def f(x : f32[N]) -> f32[N] { param w : f32[N]; return x * w }\n"
+           "model M() {\n  input x : f32[3]\n  scope a (regularizer = l2(0.5)) { y = f(x) }\n"
+           "  scope a { y = f(y) }\n  output l = sum(y)\n  minimize l\n}\n")
+    [warning] = check_source(src).warnings
+    assert "is declared again" in warning.message
+    assert (warning.loc.line, warning.loc.col) == (5, 17)
+    assert [(text, loc.line, loc.col) for text, loc in warning.notes] == [
+        ("the declaration, in the function", 1, 37), ("first declared by the call here", 4, 41)]
+
+
 def test_a_loop_runs_over_an_indexing_of_a_variable():
     graph = check_source("""
 model M(V = 5, E = 3) {
