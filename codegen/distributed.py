@@ -16,7 +16,8 @@ cross to the host: under NCCL each rank's GPU reduces them in place.
 Averaging: each rank's gradient is weighted by `shard_weight=` when given, else by its
 number of real tokens when the loss is a mean over them (the sum of the input
 `model.loss_tokens` names: a minimized `cross_entropy`'s lengths), else by its rows along the one dim
-the ranks' shards differ in, so that shards of any sizes give the update one process would
+the ranks' shards differ in (of the dims the loss is a mean over, `model.loss_mean_dims`,
+where the compiler knows them), so that shards of any sizes give the update one process would
 make from the whole batch, for a loss that is a mean over tokens or rows; every step also
 checks that the ranks' optimizers agree. PyTorch stays optional: without it,
 importing this module raises an ImportError saying how to install it.
@@ -234,10 +235,15 @@ def _declared_axes(model: Any) -> list[str]:
 def shard_weights(every: list, model: Any) -> list[float]:
     """Each rank's weight from the gathered rows [weight or NaN, optimizer, failed, axes...]: a
     rank's own (shard_weight=, or its real tokens), else, when the ranks' shards differ in
-    the size of one symbolic dim only, that size (the shard's rows along it), else 1."""
+    the size of one symbolic dim only, that size (the shard's rows along it), else 1. Where
+    the compiler knows the dims the loss is a mean over (`model.loss_mean_dims`), only
+    those count: a mean over rows (`B`) is not changed by shards of different steps."""
     axes = np.array([row[3:] for row in every])
     differ = {dim for dim, sizes in zip(_declared_axes(model), axes.T)
               if len(set(sizes)) > 1}
+    over = getattr(model, "loss_mean_dims", None)  # the compiler's word: a mean over these
+    if over is not None and set(over) <= set(_declared_axes(model)):
+        differ &= set(over)  # a mean of rows: shards trimmed to their own T weigh alike
     if any(np.isnan(row[0]) for row in every) and differ:
         if len(differ) > 1 or not next(iter(differ)).isidentifier():
             raise ValueError(f"the ranks' shards differ in {', '.join(sorted(differ))}: "

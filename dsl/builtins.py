@@ -135,7 +135,10 @@ def _reduction(name: str) -> None:
         x = tensor(el, a["x"])
         attrs = {"axes": axes(a["axis"], x.type.rank),
                  "keepdims": const(a["keepdims"], "bool", "keepdims")}
-        return el.emit(name, [x], attrs, call.loc)[0]
+        out = el.emit(name, [x], attrs, call.loc)[0]
+        if name == "mean" and out.type.rank == 0:  # what data-parallel shards weigh by
+            el.means_over[out.id] = tuple(x.type.shape)
+        return out
     builtin(name, "x", "axis", "keepdims", axis=None, keepdims=Const(False, "bool"))(run)
 
 
@@ -211,6 +214,8 @@ def _cross_entropy(el, a, call):
         loss = _smoothed(el, loss, inputs, float(smoothing), call.loc)
     if len(inputs) == 3:  # a mean over the real tokens: what data-parallel shards weigh by
         el.token_means[loss.id] = inputs[2]
+    else:  # a mean over the logits' rows
+        el.means_over[loss.id] = tuple(inputs[0].type.shape[:-1])
     return loss
 
 
@@ -234,8 +239,10 @@ def _mse(el, a, call):
                            f"{y.type} (cast one with f32(...), i32(...))", call.loc)
     diff = el.emit("sub", [x, y], {}, call.loc)[0]
     sq = el.emit("mul", [diff, diff], {}, call.loc)[0]
-    return el.emit("mean", [sq], {"axes": tuple(range(sq.type.rank)), "keepdims": False},
+    loss = el.emit("mean", [sq], {"axes": tuple(range(sq.type.rank)), "keepdims": False},
                    call.loc)[0]
+    el.means_over[loss.id] = tuple(sq.type.shape)
+    return loss
 
 
 @builtin("dropout", "x", "p")

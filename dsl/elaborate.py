@@ -72,6 +72,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # value id -> the lengths of the tokens it is a mean over (cross_entropy's), for
         # Graph.loss_tokens
         self.token_means: dict[int, Value] = {}
+        # value id -> the dims it is a mean over (a whole `mean`, `mse`, a `cross_entropy`
+        # without lengths), for Graph.loss_mean_dims
+        self.means_over: dict[int, tuple[Dim, ...]] = {}
         self.top_level = False
 
     # ---- emission ----
@@ -113,12 +116,21 @@ class Elaborator(Expressions, Calls, ControlFlow):
         raise_all(_unique(self.errors)[:MAX_ERRORS])
         self._warn_unused()
         return Graph(m.name.name, hparams, self.inputs, self.params, self.block, self.outputs,
-                     self.loss, self.input_locs, loss_tokens=self._loss_tokens())
+                     self.loss, self.input_locs, loss_tokens=self._loss_tokens(),
+                     loss_mean_dims=self._loss_mean_dims())
 
     def _loss_tokens(self) -> str | None:
         """The input the minimized output is a mean over the tokens of (Graph.loss_tokens)."""
         lengths = self.token_means.get(self.outputs[self.loss].id) if self.loss else None
         return next((k for k, v in self.inputs.items() if v is lengths), None)
+
+    def _loss_mean_dims(self) -> tuple[str, ...] | None:
+        """The symbolic dims the minimized output is a mean over (Graph.loss_mean_dims): None
+        where it is no whole mean, or a mean over a dim that is no single name (`T - 1`)."""
+        dims = self.means_over.get(self.outputs[self.loss].id) if self.loss else None
+        if dims is None or not all(d.is_const or _named(d) for d in dims):
+            return None
+        return tuple(str(d) for d in dims if not d.is_const)
 
     def _hparams(self, m: n.ModelDef, defines: dict[str, Any]) -> dict[str, Any]:
         names = [h.name.name for h in m.hparams]
@@ -556,3 +568,9 @@ def define_value(name: str, value: Any) -> bool | int | float:
     if isinstance(value, numbers.Real):
         return float(value)
     raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")
+
+
+def _named(dim: Dim) -> bool:
+    """A dim that is one declared name (`B`), not an expression of names (`T - 1`)."""
+    return len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1 \
+        and isinstance(dim.terms[0][0][0], str)

@@ -264,3 +264,21 @@ def test_only_a_token_mean_over_an_input_names_it(loss, tokens):
     src = ("model M() { input x : f32[T, B, 5]; input t : i32[T, B]; input L : i32[B]; "
            f"output loss = {loss}; minimize loss }}")
     assert check_source(src).graph.loss_tokens == tokens
+
+
+@pytest.mark.parametrize("loss, dims", [
+    ("cross_entropy(x, t)", ("T", "B")),
+    ("cross_entropy(x[0], t[0], label_smoothing = 0.1)", ("B",)),
+    ("cross_entropy(x, t, lengths = L)", None),  # a mean over tokens: loss_tokens
+    ("mean(r)", ("B",)), ("mean(r, axis = 0)", ("B",)), ("mean(x)", ("T", "B")),
+    ("mse(x, y)", ("T", "B")), ("mean(x[1:])", None),  # T - 1: not one name
+    ("mean(h)", ("B",)),  # the hyper-parameter's dim left out
+    ("mean(full[4](1.0))", ()),
+    ("0.5 * mean(r)", None), ("sum(r) / 4.0", None), ("mean(r) + mean(r)", None)])
+def test_the_loss_names_the_dims_it_is_a_mean_over(loss, dims):
+    """Graph.loss_mean_dims (a model's `loss_mean_dims`: which of the shards' sizes
+    data-parallel training weighs them by)."""
+    src = ("model M(H = 3) { input x : f32[T, B, 5]; input y : f32[T, B, 5]; "
+           "input t : i32[T, B]; input L : i32[B]; input r : f32[B]; h = zeros[B, H] + 1.0; "
+           f"output loss = {loss}; minimize loss }}")
+    assert check_source(src).graph.loss_mean_dims == dims

@@ -61,8 +61,8 @@ WORKER = textwrap.dedent("""
     import torch
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[1])
-    from test_distributed import (CONFIGS, STEPS, charlm_batch, device_seq, modules,
-                                  seq_batch, shard)
+    from test_distributed import (CONFIGS, STEPS, charlm_batch, device_seq, gru_batch,
+                                  gru_module, modules, seq_batch, shard)
     from codegen.distributed import DataParallel
     rank, world, out, mode = int(os.environ["RANK"]), 2, sys.argv[2], sys.argv[3]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
@@ -106,6 +106,18 @@ WORKER = textwrap.dedent("""
         # rank 1's xs have 2 features, not 3: its call raises, rank 0 must not wait
         tried("bad_input", seq.Seq,
               cut=lambda k, v: v[:, rows, :2] if rank == 1 and k == "xs" else v[:, rows])
+        # a mean over rows with lengths, each rank's 2 rows trimmed to its own longest: the
+        # shards differ in T alone (2 and 6) and weigh alike (once 2:6, by their steps)
+        m = gru_module().GRUClassifier(seed=0)
+        m.set_optimizer("sgd", lr=0.5, momentum=0.9)
+        dp = DataParallel(m)
+        rows = slice(2 * rank, 2 * rank + 2)
+        for step in range(STEPS):
+            b = gru_batch(step)
+            mine = {k: v[rows] for k, v in b.items() if k != "xs"}
+            longest = int(mine["lengths"].max())
+            dp.train_step(xs=b["xs"][:longest, rows], **mine)
+        np.savez(f"{out}/trimmed_{rank}.npz", **m.params)
         dp = DataParallel(seq.Seq(seed=0))
         for case, call in (("class", lambda: DataParallel(seq.Seq)),
                            ("positional", lambda: dp.train_step(*seq_batch(0).values()))):
@@ -173,6 +185,19 @@ def modules():
         seq.write_text(SEQ)
     return (load(CHARLM, dtype="f64", defines={"H": 16}, name="charlm_h16_f64_generic"),
             load(seq, dtype="f64", name="seq_f64"))
+
+
+def gru_module():
+    """examples/gru.mdl, f64, H = 4: a classifier with lengths whose loss is a mean over rows."""
+    return load(Path(__file__).resolve().parents[1] / "examples" / "gru.mdl", dtype="f64",
+                defines={"H": 4}, name="gru_h4_f64")
+
+
+def gru_batch(step: int) -> dict:
+    """4 rows of lengths 2, 1, 6, 3 (a shard of the first two is 2 steps long)."""
+    rng = np.random.default_rng(200 + step)
+    return {"xs": rng.standard_normal((6, 4, 8)), "lengths": np.array([2, 1, 6, 3], np.int32),
+            "labels": rng.integers(0, 4, 4).astype(np.int32)}
 
 
 def device_seq():
@@ -320,12 +345,16 @@ def test_the_main_job_trains_under_torchrun(tmp_path):
 
 def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp_path):
     """Two ranks: shards of unequal rows without shard_weight= weigh by their rows (as one
-    process on the whole batch); shards differing in two dims, a shard_weight= that is not a
+    process on the whole batch), also where each is trimmed to its own longest row and the
+    loss is a mean over rows (examples/gru.mdl); shards differing in two dims of the loss's
+    mean (an mse of [T, B, H]), a shard_weight= that is not a
     finite number >= 0, different optimizers (name, options, steps) and one rank's bad
     input are refused on every rank, naming the rank and the difference."""
     charlm, seq = modules()
     # what the shards weigh by: the compiler's word, not an input's name
     assert (charlm.CharLM(seed=0).loss_tokens, seq.Seq(seed=0).loss_tokens) == ("lengths", None)
+    assert (charlm.CharLM(seed=0).loss_mean_dims, seq.Seq(seed=0).loss_mean_dims,
+            gru_module().GRUClassifier(seed=0).loss_mean_dims) == (None, ("T", "B"), ("B",))
     for p in run_ranks(tmp_path, "checks"):
         assert p.returncode == 0, p.stderr[-3000:]
     _, seq = modules()
@@ -333,10 +362,17 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
     one.set_optimizer("sgd", lr=0.3, momentum=0.9)
     for step in range(STEPS):
         one.train_step(**seq_batch(step))
+    gru = gru_module().GRUClassifier(seed=0)  # one process, the whole batch padded to T = 6
+    gru.set_optimizer("sgd", lr=0.5, momentum=0.9)
+    for step in range(STEPS):
+        gru.train_step(**gru_batch(step))
     for rank in range(2):
         with np.load(tmp_path / f"uneven_{rank}.npz") as got:
             for k, want in one.params.items():
                 assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
+        with np.load(tmp_path / f"trimmed_{rank}.npz") as got:
+            for k, want in gru.params.items():
+                assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), k
         said = json.loads((tmp_path / f"said_{rank}.json").read_text())
         assert "uneven" not in said
         assert said["two_dims"] == ("ValueError: the ranks' shards differ in B, T: pass "

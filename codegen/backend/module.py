@@ -248,7 +248,8 @@ class ModuleGenerator:
             dynamic=len(self.names.dynamic), device=self.target.device,
             profile_sites=self.sites,
             sizes=[(text, self.names.expr(d)) for text, d in self._sizes()],
-            loss_tokens=g.loss_tokens)
+            loss_tokens=g.loss_tokens,
+            loss_mean_dims=None if g.loss_mean_dims is None else ",".join(g.loss_mean_dims))
 
     def _sizes(self) -> list[tuple[str, Dim]]:
         """What the call's dims must keep >= 0 (ops/entry.py, call_bounds): the graph's as

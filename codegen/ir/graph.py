@@ -155,6 +155,10 @@ class Graph:
     # lengths = L)` minimized, L an input (a model's `loss_tokens`, which data-parallel
     # training weighs each shard by); None for any other loss
     loss_tokens: str | None = None
+    # the declared dims the minimized loss is a mean over (`("B",)` for a mean of rows,
+    # `("T", "B")` for an `mse` of [T, B, H]), whose sizes data-parallel training weighs
+    # shards by (a model's `loss_mean_dims`); None where the loss is no such mean
+    loss_mean_dims: tuple[str, ...] | None = None
 
     def blocks(self) -> tuple[Block, Block]:
         """The forward body and the backward block, in the order they run."""
@@ -288,7 +292,7 @@ def clone_graph(graph: Graph) -> Graph:
         return {k: mapping.get(v.id, v) for k, v in values.items()}
     return Graph(graph.name, dict(graph.hparams), inputs, params, body, remap(graph.outputs),
                  graph.loss, dict(graph.input_locs), remap(graph.param_grads),
-                 remap(graph.input_grads), backward, graph.loss_tokens)
+                 remap(graph.input_grads), backward, graph.loss_tokens, graph.loss_mean_dims)
 
 
 def substitute(block: Block, mapping: dict[int, Value]) -> None:

@@ -195,6 +195,8 @@ struct ModelSpec {
   SizeFunction size_value;
   const char* loss_tokens;  // the input the loss is a mean over the tokens of (the
                             // lengths of a minimized cross_entropy), or nullptr
+  const char* loss_mean_dims;  // the declared dims the loss is a mean over, joined by commas
+                               // ("B", "T,B", "" for none), or nullptr: no such mean
 };
 
 }  // namespace mdl

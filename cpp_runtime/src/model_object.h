@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -202,6 +203,20 @@ class Model {
   // cross_entropy's lengths), else None.
   py::object loss_tokens() const {
     return spec_->loss_tokens ? py::object(py::str(spec_->loss_tokens)) : py::object(py::none());
+  }
+
+  // The declared dims the minimized loss is a mean over (("B",) for a mean of rows), else
+  // None.
+  py::object loss_mean_dims() const {
+    if (!spec_->loss_mean_dims) return py::none();
+    py::list dims;
+    for (const char *at = spec_->loss_mean_dims; *at;) {
+      const char* end = std::strchr(at, ',');
+      std::size_t n = end ? static_cast<std::size_t>(end - at) : std::strlen(at);
+      dims.append(py::str(at, n));
+      at += n + (end ? 1 : 0);
+    }
+    return py::tuple(dims);
   }
 
   // The outputs whose cotangents backward takes (a vjp build: every float output), in order.

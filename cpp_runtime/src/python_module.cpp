@@ -197,6 +197,11 @@ py::object bind_base(py::module_& m) {
                              "The input whose sum counts the tokens the minimized loss is a "
                              "mean over\n(cross_entropy's lengths), or None: what "
                              "DataParallel weighs each shard by.")
+      .def_property_readonly("loss_mean_dims", checked(&M::loss_mean_dims),
+                             "The declared dims the minimized loss is a mean over\n(('B',) "
+                             "for a mean of rows, ('T', 'B') for an mse of [T, B, H]), "
+                             "or None:\nwhich of the shards' sizes DataParallel weighs "
+                             "them by.")
       .def_property_readonly("cotangents", checked(&M::cotangents),
                              "The outputs whose cotangents a vjp build's backward takes.")
       .def_property("rng_calls", checked(&M::rng_calls), checked(&M::set_rng_calls),
