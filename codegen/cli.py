@@ -458,9 +458,23 @@ def cmd_emit(args) -> int:
     with writing(out):  # a full stdout is not the folder's fault: printed after
         for file_name, text in files.items():
             write_over(out / file_name, text)
+        _remove_stale_sources(out, files)
     for file_name in files:
         print(out / file_name)
     return 0
+
+
+def _remove_stale_sources(out: Path, written) -> None:
+    """The sources an earlier emit wrote into `out` that this one did not (a part of a
+    model split in more parts, the kernels of a cuda emit before a cpu one): they once
+    stayed beside the new ones, as if of this model. Only emit's own kinds of file with
+    mdl's mark go; a stub (`NAME.pyi`) may be a build's, and stays."""
+    for path in [*out.glob("module.part*.cpp"), out / "kernels.cu"]:
+        if path.name not in written and path.is_file() and not path.is_symlink():
+            with open(path, "rb") as f:
+                generated = GENERATED in f.read(512)
+            if generated:
+                path.unlink()
 
 
 def _refuse_overwriting(out: Path, names, command: str = "emit") -> None:
