@@ -113,7 +113,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
         if not self.errors:
             self._final_checks(m)
             self._word_asserts()
-        raise_all(_unique(self.errors)[:MAX_ERRORS])
+        raise_all(_unique(self.errors)[:MAX_ERRORS],
+                  MAX_ERRORS if len(self.errors) >= MAX_ERRORS else None)
         self._warn_unused()
         return Graph(m.name.name, hparams, self.inputs, self.params, self.block, self.outputs,
                      self.loss, self.input_locs, loss_tokens=self._loss_tokens(),

@@ -441,6 +441,22 @@ def test_several_independent_errors_in_one_run():
     assert found == [(3, "unknown name `p`"), (4, "unknown name `q`")]
 
 
+@pytest.mark.parametrize("count, note", [(19, False), (20, True), (25, True)])
+def test_the_checker_says_where_it_stopped_at_20_errors(count, note):
+    """At 20 errors the checker stops: a last note says more may follow (it once ended
+    at the 20th as if there were no more)."""
+    lines = "".join(f"  y{i} = x + q{i}\n" for i in range(count))
+    with pytest.raises(MdlError) as info:
+        check_source(f"model M() {{\n  input x : f32[B]\n{lines}  output y = x\n}}", "m.mdl")
+    found = info.value.diagnostics
+    assert [d.message for d in found if d.severity == "error"] == \
+        [f"unknown name `q{i}`" for i in range(min(count, 20))]
+    assert (found[-1].severity == "note") == note
+    if note:
+        assert info.value.render().endswith(
+            "\nnote: mdl stops at 20 errors: fix these, and check again for any more")
+
+
 def test_unused_inputs_and_parameters_are_warnings():
     cm = check_source("model M() { input x : f32[B]; input u : f32[B]\n"
                       "  param w : f32[3]\n  output y = x }", "m.mdl")

@@ -279,12 +279,17 @@ class ErrorGroup(MdlError):
         self.diagnostics = [d for e in errors for d in e.diagnostics]
 
 
-def raise_all(errors: list[MdlError]) -> None:
-    """Raise the collected errors: one as itself, several as an ErrorGroup."""
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise ErrorGroup(errors)
+def raise_all(errors: list[MdlError], stopped_at: int | None = None) -> None:
+    """Raise the collected errors: one as itself, several as an ErrorGroup; where the
+    checker stopped at `stopped_at` errors, a last note says more may follow."""
+    if not errors:
+        return
+    error = errors[0] if len(errors) == 1 else ErrorGroup(errors)
+    if stopped_at is not None:
+        error.diagnostics.append(Diagnostic(
+            f"mdl stops at {stopped_at} errors: fix these, and check again for any more",
+            None, "note"))
+    raise error
 
 
 class UsageError(Exception):
