@@ -13,6 +13,7 @@ from codegen.ir.graph import PENALTIES, Value
 from codegen.ir.shapes import Dim, TensorType
 from codegen.ops.builder import Builder
 from codegen.ops.primitives import TABLE, ShapeError
+from codegen.ops.primitives.core import cast_hint
 from codegen.ops.primitives.nn import token_weights
 
 from . import nodes as n
@@ -236,7 +237,8 @@ def _mse(el, a, call):
     x, y = _pair(el, a["a"], a["b"])
     if x.type.dtype != y.type.dtype:  # its `-`'s words named no `-` of the user's
         raise MdlTypeError(f"`mse` takes two tensors of one dtype, got {x.type} and "
-                           f"{y.type} (cast one with f32(...), i32(...))", call.loc)
+                           f"{y.type} ({cast_hint([x.type.dtype, y.type.dtype])})",
+                           call.loc)
     diff = el.emit("sub", [x, y], {}, call.loc)[0]
     sq = el.emit("mul", [diff, diff], {}, call.loc)[0]
     loss = el.emit("mean", [sq], {"axes": tuple(range(sq.type.rank)), "keepdims": False},

@@ -339,7 +339,12 @@ BAD_PROGRAMS = [
     ('model M() { input x : bool[3]; output y = -x }',
      'unary `-` is not defined for bool', "1:43"),  # "`neg` is not defined"
     ('model M() { input x : f32[4]; input t : i32[4]; output y = mse(x, t) }',
-     '`mse` takes two tensors of one dtype, got f32[4] and i32[4]', "1:60"),  # "`-` needs"
+     '`mse` takes two tensors of one dtype, got f32[4] and i32[4] (cast one with f32(...) '
+     'or i32(...))', "1:60"),  # "`-` needs"
+    ('model M() { input x : f32[3]; input m : bool[3]; output y = x + m }',
+     'got f32[3] and bool[3] (cast one with f32(...) or bool(...))', "1:63"),  # f32, i32
+    ('model M() { input x : f32[3]; output y = x + f64(x) }',
+     'got f32[3] and f64[3] (cast one with f32(...) or f64(...))', "1:44"),
     ('model M() { input x : f32[3]; y = x as foo; output z = y }',
      '`as` names the scope of a function call', "1:37"),  # "`as` is a keyword"
     ('model M() { input x : f32[3]; output y = x + 0x10 }',

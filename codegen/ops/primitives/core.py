@@ -54,6 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...ir.dtypes import DTYPES
 from ...ir.graph import IRError, Op, rename
 from ...ir.shapes import Dim, TensorType, broadcast_shapes
 from ..entry import OPS, Broken, OpEntry
@@ -167,10 +168,16 @@ def broadcast(types: list[TensorType], what: str) -> tuple[Dim, ...]:
     return shape
 
 
+def cast_hint(dtypes) -> str:
+    """How to make operands of these dtypes one: a cast to each (`f32(...)`, `bool(...)`:
+    the casts of the language, each named as the type it makes)."""
+    return "cast one with " + " or ".join(f"{d}(...)" for d in DTYPES if d in set(dtypes))
+
+
 def same_dtype(types: list[TensorType], what: str, allowed: tuple[str, ...]) -> str:
     dtypes = {t.dtype for t in types}
     need(len(dtypes) == 1, f"{what} needs operands of one dtype, got "
-         + " and ".join(str(t) for t in types) + " (cast one with f32(...), i32(...))")
+         + " and ".join(str(t) for t in types) + f" ({cast_hint(dtypes)})")
     dtype = dtypes.pop()
     need(dtype in allowed, f"{what} is not defined for {dtype} (needs {' or '.join(allowed)})")
     return dtype
