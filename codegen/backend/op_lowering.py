@@ -107,8 +107,9 @@ for _name, _sym in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq",
                     ("ne", "!="), ("and", "&&"), ("or", "||")):
     attach_lowering(_name, "elementwise",
                     lambda a, op, r, s=_sym: f"{ctype_of(op, r)}({a[0]} {s} {a[1]})")
+# C's pow also at an exponent of 0.5, which GCC's vectorizer made a square root (scalar.h)
 attach_lowering("pow", "elementwise", lambda a, op, r:
-                f"{r.target.math('pow')}({_read(r, a[0])}, {_read(r, a[1])})")
+                f"mdl::power<{ctype_of(op, r)}>({_read(r, a[0])}, {_read(r, a[1])})")
 attach_lowering("maximum", "elementwise",
            lambda a, op, r: f"mdl::larger<{ctype_of(op, r)}>({a[0]}, {a[1]})")
 attach_lowering("minimum", "elementwise",

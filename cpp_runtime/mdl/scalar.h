@@ -1,6 +1,6 @@
 // The scalar functions both targets' code calls, on the host and in CUDA kernels alike
-// (MDL_HOST_DEVICE): NaN-aware max and min, softplus, `where`, i32 casts and wrapping arithmetic,
-// NumPy's integer `//` and `%`, and the sum's add. Generated elementwise code calls them
+// (MDL_HOST_DEVICE): NaN-aware max and min, softplus, pow, `where`, i32 casts and wrapping
+// arithmetic, NumPy's integer `//` and `%`, and the sum's add. Generated elementwise code calls them
 // (backend/op_lowering.py), as the runtime's kernels do (mdl/kernels.h, mdl/cuda/rows.h);
 // a cuda module's kernels.cu reaches them through mdl/cuda/device.h, which includes this
 // small header rather than mdl/kernels.h, so that nvcc parses little.
@@ -60,6 +60,20 @@ MDL_HOST_DEVICE inline T softplus(T x, L log1p = {}) {
   using std::exp;
   using std::fabs;
   return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
+}
+
+// x ** y, C's pow (IEEE 754's) on every target, also where the exponent is 0.5: GCC's
+// vectorizer makes a loop's pow(x, 0.5) a square root (vsqrtps), NaN at -inf and -0.0 at
+// -0.0 where pow gives inf and 0.0, so that a model whose exponent a pass folds to 0.5
+// (`x ** (zeros[N] + 0.5)`) answered otherwise at 40 elements than at 6. Here an exponent
+// of 0.5 is that root with pow's two answers set (the test folds where the exponent is a
+// constant, and the root still vectorizes). Generated code's `**` (backend/op_lowering.py).
+template <class T>
+MDL_HOST_DEVICE inline T power(T x, T y) {
+  using std::pow;
+  using std::sqrt;
+  if (y == T(0.5)) return x == -T(INFINITY) ? T(INFINITY) : sqrt(x) + T(0);  // +0.0 at -0.0
+  return pow(x, y);
 }
 
 // i32(x) of a float: its integer part; 0 for NaN, and past i32's range the nearer end (as a
