@@ -104,6 +104,7 @@ class ControlFlow:
             v = self.ctx.env.get(name)
             if isinstance(v, Poisoned):
                 raise Cascade
+            self.note_name_read(name, v)
             if isinstance(v, (Value, Const)):
                 state[name] = self.to_tensor(v, loc)
         return state
@@ -114,6 +115,7 @@ class ControlFlow:
             v = env[name]
             if isinstance(v, Poisoned):
                 raise Cascade
+            self.note_name_read(name, v)
             if isinstance(v, Const):
                 v = self.to_tensor(v, loc, before.type)
             if not isinstance(v, Value) or v.type != before.type:
@@ -337,6 +339,8 @@ class ControlFlow:
             vals = [r.get(name) for r in results]
             if any(isinstance(v, Poisoned) for v in vals):
                 raise Cascade
+            for v in vals:
+                self.note_name_read(name, v)
             if not all(isinstance(v, (Value, Const)) for v in vals):
                 side = "then" if name in assigned[0] else "else"
                 self.ctx.env[name] = Unavailable(

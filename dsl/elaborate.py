@@ -67,6 +67,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # (name, value, where) of every single-name assignment of a tensor, for the warning
         # of one never used (_warn_unused)
         self.assigned: list[tuple[str, Value, Loc]] = []
+        # (name, value id) of every read of a name bound to a tensor: an expression's, a
+        # loop's or an `if`'s (its state, its results), for the warning of an alias never
+        # read (`hs = r`, where r is read and hs is not: the value is used)
+        self.name_reads: set[tuple[str, int]] = set()
         self.outputs: dict[str, Value] = {}
         self.loss: str | None = None
         # value id -> the lengths of the tokens it is a mean over (cross_entropy's), for
@@ -84,6 +88,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
             return Builder(self.block, loc).typed(prim, inputs, attrs, hint)
         except ShapeError as exc:
             raise MdlTypeError(str(exc), loc) from None
+
+    def note_name_read(self, name: str, value: Any) -> None:
+        if isinstance(value, Value):
+            self.name_reads.add((name, value.id))
 
     def note_use(self, value: Any, loc: Loc) -> None:
         if isinstance(value, Value):
@@ -197,16 +205,29 @@ class Elaborator(Expressions, Calls, ControlFlow):
         named once, and only where no call reads it."""
         read = set(use_counts(self.root)) | {v.id for v in self.outputs.values()
                                              if isinstance(v, Value)}
+        # the names each value is bound to: more than one, and `hs = r` is an alias, read
+        # or not by its own name (the value may be used by the other)
+        names: dict[int, set[str]] = {}
+        bound = [*self.inputs.items(), *((p.name, p.value) for p in self.params.values()),
+                 *((name, value) for name, value, _ in self.assigned)]
+        for name, value in bound:
+            names.setdefault(value.id, set()).add(name)
         last: dict[int, tuple[str, Loc]] = {}
         for name, value, loc in self.assigned:  # in order: a caller's after its callee's
             last[value.id] = (name, loc)
         unused: dict[Loc, str] = {}
         read_at: set[Loc] = set()
         for vid, (name, loc) in last.items():
-            if vid in read:
-                read_at.add(loc)
-            else:
+            if vid not in read:
                 unused.setdefault(loc, name)
+            elif len(names[vid]) == 1:
+                read_at.add(loc)
+        for name, value, loc in self.assigned:
+            if len(names[value.id]) > 1 and value.id in read:
+                if (name, value.id) in self.name_reads:
+                    read_at.add(loc)
+                else:
+                    unused.setdefault(loc, name)
         for loc, name in unused.items():
             if loc not in read_at:
                 self.warnings.append(Diagnostic(f"`{name}` is assigned but never used", loc,

@@ -95,6 +95,7 @@ class Expressions:
             if isinstance(v, Unavailable):
                 raise MdlNameError(v.why, loc, notes=[("defined here", v.loc)] if v.loc else [])
             self.note_use(v, loc)
+            self.note_name_read(name, v)
             return v
         if name in self.ctx.dims:
             dim = self.ctx.dims[name]

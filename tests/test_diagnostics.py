@@ -527,6 +527,26 @@ def test_a_value_assigned_and_never_used_is_a_warning():
                                          " 10 |   hs = for x in xs {", "    |   ^^"]
 
 
+@pytest.mark.parametrize("body, unused", [
+    ("r = tanh(x); hs = r; output y = r", ["hs"]),  # once never warned: the value is used
+    ("hs = x; output y = x", ["hs"]),               # an input's other name
+    ("param w : f32[4] = ones; v = w; output y = sum(x) * w", ["v"]),  # a parameter's
+    ("r = tanh(x); hs = r; output y = hs", []),     # r read by `hs = r`
+    ("a = tanh(x); b = tanh(x); output y = b", ["a"]),  # two values
+    ("h = x; for z in zs { g = tanh(h + z); h = g }; output y = h", []),  # the loop's state
+    ("h = x; if sum(x) > 0.0 { h = x * 2.0 } else { g = h; h = g }; output y = h", []),
+    ("y0 = twice(x); y1 = y0; output y = y0", ["y1"]),
+    ("r = same(x); output y = r", [])])  # `b = a; return b` in a function, read
+def test_an_alias_never_read_is_a_warning(body, unused):
+    """`hs = r`: the value is used by its other name, so the rule by values missed it."""
+    cm = check_source("def twice(a : f32[N]) -> f32[N] { return a * 2.0 }\n"
+                      "def same(a : f32[N]) -> f32[N] { b = a; return b }\n"
+                      "model M() { input x : f32[B]; input zs : f32[T, B]\n"
+                      f"  {body}\n}}", "m.mdl")
+    assert sorted(w.message for w in cm.warnings if "assigned" in w.message) == \
+        [f"`{name}` is assigned but never used" for name in unused]
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
