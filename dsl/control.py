@@ -376,6 +376,10 @@ class ControlFlow:
         env.update(zip(state, cond_block.args))
         with self._in_block(cond_block, env):
             cond = self.eval_single(s.cond)
+            if isinstance(cond, Const) and cond.kind == "bool":
+                raise MdlTypeError(f"this `while` condition is always {cond}: " + (
+                    "the loop would never end" if cond.value else "its body would never run"),
+                    s.cond.loc)
             if not (isinstance(cond, Value) and cond.type == TensorType("bool", ())):
                 got = cond.type if isinstance(cond, Value) else cond
                 raise MdlTypeError(f"a `while` condition must be a bool scalar that depends on "

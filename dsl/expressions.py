@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from typing import Any
 
 import numpy as np
 
@@ -150,6 +151,9 @@ class Expressions:
         b = self.eval_single(e.right)
         if isinstance(a, Const) and isinstance(b, Const):
             return self.fold(e.op, a, b, e.loc)
+        decided = _decided(e.op, a, b)
+        if decided is not None:  # `c or true`: a `while` on it is refused as never ending
+            return decided
         like = a.type if isinstance(a, Value) else b.type
         prim = BINARY_PRIMS[e.op]
         if (prim == "pow" and isinstance(b, Const) and b.value == 0.5
@@ -435,3 +439,15 @@ def _operand(c: Const) -> str:
     """A compile-time number as an operand of a binary operator: a negative one in
     parentheses, as `(-8.0) ** 0.5` is written (`-8.0 ** 0.5` is -(8.0 ** 0.5))."""
     return f"({c})" if isinstance(c.value, (int, float)) and c.value < 0 else str(c)
+
+
+def _decided(op: str, a: Any, b: Any) -> Const | None:
+    """`c or true` is true and `c and false` false, for a bool scalar `c` (the compile-time
+    bool decides them, as it does an `if`): a tensor's `or` keeps its shape."""
+    if op not in ("and", "or"):
+        return None
+    for value, const in ((a, b), (b, a)):
+        if (isinstance(const, Const) and const.kind == "bool" and isinstance(value, Value)
+                and value.type == TensorType("bool", ()) and const.value == (op == "or")):
+            return const
+    return None

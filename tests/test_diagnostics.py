@@ -547,6 +547,27 @@ def test_an_alias_never_read_is_a_warning(body, unused):
         [f"`{name}` is assigned but never used" for name in unused]
 
 
+@pytest.mark.parametrize("cond, message", [
+    ("sum(h) > 1.0 or true", "is always true: the loop would never end"),  # once ran on
+    ("true or sum(h) > 1.0", "is always true: the loop would never end"),
+    ("sum(h) > 1.0 and false", "is always false: its body would never run"),
+    ("true", "is always true: the loop would never end")])
+def test_a_while_whose_condition_is_decided_when_compiling_is_refused(cond, message):
+    with pytest.raises(MdlError) as info:
+        check_source("model M() { input x : f32[B]; h = x\n"
+                     f"  while {cond} {{ h = 0.5 * h }}\n  output y = h }}", "m.mdl")
+    assert info.value.message == f"this `while` condition {message}"
+
+
+def test_and_or_of_a_bool_scalar_with_a_constant():
+    """`c or true` is true and `c and false` false; `c and true` stays c, and a tensor's
+    `or` keeps its shape."""
+    cm = check_source("model M() { input x : f32[B]; c = sum(x) > 0.0; m = x > 0.0\n"
+                      "  output a = c or true; output b = c and true; output t = m or true }")
+    types = {k: str(v.type) for k, v in cm.graph.outputs.items()}
+    assert types == {"a": "bool", "b": "bool", "t": "bool[B]"}
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
