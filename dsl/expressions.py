@@ -214,6 +214,9 @@ class Expressions:
             i = self.eval_single(subs[0])
             if isinstance(i, Value) and i.type.rank > 0:
                 return self.emit("gather", [x, i], {}, e.loc)[0]
+            if (isinstance(i, Const) and i.kind == "int" and i.value < 0 and x.type.rank
+                    and not x.type.shape[0].is_const):  # `xs[-1]`: xs[T - 1]
+                return self._slices(x, subs, e.loc)
             return self.emit("index", [x, self._index_value(i, x, subs[0].loc)], {}, e.loc)[0]
         if not isinstance(subs[0], n.Slice):
             first = self.eval_single(subs[0])
@@ -305,11 +308,8 @@ class Expressions:
         if e is None:
             return default
         d = self.eval_dim(e)
-        if d.is_const and d.value < 0:
-            if not size.is_const:  # an index has no default (`x[:, -1]`)
-                what = "bound" if default is not None else "index"
-                raise MdlTypeError(f"a negative {what} needs a known length, not {size}", e.loc)
-            d = d + size
+        if d.is_const and d.value < 0:  # from the end: `x[:-1]` of an axis of length T is
+            d = d + size                # x[0:T - 1], refused at a call where T is 0
         elif not d.is_const and all(c <= 0 for _, c in d.terms):
             raise MdlTypeError(f"a bound that is never positive ({d}) would count from the "
                                f"end, as only a constant one does: write it from the start "

@@ -425,7 +425,7 @@ class Expressions(Functions):
             return f"{self.expr(('T',) + shape, d)}[{t}]"
         if len(shape) == 1 and isinstance(shape[0], int):
             lead = self.pick(("B",) + self.symbols)
-            return f"{self.expr((lead,) + shape, d)}[0]"   # -1 needs a known length
+            return f"{self.expr((lead,) + shape, d)}[0]"   # [0]: seeds keep their programs
         return None
 
     def form_slice(self, shape, d):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from codegen.ir.diagnostics import MdlTypeError
+from codegen.pipeline import load
 from codegen.reference import interpreter as reference
 from dsl import check_file
 from source_files import built_for
@@ -150,8 +151,6 @@ def test_a_slice_in_a_branch_or_a_loop_is_refused_where_it_runs(tmp_path_factory
                         "length B, indices 0 to B - 1"),
     ("output a = x[B, 1:3]", "index B is out of range for f32[B, 4]"),
     ("output a = x[2 * B - 1]", "index 2*B - 1 is out of range for f32[B, 4]"),
-    # it said "a negative bound" of an index
-    ("output a = x[-1, 0:2]", "a negative index needs a known length, not B"),
     # an index of a later axis: it said "slice -1:0" and "slice 4:5"
     ("output a = x[:, -5]", "index -5 is out of range for axis 1 of f32[B, 4], of length 4"),
     ("output a = x[0:1, 4]", "index 4 is out of range for axis 1 of f32[B, 4], of length 4"),
@@ -161,6 +160,33 @@ def test_bounds_outside_for_any_dims_are_errors_at_check(tmp_path, body, message
     path.write_text(f"model M() {{\n  input x : f32[B, 4]\n  {body}\n}}\n")
     with pytest.raises(MdlTypeError, match=re.escape(message)):
         check_file(str(path))
+
+
+def test_negative_constants_count_from_the_end_of_a_symbolic_axis(tmp_path):
+    """`x[:-1]` of an axis of length T is x[0:T - 1] (teacher forcing's shifted targets),
+    `x[-1]` x[T - 1]: they were refused ("a negative bound needs a known length, not T").
+    A call whose dims put one before the start is refused, on every target."""
+    path = tmp_path / "neg.mdl"
+    path.write_text("model M() {\n  input x : f32[T, B]\n  output a = x[:-1]\n"
+                    "  output b = x[-1]\n  output c = x[-2:]\n  output d = x[:, -1]\n"
+                    "  output e = x[-1, 0:1]\n  output f = x[1:-1]\n}\n")
+    for target in ("cpu", "cuda"):
+        model = load(path, target=target, emulate=target == "cuda",
+                     name=f"neg_{target}").M()
+        for T in (3, 2):
+            x = np.arange(T * 2, dtype=np.float32).reshape(T, 2)
+            got = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+                   for k, v in model.forward(x=x).items()}
+            want = {"a": x[:-1], "b": x[-1], "c": x[-2:], "d": x[:, -1], "e": x[-1, 0:1],
+                    "f": x[1:-1]}
+            for k, w in want.items():
+                assert got[k].shape == w.shape and np.array_equal(got[k], w), (target, T, k)
+            ref = reference.run(check_file(str(path)).graph, {"x": x}, {})
+            for k, w in want.items():
+                np.testing.assert_array_equal(ref[k], w)
+        for T in (1, 0):
+            with pytest.raises(ValueError, match="a size cannot be negative"):
+                model.forward(x=np.zeros((T, 2), np.float32))
 
 
 def test_indices_of_dims_that_may_be_in_range_are_checked_at_the_call(tmp_path):
