@@ -776,8 +776,8 @@ def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):
     path.write_text(NEEDS_TWO_STEPS)
     args = [a.format(out=tmp_path) for a in command]
     assert cli.main([args[0], str(path), *args[1:], "--specialize", "T=1"]) == 2
-    assert ("the specialization T=1: model `Sb` refuses every call at these dims: they make the size "
-            "T - 2 of this model's values -1") in capsys.readouterr().err
+    assert ("the specialization T=1: model `Sb` refuses every call at these dims: they make "
+            "T - 2, the size of a value at sb.mdl:4:12, -1") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["check", "build", "emit", "graph", "gradcheck"])

@@ -127,7 +127,7 @@ model Ix(V = 5, E = 2) {
      "computed from the input `ids` holds 5"),
     # sizes the model refuses are the --dims' fault, not an assert's (it said so)
     (NEEDS_TWO_STEPS, ["--dims", "T=1"], "mdlc: error: --dims T=1,B=3: the inputs' dims (T = 1, B = 3) "
-     "make the size T - 2 of this model's values -1"),
+     "make T - 2, the size of a value at "),
     (NEEDS_TWO_STEPS, ["-D", "H=2", "--dims", "T=1"], "mdlc: error: -D H=2 --dims T=1,B=3: "),
 ])
 def test_random_inputs_the_model_refuses_are_a_usage_error(tmp_path, capsys, source, args,

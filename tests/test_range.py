@@ -96,9 +96,9 @@ def test_range_gives_pythons_numbers(forms, target):
                 np.testing.assert_array_equal(ref[name], expected, err_msg=name)
     # range(1, T) at T = 0 would be -1 values: refused, as xs[1:] is (Python's is empty)
     xs = np.zeros((0, 2), np.float32)
-    with pytest.raises(ValueError, match=r"\(T = 0, B = 2\) make the size T - 1 of"):
+    with pytest.raises(ValueError, match=r"\(T = 0, B = 2\) make T - 1, the size of a value at "):
         module.Starts(seed=0).forward(xs=xs)
-    with pytest.raises(ValueError, match=r"make the size T - 1 "):
+    with pytest.raises(ValueError, match=r"make T - 1, the size "):
         reference.run(check_file(str(forms), model="Starts").graph, {"xs": xs}, {})
 
 
@@ -126,11 +126,11 @@ def test_a_size_the_dims_make_negative_is_refused(tmp_path, target):
     assert m.forward(xs=np.ones((2, 3), np.float32))["y"] == 3
     for T, size, value in ((1, "T - 2", -1), (0, "T - 1", -1)):
         xs = np.ones((T, 3), np.float32)
-        with pytest.raises(ValueError, match=rf"\(T = {T}\) make the size {size} of this "
-                                             rf"model's values {value}: a size cannot be "
-                                             "negative"):
+        with pytest.raises(ValueError, match=rf"\(T = {T}\) make {size}, the size of a "
+                                             rf"value at shorter.mdl:\d+:\d+, {value}: a "
+                                             "size cannot be negative"):
             m.forward(xs=xs)
-        with pytest.raises(ValueError, match=rf"make the size {size} "):
+        with pytest.raises(ValueError, match=rf"make {size}, the size "):
             reference.run(graph, {"xs": xs}, {})
     assert m.forward(xs=np.ones((3, 3), np.float32))["y"] == 6  # the model still runs
 
@@ -158,7 +158,7 @@ def test_a_module_words_a_refusal_as_the_reference_does(tmp_path, target):
     m = load(path, name=f"batched_{target}", **how).Batched(seed=0)
     graph = check_file(str(path)).graph
     xs = np.zeros((0, 2, 3), np.float32)
-    said = r"\(T = 0, B = 2\) make the size T - 1 of this model's values -1"
+    said = r"\(T = 0, B = 2\) make T - 1, the size of a value at batched.mdl:6:12, -1"
     for training in (False, True):
         with pytest.raises(ValueError, match=said):
             m.forward(xs=xs, training=training)

@@ -177,19 +177,22 @@ def walk_ops(block: Block) -> Iterator[Op]:
         stack.extend(iter(b.ops) for b in reversed(op.blocks))
 
 
-def signed_sizes(graphs: list[Graph], dims) -> list[Dim]:
+def signed_sizes(graphs: list[Graph], dims) -> list[tuple[Dim, Any]]:
     """The sizes of the graphs' values that the call's dims could make negative (`T - 30`
-    is for T < 30): made of the user dims `dims` alone, with a term subtracted. A call
-    whose dims make one negative is refused before anything runs (ops.entry.call_bounds
+    is for T < 30): made of the user dims `dims` alone, with a term subtracted, each with
+    the place of the first op that makes a value of it (None where no op there has one). A
+    call whose dims make one negative is refused before anything runs (ops.entry.call_bounds
     says how)."""
-    sizes: set[Dim] = set()
+    sizes: dict[Dim, Any] = {}
     for g in graphs:
         for block in (g.body, g.backward):
             for op in walk_ops(block):
                 for v in op.outputs:
-                    sizes.update(d for d in v.type.shape
-                                 if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims))
-    return sorted(sizes, key=str)
+                    for d in v.type.shape:
+                        if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims):
+                            if sizes.get(d) is None:
+                                sizes[d] = op.loc
+    return sorted(sizes.items(), key=lambda item: str(item[0]))
 
 
 def reads(op: Op) -> list[Value]:

@@ -42,6 +42,7 @@ The questions (each kind of entry says more in its own module):
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import Callable
 
 from ..ir.graph import IRError, Op, signed_sizes
@@ -147,14 +148,22 @@ def call_bounds(graphs: list, dims) -> list[tuple[str, Dim]]:
     checked where it runs: call_bounds_of). A call whose dims break one is refused before
     anything runs, by the reference and a generated module (ModelSpec::size_value) alike:
     the slice read and its gradient wrote outside its operand."""
-    found = {f"the size {d} of this model's values {{}}: a size cannot be negative": d
-             for d in signed_sizes(graphs, dims)}
+    found = {f"{d}, the size of a value {_made_at(loc)}, {{}}: a size cannot be negative": d
+             for d, loc in signed_sizes(graphs, dims)}
     for g in graphs:
         for block in (g.body, g.backward):
             for op in block.ops:
                 for text, d in call_bounds_of(op, dims):
                     found.setdefault(text, d)
     return sorted(found.items())
+
+
+def _made_at(loc) -> str:
+    """Where a value is made, as a call's refusal names it: `at m.mdl:3:16` (the file's
+    name alone, so that a module's text is the same wherever its source lies)."""
+    if loc is None:
+        return "of this model"
+    return f"at {Path(loc.source.shown).name}:{loc.line}:{loc.col}"
 
 
 def call_bounds_of(op, dims) -> list[tuple[str, Dim]]:
