@@ -375,6 +375,14 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
                 and before[-1].type in ("NAME", "RSQB", "INT", "FLOAT")):  # `x as foo`
             return MdlSyntaxError("`as` names the scope of a function call (`lstm(x, h, c) "
                                   "as layer1`): it may follow a call only", loc)
+        if text == "while" and before and before[-1].type == "EQUAL":  # `ys = while ...`
+            return MdlSyntaxError("a `while` yields no values to assign (a `for` does: `ys = "
+                                  "for x in xs { ...; yield y }`); keep what it makes in its "
+                                  "state, as a tensor it writes a trip's value into", loc)
+        if text == "if" and before and before[-1].type == "EQUAL":
+            return MdlSyntaxError("an `if` is a statement, not a value: assign in both "
+                                  "branches (`if c { y = a } else { y = b }`), or choose "
+                                  "elementwise with where(c, a, b)", loc)
         if text == "reversed" and _in_for_header(before):  # among the loop's options
             return MdlSyntaxError("`reversed` is not a loop option: it goes around the "
                                   "sequence, `for x in reversed(xs) (...)`", loc)

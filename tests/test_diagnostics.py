@@ -360,6 +360,11 @@ BAD_PROGRAMS = [
      'slice 2:1 of axis 0 of f32[4] ends before it starts', "1:45"),  # "out of range"
     ('model M() { input x : f32[3]; output y = 2.0 *\u00a0x }',
      'unexpected character U+00A0 (no-break space)', "1:47"),  # printed raw
+    # a QA pass's greedy decoder: "`while` is a keyword and cannot be used as a name here"
+    ('model M() { input x : f32[3]; h = x; ys = while sum(h) > 1.0 { h = 0.5 * h } }',
+     'a `while` yields no values to assign (a `for` does', "1:43"),
+    ('model M() { input x : f32[3]; y = if sum(x) > 0.0 { x } }',
+     'an `if` is a statement, not a value: assign in both branches', "1:35"),
 ]
 
 
