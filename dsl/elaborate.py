@@ -80,6 +80,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # without lengths), for Graph.loss_mean_dims
         self.means_over: dict[int, tuple[Dim, ...]] = {}
         self.top_level = False
+        self.model_ctx: Ctx | None = None  # the model body's (a function's error names it)
+        self.hparams: set[str] = set()
 
     # ---- emission ----
     def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,
@@ -116,6 +118,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
     def model(self, m: n.ModelDef, defines: dict[str, Any]) -> Graph:
         hparams = self._hparams(m, defines)
         self.ctx = Ctx("model", {k: Const.of(v) for k, v in hparams.items()}, name=m.name.name)
+        self.model_ctx, self.hparams = self.ctx, set(hparams)
         self.top_level = True
         self.run_block(m.body.stmts)
         if not self.errors:

@@ -107,7 +107,25 @@ class Expressions:
                              name)[0]
         if name in self.builtins or name in self.program.functions:
             raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
-        raise MdlNameError(f"unknown name `{name}`" + self._suggest(name), loc)
+        raise MdlNameError(f"unknown name `{name}`" + (self._outside(name) or
+                                                       self._suggest(name)), loc)
+
+    def _outside(self, name: str) -> str:
+        """Where a function's unknown name is the model's own (a hyper-parameter, a dim, a
+        value): a function sees its arguments only, which a QA pass had to find out."""
+        model = self.model_ctx
+        if self.ctx.kind != "function" or model is None:
+            return ""
+        head = ": a function sees its own arguments and names only, not the model's"
+        if name in self.hparams:
+            return f"{head} hyper-parameter `{name}`; pass it as an argument (`{name} : int`)"
+        if name in model.dims and name not in model.env:
+            return (f"{head} dim `{name}`; an argument's type binds it (`x : f32[{name}, ...]`),"
+                    f" or pass it as one (`{name} : int`) where it is a constant")
+        if name in model.env:
+            what = "input" if name in self.inputs else "value"
+            return f"{head} {what} `{name}`; pass it as an argument"
+        return ""
 
     def _suggest(self, name: str) -> str:
         close = difflib.get_close_matches(name, [k for k in self.ctx.env], n=1)

@@ -573,6 +573,24 @@ def test_and_or_of_a_bool_scalar_with_a_constant():
     assert types == {"a": "bool", "b": "bool", "t": "bool[B]"}
 
 
+@pytest.mark.parametrize("body, message", [
+    ("param t : f32[V, 4] = zeros; return a + sum(t)", "not the model's hyper-parameter `V`; "
+     "pass it as an argument (`V : int`)"),
+    ("return a + zeros[B]", "not the model's dim `B`; an argument's type binds it"),
+    ("return a * x", "not the model's input `x`; pass it as an argument"),
+    ("return a * h", "not the model's value `h`; pass it as an argument"),
+    ("return a * q", "unknown name `q`")])  # nobody's: no such words
+def test_a_function_naming_the_models_names_is_told_to_pass_them(body, message):
+    """A QA pass: `unknown name V` in a function, V the model's hyper-parameter, with
+    nothing in the docs saying a function sees its arguments only."""
+    with pytest.raises(MdlError) as info:
+        check_source(f"def f(a : f32[N]) -> f32[N] {{ {body} }}\n"
+                     "model M(V = 3) { input x : f32[B]; h = x * 2.0; output y = f(x) + h }",
+                     "m.mdl")
+    assert message in info.value.message
+    assert ("a function sees" in info.value.message) == ("`q`" not in message)
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
