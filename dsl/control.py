@@ -97,6 +97,16 @@ class ControlFlow:
             self.block, self.ctx.env = saved
             self.enclosing.pop()
 
+    @contextmanager
+    def _assigning(self, names: list[str], keyword: str, loc: Loc):
+        """While a loop's body runs: the names it assigns, so that reading one before the
+        loop gives it a value is told it is the loop's state (lookup's error)."""
+        self.loop_names.append((set(names), keyword, loc, self.ctx))
+        try:
+            yield
+        finally:
+            self.loop_names.pop()
+
     def _state(self, names: list[str], loc: Loc) -> dict[str, Value]:
         """The variables that exist before a loop and that its body assigns."""
         state: dict[str, Value] = {}
@@ -197,7 +207,8 @@ class ControlFlow:
 
         counter = Counter(("step ", f" of the `for` at {_place(s.loc)}"), step_index,
                           rows=batch)
-        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}", counter):
+        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}", counter), \
+                self._assigning(body_names, "for", s.loc):
             for stmt in s.body.stmts:
                 if isinstance(stmt, n.Yield):
                     yields = self._yield(stmt, targets, yields)
@@ -374,7 +385,7 @@ class ControlFlow:
         cond_block = Block([Value(v.type, k) for k, v in state.items()])
         env = dict(self.ctx.env)
         env.update(zip(state, cond_block.args))
-        with self._in_block(cond_block, env):
+        with self._in_block(cond_block, env), self._assigning(names, "while", s.loc):
             cond = self.eval_single(s.cond)
             if isinstance(cond, Const) and cond.kind == "bool":
                 raise MdlTypeError(f"this `while` condition is always {cond}: " + (
@@ -408,7 +419,8 @@ class ControlFlow:
             return body.args[-1]
 
         counter = Counter(("trip ", f" of the `while` at {_place(s.loc)}"), trip_count)
-        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}", counter):
+        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}", counter), \
+                self._assigning(names, "while", s.loc):
             self.run_block(s.body.stmts)
             body.results = self._new_state(env, state, "while", s.loc)
             if first:  # the next trip's number, at the end of this one

@@ -81,6 +81,9 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.means_over: dict[int, tuple[Dim, ...]] = {}
         self.top_level = False
         self.model_ctx: Ctx | None = None  # the model body's (a function's error names it)
+        # (names, keyword, where, context) of each loop whose body runs, innermost last (a
+        # name read before the loop gives it a value: the error says it is the loop's state)
+        self.loop_names: list[tuple[set[str], str, Loc, Ctx]] = []
         self.hparams: set[str] = set()
 
     # ---- emission ----

@@ -107,8 +107,18 @@ class Expressions:
                              name)[0]
         if name in self.builtins or name in self.program.functions:
             raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
-        raise MdlNameError(f"unknown name `{name}`" + (self._outside(name) or
-                                                       self._suggest(name)), loc)
+        raise MdlNameError(f"unknown name `{name}`" + (
+            self._outside(name) or self._state_first(name) or self._suggest(name)), loc)
+
+    def _state_first(self, name: str) -> str:
+        """A name a loop around assigns, read before it has a value: meant as the loop's
+        state, which must exist before the loop (`h = gru(x, h)` with no `h` before)."""
+        for names, keyword, where, ctx in reversed(self.loop_names):
+            if name in names and ctx is self.ctx:  # not a function's name its caller loops on
+                return (f": the `{keyword}` at line {where.line} assigns it, but a loop's "
+                        f"state needs a value before the loop: assign `{name}` before it "
+                        f"(`{name} = zeros[...]`)")
+        return ""
 
     def _outside(self, name: str) -> str:
         """Where a function's unknown name is the model's own (a hyper-parameter, a dim, a

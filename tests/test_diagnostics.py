@@ -591,6 +591,22 @@ def test_a_function_naming_the_models_names_is_told_to_pass_them(body, message):
     assert ("a function sees" in info.value.message) == ("`q`" not in message)
 
 
+@pytest.mark.parametrize("body, message", [
+    ("hs = for x in xs { h = tanh(x + h); yield h }; output y = hs",
+     "unknown name `h`: the `for` at line 2 assigns it, but a loop's state needs a value "
+     "before the loop: assign `h` before it"),
+    ("g = xs[0]; while sum(k) < 3.0 { k = g; g = g * 2.0 }; output y = g",
+     "unknown name `k`: the `while` at line 2 assigns it"),
+    ("hs = for x in xs { h = f(x); yield h }; output y = hs", "unknown name `h`")])  # f's
+def test_a_loops_state_read_before_the_loop_gives_it_a_value(body, message):
+    """A QA pass: `h = gru(x, h)` with no `h` before the loop said only `unknown name h`."""
+    with pytest.raises(MdlError) as info:
+        check_source("def f(a : f32[N]) -> f32[N] { return a * h }\n"
+                     f"model M() {{ input xs : f32[T, B]; {body} }}", "m.mdl")
+    assert info.value.message.startswith(message)
+    assert ("assigns it" in info.value.message) == ("line 2" in message)
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
