@@ -277,6 +277,11 @@ class Model {
     {
       ReleasedGil release;
       guard.lock("backward()", spec_->name, Use::CALL);
+      if (!spec_->variants[0].train)  // it said to run a forward that is refused too
+        throw std::runtime_error(std::string("backward(): model ") + spec_->name +
+                                 " has no backward pass: it minimizes no output and was "
+                                 "built without vjp (add `minimize NAME`, or build with "
+                                 "vjp=True, mdlc build --vjp, for its outputs' gradients)");
       if (!trained_)
         throw std::runtime_error(
             stale_forward_ ? "backward(): this model's parameters changed (set_params, load, "
