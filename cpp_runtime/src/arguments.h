@@ -245,6 +245,8 @@ inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec
   char kind = a.dtype().kind();
   if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'O' || kind == 'c') return a;
   py::module_ np = py::module_::import("numpy");
+  if (a.size() == 0)  // `ids=[]`: no number to lose (NumPy reads it as float64)
+    return a.attr("astype")(np.attr("dtype")(d.numpy));
   if (d.kind == 'f' && (kind == 'i' || kind == 'u' || kind == 'f')) {
     const double largest = double(std::numeric_limits<float>::max());
     if (py::ssize_t k = d.itemsize == 4 ? past_range(a, largest) : -1; k >= 0) {
@@ -260,6 +262,13 @@ inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec
   if (d.kind == 'i' && (kind == 'i' || kind == 'u')) {
     py::array cast = a.attr("astype")(np.attr("dtype")(d.numpy));
     if (py::cast<bool>(np.attr("array_equal")(cast, a))) return cast;
+    // which integer does not fit (it said "got int64[2] (wrong dtype)")
+    const py::ssize_t k = py::cast<py::ssize_t>(
+        np.attr("flatnonzero")(np.attr("not_equal")(cast, a))[py::int_(0)]);
+    const std::string value = py::str(a.attr("ravel")()[py::int_(k)]);
+    throw py::value_error(std::string(kind_of_argument) + " '" + name + "': holds " + value +
+                          " (element " + std::to_string(k) + "), past the range of " +
+                          d.name + " (-2147483648 to 2147483647)");
   }
   return a;
 }
