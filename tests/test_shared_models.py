@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import charlm_batch
 
+from codegen.ir.diagnostics import MdlTypeError
 from codegen.pipeline import load
 
 
@@ -95,6 +96,17 @@ def test_own_parameters_are_initialized_as_unshared(tmp_path):
                        r"`partly_again`: models of two builds share no memory; copy the "
                        r"weights instead \(model.set_params\(other.params\)\)$"):
         module.B(params=other.A())
+    # a build of the same name with other options: it said "a model of the same module
+    # (`partly`) ..., got model `A` of the module `partly`"
+    namesake = load(path, dtype="f64", name="partly", vjp=True)
+    with pytest.raises(TypeError, match=r"got model `A` of another build of the module "
+                       r"`partly` \(another target, dtype or options\): models of two builds"):
+        module.B(params=namesake.A())
+    # its weights are f64: an f32 build, whose module holds f32 weights, once broke in the
+    # C++ compiler (a float* read as double*)
+    with pytest.raises(MdlTypeError, match=r"partly.mdl:1:40: error: parameter `w` is f64, and "
+                       "a module holds its weights in its build's float type, f32"):
+        load(path, dtype="f32", name="partly_f32")
     copied = module.A(seed=5)  # what the message says to do
     copied.set_params(other.A(seed=1).params)
     assert np.array_equal(copied.params["w"], a.params["w"])

@@ -125,15 +125,20 @@ auto by_name(py::dict (M::*method)(py::kwargs), const char* name) {
 // What a params= argument that is no model of this module is, for the TypeError: a class
 // (to call), a model of another module (another build: another file, target or dtype,
 // whose weights set_params copies), or any other object, by its type.
-inline std::string not_shareable(py::handle params) {
+inline std::string not_shareable(py::handle params, const std::string& module_name) {
   if (PyType_Check(params.ptr()))
     return "the class " + std::string(py::str(params.attr("__name__"))) +
            ": give a model made by calling it";
   py::object owner = py::getattr(py::type::handle_of(params), "__module__", py::none());
-  if (py::hasattr(params, "set_params") && py::isinstance<py::str>(owner))
-    return "model `" + type_name(params) + "` of the module `" + std::string(py::str(owner)) +
-           "`: models of two builds share no memory; copy the weights instead "
+  if (py::hasattr(params, "set_params") && py::isinstance<py::str>(owner)) {
+    const std::string other = py::str(owner);
+    return "model `" + type_name(params) + "` of " +
+           (other == module_name ? "another build of the module `" + other +
+                                       "` (another target, dtype or options)"
+                                 : "the module `" + other + "`") +
+           ": models of two builds share no memory; copy the weights instead "
            "(model.set_params(other.params))";
+  }
   return type_name(params);
 }
 
@@ -152,7 +157,7 @@ py::object bind_base(py::module_& m) {
                if (!py::isinstance<M>(params))
                  throw py::type_error(
                      "params= takes a model of the same module (`" + module_name +
-                     "`) to share parameters with, got " + not_shareable(params));
+                     "`) to share parameters with, got " + not_shareable(params, module_name));
                share = &built<M>(params);
              }
              if (!spec.name() || std::strcmp(spec.name(), capsule_name<T>()) != 0)
