@@ -72,8 +72,9 @@ class Holding {
       }
       if (forked)
         throw std::runtime_error(
-            std::string(what) + ": model " + model + " was inside a call on another thread "
-            "when this process was forked from its parent, and that call cannot end here "
+            std::string(what) + ": model " + model + " (or a model sharing its parameters) "
+            "was inside a call on another thread when this process was forked from its "
+            "parent, and that call cannot end here "
             "(the thread is the parent's): fork while no thread calls the model, or make "
             "the model in the child");
     }
