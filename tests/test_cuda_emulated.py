@@ -259,6 +259,25 @@ def test_a_bad_memory_setting_is_an_error_of_the_call_that_meets_it(charlms):
         "after it for KiB, MiB or GiB (memory=2G)" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
+def test_a_bad_setting_met_by_cudamalloc_is_not_out_of_memory(charlms):
+    """A call needing new device memory met the bad setting at cudaMalloc, whose every
+    failure read as out of memory (MemoryError, "3600 bytes ... the GPU's memory"). Only CUDA's out-of-memory answer is a MemoryError; this one names the word."""
+    module = charlms[0]
+    code = (f"import importlib.util as u, os, numpy as np\n"
+            f"s = u.spec_from_file_location({module.__name__!r}, {module.__file__!r})\n"
+            "m = u.module_from_spec(s); s.loader.exec_module(m)\n"
+            "model = m.CharLM(seed=0)\n"
+            "os.environ['MDL_CUDA_EMULATOR'] = 'memory=2X'\n"
+            "try:\n    model.to_device(np.zeros((300, 3), np.int32))\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.startswith("RuntimeError cudaMalloc: emulated CUDA device: "
+                                  "MDL_CUDA_EMULATOR: memory=2X: memory= takes a number"), \
+        done.stdout + done.stderr
+
+
 def test_outputs_left_on_the_device_read_through_dlpack(charlms):
     """The emulator's device memory is the host's (kDLCPU, read by NumPy); a GPU's is
     kDLCUDA, read by PyTorch where it is installed."""

@@ -114,17 +114,24 @@ void finish(void* context) {
   raise_fault(FaultKind(f.kind), f.value, f.position, f.bound, f.what, f.outer, f.outers);
 }
 
+// New device memory, zeroed. Only CUDA's out-of-memory answer is a MemoryError: any other
+// (an earlier kernel's sticky fault, a bad MDL_CUDA_EMULATOR setting) is check's
+// RuntimeError with CUDA's reason; read as out of memory, it asked for more memory, at
+// 512 bytes.
 void* allocate(std::size_t bytes) {
   if (!bytes) return nullptr;
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+  cudaError_t status = cudaMalloc(&p, bytes);
+  if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     throw OutOfMemory(bytes, "the GPU's memory");
   }
-  if (zero(p, bytes) != cudaSuccess) {
+  check(status, "cudaMalloc");
+  status = zero(p, bytes);
+  if (status != cudaSuccess) {
     cudaGetLastError();
     cudaFree(p);
-    throw OutOfMemory(bytes, "the GPU's memory");
+    check(status, "cudaMemset");
   }
   return p;
 }
