@@ -278,6 +278,24 @@ def test_a_bad_setting_met_by_cudamalloc_is_not_out_of_memory(charlms):
         done.stdout + done.stderr
 
 
+def test_numpy_reads_a_device_array_as_a_copy(charlms):
+    """np.asarray(out) was an array of one object, the DeviceArray itself (no __array__),
+    and np.testing compared that object. It is numpy()'s copy now, on a GPU too."""
+    emulated, _ = charlms
+    m = emulated.CharLM(seed=0)
+    want = m.forward(**charlm_batch(1))["logits"]
+    m.outputs_on_device = True
+    out = m.forward(**charlm_batch(1))["logits"]
+    got = np.asarray(out)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(out, want)
+    assert np.asarray(out, dtype=np.float32).dtype == np.float32
+    with pytest.raises(ValueError, match=r"lies in the device's memory: NumPy can read it "
+                                         r"only as a copy in host memory \(copy=False"):
+        np.asarray(out, copy=False)
+
+
 def test_outputs_left_on_the_device_read_through_dlpack(charlms):
     """The emulator's device memory is the host's (kDLCPU, read by NumPy); a GPU's is
     kDLCUDA, read by PyTorch where it is installed."""

@@ -65,7 +65,8 @@ def keywords(function: ast.FunctionDef) -> list[str]:
 
 def public(cls) -> set[str]:
     """Its own members that users call: no private names, no pybind11 internals."""
-    return {k for k in vars(cls) if not k.startswith("_") or k.startswith("__dlpack")}
+    return {k for k in vars(cls)
+            if not k.startswith("_") or k.startswith("__dlpack") or k == "__array__"}
 
 
 def test_a_model_class_docstring_lists_its_inputs_and_outputs(charlm64):

@@ -315,6 +315,20 @@ void bind_device_array(py::module_& m) {
       })
       .def("__dlpack_device__", plain(&DeviceArray::dlpack_device, signature("__dlpack_device__()")))
       .def("numpy", plain(&DeviceArray::numpy, signature("numpy()")), "numpy() -> numpy.ndarray\n\nA copy in host memory.")
+      // np.asarray(a), np.testing's comparisons: numpy()'s copy (without it, NumPy made an
+      // array of one object). NumPy 2's copy=False asks for no copy, which cannot be had.
+      .def("__array__", [](py::handle self, py::object dtype, py::object copy) -> py::object {
+        const DeviceArray& a = built<DeviceArray>(self);
+        if (!copy.is_none() && !copy.cast<bool>())
+          throw py::value_error("a DeviceArray " + a.repr() + " lies in the device's memory: "
+                                "NumPy can read it only as a copy in host memory (copy=False "
+                                "asked for none)");
+        py::object out = a.numpy();
+        if (!dtype.is_none()) out = out.attr("astype")(dtype, py::arg("copy") = false);
+        return out;
+      }, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+         "__array__(dtype=None, copy=None) -> numpy.ndarray\n\nnumpy()'s copy in host "
+         "memory, as np.asarray makes it.")
       .def_property_readonly("shape", [](py::handle self) {
         return py::tuple(py::cast(built<DeviceArray>(self).shape));
       })
