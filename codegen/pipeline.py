@@ -29,7 +29,7 @@ from .compile.index import lookup, remember
 from .compile.options import BuildOptions, dims_text, module_name_for
 from .ir.diagnostics import Diagnostic, distinct, warn_caller
 from .ir.graph import Graph, clone_graph
-from .targets.registry import target
+from .targets.registry import TARGETS, target
 from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 from .transforms.passes import optimize
 from .transforms.prepare import prepare
@@ -174,6 +174,9 @@ def load(path: str | Path, target: str = "cpu", defines: dict[str, Any] | None =
     backward takes cotangents of the float outputs (what codegen.pytorch needs); `emulate`:
     the cuda target's code built for mdl's emulated device, which runs it on the CPU;
     `profile`: its code times itself (a model's `profile()`, codegen.profile)."""
+    if emulate and target != "cuda" and target in TARGETS:  # registry's words are mdlc's
+        raise UsageError(f"emulate=True is for target='cuda' (here target={target!r}): it "
+                         "runs the cuda target's generated code on the CPU")
     options = BuildOptions(target, dtype, dict(defines) if isinstance(defines, dict) else
                            (defines or {}), model,
                            specialize if isinstance(specialize, (dict, str))

@@ -595,7 +595,9 @@ def define_value(name: str, value: Any) -> bool | int | float:
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    raise UsageError(f"-D {name}={value!r}: a hyper-parameter takes a number, true or false")
+    # only Python gives another kind of value (mdlc's -D reads a number, true or false)
+    raise UsageError(f"defines[{name!r}] = {value!r}: a hyper-parameter takes a number, "
+                     "True or False")
 
 
 def _named(dim: Dim) -> bool:

@@ -501,7 +501,8 @@ def test_bad_names_are_refused_before_building(sources, name):
 
 @pytest.mark.parametrize("arguments, message", [
     (dict(dtype="f16"), "dtype 'f16': expected one of f32, f64"),
-    (dict(defines={"H": "big"}), "-D H='big': a hyper-parameter takes a number, true or false"),
+    (dict(defines={"H": "big"}), "defines['H'] = 'big': a hyper-parameter takes a number, "
+     "True or False"),
     (dict(specialize=[{"T": 0, "B": 2}]), "specialize 'T': 0: a dim is a name and its size "
      "an int from 1 to 2147483647"),
     # once built, though mdlc --specialize refuses it: a dim is an i32 in generated code

@@ -105,6 +105,20 @@ def test_a_wrong_target_is_a_usage_error(name, emulate, message):
         target(name, emulate)
 
 
+def test_load_names_its_own_arguments(tmp_path):
+    """load(emulate=True) with the cpu target said "--emulate is for --target cuda", the
+    CLI's options; a Python caller gave neither."""
+    from codegen.pipeline import load
+    path = tmp_path / "m.mdl"
+    path.write_text("model M(N = 2) {\n  input x : f32[B]\n  output y = x * N\n}\n")
+    with pytest.raises(UsageError, match=r"^emulate=True is for target='cuda' \(here "
+                                         r"target='cpu'\): it runs the cuda target's"):
+        load(path, emulate=True)
+    with pytest.raises(UsageError, match=r"^defines\['N'\] = None: a hyper-parameter takes "
+                                         r"a number, True or False"):
+        load(path, defines={"N": None})
+
+
 def test_emulated_builds_compile_the_cuda_targets_sources_byte_for_byte(tmp_path):
     """`mdlc emit` in a process of its own for each (value names count up in a process)."""
     for out, emulate in (("cuda", []), ("emulated", ["--emulate"])):
