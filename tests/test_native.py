@@ -167,10 +167,14 @@ def test_set_params_writes_checked_weights(towers):
     with pytest.raises(ValueError, match=r"'fc0/two_level_fc/level0/W' is f32\[20, 20\], got"):
         towers.set_params({name: old[:, :3]})
     # no real numbers: None became a scalar, complex values lost their imaginary part
-    for bad, kind in [(object(), "object"), (None, "object"), (old + 1j, "complex64"),
+    for bad, kind in [(object(), "object"), (old + 1j, "complex64"),
                       (np.full(old.shape, "a"), "<U1")]:
         with pytest.raises(TypeError, match=f"'{name}' holds {kind} values, got "):
             towers.set_params({name: bad})
+    # once "holds object values, got NoneType"
+    with pytest.raises(TypeError, match=f"'{name}' is None; a parameter takes an array of "
+                       "real numbers of its shape"):
+        towers.set_params({name: None})
     # a list NumPy reads as objects: "holds object values" of numbers
     with pytest.raises(TypeError, match=f"'{name}' is no array of numbers NumPy holds in "
                        "one dtype, got list read as objects"):

@@ -115,6 +115,9 @@ class Parameters {
         throw py::type_error("set_params: '" + name + "' is no array of numbers NumPy holds "
                              "in one dtype, got " + type_name(item.second) + " read as "
                              "objects (an int past 64 bits, or values of mixed kinds)");
+      if (item.second.is_none())  // said "'lstm/W' holds object values, got NoneType"
+        throw py::type_error("set_params: '" + name + "' is None; a parameter takes an array "
+                             "of real numbers of its shape");
       if (kind != 'f' && kind != 'i' && kind != 'u')
         throw py::type_error("set_params: '" + name + "' holds " +
                              std::string(py::str(raw.dtype())) + " values, got " +
