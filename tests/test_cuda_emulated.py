@@ -230,6 +230,18 @@ def test_a_call_too_big_for_the_device_s_memory_raises_memory_error(charlms, mon
     assert m.forward(**small)["loss"] == before  # the device goes on working
 
 
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
+def test_a_model_the_device_has_no_room_for_raises_memory_error(charlms, monkeypatch):
+    """The model's first cudaMalloc (its fault record, 72 bytes) on a full device raised
+    MemoryError("std::bad_alloc"); it names the call and CUDA's reason."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "memory=8")
+    with pytest.raises(MemoryError, match=r"^cudaMalloc: the GPU's memory is used up \(.*"
+                                          r"72 bytes asked for, the device has 8"):
+        charlms[0].CharLM(seed=0)
+    monkeypatch.delenv("MDL_CUDA_EMULATOR")
+    charlms[0].CharLM(seed=0)  # the device goes on working
+
+
 @pytest.mark.skipif(ON_GPU, reason="the emulated device's memory is the host's: views of it")
 def test_views_of_the_emulated_device_s_memory_are_read_in_place(charlms):
     """np.from_dlpack (or torch's) of a DeviceArray, kDLCPU here, as an input or to

@@ -36,6 +36,12 @@ class OutOfMemory : public std::bad_alloc {
                   "machine would give: give smaller inputs",
                   double(bytes) / 1e9, memory, bytes);
   }
+  // Where the size is not known (a CUDA call that answered out of memory): `text` whole.
+  static OutOfMemory saying(const std::string& text) {
+    OutOfMemory e(0);
+    std::snprintf(e.text_, sizeof e.text_, "%s", text.c_str());
+    return e;
+  }
   const char* what() const noexcept override { return text_; }
 
  private:

@@ -18,7 +18,9 @@ inline void check(cudaError_t status, const char* what) {
   // the error is also CUDA's last one: left there, the next call's first check took it for
   // its own ("gemm: ... cudaMemcpy ..." after a refused copy); a sticky one stays anyway
   cudaGetLastError();
-  if (status == cudaErrorMemoryAllocation) throw std::bad_alloc();
+  if (status == cudaErrorMemoryAllocation)  // once MemoryError("std::bad_alloc")
+    throw OutOfMemory::saying(std::string(what) + ": the GPU's memory is used up (" +
+                              cudaGetErrorString(status) + ")");
   throw Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
