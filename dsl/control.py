@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
 from codegen.ir.graph import Block, Op, Value, outer_reads, use_counts
-from codegen.ir.shapes import Dim, TensorType
+from codegen.ir.shapes import MAX_RANK, Dim, TensorType
 
 from . import nodes as n
 from .env import Cascade, Const, Poisoned, Unavailable
@@ -233,6 +233,11 @@ class ControlFlow:
         body.results = new_state + yields
         self._note_initial_uses(state, [body], body.args[len(seqs):])  # seqs: the hidden too
         stacked = [Value(TensorType(y.type.dtype, (steps,) + y.type.shape)) for y in yields]
+        for y, t in zip(yields, stacked):
+            if t.type.too_many_dims() is not None:
+                raise MdlTypeError(f"this loop stacks its yield of {y.type} over its steps, "
+                                   f"into {t.type.rank} dims; a value has at most "
+                                   f"{MAX_RANK}", s.loc)
         outputs = [Value(v.type, k) for k, v in state.items()] + stacked
         attrs = {"n_seq": len(seqs), "n_state": len(state),
                  "reversed": s.bindings[0].reversed, "has_lengths": lengths is not None,

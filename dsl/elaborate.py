@@ -90,7 +90,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
     def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,
              hint: str = "") -> list[Value]:
         try:
-            return Builder(self.block, loc).typed(prim, inputs, attrs, hint)
+            return Builder(self.block, loc).typed(prim, inputs, attrs, hint, source=True)
         except ShapeError as exc:
             raise MdlTypeError(str(exc), loc) from None
 

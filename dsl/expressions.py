@@ -400,7 +400,7 @@ class Expressions:
                 shape.append(self.eval_dim(d))
             positive(shape[-1], d.loc)
         declared = TensorType(dtype, tuple(shape))
-        if (why := declared.too_large()) is not None:
+        if (why := declared.too_many_dims() or declared.too_large()) is not None:
             raise MdlTypeError(why, t.loc)
         return declared
 

@@ -259,6 +259,15 @@ BAD_PROGRAMS = [
     ('model M(N = 2000000000) { input x : f32[B, N * N] }',
      'f32[B, 4000000000000000000] would take more than 2**60 bytes (1.6e+19 with B = 1)',
      "1:37"),
+    # more dims than the kernels index: accepted, then a segfault or wrong sums
+    ('model M() { input x : f32[2, 3, 2, 3, 2, 3, 2, 3, 2]; output y = sum(x, axis = 1) }',
+     'f32[2, 3, 2, 3, 2, 3, 2, 3, 2] has 9 dims; a value has at most 8', "1:23"),
+    ('model M() { input x : f32[B, 16]; output y = sum(reshape(x, [B, 1, 1, 1, 1, 1, 1, 1, 16])) }',
+     'f32[B, 1, 1, 1, 1, 1, 1, 1, 16] has 9 dims; a value has at most 8', "1:50"),
+    ('model M() { input xs : f32[T, 1, 1, 1, 1, 1, 1, 2]; h = zeros[1, 1, 1, 1, 1, 1, 1, 2]\n'
+     'hs = for x in xs { h = h + x; yield h }; output y = sum(hs) }',
+     'this loop stacks its yield of f32[1, 1, 1, 1, 1, 1, 1, 2] over its steps, into 9 dims; '
+     'a value has at most 8', "2:6"),
     ('model M() { input x : f32[B]; output y = x + }',
      'expected an expression, found `}`', "1:46"),
     ('import "abc',

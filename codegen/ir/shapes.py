@@ -281,6 +281,12 @@ def contiguous_strides(shape: Iterable[Dim]) -> tuple[Dim, ...]:
 # generated code's memory check, mdl/arena.h).
 MAX_BYTES = 1 << 60
 
+# The most dims a value of the program may have: the kernels' index arrays hold that many
+# (kMaxRank, mdl/kernels.h), and a reduction or a broadcast's gradient of rank 9 wrote past
+# them (a segfault, or wrong sums). Inputs, parameters and every value the source makes,
+# a `for`'s stacked yields too, are refused above it (TensorType.too_many_dims).
+MAX_RANK = 8
+
 
 @dataclass(frozen=True)
 class TensorType:
@@ -321,6 +327,13 @@ class TensorType:
         names = " = ".join(sorted(str(x) for x in size.symbols))
         at_one = f" ({ones:.3g} with {names} = 1)" if ones > MAX_BYTES else ""
         return f"{self} would take more than 2**60 bytes{at_one}: no machine has that memory"
+
+    def too_many_dims(self) -> str | None:
+        """Why a program may not make a value of this type (more dims than MAX_RANK), or
+        None."""
+        if self.rank <= MAX_RANK:
+            return None
+        return f"{self} has {self.rank} dims; a value has at most {MAX_RANK}"
 
     def __str__(self) -> str:
         if not self.shape:

@@ -55,12 +55,14 @@ class Builder:
             args = ", ".join(repr(v) for v in inputs)
             raise IRError(f"ill-typed {prim}({args}) {attrs}: {exc}") from None
 
-    def typed(self, prim: str, inputs: list[Value], attrs: dict, hint: str = "") -> list[Value]:
+    def typed(self, prim: str, inputs: list[Value], attrs: dict, hint: str = "",
+              source: bool = False) -> list[Value]:
         """Append one primitive op with the types its rule gives (ShapeError if none, or
-        if one is too large for any machine: TensorType.too_large)."""
+        if one is too large for any machine: TensorType.too_large; with `source`, the
+        front end's op, also if one has more dims than a program's value may)."""
         types = TABLE[prim].infer([v.type for v in inputs], attrs)
         for t in types:
-            if (why := t.too_large()) is not None:
+            if (why := t.too_large() or (t.too_many_dims() if source else None)) is not None:
                 raise ShapeError(why)
         outputs = [Value(t, hint) for t in types]
         self.block.ops.append(Op(prim, list(inputs), outputs, attrs, [], self.loc))

@@ -18,6 +18,8 @@
 
 namespace mdl {
 
+// The most dims of a value the kernels index; the checker refuses a program's value of more
+// (MAX_RANK, codegen/ir/shapes.py).
 constexpr int kMaxRank = 8;
 
 inline int64_t numel(const int64_t* shape, int rank) {
