@@ -382,6 +382,8 @@ class _MergedDims(argparse.Action):
 def cmd_check(args) -> int:
     """Checks `--model`, else every model of the file (`--json` describes one model)."""
     from dsl import SourceFile, UsageError, params_table, summary, to_json
+
+    from .pipeline import weights_in
     source = SourceFile(args.file)
     names = [args.model] if args.model else source.model_names()
     if args.json and len(names) > 1:
@@ -391,6 +393,7 @@ def cmd_check(args) -> int:
     said: set[str] = set()  # a function's warning, found in each model calling it
     for i, name in enumerate(names):
         cm = source.check(name, defines[name], args.dtype)
+        weights_in(cm.graph, args.dtype)  # what a build of this --dtype refuses
         for w in cm.warnings:
             if w.render() not in said:
                 said.add(w.render())

@@ -122,16 +122,17 @@ def sources(path: str | Path, module_name: str, options: BuildOptions,
     chosen = target(options.target, options.emulate, options.sanitize, options.profile)
     models = check(path, options, warn)
     for graph in models:
-        _weights_in(graph, options.dtype)
+        weights_in(graph, options.dtype)
     built = [(for_backends(g), differentiate(g, options.vjp) if trains(g, options) else None,
               specializations_of(g, options)) for g in models]
     return models, generate(built, module_name, options.dtype, chosen, options.vjp, models)
 
 
-def _weights_in(graph: Graph, dtype: str) -> None:
+def weights_in(graph: Graph, dtype: str) -> None:
     """A module stores every weight in its build's float type: a parameter declared of the
     other one (`param w : f64[3]` in an f32 build) is refused where it is declared (its
-    build once broke: a float* read as double*). The reference and ONNX take it."""
+    build once broke: a float* read as double*), by a build and by `mdlc check` of the
+    same --dtype. The reference and ONNX take it."""
     from .ir.diagnostics import MdlTypeError
     for p in graph.params.values():
         if p.value.type.dtype != dtype:

@@ -87,6 +87,18 @@ def test_check_without_model_checks_every_model_of_the_file(tmp_path):
     assert r.returncode == 2 and "--json describes one: choose it with --model NAME" in r.stderr
 
 
+def test_check_refuses_what_a_build_of_its_dtype_refuses(tmp_path):
+    """An f64 parameter: `mdlc check` (f32 by default, as a build) said ok, and the
+    build of the same options refused it."""
+    path = tmp_path / "p.mdl"
+    path.write_text("model P() {\n  input x : f64[B, 4]\n  param w : f64[4] = ones\n"
+                    "  output s = sum(x * w)\n}\n")
+    r = mdlc("check", str(path))
+    assert r.returncode == 1 and "p.mdl:3:9: error: parameter `w` is f64, and a module " \
+        "holds its weights in its build's float type, f32" in r.stderr, r.stderr
+    assert mdlc("check", str(path), "--dtype", "f64").returncode == 0
+
+
 def test_check_json_matches_the_interface(good):
     r = mdlc("check", str(good), "--json")
     assert r.returncode == 0
