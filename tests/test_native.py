@@ -490,6 +490,33 @@ def test_after_a_failed_training_forward_backward_is_a_runtime_error():
     assert m.rng_calls == calls
 
 
+@pytest.mark.parametrize("refused", [
+    dict(tokens=np.zeros((2, 1), np.float32)),  # a wrong dtype
+    dict(tokens=np.zeros((3, 1), np.int32)),  # T of another input
+    dict(extra=np.zeros(1)),  # no such input
+])
+def test_after_a_training_forward_refused_for_its_arguments_backward_is_a_runtime_error(
+        refused):
+    """Its arguments refused, such a forward left the one before it in place, and
+    backward() gave that one's gradients: a training loop skipping a bad batch went on
+    with the gradients of the batch before it. An inference forward's refusal leaves the
+    last training forward's backward alone."""
+    m = native("charlm.mdl", "f32").CharLM()
+    small = np.zeros((2, 1), np.int32)
+    batch = dict(tokens=small, targets=small, lengths=np.full(1, 2, np.int32))
+    m.forward(**batch, training=True)
+    with pytest.raises((ValueError, TypeError)):
+        m.forward(**{**batch, **refused})
+    m.backward()
+    with pytest.raises((ValueError, TypeError)):
+        m.forward(**{**batch, **refused}, training=True)
+    with pytest.raises(RuntimeError, match=r"backward\(\) needs a forward\(\.\.\., "
+                                           r"training=True\) first"):
+        m.backward()
+    m.forward(**batch, training=True)
+    m.backward()
+
+
 def test_bad_indices_are_an_index_error_naming_their_input():
     m = native("charlm.mdl", "f32").CharLM()
     good = np.zeros((2, 2), np.int32)

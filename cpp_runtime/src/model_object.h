@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -241,7 +242,14 @@ class Model {
   py::dict forward(py::kwargs kwargs) {
     PyObject* flag = lookup(kwargs, training_py_);
     bool training = flag && bool_argument(flag, "forward(): training");
-    Inputs in = inputs(kwargs, true);
+    std::optional<Inputs> checked;
+    try {
+      checked.emplace(inputs(kwargs, true));
+    } catch (...) {
+      if (training) no_backward_after_refused_forward();
+      throw;
+    }
+    Inputs& in = *checked;
     in.call.fresh = true;  // its results go to Python
     const Variant<T>& v = choose(in.call.dims);
     // The lock is taken without the GIL and kept until the results are copied out of the
@@ -681,6 +689,24 @@ class Model {
     opt_.step(*spec_, state_.device, state_.param.data(), grads);
     spec_->device->finish(state_.device);
     parameters_changed();
+  }
+
+  // A training forward whose arguments were refused leaves no backward, as one whose run
+  // failed leaves none (docs/native.md): backward() gave the gradients of the forward
+  // before it, whose inputs a training loop skipping bad batches had moved past. Where the
+  // lock cannot be had (a call on this thread that a signal handler interrupted), the
+  // refusal is raised alone.
+  void no_backward_after_refused_forward() {
+    try {
+      Holding guard(sharing_->lock);
+      {
+        ReleasedGil release;
+        guard.lock("forward()", spec_->name, Use::CALL);
+      }
+      trained_ = nullptr;
+      stale_forward_ = false;
+    } catch (...) {
+    }
   }
 
   // Under the lock, after the parameters changed (an update, set_params, a checkpoint):
