@@ -16,6 +16,7 @@ from codegen.ir.diagnostics import Loc, MdlSyntaxError, Source
 from codegen.ir.dtypes import I32_MAX, decimal_int
 
 from . import nodes as n
+from .printer import expr_text
 
 GRAMMAR = FsPath(__file__).with_name("grammar.lark")
 OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -65,6 +66,21 @@ def parse(text: str, path: str = "<string>") -> n.Module:
 
 def _tok_loc(source: Source, tok: Token) -> Loc:
     return Loc(source, tok.line, tok.column, max(1, len(tok)))
+
+
+def _call_hint(binding: n.Binding, arguments: list | None = None, options: str = "") -> str:
+    """What to write where a loop's sequence reads as a call (`for x in f(xs)`), its
+    `arguments` (where they are known) taken for options: "" where the sequence is no
+    name."""
+    if not isinstance(binding.seq, n.Name):
+        return ""
+    if arguments:
+        call = f"{binding.seq.id}({', '.join(expr_text(a) for a in arguments)})"
+        what, bound = f"`{call}`", call
+    else:
+        what, bound = "a call's result", f"{binding.seq.id}(...)"
+    return (f"; to loop over {what}, bind it to a name first: `ys = {bound}`, then "
+            f"`for {binding.var.name} in ys{options}`")
 
 
 @v_args(inline=True)
@@ -202,8 +218,9 @@ class AstBuilder(Transformer_NonRecursive):
                 raise MdlSyntaxError("loop options go after the last sequence: "
                                      "`for x in xs, y in ys (...)`", groups[0][0].loc)
         binding, groups = parts[-1]
-        if len(groups) > 1:
-            raise MdlSyntaxError("a loop takes one list of options", groups[1][0].loc)
+        if len(groups) > 1:  # `for x in f(xs) (lengths = L)`: f's arguments, then options
+            raise MdlSyntaxError("a loop takes one list of options"
+                                 + _call_hint(binding, groups[0], " (...)"), groups[1][0].loc)
         options = [self._loop_option(a, binding) for a in groups[0]] if groups else []
         return self._node(n.For, self._loc(kw), [p for p, _ in parts], options, body)
 
@@ -239,12 +256,9 @@ class AstBuilder(Transformer_NonRecursive):
             return self._node(n.LoopOption, arg.loc, arg.name, arg.value)
         if isinstance(arg, n.Name):
             return n.LoopOption(arg.loc, arg.id, None)
-        hint = ""
-        if isinstance(binding.seq, n.Name):
-            hint = (f"; to loop over a call's result, bind it to a name first: `ys = "
-                    f"{binding.seq.id}(...)`, then `for {binding.var.name} in ys`")
         raise MdlSyntaxError("a loop option is a name or `name = value` (options are "
-                             f"lengths = L, recompute, checkpoint = k){hint}", arg.loc)
+                             f"lengths = L, recompute, checkpoint = k){_call_hint(binding)}",
+                             arg.loc)
 
     # ---- expressions ----
     def binary(self, left, op, right):

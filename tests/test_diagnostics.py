@@ -268,6 +268,16 @@ BAD_PROGRAMS = [
      'hs = for x in xs { h = h + x; yield h }; output y = sum(hs) }',
      'this loop stacks its yield of f32[1, 1, 1, 1, 1, 1, 1, 2] over its steps, into 9 dims; '
      'a value has at most 8', "2:6"),
+    # a call's arguments then options: it said "a loop takes one list of options" alone
+    ('model M() { input xs : f32[T, B]; input n : i32[B]; h = zeros[B]\n'
+     'for x in tanh(xs) (lengths = n) { h = h + x }; output y = sum(h) }',
+     'a loop takes one list of options; to loop over `tanh(xs)`, bind it to a name first: '
+     '`ys = tanh(xs)`, then `for x in ys (...)`', "2:20"),
+    ('model M() { input xs : f32[T, B]; h = zeros[B]\n'
+     'for x in tanh(xs + 1.0) { h = h + x }; output y = sum(h) }',
+     "a loop option is a name or `name = value` (options are lengths = L, recompute, "
+     "checkpoint = k); to loop over a call's result, bind it to a name first: "
+     "`ys = tanh(...)`, then `for x in ys`", "2:18"),
     ('model M() { input x : f32[B]; output y = x + }',
      'expected an expression, found `}`', "1:46"),
     ('import "abc',
