@@ -242,9 +242,6 @@ class Expressions:
             i = self.eval_single(subs[0])
             if isinstance(i, Value) and i.type.rank > 0:
                 return self.emit("gather", [x, i], {}, e.loc)[0]
-            if (isinstance(i, Const) and i.kind == "int" and i.value < 0 and x.type.rank
-                    and not x.type.shape[0].is_const):  # `xs[-1]`: xs[T - 1]
-                return self._slices(x, subs, e.loc)
             return self.emit("index", [x, self._index_value(i, x, subs[0].loc)], {}, e.loc)[0]
         if not isinstance(subs[0], n.Slice):
             first = self.eval_single(subs[0])
@@ -290,9 +287,8 @@ class Expressions:
                 if not -size <= value < size:
                     raise MdlTypeError(f"index {value} is out of range for {x.type}", loc)
                 value %= size
-            elif value < 0:
-                raise MdlTypeError(f"a negative index needs a known length; {x.type} has "
-                                   f"length {x.type.shape[0]}", loc)
+            elif value < 0:  # `xs[-1]` is xs[T - 1]: at T = 0 an IndexError, as that one's
+                value = x.type.shape[0] + value
             return self.emit("full", [], {"shape": (), "value": value, "dtype": "i32"}, loc)[0]
         return i
 

@@ -202,3 +202,29 @@ def test_indices_of_dims_that_may_be_in_range_are_checked_at_the_call(tmp_path):
     np.testing.assert_array_equal(out["b"], x[1])
     with pytest.raises(IndexError, match=re.escape("an index is -2, outside [0, 5)")):
         reference.run(graph, {"x": x}, {})
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu", "emulated"])
+def test_a_negative_index_of_an_empty_symbolic_axis_is_an_index_error(tmp_path, target):
+    """`xs[-1]` is xs[T - 1], and at T = 0 raises what that raises: it was a slice
+    T - 1:T, and said "the start T - 1 of the slice T - 1:T ... -1: a slice starts at 0
+    or after" (a ValueError, of a slice the source has not)."""
+    path = tmp_path / "last.mdl"
+    path.write_text("model Last() {\n  input xs : f32[T, 3]\n  output y = xs[-1]\n"
+                    "  output z = sum(xs[-2] * xs[-1])\n}\n")
+    xs = np.arange(12, dtype=np.float32).reshape(4, 3)
+    if target == "reference":
+        graph = check_file(str(path)).graph
+        def run(x):
+            return reference.run(graph, {"xs": x}, {})
+    else:
+        model = built_for(path, target, name=f"last_{target}").Last()
+        def run(x):
+            return model.forward(xs=x)
+    out = run(xs)
+    np.testing.assert_array_equal(out["y"], xs[-1])
+    assert out["z"] == np.sum(xs[-2] * xs[-1])
+    with pytest.raises(IndexError, match=re.escape("an index is -1, outside [0, 1)")):
+        run(xs[:1])  # xs[-2], xs[T - 2], at T = 1
+    with pytest.raises(IndexError, match=re.escape("an index is -1, outside [0, 0)")):
+        run(xs[:0])

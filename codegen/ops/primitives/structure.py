@@ -214,7 +214,7 @@ def inside(x, starts, stops) -> list[tuple[str, Dim]]:
     out = []
     for axis, (start, stop) in enumerate(zip(starts, stops)):
         size = x.shape[axis]
-        out.append((f"the start {start} of the slice {start}:{stop} of axis {axis} of {x} "
+        out.append((f"the start {start} of the slice {start}:{stop} of axis {axis} of {x}, "
                     "{}: a slice starts at 0 or after", start))
         out.append((f"{size - stop}, what the slice {start}:{stop} leaves of axis {axis} of "
                     f"{x} after its end, {{}}: a slice ends inside its axis", size - stop))
