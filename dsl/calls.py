@@ -69,6 +69,7 @@ class Calls:
         bound = sig.bind(f"`{name}`", call, self.eval)
         scope_name = self.scopes.call_scope_name(name, call.as_name.name if call.as_name else None)
         outer_ctx, outer_top = self.ctx, self.top_level
+        outer_deciding = self.deciding
         inner = Ctx("function", {}, {}, name)
         self.call_stack.append((fn, call.loc))
         try:
@@ -81,6 +82,7 @@ class Calls:
                 inner.env[arg.name.name] = self._bind_arg(fn, arg, value, loc)
                 # after its type, which may bind a dim of its name (`a : f32[a]`)
                 self.check_bindable(arg.name.name, arg.name.loc, "name an argument")
+            self.deciding = False  # its own statements: `c or true` not folded
             with self.scopes.enter(scope_name):
                 self.run_block(fn.body.stmts[:-1])
                 return self._returned(fn, fn.body.stmts[-1])
@@ -90,6 +92,7 @@ class Calls:
         finally:
             self.call_stack.pop()
             self.ctx, self.top_level = outer_ctx, outer_top
+            self.deciding = outer_deciding
 
     def _count_inlined(self, name: str, loc: Loc) -> None:
         """Count one more inlined call; the call that crosses the limit is the error, and

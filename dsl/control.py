@@ -391,7 +391,11 @@ class ControlFlow:
         env = dict(self.ctx.env)
         env.update(zip(state, cond_block.args))
         with self._in_block(cond_block, env), self._assigning(names, "while", s.loc):
-            cond = self.eval_single(s.cond)
+            self.deciding = True  # `c or true` folds to true: refused below, as never ending
+            try:
+                cond = self.eval_single(s.cond)
+            finally:
+                self.deciding = False
             if isinstance(cond, Const) and cond.kind == "bool":
                 raise MdlTypeError(f"this `while` condition is always {cond}: " + (
                     "the loop would never end" if cond.value else "its body would never run"),

@@ -85,6 +85,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # name read before the loop gives it a value: the error says it is the loop's state)
         self.loop_names: list[tuple[set[str], str, Loc, Ctx]] = []
         self.hparams: set[str] = set()
+        self.deciding = False  # in a `while` condition: `c or true` folds (expressions.py)
 
     # ---- emission ----
     def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,

@@ -179,8 +179,11 @@ class Expressions:
         b = self.eval_single(e.right)
         if isinstance(a, Const) and isinstance(b, Const):
             return self.fold(e.op, a, b, e.loc)
-        decided = _decided(e.op, a, b)
-        if decided is not None:  # `c or true`: a `while` on it is refused as never ending
+        # `c or true` in a `while` condition: refused as never ending. Elsewhere it stays a
+        # tensor's `or`: folded, an `if` on it was decided when compiling, its other branch
+        # never checked and a name one branch assigns readable after it
+        decided = _decided(e.op, a, b) if self.deciding else None
+        if decided is not None:
             return decided
         like = a.type if isinstance(a, Value) else b.type
         prim = BINARY_PRIMS[e.op]

@@ -592,6 +592,21 @@ def test_and_or_of_a_bool_scalar_with_a_constant():
     assert types == {"a": "bool", "b": "bool", "t": "bool[B]"}
 
 
+@pytest.mark.parametrize("branches, message", [
+    ("{ h = 2.0 * x } else { h = nosuch * x }", "unknown name `nosuch`"),
+    ("{ k = 2.0 * x }\n  output y = k", "`k` is assigned only in the then branch of the `if` "
+     "at m.mdl:2:3; assign it in both branches to use it after")])
+def test_an_if_on_c_or_true_is_a_runtime_if(branches, message):
+    """`c or true` folded everywhere (for the `while` rule above) made such an `if` one
+    decided when compiling: its else branch went unchecked, and a name its then branch
+    assigns was readable after it. Outside a `while` condition it is a bool tensor's
+    `or`, and the `if` a runtime one (a QA pass)."""
+    with pytest.raises(MdlError) as info:
+        check_source("model M() { input x : f32[B]; h = x\n"
+                     f"  if sum(x) > 0.0 or true {branches}\n}}", "m.mdl")
+    assert info.value.message == message
+
+
 @pytest.mark.parametrize("body, message", [
     ("param t : f32[V, 4] = zeros; return a + sum(t)", "not the model's hyper-parameter `V`; "
      "pass it as an argument (`V : int`)"),
