@@ -381,7 +381,7 @@ class _MergedDims(argparse.Action):
 
 def cmd_check(args) -> int:
     """Checks `--model`, else every model of the file (`--json` describes one model)."""
-    from dsl import SourceFile, UsageError, params_table, summary, to_json
+    from dsl import SourceFile, UsageError, file_warnings, params_table, summary, to_json
 
     from .pipeline import weights_in
     source = SourceFile(args.file)
@@ -390,14 +390,12 @@ def cmd_check(args) -> int:
         raise UsageError(f"{args.file} defines several models ({', '.join(names)}); --json "
                          "describes one: choose it with --model NAME")
     defines = source.defines_by_model(names, dict(args.defines))
-    said: set[str] = set()  # a function's warning, found in each model calling it
-    for i, name in enumerate(names):
-        cm = source.check(name, defines[name], args.dtype)
+    checked = [source.check(name, defines[name], args.dtype) for name in names]
+    for cm in checked:
         weights_in(cm.graph, args.dtype)  # what a build of this --dtype refuses
-        for w in cm.warnings:
-            if w.render() not in said:
-                said.add(w.render())
-                _report(w)
+    for w in file_warnings(checked):  # a function's, once
+        _report(w)
+    for i, cm in enumerate(checked):
         if args.json:
             print(json.dumps(to_json(cm), indent=2))
             continue

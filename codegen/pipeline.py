@@ -21,13 +21,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dsl import SourceFile, UsageError
+from dsl import SourceFile, UsageError, file_warnings
 
 from .backend.module import generate
 from .compile.extension import build_extension
 from .compile.index import lookup, remember
 from .compile.options import BuildOptions, dims_text, module_name_for
-from .ir.diagnostics import Diagnostic, distinct, warn_caller
+from .ir.diagnostics import Diagnostic, warn_caller
 from .ir.graph import Graph, clone_graph
 from .targets.registry import TARGETS, target
 from .transforms.autodiff import cotangent_names, grad_graph, vjp_graph
@@ -45,7 +45,7 @@ def check(path: str | Path, options: BuildOptions, warn: Warn | None = None) -> 
     names = [options.model] if options.model else source.model_names()
     defines = source.defines_by_model(names, options.defines)
     checked = [source.check(name, defines[name], options.dtype) for name in names]
-    for w in distinct(w for cm in checked for w in cm.warnings) if warn else ():
+    for w in file_warnings(checked) if warn else ():
         warn(w)
     out = [cm.graph for cm in checked]
     for spec in options.specialize:

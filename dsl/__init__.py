@@ -6,7 +6,7 @@ table and NumPy, which `mdlc build` of a module the cache already holds does wit
 from codegen.ir.diagnostics import MdlError, UsageError
 
 _CHECKER = ("CheckedModel", "SourceFile", "check_file", "check_source", "defines_by_model",
-            "model_names", "params_table", "summary", "to_json")
+            "file_warnings", "model_names", "params_table", "summary", "to_json")
 
 __all__ = ["MdlError", "UsageError", *_CHECKER]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, Source,
-                                     UsageError, printable)
+                                     UsageError, distinct, printable)
 from codegen.ir.dtypes import literal
 from codegen.ir.graph import Graph
 from codegen.ir.requests import check_request
@@ -23,6 +23,19 @@ class CheckedModel:
     path: str
     graph: Graph
     warnings: list[Diagnostic]
+    # the assignments some read reaches, and which of `warnings` say a name is never read
+    read_at: frozenset = frozenset()
+    unused: tuple = ()
+
+
+def file_warnings(checked: list[CheckedModel]) -> list[Diagnostic]:
+    """The warnings of a file's models, each once (a function's, found in each model that
+    calls it), but for a function's local that one model leaves unread and another reads:
+    `mdlc check` of the whole file warned of it (a QA pass)."""
+    read = frozenset().union(*(cm.read_at for cm in checked))
+    unused = {id(w) for cm in checked for w in cm.unused}
+    return distinct(w for cm in checked for w in cm.warnings
+                    if id(w) not in unused or w.loc not in read)
 
 
 def check_source(text: str, path: str = "<string>", defines: dict[str, Any] | None = None,
@@ -103,8 +116,9 @@ class SourceFile:
         if model not in models:
             raise UsageError(f"{self.path} has no model `{printable(model)}` (it has "
                              f"{', '.join(models)})")
-        graph, warnings = elaborate(self.program, models[model], defines or {}, dtype)
-        return CheckedModel(self.path, graph, warnings)
+        graph, warnings, found = elaborate(self.program, models[model], defines or {}, dtype)
+        return CheckedModel(self.path, graph, warnings, frozenset(found.read_at),
+                            tuple(found.unused))
 
     def _no_model(self) -> MdlError:
         return MdlNameError("this file defines no model (write `model Name() { ... }`)",

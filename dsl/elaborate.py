@@ -86,6 +86,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
         self.loop_names: list[tuple[set[str], str, Loc, Ctx]] = []
         self.hparams: set[str] = set()
         self.deciding = False  # in a `while` condition: `c or true` folds (expressions.py)
+        # the assignments some read reaches, and the warnings of those none does: another
+        # model calling the same function may read what this one leaves (check.file_warnings)
+        self.read_at: set[Loc] = set()
+        self.unused: list[Diagnostic] = []
 
     # ---- emission ----
     def emit(self, prim: str, inputs: list[Value], attrs: dict, loc: Loc | None,
@@ -240,8 +244,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
                     unused.setdefault(loc, name)
         for loc, name in unused.items():
             if loc not in read_at:
-                self.warnings.append(Diagnostic(f"`{name}` is assigned but never used", loc,
-                                                "warning"))
+                self.unused.append(Diagnostic(f"`{name}` is assigned but never used", loc,
+                                              "warning"))
+                self.warnings.append(self.unused[-1])
+        self.read_at = read_at
 
     # ---- statements ----
     def run_block(self, stmts: list[n.Stmt]) -> None:
@@ -578,14 +584,15 @@ def _unique(errors: list[MdlError]) -> list[MdlError]:
 
 
 def elaborate(program: Program, model: n.ModelDef, defines: dict[str, Any],
-              float_dtype: str = "f32") -> tuple[Graph, list[Diagnostic]]:
-    """The model's IR graph and the warnings found, or raise MdlError."""
+              float_dtype: str = "f32") -> tuple[Graph, list[Diagnostic], Elaborator]:
+    """The model's IR graph, the warnings found and the elaborator that found them (its
+    `read_at` and `unused`), or raise MdlError."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20000))
     try:
         el = Elaborator(program, float_dtype)
         graph = el.model(model, defines)
-        return graph, el.warnings
+        return graph, el.warnings, el
     finally:
         sys.setrecursionlimit(limit)
 

@@ -747,3 +747,20 @@ def test_the_checkers_python_arguments_of_the_wrong_kind_are_refused(tmp_path):
         with pytest.raises(UsageError) as info:
             check_file(str(path), **options)
         assert message in str(info.value)
+
+
+def test_a_function_local_one_model_reads_is_not_warned_for_the_file():
+    """A function's local that M2's call leaves unread and M1's reads: checking the whole
+    file (mdlc check, a build of every model) warned of it; each model alone is right."""
+    from dsl import SourceFile, file_warnings
+    text = ("def f(x : f32[N], k : int) -> f32[N] {\n  a = 2.0 * x\n"
+            "  if k > 0 { y = a } else { y = x }\n  return y\n}\n"
+            "model M1() { input x : f32[3]; output y = f(x, 1) }\n"
+            "model M2() { input x : f32[3]; output y = f(x, 0) }\n"
+            "model M3() { input x : f32[3]; output y = f(x, 0) }\n")
+    source = SourceFile("m.mdl", text)
+    m1, m2, m3 = (source.check(name) for name in ("M1", "M2", "M3"))
+    unused = "m.mdl:2:3: warning: `a` is assigned but never used"
+    assert [w.render().splitlines()[0] for w in m2.warnings] == [unused]
+    assert file_warnings([m1, m2, m3]) == []
+    assert [w.render().splitlines()[0] for w in file_warnings([m2, m3])] == [unused]
