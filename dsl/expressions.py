@@ -301,11 +301,12 @@ class Expressions:
         starts, stops, drop = [], [], []
         for axis, s in enumerate(subs):
             size = x.type.shape[axis]
+            where = f"axis {axis} of {x.type}, of length {size}"
             if isinstance(s, n.Slice):
-                start = self._bound(s.start, size, Dim.of(0))
-                stop = self._bound(s.stop, size, size)
+                start = self._bound(s.start, size, Dim.of(0), where)
+                stop = self._bound(s.stop, size, size, where)
             else:
-                start = self._bound(s, size, None)
+                start = self._bound(s, size, None, where)
                 stop = start + 1
                 drop.append(axis)
             # out of range whatever the dims (1:B+1, B:2*B of an axis of length B, inside it
@@ -331,10 +332,15 @@ class Expressions:
             out = self.emit("reshape", [out], {"shape": shape}, loc)[0]
         return out
 
-    def _bound(self, e: n.Expr | None, size: Dim, default: Dim | None) -> Dim:
+    def _bound(self, e: n.Expr | None, size: Dim, default: Dim | None, where: str) -> Dim:
+        """A slice's bound (or an index, `default` None) as written at `e`, counted from
+        the start of the axis `where` names, of length `size`."""
         if e is None:
             return default
         d = self.eval_dim(e)
+        if d.is_const and size.is_const and d.value < -size.value:  # `x[:, -4:-5]` named
+            what = "bound" if default is not None else "index"      # the slice 0:-1
+            raise MdlTypeError(f"{what} {d.value} is out of range for {where}", e.loc)
         if d.is_const and d.value < 0:  # from the end: `x[:-1]` of an axis of length T is
             d = d + size                # x[0:T - 1], refused at a call where T is 0
         elif not d.is_const and all(c <= 0 for _, c in d.terms):

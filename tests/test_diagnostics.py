@@ -278,6 +278,9 @@ BAD_PROGRAMS = [
      "a loop option is a name or `name = value` (options are lengths = L, recompute, "
      "checkpoint = k); to loop over a call's result, bind it to a name first: "
      "`ys = tanh(...)`, then `for x in ys`", "2:18"),
+    # a constant bound past the start: it said "slice 0:-1 ... ends before it starts"
+    ('model M() { input x : f32[T, 4]; output y = x[:, -4:-5] }',
+     'bound -5 is out of range for axis 1 of f32[T, 4], of length 4', "1:53"),
     ('model M() { input x : f32[B]; output y = x + }',
      'expected an expression, found `}`', "1:46"),
     ('import "abc',
