@@ -316,8 +316,8 @@ class Expressions:
                      and not (d.is_const and d.value >= 0)
                      for d in (start, stop - start, size - stop)]
             if (below[0] or below[2]) and axis in drop:  # an index, as on the first axis
-                raise MdlTypeError(f"index {self.eval_dim(s)} is out of range for axis "
-                                   f"{axis} of {x.type}, of length {size}", s.loc)
+                raise MdlTypeError(f"index {self.eval_dim(s)} is out of range for {where}",
+                                   s.loc)
             if below[0] or below[2]:
                 raise MdlTypeError(f"slice {start}:{stop} is out of range for axis {axis} of "
                                    f"{x.type}", s.loc)
