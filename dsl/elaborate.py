@@ -12,7 +12,8 @@ from typing import Any
 from codegen.ir.diagnostics import (Diagnostic, Loc, MdlError, MdlNameError, MdlTypeError,
                                     UsageError, count, raise_all)
 from codegen.ir.dtypes import I32_MAX, I32_MIN, finite_in, fits_i32, literal
-from codegen.ir.graph import Block, Graph, Init, Op, Param, Regularizer, Value, use_counts
+from codegen.ir.graph import (Block, Graph, Init, Op, Param, Regularizer, Value, use_counts,
+                              walk_ops)
 from codegen.ir.origins import block_origins
 from codegen.ir.shapes import Dim
 from codegen.ops.builder import Builder
@@ -202,8 +203,12 @@ class Elaborator(Expressions, Calls, ControlFlow):
             op.attrs[last] += f" (computed from {source})" if source else ""
 
     def _warn_unused(self) -> None:
+        dims = _dims_read(self.root, self.outputs.values())
         for name, value in self.inputs.items():
-            if value.id not in self.used:
+            # an input no op reads may still be the one to give the model a dim it uses
+            # (`zeros[B, H]`)
+            others = {d for k, v in self.inputs.items() if k != name for d in _symbols(v)}
+            if value.id not in self.used and not (_symbols(value) & dims) - others:
                 self.warnings.append(Diagnostic(f"input `{name}` is never used",
                                                 self.input_locs[name], "warning"))
         for p in self.params.values():
@@ -615,3 +620,32 @@ def _named(dim: Dim) -> bool:
     """A dim that is one declared name (`B`), not an expression of names (`T - 1`)."""
     return len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1 \
         and isinstance(dim.terms[0][0][0], str)
+
+
+def _symbols(v: Value) -> set[str]:
+    """The symbolic dims of a value's shape."""
+    return {s for d in v.type.shape for s in d.symbols}
+
+
+def _dims_read(root: Block, outputs) -> set[str]:
+    """The symbolic dims a model's ops and outputs use: in the shapes of the values its
+    ops make (`zeros[B, H]`, `range(T)`) and of its outputs, and as a number (`x / T`: an
+    op's attribute)."""
+    found: set[str] = set()
+
+    def note(thing) -> None:
+        if isinstance(thing, Dim):
+            found.update(thing.symbols)
+        elif isinstance(thing, (list, tuple)):
+            for item in thing:
+                note(item)
+
+    for op in walk_ops(root):
+        for v in op.outputs:
+            note(v.type.shape)
+        for attr in op.attrs.values():
+            note(attr)
+    for v in outputs:
+        if isinstance(v, Value):
+            note(v.type.shape)
+    return found

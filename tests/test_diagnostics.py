@@ -497,6 +497,21 @@ def test_unused_inputs_and_parameters_are_warnings():
     assert all(w.severity == "warning" for w in cm.warnings)
 
 
+@pytest.mark.parametrize("inputs, body, unused", [
+    # the only input with T and B, read for them alone: removing it unbinds them
+    ("input ids : i32[T, B]", "h = zeros[B, 3]\n  for t in range(T) { h = tanh(h + 1.0) }\n"
+     "  output y = h", []),
+    ("input ids : i32[T, B]", "output y = 1.0 / f32(T)", []),                 # T as a number
+    ("input ids : i32[T, B]", "output y = zeros[4]", ["input `ids` is never used"]),
+    # another input gives the same dims: this one is not needed for them
+    ("input xs : f32[T, B]; input mask : f32[T, B]", "output y = xs",
+     ["input `mask` is never used"]),
+])
+def test_an_input_read_only_for_its_dims_is_used(inputs, body, unused):
+    cm = check_source(f"model M() {{ {inputs}\n  {body} }}", "m.mdl")
+    assert sorted(w.message for w in cm.warnings) == unused
+
+
 @pytest.mark.parametrize("body, unused", [
     ("ys = for x in xs { h = h + x; yield h }", []),            # the loop's first state
     ("ys = for x in xs { if x[0] > 0.0 { h = x }; yield h }", []),  # carried through
