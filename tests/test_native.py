@@ -1,7 +1,9 @@
 """The C++ backend against the NumPy reference interpreter: every example model, built in
 f32 and f64, on fresh random inputs, forward and every gradient; specializations; the
 module API; bad calls."""
+import copy
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -142,6 +144,40 @@ def test_params_are_live_views(towers):
     assert towers.forward(**x)["s"] != before
     assert towers.params["fc0/two_level_fc/level0/W"][0, 0] == w[0, 0]
     w -= 1.0
+
+
+PARAMS_MODEL = """
+model Small(H = 3) {
+  input x : f32[B, H]
+  param w : f32[H] = uniform(-1.0, 1.0)
+  output loss = sum(x * w)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_params_refuses_changes_of_its_own(tmp_path, target):
+    """QA: `m.params["w"] = a` changed nothing of the model, silently (params was a new
+    dict at each read). The dict refuses it, and every other change of its entries, saying
+    what changes the weights; a copy or a pickle of it is a plain dict of the arrays."""
+    path = tmp_path / "small.mdl"
+    path.write_text(PARAMS_MODEL)
+    m = built_for(path, target, name=f"params_dict_{target}").Small(seed=0)
+    params = m.params
+    assert isinstance(params, dict) and list(params) == ["w"]
+    how = "write into one" if target == "cpu" else "read-only copies"
+    for change in (lambda: params.__setitem__("w", np.ones(3, np.float32)),
+                   lambda: params.update(w=np.ones(3, np.float32)), lambda: params.pop("w"),
+                   lambda: params.setdefault("v", 1), lambda: params.clear(),
+                   lambda: params.__delitem__("w"), lambda: params.popitem()):
+        with pytest.raises(TypeError, match=f"params cannot be changed: .*{how}.*set_params"):
+            change()
+    kept = copy.deepcopy(params)
+    assert type(kept) is dict and type(pickle.loads(pickle.dumps(params))) is dict
+    m.set_params({"w": np.full(3, 2.0, np.float32)})
+    np.testing.assert_array_equal(m.params["w"], 2.0)
+    assert not (kept["w"] == 2.0).all()  # the copy is of the arrays too
 
 
 def test_every_parameter_starts_on_a_cache_line(towers):

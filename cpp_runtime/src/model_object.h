@@ -99,9 +99,15 @@ class Model {
   // {name: array}: on the host views of the live weights; a device model's are read-only
   // copies (writing to them would change nothing).
   py::dict params(py::object self) {
-    if (spec_->device->in_place) return params_.views(self);
+    if (spec_->device->in_place)
+      return params_dict(params_.views(self),
+                         "a model's params cannot be changed: its arrays are views of "
+                         "the weights; write into one (params[name][...] = values) or call "
+                         "set_params({name: values})");
     Holding guard = hold_lock("params()", Use::READS);
-    return params_.copies();
+    return params_dict(params_.copies(),
+                       "a model's params cannot be changed: its arrays are read-only "
+                       "copies of the weights on the device; call set_params({name: values})");
   }
 
   // {name: DeviceArray} viewing the live weights in the device's memory (a device model's;

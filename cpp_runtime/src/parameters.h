@@ -27,6 +27,35 @@ namespace mdl {
 
 namespace py = pybind11;
 
+// A model's `params`: a dict of its parameters' arrays that refuses to be changed itself
+// (`m.params["b"] = a`, `update`, `pop`, ...), which changed nothing of the model: the
+// arrays are views of the weights, or a device model's read-only copies. `why` says what
+// changes them instead. A copy or a pickle of it is a plain dict.
+inline py::dict params_dict(py::dict values, const char* why) {
+  // made once and never freed: a static py::object would be released after Python ends
+  static const py::handle type = [] {
+    py::object builtins = py::module_::import("builtins");
+    py::dict body;
+    auto refuse = py::cpp_function([](py::object self, py::args, py::kwargs) {
+      throw py::type_error(py::str(self.attr("_why")).cast<std::string>());
+    }, py::is_method(py::none()));
+    for (const char* name : {"__setitem__", "__delitem__", "__ior__", "update", "setdefault",
+                             "pop", "popitem", "clear"})
+      body[name] = refuse;
+    body["__reduce__"] = py::cpp_function([](py::object self) {
+      py::object plain = py::module_::import("builtins").attr("dict");
+      return py::make_tuple(plain, py::make_tuple(plain(self)));
+    }, py::is_method(py::none()));
+    body["__module__"] = "mdl";
+    body["__doc__"] = "{full name: array}: a model's parameters (its `params`).";
+    return builtins.attr("type")("Params", py::make_tuple(builtins.attr("dict")), body)
+        .release();
+  }();
+  py::object out = type(values);
+  out.attr("_why") = why;
+  return out.cast<py::dict>();
+}
+
 template <class T>
 class Parameters {
  public:
