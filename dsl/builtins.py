@@ -10,7 +10,7 @@ import numpy as np
 from codegen.ir.diagnostics import Loc, MdlTypeError
 from codegen.ir.dtypes import DTYPES, FLOATS
 from codegen.ir.graph import PENALTIES, Value
-from codegen.ir.shapes import Dim, TensorType
+from codegen.ir.shapes import Dim, TensorType, broadcast_shapes
 from codegen.ops.builder import Builder
 from codegen.ops.primitives import TABLE, ShapeError
 from codegen.ops.primitives.core import cast_hint
@@ -238,6 +238,10 @@ def _mse(el, a, call):
     if x.type.dtype != y.type.dtype:  # its `-`'s words named no `-` of the user's
         raise MdlTypeError(f"`mse` takes two tensors of one dtype, got {x.type} and "
                            f"{y.type} ({cast_hint([x.type.dtype, y.type.dtype])})",
+                           call.loc)
+    if broadcast_shapes(x.type.shape, y.type.shape) is None:  # the same, of its shapes
+        raise MdlTypeError(f"`mse` takes two tensors whose shapes broadcast, got {x.type} "
+                           f"and {y.type} (NumPy's rules: the last dims are matched first)",
                            call.loc)
     diff = el.emit("sub", [x, y], {}, call.loc)[0]
     sq = el.emit("mul", [diff, diff], {}, call.loc)[0]

@@ -70,7 +70,7 @@ class Calls:
         scope_name = self.scopes.call_scope_name(name, call.as_name.name if call.as_name else None)
         outer_ctx, outer_top = self.ctx, self.top_level
         outer_deciding = self.deciding
-        inner = Ctx("function", {}, {}, name)
+        inner = Ctx("function", {}, {}, name, fn.body.stmts)
         self.call_stack.append((fn, call.loc))
         try:
             for arg in fn.args:

@@ -55,24 +55,35 @@ def assigned_names(stmts: list[n.Stmt], declarations: bool = False) -> list[str]
     """Names a statement list assigns, nested blocks included, in first-assignment order;
     with `declarations`, also the names that param and input declarations bind."""
     out: list[str] = []
+    for name, _, _ in assignments(stmts, declarations):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def assignments(stmts: list[n.Stmt],
+                declarations: bool = False) -> list[tuple[str, Loc, str]]:
+    """Each name a statement list assigns (nested blocks included), where, and the word
+    for how ("assigned", "declared"), in the order of the source; with `declarations`, the
+    names that param and input declarations bind too."""
+    out: list[tuple[str, Loc, str]] = []
     stack = list(reversed(stmts))
     while stack:
         s = stack.pop()
-        names: list[str] = []
         children: list[n.Stmt] = []
         if isinstance(s, n.Assign):
-            names = [t.name for t in s.targets]
+            out.extend((t.name, t.loc, "assigned") for t in s.targets)
             if isinstance(s.value, n.For):
                 children = s.value.body.stmts
         elif isinstance(s, n.OutputDecl) or (declarations and isinstance(
                 s, (n.ParamDecl, n.InputDecl))):
-            names = [s.name.name]
+            out.append((s.name.name, s.name.loc,
+                        "assigned" if isinstance(s, n.OutputDecl) else "declared"))
         elif isinstance(s, (n.For, n.While, n.ScopeStmt, n.Share)):
             children = s.body.stmts
         elif isinstance(s, n.If):
             children = s.then.stmts + (s.orelse.stmts if s.orelse else [])
         stack.extend(reversed(children))
-        out.extend(x for x in names if x not in out)
     return out
 
 
@@ -311,8 +322,15 @@ class ControlFlow:
                                    f"a sequence: `{expr_text(b.seq)}` is {x.type}{hint}",
                                    b.seq.loc)
         if lengths.type != TensorType("i32", (batch,)):
+            hint = ""
+            if rows is not None and rows == first.shape[0] != batch:  # batch first
+                seq = expr_text(s.bindings[0].seq)
+                perm = ", ".join(map(str, [1, 0, *range(2, first.rank)]))
+                hint = (f": a `for` steps over the first dim of `{seq}` and takes its second "
+                        f"as the rows; for batch-first data, bind `transpose({seq}, [{perm}])` "
+                        "to a name and loop over that")
             raise MdlTypeError(f"lengths must be i32[{batch}] (one per sequence), got "
-                               f"{lengths.type}", e.loc)
+                               f"{lengths.type}{hint}", e.loc)
         return lengths, batch
 
     def _yield(self, y: n.Yield, targets, yields) -> list[Value]:

@@ -126,7 +126,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
     # ---- the model ----
     def model(self, m: n.ModelDef, defines: dict[str, Any]) -> Graph:
         hparams = self._hparams(m, defines)
-        self.ctx = Ctx("model", {k: Const.of(v) for k, v in hparams.items()}, name=m.name.name)
+        self.ctx = Ctx("model", {k: Const.of(v) for k, v in hparams.items()}, name=m.name.name,
+                       body=m.body.stmts)
         self.model_ctx, self.hparams = self.ctx, set(hparams)
         self.top_level = True
         self.run_block(m.body.stmts)
@@ -547,6 +548,13 @@ class Elaborator(Expressions, Calls, ControlFlow):
         return self.emit("stack", steps, {"axis": steps[0].type.rank}, loc)[0]
 
     def stmt_Yield(self, s: n.Yield) -> None:
+        levels = self.enclosing[-1].levels if self.enclosing else ()
+        inner = levels[0][0] if levels else ""
+        if any("`for`" in words for words, _ in levels) and "`for`" not in inner:
+            block = "an `if`, assign it to a name in both branches" if "branch" in inner \
+                else "a `while`, assign it to a name there"
+            raise MdlTypeError(f"`yield` must stand directly in the `for`'s body: for a "
+                               f"value of {block} and yield that name after it", s.loc)
         raise MdlTypeError("`yield` must stand directly in the body of a `for` whose "
                            "values are assigned (`hs = for ...`)", s.loc)
 

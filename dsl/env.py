@@ -61,3 +61,4 @@ class Ctx:
     env: dict[str, Binding]
     dims: dict[str, Dim] = field(default_factory=dict)
     name: str = ""                              # the model's or function's name
+    body: list = field(default_factory=list)    # its statements (nodes.Stmt)

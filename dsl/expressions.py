@@ -16,8 +16,11 @@ from codegen.ops.primitives import TABLE
 
 from . import nodes as n
 from .builtins import CREATORS
+from .control import assignments
 from .printer import expr_text
 from .env import Cascade, Const, Poisoned, Unavailable
+
+VERBS = {"assigned": "assigns", "declared": "declares"}  # control.assignments's words
 
 BINARY_PRIMS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
                 "**": "pow", "@": "matmul",
@@ -108,7 +111,17 @@ class Expressions:
         if name in self.builtins or name in self.program.functions:
             raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
         raise MdlNameError(f"unknown name `{name}`" + (
-            self._outside(name) or self._state_first(name) or self._suggest(name)), loc)
+            self._outside(name) or self._state_first(name) or self._later(name, loc)
+            or self._suggest(name)), loc)
+
+    def _later(self, name: str, loc: Loc) -> str:
+        """A name the body assigns (or declares) after the place it is read."""
+        for assigned, at, how in assignments(self.ctx.body, declarations=True):
+            if assigned == name and at.source is loc.source and \
+                    (at.line, at.col) > (loc.line, loc.col):
+                return (f": it is {how} at line {at.line}, after this read; a name is read "
+                        f"after the statement that {VERBS[how]} it")
+        return ""
 
     def _state_first(self, name: str) -> str:
         """A name a loop around assigns, read before it has a value: meant as the loop's

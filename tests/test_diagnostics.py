@@ -659,6 +659,41 @@ def test_a_loops_state_read_before_the_loop_gives_it_a_value(body, message):
     assert ("assigns it" in info.value.message) == ("line 2" in message)
 
 
+@pytest.mark.parametrize("source, message", [
+    # a name read before the statement that gives it its value
+    ("model M() { input xs : f32[T, B]\n  output loss = mean(hs)\n  hs = tanh(xs) }",
+     "unknown name `hs`: it is assigned at line 3, after this read; a name is read after the "
+     "statement that assigns it"),
+    ("model M() { input xs : f32[T, B]\n  y = xs * w\n  param w : f32[B]\n  output o = y }",
+     "unknown name `w`: it is declared at line 3, after this read"),
+    ("def f(a : f32[N]) -> f32[N] {\n  b = a * c\n  c = a\n  return b }\n"
+     "model M() { input x : f32[N]; output y = f(x) }", "unknown name `c`: it is assigned at "
+     "line 3"),
+    # batch-first data with lengths: the loop steps over its first dim
+    ("model M() { input xs : f32[B, T, 3]; input n : i32[B]; h = zeros[B, 3]\n"
+     "  for x in xs (lengths = n) { h = h + x }\n  output y = h }",
+     "lengths must be i32[T] (one per sequence), got i32[B]: a `for` steps over the first dim "
+     "of `xs` and takes its second as the rows; for batch-first data, bind `transpose(xs, "
+     "[1, 0, 2])` to a name and loop over that"),
+    ("model M() { input x : f32[B, 4]; input y : f32[B]; output loss = mse(x, y) }",
+     "`mse` takes two tensors whose shapes broadcast, got f32[B, 4] and f32[B]"),
+    # a yield in a block of the loop's body
+    ("model M() { input xs : f32[T, B]\n  ys = for x in xs { if sum(x) > 0.0 { yield x } "
+     "else { yield -x } }\n  output y = ys }", "`yield` must stand directly in the `for`'s "
+     "body: for a value of an `if`, assign it to a name in both branches and yield that name "
+     "after it"),
+    ("model M() { input xs : f32[T, B]\n  ys = for x in xs { i = 0; while i < 2 { i = i + "
+     "1; yield x } }\n  output y = ys }", "for a value of a `while`, assign it to a name there"),
+])
+def test_a_first_users_mistakes_are_explained(source, message):
+    """A QA pass writing models as a new user: each of these said less (`unknown name`,
+    `lengths must be i32[T]` only, `-` needs shapes that broadcast, `yield` must stand in a
+    `for` whose values are assigned, which this one was)."""
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    assert message in info.value.message
+
+
 def test_long_lines_are_cut_around_the_caret():
     source = "model M() { input x : f32[B]; output y = " + "x + " * 80 + "zz }"
     with pytest.raises(MdlError) as info:
