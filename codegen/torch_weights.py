@@ -11,6 +11,7 @@ back, all of it goes to `bias_ih` and `bias_hh` becomes 0). Without PyTorch, imp
 this module raises an ImportError saying how to install it."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -104,6 +105,11 @@ def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
     """The parameters `mapping` names, each of torch tensors that hold values (a module
     on the meta device gave torch's "Cannot copy out of meta tensor", naming none)."""
     parts = [p for key, value in mapping.items() for p in _parts(key, value)]
+    for key, value in mapping.items():  # the forward is the same, the training not
+        if isinstance(value, torch.nn.Embedding) and value.scale_grad_by_freq:
+            warnings.warn(f"{key!r}: an nn.Embedding with scale_grad_by_freq divides a row's "
+                          "gradient by how often the batch reads it; mdl's `table[ids]` "
+                          "does not, so training differs from PyTorch's", stacklevel=3)
     for p in parts:
         if any(t.is_meta for t in p.tensors):
             raise ValueError(f"parameter {p.name}: its torch tensor is on the meta device, "
@@ -217,9 +223,11 @@ def _cell(scope: str, value: Any) -> list[_Part]:
 
 def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:
     if len(m.normalized_shape) != 1 or m.weight is None or m.bias is None:
+        missing = [what for what, t in (("a weight", m.weight), ("a bias", m.bias)) if t is None]
+        lacks = {0: "", 1: f", without {''.join(missing)}", 2: ", without weight and bias"}
         raise ValueError("an nn.LayerNorm over one dim with weight and bias is std's "
                          f"layer_norm; this one is over {list(m.normalized_shape)}"
-                         f"{'' if m.weight is not None and m.bias is not None else ', without them'}")
+                         f"{lacks[len(missing)]}")
     return [_tensor_part(f"{scope}/gamma", m.weight), _tensor_part(f"{scope}/beta", m.bias)]
 
 

@@ -182,6 +182,14 @@ def test_wrong_mappings_say_what_to_do():
     # out of meta tensor", naming no parameter
     with pytest.raises(ValueError, match="'emb': an nn.Embedding with max_norm rescales"):
         params_from_torch({"emb": torch.nn.Embedding(5, 3, max_norm=1.0)})
+    # QA: a LayerNorm without a bias was said to be "without them"; scale_grad_by_freq
+    # was taken silently, and training then differs from PyTorch's
+    with pytest.raises(ValueError, match=r"over \[5\], without a bias$"):
+        params_from_torch({"norm": torch.nn.LayerNorm(5, bias=False)})
+    with pytest.raises(ValueError, match=r"over \[5\], without weight and bias$"):
+        params_from_torch({"norm": torch.nn.LayerNorm(5, elementwise_affine=False)})
+    with pytest.warns(UserWarning, match="'emb': an nn.Embedding with scale_grad_by_freq"):
+        params_from_torch({"emb": torch.nn.Embedding(5, 3, scale_grad_by_freq=True)})
     meta = torch.nn.GRU(3, 4, device="meta")
     for call in (lambda: params_from_torch({"l0/gru": meta}),
                  lambda: params_to_torch({}, {"l0/gru": meta})):
