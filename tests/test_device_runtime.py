@@ -256,6 +256,17 @@ def test_inputs_put_on_the_device_are_read_where_they_are(modules):
     with pytest.raises(ValueError, match=r"to_device: expected an array of a dtype of model "
                                          r"CharLM's inputs \(int32\), got int64"):
         on.to_device(batch["tokens"].astype(np.int64))
+    # QA: one whose __init__ never ran was read as the freed DeviceArray whose memory it
+    # took (its shape, a segfault); to_device of one on the device already uploaded device
+    # memory as host memory, which the emulated device refused as an internal error
+    unmade = type(logits).__new__(type(logits))
+    with pytest.raises(TypeError, match="DeviceArray object was never initialized"):
+        on.forward(**{**batch, "tokens": unmade})
+    again = on.to_device(placed_again := on.to_device(batch["tokens"]))
+    assert again is not placed_again
+    np.testing.assert_array_equal(again.numpy(), batch["tokens"])
+    with pytest.raises(ValueError, match=r"CharLM's inputs \(int32\), got float64"):
+        on.to_device(logits)
 
 
 def test_a_step_model_takes_its_own_outputs_back(modules):

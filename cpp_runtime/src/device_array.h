@@ -25,7 +25,23 @@ namespace mdl {
 
 namespace py = pybind11;
 
+// Whether the pybind11 instance `self` (of a bound class) was made: each of its parts (one
+// in a simple layout) says so. One whose __init__ never ran (`cls.__new__(cls)`, copyreg)
+// holds memory pybind11 would hand over unbuilt: a freed object's, once.
+inline bool constructed(py::handle self) {
+  auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
+  bool made = instance->simple_layout ? instance->simple_holder_constructed : true;
+  if (!instance->simple_layout)
+    for (const auto& part : py::detail::values_and_holders(instance))
+      made &= part.holder_constructed();
+  return made;
+}
+
 struct DeviceArray {
+  // where they come from, for the error of one that is not
+  static constexpr const char* origin =
+      "DeviceArrays come from a device model (outputs_on_device, to_device, device_params)";
+
   std::shared_ptr<DeviceBlock> memory;  // from device_pool(); none for a view
   char* view = nullptr;                 // a view's memory (a model's parameter)
   py::object owner;                     // what keeps a view's memory alive (the model)
@@ -72,6 +88,9 @@ struct DeviceArray {
   // emulated one's memory is the host's, which DLPack alone would make a host array).
   static const DeviceArray* of(py::handle obj, const Device* device) {
     if (!py::isinstance<DeviceArray>(obj)) return nullptr;
+    if (!constructed(obj))  // QA: a freed one's shape and memory, and a segfault
+      throw py::type_error(std::string("DeviceArray object was never initialized (its "
+                                       "__init__ did not run): ") + origin);
     const DeviceArray& a = obj.cast<const DeviceArray&>();
     return a.device == device ? &a : nullptr;
   }

@@ -161,22 +161,36 @@ class Model {
     if (spec_->device->in_place)
       throw py::value_error("to_device: model " + std::string(spec_->name) +
                             " runs on the CPU, which reads NumPy arrays where they are");
-    py::array given = as_array(array, "to_device(array)");
-    py::array a = py::array::ensure(given, py::array::c_style);
-    if (!a) throw OutOfMemory(std::size_t(given.nbytes()));
+    // one in the device's memory already (a DeviceArray, or the emulated device's DLPack
+    // view of one) is copied there: uploaded as host memory, the emulator refused it
+    const Device& device = *spec_->device;
+    const DeviceArray* on = DeviceArray::of(array, spec_->device);
+    py::array a;
+    if (!on) {
+      py::array given = as_array(array, "to_device(array)");
+      a = py::array::ensure(given, py::array::c_style);
+      if (!a) throw OutOfMemory(std::size_t(given.nbytes()));
+    }
+    const void* there = on ? on->data() : device.holds && a.nbytes() && device.holds(a.data())
+                                              ? a.data() : nullptr;
     std::string dtypes;  // the inputs' dtypes, the ones an array on the device may have
     for (int i = 0; i < spec_->n_inputs; ++i) {
       const DTypeSpec& d = spec_->inputs[i].dtype;
-      if (has_dtype(a, d)) {
+      if (on ? std::strcmp(on->dtype.numpy, d.numpy) == 0 : has_dtype(a, d)) {
         Holding guard = hold_lock("to_device()", Use::CALL);
-        return DeviceArray::from_host(spec_->device, state_.device, a, d);
+        if (!there) return DeviceArray::from_host(spec_->device, state_.device, a, d);
+        DeviceArray out(spec_->device, state_.device, there,
+                        on ? on->shape : std::vector<int64_t>(a.shape(), a.shape() + a.ndim()),
+                        d);
+        device.finish(state_.device);
+        return out;
       }
       if (dtypes.find(d.numpy) == std::string::npos)
         dtypes += (dtypes.empty() ? "" : ", ") + std::string(d.numpy);
     }
     throw py::value_error("to_device: expected an array of a dtype of model " +
                           std::string(spec_->name) + "'s inputs (" + dtypes + "), got " +
-                          std::string(py::str(a.dtype())));
+                          (on ? std::string(on->dtype.numpy) : std::string(py::str(a.dtype()))));
   }
 
   // How many calls were captured as CUDA graphs and replayed from them (a device's).

@@ -45,21 +45,9 @@ template <>
 struct Made<DeviceArray> {
   static constexpr const char* what = "a DeviceArray";
   static std::string how(const std::string&) {
-    return "DeviceArrays come from a device model (outputs_on_device, to_device, "
-           "device_params)";
+    return DeviceArray::origin;
   }
 };
-
-// Whether the pybind11 instance `self` (of a bound class) was made: each of its parts (one
-// in a simple layout) says so.
-inline bool constructed(py::handle self) {
-  auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
-  bool made = instance->simple_layout ? instance->simple_holder_constructed : true;
-  if (!instance->simple_layout)
-    for (const auto& part : py::detail::values_and_holders(instance))
-      made &= part.holder_constructed();
-  return made;
-}
 
 // The C behind `self`: a TypeError where there is none, as for an instance whose __init__
 // never ran (`cls.__new__(cls)`, copyreg), whose memory pybind11 would hand over unbuilt.
