@@ -4,6 +4,7 @@ file is a ValueError naming the file and the first problem, and changes nothing.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -46,6 +47,24 @@ def test_save_then_load_continues_training_bit_for_bit(charlm64, tmp_path, optim
         assert out_a["loss"] == out_b["loss"]
     for name, value in a.params.items():
         assert np.array_equal(value, b.params[name]), name
+
+
+def test_a_step_count_at_its_end_stays_there(charlm64, tmp_path):
+    """QA: a checkpoint whose optimizer/steps is 2**63 - 1 loaded, and the next step
+    wrapped the count around to -2**63 (undefined in C++), which the model's own save, copy
+    and pickle then refused as negative. The count stays at its largest."""
+    path = tmp_path / "ckpt.npz"
+    trained(charlm64, "adam", 1).save(path)
+    arrays = entries(path)
+    arrays["optimizer/steps"] = np.array(2 ** 63 - 1, np.int64)
+    np.savez(path, **arrays)
+    m = charlm64.CharLM(seed=1)
+    m.load(path)
+    m.train_step(**charlm_batch(1))
+    assert m.optimizer["steps"] == 2 ** 63 - 1
+    m.save(path)
+    m.load(path)
+    assert pickle.loads(pickle.dumps(m)).optimizer["steps"] == 2 ** 63 - 1
 
 
 def test_the_file_is_a_plain_npz(charlm64, tmp_path):

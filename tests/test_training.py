@@ -109,11 +109,11 @@ def test_the_learning_rate_can_change_between_steps(module):
      "clip_norm must be finite"),
     # a NaN is no number (it said "momentum must be >= 0", "lr must be > 0")
     (lambda m: m.set_optimizer("sgd", lr=0.1, momentum=float("nan")), ValueError,
-     "momentum must be a number, got nan"),
+     "momentum must be finite, got nan"),
     (lambda m: m.set_optimizer("adam", lr=float("nan")), ValueError,
-     "lr must be a number, got nan"),
+     "lr must be finite, got nan"),
     (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", float("nan"))), ValueError,
-     "lr must be a number, got nan"),
+     "lr must be finite, got nan"),
     (lambda m: m.set_optimizer("adam", lr=0.1, eps=1e-320), ValueError,
      re.escape("eps = 9.99989e-321 is too small for an f64 model: its code flushes numbers "
                "below 2.2e-308 to zero")),

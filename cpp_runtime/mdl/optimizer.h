@@ -41,12 +41,12 @@ struct OptimizerConfig {
 // first step.
 template <class T>
 std::string invalid(const OptimizerConfig& c) {
-  // a NaN fails every comparison below: it was "lr must be > 0"
+  // a NaN fails every comparison below: it was "lr must be > 0" (and "must be a number")
   const std::pair<const char*, double> all[] = {
       {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"clip_norm", c.clip_norm},
       {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}};
   for (const auto& [name, value] : all)
-    if (std::isnan(value)) return std::string(name) + " must be a number, got nan";
+    if (std::isnan(value)) return std::string(name) + " must be finite, got nan";
   if (!(c.lr > 0)) return "lr must be > 0";
   if (!(c.weight_decay >= 0)) return "weight_decay must be >= 0";
   if (!(c.clip_norm >= 0)) return "clip_norm must be > 0 (or None)";
@@ -98,7 +98,9 @@ class Optimizer {
   // its model's context there), by that device.
   template <class ModelSpecT>
   void step(const ModelSpecT& spec, void* context, T* const* param, void* const* grads) {
-    ++steps;
+    // a count that cannot grow stays (a checkpoint may set it to 2**63 - 1): wrapped
+    // around, it was negative, and the model's save, copy or pickle could not be read back
+    if (steps < std::numeric_limits<int64_t>::max()) ++steps;
     double scale = clip_scale(spec, context, grads);
     for (int i = 0; i < spec.n_params; ++i) {
       const ParamSpec& p = spec.params[i];
