@@ -210,7 +210,9 @@ def _cross_entropy(el, a, call):
     inputs = [tensor(el, a["logits"]), tensor(el, a["targets"])]
     if a["lengths"][0] is not None:
         inputs.append(tensor(el, a["lengths"]))
-    loss = el.emit("cross_entropy", inputs, {}, call.loc)[0]
+    # lengths outside [0, T] are refused naming them, as a loop's are
+    named = {"lengths_name": inputs[2].hint or "lengths"} if len(inputs) == 3 else {}
+    loss = el.emit("cross_entropy", inputs, named, call.loc)[0]
     if smoothing != 0:
         loss = _smoothed(el, loss, inputs, float(smoothing), call.loc)
     if len(inputs) == 3:  # a mean over the real tokens: what data-parallel shards weigh by

@@ -681,6 +681,41 @@ def test_lengths_outside_the_sequence_are_a_value_error(bad):
         reference.run(graph, inputs, {k: np.array(v) for k, v in m.params.items()})
 
 
+CROSS_ENTROPY = """
+model Tokens(V = 5) {
+  input logits : f32[T, B, V]
+  input targets : i32[T, B]
+  input n : i32[B]
+  output loss = cross_entropy(logits, targets, lengths = n)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_a_cross_entropys_lengths_outside_the_sequence_are_a_value_error(tmp_path, target):
+    """QA: cross_entropy(..., lengths = n) took n = [5, 2, 3] at T = 4 as [4, 2, 3], and -1
+    as 0, where a loop refuses them, and data-parallel training weighed a shard by their
+    sum. They are refused as a loop's are, before a bad target (one at row 1, step 3)."""
+    path = tmp_path / "tokens.mdl"
+    path.write_text(CROSS_ENTROPY)
+    m = built_for(path, target, name=f"tokens_{target}").Tokens()
+    graph = check_file(str(path)).graph
+    rng = np.random.default_rng(0)
+    targets = rng.integers(0, 5, (4, 3)).astype(np.int32)
+    targets[3, 1] = 7
+    given = {"logits": rng.normal(size=(4, 3, 5)).astype(np.float32), "targets": targets}
+    for n, message in (([5, 2, 3], "n[0] = 5 is outside [0, 4]"),
+                       ([2, 4, -1], "n[2] = -1 is outside [0, 4]")):
+        inputs = {**given, "n": np.array(n, np.int32)}
+        for run in (lambda: m.forward(**inputs), lambda: reference.run(graph, inputs, {})):
+            with pytest.raises(ValueError, match=re.escape(message + " (the sequence length)")):
+                run()
+    inputs = {**given, "n": np.array([4, 3, 2], np.int32)}  # the bad target is padding
+    np.testing.assert_allclose(m.forward(**inputs)["loss"],
+                               reference.run(graph, inputs, {})["loss"], rtol=1e-6)
+
+
 def run_alone(code: str) -> str:
     """What `code` prints, run in a Python process of its own that imports the tests'
     modules (modules come from the session's build cache, whose directory it inherits).

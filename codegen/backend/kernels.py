@@ -78,13 +78,14 @@ statements("topk", lambda r, op, inputs, ins, outs: [
 
 def _cross_entropy(r, op, inputs, ins, outs):
     """The mean loss into outs[0]: logits, targets, lengths (or nullptr), rows, classes,
-    batch, the targets' name."""
+    batch, the targets' name, the lengths' (checked in [0, T] as a loop's)."""
     logits, targets = inputs[0], inputs[1]
     lengths = ins[2] if len(ins) > 2 else "nullptr"
     batch = r.dim(targets.type.shape[1]) if len(ins) > 2 else "1"
+    named = c_string(op.attrs.get("lengths_name") or "lengths")
     return [f"{r.target.call('cross_entropy')}{ins[0]}, {ins[1]}, {lengths}, "
             f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
-            f"{indices_named(r, op.inputs[1])}, {outs[0]});"]
+            f"{indices_named(r, op.inputs[1])}, {named}, {outs[0]});"]
 
 
 statements("cross_entropy", _cross_entropy)

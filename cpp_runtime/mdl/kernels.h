@@ -409,12 +409,22 @@ void topk(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, T* val
                indices + o * k * inner + j);
 }
 
+// Sequence lengths must lie in [0, steps]; `name` is the input they came from.
+inline void check_lengths(const int32_t* lengths, int64_t batch, int64_t steps,
+                          const char* name) {
+  for (int64_t b = 0; b < batch; ++b)
+    if (lengths[b] < 0 || lengths[b] > steps)
+      raise_fault(FaultKind::Length, lengths[b], b, steps, name);
+}
+
 // out[0] = the mean over real tokens of -log softmax(logits)[target], in one stable pass
 // per row. logits: [rows, classes]; with lengths (rows = T * B, row r = t * B + b), row r
-// counts when t < lengths[b].
+// counts when t < lengths[b], each of which must lie in [0, T] (`lengths_what`).
 template <class T>
 void cross_entropy(const T* logits, const int32_t* targets, const int32_t* lengths,
-                   int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
+                   int64_t rows, int64_t classes, int64_t batch, const char* what,
+                   const char* lengths_what, T* out) {
+  if (lengths && batch > 0) check_lengths(lengths, batch, rows / batch, lengths_what);
   double total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -492,14 +502,6 @@ inline int64_t slice_fits(int64_t left, const char* text,
                           std::initializer_list<int64_t> values) {
   if (left < 0) refuse_dims(names.begin(), values.begin(), int(names.size()), text, left);
   return 0;
-}
-
-// Sequence lengths must lie in [0, steps]; `name` is the input they came from.
-inline void check_lengths(const int32_t* lengths, int64_t batch, int64_t steps,
-                          const char* name) {
-  for (int64_t b = 0; b < batch; ++b)
-    if (lengths[b] < 0 || lengths[b] > steps)
-      raise_fault(FaultKind::Length, lengths[b], b, steps, name);
 }
 
 // out [rows, row_size] = zeros, then out[ids[j]] += g[j] (the adjoint of gather).

@@ -22,6 +22,9 @@ def _token_mask(targets, lengths):
 
 
 def _cross_entropy_ref(ctx, attrs, logits, targets, lengths=None):
+    if lengths is not None:  # as a loop's: they were clamped, and the mean weighed by them
+        from ..structured.for_op import check_lengths  # (for_op imports this module)
+        check_lengths(np.asarray(lengths), targets.shape[0], attrs.get("lengths_name"))
     mask = _token_mask(targets, lengths)
     classes = logits.shape[-1]
     bad = np.flatnonzero(mask & ((targets < 0) | (targets >= classes)))  # NumPy would wrap

@@ -57,7 +57,8 @@ void topk(Context& g, const T* x, int64_t outer, int64_t n, int64_t inner, int64
           T* values, int32_t* indices);
 template <class T>
 void cross_entropy(Context& g, const T* logits, const int32_t* targets, const int32_t* lengths,
-                   int64_t rows, int64_t classes, int64_t batch, const char* what, T* out);
+                   int64_t rows, int64_t classes, int64_t batch, const char* what,
+                   const char* lengths_what, T* out);
 void check_all(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out);
 void check_all_at(Context& g, const uint8_t* cond, int64_t n, const char* what, uint8_t* out,
                   const int32_t* step, int64_t rows, int levels = 1);
@@ -101,7 +102,8 @@ inline void batched_gemm(Context& g, int64_t batch, int64_t m, int64_t n, int64_
   X template void dropout_replay<T>(Context&, const int32_t*, int64_t, double, T*);        \
   X template void softmax<T>(Context&, bool, const T*, int64_t, int64_t, int64_t, T*);     \
   X template void cross_entropy<T>(Context&, const T*, const int32_t*, const int32_t*,     \
-                                   int64_t, int64_t, int64_t, const char*, T*);           \
+                                   int64_t, int64_t, int64_t, const char*, const char*,   \
+                                   T*);                                                   \
   X template void gemm<T>(Context&, bool, bool, int64_t, int64_t, int64_t, T, const T*,    \
                           int64_t, const T*, int64_t, T, T*, int64_t);
 // Every list for every type it is compiled for.

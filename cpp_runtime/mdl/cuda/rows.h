@@ -650,11 +650,24 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[0] = count ? T(total / count) : T(0);
 }
 
+// Lengths outside [0, steps] reported, as seq_order's, in a launch of their own: the
+// rows' launch after it reports a target, which this fault comes before.
+static __global__ void lengths_kernel(const int32_t* lengths, int64_t batch, int64_t steps,
+                                      HostText what, Fault* fault) {
+  for (int64_t b = first_item(); b < batch; b += item_stride())
+    if (outside(lengths[b], steps + 1))
+      report(fault, FaultKind::Length, lengths[b], b, steps, what);
+}
+
 // What mdl::cross_entropy computes, into out[0] on the device. The blocks' partial sums
 // live in g.staging.
 template <class T>
 void cross_entropy(Context& g, const T* logits, const int32_t* targets, const int32_t* lengths,
-                   int64_t rows, int64_t classes, int64_t batch, const char* what, T* out) {
+                   int64_t rows, int64_t classes, int64_t batch, const char* what,
+                   const char* lengths_what, T* out) {
+  if (lengths && batch > 0)
+    launch(lengths_kernel, blocks(batch), kThreads, g.stream, lengths, batch, rows / batch,
+           HostText{lengths_what}, g.fault);
   // (kThreads wide at most: a block's partial sums are the across<kThreads> below)
   with_width<kThreads>(std::min(row_width(true, classes, classes, rows), kThreads),
                        [&](auto w) {
