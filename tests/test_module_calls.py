@@ -182,6 +182,34 @@ def test_the_interpreter_exits_while_a_daemon_thread_trains(cpu_module):
         assert (done.returncode, done.stdout) == (0, "returns\n"), done.stderr[-2000:]
 
 
+def test_a_cuda_model_in_a_forked_child_is_a_runtime_error():
+    """QA: a child forked while a thread of the parent was in an emulated cuda call waited
+    for ever (on the emulator's lock that thread held) as soon as it made a model or
+    called one; CUDA refuses a forked child's calls too. Each is a RuntimeError now, and
+    the child exits."""
+    from codegen.pipeline import load
+    module = load(CHARLM, target="cuda", emulate=True, defines={"H": 16},
+                  name="charlm_h16_calls_emulated")
+    body = ("m = M.CharLM(seed=0)\n"
+            "ids = np.random.default_rng(0).integers(0, 96, (301, 16)).astype(np.int32)\n"
+            "batch = dict(tokens=ids[:-1], targets=ids[1:], lengths=np.full(16, 300, np.int32))\n"
+            "def loop():\n    while True:\n        m.forward(**batch)\n"
+            "threading.Thread(target=loop, daemon=True).start()\n"
+            "import os, warnings\nwarnings.simplefilter('ignore')  # forking with threads\n"
+            "time.sleep(0.3)\n"
+            "if os.fork() == 0:\n"
+            "    for use in (lambda: M.CharLM(seed=1), lambda: m.forward(**batch),\n"
+            "                lambda: m.to_device(ids)):\n"
+            "        try:\n            use()\n"
+            "        except RuntimeError as e:\n            print(str(e)[:59], flush=True)\n"
+            "    os._exit(0)\n"
+            "print('child', os.wait()[1])\n")
+    done = run_child(module, body, timeout=120)
+    refused = "the cuda target cannot be used in a process forked from one"
+    assert (done.returncode, done.stdout) == (0, f"{refused}\n" * 3 + "child 0\n"), \
+        done.stderr[-2000:]
+
+
 def test_a_child_forked_while_a_thread_is_in_a_call_exits(cpu_module):
     """The child has no such thread to count its call out: its exit must not wait for it
     (released_gil.h starts a count of its own in a forked child)."""

@@ -76,6 +76,10 @@ struct Device {
   // CUDA tensor is on a GPU (copied as host memory, the emulator refused it). Null where
   // no host pointer can be (a GPU's, the host's own).
   bool (*holds)(const void* p) = nullptr;
+  // Throws std::runtime_error where this process may not use the device: a child forked
+  // after its parent used a GPU (CUDA's rule), every call of which is refused before any
+  // CUDA call. Null where any process may (the host's).
+  void (*check_process)() = nullptr;
 };
 
 // The cpu target's table (src/host_device.cpp, in the runtime every module links).

@@ -323,6 +323,7 @@ inline Argument on_host(py::array a) {
 // DeviceArray): read in place, as a CUDA tensor is; else none (an ordinary host array).
 inline bool device_view(const Device& device, const py::array& a, const char* role,
                         const char* name, Argument& out) {
+  if (device.check_process) device.check_process();  // before asking the device anything
   if (!device.holds || a.nbytes() == 0 || !device.holds(a.data())) return false;
   if (!(a.flags() & py::array::c_style))
     throw py::value_error(std::string(role) + " '" + name + "': a view of the device's "

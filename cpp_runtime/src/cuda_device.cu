@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "mdl/cuda/context.h"
 #include "mdl/error.h"
 #include "mdl/cuda/device.h"
@@ -40,7 +42,23 @@ cudaStream_t stream_of(void* context) {
 
 // Before this nothing touches CUDA: on a machine without a GPU (or driver) it is the one
 // call, and it fails with a message instead of aborting.
+// The process that made the first model of this module's device: a child forked after
+// it may not use the device, as CUDA refuses its calls there (initialization error). The
+// emulated device's locks, which a thread of the parent may have held at the fork, had
+// its calls wait forever.
+pid_t user = 0;
+
+void check_process() {
+  if (user && user != getpid())
+    throw std::runtime_error("the cuda target cannot be used in a process forked from one "
+                             "that used it (CUDA's rule): make the child with "
+                             "multiprocessing's 'spawn' method, or fork before making a "
+                             "cuda model");
+}
+
 void require() {
+  check_process();
+  if (!user) user = getpid();
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status == cudaSuccess && count > 0) return;
@@ -260,6 +278,7 @@ extern const Device cuda_device = {
 #else
     nullptr,  // no host pointer is a GPU's memory
 #endif
+    check_process,
 };
 
 }  // namespace mdl

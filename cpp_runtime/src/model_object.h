@@ -164,6 +164,7 @@ class Model {
     // one in the device's memory already (a DeviceArray, or the emulated device's DLPack
     // view of one) is copied there: uploaded as host memory, the emulator refused it
     const Device& device = *spec_->device;
+    if (device.check_process) device.check_process();
     const DeviceArray* on = DeviceArray::of(array, spec_->device);
     py::array a;
     if (!on) {
@@ -745,6 +746,7 @@ class Model {
 
   // The model's lock, taken without the GIL (a thread holding the lock may need the GIL).
   Holding hold_lock(const char* what, Use use) {
+    if (spec_->device->check_process) spec_->device->check_process();
     Holding guard(sharing_->lock);
     ReleasedGil release;
     guard.lock(what, spec_->name, use);
