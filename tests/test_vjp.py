@@ -173,6 +173,9 @@ BAD_COTANGENTS = [
     (lambda c: {**c, "c_out": c["c_out"].astype(np.float32)}, ValueError,
      "cotangent 'c_out': expected f64[3, 16] (output 'c_out' of the last training "
      "forward), got float32[3, 16] (wrong dtype)"),
+    # QA: it said "got object[] (wrong dtype)", where an input of None says None
+    (lambda c: {**c, "h_out": None}, TypeError, "cotangent 'h_out': expected f64 (output "
+     "'h_out'), got None"),
 ]
 
 

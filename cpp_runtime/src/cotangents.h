@@ -70,6 +70,9 @@ class Cotangents {
                        has_dtype(*t.tensor, s.dtype), shape_text(t)});
         continue;
       }
+      if (obj.is_none())  // NumPy reads None as an object scalar: "got object[]"
+        throw py::type_error("cotangent '" + std::string(s.name) + "': expected " +
+                             s.dtype.name + " (output '" + s.name + "'), got None");
       py::array a = as_array(obj, "cotangent", s.name);
       if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype, "cotangent", s.name);
       Argument view;  // a view of the emulated device's memory is read there
