@@ -35,14 +35,20 @@ void softmax_and_cross_entropy() {
   std::vector<int32_t> targets = {2, 0};
   double expected = (std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3 + std::log(3.0)) / 2;
   float loss = -1;
-  mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t", &loss);
+  mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t", "n", &loss);
   CHECK_NEAR(loss, expected, 1e-6);
   // rows = T * B with B = 2: a length of 0 for the second sequence masks its row.
   std::vector<int32_t> lengths = {1, 0};
-  mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2, "t", &loss);
+  mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2, "t", "n", &loss);
   CHECK_NEAR(loss, std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3, 1e-6);
+  // a length past T = 1 is refused, as a loop's is (it was read as 1)
+  lengths = {2, 0};
+  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), lengths.data(), 2, 3, 2, "t",
+                                  "n", &loss),
+               mdl::ValueError);
   targets[0] = 3;
-  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t", &loss),
+  CHECK_THROWS(mdl::cross_entropy(logits.data(), targets.data(), nullptr, 2, 3, 1, "t", "n",
+                                  &loss),
                mdl::IndexError);
 }
 
