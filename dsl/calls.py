@@ -132,16 +132,28 @@ class Calls:
         return value
 
     def _match_type(self, what: str, t: n.TypeExpr, actual: TensorType, loc: Loc) -> None:
-        """Check `actual` against a declared type, binding the dims it introduces."""
+        """Check `actual` against a declared type, binding the dims it introduces (and,
+        for `f32[..., I]`, the leading dims, which every such argument shares)."""
         dtype = self.dtype_of(t.name, t.loc)
-        if actual.dtype != dtype or actual.rank != len(t.dims):
-            raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}], got {actual}", loc)
+        named = len(t.dims)
+        if (actual.dtype != dtype or actual.rank < named
+                or (actual.rank != named and not t.leading)):
+            raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}]{_rank_note(t)}, got "
+                               f"{actual}", loc)
+        lead = actual.shape[:actual.rank - named]
+        if t.leading and self.ctx.leading is not None and lead != self.ctx.leading:
+            raise MdlTypeError(
+                f"{what} is {t.name}[{_dims_text(t)}], where `...` is "
+                f"[{', '.join(map(str, self.ctx.leading))}] as "
+                f"{self.ctx.leading_from} bound it, got {actual}", loc)
 
         def bind(dim_name: str, axis: int, dloc: Loc) -> Dim:
             self.check_bindable(dim_name, dloc, "name a symbolic dim")
-            self.ctx.dims[dim_name] = actual.shape[axis]
-            return actual.shape[axis]
-        declared = self.eval_type(t, bind)
+            self.ctx.dims[dim_name] = actual.shape[len(lead) + axis]
+            return actual.shape[len(lead) + axis]
+        declared = self.eval_type(t, bind, lead if t.leading else None)
+        if t.leading and self.ctx.leading is None:
+            self.ctx.leading, self.ctx.leading_from = lead, what
         for axis, (want, got) in enumerate(zip(declared.shape, actual.shape)):
             if want != got:
                 bound = ", ".join(f"{k} = {v}" for k, v in self.ctx.dims.items())
@@ -174,8 +186,14 @@ class Calls:
         def unbound(dim_name: str, axis: int, loc: Loc) -> Dim:
             raise MdlTypeError(f"dim `{dim_name}` in the result type of `{fn.name.name}` is "
                                "not bound by its arguments", loc)
-        return self.eval_type(t, unbound)
+        # a result's `...` is an argument's (program.py checks that one has it)
+        return self.eval_type(t, unbound, self.ctx.leading)
 
 
 def _dims_text(t: n.TypeExpr) -> str:
-    return ", ".join(expr_text(d) for d in t.dims or [])
+    return ", ".join((["..."] if t.leading else []) + [expr_text(d) for d in t.dims or []])
+
+
+def _rank_note(t: n.TypeExpr) -> str:
+    """How many dims a `...` type takes, where that is not plain from it."""
+    return f" (of {count(len(t.dims), 'dim')} or more)" if t.leading and t.dims else ""

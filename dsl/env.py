@@ -62,3 +62,7 @@ class Ctx:
     dims: dict[str, Dim] = field(default_factory=dict)
     name: str = ""                              # the model's or function's name
     body: list = field(default_factory=list)    # its statements (nodes.Stmt)
+    # a function's `...` (`x : f32[..., I]`): the leading dims its first such argument
+    # bound, and that argument (`argument `x` of `f``)
+    leading: tuple[Dim, ...] | None = None
+    leading_from: str = ""

@@ -404,10 +404,16 @@ class Expressions:
         return self.float_dtype if name in FLOATS and self.float_dtype == "f64" \
             else name
 
-    def eval_type(self, t: n.TypeExpr, bind_unknown=None) -> TensorType:
-        """A tensor type; a bare unknown dim name is passed to `bind_unknown(name, axis)`."""
+    def eval_type(self, t: n.TypeExpr, bind_unknown=None,
+                  leading: tuple[Dim, ...] | None = None) -> TensorType:
+        """A tensor type; a bare unknown dim name is passed to `bind_unknown(name, axis)`
+        (its axis among the named dims). A type written `f32[..., I]` starts with the dims
+        `leading`, which only a function's argument or result has."""
         dtype = self.dtype_of(t.name, t.loc)
-        shape = []
+        if t.leading and leading is None:
+            raise MdlTypeError("`...` (any leading dims) is for the type of a function's "
+                               "argument or result; here every dim is named", t.loc)
+        shape = list(leading or ()) if t.leading else []
         for axis, d in enumerate(t.dims or []):
             if (bind_unknown and isinstance(d, n.Name) and d.id not in self.ctx.dims
                     and d.id not in self.ctx.env):

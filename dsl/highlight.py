@@ -62,6 +62,7 @@ class MdlLexer(RegexLexer):
             (rf"{IDENT}(?=\s*\()", Name.Function),
             (IDENT, Name),
             (r"\*\*|//|->|<=|>=|==|!=|[-+*/%@<>=]", Operator),
+            (r"\.\.\.", Punctuation),  # a function type's leading dims: f32[..., I]
             (r"[()\[\]{},;:.]", Punctuation),
         ],
     }

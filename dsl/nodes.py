@@ -120,9 +120,11 @@ class Path(Expr):
 # ---- types ------------------------------------------------------------------
 @dataclass(eq=False)
 class TypeExpr(Node):
-    """`f32[E, 4*H]`; `dims` is None for a bare name (`f32`, `int`, `bool`)."""
+    """`f32[E, 4*H]`; `dims` is None for a bare name (`f32`, `int`, `bool`). `leading`:
+    written `f32[..., I]` (a function's argument or result), any dims before `dims`."""
     name: str
     dims: list[Expr] | None
+    leading: bool = False
 
 
 # ---- statements -------------------------------------------------------------

@@ -140,6 +140,9 @@ class AstBuilder(Transformer_NonRecursive):
     def tensor_type(self, name, *dims):
         return self._node(n.TypeExpr, self._loc(name), str(name), [d for d in dims if d])
 
+    def leading_tensor_type(self, name, ellipsis, *dims):
+        return self._node(n.TypeExpr, self._loc(name), str(name), list(dims), True)
+
     @v_args(inline=True, meta=True)
     def block(self, meta, *stmts):
         loc = Loc(self.src, meta.line, meta.column) if not meta.empty else Loc(self.src, 1, 1)
@@ -321,7 +324,7 @@ TOKEN_WORDS = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
     "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`", "LBRACE": "`{`",
     "RBRACE": "`}`", "COMMA": "`,`", "EQUAL": "`=`", "COLON": "`:`", "SEMICOLON": "`;`",
-    "DOT": "`.`", "COMPARE": "a comparison", "ADD_OP": "`+`", "MINUS": "`-`",
+    "DOT": "`.`", "ELLIPSIS": "`...`", "COMPARE": "a comparison", "ADD_OP": "`+`", "MINUS": "`-`",
     "MUL_OP": "an operator", "POW": "`**`", "__ANON_0": "`->`", "$END": "the end of the file",
 }
 
@@ -373,6 +376,9 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
                               _tok_loc(source, before[-1]))
     if tok.type == "ELSE":
         return MdlSyntaxError("`else` without a matching `if` block before it", loc)
+    if tok.type == "ELLIPSIS":
+        return MdlSyntaxError("`...` stands for any leading dims, first in the type of a "
+                              "function's argument or result: `x : f32[..., I]`", loc)
     if tok.type == "COLON" and unclosed and unclosed[-1][0] == "[" and _in_slice(before):
         return MdlSyntaxError("a slice takes no step: write `x[a:b]` (to run over a "
                               "sequence backwards, `for x in reversed(xs)`)", loc)

@@ -145,6 +145,11 @@ def _add_function(program: Program, fn: n.FuncDef, errors: list[MdlError]) -> No
         if arg.name.name in names[:i]:
             errors.append(MdlTypeError(f"argument `{arg.name.name}` of `{name}` is declared "
                                        "twice", arg.loc))
+    unbound = [t for t in fn.returns or () if t.leading]
+    if unbound and not any(arg.type.leading for arg in fn.args):
+        errors.append(MdlTypeError(f"`...` in the result type of `{name}` is not bound by its "
+                                   "arguments: an argument's type must start with `...` too",
+                                   unbound[0].loc))
     if not fn.body.stmts or not isinstance(fn.body.stmts[-1], n.Return):
         errors.append(MdlTypeError(f"function `{name}` must end with a `return`", fn.name.loc))
     program.functions[name] = fn

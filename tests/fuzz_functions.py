@@ -1,7 +1,8 @@
 """The functions a fuzzer program defines (tests/fuzz_generate.py) and the expressions
 that call them: one on [N, width] whose body is a random expression; one whose `int`
 argument sizes its parameters and result, with a compile-time `if` on it and a scalar
-argument given as a constant or a rank-0 tensor; one holding a loop of its own over a
+argument given as a constant or a rank-0 tensor, its tensor taking any leading dims
+(`f32[..., N, I]`); one holding a loop of its own over a
 whole sequence, returning two values the caller unpacks. Each is defined on its first
 use; `expr`, which the calls' arguments come from, is tests/fuzz_expressions.py's."""
 from __future__ import annotations
@@ -26,12 +27,13 @@ class Functions(Names):
         return fn
 
     def scaled_function(self) -> str:
-        """The program's function of int and scalar arguments, on [N, I] to [N, n]: its
-        parameters are sized by an argument, a compile-time `if` on `n` picks its
+        """The program's function of int and scalar arguments, on [..., N, I] to [..., N,
+        n]: its parameters are sized by an argument, a compile-time `if` on `n` picks its
         activation, and `s` is a constant or a rank-0 tensor, as the caller passes it."""
         fn = f"{self.program.name}_g"
         if fn not in self.program.defs:
-            lines = [f"def {fn}(x : f32[N, I], n : int, s : f32 = 0.5) -> f32[N, n] {{",
+            lines = [f"def {fn}(x : f32[..., N, I], n : int, s : f32 = 0.5) "
+                     "-> f32[..., N, n] {",
                      f"  param W : f32[I, n]{self.init((2, 2))}"]
             value = "s * (x @ W)"
             if self.rng.random() < 0.5:
@@ -72,11 +74,11 @@ class Functions(Names):
         return self.call_site(fn, (fn,), f"{fn}({self.expr(shape, d)})")
 
     def form_scaled(self, shape, d):
-        if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):
+        if self.in_def or self.calls_blocked or len(shape) < 2 or not isinstance(shape[-1], int):
             return None
         fn = self.scaled_function()
         k = self.pick(self.widths)
-        args = [self.expr(shape[:-1] + (k,), d), self.dim(shape[1])]
+        args = [self.expr(shape[:-1] + (k,), d), self.dim(shape[-1])]
         r = self.rng.random()
         if r < 0.3:
             args.append(self.literal())
@@ -85,7 +87,9 @@ class Functions(Names):
             args.append(f"s = {self.expr((), d)}")
             self.cover("call:scalar-tensor")
         self.cover("call:int")
-        return self.call_site(fn, (fn, k, shape[1]), f"{fn}({', '.join(args)})")
+        if len(shape) > 2:
+            self.cover("call:leading-dims")
+        return self.call_site(fn, (fn, k, shape[-1]), f"{fn}({', '.join(args)})")
 
     def form_encode(self, shape, d):
         if (self.in_def or self.calls_blocked or len(shape) != 2 or shape[0] != "B"

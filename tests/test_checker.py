@@ -79,6 +79,46 @@ model M() {
         check_source(src.replace("pair(y, y, 3)", "pair(x, y, 3)"))
 
 
+LEADING = """
+def proj(x : f32[..., N, I], n : int) -> f32[..., N, n] {
+  param W : f32[I, n]
+  return x @ W
+}
+def act(x : f32[...]) -> f32[...] { return x * sigmoid(x) }
+def gate(a : f32[..., K], b : f32[..., K]) -> (f32[..., K], f32[..., 2*K]) {
+  return a * b, concat([a, b], axis = -1)
+}
+model M() {
+  input x : f32[T, B, 3]; input m : f32[B, 3]; input s : f32
+"""
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("output y = proj(x, 5)", "f32[T, B, 5]"),          # `...` is [T]
+    ("output y = proj(m, 5)", "f32[B, 5]"),             # `...` is no dims
+    ("output y = act(x)", "f32[T, B, 3]"),
+    ("output y = act(s)", "f32"),                       # f32[...] takes a scalar too
+    ("a, y = gate(x, x); output y", "f32[T, B, 6]"),
+    ("y, b = gate(m, m); output y", "f32[B, 3]"),
+])
+def test_a_functions_leading_dims_take_any_dims_before_the_named_ones(body, expected):
+    src = LEADING + f"  {body}\n}}"
+    assert str(check_source(src).graph.outputs["y"].type) == expected
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("gate(x, m)", r"argument `b` of `gate` is f32\[\.\.\., K\], where `\.\.\.` is \[T, B\] "
+                   r"as argument `a` of `gate` bound it, got f32\[B, 3\]"),
+    ("proj(x[0, 0], 2)", r"argument `x` of `proj` is f32\[\.\.\., N, I\] \(of 2 dims or "
+                         r"more\), got f32\[3\]"),
+    ("gate(x, x[:, :, 0:2])", r"argument `b` of `gate` is f32\[\.\.\., K\] \(with K = 3\), "
+                              r"got f32\[T, B, 2\]: dim 2 differs"),
+])
+def test_a_functions_leading_dims_are_checked_at_each_call(expr, message):
+    with pytest.raises(MdlError, match=message):
+        check_source(LEADING + f"  output y = {expr}\n}}")
+
+
 def test_hyper_parameters_arithmetic_and_overrides():
     src = "model M(H = 8, K = H / 2, D = 2 * K + 1) { input x : f32[B]; output y = zeros[D] }"
     assert str(check_source(src).graph.outputs["y"].type) == "f32[9]"

@@ -387,6 +387,17 @@ BAD_PROGRAMS = [
      'a `while` yields no values to assign (a `for` does', "1:43"),
     ('model M() { input x : f32[3]; y = if sum(x) > 0.0 { x } }',
      'an `if` is a statement, not a value: assign in both branches', "1:35"),
+    # `...` stands for a function's leading dims only
+    ('model M() { input x : f32[..., 3]; output y = x }',
+     "`...` (any leading dims) is for the type of a function's argument or result", "1:23"),
+    ('model M() { param W : f32[..., 3]; output y = sum(W) }',
+     "`...` (any leading dims) is for the type of a function's argument or result", "1:23"),
+    ('def f(x : f32[B, ...]) -> f32 { return sum(x) }',
+     "`...` stands for any leading dims, first in the type of a function's", "1:18"),
+    ('def f(x : f32[N]) -> f32[..., N] { return x }',
+     "`...` in the result type of `f` is not bound by its arguments", "1:22"),
+    ('model M() { input x : f32[3]; output y = x[...] }',
+     "`...` stands for any leading dims, first in the type of a function's", "1:44"),
 ]
 
 

@@ -358,7 +358,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "share", "param:shared", "param:in-loop", "call", "call:shared", "state",
              "lstm", "gru", "milstm", "linear", "broadcast", "keepdims", "dropout",
              "static-if", "hyper:dim", "hyper:value", "call:int", "call:scalar-constant",
-             "call:scalar-tensor", "call:tuple", "dim:S", "reshape:rows", "concat:time",
+             "call:scalar-tensor", "call:tuple", "call:leading-dims", "dim:S", "reshape:rows", "concat:time",
              "int:float", "int:cast", "int:truth", "int:compare", "int:branch", "int:where",
              "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:argmin",
              "int:topk", *ACTIVATIONS,
