@@ -168,3 +168,28 @@ model M(D = 5) {
             torch.tensor(x), (5,), torch.tensor(params[f"{scope}/gamma"]),
             torch.tensor(params[f"{scope}/beta"]), eps)
         np.testing.assert_allclose(out[name], want.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_linear_and_layer_norm_take_any_leading_dims_as_torch_does():
+    """std's `linear` takes `[..., N, I]` and `layer_norm` `[..., D]`, as torch.nn.Linear
+    and torch.nn.LayerNorm take `[*, I]`: a sequence's `[T, B, I]` with the weights of a
+    step's `[B, I]` (one call's parameters serve both)."""
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed; test_checker.py checks the types")
+    graph = model('''
+import "std/rnn.mdl"
+model M(I = 4, D = 3) {
+  input xs : f32[T, B, I]
+  output y = layer_norm(linear(xs, D) as proj) as norm
+  output last = layer_norm(linear(xs[-1], D) as proj) as norm
+}''')
+    params = random_params(graph, 5)
+    xs = np.random.default_rng(9).normal(size=(5, 3, 4))
+    out = reference.run(graph, {"xs": xs}, params)
+    p = {k: torch.tensor(v) for k, v in params.items()}
+    want = torch.nn.functional.layer_norm(
+        torch.nn.functional.linear(torch.tensor(xs), p["proj/W"].T, p["proj/b"]), (3,),
+        p["norm/gamma"], p["norm/beta"])
+    assert out["y"].shape == (5, 3, 3)
+    np.testing.assert_allclose(out["y"], want.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(out["last"], want.numpy()[-1], rtol=1e-12, atol=1e-13)
