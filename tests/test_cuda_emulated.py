@@ -213,6 +213,28 @@ def test_bad_input_data_raises_the_cpus_exception(charlms, name, value):
     assert errors[0] == errors[1]
 
 
+# lists NumPy reads as something other than the input's dtype (tests/test_native.py)
+LISTS = [
+    # QA: "got object[3, 16] (wrong dtype)", of an int NumPy reads as an object
+    ("h", [[0.5] * 15 + [10**400]] * 3,
+     "input 'h': holds 1e+400 (element 15), past the range of the model's f64"),
+]
+
+
+@pytest.mark.parametrize("name, value, message", LISTS, ids=[m for _, _, m in LISTS])
+def test_lists_are_read_as_on_the_cpu(charlms, name, value, message):
+    """A list is read in the runtime both targets share: the same call, the same error."""
+    errors = []
+    for module in charlms:
+        m = module.CharLMStep(seed=0)
+        call = {"token": [1, 2, 3], "h": [[0.5] * 16] * 3, "c": np.zeros((3, 16))}
+        with pytest.raises(ValueError) as caught:
+            m.forward(**{**call, name: value})
+        errors.append(str(caught.value))
+        assert m.forward(**call)["h_out"].shape == (3, 16)  # lists it does read
+    assert errors[0] == errors[1] and message in errors[0]
+
+
 @pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
 def test_a_call_too_big_for_the_device_s_memory_raises_memory_error(charlms, monkeypatch):
     """As cudaMalloc fails on a GPU when its memory is used up, so it does on the emulated

@@ -854,13 +854,24 @@ def test_an_input_too_large_to_copy_says_how_much_memory_it_needed(tmp_path):
     assert m.forward(x=np.ones((2, 3), np.float32))["y"] == 6.0
 
 
+LISTS = ("model L() { input ids : i32[B]; input y : f32[B]; input s : f32\n"
+         "  output z = f32(ids) * y + s }")
+
+
+@pytest.fixture(scope="module", params=["f32", "f64"])
+def lists(request, tmp_path_factory):
+    """Model L of LISTS (its floats in the dtype of the parameter), and that dtype."""
+    path = tmp_path_factory.mktemp("lists") / "lists.mdl"
+    path.write_text(LISTS)
+    return load(path, dtype=request.param, name=f"lists_{request.param}").L(), request.param
+
+
 def test_lists_and_numbers_are_read_as_the_declared_dtype(tmp_path):
     """A list has no dtype of its own: `ids=[0, 1]` for an i32 input said "expected i32[B],
     got int64[2] (wrong dtype)", a dtype the user never chose. Numbers go into a float,
     integers that fit into i32; an array keeps its dtype, checked as before."""
     path = tmp_path / "lists.mdl"
-    path.write_text("model L() { input ids : i32[B]; input y : f32[B]; input s : f32\n"
-                    "  output z = f32(ids) * y + s }")
+    path.write_text(LISTS)
     m = load(path).L()
     got = m.forward(ids=[0, 1], y=[0.5, 2], s=3)["z"]
     assert got.dtype == np.float32 and got.tolist() == [3.0, 5.0]
@@ -885,3 +896,33 @@ def test_lists_and_numbers_are_read_as_the_declared_dtype(tmp_path):
                                                        "of i32")):
             m.forward(ids=ids, y=[1.0] * len(ids), s=0)
     assert m.forward(ids=[], y=[], s=1)["z"].tolist() == []
+
+
+def test_ints_numpy_reads_as_objects_are_numbers_in_or_past_the_range(lists):
+    """QA: an int past int64 and uint64 (`y=[10**400]`), which NumPy reads as an object,
+    said "expected f32[B], got object[1] (wrong dtype)". It is a number: past the input's
+    range it is named as a float past it is, within it (2**70 into an f32) it is read."""
+    m, dtype = lists
+    largest = {"f32": "3.4e+38", "f64": "1.8e+308"}[dtype]
+    for kwargs, what in [
+            (dict(y=[[10**400] * 8] * 3), f"'y': holds 1e+400 (element 0), past the range of "
+             f"the model's {dtype} (its largest number is {largest})"),
+            (dict(y=[1.5, np.int64(2), -10**400]), "'y': holds -1e+400 (element 2)"),
+            (dict(s=12345678901234567890123456789 * 10**380), "'s': holds 1.23e+408 (element 0)"),
+            (dict(ids=[0, 2**70]), "'ids': holds 1180591620717411303424 (element 1), past the "
+             "range of i32 (-2147483648 to 2147483647)"),
+            (dict(ids=[-10**400]), "'ids': holds -1e+400 (element 0), past the range of i32")]:
+        call = {"ids": [0], "y": [1.0], "s": 0, **kwargs}
+        with pytest.raises(ValueError, match=re.escape(f"input {what}")):
+            m.forward(**call)
+    if dtype == "f32":  # past an f32's range, within an f64's
+        with pytest.raises(ValueError, match=re.escape("input 'y': holds 1e+39 (element 1), "
+                                                       "past the range of the model's f32")):
+            m.forward(ids=[0, 0], y=[1, 10**39], s=0)
+    else:
+        assert m.forward(ids=[1, 1], y=[1, 10**39], s=0)["z"].tolist() == [1.0, 1e39]
+    assert m.forward(ids=[1, 1], y=[2**70, 1.5], s=-1)["z"].tolist() == [2.0**70, 0.5]
+    # an object that is no number is still refused as one
+    with pytest.raises(ValueError, match=re.escape(f"input 'y': expected {dtype}[B], got "
+                                                   "object[2] (wrong dtype)")):
+        m.forward(ids=[0, 0], y=[1.0, None], s=0)

@@ -176,6 +176,9 @@ BAD_COTANGENTS = [
     # QA: it said "got object[] (wrong dtype)", where an input of None says None
     (lambda c: {**c, "h_out": None}, TypeError, "cotangent 'h_out': expected f64 (output "
      "'h_out'), got None"),
+    # QA: "got object[3, 16] (wrong dtype)", of an int NumPy reads as an object
+    (lambda c: {**c, "h_out": [[0] * 15 + [10**400]] * 3}, ValueError, "cotangent 'h_out': "
+     "holds 1e+400 (element 15), past the range of the model's f64"),
 ]
 
 

@@ -232,30 +232,103 @@ inline py::ssize_t past_range(const py::array& raw, double largest) {
   return -1;
 }
 
+// An int as a message writes it: itself, or where it has more than 24 digits (10**400)
+// its leading digits and exponent, "1e+400", not 401 digits.
+inline std::string int_text(py::handle v) {
+  std::string s = py::str(v);
+  const std::size_t sign = s[0] == '-', digits = s.size() - sign;
+  if (digits <= 24) return s;
+  std::string lead = s.substr(sign, 3);
+  while (lead.size() > 1 && lead.back() == '0') lead.pop_back();
+  if (lead.size() > 1) lead.insert(1, ".");
+  return s.substr(0, sign) + lead + "e+" + std::to_string(digits - 1);
+}
+
+// The error of element `k` of an argument, `value` as a message writes it, past `range`.
+inline py::value_error past_range_error(const char* kind_of_argument, const char* name,
+                                        const std::string& value, py::ssize_t k,
+                                        const std::string& range) {
+  return py::value_error(std::string(kind_of_argument) + " '" + name + "': holds " + value +
+                         " (element " + std::to_string(k) + "), past the range of " + range);
+}
+
+inline std::string float_range(const DTypeSpec& d, double largest) {
+  char text[80];
+  std::snprintf(text, sizeof text, "the model's %s (its largest number is %.2g)", d.name,
+                largest);
+  return text;
+}
+
+constexpr const char* I32_RANGE = "i32 (-2147483648 to 2147483647)";
+
+// What NumPy reads as objects from a list of numbers: an int past int64 and uint64
+// (10**400, 2**70). Into a float it is that number (2**70 fits an f32) unless it is past
+// the float's range; into an i32 it never fits. The first element past the range is a
+// ValueError naming `kind_of_argument` and `name`; anything but ints and floats stays
+// `a`, refused as objects by the dtype check.
+inline py::array objects_as_declared(const py::array& a, const DTypeSpec& d,
+                                     const char* kind_of_argument, const char* name) {
+  py::module_ np = py::module_::import("numpy");
+  py::object flat = a.attr("ravel")();
+  const py::ssize_t n = a.size();
+  auto is_float = [&](const py::object& v) {
+    return PyFloat_Check(v.ptr()) || py::isinstance(v, np.attr("floating"));
+  };
+  for (py::ssize_t k = 0; k < n; ++k) {
+    py::object v = flat[py::int_(k)];
+    const bool integer = (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) ||
+                         py::isinstance(v, np.attr("integer"));
+    if (!integer && !(d.kind == 'f' && is_float(v))) return a;
+  }
+  const double largest = d.itemsize == 4 ? double(std::numeric_limits<float>::max())
+                                         : std::numeric_limits<double>::max();
+  for (py::ssize_t k = 0; k < n; ++k) {
+    py::object v = flat[py::int_(k)];
+    if (d.kind == 'i') {
+      py::int_ i(v);
+      if (i < py::int_(INT32_MIN) || i > py::int_(INT32_MAX))
+        throw past_range_error(kind_of_argument, name, int_text(i), k, I32_RANGE);
+      continue;
+    }
+    const bool integer = !is_float(v);
+    double x = integer ? PyLong_AsDouble(py::int_(v).ptr()) : py::cast<double>(v);
+    if (x == -1.0 && PyErr_Occurred()) {  // an int past any double's range
+      PyErr_Clear();
+      x = HUGE_VAL;
+    }
+    if (std::fabs(x) > largest && (integer || !std::isinf(x))) {
+      char text[40];
+      std::snprintf(text, sizeof text, "%g", x);
+      throw past_range_error(kind_of_argument, name, integer ? int_text(v) : text, k,
+                             float_range(d, largest));
+    }
+  }
+  return a.attr("astype")(np.attr("dtype")(d.numpy));
+}
+
 // A list, a tuple or a Python number has no dtype of its own: NumPy's reading `a` of it
 // (int64 or float64) is taken as the declared dtype `d` where that loses nothing a user
 // wrote: numbers into a float (as torch.tensor([0.1]) is float32) within its range (1e40
 // into an f32 became inf, with NumPy's warning only: a ValueError naming `kind` and
 // `name`), integers that fit into i32 (`ids=[0, 1]` was "expected i32[B], got
-// int64[2]"). Anything else stays `a`, which the dtype check then refuses.
+// int64[2]"); ints NumPy reads as objects (10**400) too. Anything else stays `a`, which
+// the dtype check then refuses.
 inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec& d,
                              const char* kind_of_argument, const char* name) {
   bool plain = PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) ||
                PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr());
   char kind = a.dtype().kind();
-  if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'O' || kind == 'c') return a;
+  if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'c') return a;
   py::module_ np = py::module_::import("numpy");
+  if (kind == 'O') return d.kind == 'b' ? a : objects_as_declared(a, d, kind_of_argument, name);
   if (a.size() == 0)  // `ids=[]`: no number to lose (NumPy reads it as float64)
     return a.attr("astype")(np.attr("dtype")(d.numpy));
   if (d.kind == 'f' && (kind == 'i' || kind == 'u' || kind == 'f')) {
     const double largest = double(std::numeric_limits<float>::max());
     if (py::ssize_t k = d.itemsize == 4 ? past_range(a, largest) : -1; k >= 0) {
-      const double value = py::cast<double>(a.attr("ravel")()[py::int_(k)]);
-      char text[200];
-      std::snprintf(text, sizeof text, "%s '%s': holds %g (element %zd), past the range of "
-                    "the model's %s (its largest number is %.2g)", kind_of_argument, name,
-                    value, k, d.name, largest);
-      throw py::value_error(text);
+      char text[40];
+      std::snprintf(text, sizeof text, "%g", py::cast<double>(a.attr("ravel")()[py::int_(k)]));
+      throw past_range_error(kind_of_argument, name, text, k, float_range(d, largest));
     }
     return a.attr("astype")(np.attr("dtype")(d.numpy));
   }
@@ -265,10 +338,8 @@ inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec
     // which integer does not fit (it said "got int64[2] (wrong dtype)")
     const py::ssize_t k = py::cast<py::ssize_t>(
         np.attr("flatnonzero")(np.attr("not_equal")(cast, a))[py::int_(0)]);
-    const std::string value = py::str(a.attr("ravel")()[py::int_(k)]);
-    throw py::value_error(std::string(kind_of_argument) + " '" + name + "': holds " + value +
-                          " (element " + std::to_string(k) + "), past the range of " +
-                          d.name + " (-2147483648 to 2147483647)");
+    throw past_range_error(kind_of_argument, name, py::str(a.attr("ravel")()[py::int_(k)]), k,
+                           I32_RANGE);
   }
   return a;
 }
