@@ -218,6 +218,10 @@ LISTS = [
     # QA: "got object[3, 16] (wrong dtype)", of an int NumPy reads as an object
     ("h", [[0.5] * 15 + [10**400]] * 3,
      "input 'h': holds 1e+400 (element 15), past the range of the model's f64"),
+    # QA: read as 1, 2, 3 and as 1.0, where a bool array is refused
+    ("token", [True, 2, 3], "input 'token': holds a bool (element 0), not an i32 (wrong dtype)"),
+    ("c", [[0.0] * 16] * 2 + [[0.0] * 15 + [True]],
+     "input 'c': holds a bool (element 47), not an f64 (wrong dtype)"),
 ]
 
 

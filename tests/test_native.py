@@ -926,3 +926,21 @@ def test_ints_numpy_reads_as_objects_are_numbers_in_or_past_the_range(lists):
     with pytest.raises(ValueError, match=re.escape(f"input 'y': expected {dtype}[B], got "
                                                    "object[2] (wrong dtype)")):
         m.forward(ids=[0, 0], y=[1.0, None], s=0)
+
+
+def test_a_bool_in_a_list_is_refused_as_a_bool_array_is(lists):
+    """QA: `ids=[True, 2, 3]` for an i32 input was read as 1, 2, 3 (NumPy reads it as
+    int64), and `y=[0.5, False]` as 0.5, 0 (float64), where `[True]` and a bool array
+    are refused: a bool among a list's numbers is as wrong a dtype as a list of bools."""
+    m, dtype = lists
+    for kwargs, what in [
+            (dict(ids=[True, 2, 3]), "'ids': holds a bool (element 0), not an i32"),
+            (dict(ids=(2, np.True_)), "'ids': holds a bool (element 1), not an i32"),
+            (dict(y=[0.5, False]), f"'y': holds a bool (element 1), not an {dtype}"),
+            (dict(y=[1, 2, np.array(False)]), f"'y': holds a bool (element 2), not an {dtype}"),
+            (dict(ids=np.array([True, False])), "'ids': expected i32[B], got bool[2]"),
+            (dict(s=True), f"'s': expected {dtype}, got bool[]")]:
+        call = {"ids": [0, 1], "y": [1.0, 2.0], "s": 0, **kwargs}
+        with pytest.raises(ValueError, match=re.escape(f"input {what} (wrong dtype)")):
+            m.forward(**call)
+    assert m.forward(ids=[1, 2], y=[0.5, 2], s=1)["z"].tolist() == [1.5, 5.0]

@@ -179,6 +179,9 @@ BAD_COTANGENTS = [
     # QA: "got object[3, 16] (wrong dtype)", of an int NumPy reads as an object
     (lambda c: {**c, "h_out": [[0] * 15 + [10**400]] * 3}, ValueError, "cotangent 'h_out': "
      "holds 1e+400 (element 15), past the range of the model's f64"),
+    # QA: read as 1.0, where a bool array is refused
+    (lambda c: {**c, "h_out": [[0.0] * 16] * 2 + [[True] + [0.0] * 15]}, ValueError,
+     "cotangent 'h_out': holds a bool (element 32), not an f64 (wrong dtype)"),
 ]
 
 

@@ -261,6 +261,26 @@ inline std::string float_range(const DTypeSpec& d, double largest) {
 
 constexpr const char* I32_RANGE = "i32 (-2147483648 to 2147483647)";
 
+// The flat index of the first bool (Python's or NumPy's, or a bool array's) in the
+// nested lists and tuples `obj`, or -1; `seen` counts the elements before it.
+inline py::ssize_t first_bool(py::handle obj, py::ssize_t& seen) {
+  if (PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr())) {
+    for (py::handle item : py::reinterpret_borrow<py::sequence>(obj))
+      if (py::ssize_t k = first_bool(item, seen); k >= 0) return k;
+    return -1;
+  }
+  if (PyBool_Check(obj.ptr())) return seen;
+  if (PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr())) {
+    ++seen;
+    return -1;
+  }
+  // what else NumPy read as part of the array: a NumPy scalar, an array, a str, None
+  py::array a = py::module_::import("numpy").attr("asarray")(obj);
+  if (a.dtype().kind() == 'b' && a.size()) return seen;
+  seen += a.size();
+  return -1;
+}
+
 // What NumPy reads as objects from a list of numbers: an int past int64 and uint64
 // (10**400, 2**70). Into a float it is that number (2**70 fits an f32) unless it is past
 // the float's range; into an i32 it never fits. The first element past the range is a
@@ -311,14 +331,21 @@ inline py::array objects_as_declared(const py::array& a, const DTypeSpec& d,
 // wrote: numbers into a float (as torch.tensor([0.1]) is float32) within its range (1e40
 // into an f32 became inf, with NumPy's warning only: a ValueError naming `kind` and
 // `name`), integers that fit into i32 (`ids=[0, 1]` was "expected i32[B], got
-// int64[2]"); ints NumPy reads as objects (10**400) too. Anything else stays `a`, which
-// the dtype check then refuses.
+// int64[2]"); ints NumPy reads as objects (10**400) too. A bool among the numbers is
+// refused, as `[True]` and a bool array are (NumPy reads `[True, 2, 3]` as int64 and
+// `[True, 0.5]` as float64: they were read as numbers). Anything else stays `a`, which
+// the dtype check then refuses; so does an array `obj`, or a list NumPy read as `d`.
 inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec& d,
                              const char* kind_of_argument, const char* name) {
   bool plain = PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) ||
                PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr());
   char kind = a.dtype().kind();
   if (!plain || PyBool_Check(obj.ptr()) || kind == 'b' || kind == 'c') return a;
+  if (py::ssize_t seen = 0, k = d.kind == 'b' ? -1 : first_bool(obj, seen); k >= 0)
+    throw py::value_error(std::string(kind_of_argument) + " '" + name + "': holds a bool " +
+                          "(element " + std::to_string(k) + "), not an " + d.name +
+                          " (wrong dtype)");
+  if (has_dtype(a, d)) return a;
   py::module_ np = py::module_::import("numpy");
   if (kind == 'O') return d.kind == 'b' ? a : objects_as_declared(a, d, kind_of_argument, name);
   if (a.size() == 0)  // `ids=[]`: no number to lose (NumPy reads it as float64)

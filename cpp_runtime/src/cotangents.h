@@ -74,7 +74,7 @@ class Cotangents {
         throw py::type_error("cotangent '" + std::string(s.name) + "': expected " +
                              s.dtype.name + " (output '" + s.name + "'), got None");
       py::array a = as_array(obj, "cotangent", s.name);
-      if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype, "cotangent", s.name);
+      a = as_declared(obj, a, s.dtype, "cotangent", s.name);
       Argument view;  // a view of the emulated device's memory is read there
       out.push_back({device_view(*spec_->device, a, "cotangent", s.name, view) ? view
                                                                               : on_host(a),

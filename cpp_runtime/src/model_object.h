@@ -844,7 +844,7 @@ class Model {
       throw py::type_error("input '" + std::string(s.name) + "': expected " +
                            type_text(s, spec_->dim_names) + ", got None");
     py::array a = as_array(obj, "input", s.name);
-    if (!has_dtype(a, s.dtype)) a = as_declared(obj, a, s.dtype, "input", s.name);
+    a = as_declared(obj, a, s.dtype, "input", s.name);
     check_type(s, spec_->dim_names, has_dtype(a, s.dtype), a.ndim(), a.shape(),
                [&] { return shape_text(a); }, dims, spec_->input_shape, which);
     Argument view;
