@@ -534,6 +534,7 @@ def cmd_graph(args) -> int:
 def cmd_build(args) -> int:
     """A module the cache's index holds is copied without importing the compiler
     (codegen/compile/index.py); anything else goes through the pipeline."""
+    from .compile.cache import reading
     from .compile.extension import install
     from .compile.index import lookup
     from .compile.options import BuildOptions, module_name_for
@@ -545,11 +546,14 @@ def cmd_build(args) -> int:
     args.out = args.out or "."
     _output_folder(args.out)  # before a build of seconds, not after
     _refuse_overwriting(Path(args.out), [name + ".pyi"], "build")  # its type stub
-    built = lookup(args.file, name, options, _report)
-    if built is None:
-        from .pipeline import build
-        built = build(args.file, name, options, warn=_report)
-    with writing(args.out):
+    def find() -> Path:
+        built = lookup(args.file, name, options, _report)
+        if built is None:
+            from .pipeline import build
+            built = build(args.file, name, options, warn=_report)
+        return built
+    # the module's cache entry is kept from a prune (`mdlc cache`) while it is copied
+    with reading(find, lambda built: [built]) as built, writing(args.out):
         installed = install(built, args.out, name)
     print(installed)  # a full stdout is not the folder's fault
     if args.sanitize:  # importing it without the runtime preloaded aborts Python

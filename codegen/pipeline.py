@@ -24,6 +24,7 @@ from typing import Any
 from dsl import SourceFile, UsageError, file_warnings
 
 from .backend.module import generate
+from .compile.cache import reading
 from .compile.extension import build_extension
 from .compile.index import lookup, remember
 from .compile.options import BuildOptions, dims_text, module_name_for
@@ -201,10 +202,12 @@ def import_built(path: str | Path, module_name: str, options: BuildOptions,
     pickle finds its classes by name, unless that name was another module's (a model file
     json.mdl must not hide the json package)."""
     held = sys.modules.get(module_name)
-    spec = importlib.util.spec_from_file_location(
-        module_name, build(path, module_name, options, warn=warn))
-    module = importlib.util.module_from_spec(spec)  # CPython puts it into sys.modules
-    spec.loader.exec_module(module)
+    # the module's cache entry is kept from a prune until it is loaded (cache.reading)
+    with reading(lambda: build(path, module_name, options, warn=warn),
+                 lambda built: [built]) as built:
+        spec = importlib.util.spec_from_file_location(module_name, built)
+        module = importlib.util.module_from_spec(spec)  # CPython puts it into sys.modules
+        spec.loader.exec_module(module)
     if held is None or module_name in _LOADED:
         sys.modules[module_name] = module
         _LOADED.add(module_name)

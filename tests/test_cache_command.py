@@ -239,3 +239,61 @@ def test_a_pruned_module_is_built_again(tmp_path):
                           ".Twice(seed=0).forward(x=np.ones(3, np.float32))['y'])"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "[2. 2. 2.]", run.stderr
+
+
+def test_a_module_being_copied_or_imported_stays(tmp_path, monkeypatch, capsys):
+    """`mdlc build -o` copies the module it found and `load` imports it: a prune between
+    the finding and the copy made `mdlc build` fail (`cannot write
+    `<cache>/<key>/m.so`: No such file or directory`, exit 2). Both hold the entry's key
+    (cache.reading): a prune then keeps it."""
+    from codegen.compile import extension
+    source = tmp_path / "twice.mdl"
+    source.write_text(GOOD)
+    name = f"twice_{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
+    root = cache.cache_dir()
+    [built] = [e for e in cache_entries.entries(root) if e.name == name]
+    kept = []
+
+    def prune_first(copy):
+        def pruned(*args, **kwargs):
+            kept.append(cache_entries.remove(root, [built]).in_use)
+            return copy(*args, **kwargs)
+        return pruned
+    monkeypatch.setattr(extension, "install", prune_first(extension.install))
+    assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "module_from_spec",
+                        prune_first(importlib.util.module_from_spec))
+    assert load(source, name=name).__file__ == str(built.path / f"{name}{EXT_SUFFIX}")
+    assert kept == [[built], [built]] and built.path.is_dir()
+    capsys.readouterr()
+
+
+def test_a_module_pruned_before_its_copy_is_built_again(tmp_path, monkeypatch, capsys):
+    """A prune that removes the entry before the build takes its key: the build finds it
+    gone and builds it again (cache.reading), not an error about the cache's path."""
+    from codegen.compile import index
+    source = tmp_path / "twice.mdl"
+    source.write_text(GOOD)
+    name = f"twice_{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
+    root = cache.cache_dir()
+    [built] = [e for e in cache_entries.entries(root) if e.name == name]
+    lookup = index.lookup
+    found = []
+
+    def then_pruned(*args, **kwargs):
+        path = lookup(*args, **kwargs)
+        found.append(path)
+        if len(found) == 1:
+            assert cache_entries.remove(root, [built]).removed == [built]
+        return path
+    monkeypatch.setattr(index, "lookup", then_pruned)
+    (out / f"{name}{EXT_SUFFIX}").unlink()
+    assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
+    assert found[0] is not None and found[1] is None   # found, then gone: built again
+    assert (out / f"{name}{EXT_SUFFIX}").is_file() and built.path.is_dir()
+    capsys.readouterr()

@@ -191,21 +191,43 @@ def _locked(path: Path):
 
 @contextlib.contextmanager
 def reading(find: Callable[[], T], products: Callable[[T], Iterable[Path]]):
-    """What `find()` returns (the runtime a module links), built or found in the cache,
-    while a build reads its `products` (a module's compile and link read the runtime's
-    object and precompiled header): a shared lock on each one's key, which a prune
-    (cache_entries.py) needs exclusively to remove the entry. One removed before its lock
-    was taken is found (built) again."""
+    """What `find()` returns (the runtime a module links, a module), built or found in the
+    cache, while a build reads its `products` (a module's compile and link read the
+    runtime's object and precompiled header; `mdlc build -o` copies a module, `load`
+    imports it): a shared lock on each one's key, which a prune (cache_entries.py) needs
+    exclusively to remove the entry. One removed before its lock was taken is found
+    (built) again."""
     root = cache_dir()
     while True:
         found = find()
         paths = list(products(found))
         with contextlib.ExitStack() as held:
-            for key in sorted({p.relative_to(root).parts[0] for p in paths}):
-                held.enter_context(take_lock(lock_path(root, key), fcntl.LOCK_SH))
+            for lock in sorted({_entry_lock(root, p) for p in paths}):
+                handle = _shared_lock(lock)
+                if handle is not None:
+                    held.enter_context(handle)
             if all(p.exists() for p in paths):
                 yield found
                 return
+
+
+def _entry_lock(root: Path, product: Path) -> Path:
+    """The lock of the cache entry that holds `product`: its key's. The index names a
+    module by the path it was built at, which may be another path to the cache (a copy,
+    a bind mount): there the entry is the product's directory."""
+    try:
+        return lock_path(root, product.relative_to(root).parts[0])
+    except ValueError:
+        return lock_path(product.parent.parent, product.parent.name)
+
+
+def _shared_lock(path: Path):
+    """A shared lock on `path`, or None where the cache cannot take one (a read-only
+    cache, whose entries were found there and are read as they are)."""
+    try:
+        return take_lock(path, fcntl.LOCK_SH)
+    except OSError:
+        return None
 
 
 def _sweep_abandoned(root: Path, key: str) -> None:
