@@ -562,6 +562,27 @@ def test_a_compile_error_says_what_and_keeps_the_directory(mdl_cache_dir, capsys
     assert "building broken..." in capsys.readouterr().err  # progress was asked for
 
 
+def test_a_link_on_a_full_disk_says_so(tmp_path):
+    """ld says why a link failed without `error:`; the message quoted only collect2's
+    `ld returned 1 exit status` after it, and a full disk went unsaid (a cache on a tmpfs
+    of 80 MB, its runtime built, 600 KB free)."""
+    from codegen.compile import commands
+    kept = tmp_path / "cache" / "failed-0123"
+    kept.mkdir(parents=True)
+    cache.write_key(kept, {"product": "module", "module": "tiny"})
+    log = ("/usr/bin/c++ -shared part0.o -o tiny.so\n"
+           "/usr/bin/ld: final link failed: No space left on device\n"
+           "collect2: error: ld returned 1 exit status\n")
+    message = commands._describe_failure(kept, log)
+    said = "/usr/bin/ld: final link failed: No space left on device"
+    assert f"the compiler said:\n{said}\n" in message
+    assert "... and 1 more error" in message
+    assert f"a disk is full: the build cache's ({tmp_path / 'cache'})" in message
+    assert "MDL_CACHE_DIR or TMPDIR" in message
+    assert "disk is full" not in commands._describe_failure(kept, log.replace(
+        "No space left on device", "file truncated"))
+
+
 def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):
     """Two processes build the same new module at once: one compiles, the other waits on
     the lock and then finds the result; both get the same file."""

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,11 @@ from ..ir.diagnostics import count
 from .cache import Failed, read_key
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
-FIRST_ERROR = re.compile(r"error:|undefined reference")
+# ld says why a link failed on a line of its own, without `error:` (`/usr/bin/ld: final link
+# failed: No space left on device`), and collect2's `error: ld returned 1 exit status` after it
+FULL_DISK = ("No space left on device", "Disk quota exceeded")
+FIRST_ERROR = re.compile(r"error:|undefined reference|final link failed|"
+                         + "|".join(FULL_DISK))
 # Lines a compiler prints before an error to say where it was reached from.
 CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
 
@@ -178,8 +183,13 @@ class _Progress:
 def _describe_failure(kept: Path, log: str) -> str:
     what = read_key(kept)
     name = f"`{what['module']}`" if "module" in what else f"the mdl {what['product']}"
-    return (f"building {name} failed; the compiler said:\n{_first_errors(log)}\n"
-            f"the build directory is kept at {kept} (full log: {kept / 'build.log'})")
+    full = ([f"a disk is full: the build cache's ({kept.parent}) or the compiler's "
+             f"temporary files' ({tempfile.gettempdir()}); free space there, or set "
+             "MDL_CACHE_DIR or TMPDIR to a directory with free space"]
+            if any(words in log for words in FULL_DISK) else [])
+    return "\n".join([f"building {name} failed; the compiler said:", _first_errors(log), *full,
+                      f"the build directory is kept at {kept} (full log: "
+                      f"{kept / 'build.log'})"])
 
 
 def _first_errors(log: str) -> str:
