@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dsl
-from dsl.imports import find_import, imported_paths, main_directory, source_bytes
+from dsl.imports import (MAX_SOURCE_BYTES, find_import, imported_paths, main_directory,
+                         source_bytes)
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import Diagnostic, Loc, MdlBuildError, Source
@@ -132,7 +133,10 @@ def _closure(path: Path) -> dict[str, str] | None:
         p, directory = pending.pop()
         if str(p) in texts:
             continue
-        texts[str(p)] = source_bytes(p).decode("utf-8")
+        data = source_bytes(p)
+        if len(data) > MAX_SOURCE_BYTES:  # refused by the full build; not read token by
+            return None                   # token first (64 MiB: a minute and a half)
+        texts[str(p)] = data.decode("utf-8")
         for target in imported_paths(texts[str(p)]):
             found = find_import(target, directory)
             if found is None:
