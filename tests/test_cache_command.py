@@ -297,3 +297,19 @@ def test_a_module_pruned_before_its_copy_is_built_again(tmp_path, monkeypatch, c
     assert found[0] is not None and found[1] is None   # found, then gone: built again
     assert (out / f"{name}{EXT_SUFFIX}").is_file() and built.path.is_dir()
     capsys.readouterr()
+
+
+def test_a_dry_run_of_a_cache_that_takes_no_lock_says_what_would_go(filled, monkeypatch,
+                                                                     capsys):
+    """A dry run changes nothing, yet on a read-only cache (its lock files cannot be
+    made) it failed as the prune itself does: `cannot change the build cache`, exit 2."""
+    root, made = filled
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system", str(root / "locks"))
+    monkeypatch.setattr(cache_entries, "take_lock", read_only)
+    code, out, _ = mdlc_cache(monkeypatch, capsys, root, "clear", "--dry-run")
+    assert code == 0 and "would remove 4 entries" in out
+    assert all(p.is_dir() for p in made.values())
+    code, _, err = mdlc_cache(monkeypatch, capsys, root, "prune")
+    assert code == 2 and "cannot change the build cache" in err

@@ -137,7 +137,13 @@ def remove(root: Path, chosen: list[Entry], dry_run: bool = False) -> Pruned:
     `dry_run`: only find which would go."""
     pruned = Pruned([], [], 0, 0)
     for entry in chosen:
-        handle = take_lock(lock_path(root, entry.key), fcntl.LOCK_EX, wait=False)
+        try:
+            handle = take_lock(lock_path(root, entry.key), fcntl.LOCK_EX, wait=False)
+        except OSError:
+            if not dry_run:
+                raise
+            # a cache that cannot take a lock (read-only) is only read: say what would go
+            handle = contextlib.nullcontext()
         if handle is None:
             if entry.kind != UNFINISHED:  # a build that runs is not news
                 pruned.in_use.append(entry)
