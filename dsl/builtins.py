@@ -229,6 +229,9 @@ def _smoothed(el, loss: Value, inputs: list[Value], e: float, loc: Loc) -> Value
     logits, targets, *lengths = inputs
     b, rank, dtype = Builder(el.block, loc), logits.type.rank, logits.type.dtype
     per_token = b.mean(b.log_softmax(logits, axis=rank - 1), axes=(rank - 1,), keepdims=False)
+    if lengths:  # padded tokens left out, not weighed by 0: NaN or inf logits there made
+        # the loss NaN (PyTorch's ignore_index leaves them out; so does cross_entropy's own)
+        per_token = b.where(b.seq_mask(targets, lengths[0]), per_token, b.const(0, dtype))
     weights = token_weights(b, targets, lengths[0] if lengths else None, dtype)
     uniform = b.sum(b.mul(per_token, weights), axes=tuple(range(rank - 1)), keepdims=False)
     return b.sub(b.mul(loss, b.const(1.0 - e, dtype)), b.mul(uniform, b.const(e, dtype)))

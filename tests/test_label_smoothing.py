@@ -102,3 +102,58 @@ def test_a_smoothing_outside_0_1_is_an_error(tmp_path):
     with pytest.raises(MdlError, match=r"`label_smoothing` must be in \[0, 1\], got 1.5"):
         check_source("model M() { input x : f32[B, 3]; input y : i32[B]\n"
                      "  output l = cross_entropy(x, y, label_smoothing = 1.5) }", "t.mdl")
+
+
+PADDED = """
+model Padded(C = 4) {
+  input logits : f32[T, B, C]
+  input targets : i32[T, B]
+  input lengths : i32[B]
+  output plain = cross_entropy(logits, targets, lengths = lengths)
+  output smoothed = cross_entropy(logits, targets, lengths = lengths, label_smoothing = 0.1)
+}
+"""
+
+
+def test_padded_tokens_count_for_nothing_whatever_their_logits_hold(tmp_path_factory):
+    """A padded token's logits may hold NaN or inf (padding that was never written): it is
+    left out of the mean, as PyTorch's ignore_index leaves it out. The targets skipped it,
+    but the reference weighed its log-probability by 0 (NaN * 0: the loss NaN), and so did
+    the smoothed loss on every target and onnxruntime."""
+    path = source_file(tmp_path_factory, "padded_nan.mdl", PADDED)
+    inputs = {"logits": np.arange(24.0).reshape(3, 2, 4) / 7,
+              "targets": np.array([[0, 1], [2, 3], [1, 2]], np.int32),
+              "lengths": np.array([3, 1], np.int32)}
+    inputs["logits"][1, 1] = [np.inf, 1.0, 2.0, 3.0]
+    inputs["logits"][2, 1] = [np.nan, np.inf, -np.inf, 1.0]
+    want = reference.run(check_file(str(path), dtype="f64").graph, inputs, {})
+    got = {"reference": want}
+    for target in ("cpu", "emulated"):
+        how = dict(target="cuda", emulate=True) if target == "emulated" else {}
+        got[target] = load(path, dtype="f64", **how).Padded(seed=0).forward(**inputs)
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        pass
+    else:
+        out = export_onnx(path, tmp_path_factory.mktemp("onnx") / "padded.onnx", dtype="f64")
+        session = ort.InferenceSession(str(out))
+        names = [o.name for o in session.get_outputs()]
+        got["onnxruntime"] = dict(zip(names, session.run(None, inputs)))
+    try:
+        import torch
+    except ImportError:
+        expected = {}
+    else:
+        F = torch.nn.functional
+        logits = torch.tensor(inputs["logits"]).reshape(-1, 4)
+        real = np.arange(3)[:, None] < inputs["lengths"][None, :]
+        ignored = torch.tensor(np.where(real, inputs["targets"], -100).reshape(-1)).long()
+        expected = {"plain": F.cross_entropy(logits, ignored).item(),
+                    "smoothed": F.cross_entropy(logits, ignored, label_smoothing=0.1).item()}
+    for who, out in got.items():
+        for name in ("plain", "smoothed"):
+            assert np.isfinite(float(out[name])), (who, name)
+            assert abs(float(out[name]) - float(want[name])) < 1e-12, (who, name)
+            if expected:
+                assert abs(float(out[name]) - expected[name]) < 1e-12, (who, name)

@@ -33,8 +33,11 @@ def _cross_entropy_ref(ctx, attrs, logits, targets, lengths=None):
     shifted = logits - np.max(logits, -1, keepdims=True)
     log_probs = shifted - np.log(np.sum(np.exp(shifted), -1, keepdims=True))
     picked = np.take_along_axis(log_probs, np.where(mask, targets, 0)[..., None], -1)[..., 0]
-    # a batch without real tokens has loss 0, not 0/0
-    return np.asarray(-np.sum(picked * mask) / max(int(np.sum(mask)), 1), logits.dtype)
+    # padded tokens count for nothing, whatever their logits hold (NaN times a 0 weight
+    # was NaN: the targets skip them, as PyTorch's ignore_index does); a batch without
+    # real tokens has loss 0, not 0/0
+    return np.asarray(-np.sum(np.where(mask, picked, 0)) / max(int(np.sum(mask)), 1),
+                      logits.dtype)
 
 
 def token_weights(b, targets, lengths, dtype: str):
@@ -93,9 +96,9 @@ def _cross_entropy_onnx(g, op, xs):
                                            g.op("Shape", logits, start=rank - 1), axis=0))
     picked = g.op("GatherElements", rows, g.op("Reshape", targets, g.ints([-1, 1])), axis=1)
     picked = g.op("Reshape", picked, g.op("Shape", targets))
-    if lengths:
-        weight = g.op("Cast", real, to=g.dtype(dtype))
-        total = g.op("ReduceSum", g.op("Mul", picked, weight), keepdims=0)
+    if lengths:  # a padded token's log-probability is left out, not weighed by 0: NaN
+        weight = g.op("Cast", real, to=g.dtype(dtype))  # or inf there would be NaN
+        total = g.op("ReduceSum", g.op("Where", real, picked, g.const(0, dtype)), keepdims=0)
         count = g.op("ReduceSum", weight, keepdims=0)
     else:
         total = g.op("ReduceSum", picked, keepdims=0)
