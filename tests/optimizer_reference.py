@@ -26,7 +26,9 @@ class Reference:
         grads = {k: g for k, g in grads.items() if not k.startswith("input:")}
         if o["clip_norm"] is not None:
             norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
-            grads = {k: g * min(1.0, o["clip_norm"] / (norm + 1e-6)) for k, g in grads.items()}
+            coef = o["clip_norm"] / (norm + 1e-6)  # NaN stays NaN (torch.clamp's), where
+            grads = {k: g * (coef if coef < 1 or np.isnan(coef) else 1.0)  # min() gave 1
+                     for k, g in grads.items()}
         for k, g in grads.items():
             w, reg = self.w[k], self.graph.params[k].regularizer
             if reg is not None:

@@ -201,3 +201,43 @@ def test_a_wide_parameters_step_on_the_threads_matches_numpy(tmp_path, config):
                     assert np.allclose(w, ref.w[k], rtol=1e-12, atol=1e-14), (threads, step, k)
     finally:
         module.set_num_threads(told)
+
+
+NAN_GRADIENT = """
+model Scaled() {
+  input x : f64[4]
+  param w : f64[4] = ones
+  param u : f64[2] = ones
+  output loss = sum(w * x) + sum(u * u)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_a_nan_gradient_clipped_makes_every_step_nan_as_pytorchs(tmp_path, target, name):
+    """clip_norm over a gradient holding a NaN: the norm is NaN, and so is every gradient
+    scaled by it (PyTorch's clip_grad_norm_, whose clamp keeps the NaN, and the NumPy
+    formulas). The scale was taken as 1: the NaN element went NaN and every other
+    parameter took its whole step unclipped, where clipping was asked for."""
+    path = tmp_path / "scaled.mdl"
+    path.write_text(NAN_GRADIENT)
+    how = dict(target="cuda", emulate=True) if target == "emulated" else {}
+    m = load(path, dtype="f64", name=f"scaled_{target}", **how).Scaled(seed=0)
+    x = np.array([np.nan, 1.0, 2.0, 3.0])
+    options = {"lr": 0.1, "clip_norm": 1.0}
+    grads = (m.forward(x=x, training=True), m.backward())[1]
+    ref = Reference(check_file(str(path), dtype="f64").graph,
+                    {k: np.array(v) for k, v in m.params.items()}, name, options)
+    ref.step(grads)
+    m.set_optimizer(name, **options)
+    m.train_step(x=x)
+    for k, w in m.params.items():
+        assert np.isnan(w).all() and np.isnan(ref.w[k]).all(), k
+    torch = pytest.importorskip("torch")
+    w, u = torch.ones(4, requires_grad=True), torch.ones(2, requires_grad=True)
+    ((w * torch.tensor(x, dtype=torch.float32)).sum() + (u * u).sum()).backward()
+    torch.nn.utils.clip_grad_norm_([w, u], 1.0)
+    (torch.optim.SGD if name == "sgd" else torch.optim.Adam)([w, u], lr=0.1).step()
+    assert torch.isnan(w).all() and torch.isnan(u).all()

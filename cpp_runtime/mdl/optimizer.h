@@ -132,7 +132,10 @@ class Optimizer {
       total += squared_norm(*spec.device, context, static_cast<const T*>(grads[p.grad]), n);
     }
     double coef = config.clip_norm / (std::sqrt(total) + 1e-6);
-    return coef < 1 ? coef : 1;
+    // A NaN norm (a NaN in any gradient) scales every gradient by NaN, as PyTorch's
+    // clip_grad_norm_ does: `coef < 1 ? coef : 1` made it 1, and every other parameter
+    // took its whole step, unclipped, where clipping was asked for.
+    return coef < 1 || coef != coef ? coef : 1;
   }
 
   // This step's numbers for parameter `p`.
