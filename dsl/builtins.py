@@ -105,12 +105,23 @@ def _where(el, a, call):
 @builtin("clip", "x", "lo", "hi")
 def _clip(el, a, call):
     """minimum(maximum(x, lo), hi) with PyTorch's clamp's gradient: all of it to x at a
-    bound (maximum and minimum share a tie's), to lo or hi past them; NaN stays NaN."""
+    bound (maximum and minimum share a tie's), to lo or hi past them; NaN stays NaN, a
+    NaN bound's too (as maximum's and minimum's, PyTorch's clamp and NumPy's clip: x < NaN
+    is false, so a NaN lo or hi was passed over). A bound known when compiling is finite
+    (a NaN there is an error), and an i32 one never NaN: they need no test."""
     x = tensor(el, a["x"])
     lo, hi = tensor(el, a["lo"], x.type), tensor(el, a["hi"], x.type)
     loc = call.loc
-    raised = el.emit("where", [el.emit("lt", [x, lo], {}, loc)[0], lo, x], {}, loc)[0]
-    return el.emit("where", [el.emit("gt", [raised, hi], {}, loc)[0], hi, raised], {}, loc)[0]
+
+    def past(compare: str, value: Value, bound: Value, given) -> Value:
+        beyond = el.emit(compare, [value, bound], {}, loc)[0]
+        if isinstance(given, Const) or bound.type.dtype not in FLOATS:
+            return beyond
+        unordered = el.emit("ne", [bound, bound], {}, loc)[0]
+        return el.emit("or", [beyond, unordered], {}, loc)[0]
+
+    raised = el.emit("where", [past("lt", x, lo, a["lo"][0]), lo, x], {}, loc)[0]
+    return el.emit("where", [past("gt", raised, hi, a["hi"][0]), hi, raised], {}, loc)[0]
 
 
 def _cast(dtype: str) -> None:

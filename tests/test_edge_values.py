@@ -171,6 +171,14 @@ model Zeros() {
   output loss = sum(abs(x) * g)
   minimize loss
 }
+model Bounds() {
+  input x : f32[N]
+  input lo : f32[N]
+  input hi : f32[N]
+  output c = clip(x, lo, hi)
+  output low = clip(x, lo, 1.0)
+  output high = clip(x, -1.0, hi)
+}
 model Counts() {
   input xs : f32[T, B, 3]
   input ns : i32[T, B, 2]
@@ -551,3 +559,18 @@ def test_the_sign_of_a_zero_is_pytorchs(module, n):
     for k, value in theirs.items():
         assert torch.signbit(value).tolist() == wants[k].tolist(), k
     assert not torch.signbit(tx.grad).any()
+
+
+def test_a_nan_bound_of_clip_is_kept(module):
+    """clip(x, lo, hi) is minimum(maximum(x, lo), hi): a NaN bound gives NaN, as a NaN x
+    does (maximum's and minimum's rule, PyTorch's clamp, NumPy's clip). x < NaN is false,
+    so a NaN lo or hi was passed over: clip(0.5, NaN, 1.0) was 0.5."""
+    nan, inf = np.nan, np.inf
+    x = np.array([0.5, 0.5, nan, 0.0, 5.0, -5.0, 1.0, 2.0])
+    lo = np.array([nan, 0.0, 0.0, -inf, 1.0, 1.0, nan, nan])
+    hi = np.array([1.0, nan, 1.0, nan, 3.0, -1.0, 1.0, 3.0])
+    got = matches_the_reference(module, "Bounds", x=x, lo=lo, hi=hi)
+    np.testing.assert_array_equal(got["c"], np.clip(x, lo, hi))
+    np.testing.assert_array_equal(got["low"], np.clip(x, lo, 1.0))
+    np.testing.assert_array_equal(got["high"], np.clip(x, -1.0, hi))
+    assert np.isnan(got["c"][[0, 1, 2, 3, 6, 7]]).all() and got["c"][[4, 5]].tolist() == [3, -1]
