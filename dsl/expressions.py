@@ -60,6 +60,9 @@ class Expressions:
             return v
         dtype = self.const_dtype(v, like, loc)
         if v.kind == "float" and not finite_in(v.value, dtype):  # it was inf, silently
+            if not math.isfinite(v.value):  # a hyper-parameter given as nan or inf (load's
+                # defines): "nan ... where it would be inf" said what it is not
+                raise MdlTypeError(f"{v} is not a finite number", loc)
             raise MdlTypeError(f"{v} is past the range of {dtype}, where it would be inf",
                                loc)
         return self.emit("full", [], {"shape": (), "value": v.value, "dtype": dtype}, loc)[0]

@@ -429,6 +429,18 @@ def test_an_initializer_or_regularizer_takes_finite_numbers(define):
     assert f"{first.loc.line}:{first.loc.col}" == where
 
 
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_constant_that_is_not_a_number_says_so(value):
+    """A hyper-parameter given as nan or inf, where it meets a tensor: refused, saying what
+    it is (a NaN was `past the range of f32, where it would be inf`)."""
+    with pytest.raises(MdlError) as info:
+        check_source("model M(C = 0.5) {\n  input x : f32[3]\n  output y = clip(x, C, 1.0) }",
+                     "t.mdl", defines={"C": value})
+    first = info.value.diagnostics[0]
+    assert first.message == f"{value} is not a finite number"
+    assert f"{first.loc.line}:{first.loc.col}" == "3:22"
+
 def test_table_is_large_enough():
     assert len(BAD_PROGRAMS) >= 40
 
