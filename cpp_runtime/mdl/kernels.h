@@ -243,8 +243,9 @@ void reduce(Reduction kind, const T* x, const int64_t* shape, int rank, uint32_t
 }
 
 // What softmax subtracts before exp: the row's max; for log_softmax of a row whose max is
-// not finite, 0, as logsumexp does (the reference, PyTorch): log_softmax([inf, 1]) is
-// [NaN, -inf], where inf - inf in every exp made the whole row NaN.
+// not finite, 0, as logsumexp does (the reference's, PyTorch's): log_softmax([inf, 1]) is
+// [NaN, -inf], x - logsumexp(x), where inf - inf in every exp made the whole row NaN.
+// (torch.log_softmax itself, 2.13 on the CPU, gives a row of NaN there.)
 template <class T>
 MDL_HOST_DEVICE inline T log_shift(bool log, T mx) {
   return log && !(mx - mx == 0) ? T(0) : mx;  // (mx - mx is 0 when mx is finite)
