@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..ir.graph import IRError, Op, use_counts, walk_ops
 from ..ir.shapes import Dim, contiguous_strides, numel, ragged_rows
-from ..ops.entry import constant, entry
+from ..ops.entry import branch_bounds, constant, entry
 from ..ops.structured import STRUCTURED
 from ..ops.structured.for_op import laid_like
 from ..ops.structured.if_op import no_rows, ragged_count
@@ -419,7 +419,24 @@ def streams(op: Op) -> set[int]:
             if getattr(entry(o), "random", False) or "salt" in o.attrs}
 
 
+def _refusals(r, op: Op, k: int, block) -> list:
+    """What branch k (`block`) of the if `op` refuses where it starts, in no loop (in a
+    loop's body its sizes are checked with the loop's: ops/entry.py, guarded_ifs): what
+    the checked graph's branch k of the if at its place does, in the reference's words
+    and order (module.branch_words), then any other size of its own that the dims could
+    make negative (branch_bounds)."""
+    if r.loops_open:
+        return []
+    words = r.branch_words.get((op.loc, k), {})
+    own = [(text, d) for text, d in branch_bounds(block, r.dims.user) if d not in words]
+    return sorted((text, d) for d, text in words.items()) + own
+
+
 def _render_if(r, ins: Structured) -> None:
+    """Each branch starts by refusing dims that make one of its sizes negative
+    (_refusals); an output it yields no rows of (no_rows: a value the other branch
+    makes, which only the backward's same branch reads) it leaves as it is, but for the
+    count of a while's trips or a for's rows, which it sets to 0."""
     op = ins.op
     for v in op.outputs:
         if ragged_count(v.type):  # the branch's rows: none where no while (or for) ran
@@ -427,19 +444,22 @@ def _render_if(r, ins: Structured) -> None:
         else:
             r.define_owned(v)
     r.open(f"if ({r.scalar(op.inputs[0])})")
-    for k, (lowered, results) in enumerate(zip(ins.blocks, ins.extra["results"])):
+    for k, (block, lowered, results) in enumerate(zip(op.blocks, ins.blocks,
+                                                      ins.extra["results"])):
         if k == 1:
             r.close(" else {")
             r.depth += 1
+        for text, d in _refusals(r, op, k, block):
+            r.emit(f"{r.dims_fit(text, d)};")
         r.instructions(lowered)
         for out, res in zip(op.outputs, results):
-            if ragged_count(out.type):
-                if res.type == no_rows(out.type):  # the while (or for) did not run
+            if res.type == no_rows(out.type):  # the while (or for, or value) was not made
+                if ragged_count(out.type):
                     r.emit(f"{r.dim(out.type.shape[0])} = 0;")
-                else:
-                    r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
-                    if ragged_rows(out.type):  # a for's ragged yield: its tape's steps
-                        r.tape_aliases[out.id] = res.id
+            elif ragged_count(out.type):
+                r.emit(f"{r.ptr(out)} = {r.ptr(res)};")
+                if ragged_rows(out.type):  # a for's ragged yield: its tape's steps
+                    r.tape_aliases[out.id] = res.id
             elif r.layout(res).is_const:
                 r.assign(out, res)
             elif r.layout(res).base is not out:  # else computed in place

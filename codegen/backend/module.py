@@ -16,7 +16,7 @@ from ..ir.graph import (PENALTIES, Block, Graph, Value, reads, use_counts,
                         walk_ops)
 from ..ir.origins import input_origins
 from ..ir.shapes import Dim, TensorType, contiguous_strides, numel
-from ..ops.entry import call_bounds, entry, loop_steps
+from ..ops.entry import branch_bounds, call_bounds, entry, guarded_ifs, loop_steps
 from ..transforms.autodiff import cotangent_names
 from .cexpr import DimNames, c_float
 from .interface import describe, stub
@@ -59,6 +59,23 @@ def user_dims(graph: Graph) -> list[str]:
     return names
 
 
+def branch_words(graph: Graph, dims: list[str]) -> dict:
+    """What each branch of `graph`'s ifs in no loop refuses where it starts (ops/entry.py,
+    branch_bounds), {size: its words}, by the if's place and the branch's index: the
+    words of the graph as checked, which the reference runs, for the branches the passes
+    made of it (which may no longer make a value of a size, or make it elsewhere first).
+    Where ifs share a place (a function's, called twice), the sizes that all of them
+    make."""
+    found: dict = {}
+    for block in graph.blocks():
+        for op in guarded_ifs(block):
+            for k, branch in enumerate(op.blocks if op.loc is not None else ()):
+                words = {d: text for text, d in branch_bounds(branch, dims)}
+                before = found.setdefault((op.loc, k), words)
+                found[(op.loc, k)] = {d: t for d, t in before.items() if d in words}
+    return found
+
+
 def _defined(ops: list) -> dict[int, Value]:
     out: dict[int, Value] = {}
     for op in walk_ops(Block(ops=ops)):
@@ -75,6 +92,7 @@ class ModuleGenerator:
         self.checked = checked  # the graph as checked, before any pass (its sizes first)
         self.dims = user_dims(graph)
         self.names = DimNames(self.dims)  # one for every function: m.dyn indices agree
+        self.branch_words = branch_words(checked, self.dims) if checked is not None else {}
         self.specializations = specializations
         self.saved_count = 0
         self.tapes: list[int] = []
@@ -197,7 +215,8 @@ class ModuleGenerator:
         """Pack and scratch buffers are reused by every function: one model's calls run
         one at a time, and a function fills them before it reads."""
         return Renderer(self.target, dims, spec, self.tapes, [], self.sites,
-                        self.tape_aliases, self.origins, self.value_names)
+                        self.tape_aliases, self.origins, self.value_names,
+                        self.branch_words)
 
     def _render(self, dims: DimNames, spec: FunctionSpec) -> str:
         """One function's text, its memory planned alone."""

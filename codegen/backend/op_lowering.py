@@ -166,15 +166,11 @@ attach_lowering("index", "view", lambda r, op, i, st: (
     f"{indices_named(r, op.inputs[1])}) * {r.dim(st[0])}", st[1:]), False)
 def _slice_view(r, op, i, st):
     """A slice's offset; where the call's dims may put it outside its axis (`x[:, 5]` of
-    an axis of length B), `mdl::slice_fits` of each bound first, which refuses such dims
+    an axis of length B), `mdl::dims_fit` of each bound first, which refuses such dims
     where the slice runs: one in a branch or a loop's body, which the check before the
     call leaves out (ops/entry.py, call_bounds), once read and wrote outside its operand."""
     offset = offset_expr(r, op.attrs["starts"], st)
-    user = r.dims.user
-    names = ", ".join(c_string(n) for n in user)
-    values = ", ".join(r.dim(Dim.of(n)) for n in user)
-    fits = [f"mdl::slice_fits({r.dim(d)}, {c_string(text)}, {{{names}}}, {{{values}}})"
-            for text, d in call_bounds_of(op, user)]
+    fits = [r.dims_fit(text, d) for text, d in call_bounds_of(op, r.dims.user)]
     return " + ".join(fits + [offset]) if fits and offset else (
         " + ".join(fits) or offset), st
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..ir.dtypes import DTYPES
 from ..ir.graph import Value
-from ..ir.shapes import numel
+from ..ir.shapes import numel, signed
 from .cexpr import DimNames
 from .lower import Concurrent, Copy, Fused, Kernel, Layout, Structured, View, root
 from .products import Products
@@ -51,7 +51,11 @@ class Plan:
 
 
 def size_bytes(v: Value, dims: DimNames) -> str:
-    return f"{DTYPES[v.type.dtype].itemsize} * {dims.expr(numel(v.type.shape))}"
+    """v's byte count: none where the dims make its size negative (mdl::nonnegative): v is
+    then in a branch that does not run (its sizes are checked where it starts)."""
+    count = numel(v.type.shape)
+    expr = f"mdl::nonnegative({dims.expr(count)})" if signed(count) else dims.expr(count)
+    return f"{DTYPES[v.type.dtype].itemsize} * {expr}"
 
 
 def reads(ins, layouts: dict[int, Layout]) -> list[Value]:

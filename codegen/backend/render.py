@@ -12,7 +12,7 @@ from ..ir.graph import Block, IRError, Value, walk_ops
 from ..ir.origins import Origins
 from ..ir.shapes import Dim, contiguous_strides, numel
 from ..ops.entry import entry
-from .cexpr import DimNames
+from .cexpr import DimNames, c_string
 from .control_flow import early_conditions, render_structured, streams
 from .concurrent import run_concurrently
 from .kernels import open_streams
@@ -59,7 +59,7 @@ class Renderer:
     def __init__(self, target: Target, dims: DimNames, spec: FunctionSpec,
                  tapes: list[int], packs: list, sites: list[Site] | None = None,
                  tape_aliases: dict[int, int] | None = None, origins: Origins | None = None,
-                 value_names: dict[int, str] | None = None):
+                 value_names: dict[int, str] | None = None, branch_words: dict | None = None):
         self.target = target
         self.dims = dims
         self.spec = spec
@@ -98,6 +98,9 @@ class Renderer:
         # -> the for's output's): read through the for's tape (control_flow._render_if);
         # the module's, as `tapes` is: a train function's if, its backward's reads
         self.tape_aliases: dict[int, int] = {} if tape_aliases is None else tape_aliases
+        # what the checked graph's branches refuse where they start, worded as the
+        # reference words it (module.branch_words; control_flow._render_if)
+        self.branch_words: dict = branch_words or {}
         self.origins = origins or Origins()  # what indices are computed from, for faults
         # C++ names of values (ptr): the model's functions' all, numbered as first named
         self.value_names: dict[int, str] = {} if value_names is None else value_names
@@ -113,6 +116,14 @@ class Renderer:
         (target.memory_check)."""
         self.sized.append(size_bytes(v, self.dims))
         return self.sized[-1]
+
+    def dims_fit(self, text: str, d: Dim) -> str:
+        """A C++ expression refusing the call, in the words `text` (ops/entry.py,
+        refused), where its dims make `d` negative; 0 otherwise (mdl::dims_fit)."""
+        user = self.dims.user
+        names = ", ".join(c_string(n) for n in user)
+        values = ", ".join(self.dim(Dim.of(n)) for n in user)
+        return f"mdl::dims_fit({self.dim(d)}, {c_string(text)}, {{{names}}}, {{{values}}})"
 
     def dim(self, d: Dim) -> str:
         return self.dim_hook(d) if self.dim_hook else self.dims.expr(d)

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
-from .shapes import Dim, TensorType, is_runtime
+from .shapes import Dim, TensorType, is_runtime, signed
 
 _ids = itertools.count()
 
@@ -177,21 +177,19 @@ def walk_ops(block: Block) -> Iterator[Op]:
         stack.extend(iter(b.ops) for b in reversed(op.blocks))
 
 
-def signed_sizes(graphs: list[Graph], dims) -> list[tuple[Dim, Any]]:
-    """The sizes of the graphs' values that the call's dims could make negative (`T - 30`
-    is for T < 30): made of the user dims `dims` alone, with a term subtracted, each with
-    the place of the first op that makes a value of it (None where no op there has one). A
-    call whose dims make one negative is refused before anything runs (ops.entry.call_bounds
-    says how)."""
+def signed_sizes(ops: Iterable[Op], dims) -> list[tuple[Dim, Any]]:
+    """The sizes of the values `ops` make that the call's dims could make negative (`T -
+    30` is for T < 30): made of the user dims `dims` alone, with a term subtracted, each
+    with the place of the first op that makes a value of it (None where no op there has
+    one). A call whose dims make one negative is refused before anything runs, or where
+    the branch of an `if` that makes it starts (ops.entry.call_bounds and branch_bounds
+    say which ops and how)."""
     sizes: dict[Dim, Any] = {}
-    for g in graphs:
-        for block in (g.body, g.backward):
-            for op in walk_ops(block):
-                for v in op.outputs:
-                    for d in v.type.shape:
-                        if any(c < 0 for _, c in d.terms) and d.symbols <= set(dims):
-                            if sizes.get(d) is None:
-                                sizes[d] = op.loc
+    for op in ops:
+        for v in op.outputs:
+            for d in v.type.shape:
+                if signed(d) and d.symbols <= set(dims) and sizes.get(d) is None:
+                    sizes[d] = op.loc
     return sorted(sizes.items(), key=lambda item: str(item[0]))
 
 

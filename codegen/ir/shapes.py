@@ -95,6 +95,12 @@ def known_at_call(t: TensorType) -> bool:
     return all(known(d) for d in t.shape)
 
 
+def signed(d: Dim) -> bool:
+    """Whether some sizes of the source's dims make d negative: made of those dims alone,
+    with a term subtracted (`T - 1`, `B*T - B`)."""
+    return any(c < 0 for _, c in d.terms) and all(isinstance(s, str) for s in d.symbols)
+
+
 class DimError(Exception):
     """An arithmetic on dims that has no integer answer (inexact division, ...)."""
 

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from ..ir.graph import IRError, Op, signed_sizes
+from ..ir.graph import IRError, Op, signed_sizes, walk_ops
 from ..ir.shapes import Dim
 
 
@@ -141,21 +141,61 @@ def constant(op: Op) -> bool:
 
 def call_bounds(graphs: list, dims) -> list[tuple[str, Dim]]:
     """What a call's dims must keep >= 0, with the refusal's text (`{}`: the value): the
-    sizes of the graphs' values that they could make negative (`T - 30`), and the
-    `bounds` made of them alone of the ops that every call runs, those outside any
+    sizes of the graphs' values that they could make negative (`T - 30`), but those in a
+    branch of an `if` in no loop, which it checks where it starts (branch_bounds), and
+    the `bounds` made of them alone of the ops that every call runs, those outside any
     branch or loop (a slice of an axis of length B at [:, 5] needs B >= 6; in a branch
     the dims may keep it from running: `if T > 2 { y = xs[0:2] }`, so one there is
     checked where it runs: call_bounds_of). A call whose dims break one is refused before
     anything runs, by the reference and a generated module (ModelSpec::size_value) alike:
     the slice read and its gradient wrote outside its operand."""
-    found = {f"{d}, the size of a value {_made_at(loc)}, {{}}: a size cannot be negative": d
-             for d, loc in signed_sizes(graphs, dims)}
+    found = dict(_sizes((op for g in graphs for block in g.blocks() for op in _checked(block)),
+                        dims))
     for g in graphs:
-        for block in (g.body, g.backward):
+        for block in g.blocks():
             for op in block.ops:
                 for text, d in call_bounds_of(op, dims):
                     found.setdefault(text, d)
     return sorted(found.items())
+
+
+def guarded_ifs(block) -> Iterator[Op]:
+    """The ifs in `block` in no loop, in ifs or not: each branch of theirs checks its
+    sizes where it starts (branch_bounds), not the call before anything runs. (An if in a
+    loop's body has its sizes checked with the loop's other values: the loop stacks the
+    tapes its steps keep for the backward, of the branch each step took, at one size.)"""
+    for op in block.ops:
+        if entry(op).branches:
+            yield op
+            for branch in op.blocks:
+                yield from guarded_ifs(branch)
+
+
+def branch_bounds(branch, dims) -> list[tuple[str, Dim]]:
+    """What the dims must keep >= 0 where `branch`, of an if in guarded_ifs, starts,
+    worded as call_bounds words it: the sizes of the values made in it (in its loops'
+    bodies too) that they could make negative, but those in the branches of its own ifs,
+    which check theirs. So `if T > 1 { d = sum(xs[1:]) }` runs at T = 0, where the branch
+    does not; the reference and generated code (mdl::dims_fit) refuse the call where it
+    does."""
+    return _sizes(_checked(branch), dims)
+
+
+def _checked(block) -> Iterator[Op]:
+    """The ops of `block` whose sizes are checked with its own: its ops and, at any
+    depth, those of its loops' bodies, but not its ifs (which hold their branches'
+    results) nor what their branches make (guarded_ifs)."""
+    for op in block.ops:
+        if entry(op).branches:
+            continue
+        yield op
+        for body in op.blocks:
+            yield from walk_ops(body)
+
+
+def _sizes(ops, dims) -> list[tuple[str, Dim]]:
+    return [(f"{d}, the size of a value {_made_at(loc)}, {{}}: a size cannot be negative", d)
+            for d, loc in signed_sizes(ops, dims)]
 
 
 def _made_at(loc) -> str:
@@ -169,7 +209,7 @@ def _made_at(loc) -> str:
 def call_bounds_of(op, dims) -> list[tuple[str, Dim]]:
     """`op`'s `bounds` made of the call's dims alone that some dims could break: what
     call_bounds checks before a call of the ops every call runs, and what the reference
-    and generated code (mdl::slice_fits) check of one in a branch or a loop's body where
+    and generated code (mdl::dims_fit) check of one in a branch or a loop's body where
     it runs."""
     rule = entry(op).bounds
     return [(text, d) for text, d in (rule(op) if rule is not None else ())

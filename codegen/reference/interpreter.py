@@ -27,7 +27,9 @@ from ..ir.graph import Block, Graph, Op, Value, walk_ops
 from ..ir.origins import Origins, input_origins, out_of_range
 from ..ir.shapes import TensorType
 from ..ops.context import Context, Held, OutOfRange
-from ..ops.entry import call_bounds, call_bounds_of, entry, loop_steps, refused
+from ..ops.entry import (branch_bounds, call_bounds, call_bounds_of, entry, guarded_ifs,
+                         loop_steps, refused)
+from ..ops.structured.if_op import no_rows
 from ..transforms.autodiff import cotangent_names, grad_graph, vjp_graph
 
 
@@ -88,9 +90,10 @@ class Interpreter:
         self.ctx = Context(bind_dims(graph, inputs), dtype, training, seed, held)
         self.graph = graph
         self.origins: Origins | None = None  # made for the first index out of range
-        refusal = refused(call_bounds([graph], self.ctx.dims), self.ctx.dims)
-        if refusal:
-            raise ValueError(refusal)
+        # what each branch of an if in no loop checks where it starts
+        self.bounds = {branch: branch_bounds(branch, self.ctx.dims) for block in graph.blocks()
+                       for op in guarded_ifs(block) for branch in op.blocks}
+        self.refuse(call_bounds([graph], self.ctx.dims))
         self.env: dict[int, np.ndarray] = {}
         # a `for`'s ragged yield (value id): (first row, rows) of each step (for_op.py)
         self.ragged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -101,17 +104,34 @@ class Interpreter:
         for name, p in graph.params.items():
             self.env[p.value.id] = self.conform(_need(params, name, "parameter"), p.value, name)
 
-    def conform(self, array, v: Value, what: str = "") -> np.ndarray:
-        """An array in the run's dtype for v's type, its shape checked against the type."""
+    def refuse(self, bounds: list) -> None:
+        """Refuse the call if its dims break one of `bounds` (ops/entry.py, refused)."""
+        refusal = refused(bounds, self.ctx.dims)
+        if refusal:
+            raise ValueError(refusal)
+
+    def conform(self, array, v: Value, what: str = "", empty: bool = False) -> np.ndarray:
+        """An array in the run's dtype for v's type, its shape checked against the type
+        (`empty`: or against no rows of it, if_op.no_rows: an if's output that the branch
+        which ran does not make)."""
         array = np.asarray(array)
         want = self.ctx.np_dtype(v.type.dtype)
         if array.dtype != want:
             array = array.astype(want)
-        shape = tuple(self.ctx.dim(d, -1) for d in v.type.shape)
-        if array.ndim != len(shape) or any(s not in (-1, a) for s, a in zip(shape, array.shape)):
+        types = [v.type] + ([no_rows(v.type)] if empty and no_rows(v.type) else [])
+        shapes = [tuple(self.ctx.dim(d, -1) for d in t.shape) for t in types]
+        if not any(array.ndim == len(shape) and all(s in (-1, a) for s, a in
+                                                     zip(shape, array.shape))
+                   for shape in shapes):
             raise ValueError(f"{what or repr(v)}: expected {v.type} (here "
-                             f"{list(shape)}), got shape {list(array.shape)}")
+                             f"{list(shapes[0])}), got shape {list(array.shape)}")
         return array
+
+    def branch(self, block: Block) -> list[np.ndarray]:
+        """Run the branch `block` of an if, whose sizes the dims must keep >= 0 where it
+        starts, for one in no loop (branch_bounds); its results."""
+        self.refuse(self.bounds.get(block, []))
+        return self.block(block, [])
 
     def block(self, block: Block, args: list[np.ndarray]) -> list[np.ndarray]:
         for v, a in zip(block.args, args):
@@ -123,9 +143,7 @@ class Interpreter:
     def op(self, op: Op) -> None:
         args = [self.env[v.id] for v in op.inputs]
         if entry(op).bounds is not None:  # a slice in a branch or a loop's body, where it runs
-            refusal = refused(call_bounds_of(op, self.ctx.dims), self.ctx.dims)
-            if refusal:
-                raise ValueError(refusal)
+            self.refuse(call_bounds_of(op, self.ctx.dims))
         try:
             with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
                 outs = entry(op).evaluate(self, op, args)
@@ -136,7 +154,7 @@ class Interpreter:
             raise IndexError(out_of_range(bad.kind, what, bad.value, bad.position,
                                           bad.bound)) from None
         for v, a in zip(op.outputs, outs):
-            self.env[v.id] = self.conform(a, v)
+            self.env[v.id] = self.conform(a, v, empty=entry(op).branches)
 
     def empty_stack(self, steps: int, t: TensorType) -> np.ndarray:
         shape = (steps,) + tuple(self.ctx.dim(d) for d in t.shape)

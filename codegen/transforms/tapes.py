@@ -39,5 +39,6 @@ def _peak(block: Block, dims: Mapping[Symbol, int]) -> int:
 
 
 def nbytes(t: TensorType, dims: Mapping[Symbol, int]) -> int:
-    """The size of one tensor of type t."""
-    return DTYPES[t.dtype].itemsize * numel(t.shape).evaluate(dims)
+    """The size of one tensor of type t: none where the dims make its size negative (a
+    tape of a branch that does not run at them, ops/structured/if_op.py)."""
+    return DTYPES[t.dtype].itemsize * max(0, numel(t.shape).evaluate(dims))

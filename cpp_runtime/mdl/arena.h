@@ -70,6 +70,15 @@ inline void check_memory(double bytes) {
 // each other's 4 KiB offsets"). 256 bytes: slots up to 16 apart start at distinct offsets.
 constexpr std::size_t kStagger = 256;
 
+// n, or 0 where it is negative: the element count of a value in a branch of an `if` that
+// the call's dims make negative, which that branch is refused at (mdl::dims_fit) and so
+// does not make: its slot takes nothing (codegen/backend/plan.py, size_bytes). A template:
+// the memory check computes the counts in doubles.
+template <class N>
+constexpr N nonnegative(N n) {
+  return n < N(0) ? N(0) : n;
+}
+
 // The bytes a plan's slot of `bytes` takes in its arena.
 inline std::size_t slot_bytes(std::size_t bytes) {
   const std::size_t aligned = align_up(bytes);

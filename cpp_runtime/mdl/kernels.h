@@ -493,14 +493,14 @@ inline int64_t checked_index(int64_t i, int64_t n, const char* what) {
   return i;
 }
 
-// 0, where `left`, what a slice in a branch or a loop's body leaves of its axis past its
-// start or its end, is >= 0; else the call's dims (`names`, `values`) put the slice outside
-// its axis, and it is refused as the same slice outside any block would have been before
-// anything ran (refuse_dims; codegen/ops/entry.py, call_bounds), where the slice runs. A
-// view's offset adds it (backend/op_lowering.py).
-inline int64_t slice_fits(int64_t left, const char* text,
-                          std::initializer_list<const char*> names,
-                          std::initializer_list<int64_t> values) {
+// 0, where `left` is >= 0: what a slice in a branch or a loop's body leaves of its axis
+// past its start or its end, or the size of a value made in a branch of an `if`, which the
+// branch checks where it starts. Else the call's dims (`names`, `values`) put the slice
+// outside its axis or make the size negative, and it is refused as the same slice or size
+// outside any block would have been before anything ran (refuse_dims; codegen/ops/entry.py,
+// call_bounds), where it runs. A view's offset adds it (backend/op_lowering.py).
+inline int64_t dims_fit(int64_t left, const char* text, std::initializer_list<const char*> names,
+                        std::initializer_list<int64_t> values) {
   if (left < 0) refuse_dims(names.begin(), values.begin(), int(names.size()), text, left);
   return 0;
 }

@@ -3,13 +3,17 @@ output whose leading dim is a trip count (a tape of a while in one branch, which
 `for` around the if keeps as a ragged yield, or the if in no loop keeps itself) or the
 rows of a for's ragged yield (a tape of a while in a for in one branch) is yielded by a
 branch that does not run that while or for as no rows, [0, ...]: that branch sets the
-count to 0."""
+count to 0. Likewise, in an if in no loop, a tape of a size the call's dims may make
+negative (`xs[1:]`'s [T - 1, ...]), which only the branch that made it reads in the
+backward, is yielded by the other branch with those sizes 0: a call whose dims make it
+negative runs where that branch does not run (its sizes are checked where it starts,
+ops/entry.py, branch_bounds)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.graph import Op, Value, has_dynamic, substitute
-from ...ir.shapes import Dim, TensorType, ragged_rows, ragged_trips
+from ...ir.shapes import Dim, TensorType, ragged_rows, ragged_trips, signed
 from ..builder import Builder
 from ..entry import constant, entry, summed
 from . import replay
@@ -39,8 +43,15 @@ def ragged_count(t: TensorType):
 
 def no_rows(t: TensorType) -> TensorType | None:
     """What a branch that does not run a while (or a for with one) yields for an output
-    of type t sized by its count (ragged_count): [0, ...]; None for another type."""
-    return t.with_shape((Dim.of(0),) + t.shape[1:]) if ragged_count(t) else None
+    of type t sized by its count (ragged_count): [0, ...]; or one that does not make a
+    value of a size the call's dims may make negative (`xs[1:]`'s [T - 1, ...], which
+    they need not keep >= 0 where the branch that makes it does not run, shapes.signed):
+    t with those sizes 0. None for another type."""
+    if ragged_count(t):
+        return t.with_shape((Dim.of(0),) + t.shape[1:])
+    if any(signed(d) for d in t.shape):
+        return t.with_shape(tuple(Dim.of(0) if signed(d) else d for d in t.shape))
+    return None
 
 
 def _sets_dims(op: Op) -> set:
@@ -50,10 +61,11 @@ def _sets_dims(op: Op) -> set:
 
 
 def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
-    """The branch's results; an output that is a for's ragged yield takes its steps'
-    rows from the for (`interp.ragged`), where the branch ran it."""
+    """The branch's results, its sizes checked where it starts (interp.branch); an
+    output that is a for's ragged yield takes its steps' rows from the for
+    (`interp.ragged`), where the branch ran it."""
     branch = op.blocks[0 if bool(args[0]) else 1]
-    results = interp.block(branch, [])
+    results = interp.branch(branch)
     for out, res in zip(op.outputs, branch.results):
         if ragged_rows(out.type) is not None and res.id in interp.ragged:
             interp.ragged[out.id] = interp.ragged[res.id]
@@ -80,7 +92,7 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
         fill = Builder(branch)
         own = {v.id for v in grads[k].saved}
         branch.results = branch.results + [
-            v if v.id in own else fill.zeros(no_rows(v.type) or v.type) for v in residuals]
+            v if v.id in own else fill.zeros(_unmade(v.type, b)) for v in residuals]
     tapes = [Value(v.type, f"tape_{v.hint}") for v in residuals]
     op.outputs = op.outputs + tapes
     op.attrs["n_tape"] = op.attrs.get("n_tape", 0) + len(tapes)
@@ -101,6 +113,17 @@ def _grad(b: Builder, op: Op, cts: list, active: set[int], backprop):
     outs = b.structured("if", op.inputs, [c.type for c in captured], {},
                         [g.block for g in grads], [f"d_{c.hint}" for c in captured])
     return [None], list(zip(captured, outs))
+
+
+def _unmade(t: TensorType, b: Builder) -> TensorType:
+    """The type of the zeros a branch yields for the other branch's residual of type t:
+    no rows where they count a while's trips or a for's rows; where the if is in no loop
+    (its tapes read by the backward's same branch alone, not stacked by a loop's steps),
+    no rows of a size the dims may make negative too (no_rows), which the branch then
+    does not make; else t."""
+    empty = no_rows(t)
+    return empty if empty is not None and (ragged_count(t) or b.rows or not b.in_block) \
+        else t
 
 
 def _output(op: Op, yields, already, v: Value, producers: dict) -> Value:
