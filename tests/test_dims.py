@@ -10,7 +10,7 @@ from codegen.backend.cexpr import DimNames
 from codegen.ir.dtypes import DTYPES
 from codegen.ir.graph import is_dynamic
 from codegen.ir.shapes import (CeilDiv, Dim, DimError, TensorType, TripCount, ceil_div,
-                               contiguous_strides, numel)
+                               contiguous_strides, numel, signed)
 from codegen.transforms.tapes import nbytes
 
 T, B = Dim.of("T"), Dim.of("B")
@@ -74,12 +74,21 @@ SIZES = [  # (type, dims, bytes): run-time sizes evaluated like any dim
     (TensorType.of("f32", (ceil_div(T, 4), B)), {"T": 9, "B": 2}, 4 * 3 * 2),
     (TensorType.of("bool", (TRIPS, 3)), {TRIPS: 5}, 15),
     (TensorType.of("f64", ()), {}, 8),
+    # a tape of a branch that does not run at these dims (ops/structured/if_op.py)
+    (TensorType.of("f32", (T - 1, B)), {"T": 0, "B": 2}, 0),
 ]
 
 
 @pytest.mark.parametrize("type_, dims, size", SIZES, ids=[str(c[0]) for c in SIZES])
 def test_tensor_bytes(type_, dims, size):
     assert nbytes(type_, dims) == size
+
+
+@pytest.mark.parametrize("dim, may_be_negative", [
+    (T - 1, True), (T * B - B, True), (T * B + 2, False), (Dim.of(TRIPS) - 1, False)])
+def test_a_size_some_dims_make_negative_is_signed(dim, may_be_negative):
+    """What the call checks before it runs, or where the branch making it starts."""
+    assert signed(dim) == may_be_negative
 
 
 @pytest.mark.parametrize("name", list(DTYPES))
