@@ -231,12 +231,18 @@ def test_an_ordinary_build_takes_no_cotangents(tmp_path):
     assert v.backward(y=np.ones(2), loss=np.zeros(()))["w"] == pytest.approx(2.0)
 
 
-def test_vjp_is_part_of_the_build_and_its_cache_key(monkeypatch, capsys):
+def test_vjp_is_part_of_the_build_and_its_cache_key(monkeypatch, capsys, tmp_path):
     path = EXAMPLES / "charlm.mdl"
     assert index._entry(path, "m", BuildOptions(vjp=True)) != index._entry(path, "m", BuildOptions())
     seen = []
-    monkeypatch.setattr("codegen.pipeline.build",
-                        lambda f, n, options, **kwargs: seen.append(options))
+    built = tmp_path / "entry" / "charlm.so"  # what the build made, which `reading` locks
+    built.parent.mkdir()
+    built.touch()
+
+    def build(f, n, options, **kwargs):
+        seen.append(options)
+        return built
+    monkeypatch.setattr("codegen.pipeline.build", build)
     monkeypatch.setattr("codegen.compile.index.lookup", lambda *args: None)
     monkeypatch.setattr("codegen.compile.extension.install", lambda *args: "built")
     assert cli.main(["build", str(path), "--vjp"]) == 0

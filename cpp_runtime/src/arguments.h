@@ -259,7 +259,12 @@ inline std::string float_range(const DTypeSpec& d, double largest) {
   return text;
 }
 
-constexpr const char* I32_RANGE = "i32 (-2147483648 to 2147483647)";
+// The integer dtype's range as a message writes it, i32 (-2147483648 to 2147483647), its
+// name as `d` spells it (ir/dtypes.py's; the language's one integer dtype is 32 bits).
+inline std::string int_range(const DTypeSpec& d) {
+  return std::string(d.name) + " (" + std::to_string(INT32_MIN) + " to " +
+         std::to_string(INT32_MAX) + ")";
+}
 
 // The flat index of the first bool (Python's or NumPy's, or a bool array's) in the
 // nested lists and tuples `obj`, or -1; `seen` counts the elements before it.
@@ -307,7 +312,7 @@ inline py::array objects_as_declared(const py::array& a, const DTypeSpec& d,
     if (d.kind == 'i') {
       py::int_ i(v);
       if (i < py::int_(INT32_MIN) || i > py::int_(INT32_MAX))
-        throw past_range_error(kind_of_argument, name, int_text(i), k, I32_RANGE);
+        throw past_range_error(kind_of_argument, name, int_text(i), k, int_range(d));
       continue;
     }
     const bool integer = !is_float(v);
@@ -366,7 +371,7 @@ inline py::array as_declared(py::handle obj, const py::array& a, const DTypeSpec
     const py::ssize_t k = py::cast<py::ssize_t>(
         np.attr("flatnonzero")(np.attr("not_equal")(cast, a))[py::int_(0)]);
     throw past_range_error(kind_of_argument, name, py::str(a.attr("ravel")()[py::int_(k)]), k,
-                           I32_RANGE);
+                           int_range(d));
   }
   return a;
 }
