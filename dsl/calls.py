@@ -142,9 +142,10 @@ class Calls:
                                f"{actual}", loc)
         lead = actual.shape[:actual.rank - named]
         if t.leading and self.ctx.leading is not None and lead != self.ctx.leading:
+            bound = (f"[{', '.join(map(str, self.ctx.leading))}]" if self.ctx.leading
+                     else "no dims")
             raise MdlTypeError(
-                f"{what} is {t.name}[{_dims_text(t)}], where `...` is "
-                f"[{', '.join(map(str, self.ctx.leading))}] as "
+                f"{what} is {t.name}[{_dims_text(t)}], where `...` is {bound} as "
                 f"{self.ctx.leading_from} bound it, got {actual}", loc)
 
         def bind(dim_name: str, axis: int, dloc: Loc) -> Dim:

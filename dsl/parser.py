@@ -13,7 +13,7 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedInput, UnexpectedTo
                              VisitError)
 
 from codegen.ir.diagnostics import Loc, MdlSyntaxError, Source
-from codegen.ir.dtypes import I32_MAX, decimal_int
+from codegen.ir.dtypes import DTYPES, I32_MAX, decimal_int
 
 from . import nodes as n
 from .printer import expr_text
@@ -376,6 +376,10 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
                               _tok_loc(source, before[-1]))
     if tok.type == "ELSE":
         return MdlSyntaxError("`else` without a matching `if` block before it", loc)
+    if tok.type == "ELLIPSIS" and _in_subscript(before):
+        return MdlSyntaxError("`...` is no index: a subscript names each axis (`x[:, 0]`), "
+                              "and `...` stands for any leading dims in a function's types "
+                              "only", loc)
     if tok.type == "ELLIPSIS":
         return MdlSyntaxError("`...` stands for any leading dims, first in the type of a "
                               "function's argument or result: `x : f32[..., I]`", loc)
@@ -413,6 +417,24 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if len(expected) <= 4:
         return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+def _in_subscript(before: list[Token]) -> bool:
+    """Whether the tokens before end inside a subscript (`x[0, `, `f(x)[`), not a tensor
+    type's dims (`f32[B, `) or a list (`[1, `)."""
+    depth = 0
+    for k in range(len(before) - 1, -1, -1):
+        t = before[k]
+        if t.type in ("RPAR", "RSQB", "RBRACE"):
+            depth += 1
+        elif t.type in ("LPAR", "LSQB", "LBRACE"):
+            if depth == 0:
+                owner = before[k - 1] if k else None
+                return (t.type == "LSQB" and owner is not None
+                        and owner.type in ("NAME", "RSQB", "RPAR")
+                        and str(owner) not in DTYPES)
+            depth -= 1
+    return False
 
 
 def _in_slice(before: list[Token]) -> bool:

@@ -109,6 +109,8 @@ def test_a_functions_leading_dims_take_any_dims_before_the_named_ones(body, expe
 @pytest.mark.parametrize("expr, message", [
     ("gate(x, m)", r"argument `b` of `gate` is f32\[\.\.\., K\], where `\.\.\.` is \[T, B\] "
                    r"as argument `a` of `gate` bound it, got f32\[B, 3\]"),
+    ("gate(m[0], x)", r"where `\.\.\.` is no dims as argument `a` of `gate` bound it, got "
+                   r"f32\[T, B, 3\]"),
     ("proj(x[0, 0], 2)", r"argument `x` of `proj` is f32\[\.\.\., N, I\] \(of 2 dims or "
                          r"more\), got f32\[3\]"),
     ("gate(x, x[:, :, 0:2])", r"argument `b` of `gate` is f32\[\.\.\., K\] \(with K = 3\), "

@@ -397,7 +397,11 @@ BAD_PROGRAMS = [
     ('def f(x : f32[N]) -> f32[..., N] { return x }',
      "`...` in the result type of `f` is not bound by its arguments", "1:22"),
     ('model M() { input x : f32[3]; output y = x[...] }',
-     "`...` stands for any leading dims, first in the type of a function's", "1:44"),
+     "`...` is no index: a subscript names each axis (`x[:, 0]`)", "1:44"),
+    ('def f(x : f32[..., I]) -> f32[...] { return x[..., 0] }',
+     "`...` is no index: a subscript names each axis", "1:47"),
+    ('model M() { input x : f32[3, 2]; output y = sum(x[0, ...]) }',
+     "`...` is no index: a subscript names each axis", "1:54"),
 ]
 
 
