@@ -105,7 +105,8 @@ def _where(el, a, call):
 @builtin("clip", "x", "lo", "hi")
 def _clip(el, a, call):
     """minimum(maximum(x, lo), hi) with PyTorch's clamp's gradient: all of it to x at a
-    bound (maximum and minimum share a tie's), to lo or hi past them; NaN stays NaN, a
+    bound (maximum and minimum share a tie's), to lo or hi past them, none where the
+    result is NaN; NaN stays NaN, a
     NaN bound's too (as maximum's and minimum's, PyTorch's clamp and NumPy's clip: x < NaN
     is false, so a NaN lo or hi was passed over). A bound known when compiling is finite
     (a NaN there is an error), and an i32 one never NaN: they need no test."""
@@ -121,7 +122,14 @@ def _clip(el, a, call):
         return el.emit("or", [beyond, unordered], {}, loc)[0]
 
     raised = el.emit("where", [past("lt", x, lo, a["lo"][0]), lo, x], {}, loc)[0]
-    return el.emit("where", [past("gt", raised, hi, a["hi"][0]), hi, raised], {}, loc)[0]
+    clipped = el.emit("where", [past("gt", raised, hi, a["hi"][0]), hi, raised], {}, loc)[0]
+    if x.type.dtype not in FLOATS:
+        return clipped
+    # a NaN result (of x or a bound) sends no gradient back, PyTorch's: it was all to the
+    # NaN operand (x's NaN passed both `where`s)
+    nan = el.emit("ne", [clipped, clipped], {}, loc)[0]
+    held = el.emit("stop_gradient", [clipped], {}, loc)[0]
+    return el.emit("where", [nan, held, clipped], {}, loc)[0]
 
 
 def _cast(dtype: str) -> None:

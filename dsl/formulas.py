@@ -49,19 +49,20 @@ def _positive(el, x: Value, loc: Loc) -> Value:
     return el.emit("gt", [x, number(el, 0, x, loc)], {}, loc)[0]
 
 
-# elu(x, alpha) = x where x > 0, else alpha * (exp(x) - 1) (torch.nn.ELU). The exp reads 0
-# where x > 0, so that a large x (whose branch `where` drops) gives no infinity whose
-# cotangent, 0 times it, would be NaN.
+# elu(x, alpha) = alpha * (exp(x) - 1) where x <= 0, else x (torch.nn.ELU; a NaN takes
+# the x branch, so its gradient is 1, PyTorch's). The exp reads 0 where x > 0, so that a
+# large x (whose branch `where` drops) gives no infinity whose cotangent, 0 times it,
+# would be NaN.
 @builtin("elu", "x", "alpha", alpha=Const(1.0, "float"))
 def _elu(el, a, call):
     x = of_dtype(el, a["x"], "elu", FLOATS)
     alpha = const(a["alpha"], "float", "elu's `alpha`")
     loc = call.loc
-    pos = _positive(el, x, loc)
-    clipped = el.emit("where", [pos, number(el, 0.0, x, loc), x], {}, loc)[0]
+    below_zero = el.emit("le", [x, number(el, 0, x, loc)], {}, loc)[0]
+    clipped = el.emit("where", [below_zero, x, number(el, 0.0, x, loc)], {}, loc)[0]
     below = el.emit("mul", [number(el, alpha, x, loc),
                             el.emit("expm1", [clipped], {}, loc)[0]], {}, loc)[0]
-    return el.emit("where", [pos, x, below], {}, loc)[0]
+    return el.emit("where", [below_zero, below, x], {}, loc)[0]
 
 
 # leaky_relu(x, slope) = x where x > 0, else slope * x (torch.nn.LeakyReLU)

@@ -75,6 +75,19 @@ model Slopes() {
   output loss = sum(abs(x * w) + relu(x * w) + maximum(x * w, 0.5) + clip(x * w, -1.0, 1.0))
   minimize loss
 }
+model NanSlopes() {
+  input a : f32[N]
+  input b : f32[N]
+  input c : f32[N]
+  input d : f32[N]
+  input e : f32[N]
+  input f : f32[M]
+  input h : f32[M]
+  input k : f32[N]
+  output loss = sum(relu(a)) + sum(abs(b)) + sum(elu(c)) + sum(maximum(d, 0.0))
+                + sum(minimum(0.0, e)) + max(f) + min(h) + sum(clip(k, -1.0, 1.0))
+  minimize loss
+}
 model Truth() {
   input x : f32[B]
   input i : i32[B]
@@ -489,8 +502,8 @@ def test_an_i32_sequence_and_state_through_a_checkpointed_loop(module):
 
 
 def test_gradients_at_nan_are_the_references(module):
-    """The backward at a NaN input: abs's slope there (sign) is NaN, as np.sign's (the
-    sign kernel gave 0), and relu's, maximum's and clip's are what their rules select."""
+    """The backward at a NaN input is the reference's: relu's, maximum's and clip's are
+    what their rules select, and abs's is 0 there, as PyTorch's."""
     x = np.array([np.nan, 2.0, -0.5, 0.0, 0.75])
     model = getattr(module, "Slopes")(seed=0)
     model.forward(x=x, training=True)
@@ -501,7 +514,42 @@ def test_gradients_at_nan_are_the_references(module):
         want = interpreter.gradients(graph, {"x": x}, {"w": np.ones(1)}, training=True)
     np.testing.assert_allclose(got["input:x"], want.inputs["x"], rtol=1e-12)
     np.testing.assert_allclose(got["w"], want.params["w"], rtol=1e-12)
-    assert np.isnan(got["input:x"][0]) and np.isnan(got["w"][0])
+    assert got["input:x"][0] == 2.0 and np.isnan(got["w"][0])  # relu's 1 + maximum's 1
+
+
+# each input's slope at NaN, PyTorch's (torch 2.13): relu, elu, maximum and minimum pass
+# the cotangent back where they are NaN, abs and clip none, and a `max` or `min` all of it
+# to the NaNs it came from (mdl's gave 0, NaN, NaN, 0.5, 0.5, every element NaN, 1)
+NAN_SLOPES = {"a": 1.0, "b": 0.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0, "h": 1.0, "k": 0.0}
+
+
+def test_the_gradients_at_nan_and_infinities_are_pytorchs(module):
+    x = np.array([np.nan, 0.0, -0.0, 2.0, -2.0, 0.5, np.inf, -np.inf])
+    inputs = {name: x for name in NAN_SLOPES}
+    inputs["f"] = inputs["h"] = x[[0, 1, 3, 4, 5]]  # a max of inf and -inf is no NaN
+    model = module.NanSlopes()
+    model.forward(**inputs, training=True)
+    got = {k[len("input:"):]: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+           for k, v in model.backward().items()}
+    graph = check_source(SOURCE, model="NanSlopes", dtype="f64").graph
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = interpreter.gradients(graph, inputs, {}, training=True).inputs
+    for name, slope in NAN_SLOPES.items():
+        assert got[name][0] == slope and want[name][0] == slope, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
+    assert got["f"].tolist() == got["h"].tolist() == [1.0, 0, 0, 0, 0]
+    try:
+        import torch
+    except ImportError:
+        return
+    functions = {"a": torch.relu, "b": torch.abs, "c": torch.nn.functional.elu,
+                 "d": lambda v: torch.maximum(v, torch.zeros_like(v)),
+                 "e": lambda v: torch.minimum(torch.zeros_like(v), v),
+                 "f": torch.max, "h": torch.min, "k": lambda v: torch.clamp(v, -1.0, 1.0)}
+    for name, function in functions.items():
+        v = torch.tensor(inputs[name], dtype=torch.float32, requires_grad=True)
+        function(v).sum().backward()
+        np.testing.assert_allclose(got[name], v.grad.numpy(), rtol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("n", [6, 40])

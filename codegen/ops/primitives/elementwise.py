@@ -87,10 +87,19 @@ def _neg_neg(b, op, facts):
 
 
 unary("neg", NUMERIC, np.negative, lambda b, x, y, g: b.neg(g), _neg_neg, onnx="Neg")
-unary("abs", NUMERIC, np.abs, lambda b, x, y, g: b.mul(g, b.sign(x)), onnx="Abs")
+
+
+def _abs_grad(b, x, y, g):
+    """g times x's sign, and 0 at a NaN as at a zero (PyTorch's: sign(NaN) times g was NaN)."""
+    zero = b.const(0, x.type.dtype)
+    return b.where(b.gt(x, zero), g, b.where(b.lt(x, zero), b.neg(g), b.const(0, g.type.dtype)))
+
+
+unary("abs", NUMERIC, np.abs, _abs_grad, onnx="Abs")
+# all of g where x is not <= 0, a NaN included (PyTorch's relu: its NaN passes g back)
 unary("relu", NUMERIC, lambda x: _larger(x, np.zeros((), x.dtype)),
-      lambda b, x, y, g: b.where(b.gt(x, b.const(0, x.type.dtype)), g,
-                                 b.const(0, g.type.dtype)), onnx=_relu_onnx)
+      lambda b, x, y, g: b.where(b.le(x, b.const(0, x.type.dtype)),
+                                 b.const(0, g.type.dtype), g), onnx=_relu_onnx)
 unary("not", ("bool",), np.logical_not, onnx="Not")
 
 
@@ -249,13 +258,15 @@ binary("mod", ("i32",), _quietly(np.remainder), onnx=_mod_onnx)
 def _select(test: str):
     """Cotangents of maximum/minimum: to the operand that wins, half to each at a tie
     (PyTorch's and JAX's, and the `max` reduction's ties share too; all to the first made
-    `maximum(a, b)` and `maximum(b, a)` differ)."""
+    `maximum(a, b)` and `maximum(b, a)` differ), all to each where one is NaN, as
+    PyTorch's (neither wins, and neither is a tie: half to each was neither's)."""
     def local(b, x, y, out, g):
         zero = b.const(0, g.type.dtype)
         half = b.mul(g, b.const(0.5, g.type.dtype))
+        tie = b.eq(x, y)
         first, second = b.emit(test, [x, y])[0], b.emit(test, [y, x])[0]
-        return (b.where(first, g, b.where(second, zero, half)),
-                b.where(second, g, b.where(first, zero, half)))
+        return (b.where(tie, half, b.where(second, zero, g)),
+                b.where(tie, half, b.where(first, zero, g)))
     return local
 
 

@@ -189,8 +189,13 @@ def _mean_grad(b, op, cts):
 
 
 def _max_grad(b, op, cts):
+    """To the elements equal to the max (or min), ties sharing; where it is NaN, to the
+    NaNs, which made it (PyTorch's: no element equals a NaN, and 0 / 0 made every
+    element's NaN)."""
     x, y = op.inputs[0], op.outputs[0]
     at_max = b.eq(x, kept(b, y, op.attrs, x))
+    if x.type.dtype in FLOATS:
+        at_max = b.emit("or", [at_max, b.ne(x, x)])[0]
     hits = b.cast(at_max, dtype=x.type.dtype)
     ties = b.sum(hits, axes=op.attrs["axes"], keepdims=True)  # ties share the cotangent
     return [b.mul(kept(b, cts[0], op.attrs, x), b.div(hits, ties))]
