@@ -88,6 +88,10 @@ model NanSlopes() {
                 + sum(minimum(0.0, e)) + max(f) + min(h) + sum(clip(k, -1.0, 1.0))
   minimize loss
 }
+model Hot() {
+  input ids : i32[N]
+  output y = one_hot(ids, 3)
+}
 model Truth() {
   input x : f32[B]
   input i : i32[B]
@@ -623,3 +627,10 @@ def test_a_nan_bound_of_clip_is_kept(module):
     np.testing.assert_array_equal(got["low"], np.clip(x, lo, 1.0))
     np.testing.assert_array_equal(got["high"], np.clip(x, -1.0, hi))
     assert np.isnan(got["c"][[0, 1, 2, 3, 6, 7]]).all() and got["c"][[4, 5]].tolist() == [3, -1]
+
+
+def test_an_id_outside_one_hots_classes_gives_a_row_of_zeros(module):
+    """As JAX's one_hot and the ONNX export's (ids == range(n)); PyTorch's raises."""
+    got = matches_the_reference(module, "Hot", ids=np.array([0, 2, 3, -1, -3, 2**31 - 1],
+                                                            np.int32))
+    np.testing.assert_array_equal(got["y"], [[1, 0, 0], [0, 0, 1]] + [[0, 0, 0]] * 4)
