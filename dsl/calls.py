@@ -125,6 +125,12 @@ class Calls:
             if value.type != expected:
                 raise MdlTypeError(f"{what} is {expected}, got {value.type}", loc)
             return value
+        if (isinstance(value, Const) and t.leading and not t.dims
+                and value.kind in SCALAR_KINDS.get(t.name, ())):
+            # `f32[...]` takes a rank-0 tensor, so a number as one (`swish(2.0)`, as
+            # `silu(2.0)`)
+            number = Const.of(float(value.value)) if t.name in FLOATS else value
+            value = self.to_tensor(number, loc, TensorType(self.dtype_of(t.name, t.loc), ()))
         if isinstance(value, Const):
             raise MdlTypeError(f"{what} is a tensor {t.name}[{_dims_text(t)}], got the scalar "
                                f"{value}", loc)

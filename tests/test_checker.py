@@ -98,6 +98,7 @@ model M() {
     ("output y = proj(m, 5)", "f32[B, 5]"),             # `...` is no dims
     ("output y = act(x)", "f32[T, B, 3]"),
     ("output y = act(s)", "f32"),                       # f32[...] takes a scalar too
+    ("output y = act(2)", "f32"),                       # and a number, as a rank-0 tensor
     ("a, y = gate(x, x); output y", "f32[T, B, 6]"),
     ("y, b = gate(m, m); output y", "f32[B, 3]"),
 ])
