@@ -184,8 +184,11 @@ class Calls:
                 declared = self._return_type(fn, fn.returns[i])
                 v = self.to_tensor(v, loc, declared) if isinstance(v, Const) else v
                 if isinstance(v, Value) and v.type != declared:
+                    t = fn.returns[i]
+                    written = t.name if t.dims is None else f"{t.name}[{_dims_text(t)}]"
+                    here = f", here {declared}" if written != str(declared) else ""
                     raise MdlTypeError(f"`{fn.name.name}` declares result {i + 1} as "
-                                       f"{declared}, but returns {v.type}", loc)
+                                       f"{written}{here}, but returns {v.type}", loc)
             out.append(v)
         return out[0] if len(out) == 1 else tuple(out)
 

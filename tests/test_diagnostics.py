@@ -98,7 +98,7 @@ BAD_PROGRAMS = [
     ('model M() { input x : f32[B]; output y = tanh(x) as t }',
      '`as` names the scope of a function call; the built-in `tanh` opens none', "1:53"),
     ('def f(x : f32[N]) -> f32[N, N] { return x }\nmodel M() { input x : f32[B]; output y = f(x) }',
-     '`f` declares result 1 as f32[B, B], but returns f32[B]', "1:41"),
+     '`f` declares result 1 as f32[N, N], here f32[B, B], but returns f32[B]', "1:41"),
     ('def f(x : f32[N]) { y = x }\nmodel M() { input x : f32[B]; output y = f(x) }',
      'function `f` must end with a `return`', "1:5"),
     ('model M() { input x : f32[B]; output y = x; output y = x }',
