@@ -342,6 +342,17 @@ def _transpose(el, a, call):
     return el.emit("transpose", [x], {"perm": perm}, call.loc)[0]
 
 
+@builtin("swapaxes", "x", "a", "b")
+def _swapaxes(el, a, call):
+    """`x` with axes a and b exchanged (NumPy's swapaxes, PyTorch's transpose(x, a, b)); of
+    negative axes, any rank: `swapaxes(k, -1, -2)` in a function on `f32[..., N, D]`."""
+    x = tensor(el, a["x"])
+    first, second = axis(a["a"], x.type.rank), axis(a["b"], x.type.rank)
+    perm = list(range(x.type.rank))
+    perm[first], perm[second] = second, first
+    return el.emit("transpose", [x], {"perm": tuple(perm)}, call.loc)[0]
+
+
 @builtin("one_hot", "ids", "n")
 def _one_hot(el, a, call):
     count = const(a["n"], "int", "the number of classes")

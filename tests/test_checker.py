@@ -99,6 +99,8 @@ model M() {
     ("output y = act(x)", "f32[T, B, 3]"),
     ("output y = act(s)", "f32"),                       # f32[...] takes a scalar too
     ("output y = act(2)", "f32"),                       # and a number, as a rank-0 tensor
+    ("output y = swapaxes(x, -1, 0)", "f32[3, B, T]"),
+    ("output y = proj(swapaxes(x, 0, -2), 2)", "f32[B, T, 2]"),
     ("a, y = gate(x, x); output y", "f32[T, B, 6]"),
     ("y, b = gate(m, m); output y", "f32[B, 3]"),
 ])

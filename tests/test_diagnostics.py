@@ -387,6 +387,8 @@ BAD_PROGRAMS = [
      'a `while` yields no values to assign (a `for` does', "1:43"),
     ('model M() { input x : f32[3]; y = if sum(x) > 0.0 { x } }',
      'an `if` is a statement, not a value: assign in both branches', "1:35"),
+    ('model M() { input x : f32[3, 2]; output y = swapaxes(x, 0, 2) }',
+     "axis 2 is out of range for rank 2", "1:60"),
     # `...` stands for a function's leading dims only
     ('model M() { input x : f32[..., 3]; output y = x }',
      "`...` (any leading dims) is for the type of a function's argument or result", "1:23"),

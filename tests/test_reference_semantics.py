@@ -175,3 +175,19 @@ model M() {
     assert np.allclose(p["a"] @ p["a"].T, np.eye(3))
     assert np.all(np.abs(p["b"]) <= np.sqrt(6 / 7)) and np.all(p["c"] == 2.5)
     assert np.all(np.abs(p["d"]) <= 0.1) and np.all(p["e"] == 0)
+
+
+def test_swapaxes_is_numpys_and_its_gradient_swaps_back():
+    graph = model("""
+model M() {
+  input x : f32[2, 3, 4]
+  param w : f32[4, 3, 2] = ones
+  output y = swapaxes(x, 0, -1)
+  output loss = sum(swapaxes(x, -1, -3) * w * w)
+  minimize loss
+}""")
+    x = np.arange(24.0).reshape(2, 3, 4)
+    w = np.arange(24.0).reshape(4, 3, 2) / 10
+    assert np.array_equal(reference.run(graph, {"x": x}, {"w": w})["y"], np.swapaxes(x, 0, -1))
+    grads = reference.gradients(graph, {"x": x}, {"w": w})
+    np.testing.assert_allclose(grads.params["w"], 2 * w * np.swapaxes(x, -1, -3))
