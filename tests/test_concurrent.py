@@ -81,6 +81,17 @@ model Dropped(E = 4, H = 5) {
   minimize loss
 }
 
+model StartsFromARow(H = 4) {
+  input xs : f32[T, B, H]
+  input limit : f32
+  param w : f32[H, H] = normal(0, 0.4)
+  for x in xs { assert abs(x) < limit, "in the first loop" }
+  h = xs[0]
+  for x in xs { h = tanh(h @ w + x) }
+  output loss = sum(h * h)
+  minimize loss
+}
+
 model Checked(H = 4) {
   input xs : f32[T, B, H]
   input limit : f32
@@ -323,3 +334,18 @@ def test_an_instruction_that_may_raise_is_not_moved_past_another():
         a, b = loop(ra), loop(rb)
         k = Kernel(check(), [])
         assert grouped(a, k, b, clashes) == want, (ra, rb, clashes)
+
+
+def test_a_loop_starting_from_a_row_kept_after_the_group_stays_after_it(two, two_path):
+    """`h = xs[0]` may raise (an index), so it stays after the first loop, which may raise
+    too (its assert). The second loop starts from that row: a view, which writes no
+    memory, but whose pointer exists only once the index has run. So the loop stays
+    after it and joins no group with the first (grouped, it read the pointer before its
+    declaration and the module did not compile: fuzz seed 1157)."""
+    for kind, text in function_texts(two_path, "StartsFromARow", {}).items():
+        assert "mdl::Arms" not in text, kind
+    case = {"xs": inputs(4, E=4)["xs"], "limit": np.float32(10.0)}
+    graph = check_file(str(two_path), model="StartsFromARow").graph
+    assert_training_matches(two.StartsFromARow(seed=3), graph, case, tol=1e-4, seed=3)
+    with pytest.raises(ValueError, match="in the first loop"):
+        two.StartsFromARow(seed=3).forward(xs=case["xs"], limit=np.float32(0.1))

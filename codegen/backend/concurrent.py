@@ -15,7 +15,10 @@ The pass runs on a function's top-level instructions after lowering, packing and
 grouping products. A later loop joins an earlier one's group when it writes no memory
 that the group's loops, or the instructions that must stay after them, read or write,
 and reads none they write (memory as the roots of views: a view is its buffer; a
-structured op reads what it copies out of its blocks too). The instructions between
+structured op reads what it copies out of its blocks too). A view's instruction writes
+no memory but defines the view, so it counts as writing the view itself, and whatever
+reads the view reads both: a loop that starts from `x[0]`, where the index stays after
+the group (an arm before it may raise), stays after it too. The instructions between
 them that are free to (no such conflict) move before the group, in their order. Of two
 that may raise (an assert, an index: `_faults`), a call raises the first in the
 program's order, so neither moves past the other: the arms raise in their order, and one
@@ -143,7 +146,9 @@ def _touches(ins, layouts: dict[int, Layout]):
     """The roots of the memory `ins` reads and writes, as id sets; None for an
     instruction that learns a dim as it runs (every later size may depend on it)."""
     def roots(values) -> set[int]:
-        return {root(v, layouts).id for v in values}
+        # a value's own id too: a view's instruction defines its name (below), and one
+        # that reads the view may not run before it, though the view writes no memory
+        return {root(v, layouts).id for v in values} | {v.id for v in values}
 
     if isinstance(ins, Structured):
         if any(entry(op).sets_dims(op) for op in _ops(ins.op)):
@@ -163,8 +168,8 @@ def _touches(ins, layouts: dict[int, Layout]):
     if isinstance(ins, Products):
         got = [_touches(k, layouts) for k in ins.kernels]
         return set().union(*(r for r, _ in got)), set().union(*(w for _, w in got))
-    if isinstance(ins, View):
-        return roots([layouts[ins.value.id].base]), set()
+    if isinstance(ins, View):  # "writes" the view itself: its readers come after it
+        return roots([layouts[ins.value.id].base]), {ins.value.id}
     if isinstance(ins, Fused):
         return (roots(reads(ins, layouts)),
                 roots(ins.written + ins.allocs + [t for _, t, _ in ins.sums]))
