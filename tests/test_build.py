@@ -456,6 +456,79 @@ def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypa
     assert cache_key({"module.cpp": TINY}, "tiny", CPU) != base
 
 
+
+# The environment's fields of an mdl from before the build variables: with none set, keys
+# must stay what it computed, or every cache in use would build everything again.
+OLD_ENVIRONMENT_FIELDS = {"codegen_version", "runtime", "compiler", "python", "pybind11",
+                          "blas"}
+
+
+@pytest.fixture
+def no_build_variables(monkeypatch):
+    for name in environment.BUILD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("variable", environment.BUILD_VARIABLES)
+def test_the_key_changes_with_the_compilers_variables(no_build_variables, variable, tmp_path):
+    """A cached module came back under other values of these, which change what the
+    compilers build: Clang's link under COMPILER_PATH (another ld), nvcc under
+    NVCC_APPEND_FLAGS, and in a process that set CPATH after its first build (the
+    compiler's identity is probed once a process). Each is in every key, the index's
+    too; unset again, the key is the old one."""
+    from codegen.compile import index
+    from codegen.compile.options import BuildOptions
+    model = tmp_path / "m.mdl"
+    model.write_text(TINY_MODEL)
+
+    def keys():
+        return (cache_key({"module.cpp": TINY}, "tiny", CPU),
+                cache_key({"module.cu": TINY}, "tiny", EMULATED_CUDA_TARGET),
+                cache.digest(runtime.runtime_fields(False, False)),
+                index._entry(model, "m", BuildOptions()))
+    base = keys()
+    assert set(environment.environment_key()) == OLD_ENVIRONMENT_FIELDS
+    no_build_variables.setenv(variable, "/opt/elsewhere")
+    changed = keys()
+    assert all(a != b for a, b in zip(base, changed))
+    assert environment.environment_key()["variables"] == {variable: "/opt/elsewhere"}
+    no_build_variables.setenv(variable, "")  # set but empty: GCC's LIBRARY_PATH is then "."
+    assert all(k not in base + changed for k in keys())
+    no_build_variables.delenv(variable)
+    assert keys() == base
+
+
+def test_relative_directories_in_the_variables_are_keyed_where_they_point(
+        no_build_variables, tmp_path):
+    """The compilers run in mdlc's directory and read `include`, or an empty entry, there:
+    the same text from two directories is two keys; a variable set empty is itself."""
+    no_build_variables.setenv("CPATH", "include:")
+    no_build_variables.setenv("LIBRARY_PATH", "")
+    found = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        no_build_variables.chdir(tmp_path / name)
+        found[name] = cache_key({"module.cpp": TINY}, "tiny", CPU)
+        assert environment.build_variables() == {
+            "CPATH": f"{tmp_path / name / 'include'}:{tmp_path / name}", "LIBRARY_PATH": ""}
+    assert found["a"] != found["b"]
+
+
+def test_a_header_on_cpath_is_not_answered_from_the_cache(tiny, no_build_variables, tmp_path):
+    """The one real build: in the process that built `tiny`, a CPATH whose header shadows
+    a system one builds again (and fails on it) instead of handing out the cached
+    module."""
+    shadow = tmp_path / "include"
+    shadow.mkdir()
+    for header in ("stdlib.h", "cmath", "cstdlib", "cstdint", "cstddef", "vector", "string"):
+        (shadow / header).write_text("#error shadowed by CPATH\n")
+    no_build_variables.setenv("CPATH", str(shadow))
+    with pytest.raises(MdlBuildError, match="shadowed by CPATH"):
+        build_extension({"module.cpp": TINY}, "tiny", CPU)
+    no_build_variables.delenv("CPATH")
+    assert build_extension({"module.cpp": TINY}, "tiny", CPU) == tiny
+
 def test_the_cmakelists_renders_each_variant():
     release = render_cmakelists(["module.cpp"], "m", CPU)
     assert "project(m LANGUAGES CXX)" in release

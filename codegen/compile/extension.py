@@ -4,7 +4,8 @@ its sources compiled side by side (a generated one in parts: codegen/compile/par
 linked, through the cache (codegen/compile/cache.py). Its key hashes
 everything that can change the built file: the sources, the toolchain and its flags, and
 the environment (codegen/compile/environment.py: CODEGEN_VERSION, the runtime's sources,
-the compiler, Python's ABI, pybind11's version, the BLAS)."""
+the compiler, Python's ABI, pybind11's version, the BLAS, the compilers' environment
+variables)."""
 from __future__ import annotations
 
 import shutil
