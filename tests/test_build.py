@@ -25,6 +25,7 @@ from codegen.compile import (blas as blas_module, cache, environment, extension,
 from codegen.compile.blas import blas
 from codegen.compile.cmake import render_cmakelists
 from codegen.compile.commands import run_commands, side_by_side
+from codegen.compile.process_tree import descendants
 from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
@@ -785,15 +786,9 @@ def _commands_naming(text: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("how, status, said", [(signal.SIGINT, 130, "mdlc: interrupted"),
-                                               (signal.SIGTERM, 143, "mdlc: terminated")])
-def test_a_build_signalled_alone_ends_its_compilers_and_cleans_up(mdl_cache_dir, tmp_path,
-                                                                  how, status, said):
-    """SIGINT or SIGTERM sent to mdlc alone (not its process group: an IDE's stop, a
-    notebook's interrupt, `timeout`): its compilers end with it, and no temporary directory
-    stays in the cache. Killing the driver alone once left cc1plus compiling for seconds,
-    and SIGTERM left the directory too."""
-    from codegen.compile.commands import _descendants
+def _build_until_it_compiles(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """mdlc building the char LM (a key of its own), once a compiler of it runs: the
+    process and the build's folder in the cache."""
     hidden = 40 + uuid.uuid4().int % 1000  # a key of its own
     proc = subprocess.Popen([sys.executable, "-m", "codegen.cli", "build",
                              str(REPO / "examples" / "charlm.mdl"), "--model", "CharLM",
@@ -806,7 +801,7 @@ def test_a_build_signalled_alone_ends_its_compilers_and_cleans_up(mdl_cache_dir,
     deadline = time.monotonic() + 180
     work = []
     while not work:  # until a compiler of this build runs: its folder in the cache
-        for pid in _descendants(proc.pid):
+        for pid in descendants(proc.pid):
             try:
                 words = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
             except OSError:
@@ -815,12 +810,63 @@ def test_a_build_signalled_alone_ends_its_compilers_and_cleans_up(mdl_cache_dir,
                      w.endswith(".cpp") and Path(w).parent.name == "src"]
         assert proc.poll() is None and time.monotonic() < deadline, "no compile was seen"
         time.sleep(0.01)
+    return proc, work[0]
+
+
+@pytest.mark.parametrize("how, status, said", [(signal.SIGINT, 130, "mdlc: interrupted"),
+                                               (signal.SIGTERM, 143, "mdlc: terminated")])
+def test_a_build_signalled_alone_ends_its_compilers_and_cleans_up(mdl_cache_dir, tmp_path,
+                                                                  how, status, said):
+    """SIGINT or SIGTERM sent to mdlc alone (not its process group: an IDE's stop, a
+    notebook's interrupt, `timeout`): its compilers end with it, and no temporary directory
+    stays in the cache. Killing the driver alone once left cc1plus compiling for seconds,
+    and SIGTERM left the directory too."""
+    proc, work = _build_until_it_compiles(tmp_path)
     os.kill(proc.pid, how)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == status and err.strip().endswith(said), err
     time.sleep(0.2)
-    assert _commands_naming(str(work[0])) == []
-    assert not work[0].exists()
+    assert _commands_naming(str(work)) == []
+    assert not work.exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a process, and not one that ended unwaited for (a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_build_killed_alone_ends_its_compilers(tmp_path):
+    """SIGKILL sent to the building Python alone (the OOM killer, `kill -9`) runs nothing of
+    mdl's: its compilers went on into a folder nobody would use. The build step's watchdog
+    (process_tree.py) ends them, and what they started. A `compiler` here runs 60 s."""
+    marker = f"compiling-{uuid.uuid4().hex}"
+    code = ("import sys; from pathlib import Path; from codegen.compile.commands import "
+            f"run_commands; run_commands(Path(sys.argv[1]), [['sh', '-c', 'sleep 60; echo "
+            f"{marker}']], 'step', False)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 60
+    while not (compiler := _commands_naming(marker)) or not descendants(compiler[0]):
+        assert proc.poll() is None and time.monotonic() < deadline, "the step never ran"
+        time.sleep(0.01)
+    started = [*compiler, *descendants(compiler[0])]  # sh and its sleep
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while alive := [pid for pid in started if _running(pid)]:
+        assert time.monotonic() < deadline, f"the compiler outlived the build: {alive}"
+        time.sleep(0.05)
+
+
+def test_a_build_step_that_ends_leaves_no_watchdog(tmp_path):
+    """The watchdog of a build step that ends goes with it, ending nothing."""
+    run_commands(tmp_path, [["sh", "-c", "echo compiled"]], "step", False)
+    mine = [pid for pid in descendants(os.getpid()) if pid in _commands_naming("process_tree")]
+    assert mine == []
+    assert "compiled" in (tmp_path / "build.log").read_text()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])

@@ -5,9 +5,7 @@ lines that say where it was reached from). Two build steps side by side (side_by
 a GPU target's runtime object beside the host's."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +16,7 @@ from typing import Callable, TypeVar
 
 from ..ir.diagnostics import count
 from .cache import Failed, read_key
+from .process_tree import end_tree
 
 ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
 # ld says why a link failed on a line of its own, without `error:` (`/usr/bin/ld: final link
@@ -43,9 +42,11 @@ def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) 
     compilers killed) on a side_by_side background thread whose other side failed."""
     stop = getattr(_beside, "stop", None)
     procs: list[_Process] = []
+    watchdog = None
     try:
         with _Progress(label, show) as progress:
             procs = [_Process(command) for command in commands]
+            watchdog = _Watchdog([p.proc.pid for p in procs])
             while any(p.running() for p in procs):
                 if stop is not None and stop.is_set():
                     raise Stopped(label)
@@ -54,6 +55,8 @@ def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) 
     finally:
         for p in procs:
             p.stop()
+        if watchdog is not None:
+            watchdog.done()
     log = "".join(f"{' '.join(p.command)}\n{p.output()}" for p in procs)
     with open(work / "build.log", "a") as file:  # after the build's earlier steps
         file.write(log)
@@ -127,30 +130,41 @@ class _Process:
         return "".join(self.lines)
 
     def stop(self) -> None:
-        """Interrupted: end the driver and the compilers it runs (killing the driver alone
-        left cc1plus compiling on into a deleted directory, where the signal reached this
-        process only: an IDE's stop, a notebook's interrupt, SIGTERM). The driver is
-        stopped first, so that it starts nothing new while its children are found."""
+        """Interrupted: end the driver and the compilers it runs (process_tree.end_tree:
+        killing the driver alone left cc1plus compiling on into a deleted directory, where
+        the signal reached this process only: an IDE's stop, a notebook's interrupt,
+        SIGTERM)."""
         if self.proc.poll() is not None:
             return
-        try:
-            os.kill(self.proc.pid, signal.SIGSTOP)
-            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
-                os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # it ended meanwhile
-            pass
+        end_tree(self.proc.pid)
         self.proc.wait()
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs (Linux's /proc/PID/task/TID/children)."""
-    found = []
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+class _Watchdog:
+    """process_tree.py run beside the compilers: it ends them if this process dies without
+    a word (SIGKILL, the OOM killer), which no code here can catch. Its pipe is this
+    process's alone (subprocess closes other descriptors in every child); `done` written
+    to it, once the compilers have ended, lets it go without ending anything."""
+
+    def __init__(self, pids: list[int]):
+        self.proc = None
+        if not sys.executable:  # an embedded Python: no interpreter to start
+            return
         try:
-            found += [int(c) for c in children.read_text().split()]
-        except OSError:
-            continue
-    return [d for child in found for d in (child, *_descendants(child))]
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(Path(__file__).with_name("process_tree.py")),
+                 *map(str, pids)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, text=True)
+        except OSError:  # the build goes on unwatched, as before there was a watchdog
+            self.proc = None
+
+    def done(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.communicate("done\n")
+        except (BrokenPipeError, OSError):  # it died: nothing of it to end
+            self.proc.wait()
 
 
 class _Progress:
