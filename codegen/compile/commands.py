@@ -148,8 +148,8 @@ class _Watchdog:
 
     def __init__(self, pids: list[int]):
         self.proc = None
-        if not sys.executable:  # an embedded Python: no interpreter to start
-            return
+        if not Path(sys.executable).name.startswith(("python", "pypy")):
+            return  # an embedded or frozen Python (uWSGI's is uwsgi): none to start
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(Path(__file__).with_name("process_tree.py")),
