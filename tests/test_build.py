@@ -774,6 +774,14 @@ def test_a_build_killed_midway_leaves_the_cache_usable(mdl_cache_dir):
     assert not list(mdl_cache_dir.glob(f"tmp-{key}-*"))
 
 
+def _command(pid: int) -> str:
+    """`pid`'s command line, its words joined by spaces; "" once it ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
+    except OSError:
+        return ""
+
+
 def _commands_naming(text: str) -> list[int]:
     """The processes whose command line holds `text`."""
     found = []
@@ -842,17 +850,19 @@ def test_a_build_killed_alone_ends_its_compilers(tmp_path):
     """SIGKILL sent to the building Python alone (the OOM killer, `kill -9`) runs nothing of
     mdl's: its compilers went on into a folder nobody would use. The build step's watchdog
     (process_tree.py) ends them, and what they started. A `compiler` here runs 60 s."""
-    marker = f"compiling-{uuid.uuid4().hex}"
     code = ("import sys; from pathlib import Path; from codegen.compile.commands import "
-            f"run_commands; run_commands(Path(sys.argv[1]), [['sh', '-c', 'sleep 60; echo "
-            f"{marker}']], 'step', False)")
+            "run_commands; run_commands(Path(sys.argv[1]), [['sh', '-c', 'sleep 60; echo "
+            "compiled']], 'step', False)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 60
-    while not (compiler := _commands_naming(marker)) or not descendants(compiler[0]):
+    while "sleep 60 " not in map(_command, started := descendants(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, "the step never ran"
         time.sleep(0.01)
-    started = [*compiler, *descendants(compiler[0])]  # sh and its sleep
+    # the build tells its watchdog a driver's pid right after starting it: some time for
+    # that to be done (a SIGKILL between the two leaves that driver unwatched)
+    time.sleep(0.5)
+    started = [pid for pid in started if "process_tree" not in _command(pid)]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10

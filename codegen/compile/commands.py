@@ -45,8 +45,10 @@ def run_commands(work: Path, commands: list[list[str]], label: str, show: bool) 
     watchdog = None
     try:
         with _Progress(label, show) as progress:
-            procs = [_Process(command) for command in commands]
-            watchdog = _Watchdog([p.proc.pid for p in procs])
+            watchdog = _Watchdog()
+            for command in commands:
+                procs.append(_Process(command))
+                watchdog.watch(procs[-1].proc.pid)
             while any(p.running() for p in procs):
                 if stop is not None and stop.is_set():
                     raise Stopped(label)
@@ -143,28 +145,46 @@ class _Process:
 class _Watchdog:
     """process_tree.py run beside the compilers: it ends them if this process dies without
     a word (SIGKILL, the OOM killer), which no code here can catch. Its pipe is this
-    process's alone (subprocess closes other descriptors in every child); `done` written
-    to it, once the compilers have ended, lets it go without ending anything."""
+    process's alone (subprocess closes other descriptors in every child). It starts before
+    the compilers and is told each one's pid as it starts; `done` written to it, once the
+    compilers have ended, lets it go without ending anything."""
 
-    def __init__(self, pids: list[int]):
+    def __init__(self):
         self.proc = None
         if not Path(sys.executable).name.startswith(("python", "pypy")):
             return  # an embedded or frozen Python (uWSGI's is uwsgi): none to start
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(Path(__file__).with_name("process_tree.py")),
-                 *map(str, pids)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                [sys.executable, "-I", "-S", str(Path(__file__).with_name("process_tree.py"))],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, text=True)
         except OSError:  # the build goes on unwatched, as before there was a watchdog
             self.proc = None
+
+    def watch(self, pid: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.write(f"{pid}\n")
+            self.proc.stdin.flush()
+        except OSError:  # it died (a broken pipe): the build goes on unwatched
+            self._forget()
 
     def done(self) -> None:
         if self.proc is None:
             return
         try:
             self.proc.communicate("done\n")
-        except (BrokenPipeError, OSError):  # it died: nothing of it to end
-            self.proc.wait()
+        except OSError:  # it died: nothing of it to end
+            self._forget()
+
+    def _forget(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:  # what it could not take is dropped
+            pass
+        self.proc.wait()
+        self.proc = None
 
 
 class _Progress:

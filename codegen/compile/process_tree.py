@@ -5,10 +5,10 @@ Killing a driver (g++, nvcc) alone leaves cc1plus or cicc compiling on into a bu
 directory that is gone: the driver is stopped first, so that it starts nothing new, then
 it and its descendants are killed. `commands.py` does so when a build is interrupted or
 fails beside another. A build whose Python is killed outright (SIGKILL, the OOM killer)
-runs no code of its own, so each build step also starts this file as a script with the
-drivers' pids: it waits on a pipe that only the building process holds, and if the pipe
-closes without `done` being written, that process died and the watchdog ends the
-drivers. It imports nothing of mdl's (it runs as `python -I -S` on its own)."""
+runs no code of its own, so each build step also starts this file as a script before its
+compilers, and writes it each driver's pid as it starts: it reads a pipe that only the
+building process holds, and if the pipe closes without `done` being written, that process
+died and the watchdog ends the drivers. It imports nothing of mdl's (it runs as `python -I -S` on its own)."""
 from __future__ import annotations
 
 import os
@@ -38,14 +38,18 @@ def end_tree(pid: int) -> None:
         pass
 
 
-def watch(pids: list[int]) -> None:
-    """Block until standard input closes; unless it said `done`, end each tree."""
-    said = sys.stdin.read()
-    if said.strip() != "done":
-        for pid in pids:
-            end_tree(pid)
+def watch(lines) -> None:
+    """Read the pids of the drivers to watch, a line each, until `done` (the build ended
+    them itself) or the end of the input without it (the build died): then end each."""
+    pids = []
+    for line in lines:
+        if line.strip() == "done":
+            return
+        pids.append(int(line))
+    for pid in pids:
+        end_tree(pid)
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the builder's
-    watch([int(word) for word in sys.argv[1:]])
+    watch(sys.stdin)
