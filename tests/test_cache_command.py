@@ -241,12 +241,9 @@ def test_a_pruned_module_is_built_again(tmp_path):
     assert run.returncode == 0 and run.stdout.strip() == "[2. 2. 2.]", run.stderr
 
 
-def test_a_module_being_copied_or_imported_stays(tmp_path, monkeypatch, capsys):
-    """`mdlc build -o` copies the module it found and `load` imports it: a prune between
-    the finding and the copy made `mdlc build` fail (`cannot write
-    `<cache>/<key>/m.so`: No such file or directory`, exit 2). Both hold the entry's key
-    (cache.reading): a prune then keeps it."""
-    from codegen.compile import extension
+def _built_once(tmp_path: Path):
+    """GOOD built by `mdlc build -o` under a name of its own: its source, name, output
+    folder, the cache's root and the cache's entry of it."""
     source = tmp_path / "twice.mdl"
     source.write_text(GOOD)
     name = f"twice_{uuid.uuid4().hex[:8]}"
@@ -254,6 +251,16 @@ def test_a_module_being_copied_or_imported_stays(tmp_path, monkeypatch, capsys):
     assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
     root = cache.cache_dir()
     [built] = [e for e in cache_entries.entries(root) if e.name == name]
+    return source, name, out, root, built
+
+
+def test_a_module_being_copied_or_imported_stays(tmp_path, monkeypatch, capsys):
+    """`mdlc build -o` copies the module it found and `load` imports it: a prune between
+    the finding and the copy made `mdlc build` fail (`cannot write
+    `<cache>/<key>/m.so`: No such file or directory`, exit 2). Both hold the entry's key
+    (cache.reading): a prune then keeps it."""
+    from codegen.compile import extension
+    source, name, out, root, built = _built_once(tmp_path)
     kept = []
 
     def prune_first(copy):
@@ -275,13 +282,7 @@ def test_a_module_pruned_before_its_copy_is_built_again(tmp_path, monkeypatch, c
     """A prune that removes the entry before the build takes its key: the build finds it
     gone and builds it again (cache.reading), not an error about the cache's path."""
     from codegen.compile import index
-    source = tmp_path / "twice.mdl"
-    source.write_text(GOOD)
-    name = f"twice_{uuid.uuid4().hex[:8]}"
-    out = tmp_path / "out"
-    assert cli.main(["build", str(source), "--name", name, "-o", str(out)]) == 0
-    root = cache.cache_dir()
-    [built] = [e for e in cache_entries.entries(root) if e.name == name]
+    source, name, out, root, built = _built_once(tmp_path)
     lookup = index.lookup
     found = []
 
