@@ -571,6 +571,21 @@ def test_a_compiler_that_is_none_is_named(good, tmp_path, cxx, message):
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
 
 
+def test_a_cpp_driver_whose_linker_fails_is_not_told_to_be_a_cpp_driver(good, tmp_path):
+    """g++ with a linker that fails (here an option ld refuses) was told to set CXX to
+    g++ or clang++ ("does not link C++"): that advice is for a C driver, whose object
+    builds and does not load. A build that fails says so, with the linker's words."""
+    wrapper = tmp_path / "g++-broken-ld"
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -Wl,--no-such-option-mdl\n')
+    wrapper.chmod(0o755)
+    done = _with_env(["build", str(good), "-o", str(tmp_path / "out")], tmp_path,
+                     CXX=str(wrapper), MDL_CACHE_DIR=str(tmp_path / "cache"))
+    assert done.returncode == 1 and "could not build a shared object" in done.stderr, \
+        done.stderr
+    assert "no-such-option-mdl" in done.stderr and "C++ driver" not in done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
 def test_emit_replaces_its_own_files_but_no_others(good, tmp_path):
     """Its default folder is the current one: it once replaced a project's CMakeLists.txt
     (mdl's own, run from the repository's root)."""

@@ -112,39 +112,51 @@ def check_compiler(work: Path) -> None:
     `undefined symbol: _ZTVN10__cxxabiv...`), and build OpenMP code with the runtime a
     module links (flags.openmp_library: Clang's needs its OpenMP package)."""
     cxx = host_compiler()["path"]
-    said = _probe(work, "links_cxx", LINK_PROBE, [])
-    if said is not None:
+    failed = _probe(work, "links_cxx", LINK_PROBE, [])
+    if failed is not None and failed[0] == "load":
         raise MdlBuildError(f"{cxx} does not link C++ into a shared object, so modules it "
-                            f"links could not be imported ({said}): set CXX to a C++ "
+                            f"links could not be imported ({failed[1]}): set CXX to a C++ "
                             "driver (g++ or clang++, not gcc or clang)")
+    if failed is not None:  # the compiler or its linker failed: a C++ driver's advice is no help
+        raise MdlBuildError(f"{cxx} could not build a shared object, as every module is "
+                            f"({failed[1]}): check its installation and its linker, or set "
+                            "CXX to another compiler")
     library = openmp_library()
-    said = _probe(work, "links_openmp", OPENMP_PROBE, ["-fopenmp", f"-l{library}"])
-    if said is not None:
+    failed = _probe(work, "links_openmp", OPENMP_PROBE, ["-fopenmp", f"-l{library}"])
+    if failed is not None:
         where = ("install Clang's OpenMP runtime (Debian and Ubuntu: libomp-dev)"
                  if not host_compiler()["gcc"] else "install GCC's OpenMP runtime (libgomp)")
         raise MdlBuildError(f"{cxx} does not build OpenMP code with -fopenmp and "
-                            f"lib{library} ({said}), which generated code runs its "
+                            f"lib{library} ({failed[1]}), which generated code runs its "
                             f"threads on: {where}, or set CXX to another compiler")
 
 
-def _probe(work: Path, name: str, text: str, flags: list[str]) -> str | None:
-    """Compiles `text` into a shared object with `flags` and loads it: None, or what
-    failed: the compiler's or linker's first error, else the last line it said."""
+def _probe(work: Path, name: str, text: str,
+           flags: list[str]) -> tuple[str, str] | None:
+    """Compiles `text` into a shared object with `flags` and loads it: None, or the step
+    that failed ("build" or "load") and its first error, else the last line it said."""
     source, shared = work / f"{name}.cpp", work / f"{name}.so"
     source.write_text(text)
     done = subprocess.run([host_compiler()["path"], "-shared", "-fPIC", *flags, str(source),
                            "-o", str(shared)], capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        return "build", _first_line(done.stdout + done.stderr, work, shared)
     try:
-        if done.returncode != 0:
-            raise OSError(done.stdout + done.stderr)
         ctypes.CDLL(str(shared))
     except OSError as failed:
-        lines = str(failed).replace(f"{shared}: ", "").replace(f"{work}/", "").strip()
-        lines = lines.splitlines()
-        first = next((line for line in lines if re.search(
-            r"error|cannot find|undefined", line, re.IGNORECASE)), None)
-        return (first or (lines[-1] if lines else "failed")).strip()
+        return "load", _first_line(str(failed), work, shared)
     return None
+
+
+def _first_line(said: str, work: Path, shared: Path) -> str:
+    """The linker's first line (`/usr/bin/ld: unrecognized option ...`: collect2's `error:
+    ld returned 1 exit status` after it says less), else the first that names an error,
+    else the last line."""
+    lines = said.replace(f"{shared}: ", "").replace(f"{work}/", "").strip().splitlines()
+    first = next((line for line in lines if re.match(r"(\S*/)?(ld|ld\.\w+|lld): ", line)),
+                 None) or next((line for line in lines if re.search(
+                     r"error|cannot find|undefined", line, re.IGNORECASE)), None)
+    return (first or (lines[-1] if lines else "failed")).strip()
 
 
 def glue_fields(debug: bool, sanitize: bool) -> dict:
