@@ -144,8 +144,10 @@ class Calls:
         named = len(t.dims)
         if (actual.dtype != dtype or actual.rank < named
                 or (actual.rank != named and not t.leading)):
-            raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}]{_rank_note(t)}, got "
-                               f"{actual}", loc)
+            # the rank note only where the rank is what is short: `f64[..., K]` given
+            # an f32[B, 4] differs in its dtype alone
+            note = _rank_note(t) if actual.rank < named else ""
+            raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}]{note}, got {actual}", loc)
         lead = actual.shape[:actual.rank - named]
         if t.leading and self.ctx.leading is not None and lead != self.ctx.leading:
             bound = (f"[{', '.join(map(str, self.ctx.leading))}]" if self.ctx.leading

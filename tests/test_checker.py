@@ -116,6 +116,7 @@ def test_a_functions_leading_dims_take_any_dims_before_the_named_ones(body, expe
                    r"f32\[T, B, 3\]"),
     ("proj(x[0, 0], 2)", r"argument `x` of `proj` is f32\[\.\.\., N, I\] \(of 2 dims or "
                          r"more\), got f32\[3\]"),
+    ("proj(i32(x), 2)", r"argument `x` of `proj` is f32\[\.\.\., N, I\], got i32\[T, B, 3\]"),
     ("gate(x, x[:, :, 0:2])", r"argument `b` of `gate` is f32\[\.\.\., K\] \(with K = 3\), "
                               r"got f32\[T, B, 2\]: dim 2 differs"),
 ])
