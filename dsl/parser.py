@@ -83,6 +83,14 @@ def _call_hint(binding: n.Binding, arguments: list | None = None, options: str =
             f"`for {binding.var.name} in ys{options}`")
 
 
+def _read_as_options(arguments: list) -> bool:
+    """Whether a parenthesized group in a loop's header reads as loop options
+    (`recompute`, `lengths = L`) rather than a call's arguments (`xs, 0, 1`)."""
+    from .control import LOOP_OPTIONS
+    return all(isinstance(a, (n.Name, n.Kwarg)) and
+               (a.id if isinstance(a, n.Name) else a.name) in LOOP_OPTIONS for a in arguments)
+
+
 @v_args(inline=True)
 class AstBuilder(Transformer_NonRecursive):
     """Builds the AST bottom-up without recursion; one method per grammar alias."""
@@ -233,10 +241,21 @@ class AstBuilder(Transformer_NonRecursive):
 
     def reversed_binding(self, var, kw, rev, source, *groups):
         seq, inner = source
+        binding = n.Binding(self._loc(var), self._ident(var), seq, True)
         if inner:
+            if isinstance(seq, n.Name) and not _read_as_options(inner[0]):
+                # `reversed(tanh(xs))`: a call's arguments, no options (it said "loop
+                # options go after the sequence", of options never written)
+                call = f"{seq.id}({', '.join(expr_text(a) for a in inner[0])})"
+                options = " (...)" if groups else ""
+                raise MdlSyntaxError(
+                    f"`reversed` takes a named sequence, not a call's result; to loop over `{call}` "
+                    f"backwards, "
+                    f"bind it to a name first: `ys = {call}`, then "
+                    f"`for {binding.var.name} in reversed(ys){options}`", inner[0][0].loc)
             raise MdlSyntaxError("loop options go after the sequence: `for x in reversed(xs) "
                                  "(...)`", inner[0][0].loc)
-        return n.Binding(self._loc(var), self._ident(var), seq, True), list(groups)
+        return binding, list(groups)
 
     def reversed_source(self, seq, *groups):
         return self._sequence(seq, list(groups))

@@ -273,6 +273,19 @@ BAD_PROGRAMS = [
      'for x in tanh(xs) (lengths = n) { h = h + x }; output y = sum(h) }',
      'a loop takes one list of options; to loop over `tanh(xs)`, bind it to a name first: '
      '`ys = tanh(xs)`, then `for x in ys (...)`', "2:20"),
+    # the same inside `reversed`: it said "loop options go after the sequence"
+    ('model M() { input xs : f32[T, B, 4]; h = zeros[T, 4]\n'
+     'for x in reversed(swapaxes(xs, 0, 1)) { h = h + x }; output y = sum(h) }',
+     "`reversed` takes a named sequence, not a call's result; to loop over "
+     "`swapaxes(xs, 0, 1)` backwards, bind it to a name first: `ys = swapaxes(xs, 0, 1)`, "
+     "then `for x in reversed(ys)`", "2:28"),
+    ('model M() { input xs : f32[T, B]; input n : i32[B]; h = zeros[B]\n'
+     'for x in reversed(tanh(xs)) (lengths = n) { h = h + x }; output y = sum(h) }',
+     "to loop over `tanh(xs)` backwards, bind it to a name first: `ys = tanh(xs)`, then "
+     "`for x in reversed(ys) (...)`", "2:24"),
+    ('model M() { input xs : f32[T, B]; h = zeros[B]\n'
+     'for x in reversed(xs (recompute)) { h = h + x }; output y = sum(h) }',
+     "loop options go after the sequence: `for x in reversed(xs) (...)`", "2:23"),
     ('model M() { input xs : f32[T, B]; h = zeros[B]\n'
      'for x in tanh(xs + 1.0) { h = h + x }; output y = sum(h) }',
      "a loop option is a name or `name = value` (options are lengths = L, recompute, "
