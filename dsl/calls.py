@@ -77,7 +77,9 @@ class Calls:
                 value, loc = bound[arg.name.name]
                 if isinstance(value, n.Expr):  # a default: evaluated with nothing in scope
                     self.ctx = Ctx("function", {}, {}, name)
-                    value = self.eval_single(value)
+                    # a default that does not fit is shown where it is written (the
+                    # note names the call): the call's caret showed no such value
+                    value, loc = self.eval_single(value), value.loc
                 self.ctx = inner
                 inner.env[arg.name.name] = self._bind_arg(fn, arg, value, loc)
                 # after its type, which may bind a dim of its name (`a : f32[a]`)

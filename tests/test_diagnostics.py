@@ -273,6 +273,10 @@ BAD_PROGRAMS = [
      'for x in tanh(xs) (lengths = n) { h = h + x }; output y = sum(h) }',
      'a loop takes one list of options; to loop over `tanh(xs)`, bind it to a name first: '
      '`ys = tanh(xs)`, then `for x in ys (...)`', "2:20"),
+    # a default that does not fit: shown where it is written (it showed the call)
+    ('def f(x : f32[..., K], y : f32[..., K] = 1.0) -> f32[..., K] { return x * y }\n'
+     'model M() { input x : f32[B, 4]; output y = f(x) }',
+     "argument `y` of `f` is a tensor f32[..., K], got the scalar 1.0", "1:42"),
     # the same inside `reversed`: it said "loop options go after the sequence"
     ('model M() { input xs : f32[T, B, 4]; h = zeros[T, 4]\n'
      'for x in reversed(swapaxes(xs, 0, 1)) { h = h + x }; output y = sum(h) }',
