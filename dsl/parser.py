@@ -438,9 +438,13 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
 
 
+# the built-ins whose brackets hold dims, not a subscript: `zeros[B, 4]`, `full[B](0.5)`
+DIM_BUILDERS = ("zeros", "ones", "full")
+
+
 def _in_subscript(before: list[Token]) -> bool:
     """Whether the tokens before end inside a subscript (`x[0, `, `f(x)[`), not a tensor
-    type's dims (`f32[B, `) or a list (`[1, `)."""
+    type's dims (`f32[B, `), a constructor's (`zeros[B, `) or a list (`[1, `)."""
     depth = 0
     for k in range(len(before) - 1, -1, -1):
         t = before[k]
@@ -451,7 +455,7 @@ def _in_subscript(before: list[Token]) -> bool:
                 owner = before[k - 1] if k else None
                 return (t.type == "LSQB" and owner is not None
                         and owner.type in ("NAME", "RSQB", "RPAR")
-                        and str(owner) not in DTYPES)
+                        and str(owner) not in DTYPES and str(owner) not in DIM_BUILDERS)
             depth -= 1
     return False
 

@@ -421,6 +421,9 @@ BAD_PROGRAMS = [
      "`...` is no index: a subscript names each axis", "1:47"),
     ('model M() { input x : f32[3, 2]; output y = sum(x[0, ...]) }',
      "`...` is no index: a subscript names each axis", "1:54"),
+    # a constructor's dims are no subscript: it said "`...` is no index"
+    ('model M() { input x : f32[B, 4]; y = zeros[..., 4]; output z = sum(x) }',
+     "`...` stands for any leading dims, first in the type of a function's argument", "1:44"),
 ]
 
 
