@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from codegen.ir.diagnostics import Loc, MdlTypeError
-from codegen.ir.dtypes import FLOATS
+from codegen.ir.dtypes import FLOATS, literal
 from codegen.ir.graph import Value
 from codegen.ir.shapes import TensorType
 
@@ -44,7 +44,8 @@ def const(arg, kind: str, what: str):
     value, loc = arg
     if not (isinstance(value, Const) and (value.kind == kind or
                                           kind == "float" and value.kind == "int")):
-        raise MdlTypeError(f"{what} must be a compile-time {kind}", loc)
+        got = f", got the {value.kind} {literal(value.value)}" if isinstance(value, Const) else ""
+        raise MdlTypeError(f"{what} must be a compile-time {kind}{got}", loc)
     return value.value
 
 
@@ -54,7 +55,8 @@ def axis(arg, rank: int) -> int:
     a = const(arg, "int", "axis")
     if not -rank <= a < rank:  # a rank-0 value has none: `softmax(s, axis = 0)` of a
         # scalar passed here, and then failed in the backend
-        raise MdlTypeError(f"axis {a} is out of range for rank {rank}", arg[1])
+        valid = f" (axes {-rank} to {rank - 1})" if rank else " (a rank-0 value has no axes)"
+        raise MdlTypeError(f"axis {a} is out of range for rank {rank}{valid}", arg[1])
     return a % rank
 
 

@@ -229,7 +229,12 @@ BAD_PROGRAMS = [
     ('model M() { input s : f32; output y = sum(concat([s, s])) }',
      'axis 0 is out of range for rank 0', "1:43"),
     ('model M() { input s : f32; output z = softmax(s, axis = 0) }',
-     'axis 0 is out of range for rank 0', "1:57"),
+     'axis 0 is out of range for rank 0 (a rank-0 value has no axes)', "1:57"),
+    # the axes a rank has, and what a wrong axis is
+    ('model M() { input x : f32[B, 3]; output z = swapaxes(x, 0, 2) }',
+     'axis 2 is out of range for rank 2 (axes -2 to 1)', "1:60"),
+    ('model M() { input x : f32[B, 3]; output z = softmax(x, axis = -1.0) }',
+     'axis must be a compile-time int, got the float -1.0', "1:63"),
     # a path too long for the file system is not found, not an internal OSError
     ('import "' + 'a' * 300 + '.mdl"\nmodel M() { input x : f32[3]; output y = sum(x) }',
      'cannot find `' + 'a' * 300 + '.mdl`', "1:8"),
