@@ -237,11 +237,33 @@ class AstBuilder(Transformer_NonRecursive):
 
     def seq_binding(self, var, kw, seq, *groups):
         seq, groups = self._sequence(seq, list(groups))
-        return n.Binding(self._loc(var), self._ident(var), seq, False), groups
+        binding = n.Binding(self._loc(var), self._ident(var), seq, False)
+        self._no_empty_group(binding, groups[0] if groups else None, groups[1:], "ys")
+        return binding, groups
+
+    @staticmethod
+    def _no_empty_group(binding: n.Binding, call: list | None, options: list,
+                        loop: str) -> None:
+        """`for x in g()`: a call of no arguments read as a loop's sequence `g` and an
+        empty group (it said "expected an expression, found `)`"). `call` is the group
+        right after the sequence's name (None where there is none), `options` the groups
+        that can only be options; `loop` the header's sequence as the hint writes it."""
+        if call == [] and isinstance(binding.seq, n.Name):
+            text = f"{binding.seq.id}()"
+            said = (f"`reversed` takes a named sequence, not a call's result; to loop over "
+                    f"`{text}` backwards" if binding.reversed else
+                    f"a loop's sequence is a name, not a call's result; to loop over `{text}`")
+            raise MdlSyntaxError(f"{said}, bind it to a name first: `ys = {text}`, then "
+                                 f"`for {binding.var.name} in {loop}`", binding.seq.loc)
+        if [] in options or call == []:
+            raise MdlSyntaxError("a loop's options are not empty: leave out the `()`",
+                                 binding.seq.loc)
 
     def reversed_binding(self, var, kw, rev, source, *groups):
         seq, inner = source
         binding = n.Binding(self._loc(var), self._ident(var), seq, True)
+        self._no_empty_group(binding, inner[0] if inner else None, [*inner[1:], *groups],
+                             "reversed(ys)")
         if inner:
             if isinstance(seq, n.Name) and not _read_as_options(inner[0]):
                 # `reversed(tanh(xs))`: a call's arguments, no options (it said "loop
@@ -262,6 +284,9 @@ class AstBuilder(Transformer_NonRecursive):
 
     def paren_group(self, *args):
         return list(args)
+
+    def empty_group(self):
+        return []  # `for x in g()`: refused where the binding is made
 
     def _sequence(self, seq, groups: list) -> tuple:
         """A loop's sequence, `range(...)` made a call of its first parenthesized group

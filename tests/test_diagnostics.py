@@ -292,6 +292,20 @@ BAD_PROGRAMS = [
      'for x in reversed(tanh(xs)) (lengths = n) { h = h + x }; output y = sum(h) }',
      "to loop over `tanh(xs)` backwards, bind it to a name first: `ys = tanh(xs)`, then "
      "`for x in reversed(ys) (...)`", "2:24"),
+    # a call of no arguments: it said "expected an expression, found `)`"
+    ('def g(xs : f32[T, B]) -> f32[T, B] { return tanh(xs) }\n'
+     'model M() { input xs : f32[T, B]; h = zeros[B]\n'
+     'for x in g() { h = h + x }; output y = sum(h) }',
+     "a loop's sequence is a name, not a call's result; to loop over `g()`, bind it to a "
+     "name first: `ys = g()`, then `for x in ys`", "3:10"),
+    ('def g(xs : f32[T, B]) -> f32[T, B] { return tanh(xs) }\n'
+     'model M() { input xs : f32[T, B]; h = zeros[B]\n'
+     'for x in reversed(g()) { h = h + x }; output y = sum(h) }',
+     "`reversed` takes a named sequence, not a call's result; to loop over `g()` "
+     "backwards, bind it to a name first: `ys = g()`, then `for x in reversed(ys)`", "3:19"),
+    ('model M() { input xs : f32[T, B]; h = zeros[B]\n'
+     'for x in reversed(xs) () { h = h + x }; output y = sum(h) }',
+     "a loop's options are not empty: leave out the `()`", "2:19"),
     ('model M() { input xs : f32[T, B]; h = zeros[B]\n'
      'for x in reversed(xs (recompute)) { h = h + x }; output y = sum(h) }',
      "loop options go after the sequence: `for x in reversed(xs) (...)`", "2:23"),
