@@ -166,11 +166,9 @@ class Calls:
         if t.leading and self.ctx.leading is None:
             self.ctx.leading, self.ctx.leading_from = lead, what
         for axis, (want, got) in enumerate(zip(declared.shape, actual.shape)):
-            if want != got:
-                bound = ", ".join(f"{k} = {v}" for k, v in self.ctx.dims.items())
-                raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}] (with "
-                                   f"{bound or 'no dims bound'}), got {actual}: dim {axis} "
-                                   "differs", loc)
+            if want != got:  # the type as written, and as the dims bound so far make it
+                raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}], here {declared}, "
+                                   f"got {actual}: dim {axis} differs", loc)
 
     def _returned(self, fn: n.FuncDef, ret: n.Return):
         values = []
