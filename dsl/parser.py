@@ -69,18 +69,25 @@ def _tok_loc(source: Source, tok: Token) -> Loc:
 
 
 def _call_hint(binding: n.Binding, arguments: list | None = None, options: str = "") -> str:
-    """What to write where a loop's sequence reads as a call (`for x in f(xs)`), its
-    `arguments` (where they are known) taken for options: "" where the sequence is no
-    name."""
+    """What to write where a loop's sequence reads as a call (`for x in f(xs)`, `for x in
+    reversed(g())`), its `arguments` (where they are known; [] for `g()`) taken for
+    options: "" where the sequence is no name."""
     if not isinstance(binding.seq, n.Name):
         return ""
-    if arguments:
+    if arguments is not None:
         call = f"{binding.seq.id}({', '.join(expr_text(a) for a in arguments)})"
         what, bound = f"`{call}`", call
     else:
         what, bound = "a call's result", f"{binding.seq.id}(...)"
-    return (f"; to loop over {what}, bind it to a name first: `ys = {bound}`, then "
-            f"`for {binding.var.name} in ys{options}`")
+    backwards, loop = (" backwards", "reversed(ys)") if binding.reversed else ("", "ys")
+    return (f"; to loop over {what}{backwards}, bind it to a name first: `ys = {bound}`, "
+            f"then `for {binding.var.name} in {loop}{options}`")
+
+
+def _not_a_call(binding: n.Binding) -> str:
+    """The start of the message for a loop's sequence written as a call."""
+    return ("`reversed` takes a named sequence, not a call's result" if binding.reversed
+            else "a loop's sequence is a name, not a call's result")
 
 
 def _read_as_options(arguments: list) -> bool:
@@ -230,31 +237,26 @@ class AstBuilder(Transformer_NonRecursive):
                                      "`for x in xs, y in ys (...)`", groups[0][0].loc)
         binding, groups = parts[-1]
         if len(groups) > 1:  # `for x in f(xs) (lengths = L)`: f's arguments, then options
-            raise MdlSyntaxError("a loop takes one list of options"
-                                 + _call_hint(binding, groups[0], " (...)"), groups[1][0].loc)
+            hint = "" if binding.reversed else _call_hint(binding, groups[0], " (...)")
+            raise MdlSyntaxError("a loop takes one list of options" + hint, groups[1][0].loc)
         options = [self._loop_option(a, binding) for a in groups[0]] if groups else []
         return self._node(n.For, self._loc(kw), [p for p, _ in parts], options, body)
 
     def seq_binding(self, var, kw, seq, *groups):
         seq, groups = self._sequence(seq, list(groups))
         binding = n.Binding(self._loc(var), self._ident(var), seq, False)
-        self._no_empty_group(binding, groups[0] if groups else None, groups[1:], "ys")
+        self._no_empty_group(binding, groups[0] if groups else None, groups[1:])
         return binding, groups
 
     @staticmethod
-    def _no_empty_group(binding: n.Binding, call: list | None, options: list,
-                        loop: str) -> None:
+    def _no_empty_group(binding: n.Binding, call: list | None, options: list) -> None:
         """`for x in g()`: a call of no arguments read as a loop's sequence `g` and an
         empty group (it said "expected an expression, found `)`"). `call` is the group
         right after the sequence's name (None where there is none), `options` the groups
-        that can only be options; `loop` the header's sequence as the hint writes it."""
+        that can only be options."""
         if call == [] and isinstance(binding.seq, n.Name):
-            text = f"{binding.seq.id}()"
-            said = (f"`reversed` takes a named sequence, not a call's result; to loop over "
-                    f"`{text}` backwards" if binding.reversed else
-                    f"a loop's sequence is a name, not a call's result; to loop over `{text}`")
-            raise MdlSyntaxError(f"{said}, bind it to a name first: `ys = {text}`, then "
-                                 f"`for {binding.var.name} in {loop}`", binding.seq.loc)
+            raise MdlSyntaxError(_not_a_call(binding) + _call_hint(binding, []),
+                                 binding.seq.loc)
         if [] in options or call == []:
             raise MdlSyntaxError("a loop's options are not empty: leave out the `()`",
                                  binding.seq.loc)
@@ -262,19 +264,13 @@ class AstBuilder(Transformer_NonRecursive):
     def reversed_binding(self, var, kw, rev, source, *groups):
         seq, inner = source
         binding = n.Binding(self._loc(var), self._ident(var), seq, True)
-        self._no_empty_group(binding, inner[0] if inner else None, [*inner[1:], *groups],
-                             "reversed(ys)")
+        self._no_empty_group(binding, inner[0] if inner else None, [*inner[1:], *groups])
         if inner:
             if isinstance(seq, n.Name) and not _read_as_options(inner[0]):
                 # `reversed(tanh(xs))`: a call's arguments, no options (it said "loop
                 # options go after the sequence", of options never written)
-                call = f"{seq.id}({', '.join(expr_text(a) for a in inner[0])})"
-                options = " (...)" if groups else ""
-                raise MdlSyntaxError(
-                    f"`reversed` takes a named sequence, not a call's result; to loop over `{call}` "
-                    f"backwards, "
-                    f"bind it to a name first: `ys = {call}`, then "
-                    f"`for {binding.var.name} in reversed(ys){options}`", inner[0][0].loc)
+                raise MdlSyntaxError(_not_a_call(binding) + _call_hint(
+                    binding, inner[0], " (...)" if groups else ""), inner[0][0].loc)
             raise MdlSyntaxError("loop options go after the sequence: `for x in reversed(xs) "
                                  "(...)`", inner[0][0].loc)
         return binding, list(groups)
