@@ -649,12 +649,31 @@ def test_a_link_on_a_full_disk_says_so(tmp_path):
            "collect2: error: ld returned 1 exit status\n")
     message = commands._describe_failure(kept, log)
     said = "/usr/bin/ld: final link failed: No space left on device"
-    assert f"the compiler said:\n{said}\n" in message
-    assert "... and 1 more error" in message
+    assert f"the compiler said:\n{said}\ncollect2: error: ld returned 1 exit status\n" \
+        in message  # collect2's summary is part of ld's error, not one more
+    assert "more error" not in message
     assert f"a disk is full: the build cache's ({tmp_path / 'cache'})" in message
     assert "MDL_CACHE_DIR or TMPDIR" in message
     assert "disk is full" not in commands._describe_failure(kept, log.replace(
         "No space left on device", "file truncated"))
+
+
+def test_a_link_failing_in_ld_quotes_ld(tmp_path):
+    """ld's own line (`cannot find -lmvec`, an option it refuses) has no `error:`: the
+    message quoted collect2's `ld returned 1 exit status` alone, which says nothing of
+    why. It quotes ld's line, collect2's after it, and counts a second error of ld's."""
+    from codegen.compile import commands
+    kept = tmp_path / "cache" / "failed-4567"
+    kept.mkdir(parents=True)
+    cache.write_key(kept, {"product": "module", "module": "tiny"})
+    log = ("/usr/bin/c++ -shared part0.o -o tiny.so -lmvec\n"
+           "/usr/bin/ld: warning: part0.o: missing .note.GNU-stack section\n"
+           "/usr/bin/ld: cannot find -lmvec: No such file or directory\n"
+           "/usr/bin/ld: cannot find -lgomp: No such file or directory\n"
+           "collect2: error: ld returned 1 exit status\n")
+    message = commands._describe_failure(kept, log)
+    assert ("the compiler said:\n/usr/bin/ld: cannot find -lmvec: No such file or "
+            "directory\n... and 1 more error in the full log\n") in message, message
 
 
 def test_concurrent_builds_of_one_key_agree(mdl_cache_dir):

@@ -22,8 +22,13 @@ ERROR_LINES = 25  # of the compiler's output quoted in an MdlBuildError
 # ld says why a link failed on a line of its own, without `error:` (`/usr/bin/ld: final link
 # failed: No space left on device`), and collect2's `error: ld returned 1 exit status` after it
 FULL_DISK = ("No space left on device", "Disk quota exceeded")
+# ld's own line (`/usr/bin/ld: cannot find -lomp`, `/usr/bin/ld: unrecognized option
+# ...`), its warnings left out: collect2's summary after it says less
+LINKER_LINE = r"^(\S*/)?(ld|ld\.\w+|lld): (?!warning)"
 FIRST_ERROR = re.compile(r"error:|undefined reference|final link failed|"
-                         + "|".join(FULL_DISK))
+                         + "|".join(FULL_DISK) + "|" + LINKER_LINE)
+# collect2's summary of the linker's error before it: part of that error, not another
+SUMMARY = "collect2: error: ld returned"
 # Lines a compiler prints before an error to say where it was reached from.
 CONTEXT = re.compile(r"^(In file included from |\s+from |\S+: In |\S+:\d+:\d+: +required )")
 
@@ -236,9 +241,11 @@ def _first_errors(log: str) -> str:
     start = first
     while start > 0 and CONTEXT.match(lines[start - 1]):
         start -= 1
+    def another(line: str) -> bool:
+        return bool(FIRST_ERROR.search(line)) and not line.startswith(SUMMARY)
     end = next((i for i in range(first + 1, len(lines))
-                if CONTEXT.match(lines[i]) or FIRST_ERROR.search(lines[i])), len(lines))
+                if CONTEXT.match(lines[i]) or another(lines[i])), len(lines))
     end = min(end, start + ERROR_LINES)
-    rest = sum(1 for line in lines[end:] if FIRST_ERROR.search(line))
+    rest = sum(1 for line in lines[end:] if another(line))
     more = [f"... and {count(rest, 'more error')} in the full log"] if rest else []
     return "\n".join(lines[start:end] + more)

@@ -18,7 +18,7 @@ from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import MdlBuildError
 from .blas import blas
 from .cache import cache_dir, cached, digest, intact, write_key
-from .commands import run_commands
+from .commands import FIRST_ERROR, run_commands
 from .environment import environment_key
 from .compiler import host_compiler
 from .flags import compile_flags, include_dirs, openmp_library
@@ -149,13 +149,13 @@ def _probe(work: Path, name: str, text: str,
 
 
 def _first_line(said: str, work: Path, shared: Path) -> str:
-    """The linker's first line (`/usr/bin/ld: unrecognized option ...`: collect2's `error:
-    ld returned 1 exit status` after it says less), else the first that names an error,
-    else the last line."""
+    """The first line a build's log counts as an error (commands.FIRST_ERROR: the linker's
+    own line before collect2's summary), else the first that names one (a loader's
+    `undefined symbol`), else the last line."""
     lines = said.replace(f"{shared}: ", "").replace(f"{work}/", "").strip().splitlines()
-    first = next((line for line in lines if re.match(r"(\S*/)?(ld|ld\.\w+|lld): ", line)),
-                 None) or next((line for line in lines if re.search(
-                     r"error|cannot find|undefined", line, re.IGNORECASE)), None)
+    first = next((line for line in lines if FIRST_ERROR.search(line)), None) or next(
+        (line for line in lines if re.search(r"error|cannot find|undefined", line,
+                                             re.IGNORECASE)), None)
     return (first or (lines[-1] if lines else "failed")).strip()
 
 
