@@ -500,6 +500,30 @@ def test_the_key_changes_with_the_compilers_variables(no_build_variables, variab
     assert keys() == base
 
 
+def test_the_cuda_key_changes_with_nvcc_s_host_compiler(no_build_variables, tmp_path):
+    """nvcc compiles the host side of .cu files with `gcc` from PATH (or what NVCC_CCBIN
+    names), not with CXX: another gcc first on PATH builds anew, where the key held only
+    CXX's identity and a cached module of the other compiler came back."""
+    from codegen.compile.cuda_toolkit import nvcc_host_compiler, toolkit
+    from codegen.targets.cuda import CUDA_TARGET
+    try:
+        nvcc = toolkit().nvcc
+    except MdlBuildError as exc:
+        pytest.skip(f"no CUDA toolkit: {exc}")
+    real = nvcc_host_compiler(nvcc)["path"]
+    base = cache_key({"kernels.cu": TINY}, "tiny", CUDA_TARGET)
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "gcc").write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "gcc 99"\n'
+                               f'exec {real} "$@"\n')
+    (other / "gcc").chmod(0o755)
+    no_build_variables.setenv("PATH", f"{other}{os.pathsep}{os.environ['PATH']}")
+    assert nvcc_host_compiler(nvcc)["path"] == str(other / "gcc")
+    assert cache_key({"kernels.cu": TINY}, "tiny", CUDA_TARGET) != base
+    no_build_variables.setenv("NVCC_CCBIN", real)  # named: PATH's gcc is not nvcc's
+    assert nvcc_host_compiler(nvcc)["path"] == real
+
+
 def test_relative_directories_in_the_variables_are_keyed_where_they_point(
         no_build_variables, tmp_path):
     """The compilers run in mdlc's directory and read `include`, or an empty entry, there:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from ..ir.diagnostics import MdlBuildError
 from .blas import installed_file
+from .cache import sha256
+from .compiler import printed
 
 DEFAULT_ARCH = "90"  # no GPU here to ask: the H100's, plus PTX for newer ones
 
@@ -49,6 +52,29 @@ def toolkit() -> CudaToolkit:
     cmake = ";".join(f"{a}-real" for a in arches) + (f";{arches[0]}-virtual" if ptx else "")
     return CudaToolkit(nvcc, version.strip().splitlines()[-1], _cuda_include(roots), include,
                        library, flags, cmake)
+
+
+def nvcc_host_compiler(nvcc: str) -> dict:
+    """The host compiler nvcc runs (`gcc` on PATH by default, or what `-ccbin`,
+    NVCC_CCBIN or nvcc.profile name), as nvcc's dry run shows it: its path and an identity
+    of its `--version`, for the cuda target's cache keys (a new gcc on PATH builds anew).
+    Asked again when PATH or nvcc's variables change."""
+    return _nvcc_host_compiler(nvcc, *(os.environ.get(name, "") for name in (
+        "PATH", "NVCC_CCBIN", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")))
+
+
+@functools.cache
+def _nvcc_host_compiler(nvcc: str, *environment: str) -> dict:
+    done = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                          capture_output=True, text=True, errors="replace")
+    for line in (done.stdout + done.stderr).splitlines():
+        words = shlex.split(line[3:]) if line.startswith("#$ ") else []
+        if words and "-E" in words and "c++" in words and "-D__CUDACC__" in words:
+            path = shutil.which(words[0])  # none: nvcc's build says so
+            return {"path": path or words[0],
+                    "identity": path and sha256(printed([path, "--version"]))}
+    # no dry run to read (an nvcc wrapper that refuses it): the build says what is wrong
+    return {"path": None, "identity": sha256(done.stdout + done.stderr)}
 
 
 def _cuda_include(roots: list[Path]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..backend.paths import RUNTIME_DIR
 from ..ir.diagnostics import UsageError
 from .compiler import host_compiler
-from .cuda_toolkit import toolkit
+from .cuda_toolkit import nvcc_host_compiler, toolkit
 from .environment import environment_key
 from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, compile_flags, include_dirs,
                     link_flags, machine_flags)
@@ -156,6 +156,7 @@ class NvccToolchain(Toolchain):
     def fields(self, debug: bool, sanitize: bool) -> dict:
         tk = toolkit()
         return {"toolchain": self.name, "nvcc": tk.version, "nvcc_path": tk.nvcc,
+                "nvcc_host": nvcc_host_compiler(tk.nvcc),
                 "cublas": str(tk.cublas_library), "cuda_flags": self.flags(debug),
                 "kernel_flags": self.kernel_flags(debug),
                 "host_flags": compile_flags(debug), "link": self.linker_flags()}
