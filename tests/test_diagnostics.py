@@ -541,6 +541,30 @@ def test_several_independent_errors_in_one_run():
     assert found == [(3, "unknown name `p`"), (4, "unknown name `q`")]
 
 
+@pytest.mark.parametrize("call, where", [
+    ("linear(x, 0)", "4:35"),                 # the model's own call
+    ("twice(x)", "2:35"),                      # the call in the user's function
+])
+def test_an_error_inside_the_standard_library_is_shown_at_the_users_call(call, where):
+    """`linear(x, 0)` was reported at std/rnn.mdl's `param W : f32[I, n]`, a line the
+    user cannot change, with the call a note: the user's call is the place, the
+    library's line (quoted) the note."""
+    source = ('import "std/rnn.mdl"\n'
+              "def twice(x : f32[B, I]) { return linear(x, 0) }\n"
+              "model M() {\n  input x : f32[B, 4]; output y = " + call + "\n}")
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    [first] = info.value.diagnostics
+    assert (first.message, f"{first.loc.line}:{first.loc.col}") == (
+        "dims must be positive, got 0", where)
+    assert first.loc.source.path == "m.mdl"
+    text, loc = first.notes[0]
+    assert text == "found in the standard library, at `param W : f32[I, n] = uniform(-k, k)`"
+    assert loc.source.library_name == "std/rnn.mdl"
+    assert [note for note, _ in first.notes[1:]] == (
+        ["in this call of `twice`"] if call == "twice(x)" else [])
+
+
 @pytest.mark.parametrize("count, note", [(19, False), (20, True), (25, True)])
 def test_the_checker_says_where_it_stopped_at_20_errors(count, note):
     """At 20 errors the checker stops: a last note says more may follow (it once ended

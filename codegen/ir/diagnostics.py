@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 
+# The standard library's files (`import "std/rnn.mdl"`): dsl/std/
+STD_LIBRARY = Path(__file__).resolve().parents[2] / "dsl" / "std"
+
+
 @dataclass(frozen=True, eq=False)
 class Source:
     """One source text and the name it is reported under. The text is kept as the lexer
@@ -36,6 +40,14 @@ class Source:
         (`loop\xff.mdl`, read by Python with surrogates) with its bytes escaped; writing
         it raw into a module's stub failed with UnicodeEncodeError."""
         return printable_path(self.path)
+
+    @functools.cached_property
+    def library_name(self) -> str | None:
+        """`std/rnn.mdl` for a file of the standard library, else None."""
+        try:
+            return "std/" + Path(self.path).resolve().relative_to(STD_LIBRARY).as_posix()
+        except (ValueError, OSError):
+            return None
 
     def lines(self) -> tuple[str, ...]:
         """The lines as the lexer counts them: a line ends at "\n" alone (str.splitlines
@@ -241,13 +253,25 @@ class MdlError(Exception):
         return "\n".join(d.render(palette) for d in self.diagnostics)
 
     def note_call(self, function: str, loc: Loc) -> None:
-        """Record that the error was reached through a call of `function` at `loc`."""
+        """Record that the error was reached through a call of `function` at `loc`. An
+        error inside the standard library is the call's to fix (`linear(x, 0)`): the
+        user's call that reached it becomes its place, the library's line a note."""
         first = self.diagnostics[0]
-        if loc != first.loc:
+        if loc == first.loc:
+            return
+        if _in_library(first.loc) and not _in_library(loc):
+            line = first.loc.source.line(first.loc.line).strip()
+            first.notes.insert(0, (f"found in the standard library, at `{line}`", first.loc))
+            first.loc, first.label = loc, ""
+        else:
             first.notes.append((f"in this call of `{function}`", loc))
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _in_library(loc: Loc | None) -> bool:
+    return loc is not None and loc.source.library_name is not None
 
 
 class MdlSyntaxError(MdlError):
