@@ -8,13 +8,11 @@ makes a report."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from .lower import Concurrent, Copy, Fused, Kernel, Structured, View
 
 # a fused loop's ops named, at most
 NAMED_OPS = 4
-STD = Path(__file__).resolve().parents[2] / "dsl" / "std"
 
 
 @dataclass(frozen=True)
@@ -54,10 +52,6 @@ def _where(locs) -> str:
     """The first source position among `locs`, a std library file as imported."""
     for loc in locs:
         if loc is not None:
-            path = Path(str(loc.source.path))
-            try:
-                shown = "std/" + path.resolve().relative_to(STD).as_posix()
-            except ValueError:
-                shown = loc.source.shown
+            shown = loc.source.library_name or loc.source.shown
             return f"{shown}:{loc.line}:{loc.col}"
     return ""
