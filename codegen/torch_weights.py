@@ -155,7 +155,9 @@ def _array(t: torch.Tensor) -> np.ndarray:
 
 def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray], None]:
     def write(a: np.ndarray) -> None:
-        t.copy_(torch.as_tensor(a.T if transposed else a, dtype=t.dtype))
+        a = a.T if transposed else a
+        # a cuda model's params are read-only copies, which torch.as_tensor warns of
+        t.copy_(torch.as_tensor(a if a.flags.writeable else a.copy(), dtype=t.dtype))
     return write
 
 

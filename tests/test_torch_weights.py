@@ -140,6 +140,24 @@ def test_every_layout(tmp_path):
     assert abs(float(m.forward(xs=xs)["loss"]) - want) < 1e-12
 
 
+def test_read_only_weights_are_written_without_a_warning():
+    """A cuda model's `params` are read-only copies: params_to_torch of them made
+    torch.as_tensor warn ("The given NumPy array is not writable") for every weight."""
+    import warnings
+    torch.manual_seed(4)
+    cell = torch.nn.LSTMCell(3, 4)
+    params = {name: np.array(value) for name, value in
+              params_from_torch({"cell": cell}).items()}
+    for value in params.values():
+        value.setflags(write=False)
+    other = torch.nn.LSTMCell(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params_to_torch(params, {"cell": other})
+    again = params_from_torch({"cell": other})
+    assert all(np.array_equal(again[name], value) for name, value in params.items())
+
+
 def test_bfloat16_weights_are_read_as_their_float32_values():
     """NumPy has no bfloat16: torch's .numpy() raised without naming the weight."""
     torch.manual_seed(3)
