@@ -117,6 +117,17 @@ class Parameters {
 
   using Values = std::vector<std::pair<int, py::array_t<T>>>;  // (parameter, its value)
 
+  // "its parameters: a, b, c" (the first 24 of them), for a name it does not have
+  std::string known_names() const {
+    constexpr int kShown = 24;
+    std::string text = spec_->n_params == 1 ? "its parameter: " : "its parameters: ";
+    for (int i = 0; i < spec_->n_params && i < kShown; ++i)
+      text += (i ? ", " : "") + std::string(spec_->params[i].name);
+    if (spec_->n_params > kShown)
+      text += ", ... (" + std::to_string(spec_->n_params) + " in all)";
+    return spec_->n_params ? text : "it has none";
+  }
+
   // `values` ({name: array of the parameter's shape}) for `write`, every name and shape
   // checked (under the GIL).
   Values checked(const py::dict& values) const {
@@ -133,7 +144,7 @@ class Parameters {
         if (name == spec_->params[i].name) index = i;
       if (index < 0)
         throw py::key_error("set_params: model " + std::string(spec_->name) +
-                            " has no parameter '" + name + "'");
+                            " has no parameter '" + name + "'; " + known_names());
       const ParamSpec& p = spec_->params[index];
       // complex values lost their imaginary part, None became a scalar, strings went on to
       // a message about device memory: real numbers only, read as every argument is
