@@ -228,6 +228,8 @@ class ControlFlow:
             new_state = self._new_state(env, state, "loop", s.loc)
         seqs = seqs + hidden
         if targets is not None and not yields:
+            if _misplaced_yield(s.body.stmts):  # reported where it stands
+                raise Cascade
             raise MdlTypeError("this loop's values are assigned, so its body needs a `yield`",
                                s.loc)
         if batch is not None:
@@ -479,3 +481,16 @@ def _place(loc: Loc) -> str:
     """A statement's file name and line, as an assert's error names the loop or branch it
     stands in."""
     return f"{Path(loc.source.shown).name}:{loc.line}"
+
+
+def _misplaced_yield(stmts: list[n.Stmt]) -> bool:
+    """Whether a `yield` stands in an `if` or `while` of these statements (an error of
+    its own: the loop's missing yield would say it again)."""
+    for stmt in stmts:
+        blocks = [stmt.then, stmt.orelse] if isinstance(stmt, n.If) else \
+            [stmt.body] if isinstance(stmt, n.While) else []
+        for block in filter(None, blocks):
+            if any(isinstance(inner, n.Yield) for inner in block.stmts) or \
+                    _misplaced_yield(block.stmts):
+                return True
+    return False

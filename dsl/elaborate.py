@@ -289,8 +289,13 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                "stack, reshape and transpose only", s.value.loc)
         values = value if isinstance(value, tuple) else (value,)
         if len(values) != len(s.targets):
-            raise MdlTypeError(f"{count(len(values), 'value')} for "
-                               f"{count(len(s.targets), 'target')}", s.loc)
+            given = f"{count(len(values), 'value')} for {count(len(s.targets), 'target')}"
+            called = s.value.func if isinstance(s.value, n.Call) else None
+            if isinstance(called, n.Name) and len(values) > 1:
+                given = (f"`{called.id}` gives {count(len(values), 'value')}, assigned to "
+                         f"{count(len(s.targets), 'name')}: write a name for each "
+                         f"(`{', '.join(_names(len(values)))} = {called.id}(...)`)")
+            raise MdlTypeError(given, s.loc)
         for t, v in zip(s.targets, values):
             if isinstance(v, Value) and not v.hint:
                 v.hint = t.name
@@ -571,6 +576,11 @@ def _numbered(cond: Value, here: Enclosing) -> list[Counter]:
     loops = [c for _, c in here.levels if c is not None and (
         c.rows is None or (cond.type.rank and cond.type.shape[0] == c.rows))]
     return loops[:MAX_STEPS]
+
+
+def _names(k: int) -> list[str]:
+    """`a`, `b`, ...: names for an example of unpacking k values."""
+    return [chr(ord("a") + i) for i in range(k)] if k <= 26 else [f"v{i}" for i in range(k)]
 
 
 def _keyword(stmt: n.Stmt) -> str:

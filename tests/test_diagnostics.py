@@ -72,7 +72,14 @@ BAD_PROGRAMS = [
     ('model M(H = 4) { input x : f32[B, H]; output y = split(x, 3, axis = 1) }',
      '`split` into 3 parts needs axis 1 of f32[B, 4] to divide by 3', "1:50"),
     ('model M() { input x : f32[B, 6]; a, b = split(x, 3, axis = 1); output y = a }',
-     '3 values for 2 targets', "1:34"),
+     '`split` gives 3 values, assigned to 2 names: write a name for each '
+     '(`a, b, c = split(...)`)', "1:34"),
+    ('model M() { input x : f32[B]; a, b = tanh(x); output y = a }',
+     '1 value for 2 targets', "1:31"),
+    ('import "std/rnn.mdl"\nmodel M() { input x : f32[B, 3]; h = zeros[B, 4]\n'
+     '  h = lstm(x, h, h); output y = h }',
+     '`lstm` gives 2 values, assigned to 1 name: write a name for each '
+     '(`a, b = lstm(...)`)', "3:3"),
     ('model M() { input x : f32[B]; output y = sum(x, axis = 2) }',
      'axis 2 is out of range for rank 1', "1:56"),
     ('model M() { input x : f32[B]; output y = x[0:3, 1] }',
@@ -563,6 +570,19 @@ def test_an_error_inside_the_standard_library_is_shown_at_the_users_call(call, w
     assert loc.source.library_name == "std/rnn.mdl"
     assert [note for note, _ in first.notes[1:]] == (
         ["in this call of `twice`"] if call == "twice(x)" else [])
+
+
+def test_a_yield_in_an_if_is_one_error_each_not_a_missing_yield_too():
+    """A yield in each branch of an if was reported twice, and a third error said the
+    loop needs a `yield`."""
+    source = ("model M() {\n  input xs : f32[T, B]\n"
+              "  hs = for x in xs { if sum(x) > 0.0 { yield x } else { yield -x } }\n"
+              "  output y = sum(hs)\n}")
+    with pytest.raises(MdlError) as info:
+        check_source(source, "m.mdl")
+    found = [(d.loc.line, d.loc.col, d.message[:40]) for d in info.value.diagnostics]
+    assert found == [(3, 40, "`yield` must stand directly in the `for`"),
+                     (3, 57, "`yield` must stand directly in the `for`")]
 
 
 @pytest.mark.parametrize("count, note", [(19, False), (20, True), (25, True)])
