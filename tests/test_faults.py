@@ -107,6 +107,41 @@ def test_a_loop_variable_is_computed_from_its_sequence_alone(tmp_path_factory, g
             module.Steps().forward(**call)
 
 
+NESTED_LENGTHS = """
+model Nested() {
+  input xs   : f32[N, L, B]
+  input lens : i32[N, B]
+  input ys   : f32[T, B]
+  input top  : i32[B]
+  total = zeros[B]
+  for x in xs, n in lens {
+    for v in x (lengths = n) { total = total + v }
+  }
+  for y in ys (lengths = top) { total = total + y }
+  output y = sum(total)
+}
+"""
+
+
+@pytest.mark.parametrize("lens, top, message", [
+    ([[1, 2], [3, 9]], [2, 2],
+     r"^n\[1\] = 9 is outside \[0, 4\] \(the sequence length\); n is computed from the "
+     r"input `lens`$"),
+    ([[1, 2], [3, 4]], [2, 3], r"^top\[1\] = 3 is outside \[0, 2\] \(the sequence length\)$")])
+def test_lengths_a_loop_computes_name_the_inputs_they_come_from(tmp_path_factory, lens, top,
+                                                                 message):
+    """An inner loop's lengths, a step of an input, were named by their variable alone
+    (`n[1] = 9`): the caller saw no input to mend (QA)."""
+    path = source_file(tmp_path_factory, "nested_lengths.mdl", NESTED_LENGTHS)
+    call = dict(xs=np.ones((2, 4, 2), np.float32), lens=np.array(lens, np.int32),
+                ys=np.ones((2, 2), np.float32), top=np.array(top, np.int32))
+    with pytest.raises(ValueError, match=message):
+        reference.run(check_file(str(path)).graph, call, {})
+    for target, module in on_both_targets(path, "nested_lengths").items():
+        with pytest.raises(ValueError, match=message):
+            module.Nested().forward(**call)
+
+
 def test_the_reference_refuses_a_target_past_the_classes(tmp_path):
     """NumPy's take_along_axis read a target of -1 as the last class."""
     path = tmp_path / "loss.mdl"

@@ -224,7 +224,7 @@ statements("stack", _gather_into)
 
 def _seq_order(r, op, inputs, ins, outs):
     x = inputs[0]
-    name = c_string(op.inputs[1].hint or "lengths")
+    name = c_string(r.origins.lengths(op.inputs[1]))
     return [f"{r.target.call('seq_order')}{'true' if op.attrs['reversed'] else 'false'}, {ins[0]}, "
             f"{ins[1]}, {r.dim(x.type.shape[0])}, {r.dim(x.type.shape[1])}, "
             f"{r.dim(numel(x.type.shape[2:]))}, {outs[0]}, {name});"]

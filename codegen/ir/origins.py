@@ -14,6 +14,11 @@ from typing import Callable
 from .graph import Block, Graph, Op, Value, outer_reads
 
 
+# Between computed lengths' variable and the inputs it comes from, in the name a kernel
+# is given (a character no name holds; cpp_runtime/src/faults.cpp splits there)
+LENGTHS_FROM = "\x1f"
+
+
 @dataclass
 class Origins:
     inputs: dict[int, str] = field(default_factory=dict)  # an input's value id: its name
@@ -31,6 +36,15 @@ class Origins:
         if not source:
             return f"`{v.hint}`" if v.hint else "an index"
         return f"`{v.hint}` (computed from {source})" if v.hint else f"an index computed from {source}"
+
+    def lengths(self, v: Value) -> str:
+        """Sequence lengths `v`, named for an error: the input they are, or their variable
+        and, after a LENGTHS_FROM, the inputs it is computed from (length_fault's form)."""
+        if v.id in self.inputs:
+            return self.inputs[v.id]
+        source = self.inputs_of(v)
+        name = v.hint or "lengths"
+        return f"{name}{LENGTHS_FROM}{source}" if source else name
 
     def inputs_of(self, v: Value) -> str:
         """"the input `a`", "the inputs `a` and `b`": those `v` is computed from ("" if
@@ -53,6 +67,14 @@ def out_of_range(kind: str, what: str, value: int, position: int, bound: int) ->
                 f"lie in [0, {bound}), one per class")
     return (f"{what} holds {value} at flat position {position}, outside [0, {bound}): the "
             "rows of the table it indexes")
+
+
+def length_fault(name: str, row: int, value: int, steps: int) -> str:
+    """The ValueError's message for sequence lengths `name` (Origins.lengths) holding
+    `value` at `row`, outside [0, steps]: as cpp_runtime/src/faults.cpp words it."""
+    name, _, source = name.partition(LENGTHS_FROM)
+    said = f"{name}[{row}] = {value} is outside [0, {steps}] (the sequence length)"
+    return f"{said}; {name} is computed from {source}" if source else said
 
 
 def input_origins(*graphs: Graph, steps: Callable[[Op], list]) -> Origins:

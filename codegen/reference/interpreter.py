@@ -140,6 +140,13 @@ class Interpreter:
             self.op(op)
         return [self.env[v.id] for v in block.results]
 
+    def named_origins(self) -> Origins:
+        """The inputs each value is computed from, for an error's words (made once, at
+        the first error)."""
+        if self.origins is None:
+            self.origins = input_origins(self.graph, steps=loop_steps)
+        return self.origins
+
     def op(self, op: Op) -> None:
         args = [self.env[v.id] for v in op.inputs]
         if entry(op).bounds is not None:  # a slice in a branch or a loop's body, where it runs
@@ -148,9 +155,7 @@ class Interpreter:
             with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
                 outs = entry(op).evaluate(self, op, args)
         except OutOfRange as bad:  # worded as a generated module words it
-            if self.origins is None:
-                self.origins = input_origins(self.graph, steps=loop_steps)
-            what = self.origins.indices(op.inputs[bad.operand])
+            what = self.named_origins().indices(op.inputs[bad.operand])
             raise IndexError(out_of_range(bad.kind, what, bad.value, bad.position,
                                           bad.bound)) from None
         for v, a in zip(op.outputs, outs):

@@ -13,7 +13,8 @@ enum class FaultKind : int {
   GatherIndex,      // gather: an id outside the table's rows (IndexError)
   Target,           // cross_entropy: a target outside the classes (IndexError)
   ScatterIndex,     // scatter_add: an id outside the rows it adds into (IndexError)
-  Length,           // a sequence length outside [0, steps] (ValueError)
+  Length,           // a sequence length outside [0, steps] (ValueError); `what` is the
+                    // lengths' name, then "\x1f" and the inputs of computed ones
   Subscript,        // x[i]: a scalar index outside x's rows (IndexError)
   Assert,           // an `assert` of the model's found an element false (ValueError)
   AssertAt,         // the same in a loop's body: `what` is the text before the innermost

@@ -39,9 +39,16 @@ void raise_fault(FaultKind kind, int64_t value, int64_t position, int64_t bound,
     case FaultKind::Subscript:
       throw IndexError(input + " is " + v + ", outside [0, " + n +
                        "): the rows of the value it indexes");
-    case FaultKind::Length:
-      throw ValueError(input + "[" + at + "] = " + v + " is outside [0, " + n +
-                       "] (the sequence length)");
+    case FaultKind::Length: {  // `what`: the lengths, then "\x1f" and the inputs of
+                               // computed ones (codegen/ir/origins.py, LENGTHS_FROM)
+      const std::size_t from = input.find('\x1f');
+      const std::string name = input.substr(0, from);
+      const std::string said =
+          name + "[" + at + "] = " + v + " is outside [0, " + n + "] (the sequence length)";
+      throw ValueError(from == std::string::npos
+                           ? said
+                           : said + "; " + name + " is computed from " + input.substr(from + 1));
+    }
     default:
       throw Error("a kernel reported fault " + std::to_string(int(kind)) + " (a bug in mdl)");
   }

@@ -6,10 +6,13 @@ rewritten away for every consumer but the reference (autodiff and every backend 
 plain loops), checkpoints before autodiff (see `_rewrite`)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ...ir.dtypes import FLOATS
 from ...ir.graph import Block, Op, Value, rename, substitute, use_counts, walk_ops
+from ...ir.origins import length_fault
 from ...ir.shapes import Dim, TensorType, ragged_rows, stack_type, step_type
 from ..builder import Builder
 from ..entry import entry
@@ -85,7 +88,7 @@ def _reference(interp, op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
     # stacks' zeros (a body singular at its masked inputs, log(0), would give NaN)
     flags = seqs[a["skip"]] if a.get("skip", -1) >= 0 else None
     if lengths is not None:
-        check_lengths(lengths, steps, op.inputs[-1].hint)
+        check_lengths(lengths, steps, lambda: interp.named_origins().lengths(op.inputs[-1]))
     for i in range(steps):
         if lengths is None:
             t = steps - 1 - i if a["reversed"] else i
@@ -167,14 +170,15 @@ def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
     return mask.reshape(mask.shape + (1,) * (ndim - 1))
 
 
-def check_lengths(lengths: np.ndarray, steps: int, name: str) -> None:
+def check_lengths(lengths: np.ndarray, steps: int, name: Callable[[], str] | str) -> None:
     """Sequence lengths must lie in [0, T]: a ValueError naming the first one that does
-    not (native code raises the same)."""
+    not (native code raises the same); `name` as Origins.lengths words it (or what makes
+    it, asked only then)."""
     bad = np.flatnonzero((lengths < 0) | (lengths > steps))
     if bad.size:
         b = int(bad[0])
-        raise ValueError(f"{name or 'lengths'}[{b}] = {int(lengths[b])} is outside [0, {steps}]"
-                         f" (the sequence length)")
+        named = name() if callable(name) else name
+        raise ValueError(length_fault(named or "lengths", b, int(lengths[b]), steps))
 
 
 # ---- gradient ----------------------------------------------------------------------------
