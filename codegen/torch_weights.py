@@ -176,7 +176,11 @@ def _need_bias(module: torch.nn.Module, what: str) -> None:
 
 
 def _linear(scope: str, m: torch.nn.Linear) -> list[_Part]:
-    _need_bias(m, "an nn.Linear")
+    if m.bias is None:  # an attention's projection: a param of its own in .mdl
+        raise ValueError(f"an nn.Linear without a bias: std/rnn.mdl's linear has one; write "
+                         f"it as a param (`param W : f32[{m.in_features}, {m.out_features}]`, "
+                         "`x @ W`) and map that name to the module's `weight.T`, a tensor "
+                         "copied as it is (docs/from_pytorch.md)")
     return [_tensor_part(f"{scope}/W", m.weight, transposed=True),
             _tensor_part(f"{scope}/b", m.bias)]
 

@@ -177,7 +177,8 @@ def test_wrong_mappings_say_what_to_do():
         params_from_torch({"enc/lstm": Layer(lstm2, 2)})
     with pytest.raises(ValueError, match="no layer 0 reversed"):
         params_from_torch({"enc/lstm": Layer(lstm2, 0, reverse=True)})
-    with pytest.raises(ValueError, match="without a bias"):
+    with pytest.raises(ValueError, match=r"without a bias: .*`param W : f32\[3, 4\]`, `x @ W`"
+                                         r"\) and map that name to the module's `weight.T`"):
         params_from_torch({"out": torch.nn.Linear(3, 4, bias=False)})
     for rnn in (torch.nn.GRU(3, 4, bias=False), torch.nn.LSTMCell(3, 4, bias=False)):
         with pytest.raises(ValueError, match=f"an nn.{type(rnn).__name__} without a bias"):
