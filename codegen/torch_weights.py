@@ -110,6 +110,12 @@ def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
             warnings.warn(f"{key!r}: an nn.Embedding with scale_grad_by_freq divides a row's "
                           "gradient by how often the batch reads it; mdl's `table[ids]` "
                           "does not, so training differs from PyTorch's", stacklevel=3)
+        if isinstance(value, torch.nn.Embedding) and value.padding_idx is not None:
+            warnings.warn(f"{key!r}: an nn.Embedding with padding_idx={value.padding_idx} "
+                          "gives that row no gradient; mdl's `table[ids]` trains every row "
+                          "it reads (a loop's `lengths` leave padded steps out), so training "
+                          "differs from PyTorch's where the padding id is read",
+                          stacklevel=3)
     for p in parts:
         if any(t.is_meta for t in p.tensors):
             raise ValueError(f"parameter {p.name}: its torch tensor is on the meta device, "

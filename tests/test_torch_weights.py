@@ -209,6 +209,9 @@ def test_wrong_mappings_say_what_to_do():
         params_from_torch({"norm": torch.nn.LayerNorm(5, elementwise_affine=False)})
     with pytest.warns(UserWarning, match="'emb': an nn.Embedding with scale_grad_by_freq"):
         params_from_torch({"emb": torch.nn.Embedding(5, 3, scale_grad_by_freq=True)})
+    with pytest.warns(UserWarning, match="'emb': an nn.Embedding with padding_idx=0 gives "
+                                         "that row no gradient"):
+        params_from_torch({"emb": torch.nn.Embedding(5, 3, padding_idx=0)})
     meta = torch.nn.GRU(3, 4, device="meta")
     for call in (lambda: params_from_torch({"l0/gru": meta}),
                  lambda: params_to_torch({}, {"l0/gru": meta})):
