@@ -28,7 +28,8 @@ namespace mdl {
 namespace py = pybind11;
 
 // A model's `params`: a dict of its parameters' arrays that refuses to be changed itself
-// (`m.params["b"] = a`, `update`, `pop`, ...), which changed nothing of the model: the
+// (`m.params["b"] = a`, `update`, `pop`, ...; storing an entry's own array again, as
+// `m.params["b"] -= g` does after writing into it, is no change), which changed nothing of the model: the
 // arrays are views of the weights, or a device model's read-only copies. `why` says what
 // changes them instead. A copy or a pickle of it is a plain dict.
 inline py::dict params_dict(py::dict values, const char* why) {
@@ -39,9 +40,17 @@ inline py::dict params_dict(py::dict values, const char* why) {
     auto refuse = py::cpp_function([](py::object self, py::args, py::kwargs) {
       throw py::type_error(py::str(self.attr("_why")).cast<std::string>());
     }, py::is_method(py::none()));
-    for (const char* name : {"__setitem__", "__delitem__", "__ior__", "update", "setdefault",
-                             "pop", "popitem", "clear"})
+    for (const char* name : {"__delitem__", "__ior__", "update", "setdefault", "pop",
+                             "popitem", "clear"})
       body[name] = refuse;
+    // `params[name] -= g` writes into the array, then stores that same array again:
+    // nothing to refuse (it raised after the weight had changed, so a retry changed it twice)
+    body["__setitem__"] = py::cpp_function([](py::object self, py::object key, py::object value) {
+      PyObject* held = PyDict_GetItemWithError(self.ptr(), key.ptr());
+      if (!held && PyErr_Occurred()) throw py::error_already_set();
+      if (held != value.ptr())
+        throw py::type_error(py::str(self.attr("_why")).cast<std::string>());
+    }, py::is_method(py::none()));
     body["__reduce__"] = py::cpp_function([](py::object self) {
       py::object plain = py::module_::import("builtins").attr("dict");
       return py::make_tuple(plain, py::make_tuple(plain(self)));
