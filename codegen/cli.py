@@ -427,6 +427,12 @@ def cmd_emit(args) -> int:
     if args.grad and args.vjp:  # the vjp's was printed, saying nothing of --grad
         raise UsageError("--grad prints the minimized output's backward, --vjp the "
                          "vector-Jacobian product's: give one")
+    if args.emulate and args.target != "cpu" and not args.ir:  # dropped without a word,
+        # and it asked for cuBLAS, which the emulated device does not use
+        raise UsageError("--emulate says how the cuda target's sources are built, not what "
+                         "they are: `mdlc emit --target cuda` writes them (and a CMake project "
+                         "for nvcc and cuBLAS), `mdlc build --target cuda --emulate` builds "
+                         "them for the emulated device")
     if args.ir:
         ignored = [flag for flag, given in [
             ("--target", args.target != "cpu"), ("--emulate", args.emulate),

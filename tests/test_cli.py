@@ -187,6 +187,18 @@ def test_a_seed_a_model_cannot_take_is_a_usage_error(good, command, seed, messag
     assert f"argument --seed: {message}" in capsys.readouterr().err
 
 
+def test_emit_refuses_emulate_which_would_change_nothing_it_writes(tmp_path, capsys):
+    """QA: `mdlc emit --target cuda --emulate` wrote the GPU's sources and nvcc's CMake
+    project, the flag dropped without a word, and failed where cuBLAS was missing, which
+    the emulated device does not use."""
+    path = tmp_path / "m.mdl"
+    path.write_text("model M() {\n  input x : f32[B]\n  output y = x + 1.0\n}\n")
+    out = tmp_path / "out"
+    assert cli.main(["emit", str(path), "--target", "cuda", "--emulate", "-o", str(out)]) == 2
+    assert "mdlc build --target cuda --emulate` builds them" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flag, message", [
     ("--grad", "model `M` minimizes nothing: it has no backward pass to print"),
     ("--vjp", "model `M` has no float output: it has no vector-Jacobian product to print"),
