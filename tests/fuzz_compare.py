@@ -70,13 +70,16 @@ class Outcome:
 
 
 def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int = 0,
-            dtype: str = "f64", vjp: bool = False, rows: int = ROWS) -> Outcome:
+            dtype: str = "f64", vjp: bool = False, rows: int = ROWS,
+            few_steps: int = 0) -> Outcome:
     """The native model `name` against the reference: at the specialized dims, then at
     others, one instance for both (what the first call leaves behind must not matter).
     `lengths`: the inputs that are a loop's lengths. Parameters and inputs are drawn
     from `seed` and their names, so a smaller program keeps the values of the rest.
     `dtype` and `vjp`: how the module was built (a vjp build does not train natively:
-    its train_step is not compared). `rows`: the largest B of the other dims."""
+    its train_step is not compared). `rows`: the largest B of the other dims.
+    `few_steps` (k of an `if T > k` that guards a size T - k): a third case at T of 1 to
+    k, and the case of no elements at T = 0, where the other branch runs."""
     precision = PRECISIONS[dtype]
     model = getattr(module, name)(seed=seed % 1000)
     # through set_params: a device model's `params` are read-only copies
@@ -84,6 +87,8 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
                       for param, value in model.params.items()})
     cases = case_dims(seed, rows)
     other = cases[1]
+    if few_steps:
+        cases += ({**other, "T": int(stream(seed, "few steps").integers(1, few_steps + 1))},)
     refused = []
     for case in cases:
         outcome = compare_case(model, graph, case, lengths, seed % 1000, precision, vjp)
@@ -103,7 +108,7 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
             return Outcome(outcome.kind, f"checkpoint at {other}: {outcome.detail}")
         if outcome.kind == "refused":  # its inputs (another seed's) fail an assert
             refused.append(f"checkpoint at {other}: {outcome.detail}")
-    empty = empty_dims(graph, other, seed)
+    empty = empty_dims(graph, other, seed, "T" if few_steps else None)
     if empty is not None:
         outcome = compare_empty(model, graph, empty, lengths, seed % 1000, precision, vjp)
         if not outcome.ok:
@@ -111,10 +116,10 @@ def compare(module, name: str, graph, lengths: set[str] = frozenset(), seed: int
     return Outcome("refused", "; ".join(refused)) if refused else Outcome("ok")
 
 
-def empty_dims(graph, dims: dict, seed: int) -> dict | None:
-    """`dims` with B (even seeds) or T (odd ones) set to 0: a batch of no sequences, or
-    sequences of no steps; None where the inputs have no such dim."""
-    zero = "TB"[seed % 2 == 0]
+def empty_dims(graph, dims: dict, seed: int, zero: str | None = None) -> dict | None:
+    """`dims` with `zero`, else B (even seeds) or T (odd ones), set to 0: a batch of no
+    sequences, or sequences of no steps; None where the inputs have no such dim."""
+    zero = zero or "TB"[seed % 2 == 0]
     if not any(zero in d.symbols for v in graph.inputs.values() for d in v.type.shape):
         return None
     return {**dims, zero: 0}

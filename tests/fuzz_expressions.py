@@ -93,6 +93,14 @@ class Expressions(Functions):
             return self.leaf(shape)
         if self.drawn_again() and self.rng.random() < 0.2:  # rare places: draw one often
             return self.form_dropout(shape, depth - 1) or self.leaf(shape)
+        # newer forms, each decided on a stream of its own: a program that draws none of
+        # them is the one its seed made before they came
+        if shape and self.swaps.random() < 0.015:
+            return self.scanned(self.form_swapaxes(shape, depth - 1), shape)
+        if self.leading.random() < 0.015:
+            called = self.form_leading(shape, depth - 1)
+            if called is not None:
+                return self.scanned(called, shape)
         return self.scanned(self.drawn(self.FORMS, "form_", shape, depth) or self.leaf(shape),
                             shape)
 
@@ -378,6 +386,22 @@ class Expressions(Functions):
             return None
         self.cover("transpose")
         return f"transpose({self.expr(shape[::-1], d)})"
+
+    def form_swapaxes(self, shape, d):
+        """`swapaxes` of a value whose two axes are `shape`'s swapped (at times one axis
+        with itself), each axis written from the front or from the end."""
+        n = len(shape)
+        a = self.swaps.randrange(n)
+        b = a if self.swaps.random() < 0.25 else self.swaps.randrange(n)
+        swapped = list(shape)
+        swapped[a], swapped[b] = swapped[b], swapped[a]
+        axes = [i - n if self.swaps.random() < 0.5 else i for i in (a, b)]
+        self.cover("swapaxes")
+        if a == b:
+            self.cover("swapaxes:same")
+        if min(axes) < 0:
+            self.cover("swapaxes:negative")
+        return f"swapaxes({self.expr(tuple(swapped), d)}, {axes[0]}, {axes[1]})"
 
     def form_split(self, shape, d):
         if not shape or not isinstance(shape[-1], int):

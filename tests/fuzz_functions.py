@@ -3,8 +3,12 @@ that call them: one on [N, width] whose body is a random expression; one whose `
 argument sizes its parameters and result, with a compile-time `if` on it and a scalar
 argument given as a constant or a rank-0 tensor, its tensor taking any leading dims
 (`f32[..., N, I]`); one holding a loop of its own over a
-whole sequence, returning two values the caller unpacks. Each is defined on its first
-use; `expr`, which the calls' arguments come from, is tests/fuzz_expressions.py's."""
+whole sequence, returning two values the caller unpacks. And, drawn on a stream of their
+own (`Names.leading`), functions of leading dims: one on `f32[...]`, given a tensor of
+any rank or a number; one of two `f32[..., K]` arguments sharing their leading dims,
+called on vectors too; attention on `f32[..., S, D]`, its keys swapped by
+`swapaxes(k, -1, -2)`. Each is defined on its first use; `expr`, which the calls'
+arguments come from, is tests/fuzz_expressions.py's."""
 from __future__ import annotations
 
 from fuzz_scope import Frame, Names, Var
@@ -66,6 +70,97 @@ class Functions(Names):
                      "  }", "  return h, m", "}"]
             self.program.defs[fn] = "\n".join(lines)
         return fn
+
+    def elementwise_function(self) -> str:
+        """The program's function on `f32[...]`: a tensor of any shape, or a number."""
+        fn = f"{self.program.name}_e"
+        if fn not in self.program.defs:
+            body = self.pick(["x * sigmoid(s * x)", "tanh(s * x) + a * x",
+                              "sin(x) * a + s * x * x"])
+            self.program.defs[fn] = "\n".join([
+                f"def {fn}(x : f32[...], s : f32 = 1.5) -> f32[...] {{",
+                f"  param a : f32{self.pick(['', ' = constant(0.25)', ' = normal(0, 0.5)'])}",
+                f"  return {body}", "}"])
+        return fn
+
+    def gate_function(self) -> str:
+        """The program's function of two `f32[..., K]` arguments sharing their leading
+        dims (none, for vectors), normalized along the last axis."""
+        fn = f"{self.program.name}_n"
+        if fn not in self.program.defs:
+            red = self.pick(["mean", "max", "logsumexp"])
+            self.program.defs[fn] = "\n".join([
+                f"def {fn}(a : f32[..., K], b : f32[..., K]) -> f32[..., K] {{",
+                "  param g : f32[K] = constant(1.0)",
+                f"  m = {red}(b, axis = -1, keepdims = true)",
+                f"  return {self.pick(['a * sigmoid(b - m) * g', 'tanh(a - m) + b * g'])}",
+                "}"])
+        return fn
+
+    def attention_function(self) -> str:
+        """The program's attention on `f32[..., S, D]`: queries, keys and values sharing
+        their leading dims, the keys' last two axes swapped by negative axes."""
+        fn = f"{self.program.name}_a"
+        if fn not in self.program.defs:
+            keys = self.pick(["swapaxes(k, -1, -2)", "swapaxes(k, -2, -1)"])
+            self.program.defs[fn] = "\n".join([
+                f"def {fn}(q : f32[..., S, D], k : f32[..., S, D], v : f32[..., S, D]) "
+                "-> f32[..., S, D] {",
+                f"  w = softmax((q @ {keys}) * (1.0 / sqrt(D)), axis = -1)",
+                "  return w @ v", "}"])
+        return fn
+
+    def form_leading(self, shape, d):
+        """A call of a function of leading dims (drawn on `self.leading`); now and then
+        beside a call of the same function on one more leading dim (reduced away) or
+        one fewer (broadcast), so that one function serves two ranks."""
+        if self.in_def or self.calls_blocked:
+            return None
+        kinds = ["elementwise"]
+        if shape and isinstance(shape[-1], int):
+            kinds.append("gate")
+        if len(shape) >= 2:
+            kinds.append("attention")
+        kind = kinds[self.leading.randrange(len(kinds))]
+        call = getattr(self, f"leading_{kind}")
+        text = call(shape, d)
+        if self.leading.random() < 0.5:
+            if len(shape) >= (3 if kind == "attention" else 2):
+                text = f"({text} + {call(shape[1:], d)})"      # one fewer, broadcast
+            else:
+                lead = "T" if shape[:1] == ("B",) else "B"
+                wider = call((lead,) + shape, d)
+                text = f"({text} + mean({wider}, axis = 0))"  # one more, reduced
+            self.cover("call:two-ranks")
+        return text
+
+    def leading_elementwise(self, shape, d):
+        fn = self.elementwise_function()
+        if not shape and self.leading.random() < 0.6:
+            arg = self.literal()
+            self.cover("call:any-rank-number")
+        else:
+            arg = self.expr(shape, d)
+            self.cover("call:any-rank")
+        if self.leading.random() < 0.3:
+            arg += f", s = {self.literal()}"
+        return self.call_site(fn, (fn,), f"{fn}({arg})")
+
+    def leading_gate(self, shape, d):
+        fn = self.gate_function()
+        self.cover("call:shared-leading-dims")
+        if len(shape) == 1:
+            self.cover("call:no-leading-dims")
+        text = f"{fn}({self.expr(shape, d)}, {self.expr(shape, d)})"
+        return self.call_site(fn, (fn, shape[-1]), text)
+
+    def leading_attention(self, shape, d):
+        fn = self.attention_function()
+        self.cover("swapaxes:negative")
+        if len(shape) > 2:
+            self.cover("call:attention-leading-dims")
+        args = ", ".join(self.expr(shape, d) for _ in range(3))
+        return f"{fn}({args})"
 
     def form_call(self, shape, d):
         if self.in_def or self.calls_blocked or len(shape) != 2 or not isinstance(shape[1], int):

@@ -57,6 +57,7 @@ class Generator(Integers):
         self.inner_checks = random.Random(f"inner-check:{name}")  # and a loop's or branch's
         self.starts = random.Random(f"range-start:{name}")  # range(start, stop) to a dim
         self.falsifiable = random.Random(f"falsifiable:{name}")  # a body's assert may fail
+        self.guards = random.Random(f"guard:{name}")  # an `if T > k` guarding a size T - k
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -143,6 +144,9 @@ class Generator(Integers):
 
     # ---- statements -------------------------------------------------------------------
     def statement(self, depth: int) -> None:
+        if self.guards.random() < 0.05 and not any(f.kind in ("for", "while")
+                                                   for f in self.frames):
+            return self.s_guarded_if(depth)
         kinds = [("assign", 4), ("update", 3), ("count", 1)]
         if depth > 0:
             # a while right in a for that stores keeps its tapes there (ragged): twice as
@@ -401,6 +405,70 @@ class Generator(Integers):
             self.cover("if:else")
         if len(conds) > 1:
             self.cover("if:else-if")
+
+    def s_guarded_if(self, depth: int) -> None:
+        """An `if` on T (in no loop: its sizes are checked where the branch starts) whose
+        branch makes a size T - k (`xs[k:] - xs[:-k]`, a loop over it), so that calls
+        at T up to k take the other branch (`else if T > k - 1` for k = 2 at times).
+        The program's `few_steps` asks the comparison for such a T too."""
+        g = self.guards
+        seqs = [v for v in self.visible().values() if v.dtype == "f32"
+                and len(v.shape) == 3 and v.shape[:2] == ("T", "B")]
+        xs = self.pick(seqs).name if seqs and g.random() < 0.7 else self.input(
+            ("T", "B", self.pick(self.widths)))
+        w = self.visible()[xs].shape[2]
+        ks = [2, 1] if g.random() < 0.3 else [g.randint(1, 2)]
+        olds = [v for v in self.visible().values() if v.shape == ("B", w)
+                and v.dtype == "f32" and self.assignable(v)]
+        target = self.pick(olds).name if olds and g.random() < 0.4 else None
+        joined = target or self.fresh("u")
+        bodies = []
+        for k in ks:
+            with self.frame("if") as branch:
+                if g.random() < 0.3:
+                    self.statement(depth - 1)
+                self.emit(f"{joined} = {self.steps_apart(xs, w, k)}")
+            bodies.append(branch.block)
+        if target is None or g.random() < 0.5:
+            with self.frame("if") as branch:
+                red = self.pick(REDUCTIONS)
+                whole = self.pick([f"{red}({self.reduction_arg(red, xs)}, axis = 0)",
+                                   self.expr(("B", w), 2)])
+                self.emit(f"{joined} = {whole}")
+            bodies.append(branch.block)
+        conds = [g.choice([f"T > {k}", f"T >= {k + 1}", f"{k} < T"]) for k in ks]
+        if g.random() < 0.2:
+            conds[0] = f"{conds[0]} and {self.scalar_condition(1)}"
+            self.cover("if:guard-and")
+        if target is None:
+            self.define(Var(joined, ("B", w)))
+        closers = [f"}} else if {c} {{" for c in conds[1:]]
+        closers += ["} else {"] * (len(bodies) - len(ks)) + ["}"]
+        self.emit(Stmt(f"if {conds[0]} {{", bodies, closers))
+        self.program.few_steps = max(self.program.few_steps, *ks)
+        self.cover("if:guard")
+        if len(ks) > 1:
+            self.cover("if:guard-chain")
+
+    def steps_apart(self, xs: str, w: int, k: int) -> str:
+        """A value of [B, w] made of `xs`'s T - k steps (k and more: only where T > k):
+        differences k steps apart reduced over time, or a loop over them."""
+        g = self.guards
+        tail = self.pick([f"({xs}[{k}:] - {xs}[:-{k}])", f"({xs}[{k}:] * {xs}[:T - {k}])",
+                          f"{xs}[{k}:]"])
+        if g.random() < 0.3:
+            self.cover("if:guard-loop")
+            h = self.fresh("h")
+            self.emit(f"{h} = tanh({xs}[{k - 1}])")
+            self.define(Var(h, ("B", w)))
+            e, steps = self.fresh("e"), self.fresh("d")
+            self.emit(f"{steps} = {tail}")   # a for steps through a name
+            seq = steps if g.random() < 0.6 else f"reversed({steps})"
+            update = f"tanh(({e} @ {self.param((w, w))}) + ({h} @ {self.param((w, w))}))"
+            self.emit(Stmt(f"for {e} in {seq} {{", [[Stmt(f"{h} = {update}")]], ["}"]))
+            return h
+        red = self.pick(REDUCTIONS)
+        return f"{red}({self.reduction_arg(red, tail)}, axis = 0)"
 
     def s_static_if(self, depth: int) -> None:
         """An `if` on a compile-time condition: only the branch it takes is checked, so

@@ -103,8 +103,8 @@ def _build_and_compare(progs, graphs, directory: Path, specialize: bool, outcome
     if how["target"] == "cuda" and not how["emulate"] and not gpu_capabilities():
         outcomes.update((p.name, Outcome("built", "no GPU here to run it")) for p in progs)
         return
-    compare_apart(built, [(p.name, p.source(), p.lengths, p.seed) for p in progs], outcomes,
-                  rows)
+    compare_apart(built, [(p.name, p.source(), p.lengths, p.seed, p.few_steps)
+                          for p in progs], outcomes, rows)
 
 
 def _build_failure(e: Exception) -> Outcome:
@@ -141,8 +141,10 @@ def _dims(graph) -> set[str]:
     return {s for v in graph.inputs.values() for d in v.type.shape for s in d.symbols}
 
 
-def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False) -> Outcome:
-    """One hand-written model (a bug's minimal program) through the same comparison."""
+def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False,
+             few_steps: int = 0) -> Outcome:
+    """One hand-written model (a bug's minimal program) through the same comparison
+    (`few_steps`: as a Program's)."""
     name = re.search(r"^model (\w+)", text, re.M).group(1)
     try:
         graph = check_source(text, model=name, dtype=dtype).graph
@@ -153,13 +155,15 @@ def run_text(text: str, directory: Path, dtype: str = "f64", vjp: bool = False) 
     except Exception as e:  # noqa: BLE001 -- any failure of the compiler is a finding
         return _build_failure(e)
     outcomes: dict[str, Outcome] = {}
-    compare_apart(built, [(name, text, frozenset(), zlib.crc32(name.encode()))], outcomes)
+    compare_apart(built, [(name, text, frozenset(), zlib.crc32(name.encode()), few_steps)],
+                  outcomes)
     return outcomes[name]
 
 
 def compare_apart(built: tuple, models: list[tuple], outcomes: dict, rows: int = ROWS) -> None:
     """Each model's outcome, compared in a process of its own, so that native code that
-    crashes ends that process, not the fuzzer. `models`: (name, source, lengths, seed).
+    crashes ends that process, not the fuzzer. `models`: (name, source, lengths, seed,
+    few_steps).
     A process that dies takes the model it was comparing with it (tried again alone
     when others ran before it: memory they corrupted may be what killed it); the rest
     go on in a new process."""
@@ -226,11 +230,11 @@ def serve(fd: int) -> None:
     (path, module_name, options), models, rows = pickle.load(sys.stdin.buffer)
     with os.fdopen(fd, "wb") as out:
         module = import_built(path, module_name, options)
-        for name, source, lengths, seed in models:
+        for name, source, lengths, seed, few_steps in models:
             signal.alarm(MODEL_LIMIT_S)
             graph = check_source(source, model=name, dtype=options.dtype).graph
             outcome = compare(module, name, graph, lengths, seed, options.dtype, options.vjp,
-                              rows)
+                              rows, few_steps)
             signal.alarm(0)
             pickle.dump((name, outcome.kind, outcome.detail), out)
             out.flush()

@@ -68,6 +68,8 @@ class Names:
         # whether an expression becomes its running sums (fuzz_expressions.py's
         # `scanned`): draws of their own, so every other choice stays as it was
         self.scans = random.Random(f"scan:{name}")
+        self.swaps = random.Random(f"swap:{name}")       # and whether one swaps two axes
+        self.leading = random.Random(f"leading:{name}")  # or calls a function of `...`
         self.program = Program(name)
         self.widths = sorted(rng.sample([2, 3, 4, 5], 2))
         self.program.hypers = self.draw_hypers()

@@ -49,6 +49,7 @@ class Program:
     outputs: list[str] = field(default_factory=list)
     loss: list[str] = field(default_factory=list)
     lengths: set[str] = field(default_factory=set)           # inputs used as lengths
+    few_steps: int = 0        # an `if T > k` guards a size T - k: k at most, else 0
     seed: int = 0                                            # of its inputs and weights
     covered: Counter = field(default_factory=Counter)        # constructs drawn
 

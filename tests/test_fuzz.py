@@ -13,6 +13,7 @@ import dataclasses
 import re
 import zlib
 
+import fuzz_compare
 import fuzz_programs as fuzz
 import numpy as np
 import pytest
@@ -364,6 +365,10 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "int:topk", *ACTIVATIONS,
              "topk", "for:ints", "cross_entropy:smoothing",
              "for:int-yield", "softmax:masked",
+             "swapaxes", "swapaxes:same", "swapaxes:negative", "call:any-rank",
+             "call:any-rank-number", "call:shared-leading-dims", "call:no-leading-dims",
+             "call:attention-leading-dims", "call:two-ranks", "if:guard", "if:guard-chain",
+             "if:guard-and", "if:guard-loop",
              *(f"int:{f}" for f in INT_BINARY + INT_UNARY + INT_REDUCTIONS)}
     assert drawn - set(constructs) == set()
     table = {*(u for u in UNARY if u in TABLE), *ARITH, *COMPARE, *SOFTMAXES, *(r for r in REDUCTIONS if r in TABLE),
@@ -461,6 +466,35 @@ def test_a_batch_of_nothing_is_compared_too(tmp_path, monkeypatch):
     outcome = compare(module, "Empty", graph, seed=0)
     assert outcome.kind == "mismatch"
     assert "'B': 0" in outcome.detail and "output top" in outcome.detail
+
+
+GUARDED = """
+model Guarded() {
+  input xs : f32[T, B, 3]
+  u = mean(xs, axis = 0)
+  if T > 2 { u = sum(xs[2:] - xs[:-2], axis = 0) } else if T > 1 { u = max(xs[1:], axis = 0) }
+  output loss = mean(u * u)
+  minimize loss
+}
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_size_an_if_on_t_guards_is_compared_at_few_steps(tmp_path, monkeypatch, seed):
+    """A program whose `if T > k` guards a size T - k (`few_steps`, k) runs a third case at
+    T of 1 to k, and its case of no elements at T = 0 (B = 0 else, on even seeds), where
+    the other branch runs: each branch of the chain above is compared."""
+    path, name, *_ = fuzz.build(GUARDED, tmp_path, [])
+    module = load(path, dtype="f64", name=name)
+    graph = check_source(GUARDED, model="Guarded", dtype="f64").graph
+    ran = []
+    for what in ("compare_case", "compare_empty"):
+        original = getattr(fuzz_compare, what)
+        monkeypatch.setattr(fuzz_compare, what, lambda model, graph, dims, *rest, f=original: (
+            ran.append(dims["T"]), f(model, graph, dims, *rest))[1])
+    assert compare(module, "Guarded", graph, seed=seed, few_steps=2).ok
+    assert ran[0] == 4 and ran[2] in (1, 2) and ran[-1] == 0
+    assert [p.few_steps for p in fuzz.programs(0, 8)] == [0, 0, 0, 0, 0, 0, 0, 2]
 
 
 NOISE_AT_T0 = """
