@@ -106,7 +106,7 @@ class Functions(Names):
             self.program.defs[fn] = "\n".join([
                 f"def {fn}(q : f32[..., S, D], k : f32[..., S, D], v : f32[..., S, D]) "
                 "-> f32[..., S, D] {",
-                f"  w = softmax((q @ {keys}) * (1.0 / sqrt(D)), axis = -1)",
+                f"  w = softmax((q @ {keys}) * (1.0 / sqrt(f32(D))), axis = -1)",
                 "  return w @ v", "}"])
         return fn
 
