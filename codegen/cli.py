@@ -380,24 +380,33 @@ class _MergedDims(argparse.Action):
 
 
 def cmd_check(args) -> int:
-    """Checks `--model`, else every model of the file (`--json` describes one model)."""
+    """Checks `--model`, else every model of the file (`--json` describes one model, or
+    the errors that stopped it)."""
     from dsl import SourceFile, UsageError, file_warnings, params_table, summary, to_json
 
+    from .ir.diagnostics import MdlError
     from .pipeline import weights_in
-    source = SourceFile(args.file)
-    names = [args.model] if args.model else source.model_names()
-    if args.json and len(names) > 1:
-        raise UsageError(f"{args.file} defines several models ({', '.join(names)}); --json "
-                         "describes one: choose it with --model NAME")
-    defines = source.defines_by_model(names, dict(args.defines))
-    checked = [source.check(name, defines[name], args.dtype) for name in names]
-    for cm in checked:
-        weights_in(cm.graph, args.dtype)  # what a build of this --dtype refuses
-    for w in file_warnings(checked):  # a function's, once
+    try:
+        source = SourceFile(args.file)
+        names = [args.model] if args.model else source.model_names()
+        if args.json and len(names) > 1:
+            raise UsageError(f"{args.file} defines several models ({', '.join(names)}); "
+                             "--json describes one: choose it with --model NAME")
+        defines = source.defines_by_model(names, dict(args.defines))
+        checked = [source.check(name, defines[name], args.dtype) for name in names]
+        for cm in checked:
+            weights_in(cm.graph, args.dtype)  # what a build of this --dtype refuses
+    except MdlError as exc:  # on stderr as ever (main), and for a program on stdout
+        if args.json:
+            print(json.dumps({"errors": [d.to_json() for d in exc.diagnostics]}, indent=2))
+        raise
+    warnings = file_warnings(checked)
+    for w in warnings:  # a function's, once
         _report(w)
     for i, cm in enumerate(checked):
         if args.json:
-            print(json.dumps(to_json(cm), indent=2))
+            print(json.dumps({**to_json(cm), "warnings": [w.to_json() for w in warnings]},
+                             indent=2))
             continue
         print(("\n" if i else "") + summary(cm))
         if args.params:

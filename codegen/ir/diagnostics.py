@@ -125,6 +125,12 @@ class Diagnostic:
     label: str = ""
     notes: list[tuple[str, Loc | None]] = field(default_factory=list)
 
+    def to_json(self) -> dict:
+        """The diagnostic as `mdlc check --json` prints it: severity, message, place (file,
+        1-based line and column, the caret's length; null where it has none) and notes."""
+        return {"severity": self.severity, "message": self.message, **_place(self.loc),
+                "notes": [{"message": text, **_place(loc)} for text, loc in self.notes]}
+
     def render(self, palette: Plain = PLAIN) -> str:
         where = palette.location(f"{self.loc}:") + " " if self.loc else ""
         out = [f"{where}{palette.severity(self.severity + ':', self.severity)} "
@@ -136,6 +142,12 @@ class Diagnostic:
             text = printable(text)
             out.append(f"  {note} {loc}: {text}" if loc else f"  {note} {text}")
         return "\n".join(out)
+
+
+def _place(loc: Loc | None) -> dict:
+    if loc is None:
+        return {"file": None, "line": None, "col": None, "length": None}
+    return {"file": loc.source.shown, "line": loc.line, "col": loc.col, "length": loc.length}
 
 
 EXCERPT_WIDTH = 100
