@@ -67,6 +67,18 @@ def test_gradients_below_the_rounding_of_the_loss_are_compared_at_its_scale(
     assert cli.main(["gradcheck", str(wrong)]) == 1
 
 
+def test_a_loss_too_large_to_measure_any_gradient_is_a_usage_error(capsys):
+    """QA: the recognizer's random inputs at T=2 gave rows of more labels than frames,
+    whose ctc_loss is ~1e30 (an impossible alignment): its finite differences, no finer
+    than 1e-7 of it, passed every gradient with an error of 1e-24, checking nothing."""
+    args = ["gradcheck", str(EXAMPLES / "recognizer.mdl"), "-D", "H=8", "--dims", "T=2,B=1",
+            "--seed", "7"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "the loss at these random inputs is 3.33e+29" in err
+    assert "nothing would be checked" in err
+
+
 NESTED = """
 import "std/rnn.mdl"
 model Words(E = 3, H = 4) {

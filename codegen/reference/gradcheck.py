@@ -32,6 +32,11 @@ TOLERANCE = 1e-4
 NOISE = 1e-7
 
 
+class Unmeasurable(ValueError):
+    """The random inputs give a loss so large that its finite differences could not tell
+    any gradient from a wholly wrong one (ctc_loss of more labels than frames: ~1e30)."""
+
+
 @dataclass
 class Result:
     name: str
@@ -182,8 +187,18 @@ def check(module, graph: Graph, dims: dict[str, int], seed: int = 0) -> list[Res
     held, masks = Held(), derive(seed, 1)  # the masks of the call after rng_calls = 0
     interpreter.run(graph, inputs, params, training=True, seed=masks, held=held)
     loss = held_loss if held.values else native_loss
-    noise = NOISE * max(abs(native_loss()), 1.0)
+    at = native_loss()
+    noise = NOISE * max(abs(at), 1.0)
     grads = model.backward()
+    largest = max((float(np.abs(g).max(initial=0.0)) for g in grads.values()), default=0.0)
+    if np.isfinite(noise) and 0.0 < largest <= TOLERANCE * noise:  # (inf, NaN: FAILED)
+        # every gradient, wrong by all of itself, would pass
+        raise Unmeasurable(
+            f"the loss at these random inputs is {at:.3g}, so large that its finite "
+            f"differences, no finer than 1e-7 of it ({noise:.3g}), cannot tell any "
+            f"gradient (the largest is {largest:.3g}) from a wrong one: nothing would be "
+            "checked. Try another --seed or other --dims (a ctc_loss of more labels than "
+            "frames, an impossible alignment, gives such a loss)")
     results = []
     for name, grad in grads.items():
         if name.startswith("input:"):
