@@ -797,6 +797,10 @@ def cmd_cache(args) -> int:
     root, chosen_by = cache.where()
     if root.exists() and not root.is_dir():  # it said so and exited 0; `clear` "removed 0"
         raise UsageError(f"the build cache {root} ({chosen_by}) is a file, not a directory")
+    through = next((p for p in root.parents if p.exists()), None)
+    if through is not None and not through.is_dir():  # it was said to be "empty"
+        raise UsageError(f"the build cache {root} ({chosen_by}) lies under {through}, which "
+                         "is a file, not a directory")
     found = cache.entries(root)
     now = time.time()
     if args.action == "info":

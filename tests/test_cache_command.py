@@ -98,6 +98,11 @@ def test_a_cache_that_is_a_file_is_a_usage_error(tmp_path, monkeypatch, capsys, 
     assert (code, out) == (2, "")
     assert err == (f"mdlc: error: the build cache {tmp_path / 'file'} ($MDL_CACHE_DIR) is a "
                    "file, not a directory\n")
+    # QA: a cache under the file was said to be "empty", exit 0
+    code, out, err = mdlc_cache(monkeypatch, capsys, tmp_path / "file" / "sub", *action)
+    assert (code, out) == (2, "")
+    assert err == (f"mdlc: error: the build cache {tmp_path / 'file' / 'sub'} ($MDL_CACHE_DIR) "
+                   f"lies under {tmp_path / 'file'}, which is a file, not a directory\n")
 
 
 def test_prune_removes_what_no_build_used_for_30_days_with_its_index_and_lock(
