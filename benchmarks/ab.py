@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[name] = str(args.threads)
     _limit_threads(args.threads)
     try:
-        chosen = [_resized(c, args.dims) for c in select(cases(args.quick), args.only)]
+        chosen = [_resized(c, args.dims) for c in select(cases(args.quick), args.only,
+                                                         args.quick)]
     except ValueError as e:
         sys.exit(f"benchmarks.ab: {e}")
     print(f"| case | pass | {' | '.join(label for label, _ in variants)} | "

@@ -157,15 +157,19 @@ def sgemm_case(quick: bool, device: str = "cpu") -> Case:
     return Case("sgemm", SGEMM, {"N": 256 if quick else 2048}, ("sgemm",), ())
 
 
-def select(all_cases: list[Case], only: list[str]) -> list[Case]:
+def select(all_cases: list[Case], only: list[str], quick: bool = False) -> list[Case]:
     """The cases named by `--only`: a group, a case's name or a pattern (`lstm-*-b32-*`).
-    A name that selects nothing is an error that lists what there is."""
+    A name that selects nothing is an error that lists what there is (and, for `quick`
+    cases, that their names are their tiny sizes')."""
     if not only:
         return all_cases
     unknown = [n for n in only if not any(_matches(c, n) for c in all_cases)]
     if unknown:
         names = ", ".join([*GROUPS, *(c.name for c in all_cases)])
-        raise ValueError(f"--only {', '.join(unknown)}: no such case; there are {names}")
+        renamed = (" (--quick runs every case at a tiny size, named by it: give a group or "
+                   "a pattern such as lstm-*)") if quick else ""
+        raise ValueError(f"--only {', '.join(unknown)}: no such case{renamed}; there are "
+                         f"{names}")
     return [c for c in all_cases if any(_matches(c, n) for n in only)]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -161,7 +161,9 @@ def measure_peak(case: Case, pool: Pool, plan: Plan) -> dict:
             live[str(n)] = proc = pool.fresh(SGEMM, n)
             proc.call("setup", case=case.name)
             proc.call("warm", reps=plan.warmups)
-        times = _interleaved(live, ("sgemm",), plan, 1, {})
+        # at least 10 reps: --quick's 2 of a 256-cube product (a fraction of a ms) once
+        # gave 2 GFLOP/s of 170 on a busy machine, and rows of 134% of "the peak"
+        times = _interleaved(live, ("sgemm",), replace(plan, reps=max(plan.reps, 10)), 1, {})
     finally:
         for proc in live.values():
             proc.close()

@@ -39,7 +39,7 @@ def run(args) -> int:
         raise UsageError("--device cuda runs the GPU rows, on an NVIDIA GPU: nvidia-smi "
                          "reports none here")
     try:
-        selected = select(cases(args.quick, args.device), args.only)
+        selected = select(cases(args.quick, args.device), args.only, args.quick)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)

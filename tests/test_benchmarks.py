@@ -195,7 +195,9 @@ def test_only_selects_groups_names_and_patterns(only, names):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--only", "lsmt"], "--only lsmt: no such case; there are lstm, stacked, generation"),
+    (["--only", "lsmt"], "--only lsmt: no such case (--quick runs every case at a tiny size, "
+                         "named by it: give a group or a pattern such as lstm-*); there are "
+                         "lstm, stacked, generation"),
     (["--reps", "0"], "--reps must be >= 1"),
     (["--threads", "999"], "--threads between 1 and"),
 ])
