@@ -110,11 +110,10 @@ def test_check_json_matches_the_interface(good):
         "outputs": {"y": {"dtype": "f32", "shape": []}},
         "params": {"w": {"dtype": "f32", "shape": [4], "init": "ones", "trainable": True,
                          "regularizer": None, "uses": [f"{good}:4:22"]}},
-        "warnings": [],
     }
 
 
-def test_check_json_gives_errors_and_warnings_as_json(tmp_path):
+def test_check_json_gives_errors_as_json(tmp_path):
     """--json printed nothing on stdout for a file with errors (they went to stderr as
     text only): an editor or a script had no diagnostics to read."""
     bad = tmp_path / "bad.mdl"
@@ -132,13 +131,6 @@ def test_check_json_gives_errors_and_warnings_as_json(tmp_path):
     r = mdlc("check", str(syntax), "--json")
     assert r.returncode == 1
     assert [(e["line"], e["col"]) for e in json.loads(r.stdout)["errors"]] == [(3, 3)]
-    unused = tmp_path / "unused.mdl"
-    unused.write_text("model M() {\n  input x : f32[B]\n  a = x\n  output y = x\n}\n")
-    r = mdlc("check", str(unused), "--json")
-    assert r.returncode == 0
-    [warning] = json.loads(r.stdout)["warnings"]
-    assert (warning["severity"], warning["message"], warning["line"]) == (
-        "warning", "`a` is assigned but never used", 3)
 
 
 def test_a_file_that_starts_with_a_byte_order_mark_is_checked(tmp_path):
