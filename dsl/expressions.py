@@ -399,7 +399,20 @@ class Expressions:
 
     def eval_size(self, e: n.Expr) -> Dim:
         """A dim that sizes a tensor (`zeros[...]`, `reshape`'s shape, `range(n)`)."""
-        return positive(self.eval_dim(e), e.loc)
+        return positive(self.eval_dim(e), e.loc, self._numbers_in(e))
+
+    def _numbers_in(self, e: n.Expr) -> str:
+        """The compile-time numbers a dim is written with, as a message names them
+        (`K = 0`: a hyper-parameter `-D K=0` set, an int argument), "" if none."""
+        found: dict[str, str] = {}
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, (n.Binary, n.Unary)):
+                stack.extend(reversed(x.children()))
+            elif isinstance(x, n.Name) and isinstance(self.ctx.env.get(x.id), Const):
+                found.setdefault(x.id, f"{x.id} = {self.ctx.env[x.id]}")
+        return ", ".join(found.values())
 
     def dtype_of(self, name: str, loc: Loc) -> str:
         if name not in DTYPES:
@@ -425,7 +438,7 @@ class Expressions:
                 if bind_unknown:
                     self._unbound_in_dim(d)
                 shape.append(self.eval_dim(d))
-            positive(shape[-1], d.loc)
+            positive(shape[-1], d.loc, self._numbers_in(d))
         declared = TensorType(dtype, tuple(shape))
         if (why := declared.too_many_dims() or declared.too_large()) is not None:
             raise MdlTypeError(why, t.loc)
@@ -450,12 +463,14 @@ class Expressions:
                     e.loc)
 
 
-def positive(size: Dim, loc: Loc) -> Dim:
+def positive(size: Dim, loc: Loc, numbers: str = "") -> Dim:
     """`size`, a dim written to size a tensor: one known when compiling must be 1 or more
     (a symbolic one may be 0 in a call; one made by subtracting is checked at the call,
-    unless it has no positive term: `-T` is never above 0)."""
+    unless it has no positive term: `-T` is never above 0). `numbers`: the compile-time
+    numbers it is written with (`K = 0`), which the message names."""
     if size.is_const and size.value < 1:
-        raise MdlTypeError(f"dims must be positive, got {size}", loc)
+        raise MdlTypeError(f"dims must be positive, got {size}"
+                           + (f" ({numbers})" if numbers else ""), loc)
     if not size.is_const and all(c <= 0 for _, c in size.terms):
         # symbols are 0 or more, so a dim of no positive term is never above 0
         names = ", ".join(sorted(str(s) for s in size.symbols))

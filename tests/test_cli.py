@@ -123,7 +123,7 @@ def test_check_json_gives_errors_as_json(tmp_path):
     assert r.returncode == 1 and "error: dims must be positive" in r.stderr
     [error] = json.loads(r.stdout)["errors"]
     assert {k: error[k] for k in ("severity", "message", "file", "line", "col", "length")} == {
-        "severity": "error", "message": "dims must be positive, got 0", "file": str(bad),
+        "severity": "error", "message": "dims must be positive, got 0 (n = 0)", "file": str(bad),
         "line": 4, "col": 14, "length": 6}
     assert error["notes"][0]["file"].endswith("rnn.mdl") and error["notes"][0]["line"] > 0
     syntax = tmp_path / "syntax.mdl"

@@ -25,6 +25,8 @@ BAD_PROGRAMS = [
      '10.0 ** 400.0 is out of range', "1:51"),
     ('model M() { input x : f32[B]; output y = x * (-8.0) ** 0.5 }',
      '(-8.0) ** 0.5 is not a real number', "1:53"),
+    ('model M(K = 0) { input x : f32[B]; z = zeros[B * K]; output y = sum(x) + sum(z) }',
+     'dims must be positive, got 0 (K = 0)', "1:48"),
     ('model M() { input x : f32[T, -T]; output y = x }',
      'dims must be positive, got -T (0 or less whatever T is)', "1:30"),
     ('model M() { input a : f32[T, B]; input x : f32[-T * B - B]; output y = x }',
@@ -563,7 +565,7 @@ def test_an_error_inside_the_standard_library_is_shown_at_the_users_call(call, w
         check_source(source, "m.mdl")
     [first] = info.value.diagnostics
     assert (first.message, f"{first.loc.line}:{first.loc.col}") == (
-        "dims must be positive, got 0", where)
+        "dims must be positive, got 0 (n = 0)", where)
     assert first.loc.source.path == "m.mdl"
     text, loc = first.notes[0]
     assert text == "found in the standard library, at `param W : f32[I, n] = uniform(-k, k)`"
