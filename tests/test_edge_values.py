@@ -52,6 +52,13 @@ model Floats() {
   output row_lse = logsumexp(x, axis = 1)
   output zero = x * 0.0
 }
+model NoTargets() {
+  input logits : f32[B, 3]
+  input targets : i32[B]
+  param w : f32[3] = ones
+  output loss = cross_entropy(logits * w, targets)
+  minimize loss
+}
 model Wide() {
   input x : f32[B, N]
   output m = max(x)
@@ -264,6 +271,17 @@ def test_float_reductions_over_no_elements(module):
     got = matches_the_reference(module, "Floats", x=np.zeros((0, 3)))
     assert got["m"] == -np.inf and (got["lse"] == -np.inf).all()
     assert got["sm"].shape == (0, 3) and np.isnan(got["avg"]).all()
+
+
+def test_cross_entropy_over_no_targets_is_0_with_zero_gradients(module):
+    """As the `lengths` form's: PyTorch's mean of nothing is NaN (QA found this form's
+    0 undocumented)."""
+    inputs = dict(logits=np.zeros((0, 3)), targets=np.zeros(0, np.int32))  # an f64 build
+    graph = check_source(SOURCE, model="NoTargets", dtype="f64").graph
+    assert interpreter.run(graph, inputs, {"w": np.ones(3)})["loss"] == 0.0
+    m = module.NoTargets()
+    assert float(m.forward(**inputs, training=True)["loss"]) == 0.0
+    assert (np.asarray(m.backward()["w"]) == 0.0).all()
 
 
 @pytest.mark.parametrize("T, B", [(2000, 3), (7, 300), (1, 5)])
