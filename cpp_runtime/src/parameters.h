@@ -28,10 +28,10 @@ namespace mdl {
 namespace py = pybind11;
 
 // A model's `params`: a dict of its parameters' arrays that refuses to be changed itself
-// (`m.params["b"] = a`, `update`, `pop`, ...; storing an entry's own array again, as
-// `m.params["b"] -= g` does after writing into it, is no change), which changed nothing of the model: the
+// (`m.params["b"] = a`, `update`, `pop`, ...), which changed nothing of the model: the
 // arrays are views of the weights, or a device model's read-only copies. `why` says what
-// changes them instead. A copy or a pickle of it is a plain dict.
+// changes them instead. Storing an entry's own array again, as `m.params["b"] -= g` does
+// after writing into it, is no change. A copy or a pickle of it is a plain dict.
 inline py::dict params_dict(py::dict values, const char* why) {
   // made once and never freed: a static py::object would be released after Python ends
   static const py::handle type = [] {
