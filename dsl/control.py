@@ -484,11 +484,12 @@ def _place(loc: Loc) -> str:
 
 
 def _misplaced_yield(stmts: list[n.Stmt]) -> bool:
-    """Whether a `yield` stands in an `if` or `while` of these statements (an error of
-    its own: the loop's missing yield would say it again)."""
+    """Whether a `yield` stands in a block nested in these statements, an `if`'s, a
+    `while`'s, a `scope`'s or a `share`'s (an error of its own: the loop's missing yield
+    would say it again); an inner `for`'s yields are its own."""
     for stmt in stmts:
         blocks = [stmt.then, stmt.orelse] if isinstance(stmt, n.If) else \
-            [stmt.body] if isinstance(stmt, n.While) else []
+            [stmt.body] if isinstance(stmt, (n.While, n.ScopeStmt, n.Share)) else []
         for block in filter(None, blocks):
             if any(isinstance(inner, n.Yield) for inner in block.stmts) or \
                     _misplaced_yield(block.stmts):

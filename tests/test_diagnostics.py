@@ -574,17 +574,21 @@ def test_an_error_inside_the_standard_library_is_shown_at_the_users_call(call, w
         ["in this call of `twice`"] if call == "twice(x)" else [])
 
 
-def test_a_yield_in_an_if_is_one_error_each_not_a_missing_yield_too():
+@pytest.mark.parametrize("body, errors", [
+    ("if sum(x) > 0.0 { yield x } else { yield -x }",
+     [(3, 40, "`yield` must stand directly in the `for`"),
+      (3, 57, "`yield` must stand directly in the `for`")]),
+    ("scope s { yield x }", [(3, 32, "`yield` must stand directly in the body ")])])
+def test_a_misplaced_yield_is_one_error_each_not_a_missing_yield_too(body, errors):
     """A yield in each branch of an if was reported twice, and a third error said the
-    loop needs a `yield`."""
+    loop needs a `yield`; so did one in a `scope` block."""
     source = ("model M() {\n  input xs : f32[T, B]\n"
-              "  hs = for x in xs { if sum(x) > 0.0 { yield x } else { yield -x } }\n"
+              f"  hs = for x in xs {{ {body} }}\n"
               "  output y = sum(hs)\n}")
     with pytest.raises(MdlError) as info:
         check_source(source, "m.mdl")
     found = [(d.loc.line, d.loc.col, d.message[:40]) for d in info.value.diagnostics]
-    assert found == [(3, 40, "`yield` must stand directly in the `for`"),
-                     (3, 57, "`yield` must stand directly in the `for`")]
+    assert found == errors
 
 
 @pytest.mark.parametrize("count, note", [(19, False), (20, True), (25, True)])
