@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -399,19 +399,13 @@ class Expressions:
 
     def eval_size(self, e: n.Expr) -> Dim:
         """A dim that sizes a tensor (`zeros[...]`, `reshape`'s shape, `range(n)`)."""
-        return positive(self.eval_dim(e), e.loc, self._numbers_in(e))
+        return positive(self.eval_dim(e), e.loc, lambda: self._numbers_in(e))
 
     def _numbers_in(self, e: n.Expr) -> str:
         """The compile-time numbers a dim is written with, as a message names them
         (`K = 0`: a hyper-parameter `-D K=0` set, an int argument), "" if none."""
-        found: dict[str, str] = {}
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, (n.Binary, n.Unary)):
-                stack.extend(reversed(x.children()))
-            elif isinstance(x, n.Name) and isinstance(self.ctx.env.get(x.id), Const):
-                found.setdefault(x.id, f"{x.id} = {self.ctx.env[x.id]}")
+        found = {x.id: f"{x.id} = {self.ctx.env[x.id]}" for x in _dim_names(e)
+                 if isinstance(self.ctx.env.get(x.id), Const)}
         return ", ".join(found.values())
 
     def dtype_of(self, name: str, loc: Loc) -> str:
@@ -438,7 +432,7 @@ class Expressions:
                 if bind_unknown:
                     self._unbound_in_dim(d)
                 shape.append(self.eval_dim(d))
-            positive(shape[-1], d.loc, self._numbers_in(d))
+            positive(shape[-1], d.loc, lambda: self._numbers_in(d))
         declared = TensorType(dtype, tuple(shape))
         if (why := declared.too_many_dims() or declared.too_large()) is not None:
             raise MdlTypeError(why, t.loc)
@@ -448,13 +442,9 @@ class Expressions:
         """An input's dim made of others (`B * 2`) that names, first, a new symbolic dim:
         the error says where one is introduced (not an "unknown name", which reads as a
         typo; a name close to a known one stays that, with its suggestion)."""
-        stack = [d]
-        while stack:
-            e = stack.pop()
-            if isinstance(e, (n.Binary, n.Unary)):
-                stack.extend(reversed(e.children()))
-            elif (isinstance(e, n.Name) and e.id not in self.ctx.dims
-                  and e.id not in self.ctx.env and not self._suggest(e.id)):
+        for e in _dim_names(d):
+            if (e.id not in self.ctx.dims and e.id not in self.ctx.env
+                    and not self._suggest(e.id)):
                 self.check_bindable(e.id, e.loc, "name a symbolic dim")
                 raise MdlNameError(
                     f"unknown name `{e.id}`: a symbolic dim is introduced where it stands "
@@ -463,14 +453,27 @@ class Expressions:
                     e.loc)
 
 
-def positive(size: Dim, loc: Loc, numbers: str = "") -> Dim:
+def _dim_names(d: n.Expr):
+    """The names a dim's expression reads (`B * K`: B, K), in the order written."""
+    stack = [d]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (n.Binary, n.Unary)):
+            stack.extend(reversed(e.children()))
+        elif isinstance(e, n.Name):
+            yield e
+
+
+def positive(size: Dim, loc: Loc, numbers: Callable[[], str] | None = None) -> Dim:
     """`size`, a dim written to size a tensor: one known when compiling must be 1 or more
     (a symbolic one may be 0 in a call; one made by subtracting is checked at the call,
-    unless it has no positive term: `-T` is never above 0). `numbers`: the compile-time
-    numbers it is written with (`K = 0`), which the message names."""
+    unless it has no positive term: `-T` is never above 0). `numbers` gives the
+    compile-time numbers it is written with (`K = 0`), which the message names (asked
+    only then)."""
     if size.is_const and size.value < 1:
+        named = numbers() if numbers else ""
         raise MdlTypeError(f"dims must be positive, got {size}"
-                           + (f" ({numbers})" if numbers else ""), loc)
+                           + (f" ({named})" if named else ""), loc)
     if not size.is_const and all(c <= 0 for _, c in size.terms):
         # symbols are 0 or more, so a dim of no positive term is never above 0
         names = ", ".join(sorted(str(s) for s in size.symbols))
