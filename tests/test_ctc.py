@@ -97,6 +97,7 @@ def test_targets_of_no_columns(path, target):
     logp = log_softmax(inputs["logits"])
     want = [enumerated(logp[:, b], [], n) for b, n in enumerate(inputs["input_lengths"])]
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert not np.signbit(got[2]), got    # no frames, no labels: certain, and 0, not -0
 
 
 def test_an_impossible_alignment_costs_1e30(path):

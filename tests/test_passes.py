@@ -55,6 +55,17 @@ def test_simplify_applies_the_tables_identities():
     assert g.outputs["y"] is g.inputs["x"] and prims(g) == []
 
 
+@pytest.mark.parametrize("zero,becomes", [(0.0, "sub"), (-0.0, "neg")])
+def test_zero_minus_a_float_is_a_negation_only_from_minus_zero(zero, becomes):
+    """0.0 - x is 0 at x = 0, where -x is -0 (a loss of 0 shown as -0.0); -0.0 - x is -x
+    for every x."""
+    g = graph_of(lambda b, x: b.sub(b.const(zero, "f64"), x))
+    passes.optimize(g, verify)
+    assert becomes in prims(g)
+    got = reference.run(g, {"x": np.zeros((2, 3))}, {})["y"]
+    assert np.all(np.signbit(got) == np.signbit(zero)), got
+
+
 def test_simplify_sees_constants_through_broadcasts():
     g = graph_of(lambda b, x: b.mul(b.broadcast_to(b.const(1.0, "f64"), shape=F.shape), x))
     passes.optimize(g, verify)

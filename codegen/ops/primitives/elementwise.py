@@ -160,7 +160,11 @@ def _simplify_add(b, op, facts):
 def _simplify_sub(b, op, facts):
     if facts.const(op.inputs[1]) == 0:
         return _keep(op, 0)
-    if facts.const(op.inputs[0]) == 0 and op.inputs[1].type == op.outputs[0].type:
+    # 0 - x -> -x for integers and -0.0 only: of a float x = 0, 0.0 - x is 0 and -x is -0
+    # (std/ctc.mdl's `0.0 - logsumexp(...)` of a row certain to align)
+    zero = facts.const(op.inputs[0])
+    exact = op.outputs[0].type.dtype not in FLOATS or (zero == 0 and np.signbit(zero))
+    if zero == 0 and exact and op.inputs[1].type == op.outputs[0].type:
         return [b.neg(op.inputs[1])]
     return None
 
