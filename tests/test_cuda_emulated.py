@@ -268,6 +268,38 @@ def test_a_model_the_device_has_no_room_for_raises_memory_error(charlms, monkeyp
     charlms[0].CharLM(seed=0)  # the device goes on working
 
 
+@pytest.mark.skipif(ON_GPU, reason="the emulated device's memory= setting; a GPU has its own")
+def test_an_optimizer_the_device_has_no_room_for_changes_nothing(charlms, monkeypatch,
+                                                                 tmp_path):
+    """set_optimizer and load make the optimizer's buffers before they change anything
+    (mdl/optimizer.h, shared by both targets): they named an Adam whose buffers were
+    null, the next train_step crashed the cpu target and left the device's sticky error
+    here, and load had already written the file's weights."""
+    module = charlms[0]
+    donor = module.CharLM(seed=1)
+    donor.set_optimizer("adam", lr=0.01)
+    donor.train_step(**charlm_batch(0))
+    donor.save(tmp_path / "adam.npz")
+    m, twin = module.CharLM(seed=0), module.CharLM(seed=0)
+    for model in (m, twin):
+        model.set_optimizer("sgd", lr=0.1, momentum=0.9)
+        model.train_step(**charlm_batch(1))
+    before = {k: v.copy() for k, v in m.params.items()}
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "memory=8")  # every allocation fails
+    with pytest.raises(MemoryError, match="the optimizer's two buffers of .* values need"):
+        m.set_optimizer("adam", lr=0.01)
+    with pytest.raises(MemoryError):
+        m.load(tmp_path / "adam.npz")
+    monkeypatch.delenv("MDL_CUDA_EMULATOR")
+    assert m.optimizer == twin.optimizer and m.optimizer["name"] == "sgd"
+    assert all(np.array_equal(v, before[k]) for k, v in m.params.items())
+    for model in (m, twin):
+        model.train_step(**charlm_batch(2))
+    assert all(np.array_equal(v, twin.params[k]) for k, v in m.params.items())
+    m.load(tmp_path / "adam.npz")  # with room, as the file says
+    assert m.optimizer == donor.optimizer
+
+
 @pytest.mark.skipif(ON_GPU, reason="the emulated device's memory is the host's: views of it")
 def test_views_of_the_emulated_device_s_memory_are_read_in_place(charlms):
     """np.from_dlpack (or torch's) of a DeviceArray, kDLCPU here, as an input or to

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "mdl/device.h"
+#include "mdl/error.h"
 #include "mdl/model.h"
 
 namespace mdl {
@@ -86,11 +87,28 @@ class Optimizer {
   // parameters are (its device's memory)
   Buffer<T> first, second;
 
+  // The optimizer `c`, from step 0: its buffers are made before anything changes, so
+  // that one the device has no room for (a MemoryError) leaves the optimizer as it was.
+  // (Set first, config and steps named an Adam whose buffers were null: the next step
+  // crashed the process, or left an emulated device's sticky error.)
   void reset(const OptimizerConfig& c, int64_t param_count, const Device* device) {
+    const bool adam = c.kind == OptimizerConfig::ADAM;
+    Buffer<T> made, made2;
+    try {
+      made = Buffer<T>(device, param_count);
+      made2 = Buffer<T>(device, adam ? param_count : 0);
+    } catch (const OutOfMemory&) {  // it said "this call ... give smaller inputs"
+      char text[200];
+      std::snprintf(text, sizeof text, "the optimizer's %s of %lld values need %.3g GB more "
+                    "memory than the model's device would give: free some first",
+                    adam ? "two buffers" : "buffer", static_cast<long long>(param_count),
+                    double(param_count) * sizeof(T) * (adam ? 2 : 1) / 1e9);
+      throw OutOfMemory::saying(text);
+    }
+    first = std::move(made);
+    second = std::move(made2);
     config = c;
     steps = 0;
-    first = Buffer<T>(device, param_count);
-    second = Buffer<T>(device, c.kind == OptimizerConfig::ADAM ? param_count : 0);
   }
 
   // Update the parameters (`param[i]` holds parameter i) from the gradients `grads`

@@ -223,8 +223,10 @@ void restore(const ModelSpec<T>& spec, const Checkpoint<T>& ck, State<T>& state,
   auto copy = [&](T* to, const typename Checkpoint<T>::Values& from, const ParamSpec& p) {
     upload(spec.device, state.device, to, from.data(), numel(p) * sizeof(T));
   };
-  for (int i = 0; i < spec.n_params; ++i) copy(state.param[i], ck.params[i], spec.params[i]);
+  // the optimizer's buffers first: where the device has no room for them, the
+  // MemoryError leaves the parameters and the optimizer as they were
   opt.reset(ck.config, spec.param_count, spec.device);
+  for (int i = 0; i < spec.n_params; ++i) copy(state.param[i], ck.params[i], spec.params[i]);
   opt.steps = ck.steps;
   for (int i = 0; i < int(ck.first.size()); ++i) {
     const ParamSpec& p = spec.params[i];

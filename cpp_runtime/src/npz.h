@@ -160,8 +160,9 @@ inline py::dict read_npz(py::handle path) {
     archive.attr("close")();
   } catch (py::error_already_set& e) {
     // a file that is not there (or not readable) is the caller's to see as it is
+    // (and so is memory the machine would not give: the file is not to blame)
     if (e.matches(PyExc_FileNotFoundError) || e.matches(PyExc_PermissionError) ||
-        e.matches(PyExc_IsADirectoryError))
+        e.matches(PyExc_IsADirectoryError) || e.matches(PyExc_MemoryError))
       throw;
     std::string why = py::str(e.value());
     std::string type = py::str(e.type().attr("__name__"));
