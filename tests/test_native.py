@@ -475,6 +475,36 @@ model Derived(H = 3) {
 """
 
 
+BOOL_BYTES = """
+model Bools() {
+  input m : bool[B]
+  input x : f32[B]
+  output as_float = f32(m)
+  output count = sum(i32(m))
+  output same = m == (x > 0.0)
+  output picked = where(m, x, -x)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_a_bool_input_is_true_wherever_its_byte_is_not_zero(tmp_path, target):
+    """QA: uint8 data viewed as bool (NumPy prints bytes 2 and 255 as True) was read as
+    its bytes: f32(m) gave 2.0 and 255.0, a count 258, and `m == (x > 0)` false. Any
+    nonzero byte is True, as in NumPy and the reference; the caller's array is not
+    changed."""
+    path = tmp_path / "bools.mdl"
+    path.write_text(BOOL_BYTES)
+    m = built_for(path, target, name=f"bool_bytes_{target}").Bools(seed=0)
+    raw = np.array([0, 1, 2, 255, 128, 0], np.uint8)
+    given = {"m": raw.view(bool), "x": np.ones(6, np.float32)}
+    want = reference.run(check_file(str(path)).graph, given, {})
+    got = m.forward(**given)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert got["count"] == 4 and list(raw) == [0, 1, 2, 255, 128, 0]
+
+
 @pytest.mark.parametrize("target", ["cpu", "emulated"])
 def test_inputs_of_dims_made_of_others(tmp_path, target):
     """QA: an input of dim T + 1 (or 2 * T) ended the process at every call: the runtime

@@ -422,6 +422,23 @@ inline Argument on_host(py::array a) {
   return {a, const_cast<void*>(a.data()), std::size_t(a.nbytes()), false};
 }
 
+// A host bool array (`arg`, from on_host) with bytes of 0 and 1 only: NumPy takes any
+// nonzero byte for True (uint8 data viewed as bool), where generated code computes with
+// the byte (f32 of a byte 2 was 2.0, and `m == (x > 0)` false). Such an array is copied,
+// each byte made 0 or 1; the common one is only read.
+inline void bools_as_0_1(Argument& arg) {
+  const auto* p = static_cast<const uint8_t*>(arg.data);
+  std::size_t i = 0;
+  while (i < arg.bytes && p[i] <= 1) ++i;
+  if (i == arg.bytes) return;
+  py::array given = py::reinterpret_borrow<py::array>(arg.keep);
+  py::array made(given.dtype(), std::vector<py::ssize_t>(given.shape(),
+                                                          given.shape() + given.ndim()));
+  auto* q = static_cast<uint8_t*>(made.mutable_data());
+  for (std::size_t k = 0; k < arg.bytes; ++k) q[k] = p[k] != 0;
+  arg = {made, made.mutable_data(), arg.bytes, false};
+}
+
 // A host array over `device`'s own memory (a NumPy or torch view of an emulated device's
 // DeviceArray): read in place, as a CUDA tensor is; else none (an ordinary host array).
 inline bool device_view(const Device& device, const py::array& a, const char* role,

@@ -849,7 +849,9 @@ class Model {
                [&] { return shape_text(a); }, dims, spec_->input_shape, which);
     Argument view;
     if (device_view(*spec_->device, a, "input", s.name, view)) return view;
-    return on_host(a);
+    Argument host = on_host(a);
+    if (s.dtype.kind == 'b') bools_as_0_1(host);
+    return host;
   }
 
   const Variant<T>& choose(const std::vector<int64_t>& dims) const {
