@@ -43,6 +43,14 @@ model Spin() {
   output loss = mean(y * y)
   minimize loss
 }
+
+model Late() {
+  input x : f32[R, 512]
+  input w : f32[512, 512]
+  k = sum(x @ w) * 0.0
+  while k >= 0.0 { k = k + 1.0 }
+  output out = k
+}
 """
 
 # After the import (which chains the handler) and before the call, as a user's script
@@ -105,6 +113,20 @@ CASES = {
     "own handler after the import": """
         signal.signal(signal.SIGINT, stop)  # replaces the handler the import chained
         forever_interrupted(built)
+    """,
+    # QA: a Ctrl-C during the product, before the loop chained the handler again, reached
+    # the user's handler alone, which left the flag down: the `while` ran on
+    "own handler, Ctrl-C before the first loop": """
+        signal.signal(signal.SIGINT, stop)
+        m = built.Late(seed=0)
+        rows = 20000 if m.device == "cpu" else 2000  # a product of a tenth of a second or more
+        x, w = np.ones((rows, 512), np.float32), np.ones((512, 512), np.float32)
+        start = time.monotonic()
+        threading.Timer(0.02, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            m.forward(x=x, w=w)
+        except RuntimeError as e:
+            print("interrupted", time.monotonic() - start < 10, repr(e))
     """,
     "own handler after two imports": """
         import importlib
@@ -193,6 +215,7 @@ EXPECTED = {"forked by a thread": "interrupted True\n",
             "training": "interrupted True\nunchanged True\ntrained True\n",
             "own handler": "interrupted True " + STOPPED,
             "own handler after the import": "interrupted True " + STOPPED,
+            "own handler, Ctrl-C before the first loop": "interrupted True " + STOPPED,
             "own handler after two imports": ("interrupted True " + STOPPED) * 3
             + "interrupted True KeyboardInterrupt()\n"}
 

@@ -115,6 +115,10 @@ void keep_interrupt_handler() {
     mine.sa_flags |= SA_SIGINFO;
     mine.sa_sigaction = s->handler;
     sigaction(SIGINT, &mine, nullptr);
+    // A Ctrl-C since that handler replaced this one reached Python's alone, which noted it
+    // for the interpreter and left the flag down: the first step asks Python (it was lost,
+    // and a `while` ran on until a second Ctrl-C)
+    s->pending.store(true, std::memory_order_relaxed);
   }
   s->chaining.clear(std::memory_order_release);
 }
