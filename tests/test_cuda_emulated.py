@@ -11,6 +11,7 @@ machine with a GPU"): the modules are built by nvcc, and the emulator's own sett
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -382,6 +383,46 @@ def test_outputs_left_on_the_device_read_through_dlpack(charlms):
     assert out.__dlpack_device__()[0] == 2  # kDLCUDA
     torch = pytest.importorskip("torch")
     np.testing.assert_array_equal(torch.from_dlpack(out).cpu().numpy(), want)
+
+
+def test_dlpack_takes_the_array_apis_options(charlms):
+    """QA: __dlpack__ took any keywords and ignored them: np.from_dlpack(param,
+    copy=True) followed the weights, and dl_device=(2, 5) or a stream of "x" passed.
+    copy=True is a copy in the device's memory (or the host's, with dl_device=(1, 0)),
+    another device without it a BufferError, a bad option a TypeError."""
+    m = charlms[0].CharLM(seed=0)
+    param = m.device_params["decoder/b"]
+    before = param.numpy()
+    device = param.__dlpack_device__()
+    copies = [np.from_dlpack(param, copy=True)] if not ON_GPU else []
+    capsules = [param.__dlpack__(copy=True), param.__dlpack__(copy=True, dl_device=device),
+                param.__dlpack__(copy=True, dl_device=(1, 0), stream=None)]
+    view = param.__dlpack__(copy=False, dl_device=device, stream=None if not ON_GPU else 1)
+    m.set_params({"decoder/b": before + 7})
+    if not ON_GPU:
+        for copy in copies + [np.from_dlpack(_Capsule(c, device)) for c in capsules[:2]]:
+            np.testing.assert_array_equal(copy, before)
+        np.testing.assert_array_equal(np.from_dlpack(_Capsule(view, device)), before + 7)
+    for options, error, words in [
+            ({"dl_device": (2 if not ON_GPU else 1, 5)}, BufferError, "ask for a copy"),
+            ({"stream": "x"}, TypeError, "a stream is None or an int, got str"),
+            ({"copy": 1}, TypeError, "copy is None, True or False, got int"),
+            ({"dl_device": "cpu"}, TypeError, "a tuple (device_type, device_id)"),
+            ({"device": None}, TypeError, "unexpected keyword argument 'device'")]:
+        with pytest.raises(error, match=re.escape(words)):
+            param.__dlpack__(**options)
+
+
+class _Capsule:
+    """A DLPack producer of a capsule already made, for np.from_dlpack."""
+    def __init__(self, capsule, device):
+        self.capsule, self.device = capsule, device
+
+    def __dlpack__(self, **options):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return self.device
 
 
 def test_device_outputs_reuse_memory_only_once_let_go(charlms, monkeypatch):

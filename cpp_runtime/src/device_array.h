@@ -147,6 +147,62 @@ struct DeviceArray {
     return py::reinterpret_steal<py::capsule>(capsule);
   }
 
+  // __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None), the array
+  // API's (`self` this array's Python object): a capsule over the memory; copy=True one
+  // over a copy of it in the device's memory (they were ignored, and
+  // np.from_dlpack(param, copy=True) followed the weights); dl_device another device's
+  // only as a copy in host memory. A stream is any: the work that made the array is done.
+  py::object dlpack_asked(py::object self, const py::kwargs& options) const {
+    py::object stream = py::none(), dl_device = py::none(), copy = py::none(),
+               max_version = py::none();
+    for (auto [key, value] : options) {
+      const std::string name = py::str(key);
+      if (name == "stream") stream = py::reinterpret_borrow<py::object>(value);
+      else if (name == "dl_device") dl_device = py::reinterpret_borrow<py::object>(value);
+      else if (name == "copy") copy = py::reinterpret_borrow<py::object>(value);
+      else if (name == "max_version") max_version = py::reinterpret_borrow<py::object>(value);
+      else
+        throw py::type_error("__dlpack__() got an unexpected keyword argument '" + name +
+                             "' (it takes stream, max_version, dl_device and copy)");
+    }
+    if (!stream.is_none() && (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr())))
+      throw py::type_error("__dlpack__(stream=...): a stream is None or an int, got " +
+                           std::string(py::str(py::type::handle_of(stream).attr("__name__"))));
+    if (!copy.is_none() && !PyBool_Check(copy.ptr()))
+      throw py::type_error("__dlpack__(copy=...): copy is None, True or False, got " +
+                           std::string(py::str(py::type::handle_of(copy).attr("__name__"))));
+    const bool copied = copy.ptr() == Py_True;
+    if (!dl_device.is_none()) {
+      int type = -1, id = -1;
+      if (PyTuple_Check(dl_device.ptr()) && py::len(dl_device) == 2) {
+        try {
+          type = py::cast<int>(dl_device[py::int_(0)]);
+          id = py::cast<int>(dl_device[py::int_(1)]);
+        } catch (const py::cast_error&) {
+        }
+      }
+      if (type < 0 || id < 0)
+        throw py::type_error("__dlpack__(dl_device=...): a device is a tuple (device_type, "
+                             "device_id) of ints, got " + std::string(py::repr(dl_device)));
+      if (type != device->dlpack_device_type || id != 0) {
+        if (copied && type == 1 /* kDLCPU */)
+          return numpy().attr("__dlpack__")(py::arg("max_version") = max_version);
+        throw py::buffer_error(repr() + " lies on DLPack device (" +
+                               std::to_string(device->dlpack_device_type) + ", 0), not " +
+                               std::string(py::repr(dl_device)) + ": ask for a copy in host "
+                               "memory (copy=True, dl_device=(1, 0)), or call numpy()");
+      }
+    }
+    if (!copied) return dlpack(self);
+    DeviceArray twin(device, shape, dtype);
+    if (bytes()) {
+      device->copy(nullptr, twin.data(), data(), bytes());
+      device->synchronize();
+    }
+    py::object made = py::cast(std::move(twin));
+    return made.cast<const DeviceArray&>().dlpack(made);
+  }
+
   std::string repr() const {
     std::string out = "DeviceArray(" + std::string(dtype.name) + "[";
     for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);

@@ -298,8 +298,8 @@ void bind_device_array(py::module_& m) {
         throw py::type_error("DeviceArray cannot be made by calling it: " +
                              Made<DeviceArray>::how(""));
       }))
-      .def("__dlpack__", [](py::object self, py::kwargs) {  // any stream: the work is done
-        return built<DeviceArray>(self).dlpack(self);
+      .def("__dlpack__", [](py::object self, py::kwargs options) {
+        return built<DeviceArray>(self).dlpack_asked(self, options);
       })
       .def("__dlpack_device__", plain(&DeviceArray::dlpack_device, signature("__dlpack_device__()")))
       .def("numpy", plain(&DeviceArray::numpy, signature("numpy()")), "numpy() -> numpy.ndarray\n\nA copy in host memory.")
