@@ -43,7 +43,7 @@ def check(path: str | Path, options: BuildOptions, warn: Warn | None = None) -> 
     the file (one class each in the module), each warning of theirs given to `warn` once.
     Each `--specialize` set must fit (name only symbolic dims of) at least one of them."""
     source = SourceFile(path)
-    names = [options.model] if options.model else source.model_names()
+    names = [options.model] if options.model is not None else source.model_names()
     defines = source.defines_by_model(names, options.defines)
     checked = [source.check(name, defines[name], options.dtype) for name in names]
     for w in file_warnings(checked) if warn else ():

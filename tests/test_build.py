@@ -624,6 +624,8 @@ def test_bad_names_are_refused_before_building(sources, name):
     (dict(defines={3: 4}), "defines takes a {name: value} dict"),
     (dict(defines="H=4"), "defines takes a {name: value} dict"),
     (dict(name=3), "name takes a module name (a str), got 3"),
+    # QA: an empty name built every model of the file
+    (dict(model=""), "has no model `` (it has CharLM, CharLMStep, CharLMSample)"),
 ])
 def test_bad_arguments_of_load_are_usage_errors_naming_them(arguments, message):
     """load()'s arguments are checked as the command line's are, before anything builds."""
