@@ -485,10 +485,16 @@ def _remove_stale_sources(out: Path, written) -> None:
     mdl's mark go; a stub (`NAME.pyi`) may be a build's, and stays."""
     for path in [*out.glob("module.part*.cpp"), out / "kernels.cu"]:
         if path.name not in written and path.is_file() and not path.is_symlink():
-            with open(path, "rb") as f:
-                generated = GENERATED in f.read(512)
-            if generated:
+            if _generated(path):
                 path.unlink()
+
+
+def _generated(path: Path) -> bool:
+    """Whether mdl wrote the file `path`: its mark is in its first line (a stub's comes
+    after the names of its models, past the first 512 bytes where there are many, which
+    made a second build into the same folder refuse the stub)."""
+    with open(path, "rb") as f:
+        return GENERATED in f.readline(1 << 20)
 
 
 def _refuse_overwriting(out: Path, names, command: str = "emit") -> None:
@@ -498,12 +504,9 @@ def _refuse_overwriting(out: Path, names, command: str = "emit") -> None:
     from .ir.diagnostics import UsageError
     for name in names:
         path = out / name
-        if path.is_file():
-            with open(path, "rb") as f:
-                head = f.read(512)
-            if GENERATED not in head:
-                raise UsageError(f"`{path}` exists and mdl did not write it, and {command} "
-                                 "would replace it: pass -o with another folder")
+        if path.is_file() and not _generated(path):
+            raise UsageError(f"`{path}` exists and mdl did not write it, and {command} "
+                             "would replace it: pass -o with another folder")
 
 
 def _print_ir(args) -> int:

@@ -630,6 +630,19 @@ def test_emit_replaces_its_own_files_but_no_others(good, tmp_path):
     assert (tmp_path / "CMakeLists.txt").read_text() == "project(mine)\n"
 
 
+def test_emit_replaces_the_stub_of_a_file_of_many_models(tmp_path):
+    """QA: the stub's mark comes after its models' names, past the first 512 bytes of a
+    file of 30 models (or of one with a long name), so a second emit or build into the
+    same folder (as mdl.cmake's mdl_add_model runs at every edit) refused the stub."""
+    many = tmp_path / "many.mdl"
+    many.write_text("".join(f"model EncoderVariant{i:02d}() {{ input x : f32[3]; "
+                            f"output y = sum(x) * {i}.0 }}\n" for i in range(30)))
+    for _ in range(2):
+        done = mdlc("emit", str(many), "-o", str(tmp_path / "out"))
+        assert done.returncode == 0, done.stderr
+    assert "EncoderVariant29" in (tmp_path / "out" / "many.pyi").read_text()
+
+
 def test_emit_removes_the_sources_an_earlier_emit_wrote_and_this_one_did_not(good, tmp_path):
     """A cuda emit's kernels.cu, and parts of a model once split in more, stayed beside
     the new files as if of this model; a file of such a name mdl did not write stays."""
