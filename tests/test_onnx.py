@@ -388,6 +388,14 @@ model Edges() {
     assert got["rows"][:3].tolist() == [bottom, top, -2]
 
 
+def test_the_transpose_of_a_number_is_itself(tmp_path):
+    """QA: ONNX's Transpose takes no empty perm: its export was an internal error."""
+    path = tmp_path / "number.mdl"
+    path.write_text("model T0() {\n  input x : f32\n  output y = transpose(x) * 2.0\n}\n")
+    out = export_onnx(path, tmp_path / "number.onnx")
+    assert run_onnx(out, {"x": np.float32(1.5)})["y"] == 3.0
+
+
 def test_argmax_runs_in_onnxruntime_as_in_the_module(tmp_path):
     """argmax is the first largest value's index, a NaN counting as the largest (as
     NumPy): onnxruntime's ArgMax passes over a NaN, so the export picks the first NaN

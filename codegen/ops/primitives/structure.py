@@ -156,7 +156,9 @@ def _transpose_step_sum(op, value, producers, stack, facts):
 
 @primitive("transpose", 1, grad=_transpose_grad, simplify=_transpose_simplify,
            step_sum=_transpose_step_sum, selects=True,
-           onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"]),
+           # a number's (perm ()) is itself: ONNX's Transpose takes no empty perm
+           onnx=lambda g, op, xs: g.op("Transpose", *xs, perm=op.attrs["perm"])
+           if op.attrs["perm"] else g.op("Identity", *xs),
            ref=lambda ctx, attrs, x: np.transpose(x, attrs["perm"]))
 def _transpose(types, attrs):
     x, = types
