@@ -185,7 +185,13 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                        f"to {I32_MAX})", h.value.loc)
                 raise UsageError(f"-D {name}={literal(value)}: an integer hyper-parameter "
                                  f"must fit in i32 ({I32_MIN} to {I32_MAX})")
-            values[name] = float(value) if default.kind == "float" else value
+            if default.kind == "float":
+                try:
+                    value = float(value)
+                except OverflowError:  # an int past a double (10**400): its own words
+                    raise UsageError(f"-D {name}: an integer of {len(str(abs(value)))} digits "
+                                     "is out of range of a float hyper-parameter") from None
+            values[name] = value
             known[name] = Const.of(values[name])
         return values
 

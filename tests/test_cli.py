@@ -180,6 +180,16 @@ def test_a_default_a_define_pushes_past_i32_is_located(tmp_path):
                                "an integer hyper-parameter must fit in i32")
 
 
+def test_an_integer_past_a_double_for_a_float_hyper_parameter_is_a_usage_error(tmp_path):
+    """QA: load's and check_file's defines={"S": 10**400} raised a raw OverflowError
+    (mdlc's -D refused it already)."""
+    from dsl import UsageError, check_file
+    path = tmp_path / "scaled.mdl"
+    path.write_text("model D(S = 0.5) {\n  input x : f32[3]\n  output y = sum(x) * S\n}\n")
+    with pytest.raises(UsageError, match="^-D S: an integer of 401 digits is out of range"):
+        check_file(str(path), defines={"S": 10**400})
+
+
 TWO_MODELS = """
 model Train(H = 4) {
   input x : f32[B, H]
