@@ -415,6 +415,7 @@ def full_of(el, dims: list[n.Expr], arg, loc: Loc) -> Value:
         raise MdlTypeError("full[...](v) needs a compile-time value", vloc)
     shape = tuple(el.eval_size(d) for d in dims)
     dtype = el.const_dtype(value, None, vloc)
+    el.check_finite(value, dtype, vloc)
     return el.emit("full", [], {"shape": shape, "value": value.value, "dtype": dtype}, loc)[0]
 
 

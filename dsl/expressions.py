@@ -59,13 +59,18 @@ class Expressions:
         if isinstance(v, Value):
             return v
         dtype = self.const_dtype(v, like, loc)
-        if v.kind == "float" and not finite_in(v.value, dtype):  # it was inf, silently
+        self.check_finite(v, dtype, loc)
+        return self.emit("full", [], {"shape": (), "value": v.value, "dtype": dtype}, loc)[0]
+
+    def check_finite(self, v: Const, dtype: str, loc: Loc) -> None:
+        """A float constant that `dtype` holds as a finite number, else an error at it (it
+        was inf, silently: a number or `full[...](v)`)."""
+        if v.kind == "float" and not finite_in(v.value, dtype):
             if not math.isfinite(v.value):  # a hyper-parameter given as nan or inf (load's
                 # defines): "nan ... where it would be inf" said what it is not
                 raise MdlTypeError(f"{v} is not a finite number", loc)
             raise MdlTypeError(f"{v} is past the range of {dtype}, where it would be inf",
                                loc)
-        return self.emit("full", [], {"shape": (), "value": v.value, "dtype": dtype}, loc)[0]
 
     def const_dtype(self, c: Const, like: TensorType | None, loc: Loc) -> str:
         if like is None:

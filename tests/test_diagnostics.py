@@ -401,6 +401,9 @@ BAD_PROGRAMS = [
      'would be inf', "1:50"),  # every weight was inf
     ('model M() { input x : f32[3]; output y = 1e39 * x }',
      '1e+39 is past the range of f32, where it would be inf', "1:42"),
+    # a QA pass (2026-12-07): the module's output was inf
+    ('model M() { input x : f32[3]; output y = full[3](1e39) + x }',
+     '1e+39 is past the range of f32, where it would be inf', "1:50"),
     ('model M() { input x : i32[3]; k = 7 / 2; output y = x + k }',
      'the float constant 3.5 cannot combine with i32[3]', "1:57"),  # "float literal 3.5"
     ('model M() { input x : bool[3]; output y = -x }',
