@@ -87,24 +87,36 @@ class Scopes:
         return merged
 
     def _check_acyclic(self, path: Path, loc: Loc) -> None:
-        try:
-            self.resolve(path)
-        except RecursionError:
+        if self._resolved(path) is None:
             raise MdlNameError("these share blocks map scopes in a cycle: "
-                               f"`{_dotted(path)}` never resolves", loc) from None
+                               f"`{_dotted(path)}` never resolves", loc)
 
-    def resolve(self, candidate: Path, _seen: frozenset = frozenset()) -> Path:
+    def resolve(self, candidate: Path) -> Path:
         """The scope that `candidate` stands for once every override applies."""
+        resolved = self._resolved(candidate)
+        assert resolved is not None, "a cycle of share blocks passed _check_acyclic"
+        return resolved
+
+    def _resolved(self, candidate: Path) -> Path | None:
+        """resolve's answer, None for a cycle. Hop by hop, the overrides merged once: it
+        recursed with them merged again at every hop, so a chain of n shares took n**3
+        steps (a chain of 2000 in one block, minutes) and one past Python's recursion
+        limit was called a cycle."""
         overrides = self._overrides()
-        best, best_len = None, 0
-        for i in range(1, len(candidate) + 1):
-            if candidate[:i] in overrides:
-                best, best_len = overrides[candidate[:i]], i
-        if best is None:
-            return candidate
-        if candidate in _seen:
-            raise RecursionError
-        return self.resolve(best, _seen | {candidate}) + candidate[best_len:]
+        seen: set[Path] = set()
+        tail: Path = ()
+        while True:
+            best, best_len = None, 0
+            for i in range(1, len(candidate) + 1):
+                if candidate[:i] in overrides:
+                    best, best_len = overrides[candidate[:i]], i
+            if best is None:
+                return candidate + tail
+            if candidate in seen:
+                return None
+            seen.add(candidate)
+            tail = candidate[best_len:] + tail
+            candidate = best
 
     def param_name(self, name: str, path: Path | None = None) -> str:
         """The full name of parameter `name` declared in the current scope (or `path`)."""

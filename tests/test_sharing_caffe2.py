@@ -292,6 +292,18 @@ def test_sharing_errors(name):
     assert f"{err.loc.line}:{err.loc.col}" == where
 
 
+def test_a_long_chain_of_shares_resolves_and_a_long_cycle_is_one():
+    """QA: 1000 pairs `a0 = a1, a1 = a2, ...` took 44 s to check (each hop merged every
+    block again), 2000 minutes; a chain past Python's recursion limit was called a cycle."""
+    pairs = ", ".join(f"a{i} = a{i + 1}" for i in range(1500))
+    cm = check_source(program(f"share ({pairs}) {{ scope a0 {{ param w : f32[3] }} }}"),
+                      "t.mdl")
+    assert "a1500/w" in cm.graph.params
+    with pytest.raises(MdlError, match="map scopes in a cycle: `a0` never resolves"):
+        check_source(program(f"share ({pairs}, a1500 = a0) {{ scope a0 {{ param w : f32[3] }} }}"),
+                     "t.mdl")
+
+
 def test_shape_conflict_names_both_places():
     with pytest.raises(MdlError) as info:
         check_source(program("""
