@@ -396,6 +396,35 @@ def test_the_transpose_of_a_number_is_itself(tmp_path):
     assert run_onnx(out, {"x": np.float32(1.5)})["y"] == 3.0
 
 
+def test_a_where_of_bools_and_a_bool_state_run_in_onnxruntime(tmp_path):
+    """onnxruntime (1.32) has no Where of bools: a `where` choosing between bools, and a
+    loop's bool state its body overwrites (OnnxGraph.carry), were files it refused; they
+    are And/Or/Not now."""
+    path = tmp_path / "bools.mdl"
+    path.write_text("""
+model Bools() {
+  input a : f32[N]; input b : f32[N]
+  e = where(a > b, a > 0.0, b > 0.0)
+  h = a[0] > 100.0
+  hs = for x in a {
+    h = x < 0.0
+    yield f32(where(x > 0.5, h, e[0]))
+  }
+  output y = f32(e) + hs
+  output z = f32(h)
+}
+""")
+    out = export_onnx(path, tmp_path / "bools.onnx")
+    graph = check_file(str(path)).graph
+    rng = np.random.default_rng(0)
+    for n in (1, 6):
+        inputs = {k: rng.standard_normal(n).astype(np.float32) for k in ("a", "b")}
+        got = run_onnx(out, inputs)
+        want = reference.run(graph, inputs, {}, dtype=np.float32)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 def test_argmax_runs_in_onnxruntime_as_in_the_module(tmp_path):
     """argmax is the first largest value's index, a NaN counting as the largest (as
     NumPy): onnxruntime's ArgMax passes over a NaN, so the export picks the first NaN

@@ -137,6 +137,14 @@ class OnnxGraph:
         another value's memory in their place."""
         return self.op("Not", self.op("Equal", x, x))
 
+    def where(self, cond: str, a: str, b: str, of_bools: bool) -> str:
+        """`a` where `cond`, else `b`; of bools `Or(And(cond, a), And(Not(cond), b))`:
+        onnxruntime (1.32, CPU) has no Where of bools and refuses the file."""
+        if not of_bools:
+            return self.op("Where", cond, a, b)
+        return self.op("Or", self.op("And", cond, a),
+                       self.op("And", self.op("Not", cond), b))
+
     def fail(self, message: str):
         raise NoOnnx(message)
 
@@ -258,11 +266,14 @@ class OnnxGraph:
         the initial value (a `while` whose body overwrites its state, its condition false
         at the start)."""
         read = reads(self.nodes)
+        bools = {i.name for i in self.inputs if i.type.tensor_type.elem_type == element("bool")}
         out = []
         for arg, result in zip(args, results, strict=True):
             if arg not in read and arg != result:
                 never = self._at(trip, "Less", trip, self.const(0, "i64"))
-                result = self._at(result, "Where", never, arg, result)
+                hint, self.hint = self.hint, result
+                result = self.where(never, arg, result, arg in bools)
+                self.hint = hint
             out.append(result)
         return out
 

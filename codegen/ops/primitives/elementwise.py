@@ -310,7 +310,7 @@ def _where_simplify(b, op, facts):
 
 @primitive("where", 3, elementwise=True, grad=_where_grad,
            ref=lambda ctx, attrs, c, x, y: np.where(c, x, y), simplify=_where_simplify,
-           onnx=onnx_node("Where"))
+           onnx=lambda g, op, xs: g.where(*xs, op.outputs[0].type.dtype == "bool"))
 def _where(types, attrs):
     cond, a, b = types
     need(cond.dtype == "bool", f"`where` needs a bool condition, got {cond}")
