@@ -595,6 +595,21 @@ def test_export_and_verify_take_what_load_takes_and_refuse_the_rest(tmp_path):
             call()
 
 
+def test_verify_takes_an_input_declared_f64_in_an_f32_export(tmp_path):
+    """An f32 build keeps an input declared `f64` (an f64 build makes every float f64):
+    verify called the export of such an input one "with other options" and drew it as
+    f32."""
+    path = tmp_path / "wide.mdl"
+    path.write_text("model Wide() {\n  input x : f32[N]\n  input s : f64\n"
+                    "  output y = x * f32(s)\n}\n")
+    for dtype in ("f32", "f64"):
+        out = export_onnx(path, tmp_path / f"wide_{dtype}.onnx", dtype=dtype)
+        verdicts = verify_onnx(path, out, dtype=dtype)
+        assert [v.agrees for v in verdicts] == [True], [str(v) for v in verdicts]
+    with pytest.raises(UsageError, match=re.escape("its input `x` holds double, the model f32")):
+        verify_onnx(path, tmp_path / "wide_f64.onnx")
+
+
 def test_an_op_without_an_onnx_form_is_an_error_at_its_line(tmp_path, monkeypatch):
     from codegen.ops.entry import entry
     monkeypatch.delitem(entry("tanh").extra, "onnx")

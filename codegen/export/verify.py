@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..ir.diagnostics import UsageError
+from ..ir.dtypes import DTYPES
 from ..ir.graph import Graph
 from ..reference import gradcheck
 from ..reference import interpreter as reference
@@ -59,7 +60,7 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
     """Each runtime's verdict on the file `onnx_path` exported from `graph` (checked, with
     its parameter `params`; dims `fixed` by --specialize)."""
     known_runtimes(runtimes, dtype)
-    outputs = _outputs_of(Path(onnx_path), graph, dtype)
+    outputs = _outputs_of(Path(onnx_path), graph)
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)
     sizes = [{s: fixed.get(s, 5 if s == "T" else 3) for s in symbols},
@@ -68,7 +69,7 @@ def compare(onnx_path: str | Path, graph: Graph, params: dict, fixed: dict[str, 
     float_type = np.float32 if dtype == "f32" else np.float64
     cases = []
     for size in sizes + sizes[:1]:
-        inputs = {k: v.astype(float_type) if v.dtype == np.float64 else v
+        inputs = {k: v.astype(DTYPES[graph.inputs[k].type.dtype].numpy)
                   for k, v in gradcheck.random_inputs(graph, size, rng).items()}
         try:
             with np.errstate(all="ignore"):
@@ -124,12 +125,12 @@ def known_runtimes(runtimes: list[str], dtype: str) -> None:
                          "an f32 export (--dtype f32) there")
 
 
-def _outputs_of(onnx_path: Path, graph: Graph, dtype: str) -> list[str]:
-    """The outputs of the ONNX file exported from `graph` at `dtype`; a UsageError for a
-    file that is none (protobuf's DecodeError), another model's export (onnxruntime's
-    "Required inputs ... are missing" after the reference had run), or one exported with
-    other -D values or another dtype (the runtime's own "invalid dimensions", or a
-    TypeError from onnx's evaluator)."""
+def _outputs_of(onnx_path: Path, graph: Graph) -> list[str]:
+    """The outputs of the ONNX file exported from `graph` (checked at the export's dtype);
+    a UsageError for a file that is none (protobuf's DecodeError), another model's export
+    (onnxruntime's "Required inputs ... are missing" after the reference had run), or one
+    exported with other -D values or another dtype (the runtime's own "invalid
+    dimensions", or a TypeError from onnx's evaluator)."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -146,7 +147,7 @@ def _outputs_of(onnx_path: Path, graph: Graph, dtype: str) -> list[str]:
                          f"{', '.join(foreign)}, which the model has not (its inputs: "
                          f"{', '.join(graph.inputs)}; outputs: {', '.join(graph.outputs)})")
     for i in exported.graph.input:
-        differs = _other_type(i.type.tensor_type, graph.inputs[i.name].type, dtype)
+        differs = _other_type(i.type.tensor_type, graph.inputs[i.name].type)
         if differs:
             raise UsageError(f"{onnx_path} was exported with other options than these: its "
                              f"input `{i.name}` {differs} (give the -D values and dtype of "
@@ -154,11 +155,12 @@ def _outputs_of(onnx_path: Path, graph: Graph, dtype: str) -> list[str]:
     return outputs
 
 
-def _other_type(tensor_type, declared, dtype: str) -> str:
-    """How an ONNX input's element type or fixed sizes differ from an mdl input's type at
-    the float dtype `dtype` (a size symbolic on either side is not compared); "" if not."""
+def _other_type(tensor_type, declared) -> str:
+    """How an ONNX input's element type or fixed sizes differ from an mdl input's type
+    (that of the build: an f64 build's floats are all f64, an f32 build keeps a declared
+    f64; a size symbolic on either side is not compared); "" if not."""
     from .onnx_graph import element
-    want = dtype if declared.is_float else declared.dtype
+    want = declared.dtype
     if tensor_type.elem_type != element(want):
         import onnx
         return (f"holds {onnx.TensorProto.DataType.Name(tensor_type.elem_type).lower()}, "
