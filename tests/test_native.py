@@ -191,6 +191,13 @@ def test_params_refuses_changes_of_its_own(tmp_path, target):
     m.set_params({"w": np.full(3, 2.0, np.float32)})
     np.testing.assert_array_equal(m.params["w"], 2.0)
     assert not (kept["w"] == 2.0).all()  # the copy is of the arrays too
+    if target == "emulated":  # QA: `m.device_params["w"] = a` changed nothing, silently
+        views = m.device_params
+        for change in (lambda: views.__setitem__("w", m.device_params["w"]),
+                       lambda: views.update(w=1), lambda: views.pop("w")):
+            with pytest.raises(TypeError, match="device_params cannot be changed: .*set_params"):
+                change()
+        np.testing.assert_array_equal(np.from_dlpack(views["w"]), 2.0)
 
 
 def test_every_parameter_starts_on_a_cache_line(towers):

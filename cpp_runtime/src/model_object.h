@@ -127,7 +127,10 @@ class Model {
                                          self, std::vector<int64_t>(p.shape, p.shape + p.rank),
                                          spec_->dtype);
     }
-    return out;
+    return params_dict(out, "a model's device_params cannot be changed: they are views of the "
+                            "weights in the device's memory; write into one "
+                            "(torch.from_dlpack(device_params[name]).copy_(values)) or call "
+                            "set_params({name: values})");
   }
 
   // Copies `values` ({name: array of the parameter's shape}) into those parameters, on
