@@ -425,6 +425,19 @@ model Bools() {
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+def test_a_mean_over_an_axis_empty_at_export_is_nan(tmp_path):
+    """The mean of nothing is NaN; over a slice empty for the export's -D values ONNX's
+    ReduceMean gave 0 (onnxruntime 1.32)."""
+    path = tmp_path / "empty.mdl"
+    path.write_text("model Empty(K = 2) {\n  input x : f32[B, 4]\n"
+                    "  output m = mean(x[:, 2:K], axis = 1) + mean(x)\n}\n")
+    out = export_onnx(path, tmp_path / "empty.onnx")
+    x = np.ones((3, 4), np.float32)
+    assert np.isnan(run_onnx(out, {"x": x})["m"]).all()
+    assert np.isnan(reference.run(check_file(str(path)).graph, {"x": x}, {},
+                                  dtype=np.float32)["m"]).all()
+
+
 def test_argmax_runs_in_onnxruntime_as_in_the_module(tmp_path):
     """argmax is the first largest value's index, a NaN counting as the largest (as
     NumPy): onnxruntime's ArgMax passes over a NaN, so the export picks the first NaN

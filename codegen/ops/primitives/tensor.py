@@ -232,16 +232,16 @@ def _reduce_onnx(op_type: str):
 
 
 def _mean_onnx(g, op, xs):
-    """ReduceMean; over dims a call binds, which may be 0, the sum over their count: the
-    mean of nothing is NaN, as the language's is, where onnxruntime's and OpenVINO's
-    ReduceMean of nothing is 0. Of f32 values in f64, as the sum."""
+    """ReduceMean; over dims a call binds, which may be 0, or fixed at 0, the sum over
+    their count: the mean of nothing is NaN, as the language's is, where onnxruntime's
+    and OpenVINO's ReduceMean of nothing is 0. Of f32 values in f64, as the sum."""
     dtype = op.inputs[0].type.dtype
     if not op.attrs["axes"]:
         return g.op("Identity", *xs)
     wide = "f64" if dtype == "f32" else dtype
     x = g.op("Cast", xs[0], to=g.dtype(wide)) if wide != dtype else xs[0]
     count = numel(op.inputs[0].type.shape[a] for a in op.attrs["axes"])
-    if count.is_const:
+    if count.is_const and count.value:  # a count of 0 fixed at export: the sum over it
         out = _reduce_onnx("ReduceMean")(g, op, [x])
     else:
         out = g.op("Div", _reduce_onnx("ReduceSum")(g, op, [x]),
