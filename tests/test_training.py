@@ -161,6 +161,27 @@ def test_apply_gradients_refuses_gradients_of_parameters_since_changed(module, t
     m.apply_gradients()
 
 
+def test_a_failed_forward_backward_leaves_the_gradient_buffer_as_it_was(module):
+    """training.md: a forward_backward that raises (an index out of range) changes neither
+    gradient_buffer nor what apply_gradients() steps from: the last good one's."""
+    m = module.Regularized(seed=0)
+    m.set_optimizer("sgd", lr=0.1)
+    m.forward_backward(**batch(0))
+    kept = np.array(m.gradient_buffer)
+    bad = batch(1)
+    bad["ids"][2] = 40
+    with pytest.raises(IndexError, match="holds 40 at flat position 2"):
+        m.forward_backward(**bad)
+    np.testing.assert_array_equal(m.gradient_buffer, kept)
+    m.apply_gradients()
+    plain = module.Regularized(seed=0)  # the same steps without the failed one
+    plain.set_optimizer("sgd", lr=0.1)
+    plain.forward_backward(**batch(0))
+    plain.apply_gradients()
+    for name, value in plain.params.items():
+        np.testing.assert_array_equal(m.params[name], value, err_msg=name)
+
+
 # A parameter of more elements than the runtime's kSplitStep (1 << 14, host_device.cpp),
 # whose step is split over the threads, of a size no vector or share divides
 WIDE = """model Wide(N = 131) {
