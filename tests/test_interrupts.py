@@ -265,3 +265,79 @@ def test_ctrl_c_stops_a_loop_between_steps(module_of, target, case):
                           preexec_fn=sigint_as_in_a_terminal)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == EXPECTED[case], done.stdout + done.stderr[-2000:]
+
+
+RECURRENT = """
+model Rnn(I = 16, H = 32) {
+  input xs : f32[T, B, I]
+  param U : f32[I, H] = uniform(-0.1, 0.1)
+  param W : f32[H, H] = uniform(-0.1, 0.1)
+  h = zeros[B, H]
+  hs = for x in xs {
+    h = tanh(x @ U + h @ W)
+    yield h
+  }
+  output loss = mean(hs * hs)
+  minimize loss
+}
+"""
+
+# A handler that raises once the backward runs: a profiled build's counts of the
+# backward's parts (the cpu target's, counted as they run: the emulated device's come at
+# the call's end) say so, and a thread sends SIGINT until it has
+IN_THE_BACKWARD = """
+import os, signal, sys, tempfile, threading
+import numpy as np
+import {module} as built
+xs = np.random.default_rng(0).standard_normal((2000, 8, 16)).astype(np.float32)
+path = os.path.join(tempfile.mkdtemp(), "saved.npz")
+for call in ("train_step", "forward_backward"):
+    m = built.Rnn(seed=0)
+    m.set_optimizer("sgd", lr=0.1)
+    m.train_step(xs=xs[:5])
+    m.reset_profile()
+    before = m.params["W"].copy()
+    done = threading.Event()
+    def in_backward(signum, frame):
+        if any(s["function"] == "backward" and s["runs"] for s in m.profile()):
+            m.save(path)
+            done.set()
+            raise KeyboardInterrupt
+    def pester():
+        while not done.wait(0.002):
+            os.kill(os.getpid(), signal.SIGINT)
+    signal.signal(signal.SIGINT, in_backward)
+    threading.Thread(target=pester).start()
+    try:
+        getattr(m, call)(xs=xs)
+    except KeyboardInterrupt:
+        print(call, "interrupted")
+    done.set()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("rng_calls", m.rng_calls, int(np.load(path)["rng/calls"]),
+          "unchanged", bool(np.array_equal(before, m.params["W"])))
+    try:
+        m.backward()
+    except RuntimeError as e:
+        print(e)
+"""
+
+
+def test_a_training_call_interrupted_in_its_backward_leaves_no_backward(tmp_path_factory):
+    """QA: train_step and forward_backward interrupted in their backward (Ctrl-C, a
+    handler of the user's) left backward() runnable on that call's inputs, which Python
+    had freed (the cpu target read freed memory: wrong gradients or a crash), and counted
+    the call in rng_calls, also in the handler's checkpoint (a resumed run drew other
+    dropout masks). The call counts once its gradients are made, and leaves no backward."""
+    module = built_for(source_file(tmp_path_factory, "interrupted_backward.mdl", RECURRENT),
+                       "cpu", profile=True)
+    folder = str(Path(module.__file__).parent)
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = [{folder!r}]\n"
+                           + IN_THE_BACKWARD.format(module=module.__name__)],
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_as_in_a_terminal)
+    assert done.returncode == 0, done.stderr[-2000:]
+    none = "backward() needs a forward(..., training=True) first\n"
+    assert done.stdout == ("train_step interrupted\nrng_calls 1 1 unchanged True\n" + none
+                           + "forward_backward interrupted\nrng_calls 1 1 unchanged True\n"
+                           + none), done.stdout + done.stderr[-2000:]

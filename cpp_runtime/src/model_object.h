@@ -345,9 +345,8 @@ class Model {
         throw std::runtime_error("train_step() needs an optimizer: call set_optimizer(\"sgd\" "
                                  "or \"adam\", lr=...) first");
       place(in.args, in.call.inputs, train_args_);
-      train(v, in.call);
       Call grads;
-      gradients(grads);
+      train_and_differentiate(v, in.call, grads);
       update(grads.outputs.data());
     }
     return results(outputs_py_, spec_->output_shape, in.call);
@@ -366,9 +365,8 @@ class Model {
       guard.lock("forward_backward()", spec_->name, Use::CALL);
       need_training("forward_backward()");
       place(in.args, in.call.inputs, train_args_);
-      train(v, in.call);
       Call grads;
-      gradients(grads);
+      train_and_differentiate(v, in.call, grads);
       if (grads_shared_) {  // into the device's buffer, which went out (NCCL reduces it)
         device_flat();
         for (int i = 0; i < spec_->n_params; ++i) {
@@ -805,6 +803,25 @@ class Model {
     trained_ = &v;
     seen_changes_ = sharing_->changes;
     dims_ = call.dims;
+  }
+
+  // Under the lock: train_step's and forward_backward's training forward and its
+  // gradients (left in `grads.outputs`), one call: it counts (rng_calls) once both are
+  // made, so that a handler of a Ctrl-C in the backward reads rng_calls as before the call
+  // (a checkpoint it saves resumes with the same dropout masks); a backward that fails
+  // (interrupted, out of memory) leaves no backward() of that forward, whose inputs Python
+  // keeps no longer (on the CPU it read freed memory).
+  void train_and_differentiate(const Variant<T>& v, Call& call, Call& grads) {
+    const uint64_t calls = state_.calls;
+    train(v, call);
+    state_.calls = calls;  // the forward's draws are made: the key of call calls + 1 is set
+    try {
+      gradients(grads);
+    } catch (...) {
+      trained_ = nullptr;
+      throw;
+    }
+    state_.calls = calls + 1;
   }
 
   // Under the lock, after `train`: the gradients, left in `call.outputs`.
