@@ -37,13 +37,14 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = ["CompiledModule", "as_module"]
 
-# Per model: which training forward its saved state belongs to (a token and the model's
-# rng_calls right after it). A model keeps only its latest; any other training call moves
-# rng_calls on, so the pair tells a backward whether it must replay its own forward.
-_SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# A model keeps the saved values of its latest training forward only; its count of them
+# (`_training_forwards`, which every training forward begun or refused moves on) tells a
+# backward whether they are still its call's or it must replay that forward. (The count
+# was rng_calls, which a refused call does not move and a caller may set back: the
+# backward then ran on another call's values, or raised.)
 
-# Per model: a lock held from a training forward's call to its record in _SAVED, and from a
-# backward's look at _SAVED through its replay and vjp. The native calls each take the
+# Per model: a lock held from a training forward's call to its count, and from a
+# backward's look at the count through its replay and vjp. The native calls each take the
 # model's own lock, but not the three steps as one: another thread's training forward
 # landing between the look and the vjp gave the vjp that forward's saved values (wrong
 # gradients, silently).
@@ -198,8 +199,7 @@ class _Call(torch.autograd.Function):
         else:
             with _lock(model):
                 out = model.forward(**arrays, training=True)
-                ctx.token, ctx.call = object(), model.rng_calls
-                _SAVED[model] = (ctx.token, ctx.call)
+                ctx.call, ctx.saved = model.rng_calls, model._training_forwards
             ctx.arrays = arrays  # views of the inputs, for a replay
             # saved so that torch refuses a backward after they changed in place (an
             # optimizer step): the native saved forward belongs to their old values
@@ -222,7 +222,7 @@ class _Call(torch.autograd.Function):
         given = {k: _array(f"the gradient of output '{k}'", c, bridge._on_device)
                  for k, c in zip(bridge.output_names, cotangents)}
         with _lock(model):
-            if _SAVED.get(model, (None, None)) != (ctx.token, model.rng_calls):
+            if model._training_forwards != ctx.saved:
                 _replay(model, ctx)
             grads = model.backward(**given)
         n = len(bridge._trainable)
@@ -245,7 +245,7 @@ def _replay(model: Any, ctx) -> None:
         model.forward(**ctx.arrays, training=True)
     finally:
         model.rng_calls = latest
-    _SAVED[model] = (ctx.token, latest)
+    ctx.saved = model._training_forwards
 
 
 def _tensor(array: Any) -> torch.Tensor:

@@ -293,6 +293,28 @@ def test_a_backward_after_other_forwards_replays_its_own(core64):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("between", ["refused", "rng_calls set back"])
+def test_a_backward_after_a_refused_or_renumbered_forward_replays_its_own(core64, between):
+    """QA: the bridge told whether the model still kept a call's forward by rng_calls: a
+    refused training call (which drops the saved values and counts no call) made the
+    earlier call's backward raise "needs a forward", and another forward after
+    `rng_calls` was set back gave it that forward's gradients (0.36 off, silently)."""
+    core = as_module(core64.Core(seed=1))
+    first, second = inputs(1), inputs(2)
+    want = grads_of(core, *first)
+    hs, c = core(*first)
+    if between == "refused":
+        with pytest.raises(ValueError):
+            core(second[0][..., :-1], second[1])    # a wrong last dim
+    else:  # the masks of the last call again, on other data, called directly
+        core.model.rng_calls -= 1
+        core.model.forward(xs=second[0].detach().numpy(), h0=second[1].detach().numpy(),
+                           training=True)
+    got = torch.autograd.grad(hs.sum() + (c * c).sum(), [*first, *core.parameters()])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+
+
 def test_threads_training_through_one_module_get_their_own_gradients(core64):
     """QA: two threads each running forward and backward through one module got wrong
     input gradients (0.064 off, every run): another thread's training forward landed

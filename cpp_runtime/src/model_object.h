@@ -521,6 +521,10 @@ class Model {
   // Training calls so far that succeeded: the next one draws dropout masks from stream
   // calls + 1.
   uint64_t rng_calls() const { return state_.calls; }
+  // Training forwards begun, or refused, so far: which one the saved values (a backward's)
+  // belong to, as the PyTorch bridge tells whether to replay its own (rng_calls, which a
+  // caller may set back and a refused call does not move, cannot say).
+  uint64_t training_forwards() const { return forwards_; }
   void set_rng_calls(py::handle n) {
     uint64_t calls = count_argument(n, "rng_calls");
     Holding guard = hold_lock("set_rng_calls()", Use::CALL);  // a training call may be counting
@@ -727,6 +731,7 @@ class Model {
       }
       trained_ = nullptr;
       stale_forward_ = false;
+      ++forwards_;
     } catch (...) {
     }
   }
@@ -798,6 +803,7 @@ class Model {
     // half written, or in memory it grew into): no backward until one succeeds
     trained_ = nullptr;
     stale_forward_ = false;
+    ++forwards_;
     run(v.train, call);
     state_.calls = number;
     trained_ = &v;
@@ -945,6 +951,7 @@ class Model {
   bool pending_ = false;  // forward_backward's gradients not applied yet
   const Variant<T>* trained_ = nullptr;
   bool stale_forward_ = false;  // the parameters changed since the last training forward
+  uint64_t forwards_ = 0;  // training forwards begun or refused (training_forwards())
   std::vector<py::object> trained_inputs_;  // what the last forward(training=True) read
   // A device model's copies of host arguments, by position: a training forward's inputs
   // (which its backward reads later), an inference's, and a vjp backward's cotangents.
