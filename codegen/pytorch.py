@@ -20,6 +20,8 @@ importing this module raises an ImportError saying how to install it.
 """
 from __future__ import annotations
 
+import functools
+import operator
 import threading
 import weakref
 from collections import namedtuple
@@ -118,6 +120,12 @@ class CompiledModule(torch.nn.Module):
         trainable = self.model.gradient_layout
         self._trainable = [name for name in weights if name in trainable]
         for name, array in weights.items():
+            if name not in self._parameters and name not in self._buffers \
+                    and hasattr(self, name):  # torch's KeyError "attribute ... exists"
+                raise ValueError(f"model {type(self.model).__name__}'s parameter `{name}` is "
+                                 "named as an attribute of torch.nn.Module, so as_module "
+                                 "cannot make it one of the module's: rename it, or declare "
+                                 "it in a scope (its name then holds a `/`)")
             tensor = _tensor(array)
             self._native[name] = (tensor.data_ptr(), tuple(tensor.shape))
             if name not in trainable:
@@ -127,12 +135,11 @@ class CompiledModule(torch.nn.Module):
             self.register_parameter(name, _parameter(tensor, old is None or old.requires_grad))
 
     def _output_tuple(self) -> type:
-        return namedtuple(f"{type(self.model).__name__}Outputs", self.output_names,
-                          rename=True)
+        return _output_class(type(self.model).__name__, tuple(self.output_names))
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        del state["_outputs"]  # a class made here, which pickle could not find by name
+        del state["_outputs"]  # a class made here, remade by __setstate__
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -181,6 +188,28 @@ class CompiledModule(torch.nn.Module):
                 raise RuntimeError(f"parameter '{name}' no longer shares memory with the "
                                    "compiled model (moved, converted or replaced); the "
                                    "module's parameters must stay where as_module put them")
+
+
+@functools.lru_cache(maxsize=None)
+def _output_class(model: str, names: tuple[str, ...]) -> type:
+    """The named tuple of a model's float outputs, one field per output as declared: a
+    namedtuple, but an output whose name starts with `_` (namedtuple renamed `_h` to `_0`)
+    is read by its own name too, and pickle (torch.save) remakes it through _outputs
+    (it could not find a class made here by name)."""
+    base = namedtuple(f"{model}Outputs", names, rename=True)
+    body: dict[str, Any] = {
+        "__slots__": (), "_fields": names,
+        "__reduce__": lambda self: (_outputs, (model, names, tuple(self))),
+        "__repr__": lambda self: f"{model}Outputs(" + ", ".join(
+            f"{k}={v!r}" for k, v in zip(names, self)) + ")"}
+    body.update({k: property(operator.itemgetter(i), doc=f"output {k}")
+                 for i, k in enumerate(names) if k != base._fields[i]})
+    return type(f"{model}Outputs", (base,), body)
+
+
+def _outputs(model: str, names: tuple[str, ...], values: tuple) -> tuple:
+    """A model's outputs tuple, as pickle remakes it."""
+    return _output_class(model, names)(*values)
 
 
 class _Call(torch.autograd.Function):

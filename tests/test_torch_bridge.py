@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import io
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -471,6 +472,44 @@ BAD = [
 def test_bad_uses_raise(core64, call, error, message):
     with pytest.raises(error, match=re.escape(message)):
         call(as_module(core64.Core(seed=0)))
+
+
+NAMES = """
+model Under(H = 3) {
+  input x : f32[B, H]
+  param scale : f32[H] = ones
+  output _h = x * scale
+  output y2 = x
+}
+model Named(H = 3) {
+  input x : f32[B, H]
+  param training : f32[H] = ones
+  output y = x * training
+}
+"""
+
+
+def test_outputs_keep_their_names_and_pickle_and_a_clashing_parameter_is_named(
+        tmp_path_factory):
+    """QA: an output named `_h` became the field `_0` of the outputs' namedtuple (out._h
+    an AttributeError); the tuple could not be pickled (torch.save of a call's outputs:
+    "Can't pickle <class 'codegen.pytorch.CoreOutputs'>"); a parameter named as an
+    attribute of nn.Module (`training`) failed in torch's register_parameter with
+    "attribute 'training' already exists"."""
+    module, _ = compiled(tmp_path_factory, NAMES, "f64")
+    x = torch.ones(2, 3, dtype=torch.float64)
+    out = as_module(module.Under(seed=0))(x)
+    assert out._fields == ("_h", "y2") and torch.equal(out._h, out[0])
+    assert repr(out).startswith("UnderOutputs(_h=tensor(")
+    again = pickle.loads(pickle.dumps(out))
+    assert type(again) is type(out) and torch.equal(again._h, out._h)
+    buffer = io.BytesIO()
+    torch.save(out, buffer)
+    buffer.seek(0)
+    assert torch.equal(torch.load(buffer, weights_only=False).y2, x)
+    with pytest.raises(ValueError, match=re.escape(
+            "model Named's parameter `training` is named as an attribute of torch.nn.Module")):
+        as_module(module.Named(seed=0))
 
 
 def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
