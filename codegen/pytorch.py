@@ -62,6 +62,22 @@ def _lock(model: Any) -> threading.Lock:
         return lock
 
 
+# A copied module's copied nn.Parameter (by id, with a weak reference to it: tensors
+# compare element by element): the model of the first module copied with it
+# (CompiledModule._tie_again).
+_COPIED: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+def _copied_by(copied: torch.Tensor) -> Any:
+    entry = _COPIED.get(id(copied))
+    return entry[1] if entry is not None and entry[0]() is copied else None
+
+
+def _note_copied(copied: torch.Tensor, model: Any) -> None:
+    if _copied_by(copied) is None:
+        key = id(copied)
+        _COPIED[key] = (weakref.ref(copied, lambda _: _COPIED.pop(key, None)), model)
+
 # The nn.Parameter over each piece of native memory that one lives over: models sharing
 # parameters (`params=`), or one model wrapped twice, get the same Parameter, so a torch
 # optimizer steps it once (two Parameters over one memory were stepped twice) and an
@@ -116,7 +132,7 @@ class CompiledModule(torch.nn.Module):
         give way, handing on `requires_grad` (their `.grad` is gone, as torch's copies'
         is)."""
         self._native: dict[str, tuple[int, tuple[int, ...]]] = {}
-        weights = self.model.device_params if self._on_device else self.model.params
+        weights = _weights(self.model)
         trainable = self.model.gradient_layout
         self._trainable = [name for name in weights if name in trainable]
         for name, array in weights.items():
@@ -147,7 +163,32 @@ class CompiledModule(torch.nn.Module):
         the tensors apart; the module's weights are then made its model's memory again."""
         super().__setstate__(state)
         self._outputs = self._output_tuple()
+        self._tie_again()
         self._bind_weights()
+
+    def _tie_again(self) -> None:
+        """Copies of modules whose models share parameters (`params=`) share them again:
+        copy.deepcopy and pickle copy a shared nn.Parameter once (their memo), but each
+        model apart, with parameters of its own (a copy of a model is one of its own):
+        the copied net's tied weights were untied, silently. The first module copied
+        notes its model under the copied Parameters; a module whose copied Parameter
+        another model took is rebuilt on that model's parameters (`params=`) with the
+        rest of its state."""
+        owner = None
+        for name, copied in self._parameters.items():
+            other = _copied_by(copied) if copied is not None else None
+            if other is not None and other is not self.model \
+                    and _tensor(_weights(other)[name]).data_ptr() \
+                    != _tensor(_weights(self.model)[name]).data_ptr():
+                owner = other
+                break
+        if owner is not None:
+            cls, args, state = self.model.__reduce__()
+            self.model = cls(*args, params=owner)
+            self.model.__setstate__(state)
+        for copied in self._parameters.values():
+            if copied is not None:
+                _note_copied(copied, self.model)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         given = self._bind(args, kwargs)
@@ -275,6 +316,12 @@ def _replay(model: Any, ctx) -> None:
     finally:
         model.rng_calls = latest
     ctx.saved = model._training_forwards
+
+
+def _weights(model: Any) -> dict:
+    """A model's weights where they live: views of them (a cuda model's in the GPU's
+    memory)."""
+    return model.params if model.device == "cpu" else model.device_params
 
 
 def _tensor(array: Any) -> torch.Tensor:

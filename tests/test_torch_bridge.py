@@ -241,6 +241,40 @@ def test_a_copied_module_trains_its_own_models_memory(tmp_path_factory, monkeypa
     assert not np.array_equal(twin.core.model.params["lstm/W"], kept)
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("way", ["deepcopy", "torch.save"])
+def test_a_copied_net_keeps_its_cores_tied(tmp_path_factory, monkeypatch, target, way):
+    """QA: a copy (deepcopy, torch.save and torch.load; AveragedModel deep-copies) of a
+    net of two cores sharing parameters (`params=`) had them untied, 6 parameters for 3,
+    and trained apart from the original from its second step. The copies share again."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "deferred")
+    module, _ = compiled(tmp_path_factory, CORE, "f64", target=target)
+    a = module.Core(seed=0)
+    net = torch.nn.ModuleList([as_module(a), as_module(module.Core(seed=1, params=a))])
+    if way == "deepcopy":
+        twin = copy.deepcopy(net)
+    else:
+        buffer = io.BytesIO()
+        torch.save(net, buffer)
+        buffer.seek(0)
+        twin = torch.load(buffer, weights_only=False)
+    assert len(list(twin.parameters())) == len(list(net.parameters())) == 3
+    assert twin[0].model is not a and twin[1].model.rng_calls == net[1].model.rng_calls
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (net, twin)]
+    device = "cuda" if target == "cuda" and ON_GPU else "cpu"
+    for step in range(3):
+        xs, h0 = (v.to(device) for v in inputs(step))
+        losses = []
+        for m, opt in zip((net, twin), opts):
+            hs, c = m[0](xs, h0)
+            loss = m[1](hs.repeat(1, 1, 2)[..., :E], c)[0].pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[0] == losses[1], step
+
+
 def test_integer_inputs_pass_through_and_gradients_are_the_references_vjp(tmp_path_factory):
     module, path = compiled(tmp_path_factory, MASKED, "f64")
     core = as_module(module.Masked(seed=2))
