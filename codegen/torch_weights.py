@@ -53,8 +53,8 @@ class Layer:
 class _Part:
     name: str                                  # the mdl parameter's full name
     read: Callable[[], np.ndarray]
-    write: Callable[[np.ndarray], None]
-    tensors: tuple[torch.Tensor, ...]          # what `write` changes
+    split: Callable[[np.ndarray], tuple[np.ndarray, ...]]  # the values of each of `tensors`
+    tensors: tuple[torch.Tensor, ...]          # what a write changes
     transposed: bool = False                   # read as tensors[0].T (x @ W, not x @ W.T)
 
 
@@ -87,18 +87,26 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
                              f"weight wants {list(want)}{torch_shape}")
     for p in parts:
         _fits(p, values[p.name])
+    _write(parts, values)
+
+
+def _write(parts: list[_Part], values: dict[str, np.ndarray]) -> None:
+    """Each part's values into its tensors, a tensor at a time: when torch refuses one,
+    every tensor written before it is put back (an LSTM's bias is two tensors, and a
+    bias_hh refusing left its bias_ih written)."""
+    writes = [(p, t, a) for p in parts for t, a in zip(p.tensors, p.split(values[p.name]))]
     written: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tensor, its values before)
     with torch.no_grad():
-        for p in parts:
-            before = [(t, t.detach().clone()) for t in p.tensors]
-            try:
-                p.write(values[p.name])
+        for p, t, a in writes:
+            before = t.detach().clone()
+            try:  # a cuda model's params are read-only copies, which torch.as_tensor warns of
+                t.copy_(torch.as_tensor(a if a.flags.writeable else a.copy(), dtype=t.dtype))
             except RuntimeError as exc:  # torch's: the tensor refuses in-place writes
-                for t, saved in reversed(written):  # put back, the last written first
-                    t.copy_(saved)
+                for changed, saved in reversed(written):  # put back, the last written first
+                    changed.copy_(saved)
                 raise RuntimeError(f"parameter {p.name}: its torch tensor cannot be "
                                    f"written ({exc}); no module was changed") from None
-            written += before
+            written.append((t, before))
 
 
 def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
@@ -159,17 +167,9 @@ def _array(t: torch.Tensor) -> np.ndarray:
     return host_values(t).copy()
 
 
-def _setter(t: torch.Tensor, transposed: bool = False) -> Callable[[np.ndarray], None]:
-    def write(a: np.ndarray) -> None:
-        a = a.T if transposed else a
-        # a cuda model's params are read-only copies, which torch.as_tensor warns of
-        t.copy_(torch.as_tensor(a if a.flags.writeable else a.copy(), dtype=t.dtype))
-    return write
-
-
 def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
-    return _Part(name, lambda: _array(t.T if transposed else t), _setter(t, transposed), (t,),
-                 transposed)
+    return _Part(name, lambda: _array(t.T if transposed else t),
+                 lambda a: (a.T if transposed else a,), (t,), transposed)
 
 
 def _need_bias(module: torch.nn.Module, what: str) -> None:
@@ -225,12 +225,8 @@ def _cell(scope: str, value: Any) -> list[_Part]:
     if kind == "gru":
         return weights + [_tensor_part(f"{scope}/bW", t["bias_ih"]),
                           _tensor_part(f"{scope}/bU", t["bias_hh"])]
-
-    def write(a: np.ndarray) -> None:
-        _setter(t["bias_ih"])(a)
-        t["bias_hh"].zero_()
-    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]), write,
-                            (t["bias_ih"], t["bias_hh"]))]
+    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]),
+                            lambda a: (a, np.zeros_like(a)), (t["bias_ih"], t["bias_hh"]))]
 
 
 def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:

@@ -268,3 +268,18 @@ def test_a_tensor_that_cannot_be_written_leaves_every_module_as_it_was():
         params_to_torch({"x": np.array([1.7, -2.9, 3.5])}, {"x": ints})
     params_to_torch({"x": np.array([1.0, -2.0, 3.0])}, {"x": ints})  # whole numbers fit
     assert ints.tolist() == [1, -2, 3]
+
+
+def test_a_refused_lstm_bias_puts_back_the_bias_ih_written_before_it():
+    """QA: std's one LSTM bias is written as bias_ih, then bias_hh zeroed; when bias_hh
+    refused, bias_ih kept the new values though the error said no module was changed."""
+    torch.manual_seed(5)
+    cell = torch.nn.LSTMCell(3, 2)
+    with torch.inference_mode():  # a frozen bias_hh, which torch will not write
+        cell.bias_hh = torch.nn.Parameter(torch.zeros(8), requires_grad=False)
+    before = {name: t.detach().clone() for name, t in cell.named_parameters()}
+    values = {"lstm/W": np.zeros((3, 8)), "lstm/U": np.zeros((2, 8)), "lstm/b": np.ones(8)}
+    with pytest.raises(RuntimeError, match="parameter lstm/b: .*no module was changed"):
+        params_to_torch(values, {"lstm": cell})
+    for name, t in cell.named_parameters():
+        assert torch.equal(t, before[name]), name
