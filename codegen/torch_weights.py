@@ -133,12 +133,28 @@ def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
 
 
 def _fits(part: _Part, values: np.ndarray) -> None:
-    """Values an integer tensor would truncate (1.7 written as 1) are refused first."""
-    for t in part.tensors:
-        if (not (t.dtype.is_floating_point or t.dtype.is_complex)
-                and values.dtype.kind == "f" and not np.all(np.mod(values, 1) == 0)):
+    """Values an integer or bool tensor cannot hold are refused first: torch truncated
+    fractions (1.7 written as 1) and wrapped values past the range (300 into int8 as 44,
+    2 into bool as True)."""
+    for t, a in zip(part.tensors, part.split(values)):
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            continue
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise ValueError(f"parameter {part.name} holds NaN or infinity, and its torch "
+                             f"tensor is {t.dtype}, which holds neither")
+        if a.dtype.kind == "f" and not np.all(np.mod(a, 1) == 0):
             raise ValueError(f"parameter {part.name} holds fractions, and its torch tensor "
                              f"is {t.dtype}: it would be truncated")
+        low, high = (0, 1) if t.dtype == torch.bool else (torch.iinfo(t.dtype).min,
+                                                          torch.iinfo(t.dtype).max)
+        # `high + 1`: in float64 int64's high rounds up to 2**63, which int64 has not
+        outside = (a < low) | (a >= high + 1)
+        if np.any(outside):
+            holds, becomes = (("only 0 and 1", "be True") if t.dtype == torch.bool else
+                              (f"{low} to {high}", "wrap around"))
+            raise ValueError(f"parameter {part.name} holds {a[outside].flat[0]}, and its "
+                             f"torch tensor is {t.dtype}, which holds {holds}: it would "
+                             f"{becomes}")
 
 
 def _names(mapping: Any, what: str, takes: str) -> None:

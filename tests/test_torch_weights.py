@@ -283,3 +283,25 @@ def test_a_refused_lstm_bias_puts_back_the_bias_ih_written_before_it():
         params_to_torch(values, {"lstm": cell})
     for name, t in cell.named_parameters():
         assert torch.equal(t, before[name]), name
+
+
+@pytest.mark.parametrize("values, dtype, message", [
+    ([300.0], torch.int8, "holds 300.0, and its torch tensor is torch.int8, which holds "
+                          "-128 to 127: it would wrap around"),
+    ([-1], torch.uint8, "holds -1, and its torch tensor is torch.uint8, which holds 0 to 255"),
+    ([2.0 ** 63], torch.int64, "holds 9.223372036854776e\\+18, .* torch.int64"),
+    ([1.0, 2.0], torch.bool, "holds 2.0, and its torch tensor is torch.bool, which holds "
+                             "only 0 and 1: it would be True"),
+    ([1.0, np.nan], torch.int64, "holds NaN or infinity, and its torch tensor is "
+                                 "torch.int64, which holds neither"),
+    ([-np.inf], torch.int32, "holds NaN or infinity")])
+def test_values_an_integer_tensor_cannot_hold_are_refused(values, dtype, message):
+    """QA: 300.0 written into an int8 tensor became 44 and 2.0 into a bool one True,
+    silently; NaN and infinity were refused as "fractions"."""
+    target = torch.zeros(len(values), dtype=dtype)
+    with pytest.raises(ValueError, match=f"parameter x {message}"):
+        params_to_torch({"x": np.array(values)}, {"x": target})
+    assert not target.any()
+    edges = torch.zeros(2, dtype=torch.int8)
+    params_to_torch({"x": np.array([-128.0, 127.0])}, {"x": edges})   # its range fits
+    assert edges.tolist() == [-128, 127]
