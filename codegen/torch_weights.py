@@ -22,6 +22,9 @@ from .ir.weights import host_values
 
 try:
     import torch
+    from torch.nn.utils import parametrize, prune
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
 except ImportError:  # pragma: no cover - depends on the environment
     raise ImportError("codegen.torch_weights reads and writes PyTorch modules: install "
                       "PyTorch (pip install 'mdl[torch]', or torch==2.13.0)") from None
@@ -56,6 +59,7 @@ class _Part:
     split: Callable[[np.ndarray], tuple[np.ndarray, ...]]  # the values of each of `tensors`
     tensors: tuple[torch.Tensor, ...]          # what a write changes
     transposed: bool = False                   # read as tensors[0].T (x @ W, not x @ W.T)
+    computed: str = ""                         # why a write is refused: torch computes it
 
 
 def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -67,9 +71,10 @@ def params_from_torch(mapping: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     """Copy mdl parameters (`model.params`, or a checkpoint's arrays) into the modules of
-    `mapping`, as `params_from_torch` names them. Every name and shape is checked before
-    any module changes; a tensor that cannot be written (one made in inference mode, an
-    expanded one) leaves every module as it was."""
+    `mapping`, as `params_from_torch` names them. Every name, shape and value is checked,
+    and a tensor torch computes from others (under a parametrization, weight_norm or
+    pruning) refused, before any module changes; a tensor that cannot be written (one made
+    in inference mode, an expanded one) leaves every module as it was."""
     _names(params, "params", "{full name: array}, as model.params")
     _names(mapping, "mapping", "{mdl scope or name: torch module or tensor}")
     parts = _all_parts(mapping)
@@ -86,6 +91,8 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
             raise ValueError(f"parameter {p.name} is {list(got)}, its torch module's "
                              f"weight wants {list(want)}{torch_shape}")
     for p in parts:
+        if p.computed:
+            raise ValueError(f"parameter {p.name}: {p.computed}")
         _fits(p, values[p.name])
     _write(parts, values)
 
@@ -183,9 +190,48 @@ def _array(t: torch.Tensor) -> np.ndarray:
     return host_values(t).copy()
 
 
-def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False) -> _Part:
+def _tensor_part(name: str, t: torch.Tensor, transposed: bool = False,
+                 module: torch.nn.Module | None = None, attr: str = "") -> _Part:
     return _Part(name, lambda: _array(t.T if transposed else t),
-                 lambda a: (a.T if transposed else a,), (t,), transposed)
+                 lambda a: (a.T if transposed else a,), (t,), transposed,
+                 _computed(t, module, attr))
+
+
+def _module_part(name: str, module: torch.nn.Module, attr: str,
+                 transposed: bool = False) -> _Part:
+    """The module's tensor `attr`, which the module tells a parametrization or a hook
+    computes (under no_grad, or frozen, the tensor itself does not)."""
+    return _tensor_part(name, getattr(module, attr), transposed, module, attr)
+
+
+# torch's forward pre-hooks that compute a module's tensor from others, anew at each
+# forward: the hook's class, its attribute naming the tensor, what it is, what removes it
+_HOOKS = ((WeightNorm, "name", "weight_norm", "torch.nn.utils.remove_weight_norm"),
+          (SpectralNorm, "name", "spectral_norm", "torch.nn.utils.remove_spectral_norm"),
+          (prune.BasePruningMethod, "_tensor_name", "pruning", "torch.nn.utils.prune.remove"))
+
+
+def _computed(t: torch.Tensor, module: torch.nn.Module | None = None, attr: str = "") -> str:
+    """Why params_to_torch refuses to write `t`, which torch computes from other tensors
+    (a parametrization at each access, weight_norm and pruning at each forward); "" for
+    a tensor that holds its values (a parameter, or a view of one). Written, a computed
+    tensor changed no module, and params_to_torch returned as if it had."""
+    hooks = module._forward_pre_hooks.values() if module is not None else ()
+    found = [(what, remove) for kind, key, what, remove in _HOOKS for hook in hooks
+             if isinstance(hook, kind) and getattr(hook, key) == attr]
+    base = t._base if t._is_view() else t
+    if module is not None and parametrize.is_parametrized(module, attr):
+        how, remove = "a parametrization", "torch.nn.utils.parametrize.remove_parametrizations"
+    elif found:
+        how, remove = found[0]
+    elif base.grad_fn is not None:
+        return (f"torch computes its tensor from others ({base.grad_fn.name()}), so a "
+                "write would not reach them: map a tensor that holds its values (a "
+                "parameter, or a view of one)")
+    else:
+        return ""
+    return (f"torch computes its tensor from others ({how} of {attr!r}), so a write would "
+            f"not reach the module: remove that first, {remove}(module, {attr!r})")
 
 
 def _need_bias(module: torch.nn.Module, what: str) -> None:
@@ -203,17 +249,21 @@ def _linear(scope: str, m: torch.nn.Linear) -> list[_Part]:
                          f"it as a param (`param W : f32[{m.in_features}, {m.out_features}]`, "
                          "`x @ W`) and map that name to the module's `weight.T`, a tensor "
                          "copied as it is (docs/from_pytorch.md)")
-    return [_tensor_part(f"{scope}/W", m.weight, transposed=True),
-            _tensor_part(f"{scope}/b", m.bias)]
+    return [_module_part(f"{scope}/W", m, "weight", transposed=True),
+            _module_part(f"{scope}/b", m, "bias")]
 
 
-def _cell_tensors(value: Any) -> tuple[str, dict[str, torch.Tensor]]:
-    """('lstm' or 'gru', {ih, hh, bias_ih, bias_hh}) of a cell or of one layer."""
+_CELL_WEIGHTS = (("ih", "weight_ih"), ("hh", "weight_hh"), ("bias_ih", "bias_ih"),
+                 ("bias_hh", "bias_hh"))
+
+
+def _cell_weights(value: Any) -> tuple[str, torch.nn.Module, dict[str, str]]:
+    """('lstm' or 'gru', the module, the names of its {ih, hh, bias_ih, bias_hh}) of a
+    cell or of one layer."""
     if isinstance(value, (torch.nn.LSTMCell, torch.nn.GRUCell)):
         kind = "lstm" if isinstance(value, torch.nn.LSTMCell) else "gru"
         _need_bias(value, f"an nn.{type(value).__name__}")
-        return kind, {"ih": value.weight_ih, "hh": value.weight_hh,
-                      "bias_ih": value.bias_ih, "bias_hh": value.bias_hh}
+        return kind, value, dict(_CELL_WEIGHTS)
     layer = value if isinstance(value, Layer) else Layer(value)
     m = layer.module
     kind = "lstm" if isinstance(m, torch.nn.LSTM) else "gru"
@@ -229,20 +279,20 @@ def _cell_tensors(value: Any) -> tuple[str, dict[str, torch.Tensor]]:
                          f"{' in both directions' if m.bidirectional else ''} is several "
                          "std cells: map each one's scope to Layer(module, index, reverse)")
     suffix = f"_l{layer.index}" + ("_reverse" if layer.reverse else "")
-    return kind, {k: getattr(m, f"{w}{suffix}") for k, w in
-                  (("ih", "weight_ih"), ("hh", "weight_hh"), ("bias_ih", "bias_ih"),
-                   ("bias_hh", "bias_hh"))}
+    return kind, m, {k: f"{w}{suffix}" for k, w in _CELL_WEIGHTS}
 
 
 def _cell(scope: str, value: Any) -> list[_Part]:
-    kind, t = _cell_tensors(value)
-    weights = [_tensor_part(f"{scope}/W", t["ih"], transposed=True),
-               _tensor_part(f"{scope}/U", t["hh"], transposed=True)]
+    kind, m, names = _cell_weights(value)
+    weights = [_module_part(f"{scope}/W", m, names["ih"], transposed=True),
+               _module_part(f"{scope}/U", m, names["hh"], transposed=True)]
     if kind == "gru":
-        return weights + [_tensor_part(f"{scope}/bW", t["bias_ih"]),
-                          _tensor_part(f"{scope}/bU", t["bias_hh"])]
-    return weights + [_Part(f"{scope}/b", lambda: _array(t["bias_ih"] + t["bias_hh"]),
-                            lambda a: (a, np.zeros_like(a)), (t["bias_ih"], t["bias_hh"]))]
+        return weights + [_module_part(f"{scope}/bW", m, names["bias_ih"]),
+                          _module_part(f"{scope}/bU", m, names["bias_hh"])]
+    ih, hh = (_module_part(f"{scope}/b", m, names[k]) for k in ("bias_ih", "bias_hh"))
+    return weights + [_Part(f"{scope}/b", lambda: _array(ih.tensors[0] + hh.tensors[0]),
+                            lambda a: (a, np.zeros_like(a)), ih.tensors + hh.tensors,
+                            computed=ih.computed or hh.computed)]
 
 
 def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:
@@ -252,7 +302,7 @@ def _layer_norm(scope: str, m: torch.nn.LayerNorm) -> list[_Part]:
         raise ValueError("an nn.LayerNorm over one dim with weight and bias is std's "
                          f"layer_norm; this one is over {list(m.normalized_shape)}"
                          f"{lacks[len(missing)]}")
-    return [_tensor_part(f"{scope}/gamma", m.weight), _tensor_part(f"{scope}/beta", m.bias)]
+    return [_module_part(f"{scope}/gamma", m, "weight"), _module_part(f"{scope}/beta", m, "bias")]
 
 
 def _parts(key: str, value: Any) -> list[_Part]:
@@ -268,7 +318,7 @@ def _parts(key: str, value: Any) -> list[_Part]:
             raise ValueError(f"{key!r}: an nn.Embedding with max_norm rescales the rows it "
                              "reads (and its weight); mdl's `table[ids]` reads them as "
                              "they are: give one with max_norm=None")
-        return [_tensor_part(key, value.weight)]
+        return [_module_part(key, value, "weight")]
     if isinstance(value, torch.Tensor):
         return [_tensor_part(key, value)]
     raise TypeError(f"{key!r}: no mdl layout for {type(value).__name__} (a Linear, "

@@ -305,3 +305,53 @@ def test_values_an_integer_tensor_cannot_hold_are_refused(values, dtype, message
     edges = torch.zeros(2, dtype=torch.int8)
     params_to_torch({"x": np.array([-128.0, 127.0])}, {"x": edges})   # its range fits
     assert edges.tolist() == [-128, 127]
+
+
+def _computed_linears():
+    """(a Linear whose weight torch computes from others, the words naming it)."""
+    from torch.nn.utils import prune
+    nn_utils = torch.nn.utils
+    with pytest.warns(FutureWarning):  # the old hook is deprecated, and still in use
+        hooked = nn_utils.weight_norm(torch.nn.Linear(4, 3))
+    return [(nn_utils.parametrizations.weight_norm(torch.nn.Linear(4, 3)),
+             r"a parametrization of 'weight'\), so a write would not reach the module: "
+             r"remove that first, torch.nn.utils.parametrize.remove_parametrizations"
+             r"\(module, 'weight'\)"),
+            (nn_utils.parametrizations.spectral_norm(torch.nn.Linear(4, 3))
+             .requires_grad_(False), "a parametrization of 'weight'"),
+            (hooked, r"weight_norm of 'weight'\), .* torch.nn.utils.remove_weight_norm"),
+            (nn_utils.spectral_norm(torch.nn.Linear(4, 3)),
+             "spectral_norm of 'weight'.* torch.nn.utils.remove_spectral_norm"),
+            (prune.l1_unstructured(torch.nn.Linear(4, 3), "weight", amount=0.5),
+             r"pruning of 'weight'\), .* torch.nn.utils.prune.remove\(module, 'weight'\)")]
+
+
+def test_a_tensor_torch_computes_is_refused_before_any_module_changes():
+    """QA: into a weight_norm'ed, spectral_norm'ed or pruned module, and into the doc's own
+    `bias_ih_l0 + bias_hh_l0` of an nn.RNN, params_to_torch returned normally and wrote
+    nothing: torch computes such a tensor from others, anew at each access or forward."""
+    torch.manual_seed(6)
+    plain = torch.nn.Linear(4, 3)
+    before = plain.weight.detach().clone()
+    values = {"a/W": np.ones((4, 3)), "a/b": np.ones(3), "c/W": np.ones((4, 3)),
+              "c/b": np.ones(3)}
+    for computed, words in _computed_linears():
+        for grad in (True, False):  # a computed weight under no_grad has no grad_fn
+            with torch.set_grad_enabled(grad), pytest.raises(
+                    ValueError, match=f"parameter c/W: torch computes its tensor from "
+                                      f"others \\({words}"):
+                params_to_torch(values, {"a": plain, "c": computed})
+            assert torch.equal(plain.weight, before)
+    rnn = torch.nn.RNN(4, 3)
+    with pytest.raises(ValueError, match=r"parameter b: torch computes its tensor from "
+                                         r"others \(AddBackward0\), so a write would not "
+                                         r"reach them: map a tensor that holds its values"):
+        params_to_torch({"b": np.ones(3)}, {"b": rnn.bias_ih_l0 + rnn.bias_hh_l0})
+    # a view of a parameter is written through, and so is a module once its
+    # parametrization is removed
+    params_to_torch({"W": np.ones((4, 3))}, {"W": plain.weight.T})
+    assert plain.weight.sum().item() == 12.0
+    computed = _computed_linears()[0][0]
+    torch.nn.utils.parametrize.remove_parametrizations(computed, "weight")
+    params_to_torch(values, {"c": computed})
+    assert computed.weight.sum().item() == 12.0
