@@ -135,6 +135,7 @@ class CompiledModule(torch.nn.Module):
         weights = _weights(self.model)
         trainable = self.model.gradient_layout
         self._trainable = [name for name in weights if name in trainable]
+        self._penalties = self.model._regularizers
         for name, array in weights.items():
             if name not in self._parameters and name not in self._buffers \
                     and hasattr(self, name):  # torch's KeyError "attribute ... exists"
@@ -218,6 +219,18 @@ class CompiledModule(torch.nn.Module):
             given[name] = value
         return given
 
+    def _regularized(self, name: str, grad: torch.Tensor) -> torch.Tensor:
+        """The gradient of parameter `name` with its scope's regularizer added, as mdl's
+        own optimizer adds it at every update (`l2(x)`: x * w, `l1(x)`: x * sign(w)), so
+        that a torch optimizer sees it too: once per backward, as a penalty in the loss
+        would be."""
+        strength = self._penalties.get(name)
+        if strength is None:
+            return grad
+        l1, l2 = strength
+        weight = self.get_parameter(name).detach()
+        return grad + l2 * weight + l1 * torch.sign(weight)
+
     def _check_shared(self) -> None:
         """Each parameter still is the model's memory: .to(), .double() or assigning
         `.data` give a tensor the native code would never see."""
@@ -297,7 +310,7 @@ class _Call(torch.autograd.Function):
             grads = model.backward(**given)
         n = len(bridge._trainable)
         wanted = ctx.needs_input_grad[3:]
-        params = [_tensor(grads[k]) if w else None
+        params = [bridge._regularized(k, _tensor(grads[k])) if w else None
                   for k, w in zip(bridge._trainable, wanted[:n])]
         inputs = [_tensor(grads[f"input:{k}"]) if w and f"input:{k}" in grads
                   else None for k, w in zip(ctx.names, wanted[n:])]

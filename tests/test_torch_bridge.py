@@ -546,6 +546,41 @@ def test_outputs_keep_their_names_and_pickle_and_a_clashing_parameter_is_named(
         as_module(module.Named(seed=0))
 
 
+REGULARIZED = """
+model Reg() {
+  input x : f32[B, 4]
+  input y : f32[B]
+  scope enc (regularizer = l2(0.5)) { param W : f32[4, 3] = uniform(-1, 1) }
+  scope out (regularizer = l1(0.2)) { param v : f32[3] = uniform(-1, 1) }
+  param b : f32[3] = uniform(-1, 1)
+  output loss = mse(sum(tanh(x @ enc.W + b) * out.v, axis = 1), y)
+  minimize loss
+}
+"""
+
+
+def test_scope_regularizers_act_in_a_torch_optimizer_s_steps(tmp_path_factory):
+    """QA: a scope's `regularizer = l2(x)` / `l1(x)` acted in mdl's own optimizer only:
+    trained through as_module by torch.optim, the parameters moved as if there were none
+    (0.049 off mdl's own step). The bridge adds each penalty to the gradient it hands on,
+    so torch's SGD and Adam take mdl's own steps."""
+    native = compiled(tmp_path_factory, REGULARIZED, "f64", vjp=False)[0].Reg(seed=0)
+    bridged = as_module(compiled(tmp_path_factory, REGULARIZED, "f64")[0].Reg(seed=0))
+    assert bridged.model._regularizers == {"enc/W": (0.0, 0.5), "out/v": (0.2, 0.0)}
+    native.set_optimizer("adam", lr=0.05)
+    opt = torch.optim.Adam(bridged.parameters(), lr=0.05)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x, y = rng.standard_normal((8, 4)), rng.standard_normal(8)
+        native.train_step(x=x, y=y)
+        opt.zero_grad()
+        bridged(x=torch.tensor(x), y=torch.tensor(y)).backward()
+        opt.step()
+    for name, value in native.params.items():
+        np.testing.assert_allclose(bridged.model.params[name], value, rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
+
+
 def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
     module, _ = compiled(tmp_path_factory, CORE.replace("output last_c = c", "output last_c = c\n"
                                                         "  output loss = sum(hs)\n  minimize loss"),

@@ -440,6 +440,18 @@ class Model {
     return out;
   }
 
+  // The scope regularizers of the trainable parameters that have one: {name: (l1, l2)},
+  // each penalty's strength (the PyTorch bridge adds them to the gradients it hands on).
+  py::dict regularizers() const {
+    py::dict out;
+    for (int i = 0; i < spec_->n_params; ++i) {
+      const ParamSpec& p = spec_->params[i];
+      if (p.grad >= 0 && (p.l1 != 0 || p.l2 != 0))
+        out[py::str(p.name)] = py::make_tuple(p.l1, p.l2);
+    }
+    return out;
+  }
+
   // The optimizer's update from the flat buffer, as train_step would make it.
   void apply_gradients() {
     Holding guard(sharing_->lock);
