@@ -166,6 +166,7 @@ def test_params_refuses_changes_of_its_own(tmp_path, target):
     m = built_for(path, target, name=f"params_dict_{target}").Small(seed=0)
     params = m.params
     assert isinstance(params, dict) and list(params) == ["w"]
+    assert ", 1 parameter (3 numbers), seed 0" in repr(m)  # QA: "1 parameters"
     how = "write into one" if target == "cpu" else "read-only copies"
     for change in (lambda: params.__setitem__("w", np.ones(3, np.float32)),
                    lambda: params.update(w=np.ones(3, np.float32)), lambda: params.pop("w"),

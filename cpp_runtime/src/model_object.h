@@ -521,7 +521,9 @@ class Model {
     for (int at = int(count.size()) - 3; at > 0; at -= 3) count.insert(size_t(at), ",");
     std::string out = "<" + module + "." + spec_->name + ": " + spec_->device->name + ", " +
                       spec_->dtype.name + ", " + std::to_string(spec_->n_params) +
-                      " parameters (" + count + " numbers), seed " + std::to_string(state_.seed);
+                      (spec_->n_params == 1 ? " parameter (" : " parameters (") + count +
+                      (spec_->param_count == 1 ? " number), seed " : " numbers), seed ") +
+                      std::to_string(state_.seed);
     const OptimizerConfig& c = opt_.config;
     if (c.kind == OptimizerConfig::NONE) return out + ", no optimizer>";
     std::ostringstream lr;
