@@ -272,6 +272,7 @@ def test_non_contiguous_and_dlpack_inputs(towers):
 @pytest.mark.parametrize("change, error, message", [
     (lambda x: x.pop("a1"), TypeError, "missing input 'a1'"),
     (lambda x: x.update(zz=x["a1"]), TypeError, "unknown input 'zz'"),
+    (lambda x: x.update({"\ud800": x["a1"]}), TypeError, "unknown input '\\ud800'"),
     (lambda x: x.update(a2=x["a2"].astype(np.float64)), ValueError,
      "input 'a2': expected f32[8, 20], got float64[8, 20] (wrong dtype)"),
     (lambda x: x.update(a3=x["a3"][0]), ValueError, "input 'a3': expected f32[8, 20], got "

@@ -119,6 +119,13 @@ def test_the_learning_rate_can_change_between_steps(module):
                "below 2.2e-308 to zero")),
     (lambda m: (m.set_optimizer("sgd", lr=1), setattr(m, "lr", float("inf"))), ValueError,
      "lr must be finite, got inf"),
+    # QA: a name with no UTF-8 (a lone surrogate) was pybind11's "Unable to cast" and a
+    # UnicodeEncodeError; as ascii() writes it now
+    (lambda m: m.set_optimizer("\ud800", lr=1), ValueError,
+     re.escape("unknown optimizer '\\ud800' (optimizers are sgd, adam)")),
+    (lambda m: m.set_optimizer("sgd", lr=1, **{"\ud800": 1}), TypeError,
+     re.escape("got an unknown option '\\ud800'")),
+    (lambda m: m.set_params({"\ud800": 1}), KeyError, re.escape("no parameter '\\\\ud800'")),
 ])
 def test_bad_optimizer_calls_raise(module, call, error, message):
     with pytest.raises(error, match=message):

@@ -128,6 +128,19 @@ inline PyObject* lookup(const py::dict& kwargs, const py::object& name) {
   return got;
 }
 
+// A str (a keyword's name, a dict's key) as a message's text: its UTF-8, or where it has
+// none (a lone surrogate, "\ud800") as ascii() writes it, without the quotes: the plain
+// cast raised UnicodeEncodeError, and pybind11's "Unable to cast" for a name argument.
+inline std::string text_of(py::handle s) {
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_Check(s.ptr()) ? PyUnicode_AsUTF8AndSize(s.ptr(), &size) : nullptr;
+  if (utf8) return std::string(utf8, std::size_t(size));
+  PyErr_Clear();
+  std::string shown = py::str(py::module_::import("builtins").attr("ascii")(s));
+  return shown.size() >= 2 && PyUnicode_Check(s.ptr()) ? shown.substr(1, shown.size() - 2)
+                                                       : shown;
+}
+
 // The name of v's type, as a message says what it got. (`py::type::handle_of`, not
 // `handle::get_type()`, which pybind11 3 deprecates.)
 inline std::string type_name(py::handle v) {

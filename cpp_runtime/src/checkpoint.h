@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "arguments.h"
 #include "mdl/device.h"
 #include "mdl/model.h"
 #include "mdl/optimizer.h"
@@ -171,7 +172,7 @@ Checkpoint<T> check_checkpoint(const ModelSpec<T>& spec, const py::dict& arrays,
   const bool trains = spec.variants[0].train && spec.n_cotangents == 0;
   if (!trains && out.config.kind != OptimizerConfig::NONE) {
     for (auto item : arrays) {
-      std::string key = py::str(item.first);
+      std::string key = text_of(item.first);
       if (key.rfind("optimizer/", 0) == 0) expected.push_back(key);
     }
     out.config.kind = OptimizerConfig::NONE;
@@ -206,7 +207,7 @@ Checkpoint<T> check_checkpoint(const ModelSpec<T>& spec, const py::dict& arrays,
   out.seed = py::cast<uint64_t>(scalar("rng/seed", U64));
   out.calls = py::cast<uint64_t>(scalar("rng/calls", U64));
   for (auto item : arrays) {
-    std::string key = py::str(item.first);
+    std::string key = text_of(item.first);
     bool known = false;
     for (const std::string& e : expected) known |= e == key;
     if (!known)

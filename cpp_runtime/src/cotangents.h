@@ -54,7 +54,7 @@ class Cotangents {
     }
     std::string names = list();
     for (auto item : kwargs) {
-      std::string key = py::str(item.first);
+      std::string key = text_of(item.first);
       bool known = false;
       for (int k : outputs_) known |= spec_->outputs[k].name == key;
       if (!known) throw py::type_error("unknown cotangent '" + key + "' (" + names + ")");

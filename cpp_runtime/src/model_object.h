@@ -488,7 +488,7 @@ class Model {
       throw py::type_error("set_optimizer(name): name must be \"sgd\" or \"adam\", got " +
                            type_name(name));
     need_training("set_optimizer()");
-    OptimizerConfig c = configure<T>(name.cast<std::string>(), kwargs);
+    OptimizerConfig c = configure<T>(text_of(name), kwargs);
     // the lock is taken without the GIL, as every call takes it: a call holding it may be
     // waiting for the GIL to hand back its results
     Holding guard = hold_lock("set_optimizer()", Use::CALL);
@@ -689,7 +689,7 @@ class Model {
   // `training_flag` allows it), if any.
   void unknown_inputs(const py::kwargs& kwargs, bool training_flag) const {
     for (auto item : kwargs) {
-      std::string key = py::str(item.first);
+      std::string key = text_of(item.first);
       if (training_flag && key == "training") continue;
       bool known = false;
       for (int i = 0; i < spec_->n_inputs; ++i) known |= spec_->inputs[i].name == key;

@@ -29,7 +29,7 @@ OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
   std::string unknown;
   int unknowns = 0;
   for (auto item : kwargs) {
-    std::string key = py::str(item.first), list = std::string(", ") + known + ", ";
+    std::string key = text_of(item.first), list = std::string(", ") + known + ", ";
     if (list.find(", " + key + ", ") == std::string::npos) {
       unknown += (unknowns++ ? ", '" : "'") + key + "'";
     }
@@ -39,7 +39,7 @@ OptimizerConfig configure(const std::string& name, const py::kwargs& kwargs) {
                          (unknowns > 1 ? "unknown options " : "an unknown option ") +
                          unknown + " (options are " + known + ")");
   for (auto item : kwargs) {
-    std::string key = py::str(item.first);
+    std::string key = text_of(item.first);
     py::handle value = item.second;
     std::string what = "set_optimizer(\"" + name + "\"): " + key;
     auto number = [&] { return number_argument(value, what); };

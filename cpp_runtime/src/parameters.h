@@ -147,7 +147,7 @@ class Parameters {
                             "parameters by full name (a str), got the key " +
                             std::string(py::repr(item.first)) + " of type " +
                             type_name(item.first));
-      std::string name = py::str(item.first);
+      std::string name = text_of(item.first);
       int index = -1;
       for (int i = 0; i < spec_->n_params; ++i)
         if (name == spec_->params[i].name) index = i;
