@@ -95,6 +95,17 @@ class DataParallel:
             raise TypeError(f"DataParallel.train_step takes its inputs by name "
                             f"({', '.join(f'{k}=' for k in self.model.inputs)}) and "
                             f"shard_weight= by name, got {len(given)} positional")
+        calls = self.model.rng_calls
+        try:
+            return self._step(shard_weight, inputs)
+        except BaseException:
+            # a step refused counts no call, as the model's own train_step: a rank whose
+            # forward_backward ran had counted it, its stream then one call ahead of the
+            # others' and of a checkpoint's (a resumed run drew other masks)
+            self.model.rng_calls = calls
+            raise
+
+    def _step(self, shard_weight: float | None, inputs: dict) -> dict:
         asked = shard_weight
         if shard_weight is not None:  # inf: not a weight, which every rank refuses below
             shard_weight = _weight(shard_weight)
@@ -116,7 +127,7 @@ class DataParallel:
         dist.all_gather(every, mine)
         every = [row.cpu().numpy() for row in every]
         if any(row[2] for row in every):
-            self._refuse_failed_steps(failed)
+            self._refuse_failures(failed, "run its step")
         bad = [r for r, row in enumerate(every) if np.isinf(row[0])]
         if bad:
             rank = self.rank if self.rank in bad else bad[0]
@@ -137,16 +148,19 @@ class DataParallel:
         self.model.apply_gradients()
         return out
 
-    def _refuse_failed_steps(self, failed: Exception | None) -> None:
-        """A rank's forward and backward raised: it raises that again, the others say
-        which rank failed and why."""
+    def _refuse_failures(self, failed: Exception | None, what: str, after: str = "") -> None:
+        """Where a rank's part raised (`failed` this rank's), every rank raises: that
+        rank its error again, the others saying which rank could not do `what` and why
+        (and `after`); one rank raising alone would leave the others waiting in a
+        collective it never joins. Nothing where every rank's part ran."""
         every: list = [None] * self.world
         dist.all_gather_object(every, None if failed is None
                                else f"{type(failed).__name__}: {failed}")
         if failed is not None:
             raise failed
-        rank = next(r for r, said in enumerate(every) if said is not None)
-        raise RuntimeError(f"rank {rank} could not run its step: {every[rank]}")
+        rank = next((r for r, said in enumerate(every) if said is not None), None)
+        if rank is not None:
+            raise RuntimeError(f"rank {rank} could not {what}: {every[rank]}{after}")
 
     def _refuse_different_optimizers(self) -> None:
         """Every rank must step the same optimizer (name, options, steps so far)."""
@@ -157,17 +171,29 @@ class DataParallel:
                            f"{_optimizer_difference(every[0], every[rank])}")
 
     def save(self, path) -> None:
-        """Rank 0 writes the checkpoint; the others wait until it is complete."""
+        """Rank 0 writes the checkpoint; the others wait until it is complete. A save that
+        fails raises on every rank (a barrier left the others waiting for ever, or until
+        the group's timeout, where rank 0 caught its error and trained on)."""
+        failed = None
         if self.rank == 0:
-            self.model.save(path)
-        dist.barrier()
+            try:
+                self.model.save(path)
+            except Exception as error:
+                failed = error
+        self._refuse_failures(failed, "save the checkpoint")
 
     def load(self, path) -> None:
         """Every rank loads the same checkpoint (so every rank holds the same state, but
-        for its own dropout stream)."""
-        self.model.load(path)
-        self._own_dropout_stream()
-        dist.barrier()
+        for its own dropout stream). A load that fails on a rank raises on every rank."""
+        failed = None
+        try:
+            self.model.load(path)
+            self._own_dropout_stream()
+        except Exception as error:
+            failed = error
+        self._refuse_failures(failed, "load the checkpoint", "; the ranks that loaded it "
+                              "now hold other weights: load one on every rank before "
+                              "training on")
 
 
 def describe(model: Any) -> dict:

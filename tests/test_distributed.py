@@ -106,6 +106,29 @@ WORKER = textwrap.dedent("""
         # rank 1's xs have 2 features, not 3: its call raises, rank 0 must not wait
         tried("bad_input", seq.Seq,
               cut=lambda k, v: v[:, rows, :2] if rank == 1 and k == "xs" else v[:, rows])
+        # a refused step counts no call on a rank whose forward_backward ran (rank 0's
+        # counted it: its dropout stream one call ahead of a checkpoint's and of rank 1's)
+        m = seq.Seq(seed=0)
+        m.set_optimizer("sgd", lr=0.3)
+        dp = DataParallel(m)
+        before = m.rng_calls
+        try:
+            dp.train_step(**{k: v[..., :2] if rank == 1 and k == "xs" else v
+                             for k, v in seq_batch(0).items()})
+        except (RuntimeError, ValueError):
+            said["refused_calls"] = m.rng_calls - before
+        # a save rank 0 cannot make, a load rank 1 cannot: every rank raises (rank 1 waited
+        # in a barrier until the group's timeout, where rank 0 caught its error and trained on)
+        dp.save(f"{out}/good.npz")
+        for case, call in (("bad_save", lambda: dp.save(f"{out}/no/such/folder/c.npz")),
+                           ("bad_load", lambda: dp.load(f"{out}/good.npz" if rank == 0
+                                                        else f"{out}/missing.npz"))):
+            try:
+                call()
+            except Exception as e:
+                said[case] = f"{type(e).__name__}: {e}"
+        dp.train_step(**shard(seq_batch(1), rank, world))
+        said["after"] = "trained on"
         # a mean over rows with lengths, each rank's 2 rows trimmed to its own longest: the
         # shards differ in T alone (2 and 6) and weigh alike (once 2:6, by their steps)
         m = gru_module().GRUClassifier(seed=0)
@@ -392,6 +415,16 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
                                    "rank 0: lr 0.01, rank 0 has lr 0.05")
         assert said["adam_steps"] == ("RuntimeError: rank 1 has a different optimizer than "
                                       "rank 0: steps 0, rank 0 has steps 1")
+        assert said["refused_calls"] == 0 and said["after"] == "trained on"
+        save, load = said["bad_save"], said["bad_load"]
+        assert save.startswith("FileNotFoundError: " if rank == 0 else
+                               "RuntimeError: rank 0 could not save the checkpoint: "
+                               "FileNotFoundError: "), save
+        assert load.startswith("FileNotFoundError: " if rank == 1 else
+                               "RuntimeError: rank 1 could not load the checkpoint: "
+                               "FileNotFoundError: "), load
+        assert rank == 1 or load.endswith("the ranks that loaded it now hold other weights: "
+                                          "load one on every rank before training on"), load
         bad_input = said["bad_input"]
         assert bad_input.startswith("ValueError: " if rank == 1 else
                                     "RuntimeError: rank 1 could not run its step: ValueError: ")
