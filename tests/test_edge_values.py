@@ -192,6 +192,10 @@ model Zeros() {
   output c = clip(x, -1.0, 1.0)
   output run = cumsum(x, axis = 0)
   output back = cumsum(x, axis = 0, reverse = true)
+  output plus = x + 0.0
+  output plus_zeros = zeros[N] + x
+  output minus = x - (-0.0)
+  output kept = (x + (-0.0)) + (x - 0.0)
   output loss = sum(abs(x) * g)
   minimize loss
 }
@@ -596,7 +600,8 @@ def test_a_power_of_one_half(module, n):
 
 @pytest.mark.parametrize("n", [4, 40])
 def test_the_sign_of_a_zero_is_pytorchs(module, n):
-    """relu(-0.0) is -0.0, a running sum of -0.0s is 0.0 and abs's gradient at -0.0 is
+    """relu(-0.0) is -0.0, -0.0 + 0.0 is 0.0, a running sum of -0.0s is 0.0 and abs's
+    gradient at -0.0 is
     0.0, as in PyTorch, and a tie of maximum or minimum is its first operand, on every
     target and in the reference, in loops GCC vectorizes (40 elements) and in ones it
     does not (4): the reference gave relu(-0.0) 0.0 and maximum(-0.0, 0.0) 0.0, and the
@@ -607,8 +612,11 @@ def test_the_sign_of_a_zero_is_pytorchs(module, n):
     inputs = {"x": x, "y": y, "g": np.ones(n)}
     got = matches_the_reference(module, "Zeros", **inputs)
     negative = np.resize([True, False, True, False], n)
+    # QA: x + 0.0, zeros + x and x - -0.0 were folded to x, -0.0 where IEEE gives 0.0
+    # (and 1.0 / (x + 0.0) -inf for +inf); x + -0.0 and x - 0.0 are x
     wants = {"r": negative, "c": negative, "up": negative, "down": negative,
-             "run": np.zeros(n, bool), "back": np.zeros(n, bool)}
+             "run": np.zeros(n, bool), "back": np.zeros(n, bool), "plus": np.zeros(n, bool),
+             "plus_zeros": np.zeros(n, bool), "minus": np.zeros(n, bool), "kept": negative}
     graph = check_source(SOURCE, model="Zeros", dtype="f64").graph
     reference = interpreter.run(graph, inputs, {})
     for k, want in wants.items():

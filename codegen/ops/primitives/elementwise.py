@@ -136,6 +136,14 @@ def binary(name: str, allowed: tuple[str, ...], ref, local=None, result: str | N
               onnx=onnx_node(onnx) if isinstance(onnx, str) else onnx, **facts)(rule)
 
 
+def _identity(c, op, negative: bool) -> bool:
+    """Whether the constant `c` (None if none) is a zero that leaves the other operand of
+    `op`'s sum as it is: any zero of integers; of floats the zero of sign `negative`."""
+    if c is None or c != 0:
+        return False
+    return op.outputs[0].type.dtype not in FLOATS or bool(np.signbit(c)) == negative
+
+
 def _keep(op, i: int):
     """The operand i itself, when it already has the result's type."""
     v = op.inputs[i]
@@ -151,14 +159,17 @@ def _zeros_for(b, op):
 
 
 def _simplify_add(b, op, facts):
+    # x + 0 -> x for integers, and for floats of -0.0 only: of a float x = -0.0, x + 0.0
+    # is 0.0 (IEEE, the reference, NumPy), and 1.0 / (x + 0.0) +inf, where the fold gave
+    # -0.0 and -inf
     for i in (0, 1):
-        if facts.const(op.inputs[i]) == 0:
+        if _identity(facts.const(op.inputs[i]), op, negative=True):
             return _keep(op, 1 - i)
     return None
 
 
 def _simplify_sub(b, op, facts):
-    if facts.const(op.inputs[1]) == 0:
+    if _identity(facts.const(op.inputs[1]), op, negative=False):  # x - 0.0, not x - -0.0
         return _keep(op, 0)
     # 0 - x -> -x for integers and -0.0 only: of a float x = 0, 0.0 - x is 0 and -x is -0
     # (std/ctc.mdl's `0.0 - logsumexp(...)` of a row certain to align)

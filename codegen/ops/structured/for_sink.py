@@ -85,8 +85,12 @@ def sink_sums(b: Builder, loop: Op, facts) -> list[Value] | None:
     attrs = {**loop.attrs, "n_state": n_state - len(sums)}
     b.block.ops.append(Op(loop.prim, inputs, kept, attrs, loop.blocks, loop.loc))
     for i, total, where in sums:
-        with b.at(where):
-            outputs[i] = b.add(starts[i], total(b))
+        with b.at(where):  # a zero start (autodiff's, of a gradient) adds nothing but the
+            # sign of a sum of zeros: the sum itself (the general fold keeps x + 0.0, which
+            # is 0.0 where x is -0.0)
+            start = facts.const(starts[i]) if facts is not None else None
+            outputs[i] = total(b) if start is not None and start == 0 \
+                else b.add(starts[i], total(b))
     for k, total in after.items():
         outputs[n_state + k] = total(b)
     return outputs
