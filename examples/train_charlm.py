@@ -7,14 +7,18 @@ sample text through the one-character model `CharLMStep` running on the trained 
     python3 examples/train_charlm.py --resume --steps 2000        # go on from the checkpoint
     torchrun --nproc_per_node=2 examples/train_charlm.py --distributed  # 2 processes
 
-Writes into --out (default runs/charlm): checkpoint.npz, losses.csv, samples.txt, and
-loss.png when matplotlib is installed. The batches of step s come from a generator seeded
-with (seed, s), so a resumed run trains on exactly the batches an unbroken run would.
+Writes into --out (default runs/charlm): checkpoint.npz and losses.csv (every --save-every
+steps, and at the end), samples.txt, and loss.png when matplotlib is installed. Ctrl-C stops
+after the step under way, saves, and prints the command that goes on. The batches of step s
+come from a generator seeded with (seed, s), so a resumed run trains on exactly the batches
+an unbroken run would.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import sys
 import sysconfig
 import time
@@ -134,8 +138,28 @@ def read_losses(path: Path) -> list[tuple[int, float, float]]:
 
 
 def write_losses(path: Path, losses: list[tuple[int, float, float]]) -> None:
-    path.write_text("step,loss,held_out_loss\n" +
+    """Written beside and renamed into place, as save() writes the checkpoint: a run killed
+    while writing leaves the previous file whole."""
+    part = path.with_name(path.name + ".part")
+    part.write_text("step,loss,held_out_loss\n" +
                     "".join(f"{s},{a:.6f},{b:.6f}\n" for s, a, b in losses))
+    part.replace(path)
+
+
+def save(trainer, out: Path, losses: list[tuple[int, float, float]]) -> None:
+    """The losses first: a crash between the two leaves rows past the checkpoint's step,
+    which --resume drops."""
+    if trainer.rank == 0:
+        write_losses(out / "losses.csv", losses)
+    trainer.save(out / "checkpoint.npz")
+
+
+def stop_on_ctrl_c(stop: list):
+    """From here on Ctrl-C asks training to stop after the step under way, noted in `stop`.
+    The handler runs inside the paused call (docs/native.md#ctrl-c) and only notes the
+    request, so the call goes on and the run is saved in one place, never in the middle of
+    another save. Returns the handler it replaces."""
+    return signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
 
 
 def arguments() -> argparse.Namespace:
@@ -153,6 +177,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--chars", type=int, default=2_000_000, help="corpus size limit")
     ap.add_argument("--out", type=Path, default=Path("runs/charlm"))
     ap.add_argument("--resume", action="store_true", help="go on from OUT/checkpoint.npz")
+    ap.add_argument("--save-every", type=int, default=100, metavar="N",
+                    help="save the checkpoint and losses every N steps")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--sample", type=int, default=400, help="characters to generate")
     ap.add_argument("--prime", default="def ", help="text the sample starts from")
@@ -163,6 +189,11 @@ def arguments() -> argparse.Namespace:
     if args.distributed and "RANK" not in os.environ:  # before a build and the corpus
         ap.error("--distributed runs in the processes torchrun starts, which tell it their "
                  "ranks: torchrun --nproc_per_node=2 examples/train_charlm.py --distributed")
+    if args.save_every < 1:
+        ap.error(f"--save-every takes a number of steps, at least 1, not {args.save_every}")
+    if args.resume and not (args.out / "checkpoint.npz").is_file():  # before a build
+        sys.exit(f"--resume: no checkpoint at {args.out / 'checkpoint.npz'} to go on from "
+                 "(leave --resume out to start a run there)")
     return args
 
 
@@ -215,10 +246,20 @@ def main() -> None:
     rows = slice(trainer.rank * share, (trainer.rank + 1) * share)
     losses: list[tuple[int, float, float]] = []
     if args.resume:
-        trainer.load(checkpoint)  # parameters, Adam's moments and its step count
+        try:
+            trainer.load(checkpoint)  # parameters, Adam's moments and its step count
+        except ValueError as unfit:  # not a checkpoint, or another --hidden's
+            sys.exit(f"--resume: {unfit}")
         losses = [row for row in read_losses(log) if row[0] <= model.optimizer["steps"]]
         print(f"resumed from {checkpoint} at step {model.optimizer['steps']}")
     first = model.optimizer["steps"] + 1
+    stop: list = []
+    if not args.distributed:  # ranks would stop at different steps: Ctrl-C stays torchrun's
+        previous = stop_on_ctrl_c(stop)
+    if trainer.rank == 0:
+        print(f"training to step {args.steps}, saving into {args.out} every "
+              f"{args.save_every} steps" + ("" if args.distributed else
+                                            "; Ctrl-C stops and saves"), flush=True)
 
     recent: list[float] = []
     horizon = args.decay_steps or args.steps
@@ -241,15 +282,24 @@ def main() -> None:
             losses.append((step, float(np.mean(recent)), held))
             bar.set_postfix(loss=f"{np.mean(recent):.3f}", chars_per_s=f"{rate:,.0f}")
             recent = []
+        if stop or step % args.save_every == 0 or step == args.steps:
+            save(trainer, args.out, losses)
+        if stop:
+            break
     bar.close()
+    if not args.distributed:
+        signal.signal(signal.SIGINT, previous)  # Ctrl-C while sampling stops it at once
 
-    trainer.save(checkpoint)
+    if stop:
+        again = sys.argv if args.resume else [*sys.argv, "--resume"]
+        print(f"stopped at step {model.optimizer['steps']}: saved {checkpoint}\n"
+              f"to go on: python3 {shlex.join(again)}")
+        sys.exit(130)  # as a shell reports a program Ctrl-C ended
     if args.distributed:
         import torch.distributed as dist
         dist.destroy_process_group()
     if trainer.rank != 0:
         return  # rank 0 reports and samples
-    write_losses(log, losses)
     if losses:
         final = losses[-1]
         print(f"step {final[0]}: loss {final[1]:.3f} on training batches, {final[2]:.3f} on "

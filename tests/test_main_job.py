@@ -5,23 +5,35 @@ exactly where an unbroken run does."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "examples" / "train_charlm.py"
 SMALL = ["--hidden", "16", "--seq", "12", "--batch", "4", "--chars", "40000",
          "--sample", "40", "--decay-steps", "30"]
 
 
 def run(out: Path, *flags: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_charlm.py"), *SMALL,
+    done = subprocess.run([sys.executable, str(JOB), *SMALL,
                            "--out", str(out), *flags],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def assert_same_checkpoint(run_a: Path, run_b: Path) -> None:
+    with np.load(run_a / "checkpoint.npz") as a, np.load(run_b / "checkpoint.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for key in a.files:
+            assert np.array_equal(a[key], b[key]), key
 
 
 def test_the_main_job_trains_saves_and_samples(tmp_path):
@@ -44,19 +56,72 @@ def test_the_main_job_trains_saves_and_samples(tmp_path):
     run(tmp_path / "resumed", "--steps", "15")
     out = run(tmp_path / "resumed", "--steps", "30", "--resume")
     assert "resumed from" in out and "at step 15" in out
-    with np.load(tmp_path / "whole" / "checkpoint.npz") as a, \
-            np.load(tmp_path / "resumed" / "checkpoint.npz") as b:
-        assert sorted(a.files) == sorted(b.files)
-        for key in a.files:
-            assert np.array_equal(a[key], b[key]), key
+    assert_same_checkpoint(tmp_path / "whole", tmp_path / "resumed")
     assert (tmp_path / "resumed" / "samples.txt").read_text() == sample
 
 
 def test_distributed_outside_torchrun_says_how_to_start_it(tmp_path):
     """Once a torch traceback (no RANK) after the build and the corpus."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_charlm.py"),
-                           "--distributed", "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=60, env=env)
+    done = subprocess.run([sys.executable, str(JOB), "--distributed", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "torchrun --nproc_per_node=2 examples/train_charlm.py --distributed" in done.stderr
+
+
+def test_ctrl_c_stops_saves_and_resume_goes_on(tmp_path):
+    """QA: the job saved only after its last step, so Ctrl-C (or a crash) lost the whole run
+    and left runs/ empty. Now a checkpoint is saved every --save-every steps, and Ctrl-C
+    stops after the step under way, saves it whole (the checkpoint of a run told to stop
+    there), exits with 130 and prints the command that goes on."""
+    out = tmp_path / "stopped"
+    job = subprocess.Popen([sys.executable, str(JOB), *SMALL, "--out", str(out),
+                            "--steps", "1000000", "--save-every", "10"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300  # a build, then 10 steps: the handler is in place
+        while not (out / "checkpoint.npz").exists() and job.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with np.load(out / "checkpoint.npz") as periodic:  # saved while it trains
+            assert periodic["optimizer/steps"] % 10 == 0
+        job.send_signal(signal.SIGINT)
+        said, errors = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 130 and "Traceback" not in errors, errors
+    stopped = re.search(r"stopped at step (\d+): saved (.+)\n", said)
+    assert stopped and stopped[2] == str(out / "checkpoint.npz"), said
+    again = [str(JOB), *SMALL, "--out", str(out), "--steps", "1000000", "--save-every", "10",
+             "--resume"]
+    assert f"to go on: python3 {shlex.join(again)}\n" in said
+    step = int(stopped[1])
+    rows = (out / "losses.csv").read_text().splitlines()[1:]
+    assert all(int(row.split(",")[0]) <= step for row in rows)
+
+    run(tmp_path / "told", "--steps", str(step))
+    assert_same_checkpoint(out, tmp_path / "told")
+    assert f"resumed from {out / 'checkpoint.npz'} at step {step}" in \
+        run(out, "--resume", "--steps", str(step + 5))
+
+
+def test_what_the_main_job_refuses_it_says_in_one_line(tmp_path):
+    """QA: --resume with no checkpoint ended in a FileNotFoundError traceback (a junk one in
+    a ValueError traceback); each is now one line naming the file (a bad flag: argparse's
+    usage and error)."""
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "checkpoint.npz").write_text("not a checkpoint")
+    for flags, status, message in [
+            (["--resume", "--out", str(tmp_path / "none")], 1,
+             f"--resume: no checkpoint at {tmp_path / 'none' / 'checkpoint.npz'} to go on "
+             "from (leave --resume out to start a run there)"),
+            (["--resume", "--out", str(tmp_path / "junk")], 1,
+             f"--resume: {tmp_path / 'junk' / 'checkpoint.npz'}: not a checkpoint"),
+            (["--save-every", "0", "--out", str(tmp_path / "none")], 2,
+             "--save-every takes a number of steps, at least 1, not 0")]:
+        done = subprocess.run([sys.executable, str(JOB), *SMALL, *flags],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == status and "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.splitlines()
+        assert message in lines[-1] and (status == 2 or len(lines) == 1), done.stderr
+    assert not (tmp_path / "none").exists()
