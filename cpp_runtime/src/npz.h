@@ -16,6 +16,12 @@ namespace mdl {
 
 namespace py = pybind11;
 
+// A KeyboardInterrupt (Ctrl-C, raised in the Python code a step runs) or SystemExit (what a
+// SIGINT handler of the user's raised) rather than a failure: a best-effort step passes
+// over its failures and lets these go on to the caller. Once swallowed there, a training
+// loop saving every 10 steps ran on after 5 of 15 Ctrl-Cs.
+inline bool interrupted(py::error_already_set& e) { return !e.matches(PyExc_Exception); }
+
 // The temporary files of saves to `base` in `dir` by processes that ended without removing
 // them (SIGKILL, a power cut), each as large as a checkpoint: `.BASE.PID.<random>.tmp`
 // whose PID runs no more. Best effort: a file it cannot judge or remove stays.
@@ -37,7 +43,8 @@ inline void sweep_abandoned_saves(py::module_& os, py::object dir, py::object ba
       if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // it runs
       os.attr("unlink")(name);
     }
-  } catch (py::error_already_set&) {  // a name it cannot read (bytes), a file gone since
+  } catch (py::error_already_set& e) {  // a name it cannot read (bytes), a file gone since
+    if (interrupted(e)) throw;
   } catch (std::exception&) {
   }
 }
@@ -130,7 +137,11 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   py::object dir_fd = os.attr("open")(dir, os.attr("O_RDONLY"));
   try {
     os.attr("fsync")(dir_fd);
-  } catch (py::error_already_set&) {  // some file systems cannot sync a directory
+  } catch (py::error_already_set& e) {  // some file systems cannot sync a directory
+    if (interrupted(e)) {
+      os.attr("close")(dir_fd);
+      throw;
+    }
   }
   os.attr("close")(dir_fd);
   sweep_abandoned_saves(os, dir, base);
@@ -160,9 +171,9 @@ inline py::dict read_npz(py::handle path) {
     archive.attr("close")();
   } catch (py::error_already_set& e) {
     // a file that is not there (or not readable) is the caller's to see as it is
-    // (and so is memory the machine would not give: the file is not to blame)
+    // (and so are memory the machine would not give and a Ctrl-C: the file is not to blame)
     if (e.matches(PyExc_FileNotFoundError) || e.matches(PyExc_PermissionError) ||
-        e.matches(PyExc_IsADirectoryError) || e.matches(PyExc_MemoryError))
+        e.matches(PyExc_IsADirectoryError) || e.matches(PyExc_MemoryError) || interrupted(e))
       throw;
     std::string why = py::str(e.value());
     std::string type = py::str(e.type().attr("__name__"));
