@@ -197,6 +197,18 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def whole_batch(loss: float, distributed: bool) -> float:
+    """The loss of the whole batch from this rank's share of it: the ranks' mean (their
+    shares hold as many characters each), what one process would report."""
+    if not distributed:
+        return loss
+    import torch
+    import torch.distributed as dist
+    total = torch.tensor([loss], dtype=torch.float64)
+    dist.all_reduce(total)
+    return float(total) / dist.get_world_size()
+
+
 class Local:
     """One process: what DataParallel offers, for the model alone."""
     rank, world = 0, 1
@@ -279,8 +291,9 @@ def main() -> None:
             due = step % 250 == 0 or step == args.steps
             held = evaluate(model, held_out[:20_000], args.seq, args.batch) \
                 if due and trainer.rank == 0 else float("nan")
-            losses.append((step, float(np.mean(recent)), held))
-            bar.set_postfix(loss=f"{np.mean(recent):.3f}", chars_per_s=f"{rate:,.0f}")
+            loss = whole_batch(float(np.mean(recent)), args.distributed)
+            losses.append((step, loss, held))
+            bar.set_postfix(loss=f"{loss:.3f}", chars_per_s=f"{rate:,.0f}")
             recent = []
         if stop or step % args.save_every == 0 or step == args.steps:
             save(trainer, args.out, losses)

@@ -364,6 +364,17 @@ def test_the_main_job_trains_under_torchrun(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step 6: loss" in done.stdout and (tmp_path / "checkpoint.npz").exists()
+    # QA: the loss it reported was rank 0's half of the batch; it is the whole batch's, as
+    # one process on the whole batch reports it
+    alone = subprocess.run(
+        [sys.executable, str(job), "--hidden", "16", "--seq", "12", "--batch", "4",
+         "--steps", "6", "--chars", "20000", "--sample", "20", "--out", str(tmp_path / "one")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    rows = [np.loadtxt(folder / "losses.csv", delimiter=",", skiprows=1, ndmin=2)
+            for folder in (tmp_path, tmp_path / "one")]
+    np.testing.assert_allclose(rows[0][:, 1], rows[1][:, 1], rtol=0, atol=2e-6)
 
 
 def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp_path):
