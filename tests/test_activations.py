@@ -16,7 +16,7 @@ from codegen.cli import main as mdlc
 from codegen.export import export_onnx
 from codegen.pipeline import load
 from codegen.reference import interpreter as reference
-from dsl import check_file
+from dsl import check_file, check_source
 
 SOURCE = """
 model Acts(A = 0.5, S = 0.2) {
@@ -171,6 +171,20 @@ def test_gradients_are_pytorchs(grads):
     loss.backward()
     # abs' gradient at 0 is 0 in both; amin's ties share the cotangent evenly in both
     np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_elus_slope_far_left_of_0_keeps_its_digits():
+    """QA: elu is alpha * expm1(x) for x <= 0, and expm1's derivative was expm1(x) + 1,
+    which cancels: elu's slope was 0 below x = -37 in f64 (PyTorch's, exp(x), is 4.2e-18
+    at -40) and kept 8 digits at -20. It is exp(x)."""
+    torch = pytest.importorskip("torch")
+    source = ("model Far() {\n  input x : f64[N]\n"
+              "  output loss = sum(elu(x, alpha = 0.5)) + sum(expm1(x))\n  minimize loss\n}\n")
+    x = np.array([-5.0, -20.0, -40.0, -80.0, -700.0])
+    got = reference.gradients(check_source(source).graph, {"x": x}, {}).inputs["x"]
+    tx = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.elu(tx, alpha=0.5).sum().backward()
+    np.testing.assert_allclose(got, tx.grad.numpy() + np.exp(x), rtol=1e-14, atol=0)
 
 
 def test_values_are_pytorchs():

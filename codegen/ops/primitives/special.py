@@ -44,8 +44,10 @@ def _expm1_onnx(g, op, xs):
 
 unary("log1p", FLOATS, np.log1p, lambda b, x, y, g: b.div(g, b.add(_one(b, x), x)),
       onnx=_log1p_onnx)
-unary("expm1", FLOATS, np.expm1, lambda b, x, y, g: b.mul(g, b.add(y, _one(b, y))),
-      onnx=_expm1_onnx)
+# expm1's derivative is exp(x), not expm1(x) + 1 (PyTorch's), which cancels to 0 far left
+# of 0: elu's slope (alpha * expm1) was 0 below x = -37 in f64 and -17 in f32, where
+# PyTorch's ELU gives exp(x) (4.2e-18 at -40), and kept 8 digits at -20
+unary("expm1", FLOATS, np.expm1, lambda b, x, y, g: b.mul(g, b.exp(x)), onnx=_expm1_onnx)
 # log(1 + exp(x)) as np.logaddexp(0, x) computes it, never overflowing; its derivative is
 # sigmoid(x)
 def _softplus_onnx(g, op, xs):
