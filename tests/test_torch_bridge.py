@@ -196,6 +196,16 @@ def test_a_cuda_model_trains_inside_pytorch_on_its_device(tmp_path_factory, monk
                                    torch.zeros(B, H, device=device))
 
 
+def copied(module: torch.nn.Module, way: str) -> torch.nn.Module:
+    """A copy of `module` by copy.deepcopy, or by torch.save and torch.load of it whole."""
+    if way == "deepcopy":
+        return copy.deepcopy(module)
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 @pytest.mark.parametrize("way", ["deepcopy", "torch.save"])
 def test_a_copied_module_trains_its_own_models_memory(tmp_path_factory, monkeypatch, target,
@@ -213,13 +223,7 @@ def test_a_copied_module_trains_its_own_models_memory(tmp_path_factory, monkeypa
                for _ in range(3)]
     ours.core.get_parameter("lstm/U").requires_grad_(False)
     ours(*batches[0]).backward()
-    if way == "deepcopy":
-        twin = copy.deepcopy(ours)
-    else:
-        buffer = io.BytesIO()
-        torch.save(ours, buffer)
-        buffer.seek(0)
-        twin = torch.load(buffer, weights_only=False)
+    twin = copied(ours, way)
     assert twin.core.model is not ours.core.model
     assert not twin.core.get_parameter("lstm/U").requires_grad  # frozen, as it was
     opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (ours, twin)]
@@ -251,13 +255,7 @@ def test_a_copied_net_keeps_its_cores_tied(tmp_path_factory, monkeypatch, target
     module, _ = compiled(tmp_path_factory, CORE, "f64", target=target)
     a = module.Core(seed=0)
     net = torch.nn.ModuleList([as_module(a), as_module(module.Core(seed=1, params=a))])
-    if way == "deepcopy":
-        twin = copy.deepcopy(net)
-    else:
-        buffer = io.BytesIO()
-        torch.save(net, buffer)
-        buffer.seek(0)
-        twin = torch.load(buffer, weights_only=False)
+    twin = copied(net, way)
     assert len(list(twin.parameters())) == len(list(net.parameters())) == 3
     assert twin[0].model is not a and twin[1].model.rng_calls == net[1].model.rng_calls
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (net, twin)]
