@@ -44,7 +44,7 @@ def test_fold_constants_evaluates_elementwise_ops_on_constants():
 
 def test_simplify_applies_the_tables_identities():
     def build(b, x):
-        y = b.mul(b.add(x, b.zeros_like(x)), b.const(1.0, "f64"))
+        y = b.mul(b.add(x, b.const(-0.0, "f64")), b.const(1.0, "f64"))
         z = b.neg(b.neg(b.div(y, b.const(1.0, "f64"))))
         return b.cast(b.where(b.const(True, "bool"), b.reshape(z, shape=F.shape), x),
                       dtype="f64")
@@ -53,6 +53,18 @@ def test_simplify_applies_the_tables_identities():
     passes.dce(g)
     verify(g)
     assert g.outputs["y"] is g.inputs["x"] and prims(g) == []
+
+
+def test_a_float_plus_zero_is_itself_only_from_minus_zero():
+    """x + 0.0 is 0.0 at x = -0.0, where x is -0.0 (1.0 / (x + 0.0) +inf, not -inf): it
+    stays; x + -0.0 and x - 0.0 are x for every x."""
+    plus = graph_of(lambda b, x: b.add(b.zeros_like(x), x))
+    minus = graph_of(lambda b, x: b.sub(b.add(x, b.const(-0.0, "f64")), b.const(0.0, "f64")))
+    for g in (plus, minus):
+        passes.simplify(g)
+        passes.dce(g)
+    assert sorted(prims(plus)) == ["add", "zeros_like"]
+    assert prims(minus) == [] and minus.outputs["y"] is minus.inputs["x"]
 
 
 @pytest.mark.parametrize("zero,becomes", [(0.0, "sub"), (-0.0, "neg")])
