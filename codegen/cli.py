@@ -177,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
                     "stub MOD.pyi beside it)")
     _generation_options(build, "directory of the module and its stub")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
-    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers (the cpu target only; implies --debug)")
+    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers (implies --debug); with --target cuda --emulate, ThreadSanitizer: races between CUDA threads")
     build.add_argument("--profile", action="store_true",
                        help="the code times each of its parts: a model's profile() "
                        "(docs/profiling.md)")
@@ -574,7 +574,8 @@ def cmd_build(args) -> int:
     print(installed)  # a full stdout is not the folder's fault
     if args.sanitize:  # importing it without the runtime preloaded aborts Python
         from .compile.sanitizers import how_to_run
-        print(f"note: import it from a Python started as: {how_to_run()}", file=sys.stderr)
+        print(f"note: import it from a Python started as: {how_to_run(args.emulate)}",
+              file=sys.stderr)
     return 0
 
 

@@ -14,8 +14,9 @@ output, compared with the reference's vector-Jacobian product.
 prints a summary (programs, constructs and primitives covered, failures) and, for each
 failing program, its source and a minimized repro: statements dropped while the
 failure remains. Exit status 1 when a program fails. `--sanitize` builds the modules
-under AddressSanitizer and UBSan: a memory error that leaves the results right still
-ends the comparing process, and the program fails as a crash. `--target cuda` builds
+under AddressSanitizer and UBSan (with `--target cuda --emulate`, ThreadSanitizer, which
+reports races between CUDA threads): a memory error or race that leaves the results
+right still ends the comparing process, and the program fails as a crash. `--target cuda` builds
 for the GPU (where none is present, the programs are compiled and linked only: outcome
 "built"); with `--emulate`, for mdl's emulated device, which runs and compares them on
 the CPU.
@@ -117,13 +118,13 @@ def build(text: str, directory: Path, specialize: list[dict], target: str = "cpu
           sanitize: bool = False, profile: bool = False) -> tuple:
     """Builds the module of a .mdl text in `dtype` (one class per model) for `target`
     (and `emulate`; `vjp`: a backward that takes cotangents; `sanitize`: under
-    AddressSanitizer and UBSan; `profile`: its code timing itself, which must change no
+    AddressSanitizer and UBSan, or emulated, ThreadSanitizer; `profile`: its code timing itself, which must change no
     number), named after the text and the build (a suffix for f32, vjp, sanitize and
     profile), so that a build seen before comes from the cache; what `import_built` needs
     to import it: (path, name, options)."""
     name = "fuzz_" + hashlib.sha256(text.encode()).hexdigest()[:12]
     name += ("_f32" if dtype == "f32" else "") + ("_vjp" if vjp else "") + (
-        "_asan" if sanitize else "") + ("_prof" if profile else "")
+        ("_tsan" if emulate else "_asan") if sanitize else "") + ("_prof" if profile else "")
     path = directory / f"{name}.mdl"
     path.write_text(text)
     options = BuildOptions(target=target, dtype=dtype, specialize=specialize,
@@ -195,7 +196,9 @@ def _compare_in_a_process(built: tuple, models: list[tuple],
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     if built[2].sanitize:  # a report ends the process: the model's outcome is a crash
-        env.update(sanitizer_env())
+        env.update(sanitizer_env(thread=built[2].emulate))
+        if built[2].emulate:  # ThreadSanitizer goes on after a report unless told
+            env["TSAN_OPTIONS"] += ":halt_on_error=1"
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
             [sys.executable, "-c", f"import fuzz_programs; fuzz_programs.serve({write})"],
@@ -322,9 +325,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"from 1 to it (default {ROWS}; larger ones reach the kernels that "
                         "split rows into blocks and products and loops over the threads)")
     parser.add_argument("--sanitize", action="store_true",
-                        help="build under AddressSanitizer and UBSan (the cpu target): a "
-                        "memory error or undefined behaviour ends the comparing process, "
-                        "and the program's outcome is a crash with the sanitizer's summary")
+                        help="build under AddressSanitizer and UBSan (the cpu target), or "
+                        "ThreadSanitizer (--target cuda --emulate): a memory error, "
+                        "undefined behaviour or a race between CUDA threads ends the "
+                        "comparing process, and the program's outcome is a crash with the "
+                        "sanitizer's summary")
     parser.add_argument("--profile", action="store_true",
                         help="build profiled modules (`mdlc build --profile`, the cpu "
                         "target): timing the code must change no number")
@@ -333,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         find_target(args.target, args.emulate)
     except UsageError as e:
         parser.error(str(e))
-    if args.sanitize and args.target != "cpu":
-        parser.error("--sanitize builds for the cpu target only")
+    if args.sanitize and args.target != "cpu" and not args.emulate:
+        parser.error("--sanitize builds for the cpu target or the emulated device only")
     if args.rows < 1:
         parser.error(f"--rows must be at least 1, got {args.rows}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,7 +29,7 @@ from codegen.compile.process_tree import descendants
 from codegen.compile.cpu import Cpu
 from codegen.compile.environment import EXT_SUFFIX
 from codegen.compile.extension import build_extension, cache_key
-from codegen.compile.toolchain import EMULATED_CUDA, Linked
+from codegen.compile.toolchain import EMULATED_CUDA, NVCC, Linked
 from codegen.ir.diagnostics import MdlBuildError, UsageError
 from codegen.targets.cpu import CPU
 from codegen.targets.cuda import EMULATED_CUDA_TARGET
@@ -1138,15 +1138,20 @@ def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):
     assert subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).returncode == 1
 
 
-def test_sanitizers_are_refused_for_emulated_cuda_before_anything_compiles(monkeypatch):
-    def no_compile(*args, **kwargs):
-        raise AssertionError("compiled")
-    monkeypatch.setattr(extension, "run_commands", no_compile)
-    monkeypatch.setattr(runtime, "run_commands", no_compile)
-    with pytest.raises(UsageError, match="^--sanitize is not available for emulated cuda "
-                       "builds: the emulator runs CUDA threads as fibers, which the sanitizers "
-                       "do not follow; build without it$"):
-        build_extension({"module.cu": ""}, "m", EMULATED_CUDA_TARGET, sanitize=True)
+def test_a_sanitized_emulated_cuda_build_is_thread_sanitized_and_keyed_apart():
+    """`--emulate --sanitize`: the kernels under ThreadSanitizer (races between CUDA
+    threads, tests/test_emulator_races.py), not AddressSanitizer, whose runtime cannot
+    share a process with it; nvcc builds still refuse --sanitize, naming --emulate."""
+    sanitized = EMULATED_CUDA.fields(False, True)
+    assert "-fsanitize=thread" in sanitized["flags"] and "-g" in sanitized["flags"]
+    assert not any("address" in f for f in sanitized["flags"] + sanitized["link"])
+    assert "-fsanitize=thread" in sanitized["link"]
+    assert "-fsanitize=thread" not in EMULATED_CUDA.fields(False, False)["flags"]
+    sources = {"module.cu": "// the same text\n"}
+    assert (cache_key(sources, "m", EMULATED_CUDA_TARGET, sanitize=True)
+            != cache_key(sources, "m", EMULATED_CUDA_TARGET))
+    with pytest.raises(UsageError, match="with --emulate to check its kernels for races"):
+        NVCC.check(True)
 
 
 def test_each_toolchain_has_keys_of_its_own():

@@ -33,6 +33,8 @@ GCC_CODE_FLAGS = ("-fno-tree-sink",)
 NVCC_HOST_CODE_FLAGS = CODE_FLAGS + GCC_CODE_FLAGS
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+# An emulated cuda build's, sanitized: races between CUDA threads (toolchain.py)
+TSAN_FLAGS = ("-fsanitize=thread", "-fno-omit-frame-pointer")
 
 
 # Where the target has AVX-512, loops vectorize with its 512-bit vectors: GCC and Clang

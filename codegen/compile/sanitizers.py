@@ -4,7 +4,8 @@ AddressSanitizer runtime of the compiler that built it, loaded before Python sta
 C++'s `throw` when it starts, and in a Python that has not loaded libstdc++ it finds no
 real one to call, so the first exception a call raised aborted the process ("CHECK
 failed: ... real___cxa_throw"). Python's own leaks are not reported, and UBSan stops at
-its first report."""
+its first report. An emulated cuda module built with --sanitize needs ThreadSanitizer's
+runtime instead (`thread=True`): it reports races between CUDA threads (docs/cuda.md)."""
 from __future__ import annotations
 
 import os
@@ -27,13 +28,25 @@ def has_runtime() -> bool:
     return os.path.isabs(asan_runtime())
 
 
-def sanitizer_env() -> dict[str, str]:
-    """The environment variables a process importing a sanitized module needs."""
+def tsan_runtime() -> str:
+    """The ThreadSanitizer runtime of the compiler (GCC's libtsan, Clang's shared one)."""
+    if host_compiler()["gcc"]:
+        return compiler_file("libtsan.so")
+    return compiler_file(f"libclang_rt.tsan-{platform.machine()}.so")
+
+
+def sanitizer_env(thread: bool = False) -> dict[str, str]:
+    """The environment variables a process importing a sanitized module needs; `thread`:
+    an emulated cuda module's (ThreadSanitizer)."""
+    if thread:  # the checked code is the module's: not numpy's BLAS threads, which
+        # synchronize in ways the sanitizer does not see (reports of their memset)
+        return {"LD_PRELOAD": f"{tsan_runtime()} {compiler_file('libstdc++.so')}",
+                "TSAN_OPTIONS": "ignore_noninstrumented_modules=1"}
     return {"LD_PRELOAD": f"{asan_runtime()} {compiler_file('libstdc++.so')}",
             "ASAN_OPTIONS": "detect_leaks=0",
             "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 
 
-def how_to_run() -> str:
+def how_to_run(thread: bool = False) -> str:
     """The command line prefix that runs Python with a sanitized module importable."""
-    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sanitizer_env().items()) + " python3"
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sanitizer_env(thread).items()) + " python3"

@@ -22,8 +22,8 @@ from ..ir.diagnostics import UsageError
 from .compiler import host_compiler
 from .cuda_toolkit import nvcc_host_compiler, toolkit
 from .environment import environment_key
-from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, compile_flags, include_dirs,
-                    link_flags, machine_flags)
+from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, TSAN_FLAGS, compile_flags,
+                    include_dirs, link_flags, machine_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 
@@ -134,8 +134,9 @@ class NvccToolchain(Toolchain):
     label = " (cuda)"
     # module.cpp is host code, compiled in parts as the cpu target's (HostToolchain)
     part_bytes = HostToolchain.part_bytes
-    no_sanitize = ("--sanitize builds are for the cpu target (the sanitizers instrument host "
-                   "code); build the cuda target without it")
+    no_sanitize = ("--sanitize builds are for the cpu target and the emulated device (the "
+                   "sanitizers instrument host code): build the cuda target without it, or "
+                   "with --emulate to check its kernels for races under ThreadSanitizer")
 
     def flags(self, debug: bool) -> list[str]:
         """nvcc's flags for the cuda runtime and models: the GPU architectures, and the host
@@ -215,29 +216,32 @@ class CudaHostCode(HostToolchain):
 class EmulatedCudaToolchain(HostToolchain):
     """The host toolchain with cpp_runtime/emulated/ found first: the generated CUDA is
     compiled as C++, and so are the cuda target's runtime object and the emulated device
-    (cpp_runtime/src/emulator/), into one more runtime object."""
+    (cpp_runtime/src/emulator/), into one more runtime object. Sanitized (`--emulate
+    --sanitize`), the kernels (a model's code and the cuda runtime's) are built for
+    ThreadSanitizer, and the emulator tells it which fiber is which CUDA thread, so that it
+    reports races between CUDA threads on device memory (docs/cuda.md); the emulator and
+    the host's runtime are not instrumented."""
     name = "emulated-cuda"
     label = " (emulated cuda)"
-    no_sanitize = ("--sanitize is not available for emulated cuda builds: the emulator runs "
-                   "CUDA threads as fibers, which the sanitizers do not follow; build "
-                   "without it")
 
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
         """The host's runtime and the emulated device's object, built side by side."""
-        sources = [RUNTIME_DIR / CUDA_RUNTIME_SOURCE, *sorted(EMULATOR_SOURCES.glob("*.cpp"))]
         flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
         compiler = [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()),
                     "-x", "c++"]
+        kernels = [*TSAN_FLAGS, "-g"] if sanitize else []  # -g: lines in the reports
+        units = [([*compiler, *kernels], RUNTIME_DIR / CUDA_RUNTIME_SOURCE),
+                 *(([*compiler, *(("-DMDL_EMULATOR_TSAN=1",) if sanitize else ())], source)
+                   for source in sorted(EMULATOR_SOURCES.glob("*.cpp")))]
 
         def device() -> Path:
             return runtime_object(
                 EMULATED_RUNTIME_OBJECT,
-                {"product": "emulated cuda runtime", **self.fields(debug, False),
-                 "flags": flags, **environment_key()},
-                [(compiler, source) for source in sources], "the mdl emulated cuda runtime",
-                False)
+                {"product": "emulated cuda runtime", **self.fields(debug, sanitize),
+                 "flags": flags, "kernel_flags": kernels, **environment_key()},
+                units, "the mdl emulated cuda runtime", False)
         emulated, host = side_by_side(
-            device, lambda: super(EmulatedCudaToolchain, self).runtime(debug, sanitize, progress),
+            device, lambda: super(EmulatedCudaToolchain, self).runtime(debug, False, progress),
             "building the mdl emulated cuda runtime (once per cache)", progress)
         return Linked((*host.objects, emulated), host.includes)
 
@@ -246,9 +250,11 @@ class EmulatedCudaToolchain(HostToolchain):
         for speed, and -O1 compiles them in half the time (the attention example's f32
         kernels: 7.6 s, 15.8 s at -O3) while keeping the runtime's precompiled header, which
         -O0 would not (GCC takes a header precompiled at any -O but -O0's). The emulator
-        itself (the runtime objects) stays at -O3: it runs every kernel."""
-        return [EMULATED_LEVEL if flag == "-O3" else flag
-                for flag in super().flags(debug, sanitize)]
+        itself (the runtime objects) stays at -O3: it runs every kernel. Sanitized: at -O1
+        with debug information, for ThreadSanitizer (TSAN_FLAGS)."""
+        flags = [EMULATED_LEVEL if flag == "-O3" else flag
+                 for flag in super().flags(debug, False)]
+        return [*flags, "-g", *TSAN_FLAGS] if sanitize else flags
 
     def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
         return [str(EMULATED_HEADERS), *super().includes(first)]
@@ -259,7 +265,8 @@ class EmulatedCudaToolchain(HostToolchain):
     def linker_flags(self, sanitize: bool) -> list[str]:
         # -lpthread, not -pthread: that would define _REENTRANT, and the precompiled
         # mdl/python.h, made without it, would not be used
-        return [*super().linker_flags(sanitize), "-ldl", "-lpthread"]
+        return [*super().linker_flags(False), *(TSAN_FLAGS if sanitize else ()), "-ldl",
+                "-lpthread"]
 
 
 HOST = HostToolchain()

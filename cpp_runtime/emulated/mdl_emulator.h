@@ -123,16 +123,21 @@ void shared_write(const char* name, int64_t index, int64_t count, SharedMark* ma
 // with their marks cleared; the same room for every thread of the block.
 void* shared_room(const void* key, std::size_t bytes, int64_t count, SharedMark** marks);
 
+// Shared memory is the emulator's to check (shared_read, shared_write): a ThreadSanitizer
+// build leaves its accesses alone, since the poison a block's first thread writes into the
+// room every thread uses would look like a race to it.
+#define MDL_EMULATOR_OWN_CHECK __attribute__((no_sanitize("thread")))
+
 template <class T>
 class SharedElement {
  public:
   SharedElement(T* p, SharedMark* mark, const char* name, int64_t index, int64_t count)
       : p_(p), mark_(mark), name_(name), index_(index), count_(count) {}
-  operator T() const {
+  MDL_EMULATOR_OWN_CHECK operator T() const {
     shared_read(name_, index_, count_, mark_);
     return *p_;
   }
-  SharedElement& operator=(T value) {
+  MDL_EMULATOR_OWN_CHECK SharedElement& operator=(T value) {
     shared_write(name_, index_, count_, mark_);
     *p_ = value;
     return *this;
@@ -174,12 +179,38 @@ class SharedArray {
   }
 };
 
-// ---- atomics (threads of a block take turns only at barriers and shuffles) -------------
+// ---- atomics ---------------------------------------------------------------------------
 
+// Threads of a block take turns only at barriers and shuffles, so a plain read and write
+// would do; they are real atomics (acquire and release, stronger than CUDA's relaxed ones)
+// so that a ThreadSanitizer build (`--emulate --sanitize`) tells them from the plain
+// read-modify-write of two threads, which it reports as a race.
 template <class T>
 T atomic_add(T* p, T value) {
-  T old = *p;
-  *p = old + value;
+  if constexpr (std::is_integral_v<T>) {
+    return __atomic_fetch_add(p, value, __ATOMIC_ACQ_REL);
+  } else {
+    T old;
+    __atomic_load(p, &old, __ATOMIC_ACQUIRE);
+    T sum = old + value;
+    while (!__atomic_compare_exchange(p, &old, &sum, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      sum = old + value;
+    return old;
+  }
+}
+
+template <class T>
+T atomic_cas(T* p, T compare, T value) {
+  __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  return compare;  // what *p held: `compare` itself when it was swapped
+}
+
+template <class T>
+T atomic_max(T* p, T value) {
+  T old = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  while (value > old &&
+         !__atomic_compare_exchange_n(p, &old, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
   return old;
 }
 
@@ -208,18 +239,10 @@ inline float atomicAdd(float* p, float value) { return ::mdl::emulated::atomic_a
 inline double atomicAdd(double* p, double value) { return ::mdl::emulated::atomic_add(p, value); }
 inline int atomicAdd(int* p, int value) { return ::mdl::emulated::atomic_add(p, value); }
 inline int atomicCAS(int* p, int compare, int value) {
-  int old = *p;
-  if (old == compare) *p = value;
-  return old;
+  return ::mdl::emulated::atomic_cas(p, compare, value);
 }
-inline int atomicExch(int* p, int value) {
-  int old = *p;
-  *p = value;
-  return old;
-}
+inline int atomicExch(int* p, int value) { return __atomic_exchange_n(p, value, __ATOMIC_ACQ_REL); }
 inline unsigned long long atomicMax(unsigned long long* p, unsigned long long value) {
-  unsigned long long old = *p;
-  if (value > old) *p = value;
-  return old;
+  return ::mdl::emulated::atomic_max(p, value);
 }
 inline void __threadfence() {}

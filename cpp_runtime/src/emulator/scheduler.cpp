@@ -8,7 +8,9 @@
 // A kernel whose first launch met no barrier or shuffle afterwards runs its threads as a
 // plain loop (the fast path); one that then meets a barrier is an error, never a wrong
 // answer. Shared arrays are per block, poisoned at its start, and every access is checked
-// for a race with another thread since the last barrier.
+// for a race with another thread since the last barrier. In a ThreadSanitizer build
+// (`--emulate --sanitize`, MDL_EMULATOR_TSAN) every kernel runs on fibers, which the
+// sanitizer follows as threads of their own (the tsan namespace below).
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -26,12 +28,56 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emulator.h"
 
+#if MDL_EMULATOR_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();  // libtsan's, not in its header
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
 namespace mdl {
 namespace emulated {
+
+// What ThreadSanitizer is told of the CUDA threads, in a build made for it: each fiber is
+// a thread of its own to it, so two threads' accesses to the same device memory, one a
+// write, with no atomic or barrier between them, are a race it reports. The blocks of a
+// grid are not ordered (they run at once on a GPU); a barrier orders the threads of its
+// block; the launch is ordered after what the host did before it, and the host after the
+// whole grid. Outside such a build these do nothing.
+namespace tsan {
+#if MDL_EMULATOR_TSAN
+constexpr bool on = true;
+inline void* current() { return __tsan_get_current_fiber(); }
+inline void* create() { return __tsan_create_fiber(0); }
+// From the host into a fiber: what the host did before comes before what the fiber does.
+inline void enter(void* fiber) { __tsan_switch_to_fiber(fiber, 0); }
+// From a fiber back to the host: no order (the next thread of the block is not after it).
+inline void leave(void* host) { __tsan_switch_to_fiber(host, __tsan_switch_to_fiber_no_sync); }
+inline void release(void* sync) { __tsan_release(sync); }
+inline void acquire(void* sync) { __tsan_acquire(sync); }
+inline void name(void* fiber, const std::string& text) { __tsan_set_fiber_name(fiber, text.c_str()); }
+// The emulator's own bookkeeping inside a fiber (poisoning a block's shared memory): not
+// the kernel's accesses.
+struct Unwatched {
+  Unwatched() { __tsan_ignore_thread_begin(); }
+  ~Unwatched() { __tsan_ignore_thread_end(); }
+};
+#else
+constexpr bool on = false;
+inline void* current() { return nullptr; }
+inline void* create() { return nullptr; }
+inline void enter(void*) {}
+inline void leave(void*) {}
+inline void release(void*) {}
+inline void acquire(void*) {}
+inline void name(void*, const std::string&) {}
+struct Unwatched {};
+#endif
+}  // namespace tsan
 
 thread_local const Coordinates* running = nullptr;
 
@@ -46,6 +92,7 @@ enum class State { Runnable, Barrier, Shuffle, Exited, Failed };
 struct Fiber {
   char* stack = nullptr;  // kStackBytes above a guard page
   ucontext_t context;
+  void* tsan = nullptr;   // the sanitizer's thread (tsan::create), in its build
 };
 
 struct Thread {
@@ -59,6 +106,7 @@ struct Thread {
   uint64_t value = 0, result = 0;
   std::exception_ptr error;
   Fiber* fiber = nullptr;
+  char* passed = nullptr;  // the barrier it waited at, to the sanitizer (Block::barriers)
 };
 
 struct Room {
@@ -78,6 +126,17 @@ struct Block {
   bool fibers = false;    // else the fast path
   bool met_sync = false;  // a thread waited at a barrier or shuffle
   ucontext_t scheduler;
+  // In a sanitizer build: the host's own thread to it, the block's barriers (two, taken in
+  // turn, so that a thread past one does not release into the one others still leave),
+  // the end of the grid (every thread releases into it; the host acquires it once every
+  // block has run), which fibers the block's threads take (the grid's blocks take turns
+  // over `rotations` sets of them, so that neighbouring blocks are not the same threads
+  // to the sanitizer), and the kernel's name, for the fibers'.
+  void* host = nullptr;
+  std::unique_ptr<char[]> barriers;
+  char* grid_end = nullptr;
+  unsigned rotations = 1;
+  std::string name;
   std::size_t shared_used = 0, marks_used = 0;  // of this host thread's SharedMemory
   std::vector<Room> rooms;
 };
@@ -137,6 +196,7 @@ Fiber& fiber(std::size_t k) {
     mprotect(m, page, PROT_NONE);  // an overflow faults here
     fibers.push_back(std::make_unique<Fiber>());
     fibers.back()->stack = static_cast<char*>(m) + page;
+    fibers.back()->tsan = tsan::create();
     getcontext(&fibers.back()->context);
   }
   return *fibers[k];
@@ -152,11 +212,17 @@ void fiber_main() {
     t.error = std::current_exception();
     t.state = State::Failed;
   }
+  tsan::release(b.grid_end);
+  tsan::leave(b.host);
   swapcontext(&t.fiber->context, &b.scheduler);  // never resumed
 }
 
-void start(Thread& t) {
-  Fiber& f = fiber(std::size_t(t.id));
+void start(Block& b, Thread& t) {
+  const std::size_t n = b.threads.size();
+  Fiber& f = fiber(std::size_t(t.id) + b.index % b.rotations * n);
+  if (tsan::on)
+    tsan::name(f.tsan, b.name + ", block " + std::to_string(b.index) + ", thread " +
+                           std::to_string(t.id));
   f.context.uc_stack.ss_sp = f.stack;
   f.context.uc_stack.ss_size = kStackBytes;
   f.context.uc_link = nullptr;
@@ -168,18 +234,28 @@ void start(Thread& t) {
 void resume(Block& b, Thread& t) {
   b.current = &t;
   running = &t.at;
+  tsan::enter(t.fiber->tsan);
   swapcontext(&b.scheduler, &t.fiber->context);
   b.current = nullptr;
   running = nullptr;
-  if (t.state == State::Failed) std::rethrow_exception(t.error);
+  if (t.state == State::Failed) {
+    tsan::acquire(b.grid_end);
+    std::rethrow_exception(t.error);
+  }
 }
 
 // A thread that waits gives the host thread back to the scheduler.
 void wait(Block& b, Thread& t) {
   b.met_sync = true;
+  if (t.state == State::Barrier) {
+    t.passed = &b.barriers[b.epoch % 2];
+    tsan::release(t.passed);
+  }
+  tsan::leave(b.host);
   swapcontext(&t.fiber->context, &b.scheduler);
   running = &t.at;  // resumed: the wait is over
   b.current = &t;
+  if (t.passed) tsan::acquire(std::exchange(t.passed, nullptr));
 }
 
 // ---- orders ---------------------------------------------------------------------------
@@ -315,7 +391,7 @@ void run_threads(Block& b, const Settings& s, std::mt19937_64& rng) {
     running = nullptr;
     return;
   }
-  for (Thread& t : b.threads) start(t);
+  for (Thread& t : b.threads) start(b, t);
   for (;;) {
     for (int i : order)
       if (b.threads[i].state == State::Runnable) resume(b, b.threads[i]);
@@ -340,6 +416,7 @@ void fault_signal(int signal, siginfo_t* info, void* context);
 void run_block(Block& b, unsigned index, const Settings& s, std::mt19937_64& rng) {
   b.index = index;
   b.epoch = 0;
+  if (tsan::on) b.barriers.reset(new char[2]);  // fresh: no order from the block before
   b.shared_used = b.marks_used = 0;
   b.rooms.clear();
   for (int i = 0; i < int(b.threads.size()); ++i) {
@@ -383,6 +460,7 @@ struct sigaction previous_action;
 void fault_signal(int signal, siginfo_t* info, void* context) {
   if (recovery) {
     fault_address = info->si_addr;
+    if (block) tsan::leave(block->host);  // the landing is the host's
     siglongjmp(*recovery, 1);
   }
   // not ours: whoever handled it before (Python's faulthandler, or the default)
@@ -453,15 +531,24 @@ void run_grid(const Grid& g) {
   b.grid = &g;
   b.launch = ++launches;
   b.threads.resize(threads);
-  b.fibers = s.fibers || known != 0;
+  b.fibers = s.fibers || known != 0 || tsan::on;
+  const std::unique_ptr<char> grid_end(new char);
+  if (tsan::on) {
+    b.host = tsan::current();
+    b.grid_end = grid_end.get();
+    b.rotations = unsigned(std::max<uint64_t>(1, std::min<uint64_t>(blocks, 2048 / threads)));
+    b.name = "kernel " + kernel_name(g.kernel);
+  }
   Block* outer = block;
   block = &b;
   try {
     for (int index : in_order(int(blocks), s.blocks, rng)) run_block(b, unsigned(index), s, rng);
   } catch (...) {
+    tsan::acquire(b.grid_end);
     block = outer;
     throw;
   }
+  tsan::acquire(b.grid_end);
   block = outer;
   if (known < 0) {
     std::lock_guard<std::mutex> hold(kernels_lock);
@@ -521,6 +608,7 @@ uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width, Sit
 
 void* shared_room(const void* key, std::size_t bytes, int64_t count, SharedMark** marks) {
   Block& b = running_block("a __shared__ array");
+  tsan::Unwatched unwatched;
   for (const Room& r : b.rooms)
     if (r.key == key) {
       *marks = r.marks;
