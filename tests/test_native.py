@@ -606,6 +606,25 @@ def test_after_a_training_forward_refused_for_its_arguments_backward_is_a_runtim
     m.backward()
 
 
+@pytest.mark.parametrize("call", ["train_step", "forward_backward"])
+def test_a_refused_training_step_leaves_no_backward_of_the_forward_before_it(call):
+    """train_step and forward_backward make a training forward too: their arguments
+    refused, backward() is refused as after a refused forward(..., training=True), not
+    given the gradients of an earlier batch."""
+    m = native("charlm.mdl", "f32").CharLM()
+    m.set_optimizer("sgd", lr=1e-3)
+    small = np.zeros((2, 1), np.int32)
+    batch = dict(tokens=small, targets=small, lengths=np.full(1, 2, np.int32))
+    m.forward(**batch, training=True)
+    with pytest.raises(ValueError, match="input 'tokens'"):
+        getattr(m, call)(**{**batch, "tokens": small.astype(np.float32)})
+    with pytest.raises(RuntimeError, match=r"backward\(\) needs a forward\(\.\.\., "
+                                           r"training=True\) first"):
+        m.backward()
+    m.forward_backward(**batch)
+    m.backward()  # of that call's forward
+
+
 def test_bad_indices_are_an_index_error_naming_their_input():
     m = native("charlm.mdl", "f32").CharLM()
     good = np.zeros((2, 2), np.int32)

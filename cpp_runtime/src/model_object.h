@@ -333,7 +333,7 @@ class Model {
 
   // Forward, backward and the optimizer's update in one call; the outputs of the forward.
   py::dict train_step(py::kwargs kwargs) {
-    Inputs in = inputs(kwargs, false);
+    Inputs in = training_inputs(kwargs);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
     Holding guard(sharing_->lock);
@@ -356,7 +356,7 @@ class Model {
   // land in one flat buffer (`gradient_buffer`, at each parameter's offset) that a caller
   // may combine with other processes' before `apply_gradients` updates the parameters.
   py::dict forward_backward(py::kwargs kwargs) {
-    Inputs in = inputs(kwargs, false);
+    Inputs in = training_inputs(kwargs);
     in.call.fresh = true;  // its outputs go to Python (its gradients do not)
     const Variant<T>& v = choose(in.call.dims);
     Holding guard(sharing_->lock);
@@ -747,6 +747,17 @@ class Model {
       stale_forward_ = false;
       ++forwards_;
     } catch (...) {
+    }
+  }
+
+  // train_step's and forward_backward's inputs: refused, they leave no backward() of an
+  // earlier training forward either, as a refused forward(..., training=True) does.
+  Inputs training_inputs(py::kwargs kwargs) {
+    try {
+      return inputs(kwargs, false);
+    } catch (...) {
+      no_backward_after_refused_forward();
+      throw;
     }
   }
 

@@ -247,8 +247,8 @@ void resume(Block& b, Thread& t) {
 // A thread that waits gives the host thread back to the scheduler.
 void wait(Block& b, Thread& t) {
   b.met_sync = true;
-  if (t.state == State::Barrier) {
-    t.passed = &b.barriers[b.epoch % 2];
+  if (tsan::on && t.state == State::Barrier) {
+    t.passed = b.barriers.get() + b.epoch % 2;
     tsan::release(t.passed);
   }
   tsan::leave(b.host);
