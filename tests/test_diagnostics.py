@@ -823,6 +823,20 @@ def test_long_lines_are_cut_around_the_caret():
     assert len(excerpt) < 120 and "zz" in excerpt
 
 
+@pytest.mark.parametrize("size, message", [
+    (3, "`reshape` cannot turn f32[3] (3 elements) into shape [2, 1, 1, 1, 1, 1, 1, 1, ... "
+        "(2000 dims)] (2 elements)"),
+    (2, "f32[2, 1, 1, 1, 1, 1, 1, 1, ... (2000 dims)] has 2000 dims; a value has at most 8")],
+    ids=["elements", "rank"])
+def test_a_shape_of_thousands_of_dims_is_shown_by_its_first_eight(size, message):
+    """A reshape to 100000 dims gave a message of 300 kB, every dim of the shape written."""
+    dims = ", ".join(["2"] + ["1"] * 1999)
+    with pytest.raises(MdlError) as info:
+        check_source(f"model M() {{ input x : f32[{size}]; output y = reshape(x, [{dims}]) }}",
+                     "m.mdl")
+    assert info.value.diagnostics[0].message == message
+
+
 def test_a_message_names_a_control_character_by_its_code_point():
     """`unexpected character` quoted the raw escape, which the terminal then acted on."""
     with pytest.raises(MdlError) as info:

@@ -293,6 +293,18 @@ MAX_BYTES = 1 << 60
 # a `for`'s stacked yields too, are refused above it (TensorType.too_many_dims).
 MAX_RANK = 8
 
+# A message writes a shape of more than twice this many dims as its first ones and their
+# count: a `reshape` to a list of 100000 dims (refused) wrote every one, 300 kB of text.
+SHOWN_DIMS = 8
+
+
+def shape_text(shape: tuple) -> str:
+    """`[T, B, 4]`, as a message writes a shape; past 16 dims, the first 8 and how many:
+    `[2, 1, 1, 1, 1, 1, 1, 1, ... (100000 dims)]`."""
+    if len(shape) <= 2 * SHOWN_DIMS:
+        return f"[{', '.join(map(str, shape))}]"
+    return f"[{', '.join(map(str, shape[:SHOWN_DIMS]))}, ... ({len(shape)} dims)]"
+
 
 @dataclass(frozen=True)
 class TensorType:
@@ -344,7 +356,7 @@ class TensorType:
     def __str__(self) -> str:
         if not self.shape:
             return self.dtype
-        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+        return f"{self.dtype}{shape_text(self.shape)}"
 
     def json(self) -> dict:
         return {"dtype": self.dtype, "shape": [d.json() for d in self.shape]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import NUMERIC
-from ...ir.shapes import Dim, broadcast_shapes
+from ...ir.shapes import Dim, broadcast_shapes, shape_text
 from ..entry import summed
 from .core import need, onnx_node, primitive, same_dtype
 from .elementwise import _no_grad
@@ -57,7 +57,7 @@ def _sum_to_onnx(g, op, xs):
 def _sum_to(types, attrs):
     x, shape = _shape_attr(types, attrs)
     need(broadcast_shapes(shape, x.shape) == x.shape,
-         f"`sum_to` cannot reduce {x} to [{', '.join(map(str, shape))}]")
+         f"`sum_to` cannot reduce {x} to {shape_text(shape)}")
     return [x.with_shape(shape)]
 
 
@@ -69,7 +69,7 @@ def _sum_to(types, attrs):
 def _broadcast_to(types, attrs):
     x, shape = _shape_attr(types, attrs)
     need(broadcast_shapes(x.shape, shape) == shape,
-         f"`broadcast_to` cannot broadcast {x} to [{', '.join(map(str, shape))}]")
+         f"`broadcast_to` cannot broadcast {x} to {shape_text(shape)}")
     return [x.with_shape(shape)]
 
 
@@ -179,7 +179,7 @@ def _unslice(types, attrs):
     g, = types
     shape, starts = tuple(attrs["shape"]), attrs["starts"]
     need(len(shape) == g.rank and shape[len(starts):] == g.shape[len(starts):],
-         f"`unslice` cannot place {g} into [{', '.join(map(str, shape))}]")
+         f"`unslice` cannot place {g} into {shape_text(shape)}")
     return [g.with_shape(shape)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import NUMERIC
-from ...ir.shapes import Dim, numel, ragged_trips
+from ...ir.shapes import Dim, numel, ragged_trips, shape_text
 from ..context import OutOfRange
 from ..entry import summed
 from .core import TABLE, ShapeError, need, onnx_node, primitive, same_dtype
@@ -134,7 +134,7 @@ def _reshape(types, attrs):
     shape = tuple(attrs["shape"])
     size_in, size_out = numel(x.shape), numel(shape)
     need(size_in == size_out, f"`reshape` cannot turn {x} ({size_in} elements) into shape "
-         f"[{', '.join(map(str, shape))}] ({size_out} elements)")
+         f"{shape_text(shape)} ({size_out} elements)")
     return [x.with_shape(shape)]
 
 
