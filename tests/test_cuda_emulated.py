@@ -425,6 +425,57 @@ class _Capsule:
         return self.device
 
 
+TINY = """model Tiny(H = 4) {
+  input ids : i32[B]
+  input x : f32[B, H]
+  param emb : f32[3, H] = normal(0, 1)
+  y = tanh(emb[ids] + x)
+  output loss = sum(y * y)
+  minimize loss
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    """TINY on both targets: {"cpu": module, "cuda": module}."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny.mdl"
+    path.write_text(TINY)
+    return on_both_targets(path, "tiny")
+
+
+def tiny_batch() -> dict:
+    return {"ids": np.array([0, 2], np.int32), "x": np.ones((2, 4), np.float32)}
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_training_call_past_2_64_calls_is_an_overflow_error(tiny, target):
+    """QA: rng_calls wrapped round from 2**64 - 1 to 0 unnoticed, and the calls after it
+    drew the first calls' dropout masks again. The call that would pass it is refused as
+    one whose arguments are: nothing counted, nothing trained, no backward."""
+    m = tiny[target].Tiny(seed=0)
+    m.set_optimizer("sgd", lr=0.1)
+    m.rng_calls = 2 ** 64 - 2
+    m.train_step(**tiny_batch())
+    assert m.rng_calls == 2 ** 64 - 1
+    params = m.params
+    for call in (m.train_step, m.forward_backward,
+                 lambda **x: m.forward(**x, training=True)):
+        with pytest.raises(OverflowError, match=re.escape(
+                "model Tiny has made 2**64 - 1 training calls (rng_calls), as many as its "
+                "count of dropout streams holds: another would wrap it round to 0")):
+            call(**tiny_batch())
+        assert m.rng_calls == 2 ** 64 - 1
+    with pytest.raises(RuntimeError, match=re.escape("backward() needs a forward(..., "
+                                                     "training=True) first")):
+        m.backward()
+    for name, value in m.params.items():
+        np.testing.assert_array_equal(value, params[name])
+    m.rng_calls = 0
+    m.train_step(**tiny_batch())
+    assert m.rng_calls == 1
+
+
 def test_device_outputs_reuse_memory_only_once_let_go(charlms, monkeypatch):
     """Outputs left on the device take memory the pool kept from arrays Python let go
     (src/device_pool.h), without zeroing it: each call's outputs are right on reused

@@ -15,10 +15,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -818,22 +820,34 @@ class Model {
     if (!v.train)
       no_minimized("forward(..., training=True)");
     call.outputs.assign(spec_->n_outputs + spec_->saved, nullptr);
-    // call k draws from the stream (seed, k); a call that fails (an index its run finds out
-    // of range) counts no more than one its arguments' checks refused: the next one draws
-    // what it would have drawn had the failed one not been made
-    const uint64_t number = state_.calls + 1;
-    state_.dropout_key = derive(state_.seed, number);
-    state_.drawn.clear();
     // the run overwrites what the last training forward saved (and, failing, may leave it
     // half written, or in memory it grew into): no backward until one succeeds
     trained_ = nullptr;
     stale_forward_ = false;
     ++forwards_;
+    // call k draws from the stream (seed, k); a call that fails (an index its run finds out
+    // of range) counts no more than one its arguments' checks refused: the next one draws
+    // what it would have drawn had the failed one not been made
+    const uint64_t number = next_call();
+    state_.dropout_key = derive(state_.seed, number);
+    state_.drawn.clear();
     run(v.train, call);
     state_.calls = number;
     trained_ = &v;
     seen_changes_ = sharing_->changes;
     dims_ = call.dims;
+  }
+
+  // The number of the training call about to run, rng_calls + 1. Past 2**64 - 1 it wrapped
+  // round to 0 unnoticed, and the calls after it drew the first calls' dropout masks again:
+  // an OverflowError instead, refused as a call whose arguments are (one compare a call).
+  uint64_t next_call() const {
+    if (state_.calls == std::numeric_limits<uint64_t>::max())
+      throw std::overflow_error(
+          std::string("model ") + spec_->name + " has made 2**64 - 1 training calls "
+          "(rng_calls), as many as its count of dropout streams holds: another would wrap it "
+          "round to 0 and draw earlier calls' masks again; set rng_calls lower to train on");
+    return state_.calls + 1;
   }
 
   // Under the lock: train_step's and forward_backward's training forward and its
