@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import pickle
+import re
 import signal
 import stat
 import subprocess
@@ -352,3 +353,32 @@ def test_a_save_takes_a_bytes_path_and_a_failure_names_the_path(charlm64, tmp_pa
     with pytest.raises(OSError) as raised:  # the folder is there, a file cannot be made in it
         charlm64.CharLM().save("/proc/ck.npz")
     assert raised.value.filename == "/proc/ck.npz" and ".tmp" not in str(raised.value)
+
+
+def test_a_parameter_name_too_long_for_an_npz_is_refused_before_anything_is_written(
+        tmp_path):
+    """QA: save() of a parameter named with more bytes than a zip member's name holds
+    (65535, with "optimizer/second/" before it and ".npy" after) failed deep in zipfile, a
+    struct.error naming nothing. A ValueError names the parameter (its start) before any
+    file is made; a name at the limit saves and loads, with Adam's moments too."""
+    at_limit, too_long = "w" * 65514, "v" * 65515
+    path = tmp_path / "long.mdl"
+    path.write_text("".join(
+        f"model {model}() {{ input x : f32[B, 2]; param {name} : f32[2] = normal(0, 1); "
+        f"output y = sum(x * {name}); minimize y }}\n"
+        for model, name in [("Fits", at_limit), ("Past", too_long)]))
+    module = load(path, name="long_names")
+    fits, past = module.Fits(seed=0), module.Past(seed=0)
+    for model in (fits, past):
+        model.set_optimizer("adam", lr=0.1)
+        model.train_step(x=np.ones((1, 2), np.float32))
+    fits.save(tmp_path / "fits.npz")
+    again = module.Fits(seed=1)
+    again.load(tmp_path / "fits.npz")
+    assert again.optimizer == fits.optimizer
+    np.testing.assert_array_equal(again.params[at_limit], fits.params[at_limit])
+    with pytest.raises(ValueError, match=re.escape(
+            f"save(path): parameter '{'v' * 40}...' has a name of 65515 bytes, and a "
+            "checkpoint takes names of at most 65514: it is an .npz archive, a zip file")):
+        past.save(tmp_path / "past.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fits.npz", "long.mdl"]

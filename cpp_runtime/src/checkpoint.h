@@ -15,6 +15,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,29 @@ py::array_t<T> copy_of(const ParamSpec& p, const T* data, const Device* device, 
   py::array_t<T> a(std::vector<py::ssize_t>(p.shape, p.shape + p.rank));
   download(device, context, a.mutable_data(), data, numel(p) * sizeof(T));
   return a;
+}
+
+// The longest parameter name a checkpoint takes. NumPy's savez writes entry E as the zip
+// member "E.npy", and a zip file holds a member name's length in 16 bits: a name past 65535
+// bytes was a struct.error from deep in zipfile ("ushort format requires 0 <= number <=
+// 65535"), naming nothing. A parameter's longest entry is optimizer/second/NAME; one limit
+// for every optimizer, so that a model that saves with one saves with any.
+constexpr std::size_t MAX_PARAM_NAME = 65535 - (sizeof("optimizer/second/.npy") - 1);
+
+// Before anything is written: a ValueError naming (the start of) the first parameter
+// whose name is past MAX_PARAM_NAME.
+template <class T>
+void check_param_names_fit(const ModelSpec<T>& spec) {
+  for (int i = 0; i < spec.n_params; ++i) {
+    const std::string name = spec.params[i].name;
+    if (name.size() <= MAX_PARAM_NAME) continue;
+    throw py::value_error(
+        "save(path): parameter '" + name.substr(0, 40) + "...' has a name of " +
+        std::to_string(name.size()) + " bytes, and a checkpoint takes names of at most " +
+        std::to_string(MAX_PARAM_NAME) + ": it is an .npz archive, a zip file, whose member "
+        "names hold at most 65535 bytes, and a parameter's longest is "
+        "'optimizer/second/NAME.npy'. Nothing was written");
+  }
 }
 
 // What a checkpoint of this model holds, as copies (taken under the model's lock).

@@ -550,6 +550,7 @@ class Model {
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
     path_argument(path, "save(path): path");
+    check_param_names_fit(*spec_);
     Holding guard = hold_lock("save()", Use::READS);
     py::dict arrays = checkpoint_arrays(*spec_, state_, opt_);
     guard.unlock();
