@@ -429,7 +429,7 @@ TINY = """model Tiny(H = 4) {
   input ids : i32[B]
   input x : f32[B, H]
   param emb : f32[3, H] = normal(0, 1)
-  y = tanh(emb[ids] + x)
+  output y = tanh(emb[ids] + x)
   output loss = sum(y * y)
   minimize loss
 }
@@ -474,6 +474,41 @@ def test_a_training_call_past_2_64_calls_is_an_overflow_error(tiny, target):
     m.rng_calls = 0
     m.train_step(**tiny_batch())
     assert m.rng_calls == 1
+
+
+def test_a_device_array_of_one_number_converts_as_numpy_s(tiny):
+    """QA: float(out["loss"]) of a loss left on the device was a TypeError, where a NumPy
+    0-d array converts, and bool(a) was True whatever `a` held. One number, of 0 dims or of
+    one element (as PyTorch's tensors convert), converts as NumPy's own does; more or none
+    raise NumPy's errors in its words (NumPy 1's, which took one element too)."""
+    import operator
+    m = tiny["cuda"].Tiny(seed=0)
+    m.outputs_on_device = True
+    out = m.forward(**tiny_batch())
+    loss, y = out["loss"], out["y"]
+    copy = loss.numpy()
+    assert copy.shape == () and copy > 0
+    assert float(loss) == float(copy) and int(loss) == int(copy) and bool(loss)
+    assert type(float(loss)) is float and type(int(loss)) is int
+    ids = m.to_device(np.array([2], np.int32))
+    assert int(ids) == operator.index(ids) == 2 and ["a", "b", "c"][ids] == "c"
+    assert float(ids) == 2.0 and not m.to_device(np.zeros(1, np.int32))
+    none = m.to_device(np.zeros(0, np.int32))
+    for convert, a, error, words in [
+            (float, y, TypeError, "only length-1 arrays can be converted to Python scalars: "
+             f"DeviceArray(f32[2, 4] on {DEVICE}) holds 8 numbers"),
+            (int, none, TypeError, "only length-1 arrays can be converted to Python "
+             f"scalars: DeviceArray(i32[0] on {DEVICE}) holds 0 numbers"),
+            (operator.index, loss, TypeError, "only integer scalar arrays can be converted "
+             f"to a scalar index: DeviceArray(f32[] on {DEVICE}) is of dtype float32"),
+            (bool, y, ValueError, "The truth value of an array with more than one element "
+             f"is ambiguous: DeviceArray(f32[2, 4] on {DEVICE}) holds 8 numbers"),
+            (bool, none, ValueError, "The truth value of an empty array is ambiguous: "
+             f"DeviceArray(i32[0] on {DEVICE}) holds no numbers")]:
+        with pytest.raises(error, match=re.escape(words)):
+            convert(a)
+        with pytest.raises(error):  # NumPy refuses it too
+            convert(a.numpy())
 
 
 def test_device_outputs_reuse_memory_only_once_let_go(charlms, monkeypatch):

@@ -63,10 +63,14 @@ def keywords(function: ast.FunctionDef) -> list[str]:
     return [a.arg for a in function.args.kwonlyargs]
 
 
+# the special methods a DeviceArray has for users: DLPack's, NumPy's and conversions
+CONVERSIONS = {"__array__", "__float__", "__int__", "__index__", "__bool__"}
+
+
 def public(cls) -> set[str]:
     """Its own members that users call: no private names, no pybind11 internals."""
     return {k for k in vars(cls)
-            if not k.startswith("_") or k.startswith("__dlpack") or k == "__array__"}
+            if not k.startswith("_") or k.startswith("__dlpack") or k in CONVERSIONS}
 
 
 def test_a_model_class_docstring_lists_its_inputs_and_outputs(charlm64):

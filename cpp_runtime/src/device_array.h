@@ -95,10 +95,22 @@ struct DeviceArray {
     return a.device == device ? &a : nullptr;
   }
 
-  int64_t bytes() const {
-    int64_t n = dtype.itemsize;
+  int64_t size() const {
+    int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
+  }
+
+  int64_t bytes() const { return dtype.itemsize * size(); }
+
+  // The one number it holds, a Python scalar (a copy to the host); else a TypeError with
+  // `refusal`, NumPy's words.
+  py::object item(const std::string& refusal) const {
+    const int64_t n = size();
+    if (n != 1)
+      throw py::type_error(refusal + ": " + repr() + " holds " + std::to_string(n) +
+                           " numbers");
+    return numpy().attr("item")();
   }
 
   py::array numpy() const {
@@ -106,6 +118,33 @@ struct DeviceArray {
     // no model's context: the array may outlive the model that made it
     if (bytes()) device->download(nullptr, a.mutable_data(), data(), bytes());
     return a;
+  }
+
+  // float(a), int(a), operator.index(a) and bool(a) of an array of one number, 0-d (a
+  // loss) or of one element, as PyTorch converts a tensor (NumPy 2.4 takes 0-d alone); of
+  // more or none, NumPy's errors with its words. Without them float(a) was a TypeError,
+  // and bool(a) True whatever a held.
+  static constexpr const char* not_one =
+      "only length-1 arrays can be converted to Python scalars";
+  py::float_ to_float() const { return py::float_(item(not_one)); }
+  py::int_ to_int() const { return py::int_(item(not_one)); }
+  py::int_ to_index() const {
+    const char* words = "only integer scalar arrays can be converted to a scalar index";
+    if (dtype.kind != 'i' && dtype.kind != 'u')
+      throw py::type_error(std::string(words) + ": " + repr() + " is of dtype " +
+                           dtype.numpy);
+    return py::int_(item(words));
+  }
+  py::bool_ truth() const {
+    const int64_t n = size();
+    if (n == 0)
+      throw py::value_error("The truth value of an empty array is ambiguous: " + repr() +
+                            " holds no numbers");
+    if (n > 1)
+      throw py::value_error("The truth value of an array with more than one element is "
+                            "ambiguous: " + repr() + " holds " + std::to_string(n) +
+                            " numbers; read them with numpy() (a.numpy().any(), .all())");
+    return py::bool_(numpy().attr("item")());
   }
 
   py::tuple dlpack_device() const { return py::make_tuple(device->dlpack_device_type, 0); }

@@ -323,6 +323,10 @@ void bind_device_array(py::module_& m) {
       }, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
          "__array__(dtype=None, copy=None) -> numpy.ndarray\n\nnumpy()'s copy in host "
          "memory, as np.asarray makes it.")
+      .def("__float__", checked(&DeviceArray::to_float))
+      .def("__int__", checked(&DeviceArray::to_int))
+      .def("__index__", checked(&DeviceArray::to_index))
+      .def("__bool__", checked(&DeviceArray::truth))
       .def_property_readonly("shape", [](py::handle self) {
         return py::tuple(py::cast(built<DeviceArray>(self).shape));
       })
