@@ -262,8 +262,16 @@ def main() -> None:
             trainer.load(checkpoint)  # parameters, Adam's moments and its step count
         except ValueError as unfit:  # not a checkpoint, or another --hidden's
             sys.exit(f"--resume: {unfit}")
-        losses = [row for row in read_losses(log) if row[0] <= model.optimizer["steps"]]
-        print(f"resumed from {checkpoint} at step {model.optimizer['steps']}")
+        done = model.optimizer["steps"]
+        if done >= args.steps:  # as Lightning's fit at max_steps: it says so, and ends well
+            if trainer.rank == 0:
+                print(f"--resume: {checkpoint} is at step {done} and --steps is {args.steps}: "
+                      f"nothing to train (give --steps past {done} to go on)")
+            if args.distributed:
+                dist.destroy_process_group()
+            return
+        losses = [row for row in read_losses(log) if row[0] <= done]
+        print(f"resumed from {checkpoint} at step {done}")
     first = model.optimizer["steps"] + 1
     stop: list = []
     if not args.distributed:  # ranks would stop at different steps: Ctrl-C stays torchrun's

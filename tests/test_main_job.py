@@ -60,6 +60,23 @@ def test_the_main_job_trains_saves_and_samples(tmp_path):
     assert (tmp_path / "resumed" / "samples.txt").read_text() == sample
 
 
+def test_resume_at_or_past_steps_says_there_is_nothing_to_train(tmp_path):
+    """QA: --resume from a checkpoint already at --steps (or past it) trained nothing, yet
+    printed the loss and "saved", and sampled again, with no word of why. It says so in
+    one line and ends with status 0, every file as it was (as Lightning's fit at its
+    max_steps)."""
+    out = tmp_path / "run"
+    run(out, "--steps", "5")
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    for steps in ("5", "3"):
+        said = run(out, "--resume", "--steps", steps)
+        assert said.splitlines()[-1] == (
+            f"--resume: {out / 'checkpoint.npz'} is at step 5 and --steps is {steps}: "
+            "nothing to train (give --steps past 5 to go on)"), said
+        assert "saved" not in said and "sample" not in said
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+
 def test_distributed_outside_torchrun_says_how_to_start_it(tmp_path):
     """Once a torch traceback (no RANK) after the build and the corpus."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
