@@ -8,10 +8,10 @@ sample text through the one-character model `CharLMStep` running on the trained 
     torchrun --nproc_per_node=2 examples/train_charlm.py --distributed  # 2 processes
 
 Writes into --out (default runs/charlm): checkpoint.npz and losses.csv (every --save-every
-steps, and at the end), samples.txt, and loss.png when matplotlib is installed. Ctrl-C stops
-after the step under way, saves, and prints the command that goes on. The batches of step s
-come from a generator seeded with (seed, s), so a resumed run trains on exactly the batches
-an unbroken run would.
+steps, and at the end), samples.txt, and loss.png when matplotlib is installed. Ctrl-C (or
+SIGTERM) stops after the step under way, saves, and prints the command that goes on. The
+batches of step s come from a generator seeded with (seed, s), so a resumed run trains on
+exactly the batches an unbroken run would.
 """
 from __future__ import annotations
 
@@ -154,12 +154,18 @@ def save(trainer, out: Path, losses: list[tuple[int, float, float]]) -> None:
     trainer.save(out / "checkpoint.npz")
 
 
-def stop_on_ctrl_c(stop: list):
-    """From here on Ctrl-C asks training to stop after the step under way, noted in `stop`.
-    The handler runs inside the paused call (docs/native.md#ctrl-c) and only notes the
-    request, so the call goes on and the run is saved in one place, never in the middle of
-    another save. Returns the handler it replaces."""
-    return signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+# Ctrl-C, and SIGTERM: what `timeout`, `kill`, systemd, Kubernetes and Slurm send to stop
+# a job, which ended the run where it stood, losing the steps since the last save
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_on_signals(stop: list) -> dict:
+    """From here on Ctrl-C or SIGTERM asks training to stop after the step under way, noted
+    in `stop`. The handler runs between steps (inside a paused call for Ctrl-C:
+    docs/native.md#ctrl-c) and only notes the request, so the call goes on and the run is
+    saved in one place, never in the middle of another save. Returns the handlers it
+    replaces, by signal."""
+    return {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in STOPPING}
 
 
 def arguments() -> argparse.Namespace:
@@ -274,12 +280,12 @@ def main() -> None:
         print(f"resumed from {checkpoint} at step {done}")
     first = model.optimizer["steps"] + 1
     stop: list = []
-    if not args.distributed:  # ranks would stop at different steps: Ctrl-C stays torchrun's
-        previous = stop_on_ctrl_c(stop)
+    if not args.distributed:  # ranks would stop at different steps: signals stay torchrun's
+        previous = stop_on_signals(stop)
     if trainer.rank == 0:
         print(f"training to step {args.steps}, saving into {args.out} every "
               f"{args.save_every} steps" + ("" if args.distributed else
-                                            "; Ctrl-C stops and saves"), flush=True)
+                                            "; Ctrl-C or SIGTERM stops and saves"), flush=True)
 
     recent: list[float] = []
     horizon = args.decay_steps or args.steps
@@ -303,19 +309,21 @@ def main() -> None:
             losses.append((step, loss, held))
             bar.set_postfix(loss=f"{loss:.3f}", chars_per_s=f"{rate:,.0f}")
             recent = []
-        if stop or step % args.save_every == 0 or step == args.steps:
+        stopping = bool(stop)  # once: a signal between the save and the break is not lost
+        if stopping or step % args.save_every == 0 or step == args.steps:
             save(trainer, args.out, losses)
-        if stop:
+        if stopping:
             break
     bar.close()
-    if not args.distributed:
-        signal.signal(signal.SIGINT, previous)  # Ctrl-C while sampling stops it at once
+    if not args.distributed:  # Ctrl-C or SIGTERM while sampling stops it at once
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
     if stop:
         again = sys.argv if args.resume else [*sys.argv, "--resume"]
         print(f"stopped at step {model.optimizer['steps']}: saved {checkpoint}\n"
               f"to go on: python3 {shlex.join(again)}")
-        sys.exit(130)  # as a shell reports a program Ctrl-C ended
+        sys.exit(128 + stop[0])  # as a shell reports a program the signal ended: 130, 143
     if args.distributed:
         import torch.distributed as dist
         dist.destroy_process_group()

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "examples" / "train_charlm.py"
@@ -86,11 +87,15 @@ def test_distributed_outside_torchrun_says_how_to_start_it(tmp_path):
     assert "torchrun --nproc_per_node=2 examples/train_charlm.py --distributed" in done.stderr
 
 
-def test_ctrl_c_stops_saves_and_resume_goes_on(tmp_path):
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_saves_and_resume_goes_on(tmp_path, signum, status):
     """QA: the job saved only after its last step, so Ctrl-C (or a crash) lost the whole run
     and left runs/ empty. Now a checkpoint is saved every --save-every steps, and Ctrl-C
     stops after the step under way, saves it whole (the checkpoint of a run told to stop
-    there), exits with 130 and prints the command that goes on."""
+    there), exits with 130 and prints the command that goes on. SIGTERM (`timeout`, `kill`,
+    a scheduler's stop) ended the run where it stood, losing the steps since the last save:
+    it does what Ctrl-C does, with status 143."""
     out = tmp_path / "stopped"
     job = subprocess.Popen([sys.executable, str(JOB), *SMALL, "--out", str(out),
                             "--steps", "1000000", "--save-every", "10"],
@@ -102,11 +107,11 @@ def test_ctrl_c_stops_saves_and_resume_goes_on(tmp_path):
             time.sleep(0.05)
         with np.load(out / "checkpoint.npz") as periodic:  # saved while it trains
             assert periodic["optimizer/steps"] % 10 == 0
-        job.send_signal(signal.SIGINT)
+        job.send_signal(signum)
         said, errors = job.communicate(timeout=60)
     finally:
         job.kill()
-    assert job.returncode == 130 and "Traceback" not in errors, errors
+    assert job.returncode == status and "Traceback" not in errors, errors
     stopped = re.search(r"stopped at step (\d+): saved (.+)\n", said)
     assert stopped and stopped[2] == str(out / "checkpoint.npz"), said
     again = [str(JOB), *SMALL, "--out", str(out), "--steps", "1000000", "--save-every", "10",
