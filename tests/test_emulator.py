@@ -14,12 +14,14 @@ from codegen.compile.extension import build_extension
 from codegen.targets.registry import target
 
 SOURCE = Path(__file__).resolve().parent / "emulator" / "wrong_kernels.cu"
+DEVICE = SOURCE.with_name("test_device.h")  # its Device (racing_kernels.cu's too)
 FULL, HALF = 0xFFFFFFFF, 0x0000FFFF
 
 
 @pytest.fixture(scope="module")
 def kernels():
-    built = build_extension({"wrong_kernels.cu": SOURCE.read_text()}, "wrong_kernels",
+    built = build_extension({"wrong_kernels.cu": SOURCE.read_text(),
+                             "test_device.h": DEVICE.read_text()}, "wrong_kernels",
                             target("cuda", emulate=True))
     spec = importlib.util.spec_from_file_location("wrong_kernels", built)
     module = importlib.util.module_from_spec(spec)

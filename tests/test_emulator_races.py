@@ -40,7 +40,9 @@ def under_tsan(code: str, *args: str, cwd: Path | None = None) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def kernels() -> str:
-    return str(build_extension({"racing_kernels.cu": SOURCE.read_text()}, "racing_kernels",
+    return str(build_extension({"racing_kernels.cu": SOURCE.read_text(),
+                                "test_device.h": SOURCE.with_name("test_device.h").read_text()},
+                               "racing_kernels",
                                target("cuda", emulate=True), sanitize=True))
 
 

@@ -10,6 +10,7 @@
 
 #include "mdl/cuda/device.h"
 #include "mdl/cuda/launch.h"
+#include "test_device.h"
 
 using mdl::cuda::kThreads;
 using mdl::cuda::launch;
@@ -41,23 +42,6 @@ __global__ void broadcast(bool wait, double* out) {
   if (wait) __syncthreads();
   out[1 + threadIdx.x] = out[0];
 }
-
-struct Device {
-  Device() { cudaDeviceReset(); }
-  ~Device() { cudaDeviceReset(); }
-  double* array(const std::vector<double>& values) {
-    void* p = nullptr;
-    cudaMalloc(&p, values.size() * sizeof(double));
-    cudaMemcpy(p, values.data(), values.size() * sizeof(double), cudaMemcpyHostToDevice);
-    return static_cast<double*>(p);
-  }
-  std::vector<double> read(const double* p, std::size_t n) {
-    std::vector<double> out(n);
-    cudaDeviceSynchronize();
-    cudaMemcpy(out.data(), p, n * sizeof(double), cudaMemcpyDeviceToHost);
-    return out;
-  }
-};
 
 std::vector<double> sum(bool atomic, int blocks) {
   Device d;

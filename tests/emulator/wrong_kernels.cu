@@ -13,6 +13,7 @@
 
 #include "mdl/cuda/device.h"
 #include "mdl/cuda/launch.h"
+#include "test_device.h"
 
 namespace py = pybind11;
 using mdl::cuda::kThreads;
@@ -89,28 +90,6 @@ __global__ void late_barrier(bool late, double* out) {
 }
 
 // ---- the cases ------------------------------------------------------------------------
-
-struct Device {  // a fresh device for each case
-  Device() { cudaDeviceReset(); }
-  ~Device() { cudaDeviceReset(); }
-  double* array(std::vector<double> values) {
-    void* p = nullptr;
-    cudaMalloc(&p, values.size() * sizeof(double));
-    cudaMemcpy(p, values.data(), values.size() * sizeof(double), cudaMemcpyHostToDevice);
-    return static_cast<double*>(p);
-  }
-  std::vector<double> read(const double* p, std::size_t n) {
-    std::vector<double> out(n);
-    cudaMemcpy(out.data(), p, n * sizeof(double), cudaMemcpyDeviceToHost);
-    return out;
-  }
-  // The error the device reports after synchronizing, "" for none.
-  static std::string error() {
-    cudaError_t status = cudaDeviceSynchronize();
-    if (status == cudaSuccess) status = cudaGetLastError();
-    return status == cudaSuccess ? "" : cudaGetErrorString(status);
-  }
-};
 
 using Result = std::pair<std::string, std::vector<double>>;
 
