@@ -1154,6 +1154,27 @@ def test_a_sanitized_emulated_cuda_build_is_thread_sanitized_and_keyed_apart():
         NVCC.check(True)
 
 
+def test_a_sanitized_emulated_build_is_refused_where_no_process_could_import_it(monkeypatch):
+    """Without a ThreadSanitizer runtime that starts a process here (none shipped, or
+    Clang 14's, which ended every process at once on this kind of machine), the build is
+    refused before anything compiles, saying why."""
+    from codegen.compile import sanitizers
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled")
+    monkeypatch.setattr(extension, "run_commands", no_compile)
+    monkeypatch.setattr(runtime, "run_commands", no_compile)
+    monkeypatch.setattr(sanitizers, "tsan_runtime", lambda: "libtsan.so")
+    sanitizers.tsan_refusal.cache_clear()
+    try:
+        with pytest.raises(UsageError, match=r"^--sanitize with --emulate builds for "
+                           r"ThreadSanitizer, and .* ships no ThreadSanitizer runtime: build "
+                           r"without --sanitize, or with GCC \(CXX=g\+\+\)$"):
+            build_extension({"module.cu": ""}, "m", EMULATED_CUDA_TARGET, sanitize=True)
+    finally:
+        sanitizers.tsan_refusal.cache_clear()
+
+
 def test_each_toolchain_has_keys_of_its_own():
     sources = {"module.cu": "// the same text\n"}
     keys = {cache_key(sources, "m", t, debug=debug)

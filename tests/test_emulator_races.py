@@ -17,15 +17,14 @@ from pathlib import Path
 import pytest
 
 from codegen.compile.extension import build_extension
-from codegen.compile.sanitizers import sanitizer_env, tsan_runtime
+from codegen.compile.sanitizers import sanitizer_env, tsan_refusal
 from codegen.targets.registry import target
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "emulator" / "racing_kernels.cu"
 REPORT = "WARNING: ThreadSanitizer: data race"
 
-pytestmark = pytest.mark.skipif(not os.path.isabs(tsan_runtime()),
-                                reason="this compiler ships no ThreadSanitizer runtime")
+pytestmark = pytest.mark.skipif(bool(tsan_refusal()), reason=tsan_refusal() or "-")
 
 
 def under_tsan(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

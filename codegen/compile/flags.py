@@ -100,6 +100,12 @@ def sanitize_link_flags() -> list[str]:
     return [*SANITIZE_FLAGS[:1], *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
 
 
+def tsan_link_flags() -> list[str]:
+    """A sanitized emulated cuda module links ThreadSanitizer's runtime as a shared library
+    (GCC's default; Clang's with -shared-libsan), which the importing process preloads."""
+    return [*TSAN_FLAGS[:1], *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
+
+
 def link_flags(sanitize: bool) -> list[str]:
     """The BLAS lives in a Python package, not a system directory: modules find it by
     RPATH (codegen/compile/blas.py). Then the one OpenMP runtime (openmp_library): generated

@@ -8,9 +8,11 @@ its first report. An emulated cuda module built with --sanitize needs ThreadSani
 runtime instead (`thread=True`): it reports races between CUDA threads (docs/cuda.md)."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shlex
+import subprocess
 
 from .compiler import compiler_file, host_compiler
 
@@ -33,6 +35,25 @@ def tsan_runtime() -> str:
     if host_compiler()["gcc"]:
         return compiler_file("libtsan.so")
     return compiler_file(f"libclang_rt.tsan-{platform.machine()}.so")
+
+
+@functools.lru_cache(maxsize=None)
+def tsan_refusal() -> str:
+    """Why a process cannot start with ThreadSanitizer's runtime preloaded here ("" when
+    it can): the compiler ships none, or it ends every process at once (Clang 14's, on
+    a kernel with 28 bits of mmap randomness: a segmentation fault before main)."""
+    runtime = tsan_runtime()
+    if not os.path.isabs(runtime):
+        return f"{host_compiler()['path']} ships no ThreadSanitizer runtime"
+    try:
+        status = subprocess.run(["true"], env={**os.environ, "LD_PRELOAD": runtime},
+                                capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"a process with {runtime} preloaded did not run ({e})"
+    if status != 0:
+        how = f"signal {-status}" if status < 0 else f"status {status}"
+        return f"a process with {runtime} preloaded ends at once on this machine ({how})"
+    return ""
 
 
 def sanitizer_env(thread: bool = False) -> dict[str, str]:

@@ -23,9 +23,10 @@ from .compiler import host_compiler
 from .cuda_toolkit import nvcc_host_compiler, toolkit
 from .environment import environment_key
 from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, TSAN_FLAGS, compile_flags,
-                    include_dirs, link_flags, machine_flags)
+                    include_dirs, link_flags, machine_flags, tsan_link_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
+from .sanitizers import tsan_refusal
 
 EMULATED_HEADERS = RUNTIME_DIR / "emulated"   # cuda_runtime.h, cublas_v2.h for the host compiler
 EMULATOR_SOURCES = RUNTIME_DIR / "src" / "emulator"
@@ -224,6 +225,11 @@ class EmulatedCudaToolchain(HostToolchain):
     name = "emulated-cuda"
     label = " (emulated cuda)"
 
+    def check(self, sanitize: bool) -> None:
+        if sanitize and (why := tsan_refusal()):  # a module no process here could import
+            raise UsageError(f"--sanitize with --emulate builds for ThreadSanitizer, and {why}: "
+                             f"build without --sanitize, or with GCC (CXX=g++)")
+
     def runtime(self, debug: bool, sanitize: bool, progress: bool) -> Linked:
         """The host's runtime and the emulated device's object, built side by side."""
         flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
@@ -265,8 +271,8 @@ class EmulatedCudaToolchain(HostToolchain):
     def linker_flags(self, sanitize: bool) -> list[str]:
         # -lpthread, not -pthread: that would define _REENTRANT, and the precompiled
         # mdl/python.h, made without it, would not be used
-        return [*super().linker_flags(False), *(TSAN_FLAGS if sanitize else ()), "-ldl",
-                "-lpthread"]
+        return [*super().linker_flags(False), *(tsan_link_flags() if sanitize else ()),
+                "-ldl", "-lpthread"]
 
 
 HOST = HostToolchain()
