@@ -532,8 +532,9 @@ void run_grid(const Grid& g) {
   b.launch = ++launches;
   b.threads.resize(threads);
   b.fibers = s.fibers || known != 0 || tsan::on;
-  const std::unique_ptr<char> grid_end(new char);
+  std::unique_ptr<char> grid_end;
   if (tsan::on) {
+    grid_end.reset(new char);
     b.host = tsan::current();
     b.grid_end = grid_end.get();
     b.rotations = unsigned(std::max<uint64_t>(1, std::min<uint64_t>(blocks, 2048 / threads)));
