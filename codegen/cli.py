@@ -177,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
                     "stub MOD.pyi beside it)")
     _generation_options(build, "directory of the module and its stub")
     build.add_argument("--debug", action="store_true", help="-O0 -g")
-    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers (implies --debug); with --target cuda --emulate, ThreadSanitizer: races between CUDA threads")
+    build.add_argument("--sanitize", action="store_true", help="address and UB sanitizers (implies --debug); with --target cuda --emulate, ThreadSanitizer at -O1 -g: races between CUDA threads")
     build.add_argument("--profile", action="store_true",
                        help="the code times each of its parts: a model's profile() "
                        "(docs/profiling.md)")
