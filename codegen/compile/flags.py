@@ -33,8 +33,9 @@ GCC_CODE_FLAGS = ("-fno-tree-sink",)
 NVCC_HOST_CODE_FLAGS = CODE_FLAGS + GCC_CODE_FLAGS
 DEBUG_FLAGS = ("-O0", "-g")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
-# An emulated cuda build's, sanitized: races between CUDA threads (toolchain.py)
-TSAN_FLAGS = ("-fsanitize=thread", "-fno-omit-frame-pointer")
+# An emulated cuda build's kernels, sanitized: races between CUDA threads (toolchain.py);
+# -g puts source lines in the reports
+TSAN_FLAGS = ("-fsanitize=thread", "-fno-omit-frame-pointer", "-g")
 
 
 # Where the target has AVX-512, loops vectorize with its 512-bit vectors: GCC and Clang
@@ -93,17 +94,13 @@ def openmp_library() -> str:
     return OPENMP_LIBRARIES["gcc" if host_compiler()["gcc"] else "clang"]
 
 
-def sanitize_link_flags() -> list[str]:
+def sanitize_link_flags(thread: bool = False) -> list[str]:
     """A sanitized module links the sanitizers' runtime as a shared library (GCC's
     default; Clang's with -shared-libsan), which the importing process preloads
-    (sanitizers.py)."""
-    return [*SANITIZE_FLAGS[:1], *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
-
-
-def tsan_link_flags() -> list[str]:
-    """A sanitized emulated cuda module links ThreadSanitizer's runtime as a shared library
-    (GCC's default; Clang's with -shared-libsan), which the importing process preloads."""
-    return [*TSAN_FLAGS[:1], *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
+    (sanitizers.py): AddressSanitizer's and UBSan's, or with `thread` ThreadSanitizer's
+    (a sanitized emulated cuda module)."""
+    return [(TSAN_FLAGS if thread else SANITIZE_FLAGS)[0],
+            *(() if host_compiler()["gcc"] else ("-shared-libsan",))]
 
 
 def link_flags(sanitize: bool) -> list[str]:

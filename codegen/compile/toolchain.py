@@ -23,7 +23,7 @@ from .compiler import host_compiler
 from .cuda_toolkit import nvcc_host_compiler, toolkit
 from .environment import environment_key
 from .flags import (DEBUG_FLAGS, NVCC_HOST_CODE_FLAGS, TSAN_FLAGS, compile_flags,
-                    include_dirs, link_flags, machine_flags, tsan_link_flags)
+                    include_dirs, link_flags, machine_flags, sanitize_link_flags)
 from .commands import side_by_side
 from .runtime import CUDA_RUNTIME_SOURCE, build_runtime, runtime_object
 from .sanitizers import tsan_refusal
@@ -235,7 +235,7 @@ class EmulatedCudaToolchain(HostToolchain):
         flags = compile_flags(debug)  # -O3, not a model's -O1: it runs every kernel
         compiler = [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()),
                     "-x", "c++"]
-        kernels = [*TSAN_FLAGS, "-g"] if sanitize else []  # -g: lines in the reports
+        kernels = list(TSAN_FLAGS) if sanitize else []
         units = [([*compiler, *kernels], RUNTIME_DIR / CUDA_RUNTIME_SOURCE),
                  *(([*compiler, *(("-DMDL_EMULATOR_TSAN=1",) if sanitize else ())], source)
                    for source in sorted(EMULATOR_SOURCES.glob("*.cpp")))]
@@ -260,7 +260,7 @@ class EmulatedCudaToolchain(HostToolchain):
         with debug information, for ThreadSanitizer (TSAN_FLAGS)."""
         flags = [EMULATED_LEVEL if flag == "-O3" else flag
                  for flag in super().flags(debug, False)]
-        return [*flags, "-g", *TSAN_FLAGS] if sanitize else flags
+        return [*flags, *TSAN_FLAGS] if sanitize else flags
 
     def includes(self, first: tuple[Path, ...] = ()) -> list[str]:
         return [str(EMULATED_HEADERS), *super().includes(first)]
@@ -271,7 +271,7 @@ class EmulatedCudaToolchain(HostToolchain):
     def linker_flags(self, sanitize: bool) -> list[str]:
         # -lpthread, not -pthread: that would define _REENTRANT, and the precompiled
         # mdl/python.h, made without it, would not be used
-        return [*super().linker_flags(False), *(tsan_link_flags() if sanitize else ()),
+        return [*super().linker_flags(False), *(sanitize_link_flags(thread=True) if sanitize else ()),
                 "-ldl", "-lpthread"]
 
 
