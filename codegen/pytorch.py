@@ -86,11 +86,65 @@ _PARAMETERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _parameter(tensor: torch.Tensor, requires_grad: bool) -> torch.nn.Parameter:
-    key = (str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+    key = _key(tensor)
     shared = _PARAMETERS.get(key)
-    if shared is None:
+    # one kept alive elsewhere (an optimizer's) after `.double()`, `.to()` or `.data = `
+    # gave it other memory is no longer over this one: a new model's weight allocated
+    # where a freed model's lay got it, and with it another dtype and numbers
+    if shared is None or _key(shared) != key:
         shared = _PARAMETERS[key] = torch.nn.Parameter(tensor, requires_grad=requires_grad)
     return shared
+
+
+# The same for frozen parameters (buffers): one tensor a memory, so that copies, which copy
+# a tensor once however many modules hold it, tie their models again (_tie_again)
+_BUFFERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _buffer(tensor: torch.Tensor) -> torch.Tensor:
+    key = _key(tensor)
+    shared = _BUFFERS.get(key)
+    if shared is None or _key(shared) != key:
+        shared = _BUFFERS[key] = tensor
+    return shared
+
+
+def _key(tensor: torch.Tensor) -> tuple:
+    return (str(tensor.device), tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+
+
+def _penalize(parameter: torch.nn.Parameter, strength: tuple[float, float] | None,
+              owner: str) -> None:
+    """`parameter`'s scope regularizer (`strength`: l1, l2; None: none) joins its `.grad`
+    once per backward that reaches it, as a penalty in the loss would: a hook after torch
+    has summed the gradients of every call of every module over its memory (added in
+    each call's backward, a core called twice in one graph had it twice). The modules over
+    one memory (`owner`: the first one's model) must regularize it alike."""
+    strength = strength or (0.0, 0.0)
+    had = getattr(parameter, "_mdl_penalty", None)
+    if had is None:
+        parameter._mdl_penalty = (strength, owner)
+        if strength != (0.0, 0.0):
+            parameter.register_post_accumulate_grad_hook(_add_penalty)
+    elif had[0] != strength:
+        raise ValueError(f"{owner} shares its memory with {had[1]}, regularized "
+                         f"{_said(strength)} here and {_said(had[0])} there: as one torch "
+                         "Parameter it takes one penalty, so give both scopes the same "
+                         "regularizer")
+
+
+def _said(strength: tuple[float, float]) -> str:
+    l1, l2 = strength
+    return " + ".join([*([f"l1({l1})"] if l1 else []), *([f"l2({l2})"] if l2 else [])]) \
+        or "by nothing"
+
+
+def _add_penalty(parameter: torch.nn.Parameter) -> None:
+    """`l2(x)`: x * w, `l1(x)`: x * sign(w), as mdl's own optimizer adds them."""
+    l1, l2 = parameter._mdl_penalty[0]
+    with torch.no_grad():
+        weight = parameter.detach()
+        parameter.grad.add_(l2 * weight + l1 * torch.sign(weight))
 
 
 def as_module(model: Any) -> CompiledModule:
@@ -135,7 +189,7 @@ class CompiledModule(torch.nn.Module):
         weights = _weights(self.model)
         trainable = self.model.gradient_layout
         self._trainable = [name for name in weights if name in trainable]
-        self._penalties = self.model._regularizers
+        penalties = self.model._regularizers
         for name, array in weights.items():
             if name not in self._parameters and name not in self._buffers \
                     and hasattr(self, name):  # torch's KeyError "attribute ... exists"
@@ -146,10 +200,13 @@ class CompiledModule(torch.nn.Module):
             tensor = _tensor(array)
             self._native[name] = (tensor.data_ptr(), tuple(tensor.shape))
             if name not in trainable:
-                self.register_buffer(name, tensor)
+                self.register_buffer(name, _buffer(tensor))
                 continue
             old = self._parameters.get(name)
-            self.register_parameter(name, _parameter(tensor, old is None or old.requires_grad))
+            parameter = _parameter(tensor, old is None or old.requires_grad)
+            _penalize(parameter, penalties.get(name), f"model {type(self.model).__name__}'s "
+                      f"parameter `{name}`")
+            self.register_parameter(name, parameter)
 
     def _output_tuple(self) -> type:
         return _output_class(type(self.model).__name__, tuple(self.output_names))
@@ -172,11 +229,12 @@ class CompiledModule(torch.nn.Module):
         copy.deepcopy and pickle copy a shared nn.Parameter once (their memo), but each
         model apart, with parameters of its own (a copy of a model is one of its own):
         the copied net's tied weights were untied, silently. The first module copied
-        notes its model under the copied Parameters; a module whose copied Parameter
+        notes its model under the copied Parameters and buffers; a module whose copied one
         another model took is rebuilt on that model's parameters (`params=`) with the
         rest of its state."""
         owner = None
-        for name, copied in self._parameters.items():
+        weights = {**self._parameters, **self._buffers}  # frozen shared ones too
+        for name, copied in weights.items():
             other = _copied_by(copied) if copied is not None else None
             if other is not None and other is not self.model \
                     and _tensor(_weights(other)[name]).data_ptr() \
@@ -187,7 +245,7 @@ class CompiledModule(torch.nn.Module):
             cls, args, state = self.model.__reduce__()
             self.model = cls(*args, params=owner)
             self.model.__setstate__(state)
-        for copied in self._parameters.values():
+        for copied in weights.values():
             if copied is not None:
                 _note_copied(copied, self.model)
 
@@ -218,18 +276,6 @@ class CompiledModule(torch.nn.Module):
                                 "forward, .train() the training one, .eval() inference")
             given[name] = value
         return given
-
-    def _regularized(self, name: str, grad: torch.Tensor) -> torch.Tensor:
-        """The gradient of parameter `name` with its scope's regularizer added, as mdl's
-        own optimizer adds it at every update (`l2(x)`: x * w, `l1(x)`: x * sign(w)), so
-        that a torch optimizer sees it too: once per backward, as a penalty in the loss
-        would be."""
-        strength = self._penalties.get(name)
-        if strength is None:
-            return grad
-        l1, l2 = strength
-        weight = self.get_parameter(name).detach()
-        return grad + l2 * weight + l1 * torch.sign(weight)
 
     def _check_shared(self) -> None:
         """Each parameter still is the model's memory: .to(), .double() or assigning
@@ -310,8 +356,7 @@ class _Call(torch.autograd.Function):
             grads = model.backward(**given)
         n = len(bridge._trainable)
         wanted = ctx.needs_input_grad[3:]
-        params = [bridge._regularized(k, _tensor(grads[k])) if w else None
-                  for k, w in zip(bridge._trainable, wanted[:n])]
+        params = [_tensor(grads[k]) if w else None for k, w in zip(bridge._trainable, wanted[:n])]
         inputs = [_tensor(grads[f"input:{k}"]) if w and f"input:{k}" in grads
                   else None for k, w in zip(ctx.names, wanted[n:])]
         return (None, None, None, *params, *inputs)

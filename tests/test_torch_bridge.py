@@ -554,6 +554,11 @@ model Reg() {
   output loss = mse(sum(tanh(x @ enc.W + b) * out.v, axis = 1), y)
   minimize loss
 }
+model Unlike() {  # Reg's parameters, `enc/W` regularized otherwise
+  input x : f32[B, 4]
+  scope enc (regularizer = l2(0.1)) { param W : f32[4, 3] = uniform(-1, 1) }
+  output y = tanh(x @ enc.W)
+}
 """
 
 
@@ -577,6 +582,83 @@ def test_scope_regularizers_act_in_a_torch_optimizer_s_steps(tmp_path_factory):
     for name, value in native.params.items():
         np.testing.assert_allclose(bridged.model.params[name], value, rtol=1e-12, atol=1e-14,
                                    err_msg=name)
+
+
+def test_a_regularizer_counts_once_a_backward_however_many_calls_read_it(tmp_path_factory):
+    """QA: the penalty was added in each call's backward, so a core called twice in one
+    graph (one encoder for two inputs) had it twice in `.grad`: 0.70 off the gradient of
+    the loss with the penalty once. It joins `.grad` once a backward now, after torch sums
+    the calls' gradients; models sharing a parameter must regularize it alike."""
+    module = compiled(tmp_path_factory, REGULARIZED, "f64")[0]
+    reg = module.Reg(seed=0)
+    bridged = as_module(reg)
+    rng = np.random.default_rng(1)
+    calls = [(torch.tensor(rng.standard_normal((8, 4))), torch.tensor(rng.standard_normal(8)))
+             for _ in range(2)]
+
+    def grads(*which):
+        bridged.zero_grad()
+        sum(bridged(x=x, y=y) for x, y in which).backward()
+        return {k: p.grad.clone() for k, p in bridged.named_parameters()}
+    both, first, second = grads(*calls), grads(calls[0]), grads(calls[1])
+    w, v = (torch.tensor(reg.params[k]) for k in ("enc/W", "out/v"))
+    penalty = {"enc/W": 0.5 * w, "out/v": 0.2 * torch.sign(v), "b": 0.0}
+    for name, g in both.items():  # each lone call's gradient holds the penalty once too
+        torch.testing.assert_close(g, first[name] + second[name] - penalty[name],
+                                   rtol=1e-12, atol=1e-14, msg=name)
+    with pytest.raises(ValueError, match=re.escape(
+            "model Unlike's parameter `enc/W` shares its memory with model Reg's parameter "
+            "`enc/W`, regularized l2(0.1) here and l2(0.5) there")):
+        as_module(module.Unlike(seed=0, params=reg))
+
+
+def test_a_new_module_never_takes_a_parameter_another_memory_replaced(tmp_path_factory):
+    """QA: a Parameter kept alive (by an optimizer) after `.double()` gave it other memory
+    stayed filed under the memory it had left; a new model's weight allocated there got
+    that f64 tensor, so the new module's state_dict read other numbers, load_state_dict
+    never reached the model and its first call raised, blaming it."""
+    module = compiled(tmp_path_factory, CORE, "f32")[0]
+    core = as_module(module.Core(seed=0))
+    held = list(core.parameters())
+    core.double()
+    del core
+    for seed in range(1, 4):  # a new model's memory may lie where the freed one's did
+        fresh = as_module(module.Core(seed=seed))
+        for name, p in fresh.named_parameters():
+            assert p.dtype == torch.float32 and p.data_ptr() == \
+                fresh.model.params[name].ctypes.data, name
+        fresh(torch.zeros(T, B, E), torch.zeros(B, H))
+    assert all(p.dtype == torch.float64 for p in held)
+
+
+FROZEN_SHARED = """
+model Left(N = 4) {
+  input x : f32[B, N]
+  scope s (trainable = false) { param f : f32[N] = ones }
+  param q : f32[N] = zeros
+  output y = tanh(x * s.f + q)
+}
+model Right(N = 4) {
+  input x : f32[B, N]
+  scope s (trainable = false) { param f : f32[N] = ones }
+  param r : f32[N] = zeros
+  output y = tanh(x * s.f - r)
+}
+"""
+
+
+@pytest.mark.parametrize("way", ["deepcopy", "torch.save"])
+def test_a_copy_ties_cores_that_share_only_frozen_parameters(tmp_path_factory, way):
+    """QA: copies tied cores again through their trainable Parameters only: two models
+    sharing only a `trainable = false` parameter (a buffer) were copied untied."""
+    module = compiled(tmp_path_factory, FROZEN_SHARED, "f64")[0]
+    left = module.Left(seed=0)
+    net = torch.nn.ModuleDict({"l": as_module(left),
+                               "r": as_module(module.Right(seed=0, params=left))})
+    twin = copied(net, way)
+    assert twin["r"].model.shared == ["s/f"]
+    twin["l"].model.params["s/f"][0] = 9.0
+    assert twin["r"].model.params["s/f"][0] == 9.0 and net["r"].model.params["s/f"][0] == 1.0
 
 
 def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
