@@ -402,6 +402,9 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
             char, where = unclosed[-1]
             return MdlSyntaxError(f"`{text}` does not match the `{char}` opened at {where}", loc)
         return MdlSyntaxError(f"unmatched `{text}`", loc)
+    left_open = _left_open(source, tok, _tokens_before(source, tok), unclosed)
+    if left_open is not None:
+        return left_open
     if tok.type == "COMPARE" and exc.state is not None and "COMPARE" not in exc.expected:
         return MdlSyntaxError("comparisons do not chain: write `a < b and b < c`", loc)
     before = _tokens_before(source, tok)
@@ -457,6 +460,65 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if len(expected) <= 4:
         return MdlSyntaxError(f"unexpected {_describe(tok)}, expected {_join(expected)}", loc)
     return MdlSyntaxError(f"unexpected {_describe(tok)} here", loc)
+
+
+# the keywords a statement starts with
+STATEMENT_KEYWORDS = {"IMPORT", "DEF", "MODEL", "INPUT", "OUTPUT", "PARAM", "SCOPE", "SHARE",
+                      "FOR", "WHILE", "IF", "YIELD", "RETURN", "MINIMIZE", "ASSERT"}
+
+
+def _left_open(source: Source, tok: Token, before: list[Token],
+               unclosed: list[tuple[str, Loc]]) -> MdlSyntaxError | None:
+    """A `(` or `[` left open at the end of a line (`y = sum(x`): the parser finds out a
+    line late, at the next statement (`output z = ...`, `z = ...`; after `x[`, at that
+    `=`), which is then not what is wrong. That statement starts its line, with a keyword
+    or as an assignment."""
+    if not unclosed or unclosed[-1][0] == "{":
+        return None
+    char, where = unclosed[-1]
+    if tok.type == "EQUAL" and before and before[-1].type == "NAME":
+        tok = before[-1]
+    first = _line_start(source, tok)
+    if tok.line <= where.line or not first:
+        return None
+    if tok.type not in STATEMENT_KEYWORDS and not (
+            tok.type == "NAME" and _next_is(source, tok, "EQUAL")):
+        return None
+    if _closes_on_line(source, tok):  # `f(a` then `axis = 1)`: a `,` is missing instead
+        return None
+    return MdlSyntaxError(f"`{char}` is never closed: the statement on line {tok.line} "
+                          "starts before it is", where,
+                          label=f"this `{char}` needs a matching `{OPENERS[char]}`")
+
+
+def _line_start(source: Source, tok: Token) -> bool:
+    """Whether only blanks stand before `tok` on its line."""
+    line = source.text.rfind("\n", 0, tok.start_pos) + 1
+    return not source.text[line:tok.start_pos].strip()
+
+
+def _closes_on_line(source: Source, tok: Token) -> bool:
+    """Whether `tok`'s line, from `tok` on, closes a bracket it did not open."""
+    end = source.text.find("\n", tok.start_pos)
+    depth = 0
+    try:
+        for t in lark_parser().lex(source.text[tok.start_pos:None if end < 0 else end]):
+            depth += (str(t) in OPENERS) - (str(t) in CLOSERS)
+            if depth < 0:
+                return True
+    except UnexpectedInput:
+        pass
+    return False
+
+
+def _next_is(source: Source, tok: Token, kind: str) -> bool:
+    """Whether the token after `tok` is of type `kind`."""
+    try:
+        for after in lark_parser().lex(source.text[tok.end_pos:]):
+            return after.type == kind
+    except UnexpectedInput:
+        pass
+    return False
 
 
 # the built-ins whose brackets hold dims, not a subscript: `zeros[B, 4]`, `full[B](0.5)`

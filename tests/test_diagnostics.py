@@ -227,6 +227,15 @@ BAD_PROGRAMS = [
      'unexpected end of file: `{` is never closed', "1:11"),
     ('model M() { input x : f32[B]; output y = (x + 1 }',
      '`}` does not match the `(` opened at t.mdl:1:42', "1:49"),
+    # a bracket left open at a line's end: the error was the next statement's first word
+    # ("unexpected `output` here"; "`output` is a keyword and cannot be used as a name")
+    ('model M() {\n  input x : f32[3]\n  y = sum(x\n  output z = sum(y)\n}',
+     '`(` is never closed: the statement on line 4 starts before it is', "3:10"),
+    ('model M() {\n  input x : f32[3]\n  y = x[\n\n  z = y\n  output w = z\n}',
+     '`[` is never closed: the statement on line 5 starts before it is', "3:8"),
+    # ... but not where the line closes it: a `,` is missing there
+    ('model M() {\n  input x : f32[3, 2]\n  y = sum(x\n    axis = 1)\n  output z = y\n}',
+     'unexpected `axis` here', "4:5"),
     ('model M() { input x : f32[B]; output for = x }',
      '`for` is a keyword and cannot be used as a name here', "1:38"),
     ('model M() { input xs : f32[T, B]; hs = for x in xs (reversed) { yield x }; output z = hs }',
