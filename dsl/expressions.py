@@ -399,8 +399,15 @@ class Expressions:
                                f"hyper-parameter or a symbolic dim), not a value the model "
                                f"computes ({v.type}); such a value indexes the first axis "
                                f"only (`a[i]`, `a[i, 1:3]`)", e.loc)
+        got = ""
+        if isinstance(v, Const) and v.kind in ("float", "bool"):  # `G = H / 3`, 2.67
+            named = f"`{e.id}` is" if isinstance(e, n.Name) else "this is"
+            value = str(v.value).lower() if v.kind == "bool" else f"{v.value:g}"
+            got = f": {named} the {v.kind} {value}" + (
+                " (an integer `/` that does not divide makes a float; `//` floors)"
+                if v.kind == "float" and isinstance(e, n.Name) else "")
         raise MdlTypeError("a dim must be an integer known at compile time (a literal, a "
-                           "hyper-parameter or a symbolic dim)", e.loc)
+                           f"hyper-parameter or a symbolic dim){got}", e.loc)
 
     def eval_size(self, e: n.Expr) -> Dim:
         """A dim that sizes a tensor (`zeros[...]`, `reshape`'s shape, `range(n)`)."""

@@ -233,6 +233,15 @@ BAD_PROGRAMS = [
      '`(` is never closed: the statement on line 4 starts before it is', "3:10"),
     ('model M() {\n  input x : f32[3]\n  y = x[\n\n  z = y\n  output w = z\n}',
      '`[` is never closed: the statement on line 5 starts before it is', "3:8"),
+    # a float or bool where a dim goes: it said only that a hyper-parameter may be one
+    ('model M(H = 8, G = H / 3) { input x : f32[G]; output o = sum(x) }',
+     "a dim must be an integer known at compile time (a literal, a hyper-parameter or a "
+     "symbolic dim): `G` is the float 2.66667 (an integer `/` that does not divide makes a "
+     "float; `//` floors)", "1:43"),
+    ('model M(H = true) { input x : f32[H]; output o = sum(x) }',
+     "`H` is the bool true", "1:35"),
+    ('model M() { input x : f32[4 * 1.5]; output o = sum(x) }',
+     "symbolic dim): this is the float 1.5", "1:31"),
     # ... but not where the line closes it: a `,` is missing there
     ('model M() {\n  input x : f32[3, 2]\n  y = sum(x\n    axis = 1)\n  output z = y\n}',
      'unexpected `axis` here', "4:5"),
