@@ -610,7 +610,7 @@ def cmd_gradcheck(args) -> int:
     except RuntimeError as exc:  # the model could not run here (no CUDA device, ...)
         raise UsageError(str(exc)) from None
     except (ValueError, IndexError) as exc:  # an assert or a computed index, or the sizes
-        raise UsageError(_undrawable(exc, given)) from None
+        raise UsageError(_undrawable(exc, given, inputs=False)) from None
     except MemoryError as exc:
         raise UsageError(_too_large(given, exc)) from None
     worst = max((r.error for r in results), default=0.0)
@@ -635,16 +635,19 @@ def _given(defines: list, inputs: str) -> str:
     return given + ": " if given else ""
 
 
-def _undrawable(exc: ValueError | IndexError, given: str) -> str:
+def _undrawable(exc: ValueError | IndexError, given: str, inputs: bool = True) -> str:
     """What the model's refusal of random inputs drawn at `given` means: an assert or an
     index computed from an input that the draws do not satisfy (the user's to give inputs
-    that do), or sizes the model cannot take (the user's to change)."""
+    that do, where the command takes them: `inputs`), or sizes the model cannot take (the
+    user's to change)."""
     if not isinstance(exc, IndexError) and " is false" not in str(exc):
         return f"{given}{exc}"
+    remedy = ("give inputs that pass (mdlc profile --inputs)" if inputs else
+              "write it in one of those forms: mdlc gradcheck draws every input itself")
     return (f"the random inputs fail the model's check: {exc}. They are drawn within what "
             "its asserts compare each input with (`ids < R`, `scale > 0.0`) and the rows "
             "of what it indexes with an input (`emb[ids]`): for a check or an index of "
-            "another form, give inputs that pass (mdlc profile --inputs)")
+            f"another form, {remedy}")
 
 
 def _too_large(given: str, exc: MemoryError) -> str:

@@ -390,9 +390,12 @@ class ControlFlow:
             for block, v in zip(blocks, vals):
                 with self._in_block(block, dict(before)):
                     tensors.append(self.to_tensor(v, s.loc, like))
-            if tensors[0].type != tensors[1].type:
-                raise MdlTypeError(f"`{name}` is {tensors[0].type} after the then branch but "
-                                   f"{tensors[1].type} after the else branch", s.loc)
+            if tensors[0].type != tensors[1].type:  # a branch not assigning it keeps it
+                said = [f"after the {side} branch" if name in assigned[k] else
+                        f"before the `if` (kept where its condition is {kept})"
+                        for k, (side, kept) in enumerate((("then", "true"), ("else", "false")))]
+                raise MdlTypeError(f"`{name}` is {tensors[0].type} {said[0]} but "
+                                   f"{tensors[1].type} {said[1]}", s.loc)
             outputs.append((name, tensors))
         for i, block in enumerate(blocks):
             block.results = [t[i] for _, t in outputs]

@@ -137,6 +137,9 @@ model Sums() {
     assert mdlc(["gradcheck", str(source)]) == 2
     err = capsys.readouterr().err
     assert "the random inputs fail the model's check: the total must be large" in err
+    # it told the user to give inputs with mdlc profile --inputs, which gradcheck cannot take
+    assert err.rstrip().endswith("for a check or an index of another form, write it in one "
+                                 "of those forms: mdlc gradcheck draws every input itself")
 
 
 def test_onnx_does_not_check(path, tmp_path):

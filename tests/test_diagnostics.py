@@ -47,6 +47,11 @@ BAD_PROGRAMS = [
      '`y` is assigned only in the then branch', "1:70"),
     ('model M() { input x : f32[B]; if sum(x) > 0.0 { y = x } else { y = sum(x) }; output z = y }',
      '`y` is f32[B] after the then branch but f32 after the else branch', "1:31"),
+    # an `if` without `else` keeps the value from before it: it spoke of "the else branch"
+    ('model M() { input xs : f32[T, B, 3]; h = zeros[B, 3]\n'
+     '  for x in xs { if sum(x) > 0.0 { h = sum(x) } }\n  output o = sum(h) }',
+     '`h` is f32 after the then branch but f32[B, 3] before the `if` (kept where its '
+     'condition is false)', "2:17"),
     ('model M() { input xs : f32[T, B]; h = zeros[B]; for x in xs { h = concat([h, x]) }; output z = h }',
      'loop state `h` changes type: f32[B] before, f32[2*B] after one step (state keeps its type)', "1:49"),
     ('model M() { input xs : f32[T, B]; hs = for x in xs { h = x }; output z = hs }',
