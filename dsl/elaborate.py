@@ -180,9 +180,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
                                  f"(default {default})")
             if default.kind == "int" and not fits_i32(value):  # as a literal must
                 if name not in defines:  # a default computed from a -D (`G = H + 1`)
-                    raise MdlTypeError(f"`{name}` is {value} with these -D values: an "
-                                       f"integer hyper-parameter must fit in i32 ({I32_MIN} "
-                                       f"to {I32_MAX})", h.value.loc)
+                    said = f" is {value} with these -D values" if defines else \
+                        f"'s default is {value}"  # no -D: the default itself (`2 ** 40`)
+                    raise MdlTypeError(f"`{name}`{said}: an integer hyper-parameter must "
+                                       f"fit in i32 ({I32_MIN} to {I32_MAX})", h.value.loc)
                 raise UsageError(f"-D {name}={literal(value)}: an integer hyper-parameter "
                                  f"must fit in i32 ({I32_MIN} to {I32_MAX})")
             if default.kind == "float":

@@ -435,6 +435,11 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
             return MdlSyntaxError(f"hyper-parameter `{before[-1]}` needs a default: "
                                   f"`{before[-1]} = ...`", name_loc)
         if unclosed and unclosed[-1][0] == "{":
+            compound = source.text[tok.start_pos:tok.end_pos + 1]
+            if compound[:-1] in ("+", "-", "*", "/", "//", "%", "**") and compound[-1] == "=":
+                name = before[-1]  # `y += x`: it said "a bare expression"
+                return MdlSyntaxError(f"`{compound}` is not mdl: write `{name} = {name} "
+                                      f"{compound[:-1]} ...`", loc)
             return MdlSyntaxError("a statement cannot be a bare expression; assign its "
                                   "value: `y = ...`", name_loc)
     if tok.type.isupper() and text.isidentifier() and tok.type != "NAME" and "NAME" in exc.expected:

@@ -105,6 +105,13 @@ def _resolve_import(imp: n.Import, directory: Path | None) -> Path:
     if found is not None:
         return found
     where = f"{directory} or the standard library" if directory else "the standard library"
+    try:
+        folder = directory is not None and (directory / imp.path).is_dir()
+    except OSError:  # a name too long for the file system
+        folder = False
+    if folder:  # it said "cannot find" a folder that is there
+        raise MdlNameError(f"`{imp.path}` is a folder in {directory}: an import names a "
+                           "file (`import \"layers.mdl\"`)", imp.loc)
     raise MdlNameError(f"cannot find `{imp.path}` (looked in {where})", imp.loc)
 
 

@@ -1,5 +1,6 @@
 """The checker's positive rules: every built-in's shape rule, dims unified across inputs
 and calls, hyper-parameters, scope attributes, imports, --dtype."""
+import re
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,17 @@ def test_imports_resolve_relative_then_std_and_allow_cycles(tmp_path):
     from dsl import check_file
     cm = check_file(str(main))
     assert set(cm.graph.params) == {"linear/W", "linear/b"}
+
+
+def test_an_import_of_a_folder_says_it_is_one(tmp_path):
+    """QA: `import "sub"` of a folder beside the file said "cannot find `sub`"."""
+    (tmp_path / "sub").mkdir()
+    main = tmp_path / "main.mdl"
+    main.write_text('import "sub"\nmodel M() { input x : f32[B]; output y = x }')
+    from dsl import check_file
+    with pytest.raises(MdlError, match=re.escape(f"`sub` is a folder in {tmp_path}: an "
+                                                 "import names a file")):
+        check_file(str(main))
 
 
 def test_a_function_defined_in_two_files_is_an_error(tmp_path):

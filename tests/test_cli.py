@@ -178,6 +178,12 @@ def test_a_default_a_define_pushes_past_i32_is_located(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"{path}:1:22: error: `G` is 2147483648 with these -D values: "
                                "an integer hyper-parameter must fit in i32")
+    # with no -D, the default itself is out of range: it spoke of -D values all the same
+    path.write_text("model A(H = 2 ** 40) {\n  input x : f32[B]\n  output y = sum(x)\n}\n")
+    r = mdlc("check", str(path))
+    assert r.returncode == 1 and r.stderr.startswith(
+        f"{path}:1:15: error: `H`'s default is 1099511627776: an integer hyper-parameter must "
+        "fit in i32"), r.stderr
 
 
 def test_an_integer_past_a_double_for_a_float_hyper_parameter_is_a_usage_error(tmp_path):

@@ -247,6 +247,11 @@ BAD_PROGRAMS = [
      "`H` is the bool true", "1:35"),
     ('model M() { input x : f32[4 * 1.5]; output o = sum(x) }',
      "symbolic dim): this is the float 1.5", "1:31"),
+    # `+=`: it said "a statement cannot be a bare expression"
+    ('model M() { input x : f32[3]; y = x\n  y += x\n  output o = sum(y) }',
+     '`+=` is not mdl: write `y = y + ...`', "2:5"),
+    ('model M() { input x : f32[3]; y = x\n  y **= x\n  output o = sum(y) }',
+     '`**=` is not mdl: write `y = y ** ...`', "2:5"),
     # ... but not where the line closes it: a `,` is missing there
     ('model M() {\n  input x : f32[3, 2]\n  y = sum(x\n    axis = 1)\n  output z = y\n}',
      'unexpected `axis` here', "4:5"),
