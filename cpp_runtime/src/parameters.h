@@ -83,9 +83,20 @@ class Parameters {
     int64_t own = 0;
     for (int i = 0; i < spec.n_params; ++i)
       if (!state.param[i]) own += padded(numel(spec.params[i]));
-    auto store = std::make_shared<Buffer<T>>(spec.device, own);
+    std::shared_ptr<Buffer<T>> store;
+    std::vector<T> values;  // initialized on the host, then copied over
+    try {
+      store = std::make_shared<Buffer<T>>(spec.device, own);
+      values.resize(own);
+    } catch (const std::bad_alloc&) {  // OutOfMemory's "this call ... give smaller inputs"
+      char text[200];
+      std::snprintf(text, sizeof text, "the model's parameters, %lld values (%.3g GB), need "
+                    "more memory than the model's device would give: use smaller "
+                    "hyper-parameters", static_cast<long long>(own),
+                    double(own) * sizeof(T) / 1e9);
+      throw OutOfMemory::saying(text);
+    }
     stores_.push_back(store);
-    std::vector<T> values(own);  // initialized on the host, then copied over
     own = 0;
     for (int i = 0; i < spec.n_params; ++i) {
       if (state.param[i]) continue;
