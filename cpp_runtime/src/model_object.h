@@ -465,7 +465,8 @@ class Model {
       throw std::runtime_error("apply_gradients() needs an optimizer: call set_optimizer(...) first");
     if (!pending_)
       throw std::runtime_error("apply_gradients() needs a forward_backward(...) first, since "
-                               "the parameters last changed");
+                               "the parameters last changed: it holds no gradients to apply "
+                               "(a new model or a copy holds none)");
     if (changed_by_sharer())
       throw std::runtime_error(
           "apply_gradients(): a model that shares this one's parameters (params=) changed "
