@@ -86,14 +86,8 @@ _PARAMETERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _parameter(tensor: torch.Tensor, requires_grad: bool) -> torch.nn.Parameter:
-    key = _key(tensor)
-    shared = _PARAMETERS.get(key)
-    # one kept alive elsewhere (an optimizer's) after `.double()`, `.to()` or `.data = `
-    # gave it other memory is no longer over this one: a new model's weight allocated
-    # where a freed model's lay got it, and with it another dtype and numbers
-    if shared is None or _key(shared) != key:
-        shared = _PARAMETERS[key] = torch.nn.Parameter(tensor, requires_grad=requires_grad)
-    return shared
+    return _over(_PARAMETERS, tensor,
+                 lambda: torch.nn.Parameter(tensor, requires_grad=requires_grad))
 
 
 # The same for frozen parameters (buffers): one tensor a memory, so that copies, which copy
@@ -102,10 +96,18 @@ _BUFFERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _buffer(tensor: torch.Tensor) -> torch.Tensor:
+    return _over(_BUFFERS, tensor, lambda: tensor)
+
+
+def _over(table: weakref.WeakValueDictionary, tensor: torch.Tensor, make) -> torch.Tensor:
+    """The tensor of `table` over `tensor`'s memory, made by `make()` the first time. One
+    kept alive elsewhere (an optimizer's) after `.double()`, `.to()` or `.data = ` gave it
+    other memory is no longer over this one: a new model's weight allocated where a freed
+    model's lay got it, and with it another dtype and numbers."""
     key = _key(tensor)
-    shared = _BUFFERS.get(key)
+    shared = table.get(key)
     if shared is None or _key(shared) != key:
-        shared = _BUFFERS[key] = tensor
+        shared = table[key] = make()
     return shared
 
 

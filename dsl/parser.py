@@ -388,7 +388,8 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
         return MdlSyntaxError(f"unexpected character `{char}`", loc)
     assert isinstance(exc, UnexpectedToken)
     tok = exc.token
-    unclosed = _open_brackets(source, tok)
+    before = _tokens_before(source, tok)  # lexed once: every rule below reads them
+    unclosed = _open_brackets(source, before)
     if tok.type == "$END":
         if unclosed:
             char, loc = unclosed[-1]
@@ -402,12 +403,11 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
             char, where = unclosed[-1]
             return MdlSyntaxError(f"`{text}` does not match the `{char}` opened at {where}", loc)
         return MdlSyntaxError(f"unmatched `{text}`", loc)
-    left_open = _left_open(source, tok, _tokens_before(source, tok), unclosed)
+    left_open = _left_open(source, tok, before, unclosed)
     if left_open is not None:
         return left_open
     if tok.type == "COMPARE" and exc.state is not None and "COMPARE" not in exc.expected:
         return MdlSyntaxError("comparisons do not chain: write `a < b and b < c`", loc)
-    before = _tokens_before(source, tok)
     glued = _number_into_name(before + [tok])
     if glued is not None:
         number, name = glued
@@ -613,10 +613,10 @@ def _in_model_header(tokens: list[Token]) -> bool:
     return False
 
 
-def _open_brackets(source: Source, stop: Token) -> list[tuple[str, Loc]]:
-    """The brackets still open before `stop`, outermost first."""
+def _open_brackets(source: Source, before: list[Token]) -> list[tuple[str, Loc]]:
+    """The brackets still open after the tokens `before`, outermost first."""
     stack: list[tuple[str, Loc]] = []
-    for tok in _tokens_before(source, stop):
+    for tok in before:
         text = str(tok)
         if text in OPENERS:
             stack.append((text, _tok_loc(source, tok)))
