@@ -86,6 +86,10 @@ class Elaborator(Expressions, Calls, ControlFlow):
         # name read before the loop gives it a value: the error says it is the loop's state)
         self.loop_names: list[tuple[set[str], str, Loc, Ctx]] = []
         self.hparams: set[str] = set()
+        # while a hyper-parameter's default is read: every hyper-parameter's place (name ->
+        # (index, where)) and the index of the one read, whose default cannot use later ones
+        self.hparam_places: dict[str, tuple[int, Loc]] = {}
+        self.reading_hparam = -1
         self.deciding = False  # in a `while` condition: `c or true` folds (expressions.py)
         # the assignments some read reaches, and the warnings of those none does: another
         # model calling the same function may read what this one leaves (check.file_warnings)
@@ -162,14 +166,19 @@ class Elaborator(Expressions, Calls, ControlFlow):
                              f"{', '.join(unknown)} (it has {', '.join(names) or 'none'})")
         values: dict[str, Any] = {}
         known: dict[str, Any] = {}  # values as the defaults read them, one added each time
-        for h in m.hparams:
+        self.hparam_places = {h.name.name: (i, h.name.loc) for i, h in enumerate(m.hparams)}
+        for index, h in enumerate(m.hparams):
             name = h.name.name
             if name in values:
                 raise MdlNameError(f"hyper-parameter `{name}` is declared twice", h.loc)
             self.check_bindable(name, h.name.loc, "name a hyper-parameter")
             # not a new dict of every value each time: 8000 hyper-parameters took 33 s
             self.ctx = Ctx("model", known)
-            default = self.eval_single(h.value)
+            self.reading_hparam = index
+            try:
+                default = self.eval_single(h.value)
+            finally:
+                self.reading_hparam = -1
             if not isinstance(default, Const):
                 raise MdlTypeError("a hyper-parameter's default must be known at compile time",
                                    h.value.loc)

@@ -120,7 +120,15 @@ class Expressions:
             raise MdlTypeError(f"`{name}` is a function; call it with (...)", loc)
         raise MdlNameError(f"unknown name `{name}`" + (
             self._outside(name) or self._state_first(name) or self._later(name, loc)
-            or self._suggest(name)), loc)
+            or self._later_hparam(name) or self._suggest(name)), loc)
+
+    def _later_hparam(self, name: str) -> str:
+        """A hyper-parameter's default naming one declared after it (`H = G * 2, G = 4`)."""
+        index, at = self.hparam_places.get(name, (-1, None))
+        if self.reading_hparam < 0 or index <= self.reading_hparam:
+            return ""
+        return (f": hyper-parameter `{name}` is declared after this one (column {at.col}); "
+                f"a default can use only the hyper-parameters before it")
 
     def _later(self, name: str, loc: Loc) -> str:
         """A name the body assigns (or declares) after the place it is read."""

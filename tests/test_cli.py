@@ -188,6 +188,23 @@ def test_a_default_a_define_pushes_past_i32_is_located(tmp_path):
         "fit in i32"), r.stderr
 
 
+def test_a_default_naming_a_later_hyper_parameter_says_so(tmp_path):
+    """QA: `model A(H = G * 2, G = 4)` said only "unknown name `G`", though G is declared
+    one step to the right: defaults are read in order."""
+    path = tmp_path / "order.mdl"
+    path.write_text("model A(H = G * 2, G = 4) {\n  input x : f32[H]\n  output y = sum(x)\n}\n")
+    r = mdlc("check", str(path))
+    assert r.returncode == 1 and r.stderr.startswith(
+        f"{path}:1:13: error: unknown name `G`: hyper-parameter `G` is declared after this "
+        "one (column 20); a default can use only the hyper-parameters before it"), r.stderr
+    # the other order is fine, and a name no hyper-parameter has stays a plain unknown name
+    path.write_text("model A(G = 4, H = G * 2) {\n  input x : f32[H]\n  output y = sum(x)\n}\n")
+    assert mdlc("check", str(path)).returncode == 0
+    path.write_text("model A(H = K * 2, G = 4) {\n  input x : f32[H]\n  output y = sum(x)\n}\n")
+    r = mdlc("check", str(path))
+    assert r.returncode == 1 and "declared after" not in r.stderr and "unknown name `K`" in r.stderr
+
+
 def test_an_integer_past_a_double_for_a_float_hyper_parameter_is_a_usage_error(tmp_path):
     """QA: load's and check_file's defines={"S": 10**400} raised a raw OverflowError
     (mdlc's -D refused it already)."""
