@@ -22,6 +22,10 @@ def _define(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
         raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
+    from dsl.defines import CLI_TEXTS
+    texts = CLI_TEXTS.get()
+    if texts is not None:  # errors show the value as written (`-D H=1e3`, not 1000.0)
+        texts[key] = value
     if not value.isascii() or "_" in value or value.strip() != value:
         # Python's int() and float() take 1_000, " 3" and Arabic-Indic digits, and the
         # error then showed a value never written (`-D H=1000.0: H is int`)
@@ -860,6 +864,15 @@ def _catch_sigterm():
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dsl.defines import CLI_TEXTS
+    texts = CLI_TEXTS.set({})  # -D's texts (_define), for errors naming one
+    try:
+        return _main(argv)
+    finally:
+        CLI_TEXTS.reset(texts)
+
+
+def _main(argv: list[str] | None) -> int:
     args, unknown = parser().parse_known_args(argv)
     if unknown:  # the command's usage, not mdlc's (`mdlc build F --bogus`)
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -5,7 +5,6 @@ that one run reports several independent ones."""
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 from typing import Any
 
@@ -24,6 +23,7 @@ from codegen.ops.primitives.checks import MAX_STEPS
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, reserved
 from .calls import Calls
+from .defines import define_value, defines_word, given, named
 from .control import ControlFlow, Counter, Enclosing, assigned_names
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
@@ -185,21 +185,21 @@ class Elaborator(Expressions, Calls, ControlFlow):
             value = define_value(name, defines[name]) if name in defines else default.value
             if Const.of(value).kind != default.kind and not (
                     default.kind == "float" and Const.of(value).kind == "int"):
-                raise UsageError(f"-D {name}={literal(value)}: `{name}` is {default.kind} "
+                raise UsageError(f"{given(name, defines[name])}: `{name}` is {default.kind} "
                                  f"(default {default})")
             if default.kind == "int" and not fits_i32(value):  # as a literal must
                 if name not in defines:  # a default computed from a -D (`G = H + 1`)
-                    said = f" is {value} with these -D values" if defines else \
+                    said = f" is {value} with these {defines_word()}" if defines else \
                         f"'s default is {value}"  # no -D: the default itself (`2 ** 40`)
                     raise MdlTypeError(f"`{name}`{said}: an integer hyper-parameter must "
                                        f"fit in i32 ({I32_MIN} to {I32_MAX})", h.value.loc)
-                raise UsageError(f"-D {name}={literal(value)}: an integer hyper-parameter "
+                raise UsageError(f"{given(name, defines[name])}: an integer hyper-parameter "
                                  f"must fit in i32 ({I32_MIN} to {I32_MAX})")
             if default.kind == "float":
                 try:
                     value = float(value)
                 except OverflowError:  # an int past a double (10**400): its own words
-                    raise UsageError(f"-D {name}: an integer of {len(str(abs(value)))} digits "
+                    raise UsageError(f"{named(name)}: an integer of {len(str(abs(value)))} digits "
                                      "is out of range of a float hyper-parameter") from None
             values[name] = value
             known[name] = Const.of(values[name])
@@ -634,20 +634,6 @@ def elaborate(program: Program, model: n.ModelDef, defines: dict[str, Any],
         return graph, el.warnings, el
     finally:
         sys.setrecursionlimit(limit)
-
-
-def define_value(name: str, value: Any) -> bool | int | float:
-    """A hyper-parameter's value as Python gives it (`-D`, `load(defines=...)`): a bool,
-    an integer or a real number, NumPy's scalars too; anything else is a usage error."""
-    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    # only Python gives another kind of value (mdlc's -D reads a number, true or false)
-    raise UsageError(f"defines[{name!r}] = {value!r}: a hyper-parameter takes a number, "
-                     "True or False")
 
 
 def _named(dim: Dim) -> bool:

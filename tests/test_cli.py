@@ -211,8 +211,27 @@ def test_an_integer_past_a_double_for_a_float_hyper_parameter_is_a_usage_error(t
     from dsl import UsageError, check_file
     path = tmp_path / "scaled.mdl"
     path.write_text("model D(S = 0.5) {\n  input x : f32[3]\n  output y = sum(x) * S\n}\n")
-    with pytest.raises(UsageError, match="^-D S: an integer of 401 digits is out of range"):
+    with pytest.raises(UsageError, match=r"^defines\['S'\]: an integer of 401 digits is out "
+                                         "of range"):
         check_file(str(path), defines={"S": 10**400})
+
+
+def test_a_define_is_named_as_the_user_gave_it(tmp_path):
+    """QA: `-D H=1e3` was echoed as `-D H=1000.0`, and Python's defines= errors spoke of
+    `-D`, which a Python caller never wrote."""
+    from dsl import UsageError, check_file
+    path = tmp_path / "sized.mdl"
+    path.write_text("model A(H = 8, G = H + 1) {\n  input x : f32[G]\n  output y = sum(x)\n}\n")
+    r = mdlc("check", str(path), "-D", "H=1e3")
+    assert r.returncode == 2 and r.stderr == "mdlc: error: -D H=1e3: `H` is int (default 8)\n"
+    with pytest.raises(UsageError, match=r"^defines\['H'\] = 1000.0: `H` is int \(default 8\)$"):
+        check_file(str(path), defines={"H": 1e3})
+    with pytest.raises(UsageError, match=r"^defines\['H'\] = 4000000000: an integer "
+                                         "hyper-parameter must fit in i32"):
+        check_file(str(path), defines={"H": 4_000_000_000})
+    from dsl import MdlError
+    with pytest.raises(MdlError, match="`G` is 2147483648 with these defines: "):
+        check_file(str(path), defines={"H": 2147483647})
 
 
 TWO_MODELS = """
