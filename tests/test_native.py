@@ -926,14 +926,17 @@ def test_an_input_too_large_to_copy_says_how_much_memory_it_needed(tmp_path):
     assert m.forward(x=np.ones((2, 3), np.float32))["y"] == 6.0
 
 
-def test_parameters_too_large_for_memory_say_so(tmp_path):
+@pytest.mark.parametrize("target", ["cpu", "emulated"])
+def test_parameters_too_large_for_memory_say_so(tmp_path, target):
     """QA: a model whose parameters the machine cannot hold said "this call needs ... GB
     more of memory at these sizes ...: give smaller inputs", though no call or input was
-    involved. (2**48 values: beyond any address space, so no machine gives them.)"""
+    involved. (2**48 values: beyond any address space, so no machine gives them.) The
+    cuda target's store is device memory: on the emulated device, the same words."""
+    from source_files import built_for
     path = tmp_path / "huge.mdl"
     path.write_text("model Huge(N = 16777216) { input x : f32[B]\n"
                     "  param w : f32[N, N] = zeros\n  output y = sum(x) + w[0, 0] }")
-    module = load(path)
+    module = built_for(path, target)
     with pytest.raises(MemoryError, match=re.escape(
             "the model's parameters, 281474976710656 values (1.13e+06 GB), need more memory "
             "than the model's device would give: use smaller hyper-parameters")):
