@@ -1072,13 +1072,15 @@ def test_the_emulated_toolchain_compiles_the_generated_cuda_as_cpp(debug, optimi
     assert not any("cublas" in arg or "cudart" in arg for arg in command + link)
 
 
-def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, monkeypatch):
-    """cuda_device.cu and every source of the emulator, compiled as the generated code is,
-    then linked into mdl_emulated_cuda.o (recorded here, not run)."""
+def test_the_emulated_device_is_two_runtime_objects_compiled_as_cpp(tmp_path, monkeypatch):
+    """cuda_device.cu and the emulator's scheduler, compiled as the generated code is, then
+    linked into mdl_emulated_cuda.o; the emulator's other sources into mdl_emulator.o,
+    which a sanitized build shares (recorded here, not run)."""
     monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
     commands = _recorded(monkeypatch)
     linked = EMULATED_CUDA.runtime(False, False, False)
-    assert [p.name for p in linked.objects] == ["mdl_runtime.o", "mdl_emulated_cuda.o"]
+    assert [p.name for p in linked.objects] == ["mdl_runtime.o", "mdl_emulated_cuda.o",
+                                                "mdl_emulator.o"]
     assert linked.includes == (linked.objects[0].parent / runtime.PRECOMPILED,)
     device = [c for c in commands if "-c" in c and EMULATED in _includes(c)]
     compiled = sorted(Path(c[c.index("-c") + 1]).name for c in device)
@@ -1092,7 +1094,29 @@ def test_the_emulated_device_is_one_runtime_object_compiled_as_cpp(tmp_path, mon
     # (the host's runtime is built beside it, on another thread: its commands interleave)
     link, = [c for c in commands if c[-1].endswith("/mdl_emulated_cuda.o")]
     assert link[1:3] == ["-r", "-nostdlib"]
-    assert len(link) == 3 + len(device) + 2
+    assert sorted(Path(o).name for o in link[3:-2]) == ["cuda_device.o", "scheduler.o"]
+    link, = [c for c in commands if c[-1].endswith("/mdl_emulator.o")]
+    assert sorted(Path(o).name for o in link[3:-2]) == sorted(
+        Path(name).stem + ".o" for name in emulator if name != "scheduler.cpp")
+    # sanitized: the kernels and the scheduler again, the emulator's other sources found
+    commands.clear()
+    sanitized = EMULATED_CUDA.runtime(False, True, False)
+    assert sanitized.objects[2] == linked.objects[2]
+    assert sanitized.objects[1] != linked.objects[1]
+    again = sorted(Path(c[c.index("-c") + 1]).name for c in commands
+                   if "-c" in c and EMULATED in _includes(c))
+    assert again == ["cuda_device.cu", "scheduler.cpp"]
+
+
+def test_only_the_scheduler_reads_the_emulators_tsan_define():
+    """The emulator's sources but TSAN_EMULATOR_SOURCES are one object for a sanitized
+    build and a plain one: a source among them reading MDL_EMULATOR_TSAN would be
+    compiled without it for --sanitize."""
+    from codegen.compile.toolchain import TSAN_EMULATOR_SOURCES
+    emulator = RUNTIME_DIR / "src" / "emulator"
+    reading = sorted(p.name for p in [*emulator.glob("*.cpp"), *emulator.glob("*.h")]
+                     if "MDL_EMULATOR_TSAN" in p.read_text())
+    assert reading == sorted(TSAN_EMULATOR_SOURCES)
 
 
 def test_the_device_runtime_is_built_beside_the_hosts(tmp_path, monkeypatch):

@@ -31,7 +31,13 @@ from .sanitizers import tsan_refusal
 EMULATED_HEADERS = RUNTIME_DIR / "emulated"   # cuda_runtime.h, cublas_v2.h for the host compiler
 EMULATOR_SOURCES = RUNTIME_DIR / "src" / "emulator"
 CUDA_RUNTIME_OBJECT = "mdl_cuda_runtime.o"
-EMULATED_RUNTIME_OBJECT = "mdl_emulated_cuda.o"
+EMULATED_RUNTIME_OBJECT = "mdl_emulated_cuda.o"  # cuda_device.cu and the scheduler
+EMULATOR_OBJECT = "mdl_emulator.o"               # the emulator's other sources
+# The emulator's sources that --sanitize compiles otherwise (-DMDL_EMULATOR_TSAN=1: the
+# scheduler tells ThreadSanitizer which fiber is which CUDA thread); the others are the
+# same object either way, built once for both (tests/test_build.py checks that only these
+# read the define)
+TSAN_EMULATOR_SOURCES = ("scheduler.cpp",)
 EMULATED_LEVEL = "-O1"  # what the emulated toolchain compiles models at (its flags())
 
 
@@ -236,20 +242,33 @@ class EmulatedCudaToolchain(HostToolchain):
         compiler = [host_compiler()["path"], *flags, *(f"-I{d}" for d in self.includes()),
                     "-x", "c++"]
         kernels = list(TSAN_FLAGS) if sanitize else []
+        sources = sorted(EMULATOR_SOURCES.glob("*.cpp"))
         units = [([*compiler, *kernels], RUNTIME_DIR / CUDA_RUNTIME_SOURCE),
                  *(([*compiler, *(("-DMDL_EMULATOR_TSAN=1",) if sanitize else ())], source)
-                   for source in sorted(EMULATOR_SOURCES.glob("*.cpp")))]
+                   for source in sources if source.name in TSAN_EMULATOR_SOURCES)]
 
-        def device() -> Path:
+        def variant() -> Path:
             return runtime_object(
                 EMULATED_RUNTIME_OBJECT,
                 {"product": "emulated cuda runtime", **self.fields(debug, sanitize),
                  "flags": flags, "kernel_flags": kernels, **environment_key()},
                 units, "the mdl emulated cuda runtime", False)
-        emulated, host = side_by_side(
+
+        def emulator() -> Path:  # the same for a sanitized build and a plain one
+            return runtime_object(
+                EMULATOR_OBJECT,
+                {"product": "cuda emulator", **self.fields(debug, False), "flags": flags,
+                 **environment_key()},
+                [(compiler, source) for source in sources
+                 if source.name not in TSAN_EMULATOR_SOURCES],
+                "the mdl cuda emulator", False)
+
+        def device() -> tuple[Path, Path]:
+            return side_by_side(variant, emulator, "", False)
+        (emulated, shared), host = side_by_side(
             device, lambda: super(EmulatedCudaToolchain, self).runtime(debug, False, progress),
             "building the mdl emulated cuda runtime (once per cache)", progress)
-        return Linked((*host.objects, emulated), host.includes)
+        return Linked((*host.objects, emulated, shared), host.includes)
 
     def flags(self, debug: bool, sanitize: bool) -> list[str]:
         """A model's code at -O1, not -O3: the emulated device is for checking kernels, not
