@@ -23,8 +23,8 @@ from codegen.ops.primitives.checks import MAX_STEPS
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, reserved
 from .calls import Calls
-from .defines import define_value, defines_word, given, named
 from .control import ControlFlow, Counter, Enclosing, assigned_names
+from .defines import define_value, defines_word, given, named
 from .env import POISONED, Cascade, Const, Ctx, Poisoned
 from .expressions import Expressions
 from .printer import expr_text
