@@ -1108,6 +1108,26 @@ def test_the_emulated_device_is_two_runtime_objects_compiled_as_cpp(tmp_path, mo
     assert again == ["cuda_device.cu", "scheduler.cpp"]
 
 
+def test_the_emulated_runtimes_key_names_its_sources(tmp_path, monkeypatch):
+    """mdl_emulated_cuda.o held every emulator source before mdl_emulator.o took all but
+    the scheduler, with the same flags and runtime files: found in a cache of then (the
+    fuzzer's, here), it was linked with the new object, every emulator function defined
+    twice. Its key names the sources it compiles."""
+    from codegen.compile import toolchain
+    monkeypatch.setenv("MDL_CACHE_DIR", str(tmp_path))
+    _recorded(monkeypatch)
+    made = {}
+
+    def record(product, fields, units, *args, **kwargs):
+        made[product] = (fields, [source.name for _, source in units])
+        return real(product, fields, units, *args, **kwargs)
+    real = toolchain.runtime_object
+    monkeypatch.setattr(toolchain, "runtime_object", record)
+    EMULATED_CUDA.runtime(False, False, False)
+    fields, sources = made[toolchain.EMULATED_RUNTIME_OBJECT]
+    assert fields["sources"] == sources == ["cuda_device.cu", "scheduler.cpp"]
+
+
 def test_only_the_scheduler_reads_the_emulators_tsan_define():
     """The emulator's sources but TSAN_EMULATOR_SOURCES are one object for a sanitized
     build and a plain one: a source among them reading MDL_EMULATOR_TSAN would be

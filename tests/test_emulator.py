@@ -170,3 +170,27 @@ def test_an_unknown_setting_is_an_error(kernels, monkeypatch):
     monkeypatch.setenv("MDL_CUDA_EMULATOR", "order=sideways")
     fails(kernels.host_pointer(True), "MDL_CUDA_EMULATOR: order=sideways",
           "forward, reverse or shuffle")
+
+
+def test_a_bad_setting_met_by_cudamalloc_sticks(kernels, monkeypatch):
+    """QA: met first by cudaMalloc (making a model), a bad setting was refused for that
+    call alone, where a launch's or a copy's sticks until the device is reset, as
+    docs/cuda.md says of every bad value."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "order=sideways")
+    assert kernels.malloc_after_a_bad_setting("") == (
+        "emulated CUDA device: MDL_CUDA_EMULATOR: order=sideways: an order is forward, "
+        "reverse or shuffle")
+    monkeypatch.delenv("MDL_CUDA_EMULATOR")
+    passes(kernels.host_pointer(True), [2.0, 4.0, 6.0])  # a new device (cudaDeviceReset)
+
+
+@pytest.mark.parametrize("value", ["seed=18446744073709551616", "seed=99999999999999999999999",
+                                   "seed=abc", "seed=-1", "seed="])
+def test_a_seed_it_cannot_take_is_an_error_naming_it(kernels, monkeypatch, value):
+    """QA: a seed past 2**64 - 1 raised `IndexError: stoull` (std::out_of_range through
+    pybind11), no word of the variable; `seed=abc` was an "unknown setting"."""
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", value)
+    fails(kernels.host_pointer(True),
+          f"MDL_CUDA_EMULATOR: {value}: seed= takes a number from 0 to 2**64 - 1")
+    monkeypatch.setenv("MDL_CUDA_EMULATOR", "seed=18446744073709551615,order=shuffle")
+    passes(kernels.host_pointer(True), [2.0, 4.0, 6.0])

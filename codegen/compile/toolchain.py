@@ -248,10 +248,14 @@ class EmulatedCudaToolchain(HostToolchain):
                    for source in sources if source.name in TSAN_EMULATOR_SOURCES)]
 
         def variant() -> Path:
+            # the sources in its key: an object of every emulator source (as built before
+            # mdl_emulator.o) has the same flags and runtime files, and found in an older
+            # cache it linked each of them twice
             return runtime_object(
                 EMULATED_RUNTIME_OBJECT,
                 {"product": "emulated cuda runtime", **self.fields(debug, sanitize),
-                 "flags": flags, "kernel_flags": kernels, **environment_key()},
+                 "flags": flags, "kernel_flags": kernels,
+                 "sources": [source.name for _, source in units], **environment_key()},
                 units, "the mdl emulated cuda runtime", False)
 
         def emulator() -> Path:  # the same for a sanitized build and a plain one

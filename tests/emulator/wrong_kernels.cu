@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -279,7 +280,19 @@ Result event_times(bool wait) {
   return {error, {double(ms >= 0)}};
 }
 
+// cudaMalloc meeting a bad MDL_CUDA_EMULATOR, then again with `good` set: the error
+// sticks as a launch's does ("" where the second succeeded).
+std::string malloc_after_a_bad_setting(const std::string& good) {
+  Device d;
+  void* p = nullptr;
+  cudaMalloc(&p, 8);
+  setenv("MDL_CUDA_EMULATOR", good.c_str(), 1);
+  const cudaError_t again = cudaMalloc(&p, 8);
+  return again == cudaSuccess ? "" : cudaGetErrorString(again);
+}
+
 PYBIND11_MODULE(wrong_kernels, m) {
+  m.def("malloc_after_a_bad_setting", &malloc_after_a_bad_setting);
   m.def("shared_race", &shared_race);
   m.def("divergent_barrier", &divergent_barrier);
   m.def("different_barriers", &different_barriers);

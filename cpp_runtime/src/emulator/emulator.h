@@ -44,6 +44,10 @@ const Settings& settings();
 void* allocate(std::size_t bytes, std::size_t limit);
 // The device's memory: the `memory=` setting, else half of this machine's.
 std::size_t capacity();
+// What an allocation of `bytes` takes of the device's memory (its whole pages and the
+// guard page after them), and what the live allocations take now.
+std::size_t mapped_size(std::size_t bytes);
+std::size_t memory_in_use();
 bool release(void* pointer);        // false when `pointer` does not start an allocation
 void release_all();
 // Whether [pointer, pointer + bytes) lies inside one allocation (bytes 0: the pointer lies

@@ -72,13 +72,21 @@ std::size_t capacity() {
   return std::size_t(sysconf(_SC_PHYS_PAGES)) / 2 * page();
 }
 
+std::size_t mapped_size(std::size_t bytes) {
+  return (bytes + page() - 1) / page() * page() + page();
+}
+
+std::size_t memory_in_use() {
+  std::lock_guard<std::mutex> hold(lock);
+  return in_use;
+}
+
 // Poisoning touches every page: on a machine that overcommits, an allocation larger than
 // its memory would succeed and then have the kernel kill the process, where a GPU refuses
 // it and the runtime raises MemoryError. So the device's memory is counted.
 void* allocate(std::size_t bytes, std::size_t limit) {
-  const std::size_t data = (bytes + page() - 1) / page() * page();
+  const std::size_t mapped = mapped_size(bytes), data = mapped - page();
   if (data < bytes || data > limit) return nullptr;
-  const std::size_t mapped = data + page();
   {
     std::lock_guard<std::mutex> hold(lock);
     if (in_use + mapped > limit) return nullptr;

@@ -10,6 +10,7 @@
 //   memory=N[K|M|G]                  the device's memory in bytes (default: half of the
 //                                    machine's); cudaMalloc past it fails, as on a GPU
 // It is read again whenever it changes, so a test can switch orders between calls.
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -43,6 +44,24 @@ std::size_t bytes(const std::string& word, const std::string& value) {
   return n << shift;
 }
 
+// A shuffle's seed: 0 to 2**64 - 1, in decimal (std::stoull alone took `-1` and threw
+// std::out_of_range past 2**64 - 1, which reached Python as `IndexError: stoull`).
+std::uint64_t seed(const std::string& word, const std::string& value) {
+  const std::uint64_t most = ~std::uint64_t(0);
+  std::uint64_t n = 0;
+  bool ok = !value.empty() && value.size() <= 20;
+  for (char c : value) {
+    const unsigned digit = static_cast<unsigned char>(c) - '0';
+    ok = ok && digit <= 9 && n <= (most - digit) / 10;
+    if (!ok) break;
+    n = n * 10 + digit;
+  }
+  if (!ok)
+    throw Violation("MDL_CUDA_EMULATOR: " + word + ": seed= takes a number from 0 to "
+                    "2**64 - 1 (seed=7)");
+  return n;
+}
+
 Settings parse(const std::string& text) {
   Settings s;
   std::string words = text;
@@ -56,9 +75,8 @@ Settings parse(const std::string& text) {
     if (key == "threads" || key == "order") s.threads = order(key, value);
     if (key == "blocks" || key == "order") s.blocks = order(key, value);
     if (key == "threads" || key == "blocks" || key == "order") continue;
-    if (key == "seed" && !value.empty() &&
-        value.find_first_not_of("0123456789") == std::string::npos)
-      s.seed = std::stoull(value);
+    if (key == "seed")
+      s.seed = seed(word, value);
     else if (word == "deferred")
       s.deferred = true;
     else if (word == "fibers")

@@ -352,14 +352,17 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   std::size_t memory;
   try {
     memory = capacity();
-  } catch (const Violation& v) {  // a bad MDL_CUDA_EMULATOR
-    return refuse(cudaErrorInvalidValue, v.what());
+  } catch (const Violation& v) {  // a bad MDL_CUDA_EMULATOR: sticky, as a launch's is
+    fail(cudaErrorLaunchFailure, v.what());
+    return sticky_code;
   }
   *pointer = allocate(bytes, memory);
-  if (!*pointer)
+  if (!*pointer)  // an allocation takes whole pages and a guard page: say what it took
     return refuse(cudaErrorMemoryAllocation,
-                  "cudaMalloc: out of memory: " + std::to_string(bytes) + " bytes asked for, "
-                  "the device has " + std::to_string(memory) + " (MDL_CUDA_EMULATOR's memory=)");
+                  "cudaMalloc: out of memory: " + std::to_string(bytes) + " bytes asked for "
+                  "take " + std::to_string(mapped_size(bytes)) + " (whole pages and a guard "
+                  "page after them), " + std::to_string(memory_in_use()) + " of the device's " +
+                  std::to_string(memory) + " are in use (MDL_CUDA_EMULATOR's memory=)");
   return cudaSuccess;
 }
 
