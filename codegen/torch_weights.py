@@ -81,7 +81,7 @@ def params_to_torch(params: dict[str, Any], mapping: dict[str, Any]) -> None:
     missing = [p.name for p in parts if p.name not in params]
     if missing:
         raise KeyError(f"no parameter {', '.join(missing)} among the model's "
-                       f"({', '.join(sorted(params))})")
+                       f"({', '.join(sorted(params))}){_other_layout(missing, params, mapping)}")
     values = {p.name: _numbers(p.name, params[p.name]) for p in parts}
     for p in parts:
         want, got = p.read().shape, values[p.name].shape
@@ -137,6 +137,32 @@ def _all_parts(mapping: Mapping[str, Any]) -> list[_Part]:
                              "with a shape and no values (to_empty() and an initialization "
                              "give it some)")
     return parts
+
+
+# std/rnn.mdl's layers by the names under their scope, and the torch modules of each
+_LAYOUTS = {frozenset({"W", "U", "b"}): ("lstm", "an nn.LSTMCell or a layer of nn.LSTM"),
+            frozenset({"W", "U", "bW", "bU"}): ("gru", "an nn.GRUCell or a layer of nn.GRU"),
+            frozenset({"W", "b"}): ("linear", "an nn.Linear"),
+            frozenset({"gamma", "beta"}): ("layer_norm", "an nn.LayerNorm")}
+
+
+def _other_layout(missing: list[str], params: Mapping[str, Any],
+                  mapping: Mapping[str, Any]) -> str:
+    """What the model's parameters under a mapped scope are, where they are another std
+    layer's than the module mapped to it (an nn.LSTMCell mapped to a `gru`'s scope said
+    only "no parameter gru/b")."""
+    for key, value in mapping.items():
+        if not any(name.startswith(f"{key}/") for name in missing):
+            continue
+        under = sorted(name[len(key) + 1:] for name in params
+                       if name.startswith(f"{key}/") and "/" not in name[len(key) + 1:])
+        layout = _LAYOUTS.get(frozenset(under))
+        if layout is not None:
+            kind, modules = layout
+            given = type(value.module if isinstance(value, Layer) else value).__name__
+            return (f": the model's {key} is std's {kind} ({', '.join(under)}), mapped to "
+                    f"an nn.{given}; map {modules} to it")
+    return ""
 
 
 def _fits(part: _Part, values: np.ndarray) -> None:

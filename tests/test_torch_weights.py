@@ -190,6 +190,18 @@ def test_wrong_mappings_say_what_to_do():
     lin = torch.nn.Linear(3, 4)
     with pytest.raises(KeyError, match="no parameter out/b"):
         params_to_torch({"out/W": np.zeros((3, 4))}, {"out": lin})
+    # QA: a cell of the other kind said only "no parameter gru/b"
+    gru = {"gru/W": np.zeros((3, 12)), "gru/U": np.zeros((4, 12)), "gru/bW": np.zeros(12),
+           "gru/bU": np.zeros(12)}
+    with pytest.raises(KeyError, match=re.escape(
+            "the model's gru is std's gru (U, W, bU, bW), mapped to an nn.LSTMCell; map an "
+            "nn.GRUCell or a layer of nn.GRU to it")):
+        params_to_torch(gru, {"gru": torch.nn.LSTMCell(3, 4)})
+    with pytest.raises(KeyError, match=re.escape(
+            "the model's enc is std's lstm (U, W, b), mapped to an nn.GRU; map an "
+            "nn.LSTMCell or a layer of nn.LSTM to it")):
+        params_to_torch({"enc/W": np.zeros((3, 16)), "enc/U": np.zeros((4, 16)),
+                         "enc/b": np.zeros(16)}, {"enc": torch.nn.GRU(3, 4)})
     before = lin.weight.detach().clone()
     with pytest.raises(ValueError, match=re.escape(
             "out/W is [4, 3], its torch module's weight wants [3, 4] (its torch tensor is "
