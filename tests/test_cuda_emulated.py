@@ -114,6 +114,18 @@ def test_cuda_graphs_can_be_turned_off(emulated_modules, monkeypatch):
     assert m.cuda_graphs == {"captured": 0, "replayed": 0}
 
 
+@pytest.mark.parametrize("value", ["off", "false", "2"])
+def test_cuda_graphs_setting_takes_0_or_1(emulated_modules, monkeypatch, value):
+    """MDL_CUDA_GRAPHS=off was read as on (every value but "0" was)."""
+    monkeypatch.setenv("MDL_CUDA_GRAPHS", value)
+    module = emulated_modules[("gru.mdl", "f64")]
+    with pytest.raises(ValueError, match=f"MDL_CUDA_GRAPHS='{value}': expected 0 "
+                                         r"\(off\) or 1 \(on\)"):
+        module.GRUClassifier(seed=0)
+    monkeypatch.setenv("MDL_CUDA_GRAPHS", "1")
+    assert module.GRUClassifier(seed=0).cuda_graphs == {"captured": 0, "replayed": 0}
+
+
 @pytest.fixture(scope="module")
 def charlms(charlm64_generic):
     """(emulated cuda, cpu) modules of charlm.mdl in f64 with H = 16."""

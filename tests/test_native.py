@@ -201,6 +201,18 @@ def test_params_refuses_changes_of_its_own(tmp_path, target):
         np.testing.assert_array_equal(np.from_dlpack(views["w"]), 2.0)
 
 
+@pytest.mark.parametrize("value", ["off", "no", "00"])
+def test_huge_pages_setting_takes_0_or_1(towers, monkeypatch, value):
+    """MDL_HUGE_PAGES=off was read as on (every value not starting with "0" was); a bad
+    value is the error of the model made (the arenas read it once, and must not throw)."""
+    monkeypatch.setenv("MDL_HUGE_PAGES", value)
+    with pytest.raises(ValueError, match=f"MDL_HUGE_PAGES='{value}': expected 0 "
+                                         r"\(off\) or 1 \(on\)"):
+        type(towers)(seed=0)
+    monkeypatch.setenv("MDL_HUGE_PAGES", "0")
+    type(towers)(seed=0)
+
+
 def test_every_parameter_starts_on_a_cache_line(towers):
     """A parameter's vector loads never straddle two cache lines: its model's store is
     64-byte aligned and each parameter starts on a boundary, whatever the sizes before it

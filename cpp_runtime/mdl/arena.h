@@ -9,8 +9,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "mdl/env.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
@@ -125,10 +128,17 @@ constexpr std::size_t kMapBytes = std::size_t(1) << 20;
 // resident whole once any of it is touched.
 constexpr std::size_t kHugeBytes = std::size_t(2) << 20;
 
+// MDL_HUGE_PAGES as set (env.h): a bad value throws; a model made checks it
+// (src/model_object.h), so the arenas, which must not throw, read it as the default.
+inline bool huge_pages_setting() { return env_switch("MDL_HUGE_PAGES", true); }
+
 inline bool huge_pages() {
   static const bool on = [] {
-    const char* v = std::getenv("MDL_HUGE_PAGES");
-    return !(v && v[0] == '0');
+    try {
+      return huge_pages_setting();
+    } catch (const std::invalid_argument&) {
+      return true;
+    }
   }();
   return on;
 }

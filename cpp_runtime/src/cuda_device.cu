@@ -21,6 +21,7 @@
 #include "mdl/cuda/rows.h"
 #include "mdl/cuda/transfers.h"
 #include "mdl/device.h"
+#include "mdl/env.h"
 #include "mdl/faults.h"
 
 namespace mdl {
@@ -98,8 +99,7 @@ void* open() {
     check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
     check(cudaMalloc(&c->fault, sizeof(Fault)), "cudaMalloc");
     check(zero(c->fault, sizeof(Fault)), "cudaMemset");
-    const char* graphs = std::getenv("MDL_CUDA_GRAPHS");  // "0": every call runs as it is
-    c->graphs.enabled = !(graphs && std::string(graphs) == "0");
+    c->graphs.enabled = env_switch("MDL_CUDA_GRAPHS", true);  // 0: every call runs as it is
   } catch (...) {
     destroy(c);
     throw;

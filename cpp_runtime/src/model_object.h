@@ -29,6 +29,7 @@
 #include "cotangents.h"
 #include "device_array.h"
 #include "dlpack.h"
+#include "mdl/arena.h"  // huge_pages_setting
 #include "mdl/device.h"
 #include "mdl/faults.h"  // refuse_dims
 #include "mdl/optimizer.h"
@@ -46,6 +47,7 @@ namespace py = pybind11;
 class DeviceContext {
  public:
   explicit DeviceContext(const Device* device) : device_(device) {
+    huge_pages_setting();  // a bad MDL_HUGE_PAGES is an error here, where a model is made
     device->require();
     handle_ = device->open();
   }
