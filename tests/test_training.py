@@ -61,6 +61,23 @@ def test_frozen_parameters_never_move_and_regularizers_act_in_updates_only(modul
     assert np.array_equal(m.params["embed/table"], frozen)
 
 
+def test_a_frozen_parameter_keeps_its_room_in_the_gradient_buffer(module):
+    """training.md: the buffer holds a frozen parameter's room, zero, which gradient_layout
+    does not name; its offsets, not the sizes summed, place each gradient."""
+    m = module.Regularized(seed=0)
+    m.forward_backward(**batch(0))
+    layout, buffer = m.gradient_layout, np.array(m.gradient_buffer)
+    assert "embed/table" not in layout
+    room = np.zeros(buffer.size, bool)
+    grads = (m.forward(**batch(0), training=True), m.backward())[1]
+    for name, (offset, shape) in layout.items():
+        size = int(np.prod(shape))
+        assert np.array_equal(buffer[offset:offset + size], grads[name].ravel()), name
+        room[offset:offset + size] = True
+    assert buffer.size - room.sum() >= m.params["embed/table"].size
+    assert not buffer[~room].any()
+
+
 def test_the_learning_rate_can_change_between_steps(module):
     a, b = module.Regularized(seed=1), module.Regularized(seed=1)
     a.set_optimizer("sgd", lr=0.1)
