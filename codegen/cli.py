@@ -317,7 +317,8 @@ def _generation_options(p: argparse.ArgumentParser, out_help: str) -> None:
     _model_options(p, every=True)
     p.add_argument("-o", dest="out", type=_path, help=out_help + " (default: the current one)")
     p.add_argument("--name", help="the module's name (default: the file's stem made an "
-                   "identifier: m_class for class.mdl)")
+                   "identifier: m_class for class.mdl, m_os for os.mdl, m_numpy "
+                   "for numpy.mdl)")
     _target_option(p)
     p.add_argument("--specialize", action="append", type=_dims, default=[],
                    metavar="B=32,T=35", help="also compile code with these dims fixed "

@@ -345,6 +345,15 @@ def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path, ste
     assert r.returncode == 0 and r.stdout.strip().endswith(f"m_{stem}{EXT_SUFFIX}")
 
 
+@pytest.mark.parametrize("stem", ["numpy", "codegen", "lark"])
+def test_a_file_named_as_what_mdl_imports_builds_a_module_that_does_not_shadow_it(stem):
+    """QA: `mdlc build numpy.mdl` wrote numpy.so, which `import numpy` then found in
+    that folder (the model's own users' NumPy included)."""
+    from codegen.compile.options import module_name_for
+    assert module_name_for(f"models/{stem}.mdl") == f"m_{stem}"
+    assert module_name_for(f"models/{stem}.mdl", name=stem) == stem  # --name is as given
+
+
 def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path, capsys):
     """QA: loop\xff.mdl with an assert in a `for` (whose message names the file) was an
     internal error writing the stub (UnicodeEncodeError), after an empty .pyi that the next

@@ -68,6 +68,12 @@ def dims_text(spec: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
+# What mdl and the modules it builds import: a model's module named so (`numpy.mdl`) took
+# its place in the folder it was built in, where `import numpy` then found the model
+MDL_IMPORTS = frozenset({"codegen", "dsl", "numpy", "lark", "jinja2", "markupsafe",
+                         "pybind11", "tqdm", "graphviz", "pygments", "scipy_openblas32"})
+
+
 def module_name_for(path: str | Path, name: str | None = None) -> str:
     """The Python module name: `name`, or the file's stem made an identifier. Either must
     be ASCII: CPython finds the init function of a module named otherwise by another
@@ -89,7 +95,8 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
                          f"and Python imports no compiled module of such a name: {ASCII_NAME} "
                          "(or rename the file)")
     importable = (stem.isidentifier() and not keyword.iskeyword(stem)
-                  and stem not in sys.stdlib_module_names)  # `import os` finds Python's
+                  and stem not in sys.stdlib_module_names  # `import os` finds Python's
+                  and stem not in MDL_IMPORTS)
     return _short(stem if importable else f"m_{stem}", f"the module of `{path}`")
 
 
