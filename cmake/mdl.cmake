@@ -145,6 +145,25 @@ function(mdl_add_model)
     message(FATAL_ERROR "mdl_add_model(${ARG_TARGET}): DTYPE is f32 or f64, not ${ARG_DTYPE}")
   endif()
   cmake_path(ABSOLUTE_PATH ARG_SOURCE NORMALIZE)
+  get_source_file_property(generated "${ARG_SOURCE}" GENERATED)
+  if(NOT generated AND (NOT EXISTS "${ARG_SOURCE}" OR IS_DIRECTORY "${ARG_SOURCE}"))
+    message(SEND_ERROR "mdl_add_model(${ARG_TARGET}): SOURCE ${ARG_SOURCE} is not a file")
+    return()  # SEND_ERROR: the other calls are still checked; nothing is generated
+  endif()
+  # TARGET is the module's name: one `import` takes (checked here, in mdlc's words, not
+  # after the runtime compiled); a name CMake keeps for itself (all, test, ...) builds by
+  # the target mdl_NAME, as `mdlc emit`'s project does (codegen/compile/cmake.py)
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
+            "${Python_EXECUTABLE}" -c
+      "import sys; from codegen.compile.cmake import print_model_target; sys.exit(print_model_target(sys.argv[1]))"
+      "${ARG_TARGET}"
+    OUTPUT_VARIABLE target ERROR_VARIABLE why RESULT_VARIABLE failed
+    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+  if(failed)
+    message(SEND_ERROR "mdl_add_model(${ARG_TARGET}): TARGET is the module's name: ${why}")
+    return()
+  endif()
   set(options --name ${ARG_TARGET} --dtype ${ARG_DTYPE})
   if(ARG_MODEL)
     list(APPEND options --model ${ARG_MODEL})
@@ -166,7 +185,8 @@ function(mdl_add_model)
     DEPENDS "${ARG_SOURCE}" ${ARG_DEPENDS} ${compiler}
     COMMENT "mdlc emit ${ARG_SOURCE} (${ARG_TARGET})"
     VERBATIM)
-  pybind11_add_module(${ARG_TARGET} MODULE ${sources})
-  target_link_libraries(${ARG_TARGET} PRIVATE mdl::python)
-  target_compile_options(${ARG_TARGET} PRIVATE ${_mdl_optimize})  # as mdl_core's
+  pybind11_add_module(${target} MODULE ${sources})
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME ${ARG_TARGET})
+  target_link_libraries(${target} PRIVATE mdl::python)
+  target_compile_options(${target} PRIVATE ${_mdl_optimize})  # as mdl_core's
 endfunction()

@@ -756,6 +756,42 @@ def test_a_module_named_as_a_cmake_target_configures(tmp_path):
     assert "pybind11_add_module(m MODULE" in render_cmakelists(["module.cpp"], "m", CPU)
 
 
+def test_mdl_add_model_checks_its_target_and_source_when_configured(tmp_path):
+    """QA: mdl_add_model(TARGET all ...) failed in CMake's and pybind11's files; TARGET
+    my-net, or a SOURCE not there, only at build time, after the runtime compiled. A
+    target CMake keeps builds as mdl_NAME, the module still NAME, as `mdlc emit`'s does;
+    the others are errors of the configure, each call's."""
+    import ninja
+
+    import cmake
+    (tmp_path / "tiny.mdl").write_text(TINY_MODEL)
+    cmake_bin = Path(cmake.CMAKE_BIN_DIR) / "cmake"
+
+    def configure(calls: str, name: str) -> subprocess.CompletedProcess:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.25)\nproject(demo LANGUAGES CXX)\n"
+            f'include("{REPO / "cmake" / "mdl.cmake"}")\n' + calls)
+        return subprocess.run([cmake_bin, "-S", tmp_path / name, "-B", tmp_path / name / "b",
+                               "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
+                               f"-DPython_EXECUTABLE={sys.executable}"],
+                              capture_output=True, text=True)
+
+    tiny = tmp_path / "tiny.mdl"
+    run = configure(f'mdl_add_model(TARGET all SOURCE "{tiny}")\n', "reserved")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ninja_file = (tmp_path / "reserved" / "b" / "build.ninja").read_text()
+    assert "build mdl_all:" in ninja_file and f"all{EXT_SUFFIX}" in ninja_file
+    run = configure(f'mdl_add_model(TARGET my-net SOURCE "{tiny}")\n'
+                    f'mdl_add_model(TARGET net SOURCE "{tmp_path / "nothere.mdl"}")\n', "bad")
+    assert run.returncode != 0
+    errors = " ".join(run.stderr.split())
+    assert ("mdl_add_model(my-net): TARGET is the module's name: module name 'my-net' is "
+            "not a valid Python module name") in errors, run.stderr
+    assert f"mdl_add_model(net): SOURCE {tmp_path / 'nothere.mdl'} is not a file" in errors
+    assert "pybind11" not in run.stderr and "Traceback" not in run.stderr
+
+
 def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     """cmake/mdl.cmake as docs/build.md shows it: mdl_add_model compiles a model into a
     module that imports, runs, and saves a checkpoint (write_npz: a module failed to import

@@ -31,6 +31,28 @@ CMAKE_RESERVED = {"all", "clean", "help", "install", "test", "package", "package
                   "NIGHTLY", "EXPERIMENTAL", "CONTINUOUS"}
 
 
+def cmake_target(module_name: str) -> str:
+    """The CMake target that builds the module `module_name`: its name, or mdl_NAME for a
+    name CMake keeps for itself."""
+    return f"mdl_{module_name}" if module_name in CMAKE_RESERVED else module_name
+
+
+def print_model_target(name: str) -> int:
+    """cmake/mdl.cmake's mdl_add_model(TARGET name) at configure time: prints the target
+    of module `name`, or says why `name` names no module, in mdlc's words, and returns 1
+    (`my-net` failed only at build time, after the runtime compiled; `all`, in CMake's
+    and pybind11's files)."""
+    from ..ir.diagnostics import UsageError
+    from .options import module_name_for
+    try:
+        module_name_for("", name=name)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(cmake_target(name))
+    return 0
+
+
 def render_cmakelists(source_names: Iterable[str], module_name: str, target: Target, *,
                       debug: bool = False, sanitize: bool = False) -> str:
     """A CMakeLists.txt that builds `source_names`, generated for `target`, and the runtime
@@ -41,7 +63,7 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
     cxx_flags = compile_flags(debug, sanitize)[len(LANGUAGE_FLAGS):]
     context = {
         "name": module_name,
-        "target": f"mdl_{module_name}" if module_name in CMAKE_RESERVED else module_name,
+        "target": cmake_target(module_name),
         "sources": compiled(source_names),
         "runtime_sources": [str(RUNTIME_DIR / source) for source in RUNTIME_SOURCES] + (
             [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
