@@ -296,7 +296,7 @@ def _model_options(p: argparse.ArgumentParser, dtype: bool = True, every: bool =
     """The file and its model; `every`: without --model, the command takes every model
     of the file (check, emit, build), else it needs one (--model where there are several)."""
     p.add_argument("file")
-    p.add_argument("-D", dest="defines", action="append", type=_define, default=[],
+    p.add_argument("-D", dest="defines", action=_DefinedOnce, type=_define, default=[],
                    metavar="K=V", help="override a hyper-parameter")
     p.add_argument("--model", type=_model_name,
                    help="only this model (default: every model of the file)"
@@ -370,6 +370,17 @@ def _dims(text: str) -> dict[str, int]:
             raise argparse.ArgumentTypeError(f"{key} is given twice in {text!r}")
         out[key] = int(value)
     return out
+
+
+class _DefinedOnce(argparse.Action):
+    """-D K=V, each K once: `-D H=4 -D H=5` kept the last without a word, where a dim
+    given twice is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = list(getattr(namespace, self.dest) or [])
+        if any(key == values[0] for key, _ in given):  # not ours to guess which was meant
+            parser.error(f"argument {option_string}: {values[0]} is given twice")
+        setattr(namespace, self.dest, given + [values])
 
 
 class _MergedDims(argparse.Action):

@@ -881,6 +881,7 @@ def test_dims_given_in_two_options_are_merged(command, option):
 
 @pytest.mark.parametrize("given, message", [
     (["--dims", "T=2", "--dims", "T=3"], "argument --dims: T is given twice"),
+    (["-D", "H=4", "-D", "H=5"], "argument -D: H is given twice"),  # QA: H=5, no word
     (["--dims", "T=٣"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=٣'"),  # not 3
     (["--dims", "T=²"], "expected NAME=SIZE[,NAME=SIZE...], got 'T=²'"),  # not `_dims value`
     (["--dims", "T=0"], "T=0: a size is 1 to 2147483647"),  # once "expected NAME=SIZE"
