@@ -22,8 +22,17 @@ find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env --modify "PYTHONPATH=path_list_prepend:${MDL_ROOT}" --
           "${Python_EXECUTABLE}" -c
-    "import pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, GCC_CODE_FLAGS, OPENMP_LIBRARIES, WIDE_VECTORS; from codegen.compile.runtime import GLUE_OPTIMIZATION, GCC_GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), OPENMP_LIBRARIES['gcc'] + ',' + OPENMP_LIBRARIES['clang'], ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, ','.join(GCC_CODE_FLAGS), ','.join(GCC_GLUE_OPTIMIZATION), sep=';')"
-  OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+    "import lark, jinja2, pybind11; from codegen.compile.blas import blas; b = blas(); from codegen.compile.flags import CODE_FLAGS, GCC_CODE_FLAGS, OPENMP_LIBRARIES, WIDE_VECTORS; from codegen.compile.runtime import GLUE_OPTIMIZATION, GCC_GLUE_OPTIMIZATION; print(pybind11.get_cmake_dir(), b.include_dir, b.library, ','.join(b.defines), OPENMP_LIBRARIES['gcc'] + ',' + OPENMP_LIBRARIES['clang'], ','.join(CODE_FLAGS), ','.join(GLUE_OPTIMIZATION), WIDE_VECTORS, ','.join(GCC_CODE_FLAGS), ','.join(GCC_GLUE_OPTIMIZATION), sep=';')"
+  OUTPUT_VARIABLE _mdl_python OUTPUT_STRIP_TRAILING_WHITESPACE
+  ERROR_VARIABLE _mdl_python_error ERROR_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE _mdl_python_failed)
+if(_mdl_python_failed)
+  # its last line (`ModuleNotFoundError: No module named 'pybind11'`), not the traceback
+  string(REGEX REPLACE ".*\n" "" _mdl_python_error "${_mdl_python_error}")
+  message(FATAL_ERROR "mdl.cmake: ${Python_EXECUTABLE} cannot run mdl (${_mdl_python_error}): "
+                      "install mdl's dependencies into it (pip install -e ${MDL_ROOT}), or "
+                      "set Python_EXECUTABLE to a Python that has them")
+endif()
 list(GET _mdl_python 0 _mdl_pybind11_dir)
 list(GET _mdl_python 1 _mdl_blas_include)
 list(GET _mdl_python 2 _mdl_blas_library)

@@ -792,6 +792,28 @@ def test_mdl_add_model_checks_its_target_and_source_when_configured(tmp_path):
     assert "pybind11" not in run.stderr and "Traceback" not in run.stderr
 
 
+def test_mdl_cmake_with_a_python_without_mdl_says_so(tmp_path):
+    """QA: include(mdl.cmake) with a Python lacking mdl's dependencies showed a traceback
+    and CMake's `execute_process failed command indexes`."""
+    import ninja
+
+    import cmake
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "bare"],
+                   check=True)
+    bare = tmp_path / "bare" / "bin" / "python"
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.25)\nproject(demo LANGUAGES CXX)\n"
+        f'include("{REPO / "cmake" / "mdl.cmake"}")\n')
+    run = subprocess.run([Path(cmake.CMAKE_BIN_DIR) / "cmake", "-S", tmp_path, "-B",
+                          tmp_path / "b", "-G", "Ninja",
+                          f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}",
+                          f"-DPython_EXECUTABLE={bare}"], capture_output=True, text=True)
+    said = " ".join(run.stderr.split())
+    assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
+    assert (f"mdl.cmake: {bare} cannot run mdl (ModuleNotFoundError: No module named "
+            "'lark'): install mdl's dependencies into it") in said, run.stderr
+
+
 def test_a_cmake_project_builds_a_model_that_imports_and_runs(tmp_path):
     """cmake/mdl.cmake as docs/build.md shows it: mdl_add_model compiles a model into a
     module that imports, runs, and saves a checkpoint (write_npz: a module failed to import
