@@ -110,12 +110,16 @@ def test_prune_removes_what_no_build_used_for_30_days_with_its_index_and_lock(
     root, made = filled
     stray = root / "notes.txt"  # not the cache's: never touched
     stray.write_text("mine")
+    # QA: the dry run counted no index entry and no lock file the run then removed
+    code, out, _ = mdlc_cache(monkeypatch, capsys, root, "prune", "--dry-run")
+    assert code == 0 and "would remove 2 entries" in out
+    assert "1 index entry and 2 lock files" in out and made["old"].exists()
     code, out, _ = mdlc_cache(monkeypatch, capsys, root, "prune")
     assert code == 0
     assert not made["old"].exists() and not made["failed"].exists()
     assert made["new"].is_dir() and made["runtime"].is_dir() and stray.is_file()
     assert "removed module old_model" in out and "removed failed build broken" in out
-    assert "removed 2 entries" in out and "1 index entries and 2 lock files" in out
+    assert "removed 2 entries" in out and "1 index entry and 2 lock files" in out
     assert sorted(p.stem for p in (root / "locks").iterdir()) == sorted(
         [made["new"].name, made["runtime"].name])
     [kept] = (root / "index").iterdir()

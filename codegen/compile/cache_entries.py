@@ -151,10 +151,10 @@ def remove(root: Path, chosen: list[Entry], dry_run: bool = False) -> Pruned:
         with handle:
             if dry_run or _remove_directory(root, entry):
                 pruned.removed.append(entry)
-    if dry_run:
-        return pruned
-    pruned.index_entries = _remove_orphaned_index(root)
-    pruned.lock_files = _remove_unused_locks(root)
+    # a dry run counts what the removal would leave orphaned as the run itself does
+    going = {e.path for e in pruned.removed} if dry_run else None
+    pruned.index_entries = _remove_orphaned_index(root, going)
+    pruned.lock_files = _remove_unused_locks(root, going)
     return pruned
 
 
@@ -174,9 +174,11 @@ def _remove_directory(root: Path, entry: Entry) -> bool:
     return True
 
 
-def _remove_orphaned_index(root: Path) -> int:
+def _remove_orphaned_index(root: Path, going: set[Path] | None) -> int:
     """Index entries whose module is gone (they would only send a build to the full
-    check), and the temporary files of index writes that died."""
+    check), and the temporary files of index writes that died. `going` (a dry run's
+    entries that would go; None in a real run): count those it would leave so, and
+    remove nothing."""
     count = 0
     for entry in index_entries(root):
         if entry.suffix == ".tmp":
@@ -184,19 +186,23 @@ def _remove_orphaned_index(root: Path) -> int:
             gone = pid.isdigit() and not Path(f"/proc/{pid}").exists()
         else:
             try:
-                gone = not Path(json.loads(entry.read_text())["built"]).exists()
+                built = Path(json.loads(entry.read_text())["built"])
+                gone = not built.exists() or any(built.is_relative_to(p) for p in going or ())
             except (OSError, ValueError, KeyError, TypeError):
                 gone = True   # unreadable: no entry, as index.lookup reads it
-        if gone:
+        if gone and going is not None:
+            count += 1
+        elif gone:
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
                 count += 1
     return count
 
 
-def _remove_unused_locks(root: Path) -> int:
+def _remove_unused_locks(root: Path, going: set[Path] | None) -> int:
     """Lock files of keys that have no entry: removed while held (cache.take_lock: a
-    process that opened one before then opens the path again)."""
+    process that opened one before then opens the path again). `going`: as for
+    _remove_orphaned_index."""
     count = 0
     try:
         locks = list((root / "locks").glob("*.lock"))
@@ -204,22 +210,26 @@ def _remove_unused_locks(root: Path) -> int:
         return 0
     for path in locks:
         key = path.stem
-        if _has_entry(root, key):
+        if _has_entry(root, key, going):
+            continue
+        if going is not None:
+            count += 1
             continue
         handle = take_lock(path, fcntl.LOCK_EX, wait=False)
         if handle is None:
             continue
         with handle:
-            if not _has_entry(root, key):   # a build may have made one meanwhile
+            if not _has_entry(root, key, going):   # a build may have made one meanwhile
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                     count += 1
     return count
 
 
-def _has_entry(root: Path, key: str) -> bool:
-    return ((root / key).exists() or (root / f"failed-{key}").exists()
-            or any(root.glob(f"tmp-{key}-*")))
+def _has_entry(root: Path, key: str, going: set[Path] | None) -> bool:
+    going = going or set()
+    return any(p not in going for p in (root / key, root / f"failed-{key}") if p.exists()) \
+        or any(p not in going for p in root.glob(f"tmp-{key}-*"))
 
 
 def where() -> tuple[Path, str]:
@@ -267,10 +277,14 @@ def pruned_text(pruned: Pruned, dry_run: bool) -> str:
               for e in pruned.in_use]
     freed = sum(e.size for e in pruned.removed)
     entries_word = "entry" if len(pruned.removed) == 1 else "entries"
-    lines.append(f"{verb} {len(pruned.removed)} {entries_word}, {size_text(freed)}"
-                 + ("" if dry_run else f", {pruned.index_entries} index entries and "
-                    f"{pruned.lock_files} lock files"))
+    lines.append(f"{verb} {len(pruned.removed)} {entries_word}, {size_text(freed)}, "
+                 f"{counted(pruned.index_entries, 'index entry', 'index entries')} and "
+                 f"{counted(pruned.lock_files, 'lock file', 'lock files')}")
     return "\n".join(lines)
+
+
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def size_text(size: int) -> str:
