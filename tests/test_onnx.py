@@ -425,6 +425,32 @@ model Bools() {
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+@pytest.mark.parametrize("seq", ["xs", "reversed(xs)"])
+def test_bool_yields_of_a_loop_with_lengths_run_in_onnxruntime(tmp_path, seq):
+    """QA: a reversed loop's bool yields, put back in time order (seq_order), made a Where
+    of bools, which onnxruntime refused."""
+    path = tmp_path / "yields.mdl"
+    path.write_text(f"""
+model BoolYield() {{
+  input xs : f32[T, B]
+  input lengths : i32[B]
+  pos = for x in {seq} (lengths = lengths) {{
+    yield x > 0.0
+  }}
+  output pos
+}}
+""")
+    out = export_onnx(path, tmp_path / "yields.onnx")
+    graph = check_file(str(path)).graph
+    rng = np.random.default_rng(0)
+    for steps, lengths in ((3, [3, 1]), (4, [0, 4, 2])):
+        inputs = {"xs": rng.standard_normal((steps, len(lengths))).astype(np.float32),
+                  "lengths": np.array(lengths, np.int32)}
+        got = run_onnx(out, inputs)["pos"]
+        want = reference.run(graph, inputs, {}, dtype=np.float32)["pos"]
+        assert got.dtype == np.bool_ and np.array_equal(got, want), (got, want)
+
+
 def test_a_mean_over_an_axis_empty_at_export_is_nan(tmp_path):
     """The mean of nothing is NaN; over a slice empty for the export's -D values ONNX's
     ReduceMean gave 0 (onnxruntime 1.32)."""

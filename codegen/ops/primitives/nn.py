@@ -197,7 +197,8 @@ def _seq_order_onnx(g, op, xs):
     picked = g.op("GatherND", x, g.op("Cast", where, to=g.dtype("i64")))
     rank = op.inputs[0].type.rank
     keep = g.op("Unsqueeze", real, g.ints(range(2, rank))) if rank > 2 else real
-    return g.op("Where", keep, picked, g.const(0, op.inputs[0].type.dtype))
+    dtype = op.inputs[0].type.dtype  # a bool yield's: onnxruntime has no Where of bools
+    return g.where(keep, picked, g.const(0, dtype), dtype == "bool")
 
 
 @primitive("seq_order", 2, faults=True, ref=_seq_order_ref, onnx=_seq_order_onnx,
