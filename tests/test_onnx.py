@@ -628,6 +628,10 @@ def test_export_and_verify_take_what_load_takes_and_refuse_the_rest(tmp_path):
             (lambda: verify_onnx(path, out, model="CharLMStep", dtype="f64",
                                  runtimes=["onnx-reference"]),
              "its input `h` holds float, the model f64"),
+            # QA: a define that changes parameters only (E) gave "onnxruntime: DIFFERS"
+            (lambda: verify_onnx(path, out, model="CharLMStep", defines={"E": 8}),
+             "b1.onnx was exported with other options than these: its parameter "
+             "`embedding` is [96, 32], the model's f32[96, 8]"),
             (lambda: export_onnx(path, None, model="CharLMStep"),
              "out: expected a file's path, got NoneType")]:
         with pytest.raises(UsageError, match=re.escape(message)):

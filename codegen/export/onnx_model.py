@@ -17,6 +17,18 @@ from .onnx_rnn import fuse_rnn_loops
 DEFAULT_OPSET = 18  # the lowest opset whose Split and reductions mdl's rules write
 
 
+
+def stored_names(graph: Graph) -> dict[str, str]:
+    """Each parameter's initializer name: its full name, or `param:NAME` for one named
+    as an input or an output (`param x` after `input x`, which it shadows: ONNX would
+    feed the input in its place, or refuse the file)."""
+    taken = {*graph.inputs, *graph.outputs}
+    stored = {}
+    for name in graph.params:
+        stored[name] = name if name not in taken else f"param:{name}"
+        taken.add(stored[name])
+    return stored
+
 def inference_graph(graph: Graph, outputs: list[str] | None) -> Graph:
     """A copy of the checked graph that computes `outputs` (all by default), its loops
     with lengths rewritten into plain ones (a backend's view of them) and what nothing
@@ -46,13 +58,7 @@ def to_onnx(graph: Graph, params: dict[str, np.ndarray], fixed: dict[str, int],
                 bindings.setdefault(symbol, (name, axis))
     inputs = {k: v for k, v in graph.inputs.items()
               if v.id in read or any(b[0] == k for b in bindings.values())}
-    # a parameter named as an input or an output (`param x` after `input x`, which it
-    # shadows) is `param:x`: ONNX would feed the input in its place, or refuse the file
-    taken = {*graph.inputs, *graph.outputs}
-    stored = {}
-    for name in graph.params:
-        stored[name] = name if name not in taken else f"param:{name}"
-        taken.add(stored[name])
+    stored = stored_names(graph)
     names = Names([*graph.inputs, *stored.values(), *graph.outputs])
     root = Root(names, bindings, dict(fixed))
     top = root.graph = OnnxGraph(root)
