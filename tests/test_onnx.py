@@ -570,6 +570,28 @@ def test_parameters_come_from_a_checkpoint_of_another_model(tmp_path):
                                          "`CharLMStep` needs real numbers"):
         export_onnx(path, tmp_path / "x.onnx", model="CharLMStep",
                     params={**lm.params, "decoder/b": lm.params["decoder/b"] + 1j})
+    # QA: an f64 value past f32's range exported as inf, with NumPy's RuntimeWarning
+    # naming mdl's source line; set_params refuses it
+    huge = np.array(lm.params["decoder/b"], np.float64)
+    huge[2] = -1e300
+    with pytest.raises(UsageError, match=re.escape(
+            "the given dict: parameter `decoder/b` holds -1e+300 (element 2), past the range "
+            "of the export's float32 (its largest number is 3.4e+38)")):
+        export_onnx(path, tmp_path / "x.onnx", model="CharLMStep",
+                    params={**lm.params, "decoder/b": huge})
+
+
+def test_an_npz_of_bare_parameter_names_is_no_checkpoint_and_is_told_so(tmp_path):
+    """QA: np.savez(**model.params) given as --params said "has no parameter `embedding`
+    (...; it has none)", though the file held that very array."""
+    path = tmp_path / "plain.npz"
+    np.savez(path, embedding=np.zeros((96, 32), np.float32), other=np.zeros(3))
+    with pytest.raises(UsageError, match=re.escape(
+            f"{path}: not a checkpoint written by `save`: none of its arrays is a "
+            "parameter's `param/NAME` (it holds embedding, other); write one with "
+            "model.save(path)")):
+        export_onnx(EXAMPLES / "charlm.mdl", tmp_path / "x.onnx", model="CharLMStep",
+                    params=path)
 
 
 @pytest.mark.parametrize("argument, message", [

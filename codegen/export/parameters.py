@@ -96,6 +96,15 @@ def parameter_values(graph: Graph, params, seed: int, dtype) -> dict[str, np.nda
         if array.shape != shape:
             raise UsageError(f"{source}: parameter `{name}` has shape {list(array.shape)}, "
                              f"model `{graph.name}` needs {list(shape)}")
+        if array.dtype.kind == "f" and np.dtype(dtype).kind == "f":
+            largest = float(np.finfo(dtype).max)
+            past = np.isfinite(array) & (np.abs(array) > largest)
+            if past.any():  # set_params refuses them; astype made inf, with NumPy's warning
+                k = int(np.flatnonzero(past)[0])
+                raise UsageError(f"{source}: parameter `{name}` holds {array.flat[k]:.6g} "
+                                 f"(element {k}), past the range of the export's "
+                                 f"{np.dtype(dtype).name} (its largest number is "
+                                 f"{largest:.2g})")
         out[name] = array.astype(dtype)
     return out
 
@@ -118,4 +127,12 @@ def _checkpoint(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise UsageError(f"{path}: no such checkpoint file")
     data = read_npz(path, "a checkpoint written by `save` (an .npz)")
-    return {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
+    params = {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
+    if data and not params:  # np.savez(**model.params): "it has none" named no cause
+        names = sorted(data)
+        shown = ", ".join(names[:4]) + (f", ... ({len(names)} arrays)" if len(names) > 4 else "")
+        raise UsageError(f"{path}: not a checkpoint written by `save`: none of its arrays is "
+                         f"a parameter's `param/NAME` (it holds {shown}); write one with "
+                         "model.save(path), or give export_onnx the dict itself "
+                         "(params=dict(np.load(path)))")
+    return params
