@@ -722,6 +722,20 @@ def test_mdlc_export(tmp_path, capsys):
     assert "is a directory, not a checkpoint file" in capsys.readouterr().err
 
 
+def test_mdlc_export_verify_of_a_runtime_not_installed_writes_nothing(tmp_path, capsys,
+                                                                     monkeypatch):
+    """QA: --verify openvino without OpenVINO wrote the file, then said what to install
+    (an unknown runtime was refused before anything was written)."""
+    from codegen.export import verify
+    monkeypatch.setitem(verify.RUNTIMES, "openvino", ("no-such-distribution", "OpenVINO"))
+    out = tmp_path / "towers.onnx"
+    assert mdlc(["export", str(EXAMPLES / "towers.mdl"), "--onnx", str(out),
+                 "--verify", "openvino"]) == 2
+    assert ("--verify openvino needs the `no-such-distribution` package: pip install "
+            "no-such-distribution") in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_mdlc_export_verify_runs_the_file_against_the_reference(tmp_path, capsys):
     """--verify: the file just written, called three times in turn in each runtime
     named, agrees with mdl's reference; each runtime says so in a line."""

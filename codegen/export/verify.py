@@ -115,7 +115,8 @@ def _first(exc: Exception) -> str:
 
 
 def known_runtimes(runtimes: list[str], dtype: str) -> None:
-    """A UsageError for a runtime --verify does not know, or cannot run at `dtype`."""
+    """A UsageError for a runtime --verify does not know, cannot run at `dtype`, or whose
+    package is not installed (said once the file was written, before)."""
     unknown = [r for r in runtimes if r not in RUNTIMES]
     if unknown:
         raise UsageError(f"--verify: no runtime {', '.join(unknown)} (choose from "
@@ -123,6 +124,18 @@ def known_runtimes(runtimes: list[str], dtype: str) -> None:
     if dtype == "f64" and "openvino" in runtimes:
         raise UsageError("--verify openvino: OpenVINO's CPU plugin computes in f32; verify "
                          "an f32 export (--dtype f32) there")
+    for runtime in runtimes:
+        _version(runtime)
+
+
+def _version(runtime: str) -> str:
+    """The runtime's name and version; a UsageError saying what to install without it."""
+    distribution, label = RUNTIMES[runtime]
+    try:
+        return f"{label} {importlib.metadata.version(distribution)}"
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError(f"--verify {runtime} needs the `{distribution}` package: "
+                         f"pip install {distribution}") from None
 
 
 def _outputs_of(onnx_path: Path, graph: Graph) -> list[str]:
@@ -224,12 +237,7 @@ def session(path: Path, runtime: str, threads: int | None = None):
     `path`. `threads`: for timing (benchmarks.onnx_charlm), onnxruntime and OpenVINO on
     that many threads, onnxruntime's not spinning between calls, OpenVINO in one stream
     with its latency hint; else their defaults."""
-    distribution, label = RUNTIMES[runtime]
-    try:
-        version = f"{label} {importlib.metadata.version(distribution)}"
-    except importlib.metadata.PackageNotFoundError:
-        raise UsageError(f"--verify {runtime} needs the `{distribution}` package: "
-                         f"pip install {distribution}") from None
+    version = _version(runtime)
     if runtime == "onnxruntime":
         import onnxruntime
         options = onnxruntime.SessionOptions()
