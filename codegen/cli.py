@@ -889,7 +889,10 @@ def _main(argv: list[str] | None) -> int:
     if unknown:  # the command's usage, not mdlc's (`mdlc build F --bogus`)
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     from .ir.diagnostics import MdlError, UsageError
-    stdout, sys.stdout = sys.stdout, _Stdout(sys.stdout)
+    # a stdout closed when the process started (`mdlc build F >&-`) is None: what is
+    # written there goes nowhere, as print's does (it was an internal error, exit 3)
+    stdout, sys.stdout = sys.stdout, _Stdout(sys.stdout if sys.stdout is not None
+                                             else open(os.devnull, "w"))
     previous = _catch_sigterm()
     try:
         code = COMMANDS[args.command](args)

@@ -345,6 +345,27 @@ def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path, ste
     assert r.returncode == 0 and r.stdout.strip().endswith(f"m_{stem}{EXT_SUFFIX}")
 
 
+def test_a_closed_stdout_drops_the_output_as_print_does(good):
+    """QA: `mdlc check F >&-` (stdout closed when the process started: sys.stdout None)
+    did the work, then exited 3, "internal error ... a bug in mdlc"."""
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
+           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"]}
+    run = subprocess.run([sys.executable, "-m", "codegen.cli", "check", str(good)],
+                         stdout=None, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: os.close(1))
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_a_build_compiles_with_stderr_closed(tmp_path, monkeypatch):
+    """QA: with stderr closed at the start (sys.stderr None, as in pythonw), every build
+    that compiled raised AttributeError: 'NoneType' object has no attribute 'isatty'."""
+    path = tmp_path / "closed.mdl"
+    path.write_text(GOOD.replace("H = 4", "H = 7"))
+    monkeypatch.setattr(sys, "stderr", None)
+    m = load(path, name="stderr_closed").M(seed=0)
+    assert m.forward(x=np.ones((2, 7), np.float32))["y"] == 14.0
+
+
 @pytest.mark.parametrize("stem", ["numpy", "codegen", "lark"])
 def test_a_file_named_as_what_mdl_imports_builds_a_module_that_does_not_shadow_it(stem):
     """QA: `mdlc build numpy.mdl` wrote numpy.so, which `import numpy` then found in

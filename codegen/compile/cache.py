@@ -37,6 +37,13 @@ class Failed(Exception):
         self.log, self.describe = log, describe
 
 
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal, where a build shows its progress and notices: not a
+    log or a pipe, nor a stderr closed when the process started (sys.stderr None, as
+    in pythonw), which was an AttributeError of every build that compiled."""
+    return sys.stderr is not None and sys.stderr.isatty()
+
 def cache_dir() -> Path:
     """The cache root: `$MDL_CACHE_DIR`, else `$XDG_CACHE_HOME/mdl`, else `~/.cache/mdl`."""
     if os.environ.get("MDL_CACHE_DIR"):
@@ -181,7 +188,7 @@ def _locked(path: Path):
             break
         time.sleep(0.05)
     else:
-        if sys.stderr.isatty():  # as the progress line: logs stay as they were
+        if stderr_is_terminal():  # as the progress line: logs stay as they were
             print(f"mdl: waiting for another process's build of the same product (it "
                   f"holds {path})", file=sys.stderr, flush=True)
         handle = take_lock(path, fcntl.LOCK_EX)

@@ -211,7 +211,7 @@ class _Progress:
         self._write(f"{self.label}... {time.monotonic() - self.start:.0f}s")
 
     def _write(self, text: str) -> None:
-        if not self.enabled or text == self.shown:
+        if not self.enabled or text == self.shown or sys.stderr is None:
             return
         # Spaces, not terminal escapes, erase the old text: the stream may be a log file.
         sys.stderr.write("\r" + text.ljust(len(self.shown)) + ("" if text else "\r"))

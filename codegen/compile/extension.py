@@ -9,12 +9,11 @@ variables)."""
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cache import cached, digest, reading, sha256, write_key
+from .cache import cached, digest, reading, sha256, stderr_is_terminal, write_key
 from .commands import run_commands
 from .environment import EXT_SUFFIX, environment_key
 from .parts import defines, jobs_beside, split, units
@@ -47,7 +46,7 @@ def build_extension(sources: Mapping[str, str], module_name: str, target: Target
     _check_names(sources, module_name)
     toolchain = target.toolchain
     toolchain.check(sanitize)
-    show = sys.stderr.isatty() if progress is None else progress
+    show = stderr_is_terminal() if progress is None else progress
     fields = _key_fields(sources, module_name, target, debug, sanitize)
     label = f"building {module_name}{toolchain.label}"
     parts = _parts(sources, target.source, toolchain)
