@@ -756,6 +756,26 @@ def test_a_module_named_as_a_cmake_target_configures(tmp_path):
     assert "pybind11_add_module(m MODULE" in render_cmakelists(["module.cpp"], "m", CPU)
 
 
+def test_an_emitted_project_built_by_another_compiler_says_to_emit_again(tmp_path):
+    """QA: an emitted (GCC's) project given -DCMAKE_CXX_COMPILER=clang++ failed on every
+    source (`unknown argument: '-fno-tree-sink'`), and `CXX=clang++ cmake` was ignored."""
+    import ninja
+
+    import cmake
+    other = "clang++" if flags.host_compiler()["gcc"] else "g++"
+    if shutil.which(other) is None:
+        pytest.skip(f"needs {other}, the other compiler than this session's")
+    (tmp_path / "module.cpp").write_text("")
+    (tmp_path / "CMakeLists.txt").write_text(render_cmakelists(["module.cpp"], "m", CPU))
+    run = subprocess.run([Path(cmake.CMAKE_BIN_DIR) / "cmake", "-S", tmp_path, "-B",
+                          tmp_path / "build", "-G", "Ninja",
+                          f"-DCMAKE_MAKE_PROGRAM={Path(ninja.BIN_DIR) / 'ninja'}"],
+                         capture_output=True, text=True, env={**os.environ, "CXX": other})
+    said = " ".join(run.stderr.split())
+    assert run.returncode != 0 and "this project was emitted for " in said, run.stderr
+    assert "emit it again with that one (CXX=" in said and other in said
+
+
 def test_mdl_add_model_checks_its_target_and_source_when_configured(tmp_path):
     """QA: mdl_add_model(TARGET all ...) failed in CMake's and pybind11's files; TARGET
     my-net, or a SOURCE not there, only at build time, after the runtime compiled. A

@@ -69,6 +69,10 @@ def render_cmakelists(source_names: Iterable[str], module_name: str, target: Tar
             [str(RUNTIME_DIR / CUDA_RUNTIME_SOURCE)] if cuda else []),
         "build_type": "Debug" if debug or sanitize else "Release",
         "cxx": host_compiler()["path"],
+        # CMake's id of it: another compiler refuses some of its flags (clang++ GCC's
+        # -fno-tree-sink, on every source)
+        "compiler": "GCC" if host_compiler()["gcc"] else "Clang",
+        "compiler_id": "^GNU$" if host_compiler()["gcc"] else "Clang$",
         "cxx_flags": cxx_flags,
         # the runtime's pybind11 glue as mdl's own builds compile it (runtime.py), where
         # those are -O3: its flags come after the target's, and the last -O wins
