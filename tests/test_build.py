@@ -438,6 +438,16 @@ def test_loops_take_512_bit_vectors_where_the_target_has_avx512(monkeypatch, tmp
     assert ("zmm" in (tmp_path / "loop.s").read_text()) == wide
 
 
+def test_an_march_the_compiler_refuses_is_said_to_be_mdl_marchs(monkeypatch):
+    """QA: MDL_MARCH=foo said the compiler "does not answer as a C++ compiler" and to set
+    CXX, naming no MDL_MARCH."""
+    monkeypatch.setenv("MDL_MARCH", "skylake-avx512x")
+    with pytest.raises(MdlBuildError, match=re.escape(
+            "MDL_MARCH='skylake-avx512x': ") + ".* does not take -march=skylake-avx512x \\(.*"
+            "skylake-avx512x"):
+        flags.host_compiler()
+
+
 def test_the_key_changes_with_flags_runtime_headers_and_codegen_version(monkeypatch, tmp_path):
     base = cache_key({"module.cpp": TINY}, "tiny", CPU)
     monkeypatch.setattr(flags, "release_flags", lambda: ("-O2", "-march=native", "-DNDEBUG"))
