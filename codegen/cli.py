@@ -598,13 +598,14 @@ def cmd_build(args) -> int:
 def cmd_gradcheck(args) -> int:
     from dsl import UsageError
 
-    from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
+    from .compile.options import own_module_name
+    from .pipeline import BuildOptions, check, dims_text, import_built
     from .reference import gradcheck
 
     # every model of the file in one f64 module, named like any other f64 build of it
     options = BuildOptions(target=args.target, dtype="f64", defines=dict(args.defines),
                            emulate=args.emulate)
-    name = module_name_for(args.file) + "_f64"
+    name = own_module_name(args.file) + "_f64"
     graph = _one_model(args.file, check(args.file, options, _report), args.model)
     unknown = sorted({k for k, _ in args.defines} - set(graph.hparams))
     if unknown:  # the file's other models may have them: the module holds them all
@@ -691,7 +692,8 @@ def cmd_profile(args) -> int:
     from dsl import UsageError
 
     from .ir.npz import read_npz
-    from .pipeline import BuildOptions, check, dims_text, import_built, module_name_for
+    from .compile.options import own_module_name
+    from .pipeline import BuildOptions, check, dims_text, import_built
     from .profile import measure, report
     from .reference.gradcheck import random_inputs
 
@@ -731,13 +733,13 @@ def cmd_profile(args) -> int:
             raise UsageError(_too_large(given, exc)) from None
         inputs = {k: v.astype(float_type) if v.dtype.kind == "f" else v
                   for k, v in drawn.items()}
-    module = import_built(args.file, module_name_for(args.file) + "_profile", options)
+    module = import_built(args.file, own_module_name(args.file) + "_profile", options)
     try:  # parameters too large for this machine (-D H=100000)
         model = getattr(module, graph.name)(seed=args.seed)
         # the plain build beside it, timed in turns: a profiled build's parts are compiled
         # apart, and a loop can run at another speed there (docs/profiling.md)
         plain_options = dataclasses.replace(options, profile=False)
-        plain = getattr(import_built(args.file, module_name_for(args.file), plain_options),
+        plain = getattr(import_built(args.file, own_module_name(args.file), plain_options),
                         graph.name)(seed=args.seed)
     except MemoryError as exc:
         raise UsageError(_too_large(given, exc)) from None

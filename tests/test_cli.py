@@ -345,6 +345,15 @@ def test_a_file_named_as_a_keyword_builds_a_module_import_can_name(tmp_path, ste
     assert r.returncode == 0 and r.stdout.strip().endswith(f"m_{stem}{EXT_SUFFIX}")
 
 
+def test_gradcheck_takes_a_file_whose_name_makes_no_module_name(tmp_path):
+    """QA: gradcheck and profile, which build a module of their own, refused `mödel é.mdl`,
+    saying to give a --name they do not take."""
+    path = tmp_path / "mödel é.mdl"
+    path.write_text(GOOD)
+    r = mdlc("gradcheck", str(path), "--dims", "B=2")
+    assert r.returncode == 0 and "worst relative error" in r.stdout, r.stderr
+
+
 def test_a_closed_stdout_drops_the_output_as_print_does(good):
     """QA: `mdlc check F >&-` (stdout closed when the process started: sys.stdout None)
     did the work, then exited 3, "internal error ... a bug in mdlc"."""

@@ -100,6 +100,16 @@ def module_name_for(path: str | Path, name: str | None = None) -> str:
     return _short(stem if importable else f"m_{stem}", f"the module of `{path}`")
 
 
+def own_module_name(path: str | Path) -> str:
+    """The name of a module a command builds for its own use (gradcheck, profile), which
+    no user imports: the file's, or `model` where the file's is none (`mödel é.mdl` was
+    refused, with advice to give a --name those commands do not take)."""
+    try:
+        return module_name_for(path)
+    except UsageError:
+        return "model"
+
+
 def _short(name: str, what: str) -> str:
     """`name`, if its extension's file name fits in a directory entry (255 bytes): a longer
     one was an internal error (OSError: File name too long) or a linker's failure."""
