@@ -613,6 +613,11 @@ def cmd_gradcheck(args) -> int:
                          f"(it has {', '.join(graph.hparams) or 'none'})")
     if graph.loss is None:
         raise UsageError(f"model `{graph.name}` minimizes nothing: no gradients to check")
+    if not any(p.trainable for p in graph.params.values()) and not any(
+            v.type.dtype in ("f32", "f64") for v in graph.inputs.values()):
+        # it printed "worst relative error 0.00e+00", exit 0, having checked nothing
+        raise UsageError(f"model `{graph.name}` has no trainable parameter and no float "
+                         "input: no gradients to check")
     symbols = dict.fromkeys(s for v in graph.inputs.values() for d in v.type.shape
                             for s in d.symbols)   # in the order the inputs name them
     unknown = sorted(set(args.dims) - set(symbols))

@@ -160,7 +160,7 @@ def report(name: str, dims: dict[str, int], measured: Measured,
     sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
     at = f" at {sizes}{' (code for these sizes)' if specialized else ''}" if sizes else ""
     per = 1e3 / measured.calls
-    head = (f"{name}{at}: {measured.calls} calls of {what}, "
+    head = (f"{name}{at}: {measured.calls} call{'' if measured.calls == 1 else 's'} of {what}, "
             f"{measured.seconds * per:.4f} ms a call from Python, "
             f"{measured.in_code() * per:.4f} ms of it in the model's code")
     if measured.plain_seconds is not None:

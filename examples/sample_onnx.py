@@ -23,7 +23,7 @@ from codegen import export_onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_charlm import sample  # noqa: E402  (the main job's own sampling)
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # its .mdl file lies beside it
 
 
 class OnnxStep:
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    onnx_file = export_onnx(ROOT / "examples" / "charlm.mdl", args.out / "charlm_step.onnx",
+    onnx_file = export_onnx(HERE / "charlm.mdl", args.out / "charlm_step.onnx",
                             model="CharLMStep", defines={"H": args.hidden},
                             params=args.out / "checkpoint.npz")
     print(f"exported {onnx_file}", file=sys.stderr)

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from codegen import load
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # its .mdl file lies beside it
 
 VOCAB = 96  # printable ASCII (32..126) as 0..94, newline as 95; anything else is '?'
 NEWLINE = 95
@@ -238,7 +238,7 @@ def main() -> None:
     checkpoint, log = args.out / "checkpoint.npz", args.out / "losses.csv"
     print(f"building examples/charlm.mdl with H={args.hidden} ...", flush=True)
     start = time.time()
-    charlm = load(ROOT / "examples" / "charlm.mdl", defines={"H": args.hidden},
+    charlm = load(HERE / "charlm.mdl", defines={"H": args.hidden},
                   name=f"charlm_h{args.hidden}")
     print(f"built in {time.time() - start:.1f}s", flush=True)
 

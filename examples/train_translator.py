@@ -18,7 +18,7 @@ import numpy as np
 
 from codegen import load
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # its .mdl file lies beside it
 START, END = 0, 1  # target tokens 0 and 1; symbols are 2 .. W-1, in source and target
 W = 30             # the target vocabulary (the model's default); the source's V = 40 >= W
 
@@ -107,7 +107,7 @@ def timed(run, repeat: int = 5):
 def train(steps: int, length: int, batch: int = 32, seed: int = 0, log=print):
     """The trained Translator and the module it lives in, whose TranslatorGreedy decodes
     length + 1 tokens (L)."""
-    module = load(ROOT / "examples" / "attention.mdl", defines={"L": length + 1})
+    module = load(HERE / "attention.mdl", defines={"L": length + 1})
     model = module.Translator(seed=seed)
     model.set_optimizer("adam", lr=1e-2, clip_norm=5.0)
     rng = np.random.default_rng(seed)

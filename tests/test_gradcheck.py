@@ -151,6 +151,17 @@ def test_random_inputs_the_model_refuses_are_a_usage_error(tmp_path, capsys, sou
     assert message in err and ("asserts" in err) == ("random inputs" in message), err
 
 
+def test_a_model_with_nothing_to_differentiate_is_a_usage_error(tmp_path, capsys):
+    """QA: a loss of an i32 input alone printed "worst relative error 0.00e+00", exit 0,
+    having checked nothing."""
+    path = tmp_path / "ints.mdl"
+    path.write_text("model Z() {\n  input n : i32[B]\n  output loss = sum(f32(n))\n"
+                    "  minimize loss\n}\n")
+    assert cli.main(["gradcheck", str(path)]) == 2
+    assert ("model `Z` has no trainable parameter and no float input: no gradients to check"
+            in capsys.readouterr().err)
+
+
 def test_a_model_of_no_symbolic_dims_is_checked_and_said_so(tmp_path, capsys):
     """The last line ended "... at " with nothing after it."""
     path = tmp_path / "fixed.mdl"

@@ -222,11 +222,11 @@ def test_mdlc_profile_prints_where_the_time_goes(built, tmp_path):
     assert any(line.split()[:3] == ["for", f"{path}:6:8", "1"] for line in lines)
     assert any(line.startswith("backward (whole)") for line in lines)
     forward = mdlc("profile", str(path), "--dims", "T=6,B=2", "--forward", "--calls", "1")
-    assert forward.returncode == 0 and "1 calls of forward()," in forward.stdout
+    assert forward.returncode == 0 and "1 call of forward()," in forward.stdout
     assert "backward" not in forward.stdout
     fixed = mdlc("profile", str(path), "--dims", "T=6,B=2", "--specialize", "--calls", "1")
     assert fixed.returncode == 0 and fixed.stdout.startswith(
-        "Profiled at T=6, B=2 (code for these sizes): 1 calls of "), fixed.stderr
+        "Profiled at T=6, B=2 (code for these sizes): 1 call of "), fixed.stderr
     np.savez(tmp_path / "batch.npz", xs=np.zeros((7, 2, 4), np.float32),
              lengths=np.array([7, 3], np.int32))
     given = mdlc("profile", str(path), "--inputs", str(tmp_path / "batch.npz"), "--calls", "2")
