@@ -770,7 +770,7 @@ def cmd_export(args) -> int:
     from .export.verify import Undrawable, known_runtimes
     from .ir.diagnostics import UsageError, not_the_source
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
-    not_the_source(args.onnx, args.file, "--onnx")
+    not_the_source(args.onnx, args.file, "--onnx", args.params)
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),
                   specialize=args.specialize, dtype=args.dtype, seed=args.seed)
     try:

@@ -75,3 +75,27 @@ def find_import(target: str, directory: Path | None) -> Path | None:
         except OSError:  # a name too long for the file system (ENAMETOOLONG): not there
             continue
     return None
+
+
+def closure(path: Path) -> dict[str, str] | None:
+    """The text of a .mdl file and of everything it imports, by resolved path, found as
+    the front end finds imports (dsl/program.py: the main file's next to its path as given,
+    a symbolic link's own directory); None where an import is not found (the full check
+    reports it) or a file is past MAX_SOURCE_BYTES. OSError and UnicodeDecodeError as
+    reading raises them."""
+    texts: dict[str, str] = {}
+    pending = [(path.resolve(), main_directory(path))]
+    while pending:
+        p, directory = pending.pop()
+        if str(p) in texts:
+            continue
+        data = source_bytes(p)
+        if len(data) > MAX_SOURCE_BYTES:  # refused by the full build; not read token by
+            return None                   # token first (64 MiB: a minute and a half)
+        texts[str(p)] = data.decode("utf-8")
+        for target in imported_paths(texts[str(p)]):
+            found = find_import(target, directory)
+            if found is None:
+                return None
+            pending.append((found, found.parent))
+    return texts

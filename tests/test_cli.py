@@ -941,6 +941,31 @@ def test_an_output_over_the_models_own_source_is_refused(tmp_path, capsys, args)
     assert src.read_text() == FLAGGED
 
 
+@pytest.mark.parametrize("args, said", [
+    (["export", "{main}", "--onnx", "{lib}"], "is a file the model imports"),
+    (["graph", "{main}", "-o", "{lib}"], "is a file the model imports"),
+    (["export", "{main}", "--params", "{ckpt}", "--onnx", "{ckpt}"],
+     "is the checkpoint the parameters come from: writing it would replace the trained "
+     "weights"),
+])
+def test_an_output_over_an_imported_file_or_the_checkpoint_is_refused(tmp_path, capsys,
+                                                                      args, said):
+    """QA: `--onnx lib.mdl` replaced a file the model imports with ONNX bytes, and
+    `--params w.npz --onnx w.npz` the trained weights; only the main file was kept."""
+    if args[0] == "export":
+        pytest.importorskip("onnx")
+    (tmp_path / "lib.mdl").write_text("def twice(x : f32[B]) -> f32[B] {\n  return x * 2.0\n}\n")
+    (tmp_path / "main.mdl").write_text('import "lib.mdl"\n\nmodel M() {\n'
+                                       '  input x : f32[B]\n  output y = twice(x)\n}\n')
+    (tmp_path / "w.npz").write_bytes(b"weights")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    given = [a.format(main=tmp_path / "main.mdl", lib=tmp_path / "lib.mdl",
+                      ckpt=tmp_path / "w.npz") for a in args]
+    assert cli.main(given) == 2
+    assert said in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 @pytest.mark.parametrize("command", [["build", "-o", "{out}"],
                                      ["export", "--onnx", "{out}/s.onnx"]])
 def test_a_specialization_no_call_can_run_is_refused(tmp_path, capsys, command):

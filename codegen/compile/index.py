@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dsl
-from dsl.imports import (MAX_SOURCE_BYTES, find_import, imported_paths, main_directory,
-                         source_bytes)
+from dsl.imports import closure
 
 from ..backend.paths import PACKAGE, TEMPLATES_DIR
 from ..ir.diagnostics import Diagnostic, Loc, MdlBuildError, Source
@@ -112,7 +111,7 @@ def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
     """Where the index keeps the build of these .mdl files with these options (None when
     the import closure cannot be read: the full build reports why)."""
     try:
-        texts = _closure(Path(path))
+        texts = closure(Path(path))
     except (OSError, UnicodeDecodeError):
         return None
     if texts is None:
@@ -120,29 +119,6 @@ def _entry(path: str | Path, module_name: str, options: BuildOptions) -> Path | 
     fields = {"mdl": texts, "module": module_name, "options": repr(options),
               "compiler_sources": _compiler_digest(), "environment": environment_key()}
     return cache_dir() / "index" / digest(fields)
-
-
-def _closure(path: Path) -> dict[str, str] | None:
-    """The text of a .mdl file and of everything it imports, by resolved path, found as
-    the front end finds imports (dsl/program.py: the main file's next to its path as given,
-    a symbolic link's own directory); an import it cannot find is left to the full build to
-    report."""
-    texts: dict[str, str] = {}
-    pending = [(path.resolve(), main_directory(path))]
-    while pending:
-        p, directory = pending.pop()
-        if str(p) in texts:
-            continue
-        data = source_bytes(p)
-        if len(data) > MAX_SOURCE_BYTES:  # refused by the full build; not read token by
-            return None                   # token first (64 MiB: a minute and a half)
-        texts[str(p)] = data.decode("utf-8")
-        for target in imported_paths(texts[str(p)]):
-            found = find_import(target, directory)
-            if found is None:
-                return None
-            pending.append((found, found.parent))
-    return texts
 
 
 @functools.cache

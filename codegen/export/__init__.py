@@ -51,7 +51,7 @@ def export_onnx(path: str | Path, out: str | Path, *, model: str | None = None,
             isinstance(k, str) and k for k in outputs)):  # [] would read as "all"
         raise UsageError(f"outputs: expected a list of output names (None: all of them), "
                          f"got {outputs!r}")
-    not_the_source(out, path, "out")  # before a minute of export, not after
+    not_the_source(out, path, "out", params)  # before a minute of export, not after
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET <= opset <= newest:
         raise UsageError(f"opset {opset} is outside [{DEFAULT_OPSET}, {newest}]: mdl writes "
