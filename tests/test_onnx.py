@@ -451,6 +451,30 @@ model BoolYield() {{
         assert got.dtype == np.bool_ and np.array_equal(got, want), (got, want)
 
 
+def test_a_bool_sequence_of_a_loop_with_lengths_runs_in_onnxruntime(tmp_path):
+    """QA: a mask input stepped by a loop with lengths (put in step order: seq_order) was a
+    Where of bools, which onnxruntime refused."""
+    path = tmp_path / "mask.mdl"
+    path.write_text("""
+model BoolSeq() {
+  input xs : f32[T, B]
+  input ms : bool[T, B]
+  input lengths : i32[B]
+  s = zeros[B]
+  for x in xs, m in ms (lengths = lengths) { s = where(m, s + x, s) }
+  output s
+}
+""")
+    out = export_onnx(path, tmp_path / "mask.onnx")
+    graph = check_file(str(path)).graph
+    rng = np.random.default_rng(1)
+    inputs = {"xs": rng.standard_normal((4, 3)).astype(np.float32),
+              "ms": rng.random((4, 3)) > 0.5, "lengths": np.array([4, 0, 2], np.int32)}
+    got = run_onnx(out, inputs)["s"]
+    want = reference.run(graph, inputs, {}, dtype=np.float32)["s"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_a_mean_over_an_axis_empty_at_export_is_nan(tmp_path):
     """The mean of nothing is NaN; over a slice empty for the export's -D values ONNX's
     ReduceMean gave 0 (onnxruntime 1.32)."""
