@@ -455,6 +455,8 @@ def differences(got: dict, want: dict, floor: float = 0.0,
     that is zero in exact arithmetic is rounding noise on both sides)."""
     out, pairs = paired(got, want)
     for k, a, b in pairs:
+        if np.asarray(b).dtype == np.bool_:  # a bool output: its True count off, if any
+            a, b = np.asarray(a, np.int8), np.asarray(b, np.int8)
         scale = max(float(np.abs(b).max(initial=0.0)), floor, 1e-300)
         error = float(np.abs(a - b).max(initial=0.0)) / scale
         if not error <= tolerance:  # NaN included

@@ -58,6 +58,9 @@ class Generator(Integers):
         self.starts = random.Random(f"range-start:{name}")  # range(start, stop) to a dim
         self.falsifiable = random.Random(f"falsifiable:{name}")  # a body's assert may fail
         self.guards = random.Random(f"guard:{name}")  # an `if T > k` guarding a size T - k
+        # a loop's yield of a comparison (a bool sequence, put back in time order where
+        # the loop is reversed), and such a sequence an output
+        self.bool_yields = random.Random(f"bool-yield:{name}")
 
     # ---- the program ------------------------------------------------------------------
     def generate(self) -> Program:
@@ -119,6 +122,10 @@ class Generator(Integers):
         if counts and self.rng.random() < 0.6:   # an integer output, compared exactly
             self.program.outputs.append(f"output {self.pick(counts).name}")
             self.cover("int:output")
+        masks = [v for v in self.frames[0].vars.values() if v.dtype == "bool" and not v.fixed]
+        if masks and self.bool_yields.random() < 0.8:  # a loop's bool yields, exactly too
+            self.program.outputs.append(f"output {self.bool_yields.choice(masks).name}")
+            self.cover("bool:output")
         terms = [self.term(v) for i, v in enumerate(top)
                  if i >= len(top) - 2 or self.rng.random() < 0.5]
         if self.rng.random() < 0.3 or not terms:
@@ -253,11 +260,18 @@ class Generator(Integers):
             kinds = ["i32" if self.rng.random() < 0.2 else "f32" for _ in shapes]
             values = [self.int_expr(s, 2) if k == "i32" else self.expr(s, 2)
                       for s, k in zip(shapes, kinds)]
+            for k, kind in enumerate(kinds):
+                if kind == "f32" and self.bool_yields.random() < 0.15:
+                    f = self.bool_yields.choice(COMPARE)
+                    bound = self.bool_yields.choice(["0.1", "0.5", "(-0.2)"])
+                    values[k], kinds[k] = binary_text(f, values[k], compared(f, bound)), "bool"
         names = [self.fresh("y") for _ in shapes]
         for name, shape, kind in zip(names, shapes, kinds):
             self.define(Var(name, (lead,) + shape, kind))
             if kind == "i32":
                 self.cover("for:int-yield")
+            if kind == "bool":
+                self.cover("for:bool-yield")
         head = "for " + ", ".join(f"{e} in {s}" for e, s in zip(loop_vars, seqs))
         self.emit(Stmt(head + Stmt.OPTIONS + " {", [body.block], ["}"], options, names,
                        values))

@@ -364,7 +364,7 @@ def test_the_generator_reaches_every_construct_and_primitive():
              "int:update", "int:output", "int:neg", "int:clip", "int:argmax", "int:argmin",
              "int:topk", *ACTIVATIONS,
              "topk", "for:ints", "cross_entropy:smoothing",
-             "for:int-yield", "softmax:masked",
+             "for:int-yield", "for:bool-yield", "bool:output", "softmax:masked",
              "swapaxes", "swapaxes:same", "swapaxes:negative", "call:any-rank",
              "call:any-rank-number", "call:shared-leading-dims", "call:no-leading-dims",
              "call:attention-leading-dims", "call:two-ranks", "if:guard", "if:guard-chain",
