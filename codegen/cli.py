@@ -548,8 +548,9 @@ def _print_ir(args) -> int:
 
 def cmd_graph(args) -> int:
     """Draws one model (`--backward`: its gradient program) into -o, else DOT on stdout."""
+    from dsl.imports import not_the_source
+
     from .drawing import picture, write
-    from .ir.diagnostics import not_the_source
     if args.out is not None:
         not_the_source(args.out, args.file, "-o")
     dot, warnings = picture(args.file, dict(args.defines), args.model, args.backward)
@@ -766,9 +767,11 @@ def cmd_profile(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from dsl.imports import not_the_source
+
     from .export import export_onnx, verify_onnx
     from .export.verify import Undrawable, known_runtimes
-    from .ir.diagnostics import UsageError, not_the_source
+    from .ir.diagnostics import UsageError
     known_runtimes(args.verify or [], args.dtype)  # before writing anything
     not_the_source(args.onnx, args.file, "--onnx", args.params)
     common = dict(model=args.model, params=args.params, defines=dict(args.defines),

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import Diagnostic, UsageError, not_the_source, writing
+from dsl.imports import not_the_source
+
+from ..ir.diagnostics import Diagnostic, UsageError, writing
 from ..ir.dtypes import checked_seed
 
 PEER = 'the `onnx` package: pip install "mdl[onnx]" (or pip install onnx)'

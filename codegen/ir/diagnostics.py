@@ -333,33 +333,6 @@ class UsageError(Exception):
     status 2."""
 
 
-def not_the_source(out, source, option: str, params=None) -> None:
-    """Refuse to write `out` (given as `option`) where it would replace the .mdl file
-    `source` it is made from (`mdlc export m.mdl --onnx m.mdl` overwrote the model), a file
-    that imports (`lib.mdl`), or the checkpoint `params` it reads (the trained weights)."""
-    from dsl.imports import closure
-
-    def same(path) -> bool:
-        try:
-            return os.path.exists(out) and os.path.samefile(out, path)
-        except (OSError, ValueError, TypeError):  # a source that is no file (a text)
-            return False
-
-    if same(source):
-        raise UsageError(f"{option} {out} is the model's source file: writing it would "
-                         "replace the model; give another path")
-    try:
-        imported = list(closure(Path(source)) or {})[1:]
-    except (OSError, ValueError, TypeError):  # a text, a file that is not UTF-8: none read
-        imported = []
-    if any(same(path) for path in imported):
-        raise UsageError(f"{option} {out} is a file the model imports: writing it would "
-                         "replace that source; give another path")
-    if params is not None and isinstance(params, (str, os.PathLike)) and same(params):
-        raise UsageError(f"{option} {out} is the checkpoint the parameters come from: "
-                         "writing it would replace the trained weights; give another path")
-
-
 @contextmanager
 def writing(path) -> Iterator[None]:
     """A failure to write `path` (a folder that cannot be made, a file over a folder, no
