@@ -238,6 +238,20 @@ def test_without_o_the_dot_text_goes_to_stdout(capsys):
     assert out.startswith("digraph Sharing {") and '"param scope_a/w"' in out
 
 
+def test_a_file_beside_the_working_directory_is_named_as_given(tmp_path, monkeypatch):
+    """QA: `mdlc graph ../there/m.mdl` named its ops' places by their absolute path (a
+    shared picture carried the author's folders), its parameters' uses as given."""
+    (tmp_path / "there").mkdir()
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there" / "m.mdl").write_text(
+        "model M() {\n  input x : f32[B, 3]\n  param w : f32[3] = ones\n"
+        "  output y = tanh(x * w)\n}\n")
+    monkeypatch.chdir(tmp_path / "here")
+    dot = picture("../there/m.mdl", {}, None, False)[0].source
+    assert "../there/m.mdl:4:" in dot and "used at ../there/m.mdl:4:" in dot
+    assert str(tmp_path) not in dot
+
+
 BAD = "model M() {\n  input x : f32[B, 3]\n  output y = x @ x\n}\n"
 
 

@@ -167,12 +167,12 @@ def _scalar_constant(op: Op) -> bool:
 def _where(op: Op) -> str:
     """The op's source location for its tooltip: a standard library file as it is
     imported (`std/rnn.mdl`), another file relative to the working directory when it
-    lies below it."""
+    lies below it, else as it was given, as the parameters' "used at" names it (it was
+    the absolute path, which a shared picture then carried)."""
     if op.loc is None:
         return op.prim
     path = Path(op.loc.source.path).resolve()
     for root in (STD_ROOT, Path.cwd()):
         if path.is_relative_to(root):
-            path = path.relative_to(root)
-            break
-    return f"{path}:{op.loc.line}:{op.loc.col}"
+            return f"{path.relative_to(root)}:{op.loc.line}:{op.loc.col}"
+    return str(op.loc)
