@@ -4,6 +4,7 @@ internal errors (our bugs), 130 / 143 when interrupted (Ctrl-C, SIGTERM)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -101,7 +102,20 @@ def _report(problem) -> None:
     file that cannot be read) starts `mdlc: `, as usage errors do."""
     from dsl.highlight import palette_for
     text = problem.render(palette_for(sys.stderr))
-    print(text if problem.loc else f"mdlc: {text}", file=sys.stderr)
+    _stderr(text if problem.loc else f"mdlc: {text}")
+
+
+def _stderr(text: str) -> None:
+    """`text` on stderr; a stderr that refuses it (`2>/dev/full`) loses the text, not the
+    exit status (an OSError raised while reporting a usage error made it 1, not 2)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # ValueError: a closed stream
+        # what is left in its buffer goes to the null device, or Python's exit, flushing
+        # it, would fail too and exit 120
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+            sys.stderr.flush()
 
 
 EXAMPLES = {
@@ -913,17 +927,17 @@ def _main(argv: list[str] | None) -> int:
         return 0
     except _OutputError as exc:  # `> /dev/full`, a full disk: the user's to fix
         _drop_stdout()
-        print(f"mdlc: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        _stderr(f"mdlc: error: cannot write the output: {exc.strerror}")
         return 2
     except MdlError as exc:
         _report(exc)
         return 1
     except UsageError as exc:
-        print(f"mdlc: error: {exc}", file=sys.stderr)
+        _stderr(f"mdlc: error: {exc}")
         return 2
     except KeyboardInterrupt as stop:  # Ctrl-C: the builds stopped and cleaned up on the way out
         terminated = isinstance(stop, _Terminated)
-        print(f"mdlc: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        _stderr(f"mdlc: {'terminated' if terminated else 'interrupted'}")
         return 143 if terminated else 130
     except Exception as exc:
         return _internal_error(exc)
@@ -936,9 +950,9 @@ def _main(argv: list[str] | None) -> int:
 
 def _internal_error(exc: Exception) -> int:
     """A bug of ours: say so, never a raw traceback by default."""
-    print(f"mdlc: internal error: {type(exc).__name__}: {exc}\n"
-          f"This is a bug in mdlc; please report it to {REPORT_URL} with the input file"
-          " (set MDL_DEBUG=1 for the traceback).", file=sys.stderr)
+    _stderr(f"mdlc: internal error: {type(exc).__name__}: {exc}\n"
+            f"This is a bug in mdlc; please report it to {REPORT_URL} with the input file"
+            " (set MDL_DEBUG=1 for the traceback).")
     if os.environ.get("MDL_DEBUG"):
         traceback.print_exc()
     return 3

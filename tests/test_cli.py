@@ -365,6 +365,23 @@ def test_a_closed_stdout_drops_the_output_as_print_does(good):
     assert run.returncode == 0 and run.stderr == "", run.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args, code", [(["check", "missing.mdl"], 2),
+                                        (["check", "{bad}"], 1)])
+def test_a_stderr_that_refuses_the_error_keeps_the_exit_status(tmp_path, args, code):
+    """QA: with stderr on a full device a usage error exited 1 (the OSError of its
+    message ended the process), where scripts read the status since no one reads stderr."""
+    bad = tmp_path / "bad.mdl"
+    bad.write_text("model M() {\n  output y = nope\n}\n")
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
+           "MDL_CACHE_DIR": os.environ["MDL_CACHE_DIR"]}
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([sys.executable, "-m", "codegen.cli",
+                              *(a.format(bad=bad) for a in args)], stdout=subprocess.PIPE,
+                             stderr=full, env=env, cwd=tmp_path)
+    assert run.returncode == code
+
+
 def test_a_build_compiles_with_stderr_closed(tmp_path, monkeypatch):
     """QA: with stderr closed at the start (sys.stderr None, as in pythonw), every build
     that compiled raised AttributeError: 'NoneType' object has no attribute 'isatty'."""
