@@ -37,12 +37,12 @@ class Failed(Exception):
         self.log, self.describe = log, describe
 
 
-
 def stderr_is_terminal() -> bool:
     """Whether stderr is a terminal, where a build shows its progress and notices: not a
     log or a pipe, nor a stderr closed when the process started (sys.stderr None, as
     in pythonw), which was an AttributeError of every build that compiled."""
     return sys.stderr is not None and sys.stderr.isatty()
+
 
 def cache_dir() -> Path:
     """The cache root: `$MDL_CACHE_DIR`, else `$XDG_CACHE_HOME/mdl`, else `~/.cache/mdl`."""

@@ -44,12 +44,13 @@ def _host_compiler(name: str, march_flag: str) -> dict:
         raise MdlBuildError("no C++ compiler found: install g++ or clang++, or set CXX")
     version = printed([path, "--version"])
     native = printed([path, march_flag, "-dM", "-E", "-v", "-x", "c++", os.devnull])
-    if version.strip() and "#define __cplusplus " not in native and "MDL_MARCH" in os.environ \
+    chosen = os.environ.get("MDL_MARCH", "").strip()  # march()'s: empty is native
+    if version.strip() and "#define __cplusplus " not in native and chosen \
             and "#define __cplusplus " in printed([path, "-dM", "-E", "-x", "c++", os.devnull]):
         # a compiler that answers, but not with this -march (a typo): it was said to be no
         # compiler at all, with advice to change CXX
         said = next((line.strip() for line in native.splitlines() if "error:" in line), "")
-        raise MdlBuildError(f"MDL_MARCH={os.environ['MDL_MARCH'].strip()!r}: {path} does not "
+        raise MdlBuildError(f"MDL_MARCH={chosen!r}: {path} does not "
                             f"take {march_flag}" + (f" ({said})" if said else ""))
     if not version.strip() or "#define __cplusplus " not in native:
         raise MdlBuildError(f"{path} does not answer as a C++ compiler (its `--version` "

@@ -17,7 +17,6 @@ from .onnx_rnn import fuse_rnn_loops
 DEFAULT_OPSET = 18  # the lowest opset whose Split and reductions mdl's rules write
 
 
-
 def stored_names(graph: Graph) -> dict[str, str]:
     """Each parameter's initializer name: its full name, or `param:NAME` for one named
     as an input or an output (`param x` after `input x`, which it shadows: ONNX would
@@ -28,6 +27,7 @@ def stored_names(graph: Graph) -> dict[str, str]:
         stored[name] = name if name not in taken else f"param:{name}"
         taken.add(stored[name])
     return stored
+
 
 def inference_graph(graph: Graph, outputs: list[str] | None) -> Graph:
     """A copy of the checked graph that computes `outputs` (all by default), its loops
