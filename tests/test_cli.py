@@ -401,6 +401,27 @@ def test_a_file_named_as_what_mdl_imports_builds_a_module_that_does_not_shadow_i
     assert module_name_for(f"models/{stem}.mdl", name=stem) == stem  # --name is as given
 
 
+def test_every_package_mdl_imports_is_a_name_no_model_module_takes():
+    """`torch.mdl` built torch.so, which a script beside it that used codegen.pytorch
+    imported as torch: MDL_IMPORTS was a list by hand, without torch, onnx, onnxruntime,
+    openvino or google (protobuf). Every top-level name codegen and dsl import that is not
+    Python's own is in it."""
+    import ast
+    from codegen.compile.options import MDL_IMPORTS, module_name_for
+    imported = set()
+    for root in ("codegen", "dsl"):
+        for path in (Path(__file__).parents[1] / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(node.module.split(".")[0])
+    imported -= set(sys.stdlib_module_names)
+    assert imported >= {"torch", "onnx", "numpy", "lark"}  # the scan found the imports
+    assert imported <= MDL_IMPORTS, sorted(imported - MDL_IMPORTS)
+    assert module_name_for("models/torch.mdl") == "m_torch"
+
+
 def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path, capsys):
     """QA: loop\xff.mdl with an assert in a `for` (whose message names the file) was an
     internal error writing the stub (UnicodeEncodeError), after an empty .pyi that the next

@@ -69,9 +69,14 @@ def dims_text(spec: dict[str, int]) -> str:
 
 
 # What mdl and the modules it builds import: a model's module named so (`numpy.mdl`) took
-# its place in the folder it was built in, where `import numpy` then found the model
-MDL_IMPORTS = frozenset({"codegen", "dsl", "numpy", "lark", "jinja2", "markupsafe",
-                         "pybind11", "tqdm", "graphviz", "pygments", "scipy_openblas32"})
+# its place in the folder it was built in, where `import numpy` then found the model (and
+# `torch.mdl`'s, codegen.pytorch's torch). Every top-level name codegen and dsl import
+# that is not Python's own is here (tests/test_cli.py reads their imports); markupsafe
+# (jinja2's) and tqdm (the examples' progress bar) besides.
+MDL_IMPORTS = frozenset({"codegen", "dsl", "benchmarks", "numpy", "lark", "jinja2",
+                         "markupsafe", "pybind11", "tqdm", "graphviz", "pygments",
+                         "scipy_openblas32", "torch", "onnx", "onnxruntime", "openvino",
+                         "google"})
 
 
 def module_name_for(path: str | Path, name: str | None = None) -> str:
