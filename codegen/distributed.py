@@ -137,14 +137,17 @@ class DataParallel:
             self._refuse_different_optimizers()
         weights = shard_weights(every, self.model)
         total = float(sum(weights))
-        if total <= 0:
-            raise ValueError("the ranks' weights sum to zero: nothing to learn")
         grads = self.grads  # the native buffer itself, on the device or the host
         if grads is None:
             grads = torch.from_numpy(self.model.gradient_buffer)
-        grads.mul_(weights[self.rank] / total)
-        for bucket in grads.split(BUCKET):  # views: reduced in place
-            dist.all_reduce(bucket)
+        if total > 0:
+            grads.mul_(weights[self.rank] / total)
+            for bucket in grads.split(BUCKET):  # views: reduced in place
+                dist.all_reduce(bucket)
+        else:  # no rank's shard counts (no real token anywhere): the whole batch's mean is
+            # over nothing, a zero gradient, which one process steps too (momentum, Adam's
+            # count and the regularizers move it); every rank sees the same total
+            grads.zero_()
         self.model.apply_gradients()
         return out
 

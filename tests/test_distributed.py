@@ -47,6 +47,14 @@ def seq_batch(step: int, B: int = 4) -> dict:
     return {"xs": rng.standard_normal((5, B, 3)), "ys": rng.standard_normal((5, B, 4))}
 
 
+def no_token_batch(step: int) -> dict:
+    """The char LM's 4 rows, every length 0 at step 1: no real token on any rank."""
+    batch = charlm_batch(step, T=6, B=4)
+    if step == 1:
+        batch["lengths"][:] = 0
+    return batch
+
+
 def shard(batch: dict, rank: int, world: int) -> dict:
     """This rank's rows (the batch dim is 1 for sequences, 0 for lengths)."""
     def rows(k, v):
@@ -62,7 +70,7 @@ WORKER = textwrap.dedent("""
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[1])
     from test_distributed import (CONFIGS, STEPS, charlm_batch, device_seq, gru_batch,
-                                  gru_module, modules, seq_batch, shard)
+                                  gru_module, modules, no_token_batch, seq_batch, shard)
     from codegen.distributed import DataParallel
     rank, world, out, mode = int(os.environ["RANK"]), 2, sys.argv[2], sys.argv[3]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
@@ -167,6 +175,14 @@ WORKER = textwrap.dedent("""
             dp.train_step(**seq_batch(0))
         except RuntimeError as e:
             said["adam_steps"] = f"{type(e).__name__}: {e}"
+        # a step no rank has a real token for: the zero gradient one process steps (it
+        # was refused, "the ranks' weights sum to zero", where one process trained on)
+        m = charlm.CharLM(seed=0)
+        m.set_optimizer("sgd", lr=0.1, momentum=0.9)
+        dp = DataParallel(m)
+        for step in range(STEPS):
+            dp.train_step(**shard(no_token_batch(step), rank, world))
+        np.savez(f"{out}/no_tokens_{rank}.npz", **m.params)
         with open(f"{out}/said_{rank}.json", "w") as f:
             json.dump(said, f)
         dist.destroy_process_group()
@@ -383,7 +399,8 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
     loss is a mean over rows (examples/gru.mdl); shards differing in two dims of the loss's
     mean (an mse of [T, B, H]), a shard_weight= that is not a
     finite number >= 0, different optimizers (name, options, steps) and one rank's bad
-    input are refused on every rank, naming the rank and the difference."""
+    input are refused on every rank, naming the rank and the difference; a step no rank
+    has a real token for is the zero gradient one process steps."""
     charlm, seq = modules()
     # what the shards weigh by: the compiler's word, not an input's name
     assert (charlm.CharLM(seed=0).loss_tokens, seq.Seq(seed=0).loss_tokens) == ("lengths", None)
@@ -400,7 +417,14 @@ def test_uneven_rows_weigh_by_rows_and_bad_weights_or_optimizers_are_refused(tmp
     gru.set_optimizer("sgd", lr=0.5, momentum=0.9)
     for step in range(STEPS):
         gru.train_step(**gru_batch(step))
+    lm = charlm.CharLM(seed=0)  # one process, the step of no real token included
+    lm.set_optimizer("sgd", lr=0.1, momentum=0.9)
+    for step in range(STEPS):
+        lm.train_step(**no_token_batch(step))
     for rank in range(2):
+        with np.load(tmp_path / f"no_tokens_{rank}.npz") as got:
+            for k, want in lm.params.items():
+                assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), k
         with np.load(tmp_path / f"uneven_{rank}.npz") as got:
             for k, want in one.params.items():
                 assert np.abs(got[k] - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
