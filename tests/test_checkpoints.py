@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -353,6 +354,26 @@ def test_a_save_takes_a_bytes_path_and_a_failure_names_the_path(charlm64, tmp_pa
     with pytest.raises(OSError) as raised:  # the folder is there, a file cannot be made in it
         charlm64.CharLM().save("/proc/ck.npz")
     assert raised.value.filename == "/proc/ck.npz" and ".tmp" not in str(raised.value)
+
+
+def test_a_path_whose_name_is_not_utf8_loads_as_it_saves(charlm64, tmp_path):
+    """QA: a str naming a file whose name is not UTF-8 (os.listdir's surrogate, PEP 383)
+    saved, and np.load read it, but load() raised UnicodeEncodeError before reading; an
+    error named a bytes path b'...'."""
+    m = charlm64.CharLM(seed=1)
+    m.save(os.fsencode(tmp_path) + b"/\xff.npz")
+    (name,) = os.listdir(tmp_path)
+    path = os.path.join(tmp_path, name)  # '\udcff.npz'
+    for given in (path, Path(path), os.fsencode(path)):
+        other = charlm64.CharLM(seed=2)
+        other.load(given)
+        assert all(np.array_equal(other.params[k], v) for k, v in m.params.items())
+    Path(path).write_bytes(b"not an archive")
+    for given in (path, os.fsencode(path)):
+        with pytest.raises(ValueError) as raised:
+            charlm64.CharLM().load(given)
+        assert str(raised.value) == (f"{tmp_path}/\\xff.npz: not a checkpoint (not an .npz "
+                                     "archive)")
 
 
 def test_a_parameter_name_too_long_for_an_npz_is_refused_before_anything_is_written(

@@ -563,7 +563,7 @@ class Model {
   // Everything `save` wrote, checked in full before anything is changed.
   void load(py::handle path) {
     path_argument(path, "load(path): path");
-    restore_from(read_npz(path), py::str(path));
+    restore_from(read_npz(path), shown_path(path));
   }
 
   // What pickle and copy keep of a model (python_module.cpp's __reduce__): its checkpoint's

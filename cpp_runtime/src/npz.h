@@ -22,6 +22,15 @@ namespace py = pybind11;
 // loop saving every 10 steps ran on after 5 of 15 Ctrl-Cs.
 inline bool interrupted(py::error_already_set& e) { return !e.matches(PyExc_Exception); }
 
+// A checkpoint's path as its errors name it: a str, bytes or path-like as the file system
+// spells it (os.fsencode), a byte that is not UTF-8 written \xff. A str from os.listdir of
+// such a name (a surrogate, PEP 383) made load() raise UnicodeEncodeError before reading.
+inline std::string shown_path(py::handle path) {
+  py::module_ os = py::module_::import("os");
+  py::object name = os.attr("fsencode")(os.attr("fspath")(path));
+  return py::cast<std::string>(name.attr("decode")("utf-8", "backslashreplace"));
+}
+
 // The temporary files of saves to `base` in `dir` by processes that ended without removing
 // them (SIGKILL, a power cut), each as large as a checkpoint: `.BASE.PID.<random>.tmp`
 // whose PID runs no more. Best effort: a file it cannot judge or remove stays.
@@ -79,7 +88,7 @@ inline void write_npz(py::handle path, const py::dict& arrays) {
   if (!py::cast<bool>(os_path.attr("isdir")(dir)))
     refuse("FileNotFoundError", ENOENT, "no folder to write the checkpoint into", dir);
   if (py::cast<bool>(os_path.attr("exists")(full)) && !py::cast<bool>(os_path.attr("isfile")(full)))
-    throw py::value_error("save(path): " + py::cast<std::string>(full) + " is not a regular "
+    throw py::value_error("save(path): " + shown_path(full) + " is not a regular "
                           "file, and a checkpoint replaces the file at its path whole: give "
                           "the path of a file, or of a new one");
   // an error of the temporary file's (a folder not writable, a full disk) names the path
@@ -158,7 +167,7 @@ inline py::dict read_npz(py::handle path) {
   py::bytes head = file.attr("read")(4);
   file.attr("close")();
   if (std::string(head) != "PK\x03\x04")
-    throw py::value_error(py::cast<std::string>(name) + ": not a checkpoint (" +
+    throw py::value_error(shown_path(name) + ": not a checkpoint (" +
                           (py::len(head) ? "not an .npz archive" : "the file is empty") + ")");
   try {
     py::object archive = np.attr("load")(name, py::arg("allow_pickle") = false);
@@ -177,7 +186,7 @@ inline py::dict read_npz(py::handle path) {
       throw;
     std::string why = py::str(e.value());
     std::string type = py::str(e.type().attr("__name__"));
-    throw py::value_error(py::cast<std::string>(name) + ": not a readable checkpoint (" + type +
+    throw py::value_error(shown_path(name) + ": not a readable checkpoint (" + type +
                           ": " + why + ")");
   }
   return out;
