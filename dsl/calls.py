@@ -11,6 +11,7 @@ from codegen.ir.shapes import Dim, TensorType
 from . import nodes as n
 from .builtins import BUILTINS, INITIALIZERS, REGULARIZERS, full_of
 from .env import Cascade, Const, Ctx, Poisoned
+from .expressions import dim_names
 from .printer import expr_text
 from .signature import Signature
 
@@ -161,14 +162,26 @@ class Calls:
         def bind(dim_name: str, axis: int, dloc: Loc) -> Dim:
             self.check_bindable(dim_name, dloc, "name a symbolic dim")
             self.ctx.dims[dim_name] = actual.shape[len(lead) + axis]
+            self.ctx.dims_from[dim_name] = (what, actual)
             return actual.shape[len(lead) + axis]
         declared = self.eval_type(t, bind, lead if t.leading else None)
         if t.leading and self.ctx.leading is None:
             self.ctx.leading, self.ctx.leading_from = lead, what
         for axis, (want, got) in enumerate(zip(declared.shape, actual.shape)):
             if want != got:  # the type as written, and as the dims bound so far make it
+                written = t.dims[axis - len(lead)] if axis >= len(lead) else None
                 raise MdlTypeError(f"{what} is {t.name}[{_dims_text(t)}], here {declared}, "
-                                   f"got {actual}: dim {axis} differs", loc)
+                                   f"got {actual}: dim {axis} differs"
+                                   f"{self._bound_by(written, what)}", loc)
+
+    def _bound_by(self, written: n.Expr | None, what: str) -> str:
+        """Which earlier argument bound the dims of a differing axis (`lstm(h, x, c)`
+        blamed `c`, whose H the swapped `h` had bound): '' where none did."""
+        said = [f"{name.id} = {self.ctx.dims[name.id]} as {arg} bound it (given {given})"
+                for name in (dim_names(written) if written is not None else ())
+                if name.id in self.ctx.dims_from
+                for arg, given in [self.ctx.dims_from[name.id]] if arg != what]
+        return f": {'; '.join(dict.fromkeys(said))}" if said else ""
 
     def _returned(self, fn: n.FuncDef, ret: n.Return):
         values = []

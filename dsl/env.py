@@ -12,7 +12,7 @@ from typing import Union
 from codegen.ir.diagnostics import Loc
 from codegen.ir.dtypes import literal
 from codegen.ir.graph import Value
-from codegen.ir.shapes import Dim
+from codegen.ir.shapes import Dim, TensorType
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,6 @@ class Ctx:
     # bound, and that argument (`argument `x` of `f``)
     leading: tuple[Dim, ...] | None = None
     leading_from: str = ""
+    # the argument that bound each of a function's dims, and its type (`H`: ("argument `h`
+    # of `lstm`", f32[B, 4])), which a later argument's mismatch names
+    dims_from: dict[str, tuple[str, TensorType]] = field(default_factory=dict)

@@ -424,7 +424,7 @@ class Expressions:
     def _numbers_in(self, e: n.Expr) -> str:
         """The compile-time numbers a dim is written with, as a message names them
         (`K = 0`: a hyper-parameter `-D K=0` set, an int argument), "" if none."""
-        found = {x.id: f"{x.id} = {self.ctx.env[x.id]}" for x in _dim_names(e)
+        found = {x.id: f"{x.id} = {self.ctx.env[x.id]}" for x in dim_names(e)
                  if isinstance(self.ctx.env.get(x.id), Const)}
         return ", ".join(found.values())
 
@@ -462,7 +462,7 @@ class Expressions:
         """An input's dim made of others (`B * 2`) that names, first, a new symbolic dim:
         the error says where one is introduced (not an "unknown name", which reads as a
         typo; a name close to a known one stays that, with its suggestion)."""
-        for e in _dim_names(d):
+        for e in dim_names(d):
             if (e.id not in self.ctx.dims and e.id not in self.ctx.env
                     and not self._suggest(e.id)):
                 self.check_bindable(e.id, e.loc, "name a symbolic dim")
@@ -473,7 +473,7 @@ class Expressions:
                     e.loc)
 
 
-def _dim_names(d: n.Expr):
+def dim_names(d: n.Expr):
     """The names a dim's expression reads (`B * K`: B, K), in the order written."""
     stack = [d]
     while stack:

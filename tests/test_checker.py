@@ -76,8 +76,30 @@ model M() {
     out = check_source(src).graph.outputs
     assert str(out["p"].type) == "f32[B, 6]" and str(out["q"].type) == "f32[B, 10]"
     with pytest.raises(MdlError, match=r"argument `b` of `pair` is f32\[N, K\], here "
-                                       r"f32\[B, 3\], got f32\[B, 5\]: dim 1 differs"):
+                                       r"f32\[B, 3\], got f32\[B, 5\]: dim 1 differs: K = 3 "
+                                       r"as argument `a` of `pair` bound it \(given "
+                                       r"f32\[B, 3\]\)\n"):
         check_source(src.replace("pair(y, y, 3)", "pair(x, y, 3)"))
+
+
+def test_a_mismatch_at_a_call_names_the_argument_that_bound_the_dim():
+    """QA: `lstm(h, x, c)`, h and x swapped, blamed `c` alone ("is f32[B, H], here
+    f32[B, 4]"), so the user looked at the one argument that was right: the error names
+    the argument that made H 4. A dim its own argument bound is not named again."""
+    src = """import "std/rnn.mdl"
+model M(E = 4, H = 6) {
+  input xs : f32[T, B, E]
+  h = zeros[B, H]; c = zeros[B, H]
+  for x in xs { h, c = lstm(h, x, c) }
+  output loss = mean(h)
+}"""
+    with pytest.raises(MdlError, match=r"argument `c` of `lstm` is f32\[B, H\], here "
+                       r"f32\[B, 4\], got f32\[B, 6\]: dim 1 differs: H = 4 as argument "
+                       r"`h` of `lstm` bound it \(given f32\[B, 4\]\)\n"):
+        check_source(src)
+    square = "def sq(a : f32[N, N]) -> f32[N, N] { return a }\nmodel M() {\n"
+    with pytest.raises(MdlError, match=r"here f32\[3, 3\], got f32\[3, 5\]: dim 1 differs\n"):
+        check_source(square + "  input x : f32[3, 5]\n  output y = sq(x)\n}")
 
 
 LEADING = """
