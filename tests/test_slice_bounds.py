@@ -190,8 +190,8 @@ def test_negative_constants_count_from_the_end_of_a_symbolic_axis(tmp_path):
 
 
 def test_indices_of_dims_that_may_be_in_range_are_checked_at_the_call(tmp_path):
-    """`x[3 - B]` is in range for B = 2 or 3 only; a call outside names it "an index" (it
-    was "the indices is -2")."""
+    """`x[3 - B]` is in range for B = 2 or 3 only; a call outside names it by its place
+    (it was "the indices is -2", then "an index is -2", which named no place)."""
     path = tmp_path / "dims.mdl"
     path.write_text("model M() {\n  input x : f32[B, 4]\n  output a = x[3 - B]\n"
                     "  output b = x[B - 1]\n}\n")
@@ -200,7 +200,8 @@ def test_indices_of_dims_that_may_be_in_range_are_checked_at_the_call(tmp_path):
     out = reference.run(graph, {"x": x[:2]}, {})
     np.testing.assert_array_equal(out["a"], x[1])
     np.testing.assert_array_equal(out["b"], x[1])
-    with pytest.raises(IndexError, match=re.escape("an index is -2, outside [0, 5)")):
+    with pytest.raises(IndexError, match=re.escape(f"the index at {path}:3:15 is -2, "
+                                                   "outside [0, 5)")):
         reference.run(graph, {"x": x}, {})
 
 
@@ -224,7 +225,9 @@ def test_a_negative_index_of_an_empty_symbolic_axis_is_an_index_error(tmp_path, 
     out = run(xs)
     np.testing.assert_array_equal(out["y"], xs[-1])
     assert out["z"] == np.sum(xs[-2] * xs[-1])
-    with pytest.raises(IndexError, match=re.escape("an index is -1, outside [0, 1)")):
+    with pytest.raises(IndexError, match=re.escape(f"the index at {path}:4:20 is -1, "
+                                                   "outside [0, 1)")):
         run(xs[:1])  # xs[-2], xs[T - 2], at T = 1
-    with pytest.raises(IndexError, match=re.escape("an index is -1, outside [0, 0)")):
+    with pytest.raises(IndexError, match=re.escape(f"the index at {path}:3:16 is -1, "
+                                                   "outside [0, 0)")):
         run(xs[:0])

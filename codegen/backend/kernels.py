@@ -85,7 +85,7 @@ def _cross_entropy(r, op, inputs, ins, outs):
     named = c_string(op.attrs.get("lengths_name") or "lengths")
     return [f"{r.target.call('cross_entropy')}{ins[0]}, {ins[1]}, {lengths}, "
             f"{r.dim(numel(targets.type.shape))}, {r.dim(logits.type.shape[-1])}, {batch}, "
-            f"{indices_named(r, op.inputs[1])}, {named}, {outs[0]});"]
+            f"{indices_named(r, op, op.inputs[1])}, {named}, {outs[0]});"]
 
 
 statements("cross_entropy", _cross_entropy)
@@ -144,7 +144,7 @@ def _gather(r, op, inputs, ins, outs):
     table, ids = inputs
     return [f"{r.target.call('gather')}{ins[0]}, {r.dim(table.type.shape[0])}, "
             f"{r.dim(numel(table.type.shape[1:]))}, {ins[1]}, {r.dim(numel(ids.type.shape))}, "
-            f"{outs[0]}, {indices_named(r, op.inputs[1])});"]
+            f"{outs[0]}, {indices_named(r, op, op.inputs[1])});"]
 
 
 statements("gather", _gather)
@@ -155,7 +155,7 @@ def _scatter_add(r, op, inputs, ins, outs):
     out = op.outputs[0]
     return [f"{r.target.call('scatter_add')}{ins[0]}, {r.dim(numel(out.type.shape[1:]))}, {ins[1]}, "
             f"{r.dim(numel(ids.type.shape))}, {r.dim(out.type.shape[0])}, {outs[0]}, "
-            f"{indices_named(r, op.inputs[1])});"]
+            f"{indices_named(r, op, op.inputs[1])});"]
 
 
 statements("scatter_add", _scatter_add)
@@ -192,7 +192,7 @@ def _unindex(r, op, inputs, ins, outs):
     size = r.dim(numel(g.type.shape))
     return [r.target.fill(outs[0], r.dim(numel(out.type.shape)), f"{ctype_of(op, r)}(0)"),
             r.target.copy(f"{outs[0]} + mdl::checked_index({r.scalar(i)}, "
-                          f"{r.dim(out.type.shape[0])}, {indices_named(r, op.inputs[1])}) * "
+                          f"{r.dim(out.type.shape[0])}, {indices_named(r, op, op.inputs[1])}) * "
                           f"{size}", ins[0], size)]
 
 

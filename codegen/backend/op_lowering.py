@@ -29,10 +29,10 @@ def attach_lowering(name: str, *hook) -> None:
     TABLE[name].extra["lower"] = hook
 
 
-def indices_named(r, v) -> str:
-    """A C++ string literal naming integer indices `v` for the IndexError of a call whose
-    indices are out of range (codegen/ir/origins.py words it)."""
-    return c_string(r.origins.indices(v))
+def indices_named(r, op, v) -> str:
+    """A C++ string literal naming integer indices `v`, which `op` reads, for the
+    IndexError of a call whose indices are out of range (codegen/ir/origins.py words it)."""
+    return c_string(r.origins.indices(v, op.loc))
 
 
 def ctype_of(op, r, i=None):
@@ -163,7 +163,7 @@ attach_lowering("segment", "view",
 TABLE["segment"].extra["ragged"] = lambda r, op: r.dim(numel(op.inputs[0].type.shape))
 attach_lowering("index", "view", lambda r, op, i, st: (
     f"mdl::checked_index({r.scalar(op.inputs[1])}, {r.dim(op.inputs[0].type.shape[0])}, "
-    f"{indices_named(r, op.inputs[1])}) * {r.dim(st[0])}", st[1:]), False)
+    f"{indices_named(r, op, op.inputs[1])}) * {r.dim(st[0])}", st[1:]), False)
 def _slice_view(r, op, i, st):
     """A slice's offset; where the call's dims may put it outside its axis (`x[:, 5]` of
     an axis of length B), `mdl::dims_fit` of each bound first, which refuses such dims

@@ -155,7 +155,7 @@ class Interpreter:
             with np.errstate(all="ignore"):  # masked steps may compute on zeros; IEEE rules
                 outs = entry(op).evaluate(self, op, args)
         except OutOfRange as bad:  # worded as a generated module words it
-            what = self.named_origins().indices(op.inputs[bad.operand])
+            what = self.named_origins().indices(op.inputs[bad.operand], op.loc)
             raise IndexError(out_of_range(bad.kind, what, bad.value, bad.position,
                                           bad.bound)) from None
         for v, a in zip(op.outputs, outs):
