@@ -220,6 +220,8 @@ class Elaborator(Expressions, Calls, ControlFlow):
             op.attrs[last] += f" (computed from {source})" if source else ""
 
     def _warn_unused(self) -> None:
+        for text, loc in self.scopes.share_warnings():
+            self.warnings.append(Diagnostic(text, loc, "warning"))
         dims = _dims_read(self.root, self.outputs.values())
         for name, value in self.inputs.items():
             # an input no op reads may still be the one to give the model a dim it uses
@@ -387,7 +389,7 @@ class Elaborator(Expressions, Calls, ControlFlow):
 
     def stmt_ParamDecl(self, s: n.ParamDecl) -> None:
         ptype = self.eval_type(s.type)
-        full = self.scopes.param_name(s.name.name)
+        full = self.scopes.declare(s.name.name)
         attrs = self.scopes.frame.attrs
         init = self.eval_init(s.init) if s.init is not None else attrs.init
         if init is None:

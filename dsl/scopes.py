@@ -9,6 +9,7 @@ an override, recursively, and keeps the rest of its path (Caffe2's
 """
 from __future__ import annotations
 
+import difflib
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -34,10 +35,24 @@ class Frame:
     counters: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class Mapping:
+    """One `SOURCE = TARGET` of a `share` block, as written (`loc` names it; a function's
+    block entered at each call is one), and the parameters declared through it."""
+    source: Path
+    target: Path
+    here: Path                        # the scope the block stands in
+    loc: Loc
+    names: set[str] = field(default_factory=set)
+
+
 class Scopes:
     def __init__(self) -> None:
         self.frames = [Frame((), ScopeAttrs())]
         self.share_blocks: list[dict[Path, Path]] = []
+        self.mappings: dict[Loc, Mapping] = {}  # every share pair entered, by its place
+        self._by_key: list[dict[Path, Mapping]] = []  # each block's, as share_blocks
+        self.declared: list[tuple[str, frozenset[Loc]]] = []  # name, the mappings it took
 
     @property
     def frame(self) -> Frame:
@@ -73,12 +88,15 @@ class Scopes:
                                    f"`{_dotted(source)}`", loc)
             overrides[here + source] = here + target
         self.share_blocks.append(overrides)
+        self._by_key.append({here + source: self.mappings.setdefault(
+            loc, Mapping(source, target, here, loc)) for source, target, loc in pairs})
         try:
             for source, _, loc in pairs:
                 self._check_acyclic(here + source, loc)
             yield
         finally:
             self.share_blocks.pop()
+            self._by_key.pop()
 
     def _overrides(self) -> dict[Path, Path]:
         merged: dict[Path, Path] = {}
@@ -97,11 +115,12 @@ class Scopes:
         assert resolved is not None, "a cycle of share blocks passed _check_acyclic"
         return resolved
 
-    def _resolved(self, candidate: Path) -> Path | None:
-        """resolve's answer, None for a cycle. Hop by hop, the overrides merged once: it
-        recursed with them merged again at every hop, so a chain of n shares took n**3
-        steps (a chain of 2000 in one block, minutes) and one past Python's recursion
-        limit was called a cycle."""
+    def _resolved(self, candidate: Path, applied: list[Path] | None = None) -> Path | None:
+        """resolve's answer, None for a cycle; the overrides it applies (their sources)
+        are added to `applied`. Hop by hop, the overrides merged once: it recursed with
+        them merged again at every hop, so a chain of n shares took n**3 steps (a chain of
+        2000 in one block, minutes) and one past Python's recursion limit was called a
+        cycle."""
         overrides = self._overrides()
         seen: set[Path] = set()
         tail: Path = ()
@@ -115,12 +134,55 @@ class Scopes:
             if candidate in seen:
                 return None
             seen.add(candidate)
+            if applied is not None:
+                applied.append(candidate[:best_len])
             tail = candidate[best_len:] + tail
             candidate = best
 
     def param_name(self, name: str, path: Path | None = None) -> str:
-        """The full name of parameter `name` declared in the current scope (or `path`)."""
+        """The full name of parameter `name` in the current scope (or `path`)."""
         return "/".join(self.resolve(self.frame.path if path is None else path) + (name,))
+
+    def declare(self, name: str) -> str:
+        """The full name of parameter `name` declared in the current scope, noted with the
+        share mappings it went through (for share_warnings)."""
+        applied: list[Path] = []
+        resolved = self._resolved(self.frame.path, applied)
+        assert resolved is not None, "a cycle of share blocks passed _check_acyclic"
+        full = "/".join(resolved + (name,))
+        by_key: dict[Path, Mapping] = {}
+        for block in self._by_key:
+            by_key.update(block)
+        took = frozenset(by_key[k].loc for k in applied)
+        for loc in took:
+            self.mappings[loc].names.add(full)
+        self.declared.append((full, took))
+        return full
+
+    def share_warnings(self) -> list[tuple[str, Loc]]:
+        """What a `share` block's mapping does not do, as warnings: map a parameter (no
+        parameter inside the block is declared under its source), or, where its target is
+        spelled close to a scope that holds parameters, tie any (a typo in `dec = encodr`
+        left `dec`'s parameters untied, and the model checked without a word)."""
+        out = []
+        for m in self.mappings.values():
+            said = f"`share ({_dotted(m.source)} = {_dotted(m.target) or '.'})`"
+            if not m.names:
+                out.append((f"{said} maps no parameter: none inside the block is declared "
+                            f"under `{_dotted(m.source)}`", m.loc))
+                continue
+            others = {full for full, took in self.declared if m.loc not in took}
+            if m.names & others or not m.target:
+                continue
+            scopes = {_dotted(tuple(full.split("/")[len(m.here):k]))
+                      for full in others if full.split("/")[:len(m.here)] == list(m.here)
+                      for k in range(len(m.here) + 1, len(full.split("/")))}
+            near = difflib.get_close_matches(_dotted(m.target), sorted(scopes), n=1)
+            if near:
+                out.append((f"{said} ties `{_dotted(m.source)}`'s parameters to no other: none "
+                            f"outside it is under `{_dotted(m.target)}`; did you mean "
+                            f"`{near[0]}`?", m.loc))
+        return out
 
 
 def _dotted(path: Path) -> str:

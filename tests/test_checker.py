@@ -362,3 +362,31 @@ def test_the_loss_names_the_dims_it_is_a_mean_over(loss, dims):
            "input t : i32[T, B]; input L : i32[B]; input r : f32[B]; h = zeros[B, H] + 1.0; "
            f"output loss = {loss}; minimize loss }}")
     assert check_source(src).graph.loss_mean_dims == dims
+
+
+SHARE = """model M(V = 10, H = 4) {
+  input ids : i32[B]
+  share (PAIR) {
+    scope enc { param table : f32[V, H] = normal(0, 1); x = table[ids] }
+    scope dec { param table : f32[V, H]; y = x @ transpose(table) }
+  }
+  output loss = mean(y)
+}"""
+
+
+@pytest.mark.parametrize("pair, warning", [
+    ("dec = enc", None),
+    ("dec = encodr", "`share (dec = encodr)` ties `dec`'s parameters to no other: none outside "
+                     "it is under `encodr`; did you mean `enc`?"),
+    ("decc = enc", "`share (decc = enc)` maps no parameter: none inside the block is declared "
+                   "under `decc`"),
+    ("dec = shared", None),  # a rename (another model's names): no scope of a close name
+])
+def test_a_share_that_ties_nothing_is_warned_of(pair, warning):
+    """QA: `share (dec = encodr)`, a typo, checked without a word and trained `dec`'s
+    table apart from `enc`'s: a mapping that maps nothing, or ties nothing where a scope
+    of a close name holds parameters, is a warning (the model still checks)."""
+    checked = check_source(SHARE.replace("PAIR", pair))
+    said = [(w.message, w.loc.line, w.loc.col) for w in checked.warnings]
+    assert said == ([] if warning is None else [(warning, 3, 10)])
+    assert len(checked.graph.params) == (1 if pair == "dec = enc" else 2)
