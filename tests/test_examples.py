@@ -37,10 +37,19 @@ def test_the_promised_examples_exist():
     assert len(EXAMPLE_MODELS) >= 9
 
 
+# Caffe2's test_parameter_sharing_nested_scopes maps model_b to a model_a no parameter
+# outside it is under: a rename, which a model of one's own would write by mistake for
+# model_c (the example's comment says so)
+WARNED = {("caffe2_sharing.mdl", "NestedScopes"): [
+    "`share (model_b = model_a)` ties `model_b`'s parameters to no other: none outside it "
+    "is under `model_a`; did you mean `model_c`?"]}
+
+
 @pytest.mark.parametrize("file,model", EXAMPLE_MODELS)
 def test_example_checks_without_warnings(file, model):
     cm = check_file(str(ROOT / "examples" / file), model=model)
-    assert cm.warnings == [], "\n".join(w.render() for w in cm.warnings)
+    assert [w.message for w in cm.warnings] == WARNED.get((file, model), []), \
+        "\n".join(w.render() for w in cm.warnings)
     g = cm.graph
     if model in GENERATORS:  # runs on a trained model's parameters
         assert g.loss is None
