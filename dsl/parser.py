@@ -429,6 +429,9 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> MdlSyntaxError:
     if tok.type == "COLON" and unclosed and unclosed[-1][0] == "[" and _in_slice(before):
         return MdlSyntaxError("a slice takes no step: write `x[a:b]` (to run over a "
                               "sequence backwards, `for x in reversed(xs)`)", loc)
+    header = _header_hint(source, tok, before)
+    if header is not None:
+        return MdlSyntaxError(header, loc)
     if set(exc.expected) <= {"COMMA", "EQUAL"} and before and before[-1].type == "NAME":
         name_loc = _tok_loc(source, before[-1])
         if _in_model_header(before):
@@ -584,6 +587,56 @@ def _in_for_header(before: list[Token]) -> bool:
         if str(t) in ("{", "}"):
             return False
     return False
+
+
+def _header_hint(source: Source, tok: Token, before: list[Token]) -> str | None:
+    """The slips of a `for` or `share` header that read as Python's: `for y, t in ys, ts`
+    (each sequence takes its own `in`), a parameter's path as a loop's sequence (`for x
+    in enc.table[ids]`) and `.` on the left of a share pair: each was "unexpected `,`" or
+    "unexpected `.`", with no word of what to write."""
+    kinds = [t.type for t in before[-5:]]
+    if tok.type == "COMMA" and kinds[-2:] == ["FOR", "NAME"]:
+        return ("a loop over several sequences gives each its own `in`: `for y in ys, t in "
+                "ts`, not `for y, t in ys, ts`")
+    if tok.type == "DOT" and kinds[-1:] in (["LPAR"], ["COMMA"]) and _in_share_header(before):
+        return ("`.` stands for the scope a `share` is in, on the right of a pair only "
+                "(`share (child = .)`); on the left is the name of a scope inside it")
+    if tok.type != "DOT" or not _in_for_header(before):
+        return None
+    if kinds[-3:-1] == ["NAME", "IN"]:
+        var = before[-3]
+    elif kinds[-5:-1] == ["NAME", "IN", "REVERSED", "LPAR"]:
+        var = before[-5]
+    else:
+        return None
+    path = _path_text(source.text, before[-1].start_pos)
+    loop = "reversed(ys)" if kinds[-2] == "LPAR" else "ys"
+    return (f"a loop's sequence is a name, not a parameter's path: bind it to a name first: "
+            f"`ys = {path}`, then `for {var} in {loop}`")
+
+
+def _in_share_header(before: list[Token]) -> bool:
+    """Whether the tokens before end inside a `share (...)`'s parentheses."""
+    for k in range(len(before) - 1, 0, -1):
+        if before[k].type in ("RPAR", "LBRACE", "RBRACE"):
+            return False
+        if before[k].type == "LPAR":
+            return before[k - 1].type == "SHARE"
+    return False
+
+
+def _path_text(text: str, start: int) -> str:
+    """`enc.table[ids]` of a text from `start`: names, dots and whole brackets."""
+    end, depth = start, 0
+    while end < len(text):
+        ch = text[end]
+        if depth == 0 and not (ch.isalnum() or ch in "_.["):
+            break
+        depth += (ch == "[") - (ch == "]")
+        end += 1
+        if depth < 0:
+            break
+    return text[start:end].rstrip("]" if depth < 0 else "")
 
 
 def _join(words: list[str]) -> str:

@@ -362,6 +362,19 @@ BAD_PROGRAMS = [
      '`else` without a matching `if` block before it', "1:31"),
     ('model M() { input xs : f32[T]; for x xs { y = x } }',
      'unexpected `xs`, expected `in`', "1:38"),
+    # QA: Python's forms of a loop's and a share's header, once "unexpected `,`" or "`.`"
+    ('model M() { input ys : f32[T]; input ts : f32[T]; zs = for y, t in ys, ts { yield y } }',
+     'a loop over several sequences gives each its own `in`: `for y in ys, t in ts`, not '
+     "`for y, t in ys, ts`", "1:61"),
+    ('model M() { input i : i32[T]; zs = for x in e.table[i] { yield x } }',
+     "a loop's sequence is a name, not a parameter's path: bind it to a name first: `ys = "
+     "e.table[i]`, then `for x in ys`", "1:46"),
+    ('model M() { input i : i32[T]; zs = for x in reversed(e.t) { yield x } }',
+     "a loop's sequence is a name, not a parameter's path: bind it to a name first: `ys = "
+     "e.t`, then `for x in reversed(ys)`", "1:55"),
+    ('model M() { input x : f32[3]; share (a = b, . = c) { param w : f32[3] }; output y = x }',
+     "`.` stands for the scope a `share` is in, on the right of a pair only (`share (child = "
+     ".)`); on the left is the name of a scope inside it", "1:45"),
     ('model M { input x : f32[B] }',
      'unexpected `{`, expected `(`', "1:9"),
     ('model M() { input x : f32[B]; x + 1 }',
