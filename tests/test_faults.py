@@ -42,13 +42,17 @@ def call(x_rows=5, i=0, n=0, ids=(0, 1)):
 
 
 CASES = [
-    (dict(i=4), r"^`j` \(computed from the input `i`\) is 5, outside \[0, 5\): the rows of "
-                r"the value it indexes$"),
-    (dict(i=-2), r"^`j` \(computed from the input `i`\) is -1, outside \[0, 5\)"),
-    (dict(i=1, n=7), r"^`k` \(computed from the inputs `i` and `n`\) is 8, outside \[0, 5\)"),
-    (dict(ids=(2, 3)), r"^an index computed from the input `ids` holds 6 at flat position 1, "
-                       r"outside \[0, 5\): the rows of the table it indexes$"),
-    (dict(ids=(-1,)), r"^an index computed from the input `ids` holds -2 at flat position 0"),
+    (dict(i=4), r"^`j` at picks.mdl:9:10 \(computed from the input `i`\) is 5, outside "
+                r"\[0, 5\): the rows of the value it indexes$"),
+    (dict(i=-2), r"^`j` at picks.mdl:9:10 \(computed from the input `i`\) is -1, outside "
+                 r"\[0, 5\)"),
+    (dict(i=1, n=7), r"^`k` at picks.mdl:11:12 \(computed from the inputs `i` and `n`\) is "
+                     r"8, outside \[0, 5\)"),
+    (dict(ids=(2, 3)), r"^the index at picks.mdl:12:33 computed from the input `ids` holds 6 "
+                       r"at flat position 1, outside \[0, 5\): the rows of the table it "
+                       r"indexes$"),
+    (dict(ids=(-1,)), r"^the index at picks.mdl:12:33 computed from the input `ids` holds -2 "
+                      r"at flat position 0"),
 ]
 
 
@@ -91,8 +95,10 @@ model Steps() {
 
 
 @pytest.mark.parametrize("given, message", [
-    (dict(B=2), r"^`t` is 2, outside \[0, 2\): the rows of the value it indexes$"),
-    (dict(ids=(0, 3)), r"^an index computed from the input `ids` is 4, outside \[0, 4\)")])
+    (dict(B=2), r"^`t` at steps.mdl:5:35 is 2, outside \[0, 2\): the rows of the value "
+                r"it indexes$"),
+    (dict(ids=(0, 3)), r"^the index at steps.mdl:6:30 computed from the input `ids` is 4, "
+                       r"outside \[0, 4\)")])
 def test_a_loop_variable_is_computed_from_its_sequence_alone(tmp_path_factory, given, message):
     """A `for`'s variable is a step of its sequence (a range's counter: of no input), not
     of everything the loop reads: the loop indexing `x` does not make `x` the index's
@@ -204,7 +210,8 @@ def many(bad: str):
 @pytest.mark.parametrize("bad, message", [
     ("ids", r"^`ids` holds 7 at flat position 100, outside \[0, 5\)"),
     ("targets", r"^`targets` holds 3 at flat position 50: cross_entropy's targets"),
-    ("tokens", r"^an index computed from the input `tokens` holds -3 at flat position 2000,")])
+    ("tokens", r"^the index at many.mdl:10:17 computed from the input `tokens` holds -3 "
+               r"at flat position 2000,")])
 def test_of_many_bad_elements_the_first_is_named_whatever_order_blocks_run_in(
         many_modules, monkeypatch, bad, message):
     """A GPU runs a kernel's blocks in any order, and several may find a bad element: the

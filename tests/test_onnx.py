@@ -907,8 +907,8 @@ def test_verify_with_an_index_computed_past_the_table_is_a_usage_error(tmp_path,
     path.write_text("model M(V = 5) {\n  input ids : i32[B]\n  param emb : f32[V, 2]\n"
                     "  output y = emb[ids + 1]\n}\n")
     assert mdlc(["export", str(path), "--onnx", str(tmp_path / "s.onnx"), "--verify"]) == 2
-    assert "the random inputs fail the model's check: an index computed from the input " \
-        "`ids` holds 5" in capsys.readouterr().err
+    assert (f"the random inputs fail the model's check: the index at {path.name}:4:17 computed "
+            "from the input `ids` holds 5") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("source, message", [

@@ -341,5 +341,5 @@ def test_mdlc_profile_with_an_index_computed_past_the_table_is_a_usage_error(tmp
                     "  output y = emb[ids + 1]\n}\n")
     done = mdlc("profile", str(path), "--dims", "B=50", "--calls", "1")
     assert done.returncode == 2 and ("mdlc: error: the random inputs fail the model's check: "
-                                     "an index computed from the input `ids` holds 5") \
-        in done.stderr, done.stderr
+                                     f"the index at {path.name}:4:17 computed from the input "
+                                     "`ids` holds 5") in done.stderr, done.stderr

@@ -94,6 +94,13 @@ class Loc:
     def __repr__(self) -> str:
         return f"Loc({self})"
 
+    @property
+    def brief(self) -> str:
+        """`m.mdl:6:10`: the file's name without its folders, as a generated module's
+        run-time errors name a place (an assert's loop, an index), which a module built
+        elsewhere or shared must not carry its author's folders in."""
+        return f"{self.source.shown.rsplit('/', 1)[-1]}:{self.line}:{self.col}"
+
 
 class Plain:
     """How the parts of a rendered diagnostic look: as they are. A palette for

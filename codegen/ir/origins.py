@@ -29,15 +29,17 @@ class Origins:
 
     def indices(self, v: Value, place=None) -> str:
         """Integer indices `v`, named for an error: the input they are, or the variable
-        they are and the inputs they are computed from; those of no variable and no input
-        (`xs[T - 1]`, of dims alone) by the `place` of the op that reads them (a Loc),
-        where it is known ("an index is -1" named no place in a model of several)."""
+        they are and the inputs they are computed from, with the `place` of the op that
+        reads them (a Loc), where it is known: "an index is -1" (of dims alone, `xs[T -
+        1]`) or "`t` is 3" named no place in a model of several."""
         if v.id in self.inputs:
             return f"`{self.inputs[v.id]}`"
         source = self.inputs_of(v)
-        if not source:
-            return f"`{v.hint}`" if v.hint else (f"the index at {place}" if place else "an index")
-        return f"`{v.hint}` (computed from {source})" if v.hint else f"an index computed from {source}"
+        at = f" at {place.brief}" if place else ""
+        if v.hint:
+            return f"`{v.hint}`{at}" + (f" (computed from {source})" if source else "")
+        named = f"the index{at}" if place else "an index"
+        return f"{named} computed from {source}" if source else named
 
     def lengths(self, v: Value) -> str:
         """Sequence lengths `v`, named for an error: the input they are, or their variable
