@@ -8,7 +8,8 @@ sample text through the one-character model `CharLMStep` running on the trained 
     torchrun --nproc_per_node=2 examples/train_charlm.py --distributed  # 2 processes
 
 Writes into --out (default runs/charlm): checkpoint.npz and losses.csv (every --save-every
-steps, and at the end), samples.txt, and loss.png when matplotlib is installed. Ctrl-C (or
+steps, and at the end), schedule.json (where the learning rate's decay ends, which --resume
+keeps), samples.txt, and loss.png when matplotlib is installed. Ctrl-C (or
 SIGTERM) stops after the step under way, saves, and prints the command that goes on. The
 batches of step s come from a generator seeded with (seed, s), so a resumed run trains on
 exactly the batches an unbroken run would.
@@ -16,6 +17,7 @@ exactly the batches an unbroken run would.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -177,7 +179,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=32, help="sequences per step (B)")
     ap.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate, decayed "
                     "along a cosine to a tenth of it by --decay-steps")
-    ap.add_argument("--decay-steps", type=int, help="where the decay ends (default --steps)")
+    ap.add_argument("--decay-steps", type=int, help="where the decay ends (default: with "
+                    "--resume, the resumed run's end; else --steps)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--corpus", type=Path, help="a text file or directory to train on")
     ap.add_argument("--chars", type=int, default=2_000_000, help="corpus size limit")
@@ -195,12 +198,33 @@ def arguments() -> argparse.Namespace:
     if args.distributed and "RANK" not in os.environ:  # before a build and the corpus
         ap.error("--distributed runs in the processes torchrun starts, which tell it their "
                  "ranks: torchrun --nproc_per_node=2 examples/train_charlm.py --distributed")
+    if args.decay_steps is not None and args.decay_steps < 1:
+        ap.error(f"--decay-steps takes a number of steps, at least 1, not {args.decay_steps}")
     if args.save_every < 1:
         ap.error(f"--save-every takes a number of steps, at least 1, not {args.save_every}")
     if args.resume and not (args.out / "checkpoint.npz").is_file():  # before a build
         sys.exit(f"--resume: no checkpoint at {args.out / 'checkpoint.npz'} to go on from "
                  "(leave --resume out to start a run there)")
     return args
+
+
+def decay_steps(args: argparse.Namespace) -> tuple[int, bool]:
+    """Where the learning rate's cosine ends, and whether it is the resumed run's: given
+    (--decay-steps); else, on --resume, where the run being resumed set it (OUT/schedule.json);
+    else --steps. A run resumed with a larger --steps so goes on at the rate it ended with:
+    the cosine recomputed over the new --steps raised the rate 5.5 times at its first step."""
+    saved = args.out / "schedule.json"
+    if args.decay_steps is not None:
+        return args.decay_steps, False
+    if args.resume and saved.is_file():
+        return int(json.loads(saved.read_text())["decay_steps"]), True
+    return args.steps, False
+
+
+def write_schedule(out: Path, steps: int) -> None:
+    part = out / "schedule.json.part"
+    part.write_text(json.dumps({"decay_steps": steps}) + "\n")
+    part.replace(out / "schedule.json")
 
 
 def whole_batch(loss: float, distributed: bool) -> float:
@@ -278,6 +302,12 @@ def main() -> None:
             return
         losses = [row for row in read_losses(log) if row[0] <= done]
         print(f"resumed from {checkpoint} at step {done}")
+    horizon, kept = decay_steps(args)
+    if kept and horizon != args.steps and trainer.rank == 0:
+        print(f"the learning rate decays over the first {horizon} steps, as the run began "
+              "(--decay-steps sets another end)")
+    if trainer.rank == 0:
+        write_schedule(args.out, horizon)
     first = model.optimizer["steps"] + 1
     stop: list = []
     if not args.distributed:  # ranks would stop at different steps: signals stay torchrun's
@@ -288,7 +318,6 @@ def main() -> None:
                                             "; Ctrl-C or SIGTERM stops and saves"), flush=True)
 
     recent: list[float] = []
-    horizon = args.decay_steps or args.steps
     # redrawn twice a second in a terminal; a line every ten seconds in a log
     bar = tqdm(range(first, args.steps + 1), initial=first - 1, total=args.steps,
                unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10,

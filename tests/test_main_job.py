@@ -61,6 +61,29 @@ def test_the_main_job_trains_saves_and_samples(tmp_path):
     assert (tmp_path / "resumed" / "samples.txt").read_text() == sample
 
 
+def test_resume_with_more_steps_keeps_the_learning_rate_s_schedule(tmp_path):
+    """QA: a 5-step run resumed with --steps 8 recomputed its cosine over 8 steps, so the
+    rate at step 6 was 0.55 of --lr where step 5 had ended the decay at a tenth (5.5
+    times higher; docs/training.md's `--resume --steps 2000`). It goes on at the end of the
+    schedule the run began with, unless --decay-steps sets another."""
+    out = tmp_path / "run"
+    job = [sys.executable, str(JOB), *SMALL[:-2], "--out", str(out)]  # no --decay-steps
+    for flags in (["--steps", "5"], ["--steps", "8", "--resume"]):
+        done = subprocess.run(job + flags, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert ("the learning rate decays over the first 5 steps, as the run began "
+            "(--decay-steps sets another end)") in done.stdout
+    whole = tmp_path / "whole"  # steps 6 to 8 at the end of a 5-step decay, unbroken
+    run(whole, "--steps", "8", "--decay-steps", "5")
+    assert_same_checkpoint(out, whole)
+    done = subprocess.run(job + ["--steps", "9", "--resume", "--decay-steps", "10"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with np.load(out / "checkpoint.npz") as ck:
+        want = 3e-3 * (0.55 + 0.45 * np.cos(np.pi * 9 / 10))
+        assert np.isclose(ck["optimizer/lr"], want, rtol=1e-6)
+
+
 def test_resume_at_or_past_steps_says_there_is_nothing_to_train(tmp_path):
     """QA: --resume from a checkpoint already at --steps (or past it) trained nothing, yet
     printed the loss and "saved", and sampled again, with no word of why. It says so in
