@@ -259,6 +259,22 @@ class CompiledModule(torch.nn.Module):
         outs = _Call.apply(self, self.training, list(given), *params, *given.values())
         return outs[0] if len(outs) == 1 else self._outputs(*outs)
 
+    def get_extra_state(self) -> dict:
+        """What state_dict() holds besides the weights: where the model's dropout stream
+        stands (`rng_seed`, `rng_calls`), so that a run resumed from its state_dict, as
+        PyTorch's are, draws the masks an unbroken run would (it drew them anew: 0.012 off
+        in 6 steps)."""
+        return {"rng_seed": int(self.model.rng_seed), "rng_calls": int(self.model.rng_calls)}
+
+    def set_extra_state(self, state: Any) -> None:
+        keys = ("rng_seed", "rng_calls")
+        values = [state.get(k) for k in keys] if isinstance(state, dict) else [None]
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise ValueError(f"{type(self.model).__name__}'s state_dict entry _extra_state "
+                             "holds {'rng_seed': int, 'rng_calls': int} (its dropout "
+                             f"stream's place), got {state!r}")
+        self.model.rng_seed, self.model.rng_calls = values
+
     def extra_repr(self) -> str:
         return (f"{type(self.model).__name__}: inputs {', '.join(self.input_names)}; "
                 f"float outputs {', '.join(self.output_names)}")

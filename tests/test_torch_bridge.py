@@ -661,6 +661,49 @@ def test_a_copy_ties_cores_that_share_only_frozen_parameters(tmp_path_factory, w
     assert twin["r"].model.params["s/f"][0] == 9.0 and net["r"].model.params["s/f"][0] == 1.0
 
 
+DROPPED = """
+model Dropped(E = 4) {
+  input xs : f32[T, B, E]
+  param w : f32[E] = normal(0, 1)
+  output y = sum(dropout(xs, 0.5) * w)
+}
+"""
+
+
+def test_a_state_dict_resumes_the_dropout_stream(tmp_path_factory):
+    """QA: a run resumed the PyTorch way (the module's and the optimizer's state_dict)
+    drew new dropout masks, off an unbroken run by 0.012 in 6 steps: state_dict holds the
+    model's stream's place (`_extra_state`: rng_calls), and load_state_dict puts it back."""
+    module, _ = compiled(tmp_path_factory, DROPPED, "f64")
+    xs = torch.ones(3, 2, 4, dtype=torch.float64)
+
+    def steps(core, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            core(xs).backward()
+            opt.step()
+
+    core = as_module(module.Dropped(seed=0))
+    opt = torch.optim.SGD(core.parameters(), lr=0.1, momentum=0.9)
+    steps(core, opt, 3)
+    saved, opt_saved = copy.deepcopy(core.state_dict()), copy.deepcopy(opt.state_dict())
+    assert saved["_extra_state"] == {"rng_seed": 0, "rng_calls": 3}
+    steps(core, opt, 3)
+    again = as_module(module.Dropped(seed=5))
+    again.load_state_dict(saved)
+    opt2 = torch.optim.SGD(again.parameters(), lr=0.1, momentum=0.9)
+    opt2.load_state_dict(opt_saved)
+    steps(again, opt2, 3)
+    assert torch.equal(again.w, core.w) and again.model.rng_calls == core.model.rng_calls
+    assert again.model.rng_seed == 0
+    for bad, error in ((-1, ValueError), ("3", TypeError), (2**64, ValueError)):
+        with pytest.raises(error, match="rng_seed"):
+            again.model.rng_seed = bad
+    again.model.rng_seed = 2**64 - 1
+    with pytest.raises(ValueError, match="_extra_state holds"):
+        again.load_state_dict({**saved, "_extra_state": {"rng_seed": 0, "rng_calls": "3"}})
+
+
 def test_a_build_without_vjp_is_refused_with_how_to_build_one(tmp_path_factory):
     module, _ = compiled(tmp_path_factory, CORE.replace("output last_c = c", "output last_c = c\n"
                                                         "  output loss = sum(hs)\n  minimize loss"),

@@ -550,6 +550,16 @@ class Model {
     state_.calls = calls;
   }
 
+  // The dropout stream's seed (the class's seed=, a checkpoint's rng/seed): with rng_calls,
+  // where the stream stands. The PyTorch bridge's state_dict carries both, so that a run
+  // resumed from it into a model made with another seed draws the saved run's masks.
+  uint64_t rng_seed() const { return state_.seed; }
+  void set_rng_seed(py::handle n) {
+    uint64_t seed = count_argument(n, "rng_seed");
+    Holding guard = hold_lock("set_rng_seed()", Use::CALL);  // a training call may be drawing
+    state_.seed = seed;
+  }
+
   // Parameters, optimizer state and the dropout stream's place into `path` (checkpoint.h).
   void save(py::handle path) {
     path_argument(path, "save(path): path");

@@ -199,6 +199,9 @@ py::object bind_base(py::module_& m) {
                              "The outputs whose cotangents a vjp build's backward takes.")
       .def_property("rng_calls", checked(&M::rng_calls), checked(&M::set_rng_calls),
                     "Training calls so far; call k draws its dropout masks from (seed, k).")
+      .def_property("rng_seed", checked(&M::rng_seed), checked(&M::set_rng_seed),
+                    "The dropout stream's seed (the class's seed=): call k draws its masks "
+                    "from (rng_seed, k).")
       .def_property_readonly("_regularizers", checked(&M::regularizers),
                              "{name: (l1, l2)}: the scope regularizers of the trainable "
                              "parameters that have one.")
