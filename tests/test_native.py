@@ -167,6 +167,12 @@ def test_params_refuses_changes_of_its_own(tmp_path, target):
     params = m.params
     assert isinstance(params, dict) and list(params) == ["w"]
     assert ", 1 parameter (3 numbers), seed 0" in repr(m)  # QA: "1 parameters"
+    module = type(m).__module__
+    assert repr(m).startswith(f"<{module}.Small: ")
+
+    class Mine(type(m)):  # QA: a subclass's was <its module>.Small, a class of neither
+        pass
+    assert repr(Mine(seed=0)).startswith(f"<{__name__}.{Mine.__qualname__}: ")
     how = "write into one" if target == "cpu" else "read-only copies"
     for change in (lambda: params.__setitem__("w", np.ones(3, np.float32)),
                    lambda: params.update(w=np.ones(3, np.float32)), lambda: params.pop("w"),

@@ -520,11 +520,12 @@ class Model {
     opt_.config.lr = lr;
   }
 
-  // <module.Name: where, dtype, parameters, seed; optimizer>, for people.
-  std::string repr(const std::string& module) const {
+  // <module.Name: where, dtype, parameters, seed; optimizer>, for people (`named`: the
+  // instance's class, module.Name, or a subclass's own).
+  std::string repr(const std::string& named) const {
     std::string count = std::to_string(spec_->param_count);
     for (int at = int(count.size()) - 3; at > 0; at -= 3) count.insert(size_t(at), ",");
-    std::string out = "<" + module + "." + spec_->name + ": " + spec_->device->name + ", " +
+    std::string out = "<" + named + ": " + spec_->device->name + ", " +
                       spec_->dtype.name + ", " + std::to_string(spec_->n_params) +
                       (spec_->n_params == 1 ? " parameter (" : " parameters (") + count +
                       (spec_->param_count == 1 ? " number), seed " : " numbers), seed ") +

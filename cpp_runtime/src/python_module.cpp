@@ -260,8 +260,10 @@ py::object bind_base(py::module_& m) {
       .def_property_readonly("optimizer", checked(&M::optimizer),
                              "The optimizer and its options, or None.")
       .def_property("lr", checked(&M::lr), checked(&M::set_lr), "The optimizer's learning rate.")
-      .def("__repr__", [](py::object self) {
-        return built<M>(self).repr(py::str(py::type::handle_of(self).attr("__module__")));
+      .def("__repr__", [](py::object self) {  // a subclass's own name (it was the base's)
+        py::handle cls = py::type::handle_of(self);
+        return built<M>(self).repr(py::str(cls.attr("__module__")).cast<std::string>() + "." +
+                                   py::str(cls.attr("__qualname__")).cast<std::string>());
       })
       // pickle and copy.copy/deepcopy: the class called with the seed, then the checkpoint
       // and the attributes the user set on the instance (as Python's own objects keep them)
