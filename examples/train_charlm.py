@@ -64,7 +64,8 @@ def corpus(source: Path | None, limit: int) -> tuple[str, str]:
             break
     if not parts:
         raise SystemExit(f"no text found in {root}")
-    return "\n".join(parts)[:limit], f"{len(parts)} files of {root}"
+    origin = str(root) if root.is_file() else f"{len(parts)} files of {root}"
+    return "\n".join(parts)[:limit], origin
 
 
 def batch(data: np.ndarray, seed: int, step: int, seq: int, size: int) -> dict:
@@ -76,8 +77,11 @@ def batch(data: np.ndarray, seed: int, step: int, seq: int, size: int) -> dict:
 
 
 def evaluate(model, data: np.ndarray, seq: int, size: int) -> float:
-    """Mean loss over held-out text, in non-overlapping windows."""
-    count = (len(data) - 1) // seq // size
+    """Mean loss over held-out text, in non-overlapping windows, `size` at a time (all
+    there are at once where they are fewer: a held-out text of under `size` windows was
+    a NaN loss)."""
+    size = min(size, (len(data) - 1) // seq)
+    count = (len(data) - 1) // seq // size if size else 0
     losses = []
     for k in range(count):
         starts = (np.arange(size) + k * size) * seq
@@ -270,6 +274,11 @@ def main() -> None:
     data = encode(text)
     split = int(len(data) * 0.95)
     train, held_out = data[:split], data[split:]
+    if len(train) < args.seq + 2 or len(held_out) < args.seq + 1:  # "high <= 0" in batch()
+        sys.exit(f"the text ({origin}) holds {len(data):,} characters, too few for --seq "
+                 f"{args.seq}: the training text needs {args.seq + 2} at least and the "
+                 f"held-out 5% {args.seq + 1} (give more with --corpus or --chars, or a "
+                 "smaller --seq)")
     print(f"corpus: {len(data):,} characters from {origin}; the last 5% held out")
 
     model = charlm.CharLM(seed=args.seed)

@@ -156,6 +156,8 @@ def test_what_the_main_job_refuses_it_says_in_one_line(tmp_path):
     usage and error)."""
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "checkpoint.npz").write_text("not a checkpoint")
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("hello world\n")
     for flags, status, message in [
             (["--resume", "--out", str(tmp_path / "none")], 1,
              f"--resume: no checkpoint at {tmp_path / 'none' / 'checkpoint.npz'} to go on "
@@ -163,10 +165,28 @@ def test_what_the_main_job_refuses_it_says_in_one_line(tmp_path):
             (["--resume", "--out", str(tmp_path / "junk")], 1,
              f"--resume: {tmp_path / 'junk' / 'checkpoint.npz'}: not a checkpoint"),
             (["--save-every", "0", "--out", str(tmp_path / "none")], 2,
-             "--save-every takes a number of steps, at least 1, not 0")]:
+             "--save-every takes a number of steps, at least 1, not 0"),
+            (["--decay-steps", "0", "--out", str(tmp_path / "none")], 2,
+             "--decay-steps takes a number of steps, at least 1, not 0"),
+            # QA: a corpus shorter than a window was NumPy's "high <= 0" in a traceback
+            (["--corpus", str(tiny), "--out", str(tmp_path / "tiny")], 1,
+             f"the text ({tiny}) holds 12 characters, too few for --seq 12: the training "
+             "text needs 14 at least and the held-out 5% 13 (give more with --corpus or "
+             "--chars, or a smaller --seq)")]:
         done = subprocess.run([sys.executable, str(JOB), *SMALL, *flags],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == status and "Traceback" not in done.stderr, done.stderr
         lines = done.stderr.splitlines()
         assert message in lines[-1] and (status == 2 or len(lines) == 1), done.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_a_held_out_text_of_fewer_windows_than_a_batch_is_measured(tmp_path):
+    """QA: a corpus under about 41,000 characters (the tutorial's own, 38,701) printed
+    `nan on held-out text`: the held-out 5% held fewer windows than --batch, and none was
+    measured. They are measured together, as a smaller batch."""
+    text = tmp_path / "small.txt"
+    text.write_text("".join(f"line {i}: the quick brown fox\n" for i in range(25)))
+    out = run(tmp_path / "run", "--corpus", str(text), "--steps", "2")
+    said = re.search(r"step 2: loss ([\d.]+) on training batches, (\S+) on held-out", out)
+    assert said is not None and np.isfinite(float(said.group(2))), out
