@@ -761,8 +761,8 @@ def cmd_profile(args) -> int:
         plain_options = dataclasses.replace(options, profile=False)
         plain = getattr(import_built(args.file, own_module_name(args.file), plain_options),
                         graph.name)(seed=args.seed)
-    except MemoryError as exc:
-        raise UsageError(_too_large(given, exc)) from None
+    except MemoryError as exc:  # the parameters alone, whatever the sizes: it says so
+        raise UsageError(f"{_given(args.defines, '')}{exc or 'out of memory'}") from None
     except RuntimeError as exc:  # the model cannot run here (no CUDA device, ...)
         raise UsageError(str(exc)) from None
     train = graph.loss is not None and not args.forward

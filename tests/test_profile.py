@@ -262,8 +262,9 @@ def test_the_report_compares_the_plain_builds_time(plain, said):
     (["--dims", "T=6,B=2", "--calls", "0"], "--calls 0: at least 1"),
     (["--dims", "T=100000,B=100000000", "--calls", "1"], "--dims T=100000,B=100000000: the "
      "model's inputs and values at these sizes need more memory than this machine gives"),
-    (["-D", "H=1000000", "--dims", "T=2,B=1", "--calls", "1"], "-D H=1000000 --dims T=2,B=1: "
-     "the model's inputs and values at these sizes need more memory than this machine gives"),
+    # QA: it blamed the sizes of --dims ("give smaller sizes") for the parameters' memory
+    (["-D", "H=1000000", "--dims", "T=2,B=1", "--calls", "1"], "mdlc: error: -D H=1000000: the "
+     "model's parameters, "),
     (["--inputs", "x.npz", "--specialize"], "--specialize takes the sizes of --dims, not of "
                                             "--inputs"),
     (["--inputs", "absent.npz"], "--inputs absent.npz: "),
