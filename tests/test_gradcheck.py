@@ -135,8 +135,8 @@ model Ix(V = 5, E = 2) {
 
 @pytest.mark.parametrize("source, args, message", [
     # ids drawn in [0, V) index emb as ids + 1: an internal error (exit 3) before
-    (COMPUTED_INDEX, ["--dims", "B=50"], "the random inputs fail the model's check: an index "
-     "computed from the input `ids` holds 5"),
+    (COMPUTED_INDEX, ["--dims", "B=50"], "the random inputs fail the model's check: the "
+     "index at refused.mdl:5:10 computed from the input `ids` holds 5"),
     # sizes the model refuses are the --dims' fault, not an assert's (it said so)
     (NEEDS_TWO_STEPS, ["--dims", "T=1"], "mdlc: error: --dims T=1,B=3: the inputs' dims (T = 1, B = 3) "
      "make T - 2, the size of a value at "),
