@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from codegen.ir.diagnostics import Loc, MdlTypeError, count
 from codegen.ir.graph import Block, Op, Value, outer_reads, use_counts
@@ -216,9 +215,9 @@ class ControlFlow:
             body.args.insert(len(seqs), arg)
             return arg
 
-        counter = Counter(("step ", f" of the `for` at {_place(s.loc)}"), step_index,
+        counter = Counter(("step ", f" of the `for` at {s.loc.line_place}"), step_index,
                           rows=batch)
-        with self._in_block(body, env, f"a step of the `for` at {_place(s.loc)}", counter), \
+        with self._in_block(body, env, f"a step of the `for` at {s.loc.line_place}", counter), \
                 self._assigning(body_names, "for", s.loc):
             for stmt in s.body.stmts:
                 if isinstance(stmt, n.Yield):
@@ -365,7 +364,7 @@ class ControlFlow:
         blocks = []
         for stmts, branch in zip(branches, ("the `if` branch", "the `else` branch")):
             block, env = Block(), dict(before)
-            with self._in_block(block, env, f"{branch} at {_place(s.loc)}"):
+            with self._in_block(block, env, f"{branch} at {s.loc.line_place}"):
                 self.run_block(stmts)
             results.append(env)
             blocks.append(block)
@@ -450,8 +449,8 @@ class ControlFlow:
             body.args.append(Value(first[0].type, "trip"))
             return body.args[-1]
 
-        counter = Counter(("trip ", f" of the `while` at {_place(s.loc)}"), trip_count)
-        with self._in_block(body, env, f"a trip of the `while` at {_place(s.loc)}", counter), \
+        counter = Counter(("trip ", f" of the `while` at {s.loc.line_place}"), trip_count)
+        with self._in_block(body, env, f"a trip of the `while` at {s.loc.line_place}", counter), \
                 self._assigning(names, "while", s.loc):
             self.run_block(s.body.stmts)
             body.results = self._new_state(env, state, "while", s.loc)
@@ -480,10 +479,6 @@ def _depends_on(block: Block, value: Value, args: list[Value]) -> bool:
     return value.id in derived
 
 
-def _place(loc: Loc) -> str:
-    """A statement's file name and line, as an assert's error names the loop or branch it
-    stands in."""
-    return f"{Path(loc.source.shown).name}:{loc.line}"
 
 
 def _misplaced_yield(stmts: list[n.Stmt]) -> bool:

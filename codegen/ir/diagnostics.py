@@ -95,11 +95,16 @@ class Loc:
         return f"Loc({self})"
 
     @property
+    def line_place(self) -> str:
+        """`m.mdl:6`: the file's name without its folders and the line, as a generated
+        module's run-time errors name a place (an assert's loop or branch), which a module
+        built elsewhere or shared must not carry its author's folders in."""
+        return f"{Path(self.source.shown).name}:{self.line}"
+
+    @property
     def brief(self) -> str:
-        """`m.mdl:6:10`: the file's name without its folders, as a generated module's
-        run-time errors name a place (an assert's loop, an index), which a module built
-        elsewhere or shared must not carry its author's folders in."""
-        return f"{self.source.shown.rsplit('/', 1)[-1]}:{self.line}:{self.col}"
+        """`m.mdl:6:10`: line_place and the column (an index the model computes)."""
+        return f"{self.line_place}:{self.col}"
 
 
 class Plain:
