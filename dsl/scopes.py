@@ -49,9 +49,9 @@ class Mapping:
 class Scopes:
     def __init__(self) -> None:
         self.frames = [Frame((), ScopeAttrs())]
-        self.share_blocks: list[dict[Path, Path]] = []
+        # each open block's overrides: {source: (target, its Mapping)}, both paths whole
+        self.share_blocks: list[dict[Path, tuple[Path, Mapping]]] = []
         self.mappings: dict[Loc, Mapping] = {}  # every share pair entered, by its place
-        self._by_key: list[dict[Path, Mapping]] = []  # each block's, as share_blocks
         self.declared: list[tuple[str, frozenset[Loc]]] = []  # name, the mappings it took
 
     @property
@@ -80,26 +80,24 @@ class Scopes:
     def share(self, pairs: list[tuple[Path, Path, Loc]]):
         """Add the overrides of one `share` block, relative to the current scope."""
         here = self.frame.path
-        overrides: dict[Path, Path] = {}
+        overrides: dict[Path, tuple[Path, Mapping]] = {}
         for source, target, loc in pairs:
             if target[:len(source)] == source:
                 what = "is the same as" if target == source else "lies inside"
                 raise MdlNameError(f"share target `{_dotted(target) or '.'}` {what} its source "
                                    f"`{_dotted(source)}`", loc)
-            overrides[here + source] = here + target
+            overrides[here + source] = (here + target, self.mappings.setdefault(
+                loc, Mapping(source, target, here, loc)))
         self.share_blocks.append(overrides)
-        self._by_key.append({here + source: self.mappings.setdefault(
-            loc, Mapping(source, target, here, loc)) for source, target, loc in pairs})
         try:
             for source, _, loc in pairs:
                 self._check_acyclic(here + source, loc)
             yield
         finally:
             self.share_blocks.pop()
-            self._by_key.pop()
 
-    def _overrides(self) -> dict[Path, Path]:
-        merged: dict[Path, Path] = {}
+    def _overrides(self) -> dict[Path, tuple[Path, Mapping]]:
+        merged: dict[Path, tuple[Path, Mapping]] = {}
         for block in self.share_blocks:
             merged.update(block)
         return merged
@@ -115,9 +113,9 @@ class Scopes:
         assert resolved is not None, "a cycle of share blocks passed _check_acyclic"
         return resolved
 
-    def _resolved(self, candidate: Path, applied: list[Path] | None = None) -> Path | None:
-        """resolve's answer, None for a cycle; the overrides it applies (their sources)
-        are added to `applied`. Hop by hop, the overrides merged once: it recursed with
+    def _resolved(self, candidate: Path, applied: list[Mapping] | None = None) -> Path | None:
+        """resolve's answer, None for a cycle; the mappings it applies are added to
+        `applied`. Hop by hop, the overrides merged once: it recursed with
         them merged again at every hop, so a chain of n shares took n**3 steps (a chain of
         2000 in one block, minutes) and one past Python's recursion limit was called a
         cycle."""
@@ -135,9 +133,9 @@ class Scopes:
                 return None
             seen.add(candidate)
             if applied is not None:
-                applied.append(candidate[:best_len])
+                applied.append(best[1])
             tail = candidate[best_len:] + tail
-            candidate = best
+            candidate = best[0]
 
     def param_name(self, name: str, path: Path | None = None) -> str:
         """The full name of parameter `name` in the current scope (or `path`)."""
@@ -146,14 +144,11 @@ class Scopes:
     def declare(self, name: str) -> str:
         """The full name of parameter `name` declared in the current scope, noted with the
         share mappings it went through (for share_warnings)."""
-        applied: list[Path] = []
+        applied: list[Mapping] = []
         resolved = self._resolved(self.frame.path, applied)
         assert resolved is not None, "a cycle of share blocks passed _check_acyclic"
         full = "/".join(resolved + (name,))
-        by_key: dict[Path, Mapping] = {}
-        for block in self._by_key:
-            by_key.update(block)
-        took = frozenset(by_key[k].loc for k in applied)
+        took = frozenset(m.loc for m in applied)
         for loc in took:
             self.mappings[loc].names.add(full)
         self.declared.append((full, took))
