@@ -626,17 +626,18 @@ def _in_share_header(before: list[Token]) -> bool:
 
 
 def _path_text(text: str, start: int) -> str:
-    """`enc.table[ids]` of a text from `start`: names, dots and whole brackets."""
+    """`enc.table[ids]` of a text from `start`: names, dots and whole brackets (up to a
+    `]` that closes none of them, as `reversed(e.t)`'s `)` ends the path)."""
     end, depth = start, 0
     while end < len(text):
         ch = text[end]
         if depth == 0 and not (ch.isalnum() or ch in "_.["):
             break
         depth += (ch == "[") - (ch == "]")
-        end += 1
         if depth < 0:
             break
-    return text[start:end].rstrip("]" if depth < 0 else "")
+        end += 1
+    return text[start:end]
 
 
 def _join(words: list[str]) -> str:

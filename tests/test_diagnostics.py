@@ -372,6 +372,9 @@ BAD_PROGRAMS = [
     ('model M() { input i : i32[T]; zs = for x in reversed(e.t) { yield x } }',
      "a loop's sequence is a name, not a parameter's path: bind it to a name first: `ys = "
      "e.t`, then `for x in reversed(ys)`", "1:55"),
+    ('model M() { input i : i32[T]; zs = for x in reversed(e.t[i[0]]) { yield x } }',
+     "a loop's sequence is a name, not a parameter's path: bind it to a name first: `ys = "
+     "e.t[i[0]]`, then `for x in reversed(ys)`", "1:55"),
     ('model M() { input x : f32[3]; share (a = b, . = c) { param w : f32[3] }; output y = x }',
      "`.` stands for the scope a `share` is in, on the right of a pair only (`share (child = "
      ".)`); on the left is the name of a scope inside it", "1:45"),
