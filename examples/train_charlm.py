@@ -143,13 +143,17 @@ def read_losses(path: Path) -> list[tuple[int, float, float]]:
     return [(int(s), float(a), float(b)) for s, a, b in rows]
 
 
-def write_losses(path: Path, losses: list[tuple[int, float, float]]) -> None:
+def write_whole(path: Path, text: str) -> None:
     """Written beside and renamed into place, as save() writes the checkpoint: a run killed
     while writing leaves the previous file whole."""
     part = path.with_name(path.name + ".part")
-    part.write_text("step,loss,held_out_loss\n" +
-                    "".join(f"{s},{a:.6f},{b:.6f}\n" for s, a, b in losses))
+    part.write_text(text)
     part.replace(path)
+
+
+def write_losses(path: Path, losses: list[tuple[int, float, float]]) -> None:
+    write_whole(path, "step,loss,held_out_loss\n" +
+                "".join(f"{s},{a:.6f},{b:.6f}\n" for s, a, b in losses))
 
 
 def save(trainer, out: Path, losses: list[tuple[int, float, float]]) -> None:
@@ -221,14 +225,16 @@ def decay_steps(args: argparse.Namespace) -> tuple[int, bool]:
     if args.decay_steps is not None:
         return args.decay_steps, False
     if args.resume and saved.is_file():
-        return int(json.loads(saved.read_text())["decay_steps"]), True
+        try:
+            steps = json.loads(saved.read_text())["decay_steps"]
+        except (ValueError, KeyError, TypeError) as bad:  # a file damaged or not ours
+            sys.exit(f"--resume: {saved}: not a schedule ({type(bad).__name__}: {bad}); give "
+                     "--decay-steps, or remove the file to decay over --steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            sys.exit(f"--resume: {saved}: decay_steps {steps!r} is no number of steps; give "
+                     "--decay-steps, or remove the file to decay over --steps")
+        return steps, True
     return args.steps, False
-
-
-def write_schedule(out: Path, steps: int) -> None:
-    part = out / "schedule.json.part"
-    part.write_text(json.dumps({"decay_steps": steps}) + "\n")
-    part.replace(out / "schedule.json")
 
 
 def whole_batch(loss: float, distributed: bool) -> float:
@@ -316,7 +322,7 @@ def main() -> None:
         print(f"the learning rate decays over the first {horizon} steps, as the run began "
               "(--decay-steps sets another end)")
     if trainer.rank == 0:
-        write_schedule(args.out, horizon)
+        write_whole(args.out / "schedule.json", json.dumps({"decay_steps": horizon}) + "\n")
     first = model.optimizer["steps"] + 1
     stop: list = []
     if not args.distributed:  # ranks would stop at different steps: signals stay torchrun's

@@ -76,6 +76,12 @@ def test_resume_with_more_steps_keeps_the_learning_rate_s_schedule(tmp_path):
     whole = tmp_path / "whole"  # steps 6 to 8 at the end of a 5-step decay, unbroken
     run(whole, "--steps", "8", "--decay-steps", "5")
     assert_same_checkpoint(out, whole)
+    (out / "schedule.json").write_text("{\"decay_steps\": \"5\"}")  # damaged: one line
+    done = subprocess.run(job + ["--steps", "9", "--resume"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"--resume: {out / 'schedule.json'}: decay_steps '5' is no number of steps; give "
+        "--decay-steps, or remove the file to decay over --steps"], done.stderr
     done = subprocess.run(job + ["--steps", "9", "--resume", "--decay-steps", "10"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
